@@ -1,0 +1,46 @@
+# Leveret: `make run` and `make test` are all a newcomer needs.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 5672
+DATA ?= ./var
+
+.PHONY: run test venv bench bench-compare clean unit integration faults
+
+$(BIN)/leveret-server: pyproject.toml requirements.lock
+	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11+ is required (apt-get install python3 python3-venv)"; exit 1; }
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.lock
+	$(BIN)/pip install -q --no-deps -e .
+	@touch $@
+
+venv: $(BIN)/leveret-server
+
+run: venv
+	mkdir -p $(DATA)
+	$(BIN)/leveret-server --host $(HOST) --port $(PORT) --data-dir $(DATA)
+
+test: venv
+	$(BIN)/python -m pytest tests
+
+unit: venv
+	$(BIN)/python -m pytest tests/unit tests/property
+
+integration: venv
+	$(BIN)/python -m pytest tests/integration
+
+faults: venv
+	$(BIN)/python -m pytest tests/faults
+
+bench: venv
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# Installs Debian's rabbitmq-server when missing, runs it on a spare loopback port for the run,
+# and prints Leveret's figures beside it.
+bench-compare: venv
+	$(BIN)/python -m bench.compare $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) var
