@@ -1,0 +1,230 @@
+"""Broker fixtures shared by the integration and fault tests.
+
+Default mode: every test module gets its own Leveret server (`broker`, module scope), started from
+REPO/.venv/bin/leveret-server on a free loopback port with a temporary data directory; tests that
+need a clean node ask for `fresh_broker` (function scope).
+
+External mode: when LEVERET_TEST_URL is set (e.g. amqp://guest:guest@127.0.0.1:5673/) the tests use
+that broker and start nothing; `ctl` then runs the command prefix in LEVERET_TEST_RABBITMQCTL
+(default "rabbitmqctl").  This is how the suite is validated against RabbitMQ 3.10.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import uuid
+from pathlib import Path
+
+import pika
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+# rawamqp (the raw-socket test client) lives in tests/integration and is used by tests/faults too.
+if str(TESTS / "integration") not in sys.path:
+    sys.path.insert(0, str(TESTS / "integration"))
+
+from amqp_helpers import unique  # noqa: E402
+
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 15.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _probe(host: str, port: int) -> bool:
+    """True when the server answers a protocol header with a method frame (connection.start)."""
+    try:
+        with socket.create_connection((host, port), timeout=1.0) as s:
+            s.sendall(PROTOCOL_HEADER)
+            s.settimeout(2.0)
+            data = s.recv(1)
+            return data[:1] == b"\x01"
+    except OSError:
+        return False
+
+
+class Broker:
+    """What a test may know about the broker under test."""
+
+    def __init__(self, host: str, port: int, user: str = "guest", password: str = "guest",
+                 vhost: str = "/", data_dir: Path | None = None, proc: subprocess.Popen | None = None,
+                 ctl_prefix: list[str] | None = None, log_path: Path | None = None):
+        self.host = host
+        self.port = port
+        self.user = user
+        self.password = password
+        self.vhost = vhost
+        self.data_dir = data_dir
+        self.proc = proc
+        self.log_path = log_path
+        self._ctl_prefix = ctl_prefix
+        self.external = proc is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def url(self) -> str:
+        vhost = urllib.parse.quote(self.vhost, safe="")
+        return f"amqp://{self.user}:{self.password}@{self.host}:{self.port}/{vhost}"
+
+    def url_for(self, user: str | None = None, password: str | None = None,
+                vhost: str | None = None) -> str:
+        vhost = urllib.parse.quote(self.vhost if vhost is None else vhost, safe="")
+        return (f"amqp://{user or self.user}:{password or self.password}@{self.host}:{self.port}"
+                f"/{vhost}")
+
+    def params(self, **kw) -> pika.ConnectionParameters:
+        user = kw.pop("user", self.user)
+        password = kw.pop("password", self.password)
+        kw.setdefault("virtual_host", self.vhost)
+        kw.setdefault("heartbeat", 0)
+        kw.setdefault("blocked_connection_timeout", None)
+        kw.setdefault("connection_attempts", 1)
+        kw.setdefault("socket_timeout", 5)
+        kw.setdefault("stack_timeout", 10)
+        return pika.ConnectionParameters(host=self.host, port=self.port,
+                                         credentials=pika.PlainCredentials(user, password), **kw)
+
+    def connection(self, **kw) -> pika.BlockingConnection:
+        """A pika BlockingConnection (heartbeat=0 unless given: tests pump I/O irregularly)."""
+        return pika.BlockingConnection(self.params(**kw))
+
+    def ctl(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+        if self.external:
+            cmd = list(self._ctl_prefix) + list(args)
+        else:
+            cmd = [str(REPO / ".venv" / "bin" / "leveretctl"), "--data-dir", str(self.data_dir),
+                   *args]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if check and res.returncode != 0:
+            raise AssertionError(f"{cmd} failed ({res.returncode}): {res.stdout}\n{res.stderr}")
+        return res
+
+    def alive(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            return False
+        return _probe(self.host, self.port)
+
+    def log_tail(self, n: int = 60) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+    # -- lifecycle of a local Leveret -------------------------------------------------------------
+    @classmethod
+    def start_leveret(cls, tmp_dir: Path) -> "Broker":
+        server = REPO / ".venv" / "bin" / "leveret-server"
+        if not server.exists():
+            pytest.fail(f"{server} does not exist (run `make venv`), or set LEVERET_TEST_URL")
+        port = free_port()
+        data_dir = tmp_dir / "data"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        log_path = tmp_dir / "leveret-server.log"
+        log = open(log_path, "wb")
+        proc = subprocess.Popen(
+            [str(server), "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(tmp_dir))
+        log.close()
+        broker = cls("127.0.0.1", port, data_dir=data_dir, proc=proc, log_path=log_path)
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                pytest.fail(f"leveret-server exited with {proc.returncode} during startup:\n"
+                            f"{broker.log_tail()}")
+            if _probe("127.0.0.1", port):
+                return broker
+            time.sleep(0.1)
+        broker.stop()
+        pytest.fail(f"leveret-server did not answer on port {port} within {START_TIMEOUT}s:\n"
+                    f"{broker.log_tail()}")
+
+    def stop(self) -> None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+
+
+def _external_broker() -> Broker | None:
+    url = os.environ.get("LEVERET_TEST_URL")
+    if not url:
+        return None
+    u = urllib.parse.urlparse(url)
+    vhost = urllib.parse.unquote(u.path[1:]) if u.path and u.path != "/" else "/"
+    prefix = shlex.split(os.environ.get("LEVERET_TEST_RABBITMQCTL", "rabbitmqctl"))
+    return Broker(u.hostname or "127.0.0.1", u.port or 5672,
+                  urllib.parse.unquote(u.username or "guest"),
+                  urllib.parse.unquote(u.password or "guest"), vhost, ctl_prefix=prefix)
+
+
+def _broker_fixture(tmp_path_factory):
+    ext = _external_broker()
+    if ext is not None:
+        yield ext
+        return
+    broker = Broker.start_leveret(Path(tempfile.mkdtemp(prefix="leveret-", dir=tmp_path_factory.getbasetemp())))
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """One broker per test module (Leveret started for the module, or the external one)."""
+    yield from _broker_fixture(tmp_path_factory)
+
+
+@pytest.fixture
+def fresh_broker(tmp_path_factory):
+    """A broker of the test's own (a new Leveret node; in external mode the external broker)."""
+    yield from _broker_fixture(tmp_path_factory)
+
+
+@pytest.fixture
+def conn(broker):
+    """A pika BlockingConnection to the module's broker, closed after the test."""
+    c = broker.connection()
+    try:
+        yield c
+    finally:
+        if c.is_open:
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+@pytest.fixture
+def ch(conn):
+    return conn.channel()
+
+
+@pytest.fixture
+def qname():
+    return unique("q")
+
+
+@pytest.fixture
+def xname():
+    return unique("x")
