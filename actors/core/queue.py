@@ -1,0 +1,493 @@
+"""The queue's logic without IO: messages ready and unacked, consumers with their prefetch
+limits, round-robin delivery, requeue at the original position, TTL, max-length with its
+overflow modes, dead-lettering, priorities, auto-delete and x-expires.
+
+Mirrors rabbit_amqqueue_process.erl (consumers, limits, TTL, overflow, dead-lettering
+decisions) together with the in-memory part of rabbit_variable_queue.erl (q4 and requeue
+ordering) and rabbit_priority_queue.erl. The actor shell (actors/queue.py) feeds it messages
+and carries out what it asks through `out`, an object with:
+
+- `deliver(channel, items, bodies)`  a batch of deliveries to one channel
+- `confirm(channel, seqs, ok)`        publisher confirms (ok) or nacks (not ok)
+- `reply(addr, req_id, ok, result, code, text)`
+- `consumer_gone(channel, ctag)`      the broker cancelled a consumer
+- `credit(channel, n)`                credit_flow bump for a publishing channel
+- `persist(msgs)`                     hand persistent messages to the backing queue
+- `forget(msg_ids)`                   tell the backing queue these are settled
+- `dead_letter(msg, reason)`          re-publish a message to the dead-letter exchange
+- `delete_self(reason)`               ask the node to delete this queue
+- `schedule(at_ms)`                   call `tick` again at (monotonic) time at_ms
+
+Times are integer milliseconds of a monotonic clock passed in by the caller.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import OrderedDict, deque
+
+from actors.core.errors import ChannelError
+
+FLOW_MORE = 200  # credit_flow: bump a publisher's credit after this many of its messages
+
+
+class Msg:
+    """One message in this queue."""
+
+    __slots__ = ("seq_id", "exchange", "routing_key", "props_raw", "body", "persistent",
+                 "priority", "expires_at", "ttl", "redelivered", "publisher", "pub_seq")
+
+    def __init__(self, seq_id, exchange, routing_key, props_raw, body, persistent=False,
+                 priority=0, expires_at=0, ttl=-1, publisher="", pub_seq=0):
+        self.seq_id = seq_id  # position in this queue, from 1; the backing queue's key
+        self.exchange = exchange  # exchange it was published to
+        self.routing_key = routing_key  # routing key it was published with
+        self.props_raw = props_raw  # encoded content properties, untouched
+        self.body = body  # bytes, untouched
+        self.persistent = persistent  # delivery_mode == 2
+        self.priority = priority  # 0..max priority of the queue
+        self.expires_at = expires_at  # monotonic ms, 0 = never
+        self.ttl = ttl  # the message's own expiration in ms (-1 none), for x-death
+        self.redelivered = False  # delivered before (then redelivered=true next time)
+        self.publisher = publisher  # publishing channel address, "" if none
+        self.pub_seq = pub_seq  # publisher's confirm seq no, 0 if no confirm wanted
+
+
+class Ready:
+    """Ready messages of one priority, kept in seq_id order (requeues go back in place)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self):
+        self.items: deque = deque()  # Msg, ascending seq_id
+
+    def __len__(self):
+        return len(self.items)
+
+    def append(self, msg: Msg) -> None:
+        self.items.append(msg)
+
+    def popleft(self) -> Msg:
+        return self.items.popleft()
+
+    def peek(self) -> Msg:
+        return self.items[0]
+
+    def requeue(self, msgs: list) -> None:
+        """Put messages back at their original positions (rabbit_variable_queue:requeue)."""
+        msgs = sorted(msgs, key=lambda x: x.seq_id)
+        if not self.items or msgs[-1].seq_id < self.items[0].seq_id:
+            self.items.extendleft(reversed(msgs))
+            return
+        merged = list(self.items)
+        keys = [x.seq_id for x in merged]
+        for msg in msgs:
+            i = bisect.bisect_left(keys, msg.seq_id)
+            keys.insert(i, msg.seq_id)
+            merged.insert(i, msg)
+        self.items = deque(merged)
+
+
+class Consumer:
+    __slots__ = ("channel", "tag", "no_ack", "prefetch", "unacked", "exclusive")
+
+    def __init__(self, channel, tag, no_ack, prefetch, exclusive):
+        self.channel = channel  # consuming channel's address
+        self.tag = tag  # consumer tag
+        self.no_ack = no_ack  # automatic acknowledgement
+        self.prefetch = prefetch  # per-consumer limit, 0 = none
+        self.unacked = 0  # deliveries to it not yet settled
+        self.exclusive = exclusive  # basic.consume exclusive=true
+
+
+class ChannelState:
+    __slots__ = ("limit", "unacked", "in_flight", "published")
+
+    def __init__(self):
+        self.limit = 0  # channel-wide prefetch (basic.qos global=true), 0 = none
+        self.unacked = 0  # deliveries from this queue to the channel not yet settled
+        self.in_flight = 0  # deliveries not yet written to the socket (writer credit)
+        self.published = 0  # messages taken from it since the last credit bump
+
+
+class QueueCore:
+    def __init__(self, vhost: str, name: str, arguments: dict, out, now: int,
+                 auto_delete=False, delivery_window=2000):
+        self.vhost, self.name = vhost, name  # identity
+        self.out = out  # effects (see module docstring)
+        a = arguments or {}
+        self.ttl = _int(a.get("x-message-ttl"))  # queue TTL ms, None = none
+        self.expires = _int(a.get("x-expires"))  # unused-queue expiry ms, None = none
+        self.max_length = _int(a.get("x-max-length"))  # messages, None = unbounded
+        self.max_bytes = _int(a.get("x-max-length-bytes"))  # body bytes, None = unbounded
+        self.overflow = a.get("x-overflow", "drop-head")  # drop-head|reject-publish|-dlx
+        self.dlx = a.get("x-dead-letter-exchange")  # dead-letter exchange name or None
+        self.dlrk = a.get("x-dead-letter-routing-key")  # routing key override or None
+        maxp = _int(a.get("x-max-priority"))
+        self.max_priority = min(maxp, 255) if maxp else 0  # 0 = not a priority queue
+        self.ready = [Ready() for _ in range(self.max_priority + 1)]  # by priority
+        self.ready_count = 0  # messages ready
+        self.ready_bytes = 0  # body bytes ready
+        self.unacked: dict[int, tuple] = {}  # seq_id -> (Msg, channel, consumer tag)
+        self.consumers: OrderedDict = OrderedDict()  # (channel, tag) -> Consumer, RR order
+        self.channels: dict[str, ChannelState] = {}  # channel address -> its state here
+        self.next_seq = 1  # next seq_id
+        self.auto_delete = auto_delete  # delete when the last consumer goes
+        self.had_consumer = False  # auto-delete applies only after a first consumer
+        self.last_used = now  # for x-expires
+        self.delivery_window = delivery_window  # deliveries in flight to one channel's writer
+        self.deleted = False  # the queue has been deleted
+        self._batches: dict[str, tuple[list, list]] = {}  # channel -> (items, bodies) pending
+        self._scheduled = 0  # the earliest tick asked for, 0 = none
+        if self.expires:
+            self._schedule(now + self.expires)
+
+    # --- publishing -------------------------------------------------------------------------
+    def publish(self, sender: str, items: list, bodies: list, now: int) -> None:
+        """items: [seq_no, exchange, routing_key, props_raw, persistent, priority, expiry_ms]"""
+        accepted, refused, to_persist = [], [], []
+        for item, body in zip(items, bodies):
+            pub_seq, exchange, rk, props, persistent, priority, expiry = item
+            if self._full_for(len(body)) and self.overflow != "drop-head":
+                if pub_seq:
+                    refused.append(pub_seq)
+                if self.overflow == "reject-publish-dlx" and self.dlx is not None:
+                    self.out.dead_letter(Msg(0, exchange, rk, props, body, persistent,
+                                             ttl=expiry), "maxlen")
+                continue
+            msg = self._enqueue(exchange, rk, props, body, persistent, priority, expiry, now,
+                                sender, pub_seq)
+            if msg is None:
+                if pub_seq:
+                    accepted.append(pub_seq)  # expired at once (TTL 0): confirmed, as RabbitMQ
+                continue
+            if persistent and pub_seq:
+                to_persist.append(msg)
+            elif pub_seq:
+                accepted.append(pub_seq)
+            self._enforce_max_length()
+        if to_persist:
+            self.out.persist(to_persist)
+        if accepted:
+            self.out.confirm(sender, accepted, True)
+        if refused:
+            self.out.confirm(sender, refused, False)
+        if sender:
+            st = self._channel(sender)
+            st.published += len(items)
+            if st.published >= FLOW_MORE:
+                self.out.credit(sender, st.published)
+                st.published = 0
+        self.run(now)
+
+    def persisted(self, msgs: list) -> None:
+        """The backing queue made these safe: confirm them to their publishers."""
+        by_channel: dict[str, list] = {}
+        for msg in msgs:
+            if msg.pub_seq:
+                by_channel.setdefault(msg.publisher, []).append(msg.pub_seq)
+        for channel, seqs in by_channel.items():
+            self.out.confirm(channel, seqs, True)
+
+    def _enqueue(self, exchange, rk, props, body, persistent, priority, expiry, now, sender,
+                 pub_seq):
+        ttl = self.ttl
+        if expiry is not None and expiry >= 0:
+            ttl = expiry if ttl is None else min(ttl, expiry)
+        msg = Msg(self.next_seq, exchange, rk, props, body, persistent,
+                  min(priority or 0, self.max_priority), now + ttl if ttl is not None else 0,
+                  expiry if expiry is not None else -1, sender, pub_seq)
+        self.next_seq += 1
+        if ttl == 0:
+            # TTL 0: delivered only if a consumer can take it right now (RabbitMQ's rule)
+            c = self._next_consumer()
+            if c is None:
+                self._expire(msg)
+                return None
+            msg.expires_at = 0
+        self.ready[msg.priority].append(msg)
+        self.ready_count += 1
+        self.ready_bytes += len(body)
+        return msg
+
+    def _full_for(self, size: int) -> bool:
+        if self.max_length is not None and self.ready_count >= self.max_length:
+            return True
+        if self.max_bytes is not None and self.ready_bytes + size > self.max_bytes:
+            return True
+        return False
+
+    def _enforce_max_length(self) -> None:
+        while self.ready_count and (
+                (self.max_length is not None and self.ready_count > self.max_length) or
+                (self.max_bytes is not None and self.ready_bytes > self.max_bytes)):
+            msg = self._pop_head(lowest=True)
+            self._drop(msg, "maxlen")
+
+    # --- consumers ----------------------------------------------------------------------------
+    def consume(self, channel, tag, no_ack, exclusive, prefetch, channel_prefetch, now) -> None:
+        if exclusive and self.consumers:
+            raise ChannelError(403, f"queue '{self.name}' in vhost '{self.vhost}' in exclusive "
+                                    "use")
+        if any(c.exclusive for c in self.consumers.values()):
+            raise ChannelError(403, f"queue '{self.name}' in vhost '{self.vhost}' in exclusive "
+                                    "use")
+        self.consumers[(channel, tag)] = Consumer(channel, tag, no_ack, prefetch, exclusive)
+        self._channel(channel).limit = channel_prefetch
+        self.had_consumer = True
+        self.last_used = now
+
+    def cancel(self, channel, tag, now) -> bool:
+        c = self.consumers.pop((channel, tag), None)
+        self.last_used = now
+        if c is not None:
+            self._check_auto_delete()
+        return c is not None
+
+    def set_limit(self, channel, limit, now) -> None:
+        self._channel(channel).limit = limit
+        self.run(now)
+
+    def _check_auto_delete(self) -> None:
+        if self.auto_delete and self.had_consumer and not self.consumers and not self.deleted:
+            self.out.delete_self("auto-delete: last consumer cancelled")
+
+    def _channel(self, channel) -> ChannelState:
+        st = self.channels.get(channel)
+        if st is None:
+            st = self.channels[channel] = ChannelState()
+        return st
+
+    def _can_take(self, c: Consumer) -> bool:
+        st = self.channels[c.channel]
+        if st.in_flight >= self.delivery_window:
+            return False
+        if c.no_ack:
+            return True
+        if c.prefetch and c.unacked >= c.prefetch:
+            return False
+        if st.limit and st.unacked >= st.limit:
+            return False
+        return True
+
+    def _next_consumer(self):
+        """Round robin: the first consumer able to take a message moves to the back."""
+        for key, c in self.consumers.items():
+            if self._can_take(c):
+                self.consumers.move_to_end(key)
+                return c
+        return None
+
+    # --- delivery -----------------------------------------------------------------------------
+    def run(self, now: int, budget: int = 1000) -> bool:
+        """Deliver what can be delivered; True if work is left (call again)."""
+        self._expire_head(now)
+        while self.ready_count and self.consumers and budget > 0:
+            c = self._next_consumer()
+            if c is None:
+                break
+            msg = self._pop_head()
+            if msg.expires_at and msg.expires_at <= now:
+                self._expire(msg)
+                continue
+            self._deliver(c, msg)
+            budget -= 1
+        self.flush()
+        self._schedule_head()
+        return budget == 0 and self.ready_count > 0 and self._next_consumer_exists()
+
+    def _next_consumer_exists(self) -> bool:
+        return any(self._can_take(c) for c in self.consumers.values())
+
+    def _deliver(self, c: Consumer, msg: Msg) -> None:
+        st = self.channels[c.channel]
+        st.in_flight += 1
+        items, bodies = self._batches.setdefault(c.channel, ([], []))
+        items.append([c.tag, msg.seq_id, msg.redelivered, msg.exchange, msg.routing_key,
+                      msg.props_raw])
+        bodies.append(msg.body)
+        if c.no_ack:
+            self.out.forget([msg])
+        else:
+            c.unacked += 1
+            st.unacked += 1
+            self.unacked[msg.seq_id] = (msg, c.channel, c.tag)
+            msg.redelivered = True
+
+    def flush(self) -> None:
+        batches, self._batches = self._batches, {}
+        for channel, (items, bodies) in batches.items():
+            self.out.deliver(channel, items, bodies)
+
+    def sent(self, channel, n, now) -> None:
+        """The channel's writer put n deliveries on the wire: more may follow."""
+        st = self.channels.get(channel)
+        if st is not None:
+            st.in_flight = max(0, st.in_flight - n)
+            self.run(now)
+
+    def get(self, channel, no_ack, now):
+        """basic.get -> (item, body, message_count) or None when empty."""
+        self.last_used = now
+        self._expire_head(now)
+        if not self.ready_count:
+            return None
+        msg = self._pop_head()
+        if no_ack:
+            self.out.forget([msg])
+        else:
+            st = self._channel(channel)
+            st.unacked += 1
+            self.unacked[msg.seq_id] = (msg, channel, "")
+        item = ["", msg.seq_id, msg.redelivered, msg.exchange, msg.routing_key, msg.props_raw]
+        msg.redelivered = True
+        return item, msg.body, self.ready_count
+
+    def _pop_head(self, lowest=False) -> Msg:
+        order = range(len(self.ready)) if lowest else range(len(self.ready) - 1, -1, -1)
+        for p in order:
+            if self.ready[p]:
+                msg = self.ready[p].popleft()
+                self.ready_count -= 1
+                self.ready_bytes -= len(msg.body)
+                return msg
+        raise IndexError("queue is empty")
+
+    # --- settlement ---------------------------------------------------------------------------
+    def settle(self, channel, op, msg_ids, now) -> None:
+        """op: 0 ack, 1 requeue, 2 discard (dead-letter when configured)."""
+        done, requeue = [], []
+        for mid in msg_ids:
+            entry = self.unacked.pop(mid, None)
+            if entry is None:
+                continue
+            msg, ch, tag = entry
+            self._settled(ch, tag)
+            if op == 1:
+                requeue.append(msg)
+            else:
+                done.append(msg)
+                if op == 2:
+                    self._dead_letter_or_drop(msg, "rejected")
+        if done:
+            self.out.forget(done)
+        if requeue:
+            self._requeue(requeue)
+        self.run(now)
+
+    def _settled(self, channel, tag) -> None:
+        st = self.channels.get(channel)
+        if st is not None:
+            st.unacked -= 1
+        c = self.consumers.get((channel, tag))
+        if c is not None:
+            c.unacked -= 1
+
+    def _requeue(self, msgs: list) -> None:
+        by_p: dict[int, list] = {}
+        for msg in msgs:
+            msg.redelivered = True
+            by_p.setdefault(msg.priority, []).append(msg)
+            self.ready_count += 1
+            self.ready_bytes += len(msg.body)
+        for p, group in by_p.items():
+            self.ready[p].requeue(group)
+        self._enforce_max_length()
+
+    def channel_down(self, channel, now) -> None:
+        """The channel closed or its connection died: requeue its unacked, drop its consumers."""
+        back = [e[0] for mid, e in self.unacked.items() if e[1] == channel]
+        for msg in back:
+            del self.unacked[msg.seq_id]
+        for key in [k for k in self.consumers if k[0] == channel]:
+            del self.consumers[key]
+        self.channels.pop(channel, None)
+        if back:
+            self._requeue(back)
+        self.last_used = now
+        self._check_auto_delete()
+        self.run(now)
+
+    def channels_down(self, endpoint_prefix: str, now) -> None:
+        """Every channel of a dead connection worker."""
+        for ch in {e[1] for e in self.unacked.values()} | {k[0] for k in self.consumers} | set(
+                self.channels):
+            if ch.startswith(endpoint_prefix):
+                self.channel_down(ch, now)
+
+    # --- expiry, dead-lettering, dropping -----------------------------------------------------
+    def _expire_head(self, now) -> None:
+        for ready in self.ready:
+            while ready and ready.peek().expires_at and ready.peek().expires_at <= now:
+                msg = ready.popleft()
+                self.ready_count -= 1
+                self.ready_bytes -= len(msg.body)
+                self._expire(msg)
+
+    def _expire(self, msg) -> None:
+        self._dead_letter_or_drop(msg, "expired")
+        self.out.forget([msg])
+
+    def _drop(self, msg, reason) -> None:
+        self._dead_letter_or_drop(msg, reason)
+        self.out.forget([msg])
+
+    def _dead_letter_or_drop(self, msg, reason) -> None:
+        if self.dlx is not None:
+            self.out.dead_letter(msg, reason)
+
+    def tick(self, now) -> None:
+        self._scheduled = 0
+        if self.expires and not self.consumers and now - self.last_used >= self.expires:
+            if not self.deleted:
+                self.out.delete_self("x-expires: unused for %d ms" % self.expires)
+            return
+        self.run(now)
+        if self.expires:
+            self._schedule(max(self.last_used + self.expires, now + 1))
+
+    def _schedule_head(self) -> None:
+        heads = [r.peek().expires_at for r in self.ready if r and r.peek().expires_at]
+        if heads:
+            self._schedule(min(heads))
+
+    def _schedule(self, at: int) -> None:
+        if not self._scheduled or at < self._scheduled:
+            self._scheduled = at
+            self.out.schedule(at)
+
+    # --- admin --------------------------------------------------------------------------------
+    def info(self) -> tuple[int, int]:
+        return self.ready_count, len(self.consumers)
+
+    def purge(self) -> int:
+        n = self.ready_count
+        dropped = []
+        for ready in self.ready:
+            dropped.extend(ready.items)
+            ready.items.clear()
+        self.ready_count = self.ready_bytes = 0
+        if dropped:
+            self.out.forget(dropped)
+        return n
+
+    def delete(self, if_unused: bool, if_empty: bool) -> int:
+        if if_unused and self.consumers:
+            raise ChannelError(406, f"queue '{self.name}' in vhost '{self.vhost}' in use")
+        if if_empty and self.ready_count:
+            raise ChannelError(406, f"queue '{self.name}' in vhost '{self.vhost}' not empty")
+        n = self.ready_count
+        for channel, tag in list(self.consumers):
+            self.out.consumer_gone(channel, tag)
+        self.consumers.clear()
+        self.deleted = True
+        return n
+
+
+def _int(v):
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
