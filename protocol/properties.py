@@ -1,0 +1,215 @@
+"""Content properties of the basic class (the property list of a content header frame).
+
+Mirrors pamqp's ``pamqp.commands.Basic.Properties`` (attribute names, ``message_type`` for the
+``type`` property) and RabbitMQ's ``rabbit_framing_amqp_0_9_1:decode_properties/2`` /
+``encode_properties/1`` (flag word, then the present properties in order).  Owns the
+``BasicProperties`` value type and its codec; the frame decoder keeps properties as raw bytes
+and decodes them only when someone reads ``.properties``.
+
+Differences from pamqp, on purpose: ``timestamp`` is int epoch seconds (pamqp gives a
+``datetime``); a property set to ``""`` is encoded as present and empty (pamqp drops it);
+``cluster_id`` may be set (pamqp refuses); short-string properties that are not valid UTF-8
+decode to ``bytes`` instead of failing, since RabbitMQ passes them through untouched.  Like
+RabbitMQ, the two low flag bits (reserved and continuation) are ignored when decoding.
+"""
+
+from __future__ import annotations
+
+import datetime
+import struct
+
+from . import fields as _fields
+from .errors import SyntaxError_
+
+__all__ = ["BasicProperties", "EMPTY_PROPERTIES", "PROPERTY_FLAGS"]
+
+EMPTY_PROPERTIES = b"\x00\x00"
+
+_U8 = struct.Struct(">B")
+_U16 = struct.Struct(">H")
+_U64 = struct.Struct(">Q")
+
+#: (attribute, type, flag bit) in wire order.
+_PROPERTIES = (
+    ("content_type", "shortstr", 1 << 15),
+    ("content_encoding", "shortstr", 1 << 14),
+    ("headers", "table", 1 << 13),
+    ("delivery_mode", "octet", 1 << 12),
+    ("priority", "octet", 1 << 11),
+    ("correlation_id", "shortstr", 1 << 10),
+    ("reply_to", "shortstr", 1 << 9),
+    ("expiration", "shortstr", 1 << 8),
+    ("message_id", "shortstr", 1 << 7),
+    ("timestamp", "timestamp", 1 << 6),
+    ("message_type", "shortstr", 1 << 5),
+    ("user_id", "shortstr", 1 << 4),
+    ("app_id", "shortstr", 1 << 3),
+    ("cluster_id", "shortstr", 1 << 2),
+)
+PROPERTY_FLAGS = {name: flag for name, _, flag in _PROPERTIES}
+
+_new = object.__new__
+
+
+def _shortstr_lenient(buf, offset: int, limit: int):
+    if offset >= limit:
+        raise _fields.Malformed("short string length runs past the end")
+    end = offset + 1 + buf[offset]
+    if end > limit:
+        raise _fields.Malformed(f"short string of {buf[offset]} bytes runs past the end")
+    raw = buf[offset + 1 : end]
+    try:
+        return str(raw, "utf-8"), end
+    except UnicodeDecodeError:
+        return bytes(raw), end
+
+
+def _octet(buf, offset: int, limit: int):
+    if offset >= limit:
+        raise _fields.Malformed("octet runs past the end")
+    return buf[offset], offset + 1
+
+
+def _timestamp(buf, offset: int, limit: int):
+    if offset + 8 > limit:
+        raise _fields.Malformed("timestamp runs past the end")
+    return _U64.unpack_from(buf, offset)[0], offset + 8
+
+
+_DECODERS = {
+    "shortstr": _shortstr_lenient,
+    "octet": _octet,
+    "timestamp": _timestamp,
+    "table": _fields._table,
+}
+_DECODE_PLAN = tuple((name, flag, _DECODERS[ftype]) for name, ftype, flag in _PROPERTIES)
+
+
+def _encode_timestamp(value) -> bytes:
+    if isinstance(value, datetime.datetime):
+        value = _fields._timestamp_seconds(value)
+    return _U64.pack(value)
+
+
+_ENCODERS = {
+    "shortstr": _fields.encode_shortstr,
+    "octet": _U8.pack,
+    "timestamp": _encode_timestamp,
+    "table": _fields.encode_table,
+}
+_ENCODE_PLAN = tuple((name, flag, _ENCODERS[ftype]) for name, ftype, flag in _PROPERTIES)
+
+
+class BasicProperties:
+    """The 14 properties of basic content; every one defaults to None (absent)."""
+
+    __slots__ = tuple(name for name, _, _ in _PROPERTIES)
+    FIELDS = __slots__
+    CLASS_ID = 60
+
+    def __init__(
+        self,
+        content_type: str | None = None,
+        content_encoding: str | None = None,
+        headers: dict | None = None,
+        delivery_mode: int | None = None,
+        priority: int | None = None,
+        correlation_id: str | None = None,
+        reply_to: str | None = None,
+        expiration: str | None = None,
+        message_id: str | None = None,
+        timestamp: int | None = None,
+        message_type: str | None = None,
+        user_id: str | None = None,
+        app_id: str | None = None,
+        cluster_id: str | None = None,
+    ):
+        self.content_type = content_type
+        self.content_encoding = content_encoding
+        self.headers = headers
+        self.delivery_mode = delivery_mode
+        self.priority = priority
+        self.correlation_id = correlation_id
+        self.reply_to = reply_to
+        self.expiration = expiration
+        self.message_id = message_id
+        self.timestamp = timestamp
+        self.message_type = message_type
+        self.user_id = user_id
+        self.app_id = app_id
+        self.cluster_id = cluster_id
+
+    def encode(self) -> bytes:
+        """Flag word + the present properties (the property list of a content header)."""
+        flags = 0
+        parts = [b""]
+        for name, flag, encoder in _ENCODE_PLAN:
+            value = getattr(self, name)
+            if value is not None:
+                flags |= flag
+                try:
+                    parts.append(encoder(value))
+                except struct.error as exc:
+                    raise ValueError(f"cannot encode property {name}={value!r}: {exc}") from None
+        if not flags:
+            return EMPTY_PROPERTIES
+        parts[0] = _U16.pack(flags)
+        return b"".join(parts)
+
+    @classmethod
+    def decode(cls, buf, offset: int = 0, end: int | None = None) -> BasicProperties:
+        """Read a property list; raises SyntaxError_ (502, class 60) when malformed."""
+        if end is None:
+            end = len(buf)
+        self = _new(cls)
+        name = "flags"
+        try:
+            if offset + 2 > end:
+                raise _fields.Malformed("property flags truncated")
+            (flags,) = _U16.unpack_from(buf, offset)
+            offset += 2
+            for name, flag, decoder in _DECODE_PLAN:
+                if flags & flag:
+                    value, offset = decoder(buf, offset, end)
+                    setattr(self, name, value)
+                else:
+                    setattr(self, name, None)
+        except _fields.DECODE_ERRORS as exc:
+            detail = str(exc) or type(exc).__name__
+            raise SyntaxError_(
+                502, f"cannot decode basic properties: {name}: {detail}", 60, 0
+            ) from None
+        if offset != end:
+            raise SyntaxError_(
+                502, f"cannot decode basic properties: {end - offset} trailing bytes", 60, 0
+            )
+        return self
+
+    @property
+    def type(self):
+        """The AMQP name of ``message_type``."""
+        return self.message_type
+
+    @type.setter
+    def type(self, value) -> None:
+        self.message_type = value
+
+    def __eq__(self, other):
+        if type(other) is not BasicProperties:
+            return NotImplemented
+        return all(getattr(self, f) == getattr(other, f) for f in self.__slots__)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        args = ", ".join(
+            f"{f}={getattr(self, f)!r}" for f in self.__slots__ if getattr(self, f) is not None
+        )
+        return f"BasicProperties({args})"
+
+    def as_dict(self) -> dict:
+        """The present properties only."""
+        return {f: getattr(self, f) for f in self.__slots__ if getattr(self, f) is not None}
+
+    def __reduce__(self):
+        return (BasicProperties, tuple(getattr(self, f) for f in self.__slots__))
