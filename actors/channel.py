@@ -1,0 +1,105 @@
+"""Channel actor: the shell around actors/core/channel.py (rabbit_channel.erl's process).
+
+Receives whole commands from its Reader, deliveries/confirms/credit from queues and replies from
+the node; the core decides, this shell sends: frames to the Writer, messages over the
+Transport, block/unblock to the Reader.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pykka
+
+from actors import messages as m
+from actors.core.channel import ChannelCore
+from actors.core.errors import ChannelError
+
+log = logging.getLogger("leveret.channel")
+
+
+class ChannelFinished:
+    """Channel -> Reader (local only): the channel number is free again."""
+
+    __slots__ = ("number", "urn")
+
+    def __init__(self, number, urn):
+        self.number, self.urn = number, urn
+
+
+class _Out:
+    def __init__(self, actor: "Channel"):
+        self.actor = actor
+        self.writer = actor.writer
+        self.transport = actor.host.transport
+        self.send = self.transport.send
+
+    def write(self, data, sent=None):
+        if data or sent:
+            self.writer.tell((data, [((q, self.actor.address), n) for q, n in sent]
+                              if sent else None))
+
+    def is_dead(self, address):
+        return self.transport.is_dead(address.partition("#")[0])
+
+    def close_connection(self, code, text, class_id, method_id):
+        self.actor.reader.tell(("close", code, text, class_id, method_id))
+
+    def block(self):
+        from actors.connection import Block
+        self.actor.reader.tell(Block(self.actor.number, True))
+
+    def unblock(self):
+        from actors.connection import Block
+        self.actor.reader.tell(Block(self.actor.number, False))
+
+    def closed(self):
+        self.actor.reader.tell(ChannelFinished(self.actor.number, self.actor.actor_urn))
+
+
+class Channel(pykka.ThreadingActor):
+    def __init__(self, host, number, conn, reader, writer):
+        super().__init__()
+        self.host = host  # ConnectionHost of this process
+        self.number = number  # channel number
+        self.reader = reader  # Reader actor ref
+        self.writer = writer  # Writer actor ref
+        self.name = f"ch/{conn.owner.rpartition('/')[2]}/{number}"  # transport name
+        self.address = host.transport.address(self.name)
+        self.core = ChannelCore(number, self.address, conn, host.replica, _Out(self),
+                                host.config.credit_initial)
+
+    def on_start(self):
+        self.host.transport.register(self.name, self.actor_ref)
+        self.host.register_channel(self.address, self.actor_ref)
+
+    def on_stop(self):
+        self.host.transport.unregister(self.name)
+        self.host.unregister_channel(self.address)
+
+    def on_receive(self, msg):
+        core = self.core
+        try:
+            if isinstance(msg, list):
+                core.handle_commands(msg)
+            elif isinstance(msg, m.Deliver):
+                core.on_deliver(msg)
+            elif isinstance(msg, m.Confirm):
+                core.on_confirm(msg)
+            elif isinstance(msg, (m.RpcReply, m.GetReply)):
+                core.on_reply(msg)
+            elif isinstance(msg, m.Credit):
+                core.on_credit(msg)
+            elif isinstance(msg, m.ConsumerGone):
+                core.on_consumer_gone(msg)
+            elif isinstance(msg, m.WorkerDown):
+                core.queue_worker_down(msg.endpoint)
+            elif msg == "terminate":
+                core.terminate()
+                self.stop()
+        except Exception:
+            log.exception("channel %s failed", self.name)
+            try:
+                core.error(ChannelError(541, "INTERNAL_ERROR - internal error in channel"))
+            except Exception:
+                log.exception("channel %s could not close", self.name)

@@ -1,0 +1,52 @@
+"""`leveret-server`: run one node in the foreground, logging to stderr; SIGTERM/SIGINT stop every
+process it started."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+
+from actors.config import Config
+
+
+def parse_args(argv=None) -> Config:
+    p = argparse.ArgumentParser(prog="leveret-server", description=__doc__)
+    p.add_argument("--config", metavar="FILE", help="TOML file (see deploy/leveret.toml)")
+    p.add_argument("--host", help="listen address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="AMQP port (default 5672)")
+    p.add_argument("--data-dir", help="data directory (default ./var)")
+    p.add_argument("--conn-workers", type=int, help="connection-worker processes")
+    p.add_argument("--queue-workers", type=int, help="queue-worker processes")
+    p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
+    args = p.parse_args(argv)
+    cfg = Config()
+    if args.config:
+        cfg.update_from_toml(args.config)
+    for name in ("host", "port", "data_dir", "conn_workers", "queue_workers", "log_level"):
+        value = getattr(args, name)
+        if value is not None:
+            setattr(cfg, name, value)
+    return cfg
+
+
+def setup_logging(level: str, who: str) -> None:
+    logging.basicConfig(
+        stream=sys.stderr, level=getattr(logging, level.upper(), logging.INFO),
+        format=f"%(asctime)s %(levelname)s [{who}] %(name)s: %(message)s")
+
+
+def main(argv=None) -> int:
+    cfg = parse_args(argv)
+    setup_logging(cfg.log_level, "node")
+    from actors.node import Node
+
+    node = Node(cfg)
+    signal.signal(signal.SIGTERM, node.request_stop)
+    signal.signal(signal.SIGINT, node.request_stop)
+    return node.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

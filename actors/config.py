@@ -1,0 +1,52 @@
+"""Node configuration: embedded defaults, then a TOML file (`--config FILE`), then the command
+line. Every setting has a default, so `leveret-server` runs with no file at all."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+
+
+@dataclasses.dataclass
+class Config:
+    host: str = "127.0.0.1"  # listen address
+    port: int = 5672  # AMQP port
+    data_dir: str = "./var"  # definitions, message store, logs
+    conn_workers: int = 1  # connection-worker OS processes
+    queue_workers: int = 1  # queue-worker OS processes
+    heartbeat: int = 60  # seconds proposed in connection.tune
+    frame_max: int = 131072  # bytes proposed in connection.tune
+    channel_max: int = 2047  # proposed in connection.tune
+    max_restarts: int = 5  # per worker slot within restart_period, then the node stops
+    restart_period: float = 10.0  # seconds
+    loopback_users: tuple = ("guest",)  # users allowed to log in only from loopback
+    credit_initial: int = 400  # credit_flow: messages a channel may send a queue unasked
+    credit_more: int = 200  # credit_flow: the queue bumps credit after this many
+    log_level: str = "INFO"
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Config":
+        d = json.loads(text)
+        d["loopback_users"] = tuple(d.get("loopback_users", ()))
+        return cls(**d)
+
+    def update_from_toml(self, path: str) -> None:
+        """Sections are folded: [node] port = 5673 and a top-level port = 5673 mean the same."""
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+        flat: dict = {}
+        for key, value in raw.items():
+            if isinstance(value, dict):
+                flat.update(value)
+            else:
+                flat[key] = value
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(flat) - names)
+        if unknown:
+            raise SystemExit(f"leveret-server: unknown settings in {path}: {', '.join(unknown)}")
+        for key, value in flat.items():
+            setattr(self, key, tuple(value) if isinstance(value, list) else value)

@@ -1,0 +1,723 @@
+"""The channel's logic without IO: AMQP channel-class, exchange, queue, basic, confirm and tx
+methods for one channel.
+
+Mirrors rabbit_channel.erl: routing publishes through the local exchange/binding table, publisher
+confirm bookkeeping (seq no -> queues still to confirm, multiple=true runs), delivery tags and
+the unacked map, prefetch (basic.qos) passed to the queues, transactions, consumer bookkeeping,
+and the errors RabbitMQ raises with their texts. The actor shell (actors/channel.py) feeds it
+whole commands and queue/node messages and carries out what it asks through `out`:
+
+- `write(data: bytes, sent=None)`   frames to the client; `sent` is [(queue, n)] delivery credit
+- `send(address, msg)`              a message to a queue or the node
+- `close_connection(code, text, class_id, method_id)`  a hard error
+- `block()` / `unblock()`           credit_flow: stop / resume reading the socket
+- `closed()`                        the channel is finished (after close-ok)
+
+It never raises on client input: errors become channel.close or a connection close.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections import OrderedDict, deque
+
+from actors import messages as m
+from actors.core.errors import AMQPError, ChannelError, ConnectionError_, is_hard_error
+from protocol import methods as am
+from protocol.frames import encode_content, encode_deliver, encode_method
+from protocol.properties import BasicProperties
+
+CONFIRM_FLUSH = object()
+
+
+class ConnInfo:
+    """What the channel knows of its connection."""
+
+    __slots__ = ("owner", "user", "vhost", "frame_max", "capabilities", "node")
+
+    def __init__(self, owner, user, vhost, frame_max, capabilities, node):
+        self.owner = owner  # connection id (exclusive-queue owner)
+        self.user = user  # authenticated user name
+        self.vhost = vhost  # virtual host of the connection
+        self.frame_max = frame_max  # negotiated frame_max
+        self.capabilities = capabilities  # client capabilities table
+        self.node = node  # the node's metadata actor address
+
+
+class ChannelCore:
+    def __init__(self, number: int, address: str, conn: ConnInfo, replica, out,
+                 credit_initial=400):
+        self.number = number  # channel number
+        self.address = address  # this channel's transport address
+        self.conn = conn  # connection facts
+        self.replica = replica  # metadata replica (routing, permissions, queue table)
+        self.out = out  # effects
+        self.state = "open"  # open | closing (sent channel.close) | closed
+        self.confirm = False  # confirm.select seen
+        self.tx = False  # tx.select seen
+        self.tx_publishes: list = []  # (queues, item, body) held until tx.commit
+        self.tx_settles: list = []  # (op, tags/entries) held until tx.commit
+        self.next_seq = 1  # next publish seq no (confirm mode)
+        self.unconfirmed: dict[int, set] = {}  # seq no -> queue addresses still to confirm
+        self.nacked: set = set()  # seq nos refused by some queue, confirmed as nack
+        self.confirm_acks: list = []  # seq nos to ack at the end of this turn
+        self.confirm_nacks: list = []  # seq nos to nack at the end of this turn
+        self.next_tag = 1  # next delivery tag
+        self.unacked: OrderedDict = OrderedDict()  # tag -> (queue address, msg_id, consumer tag)
+        self.consumers: dict[str, tuple] = {}  # consumer tag -> (queue address, qname, no_ack)
+        self.prefetch = 0  # basic.qos global=false: limit for consumers created afterwards
+        self.global_prefetch = 0  # basic.qos global=true: the channel's limit
+        self.queues_used: set = set()  # queues with our consumers or unacked deliveries
+        self.publish_batches: dict[str, tuple[list, list]] = {}  # queue -> (items, bodies)
+        self.settle_batches: dict[tuple, list] = {}  # (queue, op) -> msg ids
+        self.credit: dict[str, int] = {}  # queue -> credit_flow credit left
+        self.credit_initial = credit_initial  # credit_flow initial credit per queue
+        self.blocked = False  # the reader was told to stop
+        self.waiting: dict[int, object] = {}  # req id -> continuation(reply)
+        self.sync_wait = 0  # req id whose reply must come before more commands
+        self.backlog: deque = deque()  # commands held while sync_wait
+        self.next_req = 1  # request ids
+        self.exchange_ok: dict[str, object] = {}  # exchange name -> ExchangeDef (write checked)
+
+    # --- entry points -------------------------------------------------------------------------
+    def handle_commands(self, commands) -> None:
+        for cmd in commands:
+            if self.sync_wait:
+                self.backlog.append(cmd)
+                continue
+            self._one(cmd)
+        self.flush()
+
+    def _one(self, cmd) -> None:
+        method = cmd.method
+        if self.state == "closing":
+            if isinstance(method, am.ChannelCloseOk):
+                self._finish()
+            elif isinstance(method, am.ChannelClose):
+                self.out.write(encode_method(self.number, am.ChannelCloseOk()))
+            return
+        if self.state == "closed":
+            return
+        handler = _HANDLERS.get(type(method))
+        try:
+            if handler is None:
+                raise ConnectionError_(540, f"{method.NAME} not implemented on a channel",
+                                       method.CLASS_ID, method.METHOD_ID)
+            handler(self, method, cmd)
+        except AMQPError as e:
+            if not e.class_id:
+                e = e.with_method(method.CLASS_ID, method.METHOD_ID)
+            self.error(e)
+
+    def error(self, e: AMQPError) -> None:
+        if isinstance(e, ConnectionError_) or is_hard_error(e.reply_code):
+            self.out.close_connection(e.reply_code, e.text, e.class_id, e.method_id)
+            return
+        self.publish_batches.clear()
+        self.out.write(encode_method(self.number, am.ChannelClose(
+            reply_code=e.reply_code, reply_text=e.text, class_id=e.class_id,
+            method_id=e.method_id)))
+        self._release()
+        self.state = "closing"
+
+    def _release(self) -> None:
+        """Requeue what the channel holds: every unacked delivery goes back to its queue."""
+        for q in self.queues_used:
+            self.out.send(q, m.ChannelDown(self.address))
+        self.queues_used = set()
+        self.unacked.clear()
+        self.consumers.clear()
+        self.unconfirmed.clear()
+        if self.blocked:
+            self.blocked = False
+            self.out.unblock()
+
+    def _finish(self) -> None:
+        self.state = "closed"
+        self.out.closed()
+
+    def terminate(self) -> None:
+        """The connection is gone: release everything, say nothing."""
+        if self.state != "closed":
+            self._release()
+            self.state = "closed"
+
+    # --- replies from queues and the node --------------------------------------------------
+    def on_reply(self, reply) -> None:
+        cont = self.waiting.pop(reply.req_id, None)
+        if cont is not None and self.state == "open":
+            try:
+                cont(reply)
+            except AMQPError as e:
+                self.error(e)
+        if reply.req_id == self.sync_wait:
+            self.sync_wait = 0
+            while self.backlog and not self.sync_wait:
+                self._one(self.backlog.popleft())
+        self.flush()
+
+    def _ask(self, address, make_msg, cont, sync=True) -> None:
+        req = self.next_req
+        self.next_req += 1
+        self.waiting[req] = cont
+        if sync:
+            self.sync_wait = req
+        self.out.send(address, make_msg(req))
+
+    def _rpc(self, op, args, cont, sync=True) -> None:
+        self._ask(self.conn.node, lambda req: m.Rpc(self.address, req, op, args), cont, sync)
+
+    # --- deliveries from queues ---------------------------------------------------------------
+    def on_deliver(self, msg: m.Deliver) -> None:
+        if self.state != "open":
+            # closing: the queue will requeue them when it sees ChannelDown
+            return
+        parts = []
+        n = self.number
+        fm = self.conn.frame_max
+        tag = self.next_tag
+        queue = msg.queue
+        for item, body in zip(msg.items, msg.bodies):
+            ctag, msg_id, redelivered, exchange, rk, props = item
+            c = self.consumers.get(ctag)
+            if c is None:
+                # cancelled meanwhile: hand it back
+                self.settle_batches.setdefault((queue, m.REQUEUE), []).append(msg_id)
+                continue
+            if not c[2]:
+                self.unacked[tag] = (queue, msg_id, ctag)
+            parts.append(encode_deliver(n, ctag, tag, redelivered, exchange, rk, props, body,
+                                        fm))
+            tag += 1
+        self.next_tag = tag
+        self.out.write(b"".join(parts), [(queue, len(msg.items))])
+        self.flush()
+
+    def on_confirm(self, msg: m.Confirm) -> None:
+        queue = msg.queue
+        for seq in msg.seqs:
+            pending = self.unconfirmed.get(seq)
+            if pending is None:
+                continue
+            if not msg.ok:
+                del self.unconfirmed[seq]
+                self.confirm_nacks.append(seq)
+                continue
+            pending.discard(queue)
+            if not pending:
+                del self.unconfirmed[seq]
+                self.confirm_acks.append(seq)
+        self.flush()
+
+    def on_credit(self, msg: m.Credit) -> None:
+        self.credit[msg.queue] = self.credit.get(msg.queue, 0) + msg.n
+        if self.blocked and all(c > 0 for c in self.credit.values()):
+            self.blocked = False
+            self.out.unblock()
+
+    def on_consumer_gone(self, msg: m.ConsumerGone) -> None:
+        if self.consumers.pop(msg.consumer_tag, None) is None or self.state != "open":
+            return
+        if self.conn.capabilities.get("consumer_cancel_notify"):
+            self.out.write(encode_method(self.number, am.BasicCancel(
+                consumer_tag=msg.consumer_tag, nowait=True)))
+
+    def queue_worker_down(self, endpoint: str) -> None:
+        """A queue worker died: nack what its queues had not confirmed, cancel consumers."""
+        prefix = endpoint + "#"
+        for seq, pending in list(self.unconfirmed.items()):
+            if any(q.startswith(prefix) for q in pending):
+                del self.unconfirmed[seq]
+                self.confirm_nacks.append(seq)
+        for q in list(self.credit):
+            if q.startswith(prefix):
+                del self.credit[q]
+        if self.blocked and all(c > 0 for c in self.credit.values()):
+            self.blocked = False
+            self.out.unblock()
+        for ctag, (q, _, _) in list(self.consumers.items()):
+            if q.startswith(prefix):
+                self.on_consumer_gone(m.ConsumerGone(q, ctag))
+        self.flush()
+
+    # --- end of turn --------------------------------------------------------------------------
+    def flush(self) -> None:
+        if self.publish_batches:
+            batches, self.publish_batches = self.publish_batches, {}
+            for q, (items, bodies) in batches.items():
+                self.out.send(q, m.Publish(self.address, items, bodies))
+        if self.settle_batches:
+            batches, self.settle_batches = self.settle_batches, {}
+            for (q, op), ids in batches.items():
+                self.out.send(q, m.Settle(self.address, op, ids))
+        if self.confirm_acks or self.confirm_nacks:
+            self._send_confirms()
+
+    def _send_confirms(self) -> None:
+        """basic.ack/nack with multiple=true over every run below the oldest unconfirmed."""
+        out = []
+        low = min(self.unconfirmed) if self.unconfirmed else None
+        for seqs, cls in ((self.confirm_nacks, am.BasicNack), (self.confirm_acks, am.BasicAck)):
+            if not seqs:
+                continue
+            seqs.sort()
+            singles = seqs
+            if len(seqs) > 1 and not (self.confirm_acks and self.confirm_nacks):
+                below = [s for s in seqs if low is None or s < low]
+                if len(below) > 1:
+                    out.append(encode_method(self.number, cls(delivery_tag=below[-1],
+                                                              multiple=True)))
+                    singles = [s for s in seqs if low is not None and s > low]
+            for s in singles:
+                out.append(encode_method(self.number, cls(delivery_tag=s, multiple=False)))
+        self.confirm_acks = []
+        self.confirm_nacks = []
+        self.out.write(b"".join(out))
+
+    # --- channel class ------------------------------------------------------------------------
+    def _close(self, method, cmd):
+        self._release()
+        self.out.write(encode_method(self.number, am.ChannelCloseOk()))
+        self._finish()
+
+    def _close_ok(self, method, cmd):
+        pass  # a stray close-ok on an open channel: ignored, as RabbitMQ does
+
+    def _flow(self, method, cmd):
+        if not method.active:
+            raise ConnectionError_(540, "active=false")
+        self.out.write(encode_method(self.number, am.ChannelFlowOk(active=True)))
+
+    def _open(self, method, cmd):
+        raise ConnectionError_(504, "second 'channel.open' seen")
+
+    # --- permissions --------------------------------------------------------------------------
+    def _check(self, perm: str, kind: str, name: str) -> None:
+        user, vhost = self.conn.user, self.conn.vhost
+        if not self.replica.auth.check_resource(user, vhost, perm, name):
+            raise ChannelError(403, f"access to {kind} '{name}' in vhost '{vhost}' refused "
+                                    f"for user '{user}'")
+
+    # --- exchange class -----------------------------------------------------------------------
+    def _exchange_declare(self, method, cmd):
+        name = method.exchange
+        _check_name(name)
+        if not method.passive:
+            self._check("configure", "exchange", name)
+        args = {"vhost": self.conn.vhost, "name": name, "type": method.exchange_type,
+                "passive": method.passive, "durable": method.durable,
+                "auto_delete": method.auto_delete, "internal": method.internal,
+                "arguments": method.arguments}
+        self._rpc("exchange.declare", args, self._ok_then(am.ExchangeDeclareOk(),
+                                                          method.nowait), not method.nowait)
+
+    def _exchange_delete(self, method, cmd):
+        self._check("configure", "exchange", method.exchange)
+        self.exchange_ok.pop(method.exchange, None)
+        self._rpc("exchange.delete", {"vhost": self.conn.vhost, "name": method.exchange,
+                                      "if_unused": method.if_unused},
+                  self._ok_then(am.ExchangeDeleteOk(), method.nowait), not method.nowait)
+
+    def _exchange_bind(self, method, cmd, unbind=False):
+        self._check("write", "exchange", method.destination)
+        self._check("read", "exchange", method.source)
+        op = "unbind" if unbind else "bind"
+        ok = am.ExchangeUnbindOk() if unbind else am.ExchangeBindOk()
+        self._rpc(op, {"vhost": self.conn.vhost, "source": method.source, "kind": "exchange",
+                       "dest": method.destination, "routing_key": method.routing_key,
+                       "arguments": method.arguments, "owner": self.conn.owner},
+                  self._ok_then(ok, method.nowait), not method.nowait)
+
+    def _exchange_unbind(self, method, cmd):
+        self._exchange_bind(method, cmd, unbind=True)
+
+    def _ok_then(self, ok_method, nowait):
+        def cont(reply):
+            if not reply.ok:
+                raise _reply_error(reply, ok_method)
+            if not nowait:
+                self.out.write(encode_method(self.number, ok_method))
+        return cont
+
+    # --- queue class --------------------------------------------------------------------------
+    def _queue_declare(self, method, cmd):
+        name = method.queue
+        _check_name(name)
+        if name and not method.passive:
+            self._check("configure", "queue", name)
+
+        def cont(reply):
+            if not reply.ok:
+                raise _reply_error(reply, am.QueueDeclareOk())
+            qname, count, consumers = reply.result
+            self.last_queue = qname
+            if not method.nowait:
+                self.out.write(encode_method(self.number, am.QueueDeclareOk(
+                    queue=qname, message_count=count, consumer_count=consumers)))
+
+        self._rpc("queue.declare", {
+            "vhost": self.conn.vhost, "name": name or "", "passive": method.passive,
+            "durable": method.durable, "exclusive": method.exclusive,
+            "auto_delete": method.auto_delete, "arguments": method.arguments,
+            "owner": self.conn.owner}, cont, True)
+
+    def _queue_name(self, name: str) -> str:
+        """An empty queue name means the channel's last declared queue (AMQP 0-9-1)."""
+        if name:
+            return name
+        last = getattr(self, "last_queue", None)
+        if last is None:
+            raise ChannelError(404, "no previously declared queue")
+        return last
+
+    def _queue_bind(self, method, cmd, unbind=False):
+        queue = self._queue_name(method.queue)
+        self._check("write", "queue", queue)
+        self._check("read", "exchange", method.exchange)
+        op = "unbind" if unbind else "bind"
+        ok = am.QueueUnbindOk() if unbind else am.QueueBindOk()
+        nowait = getattr(method, "nowait", False)
+        self._rpc(op, {"vhost": self.conn.vhost, "source": method.exchange, "kind": "queue",
+                       "dest": queue, "routing_key": method.routing_key,
+                       "arguments": method.arguments, "owner": self.conn.owner},
+                  self._ok_then(ok, nowait), not nowait)
+
+    def _queue_unbind(self, method, cmd):
+        self._queue_bind(method, cmd, unbind=True)
+
+    def _queue_purge(self, method, cmd):
+        queue = self._queue_name(method.queue)
+        self._check("read", "queue", queue)
+        q = self._existing_queue(queue)
+
+        def cont(reply):
+            if not reply.ok:
+                raise _reply_error(reply, method)
+            if not method.nowait:
+                self.out.write(encode_method(self.number, am.QueuePurgeOk(
+                    message_count=reply.result)))
+
+        self._ask(q["address"], lambda req: m.QueueOp(self.address, req, "purge", {}), cont,
+                  not method.nowait)
+
+    def _queue_delete(self, method, cmd):
+        queue = self._queue_name(method.queue)
+        self._check("configure", "queue", queue)
+
+        def cont(reply):
+            if not reply.ok:
+                raise _reply_error(reply, method)
+            if not method.nowait:
+                self.out.write(encode_method(self.number, am.QueueDeleteOk(
+                    message_count=reply.result or 0)))
+
+        self._rpc("queue.delete", {"vhost": self.conn.vhost, "name": queue,
+                                   "if_unused": method.if_unused,
+                                   "if_empty": method.if_empty, "owner": self.conn.owner},
+                  cont, not method.nowait)
+
+    def _existing_queue(self, name: str) -> dict:
+        q = self.replica.queue(self.conn.vhost, name)
+        if q is None:
+            raise ChannelError(404, f"no queue '{name}' in vhost '{self.conn.vhost}'")
+        if q["exclusive"] and q["exclusive"] != self.conn.owner:
+            from actors.core.errors import resource_locked
+            raise resource_locked("queue", name, self.conn.vhost)
+        if not q.get("address"):
+            raise ChannelError(404, f"queue '{name}' in vhost '{self.conn.vhost}' is "
+                                    "restarting after a crash")
+        return q
+
+    # --- basic class: publishing --------------------------------------------------------------
+    def _publish(self, method, cmd):
+        if method.immediate:
+            raise ConnectionError_(540, "immediate=true")
+        exchange = method.exchange
+        x = self.exchange_ok.get(exchange)
+        if x is None:
+            x = self.replica.router.exchange(self.conn.vhost, exchange)
+            if x is None:
+                raise ChannelError(404, f"no exchange '{exchange}' in vhost "
+                                        f"'{self.conn.vhost}'")
+            if x.internal:
+                raise ChannelError(403, f"cannot publish to internal exchange '{exchange}' in "
+                                        f"vhost '{self.conn.vhost}'")
+            self._check("write", "exchange", exchange)
+            self.exchange_ok[exchange] = x
+        props = cmd.properties
+        if props.user_id is not None and props.user_id != self.conn.user:
+            raise ChannelError(406, f"user_id property set to '{props.user_id}' but "
+                                    f"authenticated user was '{self.conn.user}'")
+        expiry = -1
+        if props.expiration is not None:
+            expiry = _parse_expiration(props.expiration)
+        rk = method.routing_key
+        body = cmd.body or b""
+        names = self.replica.route(self.conn.vhost, exchange, rk,
+                                   props.headers if x.type == "headers" else None)
+        seq = 0
+        if self.confirm:
+            seq = self.next_seq
+            self.next_seq += 1
+        item = [seq, exchange, rk, cmd.properties_raw, props.delivery_mode == 2,
+                props.priority or 0, expiry]
+        targets = []
+        for name in names:
+            q = self.replica.queue(self.conn.vhost, name)
+            if q is None:
+                continue
+            addr = q.get("address")
+            if not addr or self.out.is_dead(addr):
+                if seq:
+                    self.confirm_nacks.append(seq)
+                    seq = item[0] = 0
+                continue
+            targets.append(addr)
+        if self.tx:
+            self.tx_publishes.append((targets, item, body, method, cmd))
+            return
+        self._route_out(targets, item, body, method, cmd)
+
+    def _route_out(self, targets, item, body, method, cmd) -> None:
+        seq = item[0]
+        if not targets:
+            if method.mandatory:
+                self.out.write(encode_method(self.number, am.BasicReturn(
+                    reply_code=312, reply_text="NO_ROUTE", exchange=method.exchange,
+                    routing_key=method.routing_key)) + encode_content(
+                    self.number, 60, cmd.properties_raw, body, self.conn.frame_max))
+            if seq:
+                self.confirm_acks.append(seq)
+            return
+        if seq:
+            self.unconfirmed[seq] = set(targets)
+        block = False
+        for addr in targets:
+            batch = self.publish_batches.get(addr)
+            if batch is None:
+                batch = self.publish_batches[addr] = ([], [])
+            batch[0].append(item)
+            batch[1].append(body)
+            c = self.credit.get(addr, self.credit_initial) - 1
+            self.credit[addr] = c
+            if c <= 0:
+                block = True
+        if block and not self.blocked:
+            self.blocked = True
+            self.out.block()
+
+    # --- basic class: consuming ---------------------------------------------------------------
+    def _qos(self, method, cmd):
+        if method.prefetch_size:
+            raise ConnectionError_(540, f"prefetch_size!=0 ({method.prefetch_size})")
+        if method.global_:
+            self.global_prefetch = method.prefetch_count
+            for q in {c[0] for c in self.consumers.values()}:
+                self.out.send(q, m.SetLimit(self.address, self.global_prefetch))
+        else:
+            self.prefetch = method.prefetch_count
+        self.out.write(encode_method(self.number, am.BasicQosOk()))
+
+    def _consume(self, method, cmd):
+        queue = self._queue_name(method.queue)
+        self._check("read", "queue", queue)
+        q = self._existing_queue(queue)
+        tag = method.consumer_tag or "amq.ctag-" + base64.urlsafe_b64encode(
+            os.urandom(16)).decode().rstrip("=")
+        if tag in self.consumers:
+            raise ConnectionError_(530, f"attempt to reuse consumer tag '{tag}'")
+        addr = q["address"]
+        self.consumers[tag] = (addr, queue, method.no_ack)
+        self.queues_used.add(addr)
+
+        def cont(reply):
+            if not reply.ok:
+                self.consumers.pop(tag, None)
+                raise _reply_error(reply, method)
+            if not method.nowait:
+                self.out.write(encode_method(self.number, am.BasicConsumeOk(consumer_tag=tag)))
+
+        self._ask(addr, lambda req: m.Consume(
+            self.address, req, tag, method.no_ack, method.exclusive, self.prefetch,
+            self.global_prefetch, self.conn.owner, method.arguments), cont, True)
+
+    def _cancel(self, method, cmd):
+        tag = method.consumer_tag
+        c = self.consumers.pop(tag, None)
+        if c is None:
+            if not method.nowait:
+                self.out.write(encode_method(self.number, am.BasicCancelOk(consumer_tag=tag)))
+            return
+
+        def cont(reply):
+            if not method.nowait:
+                self.out.write(encode_method(self.number, am.BasicCancelOk(consumer_tag=tag)))
+
+        self._ask(c[0], lambda req: m.Cancel(self.address, req, tag), cont, True)
+
+    def _get(self, method, cmd):
+        queue = self._queue_name(method.queue)
+        self._check("read", "queue", queue)
+        q = self._existing_queue(queue)
+        addr = q["address"]
+        self.queues_used.add(addr)
+
+        def cont(reply):
+            if isinstance(reply, m.RpcReply):
+                raise _reply_error(reply, method)
+            if reply.item is None:
+                self.out.write(encode_method(self.number, am.BasicGetEmpty()))
+                return
+            _, msg_id, redelivered, exchange, rk, props = reply.item
+            tag = self.next_tag
+            self.next_tag += 1
+            if not method.no_ack:
+                self.unacked[tag] = (addr, msg_id, "")
+            self.out.write(encode_method(self.number, am.BasicGetOk(
+                delivery_tag=tag, redelivered=redelivered, exchange=exchange, routing_key=rk,
+                message_count=reply.message_count)) + encode_content(
+                self.number, 60, props, reply.bodies[0], self.conn.frame_max))
+
+        self._ask(addr, lambda req: m.Get(self.address, req, method.no_ack, self.conn.owner),
+                  cont, True)
+
+    # --- basic class: settling ----------------------------------------------------------------
+    def _collect(self, tag: int, multiple: bool) -> list:
+        """rabbit_channel:collect_acks: the unacked entries a (tag, multiple) names."""
+        if multiple and tag == 0:
+            entries = list(self.unacked.items())
+            self.unacked.clear()
+            return entries
+        if tag not in self.unacked:
+            raise ChannelError(406, f"unknown delivery tag {tag}")
+        if not multiple:
+            return [(tag, self.unacked.pop(tag))]
+        entries = []
+        while self.unacked:
+            t, e = self.unacked.popitem(last=False)
+            entries.append((t, e))
+            if t == tag:
+                break
+        return entries
+
+    def _settle(self, entries, op) -> None:
+        if self.tx:
+            self.tx_settles.append((entries, op))
+            return
+        for _, (q, msg_id, _) in entries:
+            key = (q, op)
+            ids = self.settle_batches.get(key)
+            if ids is None:
+                ids = self.settle_batches[key] = []
+            ids.append(msg_id)
+
+    def _ack(self, method, cmd):
+        self._settle(self._collect(method.delivery_tag, method.multiple), m.ACK)
+
+    def _nack(self, method, cmd):
+        entries = self._collect(method.delivery_tag, method.multiple)
+        self._settle(entries, m.REQUEUE if method.requeue else m.DISCARD)
+
+    def _reject(self, method, cmd):
+        entries = self._collect(method.delivery_tag, False)
+        self._settle(entries, m.REQUEUE if method.requeue else m.DISCARD)
+
+    def _recover(self, method, cmd):
+        if not method.requeue:
+            raise ConnectionError_(540, "requeue=false")
+        entries = list(self.unacked.items())
+        self.unacked.clear()
+        for _, (q, msg_id, _) in entries:
+            self.settle_batches.setdefault((q, m.REQUEUE), []).append(msg_id)
+        if isinstance(method, am.BasicRecover):
+            self.out.write(encode_method(self.number, am.BasicRecoverOk()))
+
+    # --- confirm and tx -----------------------------------------------------------------------
+    def _confirm_select(self, method, cmd):
+        if self.tx:
+            raise ChannelError(406, "cannot switch from tx to confirm mode")
+        self.confirm = True
+        if not method.nowait:
+            self.out.write(encode_method(self.number, am.ConfirmSelectOk()))
+
+    def _tx_select(self, method, cmd):
+        if self.confirm:
+            raise ChannelError(406, "cannot switch from confirm to tx mode")
+        self.tx = True
+        self.out.write(encode_method(self.number, am.TxSelectOk()))
+
+    def _tx_commit(self, method, cmd):
+        if not self.tx:
+            raise ChannelError(406, "channel is not transactional")
+        publishes, self.tx_publishes = self.tx_publishes, []
+        settles, self.tx_settles = self.tx_settles, []
+        for targets, item, body, pmethod, pcmd in publishes:
+            self._route_out(targets, item, body, pmethod, pcmd)
+        self.tx = False
+        for entries, op in settles:
+            self._settle(entries, op)
+        self.tx = True
+        self.out.write(encode_method(self.number, am.TxCommitOk()))
+
+    def _tx_rollback(self, method, cmd):
+        if not self.tx:
+            raise ChannelError(406, "channel is not transactional")
+        self.tx_publishes = []
+        for entries, _ in self.tx_settles:
+            for tag, entry in entries:
+                self.unacked[tag] = entry
+        self.unacked = OrderedDict(sorted(self.unacked.items()))
+        self.tx_settles = []
+        self.out.write(encode_method(self.number, am.TxRollbackOk()))
+
+
+def _check_name(name: str) -> None:
+    """rabbit_channel:check_name: names are at most 255 bytes (shortstr) and printable."""
+    if len(name.encode()) > 255:
+        raise ChannelError(406, "name too long")
+
+
+def _parse_expiration(value) -> int:
+    """The expiration property is a string holding a non-negative integer of milliseconds."""
+    text = value if isinstance(value, str) else str(value)
+    if not text.isdigit():
+        raise ChannelError(406, f"invalid expiration '{text}': {{value_negative,{text}}}"
+                           if text.startswith("-") else f"invalid expiration '{text}'")
+    return int(text)
+
+
+def _reply_error(reply, method) -> AMQPError:
+    cls = ConnectionError_ if is_hard_error(reply.code) else ChannelError
+    return cls(reply.code or 541, reply.text or "internal error")
+
+
+_HANDLERS = {
+    am.ChannelClose: ChannelCore._close,
+    am.ChannelCloseOk: ChannelCore._close_ok,
+    am.ChannelFlow: ChannelCore._flow,
+    am.ChannelOpen: ChannelCore._open,
+    am.ExchangeDeclare: ChannelCore._exchange_declare,
+    am.ExchangeDelete: ChannelCore._exchange_delete,
+    am.ExchangeBind: ChannelCore._exchange_bind,
+    am.ExchangeUnbind: ChannelCore._exchange_unbind,
+    am.QueueDeclare: ChannelCore._queue_declare,
+    am.QueueBind: ChannelCore._queue_bind,
+    am.QueueUnbind: ChannelCore._queue_unbind,
+    am.QueuePurge: ChannelCore._queue_purge,
+    am.QueueDelete: ChannelCore._queue_delete,
+    am.BasicQos: ChannelCore._qos,
+    am.BasicConsume: ChannelCore._consume,
+    am.BasicCancel: ChannelCore._cancel,
+    am.BasicPublish: ChannelCore._publish,
+    am.BasicGet: ChannelCore._get,
+    am.BasicAck: ChannelCore._ack,
+    am.BasicNack: ChannelCore._nack,
+    am.BasicReject: ChannelCore._reject,
+    am.BasicRecover: ChannelCore._recover,
+    am.BasicRecoverAsync: ChannelCore._recover,
+    am.ConfirmSelect: ChannelCore._confirm_select,
+    am.TxSelect: ChannelCore._tx_select,
+    am.TxCommit: ChannelCore._tx_commit,
+    am.TxRollback: ChannelCore._tx_rollback,
+}

@@ -1,0 +1,278 @@
+"""The connection's logic without IO: protocol header, handshake, channel 0, frame dispatch.
+
+Mirrors rabbit_reader.erl's handshake (`handle_input`, `handle_method0`, `auth_phase`,
+`validate_negotiated_integer_value`) and its error handling: a channel-level error is the
+channel's business, anything else closes the connection with RabbitMQ's reply code and text.
+`shell` is the Reader actor; the core calls its `write`, `opened`, `open_channel`,
+`channel_commands`, `channel_open`, `close_after` and `terminate`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import platform
+
+from actors.core.channel import ConnInfo
+from actors.core.errors import AMQPError, ConnectionError_, amqp_text
+from actors.core.permissions import parse_amqplain, parse_plain
+from protocol import methods as am
+from protocol.constants import PROTOCOL_HEADER
+from protocol.errors import AMQPError as CodecError
+from protocol.errors import BadProtocolHeader
+from protocol.frames import (CommandAssembler, FrameDecoder, HeartbeatFrame, MethodFrame,
+                             ProtocolHeader, encode_method)
+
+log = logging.getLogger("leveret.connection")
+
+VERSION = "0.1.0"
+CAPABILITIES = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "consumer_priorities": False,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "direct_reply_to": False,
+}
+FRAME_MIN = 4096
+
+
+def server_properties() -> dict:
+    return {
+        "product": "Leveret",
+        "version": VERSION,
+        "platform": f"Python {platform.python_version()}",
+        "copyright": "Leveret contributors",
+        "information": "AMQP 0-9-1 broker with RabbitMQ's process layout",
+        "capabilities": CAPABILITIES,
+        "cluster_name": "leveret@" + platform.node(),
+    }
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class ConnectionCore:
+    def __init__(self, config, replica, peer, conn_id, shell):
+        self.config = config  # node configuration (tune values, loopback users)
+        self.replica = replica  # users, vhosts, permissions
+        self.peer = peer  # (host, port)
+        self.conn_id = conn_id  # connection id
+        self.shell = shell  # the Reader actor
+        self.decoder = FrameDecoder(config.frame_max)  # sans-IO frame decoder
+        self.assemblers: dict[int, CommandAssembler] = {}  # channel -> content assembler
+        self.state = "header"  # header|start|tune|open|running|closing|closed
+        self.user = None  # authenticated user
+        self.vhost = None  # opened vhost
+        self.client_properties: dict = {}  # from start-ok
+        self.capabilities: dict = {}  # client capabilities
+        self.frame_max = config.frame_max  # negotiated
+        self.channel_max = config.channel_max  # negotiated
+        self.heartbeat = 0  # negotiated seconds
+        self.mechanism = "PLAIN"  # chosen authentication mechanism
+
+    # --- input --------------------------------------------------------------------------------
+    def receive(self, data: bytes) -> None:
+        if self.state == "closed":
+            return
+        self.decoder.feed(data)
+        batches: dict[int, list] = {}
+        try:
+            for frame in self.decoder.frames():
+                if self.state == "closed":
+                    break
+                self._frame(frame, batches)
+        except BadProtocolHeader:
+            self.shell.write(PROTOCOL_HEADER)
+            self._flush(batches)
+            self.state = "closed"
+            self.shell.terminate("bad protocol header")
+            return
+        except (CodecError, AMQPError) as e:
+            self._flush(batches)
+            self.close(e.reply_code, e.text if " - " in e.text else amqp_text(
+                e.reply_code, e.text), getattr(e, "class_id", 0), getattr(e, "method_id", 0))
+            return
+        self._flush(batches)
+
+    def _flush(self, batches) -> None:
+        for number, commands in batches.items():
+            self.shell.channel_commands(number, commands)
+
+    def _frame(self, frame, batches) -> None:
+        if isinstance(frame, ProtocolHeader):
+            if self.state != "header":
+                raise ConnectionError_(501, "unexpected protocol header")
+            if not frame.is_amqp_0_9_1():
+                raise BadProtocolHeader(501, "bad protocol header")
+            self._start()
+            return
+        if isinstance(frame, HeartbeatFrame):
+            return
+        channel = frame.channel
+        if channel == 0:
+            if not isinstance(frame, MethodFrame):
+                raise ConnectionError_(504, "unexpected content frame on channel 0")
+            self._method0(frame.method)
+            return
+        if self.state == "closing":
+            return
+        if self.state != "running":
+            raise ConnectionError_(504, f"frame on channel {channel} before connection.open")
+        asm = self.assemblers.get(channel)
+        if asm is None:
+            asm = self.assemblers[channel] = CommandAssembler()
+        cmd = asm.process(frame)
+        if cmd is None:
+            return
+        method = cmd.method
+        if isinstance(method, am.ChannelOpen):
+            if self.shell.channel_open(channel):
+                raise ConnectionError_(504, "second 'channel.open' seen", method.CLASS_ID,
+                                       method.METHOD_ID)
+            if channel > self.channel_max:
+                raise ConnectionError_(504, f"channel number {channel} exceeds channel_max "
+                                            f"{self.channel_max}")
+            self._flush(batches)
+            batches.clear()
+            self.shell.open_channel(channel, ConnInfo(
+                self.conn_id, self.user, self.vhost, self.frame_max, self.capabilities,
+                self.shell.host.node))
+            self.shell.write(encode_method(channel, am.ChannelOpenOk()))
+            return
+        if not self.shell.channel_open(channel):
+            if isinstance(method, am.ChannelCloseOk):
+                return
+            if isinstance(method, am.ChannelClose):
+                self.shell.write(encode_method(channel, am.ChannelCloseOk()))
+                return
+            raise ConnectionError_(504, "expected 'channel.open'", method.CLASS_ID,
+                                   method.METHOD_ID)
+        batches.setdefault(channel, []).append(cmd)
+
+    # --- handshake ----------------------------------------------------------------------------
+    def _start(self) -> None:
+        self.state = "start"
+        self.shell.write(encode_method(0, am.ConnectionStart(
+            version_major=0, version_minor=9, server_properties=server_properties(),
+            mechanisms="AMQPLAIN PLAIN", locales="en_US")))
+
+    def _method0(self, method) -> None:
+        state = self.state
+        if isinstance(method, am.ConnectionClose):
+            self.shell.write(encode_method(0, am.ConnectionCloseOk()))
+            self.state = "closed"
+            self.shell.terminate("closed by client")
+            return
+        if isinstance(method, am.ConnectionCloseOk):
+            if state == "closing":
+                self.state = "closed"
+                self.shell.terminate("close-ok")
+            return
+        if state == "closing":
+            return
+        if state == "start" and isinstance(method, am.ConnectionStartOk):
+            self._start_ok(method)
+        elif state == "tune" and isinstance(method, am.ConnectionTuneOk):
+            self._tune_ok(method)
+        elif state == "open" and isinstance(method, am.ConnectionOpen):
+            self._open(method)
+        elif state == "running" and isinstance(method, am.ConnectionUpdateSecret):
+            self.shell.write(encode_method(0, am.ConnectionUpdateSecretOk()))
+        elif state == "running" and isinstance(method, (am.ConnectionBlocked,
+                                                        am.ConnectionUnblocked)):
+            raise ConnectionError_(540, f"{method.NAME} from a client", method.CLASS_ID,
+                                   method.METHOD_ID)
+        else:
+            raise ConnectionError_(503, f"unexpected method {method.NAME} in state {state}",
+                                   method.CLASS_ID, method.METHOD_ID)
+
+    def _start_ok(self, method) -> None:
+        self.client_properties = method.client_properties or {}
+        caps = self.client_properties.get("capabilities")
+        self.capabilities = caps if isinstance(caps, dict) else {}
+        mech = method.mechanism
+        self.mechanism = mech
+        response = method.response
+        if isinstance(response, str):
+            response = response.encode("utf-8", "surrogateescape")
+        if mech == "PLAIN":
+            creds = parse_plain(response)
+        elif mech == "AMQPLAIN":
+            creds = parse_amqplain(response)
+        else:
+            raise ConnectionError_(503, f"unknown authentication mechanism '{mech}'",
+                                   method.CLASS_ID, method.METHOD_ID)
+        user, password = creds if creds else (None, None)
+        ok = user is not None and self.replica.auth.check_password(user, password)
+        if ok and user in self.config.loopback_users and not is_loopback(self.peer[0]):
+            log.warning("user '%s' can only connect via localhost", user)
+            ok = False
+        if not ok:
+            log.warning("login refused for user '%s' from %s: mechanism %s", user,
+                        self.peer[0], mech)
+            text = amqp_text(403, f"Login was refused using authentication mechanism {mech}. "
+                                  "For details see the broker logfile.")
+            if self.capabilities.get("authentication_failure_close"):
+                self.close(403, text, method.CLASS_ID, method.METHOD_ID)
+            else:
+                self.state = "closed"
+                self.shell.terminate("authentication failed")
+            return
+        self.user = user
+        self.state = "tune"
+        self.shell.write(encode_method(0, am.ConnectionTune(
+            channel_max=self.config.channel_max, frame_max=self.config.frame_max,
+            heartbeat=self.config.heartbeat)))
+
+    def _tune_ok(self, method) -> None:
+        fm = method.frame_max
+        if fm and fm < FRAME_MIN:
+            raise ConnectionError_(530, f"frame_max={fm} < {FRAME_MIN} min size")
+        if fm > self.config.frame_max:
+            raise ConnectionError_(530, f"frame_max={fm} > {self.config.frame_max} max size")
+        self.frame_max = fm or self.config.frame_max
+        cm = method.channel_max
+        if cm > self.config.channel_max:
+            raise ConnectionError_(530, f"channel_max={cm} > {self.config.channel_max} "
+                                        "max size")
+        self.channel_max = cm or self.config.channel_max
+        self.heartbeat = method.heartbeat
+        self.decoder.set_frame_max(self.frame_max)
+        self.state = "open"
+
+    def _open(self, method) -> None:
+        vhost = method.virtual_host
+        auth = self.replica.auth
+        if vhost not in auth.list_vhosts():
+            raise ConnectionError_(530, f"vhost {vhost} not found", method.CLASS_ID,
+                                   method.METHOD_ID)
+        if not auth.check_vhost(self.user, vhost):
+            raise ConnectionError_(530, f"access to vhost '{vhost}' refused for user "
+                                        f"'{self.user}'", method.CLASS_ID, method.METHOD_ID)
+        self.vhost = vhost
+        self.state = "running"
+        self.shell.write(encode_method(0, am.ConnectionOpenOk()))
+        self.shell.opened(self.heartbeat)
+
+    # --- closing ------------------------------------------------------------------------------
+    def close(self, code: int, text: str, class_id: int = 0, method_id: int = 0) -> None:
+        """Server-initiated connection.close; the socket closes on close-ok or after 1 s."""
+        if self.state in ("closing", "closed"):
+            return
+        if self.state == "header":
+            self.state = "closed"
+            self.shell.terminate(text)
+            return
+        log.warning("closing connection %s: %s", self.conn_id, text)
+        self.state = "closing"
+        self.shell.write(encode_method(0, am.ConnectionClose(
+            reply_code=code, reply_text=text, class_id=class_id, method_id=method_id)))
+        self.shell.close_after(1.0)

@@ -1,0 +1,95 @@
+"""`leveretctl`: rabbitmqctl's user, vhost and permission commands against a running node.
+
+Talks to the node's metadata actor over ZeroMQ, at the address the node writes to
+`<data-dir>/node.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import uuid
+
+import zmq
+
+from actors import messages as m
+from actors.transport import make_address, split_address
+
+
+def call(data_dir: str, op: str, args: dict, timeout_ms: int = 10000):
+    try:
+        with open(os.path.join(data_dir, "node.json")) as f:
+            info = json.load(f)
+    except OSError:
+        raise SystemExit(f"leveretctl: no node running with data dir {data_dir}")
+    ctx = zmq.Context.instance()
+    endpoint = f"ipc://{info['run_dir']}/ctl-{uuid.uuid4().hex[:8]}.sock"
+    pull = ctx.socket(zmq.PULL)
+    pull.bind(endpoint)
+    push = ctx.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 1000)
+    node_endpoint, node_name = split_address(info["metadata"])
+    push.connect(node_endpoint)
+    payload, _ = m.encode(m.Rpc(make_address(endpoint, "ctl"), 1, op, args))
+    push.send_multipart([node_name.encode(), payload])
+    try:
+        if not pull.poll(timeout_ms):
+            raise SystemExit("leveretctl: the node did not answer")
+        parts = pull.recv_multipart()
+        reply = m.decode(parts[1], parts[2:])
+    finally:
+        pull.close(0)
+        push.close()
+        try:
+            os.unlink(endpoint[len("ipc://"):])
+        except OSError:
+            pass
+    if not reply.ok:
+        raise SystemExit(f"Error: {reply.text}")
+    return reply.result
+
+
+COMMANDS = {
+    # name: (auth method, argument names)
+    "add_user": ("add_user", ["username", "password"]),
+    "delete_user": ("delete_user", ["username"]),
+    "change_password": ("change_password", ["username", "password"]),
+    "set_user_tags": ("set_user_tags", ["username", "tags*"]),
+    "add_vhost": ("add_vhost", ["vhost"]),
+    "delete_vhost": ("delete_vhost", ["vhost"]),
+    "set_permissions": ("set_permissions", ["username", "conf", "write", "read"]),
+    "clear_permissions": ("clear_permissions", ["username"]),
+}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="leveretctl", description=__doc__)
+    p.add_argument("--data-dir", default="./var", help="the node's data directory")
+    p.add_argument("-p", "--vhost", default="/", help="virtual host (set/clear_permissions)")
+    p.add_argument("command", choices=sorted(COMMANDS) + ["list_users", "list_vhosts",
+                                                          "list_queues", "list_exchanges",
+                                                          "list_bindings"])
+    p.add_argument("args", nargs="*")
+    a = p.parse_args(argv)
+    if a.command.startswith("list_"):
+        result = call(a.data_dir, "list", {"what": a.command[5:]})
+        print(json.dumps(result, indent=2, default=str))
+        return 0
+    method, names = COMMANDS[a.command]
+    if names and names[-1].endswith("*"):
+        args = [a.args[0], list(a.args[1:])] if a.args else []
+    else:
+        if len(a.args) != len(names):
+            p.error(f"{a.command} takes {' '.join(names)}")
+        args = list(a.args)
+    if a.command in ("set_permissions", "clear_permissions"):
+        args = [args[0], a.vhost] + args[1:]
+    call(a.data_dir, "auth", {"method": method, "args": args})
+    print(f"{a.command} done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""Re-publishing a dead message to its queue's dead-letter exchange (rabbit_dead_letter.erl).
+
+The decision that a message is dead is the queue core's; this module builds the dead-lettered
+copy (x-death headers from actors/core/dead_letter.py, the expiration property removed), routes
+it through the local metadata replica and sends it to the target queues without confirms
+(RabbitMQ's at-most-once dead-lettering).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from actors import messages as m
+from actors.core.dead_letter import dead_letter_headers, is_cycle
+from protocol.properties import BasicProperties
+
+log = logging.getLogger("leveret.dead_letter")
+
+
+def dead_letter_publish(queue, msg, reason: str) -> None:
+    """queue: the Queue actor (vhost, qname, transport, replica, core.dlx, core.dlrk)."""
+    core = queue.core
+    dlx = core.dlx
+    if dlx is None:
+        return
+    props = BasicProperties.decode(msg.props_raw) if msg.props_raw else BasicProperties()
+    routing_keys = [msg.routing_key]
+    headers = dict(props.headers or {})
+    if is_cycle(headers.get("x-death"), queue.qname, reason):
+        log.debug("dead-letter cycle for a message in '%s': dropped", queue.qname)
+        return
+    headers = dead_letter_headers(
+        headers, queue.qname, reason, msg.exchange, routing_keys,
+        props.expiration, int(time.time()))
+    props.headers = headers
+    props.expiration = None
+    props_raw = props.encode()
+    rk = core.dlrk if core.dlrk is not None else msg.routing_key
+    replica = queue.replica
+    targets = replica.route(queue.vhost, dlx, rk, headers)
+    for name in targets:
+        qdef = replica.queue(queue.vhost, name)
+        if qdef is None or not qdef.get("address"):
+            continue
+        item = [0, dlx, rk, props_raw, msg.persistent, props.priority or 0,
+                _expiry(props.expiration)]
+        queue.transport.send(qdef["address"], m.Publish("", [item], [msg.body]))
+
+
+def _expiry(expiration) -> int:
+    try:
+        return int(expiration) if expiration is not None else -1
+    except ValueError:
+        return -1

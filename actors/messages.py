@@ -1,0 +1,207 @@
+"""Every message actors send each other, and their wire encoding.
+
+Mirrors the message tuples of RabbitMQ's rabbit_channel / rabbit_amqqueue_process / delegate
+(`deliver`, `confirm`, `settle`, `credit`...). Each type is an immutable NamedTuple with a numeric
+tag (its position in `_TYPES`); on the wire it is msgpack `[tag, *fields]`. A type whose last
+field is `bodies` carries message bodies: they travel as separate ZeroMQ frames, untouched, and
+never inside msgpack. New fields go at the end with defaults.
+
+Addresses are strings `endpoint#actor` (actors/transport.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from actors.wire import packb, unpackb
+
+
+# --- metadata (node) -------------------------------------------------------------------------
+class Rpc(NamedTuple):
+    """A request to the node's metadata actor (or a queue); answered by RpcReply to reply_to."""
+    reply_to: str  # address of the asking actor
+    req_id: int  # the asker's request number, echoed in the reply
+    op: str  # "queue.declare", "exchange.bind", ...
+    args: dict  # the operation's arguments
+
+
+class RpcReply(NamedTuple):
+    req_id: int
+    ok: bool
+    result: Any = None  # operation-specific
+    code: int = 0  # AMQP reply code when not ok
+    text: str = ""  # AMQP reply text when not ok
+
+
+class MetaChange(NamedTuple):
+    """Node -> every worker: changes to apply to the local metadata replica, in order."""
+    changes: list
+
+
+class MetaSnapshot(NamedTuple):
+    """Node -> a starting worker: the whole metadata state."""
+    state: dict
+
+
+class WorkerDown(NamedTuple):
+    """Node -> workers: a worker process died; its endpoint is dead from now on."""
+    kind: str  # "queue" or "conn"
+    endpoint: str
+
+
+class StartQueue(NamedTuple):
+    """Node -> queue worker: start the Queue and BackingQueue actors of one queue."""
+    qdef: dict  # name, vhost, durable, exclusive_owner, auto_delete, arguments
+    reply_to: str  # the node, told QueueStarted
+    recovered: bool = False  # True when restarted after a crash
+
+
+class QueueStarted(NamedTuple):
+    vhost: str
+    name: str
+    address: str
+
+
+class StopQueue(NamedTuple):
+    """Node -> queue worker: delete the queue (cancel consumers, drop messages)."""
+    vhost: str
+    name: str
+    reply_to: str  # answered RpcReply(req_id, True, message_count)
+    req_id: int
+
+
+# --- channel -> queue --------------------------------------------------------------------------
+class Publish(NamedTuple):
+    """A batch of messages for one queue from one channel (or a dead-lettering queue).
+
+    items: [seq_no, exchange, routing_key, props_raw, persistent, priority, expiry_ms] where
+    seq_no 0 means "no confirm wanted" and expiry_ms -1 means none; bodies[i] is item i's body.
+    """
+    sender: str
+    items: list
+    bodies: list
+
+
+class Consume(NamedTuple):
+    sender: str  # channel address
+    req_id: int
+    consumer_tag: str
+    no_ack: bool
+    exclusive: bool
+    prefetch: int  # per-consumer limit (basic.qos global=false), 0 = none
+    channel_prefetch: int  # channel-wide limit (global=true), 0 = none
+    owner: str  # connection id, for exclusive-queue checks
+    arguments: dict
+
+
+class Cancel(NamedTuple):
+    sender: str
+    req_id: int  # 0: no reply wanted
+    consumer_tag: str
+
+
+class Settle(NamedTuple):
+    """Channel -> queue: what became of delivered messages. op: ACK, REQUEUE or DISCARD."""
+    sender: str
+    op: int
+    msg_ids: list
+
+
+ACK, REQUEUE, DISCARD = 0, 1, 2
+
+
+class Get(NamedTuple):
+    sender: str
+    req_id: int
+    no_ack: bool
+    owner: str
+
+
+class ChannelDown(NamedTuple):
+    """Channel -> queue: the channel closed; requeue its unacked, drop its consumers."""
+    sender: str
+
+
+class SetLimit(NamedTuple):
+    """Channel -> queue: new prefetch for the channel's consumers on that queue."""
+    sender: str
+    channel_prefetch: int
+
+
+class QueueOp(NamedTuple):
+    """Channel or node -> queue: purge / info / declare-check, answered by RpcReply."""
+    reply_to: str
+    req_id: int
+    op: str  # "purge", "info"
+    args: dict
+
+
+# --- queue -> channel --------------------------------------------------------------------------
+class Deliver(NamedTuple):
+    """A batch of deliveries from one queue to one channel.
+
+    items: [consumer_tag, msg_id, redelivered, exchange, routing_key, props_raw]; bodies[i] is
+    item i's body. consumer_tag "" marks a basic.get answer (see GetReply).
+    """
+    queue: str  # queue address
+    qname: str
+    items: list
+    bodies: list
+
+
+class GetReply(NamedTuple):
+    req_id: int
+    queue: str
+    item: list | None  # as in Deliver, or None for get-empty
+    message_count: int
+    bodies: list
+
+
+class Confirm(NamedTuple):
+    """Queue -> publishing channel: seq_nos now accepted (ok) or refused (not ok)."""
+    queue: str
+    seqs: list
+    ok: bool
+
+
+class ConsumerGone(NamedTuple):
+    """Queue -> channel: the consumer was cancelled by the broker (queue deleted)."""
+    queue: str
+    consumer_tag: str
+
+
+class Credit(NamedTuple):
+    """Queue -> channel: credit_flow bump, `n` more messages may be sent to `queue`."""
+    queue: str
+    n: int
+
+
+class Sent(NamedTuple):
+    """Writer -> queue: n deliveries from that queue reached the socket (delivery credit)."""
+    channel: str
+    n: int
+
+
+_TYPES: list[type] = [
+    Rpc, RpcReply, MetaChange, MetaSnapshot, WorkerDown, StartQueue, QueueStarted, StopQueue,
+    Publish, Consume, Cancel, Settle, Get, ChannelDown, SetLimit, QueueOp,
+    Deliver, GetReply, Confirm, ConsumerGone, Credit, Sent,
+]
+_TAG = {cls: i for i, cls in enumerate(_TYPES)}
+_HAS_BODIES = {cls: cls._fields[-1] == "bodies" for cls in _TYPES}
+
+
+def encode(msg) -> tuple[bytes, list]:
+    """-> (msgpack payload, bodies to send as separate frames)."""
+    cls = type(msg)
+    if _HAS_BODIES[cls]:
+        return packb((_TAG[cls], *msg[:-1])), msg[-1]
+    return packb((_TAG[cls], *msg)), ()
+
+
+def decode(payload: bytes, bodies: list):
+    fields = unpackb(payload)
+    cls = _TYPES[fields[0]]
+    if _HAS_BODIES[cls]:
+        return cls(*fields[1:], list(bodies))
+    return cls(*fields[1:])

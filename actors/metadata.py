@@ -1,0 +1,450 @@
+"""The node's metadata actor: sole writer of vhosts, users, permissions, exchanges, queues and
+bindings.
+
+Mirrors what rabbit_exchange, rabbit_amqqueue (declare/delete), rabbit_binding, rabbit_vhost and
+rabbit_auth_backend_internal do against mnesia in RabbitMQ. Owns:
+- the authoritative Router, AuthDB and queue table (actors/replica.py's shapes);
+- placement of queues on queue workers;
+- durable definitions in LMDB (actors/definitions.py);
+- broadcasting every change, in order, to every live worker.
+
+Operations arrive as `Rpc(reply_to, req_id, op, args)`; the reply is `RpcReply` to reply_to.
+Replies that need a queue's own answer (declare of an existing queue, delete) are forwarded to the
+queue actor, which answers the asker directly or through the node.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+from dataclasses import dataclass
+
+import pykka
+
+from actors import messages as m
+from actors.core import queue_args
+from actors.core.errors import ChannelError, ConnectionError_, amqp_text
+from actors.core.permissions import AuthDB
+from actors.core.routing import Router
+from actors.definitions import Definitions
+from actors.replica import apply_change
+
+log = logging.getLogger(__name__)
+
+EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers")
+
+
+@dataclass
+class Worker:
+    kind: str  # "conn" or "queue"
+    index: int  # slot number, stable across restarts
+    endpoint: str  # current incarnation's ZeroMQ endpoint
+    control: str  # address of the worker's control actor
+    ready: bool = False  # a connection worker is listening
+
+
+class WorkerExited:
+    """Supervisor -> metadata (local only): a worker process ended."""
+
+    def __init__(self, kind: str, index: int, endpoint: str):
+        self.kind, self.index, self.endpoint = kind, index, endpoint
+
+
+class Metadata(pykka.ThreadingActor):
+    def __init__(self, transport, data_dir: str, queue_workers: int):
+        super().__init__()
+        self.transport = transport  # this process's Transport
+        self.address = transport.address("metadata")  # where workers send Rpc
+        self.router = Router()  # authoritative exchanges and bindings
+        self.auth = AuthDB.default()  # authoritative users, vhosts, permissions
+        self.queues: dict[tuple[str, str], dict] = {}  # (vhost, name) -> qdef
+        self.defs = Definitions(os.path.join(data_dir, "definitions"))  # durable store
+        self.n_queue_workers = queue_workers  # number of queue worker slots
+        self.workers: dict[tuple[str, int], Worker] = {}  # live workers by (kind, index)
+        self.pending_start: dict[tuple[str, str], list] = {}  # queue -> [(reply_to, req_id, result)]
+        self.pending_ops: dict[int, tuple] = {}  # node req id -> (reply_to, req_id, vhost, name)
+        self.next_req = 1  # node's own request ids (to queues)
+        self.had_bindings: set = set()  # auto-delete exchanges that have had a binding
+
+    # --- start-up -------------------------------------------------------------------------------
+    def on_start(self) -> None:
+        self.transport.register("metadata", self.actor_ref)
+        stored = self.defs.load()
+        if stored.get("auth"):
+            self.auth = AuthDB.from_state(stored["auth"])
+        for vhost in self.auth.list_vhosts():
+            self.router.add_vhost(vhost)
+        for x in stored.get("exchanges", []):
+            self.router.declare_exchange(*x)
+        for q in stored.get("queues", []):
+            q = dict(q, address=None, worker=self._place())
+            self.queues[(q["vhost"], q["name"])] = q
+            self.router.add_queue(q["vhost"], q["name"])
+        for b in stored.get("bindings", []):
+            if self._binding_durable(b):
+                self.router.bind(*b)
+        self._persist()
+
+    # --- message dispatch -------------------------------------------------------------------------
+    def on_receive(self, msg):
+        try:
+            if isinstance(msg, m.Rpc):
+                self._rpc(msg)
+            elif isinstance(msg, m.QueueStarted):
+                self._queue_started(msg)
+            elif isinstance(msg, m.RpcReply):
+                self._queue_reply(msg)
+            elif isinstance(msg, WorkerExited):
+                self._worker_exited(msg)
+            elif msg == "ready":
+                return [k for k, w in self.workers.items() if w.ready]
+        except Exception:
+            log.exception("metadata failed on %r", type(msg).__name__)
+
+    def _rpc(self, rpc: m.Rpc) -> None:
+        handler = getattr(self, "op_" + rpc.op.replace(".", "_"), None)
+        if handler is None:
+            self._reply(rpc, False, None, 540, amqp_text(540, f"unknown operation {rpc.op}"))
+            return
+        try:
+            result = handler(rpc, **rpc.args)
+        except (ChannelError, ConnectionError_) as e:
+            self._reply(rpc, False, None, e.reply_code, e.text)
+            return
+        except TypeError as e:
+            log.exception("bad rpc %s", rpc.op)
+            self._reply(rpc, False, None, 541, amqp_text(541, f"bad request {rpc.op}: {e}"))
+            return
+        if result is not _DEFERRED:
+            self._reply(rpc, True, result)
+
+    def _reply(self, rpc, ok, result=None, code=0, text=""):
+        self.transport.send(rpc.reply_to, m.RpcReply(rpc.req_id, ok, result, code, text))
+
+    # --- changes --------------------------------------------------------------------------------
+    def _change(self, *changes) -> None:
+        """Apply to the authoritative state, persist durable parts, broadcast to every worker."""
+        for c in changes:
+            apply_change(self, c)
+        self._persist()
+        msg = m.MetaChange(list(changes))
+        for w in self.workers.values():
+            self.transport.send(w.control, msg)
+
+    def _persist(self) -> None:
+        exchanges, bindings = [], []
+        for (vhost, name), x in self._all_exchanges():
+            if x.durable and not name.startswith("amq.") and name != "":
+                exchanges.append([vhost, name, x.type, x.durable, x.auto_delete, x.internal,
+                                  dict(x.arguments)])
+        for b in self._all_bindings():
+            bindings.append(b)
+        queues = [{k: v for k, v in q.items() if k not in ("address", "worker")}
+                  for q in self.queues.values() if q["durable"]]
+        self.defs.save({"auth": self.auth.to_state(), "exchanges": exchanges,
+                        "bindings": [b for b in bindings if self._binding_durable(b)],
+                        "queues": queues})
+
+    def _all_exchanges(self):
+        for vhost in self.auth.list_vhosts():
+            for name, x in self.router.exchanges(vhost).items():
+                yield (vhost, name), x
+
+    def _all_bindings(self):
+        for vhost in self.auth.list_vhosts():
+            for b in self.router.list_bindings(vhost):
+                yield [vhost, b.source, b.dest_kind, b.dest, b.routing_key, dict(b.arguments)]
+
+    def _binding_durable(self, b) -> bool:
+        vhost, source, kind, dest = b[0], b[1], b[2], b[3]
+        src = self.router.exchange(vhost, source)
+        if src is None or not src.durable:
+            return False
+        if kind == "queue":
+            q = self.queues.get((vhost, dest))
+            return bool(q and q["durable"])
+        dst = self.router.exchange(vhost, dest)
+        return bool(dst and dst.durable)
+
+    def snapshot(self) -> dict:
+        return {"router": self.router.to_state(), "auth": self.auth.to_state(),
+                "queues": list(self.queues.values())}
+
+    # --- workers --------------------------------------------------------------------------------
+    def op_worker_hello(self, rpc, kind, index, endpoint, control):
+        self.transport._dead.discard(endpoint)
+        w = Worker(kind, index, endpoint, control)
+        self.workers[(kind, index)] = w
+        self.transport.send(control, m.MetaSnapshot(self.snapshot()))
+        if kind == "queue":
+            for q in self.queues.values():
+                if q["worker"] == index:
+                    self._start_queue(q, recovered=q.get("address") is not None or q["durable"])
+        return {"ok": True}
+
+    def op_worker_ready(self, rpc, kind, index):
+        w = self.workers.get((kind, index))
+        if w is not None:
+            w.ready = True
+        return None
+
+    def _worker_exited(self, ev: WorkerExited) -> None:
+        w = self.workers.get((ev.kind, ev.index))
+        if w is not None and w.endpoint == ev.endpoint:
+            del self.workers[(ev.kind, ev.index)]
+        self.transport.mark_dead(ev.endpoint)
+        down = m.WorkerDown(ev.kind, ev.endpoint)
+        for other in self.workers.values():
+            self.transport.send(other.control, down)
+        if ev.kind == "queue":
+            changes = []
+            for q in self.queues.values():
+                if q["worker"] == ev.index and q.get("address"):
+                    changes.append(["queue_put", dict(q, address=None)])
+            if changes:
+                self._change(*changes)
+        else:
+            prefix = ev.endpoint + "/"
+            for q in list(self.queues.values()):
+                if q["exclusive"] and q["exclusive"].startswith(prefix):
+                    self._delete_queue(q["vhost"], q["name"], None, 0)
+
+    def _place(self) -> int:
+        load = [0] * self.n_queue_workers
+        for q in self.queues.values():
+            if q.get("worker") is not None and q["worker"] < len(load):
+                load[q["worker"]] += 1
+        return min(range(len(load)), key=load.__getitem__)
+
+    def _start_queue(self, q: dict, recovered: bool) -> None:
+        w = self.workers.get(("queue", q["worker"]))
+        if w is None:
+            return  # started when the worker says hello
+        qdef = {k: v for k, v in q.items() if k != "address"}
+        self.transport.send(w.control, m.StartQueue(qdef, self.address, recovered))
+
+    def _queue_started(self, msg: m.QueueStarted) -> None:
+        key = (msg.vhost, msg.name)
+        q = self.queues.get(key)
+        if q is None:
+            return
+        self._change(["queue_put", dict(q, address=msg.address)])
+        for reply_to, req_id, result in self.pending_start.pop(key, []):
+            self.transport.send(reply_to, m.RpcReply(req_id, True, result))
+
+    # --- vhosts, users, permissions (leveretctl) -----------------------------------------------
+    def op_auth(self, rpc, method, args):
+        allowed = {"add_user", "delete_user", "change_password", "set_user_tags", "add_vhost",
+                   "delete_vhost", "set_permissions", "clear_permissions"}
+        if method not in allowed:
+            raise ChannelError(540, amqp_text(540, f"unknown auth method {method}"))
+        probe = AuthDB.from_state(self.auth.to_state())
+        try:
+            getattr(probe, method)(*args)
+        except (KeyError, ValueError) as e:
+            raise ChannelError(404, amqp_text(404, str(e).strip("'\"")))
+        changes = [["auth", method, list(args)]]
+        if method == "add_vhost":
+            changes.append(["router", "add_vhost", [args[0]]])
+        elif method == "delete_vhost":
+            for (vhost, name) in list(self.queues):
+                if vhost == args[0]:
+                    self._delete_queue(vhost, name, None, 0)
+            changes.append(["router", "remove_vhost", [args[0]]])
+        self._change(*changes)
+        return None
+
+    def op_list(self, rpc, what):
+        if what == "users":
+            return self.auth.to_state().get("users")
+        if what == "vhosts":
+            return self.auth.list_vhosts()
+        if what == "queues":
+            return [{k: q[k] for k in ("vhost", "name", "durable", "auto_delete", "arguments")}
+                    for q in self.queues.values()]
+        if what == "exchanges":
+            return [[v, n, x.type] for (v, n), x in self._all_exchanges()]
+        if what == "bindings":
+            return list(self._all_bindings())
+        return None
+
+    # --- exchanges --------------------------------------------------------------------------------
+    def op_exchange_declare(self, rpc, vhost, name, type, passive, durable, auto_delete,
+                            internal, arguments):
+        x = self.router.exchange(vhost, name)
+        if passive:
+            if x is None:
+                raise ChannelError(404, amqp_text(404, f"no exchange '{name}' in vhost '{vhost}'"))
+            return None
+        if name.startswith("amq.") and x is None:
+            raise ChannelError(403, amqp_text(
+                403, f"exchange name '{name}' contains reserved prefix 'amq.*'"))
+        if type not in EXCHANGE_TYPES:
+            raise ConnectionError_(503, amqp_text(503, f"unknown exchange type '{type}'"))
+        if x is not None:
+            queue_args.assert_exchange_equivalent(
+                x, dict(type=type, durable=durable, auto_delete=auto_delete, internal=internal,
+                        arguments=arguments), name, vhost)
+            return None
+        self._change(["router", "declare_exchange",
+                      [vhost, name, type, durable, auto_delete, internal, arguments]])
+        return None
+
+    def op_exchange_delete(self, rpc, vhost, name, if_unused):
+        if name == "" or name.startswith("amq."):
+            raise ChannelError(403, amqp_text(403, f"operation not permitted on the default "
+                                                   f"exchange" if name == "" else
+                                              f"cannot delete exchange '{name}' in vhost "
+                                              f"'{vhost}': reserved name"))
+        if self.router.exchange(vhost, name) is None:
+            return None
+        if if_unused and self.router.has_bindings_from(vhost, name):
+            raise ChannelError(406, amqp_text(
+                406, f"exchange '{name}' in vhost '{vhost}' in use"))
+        self._change(["router", "delete_exchange", [vhost, name]])
+        self._auto_delete_exchanges(vhost)
+        return None
+
+    def _auto_delete_exchanges(self, vhost) -> None:
+        """RabbitMQ deletes an auto-delete exchange once its last binding as source is gone."""
+        while True:
+            victims = [n for n, x in self.router.exchanges(vhost).items()
+                       if x.auto_delete and (vhost, n) in self.had_bindings
+                       and not self.router.has_bindings_from(vhost, n)]
+            if not victims:
+                return
+            for n in victims:
+                self.had_bindings.discard((vhost, n))
+                self._change(["router", "delete_exchange", [vhost, n]])
+
+    def _binding_ends(self, vhost, source, kind, dest):
+        if self.router.exchange(vhost, source) is None:
+            raise ChannelError(404, amqp_text(404, f"no exchange '{source}' in vhost '{vhost}'"))
+        if kind == "queue":
+            if (vhost, dest) not in self.queues:
+                raise ChannelError(404, amqp_text(404, f"no queue '{dest}' in vhost '{vhost}'"))
+        elif self.router.exchange(vhost, dest) is None:
+            raise ChannelError(404, amqp_text(404, f"no exchange '{dest}' in vhost '{vhost}'"))
+        if source == "" or (kind == "exchange" and dest == ""):
+            raise ChannelError(403, amqp_text(403, "operation not permitted on the default "
+                                                   "exchange"))
+
+    def op_bind(self, rpc, vhost, source, kind, dest, routing_key, arguments, owner=""):
+        self._binding_ends(vhost, source, kind, dest)
+        self._check_exclusive(vhost, dest, owner, kind)
+        self.had_bindings.add((vhost, source))
+        self._change(["router", "bind", [vhost, source, kind, dest, routing_key, arguments]])
+        return None
+
+    def op_unbind(self, rpc, vhost, source, kind, dest, routing_key, arguments, owner=""):
+        if kind == "queue" and (vhost, dest) not in self.queues:
+            raise ChannelError(404, amqp_text(404, f"no queue '{dest}' in vhost '{vhost}'"))
+        if self.router.exchange(vhost, source) is None:
+            raise ChannelError(404, amqp_text(404, f"no exchange '{source}' in vhost '{vhost}'"))
+        if source == "":
+            raise ChannelError(403, amqp_text(403, "operation not permitted on the default "
+                                                   "exchange"))
+        self._change(["router", "unbind", [vhost, source, kind, dest, routing_key, arguments]])
+        self._auto_delete_exchanges(vhost)
+        return None
+
+    def _check_exclusive(self, vhost, name, owner, kind="queue"):
+        if kind != "queue":
+            return
+        q = self.queues.get((vhost, name))
+        if q and q["exclusive"] and q["exclusive"] != owner:
+            raise ChannelError(405, amqp_text(405, locked_text(name, vhost)))
+
+    # --- queues -----------------------------------------------------------------------------------
+    def op_queue_declare(self, rpc, vhost, name, passive, durable, exclusive, auto_delete,
+                         arguments, owner):
+        if name == "" and not passive:
+            name = "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+        key = (vhost, name)
+        q = self.queues.get(key)
+        if q is not None:
+            self._check_exclusive(vhost, name, owner)
+            if not passive:
+                queue_args.assert_flags_equivalent(
+                    {"durable": q["durable"], "exclusive": bool(q["exclusive"]),
+                     "auto_delete": q["auto_delete"]},
+                    {"durable": durable, "exclusive": exclusive, "auto_delete": auto_delete},
+                    name, vhost)
+                queue_args.assert_equivalent(q["arguments"], arguments, name, vhost)
+            if q.get("address") is None:
+                self.pending_start.setdefault(key, []).append((rpc.reply_to, rpc.req_id,
+                                                               [name, 0, 0]))
+                return _DEFERRED
+            self.transport.send(q["address"], m.QueueOp(rpc.reply_to, rpc.req_id, "info", {}))
+            return _DEFERRED
+        if passive:
+            raise ChannelError(404, amqp_text(404, f"no queue '{name}' in vhost '{vhost}'"))
+        if name.startswith("amq.") and not name.startswith("amq.gen-"):
+            raise ChannelError(403, amqp_text(
+                403, f"queue name '{name}' contains reserved prefix 'amq.*'"))
+        queue_args.validate(arguments, name, vhost)
+        q = {"vhost": vhost, "name": name, "durable": bool(durable),
+             "exclusive": owner if exclusive else "", "auto_delete": bool(auto_delete),
+             "arguments": arguments, "worker": self._place(), "address": None}
+        self._change(["queue_put", q], ["router", "add_queue", [vhost, name]])
+        self.pending_start.setdefault(key, []).append((rpc.reply_to, rpc.req_id, [name, 0, 0]))
+        self._start_queue(q, recovered=False)
+        return _DEFERRED
+
+    def op_queue_delete(self, rpc, vhost, name, if_unused=False, if_empty=False, owner=""):
+        q = self.queues.get((vhost, name))
+        if q is None:
+            return 0
+        self._check_exclusive(vhost, name, owner)
+        self._delete_queue(vhost, name, rpc, 0, if_unused=if_unused, if_empty=if_empty)
+        return _DEFERRED
+
+    def op_queue_delete_self(self, rpc, vhost, name, reason=""):
+        """A queue asks to be deleted: auto-delete, x-expires, exclusive owner gone."""
+        if (vhost, name) in self.queues:
+            log.info("deleting queue '%s' in vhost '%s': %s", name, vhost, reason)
+            self._delete_queue(vhost, name, None, 0)
+        return None
+
+    def op_connection_closed(self, rpc, owner):
+        for q in list(self.queues.values()):
+            if q["exclusive"] == owner:
+                self._delete_queue(q["vhost"], q["name"], None, 0)
+        return None
+
+    def _delete_queue(self, vhost, name, rpc, _unused, if_unused=False, if_empty=False):
+        q = self.queues[(vhost, name)]
+        req = self.next_req
+        self.next_req += 1
+        self.pending_ops[req] = (rpc, vhost, name)
+        if q.get("address") is None:
+            self._finish_delete(req, m.RpcReply(req, True, 0))
+            return
+        self.transport.send(q["address"], m.QueueOp(
+            self.address, req, "delete", {"if_unused": if_unused, "if_empty": if_empty}))
+
+    def _queue_reply(self, reply: m.RpcReply) -> None:
+        if reply.req_id in self.pending_ops:
+            self._finish_delete(reply.req_id, reply)
+
+    def _finish_delete(self, req, reply) -> None:
+        rpc, vhost, name = self.pending_ops.pop(req)
+        if reply.ok and (vhost, name) in self.queues:
+            sources = {b.source for b in self.router.list_bindings(vhost)
+                       if b.dest_kind == "queue" and b.dest == name}
+            self._change(["router", "remove_queue", [vhost, name]], ["queue_del", vhost, name])
+            if any(self.router.exchange(vhost, s) for s in sources):
+                self._auto_delete_exchanges(vhost)
+        if rpc is not None:
+            self.transport.send(rpc.reply_to, m.RpcReply(rpc.req_id, reply.ok, reply.result,
+                                                         reply.code, reply.text))
+
+
+def locked_text(name, vhost) -> str:
+    return (f"cannot obtain exclusive access to locked queue '{name}' in vhost '{vhost}'. "
+            "It could be originally declared on another connection or the exclusive property "
+            "value does not match that of the original declaration.")
+
+
+_DEFERRED = object()  # the reply comes later (from a queue, or when the queue has started)

@@ -1,0 +1,192 @@
+"""The node: root supervisor process of one Leveret broker.
+
+Mirrors RabbitMQ's top supervision tree (rabbit_sup, rabbit_amqqueue_sup_sup, the ranch
+listener): it owns
+- the metadata actor (actors/metadata.py), the sole writer of definitions;
+- the connection-worker and queue-worker OS processes, which it starts, watches and restarts the
+  way an OTP one_for_one supervisor does (at most `max_restarts` in `restart_period` seconds per
+  worker slot, then it gives up and stops the node), logging every exit with its cause;
+- the node file `<data_dir>/node.json` telling leveretctl where to reach the metadata actor.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from actors.config import Config
+from actors.metadata import Metadata, WorkerExited
+from actors.transport import Transport
+
+log = logging.getLogger("leveret.node")
+
+
+class Slot:
+    """One supervised worker process: its kind and index stay, its process and endpoint change."""
+
+    def __init__(self, kind: str, index: int):
+        self.kind = kind  # "conn" or "queue"
+        self.index = index  # slot number
+        self.gen = 0  # incarnation number, part of the endpoint so stale messages go nowhere
+        self.proc: subprocess.Popen | None = None  # the running process
+        self.endpoint = ""  # ZeroMQ endpoint of the running incarnation
+        self.restarts: collections.deque = collections.deque()  # times of recent restarts
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def short_run_dir(data_dir: str) -> str:
+    """ipc:// paths must fit in sun_path (108 bytes): use data_dir/run when short enough."""
+    run = os.path.join(os.path.abspath(data_dir), "run")
+    if len(run) < 70:
+        os.makedirs(run, exist_ok=True)
+        return run
+    return tempfile.mkdtemp(prefix="leveret-run-")
+
+
+class Node:
+    def __init__(self, config: Config):
+        self.config = config  # embedded defaults + config file + command line
+        self.stopping = threading.Event()  # set on SIGTERM/SIGINT
+        self.slots: list[Slot] = []  # every supervised worker
+        self.exit_code = 0  # 1 when the node gave up on a worker
+
+    def run(self) -> int:
+        cfg = self.config
+        os.makedirs(cfg.data_dir, exist_ok=True)
+        self._check_port()
+        self.run_dir = short_run_dir(cfg.data_dir)
+        self.transport = Transport(f"ipc://{self.run_dir}/node.sock")
+        self.transport.start()
+        self.metadata = Metadata.start(self.transport, cfg.data_dir, cfg.queue_workers)
+        self._write_node_file()
+        self.slots = ([Slot("queue", i) for i in range(cfg.queue_workers)] +
+                      [Slot("conn", i) for i in range(cfg.conn_workers)])
+        for slot in self.slots:
+            self._spawn(slot)
+        self._wait_ready()
+        try:
+            while not self.stopping.is_set():
+                self._reap()
+                self.stopping.wait(0.1)
+        finally:
+            self._shutdown()
+        return self.exit_code
+
+    def request_stop(self, signum=None, frame=None) -> None:
+        if signum is not None:
+            log.info("received %s, stopping", signal.Signals(signum).name)
+        self.stopping.set()
+
+    # --- workers --------------------------------------------------------------------------------
+    def _spawn(self, slot: Slot) -> None:
+        slot.gen += 1
+        slot.endpoint = f"ipc://{self.run_dir}/{slot.kind}-{slot.index}-{slot.gen}.sock"
+        cmd = [sys.executable, "-m", "actors.worker", "--kind", slot.kind,
+               "--index", str(slot.index), "--endpoint", slot.endpoint,
+               "--node", self.metadata_address(), "--config-json", self.config.to_json()]
+        slot.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+        log.info("started %s worker %d (pid %d)", slot.kind, slot.index, slot.proc.pid)
+
+    def metadata_address(self) -> str:
+        return self.transport.address("metadata")
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + 60
+        want = {("conn", s.index) for s in self.slots if s.kind == "conn"}
+        while time.monotonic() < deadline and not self.stopping.is_set():
+            ready = set(self.metadata.ask("ready"))
+            if want <= ready:
+                log.info("Leveret node ready: amqp://%s:%d (data in %s)", self.config.host,
+                         self.config.port, os.path.abspath(self.config.data_dir))
+                return
+            self._reap()
+            time.sleep(0.05)
+        if not self.stopping.is_set():
+            log.error("workers did not become ready within 60 s")
+            self.exit_code = 1
+            self.stopping.set()
+
+    def _reap(self) -> None:
+        for slot in self.slots:
+            if slot.proc is None:
+                continue
+            code = slot.proc.poll()
+            if code is None:
+                continue
+            log.error("%s worker %d (pid %d) exited: %s", slot.kind, slot.index, slot.proc.pid,
+                      describe_exit(code))
+            self.metadata.tell(WorkerExited(slot.kind, slot.index, slot.endpoint))
+            slot.proc = None
+            if self.stopping.is_set():
+                continue
+            now = time.monotonic()
+            slot.restarts.append(now)
+            while slot.restarts and now - slot.restarts[0] > self.config.restart_period:
+                slot.restarts.popleft()
+            if len(slot.restarts) > self.config.max_restarts:
+                log.error("%s worker %d restarted %d times in %ss: giving up, stopping the node",
+                          slot.kind, slot.index, self.config.max_restarts,
+                          self.config.restart_period)
+                self.exit_code = 1
+                self.stopping.set()
+                return
+            self._spawn(slot)
+
+    def _shutdown(self) -> None:
+        for slot in self.slots:
+            if slot.proc is not None and slot.proc.poll() is None:
+                slot.proc.terminate()
+        deadline = time.monotonic() + 10
+        for slot in self.slots:
+            if slot.proc is None:
+                continue
+            try:
+                slot.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("%s worker %d did not stop: killing pid %d", slot.kind, slot.index,
+                            slot.proc.pid)
+                slot.proc.kill()
+                slot.proc.wait()
+        self.metadata.stop()
+        try:
+            os.unlink(os.path.join(self.config.data_dir, "node.json"))
+        except OSError:
+            pass
+        log.info("node stopped")
+
+    # --- helpers --------------------------------------------------------------------------------
+    def _check_port(self) -> None:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((self.config.host, self.config.port))
+        except OSError as e:
+            raise SystemExit(f"leveret-server: cannot listen on {self.config.host}:"
+                             f"{self.config.port}: {e.strerror}")
+        finally:
+            s.close()
+
+    def _write_node_file(self) -> None:
+        info = {"pid": os.getpid(), "host": self.config.host, "port": self.config.port,
+                "metadata": self.metadata_address(), "run_dir": self.run_dir}
+        path = os.path.join(self.config.data_dir, "node.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(info, f)
+        os.replace(path + ".tmp", path)

@@ -1,0 +1,266 @@
+"""Queue worker actors: one Queue actor and one BackingQueue actor per AMQP queue.
+
+The Queue actor mirrors rabbit_amqqueue_process.erl: it owns consumers, delivery and settlement
+(all decisions live in actors/core/queue.py; this shell only carries them out). The BackingQueue
+actor mirrors the storage half of rabbit_variable_queue.erl: it is where persistent messages of
+durable queues are made safe before their confirm goes out; it runs beside the Queue in the same
+OS process so a slow fsync never stalls deliveries (see actors/backing_queue.py).
+
+QueueHost is the per-process part: it starts queues when the node says so, answers messages for
+queues that no longer exist the way RabbitMQ's channel sees a dead queue, and tells queues when a
+connection worker died.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pykka
+
+from actors import messages as m
+from actors.backing_queue import BackingQueue
+from actors.core.errors import AMQPError, ChannelError, amqp_text
+from actors.core.queue import QueueCore
+from actors.dead_lettering import dead_letter_publish
+from actors.timers import Timers
+
+log = logging.getLogger("leveret.queue")
+
+
+def now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def queue_actor_name(vhost: str, name: str) -> str:
+    return f"q\x1f{vhost}\x1f{name}"
+
+
+class Tick:
+    """Timer -> queue (local only)."""
+
+
+class Persisted:
+    """BackingQueue -> Queue (local only): these messages are safe now."""
+
+    __slots__ = ("msgs",)
+
+    def __init__(self, msgs):
+        self.msgs = msgs
+
+
+class ChannelsDown:
+    """QueueHost -> Queue (local only): every channel of a dead connection worker."""
+
+    __slots__ = ("prefix",)
+
+    def __init__(self, prefix):
+        self.prefix = prefix
+
+
+class Run:
+    """Queue -> itself: delivery budget ran out, carry on after other messages."""
+
+
+class Effects:
+    """The `out` of QueueCore for one queue actor."""
+
+    def __init__(self, actor: "Queue"):
+        self.actor = actor
+        self.t = actor.transport
+        self.addr = actor.address
+
+    def deliver(self, channel, items, bodies):
+        self.t.send(channel, m.Deliver(self.addr, self.actor.qname, items, bodies))
+
+    def confirm(self, channel, seqs, ok):
+        if channel:
+            self.t.send(channel, m.Confirm(self.addr, seqs, ok))
+
+    def reply(self, addr, req_id, ok, result=None, code=0, text=""):
+        self.t.send(addr, m.RpcReply(req_id, ok, result, code, text))
+
+    def consumer_gone(self, channel, tag):
+        self.t.send(channel, m.ConsumerGone(self.addr, tag))
+
+    def credit(self, channel, n):
+        if channel:
+            self.t.send(channel, m.Credit(self.addr, n))
+
+    def persist(self, msgs):
+        self.actor.bq.tell(("persist", msgs))
+
+    def forget(self, msgs):
+        if self.actor.durable:
+            persistent = [x for x in msgs if x.persistent]
+            if persistent:
+                self.actor.bq.tell(("forget", persistent))
+
+    def dead_letter(self, msg, reason):
+        dead_letter_publish(self.actor, msg, reason)
+
+    def delete_self(self, reason):
+        self.t.send(self.actor.node, m.Rpc(self.addr, 0, "queue.delete_self", {
+            "vhost": self.actor.vhost, "name": self.actor.qname, "reason": reason}))
+
+    def schedule(self, at_ms):
+        self.actor.timers.at(at_ms, self.actor.actor_ref, Tick())
+
+
+class Queue(pykka.ThreadingActor):
+    def __init__(self, host: "QueueHost", qdef: dict, recovered: bool):
+        super().__init__()
+        self.transport = host.transport  # this process's Transport
+        self.replica = host.replica  # metadata, for dead-letter routing
+        self.node = host.node  # the node's metadata actor
+        self.timers = host.timers  # this process's timer thread
+        self.vhost, self.qname = qdef["vhost"], qdef["name"]  # identity
+        self.durable = qdef["durable"]  # survives restarts (with its persistent messages)
+        self.arguments = qdef["arguments"]  # x-arguments
+        self.name = queue_actor_name(self.vhost, self.qname)  # transport name
+        self.address = self.transport.address(self.name)  # where channels send to
+        self.core = QueueCore(self.vhost, self.qname, self.arguments, Effects(self), now_ms(),
+                              auto_delete=qdef["auto_delete"])
+        self.bq = BackingQueue.start(self.actor_ref, qdef, host.config)  # storage half
+        self.run_pending = False  # a Run message is queued
+        self.recovered = recovered  # restarted after a crash
+
+    def on_start(self):
+        self.transport.register(self.name, self.actor_ref)
+
+    def on_stop(self):
+        self.transport.unregister(self.name)
+        self.bq.stop()
+
+    def on_receive(self, msg):
+        core = self.core
+        now = now_ms()
+        try:
+            if isinstance(msg, m.Publish):
+                core.publish(msg.sender, msg.items, msg.bodies, now)
+            elif isinstance(msg, m.Settle):
+                core.settle(msg.sender, msg.op, msg.msg_ids, now)
+            elif isinstance(msg, m.Sent):
+                core.sent(msg.channel, msg.n, now)
+            elif isinstance(msg, m.Consume):
+                self._consume(msg, now)
+            elif isinstance(msg, m.Cancel):
+                ok = core.cancel(msg.sender, msg.consumer_tag, now)
+                if msg.req_id:
+                    core.out.reply(msg.sender, msg.req_id, True, ok)
+            elif isinstance(msg, m.Get):
+                got = core.get(msg.sender, msg.no_ack, now)
+                if got is None:
+                    reply = m.GetReply(msg.req_id, self.address, None, 0, [])
+                else:
+                    item, body, count = got
+                    reply = m.GetReply(msg.req_id, self.address, item, count, [body])
+                self.transport.send(msg.sender, reply)
+            elif isinstance(msg, m.ChannelDown):
+                core.channel_down(msg.sender, now)
+            elif isinstance(msg, m.SetLimit):
+                core.set_limit(msg.sender, msg.channel_prefetch, now)
+            elif isinstance(msg, m.QueueOp):
+                self._queue_op(msg, now)
+            elif isinstance(msg, Persisted):
+                core.persisted(msg.msgs)
+            elif isinstance(msg, Tick):
+                core.tick(now)
+            elif isinstance(msg, ChannelsDown):
+                core.channels_down(msg.prefix, now)
+            elif isinstance(msg, Run):
+                self.run_pending = False
+            if not self.run_pending and core.ready_count and core.consumers:
+                if core.run(now):
+                    self.run_pending = True
+                    self.actor_ref.tell(Run())
+        except Exception:
+            log.exception("queue '%s' in vhost '%s' failed on %s", self.qname, self.vhost,
+                          type(msg).__name__)
+
+    def _consume(self, msg: m.Consume, now) -> None:
+        try:
+            self.core.consume(msg.sender, msg.consumer_tag, msg.no_ack, msg.exclusive,
+                              msg.prefetch, msg.channel_prefetch, now)
+        except AMQPError as e:
+            self.core.out.reply(msg.sender, msg.req_id, False, None, e.reply_code, e.text)
+            return
+        self.core.out.reply(msg.sender, msg.req_id, True, self.qname)
+
+    def _queue_op(self, msg: m.QueueOp, now) -> None:
+        out = self.core.out
+        if msg.op == "info":
+            count, consumers = self.core.info()
+            self.core.last_used = now
+            out.reply(msg.reply_to, msg.req_id, True, [self.qname, count, consumers])
+        elif msg.op == "purge":
+            out.reply(msg.reply_to, msg.req_id, True, self.core.purge())
+        elif msg.op == "delete":
+            try:
+                n = self.core.delete(msg.args.get("if_unused"), msg.args.get("if_empty"))
+            except ChannelError as e:
+                out.reply(msg.reply_to, msg.req_id, False, None, e.reply_code, e.text)
+                return
+            self.core.purge()
+            out.reply(msg.reply_to, msg.req_id, True, n)
+            self.transport.unregister(self.name)
+            self.stop()
+
+
+class QueueHost:
+    """The queue-worker process: starts queues, answers for missing ones."""
+
+    def __init__(self, config, transport, replica, node, index):
+        self.config = config  # node configuration
+        self.transport = transport  # this process's Transport
+        self.replica = replica  # metadata replica
+        self.node = node  # the node's metadata actor address
+        self.index = index  # worker slot
+        self.timers = Timers()  # one timer thread for every queue here
+        self.queues: dict[str, pykka.ActorRef] = {}  # transport name -> Queue actor
+        transport.set_fallback(self.missing)
+
+    def start(self) -> None:
+        pass  # queues start when the node sends StartQueue
+
+    def stop(self) -> None:
+        for ref in list(self.queues.values()):
+            try:
+                ref.stop(timeout=5)
+            except Exception:
+                pass
+        self.timers.stop()
+
+    def start_queue(self, msg: m.StartQueue) -> None:
+        q = msg.qdef
+        name = queue_actor_name(q["vhost"], q["name"])
+        old = self.queues.get(name)
+        if old is None or not old.is_alive():
+            self.queues[name] = Queue.start(self, q, msg.recovered)
+        self.transport.send(msg.reply_to, m.QueueStarted(
+            q["vhost"], q["name"], self.transport.address(name)))
+
+    def worker_down(self, kind, endpoint) -> None:
+        if kind != "conn":
+            return
+        for ref in list(self.queues.values()):
+            if ref.is_alive():
+                ref.tell(ChannelsDown(endpoint + "#"))
+
+    def metadata_changed(self, changes) -> None:
+        pass
+
+    def missing(self, name: str, msg) -> None:
+        """A message for a queue that is gone: what RabbitMQ's channel sees for a dead queue."""
+        t = self.transport
+        if isinstance(msg, m.Publish):
+            seqs = [it[0] for it in msg.items if it[0]]
+            if seqs and msg.sender:
+                t.send(msg.sender, m.Confirm(t.address(name), seqs, True))
+        elif isinstance(msg, (m.Consume, m.Get)):
+            _, vhost, qname = name.split("\x1f", 2)
+            text = amqp_text(404, f"no queue '{qname}' in vhost '{vhost}'")
+            t.send(msg.sender, m.RpcReply(msg.req_id, False, None, 404, text))
+        elif isinstance(msg, m.QueueOp):
+            t.send(msg.reply_to, m.RpcReply(msg.req_id, True, 0 if msg.op != "info" else
+                                            [name, 0, 0]))

@@ -1,0 +1,64 @@
+"""A worker's local copy of the node's metadata: exchanges and bindings (Router), users, vhosts
+and permissions (AuthDB), and the queue table (where each queue lives).
+
+Mirrors the ETS/mnesia tables RabbitMQ's channels read directly (rabbit_exchange, rabbit_route,
+rabbit_amqqueue): a channel routes and checks permissions without asking anybody. The node is the
+only writer; it sends the same change list to every worker (actors/metadata.py), in order with its
+RPC replies, so a channel that got `queue.declare-ok` already sees the queue.
+
+A change is a list: `["router", method, args]` replays `Router.method(*args)`, `["auth", method,
+args]` replays `AuthDB.method(*args)`, `["queue_put", qdef]`, `["queue_del", vhost, name]`.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from actors.core.permissions import AuthDB
+from actors.core.routing import Router
+
+
+class Replica:
+    def __init__(self):
+        self.lock = threading.RLock()  # held while applying changes and while routing
+        self.router = Router()  # exchanges + bindings of every vhost
+        self.auth = AuthDB()  # users, vhosts, permissions
+        self.queues: dict[tuple[str, str], dict] = {}  # (vhost, name) -> qdef (with "address")
+        self.version = 0  # number of change lists applied
+
+    def load(self, state: dict) -> None:
+        with self.lock:
+            self.router = Router.from_state(state["router"])
+            self.auth = AuthDB.from_state(state["auth"])
+            self.queues = {(q["vhost"], q["name"]): q for q in state["queues"]}
+            self.version += 1
+
+    def apply(self, changes: list) -> None:
+        with self.lock:
+            for change in changes:
+                apply_change(self, change)
+            self.version += 1
+
+    # --- reads used on the hot path ---------------------------------------------------------
+    def queue(self, vhost: str, name: str) -> dict | None:
+        return self.queues.get((vhost, name))
+
+    def route(self, vhost: str, exchange: str, routing_key: str, headers) -> set:
+        with self.lock:
+            return self.router.route(vhost, exchange, routing_key, headers)
+
+
+def apply_change(target, change) -> None:
+    """Apply one change to anything with .router, .auth and .queues (replica or node state)."""
+    kind = change[0]
+    if kind == "router":
+        getattr(target.router, change[1])(*change[2])
+    elif kind == "auth":
+        getattr(target.auth, change[1])(*change[2])
+    elif kind == "queue_put":
+        q = change[1]
+        target.queues[(q["vhost"], q["name"])] = q
+    elif kind == "queue_del":
+        target.queues.pop((change[1], change[2]), None)
+    else:
+        raise ValueError(f"unknown metadata change {kind!r}")

@@ -1,0 +1,149 @@
+"""ZeroMQ transport between OS processes, pykka tell inside one.
+
+Mirrors what Erlang distribution gives RabbitMQ for free: `Pid ! Msg` to any process on any node.
+An address is the string `endpoint#actor_name`; the endpoint is the `ipc://` (inside a node) or `tcp://`
+(between nodes) address of the OS process that hosts the actor. `send()` does not care which:
+a message for an actor of this process is a pykka `tell`, any other goes over ZeroMQ.
+
+Owns:
+- one PULL socket per process, bound at the process's endpoint, read by one inbound thread that
+  decodes each message and tells the named local actor;
+- one PUSH socket per (sending thread, destination endpoint): ZeroMQ sockets are not thread-safe,
+  so each actor thread gets its own, created lazily in that thread;
+- the set of dead endpoints (a crashed worker's): sends to them are dropped, as a message to a
+  dead Erlang pid is.
+
+Wire format: multipart `[actor_name, msgpack([tag, *fields]), *bodies]`; message bodies travel as
+their own ZeroMQ frames, never inside msgpack (see actors/messages.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+import zmq
+
+from actors import messages
+
+log = logging.getLogger(__name__)
+
+
+
+def make_address(endpoint: str, name: str) -> str:
+    """An address is one string `endpoint#name`: hashable, msgpack-able, cheap to split
+    (endpoints never contain '#'; actor names may)."""
+    return f"{endpoint}#{name}"
+
+
+def split_address(address: str) -> tuple[str, str]:
+    endpoint, _, name = address.partition("#")
+    return endpoint, name
+
+
+class Transport:
+    """One per OS process; thread-safe `send`, one inbound thread."""
+
+    def __init__(self, endpoint: str):
+        self.endpoint = endpoint  # this process's own ipc:// or tcp:// address
+        self.context = zmq.Context.instance()
+        self._actors: dict[str, object] = {}  # actor name -> pykka ActorRef of a local actor
+        self._local = threading.local()  # per-thread {endpoint: PUSH socket}
+        self._dead: set[str] = set()  # endpoints of processes known to be gone
+        self._fallback: Callable | None = None  # called with (name, msg) for unknown local names
+        self._inbound: threading.Thread | None = None
+        self._closing = False
+
+    # --- registry -------------------------------------------------------------------------------
+    def register(self, name: str, actor_ref) -> str:
+        self._actors[name] = actor_ref
+        return make_address(self.endpoint, name)
+
+    def unregister(self, name: str) -> None:
+        self._actors.pop(name, None)
+
+    def address(self, name: str) -> str:
+        return make_address(self.endpoint, name)
+
+    def set_fallback(self, fn: Callable) -> None:
+        """`fn(name, msg)` receives messages for actor names not (or no longer) registered."""
+        self._fallback = fn
+
+    def mark_dead(self, endpoint: str) -> None:
+        self._dead.add(endpoint)
+
+    def is_dead(self, endpoint: str) -> bool:
+        return endpoint in self._dead
+
+    # --- sending --------------------------------------------------------------------------------
+    def send(self, address: str, msg) -> None:
+        endpoint, _, name = address.partition("#")
+        if endpoint == self.endpoint:
+            self._deliver_local(name, msg)
+            return
+        if endpoint in self._dead:
+            return
+        sockets = getattr(self._local, "sockets", None)
+        if sockets is None:
+            sockets = self._local.sockets = {}
+        sock = sockets.get(endpoint)
+        if sock is None:
+            sock = self.context.socket(zmq.PUSH)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.SNDHWM, 0)  # bounded by credit flow, not by dropping
+            sock.connect(endpoint)
+            sockets[endpoint] = sock
+        payload, bodies = messages.encode(msg)
+        if bodies:
+            sock.send_multipart([name.encode(), payload, *bodies], copy=False)
+        else:
+            sock.send_multipart([name.encode(), payload])
+
+    def _deliver_local(self, name: str, msg) -> None:
+        ref = self._actors.get(name)
+        if ref is None:
+            if self._fallback is not None:
+                self._fallback(name, msg)
+            return
+        try:
+            ref.tell(msg)
+        except Exception:  # ActorDeadError: the actor stopped between lookup and tell
+            if self._fallback is not None:
+                self._fallback(name, msg)
+
+    # --- receiving ------------------------------------------------------------------------------
+    def start(self) -> None:
+        ready = threading.Event()
+        self._inbound = threading.Thread(
+            target=self._inbound_loop, args=(ready,), name="zmq-inbound", daemon=True)
+        self._inbound.start()
+        ready.wait()
+
+    def _inbound_loop(self, ready: threading.Event) -> None:
+        sock = self.context.socket(zmq.PULL)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVHWM, 0)
+        sock.bind(self.endpoint)
+        ready.set()
+        while not self._closing:
+            try:
+                parts = sock.recv_multipart(copy=True)
+            except zmq.ContextTerminated:
+                break
+            except zmq.ZMQError as e:  # pragma: no cover - interrupted system call
+                if self._closing:
+                    break
+                log.warning("inbound recv failed: %s", e)
+                continue
+            try:
+                msg = messages.decode(parts[1], parts[2:])
+            except Exception:
+                log.exception("undecodable message for %r dropped", parts[0])
+                continue
+            self._deliver_local(parts[0].decode(), msg)
+        sock.close(0)
+
+    def close(self) -> None:
+        """Stop accepting messages; the process exits right after, which closes the sockets."""
+        self._closing = True

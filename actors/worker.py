@@ -1,0 +1,124 @@
+"""A worker OS process: a connection worker (readers, writers, channels) or a queue worker (queue
+and backing-queue actors), started and supervised by the node (actors/node.py).
+
+Owns the process's Transport, its metadata Replica, and the control actor that applies metadata
+changes and hears about dead workers. Dies with the node (PR_SET_PDEATHSIG), stops cleanly on
+SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+
+import pykka
+
+from actors import messages as m
+from actors.cli import setup_logging
+from actors.config import Config
+from actors.replica import Replica
+from actors.transport import Transport
+
+log = logging.getLogger("leveret.worker")
+
+
+class WorkerControl(pykka.ThreadingActor):
+    """Applies metadata changes to the replica and fans out node notices to the process's actors."""
+
+    def __init__(self, transport, replica, node_address, kind, index, on_ready, host):
+        super().__init__()
+        self.transport = transport  # this process's Transport
+        self.replica = replica  # this process's metadata replica
+        self.node = node_address  # the node's metadata actor
+        self.kind, self.index = kind, index  # which worker slot this is
+        self.on_ready = on_ready  # called once with the first snapshot applied
+        self.host = host  # the kind-specific part (ConnectionHost or QueueHost)
+        self.snapshot_seen = False  # the first MetaSnapshot arrived
+
+    def on_start(self):
+        self.address = self.transport.register("control", self.actor_ref)
+        self.transport.send(self.node, m.Rpc(self.address, 0, "worker.hello", {
+            "kind": self.kind, "index": self.index, "endpoint": self.transport.endpoint,
+            "control": self.address}))
+
+    def on_receive(self, msg):
+        try:
+            if isinstance(msg, m.MetaChange):
+                self.replica.apply(msg.changes)
+                self.host.metadata_changed(msg.changes)
+            elif isinstance(msg, m.MetaSnapshot):
+                self.replica.load(msg.state)
+                if not self.snapshot_seen:
+                    self.snapshot_seen = True
+                    self.on_ready()
+            elif isinstance(msg, m.WorkerDown):
+                self.transport.mark_dead(msg.endpoint)
+                self.host.worker_down(msg.kind, msg.endpoint)
+            elif isinstance(msg, m.StartQueue):
+                self.host.start_queue(msg)
+            elif isinstance(msg, m.RpcReply):
+                pass  # hello / ready acknowledgements
+        except Exception:
+            log.exception("control failed on %r", type(msg).__name__)
+
+
+def die_with_parent() -> None:
+    """Linux: get SIGKILL when the node dies, however it dies (kill -9 included)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="leveret-worker")
+    p.add_argument("--kind", choices=("conn", "queue"), required=True)
+    p.add_argument("--index", type=int, required=True)
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--node", required=True)
+    p.add_argument("--config-json", required=True)
+    args = p.parse_args(argv)
+    die_with_parent()
+    cfg = Config.from_json(args.config_json)
+    setup_logging(cfg.log_level, f"{args.kind}-{args.index} pid {os.getpid()}")
+    transport = Transport(args.endpoint)
+    transport.start()
+    replica = Replica()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    signal.signal(signal.SIGINT, lambda *a: stop.set())
+    if args.kind == "conn":
+        from actors.connection import ConnectionHost
+        host = ConnectionHost(cfg, transport, replica, args.node, args.index)
+    else:
+        from actors.queue import QueueHost
+        host = QueueHost(cfg, transport, replica, args.node, args.index)
+    ready = threading.Event()
+    control = WorkerControl.start(transport, replica, args.node, args.kind, args.index,
+                                  ready.set, host)
+    while not ready.wait(0.2):
+        if stop.is_set():
+            return 0
+    host.start()
+    transport.send(args.node, m.Rpc(transport.address("control"), 0, "worker.ready",
+                                    {"kind": args.kind, "index": args.index}))
+    while not stop.wait(0.5):
+        pass
+    log.info("stopping")
+    try:
+        host.stop()
+    finally:
+        control.stop()
+        pykka.ActorRegistry.stop_all(timeout=5)
+        transport.close()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
