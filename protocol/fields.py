@@ -266,7 +266,9 @@ def _encode_value(value, out: list) -> None:
     elif isinstance(value, int):
         out.append(_int_bytes(int(value)))
     elif isinstance(value, str):
-        _encode_value(str(value), out)
+        raw = str.encode(value, "utf-8")  # not str(value): an Enum's str() is its name
+        out.append(_TAG_LEN.pack(b"S", len(raw)))
+        out.append(raw)
     elif isinstance(value, float):
         out.append(_TAG_D.pack(b"d", value))
     elif isinstance(value, decimal.Decimal):
