@@ -261,7 +261,7 @@ class Metadata(pykka.ThreadingActor):
         if what == "vhosts":
             return self.auth.list_vhosts()
         if what == "queues":
-            return [{k: q[k] for k in ("vhost", "name", "durable", "auto_delete", "arguments")}
+            return [{k: q.get(k) for k in ("vhost", "name", "durable", "auto_delete", "arguments", "worker")}
                     for q in self.queues.values()]
         if what == "exchanges":
             return [[v, n, x.type] for (v, n), x in self._all_exchanges()]
