@@ -57,6 +57,7 @@ PREDECLARED_EXCHANGES = (
 )
 
 _CACHE_MAX = 16384  # entries per cache before it is simply cleared
+_EMPTY: frozenset = frozenset()
 
 
 def check_exchange_type(type_name: str) -> str:
@@ -703,7 +704,7 @@ class Router:
         cache: do not mutate it."""
         vh = self._vhosts.get(vhost)
         if vh is None:
-            return frozenset()
+            return _EMPTY
         single = isinstance(routing_key, str)
         if single:
             ck = (exchange, routing_key)
@@ -716,10 +717,14 @@ class Router:
         if exchange == "":
             qs = vh.queues
             result = frozenset(k for k in keys if k in qs)
+            if single:
+                if len(vh.cache) >= _CACHE_MAX:
+                    vh.cache.clear()
+                vh.cache[ck] = result
             return result
         src = vh.sources.get(exchange)
         if src is None:
-            return frozenset()
+            return _EMPTY
         queues: set[str] = set()
         cacheable = single
         seen = {exchange}
