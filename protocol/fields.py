@@ -111,6 +111,13 @@ _T_V = ord("V")
 _T_x = ord("x")
 
 
+def _as_bytes(buf):
+    """bytes and bytearray as they are; anything else bytes-like (memoryview) copied."""
+    if buf.__class__ is bytes or isinstance(buf, (bytes, bytearray)):
+        return buf
+    return bytes(buf)
+
+
 class Malformed(ValueError):
     """Internal: raised by the decoders below, turned into SyntaxError_ by the public API."""
 
@@ -142,7 +149,7 @@ def _shortstr(buf, offset: int, limit: int) -> tuple[str, int]:
     if end > limit:
         raise Malformed(f"short string of {buf[offset]} bytes runs past the end")
     try:
-        return str(buf[offset + 1 : end], "utf-8"), end
+        return buf[offset + 1 : end].decode(), end
     except UnicodeDecodeError:
         raise Malformed("short string is not valid UTF-8") from None
 
@@ -156,13 +163,14 @@ def _longstr(buf, offset: int, limit: int) -> tuple[str | bytes, int]:
         raise Malformed(f"long string of {n} bytes runs past the end")
     raw = buf[offset + 4 : end]
     try:
-        return str(raw, "utf-8"), end
+        return raw.decode(), end
     except UnicodeDecodeError:
         return bytes(raw), end
 
 
 def decode_shortstr(buf, offset: int = 0) -> tuple[str, int]:
     """(str, new_offset). Raises SyntaxError_ when short or not valid UTF-8."""
+    buf = _as_bytes(buf)
     try:
         return _shortstr(buf, offset, len(buf))
     except (Malformed, IndexError, struct.error, TypeError) as exc:
@@ -171,6 +179,7 @@ def decode_shortstr(buf, offset: int = 0) -> tuple[str, int]:
 
 def decode_longstr(buf, offset: int = 0) -> tuple[str | bytes, int]:
     """(str, new_offset), or (bytes, new_offset) when not valid UTF-8. Raises SyntaxError_."""
+    buf = _as_bytes(buf)
     try:
         return _longstr(buf, offset, len(buf))
     except (Malformed, IndexError, struct.error, TypeError) as exc:
@@ -385,7 +394,7 @@ def _table(buf, offset: int, limit: int, depth: int = 0) -> tuple[dict, int]:
         if key_end >= end:
             raise Malformed("table entry runs past the end of the table")
         try:
-            key = str(buf[offset + 1 : key_end], "utf-8")
+            key = buf[offset + 1 : key_end].decode()
         except UnicodeDecodeError:
             raise Malformed("table key is not valid UTF-8") from None
         result[key], offset = _value(buf, key_end, end, depth)
@@ -425,6 +434,7 @@ DECODE_ERRORS = (
 
 def decode_table(buf, offset: int = 0) -> tuple[dict, int]:
     """(dict, new_offset) for the field table (with its length) at offset."""
+    buf = _as_bytes(buf)
     try:
         return _table(buf, offset, len(buf))
     except DECODE_ERRORS as exc:
@@ -433,6 +443,7 @@ def decode_table(buf, offset: int = 0) -> tuple[dict, int]:
 
 def decode_array(buf, offset: int = 0) -> tuple[list, int]:
     """(list, new_offset) for the field array (with its length) at offset."""
+    buf = _as_bytes(buf)
     try:
         return _array(buf, offset, len(buf))
     except DECODE_ERRORS as exc:
@@ -441,6 +452,7 @@ def decode_array(buf, offset: int = 0) -> tuple[list, int]:
 
 def decode_value(buf, offset: int = 0):
     """(value, new_offset) for the typed field value (type octet first) at offset."""
+    buf = _as_bytes(buf)
     try:
         return _value(buf, offset, len(buf), 0)
     except DECODE_ERRORS as exc:

@@ -54,11 +54,13 @@ from .constants import (
     FRAME_MAX_DEFAULT,
     FRAME_METHOD,
     NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
     PROTOCOL_HEADER,
     UNEXPECTED_FRAME,
 )
 from .errors import AMQPError, BadProtocolHeader, FrameError
-from .methods import METHODS, Method
+from .methods import METHODS, BasicAck as _BasicAck, BasicDeliver as _BasicDeliver, Method
+from .methods import BasicPublish as _BasicPublish
 from .properties import EMPTY_PROPERTIES, BasicProperties
 
 __all__ = [
@@ -110,7 +112,17 @@ class _NeedData:
 NEED_DATA = _NeedData()
 
 _tuple_new = tuple.__new__
+_new = object.__new__
+_U16 = struct.Struct(">H")
+_QB = struct.Struct(">QB")
+_QBB = struct.Struct(">QBB")
+_INDEX_DELIVER = 0x003C003C
+_INDEX_PUBLISH = 0x003C0028
+_INDEX_GET_OK = 0x003C0047
+_INDEX_ACK = 0x003C0050
+_INDEX_NACK = 0x003C0078
 _FRAME_HDR = struct.Struct(">BHI")
+_FRAME_HDR_INDEX = struct.Struct(">BHII")
 _U8 = struct.Struct(">B")
 _U32 = struct.Struct(">I")
 _CONTENT_HDR = struct.Struct(">HHQ")
@@ -399,17 +411,27 @@ class FrameDecoder:
         need = 7
         max_payload = self._max_payload
         unpack_hdr = _FRAME_HDR.unpack_from
+        unpack_hdr_index = _FRAME_HDR_INDEX.unpack_from
         methods_get = METHODS.get
+        tuple_new = _tuple_new
+        new = _new
         try:
             if self._expect_header:
                 append(self._protocol_header(buf))
                 self._expect_header = False
                 pos = 8
             while True:
-                if n - pos < 7:
+                left = n - pos
+                if left >= 11:
+                    # frame header + the first 4 payload octets (a method frame's index) in
+                    # one unpack; index is garbage for other frame types and not used there
+                    ftype, channel, size, index = unpack_hdr_index(buf, pos)
+                elif left >= 7:
+                    ftype, channel, size = unpack_hdr(buf, pos)
+                    index = -1
+                else:
                     need = 7
                     break
-                ftype, channel, size = unpack_hdr(buf, pos)
                 if size > max_payload:
                     raise _frame_error(
                         f"frame size {size + _FRAME_OVERHEAD} exceeds frame_max "
@@ -420,17 +442,76 @@ class FrameDecoder:
                 if end >= n:
                     need = end + 1 - pos
                     break
-                if buf[end] != _END_INT:
+                if buf[end] != 0xCE:
                     raise _frame_error(
                         f"invalid frame end marker 0x{buf[end]:02x} (type {ftype}, "
                         f"channel {channel}, size {size})"
                     )
-                if ftype == 1:
+                if ftype == 3:  # body
+                    if channel == 0:
+                        raise _frame_error("content body frame on channel 0", UNEXPECTED_FRAME)
+                    append(tuple_new(BodyFrame, (channel, buf[start:end])))
+                    pos = end + 1
+                    continue
+                if ftype == 1:  # method
                     if size < 4:
                         raise _frame_error(
                             f"method frame of {size} bytes on channel {channel} is too short"
                         )
-                    (index,) = _U32.unpack_from(buf, start)
+                    # Hot path: publish, deliver and ack without the generic decoder.
+                    # Anything unusual (bad UTF-8, wrong length) falls through to it, which
+                    # raises the precise error.
+                    if index == 0x003C0028:  # basic.publish
+                        try:
+                            p = start + 6
+                            e = p + 1 + buf[p]
+                            exchange = buf[p + 1 : e].decode()
+                            p = e + 1 + buf[e]
+                            routing_key = buf[e + 1 : p].decode()
+                            if p + 1 == end:
+                                method = new(_BasicPublish)
+                                method.ticket = (buf[start + 4] << 8) | buf[start + 5]
+                                method.exchange = exchange
+                                method.routing_key = routing_key
+                                bits = buf[p]
+                                method.mandatory = (bits & 1) != 0
+                                method.immediate = (bits & 2) != 0
+                                append(tuple_new(MethodFrame, (channel, method)))
+                                pos = end + 1
+                                continue
+                        except (IndexError, UnicodeDecodeError):
+                            pass
+                    elif index == 0x003C0050:  # basic.ack
+                        if size == 13:
+                            method = new(_BasicAck)
+                            method.delivery_tag, bits = _QB.unpack_from(buf, start + 4)
+                            method.multiple = (bits & 1) != 0
+                            append(tuple_new(MethodFrame, (channel, method)))
+                            pos = end + 1
+                            continue
+                    elif index == 0x003C003C:  # basic.deliver
+                        try:
+                            p = start + 4
+                            e = p + 1 + buf[p]
+                            consumer_tag = buf[p + 1 : e].decode()
+                            delivery_tag, bits, e2 = _QBB.unpack_from(buf, e)
+                            p = e + 10
+                            e = p + e2
+                            exchange = buf[p:e].decode()
+                            p = e + 1 + buf[e]
+                            routing_key = buf[e + 1 : p].decode()
+                            if p == end:
+                                method = new(_BasicDeliver)
+                                method.consumer_tag = consumer_tag
+                                method.delivery_tag = delivery_tag
+                                method.redelivered = (bits & 1) != 0
+                                method.exchange = exchange
+                                method.routing_key = routing_key
+                                append(tuple_new(MethodFrame, (channel, method)))
+                                pos = end + 1
+                                continue
+                        except (IndexError, UnicodeDecodeError, struct.error):
+                            pass
                     cls = methods_get(index)
                     if cls is None:
                         raise _frame_error(
@@ -440,14 +521,8 @@ class FrameDecoder:
                             index >> 16,
                             index & 0xFFFF,
                         )
-                    append(_tuple_new(MethodFrame, (channel, cls.decode(buf, start + 4, end))))
-                elif ftype == 3:
-                    if channel == 0:
-                        raise _frame_error(
-                            "content body frame on channel 0", UNEXPECTED_FRAME
-                        )
-                    append(_tuple_new(BodyFrame, (channel, buf[start:end])))
-                elif ftype == 2:
+                    append(tuple_new(MethodFrame, (channel, cls.decode(buf, start + 4, end))))
+                elif ftype == 2:  # content header
                     if size < 12:
                         raise _frame_error(
                             f"content header frame of {size} bytes on channel {channel} "
@@ -459,12 +534,12 @@ class FrameDecoder:
                         )
                     class_id, weight, body_size = _CONTENT_HDR.unpack_from(buf, start)
                     append(
-                        _tuple_new(
+                        tuple_new(
                             HeaderFrame,
                             (channel, class_id, body_size, buf[start + 12 : end], weight, [None]),
                         )
                     )
-                elif ftype == 8:
+                elif ftype == 8:  # heartbeat
                     if size:
                         raise _frame_error(f"heartbeat frame with a {size}-byte payload")
                     if channel:
@@ -486,8 +561,7 @@ class FrameDecoder:
             self._chunks = []
             self._buffered = 0
         elif pos:
-            rest = buf[pos:]
-            self._chunks = [rest]
+            self._chunks = [buf[pos:]]
             self._buffered = n - pos
         elif len(chunks) > 1:
             self._chunks = [buf]
@@ -520,13 +594,20 @@ class CommandAssembler:
     ``process(frame)`` returns a ``Command`` when one is complete, else None (content still
     expected, or a heartbeat).  Raises ``FrameError(505)`` on a header without a content
     method, a body before its header, a body overrunning body_size, a method while content is
-    expected, or a header for another class.
+    expected, or a header for another class.  With ``max_body_size`` set, a header announcing
+    a larger body raises ``AMQPError(406 PRECONDITION_FAILED)`` (a channel error) at once and
+    forgets that channel's content; the reader should then drop the channel's frames until
+    channel.close-ok, as RabbitMQ does for a closing channel.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_body_size: int | None = None) -> None:
         # channel -> content in progress: [method, remaining body bytes (-1: header expected),
         #                                   properties_raw, properties cache, body fragments]
         self._content: dict = {}
+        # largest body_size a content header may announce (None: no limit); checked on the
+        # header, before any body is buffered (RabbitMQ checks max_message_size later, in
+        # rabbit_channel, with the same 406 and text)
+        self.max_body_size = max_body_size
 
     def in_progress(self, channel: int) -> bool:
         """True while content is being assembled on channel."""
@@ -619,6 +700,15 @@ class CommandAssembler:
                     f"content header weight must be 0, got {frame[4]}", method
                 )
             body_size = frame[2]
+            if self.max_body_size is not None and body_size > self.max_body_size:
+                del self._content[channel]
+                raise AMQPError(
+                    PRECONDITION_FAILED,
+                    f"message size {body_size} is larger than configured max size "
+                    f"{self.max_body_size}",
+                    method.CLASS_ID,
+                    method.METHOD_ID,
+                )
             if body_size == 0:
                 del self._content[channel]
                 return _tuple_new(Command, (channel, method, frame[3], b"", frame[5]))
@@ -646,11 +736,6 @@ _PUBLISH_HEAD = struct.Struct(">BHIIHB")  # frame header, index, ticket, exchang
 _GET_OK_HEAD = struct.Struct(">BHIIQBB")  # frame header, index, delivery tag, bits, exch len
 _GET_OK_TAIL = struct.Struct(">I")
 _ACK = struct.Struct(">BHIIQBB")  # whole basic.ack / basic.nack frame
-_INDEX_DELIVER = 0x003C003C
-_INDEX_PUBLISH = 0x003C0028
-_INDEX_GET_OK = 0x003C0047
-_INDEX_ACK = 0x003C0050
-_INDEX_NACK = 0x003C0078
 
 
 def encode_frame(frame_type: int, channel: int, payload: bytes) -> bytes:

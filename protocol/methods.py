@@ -313,6 +313,8 @@ def _generate(cls_name: str, spec_fields, namespace: dict) -> str:
     # decode
     lines.append("@classmethod")
     lines.append("def decode(cls, buf, offset=0, end=None):")
+    lines.append("    if buf.__class__ is not bytes and not isinstance(buf, (bytes, bytearray)):")
+    lines.append("        buf = bytes(buf)")
     lines.append("    if end is None:")
     lines.append("        end = len(buf)")
     lines.append("    self = _new(cls)")
@@ -340,7 +342,7 @@ def _generate(cls_name: str, spec_fields, namespace: dict) -> str:
             elif kind == "shortstr":
                 lines.append(f"        field = {item!r}")
                 lines.append("        n = offset + 1 + buf[offset]")
-                lines.append(f"        self.{item} = str(buf[offset + 1:n], 'utf-8')")
+                lines.append(f"        self.{item} = buf[offset + 1:n].decode()")
                 lines.append("        offset = n")
             elif kind == "longstr":
                 lines.append(f"        field = {item!r}")

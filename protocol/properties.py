@@ -59,7 +59,7 @@ def _shortstr_lenient(buf, offset: int, limit: int):
         raise _fields.Malformed(f"short string of {buf[offset]} bytes runs past the end")
     raw = buf[offset + 1 : end]
     try:
-        return str(raw, "utf-8"), end
+        return raw.decode(), end
     except UnicodeDecodeError:
         return bytes(raw), end
 
@@ -159,6 +159,7 @@ class BasicProperties:
     @classmethod
     def decode(cls, buf, offset: int = 0, end: int | None = None) -> BasicProperties:
         """Read a property list; raises SyntaxError_ (502, class 60) when malformed."""
+        buf = _fields._as_bytes(buf)
         if end is None:
             end = len(buf)
         self = _new(cls)

@@ -361,6 +361,20 @@ def test_assembler_error_carries_pending_method_and_reset():
     assert asm.process(HeartbeatFrame()) is None
 
 
+def test_assembler_max_body_size_is_406_on_the_header():
+    asm = CommandAssembler(max_body_size=3)
+    pub, hdr = _frames(PUB, HDR)
+    asm.process(pub)
+    with pytest.raises(protocol.AMQPError) as info:
+        asm.process(hdr)
+    assert (info.value.reply_code, info.value.class_id, info.value.method_id) == (406, 60, 40)
+    assert not info.value.hard
+    assert "larger than configured max size 3" in info.value.text
+    assert not asm.in_progress(1)
+    asm = CommandAssembler(max_body_size=4)
+    assert [asm.process(f) for f in _frames(PUB, HDR, BODY)][-1].body == b"abcd"
+
+
 # ---------------------------------------------------------------------------------------------
 # Encoders
 
