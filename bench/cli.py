@@ -1,0 +1,270 @@
+"""`python -m bench` (make bench): run the scenarios against Leveret (a node started for the
+run, or --url) and optionally against a reference broker (--compare-url), print Markdown tables
+and write the JSON results to bench/results/.  See docs/bench.md."""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+
+from bench import report, scenarios
+from bench.refbroker import server_version
+from bench.url import parse_url
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Leveret throughput benchmark (1 producer / 1 consumer / 1 queue, 1500-byte "
+                    "messages by default). Without --url it starts a Leveret node itself.")
+    p.add_argument("--url", help="benchmark this broker (amqp://user:pass@host:port/vhost) "
+                                 "instead of starting a Leveret node")
+    p.add_argument("--label", help="name of the first broker in the tables (default: "
+                                   "'Leveret', or the server's product and version with --url)")
+    p.add_argument("--compare-url", help="also run every scenario against this broker and "
+                                         "print both side by side with the ratio")
+    p.add_argument("--compare-label", help="name of the reference broker (default: its product "
+                                           "and version from connection.start)")
+    p.add_argument("--seconds", type=float, default=10.0,
+                   help="measured seconds per scenario (default 10)")
+    p.add_argument("--warmup", type=float, default=2.0,
+                   help="warm-up seconds before measuring (default 2)")
+    p.add_argument("--scenarios", default="default",
+                   help="comma-separated scenario keys or groups (default: a,b,c; groups: "
+                        f"{', '.join(scenarios.GROUPS)}); see --list")
+    p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument("--size", type=int, help="message body size in bytes (default: the "
+                                            "scenario's, 1500)")
+    p.add_argument("--confirm-window", type=int, default=scenarios.DEFAULT_CONFIRM_WINDOW,
+                   help="unconfirmed messages in flight per publishing channel in scenarios "
+                        "with confirms (default 1000, like PerfTest --confirm 1000)")
+    p.add_argument("--queue-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra queue.declare argument for every scenario (repeatable); "
+                        "integers and true/false are converted")
+    p.add_argument("--client", choices=["lean", "pika"], default="lean",
+                   help="load generator: the lean client on protocol/ (default) or pika")
+    p.add_argument("--codec", choices=["auto", "protocol", "pamqp"], default="auto",
+                   help="codec under the lean client (default auto: protocol/, else pamqp)")
+    p.add_argument("--procs", type=int, default=16,
+                   help="at most this many load-generator processes per scenario (connections "
+                        "are spread over them; default 16)")
+    sg = p.add_mutually_exclusive_group()
+    sg.add_argument("--no-selftest", action="store_true",
+                    help="skip measuring the load generator's own capacity")
+    sg.add_argument("--selftest-only", action="store_true",
+                    help="only measure the load generator's own capacity")
+    p.add_argument("--selftest-seconds", type=float, default=2.0,
+                   help="seconds per self-test mode (default 2)")
+    p.add_argument("--json", help="write the JSON results here (default bench/results/"
+                                  "<time>-<label>.json)")
+    p.add_argument("--server", help="leveret-server executable (default REPO/.venv/bin/"
+                                    "leveret-server)")
+    p.add_argument("--keep-node-dir", action="store_true",
+                   help="keep the started Leveret node's data directory and log")
+    return p
+
+
+def parse_queue_args(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise SystemExit(f"--queue-arg wants KEY=VALUE, not {item!r}")
+        k, v = item.split("=", 1)
+        if v.lower() in ("true", "false"):
+            out[k] = v.lower() == "true"
+        else:
+            try:
+                out[k] = int(v)
+            except ValueError:
+                out[k] = v
+        # keep strings as strings
+    return out
+
+
+def machine_info() -> dict:
+    info = {"hostname": platform.node(), "cpus": os.cpu_count(), "python": sys.version.split()[0],
+            "platform": platform.platform()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu_model"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return info
+
+
+def list_scenarios() -> str:
+    lines = []
+    for k, s in scenarios.SCENARIOS.items():
+        mark = "*" if s.default else " "
+        lines.append(f"{mark} {k:12s} {s.title}\n      {s.description}")
+    lines.append("(* = run by default)  groups: " +
+                 ", ".join(f"{g}={','.join(v)}" for g, v in scenarios.GROUPS.items()))
+    return "\n".join(lines)
+
+
+def bottleneck_warnings(selftest: list[dict] | None, results: list[dict],
+                        threshold: float = 0.5) -> list[str]:
+    """Warn when a connection ran at more than `threshold` of what one load-generator process
+    managed against the fake broker (then the load generator may be what limits the figure)."""
+    if not selftest:
+        return []
+    cap = {r["mode"]: r.get("rate") for r in selftest if not r.get("error")}
+    pub_cap = min((v for k, v in cap.items() if k.startswith("publish") and v), default=None)
+    con_cap = min((v for k, v in cap.items() if k.startswith("consume") and v), default=None)
+    out = []
+    for r in results:
+        if r.get("error") and r.get("publish_rate") is None:
+            continue
+        for rate_key, n_key, capacity in (("publish_rate", "producers", pub_cap),
+                                          ("consume_rate", "consumers", con_cap)):
+            rate, n = r.get(rate_key), r.get(n_key)
+            if rate and n and capacity and rate / n > threshold * capacity:
+                out.append(f"WARNING: {r.get('broker', '')} {r['title']}: "
+                           f"{rate_key.split('_')[0]} {rate / n:,.0f} msg/s per connection is "
+                           f"over {threshold:.0%} of the load generator's capacity "
+                           f"({capacity:,.0f} msg/s per process): the load generator may be "
+                           "the bottleneck.")
+    return out
+
+
+def run_target(url: str, label: str, chosen, args) -> list[dict]:
+    from bench.runner import run_scenario
+    target = parse_url(url)
+    results = []
+    for i, sc in enumerate(chosen):
+        if i:
+            time.sleep(1.0)                  # let the broker settle after the queue deletion
+        log(f"[{label}] {sc.title}: {args.warmup:g}s warm-up + {args.seconds:g}s ...")
+        try:
+            r = run_scenario(target, sc, seconds=args.seconds, warmup=args.warmup,
+                             client=args.client, codec=args.codec, max_procs=args.procs,
+                             log=log)
+        except Exception as e:
+            r = {"scenario": sc.key, "title": sc.title, "settings": sc.to_dict(),
+                 "error": f"{type(e).__name__}: {e}"}
+        r["broker"] = label
+        if r.get("error"):
+            log(f"[{label}]   error: {r['error'].strip().splitlines()[0]}")
+        else:
+            cl = r.get("confirm_latency_ms") or {}
+            extra = (f", confirm p50 {report.fmt_ms(cl.get('p50'))} ms p99 "
+                     f"{report.fmt_ms(cl.get('p99'))} ms" if cl else "")
+            log(f"[{label}]   publish {report.fmt_rate(r.get('publish_rate'))} msg/s, consume "
+                f"{report.fmt_rate(r.get('consume_rate'))} msg/s{extra} (load generator used "
+                f"{r.get('loadgen_cpu_cores')} cores)")
+        results.append(r)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.list:
+        print(list_scenarios())
+        return 0
+    try:
+        chosen = scenarios.select(args.scenarios)
+    except KeyError as e:
+        print(e.args[0], file=sys.stderr)
+        return 2
+    qargs = parse_queue_args(args.queue_arg)
+    import dataclasses
+    chosen = [s.with_queue_arguments(qargs).with_confirm_window(args.confirm_window)
+              for s in chosen]
+    if args.size:
+        chosen = [dataclasses.replace(s, message_size=args.size) for s in chosen]
+
+    doc: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine_info(),
+                 "args": vars(args), "selftest": None, "brokers": []}
+    failed = False
+
+    if not args.no_selftest:
+        from bench.selftest import run_selftest, selftest_table
+        log(f"measuring the load generator itself ({args.selftest_seconds:g}s per mode) ...")
+        rows = run_selftest(seconds=args.selftest_seconds, warmup=0.5, codec=args.codec,
+                            size=args.size or 1500, log=log)
+        doc["selftest"] = rows
+        print("\n### Load generator capacity (against a do-nothing fake broker)\n")
+        print(selftest_table(rows))
+        for r in rows:
+            if r.get("error"):
+                log(f"self-test {r['label']}: {r['error']}")
+                failed = True
+        if args.selftest_only:
+            path = args.json or report.results_path("selftest")
+            report.write_json(doc, path)
+            print(f"\nJSON: {path}")
+            return 1 if failed else 0
+
+    # -- the broker under test -------------------------------------------------------------
+    main_results: list[dict] = []
+    label = args.label
+    node = None
+    if args.url:
+        target = parse_url(args.url)
+        label = label or server_version(target.host, target.port) or target.display
+        main_results = run_target(args.url, label, chosen, args)
+        doc["brokers"].append({"label": label, "url": target.display, "results": main_results})
+    else:
+        from bench.node import LeveretNode, SERVER
+        label = label or "Leveret"
+        node = LeveretNode(server=args.server or SERVER, log=log, keep_dir=args.keep_node_dir)
+        try:
+            node.start()
+        except Exception as e:
+            log(f"could not start Leveret: {e}")
+            main_results = [{"scenario": s.key, "title": s.title, "settings": s.to_dict(),
+                             "error": f"Leveret did not start: {str(e).splitlines()[0]}"}
+                            for s in chosen]
+            node = None
+        if node is not None:
+            try:
+                version = node.version()
+                log(f"Leveret node pid {node.pid} on {node.url} ({version})")
+                main_results = run_target(node.url, label, chosen, args)
+            finally:
+                node.stop()
+                if args.keep_node_dir:
+                    log(f"node directory kept: {node.dir}")
+        doc["brokers"].append({"label": label, "url": "started by the benchmark",
+                               "results": main_results})
+
+    # -- the reference broker --------------------------------------------------------------
+    ref_results: list[dict] | None = None
+    ref_label = None
+    if args.compare_url:
+        rt = parse_url(args.compare_url)
+        ref_label = args.compare_label or server_version(rt.host, rt.port) or rt.display
+        ref_results = run_target(args.compare_url, ref_label, chosen, args)
+        doc["brokers"].append({"label": ref_label, "url": rt.display, "results": ref_results})
+
+    # -- report ----------------------------------------------------------------------------
+    secs = f"{args.seconds:g} s measured after {args.warmup:g} s warm-up"
+    client = "lean client" if args.client == "lean" else "pika"
+    print(f"\n### {label} ({secs}, {client}, {machine_info()['cpus']} CPUs)\n")
+    print(report.single_table(main_results))
+    if ref_results is not None:
+        print(f"\n### {ref_label}\n")
+        print(report.single_table(ref_results))
+        print(f"\n### {label} vs {ref_label}\n")
+        print(report.compare_table(main_results, ref_results, label, ref_label))
+    warnings = bottleneck_warnings(doc.get("selftest"), main_results + (ref_results or []))
+    if warnings:
+        print("\n" + "\n".join(warnings))
+    errs = "\n".join(t for t in (report.errors_text(main_results, label),
+                                 report.errors_text(ref_results or [], ref_label or "")) if t)
+    if errs:
+        print("\nErrors:\n" + errs)
+        failed = True
+    path = args.json or report.results_path(label + (f"-vs-{ref_label}" if ref_label else ""))
+    report.write_json(doc, path)
+    print(f"\nJSON: {os.path.relpath(path)}")
+    return 1 if failed else 0

@@ -1,0 +1,186 @@
+"""Run a scenario (bench/scenarios.py) against one broker.
+
+The coordinator declares the scenario's queues on a control connection, starts the load
+generator processes (multiprocessing, spawn), waits until every connection is set up, gives
+them common start / measure / end instants, collects their counters, deletes the queues, and
+aggregates (bench/aggregate.py).  Every child is tracked by PID and stopped if it does not end.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+
+from bench import codec as codec_mod
+from bench.aggregate import aggregate
+from bench.scenarios import Scenario
+from bench.url import AMQPTarget
+
+READY_TIMEOUT = 60.0
+RESULT_GRACE = 60.0
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+class Control:
+    """A control connection (lean client, or pika with --client pika) for queue admin."""
+
+    def __init__(self, target: AMQPTarget, client: str, codec_name: str):
+        self.client = client
+        if client == "pika":
+            import pika
+            params = pika.URLParameters(target.url)
+            params.heartbeat = 0
+            self.conn = pika.BlockingConnection(params)
+            self.ch = self.conn.channel()
+        else:
+            from bench.leanclient import LeanConnection
+            self.conn = LeanConnection(target, codec_mod.load(codec_name),
+                                       name="leveret-bench control", timeout=60.0).connect()
+            self.conn.channel_open(1)
+
+    def declare(self, queue: str, durable: bool, arguments: dict) -> None:
+        if self.client == "pika":
+            self.ch.queue_declare(queue, durable=durable, arguments=arguments or None)
+        else:
+            self.conn.queue_declare(1, queue, durable=durable, arguments=arguments)
+
+    def delete(self, queue: str) -> None:
+        if self.client == "pika":
+            self.ch.queue_delete(queue)
+        else:
+            self.conn.queue_delete(1, queue)
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except Exception:
+            pass
+
+
+def role_specs(scenario: Scenario, queues: list[str]) -> list[dict]:
+    """One dict per connection: consumers first so they are subscribed before publishing."""
+    specs: list[dict] = []
+    for q in queues:
+        for _ in range(scenario.consumers):
+            specs.append({"kind": "consumer", "queue": q,
+                          "channels": list(range(1, scenario.consumer_channels + 1)),
+                          "no_ack": scenario.no_ack, "prefetch": scenario.prefetch,
+                          "ack_every": scenario.ack_every})
+    for q in queues:
+        for _ in range(scenario.producers):
+            specs.append({"kind": "producer", "queue": q,
+                          "channels": list(range(1, scenario.producer_channels + 1)),
+                          "confirm": scenario.confirm, "persistent": scenario.persistent,
+                          "message_size": scenario.message_size})
+    return specs
+
+
+def distribute(specs: list[dict], max_procs: int) -> list[list[dict]]:
+    """Spread connections over at most max_procs processes, round-robin."""
+    n = max(1, min(len(specs), max_procs))
+    groups: list[list[dict]] = [[] for _ in range(n)]
+    for i, s in enumerate(specs):
+        groups[i % n].append(s)
+    return groups
+
+
+def _stop_process(p) -> None:
+    p.join(5.0)
+    if p.is_alive():
+        p.terminate()                 # SIGTERM to its PID
+        p.join(5.0)
+    if p.is_alive():
+        p.kill()                      # SIGKILL to its PID
+        p.join(5.0)
+
+
+def run_scenario(target: AMQPTarget, scenario: Scenario, *, seconds: float = 10.0,
+                 warmup: float = 2.0, client: str = "lean", codec: str = "auto",
+                 max_procs: int = 16, log=print) -> dict:
+    run_id = f"{os.getpid()}-{int(time.time() * 1000) % 10**8}"
+    queues = [f"leveret-bench-{scenario.key}-{run_id}-{i}" for i in range(scenario.queues)]
+    specs = role_specs(scenario, queues)
+    if client == "pika":
+        from bench.pikaworker import worker_main
+        groups = [[s] for s in specs]         # pika: one connection per process
+    else:
+        from bench.loadgen import worker_main
+        groups = distribute(specs, max_procs)
+    control = Control(target, client, codec)
+    procs = []
+    pipes = []
+    result: dict = {"scenario": scenario.key, "title": scenario.title,
+                    "settings": scenario.to_dict(), "error": None}
+    try:
+        for q in queues:
+            control.declare(q, scenario.durable, scenario.arguments)
+        ctx = multiprocessing.get_context("spawn")
+        for g in groups:
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=worker_main, args=(target, codec, g, child), daemon=True,
+                            name=f"bench-{scenario.key}")
+            p.start()
+            child.close()
+            procs.append(p)
+            pipes.append(parent)
+        infos = []
+        deadline = time.monotonic() + READY_TIMEOUT
+        for pipe in pipes:
+            if not pipe.poll(max(0.0, deadline - time.monotonic())):
+                raise BenchError("a load-generator process did not get ready within "
+                                 f"{READY_TIMEOUT}s")
+            msg = pipe.recv()
+            if msg[0] == "error":
+                raise BenchError(f"load generator setup failed: {msg[1]}")
+            infos.append(msg[1])
+        t_start = time.monotonic() + 0.2
+        t_measure = t_start + warmup
+        t_end = t_measure + seconds
+        for pipe in pipes:
+            pipe.send(("go", t_start, t_measure, t_end))
+        roles = []
+        errors = []
+        for pipe in pipes:
+            left = t_end + RESULT_GRACE - time.monotonic()
+            if not pipe.poll(max(0.0, left)):
+                errors.append("a load-generator process did not report")
+                continue
+            try:
+                msg = pipe.recv()
+            except EOFError:
+                errors.append("a load-generator process died")
+                continue
+            if msg[0] == "error":
+                errors.append(msg[1])
+            else:
+                roles.extend(msg[1])
+        result["processes"] = len(procs)
+        result["codec"] = infos[0].get("codec") if infos else None
+        result["client"] = client
+        result["seconds"] = seconds
+        result["warmup"] = warmup
+        result.update(aggregate(roles))
+        if errors:
+            result["error"] = "\n".join(errors)
+    except Exception as e:
+        result["error"] = f"{type(e).__name__}: {e}"
+        for pipe in pipes:
+            try:
+                pipe.send(("abort",))
+            except Exception:
+                pass
+    finally:
+        for p in procs:
+            _stop_process(p)
+        for pipe in pipes:
+            pipe.close()
+        try:
+            for q in queues:
+                control.delete(q)
+        except Exception as e:
+            log(f"  (could not delete the benchmark queues: {e})")
+        control.close()
+    return result
