@@ -78,6 +78,9 @@ class Writer(pykka.ThreadingActor):
 
     def on_receive(self, msg):
         if isinstance(msg, tuple):
+            if msg[0] == "reader":
+                self.reader = msg[1]
+                return
             data, sent = msg
             if data:
                 self.buf.append(data)
@@ -85,17 +88,20 @@ class Writer(pykka.ThreadingActor):
             if sent:
                 for key, n in sent:
                     self.credits[key] = self.credits.get(key, 0) + n
-            if self.size >= FLUSH_THRESHOLD or self.actor_inbox.empty():
-                self.flush()
         elif isinstance(msg, HeartbeatTick):
             if self.heartbeat and time.monotonic() - self.last_send >= self.heartbeat / 2:
                 self.buf.append(b"\x08\x00\x00\x00\x00\x00\x00\xce")
-                self.flush()
+                self.size += 8
         elif msg == "close":
             self.flush()
             self._shutdown()
+            return
         elif isinstance(msg, int):
             self.heartbeat = msg
+        # rabbit_writer: flush when the mailbox is empty or the buffer is big
+        if (self.buf or self.credits) and (self.size >= FLUSH_THRESHOLD or
+                                           self.actor_inbox.empty()):
+            self.flush()
 
     def flush(self) -> None:
         if self.buf and not self.dead:
@@ -141,8 +147,7 @@ class Reader(pykka.ThreadingActor):
         self.reader_thread: threading.Thread | None = None
 
     def on_start(self):
-        self.writer.proxy()  # make sure the writer is up
-        self.writer._actor.reader = self.actor_ref
+        self.writer.tell(("reader", self.actor_ref))
         self.reader_thread = threading.Thread(target=self._recv_loop, daemon=True,
                                               name=f"recv-{self.conn_id}")
         self.reader_thread.start()

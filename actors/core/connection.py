@@ -110,7 +110,7 @@ class ConnectionCore:
         if isinstance(frame, ProtocolHeader):
             if self.state != "header":
                 raise ConnectionError_(501, "unexpected protocol header")
-            if not frame.is_amqp_0_9_1():
+            if not frame.is_amqp_0_9_1:
                 raise BadProtocolHeader(501, "bad protocol header")
             self._start()
             return
