@@ -23,6 +23,8 @@ PROTOCOL_VERSION = (0, 9, 1)
 
 FRAME_MAX_DEFAULT = 131072
 FRAME_MIN_SIZE = 4096
+#: RabbitMQ's ?MAX_MSG_SIZE (rabbit.hrl): the largest body_size a content header may announce.
+MAX_MSG_SIZE = 536870912
 
 # Reply codes (spec 1.2, plus RabbitMQ's usage)
 REPLY_SUCCESS = 200

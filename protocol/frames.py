@@ -31,6 +31,7 @@ header/body frame on channel 0, heartbeat on channel != 0       505 UNEXPECTED_F
 unknown class/method id                                         540 NOT_IMPLEMENTED
 method arguments that do not parse (incl. bad UTF-8 names)      502 SYNTAX_ERROR
 content frames out of order (assembler)                         505 UNEXPECTED_FRAME
+body frame overrunning body_size; body_size > 512 MiB           501 FRAME_ERROR
 ==============================================================  =================
 
 Two deliberate departures, both documented in the tests: RabbitMQ reports undecodable method
@@ -53,6 +54,7 @@ from .constants import (
     FRAME_HEARTBEAT,
     FRAME_MAX_DEFAULT,
     FRAME_METHOD,
+    MAX_MSG_SIZE,
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
     PROTOCOL_HEADER,
@@ -592,15 +594,20 @@ class CommandAssembler:
     """Per-channel reassembly of method/header/body frames (``rabbit_command_assembler``).
 
     ``process(frame)`` returns a ``Command`` when one is complete, else None (content still
-    expected, or a heartbeat).  Raises ``FrameError(505)`` on a header without a content
-    method, a body before its header, a body overrunning body_size, a method while content is
-    expected, or a header for another class.  With ``max_body_size`` set, a header announcing
+    expected, or a heartbeat).  Raises ``FrameError(505 UNEXPECTED_FRAME)`` on a header
+    without a content method, a body before its header, a method while content is expected,
+    a header for another class or with a non-zero weight; and, as the current
+    rabbit_command_assembler does, ``FrameError(501 FRAME_ERROR)`` for a body frame
+    overrunning body_size ("content body frame exceeds remaining content size") and for a
+    body_size above ``max_msg_size`` (``MAX_MSG_SIZE``, 512 MiB).  With ``max_body_size`` set, a header announcing
     a larger body raises ``AMQPError(406 PRECONDITION_FAILED)`` (a channel error) at once and
     forgets that channel's content; the reader should then drop the channel's frames until
     channel.close-ok, as RabbitMQ does for a closing channel.
     """
 
-    def __init__(self, max_body_size: int | None = None) -> None:
+    def __init__(
+        self, max_body_size: int | None = None, max_msg_size: int = MAX_MSG_SIZE
+    ) -> None:
         # channel -> content in progress: [method, remaining body bytes (-1: header expected),
         #                                   properties_raw, properties cache, body fragments]
         self._content: dict = {}
@@ -608,6 +615,8 @@ class CommandAssembler:
         # header, before any body is buffered (RabbitMQ checks max_message_size later, in
         # rabbit_channel, with the same 406 and text)
         self.max_body_size = max_body_size
+        # hard limit on body_size, RabbitMQ's ?MAX_MSG_SIZE (501 frame_error past it)
+        self.max_msg_size = max_msg_size
 
     def in_progress(self, channel: int) -> bool:
         """True while content is being assembled on channel."""
@@ -661,10 +670,12 @@ class CommandAssembler:
                 del self._content[channel]
                 return _tuple_new(Command, (channel, method, props_raw, payload, cache))
             if size > remaining:
-                raise _unexpected(
-                    f"content body frame of {size} bytes overruns the body size "
-                    f"({remaining} bytes remaining)",
-                    method,
+                raise FrameError(
+                    FRAME_ERROR,
+                    f"content body frame exceeds remaining content size ({size} bytes, "
+                    f"{remaining} remaining)",
+                    method.CLASS_ID,
+                    method.METHOD_ID,
                 )
             if fragments is None:
                 fragments = state[4] = []
@@ -697,9 +708,19 @@ class CommandAssembler:
                 )
             if frame[4] != 0:
                 raise _unexpected(
-                    f"content header weight must be 0, got {frame[4]}", method
+                    f"expected content header for class {method.CLASS_ID}, got non content "
+                    f"header frame instead (weight {frame[4]}, must be 0)",
+                    method,
                 )
             body_size = frame[2]
+            if body_size > self.max_msg_size:
+                raise FrameError(
+                    FRAME_ERROR,
+                    f"content body size {body_size} exceeds maximum allowed size "
+                    f"{self.max_msg_size}",
+                    method.CLASS_ID,
+                    method.METHOD_ID,
+                )
             if self.max_body_size is not None and body_size > self.max_body_size:
                 del self._content[channel]
                 raise AMQPError(

@@ -332,7 +332,6 @@ BODY = encode_frame(3, 1, b"abcd")
         (_frames(PUB, PUB), "expected content header for class 60"),
         (_frames(PUB, HDR, PUB), "expected content body"),
         (_frames(PUB, HDR, HDR), "expected content body"),
-        (_frames(PUB, HDR, encode_frame(3, 1, b"abcde")), "overruns the body size"),
         (_frames(PUB, encode_frame(2, 1, struct.pack(">HHQ", 50, 0, 4) + b"\x00\x00")),
          "got one for class 50 instead"),
         (_frames(PUB, encode_frame(2, 1, struct.pack(">HHQ", 60, 1, 4) + b"\x00\x00")),
@@ -346,6 +345,25 @@ def test_assembler_out_of_order_is_505(frames, text):
             asm.process(frame)
     assert info.value.reply_code == 505
     assert text in info.value.text
+
+
+def test_assembler_body_overrun_and_huge_body_size_are_501_as_rabbitmq():
+    asm = CommandAssembler()
+    frames = _frames(PUB, HDR, encode_frame(3, 1, b"abcde"))
+    asm.process(frames[0])
+    asm.process(frames[1])
+    with pytest.raises(FrameError) as info:
+        asm.process(frames[2])
+    assert (info.value.reply_code, info.value.class_id, info.value.method_id) == (501, 60, 40)
+    assert "content body frame exceeds remaining content size" in info.value.text
+    asm = CommandAssembler()
+    big = encode_frame(2, 1, struct.pack(">HHQ", 60, 0, protocol.MAX_MSG_SIZE + 1) + b"\x00\x00")
+    frames = _frames(PUB, big)
+    asm.process(frames[0])
+    with pytest.raises(FrameError) as info:
+        asm.process(frames[1])
+    assert info.value.reply_code == 501
+    assert "exceeds maximum allowed size 536870912" in info.value.text
 
 
 def test_assembler_error_carries_pending_method_and_reset():
@@ -498,3 +516,48 @@ def test_protocol_never_imports_io_or_actor_libraries():
                 source = fh.read()
             for lib in ("socket", "zmq", "pykka"):
                 assert f"import {lib}" not in source and f"from {lib}" not in source
+
+
+FAST = [M.BasicPublish, M.BasicDeliver, M.BasicAck]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(FAST).flatmap(
+    lambda cls: st.tuples(st.just(cls), st.fixed_dictionaries(
+        {name: {"bit": st.booleans(), "short": st.integers(0, 65535),
+                "longlong": st.integers(0, 2**64 - 1),
+                "shortstr": st.text(max_size=12)}[ftype]
+         for name, ftype in zip(cls.FIELDS, cls.FIELD_TYPES)}))))
+def test_inline_fast_paths_equal_generic_decoder(case):
+    cls, kwargs = case
+    method = cls(**kwargs)
+    (frame,) = _frames(encode_method(7, method))
+    assert type(frame.method) is cls and frame.method == method
+    assert frame.method == cls.decode(method.encode())
+
+
+@pytest.mark.parametrize(
+    "method,bad",
+    [
+        (M.BasicDeliver("ab", 1, False, "ex", "rk"), (b"\x02ab", b"\x02\xff\xfe")),
+        (M.BasicDeliver("ab", 1, False, "ex", "rk"), (b"\x02rk", b"\x02\xc3\x28")),
+        (M.BasicPublish(exchange="ex", routing_key="rk"), (b"\x02rk", b"\x02\xc3\x28")),
+    ],
+)
+def test_fast_path_fallbacks_raise_the_generic_502(method, bad):
+    raw = encode_method(1, method).replace(*bad)
+    err = error_of(raw)
+    assert (err.reply_code, err.class_id, err.method_id) == (502, 60, method.METHOD_ID)
+    assert "UTF-8" in err.text
+    # one byte too many or too few inside the frame
+    args = method.encode()
+    for payload in (args + b"\x00", args[:-1]):
+        err = error_of(encode_frame(1, 1, struct.pack(">I", method.INDEX) + payload))
+        assert err.reply_code == 502
+
+
+def test_method_decode_accepts_bytearray_and_memoryview():
+    raw = M.QueueDeclare(queue="q", arguments={"a": b"x"}).encode()
+    for buf in (bytearray(raw), memoryview(raw)):
+        assert M.QueueDeclare.decode(buf) == M.QueueDeclare(queue="q", arguments={"a": b"x"})
+    assert BasicProperties.decode(memoryview(PROPS_RAW)) == PROPS
