@@ -15,7 +15,7 @@ def test_tx_publish_visible_only_after_commit__T1(conn):
     observer = conn.channel()
     assert count(observer, q) == 0
     ch.tx_commit()
-    assert count(observer, q) == 2
+    wait_count(conn, q, 2)
     publish(ch, q, [b"c"])
     ch.tx_commit()
     assert [d.body for d in get_all(observer, q)] == [b"a", b"b", b"c"]
@@ -31,7 +31,7 @@ def test_tx_rollback_discards_publishes__T1(conn):
     assert count(ch, q) == 0
     publish(ch, q, [b"c"])
     ch.tx_commit()
-    assert count(ch, q) == 1
+    wait_count(conn, q, 1)
 
 
 def test_tx_acks_take_effect_at_commit__T1(conn):
