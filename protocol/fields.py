@@ -66,7 +66,6 @@ __all__ = [
 MAX_NESTING = 100
 
 _U8 = struct.Struct(">B")
-_U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _D = struct.Struct(">d")
@@ -101,7 +100,6 @@ _ONE_SECOND = datetime.timedelta(seconds=1)
 _EMPTY_TABLE = b"\x00\x00\x00\x00"
 
 _T_S = ord("S")
-_T_I = ord("I")
 _T_F = ord("F")
 _T_A = ord("A")
 _T_T = ord("T")

@@ -27,6 +27,7 @@ frame-end octet is not 0xCE                                     501 FRAME_ERROR
 unknown frame type; method frame < 4 bytes; header frame < 12   501 FRAME_ERROR
 heartbeat with a payload                                        501 FRAME_ERROR
 payload size > frame_max (checked on the 7-byte header)         501 FRAME_ERROR
+  (text "frame size <payload size> exceeds frame_max <frame_max>")
 header/body frame on channel 0, heartbeat on channel != 0       505 UNEXPECTED_FRAME
 unknown class/method id                                         540 NOT_IMPLEMENTED
 method arguments that do not parse (incl. bad UTF-8 names)      502 SYNTAX_ERROR
@@ -115,7 +116,6 @@ NEED_DATA = _NeedData()
 
 _tuple_new = tuple.__new__
 _new = object.__new__
-_U16 = struct.Struct(">H")
 _QB = struct.Struct(">QB")
 _QBB = struct.Struct(">QBB")
 _INDEX_DELIVER = 0x003C003C
@@ -126,7 +126,6 @@ _INDEX_NACK = 0x003C0078
 _FRAME_HDR = struct.Struct(">BHI")
 _FRAME_HDR_INDEX = struct.Struct(">BHII")
 _U8 = struct.Struct(">B")
-_U32 = struct.Struct(">I")
 _CONTENT_HDR = struct.Struct(">HHQ")
 _END = b"\xce"
 _END_INT = 0xCE
@@ -242,6 +241,12 @@ class HeaderFrame(_Frame):
     def __eq__(self, other):
         return type(other) is HeaderFrame and self[:5] == other[:5]
 
+    def __iter__(self):  # the public fields only: ch, cid, size, raw, weight = frame
+        return iter(self[:5])
+
+    def __len__(self) -> int:
+        return 5
+
     def __hash__(self):
         return hash((HeaderFrame, self[:5]))
 
@@ -313,6 +318,12 @@ class Command(_Frame):
 
     def __eq__(self, other):
         return type(other) is Command and self[:4] == other[:4]
+
+    def __iter__(self):  # the public fields only: channel, method, raw, body = command
+        return iter(self[:4])
+
+    def __len__(self) -> int:
+        return 4
 
     def __hash__(self):
         return hash((Command, self[0], type(self[1]), self[2], self[3]))
@@ -436,8 +447,8 @@ class FrameDecoder:
                     break
                 if size > max_payload:
                     raise _frame_error(
-                        f"frame size {size + _FRAME_OVERHEAD} exceeds frame_max "
-                        f"{self.frame_max} (type {ftype}, channel {channel})"
+                        f"frame size {size} exceeds frame_max {self.frame_max} "
+                        f"(type {ftype}, channel {channel})"
                     )
                 start = pos + 7
                 end = start + size

@@ -111,7 +111,6 @@ _FIXED_FORMATS = {"octet": "B", "short": "H", "long": "I", "longlong": "Q", "tim
 _TYPES = set(_FIXED_FORMATS) | {"bit", "shortstr", "longstr", "table"}
 
 _new = object.__new__
-_Malformed = _fields.Malformed
 _DECODE_ERRORS = _fields.DECODE_ERRORS
 
 

@@ -167,7 +167,7 @@ def test_frame_larger_than_frame_max_is_501_before_the_payload_arrives():
     with pytest.raises(FrameError) as info:
         dec.frames()
     assert info.value.reply_code == 501
-    assert "exceeds frame_max 131072" in info.value.text
+    assert "frame size 200000 exceeds frame_max 131072" in info.value.text
     # RabbitMQ's FRAME_SIZE_FUDGE: a payload of exactly frame_max is still accepted
     dec = FrameDecoder(frame_max=4096, expect_header=False)
     dec.feed(encode_frame(3, 1, b"x" * 4096))
@@ -294,6 +294,10 @@ def test_assembler_builds_commands():
     assert commands[3].body == b"" and commands[3].properties == BasicProperties()
     assert commands[1].properties is None and commands[1].body is None
     assert commands[1] == Command(1, M.ChannelOpen())
+    channel, method, raw, body = publish  # unpacks to the four public fields
+    assert (channel, raw, body) == (1, PROPS_RAW, b"x" * 300) and len(publish) == 4
+    ch, class_id, size, raw, weight = HeaderFrame(1, 60, 3, PROPS_RAW)
+    assert (ch, class_id, size, raw, weight) == (1, 60, 3, PROPS_RAW, 0)
 
 
 def test_assembler_interleaves_channels():
