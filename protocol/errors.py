@@ -23,7 +23,13 @@ from .constants import FRAME_ERROR, HARD_ERRORS, REPLY_NAMES, SYNTAX_ERROR
 
 
 class AMQPError(Exception):
-    """A protocol error with an AMQP reply code (see ``protocol.constants``)."""
+    """A protocol error with an AMQP reply code (see ``protocol.constants``).
+
+    ``frames``: when raised by ``FrameDecoder.frames()``, the complete frames decoded before
+    the bad one (empty otherwise).
+    """
+
+    frames: list = []  # replaced per instance by FrameDecoder; never mutated in place
 
     def __init__(self, reply_code: int, text: str, class_id: int = 0, method_id: int = 0):
         super().__init__(reply_code, text, class_id, method_id)

@@ -346,9 +346,10 @@ class FrameDecoder:
     ``feed(data)`` buffers bytes; ``frames()`` returns every complete frame buffered (the hot
     path), ``next_frame()`` one frame or ``NEED_DATA``.  A server-side decoder
     (``expect_header=True``) first returns the ``ProtocolHeader``.  Errors raise
-    ``AMQPError`` subclasses; frames decoded before an error in the same ``frames()`` call
-    are returned first and the error is raised by the next call.  After an error the decoder
-    keeps raising it: the connection is to be closed.
+    ``AMQPError`` subclasses at once (never deferred to a later call that may not come);
+    the frames decoded before the bad one ride along in ``exc.frames`` (``next_frame()``
+    returns them one by one before raising).  After an error the decoder keeps raising it:
+    the connection is to be closed.
     """
 
     #: RabbitMQ's ?FRAME_SIZE_FUDGE: a payload may be as large as frame_max itself.
@@ -387,11 +388,17 @@ class FrameDecoder:
         return self._buffered
 
     def next_frame(self):
-        """The next complete frame, or ``NEED_DATA``."""
+        """The next complete frame, or ``NEED_DATA``.  Frames before a bad one are returned
+        first; the error is raised by the call after the last of them."""
         pending = self._pending
         if pending:
             return pending.popleft()
-        frames = self.frames()
+        try:
+            frames = self.frames()
+        except AMQPError as exc:
+            if not exc.frames:
+                raise
+            frames, exc.frames = exc.frames, []
         if not frames:
             return NEED_DATA
         if len(frames) > 1:
@@ -399,19 +406,25 @@ class FrameDecoder:
         return frames[0]
 
     def frames(self) -> list:
-        """Every complete frame now buffered, in order (possibly empty)."""
+        """Every complete frame now buffered, in order (possibly empty).
+
+        On an error, the complete frames that preceded the bad one are in the exception's
+        ``frames`` attribute (RabbitMQ handles them before failing; a caller that wants the
+        same order processes ``exc.frames`` first, then closes with the error)."""
         if self._pending:
             out = list(self._pending)
             self._pending.clear()
             try:
                 out.extend(self._frames())
-            except AMQPError:
-                pass  # kept in self._error, raised by the next call
+            except AMQPError as exc:
+                exc.frames = out + list(exc.frames)
+                raise
             return out
         return self._frames()
 
     def _frames(self) -> list:
         if self._error is not None:
+            self._error.frames = []
             raise self._error
         if self._buffered < self._need:
             return []
@@ -567,8 +580,7 @@ class FrameDecoder:
             self._error = exc
             self._chunks = []
             self._buffered = 0
-            if out:
-                return out
+            exc.frames = out
             raise
         if pos == n:
             self._chunks = []

@@ -226,15 +226,24 @@ def test_unparsable_arguments_are_502_with_ids():
     assert err.reply_code == 502
 
 
-def test_frames_before_an_error_are_returned_first():
+def test_error_raised_at_once_with_the_frames_before_it():
     good = encode_ack(1, 1) + encode_ack(1, 2)
     dec = FrameDecoder(expect_header=False)
     dec.feed(good + encode_frame(9, 1, b""))
-    assert [f.method.delivery_tag for f in dec.frames()] == [1, 2]
-    with pytest.raises(FrameError):
+    with pytest.raises(FrameError) as info:
         dec.frames()
-    with pytest.raises(FrameError):  # and the decoder stays failed
+    assert [f.method.delivery_tag for f in info.value.frames] == [1, 2]
+    with pytest.raises(FrameError) as info:  # and the decoder stays failed
+        dec.frames()
+    assert info.value.frames == []
+    with pytest.raises(FrameError):
         dec.next_frame()
+    dec = FrameDecoder(expect_header=False)
+    dec.feed(good + encode_frame(9, 1, b""))
+    assert dec.next_frame().method.delivery_tag == 1
+    with pytest.raises(FrameError) as info:  # frames() after next_frame(): pending first
+        dec.frames()
+    assert [f.method.delivery_tag for f in info.value.frames] == [2]
     dec = FrameDecoder(expect_header=False)
     dec.feed(good + encode_frame(9, 1, b""))
     assert dec.next_frame().method.delivery_tag == 1
