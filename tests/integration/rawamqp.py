@@ -30,6 +30,10 @@ DEFAULT_CAPABILITIES = {
 }
 
 
+CONNECTION_CLOSE = commands.Connection.Close.index
+CHANNEL_CLOSE = commands.Channel.Close.index
+
+
 class Closed(Exception):
     """The server closed the TCP connection (EOF or reset)."""
 
@@ -177,7 +181,17 @@ class RawClient:
         if ftype == FRAME_METHOD:
             index = struct.unpack(">I", payload[:4])[0]
             m = commands.INDEX_MAPPING[index]()
-            m.unmarshal(payload[4:])
+            try:
+                m.unmarshal(payload[4:])
+            except UnicodeDecodeError:
+                if index not in (CONNECTION_CLOSE, CHANNEL_CLOSE):
+                    raise
+                # RabbitMQ quotes the offending octets in reply_text, which need not be UTF-8
+                code, n = struct.unpack(">HB", payload[4:7])
+                text = payload[7:7 + n].decode("utf-8", errors="replace")
+                cls, meth = struct.unpack(">HH", payload[7 + n:11 + n])
+                m = commands.INDEX_MAPPING[index](reply_code=code, reply_text=text,
+                                                  class_id=cls, method_id=meth)
             return m
         if ftype == FRAME_HEADER:
             h = header.ContentHeader()
