@@ -187,7 +187,9 @@ class Reader(pykka.ThreadingActor):
                 ref = self.channels.get(msg.number)
                 if ref is not None and ref.actor_urn == msg.urn:
                     del self.channels[msg.number]
-                    ref.stop(block=False)
+                finished = pykka.ActorRegistry.get_by_urn(msg.urn)
+                if finished is not None:
+                    finished.stop(block=False)
             elif isinstance(msg, HeartbeatTick):
                 hb = self.core.heartbeat
                 if hb and time.monotonic() - self.last_recv > 2 * hb:
@@ -226,6 +228,10 @@ class Reader(pykka.ThreadingActor):
         ref = self.channels.get(number)
         if ref is not None:
             ref.tell(commands)
+
+    def forget_channel(self, number: int) -> None:
+        """channel.close(-ok) passed on: the channel actor finishes on its own."""
+        self.channels.pop(number, None)
 
     def channel_open(self, number: int) -> bool:
         return number in self.channels

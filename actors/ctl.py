@@ -72,7 +72,7 @@ def main(argv=None) -> int:
                                                           "list_queues", "list_exchanges",
                                                           "list_bindings"])
     p.add_argument("args", nargs="*")
-    a = p.parse_args(argv)
+    a = p.parse_intermixed_args(argv)
     if a.command.startswith("list_"):
         result = call(a.data_dir, "list", {"what": a.command[5:]})
         print(json.dumps(result, indent=2, default=str))

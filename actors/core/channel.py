@@ -114,7 +114,6 @@ class ChannelCore:
         if isinstance(e, ConnectionError_) or is_hard_error(e.reply_code):
             self.out.close_connection(e.reply_code, e.text, e.class_id, e.method_id)
             return
-        self.publish_batches.clear()
         self.out.write(encode_method(self.number, am.ChannelClose(
             reply_code=e.reply_code, reply_text=e.text, class_id=e.class_id,
             method_id=e.method_id)))
@@ -123,6 +122,7 @@ class ChannelCore:
 
     def _release(self) -> None:
         """Requeue what the channel holds: every unacked delivery goes back to its queue."""
+        self.flush()
         for q in self.queues_used:
             self.out.send(q, m.ChannelDown(self.address))
         self.queues_used = set()
@@ -158,6 +158,7 @@ class ChannelCore:
         self.flush()
 
     def _ask(self, address, make_msg, cont, sync=True) -> None:
+        self.flush()  # what came before the request reaches its queue first
         req = self.next_req
         self.next_req += 1
         self.waiting[req] = cont

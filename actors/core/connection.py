@@ -156,6 +156,11 @@ class ConnectionCore:
             raise ConnectionError_(504, "expected 'channel.open'", method.CLASS_ID,
                                    method.METHOD_ID)
         batches.setdefault(channel, []).append(cmd)
+        if isinstance(method, (am.ChannelClose, am.ChannelCloseOk)):
+            # the number is free for the client as soon as it sees close-ok: forget it now
+            self._flush(batches)
+            batches.clear()
+            self.shell.forget_channel(channel)
 
     # --- handshake ----------------------------------------------------------------------------
     def _start(self) -> None:
