@@ -86,3 +86,34 @@ def aggregate(roles: list[dict]) -> dict:
         if out[k] is not None:
             out[k] = round(out[k], 1)
     return out
+
+
+def combine_runs(runs: list[dict]) -> dict:
+    """One result from several runs of a scenario: the median of every figure over the runs
+    that did not fail (latency percentiles too: the median of each run's p50, p99...); the runs
+    themselves are kept under "runs"."""
+    import statistics
+
+    ok = [r for r in runs if not r.get("error")]
+    base = dict(ok[0] if ok else runs[0])
+    base["runs"] = runs
+    base["repeat"] = len(runs)
+    if not ok:
+        return base
+    base["error"] = None if len(ok) == len(runs) else \
+        f"{len(runs) - len(ok)} of {len(runs)} runs failed: " + \
+        next(r["error"] for r in runs if r.get("error"))
+
+    def med(values):
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if values else None
+
+    for k in ("publish_rate", "consume_rate", "confirm_rate", "loadgen_cpu_cores"):
+        base[k] = med(r.get(k) for r in ok)
+    for k in ("confirm_latency_ms", "e2e_latency_ms"):
+        dicts = [r.get(k) for r in ok if r.get(k)]
+        if dicts:
+            base[k] = {f: med(d.get(f) for d in dicts) for f in dicts[0]}
+    base["nacked"] = sum(r.get("nacked") or 0 for r in ok)
+    base["blocked_events"] = sum(r.get("blocked_events") or 0 for r in ok)
+    return base

@@ -10,6 +10,7 @@ import sys
 import time
 
 from bench import report, scenarios
+from bench.aggregate import combine_runs
 from bench.refbroker import server_version
 from bench.url import parse_url
 
@@ -38,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenarios", default="default",
                    help="comma-separated scenario keys or groups (default: a,b,c; groups: "
                         f"{', '.join(scenarios.GROUPS)}); see --list")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="run every scenario this many times and report the median of each "
+                        "figure (default 1); the runs are kept in the JSON")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
     p.add_argument("--size", type=int, help="message body size in bytes (default: the "
                                             "scenario's, 1500)")
@@ -143,14 +147,24 @@ def run_target(url: str, label: str, chosen, args) -> list[dict]:
     for i, sc in enumerate(chosen):
         if i:
             time.sleep(1.0)                  # let the broker settle after the queue deletion
-        log(f"[{label}] {sc.title}: {args.warmup:g}s warm-up + {args.seconds:g}s ...")
-        try:
-            r = run_scenario(target, sc, seconds=args.seconds, warmup=args.warmup,
-                             client=args.client, codec=args.codec, max_procs=args.procs,
-                             log=log)
-        except Exception as e:
-            r = {"scenario": sc.key, "title": sc.title, "settings": sc.to_dict(),
-                 "error": f"{type(e).__name__}: {e}"}
+        runs = []
+        for n in range(max(1, args.repeat)):
+            if n:
+                time.sleep(1.0)
+            log(f"[{label}] {sc.title}: {args.warmup:g}s warm-up + {args.seconds:g}s"
+                + (f" (run {n + 1} of {args.repeat})" if args.repeat > 1 else "") + " ...")
+            try:
+                r = run_scenario(target, sc, seconds=args.seconds, warmup=args.warmup,
+                                 client=args.client, codec=args.codec, max_procs=args.procs,
+                                 log=log)
+            except Exception as e:
+                r = {"scenario": sc.key, "title": sc.title, "settings": sc.to_dict(),
+                     "error": f"{type(e).__name__}: {e}"}
+            if args.repeat > 1 and not r.get("error"):
+                log(f"[{label}]   run {n + 1}: publish {report.fmt_rate(r.get('publish_rate'))}"
+                    f" msg/s, consume {report.fmt_rate(r.get('consume_rate'))} msg/s")
+            runs.append(r)
+        r = runs[0] if len(runs) == 1 else combine_runs(runs)
         r["broker"] = label
         if r.get("error"):
             log(f"[{label}]   error: {r['error'].strip().splitlines()[0]}")
@@ -248,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # -- report ----------------------------------------------------------------------------
     secs = f"{args.seconds:g} s measured after {args.warmup:g} s warm-up"
+    if args.repeat > 1:
+        secs += f", median of {args.repeat} runs"
     client = "lean client" if args.client == "lean" else "pika"
     print(f"\n### {label} ({secs}, {client}, {machine_info()['cpus']} CPUs)\n")
     print(report.single_table(main_results))

@@ -122,3 +122,18 @@ def test_unconfirmed_multiple_after_out_of_order_single_does_not_double_count():
     assert u.confirm(4, False, 1, None) == 1
     assert u.confirm(5, True, 2, None) == 4
     assert u.outstanding == 0
+
+
+def test_combine_runs_takes_medians_and_keeps_runs():
+    from bench.aggregate import combine_runs
+    runs = [{"scenario": "c", "publish_rate": v, "consume_rate": v / 2, "confirm_rate": v,
+             "confirm_latency_ms": {"count": 10, "p50": v / 1000, "p99": v / 100},
+             "loadgen_cpu_cores": 0.1, "nacked": 1, "error": None}
+            for v in (3000.0, 1000.0, 2000.0)]
+    c = combine_runs(runs)
+    assert c["publish_rate"] == 2000.0 and c["consume_rate"] == 1000.0
+    assert c["confirm_latency_ms"]["p99"] == 20.0
+    assert c["nacked"] == 3 and c["repeat"] == 3 and c["runs"] == runs and c["error"] is None
+    failed = combine_runs(runs[:2] + [{"scenario": "c", "error": "boom"}])
+    assert failed["publish_rate"] == 2000.0 and "1 of 3 runs failed: boom" == failed["error"]
+    assert combine_runs([{"scenario": "c", "error": "x"}])["error"] == "x"
