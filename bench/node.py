@@ -112,5 +112,9 @@ class LeveretNode:
             self._out.close()
             self._out = None
         if self.dir and not self.keep_dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
+            for _ in range(20):         # a straggling worker may still create files in it
+                shutil.rmtree(self.dir, ignore_errors=True)
+                if not os.path.exists(self.dir):
+                    break
+                time.sleep(0.1)
             self.dir = None
