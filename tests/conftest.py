@@ -31,7 +31,7 @@ TESTS = Path(__file__).resolve().parent
 if str(TESTS / "integration") not in sys.path:
     sys.path.insert(0, str(TESTS / "integration"))
 
-from amqp_helpers import unique  # noqa: E402
+from amqp_helpers import delete_created_queues, unique  # noqa: E402
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 START_TIMEOUT = 30.0
@@ -180,7 +180,10 @@ def _external_broker() -> Broker | None:
 def _broker_fixture(tmp_path_factory):
     ext = _external_broker()
     if ext is not None:
-        yield ext
+        try:
+            yield ext
+        finally:
+            delete_created_queues(ext)
         return
     broker = Broker.start_leveret(Path(tempfile.mkdtemp(prefix="leveret-", dir=tmp_path_factory.getbasetemp())))
     try:

@@ -261,7 +261,7 @@ def test_random_bytes_after_handshake__E2(broker, witness, data):
 def _valid_stream(q: str) -> list[bytes]:
     """A valid client stream as a list of frames: declare, publish with content, get, ack."""
     return [
-        rawamqp.method_frame(1, commands.Queue.Declare(queue=q, auto_delete=True)),
+        rawamqp.method_frame(1, commands.Queue.Declare(queue=q, exclusive=True)),
         rawamqp.method_frame(1, commands.Basic.Publish(exchange="", routing_key=q)),
         rawamqp.content_frames(1, b"payload-" * 4, commands.Basic.Properties(
             content_type="text/plain", headers={"k": "v", "n": 1}, delivery_mode=2)),

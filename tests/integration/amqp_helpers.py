@@ -42,9 +42,38 @@ class Delivery:
     body: bytes
 
 
+# queues declared through declare(), deleted when the module's broker fixture is torn down (this
+# matters in external mode, where the broker outlives the test run)
+CREATED_QUEUES: set[tuple[str, str]] = set()
+
+
 def declare(ch, queue: str = "", **kw) -> str:
     """queue.declare; returns the queue name (server-named when queue='')."""
-    return ch.queue_declare(queue, **kw).method.queue
+    name = ch.queue_declare(queue, **kw).method.queue
+    if not kw.get("exclusive") and not kw.get("passive"):
+        CREATED_QUEUES.add((ch.connection._impl.params.virtual_host, name))
+    return name
+
+
+def delete_created_queues(broker) -> None:
+    """Best effort: delete the queues declare() created on this broker's default vhost."""
+    mine = {q for vh, q in CREATED_QUEUES if vh == broker.vhost}
+    CREATED_QUEUES.clear()
+    if not mine:
+        return
+    try:
+        conn = broker.connection()
+    except Exception:  # noqa: BLE001
+        return
+    try:
+        ch = conn.channel()
+        for q in mine:
+            try:
+                ch.queue_delete(q)
+            except Exception:  # noqa: BLE001 - e.g. closed by a 405; use a new channel
+                ch = conn.channel()
+    finally:
+        safe_close(conn)
 
 
 def count(ch, queue: str) -> int:

@@ -55,7 +55,7 @@ def _no_more_frames(raw, seconds=0.3):
 # -- C1 ------------------------------------------------------------------------------------------
 def test_confirm_select_numbers_publishes_from_one__C1(raw):
     q = unique("q")
-    raw.rpc(1, commands.Queue.Declare(queue=q), commands.Queue.DeclareOk)
+    raw.rpc(1, commands.Queue.Declare(queue=q, exclusive=True), commands.Queue.DeclareOk)
     # publishes before confirm.select are not counted
     for i in range(3):
         raw.publish(1, "", q, b"before")
@@ -74,7 +74,7 @@ def test_confirm_select_numbers_publishes_from_one__C1(raw):
 
 def test_confirm_select_nowait__C1(raw):
     q = unique("q")
-    raw.rpc(1, commands.Queue.Declare(queue=q), commands.Queue.DeclareOk)
+    raw.rpc(1, commands.Queue.Declare(queue=q, exclusive=True), commands.Queue.DeclareOk)
     raw.send_method(1, commands.Confirm.Select(nowait=True))
     for i in range(5):
         raw.publish(1, "", q, b"x")
@@ -87,7 +87,7 @@ def test_confirm_select_nowait__C1(raw):
 def test_confirm_counts_per_channel__C1(raw):
     q = unique("q")
     raw.open_channel(2)
-    raw.rpc(1, commands.Queue.Declare(queue=q), commands.Queue.DeclareOk)
+    raw.rpc(1, commands.Queue.Declare(queue=q, exclusive=True), commands.Queue.DeclareOk)
     raw.rpc(1, commands.Confirm.Select(), commands.Confirm.SelectOk)
     raw.rpc(2, commands.Confirm.Select(), commands.Confirm.SelectOk)
     raw.publish(1, "", q, b"a")
@@ -121,7 +121,7 @@ def test_confirms_may_be_multiple__C2(raw):
     """Stream many publishes: every tag settled exactly once (a multiple ack covers all pending tags
     up to its tag), no nacks, and no confirm for a tag that was not published."""
     q = unique("q")
-    raw.rpc(1, commands.Queue.Declare(queue=q), commands.Queue.DeclareOk)
+    raw.rpc(1, commands.Queue.Declare(queue=q, exclusive=True), commands.Queue.DeclareOk)
     raw.rpc(1, commands.Confirm.Select(), commands.Confirm.SelectOk)
     n = 500
     body = b"x" * 100
@@ -207,7 +207,7 @@ def test_mandatory_routable_not_returned__C4(raw):
 # -- C6 ------------------------------------------------------------------------------------------
 def test_reject_publish_overflow_nacks__C6(raw):
     q = unique("q")
-    raw.rpc(1, commands.Queue.Declare(queue=q, arguments={
+    raw.rpc(1, commands.Queue.Declare(queue=q, exclusive=True, arguments={
         "x-max-length": 2, "x-overflow": "reject-publish"}), commands.Queue.DeclareOk)
     raw.rpc(1, commands.Confirm.Select(), commands.Confirm.SelectOk)
     for i in range(1, 5):
@@ -241,9 +241,9 @@ def test_reject_publish_nack_only_for_full_queue__C6(raw):
     full, roomy, x = unique("q"), unique("q"), unique("x")
     raw.rpc(1, commands.Exchange.Declare(exchange=x, exchange_type="fanout", auto_delete=True),
             commands.Exchange.DeclareOk)
-    raw.rpc(1, commands.Queue.Declare(queue=full, arguments={
+    raw.rpc(1, commands.Queue.Declare(queue=full, exclusive=True, arguments={
         "x-max-length": 0, "x-overflow": "reject-publish"}), commands.Queue.DeclareOk)
-    raw.rpc(1, commands.Queue.Declare(queue=roomy), commands.Queue.DeclareOk)
+    raw.rpc(1, commands.Queue.Declare(queue=roomy, exclusive=True), commands.Queue.DeclareOk)
     raw.rpc(1, commands.Queue.Bind(queue=full, exchange=x), commands.Queue.BindOk)
     raw.rpc(1, commands.Queue.Bind(queue=roomy, exchange=x), commands.Queue.BindOk)
     raw.rpc(1, commands.Confirm.Select(), commands.Confirm.SelectOk)
