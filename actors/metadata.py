@@ -359,7 +359,8 @@ class Metadata(pykka.ThreadingActor):
     # --- queues -----------------------------------------------------------------------------------
     def op_queue_declare(self, rpc, vhost, name, passive, durable, exclusive, auto_delete,
                          arguments, owner):
-        if name == "" and not passive:
+        generated = name == "" and not passive
+        if generated:
             name = "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
         key = (vhost, name)
         q = self.queues.get(key)
@@ -380,7 +381,7 @@ class Metadata(pykka.ThreadingActor):
             return _DEFERRED
         if passive:
             raise ChannelError(404, amqp_text(404, f"no queue '{name}' in vhost '{vhost}'"))
-        if name.startswith("amq.") and not name.startswith("amq.gen-"):
+        if name.startswith("amq.") and not generated:
             raise ChannelError(403, amqp_text(
                 403, f"queue name '{name}' contains reserved prefix 'amq.*'"))
         queue_args.validate(arguments, name, vhost)
