@@ -84,8 +84,14 @@ class ChannelCore:
     def handle_commands(self, commands) -> None:
         for cmd in commands:
             if self.sync_wait:
-                self.backlog.append(cmd)
-                continue
+                if isinstance(cmd.method, am.ChannelClose):
+                    # channel.close is served at once, whatever the channel waits for
+                    self.sync_wait = 0
+                    self.waiting.clear()
+                    self.backlog.clear()
+                else:
+                    self.backlog.append(cmd)
+                    continue
             self._one(cmd)
         self.flush()
 
