@@ -7,6 +7,7 @@ Transport, block/unblock to the Reader.
 
 from __future__ import annotations
 
+import itertools
 import logging
 
 import pykka
@@ -16,6 +17,8 @@ from actors.core.channel import ChannelCore
 from actors.core.errors import ChannelError
 
 log = logging.getLogger("leveret.channel")
+
+_incarnations = itertools.count(1)  # a reopened channel number gets a new address
 
 
 class ChannelFinished:
@@ -64,7 +67,9 @@ class Channel(pykka.ThreadingActor):
         self.number = number  # channel number
         self.reader = reader  # Reader actor ref
         self.writer = writer  # Writer actor ref
-        self.name = f"ch/{conn.owner.rpartition('/')[2]}/{number}"  # transport name
+        # transport name: unique per incarnation, so replies meant for a closed channel never
+        # reach the channel that reopens its number
+        self.name = f"ch/{conn.owner.rpartition('/')[2]}/{number}/{next(_incarnations)}"
         self.address = host.transport.address(self.name)
         self.core = ChannelCore(number, self.address, conn, host.replica, _Out(self),
                                 host.config.credit_initial)
