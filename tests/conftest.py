@@ -31,7 +31,7 @@ TESTS = Path(__file__).resolve().parent
 if str(TESTS / "integration") not in sys.path:
     sys.path.insert(0, str(TESTS / "integration"))
 
-from amqp_helpers import delete_created_queues, unique  # noqa: E402
+from amqp_helpers import delete_created_queues, safe_close, unique  # noqa: E402
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 START_TIMEOUT = 30.0
@@ -54,6 +54,17 @@ def _probe(host: str, port: int) -> bool:
             return data[:1] == b"\x01"
     except OSError:
         return False
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it if the test process dies (no orphaned servers when a
+    run is killed)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux: nothing to do
+        pass
 
 
 class Broker:
@@ -138,7 +149,8 @@ class Broker:
         log = open(log_path, "wb")
         proc = subprocess.Popen(
             [str(server), "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(tmp_dir))
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(tmp_dir),
+            preexec_fn=_die_with_parent)
         log.close()
         broker = cls("127.0.0.1", port, data_dir=data_dir, proc=proc, log_path=log_path)
         deadline = time.monotonic() + START_TIMEOUT
@@ -211,11 +223,7 @@ def conn(broker):
     try:
         yield c
     finally:
-        if c.is_open:
-            try:
-                c.close()
-            except Exception:  # noqa: BLE001
-                pass
+        safe_close(c)
 
 
 @pytest.fixture

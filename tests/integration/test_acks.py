@@ -210,7 +210,7 @@ def test_unacked_requeued_on_connection_close__A7(broker, conn):
         cons.wait_for(3)
         ch2.basic_ack(cons.deliveries[0].delivery_tag)
     finally:
-        c2.close()
+        safe_close(c2)
     wait_count(conn, q, 2)
     got = get_all(ch, q)
     assert [(d.body, d.redelivered) for d in got] == [(b"m2", True), (b"m3", True)]

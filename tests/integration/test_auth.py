@@ -36,7 +36,7 @@ def _amqplain_response(user: str, password: str) -> str:
 def test_plain_auth_with_pika(broker):
     c = broker.connection()
     assert c.is_open
-    c.close()
+    safe_close(c)
 
 
 def test_plain_auth_raw(broker):

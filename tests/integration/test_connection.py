@@ -11,7 +11,7 @@ import pytest
 from pamqp import commands
 
 import rawamqp
-from amqp_helpers import Consumer, declare, get, get_all, pump, unique
+from amqp_helpers import Consumer, declare, get, get_all, pump, safe_close, unique
 
 EXPECTED_CAPABILITIES = [
     "publisher_confirms", "exchange_exchange_bindings", "basic.nack", "consumer_cancel_notify",
@@ -72,7 +72,7 @@ def test_negotiated_values_with_pika(broker):
         ch.basic_publish("", q, body)
         assert get(ch, q, auto_ack=True).body == body
     finally:
-        c.close()
+        safe_close(c)
 
 
 def test_small_frame_max_splits_deliveries(broker):
@@ -239,4 +239,4 @@ def test_pika_heartbeat_keeps_connection_alive__E4(broker):
         assert c.is_open
         c.channel().queue_declare("", exclusive=True)
     finally:
-        c.close()
+        safe_close(c)

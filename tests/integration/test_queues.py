@@ -57,7 +57,7 @@ def test_exclusive_queue_locked_for_other_connections(broker, conn):
     # the owner uses it freely, and it goes away with the owner's connection
     publish(ch, q, [b"mine"])
     wait_count(conn, q, 1)
-    conn.close()
+    safe_close(conn)
     probe = broker.connection()
     try:
         wait_until(lambda: _gone(probe, q), 3, message="exclusive queue deleted with its owner")
