@@ -11,7 +11,7 @@ import pytest
 from pamqp import commands
 
 import rawamqp
-from amqp_helpers import Consumer, declare, get, get_all, pump, safe_close, unique
+from amqp_helpers import Consumer, declare, get, get_all, pump, safe_close, unique, wait_count
 
 EXPECTED_CAPABILITIES = [
     "publisher_confirms", "exchange_exchange_bindings", "basic.nack", "consumer_cancel_notify",
@@ -179,6 +179,8 @@ def test_many_channels_on_one_connection(conn):
         c.basic_publish("", q, str(i).encode())
     for c in chans[10:20]:
         c.close()
+    # publishes from 50 channels reach the queue in no particular order relative to each other
+    wait_count(conn, q, 50)
     got = get_all(chans[-1], q)
     assert sorted(int(d.body) for d in got) == list(range(50))
 
