@@ -95,6 +95,10 @@ class Channel(pykka.ThreadingActor):
                 core.on_reply(msg)
             elif isinstance(msg, m.Credit):
                 core.on_credit(msg)
+            elif isinstance(msg, m.Demand):
+                core.on_demand(msg)
+            elif isinstance(msg, m.Release):
+                core.on_release(msg)
             elif isinstance(msg, m.ConsumerGone):
                 core.on_consumer_gone(msg)
             elif isinstance(msg, m.WorkerDown):

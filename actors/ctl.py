@@ -64,6 +64,32 @@ COMMANDS = {
 }
 
 
+QUEUE_COLUMNS = ("name", "durable", "auto_delete", "exclusive", "arguments", "messages",
+                 "messages_ready", "messages_unacknowledged", "consumers", "worker")
+
+
+def print_table(rows: list, columns: list, vhost: str) -> int:
+    """`rabbitmqctl list_queues -p VHOST col...`: a heading, then tab-separated rows."""
+    unknown = [c for c in columns if c not in QUEUE_COLUMNS]
+    if unknown:
+        raise SystemExit(f"Error: unknown column(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(QUEUE_COLUMNS)}")
+    print(f"Listing queues for vhost {vhost} ...")
+    print("\t".join(columns))
+    for row in rows:
+        if row.get("vhost") == vhost:
+            print("\t".join(_cell(row.get(c, "")) for c in columns))
+    return 0
+
+
+def _cell(value) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="leveretctl", description=__doc__)
     p.add_argument("--data-dir", default="./var", help="the node's data directory")
@@ -73,6 +99,8 @@ def main(argv=None) -> int:
                                                           "list_bindings"])
     p.add_argument("args", nargs="*")
     a = p.parse_intermixed_args(argv)
+    if a.command == "list_queues" and a.args:
+        return print_table(call(a.data_dir, "list", {"what": "queues"}), a.args, a.vhost)
     if a.command.startswith("list_"):
         result = call(a.data_dir, "list", {"what": a.command[5:]})
         print(json.dumps(result, indent=2, default=str))

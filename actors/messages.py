@@ -182,10 +182,30 @@ class Sent(NamedTuple):
     n: int
 
 
+class Demand(NamedTuple):
+    """Queue -> channel with a global prefetch (basic.qos global=true): a consumer of that
+    channel could take a message here, but the queue holds no prefetch token for it."""
+    queue: str
+
+
+class Grant(NamedTuple):
+    """Channel -> queue: n more deliveries to the channel's consumers may go out (tokens of the
+    channel-wide prefetch; rabbit_limiter's role)."""
+    channel: str
+    n: int
+
+
+class Release(NamedTuple):
+    """Queue -> channel: n granted tokens the queue cannot use (it ran dry, or its consumers
+    there are at their own limit), handed back for other queues."""
+    queue: str
+    n: int
+
+
 _TYPES: list[type] = [
     Rpc, RpcReply, MetaChange, MetaSnapshot, WorkerDown, StartQueue, QueueStarted, StopQueue,
     Publish, Consume, Cancel, Settle, Get, ChannelDown, SetLimit, QueueOp,
-    Deliver, GetReply, Confirm, ConsumerGone, Credit, Sent,
+    Deliver, GetReply, Confirm, ConsumerGone, Credit, Sent, Demand, Grant, Release,
 ]
 _TAG = {cls: i for i, cls in enumerate(_TYPES)}
 _HAS_BODIES = {cls: cls._fields[-1] == "bodies" for cls in _TYPES}

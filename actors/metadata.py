@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import threading
 from dataclasses import dataclass
 
 import pykka
@@ -65,6 +66,7 @@ class Metadata(pykka.ThreadingActor):
         self.pending_start: dict[tuple[str, str], list] = {}  # queue -> [(reply_to, req_id, result)]
         self.pending_ops: dict[int, tuple] = {}  # node req id -> (reply_to, req_id, vhost, name)
         self.next_req = 1  # node's own request ids (to queues)
+        self.pending_stats: dict[int, tuple] = {}  # node req id -> (list_queues gather, queue)
         self.had_bindings: set = set()  # auto-delete exchanges that have had a binding
 
     # --- start-up -------------------------------------------------------------------------------
@@ -94,7 +96,12 @@ class Metadata(pykka.ThreadingActor):
             elif isinstance(msg, m.QueueStarted):
                 self._queue_started(msg)
             elif isinstance(msg, m.RpcReply):
-                self._queue_reply(msg)
+                if msg.req_id in self.pending_stats:
+                    self._stats_reply(msg)
+                else:
+                    self._queue_reply(msg)
+            elif isinstance(msg, tuple) and msg[0] == "stats-timeout":
+                self._finish_stats(msg[1])
             elif isinstance(msg, WorkerExited):
                 self._worker_exited(msg)
             elif msg == "ready":
@@ -261,13 +268,51 @@ class Metadata(pykka.ThreadingActor):
         if what == "vhosts":
             return self.auth.list_vhosts()
         if what == "queues":
-            return [{k: q.get(k) for k in ("vhost", "name", "durable", "auto_delete", "arguments", "worker")}
-                    for q in self.queues.values()]
+            return self._list_queues(rpc)
         if what == "exchanges":
             return [[v, n, x.type] for (v, n), x in self._all_exchanges()]
         if what == "bindings":
             return list(self._all_bindings())
         return None
+
+    def _list_queues(self, rpc):
+        """Queue definitions plus each live queue's counts (asked of the queue; a queue that does
+        not answer within STATS_TIMEOUT_S is listed without counts)."""
+        rows = {}
+        for (vhost, name), q in self.queues.items():
+            rows[(vhost, name)] = {
+                "vhost": vhost, "name": name, "durable": q["durable"],
+                "auto_delete": q["auto_delete"], "exclusive": bool(q["exclusive"]),
+                "arguments": q["arguments"], "worker": q.get("worker")}
+        gather = {"rpc": rpc, "rows": rows, "waiting": set()}
+        for key, q in self.queues.items():
+            if q.get("address"):
+                req = self.next_req
+                self.next_req += 1
+                gather["waiting"].add(req)
+                self.pending_stats[req] = (gather, key)
+                self.transport.send(q["address"], m.QueueOp(self.address, req, "stats", {}))
+        if not gather["waiting"]:
+            return list(rows.values())
+        threading.Timer(STATS_TIMEOUT_S, self.actor_ref.tell,
+                        (("stats-timeout", gather),)).start()
+        return _DEFERRED
+
+    def _stats_reply(self, reply: m.RpcReply) -> None:
+        gather, key = self.pending_stats.pop(reply.req_id)
+        gather["waiting"].discard(reply.req_id)
+        if reply.ok and isinstance(reply.result, dict):
+            gather["rows"][key].update(reply.result)
+        if not gather["waiting"]:
+            self._finish_stats(gather)
+
+    def _finish_stats(self, gather) -> None:
+        if gather["rpc"] is None:
+            return  # answered already (time-out)
+        for req in gather["waiting"]:
+            self.pending_stats.pop(req, None)
+        self._reply(gather["rpc"], True, list(gather["rows"].values()))
+        gather["rpc"] = None
 
     # --- exchanges --------------------------------------------------------------------------------
     def op_exchange_declare(self, rpc, vhost, name, type, passive, durable, auto_delete,
@@ -448,4 +493,5 @@ def locked_text(name, vhost) -> str:
             "value does not match that of the original declaration.")
 
 
+STATS_TIMEOUT_S = 5.0  # list_queues: how long to wait for a queue's counts
 _DEFERRED = object()  # the reply comes later (from a queue, or when the queue has started)

@@ -87,6 +87,12 @@ class Effects:
         if channel:
             self.t.send(channel, m.Credit(self.addr, n))
 
+    def demand(self, channel):
+        self.t.send(channel, m.Demand(self.addr))
+
+    def release(self, channel, n):
+        self.t.send(channel, m.Release(self.addr, n))
+
     def persist(self, msgs):
         self.actor.bq.tell(("persist", msgs))
 
@@ -160,6 +166,8 @@ class Queue(pykka.ThreadingActor):
                 core.channel_down(msg.sender, now)
             elif isinstance(msg, m.SetLimit):
                 core.set_limit(msg.sender, msg.channel_prefetch, now)
+            elif isinstance(msg, m.Grant):
+                core.grant(msg.channel, msg.n, now)
             elif isinstance(msg, m.QueueOp):
                 self._queue_op(msg, now)
             elif isinstance(msg, Persisted):
@@ -193,6 +201,8 @@ class Queue(pykka.ThreadingActor):
             count, consumers = self.core.info()
             self.core.last_used = now
             out.reply(msg.reply_to, msg.req_id, True, [self.qname, count, consumers])
+        elif msg.op == "stats":
+            out.reply(msg.reply_to, msg.req_id, True, self.core.stats())
         elif msg.op == "purge":
             out.reply(msg.reply_to, msg.req_id, True, self.core.purge())
         elif msg.op == "delete":

@@ -29,6 +29,7 @@ from actors import messages
 
 log = logging.getLogger(__name__)
 
+SEND_LINGER_MS = 5000  # how long a closed socket keeps trying to deliver what it was given
 
 
 def make_address(endpoint: str, name: str) -> str:
@@ -90,7 +91,10 @@ class Transport:
         sock = sockets.get(endpoint)
         if sock is None:
             sock = self.context.socket(zmq.PUSH)
-            sock.setsockopt(zmq.LINGER, 0)
+            # Actor threads are short-lived (a channel, a reader, a deleted queue) and their
+            # last words (ChannelDown, connection.closed, delete-ok) are sent just before the
+            # thread ends and its socket is closed: LINGER 0 would drop them unsent.
+            sock.setsockopt(zmq.LINGER, SEND_LINGER_MS)
             sock.setsockopt(zmq.SNDHWM, 0)  # bounded by credit flow, not by dropping
             sock.connect(endpoint)
             sockets[endpoint] = sock

@@ -68,6 +68,11 @@ class ChannelCore:
         self.consumers: dict[str, tuple] = {}  # consumer tag -> (queue address, qname, no_ack)
         self.prefetch = 0  # basic.qos global=false: limit for consumers created afterwards
         self.global_prefetch = 0  # basic.qos global=true: the channel's limit
+        # rabbit_limiter's role for global=true: queues ask for tokens (Demand), the channel
+        # grants what the limit leaves free; a token becomes an unacked delivery or comes back
+        self.limited_tags: set = set()  # delivery tags counted against global_prefetch
+        self.granted: dict[str, int] = {}  # queue -> tokens granted, not yet used or returned
+        self.demands: OrderedDict = OrderedDict()  # queues waiting for tokens, oldest first
         self.queues_used: set = set()  # queues with our consumers or unacked deliveries
         self.publish_batches: dict[str, tuple[list, list]] = {}  # queue -> (items, bodies)
         self.settle_batches: dict[tuple, list] = {}  # (queue, op) -> msg ids
@@ -107,6 +112,9 @@ class ChannelCore:
             return
         handler = _HANDLERS.get(type(method))
         try:
+            if handler is None and method.CLASS_ID == am.ConnectionStart.CLASS_ID:
+                raise ConnectionError_(503, f"{method.NAME} on channel {self.number}",
+                                       method.CLASS_ID, method.METHOD_ID)
             if handler is None:
                 raise ConnectionError_(540, f"{method.NAME} not implemented on a channel",
                                        method.CLASS_ID, method.METHOD_ID)
@@ -135,6 +143,9 @@ class ChannelCore:
         self.unacked.clear()
         self.consumers.clear()
         self.unconfirmed.clear()
+        self.limited_tags.clear()
+        self.granted.clear()
+        self.demands.clear()
         if self.blocked:
             self.blocked = False
             self.out.unblock()
@@ -194,12 +205,41 @@ class ChannelCore:
                 continue
             if not c[2]:
                 self.unacked[tag] = (queue, msg_id, ctag)
+                if self.global_prefetch:
+                    self.limited_tags.add(tag)
             parts.append(encode_deliver(n, ctag, tag, redelivered, exchange, rk, props, body,
                                         fm))
             tag += 1
         self.next_tag = tag
+        if self.granted.get(queue):
+            # a queue spends a token on each delivery to a consumer that acks
+            used = sum(1 for it in msg.items
+                       if not self.consumers.get(it[0], (0, 0, False))[2])
+            self.granted[queue] = max(0, self.granted[queue] - used)
         self.out.write(b"".join(parts), [(queue, len(msg.items))])
         self.flush()
+
+    def on_demand(self, msg: m.Demand) -> None:
+        if self.global_prefetch and self.state == "open":
+            self.demands[msg.queue] = True
+            self._grant()
+
+    def on_release(self, msg: m.Release) -> None:
+        if msg.queue in self.granted:
+            self.granted[msg.queue] = max(0, self.granted[msg.queue] - msg.n)
+        self._grant()
+
+    def _grant(self) -> None:
+        """Share what the channel-wide prefetch leaves free among the queues asking for it."""
+        if not self.demands or not self.global_prefetch or self.state != "open":
+            return
+        free = self.global_prefetch - len(self.limited_tags) - sum(self.granted.values())
+        while free > 0 and self.demands:
+            q, _ = self.demands.popitem(last=False)
+            n = max(1, free // (len(self.demands) + 1))
+            self.granted[q] = self.granted.get(q, 0) + n
+            free -= n
+            self.out.send(q, m.Grant(self.address, n))
 
     def on_confirm(self, msg: m.Confirm) -> None:
         queue = msg.queue
@@ -519,12 +559,25 @@ class ChannelCore:
         if method.prefetch_size:
             raise ConnectionError_(540, f"prefetch_size!=0 ({method.prefetch_size})")
         if method.global_:
-            self.global_prefetch = method.prefetch_count
-            for q in {c[0] for c in self.consumers.values()}:
-                self.out.send(q, m.SetLimit(self.address, self.global_prefetch))
+            self._set_global_prefetch(method.prefetch_count)
         else:
             self.prefetch = method.prefetch_count
+            # RabbitMQ 3.10: a global=false qos unsets the channel-wide limit
+            # (rabbit_channel calls rabbit_limiter:unlimit_prefetch)
+            self._set_global_prefetch(0)
         self.out.write(encode_method(self.number, am.BasicQosOk()))
+
+    def _set_global_prefetch(self, n: int) -> None:
+        if n == self.global_prefetch:
+            return
+        self.global_prefetch = n
+        if not n:
+            self.limited_tags.clear()
+            self.granted.clear()
+            self.demands.clear()
+        for q in {c[0] for c in self.consumers.values()}:
+            self.out.send(q, m.SetLimit(self.address, n))
+        self._grant()
 
     def _consume(self, method, cmd):
         queue = self._queue_name(method.queue)
@@ -612,12 +665,19 @@ class ChannelCore:
         if self.tx:
             self.tx_settles.append((entries, op))
             return
-        for _, (q, msg_id, _) in entries:
+        limited = self.limited_tags
+        freed = False
+        for tag, (q, msg_id, _) in entries:
             key = (q, op)
             ids = self.settle_batches.get(key)
             if ids is None:
                 ids = self.settle_batches[key] = []
             ids.append(msg_id)
+            if limited and tag in limited:
+                limited.discard(tag)
+                freed = True
+        if freed:
+            self._grant()
 
     def _ack(self, method, cmd):
         self._settle(self._collect(method.delivery_tag, method.multiple), m.ACK)
@@ -637,6 +697,8 @@ class ChannelCore:
         self.unacked.clear()
         for _, (q, msg_id, _) in entries:
             self.settle_batches.setdefault((q, m.REQUEUE), []).append(msg_id)
+        self.limited_tags.clear()
+        self._grant()
         if isinstance(method, am.BasicRecover):
             self.out.write(encode_method(self.number, am.BasicRecoverOk()))
 

@@ -85,7 +85,16 @@ class ConnectionCore:
         self.decoder.feed(data)
         batches: dict[int, list] = {}
         try:
-            for frame in self.decoder.frames():
+            try:
+                frames = self.decoder.frames()
+            except (CodecError, AMQPError) as e:
+                # RabbitMQ handles the frames before the bad one, then fails
+                for frame in getattr(e, "frames", ()):
+                    if self.state == "closed":
+                        break
+                    self._frame(frame, batches)
+                raise
+            for frame in frames:
                 if self.state == "closed":
                     break
                 self._frame(frame, batches)
@@ -194,6 +203,9 @@ class ConnectionCore:
         elif state == "running" and isinstance(method, (am.ConnectionBlocked,
                                                         am.ConnectionUnblocked)):
             raise ConnectionError_(540, f"{method.NAME} from a client", method.CLASS_ID,
+                                   method.METHOD_ID)
+        elif state == "running" and method.CLASS_ID != am.ConnectionStart.CLASS_ID:
+            raise ConnectionError_(504, f"{method.NAME} on channel 0", method.CLASS_ID,
                                    method.METHOD_ID)
         else:
             raise ConnectionError_(503, f"unexpected method {method.NAME} in state {state}",

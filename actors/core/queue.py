@@ -12,6 +12,8 @@ and carries out what it asks through `out`, an object with:
 - `reply(addr, req_id, ok, result, code, text)`
 - `consumer_gone(channel, ctag)`      the broker cancelled a consumer
 - `credit(channel, n)`                credit_flow bump for a publishing channel
+- `demand(channel)`                   ask a channel with a global prefetch for tokens
+- `release(channel, n)`               hand back tokens this queue cannot use
 - `persist(msgs)`                     hand persistent messages to the backing queue
 - `forget(msg_ids)`                   tell the backing queue these are settled
 - `dead_letter(msg, reason)`          re-publish a message to the dead-letter exchange
@@ -101,10 +103,13 @@ class Consumer:
 
 
 class ChannelState:
-    __slots__ = ("limit", "unacked", "in_flight", "published")
+    __slots__ = ("limit", "unacked", "in_flight", "published", "tokens", "wants", "asked")
 
     def __init__(self):
         self.limit = 0  # channel-wide prefetch (basic.qos global=true), 0 = none
+        self.tokens = 0  # deliveries the channel granted under that limit, not yet used
+        self.wants = False  # a consumer there could take a message but for a token
+        self.asked = False  # a Demand is out, no Grant yet
         self.unacked = 0  # deliveries from this queue to the channel not yet settled
         self.in_flight = 0  # deliveries not yet written to the socket (writer credit)
         self.published = 0  # messages taken from it since the last credit bump
@@ -131,6 +136,7 @@ class QueueCore:
         self.unacked: dict[int, tuple] = {}  # seq_id -> (Msg, channel, consumer tag)
         self.consumers: OrderedDict = OrderedDict()  # (channel, tag) -> Consumer, RR order
         self.channels: dict[str, ChannelState] = {}  # channel address -> its state here
+        self.limited: set = set()  # channels with a global prefetch (token holders)
         self.next_seq = 1  # next seq_id
         self.auto_delete = auto_delete  # delete when the last consumer goes
         self.had_consumer = False  # auto-delete applies only after a first consumer
@@ -233,7 +239,12 @@ class QueueCore:
             raise ChannelError(403, f"queue '{self.name}' in vhost '{self.vhost}' in exclusive "
                                     "use")
         self.consumers[(channel, tag)] = Consumer(channel, tag, no_ack, prefetch, exclusive)
-        self._channel(channel).limit = channel_prefetch
+        st = self._channel(channel)
+        st.limit = channel_prefetch
+        if channel_prefetch:
+            self.limited.add(channel)
+        else:
+            self.limited.discard(channel)
         self.had_consumer = True
         self.last_used = now
 
@@ -242,11 +253,52 @@ class QueueCore:
         self.last_used = now
         if c is not None:
             self._check_auto_delete()
+            if self.limited:
+                self._balance_tokens()
         return c is not None
 
     def set_limit(self, channel, limit, now) -> None:
-        self._channel(channel).limit = limit
+        st = self._channel(channel)
+        st.limit = limit
+        if limit:
+            self.limited.add(channel)
+        else:
+            self.limited.discard(channel)
+            st.tokens, st.asked = 0, False
         self.run(now)
+
+    def grant(self, channel, n, now) -> None:
+        """The channel granted n deliveries under its global prefetch."""
+        st = self.channels.get(channel)
+        if st is None or not st.limit:
+            return
+        st.tokens += n
+        st.asked = False
+        self.run(now)
+
+    def _balance_tokens(self) -> None:
+        """Ask for tokens where a consumer waits for one; give back those no consumer can use
+        now, so that another queue of the channel gets them."""
+        for channel in list(self.limited):
+            st = self.channels.get(channel)
+            if st is None:
+                self.limited.discard(channel)
+                continue
+            if st.wants and not st.asked and self.ready_count:
+                st.asked = True
+                self.out.demand(channel)
+            st.wants = False
+            if st.tokens > 0 and not (self.ready_count and self._usable_by(channel)):
+                self.out.release(channel, st.tokens)
+                st.tokens = 0
+
+    def _usable_by(self, channel) -> bool:
+        """A consumer of the channel below its own prefetch (tokens and writer aside)."""
+        for c in self.consumers.values():
+            if c.channel == channel and not c.no_ack and not (
+                    c.prefetch and c.unacked >= c.prefetch):
+                return True
+        return False
 
     def _check_auto_delete(self) -> None:
         if self.auto_delete and self.had_consumer and not self.consumers and not self.deleted:
@@ -266,7 +318,8 @@ class QueueCore:
             return True
         if c.prefetch and c.unacked >= c.prefetch:
             return False
-        if st.limit and st.unacked >= st.limit:
+        if st.limit and st.tokens <= 0:
+            st.wants = True
             return False
         return True
 
@@ -293,6 +346,8 @@ class QueueCore:
             self._deliver(c, msg)
             budget -= 1
         self.flush()
+        if self.limited:
+            self._balance_tokens()
         self._schedule_head()
         return budget == 0 and self.ready_count > 0 and self._next_consumer_exists()
 
@@ -309,6 +364,8 @@ class QueueCore:
         if c.no_ack:
             self.out.forget([msg])
         else:
+            if st.limit:
+                st.tokens -= 1
             c.unacked += 1
             st.unacked += 1
             self.unacked[msg.seq_id] = (msg, c.channel, c.tag)
@@ -402,6 +459,7 @@ class QueueCore:
         for key in [k for k in self.consumers if k[0] == channel]:
             del self.consumers[key]
         self.channels.pop(channel, None)
+        self.limited.discard(channel)
         if back:
             self._requeue(back)
         self.last_used = now
@@ -459,6 +517,12 @@ class QueueCore:
     # --- admin --------------------------------------------------------------------------------
     def info(self) -> tuple[int, int]:
         return self.ready_count, len(self.consumers)
+
+    def stats(self) -> dict:
+        """rabbitmqctl list_queues' counters."""
+        ready, unacked = self.ready_count, len(self.unacked)
+        return {"messages": ready + unacked, "messages_ready": ready,
+                "messages_unacknowledged": unacked, "consumers": len(self.consumers)}
 
     def purge(self) -> int:
         n = self.ready_count

@@ -9,7 +9,7 @@ def _list_queues(broker) -> dict[str, str]:
     rows = {}
     for line in out.splitlines():
         parts = line.split("\t")
-        if len(parts) == 2:
+        if len(parts) == 2 and parts != ["name", "messages"]:   # rabbitmqctl's column heading
             rows[parts[0]] = parts[1].strip()
     return rows
 
