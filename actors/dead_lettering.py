@@ -12,7 +12,7 @@ import logging
 import time
 
 from actors import messages as m
-from actors.core.dead_letter import dead_letter_headers, is_cycle
+from actors.core.dead_letter import dead_letter_headers, detect_cycles
 from protocol.properties import BasicProperties
 
 log = logging.getLogger("leveret.dead_letter")
@@ -25,20 +25,21 @@ def dead_letter_publish(queue, msg, reason: str) -> None:
     if dlx is None:
         return
     props = BasicProperties.decode(msg.props_raw) if msg.props_raw else BasicProperties()
-    routing_keys = [msg.routing_key]
     headers = dict(props.headers or {})
-    if is_cycle(headers.get("x-death"), queue.qname, reason):
-        log.debug("dead-letter cycle for a message in '%s': dropped", queue.qname)
-        return
+    cc = headers.get("CC")
+    routing_keys = [msg.routing_key] + ([k for k in cc if isinstance(k, str)]
+                                        if isinstance(cc, list) else [])
     headers = dead_letter_headers(
         headers, queue.qname, reason, msg.exchange, routing_keys,
-        props.expiration, int(time.time()))
+        props.expiration, int(time.time()), dlx_routing_key=core.dlrk)
     props.headers = headers
     props.expiration = None
     props_raw = props.encode()
     rk = core.dlrk if core.dlrk is not None else msg.routing_key
     replica = queue.replica
-    targets = replica.route(queue.vhost, dlx, rk, headers)
+    targets, cycles = detect_cycles(reason, headers, replica.route(queue.vhost, dlx, rk, headers))
+    for cycle in cycles:
+        log.warning("Message dropped. Dead-letter queues cycle detected: %s", cycle)
     for name in targets:
         qdef = replica.queue(queue.vhost, name)
         if qdef is None or not qdef.get("address"):

@@ -342,8 +342,9 @@ class ChannelCore:
     # --- permissions --------------------------------------------------------------------------
     def _check(self, perm: str, kind: str, name: str) -> None:
         user, vhost = self.conn.user, self.conn.vhost
-        if not self.replica.auth.check_resource(user, vhost, perm, name):
-            raise ChannelError(403, f"access to {kind} '{name}' in vhost '{vhost}' refused "
+        if not self.replica.auth.check_resource(user, vhost, perm, name, kind):
+            shown = "amq.default" if kind == "exchange" and name == "" else name
+            raise ChannelError(403, f"access to {kind} '{shown}' in vhost '{vhost}' refused "
                                     f"for user '{user}'")
 
     # --- exchange class -----------------------------------------------------------------------
