@@ -23,6 +23,7 @@ class Config:
     loopback_users: tuple = ("guest",)  # users allowed to log in only from loopback
     credit_initial: int = 400  # credit_flow: messages a channel may send a queue unasked
     credit_more: int = 200  # credit_flow: the queue bumps credit after this many
+    queue_backlog_bytes: int = 32 * 1024 * 1024  # a queue withholds publisher credit past this
     log_level: str = "INFO"
 
     def to_json(self) -> str:

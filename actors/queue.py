@@ -36,6 +36,9 @@ def queue_actor_name(vhost: str, name: str) -> str:
     return f"q\x1f{vhost}\x1f{name}"
 
 
+HOLD_MAX = 64  # at most this many messages between delivery runs
+
+
 class Tick:
     """Timer -> queue (local only)."""
 
@@ -126,9 +129,12 @@ class Queue(pykka.ThreadingActor):
         self.name = queue_actor_name(self.vhost, self.qname)  # transport name
         self.address = self.transport.address(self.name)  # where channels send to
         self.core = QueueCore(self.vhost, self.qname, self.arguments, Effects(self), now_ms(),
-                              auto_delete=qdef["auto_delete"])
+                              auto_delete=qdef["auto_delete"],
+                              credit_more=host.config.credit_more,
+                              backlog_bytes=host.config.queue_backlog_bytes)
         self.bq = BackingQueue.start(self.actor_ref, qdef, host.config)  # storage half
         self.run_pending = False  # a Run message is queued
+        self.held = 0  # messages handled since the last delivery run
         self.recovered = recovered  # restarted after a crash
 
     def on_start(self):
@@ -141,6 +147,9 @@ class Queue(pykka.ThreadingActor):
     def on_receive(self, msg):
         core = self.core
         now = now_ms()
+        # run deliveries once per drained mailbox (or every HOLD_MAX messages), not per message
+        self.held += 1
+        core.hold = self.held < HOLD_MAX and not self.actor_inbox.empty()
         try:
             if isinstance(msg, m.Publish):
                 core.publish(msg.sender, msg.items, msg.bodies, now)
@@ -178,7 +187,10 @@ class Queue(pykka.ThreadingActor):
                 core.channels_down(msg.prefix, now)
             elif isinstance(msg, Run):
                 self.run_pending = False
-            if not self.run_pending and core.ready_count and core.consumers:
+            if core.hold:
+                return
+            self.held = 0
+            if not self.run_pending and (core.run_due or (core.ready_count and core.consumers)):
                 if core.run(now):
                     self.run_pending = True
                     self.actor_ref.tell(Run())

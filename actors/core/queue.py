@@ -30,7 +30,7 @@ from collections import OrderedDict, deque
 
 from actors.core.errors import ChannelError
 
-FLOW_MORE = 200  # credit_flow: bump a publisher's credit after this many of its messages
+FLOW_MORE = 200  # credit_flow default: bump a publisher's credit after this many messages
 
 
 class Msg:
@@ -117,7 +117,8 @@ class ChannelState:
 
 class QueueCore:
     def __init__(self, vhost: str, name: str, arguments: dict, out, now: int,
-                 auto_delete=False, delivery_window=2000):
+                 auto_delete=False, delivery_window=2000, credit_more=FLOW_MORE,
+                 backlog_bytes=0):
         self.vhost, self.name = vhost, name  # identity
         self.out = out  # effects (see module docstring)
         a = arguments or {}
@@ -137,11 +138,19 @@ class QueueCore:
         self.consumers: OrderedDict = OrderedDict()  # (channel, tag) -> Consumer, RR order
         self.channels: dict[str, ChannelState] = {}  # channel address -> its state here
         self.limited: set = set()  # channels with a global prefetch (token holders)
+        self.hold = False  # the shell defers runs until its mailbox is empty
+        self.run_due = False  # a run was asked for while held
         self.next_seq = 1  # next seq_id
         self.auto_delete = auto_delete  # delete when the last consumer goes
         self.had_consumer = False  # auto-delete applies only after a first consumer
         self.last_used = now  # for x-expires
         self.delivery_window = delivery_window  # deliveries in flight to one channel's writer
+        self.credit_more = credit_more  # bump a publisher's credit after this many messages
+        # credit is withheld while more body bytes than this wait (0 = never): publishers slow
+        # to the pace the queue drains instead of growing it without bound, as RabbitMQ's memory
+        # alarm blocks them; the credit is paid once the backlog is below the mark again
+        self.backlog_bytes = backlog_bytes
+        self.owed: dict[str, int] = {}  # publishing channel -> credit withheld
         self.deleted = False  # the queue has been deleted
         self._batches: dict[str, tuple[list, list]] = {}  # channel -> (items, bodies) pending
         self._scheduled = 0  # the earliest tick asked for, 0 = none
@@ -181,8 +190,11 @@ class QueueCore:
         if sender:
             st = self._channel(sender)
             st.published += len(items)
-            if st.published >= FLOW_MORE:
-                self.out.credit(sender, st.published)
+            if st.published >= self.credit_more:
+                if self.backlog_bytes and self.ready_bytes > self.backlog_bytes:
+                    self.owed[sender] = self.owed.get(sender, 0) + st.published
+                else:
+                    self.out.credit(sender, st.published)
                 st.published = 0
         self.run(now)
 
@@ -333,7 +345,16 @@ class QueueCore:
 
     # --- delivery -----------------------------------------------------------------------------
     def run(self, now: int, budget: int = 1000) -> bool:
-        """Deliver what can be delivered; True if work is left (call again)."""
+        """Deliver what can be delivered; True if work is left (call again).
+
+        While `hold` is set (the shell has more messages waiting in its mailbox) this only
+        notes that a run is due: the shell runs once the mailbox is drained, so that many
+        acks or publishes turn into one batch of deliveries (rabbit_amqqueue_process runs
+        its delivery loop the same way, after draining)."""
+        if self.hold:
+            self.run_due = True
+            return False
+        self.run_due = False
         self._expire_head(now)
         while self.ready_count and self.consumers and budget > 0:
             c = self._next_consumer()
@@ -348,8 +369,16 @@ class QueueCore:
         self.flush()
         if self.limited:
             self._balance_tokens()
+        if self.owed:
+            self._pay_owed()
         self._schedule_head()
         return budget == 0 and self.ready_count > 0 and self._next_consumer_exists()
+
+    def _pay_owed(self) -> None:
+        if self.ready_bytes <= self.backlog_bytes:
+            owed, self.owed = self.owed, {}
+            for channel, n in owed.items():
+                self.out.credit(channel, n)
 
     def _next_consumer_exists(self) -> bool:
         return any(self._can_take(c) for c in self.consumers.values())
@@ -460,6 +489,7 @@ class QueueCore:
             del self.consumers[key]
         self.channels.pop(channel, None)
         self.limited.discard(channel)
+        self.owed.pop(channel, None)
         if back:
             self._requeue(back)
         self.last_used = now
@@ -533,6 +563,8 @@ class QueueCore:
         self.ready_count = self.ready_bytes = 0
         if dropped:
             self.out.forget(dropped)
+        if self.owed:
+            self._pay_owed()
         return n
 
     def delete(self, if_unused: bool, if_empty: bool) -> int:
