@@ -1,0 +1,396 @@
+"""Fakes for the sans-IO tests of the queue, channel and connection cores.
+
+No sockets, no processes, no actors: every `out`/`shell` here only records what a core asked
+for, the way actors/queue.py (Effects), actors/channel.py (_Out) and actors/connection.py
+(Reader) would carry it out. `Wire` connects one ChannelCore to real QueueCores through an
+in-memory FIFO that dispatches exactly as the actor shells do, for the token/credit protocols
+that need both sides.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from actors import messages as m
+from actors.config import Config
+from actors.core.channel import ChannelCore, ConnInfo
+from actors.core.permissions import AuthDB
+from actors.core.queue import QueueCore
+from actors.replica import Replica
+from protocol import methods as am
+from protocol.frames import (BodyFrame, Command, CommandAssembler, FrameDecoder, HeaderFrame,
+                             MethodFrame, encode_method)
+from protocol.properties import BasicProperties
+
+NODE = "node#meta"  # the node's metadata actor address
+CH = "w1#ch/1/1/1"  # the channel's own address
+OWNER = "w1/1"  # connection id
+
+
+# --- frames ---------------------------------------------------------------------------------
+def decode(data: bytes) -> list:
+    """Frames written by a core -> whole Commands (content reassembled)."""
+    dec = FrameDecoder(expect_header=False)
+    dec.feed(data)
+    asm = CommandAssembler()
+    out = []
+    for frame in dec.frames():
+        if isinstance(frame, (MethodFrame, HeaderFrame, BodyFrame)):
+            cmd = asm.process(frame)
+            if cmd is not None:
+                out.append(cmd)
+        else:
+            out.append(frame)
+    assert dec.buffered == 0, "a partial frame was written"
+    return out
+
+
+def methods(data: bytes) -> list:
+    return [c.method for c in decode(data) if isinstance(c, Command)]
+
+
+def cmd(method, channel=1) -> Command:
+    return Command(channel, method)
+
+
+def publish(rk, body=b"x", exchange="", mandatory=False, channel=1, **props) -> Command:
+    raw = BasicProperties(**props).encode()
+    return Command(channel, am.BasicPublish(exchange=exchange, routing_key=rk,
+                                            mandatory=mandatory), raw, body)
+
+
+# --- queue core -----------------------------------------------------------------------------
+class QueueOut:
+    """The `out` of QueueCore: records every effect, in order."""
+
+    NAMES = ("deliver", "confirm", "reply", "consumer_gone", "credit", "demand", "release",
+             "persist", "forget", "dead_letter", "delete_self", "schedule")
+
+    def __init__(self):
+        self.calls: list = []
+
+    def __getattr__(self, name):
+        if name not in self.NAMES:
+            raise AttributeError(name)
+
+        def effect(*args):
+            self.calls.append((name, *args))
+        return effect
+
+    def of(self, name) -> list:
+        return [c[1:] for c in self.calls if c[0] == name]
+
+    def names(self) -> list:
+        return [c[0] for c in self.calls]
+
+    def delivered(self, channel=None) -> list:
+        """[(channel, consumer tag, body, redelivered)] in delivery order."""
+        got = []
+        for ch, items, bodies in self.of("deliver"):
+            if channel is None or ch == channel:
+                got += [(ch, it[0], body, it[2]) for it, body in zip(items, bodies)]
+        return got
+
+    def clear(self):
+        self.calls.clear()
+
+
+# --- channel core ---------------------------------------------------------------------------
+class ChannelOut:
+    """The `out` of ChannelCore."""
+
+    def __init__(self):
+        self.events: list = []  # ("write", bytes, sent) | ("send", addr, msg) | ...
+        self.dead: set = set()  # addresses is_dead() answers True for
+
+    def write(self, data, sent=None):
+        self.events.append(("write", data, sent))
+
+    def send(self, address, msg):
+        self.events.append(("send", address, msg))
+
+    def close_connection(self, code, text, class_id, method_id):
+        self.events.append(("close_connection", code, text, class_id, method_id))
+
+    def block(self):
+        self.events.append(("block",))
+
+    def unblock(self):
+        self.events.append(("unblock",))
+
+    def closed(self):
+        self.events.append(("closed",))
+
+    def is_dead(self, address):
+        return address in self.dead
+
+    # --- reading back ---
+    def frames(self) -> list:
+        return decode(b"".join(e[1] for e in self.events if e[0] == "write" and e[1]))
+
+    def methods(self) -> list:
+        return [c.method for c in self.frames() if isinstance(c, Command)]
+
+    def sent(self, kind=None, to=None) -> list:
+        return [e[2] for e in self.events if e[0] == "send" and
+                (kind is None or isinstance(e[2], kind)) and (to is None or e[1] == to)]
+
+    def sends(self) -> list:
+        """[(address, msg)]"""
+        return [(e[1], e[2]) for e in self.events if e[0] == "send"]
+
+    def kinds(self) -> list:
+        return [e[0] for e in self.events]
+
+    def clear(self):
+        self.events.clear()
+
+
+def make_replica(*queues, exclusive_owner="") -> Replica:
+    """A replica with vhost "/", guest/guest, and the given queues (name -> address w1#q/name)."""
+    r = Replica()
+    r.auth = AuthDB.default()
+    r.router.add_vhost("/")
+    for name in queues:
+        r.router.add_queue("/", name)
+        r.queues[("/", name)] = {"vhost": "/", "name": name, "durable": False,
+                                 "exclusive": exclusive_owner, "auto_delete": False,
+                                 "arguments": {}, "address": qaddr(name)}
+    return r
+
+
+def qaddr(name) -> str:
+    return f"w2#q/{name}"
+
+
+def make_channel(*queues, number=1, capabilities=None, credit_initial=400, replica=None):
+    out = ChannelOut()
+    conn = ConnInfo(OWNER, "guest", "/", 131072,
+                    {"consumer_cancel_notify": True} if capabilities is None else capabilities,
+                    NODE)
+    core = ChannelCore(number, CH, conn, replica or make_replica(*queues), out, credit_initial)
+    return core, out
+
+
+def deliver_msg(queue, items, bodies=None):
+    """A Deliver from queue `queue` (name): items [(ctag, msg_id, redelivered)]."""
+    full = [[ctag, mid, red, "", "rk", b"\x00\x00"] for ctag, mid, red in items]
+    return m.Deliver(qaddr(queue), queue, full, bodies or [b"b%d" % it[1] for it in items])
+
+
+def consume(core, out, queue, tag, no_ack=False, ok=True):
+    """basic.consume answered by the queue; returns the Consume message sent."""
+    core.handle_commands([cmd(am.BasicConsume(queue=queue, consumer_tag=tag, no_ack=no_ack))])
+    sent = out.sent(m.Consume)[-1]
+    core.on_reply(m.RpcReply(sent.req_id, ok, queue if ok else None,
+                             0 if ok else 403, "" if ok else "ACCESS_REFUSED - no"))
+    return sent
+
+
+# --- channel + queues wired together --------------------------------------------------------
+class _WireQueueOut(QueueOut):
+    def __init__(self, wire, name):
+        super().__init__()
+        self.wire, self.name = wire, name
+
+    def __getattr__(self, name):
+        record = super().__getattr__(name)
+        wire, q = self.wire, qaddr(self.name)
+
+        def effect(*args):
+            record(*args)
+            if name == "deliver":
+                wire.post(args[0], m.Deliver(q, self.name, args[1], args[2]))
+            elif name == "confirm" and args[0]:
+                wire.post(args[0], m.Confirm(q, args[1], args[2]))
+            elif name == "reply":
+                wire.post(args[0], m.RpcReply(args[1], args[2], *args[3:]))
+            elif name == "consumer_gone":
+                wire.post(args[0], m.ConsumerGone(q, args[1]))
+            elif name == "credit" and args[0]:
+                wire.post(args[0], m.Credit(q, args[1]))
+            elif name == "demand":
+                wire.post(args[0], m.Demand(q))
+            elif name == "release":
+                wire.post(args[0], m.Release(q, args[1]))
+        return effect
+
+
+class _WireChannelOut(ChannelOut):
+    def __init__(self, wire):
+        super().__init__()
+        self.wire = wire
+
+    def write(self, data, sent=None):
+        super().write(data, sent)
+        if sent and self.wire.auto_sent:
+            for q, n in sent:  # the writer put them on the socket
+                self.wire.post(q, m.Sent(CH, n))
+
+    def send(self, address, msg):
+        super().send(address, msg)
+        self.wire.post(address, msg)
+
+
+class Wire:
+    """One ChannelCore and QueueCores (by name) joined by a FIFO mailbox, dispatched the way
+    actors/channel.py and actors/queue.py do. `run()` delivers until nothing is left."""
+
+    def __init__(self, queues: dict, auto_sent=True):
+        self.mail: deque = deque()
+        self.now = 1000
+        self.auto_sent = auto_sent
+        self.out = _WireChannelOut(self)
+        conn = ConnInfo(OWNER, "guest", "/", 131072, {"consumer_cancel_notify": True}, NODE)
+        self.channel = ChannelCore(1, CH, conn, make_replica(*queues), self.out)
+        self.queues = {}
+        self.qouts = {}
+        for name, args in queues.items():
+            qo = _WireQueueOut(self, name)
+            self.qouts[name] = qo
+            self.queues[qaddr(name)] = QueueCore("/", name, args, qo, self.now)
+
+    def q(self, name) -> QueueCore:
+        return self.queues[qaddr(name)]
+
+    def post(self, address, msg):
+        self.mail.append((address, msg))
+
+    def client(self, *commands):
+        self.post(CH, list(commands))
+        self.run()
+
+    def run(self, limit=100000):
+        while self.mail and limit:
+            limit -= 1
+            address, msg = self.mail.popleft()
+            if address == CH:
+                self._to_channel(msg)
+            elif address in self.queues:
+                self._to_queue(self.queues[address], msg)
+        assert not self.mail, "message loop did not settle"
+
+    def _to_channel(self, msg):
+        c = self.channel
+        if isinstance(msg, list):
+            c.handle_commands(msg)
+        elif isinstance(msg, m.Deliver):
+            c.on_deliver(msg)
+        elif isinstance(msg, m.Confirm):
+            c.on_confirm(msg)
+        elif isinstance(msg, (m.RpcReply, m.GetReply)):
+            c.on_reply(msg)
+        elif isinstance(msg, m.Credit):
+            c.on_credit(msg)
+        elif isinstance(msg, m.Demand):
+            c.on_demand(msg)
+        elif isinstance(msg, m.Release):
+            c.on_release(msg)
+        elif isinstance(msg, m.ConsumerGone):
+            c.on_consumer_gone(msg)
+
+    def _to_queue(self, core: QueueCore, msg):
+        now = self.now
+        out = core.out
+        if isinstance(msg, m.Publish):
+            core.publish(msg.sender, msg.items, msg.bodies, now)
+        elif isinstance(msg, m.Settle):
+            core.settle(msg.sender, msg.op, msg.msg_ids, now)
+        elif isinstance(msg, m.Sent):
+            core.sent(msg.channel, msg.n, now)
+        elif isinstance(msg, m.Consume):
+            try:
+                core.consume(msg.sender, msg.consumer_tag, msg.no_ack, msg.exclusive,
+                             msg.prefetch, msg.channel_prefetch, now)
+            except Exception as e:  # AMQPError
+                out.reply(msg.sender, msg.req_id, False, None, e.reply_code, e.text)
+            else:
+                out.reply(msg.sender, msg.req_id, True, core.name)
+        elif isinstance(msg, m.Cancel):
+            ok = core.cancel(msg.sender, msg.consumer_tag, now)
+            if msg.req_id:
+                out.reply(msg.sender, msg.req_id, True, ok)
+        elif isinstance(msg, m.Get):
+            got = core.get(msg.sender, msg.no_ack, now)
+            qa = qaddr(core.name)
+            if got is None:
+                self.post(msg.sender, m.GetReply(msg.req_id, qa, None, 0, []))
+            else:
+                it, body, count = got
+                self.post(msg.sender, m.GetReply(msg.req_id, qa, it, count, [body]))
+        elif isinstance(msg, m.ChannelDown):
+            core.channel_down(msg.sender, now)
+        elif isinstance(msg, m.SetLimit):
+            core.set_limit(msg.sender, msg.channel_prefetch, now)
+        elif isinstance(msg, m.Grant):
+            core.grant(msg.channel, msg.n, now)
+        while core.ready_count and core.consumers and core.run(now):
+            pass
+
+    # --- the client's view ---
+    def deliveries(self) -> list:
+        """[(delivery_tag, consumer_tag, body, redelivered)] written so far."""
+        return [(c.method.delivery_tag, c.method.consumer_tag, c.body, c.method.redelivered)
+                for c in self.out.frames()
+                if isinstance(c, Command) and isinstance(c.method, am.BasicDeliver)]
+
+
+# --- connection core ------------------------------------------------------------------------
+class _Host:
+    node = NODE
+
+
+class FakeShell:
+    """What ConnectionCore calls on its Reader."""
+
+    def __init__(self):
+        self.host = _Host()
+        self.events: list = []
+        self.channels: dict = {}  # number -> ConnInfo
+
+    def write(self, data):
+        self.events.append(("write", data))
+
+    def opened(self, heartbeat):
+        self.events.append(("opened", heartbeat))
+
+    def open_channel(self, number, info):
+        self.channels[number] = info
+        self.events.append(("open_channel", number))
+
+    def channel_commands(self, number, commands):
+        self.events.append(("commands", number, list(commands)))
+
+    def forget_channel(self, number):
+        self.channels.pop(number, None)
+        self.events.append(("forget_channel", number))
+
+    def channel_open(self, number):
+        return number in self.channels
+
+    def close_after(self, seconds):
+        self.events.append(("close_after", seconds))
+
+    def terminate(self, why):
+        self.events.append(("terminate", why))
+
+    # --- reading back ---
+    def written(self) -> bytes:
+        return b"".join(e[1] for e in self.events if e[0] == "write")
+
+    def methods(self) -> list:
+        return methods(self.written())
+
+    def kinds(self) -> list:
+        return [e[0] for e in self.events]
+
+    def clear(self):
+        self.events.clear()
+
+
+def config(**kw) -> Config:
+    return Config(**kw)
+
+
+def frame(channel, method) -> bytes:
+    return encode_method(channel, method)
