@@ -29,7 +29,7 @@ import pykka
 from actors import messages as m
 from actors.channel import Channel, ChannelFinished
 from actors.core.connection import ConnectionCore
-from actors.timers import Timers
+from actors.host import WorkerHost
 
 log = logging.getLogger("leveret.connection")
 
@@ -256,16 +256,11 @@ class Reader(pykka.ThreadingActor):
         self.stop()
 
 
-class ConnectionHost:
+class ConnectionHost(WorkerHost):
     """The connection-worker process: listener, connections, reactions to node notices."""
 
     def __init__(self, config, transport, replica, node, index):
-        self.config = config  # node configuration
-        self.transport = transport  # this process's Transport
-        self.replica = replica  # metadata replica
-        self.node = node  # the node's metadata actor address
-        self.index = index  # worker slot
-        self.timers = Timers()  # heartbeats and close time-outs
+        super().__init__(config, transport, replica, node, index)
         self.readers: dict[str, Reader] = {}  # conn id -> Reader actor ref
         self.channels: dict[str, pykka.ActorRef] = {}  # channel address -> Channel actor
         self.ids = itertools.count(1)  # connection numbers
@@ -319,7 +314,7 @@ class ConnectionHost:
             except pykka.ActorDeadError:
                 pass
         time.sleep(0.2)
-        self.timers.stop()
+        super().stop()
 
     def worker_down(self, kind, endpoint) -> None:
         if kind != "queue":
@@ -331,6 +326,3 @@ class ConnectionHost:
                 ref.tell(m.WorkerDown(kind, endpoint))
             except pykka.ActorDeadError:
                 pass
-
-    def metadata_changed(self, changes) -> None:
-        pass

@@ -23,7 +23,7 @@ from actors.backing_queue import BackingQueue
 from actors.core.errors import AMQPError, ChannelError, amqp_text
 from actors.core.queue import QueueCore
 from actors.dead_lettering import dead_letter_publish
-from actors.timers import Timers
+from actors.host import WorkerHost
 
 log = logging.getLogger("leveret.queue")
 
@@ -229,29 +229,21 @@ class Queue(pykka.ThreadingActor):
             self.stop()
 
 
-class QueueHost:
+class QueueHost(WorkerHost):
     """The queue-worker process: starts queues, answers for missing ones."""
 
     def __init__(self, config, transport, replica, node, index):
-        self.config = config  # node configuration
-        self.transport = transport  # this process's Transport
-        self.replica = replica  # metadata replica
-        self.node = node  # the node's metadata actor address
-        self.index = index  # worker slot
-        self.timers = Timers()  # one timer thread for every queue here
+        super().__init__(config, transport, replica, node, index)
         self.queues: dict[str, pykka.ActorRef] = {}  # transport name -> Queue actor
         transport.set_fallback(self.missing)
-
-    def start(self) -> None:
-        pass  # queues start when the node sends StartQueue
 
     def stop(self) -> None:
         for ref in list(self.queues.values()):
             try:
                 ref.stop(timeout=5)
-            except Exception:
+            except (pykka.ActorDeadError, pykka.Timeout):
                 pass
-        self.timers.stop()
+        super().stop()
 
     def start_queue(self, msg: m.StartQueue) -> None:
         q = msg.qdef
@@ -268,9 +260,6 @@ class QueueHost:
         for ref in list(self.queues.values()):
             if ref.is_alive():
                 ref.tell(ChannelsDown(endpoint + "#"))
-
-    def metadata_changed(self, changes) -> None:
-        pass
 
     def missing(self, name: str, msg) -> None:
         """A message for a queue that is gone: what RabbitMQ's channel sees for a dead queue."""

@@ -25,6 +25,7 @@ from collections import OrderedDict, deque
 from actors import messages as m
 from actors.core.errors import AMQPError, ChannelError, ConnectionError_, is_hard_error
 from protocol import methods as am
+from protocol.errors import AMQPError as CodecError
 from protocol.frames import encode_content, encode_deliver, encode_method
 from protocol.properties import BasicProperties
 
@@ -119,6 +120,8 @@ class ChannelCore:
                 raise ConnectionError_(540, f"{method.NAME} not implemented on a channel",
                                        method.CLASS_ID, method.METHOD_ID)
             handler(self, method, cmd)
+        except CodecError as e:  # content properties are decoded lazily, here
+            self.error(ConnectionError_(e.reply_code, e.text, method.CLASS_ID, method.METHOD_ID))
         except AMQPError as e:
             if not e.class_id:
                 e = e.with_method(method.CLASS_ID, method.METHOD_ID)

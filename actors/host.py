@@ -1,0 +1,28 @@
+"""What every worker process's host part has: the process's Transport, its metadata replica, the
+node's address, its slot, one timer thread. ConnectionHost and QueueHost add their kind's work."""
+
+from __future__ import annotations
+
+from actors.timers import Timers
+
+
+class WorkerHost:
+    def __init__(self, config, transport, replica, node, index):
+        self.config = config  # node configuration
+        self.transport = transport  # this process's Transport
+        self.replica = replica  # metadata replica
+        self.node = node  # the node's metadata actor address
+        self.index = index  # worker slot
+        self.timers = Timers()  # every timer of this process (heartbeats, TTL, time-outs)
+
+    def start(self) -> None:
+        """Called once the metadata snapshot is in."""
+
+    def stop(self) -> None:
+        self.timers.stop()
+
+    def worker_down(self, kind, endpoint) -> None:
+        """Another worker process died."""
+
+    def metadata_changed(self, changes) -> None:
+        """The replica has just applied these changes."""
