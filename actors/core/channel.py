@@ -131,6 +131,7 @@ class ChannelCore:
         if isinstance(e, ConnectionError_) or is_hard_error(e.reply_code):
             self.out.close_connection(e.reply_code, e.text, e.class_id, e.method_id)
             return
+        self.flush()  # this turn's confirms go out before the channel.close
         self.out.write(encode_method(self.number, am.ChannelClose(
             reply_code=e.reply_code, reply_text=e.text, class_id=e.class_id,
             method_id=e.method_id)))
@@ -332,7 +333,8 @@ class ChannelCore:
         self._finish()
 
     def _close_ok(self, method, cmd):
-        pass  # a stray close-ok on an open channel: ignored, as RabbitMQ does
+        raise ConnectionError_(503, "unexpected channel.close-ok on an open channel",
+                               method.CLASS_ID, method.METHOD_ID)
 
     def _flow(self, method, cmd):
         if not method.active:
@@ -361,14 +363,16 @@ class ChannelCore:
                 "auto_delete": method.auto_delete, "internal": method.internal,
                 "arguments": method.arguments}
         self._rpc("exchange.declare", args, self._ok_then(am.ExchangeDeclareOk(),
-                                                          method.nowait), not method.nowait)
+                                                          method.nowait, method),
+                  not method.nowait)
 
     def _exchange_delete(self, method, cmd):
         self._check("configure", "exchange", method.exchange)
         self.exchange_ok.pop(method.exchange, None)
         self._rpc("exchange.delete", {"vhost": self.conn.vhost, "name": method.exchange,
                                       "if_unused": method.if_unused},
-                  self._ok_then(am.ExchangeDeleteOk(), method.nowait), not method.nowait)
+                  self._ok_then(am.ExchangeDeleteOk(), method.nowait, method),
+                  not method.nowait)
 
     def _exchange_bind(self, method, cmd, unbind=False):
         self._check("write", "exchange", method.destination)
@@ -378,15 +382,15 @@ class ChannelCore:
         self._rpc(op, {"vhost": self.conn.vhost, "source": method.source, "kind": "exchange",
                        "dest": method.destination, "routing_key": method.routing_key,
                        "arguments": method.arguments, "owner": self.conn.owner},
-                  self._ok_then(ok, method.nowait), not method.nowait)
+                  self._ok_then(ok, method.nowait, method), not method.nowait)
 
     def _exchange_unbind(self, method, cmd):
         self._exchange_bind(method, cmd, unbind=True)
 
-    def _ok_then(self, ok_method, nowait):
+    def _ok_then(self, ok_method, nowait, request):
         def cont(reply):
             if not reply.ok:
-                raise _reply_error(reply, ok_method)
+                raise _reply_error(reply, request)
             if not nowait:
                 self.out.write(encode_method(self.number, ok_method))
         return cont
@@ -400,7 +404,7 @@ class ChannelCore:
 
         def cont(reply):
             if not reply.ok:
-                raise _reply_error(reply, am.QueueDeclareOk())
+                raise _reply_error(reply, method)
             qname, count, consumers = reply.result
             self.last_queue = qname
             if not method.nowait:
@@ -432,7 +436,7 @@ class ChannelCore:
         self._rpc(op, {"vhost": self.conn.vhost, "source": method.exchange, "kind": "queue",
                        "dest": queue, "routing_key": method.routing_key,
                        "arguments": method.arguments, "owner": self.conn.owner},
-                  self._ok_then(ok, nowait), not nowait)
+                  self._ok_then(ok, nowait, method), not nowait)
 
     def _queue_unbind(self, method, cmd):
         self._queue_bind(method, cmd, unbind=True)
@@ -579,7 +583,7 @@ class ChannelCore:
             self.limited_tags.clear()
             self.granted.clear()
             self.demands.clear()
-        for q in {c[0] for c in self.consumers.values()}:
+        for q in self.queues_used | {c[0] for c in self.consumers.values()}:
             self.out.send(q, m.SetLimit(self.address, n))
         self._grant()
 
@@ -761,8 +765,10 @@ def _parse_expiration(value) -> int:
 
 
 def _reply_error(reply, method) -> AMQPError:
+    """The error a node or queue answered, naming the request method as RabbitMQ does."""
     cls = ConnectionError_ if is_hard_error(reply.code) else ChannelError
-    return cls(reply.code or 541, reply.text or "internal error")
+    return cls(reply.code or 541, reply.text or "internal error", method.CLASS_ID,
+               method.METHOD_ID)
 
 
 _HANDLERS = {

@@ -77,6 +77,7 @@ class ConnectionCore:
         self.channel_max = config.channel_max  # negotiated
         self.heartbeat = 0  # negotiated seconds
         self.mechanism = "PLAIN"  # chosen authentication mechanism
+        self.closing_channels: set = set()  # closed by the client, close-ok not yet seen by it
 
     # --- input --------------------------------------------------------------------------------
     def receive(self, data: bytes) -> None:
@@ -142,6 +143,12 @@ class ConnectionCore:
         if cmd is None:
             return
         method = cmd.method
+        if channel in self.closing_channels:
+            # the client closed this channel and waits for close-ok: what it sent meanwhile is
+            # dropped, as RabbitMQ does, until it opens the number again
+            if not isinstance(method, am.ChannelOpen):
+                return
+            self.closing_channels.discard(channel)
         if isinstance(method, am.ChannelOpen):
             if self.shell.channel_open(channel):
                 raise ConnectionError_(504, "second 'channel.open' seen", method.CLASS_ID,
@@ -165,6 +172,8 @@ class ConnectionCore:
             raise ConnectionError_(504, "expected 'channel.open'", method.CLASS_ID,
                                    method.METHOD_ID)
         batches.setdefault(channel, []).append(cmd)
+        if isinstance(method, am.ChannelClose):
+            self.closing_channels.add(channel)
         if isinstance(method, (am.ChannelClose, am.ChannelCloseOk)):
             # the number is free for the client as soon as it sees close-ok: forget it now
             self._flush(batches)
@@ -204,9 +213,10 @@ class ConnectionCore:
                                                         am.ConnectionUnblocked)):
             raise ConnectionError_(540, f"{method.NAME} from a client", method.CLASS_ID,
                                    method.METHOD_ID)
-        elif state == "running" and method.CLASS_ID != am.ConnectionStart.CLASS_ID:
-            raise ConnectionError_(504, f"{method.NAME} on channel 0", method.CLASS_ID,
-                                   method.METHOD_ID)
+        elif state == "running":
+            # rabbit_reader:handle_method0's fallback, for any method out of place
+            raise ConnectionError_(504, "unexpected method in connection state running",
+                                   method.CLASS_ID, method.METHOD_ID)
         else:
             raise ConnectionError_(503, f"unexpected method {method.NAME} in state {state}",
                                    method.CLASS_ID, method.METHOD_ID)

@@ -161,8 +161,13 @@ class QueueCore:
     def publish(self, sender: str, items: list, bodies: list, now: int) -> None:
         """items: [seq_no, exchange, routing_key, props_raw, persistent, priority, expiry_ms]"""
         accepted, refused, to_persist = [], [], []
+        bounded = self.max_length is not None or self.max_bytes is not None
         for item, body in zip(items, bodies):
             pub_seq, exchange, rk, props, persistent, priority, expiry = item
+            if bounded and self.consumers and self._full_for(len(body)):
+                # what a waiting consumer takes does not count: deliver before judging, so a
+                # batch fares as the same messages one by one
+                self._deliver_ready(now)
             if self._full_for(len(body)) and self.overflow != "drop-head":
                 if pub_seq:
                     refused.append(pub_seq)
@@ -180,7 +185,14 @@ class QueueCore:
                 to_persist.append(msg)
             elif pub_seq:
                 accepted.append(pub_seq)
-            self._enforce_max_length()
+            if bounded and self._over_limit():
+                if self.consumers:
+                    self._deliver_ready(now)
+                if to_persist and self._over_limit():
+                    # the backing queue hears of a message before it may hear it is dropped
+                    self.out.persist(to_persist)
+                    to_persist = []
+                self._enforce_max_length()
         if to_persist:
             self.out.persist(to_persist)
         if accepted:
@@ -218,8 +230,7 @@ class QueueCore:
         self.next_seq += 1
         if ttl == 0:
             # TTL 0: delivered only if a consumer can take it right now (RabbitMQ's rule)
-            c = self._next_consumer()
-            if c is None:
+            if not self._next_consumer_exists():
                 self._expire(msg)
                 return None
             msg.expires_at = 0
@@ -235,10 +246,13 @@ class QueueCore:
             return True
         return False
 
+    def _over_limit(self) -> bool:
+        return bool(self.ready_count) and (
+            (self.max_length is not None and self.ready_count > self.max_length) or
+            (self.max_bytes is not None and self.ready_bytes > self.max_bytes))
+
     def _enforce_max_length(self) -> None:
-        while self.ready_count and (
-                (self.max_length is not None and self.ready_count > self.max_length) or
-                (self.max_bytes is not None and self.ready_bytes > self.max_bytes)):
+        while self._over_limit():
             msg = self._pop_head(lowest=True)
             self._drop(msg, "maxlen")
 
@@ -251,12 +265,7 @@ class QueueCore:
             raise ChannelError(403, f"queue '{self.name}' in vhost '{self.vhost}' in exclusive "
                                     "use")
         self.consumers[(channel, tag)] = Consumer(channel, tag, no_ack, prefetch, exclusive)
-        st = self._channel(channel)
-        st.limit = channel_prefetch
-        if channel_prefetch:
-            self.limited.add(channel)
-        else:
-            self.limited.discard(channel)
+        self._set_channel_limit(channel, channel_prefetch)
         self.had_consumer = True
         self.last_used = now
 
@@ -270,14 +279,21 @@ class QueueCore:
         return c is not None
 
     def set_limit(self, channel, limit, now) -> None:
+        self._set_channel_limit(channel, limit)
+        self.run(now)
+
+    def _set_channel_limit(self, channel, limit) -> None:
+        """The channel's global prefetch is now `limit`: a demand is asked again (the channel
+        drops pending demands when its limit changes); tokens go with a limit going to 0."""
         st = self._channel(channel)
+        if not limit or not st.limit:
+            st.tokens = 0
         st.limit = limit
+        st.asked = False
         if limit:
             self.limited.add(channel)
         else:
             self.limited.discard(channel)
-            st.tokens, st.asked = 0, False
-        self.run(now)
 
     def grant(self, channel, n, now) -> None:
         """The channel granted n deliveries under its global prefetch."""
@@ -355,6 +371,9 @@ class QueueCore:
             self.run_due = True
             return False
         self.run_due = False
+        return self._deliver_ready(now, budget)
+
+    def _deliver_ready(self, now: int, budget: int = 1000) -> bool:
         self._expire_head(now)
         while self.ready_count and self.consumers and budget > 0:
             c = self._next_consumer()

@@ -412,10 +412,6 @@ def test_reply_hard_error_closes_connection():
         ("close_connection", 503, "COMMAND_INVALID - unknown exchange type 'nope'")]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: an error answered by the node or a queue "
-                   "(_reply_error) closes the channel with class_id/method_id 0; RabbitMQ "
-                   "names the failing method (queue.declare = 50/10), as ChannelCore does for "
-                   "errors raised synchronously")
 def test_reply_error_names_the_failing_method():
     core, out = ch()
     send(core, am.QueueDeclare(queue="q9", passive=True))
@@ -549,9 +545,6 @@ def test_queue_worker_down_nacks_unconfirmed_and_cancels():
     assert am.BasicCancel(consumer_tag="A", nowait=True) in out.methods()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: ChannelCore.error writes channel.close before "
-                   "_release() flushes the confirms of this turn, so a basic.ack for an earlier "
-                   "publish goes out after channel.close")
 def test_confirms_of_the_turn_go_out_before_channel_close__C1_E5():
     core, out = ch()
     send(core, am.ConfirmSelect(), publish("nowhere"), am.BasicAck(delivery_tag=42))
@@ -661,9 +654,6 @@ def test_qos_prefetch_size_not_implemented():
                               "(10)", 60, 10)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a channel.close-ok on an open channel is ignored "
-                   "by ChannelCore._close_ok while the reader forgets the channel number; "
-                   "RabbitMQ 3.10 closes the connection with 503 (docs/behaviour-tests.md #11)")
 def test_unsolicited_close_ok_is_command_invalid__E2():
     core, out = ch()
     send(core, am.ChannelCloseOk())
@@ -887,10 +877,6 @@ def test_consumer_after_cancel_gets_messages_under_global_prefetch__P2():
     assert [d[:3] for d in w.deliveries()] == [(1, "A", b"0"), (2, "B", b"1")]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: QueueCore keeps ChannelState.asked=True from a "
-                   "Demand the channel dropped when basic.qos reset the global limit (the "
-                   "channel sends SetLimit only to queues it has consumers on); a later "
-                   "consumer there never asks again and gets nothing")
 def test_consumer_after_cancel_and_qos_change_gets_messages__P2():
     w = Wire({"q1": {}})
     w.client(cmd(am.BasicQos(prefetch_count=1, global_=True)),

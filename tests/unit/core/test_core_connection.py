@@ -359,10 +359,6 @@ def test_channel_method_on_channel_zero_is_channel_error__E2():
     assert text.startswith("CHANNEL_ERROR - ")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: ConnectionCore._method0 answers a connection "
-                   "method that is out of place on a running connection with 503 "
-                   "COMMAND_INVALID; rabbit_reader:handle_method0 raises 504 CHANNEL_ERROR "
-                   "'unexpected method in connection state running' for every such method")
 @pytest.mark.parametrize("method", [am.ConnectionOpen(virtual_host="/"),
                                     am.ConnectionTuneOk(frame_max=131072),
                                     am.ConnectionStartOk(response=b"\x00guest\x00guest")])
@@ -513,10 +509,6 @@ def test_close_before_header_just_terminates():
     assert shell.events == [("terminate", "CONNECTION_FORCED - shutdown")]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: ConnectionCore._frame forgets the channel number "
-                   "as soon as the client's channel.close passes, so a method the client sent "
-                   "on that channel before seeing close-ok closes the whole connection with 504; "
-                   "RabbitMQ ignores it (docs/behaviour-tests.md #9)")
 def test_method_after_clients_channel_close_is_ignored__E2():
     core, shell = opened(1, 2)
     core.receive(frame(1, am.ChannelClose()) + frame(1, am.BasicQos(prefetch_count=1)) +

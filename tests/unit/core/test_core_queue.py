@@ -310,9 +310,6 @@ def test_ttl_zero_with_consumer_is_delivered():
     assert out.of("dead_letter") == [] and q.stats()["messages_unacknowledged"] == 1
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: QueueCore._enqueue calls _next_consumer() for a "
-                   "TTL-0 message, which moves that consumer to the back of the round robin; "
-                   "run() then picks the next one, so with two consumers one gets everything")
 def test_ttl_zero_keeps_round_robin():
     q, out = mk({"x-message-ttl": 0})
     consume(q, tag="A")
@@ -341,10 +338,6 @@ def test_max_length_counts_only_ready_messages():
     assert out.of("confirm") == [(PUB, [1], True), (PUB, [2], True), (PUB, [3], False)]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: QueueCore.publish checks x-max-length for every "
-                   "message of a batch before run() hands any of them to a waiting consumer, "
-                   "so a batch (one channel turn) is nacked where the same messages one by one "
-                   "(and RabbitMQ) are accepted")
 def test_max_length_reject_publish_batch_same_as_one_by_one__C6():
     q, out = mk({"x-max-length": 1, "x-overflow": "reject-publish"})
     consume(q, prefetch=1)
@@ -354,8 +347,6 @@ def test_max_length_reject_publish_batch_same_as_one_by_one__C6():
     assert out.of("confirm") == [(PUB, [1, 2], True), (PUB, [3], False)]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: same as the reject-publish case: with drop-head a "
-                   "batch drops messages a waiting consumer could have taken")
 def test_max_length_drop_head_batch_same_as_one_by_one():
     q, out = mk({"x-max-length": 1})
     consume(q, prefetch=1)
@@ -416,9 +407,6 @@ def test_requeue_over_max_length_drops_the_head():
     assert [[m.body for m in msgs] for (msgs,) in out.of("forget")] == [[b"1"]]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: QueueCore.publish asks the backing queue to "
-                   "forget a persistent message dropped by max-length (drop-head) before it "
-                   "asks it to persist that same message (out.persist comes after the loop)")
 def test_dropped_persistent_message_is_not_persisted_after_forget():
     q, out = mk({"x-max-length": 0})
     pub(q, b"a", seqs=[1], persistent=True)
