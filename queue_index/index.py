@@ -1,0 +1,320 @@
+"""QueueIndex: one durable queue's index (rabbit_queue_index.erl) in the node's LMDB environment.
+
+Records, keyed by the queue's seq_id: publish (the entry, with the body when it is below
+embed_msgs_below bytes), deliver, ack. They go to a journal first; when it holds
+max_journal_entries records it is folded (fold.py) into segments of segment_entries seq_ids.
+A publish whose ack arrives while both are in the journal is deleted with it and never reaches a
+segment, so a queue that keeps up with its consumers only ever touches its journal.
+
+Sans-IO: every method takes the caller's LMDB transaction; the caller writes the msg_store side
+of a publish or an ack in the same transaction and makes it durable with env.sync(True) at group
+commit. A QueueIndex object holds configuration and database handles only, never state that an
+aborted transaction could leave behind: every counter is in the queue's QueueMeta record.
+
+Mistakes a queue can survive are counted, not raised: deliver or ack of an unknown or already
+acked seq_id. Mistakes that would corrupt the index raise ValueError (seq_id not increasing, a
+malformed entry); the caller then aborts its transaction.
+"""
+
+from __future__ import annotations
+
+from itertools import islice
+from typing import Iterable, Iterator, NamedTuple
+
+import lmdb
+
+from queue_index import keys
+from queue_index.entry import DELIVERED, EMBEDDED, IndexEntry, body_size, decode, encode, msg_id
+from queue_index.fold import drop_range, fold, segment_counts
+from queue_index.keys import ACK, DEL, J, PUB, S, SEQ
+from queue_index.meta import QueueMeta
+from queue_index.scan import live, records
+
+_JOURNAL = b"qi.journal"
+_SEGMENTS = b"qi.segments"
+_COUNTS = b"qi.counts"
+_QUEUES = b"qi.queues"
+_PUB, _DEL, _ACK = bytes((PUB,)), bytes((DEL,)), bytes((ACK,))
+
+
+def db_names() -> tuple[bytes, ...]:
+    """Names of the LMDB databases QueueIndex opens (shared by all queues): count them into the
+    env's max_dbs."""
+    return (_JOURNAL, _SEGMENTS, _COUNTS, _QUEUES)
+
+
+class Recovery(NamedTuple):
+    live: int  # entries published and not acked
+    live_bytes: int  # sum of their body sizes (embedded or in msg_store)
+    next_seq_id: int  # max seq_id ever published + 1 (0 for a queue never published to)
+    delivered: int  # live entries delivered at least once
+
+
+class IndexCorrupt(ValueError):
+    """verify() found the counters and the records disagreeing."""
+
+
+class QueueIndex:
+    def __init__(self, env, queue_id: bytes, *, segment_entries: int = 16384,
+                 max_journal_entries: int = 32768, embed_msgs_below: int = 4096, txn=None):
+        """Open (create) the shared databases. Pass `txn` when the caller already holds a write
+        transaction in this thread."""
+        if segment_entries < 1 or max_journal_entries < 1:
+            raise ValueError("segment_entries and max_journal_entries must be positive")
+        self.env = env  # the node's LMDB environment, shared with msg_store and other queues
+        self.queue_id = queue_id  # stable key of this durable queue (caller derives it)
+        self.segment_entries = segment_entries  # for a new queue; an existing one keeps its own
+        self.max_journal_entries = max_journal_entries  # fold the journal when it holds this many
+        self.embed_msgs_below = embed_msgs_below  # bodies shorter than this live in the index
+        self._prefix = keys.prefix(queue_id)  # this queue's key prefix in every database
+        self._journal = env.open_db(_JOURNAL, txn=txn)  # journal records, all queues
+        self._segments = env.open_db(_SEGMENTS, txn=txn)  # segment records, all queues
+        self._counts = env.open_db(_COUNTS, txn=txn)  # per-segment publish/ack counts
+        self._queues = env.open_db(_QUEUES, txn=txn)  # QueueMeta per queue
+
+    db_names = staticmethod(db_names)
+
+    @staticmethod
+    def queue_ids(env, txn) -> list[bytes]:
+        """queue_ids with anything in the index (at boot: delete those no longer defined)."""
+        try:
+            db = env.open_db(_QUEUES, txn=txn, create=False)
+        except lmdb.NotFoundError:
+            return []
+        return [keys.queue_id(k) for k in txn.cursor(db=db).iternext(values=False)]
+
+    def embeds(self, body_size: int) -> bool:
+        """True when a body of this size is stored inside the publish record."""
+        return body_size < self.embed_msgs_below
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def publish(self, txn, entries: Iterable[IndexEntry]) -> None:
+        """Journal publish records. Bodies of entries that embeds() are stored in the record;
+        the caller puts the others into msg_store in this txn. seq_ids must increase."""
+        m = self._load(txn)
+        p, jdb, below, limit = self._prefix, self._journal, self.embed_msgs_below, \
+            self.max_journal_entries
+        put, pack = txn.put, J.pack
+        append = True  # a new seq_id's key is the queue's last: append while no queue follows
+        for e in entries:
+            seq = e.seq_id
+            if seq < m.next_seq_id:
+                raise ValueError(f"seq_id {seq} is not above {m.next_seq_id - 1}")
+            key, value = p + pack(seq, PUB), encode(e, e.body_size < below)
+            if not (append and put(key, value, append=True, db=jdb)):
+                append = False
+                put(key, value, db=jdb)
+            m.next_seq_id = seq + 1
+            m.live += 1
+            m.live_bytes += e.body_size
+            if e.delivered:
+                m.delivered += 1
+            m.journal += 1
+            if m.journal >= limit:
+                self._fold(txn, m)
+                append = True
+        self._save(txn, m)
+
+    def deliver(self, txn, seq_ids: Iterable[int]) -> None:
+        """Journal deliver records (a message handed to a consumer: redelivered=true after a
+        restart). Delivering an unknown or acked seq_id is ignored and counted; delivering one
+        already delivered is ignored."""
+        m = self._load(txn)
+        p, jdb, sdb, n = self._prefix, self._journal, self._segments, m.segment_entries
+        cur = txn.cursor(db=jdb)
+        for seq in seq_ids:
+            base = p + SEQ.pack(seq)
+            pub, delivered, acked = _journal_state(cur, base)
+            if acked:
+                m.unknown_delivers += 1
+                continue
+            if pub is None:
+                pub = txn.get(p + S.pack(seq // n, seq % n, PUB), db=sdb)
+                if pub is None:
+                    m.unknown_delivers += 1
+                    continue
+                delivered = delivered or \
+                    txn.get(p + S.pack(seq // n, seq % n, DEL), db=sdb) is not None
+            if delivered or pub[0] & DELIVERED:
+                continue
+            txn.put(base + _DEL, b"", db=jdb)
+            m.delivered += 1
+            m.journal += 1
+            if m.journal >= self.max_journal_entries:
+                self._fold(txn, m)
+        self._save(txn, m)
+
+    def ack(self, txn, seq_ids: Iterable[int]) -> list[bytes]:
+        """Journal acks; a publish still in the journal is deleted with its deliver record
+        instead. Returns the msg_ids of acked entries whose body is in msg_store: the caller
+        releases them in this txn. An unknown or already acked seq_id is ignored and counted."""
+        m = self._load(txn)
+        p, jdb, sdb, n = self._prefix, self._journal, self._segments, m.segment_entries
+        cur = txn.cursor(db=jdb)
+        released = []
+        for seq in seq_ids:
+            base = p + SEQ.pack(seq)
+            pub, delivered, acked = _journal_state(cur, base)
+            if acked:
+                m.unknown_acks += 1
+                continue
+            if pub is not None:  # publish still in the journal: both cancel out
+                txn.delete(base + _PUB, db=jdb)
+                m.journal -= 1
+                if delivered:
+                    txn.delete(base + _DEL, db=jdb)
+                    m.journal -= 1
+            else:
+                pub = txn.get(p + S.pack(seq // n, seq % n, PUB), db=sdb)
+                if pub is None:
+                    m.unknown_acks += 1
+                    continue
+                if delivered:  # the ack record supersedes the journal's deliver record
+                    txn.delete(base + _DEL, db=jdb)
+                    m.journal -= 1
+                else:
+                    delivered = txn.get(p + S.pack(seq // n, seq % n, DEL), db=sdb) is not None
+                txn.put(base + _ACK, b"", db=jdb)
+                m.journal += 1
+            m.live -= 1
+            m.live_bytes -= body_size(pub)
+            if delivered or pub[0] & DELIVERED:
+                m.delivered -= 1
+            if not pub[0] & EMBEDDED:
+                released.append(msg_id(pub))
+            if m.journal >= self.max_journal_entries:
+                self._fold(txn, m)
+        self._save(txn, m)
+        return released
+
+    def fold(self, txn) -> None:
+        """Fold the journal into the segments now (the writes do it when the journal is full)."""
+        m = self._load(txn)
+        if m.journal:
+            self._fold(txn, m)
+            self._save(txn, m)
+
+    def delete(self, txn) -> list[bytes]:
+        """Remove everything of this queue. Returns the msg_ids of live entries whose body is in
+        msg_store: the caller releases them in this txn."""
+        m = self._load(txn)
+        released = [msg_id(v) for _, v, _ in live(txn, self._journal, self._segments,
+                                                   self._prefix, -1, m.segment_entries)
+                    if not v[0] & EMBEDDED]
+        for db in (self._journal, self._segments, self._counts):
+            drop_range(txn, db, self._prefix)
+        txn.delete(self._prefix, db=self._queues)
+        return released
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def recover(self, txn) -> Recovery:
+        """The queue's totals at start-up, from its meta record: no scan of any segment."""
+        m = self._load(txn)
+        return Recovery(m.live, m.live_bytes, m.next_seq_id, m.delivered)
+
+    def read(self, txn, after_seq_id: int, limit: int) -> list[IndexEntry]:
+        """Up to `limit` live entries with seq_id > after_seq_id, in seq_id order."""
+        m = self._load(txn)
+        return [decode(seq, value, delivered) for seq, value, delivered in
+                islice(live(txn, self._journal, self._segments, self._prefix, after_seq_id,
+                            m.segment_entries), limit)]
+
+    def live_seq_ids(self, txn, after_seq_id: int = -1) -> Iterator[int]:
+        """seq_ids of the live entries > after_seq_id, in order, without decoding them (purge)."""
+        n = self._load(txn).segment_entries
+        for seq, _, _ in live(txn, self._journal, self._segments, self._prefix, after_seq_id, n,
+                              values=False):
+            yield seq
+
+    def stats(self, txn) -> dict:
+        m = self._load(txn)
+        return {"live": m.live, "live_bytes": m.live_bytes, "delivered": m.delivered,
+                "next_seq_id": m.next_seq_id, "journal": m.journal,
+                "segments": len(segment_counts(txn, self._counts, self._prefix)),
+                "unknown_acks": m.unknown_acks, "unknown_delivers": m.unknown_delivers,
+                "segment_entries": m.segment_entries}
+
+    def verify(self, txn) -> Recovery:
+        """Recompute the totals by scanning journal and segments; raise IndexCorrupt if the meta
+        record or the segment counts disagree with the records. For tests and leveretctl."""
+        m = self._load(txn)
+        n = m.segment_entries
+        total = total_bytes = delivered_n = journal_n = 0
+        max_seq = -1
+        in_segment: dict[int, int] = {}  # segment -> publish records still in it
+        for _ in _range_keys(txn, self._journal, self._prefix):
+            journal_n += 1
+        for key in _range_keys(txn, self._segments, self._prefix):
+            seg, _, kind = S.unpack_from(key, len(self._prefix))
+            if kind == PUB:
+                in_segment[seg] = in_segment.get(seg, 0) + 1
+        for seq, published, pub, acked, delivered in records(
+                txn, self._journal, self._segments, self._prefix, -1, n):
+            if published:
+                max_seq = seq
+            if published and not acked:
+                total += 1
+                total_bytes += body_size(pub)
+                delivered_n += bool(delivered)
+        counted = {seg: pubs - acks for seg, (pubs, acks) in
+                   segment_counts(txn, self._counts, self._prefix).items()}
+        problems = []
+        if (total, total_bytes, delivered_n, journal_n) != (m.live, m.live_bytes, m.delivered,
+                                                            m.journal):
+            problems.append(f"meta says live={m.live} bytes={m.live_bytes} "
+                            f"delivered={m.delivered} journal={m.journal}, records say "
+                            f"{total} {total_bytes} {delivered_n} {journal_n}")
+        if max_seq >= m.next_seq_id:
+            problems.append(f"seq_id {max_seq} recorded, next_seq_id {m.next_seq_id}")
+        if {s: c for s, c in counted.items() if c} != in_segment:
+            problems.append(f"segment counts {counted} != publish records {in_segment}")
+        if problems:
+            raise IndexCorrupt(f"queue {self.queue_id!r}: " + "; ".join(problems))
+        return Recovery(total, total_bytes, m.next_seq_id, delivered_n)
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _load(self, txn) -> QueueMeta:
+        raw = txn.get(self._prefix, db=self._queues)
+        return QueueMeta.unpack(raw) if raw is not None else QueueMeta(self.segment_entries)
+
+    def _save(self, txn, m: QueueMeta) -> None:
+        txn.put(self._prefix, m.pack(), db=self._queues)
+
+    def _fold(self, txn, m: QueueMeta) -> None:
+        fold(txn, self._journal, self._segments, self._counts, self._prefix, m)
+
+
+def _journal_state(cur, base: bytes) -> tuple[bytes | None, bool, bool]:
+    """(publish value or None, deliver record present, ack record present) for the seq_id whose
+    journal keys start with `base`."""
+    pub, delivered, acked = None, False, False
+    if not cur.set_range(base):
+        return pub, delivered, acked
+    n = len(base)
+    key = cur.key()
+    while key[:n] == base:
+        kind = key[n]
+        if kind == PUB:
+            pub = cur.value()
+        elif kind == DEL:
+            delivered = True
+        else:
+            acked = True
+        if not cur.next():
+            break
+        key = cur.key()
+    return pub, delivered, acked
+
+
+def _range_keys(txn, db, key_prefix: bytes):
+    cur = txn.cursor(db=db)
+    if not cur.set_range(key_prefix):
+        return
+    plen = len(key_prefix)
+    for key in cur.iternext(values=False):
+        if key[:plen] != key_prefix:
+            return
+        yield key
