@@ -26,7 +26,7 @@ test: venv
 	$(BIN)/python -m pytest tests
 
 unit: venv
-	$(BIN)/python -m pytest tests/unit tests/property
+	$(BIN)/python -m pytest tests/unit
 
 integration: venv
 	$(BIN)/python -m pytest tests/integration
