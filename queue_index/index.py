@@ -241,7 +241,7 @@ class QueueIndex:
         record or the segment counts disagree with the records. For tests and leveretctl."""
         m = self._load(txn)
         n = m.segment_entries
-        total = total_bytes = delivered_n = journal_n = 0
+        total = total_bytes = delivered_n = journal_n = orphans = 0
         max_seq = -1
         in_segment: dict[int, int] = {}  # segment -> publish records still in it
         for _ in _range_keys(txn, self._journal, self._prefix):
@@ -252,7 +252,9 @@ class QueueIndex:
                 in_segment[seg] = in_segment.get(seg, 0) + 1
         for seq, published, pub, acked, delivered in records(
                 txn, self._journal, self._segments, self._prefix, -1, n):
-            if published:
+            if not published:  # a deliver or ack record whose publish record is gone
+                orphans += 1
+            else:
                 max_seq = seq
             if published and not acked:
                 total += 1
@@ -266,6 +268,8 @@ class QueueIndex:
             problems.append(f"meta says live={m.live} bytes={m.live_bytes} "
                             f"delivered={m.delivered} journal={m.journal}, records say "
                             f"{total} {total_bytes} {delivered_n} {journal_n}")
+        if orphans:
+            problems.append(f"{orphans} seq_ids with deliver or ack records and no publish")
         if max_seq >= m.next_seq_id:
             problems.append(f"seq_id {max_seq} recorded, next_seq_id {m.next_seq_id}")
         if {s: c for s, c in counted.items() if c} != in_segment:
