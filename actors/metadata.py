@@ -148,7 +148,7 @@ class Metadata(pykka.ThreadingActor):
         for b in self._all_bindings():
             bindings.append(b)
         queues = [{k: v for k, v in q.items() if k not in ("address", "worker")}
-                  for q in self.queues.values() if q["durable"]]
+                  for q in self.queues.values() if q["durable"] and not q["exclusive"]]
         self.defs.save({"auth": self.auth.to_state(), "exchanges": exchanges,
                         "bindings": [b for b in bindings if self._binding_durable(b)],
                         "queues": queues})
