@@ -23,6 +23,7 @@ _HEAD = struct.Struct(">BBIQ16sHHI")
 HEAD_SIZE = _HEAD.size
 _SIZE = struct.Struct(">I")  # body_size at offset 2
 _MSG_ID = slice(14, 30)  # msg_id's bytes in the header
+_new = tuple.__new__  # builds an IndexEntry without NamedTuple.__new__'s argument handling
 
 
 class IndexEntry(NamedTuple):
@@ -42,32 +43,31 @@ class IndexEntry(NamedTuple):
 
 def encode(e: IndexEntry, embedded: bool) -> bytes:
     """The publish record's value. Raises ValueError on a malformed entry (a caller bug)."""
-    if len(e.msg_id) != 16:
-        raise ValueError(f"msg_id must be 16 bytes, got {len(e.msg_id)}")
+    mid, props = e.msg_id, e.props_raw
+    if len(mid) != 16:
+        raise ValueError(f"msg_id must be 16 bytes, got {len(mid)}")
     ex = e.exchange.encode()
     rk = e.routing_key.encode()
-    flags = DELIVERED if e.delivered else 0
-    head_args = (e.priority, e.body_size, e.expires_at, e.msg_id, len(ex), len(rk),
-                 len(e.props_raw))
+    flags = (DELIVERED if e.delivered else 0) | (EMBEDDED if embedded else 0)
+    head = _HEAD.pack(flags, e.priority, e.body_size, e.expires_at, mid, len(ex), len(rk),
+                      len(props))
     if not embedded:
-        return b"".join((_HEAD.pack(flags, *head_args), ex, rk, e.props_raw))
-    if e.body is None or len(e.body) != e.body_size:
+        return head + ex + rk + props
+    body = e.body
+    if body is None or len(body) != e.body_size:
         raise ValueError(f"seq_id {e.seq_id}: an embedded entry needs its body of body_size bytes")
-    return b"".join((_HEAD.pack(flags | EMBEDDED, *head_args), ex, rk, e.props_raw, e.body))
+    return head + ex + rk + props + body
 
 
 def decode(seq_id: int, value: bytes, delivered: bool = False) -> IndexEntry:
     """The entry of a publish record; `delivered` ORs in a separate deliver record."""
-    flags, prio, size, expires, msg_id, lx, lr, lp = _HEAD.unpack_from(value)
-    o = HEAD_SIZE
-    ex = value[o:o + lx].decode()
-    o += lx
-    rk = value[o:o + lr].decode()
-    o += lr
-    props = value[o:o + lp]
-    body = value[o + lp:] if flags & EMBEDDED else None
-    return IndexEntry(seq_id, msg_id, ex, rk, props, body, size, prio, expires,
-                      bool(delivered or flags & DELIVERED))
+    flags, prio, size, expires, mid, lx, lr, lp = _HEAD.unpack_from(value)
+    o = HEAD_SIZE + lx
+    p = o + lr
+    b = p + lp
+    return _new(IndexEntry, (seq_id, mid, value[HEAD_SIZE:o].decode(), value[o:p].decode(),
+                             value[p:b], value[b:] if flags & EMBEDDED else None, size, prio,
+                             expires, bool(delivered or flags & DELIVERED)))
 
 
 def body_size(value: bytes) -> int:

@@ -122,23 +122,19 @@ class QueueIndex:
         already delivered is ignored."""
         m = self._load(txn)
         p, jdb, sdb, n = self._prefix, self._journal, self._segments, m.segment_entries
-        cur = txn.cursor(db=jdb)
+        get, put = txn.get, txn.put
         for seq in seq_ids:
             base = p + SEQ.pack(seq)
-            pub, delivered, acked = _journal_state(cur, base)
-            if acked:
-                m.unknown_delivers += 1
-                continue
-            if pub is None:
-                pub = txn.get(p + S.pack(seq // n, seq % n, PUB), db=sdb)
-                if pub is None:
+            pub = get(base + _PUB, db=jdb)
+            if pub is None:  # in a segment, or acked, or unknown
+                pub = get(p + S.pack(seq // n, seq % n, PUB), db=sdb)
+                if pub is None or get(base + _ACK, db=jdb) is not None:
                     m.unknown_delivers += 1
                     continue
-                delivered = delivered or \
-                    txn.get(p + S.pack(seq // n, seq % n, DEL), db=sdb) is not None
-            if delivered or pub[0] & DELIVERED:
-                continue
-            txn.put(base + _DEL, b"", db=jdb)
+                if get(p + S.pack(seq // n, seq % n, DEL), db=sdb) is not None:
+                    continue
+            if pub[0] & DELIVERED or not put(base + _DEL, b"", overwrite=False, db=jdb):
+                continue  # delivered before
             m.delivered += 1
             m.journal += 1
             if m.journal >= self.max_journal_entries:
@@ -151,32 +147,27 @@ class QueueIndex:
         releases them in this txn. An unknown or already acked seq_id is ignored and counted."""
         m = self._load(txn)
         p, jdb, sdb, n = self._prefix, self._journal, self._segments, m.segment_entries
-        cur = txn.cursor(db=jdb)
+        get, pop, delete = txn.get, txn.pop, txn.delete
         released = []
         for seq in seq_ids:
             base = p + SEQ.pack(seq)
-            pub, delivered, acked = _journal_state(cur, base)
-            if acked:
-                m.unknown_acks += 1
-                continue
+            pub = pop(base + _PUB, db=jdb)
             if pub is not None:  # publish still in the journal: both cancel out
-                txn.delete(base + _PUB, db=jdb)
                 m.journal -= 1
+                delivered = delete(base + _DEL, db=jdb)
                 if delivered:
-                    txn.delete(base + _DEL, db=jdb)
                     m.journal -= 1
             else:
-                pub = txn.get(p + S.pack(seq // n, seq % n, PUB), db=sdb)
-                if pub is None:
-                    m.unknown_acks += 1
+                pub = get(p + S.pack(seq // n, seq % n, PUB), db=sdb)
+                if pub is None or not txn.put(base + _ACK, b"", overwrite=False, db=jdb):
+                    m.unknown_acks += 1  # never published, or acked before
                     continue
-                if delivered:  # the ack record supersedes the journal's deliver record
-                    txn.delete(base + _DEL, db=jdb)
+                m.journal += 1
+                delivered = delete(base + _DEL, db=jdb)  # superseded by the ack record
+                if delivered:
                     m.journal -= 1
                 else:
-                    delivered = txn.get(p + S.pack(seq // n, seq % n, DEL), db=sdb) is not None
-                txn.put(base + _ACK, b"", db=jdb)
-                m.journal += 1
+                    delivered = get(p + S.pack(seq // n, seq % n, DEL), db=sdb) is not None
             m.live -= 1
             m.live_bytes -= body_size(pub)
             if delivered or pub[0] & DELIVERED:
@@ -289,28 +280,6 @@ class QueueIndex:
 
     def _fold(self, txn, m: QueueMeta) -> None:
         fold(txn, self._journal, self._segments, self._counts, self._prefix, m)
-
-
-def _journal_state(cur, base: bytes) -> tuple[bytes | None, bool, bool]:
-    """(publish value or None, deliver record present, ack record present) for the seq_id whose
-    journal keys start with `base`."""
-    pub, delivered, acked = None, False, False
-    if not cur.set_range(base):
-        return pub, delivered, acked
-    n = len(base)
-    key = cur.key()
-    while key[:n] == base:
-        kind = key[n]
-        if kind == PUB:
-            pub = cur.value()
-        elif kind == DEL:
-            delivered = True
-        else:
-            acked = True
-        if not cur.next():
-            break
-        key = cur.key()
-    return pub, delivered, acked
 
 
 def _range_keys(txn, db, key_prefix: bytes):
