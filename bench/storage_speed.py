@@ -289,7 +289,8 @@ def main(argv=None) -> None:
                             2048 if name == "journal-2k" else 32768))
                     shutil.rmtree(path)
                     print(f"{size:>6} {shape:8} {name:10} {r['rate']:>10,.0f} {r['syncs']:>6} "
-                          f"{r['sync_ms']:>8.1f} {r['file_mb']:>8.1f} {r['txn_ms']:>10.1f}", flush=True)
+                          f"{r['sync_ms']:>8.1f} {r['file_mb']:>8.1f} {r['txn_ms']:>10.1f}",
+                          flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print("\nentry encoding, 1500-byte embedded body (ops/s, best of 3):")

@@ -90,8 +90,9 @@ class QueueIndex:
     # -- writes --------------------------------------------------------------------------------
 
     def publish(self, txn, entries: Iterable[IndexEntry]) -> None:
-        """Journal publish records. Bodies of entries that embeds() are stored in the record;
-        the caller puts the others into msg_store in this txn. seq_ids must increase."""
+        """Journal publish records. The body of an entry that embeds() its body_size is stored
+        in the record (it must be there); any other entry's body is not stored: the caller puts
+        it into msg_store in this txn. seq_ids must increase (ValueError otherwise)."""
         m = self._load(txn)
         p, jdb, below, limit = self._prefix, self._journal, self.embed_msgs_below, \
             self.max_journal_entries
@@ -187,8 +188,9 @@ class QueueIndex:
             self._save(txn, m)
 
     def delete(self, txn) -> list[bytes]:
-        """Remove everything of this queue. Returns the msg_ids of live entries whose body is in
-        msg_store: the caller releases them in this txn."""
+        """Remove everything of this queue, its meta record too (the queue_id then starts again
+        from seq_id 0). Returns the msg_ids of live entries whose body is in msg_store: the
+        caller releases them in this txn."""
         m = self._load(txn)
         released = [msg_id(v) for _, v, _ in live(txn, self._journal, self._segments,
                                                    self._prefix, -1, m.segment_entries)

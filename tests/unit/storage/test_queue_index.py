@@ -389,7 +389,7 @@ def test_small_configuration_long_run_matches_a_model(node):
         assert node.ms.stats(txn)["bodies"] == sum(1 for s in model if s % 5 == 0)
 
 
-# -- kill -9 in the middle of a loop of committed transactions ----------------------------------------
+# -- kill -9 in the middle of a loop of committed transactions ------------------------------
 
 CHILD = textwrap.dedent("""
     import sys
