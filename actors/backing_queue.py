@@ -1,38 +1,185 @@
 """BackingQueue actor: the storage half of a queue (rabbit_variable_queue.erl's role).
 
-The Queue actor hands it persistent messages of a durable queue with `("persist", msgs)` and
-settled ones with `("forget", msgs)`; it answers `Persisted(msgs)` once they are safe, and the
-Queue sends the publisher confirms then. It runs in its own thread next to its Queue so that a
-slow fsync never stalls deliveries.
+The Queue actor hands it the persistent messages of a durable queue: `("persist", msgs)` when
+they arrive, `("deliver", msgs)` when they are first handed to a consumer (so that they come back
+redelivered=true after a crash), `("forget", msgs)` when they are acked or dropped. It answers
+`Persisted(msgs)` once they are on disk, and the Queue sends the publisher confirms then. It runs
+in its own thread so that an fsync never stalls deliveries.
 
-This version keeps messages in memory only (the Queue holds them): a message is "safe" as soon as
-it is accepted, the rule RabbitMQ applies to transient messages. The queue index and message
-store (queue_index/, msg_store/) plug in here: `persist` will append to the journal and answer
-after the grouped fsync, `forget` will journal the acks, and start-up will recover.
+Group commit (behaviour C7): writes are committed to LMDB at once but synced together, either
+when this actor has nothing else to do (its mailbox is empty: the queue went idle with confirms
+pending) or at the latest `sync_interval_ms` after the first unsynced publish. One sync covers
+every message written before it, for every queue of the node (one environment).
+
+A transient queue (or a transient message) never reaches storage: it is "safe" as soon as the
+queue accepts it, RabbitMQ's rule; this actor then answers `persist` at once.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
+import lmdb
 import pykka
+
+from actors.storage import Storage
+from queue_index import IndexEntry
 
 log = logging.getLogger("leveret.backing_queue")
 
 
+class Persisted:
+    """BackingQueue -> Queue (local only): these messages are safe now."""
+
+    __slots__ = ("msgs",)
+
+    def __init__(self, msgs):
+        self.msgs = msgs
+
+
+class Refused:
+    """BackingQueue -> Queue (local only): these could not be stored (disk full)."""
+
+    __slots__ = ("msgs",)
+
+    def __init__(self, msgs):
+        self.msgs = msgs
+
+
+class _Sync:
+    """Timer -> BackingQueue: the sync interval is over."""
+
+
 class BackingQueue(pykka.ThreadingActor):
-    def __init__(self, queue_ref, qdef: dict, config):
+    def __init__(self, queue_ref, qdef: dict, config, timers=None):
         super().__init__()
         self.queue_ref = queue_ref  # the Queue actor this serves
         self.durable = qdef["durable"]  # only durable queues persist anything
         self.config = config  # node configuration (storage settings)
-        self.held = 0  # persistent messages accepted and not yet forgotten
+        self.timers = timers  # the process's timer thread (sync interval)
+        self.storage = Storage.of(config) if self.durable else None  # the node's LMDB env
+        self.index = (self.storage.queue_index(qdef["vhost"], qdef["name"])
+                      if self.durable else None)  # this queue's queue_index
+        self.unsynced: list = []  # persisted to LMDB, waiting for the sync to be confirmed
+        self.timer_armed = False  # a _Sync is on its way
+        self.held = 0  # persistent messages accepted and not yet forgotten (transient queue)
 
     def on_receive(self, msg):
-        op, msgs = msg
-        if op == "persist":
+        try:
+            if isinstance(msg, _Sync):
+                self.timer_armed = False
+                self._sync()
+            elif msg[0] == "persist":
+                self._persist(msg[1])
+            elif msg[0] == "deliver":
+                self._write(lambda txn: self.index.deliver(txn, [m.seq_id for m in msg[1]]))
+            elif msg[0] == "forget":
+                self._forget(msg[1])
+            elif msg[0] == "recover":
+                return self._recover(msg[1])
+            elif msg[0] == "delete":
+                self._delete()
+        finally:
+            if self.unsynced and self.actor_inbox.empty():
+                self._sync()  # idle with confirms pending: sync now
+
+    # --- writes ---------------------------------------------------------------------------------
+    def _persist(self, msgs) -> None:
+        if self.index is None:
             self.held += len(msgs)
-            from actors.queue import Persisted
             self.queue_ref.tell(Persisted(msgs))
-        elif op == "forget":
+            return
+        index, store = self.index, self.storage.msg_store
+        wall_offset = int(time.time() * 1000) - int(time.monotonic() * 1000)
+
+        def write(txn):
+            entries = []
+            for m in msgs:
+                size = len(m.body)
+                embedded = index.embeds(size)
+                if not embedded:
+                    store.put(txn, m.msg_id, m.body)
+                entries.append(IndexEntry(
+                    m.seq_id, m.msg_id, m.exchange, m.routing_key, m.props_raw,
+                    m.body if embedded else None, size, m.priority,
+                    m.expires_at + wall_offset if m.expires_at else 0, m.redelivered))
+            index.publish(txn, entries)
+
+        if self._write(write):
+            self.unsynced.extend(msgs)
+            if not self.timer_armed and self.timers is not None:
+                self.timer_armed = True
+                self.timers.at(int(time.monotonic() * 1000) + self.config.sync_interval_ms,
+                               self.actor_ref, _Sync())
+        else:
+            self.queue_ref.tell(Refused(msgs))
+
+    def _forget(self, msgs) -> None:
+        if self.index is None:
             self.held -= len(msgs)
+            return
+        store = self.storage.msg_store
+
+        def write(txn):
+            released = self.index.ack(txn, [m.seq_id for m in msgs])
+            if released:
+                store.release(txn, released)
+
+        self._write(write)
+
+    def _write(self, fn) -> bool:
+        """One LMDB write transaction; False when the disk (map) is full."""
+        try:
+            with self.storage.env.begin(write=True) as txn:
+                fn(txn)
+            return True
+        except lmdb.MapFullError:
+            log.error("message store full (storage_map_size=%d bytes in %s): refusing "
+                      "persistent messages until space is freed", self.config.storage_map_size,
+                      self.storage.env.path())
+            return False
+
+    def _sync(self) -> None:
+        if not self.unsynced:
+            return
+        self.storage.sync()
+        done, self.unsynced = self.unsynced, []
+        self.queue_ref.tell(Persisted(done))
+
+    def _delete(self) -> None:
+        if self.index is not None:
+            store = self.storage.msg_store
+
+            def write(txn):
+                released = self.index.delete(txn)
+                if released:
+                    store.release(txn, released)
+
+            self._write(write)
+        self.unsynced = []
+
+    # --- start-up ---------------------------------------------------------------------------------
+    def _recover(self, batch: int) -> tuple[int, list]:
+        """(next seq_id, [(IndexEntry, body)]) of every message published and not acked."""
+        if self.index is None:
+            return 1, []
+        out = []
+        with self.storage.env.begin() as txn:
+            rec = self.index.recover(txn)
+            after = -1
+            while True:
+                entries = self.index.read(txn, after, batch)
+                if not entries:
+                    break
+                for e in entries:
+                    body = e.body
+                    if body is None:
+                        body = self.storage.msg_store.get(txn, e.msg_id)
+                        if body is None:
+                            log.error("queue index names body %s missing from msg_store: "
+                                      "message %d dropped", e.msg_id.hex(), e.seq_id)
+                            continue
+                    out.append((e, bytes(body)))
+                after = entries[-1].seq_id
+        return max(rec.next_seq_id, 1), out

@@ -24,6 +24,12 @@ class Config:
     credit_initial: int = 400  # credit_flow: messages a channel may send a queue unasked
     credit_more: int = 200  # credit_flow: the queue bumps credit after this many
     queue_backlog_bytes: int = 32 * 1024 * 1024  # a queue withholds publisher credit past this
+    storage_map_size: int = 64 * 1024 ** 3  # LMDB map of <data_dir>/messages: the disk it may use
+    segment_entries: int = 16384  # queue index: entries per segment
+    max_journal_entries: int = 32768  # queue index: fold the journal into segments at this size
+    embed_msgs_below: int = 4096  # bodies shorter than this live in the queue index
+    sync_interval_ms: int = 200  # group commit: sync at the latest this long after a write
+    boot_timeout: int = 300  # seconds for workers to start and durable queues to recover
     log_level: str = "INFO"
 
     def to_json(self) -> str:

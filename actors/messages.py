@@ -36,11 +36,22 @@ class RpcReply(NamedTuple):
 class MetaChange(NamedTuple):
     """Node -> every worker: changes to apply to the local metadata replica, in order."""
     changes: list
+    version: int = 0  # the node's metadata version after these changes
 
 
 class MetaSnapshot(NamedTuple):
     """Node -> a starting worker: the whole metadata state."""
     state: dict
+    version: int = 0  # the node's metadata version of this state
+
+
+class MetaApplied(NamedTuple):
+    """Worker -> node: its replica is at `version`. The node answers an operation only once
+    every live worker has applied the change it made (as a Mnesia transaction has completed on
+    every node before rabbit_channel replies), so what a client does next sees it everywhere."""
+    kind: str
+    index: int
+    version: int
 
 
 class WorkerDown(NamedTuple):
@@ -206,6 +217,7 @@ _TYPES: list[type] = [
     Rpc, RpcReply, MetaChange, MetaSnapshot, WorkerDown, StartQueue, QueueStarted, StopQueue,
     Publish, Consume, Cancel, Settle, Get, ChannelDown, SetLimit, QueueOp,
     Deliver, GetReply, Confirm, ConsumerGone, Credit, Sent, Demand, Grant, Release,
+    MetaApplied,
 ]
 _TAG = {cls: i for i, cls in enumerate(_TYPES)}
 _HAS_BODIES = {cls: cls._fields[-1] == "bodies" for cls in _TYPES}

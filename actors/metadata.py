@@ -19,6 +19,7 @@ import base64
 import logging
 import os
 import threading
+from collections import deque
 from dataclasses import dataclass
 
 import pykka
@@ -67,6 +68,11 @@ class Metadata(pykka.ThreadingActor):
         self.pending_ops: dict[int, tuple] = {}  # node req id -> (reply_to, req_id, vhost, name)
         self.next_req = 1  # node's own request ids (to queues)
         self.pending_stats: dict[int, tuple] = {}  # node req id -> (list_queues gather, queue)
+        self.version = 0  # metadata version: +1 per broadcast change
+        self.applied: dict[tuple[str, int], int] = {}  # live worker -> version it has applied
+        self.held: deque = deque()  # (version, reply_to, RpcReply) waiting for the workers
+        self.recovering: set = set()  # durable queues not yet started after boot
+        self.deferred_hellos: list = []  # connection workers waiting for recovery to finish
         self.had_bindings: set = set()  # auto-delete exchanges that have had a binding
 
     # --- start-up -------------------------------------------------------------------------------
@@ -87,6 +93,9 @@ class Metadata(pykka.ThreadingActor):
             if self._binding_durable(b):
                 self.router.bind(*b)
         self._persist()
+        # RabbitMQ's boot recovers durable queues before it starts its listeners: connection
+        # workers get their snapshot (and start listening) once every recovered queue is up
+        self.recovering = {key for key in self.queues}
 
     # --- message dispatch -------------------------------------------------------------------------
     def on_receive(self, msg):
@@ -102,6 +111,8 @@ class Metadata(pykka.ThreadingActor):
                     self._queue_reply(msg)
             elif isinstance(msg, tuple) and msg[0] == "stats-timeout":
                 self._finish_stats(msg[1])
+            elif isinstance(msg, m.MetaApplied):
+                self._meta_applied(msg)
             elif isinstance(msg, WorkerExited):
                 self._worker_exited(msg)
             elif msg == "ready":
@@ -127,7 +138,26 @@ class Metadata(pykka.ThreadingActor):
             self._reply(rpc, True, result)
 
     def _reply(self, rpc, ok, result=None, code=0, text=""):
-        self.transport.send(rpc.reply_to, m.RpcReply(rpc.req_id, ok, result, code, text))
+        self._send_reply(rpc.reply_to, m.RpcReply(rpc.req_id, ok, result, code, text))
+
+    def _send_reply(self, reply_to, reply) -> None:
+        """Replies wait until every live worker has applied every change made so far."""
+        if self.held or any(v < self.version for v in self.applied.values()):
+            self.held.append((self.version, reply_to, reply))
+        else:
+            self.transport.send(reply_to, reply)
+
+    def _meta_applied(self, msg: m.MetaApplied) -> None:
+        key = (msg.kind, msg.index)
+        if key in self.workers:
+            self.applied[key] = max(msg.version, self.applied.get(key, 0))
+        self._release_replies()
+
+    def _release_replies(self) -> None:
+        low = min(self.applied.values(), default=self.version)
+        while self.held and self.held[0][0] <= low:
+            _, reply_to, reply = self.held.popleft()
+            self.transport.send(reply_to, reply)
 
     # --- changes --------------------------------------------------------------------------------
     def _change(self, *changes) -> None:
@@ -135,7 +165,8 @@ class Metadata(pykka.ThreadingActor):
         for c in changes:
             apply_change(self, c)
         self._persist()
-        msg = m.MetaChange(list(changes))
+        self.version += 1
+        msg = m.MetaChange(list(changes), self.version)
         for w in self.workers.values():
             self.transport.send(w.control, msg)
 
@@ -181,9 +212,13 @@ class Metadata(pykka.ThreadingActor):
     # --- workers --------------------------------------------------------------------------------
     def op_worker_hello(self, rpc, kind, index, endpoint, control):
         self.transport._dead.discard(endpoint)
+        if kind == "conn" and self.recovering:
+            self.deferred_hellos.append((rpc, kind, index, endpoint, control))
+            return {"ok": True}
         w = Worker(kind, index, endpoint, control)
         self.workers[(kind, index)] = w
-        self.transport.send(control, m.MetaSnapshot(self.snapshot()))
+        self.applied.pop((kind, index), None)  # counted again once it has the snapshot
+        self.transport.send(control, m.MetaSnapshot(self.snapshot(), self.version))
         if kind == "queue":
             for q in self.queues.values():
                 if q["worker"] == index:
@@ -200,6 +235,8 @@ class Metadata(pykka.ThreadingActor):
         w = self.workers.get((ev.kind, ev.index))
         if w is not None and w.endpoint == ev.endpoint:
             del self.workers[(ev.kind, ev.index)]
+            self.applied.pop((ev.kind, ev.index), None)
+            self._release_replies()
         self.transport.mark_dead(ev.endpoint)
         down = m.WorkerDown(ev.kind, ev.endpoint)
         for other in self.workers.values():
@@ -238,7 +275,17 @@ class Metadata(pykka.ThreadingActor):
             return
         self._change(["queue_put", dict(q, address=msg.address)])
         for reply_to, req_id, result in self.pending_start.pop(key, []):
-            self.transport.send(reply_to, m.RpcReply(req_id, True, result))
+            self._send_reply(reply_to, m.RpcReply(req_id, True, result))
+        self._recovered(key)
+
+    def _recovered(self, key) -> None:
+        if key in self.recovering:
+            self.recovering.discard(key)
+            if not self.recovering:
+                log.info("durable queues recovered")
+                hellos, self.deferred_hellos = self.deferred_hellos, []
+                for rpc, kind, index, endpoint, control in hellos:
+                    self.op_worker_hello(rpc, kind, index, endpoint, control)
 
     # --- vhosts, users, permissions (leveretctl) -----------------------------------------------
     def op_auth(self, rpc, method, args):
@@ -476,6 +523,7 @@ class Metadata(pykka.ThreadingActor):
 
     def _finish_delete(self, req, reply) -> None:
         rpc, vhost, name = self.pending_ops.pop(req)
+        self._recovered((vhost, name))
         if reply.ok and (vhost, name) in self.queues:
             sources = {b.source for b in self.router.list_bindings(vhost)
                        if b.dest_kind == "queue" and b.dest == name}
@@ -483,7 +531,7 @@ class Metadata(pykka.ThreadingActor):
             if any(self.router.exchange(vhost, s) for s in sources):
                 self._auto_delete_exchanges(vhost)
         if rpc is not None:
-            self.transport.send(rpc.reply_to, m.RpcReply(rpc.req_id, reply.ok, reply.result,
+            self._send_reply(rpc.reply_to, m.RpcReply(rpc.req_id, reply.ok, reply.result,
                                                          reply.code, reply.text))
 
 

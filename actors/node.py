@@ -108,7 +108,7 @@ class Node:
         return self.transport.address("metadata")
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + self.config.boot_timeout
         want = {("conn", s.index) for s in self.slots if s.kind == "conn"}
         while time.monotonic() < deadline and not self.stopping.is_set():
             ready = set(self.metadata.ask("ready"))
@@ -119,7 +119,8 @@ class Node:
             self._reap()
             time.sleep(0.05)
         if not self.stopping.is_set():
-            log.error("workers did not become ready within 60 s")
+            log.error("workers did not become ready within %d s (boot_timeout)",
+                      self.config.boot_timeout)
             self.exit_code = 1
             self.stopping.set()
 

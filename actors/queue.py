@@ -19,7 +19,7 @@ import time
 import pykka
 
 from actors import messages as m
-from actors.backing_queue import BackingQueue
+from actors.backing_queue import BackingQueue, Persisted, Refused
 from actors.core.errors import AMQPError, ChannelError, amqp_text
 from actors.core.queue import QueueCore
 from actors.dead_lettering import dead_letter_publish
@@ -37,19 +37,11 @@ def queue_actor_name(vhost: str, name: str) -> str:
 
 
 HOLD_MAX = 64  # at most this many messages between delivery runs
+RECOVER_BATCH = 4096  # index entries read per step at start-up
 
 
 class Tick:
     """Timer -> queue (local only)."""
-
-
-class Persisted:
-    """BackingQueue -> Queue (local only): these messages are safe now."""
-
-    __slots__ = ("msgs",)
-
-    def __init__(self, msgs):
-        self.msgs = msgs
 
 
 class ChannelsDown:
@@ -99,6 +91,9 @@ class Effects:
     def persist(self, msgs):
         self.actor.bq.tell(("persist", msgs))
 
+    def record_delivery(self, msgs):
+        self.actor.bq.tell(("deliver", msgs))
+
     def forget(self, msgs):
         if self.actor.durable:
             persistent = [x for x in msgs if x.persistent]
@@ -131,13 +126,22 @@ class Queue(pykka.ThreadingActor):
         self.core = QueueCore(self.vhost, self.qname, self.arguments, Effects(self), now_ms(),
                               auto_delete=qdef["auto_delete"],
                               credit_more=host.config.credit_more,
-                              backlog_bytes=host.config.queue_backlog_bytes)
-        self.bq = BackingQueue.start(self.actor_ref, qdef, host.config)  # storage half
+                              backlog_bytes=host.config.queue_backlog_bytes,
+                              durable=self.durable)
+        self.bq = BackingQueue.start(self.actor_ref, qdef, host.config,
+                                     host.timers)  # storage half
         self.run_pending = False  # a Run message is queued
         self.held = 0  # messages handled since the last delivery run
         self.recovered = recovered  # restarted after a crash
 
     def on_start(self):
+        if self.durable:
+            # what the index kept (after a restart or a crash) is back before anyone is served
+            next_seq, entries = self.bq.ask(("recover", RECOVER_BATCH))
+            self.core.restore(next_seq, entries, now_ms(), int(time.time() * 1000))
+            if entries:
+                log.info("queue '%s' in vhost '%s': %d persistent messages recovered",
+                         self.qname, self.vhost, len(entries))
         self.transport.register(self.name, self.actor_ref)
 
     def on_stop(self):
@@ -181,6 +185,8 @@ class Queue(pykka.ThreadingActor):
                 self._queue_op(msg, now)
             elif isinstance(msg, Persisted):
                 core.persisted(msg.msgs)
+            elif isinstance(msg, Refused):
+                core.refused(msg.msgs)
             elif isinstance(msg, Tick):
                 core.tick(now)
             elif isinstance(msg, ChannelsDown):
@@ -224,6 +230,7 @@ class Queue(pykka.ThreadingActor):
                 out.reply(msg.reply_to, msg.req_id, False, None, e.reply_code, e.text)
                 return
             self.core.purge()
+            self.bq.tell(("delete", None))
             out.reply(msg.reply_to, msg.req_id, True, n)
             self.transport.unregister(self.name)
             self.stop()

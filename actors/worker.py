@@ -51,8 +51,10 @@ class WorkerControl(pykka.ThreadingActor):
             if isinstance(msg, m.MetaChange):
                 self.replica.apply(msg.changes)
                 self.host.metadata_changed(msg.changes)
+                self._applied(msg.version)
             elif isinstance(msg, m.MetaSnapshot):
                 self.replica.load(msg.state)
+                self._applied(msg.version)
                 if not self.snapshot_seen:
                     self.snapshot_seen = True
                     self.on_ready()
@@ -65,6 +67,10 @@ class WorkerControl(pykka.ThreadingActor):
                 pass  # hello / ready acknowledgements
         except Exception:
             log.exception("control failed on %r", type(msg).__name__)
+
+
+    def _applied(self, version: int) -> None:
+        self.transport.send(self.node, m.MetaApplied(self.kind, self.index, version))
 
 
 def die_with_parent() -> None:

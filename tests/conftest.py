@@ -138,17 +138,20 @@ class Broker:
 
     # -- lifecycle of a local Leveret -------------------------------------------------------------
     @classmethod
-    def start_leveret(cls, tmp_dir: Path) -> "Broker":
+    def start_leveret(cls, tmp_dir: Path, *extra: str, port: int | None = None) -> "Broker":
+        """A node with its data in tmp_dir/data; starting again on the same tmp_dir (and port)
+        restarts the node on its data (recovery tests). `extra`: more leveret-server options."""
         server = REPO / ".venv" / "bin" / "leveret-server"
         if not server.exists():
             pytest.fail(f"{server} does not exist (run `make venv`), or set LEVERET_TEST_URL")
-        port = free_port()
+        port = port or free_port()
         data_dir = tmp_dir / "data"
         data_dir.mkdir(parents=True, exist_ok=True)
         log_path = tmp_dir / "leveret-server.log"
-        log = open(log_path, "wb")
+        log = open(log_path, "ab")
         proc = subprocess.Popen(
-            [str(server), "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir)],
+            [str(server), "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir),
+             *extra],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(tmp_dir),
             preexec_fn=_die_with_parent)
         log.close()
@@ -164,6 +167,12 @@ class Broker:
         broker.stop()
         pytest.fail(f"leveret-server did not answer on port {port} within {START_TIMEOUT}s:\n"
                     f"{broker.log_tail()}")
+
+    def kill9(self) -> None:
+        """kill -9 of the node process (its workers die with it: PR_SET_PDEATHSIG)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
 
     def stop(self) -> None:
         proc = self.proc

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import os
+import struct
 from collections import OrderedDict, deque
 
 from actors import messages as m
@@ -84,6 +85,8 @@ class ChannelCore:
         self.sync_wait = 0  # req id whose reply must come before more commands
         self.backlog: deque = deque()  # commands held while sync_wait
         self.next_req = 1  # request ids
+        self.msg_id_prefix = os.urandom(8)  # msg ids: this prefix + a counter, unique node-wide
+        self.msg_counter = 0  # persistent messages published on this channel
         self.exchange_ok: dict[str, object] = {}  # exchange name -> ExchangeDef (write checked)
 
     # --- entry points -------------------------------------------------------------------------
@@ -515,8 +518,12 @@ class ChannelCore:
         if self.confirm:
             seq = self.next_seq
             self.next_seq += 1
-        item = [seq, exchange, rk, cmd.properties_raw, props.delivery_mode == 2,
-                props.priority or 0, expiry]
+        persistent = props.delivery_mode == 2
+        item = [seq, exchange, rk, cmd.properties_raw, persistent, props.priority or 0, expiry]
+        if persistent:
+            # names the body in msg_store: written once however many durable queues get it
+            self.msg_counter += 1
+            item.append(self.msg_id_prefix + _U64.pack(self.msg_counter))
         targets = []
         for name in names:
             q = self.replica.queue(self.conn.vhost, name)
@@ -747,6 +754,9 @@ class ChannelCore:
         self.unacked = OrderedDict(sorted(self.unacked.items()))
         self.tx_settles = []
         self.out.write(encode_method(self.number, am.TxRollbackOk()))
+
+
+_U64 = struct.Struct(">Q")
 
 
 def _check_name(name: str) -> None:

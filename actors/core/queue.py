@@ -15,7 +15,8 @@ and carries out what it asks through `out`, an object with:
 - `demand(channel)`                   ask a channel with a global prefetch for tokens
 - `release(channel, n)`               hand back tokens this queue cannot use
 - `persist(msgs)`                     hand persistent messages to the backing queue
-- `forget(msg_ids)`                   tell the backing queue these are settled
+- `record_delivery(msgs)`              persistent messages handed out for the first time
+- `forget(msgs)`                      tell the backing queue these are settled
 - `dead_letter(msg, reason)`          re-publish a message to the dead-letter exchange
 - `delete_self(reason)`               ask the node to delete this queue
 - `schedule(at_ms)`                   call `tick` again at (monotonic) time at_ms
@@ -26,6 +27,7 @@ Times are integer milliseconds of a monotonic clock passed in by the caller.
 from __future__ import annotations
 
 import bisect
+import os
 from collections import OrderedDict, deque
 
 from actors.core.errors import ChannelError
@@ -37,10 +39,11 @@ class Msg:
     """One message in this queue."""
 
     __slots__ = ("seq_id", "exchange", "routing_key", "props_raw", "body", "persistent",
-                 "priority", "expires_at", "ttl", "redelivered", "publisher", "pub_seq")
+                 "priority", "expires_at", "ttl", "redelivered", "publisher", "pub_seq",
+                 "msg_id")
 
     def __init__(self, seq_id, exchange, routing_key, props_raw, body, persistent=False,
-                 priority=0, expires_at=0, ttl=-1, publisher="", pub_seq=0):
+                 priority=0, expires_at=0, ttl=-1, publisher="", pub_seq=0, msg_id=None):
         self.seq_id = seq_id  # position in this queue, from 1; the backing queue's key
         self.exchange = exchange  # exchange it was published to
         self.routing_key = routing_key  # routing key it was published with
@@ -53,6 +56,7 @@ class Msg:
         self.redelivered = False  # delivered before (then redelivered=true next time)
         self.publisher = publisher  # publishing channel address, "" if none
         self.pub_seq = pub_seq  # publisher's confirm seq no, 0 if no confirm wanted
+        self.msg_id = msg_id  # 16 bytes naming the body in msg_store (persistent), else None
 
 
 class Ready:
@@ -118,8 +122,11 @@ class ChannelState:
 class QueueCore:
     def __init__(self, vhost: str, name: str, arguments: dict, out, now: int,
                  auto_delete=False, delivery_window=2000, credit_more=FLOW_MORE,
-                 backlog_bytes=0):
+                 backlog_bytes=0, durable=False):
         self.vhost, self.name = vhost, name  # identity
+        self.durable = durable  # persistent messages go to the backing queue's storage
+        self._delivered: list = []  # persistent messages delivered for the first time, to record
+        self._forgotten: list = []  # messages settled by delivery (no_ack), to tell storage
         self.out = out  # effects (see module docstring)
         a = arguments or {}
         self.ttl = _int(a.get("x-message-ttl"))  # queue TTL ms, None = none
@@ -159,14 +166,19 @@ class QueueCore:
 
     # --- publishing -------------------------------------------------------------------------
     def publish(self, sender: str, items: list, bodies: list, now: int) -> None:
-        """items: [seq_no, exchange, routing_key, props_raw, persistent, priority, expiry_ms]"""
+        """items: [seq_no, exchange, routing_key, props_raw, persistent, priority, expiry_ms,
+        msg_id]; msg_id (16 bytes, or None for a transient message) may be left out."""
         accepted, refused, to_persist = [], [], []
         bounded = self.max_length is not None or self.max_bytes is not None
         for item, body in zip(items, bodies):
-            pub_seq, exchange, rk, props, persistent, priority, expiry = item
+            pub_seq, exchange, rk, props, persistent, priority, expiry, *msg_id = item
             if bounded and self.consumers and self._full_for(len(body)):
                 # what a waiting consumer takes does not count: deliver before judging, so a
-                # batch fares as the same messages one by one
+                # batch fares as the same messages one by one (storage hears of a message
+                # before it may hear it is settled)
+                if to_persist:
+                    self.out.persist(to_persist)
+                    to_persist = []
                 self._deliver_ready(now)
             if self._full_for(len(body)) and self.overflow != "drop-head":
                 if pub_seq:
@@ -176,22 +188,22 @@ class QueueCore:
                                              ttl=expiry), "maxlen")
                 continue
             msg = self._enqueue(exchange, rk, props, body, persistent, priority, expiry, now,
-                                sender, pub_seq)
+                                sender, pub_seq, msg_id[0] if msg_id else None)
             if msg is None:
                 if pub_seq:
                     accepted.append(pub_seq)  # expired at once (TTL 0): confirmed, as RabbitMQ
                 continue
-            if persistent and pub_seq:
-                to_persist.append(msg)
+            if persistent and self.durable:
+                to_persist.append(msg)  # confirmed when the backing queue has synced it
             elif pub_seq:
                 accepted.append(pub_seq)
             if bounded and self._over_limit():
-                if self.consumers:
-                    self._deliver_ready(now)
-                if to_persist and self._over_limit():
+                if to_persist:
                     # the backing queue hears of a message before it may hear it is dropped
                     self.out.persist(to_persist)
                     to_persist = []
+                if self.consumers:
+                    self._deliver_ready(now)
                 self._enforce_max_length()
         if to_persist:
             self.out.persist(to_persist)
@@ -219,14 +231,51 @@ class QueueCore:
         for channel, seqs in by_channel.items():
             self.out.confirm(channel, seqs, True)
 
+    def restore(self, next_seq: int, entries: list, now: int, wall_now: int) -> None:
+        """Start-up of a durable queue: the messages its index kept, in order.
+        entries: [(IndexEntry, body)]; expiry times are wall-clock ms in the index."""
+        for e, body in entries:
+            expires_at = 0
+            if e.expires_at:
+                expires_at = max(now + (e.expires_at - wall_now), 1)
+            msg = Msg(e.seq_id, e.exchange, e.routing_key, e.props_raw, body, True,
+                      min(e.priority, self.max_priority), expires_at, msg_id=e.msg_id)
+            msg.redelivered = e.delivered
+            self.ready[msg.priority].append(msg)
+            self.ready_count += 1
+            self.ready_bytes += len(body)
+        self.next_seq = max(self.next_seq, next_seq)
+        self._schedule_head()
+
+    def refused(self, msgs: list) -> None:
+        """The backing queue could not store these (disk full): they leave the queue and their
+        publishers get basic.nack."""
+        gone = {msg.seq_id for msg in msgs}
+        for ready in self.ready:
+            kept = [msg for msg in ready.items if msg.seq_id not in gone]
+            if len(kept) != len(ready.items):
+                for msg in ready.items:
+                    if msg.seq_id in gone:
+                        self.ready_count -= 1
+                        self.ready_bytes -= len(msg.body)
+                ready.items.clear()
+                ready.items.extend(kept)
+        by_channel: dict[str, list] = {}
+        for msg in msgs:
+            if msg.pub_seq:
+                by_channel.setdefault(msg.publisher, []).append(msg.pub_seq)
+        for channel, seqs in by_channel.items():
+            self.out.confirm(channel, seqs, False)
+
     def _enqueue(self, exchange, rk, props, body, persistent, priority, expiry, now, sender,
-                 pub_seq):
+                 pub_seq, msg_id=None):
         ttl = self.ttl
         if expiry is not None and expiry >= 0:
             ttl = expiry if ttl is None else min(ttl, expiry)
         msg = Msg(self.next_seq, exchange, rk, props, body, persistent,
                   min(priority or 0, self.max_priority), now + ttl if ttl is not None else 0,
-                  expiry if expiry is not None else -1, sender, pub_seq)
+                  expiry if expiry is not None else -1, sender, pub_seq,
+                  msg_id or (_new_msg_id() if persistent and self.durable else None))
         self.next_seq += 1
         if ttl == 0:
             # TTL 0: delivered only if a consumer can take it right now (RabbitMQ's rule)
@@ -410,8 +459,10 @@ class QueueCore:
                       msg.props_raw])
         bodies.append(msg.body)
         if c.no_ack:
-            self.out.forget([msg])
+            self._forgotten.append(msg)
         else:
+            if msg.persistent and not msg.redelivered and self.durable:
+                self._delivered.append(msg)
             if st.limit:
                 st.tokens -= 1
             c.unacked += 1
@@ -423,6 +474,12 @@ class QueueCore:
         batches, self._batches = self._batches, {}
         for channel, (items, bodies) in batches.items():
             self.out.deliver(channel, items, bodies)
+        if self._delivered:
+            delivered, self._delivered = self._delivered, []
+            self.out.record_delivery(delivered)
+        if self._forgotten:
+            forgotten, self._forgotten = self._forgotten, []
+            self.out.forget(forgotten)
 
     def sent(self, channel, n, now) -> None:
         """The channel's writer put n deliveries on the wire: more may follow."""
@@ -441,6 +498,8 @@ class QueueCore:
         if no_ack:
             self.out.forget([msg])
         else:
+            if msg.persistent and not msg.redelivered and self.durable:
+                self.out.record_delivery([msg])
             st = self._channel(channel)
             st.unacked += 1
             self.unacked[msg.seq_id] = (msg, channel, "")
@@ -597,6 +656,11 @@ class QueueCore:
         self.consumers.clear()
         self.deleted = True
         return n
+
+
+def _new_msg_id() -> bytes:
+    """A msg_store key for a persistent message that came without one (dead-lettered copies)."""
+    return os.urandom(16)
 
 
 def _int(v):

@@ -64,7 +64,7 @@ class QueueOut:
     """The `out` of QueueCore: records every effect, in order."""
 
     NAMES = ("deliver", "confirm", "reply", "consumer_gone", "credit", "demand", "release",
-             "persist", "forget", "dead_letter", "delete_self", "schedule")
+             "persist", "record_delivery", "forget", "dead_letter", "delete_self", "schedule")
 
     def __init__(self):
         self.calls: list = []

@@ -428,7 +428,16 @@ def test_publish_item_layout():
     [p] = out.sent(m.Publish)
     [it] = p.items
     assert p.sender == CH and p.bodies == [b"body"]
-    assert it[:3] == [0, "", "q1"] and it[4:] == [True, 3, 1500]
+    assert it[:3] == [0, "", "q1"] and it[4:7] == [True, 3, 1500]
+    assert len(it[7]) == 16  # a persistent message carries its msg_store id
+
+
+def test_persistent_messages_get_distinct_msg_ids_transient_none():
+    core, out = ch()
+    send(core, publish("q1", b"a", delivery_mode=2), publish("q1", b"b", delivery_mode=2),
+         publish("q1", b"c"))
+    items = [it for p in out.sent(m.Publish) for it in p.items]
+    assert len(items) == 3 and items[0][7] != items[1][7] and len(items[2]) == 7
 
 
 def test_publish_bad_expiration_406():

@@ -115,7 +115,8 @@ def test_no_ack_consumer_settles_at_once__A6():
     pub(q, b"a", b"b", b"c")
     consume(q, no_ack=True, prefetch=1)  # prefetch does not apply to no_ack
     assert bodies(out) == [b"a", b"b", b"c"]
-    assert [[m.body for m in msgs] for (msgs,) in out.of("forget")] == [[b"a"], [b"b"], [b"c"]]
+    # one batch per delivery run, not one message to the backing queue per delivery
+    assert [[m.body for m in msgs] for (msgs,) in out.of("forget")] == [[b"a", b"b", b"c"]]
     assert q.stats()["messages_unacknowledged"] == 0
     # acking it later does nothing: the queue does not know the id any more
     out.clear()
@@ -632,16 +633,43 @@ def test_transient_messages_confirmed_on_publish__C5():
 
 
 def test_persistent_messages_confirmed_when_persisted__C5():
-    q, out = mk()
+    q, out = mk(durable=True)
     pub(q, b"a", b"b", seqs=[1, 2], persistent=True)
     pub(q, b"c", seqs=[0], persistent=True)
     assert out.of("confirm") == []
-    (msgs,) = out.of("persist")[0]
-    assert [(m.seq_id, m.pub_seq, m.publisher) for m in msgs] == [(1, 1, PUB), (2, 2, PUB)]
-    assert len(out.of("persist")) == 1  # no confirm wanted: nothing to wait for
+    batches = [msgs for (msgs,) in out.of("persist")]
+    # every persistent message of a durable queue is stored, confirm wanted or not
+    assert [[(m.seq_id, m.pub_seq, m.publisher) for m in b] for b in batches] == \
+        [[(1, 1, PUB), (2, 2, PUB)], [(3, 0, PUB)]]
+    assert all(len(m.msg_id) == 16 for b in batches for m in b)
     other = Msg(9, "x", "rk", b"", b"z", True, publisher=CH2, pub_seq=3)
-    q.persisted(msgs + [other])
+    q.persisted(batches[0] + [other])
     assert out.of("confirm") == [(PUB, [1, 2], True), (CH2, [3], True)]
+
+
+def test_persistent_message_in_transient_queue_confirmed_on_accept__C5():
+    q, out = mk()
+    pub(q, b"a", seqs=[1], persistent=True)
+    assert out.of("persist") == [] and out.of("confirm") == [(PUB, [1], True)]
+
+
+def test_first_delivery_of_persistent_message_is_recorded_once():
+    q, out = mk(durable=True)
+    pub(q, b"a", persistent=True)
+    consume(q)
+    [(msgs,)] = out.of("record_delivery")
+    assert [m.body for m in msgs] == [b"a"]
+    q.settle(CH1, REQUEUE, [1], 0)  # redelivered: no second record
+    assert len(out.of("record_delivery")) == 1 and len(bodies(out)) == 2
+
+
+def test_refused_messages_leave_the_queue_and_are_nacked():
+    q, out = mk(durable=True)
+    pub(q, b"a", b"b", seqs=[1, 2], persistent=True)
+    (msgs,) = out.of("persist")[0]
+    q.refused(msgs[:1])
+    assert ready_bodies(q) == [b"b"] and q.ready_bytes == 1
+    assert out.of("confirm") == [(PUB, [1], False)]
 
 
 # --- channel-wide prefetch tokens (basic.qos global=true) -----------------------------------
