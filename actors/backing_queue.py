@@ -24,6 +24,7 @@ import lmdb
 import pykka
 
 from actors.storage import Storage
+from protocol.properties import BasicProperties
 from queue_index import IndexEntry
 
 log = logging.getLogger("leveret.backing_queue")
@@ -47,6 +48,16 @@ class Refused:
         self.msgs = msgs
 
 
+class Paged:
+    """BackingQueue -> Queue (local only): the next page of paged-out messages,
+    [(IndexEntry, body, persistent)], and how many stale transient entries were dropped."""
+
+    __slots__ = ("entries", "dropped", "dropped_bytes")
+
+    def __init__(self, entries, dropped, dropped_bytes):
+        self.entries, self.dropped, self.dropped_bytes = entries, dropped, dropped_bytes
+
+
 class _Sync:
     """Timer -> BackingQueue: the sync interval is over."""
 
@@ -64,6 +75,8 @@ class BackingQueue(pykka.ThreadingActor):
         self.unsynced: list = []  # persisted to LMDB, waiting for the sync to be confirmed
         self.timer_armed = False  # a _Sync is on its way
         self.held = 0  # persistent messages accepted and not yet forgotten (transient queue)
+        self.boot_seq = 0  # entries below this seq_id are from before the start: transient
+        #                    ones among them (paged out, not meant to survive) are dropped
 
     def on_receive(self, msg):
         try:
@@ -78,11 +91,17 @@ class BackingQueue(pykka.ThreadingActor):
                 self._forget(msg[1])
             elif msg[0] == "recover":
                 return self._recover(msg[1])
+            elif msg[0] == "page":
+                self.queue_ref.tell(self._page(*msg[1]))
+            elif msg[0] == "purge_after":
+                self._purge_after(msg[1])
             elif msg[0] == "delete":
                 self._delete()
         finally:
             if self.unsynced and self.actor_inbox.empty():
                 self._sync()  # idle with confirms pending: sync now
+            if self.storage is not None:
+                self.storage.maybe_trim()
 
     # --- writes ---------------------------------------------------------------------------------
     def _persist(self, msgs) -> None:
@@ -159,27 +178,68 @@ class BackingQueue(pykka.ThreadingActor):
             self._write(write)
         self.unsynced = []
 
-    # --- start-up ---------------------------------------------------------------------------------
-    def _recover(self, batch: int) -> tuple[int, list]:
-        """(next seq_id, [(IndexEntry, body)]) of every message published and not acked."""
+    def _purge_after(self, after: int) -> None:
+        store = self.storage.msg_store
+        with self.storage.env.begin() as txn:
+            seqs = list(self.index.live_seq_ids(txn, after))
+
+        def write(txn):
+            released = self.index.ack(txn, seqs)
+            if released:
+                store.release(txn, released)
+
+        self._write(write)
+
+    # --- reading back ---------------------------------------------------------------------------
+    def _recover(self, limit: int | None) -> tuple[int, list, int, int]:
+        """(next seq_id, first messages [(IndexEntry, body, persistent)], how many more and
+        their bytes) of what was published and not acked."""
         if self.index is None:
-            return 1, []
-        out = []
+            return 1, [], 0, 0
         with self.storage.env.begin() as txn:
             rec = self.index.recover(txn)
-            after = -1
-            while True:
-                entries = self.index.read(txn, after, batch)
-                if not entries:
-                    break
-                for e in entries:
-                    body = e.body
+        self.boot_seq = rec.next_seq_id
+        page = self._page(-1, limit or rec.live + 1)
+        more = rec.live - len(page.entries) - page.dropped
+        more_bytes = rec.live_bytes - sum(len(b) for _, b, _ in page.entries) - \
+            page.dropped_bytes
+        return max(rec.next_seq_id, 1), page.entries, max(more, 0), max(more_bytes, 0)
+
+    def _page(self, after: int, limit: int) -> Paged:
+        out, stale = [], []
+        with self.storage.env.begin() as txn:
+            entries = self.index.read(txn, after, limit)
+            for e in entries:
+                persistent = _persistent(e.props_raw)
+                if not persistent and e.seq_id < self.boot_seq:
+                    stale.append(e)
+                    continue
+                body = e.body
+                if body is None:
+                    body = self.storage.msg_store.get(txn, e.msg_id)
                     if body is None:
-                        body = self.storage.msg_store.get(txn, e.msg_id)
-                        if body is None:
-                            log.error("queue index names body %s missing from msg_store: "
-                                      "message %d dropped", e.msg_id.hex(), e.seq_id)
-                            continue
-                    out.append((e, bytes(body)))
-                after = entries[-1].seq_id
-        return max(rec.next_seq_id, 1), out
+                        log.error("queue index names body %s missing from msg_store: "
+                                  "message %d dropped", e.msg_id.hex(), e.seq_id)
+                        stale.append(e)
+                        continue
+                out.append((e, bytes(body), persistent))
+        if stale:
+            self._forget_entries(stale)
+        return Paged(out, len(stale), sum(e.body_size for e in stale))
+
+    def _forget_entries(self, entries) -> None:
+        store = self.storage.msg_store
+
+        def write(txn):
+            released = self.index.ack(txn, [e.seq_id for e in entries])
+            if released:
+                store.release(txn, released)
+
+        self._write(write)
+
+
+def _persistent(props_raw: bytes) -> bool:
+    try:
+        return BasicProperties.decode(props_raw).delivery_mode == 2 if props_raw else False
+    except Exception:  # noqa: BLE001 - an undecodable record: treat as transient
+        return False

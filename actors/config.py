@@ -29,6 +29,8 @@ class Config:
     max_journal_entries: int = 32768  # queue index: fold the journal into segments at this size
     embed_msgs_below: int = 4096  # bodies shorter than this live in the queue index
     sync_interval_ms: int = 200  # group commit: sync at the latest this long after a write
+    queue_page_bytes: int = 16 * 1024 * 1024  # durable queue: ready bytes in memory, then page
+    queue_page_size: int = 2048  # messages read back from the index at a time
     boot_timeout: int = 300  # seconds for workers to start and durable queues to recover
     log_level: str = "INFO"
 

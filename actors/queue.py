@@ -19,9 +19,9 @@ import time
 import pykka
 
 from actors import messages as m
-from actors.backing_queue import BackingQueue, Persisted, Refused
+from actors.backing_queue import BackingQueue, Paged, Persisted, Refused
 from actors.core.errors import AMQPError, ChannelError, amqp_text
-from actors.core.queue import QueueCore
+from actors.core.queue import WAIT, QueueCore
 from actors.dead_lettering import dead_letter_publish
 from actors.host import WorkerHost
 
@@ -37,7 +37,6 @@ def queue_actor_name(vhost: str, name: str) -> str:
 
 
 HOLD_MAX = 64  # at most this many messages between delivery runs
-RECOVER_BATCH = 4096  # index entries read per step at start-up
 
 
 class Tick:
@@ -96,9 +95,15 @@ class Effects:
 
     def forget(self, msgs):
         if self.actor.durable:
-            persistent = [x for x in msgs if x.persistent]
-            if persistent:
-                self.actor.bq.tell(("forget", persistent))
+            stored = [x for x in msgs if x.msg_id is not None]  # persistent or paged out
+            if stored:
+                self.actor.bq.tell(("forget", stored))
+
+    def page_in(self, after_seq, n):
+        self.actor.bq.tell(("page", (after_seq, n)))
+
+    def purge_paged(self, after_seq):
+        self.actor.bq.tell(("purge_after", after_seq))
 
     def dead_letter(self, msg, reason):
         dead_letter_publish(self.actor, msg, reason)
@@ -127,21 +132,26 @@ class Queue(pykka.ThreadingActor):
                               auto_delete=qdef["auto_delete"],
                               credit_more=host.config.credit_more,
                               backlog_bytes=host.config.queue_backlog_bytes,
-                              durable=self.durable)
+                              durable=self.durable,
+                              page_bytes=host.config.queue_page_bytes,
+                              page_size=host.config.queue_page_size)
         self.bq = BackingQueue.start(self.actor_ref, qdef, host.config,
                                      host.timers)  # storage half
         self.run_pending = False  # a Run message is queued
         self.held = 0  # messages handled since the last delivery run
+        self.pending_gets: list = []  # basic.get waiting for a page of paged-out messages
         self.recovered = recovered  # restarted after a crash
 
     def on_start(self):
         if self.durable:
             # what the index kept (after a restart or a crash) is back before anyone is served
-            next_seq, entries = self.bq.ask(("recover", RECOVER_BATCH))
-            self.core.restore(next_seq, entries, now_ms(), int(time.time() * 1000))
-            if entries:
+            limit = self.core.page_size if self.core.pageable else None
+            next_seq, entries, more, more_bytes = self.bq.ask(("recover", limit))
+            self.core.restore(next_seq, entries, more, more_bytes, now_ms(),
+                              int(time.time() * 1000))
+            if entries or more:
                 log.info("queue '%s' in vhost '%s': %d persistent messages recovered",
-                         self.qname, self.vhost, len(entries))
+                         self.qname, self.vhost, len(entries) + more)
         self.transport.register(self.name, self.actor_ref)
 
     def on_stop(self):
@@ -168,13 +178,13 @@ class Queue(pykka.ThreadingActor):
                 if msg.req_id:
                     core.out.reply(msg.sender, msg.req_id, True, ok)
             elif isinstance(msg, m.Get):
-                got = core.get(msg.sender, msg.no_ack, now)
-                if got is None:
-                    reply = m.GetReply(msg.req_id, self.address, None, 0, [])
-                else:
-                    item, body, count = got
-                    reply = m.GetReply(msg.req_id, self.address, item, count, [body])
-                self.transport.send(msg.sender, reply)
+                self._get(msg, now)
+            elif isinstance(msg, Paged):
+                core.paged_in(msg.entries, msg.dropped, msg.dropped_bytes, now,
+                              int(time.time() * 1000))
+                gets, self.pending_gets = self.pending_gets, []
+                for get in gets:
+                    self._get(get, now)
             elif isinstance(msg, m.ChannelDown):
                 core.channel_down(msg.sender, now)
             elif isinstance(msg, m.SetLimit):
@@ -203,6 +213,18 @@ class Queue(pykka.ThreadingActor):
         except Exception:
             log.exception("queue '%s' in vhost '%s' failed on %s", self.qname, self.vhost,
                           type(msg).__name__)
+
+    def _get(self, msg: m.Get, now) -> None:
+        got = self.core.get(msg.sender, msg.no_ack, now)
+        if got is WAIT:
+            self.pending_gets.append(msg)  # answered when the page is in
+            return
+        if got is None:
+            reply = m.GetReply(msg.req_id, self.address, None, 0, [])
+        else:
+            item, body, count = got
+            reply = m.GetReply(msg.req_id, self.address, item, count, [body])
+        self.transport.send(msg.sender, reply)
 
     def _consume(self, msg: m.Consume, now) -> None:
         try:

@@ -14,9 +14,11 @@ loss, and only after `sync()` does a publisher get its confirm.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import threading
+import time
 
 import lmdb
 
@@ -38,6 +40,8 @@ class Storage:
             max_readers=1024, sync=False, metasync=False, subdir=True)
         with self.env.begin(write=True) as txn:
             self.msg_store = MsgStore(self.env, txn=txn)  # refcounted bodies of large messages
+        self.trimmed = 0.0  # monotonic time of the last maybe_trim
+        self.map_range: tuple[int, int] | None = None  # (address, length) of the LMDB map
 
     @classmethod
     def of(cls, config) -> "Storage":
@@ -58,6 +62,45 @@ class Storage:
 
     def sync(self) -> None:
         self.env.sync(True)
+
+    def maybe_trim(self) -> None:
+        """Drop this process's mapping of the LMDB file's pages (not the page cache) at most
+        every TRIM_INTERVAL_S. LMDB reads through a read-only shared map, so every page a
+        fold, an append or a page-in touched stays in the process's RSS until the kernel needs
+        the memory; a deep queue would show gigabytes of RSS that are only cache. The map is
+        read-only and file-backed: a later access faults the page back in from the cache."""
+        now = time.monotonic()
+        if now - self.trimmed < TRIM_INTERVAL_S:
+            return
+        self.trimmed = now
+        if self.map_range is None:
+            self.map_range = _mapping_of(os.path.join(self.env.path(), "data.mdb"))
+        if self.map_range is not None and _libc is not None:
+            start, length = self.map_range
+            _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), MADV_DONTNEED)
+
+
+TRIM_INTERVAL_S = 1.0
+MADV_DONTNEED = 4
+try:
+    _libc = ctypes.CDLL("libc.so.6", use_errno=True)
+except OSError:  # not Linux/glibc: no trimming
+    _libc = None
+
+
+def _mapping_of(path: str) -> tuple[int, int] | None:
+    """(start, length) of this process's mapping of `path`, from /proc/self/maps."""
+    real = os.path.realpath(path)
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 6 and parts[5] == real:
+                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                    return lo, hi - lo
+    except OSError:
+        pass
+    return None
 
 
 def queue_id(vhost: str, name: str) -> bytes:

@@ -20,6 +20,13 @@ and carries out what it asks through `out`, an object with:
 - `dead_letter(msg, reason)`          re-publish a message to the dead-letter exchange
 - `delete_self(reason)`               ask the node to delete this queue
 - `schedule(at_ms)`                   call `tick` again at (monotonic) time at_ms
+- `page_in(after_seq, n)`             read the next n paged-out messages after after_seq
+- `purge_paged(after_seq)`            settle every paged-out message after after_seq
+
+Paging (rabbit_variable_queue's delta): in a durable queue whose ready bodies pass `page_bytes`,
+new messages go to the index only (`paged`, counted, no Msg kept) until the queue has drained
+them again; they come back `page_size` at a time once fewer than that are in memory. Priority
+and length-limited queues do not page.
 
 Times are integer milliseconds of a monotonic clock passed in by the caller.
 """
@@ -32,6 +39,7 @@ from collections import OrderedDict, deque
 
 from actors.core.errors import ChannelError
 
+WAIT = "wait"  # get(): the head is paged out, try again once it is read back
 FLOW_MORE = 200  # credit_flow default: bump a publisher's credit after this many messages
 
 
@@ -122,7 +130,7 @@ class ChannelState:
 class QueueCore:
     def __init__(self, vhost: str, name: str, arguments: dict, out, now: int,
                  auto_delete=False, delivery_window=2000, credit_more=FLOW_MORE,
-                 backlog_bytes=0, durable=False):
+                 backlog_bytes=0, durable=False, page_bytes=0, page_size=2048):
         self.vhost, self.name = vhost, name  # identity
         self.durable = durable  # persistent messages go to the backing queue's storage
         self._delivered: list = []  # persistent messages delivered for the first time, to record
@@ -158,6 +166,14 @@ class QueueCore:
         # alarm blocks them; the credit is paid once the backlog is below the mark again
         self.backlog_bytes = backlog_bytes
         self.owed: dict[str, int] = {}  # publishing channel -> credit withheld
+        self.page_bytes = page_bytes  # ready bytes in memory past which new messages page out
+        self.page_size = page_size  # messages read back per page
+        self.pageable = bool(durable and page_bytes and not self.max_priority and
+                             self.max_length is None and self.max_bytes is None)
+        self.paged = 0  # messages in the index only, all with seq_id > page_after
+        self.paged_bytes = 0  # their body bytes
+        self.page_after = 0  # every message up to this seq_id is (or was) in memory
+        self.page_asked = False  # a page_in is on its way
         self.deleted = False  # the queue has been deleted
         self._batches: dict[str, tuple[list, list]] = {}  # channel -> (items, bodies) pending
         self._scheduled = 0  # the earliest tick asked for, 0 = none
@@ -187,13 +203,20 @@ class QueueCore:
                     self.out.dead_letter(Msg(0, exchange, rk, props, body, persistent,
                                              ttl=expiry), "maxlen")
                 continue
+            divert = self.pageable and (self.paged or self.ready_bytes > self.page_bytes)
             msg = self._enqueue(exchange, rk, props, body, persistent, priority, expiry, now,
-                                sender, pub_seq, msg_id[0] if msg_id else None)
+                                sender, pub_seq, msg_id[0] if msg_id else None, divert)
             if msg is None:
                 if pub_seq:
                     accepted.append(pub_seq)  # expired at once (TTL 0): confirmed, as RabbitMQ
                 continue
-            if persistent and self.durable:
+            if divert and not persistent:
+                # paged out though transient: stored, but confirmed now and not recovered
+                if pub_seq:
+                    accepted.append(pub_seq)
+                    msg.pub_seq = 0
+                to_persist.append(msg)
+            elif persistent and self.durable:
                 to_persist.append(msg)  # confirmed when the backing queue has synced it
             elif pub_seq:
                 accepted.append(pub_seq)
@@ -231,26 +254,26 @@ class QueueCore:
         for channel, seqs in by_channel.items():
             self.out.confirm(channel, seqs, True)
 
-    def restore(self, next_seq: int, entries: list, now: int, wall_now: int) -> None:
-        """Start-up of a durable queue: the messages its index kept, in order.
-        entries: [(IndexEntry, body)]; expiry times are wall-clock ms in the index."""
-        for e, body in entries:
-            expires_at = 0
-            if e.expires_at:
-                expires_at = max(now + (e.expires_at - wall_now), 1)
-            msg = Msg(e.seq_id, e.exchange, e.routing_key, e.props_raw, body, True,
-                      min(e.priority, self.max_priority), expires_at, msg_id=e.msg_id)
-            msg.redelivered = e.delivered
-            self.ready[msg.priority].append(msg)
-            self.ready_count += 1
-            self.ready_bytes += len(body)
+    def restore(self, next_seq: int, entries: list, more: int, more_bytes: int, now: int,
+                wall_now: int) -> None:
+        """Start-up of a durable queue: the first messages its index kept, in order
+        ([(IndexEntry, body, persistent)]; expiry times are wall-clock ms in the index), and
+        how many more it holds (paged out, read back as the queue drains)."""
+        self._load(entries, now, wall_now)
         self.next_seq = max(self.next_seq, next_seq)
+        if more:
+            self.paged, self.paged_bytes = more, more_bytes
+            self.page_after = entries[-1][0].seq_id if entries else 0
         self._schedule_head()
 
     def refused(self, msgs: list) -> None:
         """The backing queue could not store these (disk full): they leave the queue and their
         publishers get basic.nack."""
         gone = {msg.seq_id for msg in msgs}
+        if self.paged:
+            diverted = [msg for msg in msgs if msg.seq_id > self.page_after]
+            self.paged -= len(diverted)
+            self.paged_bytes -= sum(len(msg.body) for msg in diverted)
         for ready in self.ready:
             kept = [msg for msg in ready.items if msg.seq_id not in gone]
             if len(kept) != len(ready.items):
@@ -268,21 +291,28 @@ class QueueCore:
             self.out.confirm(channel, seqs, False)
 
     def _enqueue(self, exchange, rk, props, body, persistent, priority, expiry, now, sender,
-                 pub_seq, msg_id=None):
+                 pub_seq, msg_id=None, divert=False):
         ttl = self.ttl
         if expiry is not None and expiry >= 0:
             ttl = expiry if ttl is None else min(ttl, expiry)
         msg = Msg(self.next_seq, exchange, rk, props, body, persistent,
                   min(priority or 0, self.max_priority), now + ttl if ttl is not None else 0,
                   expiry if expiry is not None else -1, sender, pub_seq,
-                  msg_id or (_new_msg_id() if persistent and self.durable else None))
+                  msg_id or (_new_msg_id() if (persistent and self.durable) or divert
+                             else None))
         self.next_seq += 1
         if ttl == 0:
             # TTL 0: delivered only if a consumer can take it right now (RabbitMQ's rule)
-            if not self._next_consumer_exists():
+            if divert or not self._next_consumer_exists():
                 self._expire(msg)
                 return None
             msg.expires_at = 0
+        if divert:
+            if not self.paged:
+                self.page_after = msg.seq_id - 1
+            self.paged += 1
+            self.paged_bytes += len(body)
+            return msg
         self.ready[msg.priority].append(msg)
         self.ready_count += 1
         self.ready_bytes += len(body)
@@ -439,8 +469,42 @@ class QueueCore:
             self._balance_tokens()
         if self.owed:
             self._pay_owed()
+        if self.paged:
+            self._want_page()
         self._schedule_head()
         return budget == 0 and self.ready_count > 0 and self._next_consumer_exists()
+
+    def _want_page(self) -> None:
+        if not self.page_asked and self.ready_count < self.page_size:
+            self.page_asked = True
+            self.out.page_in(self.page_after, self.page_size)
+
+    def paged_in(self, entries: list, dropped: int, dropped_bytes: int, now: int,
+                 wall_now: int) -> None:
+        """The backing queue read the next page: [(IndexEntry, body, persistent)] in order;
+        `dropped` entries were transient ones left from before a restart."""
+        self.page_asked = False
+        self._load(entries, now, wall_now)
+        n = len(entries) + dropped
+        self.paged -= n
+        self.paged_bytes -= sum(len(b) for _, b, _ in entries) + dropped_bytes
+        if not entries and not dropped or self.paged < 0:
+            self.paged = self.paged_bytes = 0  # the index holds no more: counts were off
+        if entries:
+            self.page_after = entries[-1][0].seq_id
+
+    def _load(self, entries: list, now: int, wall_now: int) -> None:
+        ready = self.ready
+        for e, body, persistent in entries:
+            expires_at = 0
+            if e.expires_at:
+                expires_at = max(now + (e.expires_at - wall_now), 1)
+            msg = Msg(e.seq_id, e.exchange, e.routing_key, e.props_raw, body, persistent,
+                      min(e.priority, self.max_priority), expires_at, msg_id=e.msg_id)
+            msg.redelivered = e.delivered
+            ready[msg.priority].append(msg)
+            self.ready_count += 1
+            self.ready_bytes += len(body)
 
     def _pay_owed(self) -> None:
         if self.ready_bytes <= self.backlog_bytes:
@@ -489,10 +553,14 @@ class QueueCore:
             self.run(now)
 
     def get(self, channel, no_ack, now):
-        """basic.get -> (item, body, message_count) or None when empty."""
+        """basic.get -> (item, body, message_count), None when empty, or WAIT when the next
+        message is paged out (ask again after `paged_in`)."""
         self.last_used = now
         self._expire_head(now)
         if not self.ready_count:
+            if self.paged:
+                self._want_page()
+                return WAIT
             return None
         msg = self._pop_head()
         if no_ack:
@@ -505,7 +573,9 @@ class QueueCore:
             self.unacked[msg.seq_id] = (msg, channel, "")
         item = ["", msg.seq_id, msg.redelivered, msg.exchange, msg.routing_key, msg.props_raw]
         msg.redelivered = True
-        return item, msg.body, self.ready_count
+        if self.paged:
+            self._want_page()
+        return item, msg.body, self.ready_count + self.paged
 
     def _pop_head(self, lowest=False) -> Msg:
         order = range(len(self.ready)) if lowest else range(len(self.ready) - 1, -1, -1)
@@ -624,16 +694,19 @@ class QueueCore:
 
     # --- admin --------------------------------------------------------------------------------
     def info(self) -> tuple[int, int]:
-        return self.ready_count, len(self.consumers)
+        return self.ready_count + self.paged, len(self.consumers)
 
     def stats(self) -> dict:
         """rabbitmqctl list_queues' counters."""
-        ready, unacked = self.ready_count, len(self.unacked)
+        ready, unacked = self.ready_count + self.paged, len(self.unacked)
         return {"messages": ready + unacked, "messages_ready": ready,
                 "messages_unacknowledged": unacked, "consumers": len(self.consumers)}
 
     def purge(self) -> int:
-        n = self.ready_count
+        n = self.ready_count + self.paged
+        if self.paged:
+            self.out.purge_paged(self.page_after)
+            self.paged = self.paged_bytes = 0
         dropped = []
         for ready in self.ready:
             dropped.extend(ready.items)
@@ -648,9 +721,9 @@ class QueueCore:
     def delete(self, if_unused: bool, if_empty: bool) -> int:
         if if_unused and self.consumers:
             raise ChannelError(406, f"queue '{self.name}' in vhost '{self.vhost}' in use")
-        if if_empty and self.ready_count:
+        if if_empty and (self.ready_count or self.paged):
             raise ChannelError(406, f"queue '{self.name}' in vhost '{self.vhost}' not empty")
-        n = self.ready_count
+        n = self.ready_count + self.paged
         for channel, tag in list(self.consumers):
             self.out.consumer_gone(channel, tag)
         self.consumers.clear()

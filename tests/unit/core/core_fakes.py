@@ -64,7 +64,8 @@ class QueueOut:
     """The `out` of QueueCore: records every effect, in order."""
 
     NAMES = ("deliver", "confirm", "reply", "consumer_gone", "credit", "demand", "release",
-             "persist", "record_delivery", "forget", "dead_letter", "delete_self", "schedule")
+             "persist", "record_delivery", "forget", "dead_letter", "delete_self", "schedule",
+             "page_in", "purge_paged")
 
     def __init__(self):
         self.calls: list = []

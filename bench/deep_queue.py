@@ -1,0 +1,126 @@
+"""Deep durable queue: publish N persistent messages with no consumer, watch the queue worker's
+RSS, then drain with one consumer (issue 3, item 6: bodies paged out to the index/msg_store).
+
+    .venv/bin/python -m bench.deep_queue --messages 2000000        # starts its own node
+    .venv/bin/python -m bench.deep_queue --url amqp://... --pid PID  # an external broker
+
+Prints the peak RSS of the queue worker while filling and while draining, and the publish and
+drain rates. A measurement, not a test: nothing here passes or fails.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import threading
+import time
+
+from bench import codec as codec_mod
+from bench.loadgen import run_loop, setup_role
+from bench.node import LeveretNode
+from bench.url import parse_url
+
+
+def rss_kb(pid: int, field: str = "VmRSS") -> int:
+    """VmRSS, or RssAnon (the process's own memory) / RssFile (mapped file pages: LMDB's map
+    pages read or written, which the kernel can drop at any time) of /proc/PID/status."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def queue_worker_pids(node_pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(node_pid)],
+                         capture_output=True, text=True).stdout
+    return [int(line.split()[0]) for line in out.splitlines() if "--kind queue" in line]
+
+
+class RssWatch(threading.Thread):
+    def __init__(self, pids):
+        super().__init__(daemon=True)
+        self.pids = pids
+        self.peak = 0  # VmRSS
+        self.peak_anon = 0  # RssAnon
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.wait(0.2):
+            self.peak = max(self.peak, sum(rss_kb(p) for p in self.pids))
+            self.peak_anon = max(self.peak_anon, sum(rss_kb(p, "RssAnon") for p in self.pids))
+
+
+def phase(target, codec, specs, until, timeout):
+    roles = [setup_role(target, codec, s) for s in specs]
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    step = 1.0
+    while time.monotonic() < deadline and not until(roles):
+        now = time.monotonic()
+        run_loop(roles, now, now, now + step)
+    elapsed = time.monotonic() - t0
+    for r in roles:
+        r.conn.close()
+    return roles, elapsed
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--messages", type=int, default=2_000_000)
+    p.add_argument("--size", type=int, default=1500)
+    p.add_argument("--url", help="broker to use (default: start a Leveret node)")
+    p.add_argument("--pid", type=int, help="with --url: process whose children are measured")
+    p.add_argument("--timeout", type=float, default=3600)
+    a = p.parse_args(argv)
+    node = None
+    if a.url:
+        target, node_pid = parse_url(a.url), a.pid
+    else:
+        node = LeveretNode()
+        node.start()
+        target, node_pid = parse_url(node.url), node.pid
+    try:
+        pids = queue_worker_pids(node_pid) if node_pid else []
+        codec = codec_mod.load("auto")
+        queue = "deep-queue"
+        setup = setup_role(target, codec, {"kind": "producer", "channels": [1], "confirm": None,
+                                           "queue": queue, "persistent": True,
+                                           "message_size": a.size})
+        setup.conn.queue_declare(1, queue, durable=True)
+        setup.conn.queue_purge(1, queue)
+        setup.conn.close()
+        watch = RssWatch(pids)
+        watch.start()
+        base = sum(rss_kb(p) for p in pids)
+        prod = {"kind": "producer", "channels": [1, 2], "confirm": 2000, "queue": queue,
+                "persistent": True, "message_size": a.size}
+        roles, t_fill = phase(target, codec, [prod],
+                              lambda rs: rs[0].confirmed >= a.messages, a.timeout)
+        confirmed = roles[0].confirmed
+        fill_peak, watch.peak = watch.peak, 0
+        fill_anon, watch.peak_anon = watch.peak_anon, 0
+        cons = {"kind": "consumer", "channels": [1], "queue": queue, "no_ack": False,
+                "ack_every": 1, "prefetch": 100}
+        roles, t_drain = phase(target, codec, [cons],
+                               lambda rs: rs[0].consumed >= confirmed, a.timeout)
+        drained = roles[0].consumed
+        watch.stop.set()
+        print(f"queue workers {pids}: RSS before {base / 1024:.0f} MiB")
+        print(f"filled {confirmed:,} persistent {a.size}-byte messages in {t_fill:.0f} s "
+              f"({confirmed / t_fill:,.0f} msg/s); peak queue-worker RSS "
+              f"{fill_peak / 1024:.0f} MiB (anonymous {fill_anon / 1024:.0f} MiB)")
+        print(f"drained {drained:,} in {t_drain:.0f} s ({drained / t_drain:,.0f} msg/s); "
+              f"peak queue-worker RSS {watch.peak / 1024:.0f} MiB (anonymous "
+              f"{watch.peak_anon / 1024:.0f} MiB)")
+    finally:
+        if node is not None:
+            node.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
