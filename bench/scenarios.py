@@ -104,14 +104,18 @@ D = dataclasses.replace(
     persistent=True, durable=True, default=False)
 
 
-def paper(queues: int) -> Scenario:
-    """The paper's setup: per queue 2 producers x 2 channels and 3 consumers x 3 channels."""
+def paper(queues: int, persistent: bool = False) -> Scenario:
+    """The paper's setup: per queue 2 producers x 2 channels and 3 consumers x 3 channels;
+    persistent=True is its persistent case ((d): durable queues, delivery_mode 2)."""
+    what = "persistent messages to durable queues" if persistent else "transient messages"
     return dataclasses.replace(
-        C, key=f"paper-q{queues}", title=f"paper, {queues} queue{'s' if queues > 1 else ''}",
+        C, key=f"{'d-' if persistent else ''}paper-q{queues}",
+        title=f"{'(d) ' if persistent else ''}paper, {queues} queue{'s' if queues > 1 else ''}",
         description=f"{queues} queue(s); per queue 2 producer connections x 2 channels and 3 "
-                    "consumer connections x 3 channels; manual ack, prefetch 100, confirms.",
+                    f"consumer connections x 3 channels; manual ack, prefetch 100, confirms; "
+                    f"{what}.",
         queues=queues, producers=2, producer_channels=2, consumers=3, consumer_channels=3,
-        default=False)
+        persistent=persistent, durable=persistent, default=False)
 
 
 CONFIRM_ON = dataclasses.replace(
@@ -121,11 +125,13 @@ CONFIRM_ON = dataclasses.replace(
     queue_arguments=(("x-confirm-on", "enqueue"),), default=False)
 
 SCENARIOS: dict[str, Scenario] = {s.key: s for s in (
-    A, B, C, D, paper(1), paper(2), paper(4), paper(8), CONFIRM_ON)}
+    A, B, C, D, paper(1), paper(2), paper(4), paper(8), paper(1, True), paper(2, True),
+    paper(4, True), paper(8, True), CONFIRM_ON)}
 
 GROUPS: dict[str, list[str]] = {
     "default": [k for k, s in SCENARIOS.items() if s.default],
     "paper": ["paper-q1", "paper-q2", "paper-q4", "paper-q8"],
+    "persistent": ["c", "persistent", "d-paper-q1", "d-paper-q2", "d-paper-q4", "d-paper-q8"],
     "all": list(SCENARIOS),
 }
 
