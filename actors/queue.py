@@ -95,7 +95,7 @@ class Effects:
 
     def forget(self, msgs):
         if self.actor.durable:
-            stored = [x for x in msgs if x.msg_id is not None]  # persistent or paged out
+            stored = [x for x in msgs if x.stored]  # persistent, paged out or recovered
             if stored:
                 self.actor.bq.tell(("forget", stored))
 

@@ -66,7 +66,10 @@ class ChannelCore:
         self.confirm_acks: list = []  # seq nos to ack at the end of this turn
         self.confirm_nacks: list = []  # seq nos to nack at the end of this turn
         self.next_tag = 1  # next delivery tag
-        self.unacked: OrderedDict = OrderedDict()  # tag -> (queue address, msg_id, consumer tag)
+        # tag -> (queue address, msg_id, consumer tag, lite): lite is (publisher channel, seq no)
+        # for a message of an x-confirm-on=ack-lite queue, whose confirm this channel sends
+        self.unacked: OrderedDict = OrderedDict()
+        self.lite_confirms: dict[tuple, list] = {}  # (publisher, queue) -> seq nos acked
         self.consumers: dict[str, tuple] = {}  # consumer tag -> (queue address, qname, no_ack)
         self.prefetch = 0  # basic.qos global=false: limit for consumers created afterwards
         self.global_prefetch = 0  # basic.qos global=true: the channel's limit
@@ -204,14 +207,14 @@ class ChannelCore:
         tag = self.next_tag
         queue = msg.queue
         for item, body in zip(msg.items, msg.bodies):
-            ctag, msg_id, redelivered, exchange, rk, props = item
+            ctag, msg_id, redelivered, exchange, rk, props, *lite = item
             c = self.consumers.get(ctag)
             if c is None:
                 # cancelled meanwhile: hand it back
                 self.settle_batches.setdefault((queue, m.REQUEUE), []).append(msg_id)
                 continue
             if not c[2]:
-                self.unacked[tag] = (queue, msg_id, ctag)
+                self.unacked[tag] = (queue, msg_id, ctag, tuple(lite) if lite else None)
                 if self.global_prefetch:
                     self.limited_tags.add(tag)
             parts.append(encode_deliver(n, ctag, tag, redelivered, exchange, rk, props, body,
@@ -305,6 +308,13 @@ class ChannelCore:
             batches, self.settle_batches = self.settle_batches, {}
             for (q, op), ids in batches.items():
                 self.out.send(q, m.Settle(self.address, op, ids))
+        if self.lite_confirms:
+            confirms, self.lite_confirms = self.lite_confirms, {}
+            for (publisher, q), seqs in confirms.items():
+                if publisher == self.address:
+                    self.on_confirm(m.Confirm(q, seqs, True))
+                else:
+                    self.out.send(publisher, m.Confirm(q, seqs, True))
         if self.confirm_acks or self.confirm_nacks:
             self._send_confirms()
 
@@ -644,11 +654,11 @@ class ChannelCore:
             if reply.item is None:
                 self.out.write(encode_method(self.number, am.BasicGetEmpty()))
                 return
-            _, msg_id, redelivered, exchange, rk, props = reply.item
+            _, msg_id, redelivered, exchange, rk, props, *lite = reply.item
             tag = self.next_tag
             self.next_tag += 1
             if not method.no_ack:
-                self.unacked[tag] = (addr, msg_id, "")
+                self.unacked[tag] = (addr, msg_id, "", tuple(lite) if lite else None)
             self.out.write(encode_method(self.number, am.BasicGetOk(
                 delivery_tag=tag, redelivered=redelivered, exchange=exchange, routing_key=rk,
                 message_count=reply.message_count)) + encode_content(
@@ -682,12 +692,16 @@ class ChannelCore:
             return
         limited = self.limited_tags
         freed = False
-        for tag, (q, msg_id, _) in entries:
+        for tag, (q, msg_id, _, lite) in entries:
             key = (q, op)
             ids = self.settle_batches.get(key)
             if ids is None:
                 ids = self.settle_batches[key] = []
             ids.append(msg_id)
+            if lite is not None and op == m.ACK and lite[1]:
+                # ack-lite: this channel, not the queue, tells the publisher (seed 003, opt. 2);
+                # a reject is not reported (the publisher resends after its time-out)
+                self.lite_confirms.setdefault((lite[0], q), []).append(lite[1])
             if limited and tag in limited:
                 limited.discard(tag)
                 freed = True
@@ -710,7 +724,7 @@ class ChannelCore:
             raise ConnectionError_(540, "requeue=false")
         entries = list(self.unacked.items())
         self.unacked.clear()
-        for _, (q, msg_id, _) in entries:
+        for _, (q, msg_id, _, _) in entries:
             self.settle_batches.setdefault((q, m.REQUEUE), []).append(msg_id)
         self.limited_tags.clear()
         self._grant()

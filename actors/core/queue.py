@@ -48,7 +48,7 @@ class Msg:
 
     __slots__ = ("seq_id", "exchange", "routing_key", "props_raw", "body", "persistent",
                  "priority", "expires_at", "ttl", "redelivered", "publisher", "pub_seq",
-                 "msg_id")
+                 "msg_id", "stored")
 
     def __init__(self, seq_id, exchange, routing_key, props_raw, body, persistent=False,
                  priority=0, expires_at=0, ttl=-1, publisher="", pub_seq=0, msg_id=None):
@@ -65,6 +65,7 @@ class Msg:
         self.publisher = publisher  # publishing channel address, "" if none
         self.pub_seq = pub_seq  # publisher's confirm seq no, 0 if no confirm wanted
         self.msg_id = msg_id  # 16 bytes naming the body in msg_store (persistent), else None
+        self.stored = False  # handed to the backing queue's storage (it must hear of the settle)
 
 
 class Ready:
@@ -144,6 +145,15 @@ class QueueCore:
         self.overflow = a.get("x-overflow", "drop-head")  # drop-head|reject-publish|-dlx
         self.dlx = a.get("x-dead-letter-exchange")  # dead-letter exchange name or None
         self.dlrk = a.get("x-dead-letter-routing-key")  # routing key override or None
+        confirm_on = a.get("x-confirm-on", "enqueue")
+        if isinstance(confirm_on, bytes):
+            confirm_on = confirm_on.decode()
+        # x-confirm-on (seed 003): "enqueue" confirms on arrival (RabbitMQ's rule); "ack" when a
+        # consumer acks (this queue answers the publisher, nack when the message is lost
+        # otherwise); "ack-lite" when a consumer acks, answered by the consuming channel
+        self.confirm_on = confirm_on
+        self.late_confirm = confirm_on in ("ack", "ack-lite")  # nothing confirmed on arrival
+        self._answers: dict[tuple, list] = {}  # (publisher, ok) -> seq nos to confirm / nack
         maxp = _int(a.get("x-max-priority"))
         self.max_priority = min(maxp, 255) if maxp else 0  # 0 = not a priority queue
         self.ready = [Ready() for _ in range(self.max_priority + 1)]  # by priority
@@ -169,7 +179,8 @@ class QueueCore:
         self.page_bytes = page_bytes  # ready bytes in memory past which new messages page out
         self.page_size = page_size  # messages read back per page
         self.pageable = bool(durable and page_bytes and not self.max_priority and
-                             self.max_length is None and self.max_bytes is None)
+                             self.max_length is None and self.max_bytes is None and
+                             not self.late_confirm)
         self.paged = 0  # messages in the index only, all with seq_id > page_after
         self.paged_bytes = 0  # their body bytes
         self.page_after = 0  # every message up to this seq_id is (or was) in memory
@@ -207,16 +218,20 @@ class QueueCore:
             msg = self._enqueue(exchange, rk, props, body, persistent, priority, expiry, now,
                                 sender, pub_seq, msg_id[0] if msg_id else None, divert)
             if msg is None:
-                if pub_seq:
+                if pub_seq and not self.late_confirm:
                     accepted.append(pub_seq)  # expired at once (TTL 0): confirmed, as RabbitMQ
                 continue
-            if divert and not persistent:
+            if self.late_confirm:
+                pass  # confirmed by a consumer's ack; never stored before delivery
+            elif divert and not persistent:
                 # paged out though transient: stored, but confirmed now and not recovered
                 if pub_seq:
                     accepted.append(pub_seq)
                     msg.pub_seq = 0
+                msg.stored = True
                 to_persist.append(msg)
             elif persistent and self.durable:
+                msg.stored = True
                 to_persist.append(msg)  # confirmed when the backing queue has synced it
             elif pub_seq:
                 accepted.append(pub_seq)
@@ -502,6 +517,7 @@ class QueueCore:
             msg = Msg(e.seq_id, e.exchange, e.routing_key, e.props_raw, body, persistent,
                       min(e.priority, self.max_priority), expires_at, msg_id=e.msg_id)
             msg.redelivered = e.delivered
+            msg.stored = True
             ready[msg.priority].append(msg)
             self.ready_count += 1
             self.ready_bytes += len(body)
@@ -519,10 +535,15 @@ class QueueCore:
         st = self.channels[c.channel]
         st.in_flight += 1
         items, bodies = self._batches.setdefault(c.channel, ([], []))
-        items.append([c.tag, msg.seq_id, msg.redelivered, msg.exchange, msg.routing_key,
-                      msg.props_raw])
+        item = [c.tag, msg.seq_id, msg.redelivered, msg.exchange, msg.routing_key,
+                msg.props_raw]
+        if self.confirm_on == "ack-lite" and msg.pub_seq and not c.no_ack:
+            item += (msg.publisher, msg.pub_seq)  # the consuming channel confirms on ack
+        items.append(item)
         bodies.append(msg.body)
         if c.no_ack:
+            if self.late_confirm:
+                self._answer(msg, True)  # delivered with no ack to wait for
             self._forgotten.append(msg)
         else:
             if msg.persistent and not msg.redelivered and self.durable:
@@ -544,6 +565,19 @@ class QueueCore:
         if self._forgotten:
             forgotten, self._forgotten = self._forgotten, []
             self.out.forget(forgotten)
+        if self._answers:
+            self._flush_answers()
+
+    def _answer(self, msg: Msg, ok: bool) -> None:
+        """x-confirm-on=ack/ack-lite: the publisher's confirm (ok) or nack for this message."""
+        if msg.pub_seq and msg.publisher:
+            self._answers.setdefault((msg.publisher, ok), []).append(msg.pub_seq)
+        msg.pub_seq = 0
+
+    def _flush_answers(self) -> None:
+        answers, self._answers = self._answers, {}
+        for (publisher, ok), seqs in answers.items():
+            self.out.confirm(publisher, seqs, ok)
 
     def sent(self, channel, n, now) -> None:
         """The channel's writer put n deliveries on the wire: more may follow."""
@@ -564,6 +598,9 @@ class QueueCore:
             return None
         msg = self._pop_head()
         if no_ack:
+            if self.late_confirm:
+                self._answer(msg, True)
+                self._flush_answers()
             self.out.forget([msg])
         else:
             if msg.persistent and not msg.redelivered and self.durable:
@@ -572,6 +609,8 @@ class QueueCore:
             st.unacked += 1
             self.unacked[msg.seq_id] = (msg, channel, "")
         item = ["", msg.seq_id, msg.redelivered, msg.exchange, msg.routing_key, msg.props_raw]
+        if self.confirm_on == "ack-lite" and msg.pub_seq and not no_ack:
+            item += (msg.publisher, msg.pub_seq)
         msg.redelivered = True
         if self.paged:
             self._want_page()
@@ -601,6 +640,8 @@ class QueueCore:
                 requeue.append(msg)
             else:
                 done.append(msg)
+                if self.confirm_on == "ack":
+                    self._answer(msg, op == 0)  # a reject (even to a DLX) is a nack
                 if op == 2:
                     self._dead_letter_or_drop(msg, "rejected")
         if done:
@@ -661,10 +702,14 @@ class QueueCore:
                 self._expire(msg)
 
     def _expire(self, msg) -> None:
+        if self.late_confirm:
+            self._answer(msg, False)
         self._dead_letter_or_drop(msg, "expired")
         self.out.forget([msg])
 
     def _drop(self, msg, reason) -> None:
+        if self.late_confirm:
+            self._answer(msg, False)
         self._dead_letter_or_drop(msg, reason)
         self.out.forget([msg])
 
@@ -713,6 +758,10 @@ class QueueCore:
             ready.items.clear()
         self.ready_count = self.ready_bytes = 0
         if dropped:
+            if self.late_confirm:
+                for msg in dropped:
+                    self._answer(msg, False)
+                self._flush_answers()
             self.out.forget(dropped)
         if self.owed:
             self._pay_owed()
@@ -724,6 +773,14 @@ class QueueCore:
         if if_empty and (self.ready_count or self.paged):
             raise ChannelError(406, f"queue '{self.name}' in vhost '{self.vhost}' not empty")
         n = self.ready_count + self.paged
+        if self.late_confirm:
+            # what was never acked is lost with the queue: its publishers hear it now
+            for msg, _, _ in self.unacked.values():
+                self._answer(msg, False)
+            for ready in self.ready:
+                for msg in ready.items:
+                    self._answer(msg, False)
+            self._flush_answers()
         for channel, tag in list(self.consumers):
             self.out.consumer_gone(channel, tag)
         self.consumers.clear()

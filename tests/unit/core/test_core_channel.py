@@ -89,7 +89,7 @@ def test_delivery_tags_start_at_1_and_are_shared_with_get_ok__A1():
                                              routing_key="rk3", message_count=5)
     assert frames[3].method.delivery_tag == 4
     assert list(core.unacked) == [1, 2, 3, 4]
-    assert core.unacked[3] == (Q1, 13, "")
+    assert core.unacked[3] == (Q1, 13, "", None)
 
 
 def test_delivery_tags_are_64_bit__A1():
@@ -905,3 +905,17 @@ def _fanout_replica():
     r.router.bind("/", "fan", "queue", "q1", "")
     r.router.bind("/", "fan", "queue", "q2", "")
     return r
+
+
+# --- x-confirm-on=ack-lite: the consuming channel confirms ------------------------------------
+def test_ack_lite_consumer_channel_sends_the_publishers_confirm():
+    core, out = ch()
+    consume(core, out, "q1", "A")
+    pub_ch = "w9#ch/p/1/1"
+    core.on_deliver(m.Deliver(Q1, "q1", [["A", 11, False, "", "q1", b"\x00\x00", pub_ch, 5],
+                                         ["A", 12, False, "", "q1", b"\x00\x00", pub_ch, 6]],
+                              [b"a", b"b"]))
+    out.clear()
+    send(core, am.BasicAck(delivery_tag=1), am.BasicReject(delivery_tag=2, requeue=False))
+    assert out.sent(m.Confirm) == [m.Confirm(Q1, [5], True)]   # the reject is not reported
+    assert sorted((x.op, x.msg_ids) for x in out.sent(m.Settle)) == [(0, [11]), (2, [12])]
