@@ -94,11 +94,31 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="leveretctl", description=__doc__)
     p.add_argument("--data-dir", default="./var", help="the node's data directory")
     p.add_argument("-p", "--vhost", default="/", help="virtual host (set/clear_permissions)")
-    p.add_argument("command", choices=sorted(COMMANDS) + ["list_users", "list_vhosts",
-                                                          "list_queues", "list_exchanges",
-                                                          "list_bindings"])
+    p.add_argument("--priority", type=int, default=0, help="set_policy: priority")
+    p.add_argument("--apply-to", default="all", help="set_policy: queues, exchanges or all")
+    p.add_argument("command", choices=sorted(COMMANDS) + [
+        "list_users", "list_vhosts", "list_queues", "list_exchanges", "list_bindings",
+        "list_policies", "set_policy", "clear_policy"])
     p.add_argument("args", nargs="*")
     a = p.parse_intermixed_args(argv)
+    if a.command == "set_policy":
+        if len(a.args) != 3:
+            p.error("set_policy takes NAME PATTERN DEFINITION (a JSON object)")
+        try:
+            definition = json.loads(a.args[2])
+        except ValueError as e:
+            p.error(f"the definition is not JSON: {e}")
+        call(a.data_dir, "policy", {"method": "set", "vhost": a.vhost, "name": a.args[0],
+                                    "pattern": a.args[1], "definition": definition,
+                                    "priority": a.priority, "apply_to": a.apply_to})
+        print(f"Setting policy \"{a.args[0]}\" for pattern \"{a.args[1]}\" ... done")
+        return 0
+    if a.command == "clear_policy":
+        if len(a.args) != 1:
+            p.error("clear_policy takes NAME")
+        call(a.data_dir, "policy", {"method": "clear", "vhost": a.vhost, "name": a.args[0]})
+        print(f"Clearing policy \"{a.args[0]}\" ... done")
+        return 0
     if a.command == "list_queues" and a.args:
         return print_table(call(a.data_dir, "list", {"what": "queues"}), a.args, a.vhost)
     if a.command.startswith("list_"):

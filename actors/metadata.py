@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import pykka
 
 from actors import messages as m
-from actors.core import queue_args
+from actors.core import policies, queue_args
 from actors.core.errors import ChannelError, ConnectionError_, amqp_text
 from actors.core.permissions import AuthDB
 from actors.core.routing import Router
@@ -61,6 +61,7 @@ class Metadata(pykka.ThreadingActor):
         self.router = Router()  # authoritative exchanges and bindings
         self.auth = AuthDB.default()  # authoritative users, vhosts, permissions
         self.queues: dict[tuple[str, str], dict] = {}  # (vhost, name) -> qdef
+        self.policies: dict[tuple[str, str], dict] = {}  # (vhost, policy name) -> policy
         self.defs = Definitions(os.path.join(data_dir, "definitions"))  # durable store
         self.n_queue_workers = queue_workers  # number of queue worker slots
         self.workers: dict[tuple[str, int], Worker] = {}  # live workers by (kind, index)
@@ -92,6 +93,9 @@ class Metadata(pykka.ThreadingActor):
         for b in stored.get("bindings", []):
             if self._binding_durable(b):
                 self.router.bind(*b)
+        for p in stored.get("policies", []):
+            if p["vhost"] in self.auth.list_vhosts():
+                self.policies[(p["vhost"], p["name"])] = p
         self._persist()
         # RabbitMQ's boot recovers durable queues before it starts its listeners: connection
         # workers get their snapshot (and start listening) once every recovered queue is up
@@ -181,6 +185,7 @@ class Metadata(pykka.ThreadingActor):
         queues = [{k: v for k, v in q.items() if k not in ("address", "worker")}
                   for q in self.queues.values() if q["durable"] and not q["exclusive"]]
         self.defs.save({"auth": self.auth.to_state(), "exchanges": exchanges,
+                        "policies": list(self.policies.values()),
                         "bindings": [b for b in bindings if self._binding_durable(b)],
                         "queues": queues})
 
@@ -207,7 +212,8 @@ class Metadata(pykka.ThreadingActor):
 
     def snapshot(self) -> dict:
         return {"router": self.router.to_state(), "auth": self.auth.to_state(),
-                "queues": list(self.queues.values())}
+                "queues": list(self.queues.values()),
+                "policies": list(self.policies.values())}
 
     # --- workers --------------------------------------------------------------------------------
     def op_worker_hello(self, rpc, kind, index, endpoint, control):
@@ -306,7 +312,24 @@ class Metadata(pykka.ThreadingActor):
                 if vhost == args[0]:
                     self._delete_queue(vhost, name, None, 0)
             changes.append(["router", "remove_vhost", [args[0]]])
+            changes.extend(["policy_del", v, n] for (v, n) in self.policies if v == args[0])
         self._change(*changes)
+        return None
+
+    def op_policy(self, rpc, method, vhost, name, pattern="", definition=None, priority=0,
+                  apply_to="all"):
+        """rabbitmqctl set_policy / clear_policy."""
+        if vhost not in self.auth.list_vhosts():
+            raise ChannelError(404, amqp_text(404, f"no vhost '{vhost}'"))
+        if method == "set":
+            policies.validate(name, pattern, definition, priority, apply_to)
+            self._change(["policy_put", vhost, name, {
+                "vhost": vhost, "name": name, "pattern": pattern, "definition": definition,
+                "priority": priority, "apply_to": apply_to}])
+        elif (vhost, name) in self.policies:
+            self._change(["policy_del", vhost, name])
+        else:
+            raise ChannelError(404, amqp_text(404, f"no policy '{name}' in vhost '{vhost}'"))
         return None
 
     def op_list(self, rpc, what):
@@ -316,6 +339,8 @@ class Metadata(pykka.ThreadingActor):
             return self.auth.list_vhosts()
         if what == "queues":
             return self._list_queues(rpc)
+        if what == "policies":
+            return list(self.policies.values())
         if what == "exchanges":
             return [[v, n, x.type] for (v, n), x in self._all_exchanges()]
         if what == "bindings":

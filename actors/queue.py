@@ -20,6 +20,7 @@ import pykka
 
 from actors import messages as m
 from actors.backing_queue import BackingQueue, Paged, Persisted, Refused
+from actors.core import policies
 from actors.core.errors import AMQPError, ChannelError, amqp_text
 from actors.core.queue import WAIT, QueueCore
 from actors.dead_lettering import dead_letter_publish
@@ -50,6 +51,10 @@ class ChannelsDown:
 
     def __init__(self, prefix):
         self.prefix = prefix
+
+
+class PolicyChanged:
+    """QueueHost -> Queue (local only): policies changed; recompute what they decide."""
 
 
 class Run:
@@ -142,7 +147,17 @@ class Queue(pykka.ThreadingActor):
         self.pending_gets: list = []  # basic.get waiting for a page of paged-out messages
         self.recovered = recovered  # restarted after a crash
 
+    def confirm_on(self) -> str:
+        """x-confirm-on, else the effective policy's confirm-on, else enqueue."""
+        if "x-confirm-on" in self.arguments:
+            mode = self.arguments["x-confirm-on"]
+            return mode.decode() if isinstance(mode, bytes) else mode
+        with self.replica.lock:
+            p = policies.effective(self.replica.policies, self.vhost, self.qname)
+        return p.get("confirm-on", "enqueue")
+
     def on_start(self):
+        self.core.set_confirm_on(self.confirm_on())
         if self.durable:
             # what the index kept (after a restart or a crash) is back before anyone is served
             limit = self.core.page_size if self.core.pageable else None
@@ -197,6 +212,8 @@ class Queue(pykka.ThreadingActor):
                 core.persisted(msg.msgs)
             elif isinstance(msg, Refused):
                 core.refused(msg.msgs)
+            elif isinstance(msg, PolicyChanged):
+                core.set_confirm_on(self.confirm_on())
             elif isinstance(msg, Tick):
                 core.tick(now)
             elif isinstance(msg, ChannelsDown):
@@ -289,6 +306,12 @@ class QueueHost(WorkerHost):
         for ref in list(self.queues.values()):
             if ref.is_alive():
                 ref.tell(ChannelsDown(endpoint + "#"))
+
+    def metadata_changed(self, changes) -> None:
+        if any(c[0] in ("policy_put", "policy_del") for c in changes):
+            for ref in list(self.queues.values()):
+                if ref.is_alive():
+                    ref.tell(PolicyChanged())
 
     def missing(self, name: str, msg) -> None:
         """A message for a queue that is gone: what RabbitMQ's channel sees for a dead queue."""

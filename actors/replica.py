@@ -7,7 +7,8 @@ only writer; it sends the same change list to every worker (actors/metadata.py),
 RPC replies, so a channel that got `queue.declare-ok` already sees the queue.
 
 A change is a list: `["router", method, args]` replays `Router.method(*args)`, `["auth", method,
-args]` replays `AuthDB.method(*args)`, `["queue_put", qdef]`, `["queue_del", vhost, name]`.
+args]` replays `AuthDB.method(*args)`, `["queue_put", qdef]`, `["queue_del", vhost, name]`,
+`["policy_put", vhost, name, policy]`, `["policy_del", vhost, name]`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class Replica:
         self.router = Router()  # exchanges + bindings of every vhost
         self.auth = AuthDB()  # users, vhosts, permissions
         self.queues: dict[tuple[str, str], dict] = {}  # (vhost, name) -> qdef (with "address")
+        self.policies: dict[tuple[str, str], dict] = {}  # (vhost, policy name) -> policy
         self.version = 0  # number of change lists applied
 
     def load(self, state: dict) -> None:
@@ -31,6 +33,7 @@ class Replica:
             self.router = Router.from_state(state["router"])
             self.auth = AuthDB.from_state(state["auth"])
             self.queues = {(q["vhost"], q["name"]): q for q in state["queues"]}
+            self.policies = {(p["vhost"], p["name"]): p for p in state.get("policies", [])}
             self.version += 1
 
     def apply(self, changes: list) -> None:
@@ -60,5 +63,9 @@ def apply_change(target, change) -> None:
         target.queues[(q["vhost"], q["name"])] = q
     elif kind == "queue_del":
         target.queues.pop((change[1], change[2]), None)
+    elif kind == "policy_put":
+        target.policies[(change[1], change[2])] = change[3]
+    elif kind == "policy_del":
+        target.policies.pop((change[1], change[2]), None)
     else:
         raise ValueError(f"unknown metadata change {kind!r}")

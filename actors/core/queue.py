@@ -568,6 +568,27 @@ class QueueCore:
         if self._answers:
             self._flush_answers()
 
+    def set_confirm_on(self, mode: str) -> None:
+        """The queue's effective confirm-on changed (a policy): messages waiting for an ack are
+        confirmed as `enqueue` would have (after storage when persistent in a durable queue)."""
+        if mode == self.confirm_on:
+            return
+        was_late = self.late_confirm
+        self.confirm_on = mode
+        self.late_confirm = mode in ("ack", "ack-lite")
+        if was_late and not self.late_confirm:
+            waiting = [msg for ready in self.ready for msg in ready.items if msg.pub_seq]
+            waiting += [e[0] for e in self.unacked.values() if e[0].pub_seq]
+            store = [msg for msg in waiting if msg.persistent and self.durable]
+            for msg in store:
+                msg.stored = True
+            if store:
+                self.out.persist(store)
+            for msg in waiting:
+                if not msg.stored:
+                    self._answer(msg, True)
+            self._flush_answers()
+
     def _answer(self, msg: Msg, ok: bool) -> None:
         """x-confirm-on=ack/ack-lite: the publisher's confirm (ok) or nack for this message."""
         if msg.pub_seq and msg.publisher:

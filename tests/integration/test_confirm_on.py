@@ -232,3 +232,27 @@ def test_persistent_messages_are_not_stored_before_delivery_and_resent_after_kil
         if p is not None:
             p.close()
         broker.stop()
+
+
+def test_policy_confirm_on_applies_and_clearing_it_confirms_the_waiting(fresh_broker):
+    """Policy key confirm-on (rabbitmqctl set_policy syntax): a queue without x-confirm-on takes
+    the policy's mode; when the policy goes, what waited for an ack is confirmed."""
+    broker = fresh_broker
+    broker.ctl("set_policy", "e2e", "^pol-", '{"confirm-on": "ack"}', "--apply-to", "queues")
+    conn = broker.connection()
+    p = Publisher(broker)
+    try:
+        ch = conn.channel()
+        ch.queue_declare("pol-q")
+        ch.queue_declare("plain-q")
+        p.publish("pol-q")
+        p.publish("plain-q")
+        p.wait([2])                                        # plain queue: at enqueue
+        p.settle(QUIET)
+        assert 1 not in p.acked                            # policy queue: waits for the ack
+        assert '"confirm-on": "ack"' in broker.ctl("list_policies").stdout
+        broker.ctl("clear_policy", "e2e")
+        p.wait([1])
+    finally:
+        p.close()
+        safe_close(conn)
