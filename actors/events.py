@@ -1,0 +1,316 @@
+"""Lifecycle event log: the per-process writer (schema "leveret-events v1", docs/events.md).
+
+RabbitMQ's firehose (rabbit_trace) republishes publishes and deliveries to an exchange and stamps
+them when the tracer reads them; this log records every step of a message (publish received,
+routed, enqueued, stored, synced, confirmed, delivered, acked, requeued, expired, dead-lettered,
+dropped, ...) with the time it happened, and spark_analysis/ joins the logs of every process of
+every node per message.
+
+What it owns, per OS process:
+- one buffer (a list) that `emit()` appends a tuple to: no lock, no encoding, no IO on the hot
+  path (list.append is atomic under the GIL, so any thread may emit);
+- one background thread that, every FLUSH_INTERVAL seconds or on `flush()`, takes what is in the
+  buffer (a slice, then `del` of that slice: appends that race with it land after the slice),
+  encodes each event as one msgpack array and appends them to
+  `<data_dir>/events/<node>-<process>-<pid>-<n>.events`, starting file n+1 when the next event
+  would take the file past `events_max_bytes`.
+
+File format: a msgpack stream. The first object of every file is a header map (schema, node,
+process, pid, file number, boot id, wall and monotonic clocks read together); every following
+object is one event `[kind, msg_id, wall_ns, mono_ns, fields]`. A stream needs no framing, and a
+file cut short by kill -9 decodes up to its last whole event (bench/events_speed.py measured it
+against length-prefixed records: docs/events.md).
+
+Level (`config.events`): "off" (emit is never reached: callers check `enabled()` first),
+"full", or "sampled:N": the events of a message are kept when crc32(msg_id) % N == 0 -- every
+event of a sampled message in every process (crc32, unlike hash(), is the same in every process),
+none of the others; events without a msg_id are always kept.
+
+Usage (the actors):
+    from actors import events
+    events.configure(config, process="conn-0", node="leveret@host")   # once per process
+    if events.enabled():
+        events.emit("acked", msg_id, actor="channel", vhost=vh, queue=q, delivery_tag=tag)
+    events.close()                                                     # before os._exit
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import socket
+import threading
+import time
+import zlib
+
+import msgpack
+
+__all__ = ["SCHEMA", "KINDS", "MESSAGE_KINDS", "COPY_KINDS", "PUBLISHER_KINDS", "PROCESS_KINDS",
+           "EventLog",
+           "configure", "enabled", "emit", "flush", "close", "parse_level", "read_file"]
+
+log = logging.getLogger("leveret.events")
+
+SCHEMA = "leveret-events v1"
+
+# Kinds of the v1 schema, in a message's usual order (spark_analysis breaks timestamp ties by it).
+MESSAGE_KINDS = ("publish_received", "routed", "unroutable", "returned")  # the publish, no queue
+COPY_KINDS = ("enqueued", "stored", "synced", "delivered", "fetched", "acked", "nacked",
+              "rejected", "requeued", "expired", "dead_lettered", "dropped")  # one queue's copy
+PUBLISHER_KINDS = ("confirmed", "nacked_to_publisher")  # the answer to the publisher
+PROCESS_KINDS = ("queue_crashed", "queue_started", "channel_closed",
+                 "connection_closed")  # no msg_id
+KINDS = MESSAGE_KINDS + COPY_KINDS + PUBLISHER_KINDS + PROCESS_KINDS
+
+FLUSH_INTERVAL = 0.2  # seconds between background writes
+BATCH = 1024  # events encoded by one Packer.pack call
+DEFAULT_MAX_BYTES = 64 << 20  # rotate files at this size unless config.events_max_bytes says
+
+
+def parse_level(level: str) -> int:
+    """"off" -> 0, "full" -> 1, "sampled:N" -> N (keep 1 message in N)."""
+    level = (level or "off").strip().lower()
+    if level == "off":
+        return 0
+    if level == "full":
+        return 1
+    if level.startswith("sampled:"):
+        try:
+            n = int(level.split(":", 1)[1])
+        except ValueError:
+            n = 0
+        if n >= 1:
+            return n
+    raise ValueError(f"events: expected off, full or sampled:N (N >= 1), got {level!r}")
+
+
+def _boot_id() -> str:
+    """Names the monotonic clock: CLOCK_MONOTONIC is one clock for every process of one boot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _default(obj):
+    """msgpack fallback for field values: sets and tuples as lists, anything else as its str."""
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    if isinstance(obj, memoryview):
+        return obj.tobytes()
+    return str(obj)
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "@._-" else "_" for c in name)
+
+
+class EventLog:
+    """One process's log: the buffer, the background writer thread and the current file."""
+
+    def __init__(self, directory: str, node: str, process: str, sample: int = 1,
+                 max_bytes: int = DEFAULT_MAX_BYTES, flush_interval: float = FLUSH_INTERVAL):
+        self.directory = directory  # <data_dir>/events
+        self.node = node  # node name, in the header and the file names
+        self.process = process  # "node", "conn-0", "queue-1", ...
+        self.sample = max(1, sample)  # keep messages with crc32(msg_id) % sample == 0
+        self.max_bytes = max(1024, max_bytes)  # rotate before a file passes this size
+        self.flush_interval = flush_interval  # seconds between background writes
+        self.pid = os.getpid()  # in the file name and header
+        self.buf: list = []  # (kind, msg_id, wall_ns, mono_ns, fields) tuples, not yet encoded
+        self.append = self.buf.append  # bound once: the hot path's only call
+        self.packer = msgpack.Packer(default=_default)  # used by the writer thread only
+        self.file = None  # the open .events file
+        self.file_no = -1  # n in the file name
+        self.file_bytes = 0  # bytes in the current file
+        self.paths: list[str] = []  # every file this log wrote, oldest first
+        self.written = 0  # events written so far
+        self.lock = threading.Lock()  # one drain at a time (writer thread or flush())
+        self.wake = threading.Event()  # flush()/close() wake the writer early
+        self.closed = False  # close() was called
+        os.makedirs(directory, exist_ok=True)
+        self.thread = threading.Thread(target=self._run, name="leveret-events", daemon=True)
+        self.thread.start()
+
+    # -- hot path ----------------------------------------------------------------------------
+    def emit(self, kind: str, msg_id: bytes | None, fields: dict) -> None:
+        if self.sample > 1 and msg_id is not None and zlib.crc32(msg_id) % self.sample:
+            return
+        self.append((kind, msg_id, time.time_ns(), time.monotonic_ns(), fields))
+
+    def record(self, kind: str, msg_id: bytes | None, wall_ns: int, mono_ns: int,
+               fields: dict) -> None:
+        """An event with given times (replays and synthetic logs: bench/events_scale.py)."""
+        self.append((kind, msg_id, wall_ns, mono_ns, fields))
+
+    # -- writer ------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self.closed:
+            self.wake.wait(self.flush_interval)
+            self.wake.clear()
+            try:
+                self._drain()
+            except Exception:
+                log.exception("event log: write failed; events of this round are lost")
+
+    def _drain(self) -> None:
+        with self.lock:
+            n = len(self.buf)
+            if not n and self.file is not None:
+                return
+            chunk = self.buf[:n]
+            del self.buf[:n]
+            if self.file is None:
+                self._open_next()
+            for i in range(0, n, BATCH):
+                self._write_batch(chunk[i:i + BATCH])
+            self.file.flush()
+            self.written += n
+
+    def _write_batch(self, batch: list) -> None:
+        """Encode events as one msgpack array and drop the array's header: what remains is the
+        events' records back to back (one C call instead of one per event). A batch that would
+        take the file past max_bytes, or holds a value msgpack cannot encode, goes record by
+        record (rotating where needed; a record that cannot be encoded is logged and dropped)."""
+        try:
+            data = self.packer.pack(batch)
+        except Exception:
+            self.packer = msgpack.Packer(default=_default)
+            data = None
+        if data is not None:
+            n = len(batch)
+            data = memoryview(data)[1 if n < 16 else 3 if n < 65536 else 5:]
+            if self.file_bytes + len(data) <= self.max_bytes:
+                self._write(data)
+                return
+        for event in batch:
+            try:
+                rec = self.packer.pack(event)
+            except Exception:
+                self.packer = msgpack.Packer(default=_default)
+                log.warning("event log: cannot encode %r, dropped", event)
+                continue
+            if self.file_bytes + len(rec) > self.max_bytes and \
+                    self.file_bytes > self.header_bytes:
+                self._open_next()
+            self._write(rec)
+
+    def _write(self, data) -> None:
+        self.file.write(data)
+        self.file_bytes += len(data)
+
+    def _open_next(self) -> None:
+        if self.file is not None:
+            self.file.close()
+        while True:
+            self.file_no += 1
+            name = f"{_safe(self.node)}-{_safe(self.process)}-{self.pid}-{self.file_no}.events"
+            path = os.path.join(self.directory, name)
+            try:
+                self.file = open(path, "xb")  # a restarted process may reuse a pid: never append
+                break
+            except FileExistsError:
+                continue
+        self.paths.append(path)
+        header = self.packer.pack({
+            "schema": SCHEMA, "node": self.node, "process": self.process, "pid": self.pid,
+            "file_no": self.file_no, "host": socket.gethostname(), "boot_id": _boot_id(),
+            "wall_ns": time.time_ns(), "mono_ns": time.monotonic_ns(), "sample": self.sample})
+        self.file.write(header)
+        self.file_bytes = self.header_bytes = len(header)
+
+    # -- control -----------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Write everything emitted so far (by this thread) before returning."""
+        self._drain()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.wake.set()
+        self.thread.join(timeout=5)
+        self._drain()
+        with self.lock:
+            if self.file is not None:
+                self.file.close()
+
+
+def read_file(path: str):
+    """(header, iterator of events) of one .events file; a truncated tail ends the iterator.
+    For tests and tools; spark_analysis/reader.py decodes the same format column by column."""
+    f = open(path, "rb")
+    unpacker = msgpack.Unpacker(f, raw=False, max_buffer_size=1 << 30)
+    try:
+        header = next(unpacker)
+    except StopIteration:
+        f.close()
+        raise ValueError(f"{path}: empty event file")
+    if not isinstance(header, dict) or header.get("schema") != SCHEMA:
+        f.close()
+        raise ValueError(f"{path}: not a {SCHEMA} file")
+
+    def events():
+        with f:
+            try:
+                yield from unpacker
+            except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError):
+                return
+
+    return header, events()
+
+
+# -- the process-wide log: module functions the actors call -------------------------------------
+_log: EventLog | None = None  # this process's log, None when off
+_sample = 0  # 0 off, 1 full, N sampled:N -- read by emit()
+_append = _drop = lambda event: None  # the log's buf.append while on
+_crc32, _wall, _mono = zlib.crc32, time.time_ns, time.monotonic_ns
+
+
+def configure(config, process: str, node: str) -> None:
+    """Start this process's log from `config.events` (closing one started before)."""
+    global _log, _sample, _append
+    close()
+    sample = parse_level(getattr(config, "events", "off"))
+    if not sample:
+        return
+    directory = os.path.join(getattr(config, "data_dir", "./var"), "events")
+    max_bytes = int(getattr(config, "events_max_bytes", DEFAULT_MAX_BYTES))
+    _log = EventLog(directory, node, process, sample, max_bytes)
+    _append = _log.append
+    _sample = sample
+
+
+def enabled() -> bool:
+    return _sample != 0
+
+
+def emit(kind: str, msg_id: bytes | None = None, **fields) -> None:
+    """Append one event (wall and monotonic time taken here); encoding and IO happen later on
+    the log's thread. Field values: str, int, float, bool, bytes, None, lists/tuples of them."""
+    if _sample != 1:
+        if not _sample or (msg_id is not None and _crc32(msg_id) % _sample):
+            return
+    _append((kind, msg_id, _wall(), _mono(), fields))
+
+
+def flush() -> None:
+    """Write everything emitted so far before returning."""
+    if _log is not None:
+        _log.flush()
+
+
+def close() -> None:
+    """Write what is buffered and close the file; emit() is a no-op afterwards. Call it before
+    os._exit (atexit does not run then); kill -9 loses at most FLUSH_INTERVAL of events."""
+    global _log, _sample, _append
+    _sample = 0
+    _append = _drop
+    if _log is not None:
+        lg, _log = _log, None
+        lg.close()
+
+
+atexit.register(close)

@@ -1,0 +1,207 @@
+"""Event log speed: what actors/events.py costs the hot path, and what its writer thread does.
+
+Run with ``python -m bench.events_speed [--events N] [--threads T]``. Measures, on this machine:
+
+* ``emit()`` as the actors call it (``if events.enabled(): events.emit(kind, msg_id, **6
+  fields)``) with events off, full and sampled:100, in ns per call: the loop runs while the
+  background writer encodes and writes, so the figure includes the GIL it takes;
+* emit() alone, the writer thread idle during the loop (what the calling thread pays);
+* the same from T threads at once (list.append needs no lock);
+* the writer thread alone: encoding + write of a filled buffer, ns per event and bytes per event;
+* the file format: a msgpack stream (what actors/events.py writes) against 4-byte
+  length-prefixed msgpack records, encode and decode in ns per event.
+
+Prints one table; nothing is asserted. Figures are in docs/events.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import struct
+import sys
+import tempfile
+import threading
+import time
+import types
+
+import msgpack
+
+from actors import events
+
+FIELDS = dict(actor="queue", vhost="/", queue="orders", channel=3, consumer_tag="ctag-1",
+              delivery_tag=12345)
+
+
+def _ids(n: int) -> list[bytes]:
+    prefix = os.urandom(8)
+    return [prefix + i.to_bytes(8, "big") for i in range(n)]
+
+
+def _emit_loop(ids: list[bytes]) -> float:
+    """ns per `if enabled(): emit(...)` over ids, the way an actor calls it."""
+    enabled, ev = events.enabled, events
+    t0 = time.perf_counter_ns()
+    for i, mid in enumerate(ids):
+        if enabled():
+            ev.emit("delivered", mid, actor="queue", vhost="/", queue="orders", channel=3,
+                    consumer_tag="ctag-1", delivery_tag=i)
+    return (time.perf_counter_ns() - t0) / len(ids)
+
+
+def bench_emit(level: str, n: int, directory: str) -> tuple[float, float]:
+    """(ns per emit, seconds until everything is on disk after the loop)."""
+    cfg = types.SimpleNamespace(data_dir=directory, events=level)
+    events.configure(cfg, "bench", "bench")
+    ids = _ids(n)
+    ns = _emit_loop(ids)
+    t0 = time.perf_counter()
+    events.close()
+    return ns, time.perf_counter() - t0
+
+
+def repeat(fn, times: int):
+    """(best, median) of the first value fn() returns over `times` runs (this machine is shared:
+    the best run is the cost, the median shows the noise)."""
+    runs = sorted(_first(fn()) for _ in range(times))
+    return runs[0], runs[len(runs) // 2]
+
+
+def _first(value):
+    return value[0] if isinstance(value, tuple) else value
+
+
+def bench_emit_alone(n: int, directory: str) -> float:
+    """ns per emit (full) with the writer thread idle during the loop: the hot path's own cost."""
+    events.configure(types.SimpleNamespace(data_dir=directory, events="full"), "bench", "bench")
+    events._log.flush_interval = 3600  # the writer waits out the loop (its first wait is short)
+    events._log.wake.set()
+    time.sleep(0.05)
+    ns = _emit_loop(_ids(n))
+    events.close()
+    return ns
+
+
+def bench_threads(threads: int, n: int, directory: str) -> float:
+    """ns per emit per thread with `threads` threads emitting at once (wall time / events)."""
+    events.configure(types.SimpleNamespace(data_dir=directory, events="full"), "bench", "bench")
+    per = n // threads
+    id_lists = [_ids(per) for _ in range(threads)]
+    start = threading.Barrier(threads + 1)
+
+    def run(ids):
+        start.wait()
+        _emit_loop(ids)
+
+    ts = [threading.Thread(target=run, args=(ids,)) for ids in id_lists]
+    for t in ts:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter_ns()
+    for t in ts:
+        t.join()
+    elapsed = time.perf_counter_ns() - t0
+    events.close()
+    return elapsed / (per * threads)
+
+
+def bench_writer(n: int, directory: str) -> tuple[float, float]:
+    """The writer thread's work alone: (ns per event to encode + write, bytes per event)."""
+    lg = events.EventLog(directory, "bench", "writer", flush_interval=3600)
+    now, mono = time.time_ns(), time.monotonic_ns()
+    for i, mid in enumerate(_ids(n)):
+        lg.record("delivered", mid, now + i, mono + i, dict(FIELDS, delivery_tag=i))
+    t0 = time.perf_counter_ns()
+    lg.flush()
+    ns = (time.perf_counter_ns() - t0) / n
+    lg.close()
+    size = sum(os.path.getsize(p) for p in lg.paths)
+    return ns, size / n
+
+
+def bench_formats(n: int) -> dict[str, float]:
+    """Encode/decode ns per event: msgpack stream against length-prefixed msgpack records."""
+    now, mono = time.time_ns(), time.monotonic_ns()
+    recs = [["delivered", mid, now + i, mono + i, dict(FIELDS, delivery_tag=i)]
+            for i, mid in enumerate(_ids(n))]
+    pack = msgpack.Packer().pack
+    out = {}
+    t0 = time.perf_counter_ns()
+    stream = b"".join(map(pack, recs))
+    out["stream encode"] = (time.perf_counter_ns() - t0) / n
+    t0 = time.perf_counter_ns()
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(stream) + 1)
+    unpacker.feed(stream)
+    count = sum(1 for _ in unpacker)
+    out["stream decode"] = (time.perf_counter_ns() - t0) / n
+    assert count == n
+    hdr = struct.Struct(">I").pack
+    t0 = time.perf_counter_ns()
+    parts = []
+    for r in recs:
+        b = pack(r)
+        parts.append(hdr(len(b)))
+        parts.append(b)
+    framed = b"".join(parts)
+    out["length-prefixed encode"] = (time.perf_counter_ns() - t0) / n
+    t0 = time.perf_counter_ns()
+    unpackb, unpack_from, pos, end, count = msgpack.unpackb, struct.Struct(">I").unpack_from, \
+        0, len(framed), 0
+    while pos < end:
+        (size,) = unpack_from(framed, pos)
+        unpackb(framed[pos + 4:pos + 4 + size], raw=False)
+        pos += 4 + size
+        count += 1
+    out["length-prefixed decode"] = (time.perf_counter_ns() - t0) / n
+    assert count == n
+    out["stream bytes/event"] = len(stream) / n
+    out["length-prefixed bytes/event"] = len(framed) / n
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.events_speed")
+    p.add_argument("--events", type=int, default=200_000, help="events per run")
+    p.add_argument("--repeat", type=int, default=5, help="runs per row: best and median shown")
+    p.add_argument("--threads", type=int, default=4)
+    args = p.parse_args(argv)
+    n, k = args.events, args.repeat
+    tmp = tempfile.mkdtemp(prefix="leveret-events-bench-")
+    rows = []
+
+    def d(name):
+        return tempfile.mkdtemp(prefix=name.replace(":", "_"), dir=tmp)
+
+    try:
+        for level in ("off", "full", "sampled:100"):
+            best, med = repeat(lambda: bench_emit(level, n, d(level)), k)
+            rows.append((f"emit(), events={level}", best, med, "ns/event",
+                         "writer thread running"))
+        best, med = repeat(lambda: bench_emit_alone(n, d("alone")), k)
+        rows.append(("emit(), full, writer idle", best, med, "ns/event", "the caller's own cost"))
+        best, med = repeat(lambda: bench_threads(args.threads, n, d("threads")), k)
+        rows.append((f"emit(), full, {args.threads} threads", best, med, "ns/event",
+                     "wall time / all events"))
+        writer = [bench_writer(n, d("writer")) for _ in range(k)]
+        ns = sorted(w[0] for w in writer)
+        rows.append(("writer thread: encode + write", ns[0], ns[k // 2], "ns/event",
+                     f"{writer[0][1]:.1f} bytes/event on disk"))
+        formats = [bench_formats(n) for _ in range(k)]
+        for name in formats[0]:
+            vals = sorted(f[name] for f in formats)
+            unit = "bytes/event" if "bytes" in name else "ns/event"
+            rows.append((f"format: {name}", vals[0], vals[k // 2], unit, ""))
+    finally:
+        events.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {n} events per run, "
+          f"{k} runs per row; load average {os.getloadavg()[0]:.1f}")
+    print(f"{'':<36} {'best':>8} {'median':>8}")
+    for name, best, med, unit, note in rows:
+        print(f"{name:<36} {best:8.0f} {med:8.0f} {unit:<12} {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""actors/events.py: the per-process event writer (buffering, rotation, sampling, schema, threads)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+import threading
+import time
+import types
+import zlib
+
+import pytest
+
+from actors import events
+
+
+def _cfg(tmp_path, level, **extra):
+    return types.SimpleNamespace(data_dir=str(tmp_path), events=level, **extra)
+
+
+def _read_dir(directory):
+    """[(header, [event, ...]), ...] of every file in directory, in (pid, file_no) order."""
+    out = []
+    for path in glob.glob(os.path.join(directory, "*.events")):
+        header, evs = events.read_file(path)
+        out.append((header, list(evs)))
+    out.sort(key=lambda he: (he[0]["pid"], he[0]["file_no"]))
+    return out
+
+
+def _all_events(directory):
+    return [e for _, evs in _read_dir(directory) for e in evs]
+
+
+@pytest.fixture(autouse=True)
+def _closed():
+    yield
+    events.close()
+
+
+def test_level_parsing():
+    assert events.parse_level("off") == 0
+    assert events.parse_level("full") == 1
+    assert events.parse_level("sampled:10") == 10
+    for bad in ("sampled:0", "sampled:x", "sometimes", "sampled:"):
+        with pytest.raises(ValueError):
+            events.parse_level(bad)
+
+
+def test_off_writes_nothing_and_emit_is_a_no_op(tmp_path):
+    events.configure(_cfg(tmp_path, "off"), "conn-0", "n1")
+    assert not events.enabled()
+    events.emit("acked", b"x" * 16, queue="q")
+    events.flush()
+    events.close()
+    assert not os.path.exists(tmp_path / "events")
+
+
+def test_module_api_round_trip_and_file_name(tmp_path):
+    events.configure(_cfg(tmp_path, "full"), "queue-1", "leveret@h1")
+    assert events.enabled()
+    mid = os.urandom(16)
+    events.emit("enqueued", mid, actor="queue", vhost="/", queue="q1", seq_no=7)
+    events.close()
+    assert not events.enabled()
+    events.emit("acked", mid, queue="q1")  # after close: dropped, no error
+    files = glob.glob(str(tmp_path / "events" / "*.events"))
+    assert [os.path.basename(f) for f in files] == [f"leveret@h1-queue-1-{os.getpid()}-0.events"]
+    header, evs = events.read_file(files[0])
+    assert header["schema"] == "leveret-events v1"
+    assert (header["node"], header["process"], header["pid"]) == ("leveret@h1", "queue-1",
+                                                                   os.getpid())
+    [ev] = list(evs)
+    kind, msg_id, wall, mono, fields = ev
+    assert (kind, msg_id) == ("enqueued", mid)
+    assert fields == {"actor": "queue", "vhost": "/", "queue": "q1", "seq_no": 7}
+    assert abs(wall - time.time_ns()) < 10 * 10 ** 9
+    assert 0 < mono <= time.monotonic_ns()
+
+
+def test_emit_buffers_until_flush(tmp_path):
+    lg = events.EventLog(str(tmp_path), "n", "p", flush_interval=3600)
+    for i in range(100):
+        lg.emit("delivered", i.to_bytes(16, "big"), {"delivery_tag": i})
+    assert _all_events(str(tmp_path)) == []  # nothing written: the writer sleeps, emit never writes
+    assert len(lg.buf) == 100
+    lg.flush()
+    got = _all_events(str(tmp_path))
+    assert [e[4]["delivery_tag"] for e in got] == list(range(100))
+    assert lg.buf == []
+    lg.close()
+
+
+def test_background_thread_flushes_on_its_timer(tmp_path):
+    lg = events.EventLog(str(tmp_path), "n", "p", flush_interval=0.05)
+    lg.emit("acked", b"a" * 16, {"queue": "q"})
+    deadline = time.monotonic() + 5
+    while not _all_events(str(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(_all_events(str(tmp_path))) == 1
+    lg.close()
+
+
+def test_rotation_by_size_keeps_every_event_in_order(tmp_path):
+    max_bytes = 4096
+    events.configure(_cfg(tmp_path, "full", events_max_bytes=max_bytes), "conn-0", "n1")
+    for i in range(2000):
+        events.emit("delivered", i.to_bytes(16, "big"), queue="q", delivery_tag=i,
+                    consumer_tag="ctag")
+    events.close()
+    files = _read_dir(str(tmp_path / "events"))
+    assert len(files) > 10
+    assert [h["file_no"] for h, _ in files] == list(range(len(files)))
+    for path in glob.glob(str(tmp_path / "events" / "*.events")):
+        assert os.path.getsize(path) <= max_bytes
+    tags = [e[4]["delivery_tag"] for _, evs in files for e in evs]
+    assert tags == list(range(2000))
+
+
+def test_sampling_keeps_whole_messages_and_events_without_msg_id(tmp_path):
+    n = 7
+    events.configure(_cfg(tmp_path, f"sampled:{n}"), "conn-0", "n1")
+    ids = [os.urandom(8) + i.to_bytes(8, "big") for i in range(700)]
+    for mid in ids:
+        for kind in ("publish_received", "enqueued", "acked"):
+            events.emit(kind, mid, queue="q")
+    for i in range(5):
+        events.emit("channel_closed", None, channel=i, count=0)
+    events.close()
+    got = _all_events(str(tmp_path / "events"))
+    kept = {e[1] for e in got if e[1] is not None}
+    expected = {mid for mid in ids if zlib.crc32(mid) % n == 0}
+    assert kept == expected
+    assert 0 < len(kept) < len(ids)
+    per_msg = {}
+    for e in got:
+        if e[1] is not None:
+            per_msg.setdefault(e[1], []).append(e[0])
+    assert all(k == ["publish_received", "enqueued", "acked"] for k in per_msg.values())
+    assert [e[4]["channel"] for e in got if e[1] is None] == list(range(5))
+
+
+def test_schema_round_trip_of_every_kind(tmp_path):
+    events.configure(_cfg(tmp_path, "full"), "conn-0", "n1")
+    sent = []
+    for i, kind in enumerate(events.KINDS):
+        mid = None if kind in events.PROCESS_KINDS else os.urandom(16)
+        fields = dict(actor="channel", vhost="/v", queue=f"q{i}", connection="127.0.0.1:5000",
+                      channel=1, seq_no=i, delivery_tag=i + 1, consumer_tag="c", message_id="m",
+                      requeue=bool(i % 2), redelivered=False, reason=None, count=i,
+                      queues=("a", "b"), persistent=True, durable=True, store="index",
+                      exchange="", routing_key="rk", raw=b"\x00\xff")
+        sent.append((kind, mid, fields))
+        events.emit(kind, mid, **fields)
+    events.close()
+    got = _all_events(str(tmp_path / "events"))
+    assert len(got) == len(sent)
+    last_wall = last_mono = 0
+    for (kind, mid, fields), ev in zip(sent, got):
+        assert ev[0] == kind and ev[1] == mid
+        assert ev[4] == dict(fields, queues=["a", "b"])  # tuples come back as lists
+        assert ev[2] >= last_wall and ev[3] >= last_mono
+        last_wall, last_mono = ev[2], ev[3]
+    assert set(events.KINDS) == {s[0] for s in sent}
+    assert len(events.KINDS) == 22
+
+
+def test_values_msgpack_cannot_encode(tmp_path):
+    lg = events.EventLog(str(tmp_path), "n", "p", flush_interval=3600)
+    loop: list = []
+    loop.append(loop)
+    lg.emit("acked", b"1" * 16, {"obj": object(), "s": {1}, "huge": 2 ** 70})
+    lg.emit("acked", b"2" * 16, {"loop": loop})  # msgpack gives up on it: dropped alone
+    lg.emit("acked", b"3" * 16, {"ok": 1})
+    lg.close()
+    got = _all_events(str(tmp_path))
+    assert [e[1] for e in got] == [b"1" * 16, b"3" * 16]
+    assert got[0][4]["s"] == [1] and got[0][4]["huge"] == str(2 ** 70)
+    assert got[0][4]["obj"].startswith("<object object")
+
+
+def test_truncated_file_reads_up_to_its_last_whole_event(tmp_path):
+    lg = events.EventLog(str(tmp_path), "n", "p", flush_interval=3600)
+    for i in range(10):
+        lg.emit("acked", i.to_bytes(16, "big"), {"delivery_tag": i})
+    lg.close()
+    [path] = lg.paths
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.truncate(size - 3)
+    _, evs = events.read_file(path)
+    assert [e[4]["delivery_tag"] for e in evs] == list(range(9))
+
+
+@pytest.fixture
+def tiny_switch_interval():
+    """Switch threads every few bytecodes, so drains and appends interleave everywhere."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(old)
+
+
+def test_emit_from_many_threads_loses_nothing(tmp_path, tiny_switch_interval):
+    lg = events.EventLog(str(tmp_path), "n", "p", flush_interval=0)  # drains race the appends
+    threads, per = 8, 5000
+    start = threading.Barrier(threads)
+
+    def run(t):
+        start.wait()
+        for i in range(per):
+            lg.emit("delivered", t.to_bytes(8, "big") + i.to_bytes(8, "big"),
+                    {"thread": t, "i": i})
+
+    ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    lg.close()
+    got = _all_events(str(tmp_path))
+    assert len(got) == threads * per
+    for t in range(threads):
+        assert [e[4]["i"] for e in got if e[4]["thread"] == t] == list(range(per))
+
+
+def test_module_emit_from_many_threads(tmp_path):
+    events.configure(_cfg(tmp_path, "full"), "conn-0", "n1")
+    threads, per = 4, 3000
+
+    def run(t):
+        for i in range(per):
+            events.emit("acked", None, thread=t, i=i)
+
+    ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    events.close()
+    got = _all_events(str(tmp_path / "events"))
+    assert sorted((e[4]["thread"], e[4]["i"]) for e in got) == \
+        [(t, i) for t in range(threads) for i in range(per)]
