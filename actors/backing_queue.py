@@ -23,6 +23,7 @@ import time
 import lmdb
 import pykka
 
+from actors import events
 from actors.storage import Storage
 from protocol.properties import BasicProperties
 from queue_index import IndexEntry
@@ -67,6 +68,7 @@ class BackingQueue(pykka.ThreadingActor):
         super().__init__()
         self.queue_ref = queue_ref  # the Queue actor this serves
         self.durable = qdef["durable"]  # only durable queues persist anything
+        self.vhost, self.qname = qdef["vhost"], qdef["name"]  # identity (events)
         self.config = config  # node configuration (storage settings)
         self.timers = timers  # the process's timer thread (sync interval)
         self.storage = Storage.of(config) if self.durable else None  # the node's LMDB env
@@ -126,6 +128,11 @@ class BackingQueue(pykka.ThreadingActor):
             index.publish(txn, entries)
 
         if self._write(write):
+            if events.enabled():
+                for m in msgs:
+                    events.emit("stored", m.msg_id, actor="backing_queue", vhost=self.vhost,
+                                queue=self.qname, seq_id=m.seq_id,
+                                where="index" if index.embeds(len(m.body)) else "msg_store")
             self.unsynced.extend(msgs)
             if not self.timer_armed and self.timers is not None:
                 self.timer_armed = True
@@ -164,6 +171,10 @@ class BackingQueue(pykka.ThreadingActor):
             return
         self.storage.sync()
         done, self.unsynced = self.unsynced, []
+        if events.enabled():
+            for m in done:
+                events.emit("synced", m.msg_id, actor="backing_queue", vhost=self.vhost,
+                            queue=self.qname, seq_id=m.seq_id)
         self.queue_ref.tell(Persisted(done))
 
     def _delete(self) -> None:

@@ -20,11 +20,13 @@ def parse_args(argv=None) -> Config:
     p.add_argument("--conn-workers", type=int, help="connection-worker processes")
     p.add_argument("--queue-workers", type=int, help="queue-worker processes")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
+    p.add_argument("--events", help="lifecycle event log: off, sampled:N or full")
     args = p.parse_args(argv)
     cfg = Config()
     if args.config:
         cfg.update_from_toml(args.config)
-    for name in ("host", "port", "data_dir", "conn_workers", "queue_workers", "log_level"):
+    for name in ("host", "port", "data_dir", "conn_workers", "queue_workers", "log_level",
+                 "events"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)

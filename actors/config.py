@@ -31,8 +31,15 @@ class Config:
     sync_interval_ms: int = 200  # group commit: sync at the latest this long after a write
     queue_page_bytes: int = 16 * 1024 * 1024  # durable queue: ready bytes in memory, then page
     queue_page_size: int = 2048  # messages read back from the index at a time
+    events: str = "off"  # lifecycle event log: off | sampled:N | full (docs/events.md)
+    events_max_bytes: int = 64 * 1024 * 1024  # event files rotate at this size
+    node_name: str = ""  # this node's name in events and clusters; "" = leveret@HOST:PORT
     boot_timeout: int = 300  # seconds for workers to start and durable queues to recover
     log_level: str = "INFO"
+
+    @property
+    def node(self) -> str:
+        return self.node_name or f"leveret@{self.host}:{self.port}"
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))

@@ -26,6 +26,7 @@ import time
 
 import pykka
 
+from actors import events
 from actors import messages as m
 from actors.channel import Channel, ChannelFinished
 from actors.core.connection import ConnectionCore
@@ -248,6 +249,9 @@ class Reader(pykka.ThreadingActor):
         self._terminated = True
         self.closing = True
         log.debug("connection %s closed: %s", self.conn_id, why)
+        if events.enabled():
+            events.emit("connection_closed", None, actor="reader", connection=self.conn_id,
+                        reason=why, channels=len(self.channels))
         for ref in self.channels.values():
             ref.tell("terminate")
         self.channels.clear()

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import pykka
 
+from actors import events
 from actors import messages as m
 from actors.core import policies, queue_args
 from actors.core.errors import ChannelError, ConnectionError_, amqp_text
@@ -252,6 +253,9 @@ class Metadata(pykka.ThreadingActor):
             for q in self.queues.values():
                 if q["worker"] == ev.index and q.get("address"):
                     changes.append(["queue_put", dict(q, address=None)])
+                    if events.enabled():
+                        events.emit("queue_crashed", None, actor="node", vhost=q["vhost"],
+                                    queue=q["name"], worker=ev.index)
             if changes:
                 self._change(*changes)
         else:

@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 
+from actors import events
 from actors.config import Config
 from actors.metadata import Metadata, WorkerExited
 from actors.transport import Transport
@@ -72,6 +73,7 @@ class Node:
         os.makedirs(cfg.data_dir, exist_ok=True)
         self._check_port()
         self.run_dir = short_run_dir(cfg.data_dir)
+        events.configure(cfg, process="node", node=cfg.node)
         self.transport = Transport(f"ipc://{self.run_dir}/node.sock")
         self.transport.start()
         self.metadata = Metadata.start(self.transport, cfg.data_dir, cfg.queue_workers)

@@ -18,6 +18,7 @@ import time
 
 import pykka
 
+from actors import events
 from actors import messages as m
 from actors.backing_queue import BackingQueue, Paged, Persisted, Refused
 from actors.core import policies
@@ -168,6 +169,9 @@ class Queue(pykka.ThreadingActor):
                 log.info("queue '%s' in vhost '%s': %d persistent messages recovered",
                          self.qname, self.vhost, len(entries) + more)
         self.transport.register(self.name, self.actor_ref)
+        if events.enabled():
+            events.emit("queue_started", None, actor="queue", vhost=self.vhost,
+                        queue=self.qname, recovered=self.recovered)
 
     def on_stop(self):
         self.transport.unregister(self.name)

@@ -22,6 +22,7 @@ from actors import messages as m
 from actors.cli import setup_logging
 from actors.config import Config
 from actors.replica import Replica
+from actors import events
 from actors.transport import Transport
 
 log = logging.getLogger("leveret.worker")
@@ -93,6 +94,7 @@ def main(argv=None) -> int:
     die_with_parent()
     cfg = Config.from_json(args.config_json)
     setup_logging(cfg.log_level, f"{args.kind}-{args.index} pid {os.getpid()}")
+    events.configure(cfg, process=f"{args.kind}-{args.index}", node=cfg.node)
     transport = Transport(args.endpoint)
     transport.start()
     replica = Replica()
@@ -122,6 +124,7 @@ def main(argv=None) -> int:
     finally:
         control.stop()
         pykka.ActorRegistry.stop_all(timeout=5)
+        events.close()
         transport.close()
     os._exit(0)
 

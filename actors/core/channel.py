@@ -23,6 +23,7 @@ import os
 import struct
 from collections import OrderedDict, deque
 
+from actors import events
 from actors import messages as m
 from actors.core.errors import AMQPError, ChannelError, ConnectionError_, is_hard_error
 from protocol import methods as am
@@ -90,6 +91,7 @@ class ChannelCore:
         self.next_req = 1  # request ids
         self.msg_id_prefix = os.urandom(8)  # msg ids: this prefix + a counter, unique node-wide
         self.msg_counter = 0  # persistent messages published on this channel
+        self.seq_msg: dict[int, bytes] = {}  # confirm seq no -> msg_id (event log only)
         self.exchange_ok: dict[str, object] = {}  # exchange name -> ExchangeDef (write checked)
 
     # --- entry points -------------------------------------------------------------------------
@@ -147,6 +149,10 @@ class ChannelCore:
     def _release(self) -> None:
         """Requeue what the channel holds: every unacked delivery goes back to its queue."""
         self.flush()
+        if events.enabled():
+            events.emit("channel_closed", None, actor="channel", vhost=self.conn.vhost,
+                        connection=self.conn.owner, channel=self.number,
+                        unacked=len(self.unacked))
         for q in self.queues_used:
             self.out.send(q, m.ChannelDown(self.address))
         self.queues_used = set()
@@ -207,14 +213,21 @@ class ChannelCore:
         tag = self.next_tag
         queue = msg.queue
         for item, body in zip(msg.items, msg.bodies):
-            ctag, msg_id, redelivered, exchange, rk, props, *lite = item
+            ctag, msg_id, redelivered, exchange, rk, props, *rest = item
             c = self.consumers.get(ctag)
             if c is None:
                 # cancelled meanwhile: hand it back
                 self.settle_batches.setdefault((queue, m.REQUEUE), []).append(msg_id)
                 continue
+            lite = (rest[0], rest[1]) if rest and rest[0] else None
+            if len(rest) > 2:  # the event log's message id
+                events.emit("delivered", rest[2], actor="channel", vhost=self.conn.vhost,
+                            queue=msg.qname, connection=self.conn.owner, channel=n,
+                            consumer_tag=ctag, delivery_tag=tag, redelivered=redelivered,
+                            no_ack=c[2])
             if not c[2]:
-                self.unacked[tag] = (queue, msg_id, ctag, tuple(lite) if lite else None)
+                self.unacked[tag] = (queue, msg_id, ctag, lite,
+                                     rest[2] if len(rest) > 2 else None)
                 if self.global_prefetch:
                     self.limited_tags.add(tag)
             parts.append(encode_deliver(n, ctag, tag, redelivered, exchange, rk, props, body,
@@ -335,6 +348,13 @@ class ChannelCore:
                     singles = [s for s in seqs if low is not None and s > low]
             for s in singles:
                 out.append(encode_method(self.number, cls(delivery_tag=s, multiple=False)))
+        if self.seq_msg:
+            c = self.conn
+            for seqs, kind in ((self.confirm_acks, "confirmed"),
+                               (self.confirm_nacks, "nacked_to_publisher")):
+                for s in seqs:
+                    events.emit(kind, self.seq_msg.pop(s, None), actor="channel", vhost=c.vhost,
+                                connection=c.owner, channel=self.number, seq_no=s)
         self.confirm_acks = []
         self.confirm_nacks = []
         self.out.write(b"".join(out))
@@ -530,10 +550,14 @@ class ChannelCore:
             self.next_seq += 1
         persistent = props.delivery_mode == 2
         item = [seq, exchange, rk, cmd.properties_raw, persistent, props.priority or 0, expiry]
-        if persistent:
-            # names the body in msg_store: written once however many durable queues get it
+        ev = events.enabled()
+        if persistent or ev:
+            # names the body in msg_store (written once however many durable queues get it)
+            # and the message in the event log
             self.msg_counter += 1
             item.append(self.msg_id_prefix + _U64.pack(self.msg_counter))
+        if ev:
+            self._event_publish(item, props, method, names, len(body))
         targets = []
         for name in names:
             q = self.replica.queue(self.conn.vhost, name)
@@ -550,6 +574,23 @@ class ChannelCore:
             self.tx_publishes.append((targets, item, body, method, cmd))
             return
         self._route_out(targets, item, body, method, cmd)
+
+    def _event_publish(self, item, props, method, names, size) -> None:
+        msg_id, seq = item[7], item[0]
+        c = self.conn
+        events.emit("publish_received", msg_id, actor="channel", vhost=c.vhost,
+                    connection=c.owner, channel=self.number, seq_no=seq,
+                    exchange=method.exchange, routing_key=method.routing_key,
+                    message_id=props.message_id, persistent=item[4], size=size)
+        if names:
+            events.emit("routed", msg_id, actor="channel", vhost=c.vhost, queues=sorted(names))
+        else:
+            events.emit("unroutable", msg_id, actor="channel", vhost=c.vhost,
+                        mandatory=method.mandatory)
+            if method.mandatory:
+                events.emit("returned", msg_id, actor="channel", vhost=c.vhost)
+        if seq:
+            self.seq_msg[seq] = msg_id
 
     def _route_out(self, targets, item, body, method, cmd) -> None:
         seq = item[0]
@@ -654,11 +695,17 @@ class ChannelCore:
             if reply.item is None:
                 self.out.write(encode_method(self.number, am.BasicGetEmpty()))
                 return
-            _, msg_id, redelivered, exchange, rk, props, *lite = reply.item
+            _, msg_id, redelivered, exchange, rk, props, *rest = reply.item
             tag = self.next_tag
             self.next_tag += 1
+            lite = (rest[0], rest[1]) if rest and rest[0] else None
+            msg16 = rest[2] if len(rest) > 2 else None
+            if msg16 is not None:
+                events.emit("fetched", msg16, actor="channel", vhost=self.conn.vhost,
+                            queue=queue, connection=self.conn.owner, channel=self.number,
+                            delivery_tag=tag, redelivered=redelivered, no_ack=method.no_ack)
             if not method.no_ack:
-                self.unacked[tag] = (addr, msg_id, "", tuple(lite) if lite else None)
+                self.unacked[tag] = (addr, msg_id, "", lite, msg16)
             self.out.write(encode_method(self.number, am.BasicGetOk(
                 delivery_tag=tag, redelivered=redelivered, exchange=exchange, routing_key=rk,
                 message_count=reply.message_count)) + encode_content(
@@ -686,13 +733,17 @@ class ChannelCore:
                 break
         return entries
 
-    def _settle(self, entries, op) -> None:
+    def _settle(self, entries, op, kind="acked") -> None:
         if self.tx:
-            self.tx_settles.append((entries, op))
+            self.tx_settles.append((entries, op, kind))
             return
         limited = self.limited_tags
         freed = False
-        for tag, (q, msg_id, _, lite) in entries:
+        for tag, (q, msg_id, _, lite, msg16) in entries:
+            if msg16 is not None:
+                events.emit(kind, msg16, actor="channel", vhost=self.conn.vhost,
+                            queue=q.rpartition("\x1f")[2], connection=self.conn.owner,
+                            channel=self.number, delivery_tag=tag, requeue=op == m.REQUEUE)
             key = (q, op)
             ids = self.settle_batches.get(key)
             if ids is None:
@@ -713,18 +764,18 @@ class ChannelCore:
 
     def _nack(self, method, cmd):
         entries = self._collect(method.delivery_tag, method.multiple)
-        self._settle(entries, m.REQUEUE if method.requeue else m.DISCARD)
+        self._settle(entries, m.REQUEUE if method.requeue else m.DISCARD, "nacked")
 
     def _reject(self, method, cmd):
         entries = self._collect(method.delivery_tag, False)
-        self._settle(entries, m.REQUEUE if method.requeue else m.DISCARD)
+        self._settle(entries, m.REQUEUE if method.requeue else m.DISCARD, "rejected")
 
     def _recover(self, method, cmd):
         if not method.requeue:
             raise ConnectionError_(540, "requeue=false")
         entries = list(self.unacked.items())
         self.unacked.clear()
-        for _, (q, msg_id, _, _) in entries:
+        for _, (q, msg_id, _, _, _) in entries:
             self.settle_batches.setdefault((q, m.REQUEUE), []).append(msg_id)
         self.limited_tags.clear()
         self._grant()
@@ -753,8 +804,8 @@ class ChannelCore:
         for targets, item, body, pmethod, pcmd in publishes:
             self._route_out(targets, item, body, pmethod, pcmd)
         self.tx = False
-        for entries, op in settles:
-            self._settle(entries, op)
+        for entries, op, kind in settles:
+            self._settle(entries, op, kind)
         self.tx = True
         self.out.write(encode_method(self.number, am.TxCommitOk()))
 
@@ -762,7 +813,7 @@ class ChannelCore:
         if not self.tx:
             raise ChannelError(406, "channel is not transactional")
         self.tx_publishes = []
-        for entries, _ in self.tx_settles:
+        for entries, _, _ in self.tx_settles:
             for tag, entry in entries:
                 self.unacked[tag] = entry
         self.unacked = OrderedDict(sorted(self.unacked.items()))

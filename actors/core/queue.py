@@ -37,6 +37,7 @@ import bisect
 import os
 from collections import OrderedDict, deque
 
+from actors import events
 from actors.core.errors import ChannelError
 
 WAIT = "wait"  # get(): the head is paged out, try again once it is read back
@@ -322,6 +323,9 @@ class QueueCore:
                 self._expire(msg)
                 return None
             msg.expires_at = 0
+        if msg.msg_id is not None and events.enabled():
+            events.emit("enqueued", msg.msg_id, actor="queue", vhost=self.vhost, queue=self.name,
+                        seq_id=msg.seq_id, paged=divert)
         if divert:
             if not self.paged:
                 self.page_after = msg.seq_id - 1
@@ -539,6 +543,10 @@ class QueueCore:
                 msg.props_raw]
         if self.confirm_on == "ack-lite" and msg.pub_seq and not c.no_ack:
             item += (msg.publisher, msg.pub_seq)  # the consuming channel confirms on ack
+        if msg.msg_id is not None and events.enabled():
+            if len(item) == 6:
+                item += (None, 0)
+            item.append(msg.msg_id)  # the event log's message id, for the channel's events
         items.append(item)
         bodies.append(msg.body)
         if c.no_ack:
@@ -632,6 +640,10 @@ class QueueCore:
         item = ["", msg.seq_id, msg.redelivered, msg.exchange, msg.routing_key, msg.props_raw]
         if self.confirm_on == "ack-lite" and msg.pub_seq and not no_ack:
             item += (msg.publisher, msg.pub_seq)
+        if msg.msg_id is not None and events.enabled():
+            if len(item) == 6:
+                item += (None, 0)
+            item.append(msg.msg_id)
         msg.redelivered = True
         if self.paged:
             self._want_page()
@@ -681,6 +693,11 @@ class QueueCore:
 
     def _requeue(self, msgs: list) -> None:
         by_p: dict[int, list] = {}
+        if events.enabled():
+            for msg in msgs:
+                if msg.msg_id is not None:
+                    events.emit("requeued", msg.msg_id, actor="queue", vhost=self.vhost,
+                                queue=self.name, seq_id=msg.seq_id)
         for msg in msgs:
             msg.redelivered = True
             by_p.setdefault(msg.priority, []).append(msg)
@@ -723,12 +740,18 @@ class QueueCore:
                 self._expire(msg)
 
     def _expire(self, msg) -> None:
+        if msg.msg_id is not None and events.enabled():
+            events.emit("expired", msg.msg_id, actor="queue", vhost=self.vhost,
+                        queue=self.name, seq_id=msg.seq_id)
         if self.late_confirm:
             self._answer(msg, False)
         self._dead_letter_or_drop(msg, "expired")
         self.out.forget([msg])
 
     def _drop(self, msg, reason) -> None:
+        if msg.msg_id is not None and events.enabled():
+            events.emit("dropped", msg.msg_id, actor="queue", vhost=self.vhost,
+                        queue=self.name, seq_id=msg.seq_id, reason=reason)
         if self.late_confirm:
             self._answer(msg, False)
         self._dead_letter_or_drop(msg, reason)
@@ -736,6 +759,10 @@ class QueueCore:
 
     def _dead_letter_or_drop(self, msg, reason) -> None:
         if self.dlx is not None:
+            if msg.msg_id is not None and events.enabled():
+                events.emit("dead_lettered", msg.msg_id, actor="queue", vhost=self.vhost,
+                            queue=self.name, seq_id=msg.seq_id, reason=reason,
+                            exchange=self.dlx)
             self.out.dead_letter(msg, reason)
 
     def tick(self, now) -> None:
