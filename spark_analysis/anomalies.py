@@ -1,0 +1,71 @@
+"""Lifecycles -> anomalies, one row per (kind, message[, queue]) (docs/events.md, "Anomalies").
+
+- lost: confirmed to the publisher, yet neither acked, nor still queued (or unacked) at the end of
+  the log, nor removed by a rule (expiry, overflow, dead-lettering, a reject/nack without
+  requeue): a copy that vanished (its queue restarted, or its consumer's channel closed and no
+  requeue followed), or routed but never enqueued anywhere;
+- acked_twice: a queue's copy acked more than once;
+- delivered_after_ack: a copy delivered (or fetched) again after its first ack;
+- confirmed_before_synced: a persistent message's copy in a durable queue confirmed before that
+  copy was synced to disk (unless it had already left the queue: acked before the sync);
+- redelivery_loop: a copy redelivered more than `redelivery_threshold` times.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+KINDS = ("lost", "acked_twice", "delivered_after_ack", "confirmed_before_synced",
+         "redelivery_loop")
+
+COLUMNS = ("kind", "msg_id", "message_id", "vhost", "queue", "final_state", "t", "detail")
+
+
+def _row(df: DataFrame, kind: str, queue: Column, t: Column, detail: Column) -> DataFrame:
+    return df.select(F.lit(kind).alias("kind"), "msg_id", "message_id", "vhost",
+                     queue.alias("queue"), "final_state", t.alias("t"),
+                     detail.alias("detail"))
+
+
+def find(lifecycles: DataFrame, redelivery_threshold: int = 10) -> DataFrame:
+    """The anomalies DataFrame (COLUMNS) of a lifecycles DataFrame (lifecycles.build)."""
+    confirmed = F.col("t_confirmed_ns").isNotNull()
+    vanished = F.filter("copies", lambda c: c.getField("state") == "vanished")
+    lost = lifecycles.where(confirmed & ((F.size(vanished) > 0) |
+                                         (F.col("final_state") == "not_enqueued")))
+    lost = _row(lost, "lost",
+                F.when(F.size(vanished) > 0, F.array_join(F.transform(
+                    vanished, lambda c: c.getField("queue")), ","))
+                .otherwise(F.array_join(F.col("routed_queues"), ",")),
+                F.col("t_confirmed"),
+                F.when(F.size(vanished) > 0, F.lit("confirmed, then vanished from its queue"))
+                .otherwise(F.lit("confirmed, routed, never enqueued")))
+
+    copies = lifecycles.select("*", F.explode("copies").alias("c"))
+    c = F.col("c")
+    cq = c.getField("queue")
+    acked_twice = _row(copies.where(c.getField("acks") > 1), "acked_twice", cq,
+                       c.getField("t_first_acked"),
+                       F.format_string("acked %d times", c.getField("acks")))
+    after_ack = _row(copies.where(F.coalesce(c.getField("delivered_after_ack"), F.lit(False))),
+                     "delivered_after_ack", cq, c.getField("t_last_delivered"),
+                     F.format_string("delivered %d times, first ack at %s",
+                                     c.getField("deliveries"),
+                                     c.getField("t_first_acked").cast("string")))
+    synced, conf = c.getField("t_synced_ns"), F.col("t_confirmed_ns")
+    early = (confirmed &
+             F.coalesce(c.getField("persistent"), F.col("persistent"), F.lit(False)) &
+             F.coalesce(c.getField("durable"), F.lit(False)) &
+             ~F.coalesce(c.getField("t_removed_ns") <= conf, F.lit(False)) &
+             (synced.isNull() | (synced > conf)))
+    before_synced = _row(copies.where(early), "confirmed_before_synced", cq, F.col("t_confirmed"),
+                         F.when(synced.isNull(), F.lit("confirmed, never synced"))
+                         .otherwise(F.format_string("confirmed %.3f ms before the sync",
+                                                    (synced - conf) / F.lit(1e6))))
+    loop = _row(copies.where(c.getField("redeliveries") > redelivery_threshold),
+                "redelivery_loop", cq, c.getField("t_last_delivered"),
+                F.format_string("redelivered %d times (threshold %d)",
+                                c.getField("redeliveries"), F.lit(redelivery_threshold)))
+    return (lost.unionByName(acked_twice).unionByName(after_ack).unionByName(before_synced)
+            .unionByName(loop))

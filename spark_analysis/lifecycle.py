@@ -1,0 +1,209 @@
+"""The lifecycle job: Leveret's event logs -> lifecycles, latencies, anomalies, report.
+
+    spark-submit spark_analysis/lifecycle.py --events DIR --out DIR [--master URL]
+    python -m spark_analysis.lifecycle --events DIR --out DIR [--message MSG_ID]
+    make analyze EVENTS=DIR OUT=DIR
+
+DIR holds the .events files of one or many nodes (searched recursively; several directories may
+be given, comma-separated). Writes, under OUT:
+    lifecycles/          Parquet, one row per message (lifecycles.py)
+    anomalies/           Parquet, one row per anomaly, `kind` column (anomalies.py)
+    latency/by_queue/    Parquet, percentiles per metric and queue (latency.py)
+    latency/by_minute/   Parquet, percentiles per metric and minute
+    report.html, plots/  the report (report.py)
+and prints a short summary. local[*] unless --master (or spark-submit's) says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import sys
+import time
+
+if __package__ in (None, ""):  # run as a script (spark-submit spark_analysis/lifecycle.py)
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+    sys.path.insert(0, os.path.dirname(_here))
+
+from spark_analysis import reader, report  # noqa: E402
+from spark_analysis import schema as S  # noqa: E402
+
+STEPS = ["start Spark", "read events", "lifecycles", "anomalies", "latencies",
+         "throughput and timeline", "report"]
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="spark_analysis.lifecycle", description=__doc__.split(
+        "\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--events", required=True, help="directory (or comma-separated directories "
+                   "and files) holding .events files")
+    p.add_argument("--out", required=True, help="output directory (replaced parts: lifecycles/, "
+                   "anomalies/, latency/, plots/, report.html)")
+    p.add_argument("--master", help="Spark master URL (default local[*], or spark-submit's)")
+    p.add_argument("--message", help="msg_id (hex) or publisher message_id of the message whose "
+                   "timeline the report draws (default: the first anomaly's, else the message "
+                   "with the most events)")
+    p.add_argument("--redelivery-threshold", type=int, default=10,
+                   help="redelivery_loop: more redeliveries of one copy than this (default 10)")
+    p.add_argument("--driver-memory", default="4g", help="when not under spark-submit")
+    p.add_argument("--shuffle-partitions", type=int, default=0,
+                   help="default: 4 per core, at least 8")
+    p.add_argument("--samples", type=int, default=50_000,
+                   help="latency values per metric drawn in the histograms")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    return p.parse_args(argv)
+
+
+def check_java() -> str | None:
+    if shutil.which("java") or os.environ.get("JAVA_HOME"):
+        return None
+    return ("spark_analysis: Java is required by Spark and was not found; install it with\n"
+            "    sudo apt-get install openjdk-17-jre-headless")
+
+
+def _rows(df) -> list[dict]:
+    return [r.asDict(recursive=True) for r in df.collect()]
+
+
+def run(args: argparse.Namespace, spark=None) -> int:
+    """The job; with `spark`, in that session (left running), else in its own."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from spark_analysis import anomalies, latency, lifecycles, session
+    from spark_analysis.progress import Progress
+
+    files = reader.list_files(args.events)
+    headers = {p: h for p in files if (h := reader.read_header(p)) is not None}
+    if not headers:
+        print(f"spark_analysis: no {S.SCHEMA} .events files under {args.events}",
+              file=sys.stderr)
+        return 2
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    t_start = time.monotonic()
+    own = spark is None
+    if own:
+        spark = session.build(args.master, args.driver_memory, args.shuffle_partitions)
+    prog = Progress(spark, STEPS, enabled=not args.no_progress)
+    prog.step = STEPS[0]
+    prog.t_step = t_start
+    try:
+        prog.begin("read events")
+        events = reader.load(spark, list(headers)).persist(StorageLevel.MEMORY_AND_DISK)
+        by_kind = _rows(events.groupBy("kind", F.col("msg_id").isNull().alias("no_id")).count())
+        events_by_kind: dict[str, int] = {}
+        no_id = 0
+        for r in by_kind:
+            events_by_kind[r["kind"]] = events_by_kind.get(r["kind"], 0) + r["count"]
+            if r["no_id"] and r["kind"] not in S.PROCESS_KINDS:
+                no_id += r["count"]
+
+        prog.begin("lifecycles")
+        lc = lifecycles.build(events).persist(StorageLevel.MEMORY_AND_DISK)
+        lifecycles.public(lc).write.mode("overwrite").parquet(os.path.join(out, "lifecycles"))
+        final_states = {r["final_state"]: r["count"] for r in
+                        _rows(lc.groupBy("final_state").count())}
+
+        prog.begin("anomalies")
+        an = anomalies.find(lc, args.redelivery_threshold)
+        an.write.mode("overwrite").parquet(os.path.join(out, "anomalies"))
+        an = spark.read.parquet(os.path.join(out, "anomalies"))
+        anomaly_counts = {r["kind"]: r["count"] for r in _rows(an.groupBy("kind").count())}
+        anomaly_rows = _rows(an.orderBy("kind", "t").limit(50))
+
+        prog.begin("latencies")
+        samples = latency.samples(lc).persist(StorageLevel.MEMORY_AND_DISK)
+        by_queue = latency.by_queue(samples)
+        by_minute = latency.by_minute(samples)
+        by_queue.write.mode("overwrite").parquet(os.path.join(out, "latency", "by_queue"))
+        by_minute.write.mode("overwrite").parquet(os.path.join(out, "latency", "by_minute"))
+        by_queue_rows = _rows(spark.read.parquet(os.path.join(out, "latency", "by_queue"))
+                              .orderBy("metric", "queue"))
+        by_minute_rows = _rows(spark.read.parquet(os.path.join(out, "latency", "by_minute"))
+                               .orderBy("metric", "minute").limit(2000))
+        fractions = {}
+        for r in by_queue_rows:
+            if r["queue"] == latency.ALL:
+                fractions[r["metric"]] = min(1.0, args.samples / max(1, r["count"]))
+        hist: dict[str, list[float]] = {}
+        if fractions:
+            once = samples.where((F.col("metric") != "publish_to_confirm") | F.col("first_copy"))
+            for r in once.sampleBy("metric", fractions, seed=1).select(
+                    "metric", "value_ms").collect():
+                hist.setdefault(r["metric"], []).append(r["value_ms"])
+        samples.unpersist()
+
+        prog.begin("throughput and timeline")
+        span = events.agg(F.min("t_ns").alias("a"), F.max("t_ns").alias("b")).first()
+        seconds = max(1.0, ((span["b"] or 0) - (span["a"] or 0)) / 1e9)
+        bucket = float(max(1, math.ceil(seconds / 600)))
+        thr = (events.groupBy((F.floor(F.col("t_ns") / F.lit(1e9 * bucket)) * F.lit(bucket))
+                              .alias("s"), "kind").count().collect())
+        throughput = [(float(r["s"]), r["kind"], r["count"]) for r in thr]
+        chosen = choose_message(lc, an, args.message)
+        timeline = []
+        if chosen is not None:
+            mid = bytes.fromhex(chosen["msg_id"])
+            timeline = _rows(events.where(F.col("msg_id") == F.lit(mid))
+                             .orderBy("t_ns", "rank").drop("msg_id"))
+
+        prog.begin("report")
+        nodes = sorted({str(h.get("node")) for h in headers.values()})
+        data = report.ReportData(
+            events_dir=args.events, files=len(headers), nodes=nodes,
+            events=sum(events_by_kind.values()), events_by_kind=events_by_kind,
+            events_without_msg_id=no_id, messages=sum(final_states.values()),
+            final_states=final_states, anomaly_counts=anomaly_counts, anomalies=anomaly_rows,
+            latency_by_queue=by_queue_rows, latency_by_minute=by_minute_rows,
+            latency_samples=hist, throughput=throughput, bucket_seconds=bucket,
+            timeline_msg=chosen, timeline=timeline)
+        prog.close()
+        data.seconds = time.monotonic() - t_start
+        data.steps = prog.timings
+        path = report.write(data, out)
+        print(report.summary_text(data))
+        print(f"  report: {path}")
+        return 0
+    finally:
+        prog.close()
+        for df in (locals().get("lc"), locals().get("events")):
+            if df is not None:
+                df.unpersist()
+        if own:
+            spark.stop()
+
+
+def choose_message(lc, an, wanted: str | None) -> dict | None:
+    """The lifecycle row (msg_id, final_state, message_id) the report's timeline shows."""
+    from pyspark.sql import functions as F
+
+    cols = ["msg_id", "final_state", "message_id", "n_events"]
+    if wanted:
+        w = wanted.lower()
+        row = lc.where((F.col("msg_id") == w) | (F.col("message_id") == wanted)) \
+            .select(*cols).first()
+        return row.asDict() if row else None
+    first = an.orderBy("kind", "t").select("msg_id").first()
+    if first is not None:
+        row = lc.where(F.col("msg_id") == first["msg_id"]).select(*cols).first()
+        if row is not None:
+            return row.asDict()
+    row = lc.orderBy(F.col("n_events").desc(), "msg_id").select(*cols).first()
+    return row.asDict() if row else None
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    problem = check_java()
+    if problem:
+        print(problem, file=sys.stderr)
+        return 3
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

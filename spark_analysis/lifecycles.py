@@ -1,0 +1,297 @@
+"""Events -> one row per message with its whole lifecycle (docs/events.md, "Lifecycles").
+
+Two shuffles:
+1. group the events by (msg_id, queue of copy events): one row for the publish side of a
+   message (publish_received, routed, unroutable, returned, confirmed, nacked_to_publisher) and
+   one per queue that held a copy of it (enqueued ... acked / expired / dead_lettered / dropped);
+   a copy's state is decided by its last step (`copy_state`), then a copy that was queued or
+   unacked and then disappeared -- its queue restarted, or its consumer's channel closed without
+   a requeue -- becomes `vanished`;
+2. group those rows by msg_id into the lifecycle row: publish-side timestamps, the copies (one
+   struct each, with their steps), counts, latencies, `final_state`.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from spark_analysis import schema as S
+
+# final_state of a message: the state shared by the copies in the queues it was routed to (a
+# dead-letter queue's copy keeps its own state in `copies`), "mixed" when they differ, or, with
+# no copy at all: returned, unroutable, nacked_to_publisher, not_enqueued (routed, never
+# enqueued), published (nothing after publish_received).
+COPY_STATES = ("queued", "unacked", "acked", "discarded", "expired", "dead_lettered", "dropped",
+               "vanished", "not_enqueued")
+
+
+def ns_to_ts(col: Column) -> Column:
+    return F.timestamp_micros(F.floor(col / F.lit(1000)).cast("long"))
+
+
+def _ms(later: Column, earlier: Column) -> Column:
+    return (later - earlier) / F.lit(1e6)
+
+
+def _is(*kinds: str) -> Column:
+    return F.col("kind").isin(list(kinds))
+
+
+def _t_min(*kinds: str) -> Column:
+    return F.min(F.when(_is(*kinds), F.col("t_ns")))
+
+
+def _t_max(*kinds: str) -> Column:
+    return F.max(F.when(_is(*kinds), F.col("t_ns")))
+
+
+def _n(cond: Column) -> Column:
+    return F.count(F.when(cond, 1))
+
+
+def _union_lists(col: Column) -> Column:
+    return F.array_distinct(F.flatten(F.collect_list(col)))
+
+
+def _discard() -> Column:
+    """nack/reject that does not requeue (AMQP's default requeue is true)."""
+    return _is("nacked", "rejected") & ~F.coalesce(F.col("requeue"), F.lit(True))
+
+
+def copy_state(last: Column) -> Column:
+    """The state a copy is left in by its last step (steps hold STATE_KINDS only)."""
+    kind = last.getField("kind")
+    requeue = F.coalesce(last.getField("requeue"), F.lit(True))
+    return (F.when(kind.isin("enqueued", "requeued"), "queued")
+            .when(kind.isin(*S.DELIVERY_KINDS), "unacked")
+            .when(kind == "acked", "acked")
+            .when(kind.isin("nacked", "rejected"), F.when(requeue, "queued").otherwise("discarded"))
+            .when(kind.isin("expired", "dead_lettered", "dropped"), kind)
+            .otherwise("not_enqueued"))
+
+
+def group_rows(events: DataFrame) -> DataFrame:
+    """Shuffle 1: one row per (msg_id, queue) -- queue null for the publish side."""
+    ev = events.where(F.col("msg_id").isNotNull()).withColumn(
+        "copy_queue", F.when(_is(*S.COPY_KINDS), F.col("queue")))
+    step = F.struct(
+        F.col("t_ns"), F.col("rank"), F.col("kind"), F.col("node"), F.col("actor"),
+        F.col("requeue"), F.col("redelivered"), F.col("connection"), F.col("channel"),
+        F.col("delivery_tag"), F.col("consumer_tag"), F.col("store"), F.col("reason"))
+    delivery = _is(*S.DELIVERY_KINDS)
+    return ev.groupBy("msg_id", "copy_queue").agg(
+        F.count(F.lit(1)).alias("n_events"),
+        F.collect_set("node").alias("nodes"),
+        F.first("message_id", ignorenulls=True).alias("message_id"),
+        F.first("vhost", ignorenulls=True).alias("vhost"),
+        # publish side
+        F.first(F.when(_is("publish_received"), F.col("exchange")), ignorenulls=True)
+        .alias("exchange"),
+        F.first(F.when(_is("publish_received"), F.col("routing_key")), ignorenulls=True)
+        .alias("routing_key"),
+        F.max("persistent").alias("persistent"),
+        F.max(F.when(_is("publish_received"), F.col("mandatory"))).alias("mandatory"),
+        F.first(F.when(_is("publish_received"), F.col("connection")), ignorenulls=True)
+        .alias("publisher_connection"),
+        F.first(F.when(_is("publish_received", "confirmed", "nacked_to_publisher"),
+                       F.col("seq_no")), ignorenulls=True).alias("seq_no"),
+        _t_min("publish_received").alias("t_published_ns"),
+        _t_min("routed").alias("t_routed_ns"),
+        _union_lists(F.when(_is("routed"), F.col("queues"))).alias("routed_queues"),
+        _t_min("unroutable").alias("t_unroutable_ns"),
+        _t_min("returned").alias("t_returned_ns"),
+        _t_min("confirmed").alias("t_confirmed_ns"),
+        _t_min("nacked_to_publisher").alias("t_nacked_to_publisher_ns"),
+        # copy side
+        F.max("durable").alias("durable"),
+        _t_min("enqueued").alias("t_enqueued_ns"),
+        _t_min("stored").alias("t_stored_ns"),
+        _t_min("synced").alias("t_synced_ns"),
+        _t_min(*S.DELIVERY_KINDS).alias("t_first_delivered_ns"),
+        _t_max(*S.DELIVERY_KINDS).alias("t_last_delivered_ns"),
+        _n(delivery).alias("deliveries"),
+        _n(delivery & F.coalesce(F.col("redelivered"), F.lit(False))).alias("redeliveries"),
+        _n(_is("acked")).alias("acks"),
+        _t_min("acked").alias("t_first_acked_ns"),
+        _n(_is("nacked")).alias("nacks"),
+        _n(_is("rejected")).alias("rejects"),
+        _n(_is("requeued")).alias("requeues"),
+        _n(_is("expired")).alias("expirations"),
+        _n(_is("dead_lettered")).alias("dead_letterings"),
+        _n(_is("dropped")).alias("drops"),
+        F.min(F.when(_is("acked", "expired", "dropped", "dead_lettered") | _discard(),
+                     F.col("t_ns"))).alias("t_removed_ns"),
+        F.max(F.when(_is(*S.COPY_KINDS), F.col("t_ns"))).alias("t_last_event_ns"),
+        _union_lists(F.when(_is("dead_lettered"), F.col("queues"))).alias("dead_letter_queues"),
+        F.first(F.when(_is("dead_lettered"), F.col("new_msg_id")), ignorenulls=True)
+        .alias("dead_lettered_to"),
+        F.array_sort(F.collect_list(F.when(_is(*S.COPY_KINDS), step))).alias("steps"),
+    )
+
+
+def copy_states(rows: DataFrame, events: DataFrame) -> DataFrame:
+    """Adds state, delivery_to_ack_ms, delivered_after_ack and vanished to the copy rows."""
+    is_copy = F.col("copy_queue").isNotNull()
+    state_steps = F.filter("steps", lambda s: s.getField("kind").isin(list(S.STATE_KINDS)))
+    last = F.try_element_at(state_steps, F.lit(-1))
+    acked_at = F.col("t_first_acked_ns")
+    before_ack = F.filter("steps", lambda s: s.getField("kind").isin(list(S.DELIVERY_KINDS)) &
+                          (s.getField("t_ns") <= acked_at))
+    rows = (rows
+            .withColumn("state", F.when(is_copy, copy_state(last)))
+            .withColumn("last_connection", last.getField("connection"))
+            .withColumn("last_channel", last.getField("channel"))
+            .withColumn("delivery_to_ack_ms", _ms(acked_at, F.try_element_at(
+                before_ack, F.lit(-1)).getField("t_ns")))
+            .withColumn("delivered_after_ack", F.exists("steps", lambda s: s.getField(
+                "kind").isin(list(S.DELIVERY_KINDS)) & (s.getField("t_ns") > acked_at))))
+
+    # A queue restart after a copy's last step, while it was queued or unacked: gone with it
+    # (a durable queue re-announces what it recovers with `enqueued`, reason "recovered").
+    restarts = (events.where(_is("queue_crashed", "queue_started") & F.col("queue").isNotNull())
+                .groupBy("vhost", "queue").agg(F.max("t_ns").alias("t_restart_ns"))
+                .withColumnRenamed("vhost", "r_vhost").withColumnRenamed("queue", "r_queue"))
+    rows = rows.join(F.broadcast(restarts), (rows.copy_queue == restarts.r_queue) &
+                     rows.vhost.eqNullSafe(restarts.r_vhost), "left")
+    # A channel (or connection) closed after a copy was delivered on it, and no requeue since.
+    closes = (events.where(_is("channel_closed", "connection_closed") &
+                           F.col("connection").isNotNull())
+              .select(F.col("connection").alias("c_connection"),
+                      F.when(_is("channel_closed"), F.col("channel")).alias("c_channel"),
+                      F.col("t_ns").alias("t_close_ns")))
+    unacked = rows.where(F.col("state") == "unacked").select(
+        "msg_id", "copy_queue", "last_connection", "last_channel", "t_last_event_ns")
+    closed = (unacked.join(F.broadcast(closes),
+                           (unacked.last_connection == closes.c_connection) &
+                           (closes.c_channel.isNull() | (unacked.last_channel ==
+                                                         closes.c_channel)) &
+                           (closes.t_close_ns > unacked.t_last_event_ns), "left_semi")
+              .select("msg_id", "copy_queue", F.lit(True).alias("closed_under_it")))
+    rows = rows.join(F.broadcast(closed), ["msg_id", "copy_queue"], "left")
+    gone = F.col("state").isin("queued", "unacked") & (
+        (F.col("t_restart_ns") > F.col("t_last_event_ns")) |
+        F.coalesce(F.col("closed_under_it"), F.lit(False)))
+    return (rows.withColumn("state", F.when(gone, F.lit("vanished")).otherwise(F.col("state")))
+            .drop("r_vhost", "r_queue", "t_restart_ns", "closed_under_it", "last_connection",
+                  "last_channel"))
+
+
+COPY_FIELDS = ("state", "durable", "persistent", "deliveries", "redeliveries", "acks", "nacks",
+               "rejects", "requeues", "expirations", "dead_letterings", "drops",
+               "delivery_to_ack_ms", "delivered_after_ack", "dead_letter_queues")
+COPY_TIMES = ("t_enqueued", "t_stored", "t_synced", "t_first_delivered", "t_last_delivered",
+              "t_first_acked", "t_removed", "t_last_event")
+PUBLISH_TIMES = ("t_published", "t_routed", "t_unroutable", "t_returned", "t_confirmed",
+                 "t_nacked_to_publisher")
+
+
+def _steps_out(steps: Column) -> Column:
+    return F.transform(steps, lambda s: s.withField("t", ns_to_ts(s.getField("t_ns")))
+                       .dropFields("rank"))
+
+
+def assemble(rows: DataFrame) -> DataFrame:
+    """Shuffle 2: one row per message."""
+    pub = F.col("copy_queue").isNull()
+
+    def side(name):
+        return F.first(F.when(pub, F.col(name)), ignorenulls=True).alias(name)
+
+    copy = F.struct(
+        F.col("copy_queue").alias("queue"),
+        *[F.col(c) for c in COPY_FIELDS],
+        *[F.col(f"{t}_ns") for t in COPY_TIMES],
+        _steps_out(F.col("steps")).alias("steps"))
+    msgs = rows.groupBy("msg_id").agg(
+        F.first("message_id", ignorenulls=True).alias("message_id"),
+        F.first("vhost", ignorenulls=True).alias("vhost"),
+        side("exchange"), side("routing_key"), side("mandatory"), side("publisher_connection"),
+        side("seq_no"), side("routed_queues"),
+        *[side(f"{t}_ns") for t in PUBLISH_TIMES],
+        F.max("persistent").alias("persistent"),
+        F.sum("n_events").alias("n_events"),
+        _union_lists(F.col("nodes")).alias("nodes"),
+        _union_lists(F.col("dead_letter_queues")).alias("dead_letter_queues"),
+        F.first("dead_lettered_to", ignorenulls=True).alias("dead_lettered_to"),
+        F.array_sort(F.collect_list(F.when(~pub, copy))).alias("copies"),
+    )
+    return finish(msgs)
+
+
+def final_state(copies: Column, dl_queues: Column) -> Column:
+    origin = F.filter(copies, lambda c: ~F.array_contains(dl_queues, c.getField("queue")))
+    origin = F.when(F.size(origin) > 0, origin).otherwise(copies)
+    states = F.array_distinct(F.transform(origin, lambda c: c.getField("state")))
+    return (F.when(F.size(copies) == 0,
+                   F.when(F.col("t_returned_ns").isNotNull(), "returned")
+                   .when(F.col("t_unroutable_ns").isNotNull(), "unroutable")
+                   .when(F.col("t_nacked_to_publisher_ns").isNotNull(), "nacked_to_publisher")
+                   .when(F.size(F.coalesce(F.col("routed_queues"), F.array())) > 0,
+                         "not_enqueued")
+                   .otherwise("published"))
+            .when(F.size(states) == 1, states.getItem(0))
+            .otherwise("mixed"))
+
+
+def _sum(copies: Column, field: str) -> Column:
+    return F.aggregate(copies, F.lit(0).cast("long"),
+                       lambda acc, c: acc + F.coalesce(c.getField(field), F.lit(0)))
+
+
+def _min(copies: Column, field: str) -> Column:
+    return F.array_min(F.transform(copies, lambda c: c.getField(field)))
+
+
+def finish(msgs: DataFrame) -> DataFrame:
+    """Final columns: hex ids, timestamps, latencies in ms, counts, final_state."""
+    published = F.col("t_published_ns")
+    copies = F.transform("copies", lambda c: c.withField(
+        "publish_to_first_delivery_ms", _ms(c.getField("t_first_delivered_ns"), published))
+        .withField("time_in_queue_ms", _ms(c.getField("t_removed_ns"),
+                                           c.getField("t_enqueued_ns"))))
+    msgs = msgs.withColumn("copies", copies)
+    out = msgs.select(
+        F.lower(F.hex("msg_id")).alias("msg_id"),
+        "message_id", "vhost", "exchange", "routing_key", "persistent", "mandatory",
+        final_state(F.col("copies"), F.coalesce(F.col("dead_letter_queues"), F.array()))
+        .alias("final_state"),
+        F.transform("copies", lambda c: c.getField("queue")).alias("queues"),
+        "routed_queues", "dead_letter_queues",
+        F.map_from_entries(F.transform("copies", lambda c: F.struct(
+            c.getField("queue"), c.getField("state")))).alias("queue_states"),
+        *[ns_to_ts(F.col(f"{t}_ns")).alias(t) for t in PUBLISH_TIMES],
+        ns_to_ts(_min(F.col("copies"), "t_enqueued_ns")).alias("t_first_enqueued"),
+        ns_to_ts(_min(F.col("copies"), "t_first_delivered_ns")).alias("t_first_delivered"),
+        ns_to_ts(_min(F.col("copies"), "t_first_acked_ns")).alias("t_first_acked"),
+        ns_to_ts(F.array_max(F.transform("copies", lambda c: c.getField("t_last_event_ns"))))
+        .alias("t_last_event"),
+        *[_sum(F.col("copies"), f).alias(f) for f in
+          ("deliveries", "redeliveries", "acks", "nacks", "rejects", "requeues")],
+        _ms(F.col("t_confirmed_ns"), published).alias("publish_to_confirm_ms"),
+        _ms(_min(F.col("copies"), "t_first_delivered_ns"), published)
+        .alias("publish_to_first_delivery_ms"),
+        F.lower(F.hex("dead_lettered_to")).alias("dead_lettered_to"),
+        "seq_no", "publisher_connection", "n_events", "nodes",
+        F.transform("copies", _copy_times).alias("copies"),
+        *[f"{t}_ns" for t in PUBLISH_TIMES],  # exact times for the anomaly checks
+    )
+    return out
+
+
+def _copy_times(c: Column) -> Column:
+    for t in COPY_TIMES:
+        c = c.withField(t, ns_to_ts(c.getField(f"{t}_ns")))
+    return c
+
+
+def public(lifecycles: DataFrame) -> DataFrame:
+    """What OUT/lifecycles/ holds: the lifecycles without the nanosecond helper columns."""
+    return (lifecycles.drop(*[f"{t}_ns" for t in PUBLISH_TIMES])
+            .withColumn("copies", F.transform("copies", lambda c: c.dropFields(
+                *[f"{t}_ns" for t in COPY_TIMES]))))
+
+
+def build(events: DataFrame) -> DataFrame:
+    """The lifecycles DataFrame (one row per msg_id) of an events DataFrame."""
+    return assemble(copy_states(group_rows(events), events))

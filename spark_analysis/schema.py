@@ -1,0 +1,77 @@
+"""The "leveret-events v1" layout as the analysis sees it (docs/events.md; written by
+actors/events.py, which tests/unit/analysis checks this module against).
+
+No Spark import here: the reader's Python workers and the writer's tests use it too.
+"""
+
+from __future__ import annotations
+
+SCHEMA = "leveret-events v1"
+
+# Every kind, in the order the steps of one message happen: timestamp ties (events of two
+# processes in the same nanosecond) are broken by this rank.
+KIND_ORDER = (
+    "publish_received", "routed", "unroutable", "returned", "enqueued", "stored", "synced",
+    "confirmed", "nacked_to_publisher", "delivered", "fetched", "acked", "nacked", "rejected",
+    "requeued", "expired", "dead_lettered", "dropped",
+    "queue_crashed", "queue_started", "channel_closed", "connection_closed",
+)
+RANK = {kind: i for i, kind in enumerate(KIND_ORDER)}
+
+MESSAGE_KINDS = ("publish_received", "routed", "unroutable", "returned")
+PUBLISHER_KINDS = ("confirmed", "nacked_to_publisher")
+COPY_KINDS = ("enqueued", "stored", "synced", "delivered", "fetched", "acked", "nacked",
+              "rejected", "requeued", "expired", "dead_lettered", "dropped")
+PROCESS_KINDS = ("queue_crashed", "queue_started", "channel_closed", "connection_closed")
+
+DELIVERY_KINDS = ("delivered", "fetched")
+# Kinds that change where a queue's copy of a message is; the last one decides its state.
+STATE_KINDS = ("enqueued", "requeued", "delivered", "fetched", "acked", "nacked", "rejected",
+               "expired", "dead_lettered", "dropped")
+
+# Event fields that become columns, with their Spark SQL types; anything else goes, as JSON,
+# into the `extra` column.
+FIELD_COLUMNS = (
+    ("actor", "string"),
+    ("vhost", "string"),
+    ("queue", "string"),
+    ("connection", "string"),
+    ("channel", "bigint"),
+    ("seq_no", "bigint"),
+    ("delivery_tag", "bigint"),
+    ("consumer_tag", "string"),
+    ("message_id", "string"),
+    ("exchange", "string"),
+    ("routing_key", "string"),
+    ("requeue", "boolean"),
+    ("redelivered", "boolean"),
+    ("persistent", "boolean"),
+    ("durable", "boolean"),
+    ("mandatory", "boolean"),
+    ("reason", "string"),
+    ("store", "string"),
+    ("count", "bigint"),
+    ("queues", "array<string>"),
+    ("new_msg_id", "binary"),
+)
+
+# Columns every row gets from its file's header and the event record itself.
+RECORD_COLUMNS = (
+    ("node", "string"),
+    ("process", "string"),
+    ("pid", "bigint"),
+    ("file", "string"),
+    ("kind", "string"),
+    ("rank", "int"),
+    ("msg_id", "binary"),
+    ("t_ns", "bigint"),  # monotonic time mapped onto the wall clock of its boot (reader.py)
+    ("wall_ns", "bigint"),
+    ("mono_ns", "bigint"),
+)
+
+COLUMNS = RECORD_COLUMNS + FIELD_COLUMNS + (("extra", "string"),)
+
+
+def ddl() -> str:
+    """The events DataFrame's schema as a Spark DDL string."""
+    return ", ".join(f"`{name}` {typ}" for name, typ in COLUMNS)

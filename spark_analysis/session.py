@@ -1,0 +1,65 @@
+"""The SparkSession of the job: local[*] unless told otherwise, this package shipped to the
+Python workers, the event reader registered.
+
+Under spark-submit the session (master, driver memory) comes from spark-submit's options;
+under `python -m spark_analysis.lifecycle` this module starts the JVM itself with the options
+given here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+import zipfile
+
+PACKAGE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(PACKAGE)
+
+
+def _package_zip() -> str:
+    """spark_analysis/ as a zip for SparkContext.addPyFile: executors import the reader from it
+    (pickled functions and data source classes refer to it by module name)."""
+    out = os.path.join(tempfile.mkdtemp(prefix="leveret-analysis-"), "spark_analysis.zip")
+    with zipfile.ZipFile(out, "w") as z:
+        for name in sorted(os.listdir(PACKAGE)):
+            if name.endswith(".py"):
+                z.write(os.path.join(PACKAGE, name), f"spark_analysis/{name}")
+    return out
+
+
+def build(master: str | None = None, driver_memory: str = "4g", shuffle_partitions: int = 0,
+          app_name: str = "leveret-lifecycle", log_level: str = "ERROR"):
+    """A SparkSession (the running one under spark-submit)."""
+    # Python workers: this interpreter (with msgpack and pyarrow), this repository importable.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if REPO not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in paths if p])
+    from pyspark.sql import SparkSession
+
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the JVM
+    builder = SparkSession.builder.appName(app_name)
+    if master or not under_submit:
+        builder = builder.master(master or "local[*]")
+    if not under_submit:
+        builder = builder.config("spark.driver.memory", driver_memory)
+    cores = os.cpu_count() or 2
+    builder = (builder
+               .config("spark.ui.showConsoleProgress", "false")  # progress.py shows it instead
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions",
+                       str(shuffle_partitions or max(8, 4 * cores)))
+               .config("spark.sql.adaptive.enabled", "true")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.ansi.enabled", "false")  # lenient with odd values in logs
+               .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(log_level)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    spark.sparkContext.addPyFile(_package_zip())
+    from spark_analysis import reader
+    reader.register(spark)
+    return spark
