@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 5672
 DATA ?= ./var
 
-.PHONY: run test venv bench bench-compare clean unit integration faults
+.PHONY: run test venv bench bench-compare bench-paper clean unit integration faults
 
 $(BIN)/leveret-server: pyproject.toml requirements.lock
 	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11+ is required (apt-get install python3 python3-venv)"; exit 1; }
@@ -41,6 +41,11 @@ bench: venv
 # and prints Leveret's figures beside it.
 bench-compare: venv
 	$(BIN)/python -m bench.compare $(BENCH_ARGS)
+
+# Seed 003's experiment (figures 5 and 6): send rate against queue count per x-confirm-on mode,
+# on a Leveret node it starts (or --url); BENCH_ARGS="--quick --modes enqueue" for a short run.
+bench-paper: venv
+	$(BIN)/python -m bench.paper $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var

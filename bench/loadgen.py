@@ -12,7 +12,8 @@ same instants in every process.  Each role snapshots its counters (and the proce
 when the loop crosses t_measure and t_end; rates are (count@end - count@measure) / (time
 between the two snapshots).
 
-Producer (per channel): publishes to the default exchange with routing key = queue.  Messages
+Producer (per channel): publishes to the default exchange with routing key = queue (or to
+spec["exchange"] with spec["routing_key"] when the spec has them).  Messages
 are pre-encoded once with the codec's encode_publish; a batch of n messages is one buffer,
 stamped with the send time (monotonic ns, the first 8 body bytes) and handed to the socket in
 one send.  Without confirms it publishes as fast as the socket accepts (at most HIGH_WATER
@@ -24,10 +25,14 @@ to the tag).  The published count is bytes actually written / bytes per message.
 Consumer (per channel): basic.qos prefetch, basic.consume; every socket read is decoded
 entirely, and the acks for all the deliveries in it (one basic.ack per message by default, as
 PerfTest does; multiple=true every N with ack_every) go out in one send.
+
+Other roles: a spec with "role": "module:Class" (e.g. bench/paper.py's resending producer) is
+run by that class, a subclass of Producer or Consumer, imported in the worker process.
 """
 from __future__ import annotations
 
 import collections
+import importlib
 import os
 import selectors
 import struct
@@ -157,14 +162,16 @@ class Producer(Role):
         super().__init__(conn, spec)
         self.channels: list[int] = spec["channels"]
         self.window: int | None = spec["confirm"]
-        queue = spec["queue"].encode()
+        exchange = spec.get("exchange", "").encode()
+        routing_key = spec.get("routing_key", spec["queue"]).encode()
         props = codec.properties_raw(2 if spec["persistent"] else None)
         body = make_body(spec["message_size"])
         self.templates: dict[int, bytes] = {}
         self.msg_len = None
         ts_off = None
         for ch in self.channels:
-            wire = codec.encode_publish(ch, b"", queue, False, props, body, conn.frame_max)
+            wire = codec.encode_publish(ch, exchange, routing_key, False, props, body,
+                                        conn.frame_max)
             off = wire.find(MARKER)
             if off < 0 or (ts_off is not None and off != ts_off):
                 raise RuntimeError("cannot locate the message body in encode_publish's output")
@@ -314,6 +321,16 @@ class Consumer(Role):
         return r
 
 
+def role_class(spec: dict) -> type:
+    """The class that runs a connection spec: spec["role"] ("module:Class") when present,
+    else Producer or Consumer by spec["kind"]."""
+    name = spec.get("role")
+    if name:
+        module, _, cls = name.partition(":")
+        return getattr(importlib.import_module(module), cls)
+    return Producer if spec["kind"] == "producer" else Consumer
+
+
 def setup_role(target: AMQPTarget, codec, spec: dict) -> Role:
     conn = LeanConnection(target, codec, name=f"leveret-bench {spec['kind']}").connect()
     for ch in spec["channels"]:
@@ -325,8 +342,7 @@ def setup_role(target: AMQPTarget, codec, spec: dict) -> Role:
             if spec["prefetch"]:
                 conn.basic_qos(ch, spec["prefetch"])
             conn.basic_consume(ch, spec["queue"], spec["no_ack"])
-    role = (Producer if spec["kind"] == "producer" else Consumer)(conn, spec, codec)
-    return role
+    return role_class(spec)(conn, spec, codec)
 
 
 def run_loop(roles: list[Role], t_start: float, t_measure: float, t_end: float) -> None:
