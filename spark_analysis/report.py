@@ -142,6 +142,13 @@ def _table(rows: list[dict], cols: list[str]) -> str:
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
+def _describe(m: dict | None) -> str:
+    if not m:
+        return "No message chosen."
+    pub = f", message_id {m['message_id']}" if m.get("message_id") else ""
+    return f"msg_id {m['msg_id']}{pub}: {m.get('final_state')}, {m.get('n_events')} events"
+
+
 def summary_text(data: ReportData) -> str:
     lines = [f"leveret lifecycle analysis of {data.events_dir}",
              f"  {data.events} events in {data.files} files from {len(data.nodes)} node(s) "
@@ -205,6 +212,7 @@ pre {{ background: #f6f6f6; padding: 1em; }}
 <h2>Throughput</h2>
 <img src="plots/throughput.png" alt="throughput over time">
 <h2>Timeline of one message</h2>
+<p>{html.escape(_describe(data.timeline_msg))}</p>
 <img src="plots/timeline.png" alt="timeline">
 {_table(tl_rows, tl_cols)}
 <h2>Events read</h2>

@@ -1,0 +1,281 @@
+"""Synthetic event logs for the lifecycle job's tests, written with actors/events.py.
+
+`Sim` plays two nodes: node A runs the channel process (conn-0: publishes, confirms, acks,
+channel closes), node B the queue process (queue-0: enqueues, stores, deliveries, requeues,
+expiry, dead-lettering, drops, restarts). Events get a virtual clock: each one 1 ms after the
+previous, so latencies are known exactly. `known_workload` and `planted_anomalies` write the
+scenarios the tests check and return what the job must find.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from actors.events import EventLog
+
+VHOST = "/"
+
+
+class Sim:
+    def __init__(self, root: str):
+        self.chan = EventLog(os.path.join(root, "nodeA", "events"), "leveret@a", "conn-0",
+                             flush_interval=3600)
+        self.queue = EventLog(os.path.join(root, "nodeB", "events"), "leveret@b", "queue-0",
+                              flush_interval=3600)
+        self.mono = time.monotonic_ns()  # virtual monotonic clock
+        self.offset = time.time_ns() - time.monotonic_ns()  # wall = mono + offset
+        self.prefix = os.urandom(8)
+        self.counter = 0
+        self.seq = 0  # publisher confirm sequence numbers
+        self.tags: dict[tuple, int] = {}  # (connection, channel) -> last delivery tag
+
+    # -- plumbing -------------------------------------------------------------------------------
+    def new_id(self) -> bytes:
+        self.counter += 1
+        return self.prefix + self.counter.to_bytes(8, "big")
+
+    def _emit(self, log: EventLog, kind: str, mid, **fields) -> None:
+        self.mono += 1_000_000  # every event 1 ms after the previous one
+        fields.setdefault("vhost", VHOST)
+        log.record(kind, mid, self.mono + self.offset, self.mono, fields)
+
+    def close(self) -> None:
+        self.chan.close()
+        self.queue.close()
+
+    # -- channel side ---------------------------------------------------------------------------
+    def publish(self, mid, queues, persistent=False, mandatory=False, message_id=None,
+                confirm=True, conn="c1", ch=1) -> int:
+        self.seq += 1
+        self._emit(self.chan, "publish_received", mid, actor="channel", connection=conn,
+                   channel=ch, seq_no=self.seq if confirm else None, exchange="amq.direct",
+                   routing_key="rk", persistent=persistent, mandatory=mandatory,
+                   message_id=message_id)
+        if queues:
+            self._emit(self.chan, "routed", mid, actor="channel", queues=list(queues))
+        else:
+            self._emit(self.chan, "unroutable", mid, actor="channel", exchange="amq.direct")
+            if mandatory:
+                self._emit(self.chan, "returned", mid, actor="channel", reason="NO_ROUTE")
+        return self.seq
+
+    def confirm(self, mid, seq, conn="c1", ch=1):
+        self._emit(self.chan, "confirmed", mid, actor="channel", connection=conn, channel=ch,
+                   seq_no=seq)
+
+    def settle(self, kind, mid, q, tag, conn="c2", ch=1, requeue=None):
+        fields = dict(actor="channel", queue=q, connection=conn, channel=ch, delivery_tag=tag)
+        if requeue is not None:
+            fields["requeue"] = requeue
+        self._emit(self.chan, kind, mid, **fields)
+
+    def channel_closed(self, conn, ch, unacked):
+        self._emit(self.chan, "channel_closed", None, actor="channel", connection=conn,
+                   channel=ch, count=unacked)
+
+    # -- queue side -----------------------------------------------------------------------------
+    def enqueue(self, mid, q, durable=False, persistent=False, reason=None):
+        self._emit(self.queue, "enqueued", mid, actor="queue", queue=q, durable=durable,
+                   persistent=persistent, reason=reason)
+
+    def stored(self, mid, q, store="index"):
+        self._emit(self.queue, "stored", mid, actor="backing_queue", queue=q, store=store)
+
+    def synced(self, mid, q):
+        self._emit(self.queue, "synced", mid, actor="backing_queue", queue=q)
+
+    def deliver(self, mid, q, conn="c2", ch=1, redelivered=False, kind="delivered") -> int:
+        tag = self.tags.get((conn, ch), 0) + 1
+        self.tags[(conn, ch)] = tag
+        self._emit(self.queue, kind, mid, actor="queue", queue=q, connection=conn, channel=ch,
+                   delivery_tag=tag, consumer_tag="" if kind == "fetched" else "ctag",
+                   redelivered=redelivered)
+        return tag
+
+    def requeue(self, mid, q, reason="nack"):
+        self._emit(self.queue, "requeued", mid, actor="queue", queue=q, reason=reason)
+
+    def queue_event(self, kind, mid, q, **fields):
+        self._emit(self.queue, kind, mid, actor="queue", queue=q, **fields)
+
+    def queue_restart(self, q):
+        self._emit(self.queue, "queue_crashed", None, actor="queue", queue=q,
+                   reason="killed")
+        self._emit(self.queue, "queue_started", None, actor="queue", queue=q, count=0)
+
+    # -- whole journeys -------------------------------------------------------------------------
+    def consumed(self, q="q-ok", message_id=None, persistent=True, durable=True) -> bytes:
+        """publish, route, enqueue, store, sync, confirm, deliver, ack: 8 events, 1 ms apart."""
+        mid = self.new_id()
+        seq = self.publish(mid, [q], persistent=persistent, message_id=message_id)
+        self.enqueue(mid, q, durable=durable, persistent=persistent)
+        self.stored(mid, q)
+        self.synced(mid, q)
+        self.confirm(mid, seq)
+        tag = self.deliver(mid, q)
+        self.settle("acked", mid, q, tag)
+        return mid
+
+
+def known_workload(sim: Sim) -> dict:
+    """What a pika client would see, message by message: {msg_id hex: final_state} plus the
+    figures the job must count."""
+    expect: dict[str, str] = {}
+    info: dict = {}
+    for i in range(3):  # confirmed, consumed and acked
+        expect[sim.consumed(message_id=f"ok-{i}" if i < 2 else None).hex()] = "acked"
+
+    mid = sim.new_id()  # nacked with requeue, redelivered, acked
+    seq = sim.publish(mid, ["q-work"], message_id="requeued-once")
+    sim.enqueue(mid, "q-work")
+    sim.confirm(mid, seq)
+    tag = sim.deliver(mid, "q-work")
+    sim.settle("nacked", mid, "q-work", tag, requeue=True)
+    sim.requeue(mid, "q-work")
+    tag = sim.deliver(mid, "q-work", redelivered=True)
+    sim.settle("acked", mid, "q-work", tag)
+    expect[mid.hex()] = "acked"
+    info["requeued"] = mid.hex()
+
+    mid = sim.new_id()  # rejected without requeue into a dead-letter queue
+    seq = sim.publish(mid, ["q-work"], message_id="dead-lettered")
+    sim.enqueue(mid, "q-work")
+    sim.confirm(mid, seq)
+    tag = sim.deliver(mid, "q-work")
+    sim.settle("rejected", mid, "q-work", tag, requeue=False)
+    sim.queue_event("dead_lettered", mid, "q-work", reason="rejected", queues=["q-dlq"])
+    sim.enqueue(mid, "q-dlq", reason="dead_lettered")
+    expect[mid.hex()] = "dead_lettered"
+    info["dead_lettered"] = mid.hex()
+
+    mid = sim.new_id()  # dropped from the head by x-max-length overflow
+    seq = sim.publish(mid, ["q-small"], message_id="dropped")
+    sim.enqueue(mid, "q-small")
+    sim.confirm(mid, seq)
+    sim.queue_event("dropped", mid, "q-small", reason="maxlen")
+    expect[mid.hex()] = "dropped"
+
+    mid = sim.new_id()  # expired by its TTL
+    seq = sim.publish(mid, ["q-ttl"], message_id="expired")
+    sim.enqueue(mid, "q-ttl")
+    sim.confirm(mid, seq)
+    sim.queue_event("expired", mid, "q-ttl", reason="ttl")
+    expect[mid.hex()] = "expired"
+
+    mid = sim.new_id()  # still in its queue at the end of the log
+    seq = sim.publish(mid, ["q-work"], message_id="still-queued")
+    sim.enqueue(mid, "q-work")
+    sim.confirm(mid, seq)
+    expect[mid.hex()] = "queued"
+
+    mid = sim.new_id()  # basic.get, then ack
+    seq = sim.publish(mid, ["q-work"], message_id="fetched")
+    sim.enqueue(mid, "q-work")
+    sim.confirm(mid, seq)
+    tag = sim.deliver(mid, "q-work", conn="c3", kind="fetched")
+    sim.settle("acked", mid, "q-work", tag, conn="c3")
+    expect[mid.hex()] = "acked"
+
+    mid = sim.new_id()  # mandatory publish that no queue takes: basic.return, then confirm
+    seq = sim.publish(mid, [], mandatory=True, message_id="unroutable")
+    sim.confirm(mid, seq)
+    expect[mid.hex()] = "returned"
+
+    closed = []  # delivered on channel (c4, 1), which closes: both go back to their queue
+    for i in range(2):
+        mid = sim.new_id()
+        seq = sim.publish(mid, ["q-work"], message_id=f"unacked-{i}")
+        sim.enqueue(mid, "q-work")
+        sim.confirm(mid, seq)
+        sim.deliver(mid, "q-work", conn="c4")
+        closed.append(mid)
+    sim.channel_closed("c4", 1, unacked=2)
+    for mid in closed:
+        sim.requeue(mid, "q-work", reason="channel_closed")
+        expect[mid.hex()] = "queued"
+    info["closed"] = [m.hex() for m in closed]
+    return {"final_states": expect, **info}
+
+
+def planted_anomalies(sim: Sim) -> dict:
+    """One anomaly of each kind, and near misses that are not anomalies: {kind: msg_id hex}."""
+    planted = {}
+    # lost: confirmed, then its queue crashed and came back without it
+    mid = sim.new_id()
+    seq = sim.publish(mid, ["q-crash"], message_id="lost")
+    sim.enqueue(mid, "q-crash")
+    sim.confirm(mid, seq)
+    sim.queue_restart("q-crash")
+    planted["lost"] = mid.hex()
+    # not lost: durable queue restarted and recovered its persistent message
+    mid = sim.new_id()
+    seq = sim.publish(mid, ["q-durable"], persistent=True, message_id="recovered")
+    sim.enqueue(mid, "q-durable", durable=True, persistent=True)
+    sim.stored(mid, "q-durable")
+    sim.synced(mid, "q-durable")
+    sim.confirm(mid, seq)
+    sim.queue_restart("q-durable")
+    sim.enqueue(mid, "q-durable", durable=True, persistent=True, reason="recovered")
+    # not lost: never confirmed (no confirm mode), its queue restarted
+    mid = sim.new_id()
+    sim.publish(mid, ["q-crash"], confirm=False, message_id="unconfirmed")
+    sim.enqueue(mid, "q-crash")
+    sim.queue_restart("q-crash")
+
+    # acked_twice
+    mid = sim.new_id()
+    seq = sim.publish(mid, ["q-anom"], message_id="acked-twice")
+    sim.enqueue(mid, "q-anom")
+    sim.confirm(mid, seq)
+    tag = sim.deliver(mid, "q-anom")
+    sim.settle("acked", mid, "q-anom", tag)
+    sim.settle("acked", mid, "q-anom", tag)
+    planted["acked_twice"] = mid.hex()
+
+    # delivered_after_ack
+    mid = sim.new_id()
+    seq = sim.publish(mid, ["q-anom"], message_id="after-ack")
+    sim.enqueue(mid, "q-anom")
+    sim.confirm(mid, seq)
+    tag = sim.deliver(mid, "q-anom")
+    sim.settle("acked", mid, "q-anom", tag)
+    sim.deliver(mid, "q-anom", redelivered=True)
+    planted["delivered_after_ack"] = mid.hex()
+
+    # confirmed_before_synced: persistent, durable queue, confirm before the sync
+    mid = sim.new_id()
+    seq = sim.publish(mid, ["q-durable"], persistent=True, message_id="early-confirm")
+    sim.enqueue(mid, "q-durable", durable=True, persistent=True)
+    sim.stored(mid, "q-durable")
+    sim.confirm(mid, seq)
+    sim.synced(mid, "q-durable")
+    planted["confirmed_before_synced"] = mid.hex()
+    # not early: acked before it was ever written, then confirmed (as RabbitMQ does)
+    mid = sim.new_id()
+    seq = sim.publish(mid, ["q-durable"], persistent=True, message_id="acked-before-sync")
+    sim.enqueue(mid, "q-durable", durable=True, persistent=True)
+    tag = sim.deliver(mid, "q-durable")
+    sim.settle("acked", mid, "q-durable", tag)
+    sim.confirm(mid, seq)
+    # not early: transient message in a durable queue, never synced
+    mid = sim.new_id()
+    seq = sim.publish(mid, ["q-durable"], persistent=False, message_id="transient")
+    sim.enqueue(mid, "q-durable", durable=True, persistent=False)
+    sim.confirm(mid, seq)
+
+    # redelivery_loop: 12 redeliveries (threshold 10); 10 redeliveries elsewhere is no loop
+    for name, n in (("looping", 12), ("ten-redeliveries", 10)):
+        mid = sim.new_id()
+        seq = sim.publish(mid, ["q-poison"], message_id=name)
+        sim.enqueue(mid, "q-poison")
+        sim.confirm(mid, seq)
+        tag = sim.deliver(mid, "q-poison")
+        for _ in range(n):
+            sim.settle("nacked", mid, "q-poison", tag, requeue=True)
+            sim.requeue(mid, "q-poison")
+            tag = sim.deliver(mid, "q-poison", redelivered=True)
+        sim.settle("acked", mid, "q-poison", tag)
+        if n > 10:
+            planted["redelivery_loop"] = mid.hex()
+    return planted

@@ -1,0 +1,155 @@
+"""spark_analysis: the lifecycle job on synthetic logs written with actors/events.py.
+
+One SparkSession (local[2]) and one run of the job for the module: the known workload and the
+planted anomalies share one log of two nodes; the tests then read what the job wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+
+from actors import events as writer
+from analysis_workload import Sim, known_workload, planted_anomalies
+from spark_analysis import lifecycle, reader
+from spark_analysis import schema as S
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+
+
+# -- without Spark -------------------------------------------------------------------------------
+def test_reader_schema_is_the_writers():
+    assert S.SCHEMA == writer.SCHEMA
+    assert set(S.KIND_ORDER) == set(writer.KINDS) and len(S.KIND_ORDER) == len(writer.KINDS)
+    assert S.COPY_KINDS == writer.COPY_KINDS and S.PROCESS_KINDS == writer.PROCESS_KINDS
+    assert S.MESSAGE_KINDS == writer.MESSAGE_KINDS
+    assert S.PUBLISHER_KINDS == writer.PUBLISHER_KINDS
+
+
+def test_reader_decodes_what_the_writer_wrote(tmp_path):
+    lg = writer.EventLog(str(tmp_path), "n1", "queue-0", flush_interval=3600)
+    mid = os.urandom(16)
+    lg.record("delivered", mid, 2_000_000_000, 1_000, dict(
+        queue="q", channel=3, delivery_tag=9, redelivered=True, queues=("a",),
+        message_id=b"bytes-id", custom={"x": 1}))
+    lg.record("queue_crashed", None, 2_000_000_500, 1_500, dict(queue="q", channel="7"))
+    lg.close()
+    rows = reader.read_dir(str(tmp_path)).to_pylist()
+    assert [r["kind"] for r in rows] == ["delivered", "queue_crashed"]
+    r = rows[0]
+    assert (r["node"], r["process"], r["msg_id"], r["queue"], r["channel"]) == \
+        ("n1", "queue-0", mid, "q", 3)
+    assert r["redelivered"] is True and r["queues"] == ["a"] and r["delivery_tag"] == 9
+    assert r["message_id"] == "bytes-id"  # coerced to the column's type
+    assert r["extra"] == '{"custom": {"x": 1}}'
+    assert r["rank"] == S.RANK["delivered"]
+    assert rows[1]["msg_id"] is None and rows[1]["channel"] == 7
+    assert rows[1]["t_ns"] - r["t_ns"] == 500  # monotonic differences survive
+    assert r["wall_ns"] == 2_000_000_000
+
+
+def test_script_entry_point_imports_without_the_package_on_the_path():
+    env = dict(os.environ, PYTHONPATH="")
+    out = subprocess.run([sys.executable, os.path.join(REPO, "spark_analysis", "lifecycle.py"),
+                          "--help"], cwd="/", env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "--events" in out.stdout and "--master" in out.stdout
+
+
+# -- one Spark run -------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def spark():
+    from spark_analysis import session
+    s = session.build("local[2]", driver_memory="1g", shuffle_partitions=4)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def job(spark, tmp_path_factory):
+    root = tmp_path_factory.mktemp("events")
+    sim = Sim(str(root))
+    known = known_workload(sim)
+    planted = planted_anomalies(sim)
+    sim.close()
+    out = tmp_path_factory.mktemp("out")
+    args = lifecycle.parse_args(["--events", str(root), "--out", str(out), "--no-progress",
+                                 "--message", "requeued-once"])
+    assert lifecycle.run(args, spark=spark) == 0
+    lifecycles = {r["msg_id"]: r for r in pq.read_table(out / "lifecycles").to_pylist()}
+    anomalies = pq.read_table(out / "anomalies").to_pylist()
+    by_queue = pq.read_table(out / "latency" / "by_queue").to_pylist()
+    return dict(known=known, planted=planted, out=out, messages=sim.counter,
+                lifecycles=lifecycles, anomalies=anomalies, by_queue=by_queue)
+
+
+def test_final_states_of_the_known_workload(job):
+    lc = job["lifecycles"]
+    for msg_id, state in job["known"]["final_states"].items():
+        assert lc[msg_id]["final_state"] == state, (msg_id, lc[msg_id]["message_id"])
+    assert len(lc) == job["messages"] == len(job["known"]["final_states"]) + 10
+
+
+def test_counts_and_columns_of_the_known_workload(job):
+    lc, known = job["lifecycles"], job["known"]
+    r = lc[known["requeued"]]
+    assert (r["deliveries"], r["redeliveries"], r["nacks"], r["requeues"], r["acks"]) == \
+        (2, 1, 1, 1, 1)
+    assert r["message_id"] == "requeued-once" and r["queues"] == ["q-work"]
+    d = lc[known["dead_lettered"]]
+    assert dict(d["queue_states"]) == {"q-work": "dead_lettered", "q-dlq": "queued"}
+    assert d["dead_letter_queues"] == ["q-dlq"] and d["rejects"] == 1
+    for msg_id in known["closed"]:
+        c = lc[msg_id]
+        assert (c["deliveries"], c["acks"], c["requeues"]) == (1, 0, 1)
+    ok = [r for r in lc.values() if r["queues"] == ["q-ok"]]
+    assert len(ok) == 3 and sum(r["message_id"] is None for r in ok) == 1
+    assert all(r["persistent"] and r["copies"][0]["durable"] for r in ok)
+    returned = [r for r in lc.values() if r["final_state"] == "returned"]
+    assert len(returned) == 1 and returned[0]["queues"] == []
+    assert returned[0]["t_returned"] is not None and returned[0]["mandatory"] is True
+    assert {"msg_id", "message_id", "final_state", "t_published", "t_confirmed",
+            "t_first_delivered", "t_first_acked", "redeliveries", "copies"} <= set(ok[0])
+    assert "t_published_ns" not in ok[0]  # helper columns stay out of the output
+    assert sorted(ok[0]["nodes"]) == ["leveret@a", "leveret@b"]
+
+
+def test_planted_anomalies_found_and_nothing_else(job):
+    found = sorted((a["kind"], a["msg_id"]) for a in job["anomalies"])
+    assert found == sorted((kind, msg_id) for kind, msg_id in job["planted"].items())
+    lost = [a for a in job["anomalies"] if a["kind"] == "lost"][0]
+    assert lost["queue"] == "q-crash" and lost["message_id"] == "lost"
+
+
+def test_latencies_per_queue(job):
+    # every q-ok message: publish, routed, enqueued, stored, synced, confirmed, delivered,
+    # acked -- 1 ms apart
+    rows = {r["metric"]: r for r in job["by_queue"] if r["queue"] == "q-ok"}
+    expected = {"publish_to_confirm": 5.0, "publish_to_first_delivery": 6.0,
+                "delivery_to_ack": 1.0, "time_in_queue": 5.0}
+    for metric, ms in expected.items():
+        r = rows[metric]
+        assert r["count"] == 3
+        assert r["p50_ms"] == pytest.approx(ms) and r["p99_ms"] == pytest.approx(ms)
+        assert r["max_ms"] == pytest.approx(ms)
+    whole = {r["metric"]: r for r in job["by_queue"] if r["queue"] == "(all)"}
+    confirmed = sum(1 for r in job["lifecycles"].values() if r["t_confirmed"] is not None
+                    and r["t_published"] is not None)
+    assert whole["publish_to_confirm"]["count"] == confirmed
+
+
+def test_report_and_plots(job):
+    out = job["out"]
+    html = (out / "report.html").read_text()
+    for png in ("latency.png", "throughput.png", "timeline.png"):
+        assert f'src="plots/{png}"' in html
+        assert (out / "plots" / png).stat().st_size > 1000
+    assert "requeued" in html and job["known"]["requeued"] in html  # the chosen timeline
+    assert "anomalies: 5" in html
+    assert (out / "latency" / "by_minute").is_dir()
