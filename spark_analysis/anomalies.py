@@ -6,8 +6,9 @@
   requeue followed), or routed but never enqueued anywhere;
 - acked_twice: a queue's copy acked more than once;
 - delivered_after_ack: a copy delivered (or fetched) again after its first ack;
-- confirmed_before_synced: a persistent message's copy in a durable queue confirmed before that
-  copy was synced to disk (unless it had already left the queue: acked before the sync);
+- confirmed_before_synced: a persistent message's copy in a durable queue, enqueued before the
+  confirm, confirmed before that copy was synced to disk (unless it had already left the queue:
+  acked before the sync);
 - redelivery_loop: a copy redelivered more than `redelivery_threshold` times.
 """
 
@@ -57,6 +58,8 @@ def find(lifecycles: DataFrame, redelivery_threshold: int = 10) -> DataFrame:
     early = (confirmed &
              F.coalesce(c.getField("persistent"), F.col("persistent"), F.lit(False)) &
              F.coalesce(c.getField("durable"), F.lit(False)) &
+             (c.getField("t_enqueued_ns") <= conf) &  # a copy made later (dead-lettered) is
+             #                                          not what the confirm promised
              ~F.coalesce(c.getField("t_removed_ns") <= conf, F.lit(False)) &
              (synced.isNull() | (synced > conf)))
     before_synced = _row(copies.where(early), "confirmed_before_synced", cq, F.col("t_confirmed"),

@@ -6,6 +6,7 @@
 
 DIR holds the .events files of one or many nodes (searched recursively; several directories may
 be given, comma-separated). Writes, under OUT:
+    events/              Parquet, every event decoded, one row each (reader.py, schema.py)
     lifecycles/          Parquet, one row per message (lifecycles.py)
     anomalies/           Parquet, one row per anomaly, `kind` column (anomalies.py)
     latency/by_queue/    Parquet, percentiles per metric and queue (latency.py)
@@ -21,7 +22,6 @@ import math
 import os
 import shutil
 import sys
-import time
 
 if __package__ in (None, ""):  # run as a script (spark-submit spark_analysis/lifecycle.py)
     _here = os.path.dirname(os.path.abspath(__file__))
@@ -40,8 +40,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         "\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--events", required=True, help="directory (or comma-separated directories "
                    "and files) holding .events files")
-    p.add_argument("--out", required=True, help="output directory (replaced parts: lifecycles/, "
-                   "anomalies/, latency/, plots/, report.html)")
+    p.add_argument("--out", required=True, help="output directory (replaced parts: events/, "
+                   "lifecycles/, anomalies/, latency/, plots/, report.html)")
     p.add_argument("--master", help="Spark master URL (default local[*], or spark-submit's)")
     p.add_argument("--message", help="msg_id (hex) or publisher message_id of the message whose "
                    "timeline the report draws (default: the first anomaly's, else the message "
@@ -84,16 +84,19 @@ def run(args: argparse.Namespace, spark=None) -> int:
         return 2
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
-    t_start = time.monotonic()
+    prog = Progress(STEPS, enabled=not args.no_progress)
+    prog.begin("start Spark")
     own = spark is None
     if own:
         spark = session.build(args.master, args.driver_memory, args.shuffle_partitions)
-    prog = Progress(spark, STEPS, enabled=not args.no_progress)
-    prog.step = STEPS[0]
-    prog.t_step = t_start
+    prog.attach(spark)
     try:
         prog.begin("read events")
-        events = reader.load(spark, list(headers)).persist(StorageLevel.MEMORY_AND_DISK)
+        # Decoded once (Python workers), kept as Parquet: every later pass reads only the
+        # columns it needs, and nothing big has to fit in the JVM's memory.
+        events_dir = os.path.join(out, "events")
+        reader.load(spark, list(headers)).write.mode("overwrite").parquet(events_dir)
+        events = spark.read.parquet(events_dir)
         by_kind = _rows(events.groupBy("kind", F.col("msg_id").isNull().alias("no_id")).count())
         events_by_kind: dict[str, int] = {}
         no_id = 0
@@ -103,8 +106,9 @@ def run(args: argparse.Namespace, spark=None) -> int:
                 no_id += r["count"]
 
         prog.begin("lifecycles")
-        lc = lifecycles.build(events).persist(StorageLevel.MEMORY_AND_DISK)
-        lifecycles.public(lc).write.mode("overwrite").parquet(os.path.join(out, "lifecycles"))
+        lc_dir = os.path.join(out, "lifecycles")
+        lifecycles.build(events).write.mode("overwrite").parquet(lc_dir)
+        lc = spark.read.parquet(lc_dir)
         final_states = {r["final_state"]: r["count"] for r in
                         _rows(lc.groupBy("final_state").count())}
 
@@ -116,7 +120,7 @@ def run(args: argparse.Namespace, spark=None) -> int:
         anomaly_rows = _rows(an.orderBy("kind", "t").limit(50))
 
         prog.begin("latencies")
-        samples = latency.samples(lc).persist(StorageLevel.MEMORY_AND_DISK)
+        samples = latency.samples(lc).persist(StorageLevel.DISK_ONLY)
         by_queue = latency.by_queue(samples)
         by_minute = latency.by_minute(samples)
         by_queue.write.mode("overwrite").parquet(os.path.join(out, "latency", "by_queue"))
@@ -162,7 +166,7 @@ def run(args: argparse.Namespace, spark=None) -> int:
             latency_samples=hist, throughput=throughput, bucket_seconds=bucket,
             timeline_msg=chosen, timeline=timeline)
         prog.close()
-        data.seconds = time.monotonic() - t_start
+        data.seconds = prog.elapsed
         data.steps = prog.timings
         path = report.write(data, out)
         print(report.summary_text(data))
@@ -170,9 +174,6 @@ def run(args: argparse.Namespace, spark=None) -> int:
         return 0
     finally:
         prog.close()
-        for df in (locals().get("lc"), locals().get("events")):
-            if df is not None:
-                df.unpersist()
         if own:
             spark.stop()
 

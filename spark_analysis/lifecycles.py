@@ -21,9 +21,11 @@ from spark_analysis import schema as S
 # final_state of a message: the state shared by the copies in the queues it was routed to (a
 # dead-letter queue's copy keeps its own state in `copies`), "mixed" when they differ, or, with
 # no copy at all: returned, unroutable, nacked_to_publisher, not_enqueued (routed, never
-# enqueued), published (nothing after publish_received).
+# enqueued), published (nothing after publish_received). A copy's state: queued, unacked,
+# acked (by the consumer, or a no_ack delivery), discarded (nack/reject without requeue and no
+# dead-letter exchange), expired, dead_lettered, dropped, vanished (see copy_states).
 COPY_STATES = ("queued", "unacked", "acked", "discarded", "expired", "dead_lettered", "dropped",
-               "vanished", "not_enqueued")
+               "vanished", "not_enqueued")  # not_enqueued: stored/synced, never enqueued
 
 
 def ns_to_ts(col: Column) -> Column:
@@ -59,12 +61,19 @@ def _discard() -> Column:
     return _is("nacked", "rejected") & ~F.coalesce(F.col("requeue"), F.lit(True))
 
 
+def _auto_ack() -> Column:
+    """A delivery with no_ack: the message leaves the queue as it is sent."""
+    return _is(*S.DELIVERY_KINDS) & F.coalesce(F.col("no_ack"), F.lit(False))
+
+
 def copy_state(last: Column) -> Column:
     """The state a copy is left in by its last step (steps hold STATE_KINDS only)."""
     kind = last.getField("kind")
     requeue = F.coalesce(last.getField("requeue"), F.lit(True))
     return (F.when(kind.isin("enqueued", "requeued"), "queued")
-            .when(kind.isin(*S.DELIVERY_KINDS), "unacked")
+            .when(kind.isin(*S.DELIVERY_KINDS),
+                  F.when(F.coalesce(last.getField("no_ack"), F.lit(False)), "acked")
+                  .otherwise("unacked"))
             .when(kind == "acked", "acked")
             .when(kind.isin("nacked", "rejected"), F.when(requeue, "queued").otherwise("discarded"))
             .when(kind.isin("expired", "dead_lettered", "dropped"), kind)
@@ -78,7 +87,8 @@ def group_rows(events: DataFrame) -> DataFrame:
     step = F.struct(
         F.col("t_ns"), F.col("rank"), F.col("kind"), F.col("node"), F.col("actor"),
         F.col("requeue"), F.col("redelivered"), F.col("connection"), F.col("channel"),
-        F.col("delivery_tag"), F.col("consumer_tag"), F.col("store"), F.col("reason"))
+        F.col("delivery_tag"), F.col("consumer_tag"), F.col("no_ack"), F.col("where"),
+        F.col("reason"), F.col("seq_id"))
     delivery = _is(*S.DELIVERY_KINDS)
     return ev.groupBy("msg_id", "copy_queue").agg(
         F.count(F.lit(1)).alias("n_events"),
@@ -91,7 +101,8 @@ def group_rows(events: DataFrame) -> DataFrame:
         F.first(F.when(_is("publish_received"), F.col("routing_key")), ignorenulls=True)
         .alias("routing_key"),
         F.max("persistent").alias("persistent"),
-        F.max(F.when(_is("publish_received"), F.col("mandatory"))).alias("mandatory"),
+        F.max(F.when(_is("publish_received", "unroutable"), F.col("mandatory")))
+        .alias("mandatory"),
         F.first(F.when(_is("publish_received"), F.col("connection")), ignorenulls=True)
         .alias("publisher_connection"),
         F.first(F.when(_is("publish_received", "confirmed", "nacked_to_publisher"),
@@ -104,7 +115,7 @@ def group_rows(events: DataFrame) -> DataFrame:
         _t_min("confirmed").alias("t_confirmed_ns"),
         _t_min("nacked_to_publisher").alias("t_nacked_to_publisher_ns"),
         # copy side
-        F.max("durable").alias("durable"),
+        F.max(F.when(_is(*S.COPY_KINDS), F.col("durable"))).alias("durable"),
         _t_min("enqueued").alias("t_enqueued_ns"),
         _t_min("stored").alias("t_stored_ns"),
         _t_min("synced").alias("t_synced_ns"),
@@ -120,8 +131,9 @@ def group_rows(events: DataFrame) -> DataFrame:
         _n(_is("expired")).alias("expirations"),
         _n(_is("dead_lettered")).alias("dead_letterings"),
         _n(_is("dropped")).alias("drops"),
-        F.min(F.when(_is("acked", "expired", "dropped", "dead_lettered") | _discard(),
-                     F.col("t_ns"))).alias("t_removed_ns"),
+        F.min(F.when(_is("acked", "expired", "dropped", "dead_lettered") | _discard() |
+                     _auto_ack(), F.col("t_ns"))).alias("t_removed_ns"),
+        _n(_auto_ack()).alias("auto_acks"),
         F.max(F.when(_is(*S.COPY_KINDS), F.col("t_ns"))).alias("t_last_event_ns"),
         _union_lists(F.when(_is("dead_lettered"), F.col("queues"))).alias("dead_letter_queues"),
         F.first(F.when(_is("dead_lettered"), F.col("new_msg_id")), ignorenulls=True)
@@ -149,35 +161,44 @@ def copy_states(rows: DataFrame, events: DataFrame) -> DataFrame:
 
     # A queue restart after a copy's last step, while it was queued or unacked: gone with it
     # (a durable queue re-announces what it recovers with `enqueued`, reason "recovered").
+    # A synced copy survives it (recovery need not announce what it recovered). The queue
+    # events also say whether the queue is durable, when its copy events do not.
     restarts = (events.where(_is("queue_crashed", "queue_started") & F.col("queue").isNotNull())
-                .groupBy("vhost", "queue").agg(F.max("t_ns").alias("t_restart_ns"))
+                .groupBy("vhost", "queue").agg(F.max("t_ns").alias("t_restart_ns"),
+                                               F.max("durable").alias("q_durable"))
                 .withColumnRenamed("vhost", "r_vhost").withColumnRenamed("queue", "r_queue"))
-    rows = rows.join(F.broadcast(restarts), (rows.copy_queue == restarts.r_queue) &
-                     rows.vhost.eqNullSafe(restarts.r_vhost), "left")
-    # A channel (or connection) closed after a copy was delivered on it, and no requeue since.
-    closes = (events.where(_is("channel_closed", "connection_closed") &
-                           F.col("connection").isNotNull())
-              .select(F.col("connection").alias("c_connection"),
-                      F.when(_is("channel_closed"), F.col("channel")).alias("c_channel"),
-                      F.col("t_ns").alias("t_close_ns")))
-    unacked = rows.where(F.col("state") == "unacked").select(
-        "msg_id", "copy_queue", "last_connection", "last_channel", "t_last_event_ns")
-    closed = (unacked.join(F.broadcast(closes),
-                           (unacked.last_connection == closes.c_connection) &
-                           (closes.c_channel.isNull() | (unacked.last_channel ==
-                                                         closes.c_channel)) &
-                           (closes.t_close_ns > unacked.t_last_event_ns), "left_semi")
-              .select("msg_id", "copy_queue", F.lit(True).alias("closed_under_it")))
-    rows = rows.join(F.broadcast(closed), ["msg_id", "copy_queue"], "left")
-    gone = F.col("state").isin("queued", "unacked") & (
-        (F.col("t_restart_ns") > F.col("t_last_event_ns")) |
-        F.coalesce(F.col("closed_under_it"), F.lit(False)))
+    rows = (rows.join(F.broadcast(restarts), (rows.copy_queue == restarts.r_queue) &
+                      rows.vhost.eqNullSafe(restarts.r_vhost), "left")
+            .withColumn("durable", F.when(is_copy, F.coalesce(
+                F.col("durable"), F.col("q_durable"), F.col("t_stored_ns").isNotNull()))))
+    # A channel (or its connection) closed after a copy was delivered on it, and no requeue
+    # since. Latest close per channel and per connection: one row per key, so the joins keep
+    # one row per copy (channel numbers are reused: only a close after the delivery counts).
+    ch_closes = (events.where(_is("channel_closed") & F.col("connection").isNotNull())
+                 .groupBy(F.col("connection").alias("cc_connection"),
+                          F.col("channel").alias("cc_channel"))
+                 .agg(F.max("t_ns").alias("t_ch_close_ns")))
+    conn_closes = (events.where(_is("connection_closed") & F.col("connection").isNotNull())
+                   .groupBy(F.col("connection").alias("k_connection"))
+                   .agg(F.max("t_ns").alias("t_conn_close_ns")))
+    rows = (rows
+            .join(F.broadcast(ch_closes), (rows.last_connection == ch_closes.cc_connection) &
+                  (rows.last_channel == ch_closes.cc_channel), "left")
+            .join(F.broadcast(conn_closes), rows.last_connection == conn_closes.k_connection,
+                  "left"))
+    closed_under_it = F.greatest("t_ch_close_ns", "t_conn_close_ns") > F.col("t_last_event_ns")
+    restarted = ((F.col("t_restart_ns") > F.col("t_last_event_ns")) &
+                 ~F.coalesce(F.col("t_synced_ns") <= F.col("t_restart_ns"), F.lit(False)))
+    gone = (F.col("state").isin("queued", "unacked") & F.coalesce(restarted, F.lit(False))) | (
+        (F.col("state") == "unacked") & F.coalesce(closed_under_it, F.lit(False)))
     return (rows.withColumn("state", F.when(gone, F.lit("vanished")).otherwise(F.col("state")))
-            .drop("r_vhost", "r_queue", "t_restart_ns", "closed_under_it", "last_connection",
-                  "last_channel"))
+            .drop("r_vhost", "r_queue", "t_restart_ns", "q_durable", "cc_connection",
+                  "cc_channel", "t_ch_close_ns", "k_connection", "t_conn_close_ns",
+                  "last_connection", "last_channel"))
 
 
-COPY_FIELDS = ("state", "durable", "persistent", "deliveries", "redeliveries", "acks", "nacks",
+COPY_FIELDS = ("state", "durable", "persistent", "deliveries", "redeliveries", "acks",
+               "auto_acks", "nacks",
                "rejects", "requeues", "expirations", "dead_letterings", "drops",
                "delivery_to_ack_ms", "delivered_after_ack", "dead_letter_queues")
 COPY_TIMES = ("t_enqueued", "t_stored", "t_synced", "t_first_delivered", "t_last_delivered",
@@ -219,8 +240,12 @@ def assemble(rows: DataFrame) -> DataFrame:
     return finish(msgs)
 
 
-def final_state(copies: Column, dl_queues: Column) -> Column:
-    origin = F.filter(copies, lambda c: ~F.array_contains(dl_queues, c.getField("queue")))
+def final_state(copies: Column, dl_queues: Column, routed: Column) -> Column:
+    """The state shared by the copies in the queues the publish was routed to (or, when the log
+    has no routed event, those that no dead_lettered event names as a target)."""
+    origin = F.filter(copies, lambda c: F.when(F.size(routed) > 0, F.array_contains(
+        routed, c.getField("queue"))).otherwise(~F.array_contains(dl_queues,
+                                                                   c.getField("queue"))))
     origin = F.when(F.size(origin) > 0, origin).otherwise(copies)
     states = F.array_distinct(F.transform(origin, lambda c: c.getField("state")))
     return (F.when(F.size(copies) == 0,
@@ -254,8 +279,8 @@ def finish(msgs: DataFrame) -> DataFrame:
     out = msgs.select(
         F.lower(F.hex("msg_id")).alias("msg_id"),
         "message_id", "vhost", "exchange", "routing_key", "persistent", "mandatory",
-        final_state(F.col("copies"), F.coalesce(F.col("dead_letter_queues"), F.array()))
-        .alias("final_state"),
+        final_state(F.col("copies"), F.coalesce(F.col("dead_letter_queues"), F.array()),
+                    F.coalesce(F.col("routed_queues"), F.array())).alias("final_state"),
         F.transform("copies", lambda c: c.getField("queue")).alias("queues"),
         "routed_queues", "dead_letter_queues",
         F.map_from_entries(F.transform("copies", lambda c: F.struct(
@@ -274,7 +299,7 @@ def finish(msgs: DataFrame) -> DataFrame:
         F.lower(F.hex("dead_lettered_to")).alias("dead_lettered_to"),
         "seq_no", "publisher_connection", "n_events", "nodes",
         F.transform("copies", _copy_times).alias("copies"),
-        *[f"{t}_ns" for t in PUBLISH_TIMES],  # exact times for the anomaly checks
+        *[f"{t}_ns" for t in PUBLISH_TIMES],  # exact times (the anomaly checks use them)
     )
     return out
 
@@ -285,13 +310,9 @@ def _copy_times(c: Column) -> Column:
     return c
 
 
-def public(lifecycles: DataFrame) -> DataFrame:
-    """What OUT/lifecycles/ holds: the lifecycles without the nanosecond helper columns."""
-    return (lifecycles.drop(*[f"{t}_ns" for t in PUBLISH_TIMES])
-            .withColumn("copies", F.transform("copies", lambda c: c.dropFields(
-                *[f"{t}_ns" for t in COPY_TIMES]))))
 
 
 def build(events: DataFrame) -> DataFrame:
-    """The lifecycles DataFrame (one row per msg_id) of an events DataFrame."""
+    """The lifecycles DataFrame (one row per msg_id) of an events DataFrame: two shuffles, one
+    pass over each (write it out, then read it back, rather than caching it)."""
     return assemble(copy_states(group_rows(events), events))

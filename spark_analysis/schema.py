@@ -49,10 +49,18 @@ FIELD_COLUMNS = (
     ("durable", "boolean"),
     ("mandatory", "boolean"),
     ("reason", "string"),
-    ("store", "string"),
+    ("where", "string"),  # stored: "index" or "msg_store"
     ("count", "bigint"),
     ("queues", "array<string>"),
     ("new_msg_id", "binary"),
+    ("seq_id", "bigint"),  # the queue's position of the message
+    ("no_ack", "boolean"),  # delivered/fetched with auto-ack: settled by the delivery
+    ("unacked", "bigint"),  # channel_closed: deliveries it held
+    ("channels", "bigint"),  # connection_closed: channels it had
+    ("recovered", "bigint"),  # queue_started: messages recovered from disk
+    ("size", "bigint"),  # publish_received: body bytes
+    ("paged", "boolean"),  # enqueued straight to disk (deep durable queue)
+    ("worker", "bigint"),  # queue_crashed: the queue worker that died
 )
 
 # Columns every row gets from its file's header and the event record itself.

@@ -1,10 +1,11 @@
 """Synthetic event logs for the lifecycle job's tests, written with actors/events.py.
 
-`Sim` plays two nodes: node A runs the channel process (conn-0: publishes, confirms, acks,
-channel closes), node B the queue process (queue-0: enqueues, stores, deliveries, requeues,
-expiry, dead-lettering, drops, restarts). Events get a virtual clock: each one 1 ms after the
-previous, so latencies are known exactly. `known_workload` and `planted_anomalies` write the
-scenarios the tests check and return what the job must find.
+`Sim` plays two nodes, with the events and fields Leveret's actors emit: node A runs the
+channel process (conn-0: publishes, routing, confirms, deliveries, acks, channel closes), node B
+the queue process (queue-0: enqueues, stores, syncs, requeues, expiry, dead-lettering, drops,
+restarts). Events get a virtual clock: each one 1 ms after the previous, so latencies are known
+exactly. `known_workload` and `planted_anomalies` write the scenarios the tests check and return
+what the job must find.
 """
 
 from __future__ import annotations
@@ -49,15 +50,14 @@ class Sim:
                 confirm=True, conn="c1", ch=1) -> int:
         self.seq += 1
         self._emit(self.chan, "publish_received", mid, actor="channel", connection=conn,
-                   channel=ch, seq_no=self.seq if confirm else None, exchange="amq.direct",
-                   routing_key="rk", persistent=persistent, mandatory=mandatory,
-                   message_id=message_id)
+                   channel=ch, seq_no=self.seq if confirm else 0, exchange="amq.direct",
+                   routing_key="rk", persistent=persistent, message_id=message_id, size=10)
         if queues:
             self._emit(self.chan, "routed", mid, actor="channel", queues=list(queues))
         else:
-            self._emit(self.chan, "unroutable", mid, actor="channel", exchange="amq.direct")
+            self._emit(self.chan, "unroutable", mid, actor="channel", mandatory=mandatory)
             if mandatory:
-                self._emit(self.chan, "returned", mid, actor="channel", reason="NO_ROUTE")
+                self._emit(self.chan, "returned", mid, actor="channel")
         return self.seq
 
     def confirm(self, mid, seq, conn="c1", ch=1):
@@ -72,26 +72,28 @@ class Sim:
 
     def channel_closed(self, conn, ch, unacked):
         self._emit(self.chan, "channel_closed", None, actor="channel", connection=conn,
-                   channel=ch, count=unacked)
+                   channel=ch, unacked=unacked)
+
+    def deliver(self, mid, q, conn="c2", ch=1, redelivered=False, kind="delivered",
+                no_ack=False) -> int:
+        tag = self.tags.get((conn, ch), 0) + 1
+        self.tags[(conn, ch)] = tag
+        extra = {} if kind == "fetched" else {"consumer_tag": "ctag"}
+        self._emit(self.chan, kind, mid, actor="channel", queue=q, connection=conn, channel=ch,
+                   delivery_tag=tag, redelivered=redelivered, no_ack=no_ack, **extra)
+        return tag
 
     # -- queue side -----------------------------------------------------------------------------
-    def enqueue(self, mid, q, durable=False, persistent=False, reason=None):
-        self._emit(self.queue, "enqueued", mid, actor="queue", queue=q, durable=durable,
-                   persistent=persistent, reason=reason)
+    def enqueue(self, mid, q, **fields):
+        self.queue_seq = getattr(self, "queue_seq", 0) + 1
+        self._emit(self.queue, "enqueued", mid, actor="queue", queue=q, seq_id=self.queue_seq,
+                   paged=False, **fields)
 
-    def stored(self, mid, q, store="index"):
-        self._emit(self.queue, "stored", mid, actor="backing_queue", queue=q, store=store)
+    def stored(self, mid, q, where="index"):
+        self._emit(self.queue, "stored", mid, actor="backing_queue", queue=q, where=where)
 
     def synced(self, mid, q):
         self._emit(self.queue, "synced", mid, actor="backing_queue", queue=q)
-
-    def deliver(self, mid, q, conn="c2", ch=1, redelivered=False, kind="delivered") -> int:
-        tag = self.tags.get((conn, ch), 0) + 1
-        self.tags[(conn, ch)] = tag
-        self._emit(self.queue, kind, mid, actor="queue", queue=q, connection=conn, channel=ch,
-                   delivery_tag=tag, consumer_tag="" if kind == "fetched" else "ctag",
-                   redelivered=redelivered)
-        return tag
 
     def requeue(self, mid, q, reason="nack"):
         self._emit(self.queue, "requeued", mid, actor="queue", queue=q, reason=reason)
@@ -99,17 +101,20 @@ class Sim:
     def queue_event(self, kind, mid, q, **fields):
         self._emit(self.queue, kind, mid, actor="queue", queue=q, **fields)
 
-    def queue_restart(self, q):
-        self._emit(self.queue, "queue_crashed", None, actor="queue", queue=q,
-                   reason="killed")
-        self._emit(self.queue, "queue_started", None, actor="queue", queue=q, count=0)
+    def queue_started(self, q, recovered=0, **fields):
+        self._emit(self.queue, "queue_started", None, actor="queue", queue=q,
+                   recovered=recovered, **fields)
+
+    def queue_restart(self, q, recovered=0):
+        self._emit(self.chan, "queue_crashed", None, actor="node", queue=q, worker=0)
+        self.queue_started(q, recovered)
 
     # -- whole journeys -------------------------------------------------------------------------
-    def consumed(self, q="q-ok", message_id=None, persistent=True, durable=True) -> bytes:
+    def consumed(self, q="q-ok", message_id=None, persistent=True) -> bytes:
         """publish, route, enqueue, store, sync, confirm, deliver, ack: 8 events, 1 ms apart."""
         mid = self.new_id()
         seq = self.publish(mid, [q], persistent=persistent, message_id=message_id)
-        self.enqueue(mid, q, durable=durable, persistent=persistent)
+        self.enqueue(mid, q)
         self.stored(mid, q)
         self.synced(mid, q)
         self.confirm(mid, seq)
@@ -195,28 +200,43 @@ def known_workload(sim: Sim) -> dict:
         sim.requeue(mid, "q-work", reason="channel_closed")
         expect[mid.hex()] = "queued"
     info["closed"] = [m.hex() for m in closed]
+
+    mid = sim.new_id()  # consumed with no_ack, then its channel closes: nothing to requeue
+    seq = sim.publish(mid, ["q-work"], message_id="no-ack")
+    sim.enqueue(mid, "q-work")
+    sim.confirm(mid, seq)
+    sim.deliver(mid, "q-work", conn="c5", no_ack=True)
+    sim.channel_closed("c5", 1, unacked=0)
+    expect[mid.hex()] = "acked"
     return {"final_states": expect, **info}
 
 
-def planted_anomalies(sim: Sim) -> dict:
-    """One anomaly of each kind, and near misses that are not anomalies: {kind: msg_id hex}."""
-    planted = {}
+def planted_anomalies(sim: Sim) -> list[tuple[str, str]]:
+    """Anomalies of every kind, and near misses that are not anomalies: [(kind, msg_id hex)]."""
+    planted = []
+    sim.queue_started("q-durable", durable=True)  # the queue says it is durable
     # lost: confirmed, then its queue crashed and came back without it
     mid = sim.new_id()
     seq = sim.publish(mid, ["q-crash"], message_id="lost")
     sim.enqueue(mid, "q-crash")
     sim.confirm(mid, seq)
     sim.queue_restart("q-crash")
-    planted["lost"] = mid.hex()
-    # not lost: durable queue restarted and recovered its persistent message
+    planted.append(("lost", mid.hex()))
+    # not lost: persistent, synced in a durable queue that restarted: recovered, announced
     mid = sim.new_id()
     seq = sim.publish(mid, ["q-durable"], persistent=True, message_id="recovered")
-    sim.enqueue(mid, "q-durable", durable=True, persistent=True)
+    sim.enqueue(mid, "q-durable")
     sim.stored(mid, "q-durable")
     sim.synced(mid, "q-durable")
     sim.confirm(mid, seq)
-    sim.queue_restart("q-durable")
-    sim.enqueue(mid, "q-durable", durable=True, persistent=True, reason="recovered")
+    mid2 = sim.new_id()  # ... and one the recovery does not announce
+    seq = sim.publish(mid2, ["q-durable"], persistent=True, message_id="recovered-silently")
+    sim.enqueue(mid2, "q-durable")
+    sim.stored(mid2, "q-durable")
+    sim.synced(mid2, "q-durable")
+    sim.confirm(mid2, seq)
+    sim.queue_restart("q-durable", recovered=2)
+    sim.enqueue(mid, "q-durable", reason="recovered")
     # not lost: never confirmed (no confirm mode), its queue restarted
     mid = sim.new_id()
     sim.publish(mid, ["q-crash"], confirm=False, message_id="unconfirmed")
@@ -231,7 +251,7 @@ def planted_anomalies(sim: Sim) -> dict:
     tag = sim.deliver(mid, "q-anom")
     sim.settle("acked", mid, "q-anom", tag)
     sim.settle("acked", mid, "q-anom", tag)
-    planted["acked_twice"] = mid.hex()
+    planted.append(("acked_twice", mid.hex()))
 
     # delivered_after_ack
     mid = sim.new_id()
@@ -241,27 +261,38 @@ def planted_anomalies(sim: Sim) -> dict:
     tag = sim.deliver(mid, "q-anom")
     sim.settle("acked", mid, "q-anom", tag)
     sim.deliver(mid, "q-anom", redelivered=True)
-    planted["delivered_after_ack"] = mid.hex()
+    planted.append(("delivered_after_ack", mid.hex()))
 
-    # confirmed_before_synced: persistent, durable queue, confirm before the sync
+    # confirmed_before_synced: persistent, durable queue, confirm before the sync ...
     mid = sim.new_id()
     seq = sim.publish(mid, ["q-durable"], persistent=True, message_id="early-confirm")
-    sim.enqueue(mid, "q-durable", durable=True, persistent=True)
+    sim.enqueue(mid, "q-durable")
     sim.stored(mid, "q-durable")
     sim.confirm(mid, seq)
     sim.synced(mid, "q-durable")
-    planted["confirmed_before_synced"] = mid.hex()
+    planted.append(("confirmed_before_synced", mid.hex()))
+    # ... or with no sync at all
+    mid = sim.new_id()
+    seq = sim.publish(mid, ["q-durable"], persistent=True, message_id="never-synced")
+    sim.enqueue(mid, "q-durable")
+    sim.confirm(mid, seq)
+    planted.append(("confirmed_before_synced", mid.hex()))
     # not early: acked before it was ever written, then confirmed (as RabbitMQ does)
     mid = sim.new_id()
     seq = sim.publish(mid, ["q-durable"], persistent=True, message_id="acked-before-sync")
-    sim.enqueue(mid, "q-durable", durable=True, persistent=True)
+    sim.enqueue(mid, "q-durable")
     tag = sim.deliver(mid, "q-durable")
     sim.settle("acked", mid, "q-durable", tag)
     sim.confirm(mid, seq)
     # not early: transient message in a durable queue, never synced
     mid = sim.new_id()
     seq = sim.publish(mid, ["q-durable"], persistent=False, message_id="transient")
-    sim.enqueue(mid, "q-durable", durable=True, persistent=False)
+    sim.enqueue(mid, "q-durable")
+    sim.confirm(mid, seq)
+    # not early: persistent message in a queue nothing says is durable
+    mid = sim.new_id()
+    seq = sim.publish(mid, ["q-anom"], persistent=True, message_id="transient-queue")
+    sim.enqueue(mid, "q-anom")
     sim.confirm(mid, seq)
 
     # redelivery_loop: 12 redeliveries (threshold 10); 10 redeliveries elsewhere is no loop
@@ -277,5 +308,5 @@ def planted_anomalies(sim: Sim) -> dict:
             tag = sim.deliver(mid, "q-poison", redelivered=True)
         sim.settle("acked", mid, "q-poison", tag)
         if n > 10:
-            planted["redelivery_loop"] = mid.hex()
+            planted.append(("redelivery_loop", mid.hex()))
     return planted
