@@ -24,7 +24,7 @@ import lmdb
 import pykka
 
 from actors import events
-from actors.storage import Storage
+from actors.storage import Storage, queue_id
 from protocol.properties import BasicProperties
 from queue_index import IndexEntry
 
@@ -74,9 +74,13 @@ class BackingQueue(pykka.ThreadingActor):
         self.storage = Storage.of(config) if self.durable else None  # the node's LMDB env
         self.index = (self.storage.queue_index(qdef["vhost"], qdef["name"])
                       if self.durable else None)  # this queue's queue_index
+        self.qid = queue_id(qdef["vhost"], qdef["name"])  # its key in the environment
+        self.pending_acks: list = []  # ack records a full store refused: retried
         self.unsynced: list = []  # persisted to LMDB, waiting for the sync to be confirmed
         self.timer_armed = False  # a _Sync is on its way
         self.held = 0  # persistent messages accepted and not yet forgotten (transient queue)
+        self.deleted = False  # the queue was deleted (its index is gone)
+        self.dirty = False  # the last run did not stop cleanly: every entry may be delivered
         self.boot_seq = 0  # entries below this seq_id are from before the start: transient
         #                    ones among them (paged out, not meant to survive) are dropped
 
@@ -112,6 +116,9 @@ class BackingQueue(pykka.ThreadingActor):
             self.queue_ref.tell(Persisted(msgs))
             return
         index, store = self.index, self.storage.msg_store
+        if self.storage.disk_alarm():
+            self.queue_ref.tell(Refused(msgs))  # their publishers get basic.nack
+            return
         wall_offset = int(time.time() * 1000) - int(time.monotonic() * 1000)
 
         def write(txn):
@@ -146,13 +153,16 @@ class BackingQueue(pykka.ThreadingActor):
             self.held -= len(msgs)
             return
         store = self.storage.msg_store
+        seqs = self.pending_acks + [m.seq_id for m in msgs]
 
         def write(txn):
-            released = self.index.ack(txn, [m.seq_id for m in msgs])
+            released = self.index.ack(txn, seqs)
             if released:
                 store.release(txn, released)
 
-        self._write(write)
+        # a full store cannot even delete (copy-on-write): keep the acks and try again with
+        # the next write, so that an acked message never comes back
+        self.pending_acks = [] if self._write(write) else seqs
 
     def _write(self, fn) -> bool:
         """One LMDB write transaction; False when the disk (map) is full."""
@@ -177,7 +187,16 @@ class BackingQueue(pykka.ThreadingActor):
                             queue=self.qname, seq_id=m.seq_id)
         self.queue_ref.tell(Persisted(done))
 
+    def on_stop(self) -> None:
+        if self.index is not None:
+            if self.pending_acks:
+                self._forget([])
+            self._sync()
+            if not self.deleted:
+                self.storage.mark_clean(self.qid)
+
     def _delete(self) -> None:
+        self.deleted = True
         if self.index is not None:
             store = self.storage.msg_store
 
@@ -210,6 +229,10 @@ class BackingQueue(pykka.ThreadingActor):
         with self.storage.env.begin() as txn:
             rec = self.index.recover(txn)
         self.boot_seq = rec.next_seq_id
+        # after a crash a deliver record may be missing for a message that did reach a client
+        # (it is written behind the delivery): all may have been delivered, redelivered=true
+        clean = self.storage.was_clean(self.qid)
+        self.dirty = rec.live > 0 and not clean
         page = self._page(-1, limit or rec.live + 1)
         more = rec.live - len(page.entries) - page.dropped
         more_bytes = rec.live_bytes - sum(len(b) for _, b, _ in page.entries) - \
@@ -233,6 +256,8 @@ class BackingQueue(pykka.ThreadingActor):
                                   "message %d dropped", e.msg_id.hex(), e.seq_id)
                         stale.append(e)
                         continue
+                if self.dirty and e.seq_id < self.boot_seq and not e.delivered:
+                    e = e._replace(delivered=True)
                 out.append((e, bytes(body), persistent))
         if stale:
             self._forget_entries(stale)

@@ -68,9 +68,13 @@ class StartQueue(NamedTuple):
 
 
 class QueueStarted(NamedTuple):
+    """Queue worker -> node: the queue has recovered and serves at `address` (sent only then:
+    a message to a queue still recovering must not reach the missing-queue fallback), or it
+    could not start (`error`)."""
     vhost: str
     name: str
     address: str
+    error: str = ""
 
 
 class StopQueue(NamedTuple):

@@ -122,6 +122,8 @@ class Metadata(pykka.ThreadingActor):
                 self._worker_exited(msg)
             elif msg == "ready":
                 return [k for k, w in self.workers.items() if w.ready]
+            elif msg == "durable_queues":
+                return [key for key, q in self.queues.items() if q["durable"]]
         except Exception:
             log.exception("metadata failed on %r", type(msg).__name__)
 
@@ -282,6 +284,16 @@ class Metadata(pykka.ThreadingActor):
         key = (msg.vhost, msg.name)
         q = self.queues.get(key)
         if q is None:
+            return
+        if msg.error:
+            # the queue cannot run (its storage is full): the declarers hear it, it is gone
+            text = amqp_text(506, f"queue '{msg.name}' in vhost '{msg.vhost}' could not "
+                                  f"start: {msg.error}")
+            for reply_to, req_id, _ in self.pending_start.pop(key, []):
+                self._send_reply(reply_to, m.RpcReply(req_id, False, None, 506, text))
+            self._change(["router", "remove_queue", [msg.vhost, msg.name]],
+                         ["queue_del", msg.vhost, msg.name])
+            self._recovered(key)
             return
         self._change(["queue_put", dict(q, address=msg.address)])
         for reply_to, req_id, result in self.pending_start.pop(key, []):

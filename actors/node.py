@@ -26,6 +26,7 @@ import time
 from actors import events
 from actors.config import Config
 from actors.metadata import Metadata, WorkerExited
+from actors.storage import Storage, queue_id
 from actors.transport import Transport
 
 log = logging.getLogger("leveret.node")
@@ -77,6 +78,7 @@ class Node:
         self.transport = Transport(f"ipc://{self.run_dir}/node.sock")
         self.transport.start()
         self.metadata = Metadata.start(self.transport, cfg.data_dir, cfg.queue_workers)
+        self._drop_stale_indexes()
         self._write_node_file()
         self.slots = ([Slot("queue", i) for i in range(cfg.queue_workers)] +
                       [Slot("conn", i) for i in range(cfg.conn_workers)])
@@ -90,6 +92,15 @@ class Node:
         finally:
             self._shutdown()
         return self.exit_code
+
+    def _drop_stale_indexes(self) -> None:
+        """Queue indexes of queues that are not defined any more (durable exclusive queues of
+        the last run, queues deleted while a worker was down) go before any queue starts, so a
+        new queue of the same name starts empty."""
+        keep = {queue_id(v, n) for v, n in self.metadata.ask("durable_queues")}
+        dropped = Storage.of(self.config).drop_stale(keep)
+        if dropped:
+            log.info("dropped the indexes of %d queues that are no longer defined", len(dropped))
 
     def request_stop(self, signum=None, frame=None) -> None:
         if signum is not None:

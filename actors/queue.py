@@ -123,7 +123,7 @@ class Effects:
 
 
 class Queue(pykka.ThreadingActor):
-    def __init__(self, host: "QueueHost", qdef: dict, recovered: bool):
+    def __init__(self, host: "QueueHost", qdef: dict, recovered: bool, started_to: str = ""):
         super().__init__()
         self.transport = host.transport  # this process's Transport
         self.replica = host.replica  # metadata, for dead-letter routing
@@ -147,6 +147,7 @@ class Queue(pykka.ThreadingActor):
         self.held = 0  # messages handled since the last delivery run
         self.pending_gets: list = []  # basic.get waiting for a page of paged-out messages
         self.recovered = recovered  # restarted after a crash
+        self.started_to = started_to  # told QueueStarted once recovered (the node)
 
     def confirm_on(self) -> str:
         """x-confirm-on, else the effective policy's confirm-on, else enqueue."""
@@ -169,6 +170,9 @@ class Queue(pykka.ThreadingActor):
                 log.info("queue '%s' in vhost '%s': %d persistent messages recovered",
                          self.qname, self.vhost, len(entries) + more)
         self.transport.register(self.name, self.actor_ref)
+        if self.started_to:
+            self.transport.send(self.started_to, m.QueueStarted(self.vhost, self.qname,
+                                                                self.address))
         if events.enabled():
             events.emit("queue_started", None, actor="queue", vhost=self.vhost,
                         queue=self.qname, recovered=self.recovered)
@@ -299,10 +303,17 @@ class QueueHost(WorkerHost):
         q = msg.qdef
         name = queue_actor_name(q["vhost"], q["name"])
         old = self.queues.get(name)
-        if old is None or not old.is_alive():
-            self.queues[name] = Queue.start(self, q, msg.recovered)
-        self.transport.send(msg.reply_to, m.QueueStarted(
-            q["vhost"], q["name"], self.transport.address(name)))
+        if old is not None and old.is_alive():
+            self.transport.send(msg.reply_to, m.QueueStarted(
+                q["vhost"], q["name"], self.transport.address(name)))
+            return
+        try:
+            # the Queue tells the node itself once it has recovered (Queue.on_start)
+            self.queues[name] = Queue.start(self, q, msg.recovered, msg.reply_to)
+        except Exception as e:  # noqa: BLE001 - e.g. lmdb.MapFullError opening its index
+            log.exception("queue '%s' in vhost '%s' could not start", q["name"], q["vhost"])
+            self.transport.send(msg.reply_to, m.QueueStarted(
+                q["vhost"], q["name"], "", f"{type(e).__name__}: {e}"))
 
     def worker_down(self, kind, endpoint) -> None:
         if kind != "conn":

@@ -20,11 +20,14 @@ import os
 import threading
 import time
 
+import logging
+
 import lmdb
 
 from msg_store import MsgStore
 from queue_index import QueueIndex
 
+log = logging.getLogger("leveret.storage")
 _lock = threading.Lock()
 _opened: dict[str, "Storage"] = {}  # path -> the process's Storage for it
 
@@ -36,10 +39,16 @@ class Storage:
         self.config = config  # node configuration (storage settings)
         self.env = lmdb.open(  # the node's message environment, shared by every queue worker
             path, map_size=config.storage_map_size,
-            max_dbs=len(MsgStore.db_names()) + len(QueueIndex.db_names()),
+            max_dbs=len(MsgStore.db_names()) + len(QueueIndex.db_names()) + 1,
             max_readers=1024, sync=False, metasync=False, subdir=True)
         with self.env.begin(write=True) as txn:
             self.msg_store = MsgStore(self.env, txn=txn)  # refcounted bodies of large messages
+            self.clean = self.env.open_db(b"clean", txn=txn)  # queue_id -> stopped cleanly
+            self.dbs = [self.env.open_db(name, txn=txn)  # every database, for usage()
+                        for name in MsgStore.db_names() + QueueIndex.db_names()] + [self.clean]
+        self.alarm = False  # the disk alarm is on: persistent publishes are refused
+        self.checked = 0.0  # monotonic time of the last usage check
+        self.used = 0.0  # the last usage() seen
         self.trimmed = 0.0  # monotonic time of the last maybe_trim
         self.map_range: tuple[int, int] | None = None  # (address, length) of the LMDB map
 
@@ -63,6 +72,59 @@ class Storage:
     def sync(self) -> None:
         self.env.sync(True)
 
+    def usage(self) -> float:
+        """Fraction of the map in use: pages of every database (free pages excluded)."""
+        with self.env.begin() as txn:
+            st = [txn.stat(db) for db in self.dbs] + [txn.stat()]
+        pages = sum(s["branch_pages"] + s["leaf_pages"] + s["overflow_pages"] for s in st)
+        return pages * st[-1]["psize"] / self.config.storage_map_size
+
+    def disk_alarm(self) -> bool:
+        """rabbit's disk alarm for the message store: on above ALARM_HIGH of the map in use,
+        off again below ALARM_LOW. Refusing publishes before LMDB itself is full keeps room
+        for acks, which need pages too (copy-on-write), so space can come back."""
+        now = time.monotonic()
+        if self.used >= ALARM_CHECK_ALWAYS or now - self.checked >= ALARM_CHECK_S:
+            self.checked = now
+            used = self.used = self.usage()
+            if used >= ALARM_HIGH and not self.alarm:
+                self.alarm = True
+                log.error("message store full: %.0f%% of storage_map_size (%d bytes) in %s is "
+                          "used; persistent messages are refused until consumers free space",
+                          used * 100, self.config.storage_map_size, self.env.path())
+            elif used < ALARM_LOW and self.alarm:
+                self.alarm = False
+                log.warning("message store has room again (%.0f%% used)", used * 100)
+        return self.alarm
+
+    def mark_clean(self, qid: bytes) -> None:
+        """The queue stopped cleanly: its deliver records are complete."""
+        with self.env.begin(write=True) as txn:
+            txn.put(qid, b"1", db=self.clean)
+        self.sync()
+
+    def was_clean(self, qid: bytes) -> bool:
+        """Whether the queue's last run ended cleanly (and forget it: this run is not over)."""
+        with self.env.begin(write=True) as txn:
+            return txn.pop(qid, db=self.clean) is not None
+
+    def drop_stale(self, keep: set) -> list:
+        """Delete the index of every queue whose id is not in `keep` (queues that are no longer
+        defined: exclusive durable ones at a restart, deleted while down), releasing their
+        bodies. Returns the ids dropped."""
+        with self.env.begin() as txn:
+            stale = [q for q in QueueIndex.queue_ids(self.env, txn) if q not in keep]
+        for qid in stale:
+            with self.env.begin(write=True) as txn:
+                index = QueueIndex(self.env, qid, txn=txn)
+                released = index.delete(txn)
+                if released:
+                    self.msg_store.release(txn, released)
+                txn.pop(qid, db=self.clean)
+        if stale:
+            self.sync()
+        return stale
+
     def maybe_trim(self) -> None:
         """Drop this process's mapping of the LMDB file's pages (not the page cache) at most
         every TRIM_INTERVAL_S. LMDB reads through a read-only shared map, so every page a
@@ -80,6 +142,11 @@ class Storage:
             _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), MADV_DONTNEED)
 
 
+ALARM_HIGH, ALARM_LOW = 0.6, 0.5  # disk alarm watermarks (fractions of storage_map_size):
+#   LMDB needs room beyond the pages in use (its free list, pages a reader still sees, the
+#   copy-on-write of every commit), and acks must still find pages when the alarm is on
+ALARM_CHECK_S = 0.05  # usage is read at most this often per process...
+ALARM_CHECK_ALWAYS = 0.4  # ...and on every write once this much is in use
 TRIM_INTERVAL_S = 1.0
 MADV_DONTNEED = 4
 try:

@@ -51,8 +51,9 @@ def test_confirmed_persistent_messages_survive_kill9__C8(tmp_path, size):
                 break
             got.append((body, m.redelivered))
         assert [b for b, _ in got] == bodies[2:]          # in order, acked ones gone
-        assert got[0][1] is True                           # delivered before the crash
-        assert not any(r for _, r in got[1:])
+        # after kill -9 a deliver record may be missing: every recovered message is marked as
+        # possibly delivered (A4); the one that was delivered certainly is
+        assert got[0][1] is True
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as ei:
             conn.channel().queue_declare("transient-q", passive=True)
         assert ei.value.reply_code == 404                  # transient queue: gone
