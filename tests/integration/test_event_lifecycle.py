@@ -1,0 +1,99 @@
+"""Issue 5 end to end: a real node with events=full, a pika workload whose outcome the client
+knows, then the Spark job (local mode) must rebuild exactly those per-message states and counts.
+Messages are named by the publisher's message_id property, which the job reports beside the
+broker's msg_id."""
+from __future__ import annotations
+
+import os
+
+import pika
+import pyarrow.parquet as pq
+import pytest
+
+from amqp_helpers import safe_close, wait_until
+from conftest import Broker
+
+pytestmark = pytest.mark.skipif(bool(os.environ.get("LEVERET_TEST_URL")),
+                                reason="reads Leveret's own event log")
+
+
+def _props(name, persistent=False):
+    return pika.BasicProperties(message_id=name, delivery_mode=2 if persistent else 1)
+
+
+def test_spark_job_rebuilds_what_the_client_saw(tmp_path):
+    broker = Broker.start_leveret(tmp_path, "--events", "full")
+    try:
+        conn = broker.connection()
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.exchange_declare("dlx", "fanout")
+        ch.queue_declare("dead")
+        ch.queue_bind("dead", "dlx")
+        ch.queue_declare("work", arguments={"x-dead-letter-exchange": "dlx"})
+        ch.queue_declare("durable-work", durable=True)
+        for name in ("acked-1", "acked-2", "requeued-then-acked", "rejected-to-dlx",
+                     "left-unacked", "still-queued"):
+            ch.basic_publish("", "work", name.encode(), _props(name))
+        ch.basic_publish("", "durable-work", b"p", _props("persistent-acked", True))
+        with pytest.raises(pika.exceptions.UnroutableError):
+            ch.basic_publish("", "no-such-queue", b"x", _props("unroutable"), mandatory=True)
+
+        def take(queue):
+            return _get(ch, queue)
+
+        seen = {}
+        for _ in range(3):
+            m, props, _ = take("work")
+            seen[props.message_id] = m
+        ch.basic_ack(seen["acked-1"].delivery_tag)
+        ch.basic_ack(seen["acked-2"].delivery_tag)
+        ch.basic_nack(seen["requeued-then-acked"].delivery_tag, requeue=True)
+        m, props, _ = take("work")
+        assert props.message_id == "requeued-then-acked" and m.redelivered
+        ch.basic_ack(m.delivery_tag)
+        m, props, _ = take("work")
+        assert props.message_id == "rejected-to-dlx"
+        ch.basic_reject(m.delivery_tag, requeue=False)
+        # a second channel takes one and closes with it unacked: it goes back to the queue
+        ch2 = conn.channel()
+        m2 = _get(ch2, "work")
+        assert m2[1].message_id == "left-unacked"
+        ch2.close()
+        m, props, _ = take("durable-work")
+        ch.basic_ack(m.delivery_tag)
+        wait_until(lambda: ch.queue_declare("work", passive=True).method.message_count == 2)
+        wait_until(lambda: ch.queue_declare("dead", passive=True).method.message_count == 1)
+        safe_close(conn)
+    finally:
+        broker.stop()                               # the node's processes flush their events
+
+    from spark_analysis import lifecycle, session
+    out = tmp_path / "analysis"
+    spark = session.build("local[2]", driver_memory="1g", shuffle_partitions=4)
+    try:
+        args = lifecycle.parse_args(["--events", str(broker.data_dir / "events"),
+                                     "--out", str(out), "--no-progress"])
+        assert lifecycle.run(args, spark=spark) == 0
+    finally:
+        spark.stop()
+    rows = {r["message_id"]: r for r in pq.read_table(out / "lifecycles").to_pylist()}
+    states = {k: rows[k]["final_state"] for k in rows}
+    assert states == {
+        "acked-1": "acked", "acked-2": "acked", "requeued-then-acked": "acked",
+        "rejected-to-dlx": "dead_lettered",
+        "left-unacked": "queued", "still-queued": "queued", "persistent-acked": "acked",
+        "unroutable": "returned"}
+    assert rows["requeued-then-acked"]["redeliveries"] == 1
+    assert rows["left-unacked"]["redeliveries"] == 0    # taken back, not yet delivered again
+    anomalies = pq.read_table(out / "anomalies").to_pylist()
+    assert anomalies == [], anomalies
+
+
+def _get(ch, queue):
+    return wait_until(lambda: _nonempty(ch.basic_get(queue, auto_ack=False)),
+                      message=f"a message in {queue}")
+
+
+def _nonempty(got):
+    return got if got[0] is not None else None
