@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 5672
 DATA ?= ./var
 
-.PHONY: run test venv bench bench-compare bench-paper clean unit integration faults
+.PHONY: run test venv bench bench-compare bench-paper clean unit integration faults analyze
 
 $(BIN)/leveret-server: pyproject.toml requirements.lock
 	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11+ is required (apt-get install python3 python3-venv)"; exit 1; }
@@ -46,6 +46,14 @@ bench-compare: venv
 # on a Leveret node it starts (or --url); BENCH_ARGS="--quick --modes enqueue" for a short run.
 bench-paper: venv
 	$(BIN)/python -m bench.paper $(BENCH_ARGS)
+
+# Lifecycle analysis of event logs (leveret-server --events full; docs/events.md): a PySpark job,
+# local[*]; ANALYZE_ARGS="--message ID --master URL ..." for more.
+EVENTS ?= $(DATA)/events
+OUT ?= $(DATA)/analysis
+analyze: venv
+	@java -version >/dev/null 2>&1 || { echo "make analyze needs Java 17 for Spark: sudo apt-get install openjdk-17-jre-headless"; exit 1; }
+	$(BIN)/python -m spark_analysis.lifecycle --events $(EVENTS) --out $(OUT) $(ANALYZE_ARGS)
 
 clean:
 	rm -rf $(VENV) var
