@@ -382,8 +382,10 @@ class Metadata(pykka.ThreadingActor):
                 self.transport.send(q["address"], m.QueueOp(self.address, req, "stats", {}))
         if not gather["waiting"]:
             return list(rows.values())
-        threading.Timer(STATS_TIMEOUT_S, self.actor_ref.tell,
-                        (("stats-timeout", gather),)).start()
+        timer = threading.Timer(STATS_TIMEOUT_S, self._stats_timeout, (gather,))
+        timer.daemon = True  # never keeps a stopping node alive
+        gather["timer"] = timer
+        timer.start()
         return _DEFERRED
 
     def _stats_reply(self, reply: m.RpcReply) -> None:
@@ -394,9 +396,17 @@ class Metadata(pykka.ThreadingActor):
         if not gather["waiting"]:
             self._finish_stats(gather)
 
+    def _stats_timeout(self, gather) -> None:
+        try:
+            self.actor_ref.tell(("stats-timeout", gather))
+        except pykka.ActorDeadError:
+            pass  # the node is stopping
+
     def _finish_stats(self, gather) -> None:
         if gather["rpc"] is None:
             return  # answered already (time-out)
+        if gather.get("timer") is not None:
+            gather["timer"].cancel()
         for req in gather["waiting"]:
             self.pending_stats.pop(req, None)
         self._reply(gather["rpc"], True, list(gather["rows"].values()))
