@@ -174,6 +174,16 @@ class Broker:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
 
+    def restart(self, tmp_dir: Path, how: str = "kill9", *extra: str) -> "Broker":
+        """Stop this node (kill -9, or SIGTERM with how="stop") and start a new one on the same
+        data dir and port; returns the new Broker."""
+        if how == "kill9":
+            self.kill9()
+        else:
+            self.stop()
+        assert self.proc.poll() is not None
+        return Broker.start_leveret(tmp_dir, *extra, port=self.port)
+
     def stop(self) -> None:
         proc = self.proc
         if proc is None or proc.poll() is not None:

@@ -16,8 +16,7 @@ PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 
 def _restart(broker: Broker, tmp_path) -> Broker:
-    broker.kill9()
-    return Broker.start_leveret(tmp_path, port=broker.port)
+    return broker.restart(tmp_path, "kill9")
 
 
 @pytest.mark.parametrize("size", [100, 4095, 4096, 20000], ids=["small", "4095", "4096", "large"])

@@ -39,12 +39,7 @@ DQ_ARGS = {"x-max-length": 1, "x-overflow": "reject-publish", "x-message-ttl": 6
 
 
 def restart(broker: Broker, tmp_path, how: str) -> Broker:
-    if how == "kill9":
-        broker.kill9()
-    else:
-        broker.stop()
-    assert broker.proc.poll() is not None
-    return Broker.start_leveret(tmp_path, port=broker.port)
+    return broker.restart(tmp_path, how)
 
 
 def ctl_json(broker: Broker, *args: str):

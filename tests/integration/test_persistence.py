@@ -30,12 +30,7 @@ TRANSIENT = pika.BasicProperties(delivery_mode=1)
 
 
 def restart(broker: Broker, tmp_path, how: str) -> Broker:
-    if how == "kill9":
-        broker.kill9()
-    else:
-        broker.stop()
-    assert broker.proc.poll() is not None
-    return Broker.start_leveret(tmp_path, port=broker.port)
+    return broker.restart(tmp_path, how)
 
 
 def queue_gone(conn, name: str) -> bool:
