@@ -3,7 +3,8 @@
     python -m bench.events_scale --events 10000000 --dir /tmp/leveret-scale [--skip-generate]
 
 Generation: W worker processes (default: one per CPU), each playing one node's channel process
-and queue process (`leveret@nK`, conn-K and queue-K) and writing through actors/events.py
+and queue process (`leveret@nK`, conn-K and queue-K) with the fields the actors emit, and
+writing through actors/events.py
 (EventLog.record, 64 MiB files), with a virtual clock: messages published at --rate per second
 per worker, each step a few hundred microseconds after the previous one. The mix, per message:
 82% published, routed, enqueued, confirmed, delivered, acked (persistent half of them, with
@@ -45,6 +46,9 @@ class Gen:
         self.prefix = os.urandom(8)
         self.count = 0  # events so far
         self.tag = 0  # delivery tags of the one consumer channel
+        for q in QUEUES + ["dlq"]:
+            self.emit(self.queue, "queue_started", None, start_mono - 1_000_000, actor="queue",
+                      queue=q, recovered=0, durable=True)
 
     def emit(self, log, kind, mid, t, **fields):
         fields["vhost"] = "/"
@@ -61,22 +65,22 @@ class Gen:
         r = rng.random()
         self.emit(ch, "publish_received", mid, t, actor="channel", connection="c1", channel=1,
                   seq_no=i + 1, exchange="amq.direct", routing_key=q, persistent=persistent,
-                  mandatory=r >= 0.99, message_id=f"m-{i}")
+                  message_id=f"m-{i}", size=100)
         t += step()
         if r >= 0.99:
-            self.emit(ch, "unroutable", mid, t, actor="channel")
-            self.emit(ch, "returned", mid, t + step(), actor="channel", reason="NO_ROUTE")
+            self.emit(ch, "unroutable", mid, t, actor="channel", mandatory=True)
+            self.emit(ch, "returned", mid, t + step(), actor="channel")
             self.emit(ch, "confirmed", mid, t + 2 * step(), actor="channel", seq_no=i + 1)
             return
         self.emit(ch, "routed", mid, t, actor="channel", queues=[q])
         t += step()
-        self.emit(qu, "enqueued", mid, t, actor="queue", queue=q, durable=True,
-                  persistent=persistent)
+        self.emit(qu, "enqueued", mid, t, actor="queue", queue=q, seq_id=i, paged=False)
         if persistent:
             t += step()
-            self.emit(qu, "stored", mid, t, actor="backing_queue", queue=q, store="index")
+            self.emit(qu, "stored", mid, t, actor="backing_queue", queue=q, seq_id=i,
+                      where="index")
             t += step() + 2_000_000
-            self.emit(qu, "synced", mid, t, actor="backing_queue", queue=q)
+            self.emit(qu, "synced", mid, t, actor="backing_queue", queue=q, seq_id=i)
         t += step()
         self.emit(ch, "confirmed", mid, t, actor="channel", seq_no=i + 1)
         if r < 0.05:  # still queued at the end
@@ -90,8 +94,9 @@ class Gen:
             return
         t += step()
         self.tag += 1
-        self.emit(qu, "delivered", mid, t, actor="queue", queue=q, connection="c2", channel=1,
-                  delivery_tag=self.tag, consumer_tag="ctag", redelivered=False)
+        self.emit(ch, "delivered", mid, t, actor="channel", queue=q, connection="c2",
+                  channel=1, delivery_tag=self.tag, consumer_tag="ctag", redelivered=False,
+                  no_ack=False)
         t += step()
         if r < 0.12:
             self.emit(ch, "rejected", mid, t, actor="channel", queue=q, connection="c2",
@@ -99,7 +104,7 @@ class Gen:
             self.emit(qu, "dead_lettered", mid, t + step(), actor="queue", queue=q,
                       reason="rejected", queues=["dlq"])
             self.emit(qu, "enqueued", mid, t + 2 * step(), actor="queue", queue="dlq",
-                      durable=True, reason="dead_lettered")
+                      seq_id=i, paged=False)
             return
         if r < 0.17:
             self.emit(ch, "nacked", mid, t, actor="channel", queue=q, connection="c2",
@@ -108,8 +113,9 @@ class Gen:
             self.emit(qu, "requeued", mid, t, actor="queue", queue=q, reason="nack")
             t += step()
             self.tag += 1
-            self.emit(qu, "delivered", mid, t, actor="queue", queue=q, connection="c2",
-                      channel=1, delivery_tag=self.tag, consumer_tag="ctag", redelivered=True)
+            self.emit(ch, "delivered", mid, t, actor="channel", queue=q, connection="c2",
+                      channel=1, delivery_tag=self.tag, consumer_tag="ctag", redelivered=True,
+                      no_ack=False)
             t += step()
         self.emit(ch, "acked", mid, t, actor="channel", queue=q, connection="c2", channel=1,
                   delivery_tag=self.tag)

@@ -25,7 +25,7 @@ ALL, NO_QUEUE = "(all)", "(no queue)"
 def samples(lifecycles: DataFrame) -> DataFrame:
     """One row per (message copy, metric) with a value: metric, queue, minute, value_ms and
     first_copy (true once per message, so per-message figures count a message once)."""
-    rows = lifecycles.select("msg_id", "t_published", "publish_to_confirm_ms",
+    rows = lifecycles.select("msg_id", "t_published", "t_published_ns", "publish_to_confirm_ms",
                              F.posexplode_outer("copies").alias("pos", "c"))
     c = F.col("c")
     def metric(name, value):
@@ -33,7 +33,8 @@ def samples(lifecycles: DataFrame) -> DataFrame:
 
     values = F.array(
         metric("publish_to_confirm", F.col("publish_to_confirm_ms")),
-        metric("publish_to_first_delivery", c.getField("publish_to_first_delivery_ms")),
+        metric("publish_to_first_delivery", (c.getField("t_first_delivered_ns") -
+                                             F.col("t_published_ns")) / F.lit(1e6)),
         metric("delivery_to_ack", c.getField("delivery_to_ack_ms")),
         metric("time_in_queue", c.getField("time_in_queue_ms")))
     return (rows.select(

@@ -85,7 +85,8 @@ def group_rows(events: DataFrame) -> DataFrame:
     ev = events.where(F.col("msg_id").isNotNull()).withColumn(
         "copy_queue", F.when(_is(*S.COPY_KINDS), F.col("queue")))
     step = F.struct(
-        F.col("t_ns"), F.col("rank"), F.col("kind"), F.col("node"), F.col("actor"),
+        F.col("t_ns"), F.col("rank"), F.col("kind"), ns_to_ts(F.col("t_ns")).alias("t"),
+        F.col("node"), F.col("actor"),
         F.col("requeue"), F.col("redelivered"), F.col("connection"), F.col("channel"),
         F.col("delivery_tag"), F.col("consumer_tag"), F.col("no_ack"), F.col("where"),
         F.col("reason"), F.col("seq_id"))
@@ -207,23 +208,30 @@ PUBLISH_TIMES = ("t_published", "t_routed", "t_unroutable", "t_returned", "t_con
                  "t_nacked_to_publisher")
 
 
-def _steps_out(steps: Column) -> Column:
-    return F.transform(steps, lambda s: s.withField("t", ns_to_ts(s.getField("t_ns")))
-                       .dropFields("rank"))
-
-
 def assemble(rows: DataFrame) -> DataFrame:
-    """Shuffle 2: one row per message."""
+    """Shuffle 2: one row per message. Copy columns are finished on the flat copy rows first,
+    so each copy struct is built once (no rewriting of nested arrays afterwards)."""
     pub = F.col("copy_queue").isNull()
+    rows = rows.withColumn("time_in_queue_ms", _ms(F.col("t_removed_ns"),
+                                                   F.col("t_enqueued_ns")))
+    for t in COPY_TIMES:
+        rows = rows.withColumn(t, ns_to_ts(F.col(f"{t}_ns")))
 
     def side(name):
         return F.first(F.when(pub, F.col(name)), ignorenulls=True).alias(name)
 
+    def copies_min(name, alias):
+        return F.min(F.when(~pub, F.col(name))).alias(alias)
+
+    def copies_sum(name):
+        return F.coalesce(F.sum(F.when(~pub, F.col(name))), F.lit(0)).alias(name)
+
     copy = F.struct(
         F.col("copy_queue").alias("queue"),
-        *[F.col(c) for c in COPY_FIELDS],
+        *[F.col(c) for c in COPY_FIELDS], F.col("time_in_queue_ms"),
+        *[F.col(t) for t in COPY_TIMES],
         *[F.col(f"{t}_ns") for t in COPY_TIMES],
-        _steps_out(F.col("steps")).alias("steps"))
+        F.col("steps"))
     msgs = rows.groupBy("msg_id").agg(
         F.first("message_id", ignorenulls=True).alias("message_id"),
         F.first("vhost", ignorenulls=True).alias("vhost"),
@@ -235,81 +243,60 @@ def assemble(rows: DataFrame) -> DataFrame:
         _union_lists(F.col("nodes")).alias("nodes"),
         _union_lists(F.col("dead_letter_queues")).alias("dead_letter_queues"),
         F.first("dead_lettered_to", ignorenulls=True).alias("dead_lettered_to"),
+        F.array_sort(F.collect_list(F.when(~pub, F.col("copy_queue")))).alias("queues"),
+        F.collect_list(F.when(~pub, F.struct(F.col("copy_queue").alias("queue"),
+                                             F.col("state")))).alias("queue_state_list"),
+        copies_min("t_enqueued_ns", "t_first_enqueued_ns"),
+        copies_min("t_first_delivered_ns", "t_first_delivered_ns"),
+        copies_min("t_first_acked_ns", "t_first_acked_ns"),
+        F.max(F.when(~pub, F.col("t_last_event_ns"))).alias("t_last_event_ns"),
+        *[copies_sum(f) for f in ("deliveries", "redeliveries", "acks", "nacks", "rejects",
+                                  "requeues")],
         F.array_sort(F.collect_list(F.when(~pub, copy))).alias("copies"),
     )
     return finish(msgs)
 
 
-def final_state(copies: Column, dl_queues: Column, routed: Column) -> Column:
-    """The state shared by the copies in the queues the publish was routed to (or, when the log
-    has no routed event, those that no dead_lettered event names as a target)."""
-    origin = F.filter(copies, lambda c: F.when(F.size(routed) > 0, F.array_contains(
+def final_state(states: Column, dl_queues: Column, routed: Column) -> Column:
+    """From [(queue, state)] of the copies: the state shared by the copies in the queues the
+    publish was routed to (or, when the log has no routed event, those that no dead_lettered
+    event names as a target)."""
+    origin = F.filter(states, lambda c: F.when(F.size(routed) > 0, F.array_contains(
         routed, c.getField("queue"))).otherwise(~F.array_contains(dl_queues,
                                                                    c.getField("queue"))))
-    origin = F.when(F.size(origin) > 0, origin).otherwise(copies)
-    states = F.array_distinct(F.transform(origin, lambda c: c.getField("state")))
-    return (F.when(F.size(copies) == 0,
+    distinct = F.array_distinct(F.transform(
+        F.when(F.size(origin) > 0, origin).otherwise(states), lambda c: c.getField("state")))
+    return (F.when(F.size(states) == 0,
                    F.when(F.col("t_returned_ns").isNotNull(), "returned")
                    .when(F.col("t_unroutable_ns").isNotNull(), "unroutable")
                    .when(F.col("t_nacked_to_publisher_ns").isNotNull(), "nacked_to_publisher")
-                   .when(F.size(F.coalesce(F.col("routed_queues"), F.array())) > 0,
-                         "not_enqueued")
+                   .when(F.size(routed) > 0, "not_enqueued")
                    .otherwise("published"))
-            .when(F.size(states) == 1, states.getItem(0))
+            .when(F.size(distinct) == 1, distinct.getItem(0))
             .otherwise("mixed"))
-
-
-def _sum(copies: Column, field: str) -> Column:
-    return F.aggregate(copies, F.lit(0).cast("long"),
-                       lambda acc, c: acc + F.coalesce(c.getField(field), F.lit(0)))
-
-
-def _min(copies: Column, field: str) -> Column:
-    return F.array_min(F.transform(copies, lambda c: c.getField(field)))
 
 
 def finish(msgs: DataFrame) -> DataFrame:
     """Final columns: hex ids, timestamps, latencies in ms, counts, final_state."""
     published = F.col("t_published_ns")
-    copies = F.transform("copies", lambda c: c.withField(
-        "publish_to_first_delivery_ms", _ms(c.getField("t_first_delivered_ns"), published))
-        .withField("time_in_queue_ms", _ms(c.getField("t_removed_ns"),
-                                           c.getField("t_enqueued_ns"))))
-    msgs = msgs.withColumn("copies", copies)
-    out = msgs.select(
+    return msgs.select(
         F.lower(F.hex("msg_id")).alias("msg_id"),
         "message_id", "vhost", "exchange", "routing_key", "persistent", "mandatory",
-        final_state(F.col("copies"), F.coalesce(F.col("dead_letter_queues"), F.array()),
+        final_state(F.col("queue_state_list"),
+                    F.coalesce(F.col("dead_letter_queues"), F.array()),
                     F.coalesce(F.col("routed_queues"), F.array())).alias("final_state"),
-        F.transform("copies", lambda c: c.getField("queue")).alias("queues"),
-        "routed_queues", "dead_letter_queues",
-        F.map_from_entries(F.transform("copies", lambda c: F.struct(
-            c.getField("queue"), c.getField("state")))).alias("queue_states"),
+        "queues", "routed_queues", "dead_letter_queues",
+        F.map_from_entries("queue_state_list").alias("queue_states"),
         *[ns_to_ts(F.col(f"{t}_ns")).alias(t) for t in PUBLISH_TIMES],
-        ns_to_ts(_min(F.col("copies"), "t_enqueued_ns")).alias("t_first_enqueued"),
-        ns_to_ts(_min(F.col("copies"), "t_first_delivered_ns")).alias("t_first_delivered"),
-        ns_to_ts(_min(F.col("copies"), "t_first_acked_ns")).alias("t_first_acked"),
-        ns_to_ts(F.array_max(F.transform("copies", lambda c: c.getField("t_last_event_ns"))))
-        .alias("t_last_event"),
-        *[_sum(F.col("copies"), f).alias(f) for f in
-          ("deliveries", "redeliveries", "acks", "nacks", "rejects", "requeues")],
+        *[ns_to_ts(F.col(f"{t}_ns")).alias(t) for t in
+          ("t_first_enqueued", "t_first_delivered", "t_first_acked", "t_last_event")],
+        "deliveries", "redeliveries", "acks", "nacks", "rejects", "requeues",
         _ms(F.col("t_confirmed_ns"), published).alias("publish_to_confirm_ms"),
-        _ms(_min(F.col("copies"), "t_first_delivered_ns"), published)
-        .alias("publish_to_first_delivery_ms"),
+        _ms(F.col("t_first_delivered_ns"), published).alias("publish_to_first_delivery_ms"),
         F.lower(F.hex("dead_lettered_to")).alias("dead_lettered_to"),
-        "seq_no", "publisher_connection", "n_events", "nodes",
-        F.transform("copies", _copy_times).alias("copies"),
+        "seq_no", "publisher_connection", "n_events", "nodes", "copies",
         *[f"{t}_ns" for t in PUBLISH_TIMES],  # exact times (the anomaly checks use them)
     )
-    return out
-
-
-def _copy_times(c: Column) -> Column:
-    for t in COPY_TIMES:
-        c = c.withField(t, ns_to_ts(c.getField(f"{t}_ns")))
-    return c
-
-
 
 
 def build(events: DataFrame) -> DataFrame:
