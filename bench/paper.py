@@ -43,7 +43,7 @@ from array import array
 from bench import report
 from bench.aggregate import aggregate
 from bench.loadgen import _TS, HIGH_WATER, BATCH, Consumer, Producer
-from bench.runner import READY_TIMEOUT, RESULT_GRACE, _stop_process, distribute
+from bench.runner import READY_TIMEOUT, RESULT_GRACE, abort_workers, distribute, stop_workers
 
 MODES = ("enqueue", "ack", "ack-lite")
 ALL_QUEUES = (1, 2, 3, 5, 10, 15, 20, 30)
@@ -508,16 +508,9 @@ def run_point(target, n_queues: int, mode: str, *, seconds: float, warmup: float
             result["error"] = "\n".join(errors)
     except Exception as e:
         result["error"] = f"{type(e).__name__}: {e}"
-        for pipe in pipes:
-            try:
-                pipe.send(("abort",))
-            except Exception:
-                pass
+        abort_workers(pipes)
     finally:
-        for p in procs:
-            _stop_process(p)
-        for pipe in pipes:
-            pipe.close()
+        stop_workers(procs, pipes)
         _cleanup(target, codec, control, declared_q, declared_x, log)
     return result
 

@@ -97,6 +97,23 @@ def _stop_process(p) -> None:
         p.join(5.0)
 
 
+def abort_workers(pipes) -> None:
+    """Tell every load-generator process to give up (a run failed)."""
+    for pipe in pipes:
+        try:
+            pipe.send(("abort",))
+        except Exception:  # noqa: BLE001 - the process may be gone already
+            pass
+
+
+def stop_workers(procs, pipes) -> None:
+    """End every load-generator process by its PID and close the pipes to them."""
+    for p in procs:
+        _stop_process(p)
+    for pipe in pipes:
+        pipe.close()
+
+
 def run_scenario(target: AMQPTarget, scenario: Scenario, *, seconds: float = 10.0,
                  warmup: float = 2.0, client: str = "lean", codec: str = "auto",
                  max_procs: int = 16, log=print) -> dict:
@@ -167,16 +184,9 @@ def run_scenario(target: AMQPTarget, scenario: Scenario, *, seconds: float = 10.
             result["error"] = "\n".join(errors)
     except Exception as e:
         result["error"] = f"{type(e).__name__}: {e}"
-        for pipe in pipes:
-            try:
-                pipe.send(("abort",))
-            except Exception:
-                pass
+        abort_workers(pipes)
     finally:
-        for p in procs:
-            _stop_process(p)
-        for pipe in pipes:
-            pipe.close()
+        stop_workers(procs, pipes)
         try:
             for q in queues:
                 control.delete(q)
