@@ -18,6 +18,8 @@ import os
 import signal
 import socket
 import subprocess
+
+import sdnotify
 import sys
 import tempfile
 import threading
@@ -53,6 +55,18 @@ def describe_exit(code: int) -> str:
     return f"exit status {code}"
 
 
+def _watchdog_interval() -> float:
+    """Half of systemd's WatchdogSec (WATCHDOG_USEC), 0 when no watchdog is asked for."""
+    try:
+        usec = int(os.environ.get("WATCHDOG_USEC", "0"))
+    except ValueError:
+        return 0.0
+    pid = os.environ.get("WATCHDOG_PID")
+    if pid and pid != str(os.getpid()):
+        return 0.0
+    return usec / 2e6
+
+
 def short_run_dir(data_dir: str) -> str:
     """ipc:// paths must fit in sun_path (108 bytes): use data_dir/run when short enough."""
     run = os.path.join(os.path.abspath(data_dir), "run")
@@ -68,6 +82,7 @@ class Node:
         self.stopping = threading.Event()  # set on SIGTERM/SIGINT
         self.slots: list[Slot] = []  # every supervised worker
         self.exit_code = 0  # 1 when the node gave up on a worker
+        self._systemd = None  # sdnotify.SystemdNotifier, made on first use
 
     def run(self) -> int:
         cfg = self.config
@@ -85,11 +100,19 @@ class Node:
         for slot in self.slots:
             self._spawn(slot)
         self._wait_ready()
+        if not self.stopping.is_set():
+            self.systemd.notify("READY=1")  # Type=notify: the listeners are up
+        watchdog = _watchdog_interval()
+        next_ping = time.monotonic()
         try:
             while not self.stopping.is_set():
                 self._reap()
+                if watchdog and time.monotonic() >= next_ping:
+                    self.systemd.notify("WATCHDOG=1")  # the supervision loop is alive
+                    next_ping = time.monotonic() + watchdog
                 self.stopping.wait(0.1)
         finally:
+            self.systemd.notify("STOPPING=1")
             self._shutdown()
         return self.exit_code
 
@@ -116,6 +139,13 @@ class Node:
                "--node", self.metadata_address(), "--config-json", self.config.to_json()]
         slot.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
         log.info("started %s worker %d (pid %d)", slot.kind, slot.index, slot.proc.pid)
+
+    @property
+    def systemd(self):
+        """sd_notify(3) through the sdnotify package; does nothing outside systemd."""
+        if self._systemd is None:
+            self._systemd = sdnotify.SystemdNotifier()
+        return self._systemd
 
     def metadata_address(self) -> str:
         return self.transport.address("metadata")
