@@ -22,7 +22,11 @@ run: venv
 	mkdir -p $(DATA)
 	$(BIN)/leveret-server --host $(HOST) --port $(PORT) --data-dir $(DATA)
 
+# the suite runs the Spark job (tests/unit/analysis, the event-log test), which needs Java 17
+JAVA_CHECK = @java -version >/dev/null 2>&1 || { echo "Java 17 is needed for Spark (make test, make analyze): sudo apt-get install openjdk-17-jre-headless"; exit 1; }
+
 test: venv
+	$(JAVA_CHECK)
 	$(BIN)/python -m pytest tests
 
 unit: venv
@@ -52,7 +56,7 @@ bench-paper: venv
 EVENTS ?= $(DATA)/events
 OUT ?= $(DATA)/analysis
 analyze: venv
-	@java -version >/dev/null 2>&1 || { echo "make analyze needs Java 17 for Spark: sudo apt-get install openjdk-17-jre-headless"; exit 1; }
+	$(JAVA_CHECK)
 	$(BIN)/python -m spark_analysis.lifecycle --events $(EVENTS) --out $(OUT) $(ANALYZE_ARGS)
 
 clean:
