@@ -43,7 +43,8 @@ from array import array
 from bench import report
 from bench.aggregate import aggregate
 from bench.loadgen import _TS, HIGH_WATER, BATCH, Consumer, Producer
-from bench.runner import READY_TIMEOUT, RESULT_GRACE, abort_workers, distribute, stop_workers
+from bench.runner import (READY_TIMEOUT, abort_workers, collect_results, distribute,
+                          stop_workers)
 
 MODES = ("enqueue", "ack", "ack-lite")
 ALL_QUEUES = (1, 2, 3, 5, 10, 15, 20, 30)
@@ -488,20 +489,7 @@ def run_point(target, n_queues: int, mode: str, *, seconds: float, warmup: float
         t_end = t_measure + seconds
         for pipe in pipes:
             pipe.send(("go", t_start, t_measure, t_end))
-        roles, errors = [], []
-        for pipe in pipes:
-            if not pipe.poll(max(0.0, t_end + RESULT_GRACE - time.monotonic())):
-                errors.append("a load-generator process did not report")
-                continue
-            try:
-                msg = pipe.recv()
-            except EOFError:
-                errors.append("a load-generator process died")
-                continue
-            if msg[0] == "error":
-                errors.append(msg[1])
-            else:
-                roles.extend(msg[1])
+        roles, errors = collect_results(pipes, t_end)
         result["processes"] = len(procs)
         result.update(summarize_roles(roles))
         if errors:

@@ -97,6 +97,26 @@ def _stop_process(p) -> None:
         p.join(5.0)
 
 
+def collect_results(pipes, t_end: float) -> tuple[list, list]:
+    """(role results, errors) of every load-generator process, waiting until RESULT_GRACE after
+    the run's end for each."""
+    roles, errors = [], []
+    for pipe in pipes:
+        if not pipe.poll(max(0.0, t_end + RESULT_GRACE - time.monotonic())):
+            errors.append("a load-generator process did not report")
+            continue
+        try:
+            msg = pipe.recv()
+        except EOFError:
+            errors.append("a load-generator process died")
+            continue
+        if msg[0] == "error":
+            errors.append(msg[1])
+        else:
+            roles.extend(msg[1])
+    return roles, errors
+
+
 def abort_workers(pipes) -> None:
     """Tell every load-generator process to give up (a run failed)."""
     for pipe in pipes:
@@ -158,22 +178,7 @@ def run_scenario(target: AMQPTarget, scenario: Scenario, *, seconds: float = 10.
         t_end = t_measure + seconds
         for pipe in pipes:
             pipe.send(("go", t_start, t_measure, t_end))
-        roles = []
-        errors = []
-        for pipe in pipes:
-            left = t_end + RESULT_GRACE - time.monotonic()
-            if not pipe.poll(max(0.0, left)):
-                errors.append("a load-generator process did not report")
-                continue
-            try:
-                msg = pipe.recv()
-            except EOFError:
-                errors.append("a load-generator process died")
-                continue
-            if msg[0] == "error":
-                errors.append(msg[1])
-            else:
-                roles.extend(msg[1])
+        roles, errors = collect_results(pipes, t_end)
         result["processes"] = len(procs)
         result["codec"] = infos[0].get("codec") if infos else None
         result["client"] = client
