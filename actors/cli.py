@@ -21,15 +21,24 @@ def parse_args(argv=None) -> Config:
     p.add_argument("--queue-workers", type=int, help="queue-worker processes")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
     p.add_argument("--events", help="lifecycle event log: off, sampled:N or full")
+    p.add_argument("--node-name", help="this node's name (default leveret@HOST:PORT)")
+    p.add_argument("--cluster-nodes", metavar="H:P,H:P,...",
+                   help="raft addresses of every cluster member (docs/cluster.md)")
+    p.add_argument("--cluster-address", metavar="H:P",
+                   help="this node's raft address, one of --cluster-nodes")
     args = p.parse_args(argv)
     cfg = Config()
     if args.config:
         cfg.update_from_toml(args.config)
     for name in ("host", "port", "data_dir", "conn_workers", "queue_workers", "log_level",
-                 "events"):
+                 "events", "node_name", "cluster_address"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)
+    if args.cluster_nodes:
+        cfg.cluster_nodes = tuple(n.strip() for n in args.cluster_nodes.split(",") if n.strip())
+    if cfg.cluster_nodes and cfg.cluster_address not in cfg.cluster_nodes:
+        p.error("--cluster-address must be one of --cluster-nodes")
     return cfg
 
 

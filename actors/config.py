@@ -34,8 +34,14 @@ class Config:
     events: str = "off"  # lifecycle event log: off | sampled:N | full (docs/events.md)
     events_max_bytes: int = 64 * 1024 * 1024  # event files rotate at this size
     node_name: str = ""  # this node's name in events and clusters; "" = leveret@HOST:PORT
+    cluster_nodes: tuple = ()  # raft addresses HOST:PORT of every cluster member; () = alone
+    cluster_address: str = ""  # this node's raft address, one of cluster_nodes
     boot_timeout: int = 300  # seconds for workers to start and durable queues to recover
     log_level: str = "INFO"
+
+    @property
+    def clustered(self) -> bool:
+        return bool(self.cluster_nodes)
 
     @property
     def node(self) -> str:
@@ -48,6 +54,7 @@ class Config:
     def from_json(cls, text: str) -> "Config":
         d = json.loads(text)
         d["loopback_users"] = tuple(d.get("loopback_users", ()))
+        d["cluster_nodes"] = tuple(d.get("cluster_nodes", ()))
         return cls(**d)
 
     def update_from_toml(self, path: str) -> None:
