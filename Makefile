@@ -5,8 +5,10 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 5672
 DATA ?= ./var
+NODES ?= 3
+CLUSTER_PORT ?= 25672
 
-.PHONY: run test venv bench bench-compare bench-paper clean unit integration faults analyze
+.PHONY: run run-cluster test venv bench bench-compare bench-paper clean unit integration faults analyze
 
 $(BIN)/leveret-server: pyproject.toml requirements.lock
 	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11+ is required (apt-get install python3 python3-venv)"; exit 1; }
@@ -21,6 +23,12 @@ venv: $(BIN)/leveret-server
 run: venv
 	mkdir -p $(DATA)
 	$(BIN)/leveret-server --host $(HOST) --port $(PORT) --data-dir $(DATA)
+
+# NODES nodes on PORT+i (AMQP) and CLUSTER_PORT+i (Raft), data in DATA/node1.. (docs/cluster.md);
+# Ctrl-C stops them all.
+run-cluster: venv
+	$(BIN)/python -m actors.cluster_run --nodes $(NODES) --host $(HOST) --port $(PORT) \
+		--cluster-port $(CLUSTER_PORT) --data-dir $(DATA)
 
 # the suite runs the Spark job (tests/unit/analysis, the event-log test), which needs Java 17
 JAVA_CHECK = @java -version >/dev/null 2>&1 || { echo "Java 17 is needed for Spark (make test, make analyze): sudo apt-get install openjdk-17-jre-headless"; exit 1; }
