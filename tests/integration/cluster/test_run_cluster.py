@@ -141,3 +141,15 @@ def test_sigterm_stops_every_node(tmp_path: Path):
         for pid in node_pids:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_node_commands():
+    from actors.cluster_run import node_commands
+    cmds = node_commands(["leveret-server"], 3, "127.0.0.1", 5672, 25672, "/d",
+                         ["--events", "full"])
+    raft = "127.0.0.1:25672,127.0.0.1:25673,127.0.0.1:25674"
+    assert cmds[1] == ["leveret-server", "--host", "127.0.0.1", "--port", "5673",
+                       "--data-dir", "/d/node2", "--node-name", "leveret@node2",
+                       "--cluster-nodes", raft, "--cluster-address", "127.0.0.1:25673",
+                       "--events", "full"]
+    assert [c[c.index("--port") + 1] for c in cmds] == ["5672", "5673", "5674"]
