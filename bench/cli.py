@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=float, default=2.0,
                    help="warm-up seconds before measuring (default 2)")
     p.add_argument("--scenarios", default="default",
-                   help="comma-separated scenario keys or groups (default: a,b,c; groups: "
+                   help="comma-separated scenario keys or groups (default: a,b,c and "
+                        "cluster; groups: "
                         f"{', '.join(scenarios.GROUPS)}); see --list")
     p.add_argument("--repeat", type=int, default=1,
                    help="run every scenario this many times and report the median of each "
@@ -110,6 +111,8 @@ def list_scenarios() -> str:
     for k, s in scenarios.SCENARIOS.items():
         mark = "*" if s.default else " "
         lines.append(f"{mark} {k:12s} {s.title}\n      {s.description}")
+    from bench.cluster import SCENARIO as sc
+    lines.append(f"* {sc.key:12s} {sc.title}\n      {sc.description}")
     lines.append("(* = run by default)  groups: " +
                  ", ".join(f"{g}={','.join(v)}" for g, v in scenarios.GROUPS.items()))
     return "\n".join(lines)
@@ -184,8 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         print(list_scenarios())
         return 0
+    from bench import cluster
+    spec, want_cluster = cluster.split_spec(args.scenarios)
     try:
-        chosen = scenarios.select(args.scenarios)
+        chosen = scenarios.select(spec) if spec else []
     except KeyError as e:
         print(e.args[0], file=sys.stderr)
         return 2
@@ -195,6 +200,10 @@ def main(argv: list[str] | None = None) -> int:
               for s in chosen]
     if args.size:
         chosen = [dataclasses.replace(s, message_size=args.size) for s in chosen]
+    cluster_scenario = cluster.SCENARIO.with_queue_arguments(qargs).with_confirm_window(
+        args.confirm_window)
+    if args.size:
+        cluster_scenario = dataclasses.replace(cluster_scenario, message_size=args.size)
 
     doc: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine_info(),
                  "args": vars(args), "selftest": None, "brokers": []}
@@ -222,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     main_results: list[dict] = []
     label = args.label
     node = None
-    if args.url:
+    if not chosen:                          # --scenarios cluster: no single node
+        label = label or "Leveret"
+    elif args.url:
         target = parse_url(args.url)
         label = label or server_version(target.host, target.port) or target.display
         main_results = run_target(args.url, label, chosen, args)
@@ -254,29 +265,42 @@ def main(argv: list[str] | None = None) -> int:
     # -- the reference broker --------------------------------------------------------------
     ref_results: list[dict] | None = None
     ref_label = None
-    if args.compare_url:
+    if args.compare_url and chosen:
         rt = parse_url(args.compare_url)
         ref_label = args.compare_label or server_version(rt.host, rt.port) or rt.display
         ref_results = run_target(args.compare_url, ref_label, chosen, args)
         doc["brokers"].append({"label": ref_label, "url": rt.display, "results": ref_results})
+
+    # -- the cluster scenario (bench/cluster.py): 3 nodes of its own --------------------------
+    cluster_results: list[dict] = []
+    if want_cluster and args.url:
+        log("cluster scenario skipped: it runs on nodes the benchmark starts, not on --url")
+    elif want_cluster:
+        cluster_results = cluster.run(args, cluster_scenario, log=log)
+        doc["cluster"] = {"nodes": cluster.NODES, "results": cluster_results}
 
     # -- report ----------------------------------------------------------------------------
     secs = f"{args.seconds:g} s measured after {args.warmup:g} s warm-up"
     if args.repeat > 1:
         secs += f", median of {args.repeat} runs"
     client = "lean client" if args.client == "lean" else "pika"
-    print(f"\n### {label} ({secs}, {client}, {machine_info()['cpus']} CPUs)\n")
-    print(report.single_table(main_results))
+    if chosen:
+        print(f"\n### {label} ({secs}, {client}, {machine_info()['cpus']} CPUs)\n")
+        print(report.single_table(main_results))
     if ref_results is not None:
         print(f"\n### {ref_label}\n")
         print(report.single_table(ref_results))
         print(f"\n### {label} vs {ref_label}\n")
         print(report.compare_table(main_results, ref_results, label, ref_label))
+    if cluster_results:
+        print(f"\n### {cluster.SCENARIO.title} ({secs}, {client})\n")
+        print(cluster.tables(cluster_results))
     warnings = bottleneck_warnings(doc.get("selftest"), main_results + (ref_results or []))
     if warnings:
         print("\n" + "\n".join(warnings))
     errs = "\n".join(t for t in (report.errors_text(main_results, label),
-                                 report.errors_text(ref_results or [], ref_label or "")) if t)
+                                 report.errors_text(ref_results or [], ref_label or ""),
+                                 report.errors_text(cluster_results, "cluster")) if t)
     if errs:
         print("\nErrors:\n" + errs)
         failed = True

@@ -332,7 +332,9 @@ def role_class(spec: dict) -> type:
 
 
 def setup_role(target: AMQPTarget, codec, spec: dict) -> Role:
-    conn = LeanConnection(target, codec, name=f"leveret-bench {spec['kind']}").connect()
+    """Connect (to spec["target"] when the spec has one, else target) and set the role up."""
+    conn = LeanConnection(spec.get("target", target), codec,
+                          name=f"leveret-bench {spec['kind']}").connect()
     for ch in spec["channels"]:
         conn.channel_open(ch)
         if spec["kind"] == "producer":

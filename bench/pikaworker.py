@@ -231,7 +231,7 @@ def worker_main(target: AMQPTarget, codec_name: str, specs: list[dict], pipe) ->
     if len(specs) != 1:
         pipe.send(("error", "the pika worker runs exactly one connection"))
         return
-    role = _PikaRole(target, specs[0])
+    role = _PikaRole(specs[0].get("target", target), specs[0])   # consumers may go elsewhere
     try:
         role.setup()
         pipe.send(("ready", {"pid": os.getpid(), "codec": "pika"}))

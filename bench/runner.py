@@ -4,6 +4,8 @@ The coordinator declares the scenario's queues on a control connection, starts t
 generator processes (multiprocessing, spawn), waits until every connection is set up, gives
 them common start / measure / end instants, collects their counters, deletes the queues, and
 aggregates (bench/aggregate.py).  Every child is tracked by PID and stopped if it does not end.
+With `consume_target` (bench/cluster.py) the consumers connect to another node than the
+control connection and the producers, once the queues are visible there.
 """
 from __future__ import annotations
 
@@ -60,8 +62,10 @@ class Control:
             pass
 
 
-def role_specs(scenario: Scenario, queues: list[str]) -> list[dict]:
-    """One dict per connection: consumers first so they are subscribed before publishing."""
+def role_specs(scenario: Scenario, queues: list[str],
+               consume_target: AMQPTarget | None = None) -> list[dict]:
+    """One dict per connection: consumers first so they are subscribed before publishing.
+    Consumers get "target": consume_target when given (else they use the run's target)."""
     specs: list[dict] = []
     for q in queues:
         for _ in range(scenario.consumers):
@@ -69,6 +73,8 @@ def role_specs(scenario: Scenario, queues: list[str]) -> list[dict]:
                           "channels": list(range(1, scenario.consumer_channels + 1)),
                           "no_ack": scenario.no_ack, "prefetch": scenario.prefetch,
                           "ack_every": scenario.ack_every})
+            if consume_target is not None:
+                specs[-1]["target"] = consume_target
     for q in queues:
         for _ in range(scenario.producers):
             specs.append({"kind": "producer", "queue": q,
@@ -134,12 +140,39 @@ def stop_workers(procs, pipes) -> None:
         pipe.close()
 
 
+def wait_visible(target: AMQPTarget, queues: list[str], codec_name: str,
+                 timeout: float = READY_TIMEOUT) -> None:
+    """Block until a passive queue.declare of every queue succeeds on target (another node of
+    a cluster learns of the queues through metadata replication)."""
+    from bench.leanclient import AMQPClosed, LeanConnection
+    deadline = time.monotonic() + timeout
+    while True:
+        conn = LeanConnection(target, codec_mod.load(codec_name), name="leveret-bench check",
+                              timeout=10.0).connect()
+        try:
+            conn.channel_open(1)
+            for q in queues:
+                conn.queue_declare(1, q, passive=True)
+            return
+        except AMQPClosed as e:
+            if time.monotonic() > deadline:
+                raise BenchError(f"the queues are not visible on {target.display} after "
+                                 f"{timeout:g}s: {e}")
+        finally:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - the channel may be closed already
+                pass
+        time.sleep(0.2)
+
+
 def run_scenario(target: AMQPTarget, scenario: Scenario, *, seconds: float = 10.0,
                  warmup: float = 2.0, client: str = "lean", codec: str = "auto",
-                 max_procs: int = 16, log=print) -> dict:
+                 max_procs: int = 16, log=print, consume_target: AMQPTarget | None = None,
+                 queue_prefix: str = "leveret-bench") -> dict:
     run_id = f"{os.getpid()}-{int(time.time() * 1000) % 10**8}"
-    queues = [f"leveret-bench-{scenario.key}-{run_id}-{i}" for i in range(scenario.queues)]
-    specs = role_specs(scenario, queues)
+    queues = [f"{queue_prefix}-{scenario.key}-{run_id}-{i}" for i in range(scenario.queues)]
+    specs = role_specs(scenario, queues, consume_target)
     if client == "pika":
         from bench.pikaworker import worker_main
         groups = [[s] for s in specs]         # pika: one connection per process
@@ -154,6 +187,8 @@ def run_scenario(target: AMQPTarget, scenario: Scenario, *, seconds: float = 10.
     try:
         for q in queues:
             control.declare(q, scenario.durable, scenario.arguments)
+        if consume_target is not None:
+            wait_visible(consume_target, queues, codec)
         ctx = multiprocessing.get_context("spawn")
         for g in groups:
             parent, child = ctx.Pipe()
