@@ -82,6 +82,18 @@ def print_table(rows: list, columns: list, vhost: str) -> int:
     return 0
 
 
+def print_cluster(status: dict) -> int:
+    """`rabbitmqctl cluster_status`: every member, whether it is up, who leads."""
+    if not status["me"]:
+        print("This node is not in a cluster.")
+    print(f"Cluster status of node {status['me'] or 'this node'} ...")
+    print("member\tname\tamqp\tup\treachable\tleader")
+    for r in status["members"]:
+        print("\t".join(_cell(r[c]) for c in
+                        ("member", "name", "amqp", "up", "connected", "leader")))
+    return 0
+
+
 def _cell(value) -> str:
     if isinstance(value, bool):
         return str(value).lower()
@@ -98,7 +110,7 @@ def main(argv=None) -> int:
     p.add_argument("--apply-to", default="all", help="set_policy: queues, exchanges or all")
     p.add_argument("command", choices=sorted(COMMANDS) + [
         "list_users", "list_vhosts", "list_queues", "list_exchanges", "list_bindings",
-        "list_policies", "set_policy", "clear_policy"])
+        "list_policies", "set_policy", "clear_policy", "cluster_status"])
     p.add_argument("args", nargs="*")
     a = p.parse_intermixed_args(argv)
     if a.command == "set_policy":
@@ -119,6 +131,8 @@ def main(argv=None) -> int:
         call(a.data_dir, "policy", {"method": "clear", "vhost": a.vhost, "name": a.args[0]})
         print(f"Clearing policy \"{a.args[0]}\" ... done")
         return 0
+    if a.command == "cluster_status":
+        return print_cluster(call(a.data_dir, "cluster.status", {}))
     if a.command == "list_queues" and a.args:
         return print_table(call(a.data_dir, "list", {"what": "queues"}), a.args, a.vhost)
     if a.command.startswith("list_"):

@@ -31,6 +31,7 @@ class RpcReply(NamedTuple):
     result: Any = None  # operation-specific
     code: int = 0  # AMQP reply code when not ok
     text: str = ""  # AMQP reply text when not ok
+    version: int = 0  # cluster: the definitions-log entry the answer depends on (0: none)
 
 
 class MetaChange(NamedTuple):

@@ -19,6 +19,7 @@ import base64
 import logging
 import os
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ from actors.core.errors import ChannelError, ConnectionError_, amqp_text
 from actors.core.permissions import AuthDB
 from actors.core.routing import Router
 from actors.definitions import Definitions
+from actors.metadata_cluster import ClusterEntry, ClusterMixin, ClusterTick
 from actors.replica import apply_change
 
 log = logging.getLogger(__name__)
@@ -54,9 +56,10 @@ class WorkerExited:
         self.kind, self.index, self.endpoint = kind, index, endpoint
 
 
-class Metadata(pykka.ThreadingActor):
-    def __init__(self, transport, data_dir: str, queue_workers: int):
+class Metadata(ClusterMixin, pykka.ThreadingActor):
+    def __init__(self, transport, config):
         super().__init__()
+        data_dir, queue_workers = config.data_dir, config.queue_workers
         self.transport = transport  # this process's Transport
         self.address = transport.address("metadata")  # where workers send Rpc
         self.router = Router()  # authoritative exchanges and bindings
@@ -76,10 +79,15 @@ class Metadata(pykka.ThreadingActor):
         self.recovering: set = set()  # durable queues not yet started after boot
         self.deferred_hellos: list = []  # connection workers waiting for recovery to finish
         self.had_bindings: set = set()  # auto-delete exchanges that have had a binding
+        self.members: dict = {}  # cluster members (actors/metadata_cluster.py); empty alone
+        self._cluster_init(config)
 
     # --- start-up -------------------------------------------------------------------------------
     def on_start(self) -> None:
         self.transport.register("metadata", self.actor_ref)
+        if self.config.clustered:
+            self._cluster_start()  # the state comes from the log once it is caught up
+            return
         stored = self.defs.load()
         if stored.get("auth"):
             self.auth = AuthDB.from_state(stored["auth"])
@@ -103,14 +111,32 @@ class Metadata(pykka.ThreadingActor):
         self.recovering = {key for key in self.queues}
 
     # --- message dispatch -------------------------------------------------------------------------
+    def on_stop(self) -> None:
+        if self.cluster is not None:
+            self.cluster.close()
+
     def on_receive(self, msg):
         try:
-            if isinstance(msg, m.Rpc):
+            if isinstance(msg, ClusterEntry):
+                self._cluster_entry(msg)
+            elif isinstance(msg, ClusterTick):
+                self._cluster_tick()
+            elif msg == "cluster_ready":
+                return self._cluster_load()
+            elif isinstance(msg, tuple) and msg[0] == "commit_failed":
+                self._commit_failed(msg[1], msg[2])
+            elif not self.loaded:
+                if isinstance(msg, m.Rpc) and msg.reply_to:  # leveretctl before we joined
+                    self._send_local(msg.reply_to, m.RpcReply(msg.req_id, False, None, 541,
+                                     amqp_text(541, "this node has not joined its cluster yet")))
+            elif isinstance(msg, m.Rpc):
                 self._rpc(msg)
             elif isinstance(msg, m.QueueStarted):
                 self._queue_started(msg)
             elif isinstance(msg, m.RpcReply):
-                if msg.req_id in self.pending_stats:
+                if self._relay(msg):
+                    pass
+                elif msg.req_id in self.pending_stats:
                     self._stats_reply(msg)
                 else:
                     self._queue_reply(msg)
@@ -123,17 +149,21 @@ class Metadata(pykka.ThreadingActor):
             elif msg == "ready":
                 return [k for k, w in self.workers.items() if w.ready]
             elif msg == "durable_queues":
-                return [key for key, q in self.queues.items() if q["durable"]]
+                return [key for key, q in self.queues.items() if q["durable"]
+                        and self.me in (q.get("home", self.me), *(q.get("mirrors") or ()))]
         except Exception:
             log.exception("metadata failed on %r", type(msg).__name__)
 
     def _rpc(self, rpc: m.Rpc) -> None:
+        if self._route_rpc(rpc):
+            return
         handler = getattr(self, "op_" + rpc.op.replace(".", "_"), None)
         if handler is None:
             self._reply(rpc, False, None, 540, amqp_text(540, f"unknown operation {rpc.op}"))
             return
+        args = {k: v for k, v in rpc.args.items() if k != "origin"}  # origin: for declare
         try:
-            result = handler(rpc, **rpc.args)
+            result = handler(rpc, **args)
         except (ChannelError, ConnectionError_) as e:
             self._reply(rpc, False, None, e.reply_code, e.text)
             return
@@ -145,10 +175,17 @@ class Metadata(pykka.ThreadingActor):
             self._reply(rpc, True, result)
 
     def _reply(self, rpc, ok, result=None, code=0, text=""):
-        self._send_reply(rpc.reply_to, m.RpcReply(rpc.req_id, ok, result, code, text))
+        if rpc.reply_to:
+            self._send_reply(rpc.reply_to, m.RpcReply(rpc.req_id, ok, result, code, text))
 
     def _send_reply(self, reply_to, reply) -> None:
-        """Replies wait until every live worker has applied every change made so far."""
+        """In a cluster the leader answers once the changes are committed; then (everywhere)
+        replies wait until every live worker has applied every change made so far."""
+        if self._cluster_reply(reply_to, reply):
+            return
+        self._send_local(reply_to, reply._replace(version=self.canonical))
+
+    def _send_local(self, reply_to, reply) -> None:
         if self.held or any(v < self.version for v in self.applied.values()):
             self.held.append((self.version, reply_to, reply))
         else:
@@ -168,14 +205,34 @@ class Metadata(pykka.ThreadingActor):
 
     # --- changes --------------------------------------------------------------------------------
     def _change(self, *changes) -> None:
-        """Apply to the authoritative state, persist durable parts, broadcast to every worker."""
+        """Apply to the authoritative state, persist durable parts (alone) or commit them to
+        the cluster's log, broadcast to every worker."""
+        self._apply_changes(list(changes))
+        if self.cluster is None:
+            self._persist()
+        else:
+            self._cluster_submit(list(changes))
+
+    def _apply_changes(self, changes) -> None:
+        """Apply changes here and on this node's workers; start what became ours to start."""
+        start = []
         for c in changes:
+            if c[0] == "member_put":
+                old = self.members.get(c[1])
+                apply_change(self, c)
+                self._member_changed(c[1], old, c[2])
+                continue
             apply_change(self, c)
-        self._persist()
+            if c[0] == "queue_put" and c[1].get("address") is None:
+                start.append((c[1]["vhost"], c[1]["name"]))
         self.version += 1
         msg = m.MetaChange(list(changes), self.version)
         for w in self.workers.values():
             self.transport.send(w.control, msg)
+        for key in start:
+            q = self.queues.get(key)
+            if q is not None and q.get("address") is None:
+                self._start_queue(q, recovered=q["durable"])
 
     def _persist(self) -> None:
         exchanges, bindings = [], []
@@ -216,7 +273,8 @@ class Metadata(pykka.ThreadingActor):
     def snapshot(self) -> dict:
         return {"router": self.router.to_state(), "auth": self.auth.to_state(),
                 "queues": list(self.queues.values()),
-                "policies": list(self.policies.values())}
+                "policies": list(self.policies.values()),
+                "members": self.members}
 
     # --- workers --------------------------------------------------------------------------------
     def op_worker_hello(self, rpc, kind, index, endpoint, control):
@@ -230,8 +288,11 @@ class Metadata(pykka.ThreadingActor):
         self.transport.send(control, m.MetaSnapshot(self.snapshot(), self.version))
         if kind == "queue":
             for q in self.queues.values():
-                if q["worker"] == index:
+                if q["worker"] == index and q.get("home", self.me) == self.me:
                     self._start_queue(q, recovered=q.get("address") is not None or q["durable"])
+        if self.cluster is not None:
+            self._leader_op("cluster.worker_up", {"member": self.me, "slot": f"{kind}-{index}",
+                                                  "endpoint": endpoint})
         return {"ok": True}
 
     def op_worker_ready(self, rpc, kind, index):
@@ -250,38 +311,64 @@ class Metadata(pykka.ThreadingActor):
         down = m.WorkerDown(ev.kind, ev.endpoint)
         for other in self.workers.values():
             self.transport.send(other.control, down)
-        if ev.kind == "queue":
+        for key, q in self.queues.items():
+            if q.get("worker") == ev.index and q.get("home", self.me) == self.me:
+                self.starting.discard(key)
+        if self.cluster is not None:
+            self._leader_op("cluster.worker_down", {"member": self.me, "kind": ev.kind,
+                                                    "index": ev.index, "endpoint": ev.endpoint})
+        else:
+            self._worker_gone(self.me, ev.kind, ev.index, ev.endpoint)
+
+    def _worker_gone(self, member, kind, index, endpoint) -> None:
+        """Leader: a worker of `member` died: its queues wait for the restart, its
+        connections' exclusive queues go."""
+        if kind == "queue":
             changes = []
             for q in self.queues.values():
-                if q["worker"] == ev.index and q.get("address"):
+                if q["worker"] == index and q.get("address") and \
+                        q.get("home", member) == member:
                     changes.append(["queue_put", dict(q, address=None)])
                     if events.enabled():
                         events.emit("queue_crashed", None, actor="node", vhost=q["vhost"],
-                                    queue=q["name"], worker=ev.index)
+                                    queue=q["name"], worker=index)
             if changes:
                 self._change(*changes)
         else:
-            prefix = ev.endpoint + "/"
+            prefix = endpoint + "/"
             for q in list(self.queues.values()):
                 if q["exclusive"] and q["exclusive"].startswith(prefix):
                     self._delete_queue(q["vhost"], q["name"], None, 0)
 
-    def _place(self) -> int:
-        load = [0] * self.n_queue_workers
+    def _place(self, home: str = "") -> int:
+        """The least loaded queue worker of the queue's home node."""
+        n = self.members.get(home, {}).get("queue_workers", self.n_queue_workers)
+        load = [0] * max(1, n)
         for q in self.queues.values():
-            if q.get("worker") is not None and q["worker"] < len(load):
+            if q.get("home", "") == home and q.get("worker") is not None and \
+                    q["worker"] < len(load):
                 load[q["worker"]] += 1
         return min(range(len(load)), key=load.__getitem__)
 
     def _start_queue(self, q: dict, recovered: bool) -> None:
+        """Only the queue's home node starts it, on its own queue worker."""
+        if q.get("home", self.me) != self.me:
+            return
         w = self.workers.get(("queue", q["worker"]))
-        if w is None:
+        key = (q["vhost"], q["name"])
+        if w is None or key in self.starting:
             return  # started when the worker says hello
+        self.starting.add(key)
         qdef = {k: v for k, v in q.items() if k != "address"}
         self.transport.send(w.control, m.StartQueue(qdef, self.address, recovered))
 
     def _queue_started(self, msg: m.QueueStarted) -> None:
         key = (msg.vhost, msg.name)
+        self.starting.discard(key)
+        if not self.leading:
+            self._recovered(key)  # this node's boot waits for its own queues only
+            self._forward(msg, time.monotonic() + 10)
+            return
         q = self.queues.get(key)
         if q is None:
             return
@@ -517,6 +604,7 @@ class Metadata(pykka.ThreadingActor):
                     name, vhost)
                 queue_args.assert_equivalent(q["arguments"], arguments, name, vhost)
             if q.get("address") is None:
+                self._check_home_up(q)
                 self.pending_start.setdefault(key, []).append((rpc.reply_to, rpc.req_id,
                                                                [name, 0, 0]))
                 return _DEFERRED
@@ -528,13 +616,23 @@ class Metadata(pykka.ThreadingActor):
             raise ChannelError(403, amqp_text(
                 403, f"queue name '{name}' contains reserved prefix 'amq.*'"))
         queue_args.validate(arguments, name, vhost)
+        home = rpc.args.get("origin") or self.me  # the declaring client's node, as RabbitMQ
         q = {"vhost": vhost, "name": name, "durable": bool(durable),
              "exclusive": owner if exclusive else "", "auto_delete": bool(auto_delete),
-             "arguments": arguments, "worker": self._place(), "address": None}
-        self._change(["queue_put", q], ["router", "add_queue", [vhost, name]])
+             "arguments": arguments, "worker": self._place(home), "address": None,
+             "home": home}
         self.pending_start.setdefault(key, []).append((rpc.reply_to, rpc.req_id, [name, 0, 0]))
-        self._start_queue(q, recovered=False)
+        self._change(["router", "add_queue", [vhost, name]], ["queue_put", q])  # starts it
         return _DEFERRED
+
+    def _check_home_up(self, q) -> None:
+        """A queue whose home node is down cannot be used (RabbitMQ's 404 for it)."""
+        home = q.get("home")
+        if home and home != self.me and not self.members.get(home, {}).get("up"):
+            node = self.members.get(home, {}).get("name", home)
+            raise ChannelError(404, amqp_text(
+                404, f"home node '{node}' of durable queue '{q['name']}' in vhost "
+                     f"'{q['vhost']}' is down or inaccessible"))
 
     def op_queue_delete(self, rpc, vhost, name, if_unused=False, if_empty=False, owner=""):
         q = self.queues.get((vhost, name))

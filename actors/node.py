@@ -28,6 +28,7 @@ import time
 from actors import events
 from actors.config import Config
 from actors.metadata import Metadata, WorkerExited
+from actors.metadata_cluster import ClusterTick
 from actors.storage import Storage, queue_id
 from actors.transport import Transport
 
@@ -90,9 +91,12 @@ class Node:
         self._check_port()
         self.run_dir = short_run_dir(cfg.data_dir)
         events.configure(cfg, process="node", node=cfg.node)
-        self.transport = Transport(f"ipc://{self.run_dir}/node.sock")
+        self.transport = Transport(self._endpoint("node"))
         self.transport.start()
-        self.metadata = Metadata.start(self.transport, cfg.data_dir, cfg.queue_workers)
+        self.metadata = Metadata.start(self.transport, cfg)
+        if cfg.clustered and not self._join_cluster():
+            self.metadata.stop()
+            return self.exit_code
         self._drop_stale_indexes()
         self._write_node_file()
         self.slots = ([Slot("queue", i) for i in range(cfg.queue_workers)] +
@@ -103,10 +107,13 @@ class Node:
         if not self.stopping.is_set():
             self.systemd.notify("READY=1")  # Type=notify: the listeners are up
         watchdog = _watchdog_interval()
-        next_ping = time.monotonic()
+        next_ping = next_tick = time.monotonic()
         try:
             while not self.stopping.is_set():
                 self._reap()
+                if cfg.clustered and time.monotonic() >= next_tick:
+                    self.metadata.tell(ClusterTick())  # leadership, members up and down
+                    next_tick = time.monotonic() + 0.25
                 if watchdog and time.monotonic() >= next_ping:
                     self.systemd.notify("WATCHDOG=1")  # the supervision loop is alive
                     next_ping = time.monotonic() + watchdog
@@ -115,6 +122,32 @@ class Node:
             self.systemd.notify("STOPPING=1")
             self._shutdown()
         return self.exit_code
+
+    def _join_cluster(self) -> bool:
+        """Wait until the definitions log is loaded and caught up (needs a majority)."""
+        deadline = time.monotonic() + self.config.boot_timeout
+        log.info("joining the cluster %s as %s", ", ".join(self.config.cluster_nodes),
+                 self.config.cluster_address)
+        while not self.stopping.is_set():
+            if self.metadata.ask("cluster_ready"):
+                return True
+            if time.monotonic() > deadline:
+                log.error("could not join the cluster (%s) within %d s (boot_timeout)",
+                          ", ".join(self.config.cluster_nodes), self.config.boot_timeout)
+                self.exit_code = 1
+                return False
+            self.metadata.tell(ClusterTick())
+            time.sleep(0.1)
+        return False
+
+    def _endpoint(self, name: str) -> str:
+        """ipc:// inside a lone node; tcp:// (reachable from the other nodes) in a cluster."""
+        if not self.config.clustered:
+            return f"ipc://{self.run_dir}/{name}.sock"
+        host = self.config.cluster_address.rpartition(":")[0]
+        with socket.socket() as s:
+            s.bind((host, 0))
+            return f"tcp://{host}:{s.getsockname()[1]}"
 
     def _drop_stale_indexes(self) -> None:
         """Queue indexes of queues that are not defined any more (durable exclusive queues of
@@ -133,7 +166,7 @@ class Node:
     # --- workers --------------------------------------------------------------------------------
     def _spawn(self, slot: Slot) -> None:
         slot.gen += 1
-        slot.endpoint = f"ipc://{self.run_dir}/{slot.kind}-{slot.index}-{slot.gen}.sock"
+        slot.endpoint = self._endpoint(f"{slot.kind}-{slot.index}-{slot.gen}")
         cmd = [sys.executable, "-m", "actors.worker", "--kind", slot.kind,
                "--index", str(slot.index), "--endpoint", slot.endpoint,
                "--node", self.metadata_address(), "--config-json", self.config.to_json()]

@@ -8,7 +8,8 @@ RPC replies, so a channel that got `queue.declare-ok` already sees the queue.
 
 A change is a list: `["router", method, args]` replays `Router.method(*args)`, `["auth", method,
 args]` replays `AuthDB.method(*args)`, `["queue_put", qdef]`, `["queue_del", vhost, name]`,
-`["policy_put", vhost, name, policy]`, `["policy_del", vhost, name]`.
+`["policy_put", vhost, name, policy]`, `["policy_del", vhost, name]`, and in a cluster
+`["member_put", member_id, info]` (actors/cluster.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Replica:
         self.auth = AuthDB()  # users, vhosts, permissions
         self.queues: dict[tuple[str, str], dict] = {}  # (vhost, name) -> qdef (with "address")
         self.policies: dict[tuple[str, str], dict] = {}  # (vhost, policy name) -> policy
+        self.members: dict[str, dict] = {}  # cluster member id -> info (empty when alone)
         self.version = 0  # number of change lists applied
 
     def load(self, state: dict) -> None:
@@ -34,6 +36,7 @@ class Replica:
             self.auth = AuthDB.from_state(state["auth"])
             self.queues = {(q["vhost"], q["name"]): q for q in state["queues"]}
             self.policies = {(p["vhost"], p["name"]): p for p in state.get("policies", [])}
+            self.members = dict(state.get("members", {}))
             self.version += 1
 
     def apply(self, changes: list) -> None:
@@ -67,5 +70,7 @@ def apply_change(target, change) -> None:
         target.policies[(change[1], change[2])] = change[3]
     elif kind == "policy_del":
         target.policies.pop((change[1], change[2]), None)
+    elif kind == "member_put":
+        target.members[change[1]] = change[2]
     else:
         raise ValueError(f"unknown metadata change {kind!r}")

@@ -1,0 +1,384 @@
+"""The cluster half of the metadata actor: who executes definitions operations, and how their
+changes reach every node.
+
+Mirrors RabbitMQ's clustered metadata store in effect (every node sees every definition, a
+minority cannot change them) with a Raft log (actors/cluster.py) instead of mnesia:
+- only the Raft leader's metadata actor executes operations (declare, bind, delete, policies,
+  users...): it applies their changes at once, as a lone node does, and commits them to the log;
+  an operation is answered only when its changes are committed (a majority has them);
+- every other node forwards the operations its channels and leveretctl send to the leader and
+  relays the answers, once its own workers have applied the entry the answer depends on;
+- every node applies committed entries in log order to its copy and its workers' replicas.
+
+A new leader first commits an empty entry (a barrier): once it comes back, the leader's copy is
+the whole log and it may execute operations. A leader that loses its majority takes the log's
+state again (`_cluster_resync`): what it had applied but not committed is gone, and the
+operations waiting on it are answered 541.
+
+Member ids are raft addresses (HOST:PORT). Member info, replicated: name, amqp address, the
+metadata actor's address, queue worker count, whether it is up, its incarnation (new per boot)
+and its workers' endpoints (so every node can tell its workers when another node's die).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+
+from actors import messages as m
+from actors.cluster import Cluster
+from actors.core.errors import amqp_text
+from actors.core.permissions import AuthDB
+from actors.core.routing import Router
+
+log = logging.getLogger("leveret.cluster")
+
+LOCAL_OPS = {"worker.hello", "worker.ready", "list", "cluster.status"}  # any node answers
+FORWARD_WAIT_S = 10.0  # how long an operation waits for a leader before it fails
+DOWN_AFTER_S = 1.0  # a member whose raft connection is gone this long is down
+
+
+class ClusterEntry:
+    """pysyncobj thread -> metadata (local only): entry `seq` of the log was applied."""
+
+    __slots__ = ("seq", "entry")
+
+    def __init__(self, seq, entry):
+        self.seq, self.entry = seq, entry
+
+
+class ClusterTick:
+    """Node -> metadata (local only): look at leadership and member connectivity."""
+
+
+class ClusterMixin:
+    """Mixed into Metadata; everything here is a no-op when the node is alone."""
+
+    def _cluster_init(self, config) -> None:
+        self.config = config
+        self.me = config.cluster_address or ""  # member id, "" when alone
+        self.cluster: Cluster | None = None
+        self.loaded = not config.clustered  # state taken from the log
+        self.epoch = None  # our leadership stint, once its barrier came back
+        self.barrier = None  # epoch whose barrier entry is on its way
+        self.next_token = 1  # entries committed in this epoch
+        self.tokens: deque = deque()  # our entries not yet back from the log
+        self.leader_held: deque = deque()  # (token, reply_to, RpcReply) waiting for commit
+        self.canonical = 0  # seq of the last log entry applied here
+        self.awaiting: list = []  # (seq, reply_to, RpcReply) relayed, waiting for that entry
+        self.relays: dict = {}  # our req id -> (reply_to, req_id) of a forwarded operation
+        self.deferred: deque = deque()  # (deadline, Rpc or message) waiting for a leader
+        self.incarnation = os.urandom(6).hex()  # this boot of this node
+        self.last_seen: dict = {}  # member -> monotonic time its raft link was last up
+        self.starting: set = set()  # queues this node asked its workers to start
+
+    @property
+    def leading(self) -> bool:
+        """Executes operations: alone, or the leader whose barrier is back."""
+        return self.cluster is None or self.epoch is not None
+
+    # --- start-up ---------------------------------------------------------------------------
+    def _cluster_start(self) -> None:
+        self.cluster = Cluster(self.config.cluster_nodes, self.me, self.config.data_dir,
+                               on_state_changed=self._raft_state_changed)
+
+    def _raft_state_changed(self, old, new) -> None:  # pysyncobj's thread
+        try:
+            self.actor_ref.tell(ClusterTick())
+        except Exception:  # noqa: BLE001 - stopping
+            pass
+
+    def _cluster_load(self) -> bool:
+        """Once the log is caught up: take its state and hear every entry after it."""
+        if self.loaded:
+            return True
+        if not self.cluster.ready.is_set():
+            return False
+        state = self.cluster.state
+        with state.lock:
+            seq, snap = state.snapshot()
+            state.listener = self._on_entry
+        self._load_state(seq, snap)
+        self.loaded = True
+        me = self.me
+        self.recovering = {k for k, q in self.queues.items()
+                           if q.get("home") == me and q["durable"]}
+        self._leader_op("cluster.member_up", {"member": me, "info": {
+            "name": self.config.node, "amqp": f"{self.config.host}:{self.config.port}",
+            "metadata": self.address, "queue_workers": self.n_queue_workers, "up": True,
+            "incarnation": self.incarnation, "workers": {}}})
+        log.info("cluster: definitions loaded (log entry %d), %d members known", seq,
+                 len(self.members))
+        return True
+
+    def _load_state(self, seq, snap) -> None:
+        self.router = Router.from_state(snap["router"])
+        self.auth = AuthDB.from_state(snap["auth"])
+        self.queues = {(q["vhost"], q["name"]): q for q in snap["queues"]}
+        self.policies = {(p["vhost"], p["name"]): p for p in snap["policies"]}
+        self.members = snap["members"]
+        self.canonical = seq
+
+    def _on_entry(self, seq, entry) -> None:  # pysyncobj's thread
+        try:
+            self.actor_ref.tell(ClusterEntry(seq, entry))
+        except Exception:  # noqa: BLE001 - stopping
+            pass
+
+    # --- the log --------------------------------------------------------------------------------
+    def _cluster_submit(self, changes) -> None:
+        token = self.next_token
+        self.next_token += 1
+        self.tokens.append(token)
+        epoch = self.epoch
+        entry = {"origin": self.me, "epoch": epoch, "token": token, "changes": changes}
+        ref = self.actor_ref
+
+        def done(seq, failed):
+            if failed:
+                try:
+                    ref.tell(("commit_failed", epoch, token))
+                except Exception:  # noqa: BLE001 - stopping
+                    pass
+        self.cluster.submit(entry, done)
+
+    def _cluster_entry(self, msg: ClusterEntry) -> None:
+        if msg.seq <= self.canonical:
+            return  # already in the snapshot we loaded
+        entry = msg.entry
+        self.canonical = msg.seq
+        own = entry.get("origin") == self.me and entry.get("epoch") is not None
+        if own and entry["epoch"] == self.barrier and entry["token"] == 0:
+            self.epoch, self.barrier = self.barrier, None
+            log.info("cluster: this node leads (entry %d)", msg.seq)
+            self._drain_deferred()
+        elif own and entry["epoch"] == self.epoch:
+            # applied when it was made: release the answers that waited for it
+            while self.tokens and self.tokens[0] <= entry["token"]:
+                self.tokens.popleft()
+            while self.leader_held and self.leader_held[0][0] <= entry["token"]:
+                _, reply_to, reply = self.leader_held.popleft()
+                self._send_local(reply_to, reply._replace(version=msg.seq))
+        else:
+            self._apply_changes(entry["changes"])
+        while self.awaiting and self.awaiting[0][0] <= self.canonical:
+            _, reply_to, reply = self.awaiting.pop(0)
+            self._send_local(reply_to, reply)
+
+    def _commit_failed(self, epoch, token) -> None:
+        if epoch is not None and epoch == self.epoch:
+            log.warning("cluster: entry %s of our leadership was not committed", token)
+            self._cluster_resync()
+
+    def _cluster_resync(self) -> None:
+        """Leadership lost: the log's state wins over what we applied ahead of it."""
+        self.epoch = self.barrier = None
+        self.tokens.clear()
+        text = amqp_text(541, "cluster leadership changed before the operation was committed")
+        for _, reply_to, reply in self.leader_held:
+            self._send_local(reply_to, m.RpcReply(reply.req_id, False, None, 541, text))
+        self.leader_held.clear()
+        for waiters in self.pending_start.values():
+            for reply_to, req_id, _ in waiters:
+                self._send_local(reply_to, m.RpcReply(req_id, False, None, 541, text))
+        self.pending_start.clear()
+        state = self.cluster.state
+        with state.lock:
+            seq, snap = state.snapshot()
+        self._load_state(seq, snap)
+        self.version += 1
+        snapshot = m.MetaSnapshot(self.snapshot(), self.version)
+        for w in self.workers.values():
+            self.transport.send(w.control, snapshot)
+        self._start_own_queues()
+
+    # --- operations -----------------------------------------------------------------------------
+    def _route_rpc(self, rpc: m.Rpc) -> bool:
+        """True when this node must not execute `rpc` itself (it is forwarded or deferred)."""
+        if self.cluster is None or rpc.op in LOCAL_OPS or self.leading:
+            return False
+        self._forward(rpc, time.monotonic() + FORWARD_WAIT_S)
+        return True
+
+    def _forward(self, msg, deadline) -> None:
+        leader = self.cluster.leader() if self.loaded else None
+        target = self.members.get(leader, {}).get("metadata") if leader else None
+        if leader == self.me or target is None:
+            self.deferred.append((deadline, msg))  # no leader yet, or it is us catching up
+            return
+        if isinstance(msg, m.Rpc):
+            req = self.next_req
+            self.next_req += 1
+            self.relays[req] = (msg.reply_to, msg.req_id)
+            args = dict(msg.args)
+            args.setdefault("origin", self.me)
+            msg = m.Rpc(self.address, req, msg.op, args)
+        self.transport.send(target, msg)
+
+    def _leader_op(self, op: str, args: dict) -> None:
+        """An operation this node itself needs the leader to carry out (answer ignored)."""
+        self._rpc(m.Rpc("", 0, op, args))
+
+    def _drain_deferred(self) -> None:
+        now = time.monotonic()
+        waiting, self.deferred = self.deferred, deque()
+        for deadline, msg in waiting:
+            if self.leading:
+                if isinstance(msg, m.Rpc):
+                    self._rpc(msg)
+                else:
+                    self.on_receive(msg)
+            elif now > deadline:
+                if isinstance(msg, m.Rpc) and msg.reply_to:
+                    self._send_local(msg.reply_to, m.RpcReply(msg.req_id, False, None, 541, amqp_text(
+                        541, "no cluster leader: this node cannot reach a majority of "
+                             "cluster_nodes")))
+            else:
+                self._forward(msg, deadline)
+
+    def _relay(self, reply: m.RpcReply) -> bool:
+        dest = self.relays.pop(reply.req_id, None)
+        if dest is None:
+            return False
+        reply_to, req_id = dest
+        if reply_to:
+            out = reply._replace(req_id=req_id)
+            if reply.version > self.canonical:
+                self.awaiting.append((reply.version, reply_to, out))
+                self.awaiting.sort(key=lambda a: a[0])
+            else:
+                self._send_local(reply_to, out)
+        return True
+
+    def _cluster_reply(self, reply_to, reply) -> bool:
+        """The leader answers once its changes so far are committed."""
+        if self.cluster is None or not self.tokens:
+            return False
+        self.leader_held.append((self.tokens[-1], reply_to, reply))
+        return True
+
+    # --- ticks: leadership and member failures -------------------------------------------------
+    def _cluster_tick(self) -> None:
+        if self.cluster is None:
+            return
+        if not self._cluster_load():
+            return
+        is_leader = self.cluster.is_leader()
+        if is_leader and self.epoch is None and self.barrier is None:
+            self.barrier = os.urandom(6).hex()
+            self.cluster.submit({"origin": self.me, "epoch": self.barrier, "token": 0,
+                                 "changes": []}, lambda seq, failed: None)
+        elif not is_leader and (self.epoch is not None or self.barrier is not None):
+            log.warning("cluster: this node no longer leads")
+            self._cluster_resync()
+        if self.deferred:
+            self._drain_deferred()
+        now = time.monotonic()
+        connected = self.cluster.connected()
+        for member, info in list(self.members.items()):
+            if member in connected:
+                self.last_seen[member] = now
+            elif self.leading and info.get("up") and \
+                    now - self.last_seen.setdefault(member, now) > DOWN_AFTER_S:
+                log.warning("cluster: member %s (%s) is down", info.get("name"), member)
+                self._member_down(member, info)
+
+    # --- member changes as they reach this node ---------------------------------------------------
+    def _member_changed(self, member, old, new) -> None:
+        """Every node: workers of another node that are gone are dead endpoints from now on."""
+        if member == self.me or not old:
+            return
+        before = dict(old.get("workers") or {})
+        after = new.get("workers") or {} if new.get("up") else {}
+        for slot, endpoint in before.items():
+            if after.get(slot) != endpoint:
+                self.transport.mark_dead(endpoint)
+                down = m.WorkerDown(slot.split("-")[0], endpoint)
+                for w in self.workers.values():
+                    self.transport.send(w.control, down)
+
+    def _start_own_queues(self) -> None:
+        for q in self.queues.values():
+            if q.get("home", self.me) == self.me and q.get("address") is None:
+                self._start_queue(q, recovered=q["durable"])
+
+    # --- cluster operations (leader) ------------------------------------------------------------
+    def op_cluster_member_up(self, rpc, member, info):
+        old = self.members.get(member)
+        if old and old.get("incarnation") != info.get("incarnation") and old.get("up"):
+            self._member_down(member, old)  # restarted before anyone saw it go
+        self._change(["member_put", member, info])
+        # what cannot outlive a restart of its node: its transient and exclusive queues
+        for q in list(self.queues.values()):
+            if q.get("home") == member and (not q["durable"] or q["exclusive"]):
+                self._drop_queue(q)
+        return None
+
+    def op_cluster_worker_up(self, rpc, member, slot, endpoint):
+        info = self.members.get(member)
+        if info is None:
+            return None
+        workers = dict(info.get("workers") or {})
+        workers[slot] = endpoint
+        self._change(["member_put", member, dict(info, workers=workers)])
+        return None
+
+    def op_cluster_worker_down(self, rpc, member, kind, index, endpoint):
+        info = self.members.get(member)
+        if info is not None:
+            workers = {k: v for k, v in (info.get("workers") or {}).items() if v != endpoint}
+            self._change(["member_put", member, dict(info, workers=workers)])
+        self._worker_gone(member, kind, index, endpoint)
+        return None
+
+    def op_cluster_status(self, rpc):
+        connected = self.cluster.connected() if self.cluster else set()
+        leader = self.cluster.leader() if self.cluster else self.me
+        rows = []
+        for member in (self.config.cluster_nodes or [""]):
+            info = self.members.get(member, {})
+            rows.append({"member": member, "name": info.get("name", self.config.node
+                                                             if member == self.me else ""),
+                         "amqp": info.get("amqp", ""), "up": bool(info.get("up", not member)),
+                         "connected": member in connected or not member,
+                         "leader": member == leader})
+        return {"me": self.me, "leader": leader, "members": rows}
+
+    def _member_down(self, member, info) -> None:
+        """Leader: a member is gone: its queues move to a mirror, wait for it, or go."""
+        self._change(["member_put", member, dict(info, up=False, workers={})])
+        for q in list(self.queues.values()):
+            mirrors = list(q.get("mirrors") or [])
+            if q.get("home") == member:
+                self._home_lost(q)
+            elif member in mirrors:
+                mirrors.remove(member)
+                synced = [s for s in q.get("synced") or [] if s != member]
+                self._change(["queue_put", dict(q, mirrors=mirrors, synced=synced)])
+
+    def _drop_queue(self, q) -> None:
+        """Remove a queue whose home is gone (nobody is left to answer a delete)."""
+        vhost, name = q["vhost"], q["name"]
+        self._change(["router", "remove_queue", [vhost, name]], ["queue_del", vhost, name])
+        self._auto_delete_exchanges(vhost)
+
+    def _home_lost(self, q) -> None:
+        """Leader: the home node of `q` is gone. The oldest in-sync mirror that is up takes
+        over; otherwise a durable queue waits for its node and a transient one goes."""
+        up = {k for k, v in self.members.items() if v.get("up")}
+        synced = [s for s in q.get("synced") or [] if s in up]
+        heir = next((x for x in q.get("mirrors") or [] if x in synced), None)
+        if heir is not None:
+            mirrors = [x for x in q["mirrors"] if x != heir and x in up]
+            log.warning("cluster: queue '%s' in vhost '%s' moves to its mirror on %s",
+                        q["name"], q["vhost"], self.members[heir].get("name", heir))
+            self._change(["queue_put", dict(q, home=heir, mirrors=mirrors,
+                                            synced=[s for s in synced if s != heir],
+                                            address=None, worker=self._place(heir),
+                                            promoted=True)])
+        elif q["durable"] and not q["exclusive"]:
+            self._change(["queue_put", dict(q, address=None)])
+        else:
+            self._drop_queue(q)
