@@ -208,6 +208,8 @@ def _run(cluster: LocalCluster, scenario, variant: str, args, log) -> dict:
     r = runs[0] if len(runs) == 1 else combine_runs(runs)
     r["variant"] = variant
     r["broker"] = f"Leveret cluster, {variant}"
+    if not r.get("error") and r.get("publish_rate") and not r.get("consume_rate"):
+        r["error"] = "the consumer on node 2 received nothing while node 1 confirmed publishes"
     if r.get("error"):
         r["error"] = f"{variant}: {r['error']}"
         log(f"[cluster]   error: {r['error'].strip().splitlines()[0]}")
