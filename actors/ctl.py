@@ -65,7 +65,8 @@ COMMANDS = {
 
 
 QUEUE_COLUMNS = ("name", "durable", "auto_delete", "exclusive", "arguments", "messages",
-                 "messages_ready", "messages_unacknowledged", "consumers", "worker")
+                 "messages_ready", "messages_unacknowledged", "consumers", "worker", "node",
+                 "mirrors", "synchronised_mirrors")
 
 
 def print_table(rows: list, columns: list, vhost: str) -> int:

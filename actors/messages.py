@@ -218,11 +218,41 @@ class Release(NamedTuple):
     n: int
 
 
+# --- mirrored queues (actors/mirror.py) ---------------------------------------------------------
+class MirrorJoin(NamedTuple):
+    """Mirror -> master: add me; answered with a MirrorPublish(reset=True) of everything."""
+    mirror: str  # the mirror's address
+    member: str  # its cluster member id
+
+
+class MirrorPublish(NamedTuple):
+    """Master -> mirror: messages that entered the queue (reset: they are all of them).
+    items: [seq_id, exchange, routing_key, props_raw, persistent, priority, expires_at_wall_ms,
+    msg_id]."""
+    master: str
+    batch: int  # the master's batch number, acknowledged by MirrorAck
+    reset: bool
+    items: list
+    bodies: list
+
+
+class MirrorForget(NamedTuple):
+    """Master -> mirror: these messages left the queue (acked, expired, dropped, purged)."""
+    master: str
+    seq_ids: list
+
+
+class MirrorAck(NamedTuple):
+    """Mirror -> master: every batch up to `batch` is accepted."""
+    mirror: str
+    batch: int
+
+
 _TYPES: list[type] = [
     Rpc, RpcReply, MetaChange, MetaSnapshot, WorkerDown, StartQueue, QueueStarted, StopQueue,
     Publish, Consume, Cancel, Settle, Get, ChannelDown, SetLimit, QueueOp,
     Deliver, GetReply, Confirm, ConsumerGone, Credit, Sent, Demand, Grant, Release,
-    MetaApplied,
+    MetaApplied, MirrorJoin, MirrorPublish, MirrorForget, MirrorAck,
 ]
 _TAG = {cls: i for i, cls in enumerate(_TYPES)}
 _HAS_BODIES = {cls: cls._fields[-1] == "bodies" for cls in _TYPES}

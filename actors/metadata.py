@@ -223,7 +223,7 @@ class Metadata(ClusterMixin, pykka.ThreadingActor):
                 self._member_changed(c[1], old, c[2])
                 continue
             apply_change(self, c)
-            if c[0] == "queue_put" and c[1].get("address") is None:
+            if c[0] == "queue_put":
                 start.append((c[1]["vhost"], c[1]["name"]))
         self.version += 1
         msg = m.MetaChange(list(changes), self.version)
@@ -233,6 +233,8 @@ class Metadata(ClusterMixin, pykka.ThreadingActor):
             q = self.queues.get(key)
             if q is not None and q.get("address") is None:
                 self._start_queue(q, recovered=q["durable"])
+            if q is not None:
+                self._start_mirrors(q)
 
     def _persist(self) -> None:
         exchanges, bindings = [], []
@@ -290,6 +292,8 @@ class Metadata(ClusterMixin, pykka.ThreadingActor):
             for q in self.queues.values():
                 if q["worker"] == index and q.get("home", self.me) == self.me:
                     self._start_queue(q, recovered=q.get("address") is not None or q["durable"])
+                elif self.cluster is not None:
+                    self._start_mirrors(q)
         if self.cluster is not None:
             self._leader_op("cluster.worker_up", {"member": self.me, "slot": f"{kind}-{index}",
                                                   "endpoint": endpoint})
@@ -429,8 +433,10 @@ class Metadata(ClusterMixin, pykka.ThreadingActor):
             self._change(["policy_put", vhost, name, {
                 "vhost": vhost, "name": name, "pattern": pattern, "definition": definition,
                 "priority": priority, "apply_to": apply_to}])
+            self._remirror()
         elif (vhost, name) in self.policies:
             self._change(["policy_del", vhost, name])
+            self._remirror()
         else:
             raise ChannelError(404, amqp_text(404, f"no policy '{name}' in vhost '{vhost}'"))
         return None
@@ -458,7 +464,10 @@ class Metadata(ClusterMixin, pykka.ThreadingActor):
             rows[(vhost, name)] = {
                 "vhost": vhost, "name": name, "durable": q["durable"],
                 "auto_delete": q["auto_delete"], "exclusive": bool(q["exclusive"]),
-                "arguments": q["arguments"], "worker": q.get("worker")}
+                "arguments": q["arguments"], "worker": q.get("worker"),
+                "node": self._member_name(q.get("home")),
+                "mirrors": [self._member_name(x) for x in q.get("mirrors") or []],
+                "synchronised_mirrors": [self._member_name(x) for x in q.get("synced") or []]}
         gather = {"rpc": rpc, "rows": rows, "waiting": set()}
         for key, q in self.queues.items():
             if q.get("address"):
@@ -620,7 +629,8 @@ class Metadata(ClusterMixin, pykka.ThreadingActor):
         q = {"vhost": vhost, "name": name, "durable": bool(durable),
              "exclusive": owner if exclusive else "", "auto_delete": bool(auto_delete),
              "arguments": arguments, "worker": self._place(home), "address": None,
-             "home": home}
+             "home": home, "mirrors": [], "synced": []}
+        q["mirrors"] = self._mirrors_for(q)
         self.pending_start.setdefault(key, []).append((rpc.reply_to, rpc.req_id, [name, 0, 0]))
         self._change(["router", "add_queue", [vhost, name]], ["queue_put", q])  # starts it
         return _DEFERRED

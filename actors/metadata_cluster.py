@@ -25,10 +25,12 @@ from __future__ import annotations
 import logging
 import os
 import time
+import zlib
 from collections import deque
 
 from actors import messages as m
 from actors.cluster import Cluster
+from actors.core import policies
 from actors.core.errors import amqp_text
 from actors.core.permissions import AuthDB
 from actors.core.routing import Router
@@ -36,8 +38,12 @@ from actors.core.routing import Router
 log = logging.getLogger("leveret.cluster")
 
 LOCAL_OPS = {"worker.hello", "worker.ready", "list", "cluster.status"}  # any node answers
-FORWARD_WAIT_S = 10.0  # how long an operation waits for a leader before it fails
+FORWARD_WAIT_S = 5.0  # how long an operation waits for a leader before it fails
+RELAY_WAIT_S = 15.0  # how long a forwarded operation waits for the leader's answer
 DOWN_AFTER_S = 1.0  # a member whose raft connection is gone this long is down
+
+
+JOINED = ("", "member_up committed")  # a boot gate beside the durable queues to recover
 
 
 class ClusterEntry:
@@ -105,6 +111,7 @@ class ClusterMixin:
         me = self.me
         self.recovering = {k for k, q in self.queues.items()
                            if q.get("home") == me and q["durable"]}
+        self.recovering.add(JOINED)  # listen once the others know this node is up
         self._leader_op("cluster.member_up", {"member": me, "info": {
             "name": self.config.node, "amqp": f"{self.config.host}:{self.config.port}",
             "metadata": self.address, "queue_workers": self.n_queue_workers, "up": True,
@@ -199,11 +206,15 @@ class ClusterMixin:
         """True when this node must not execute `rpc` itself (it is forwarded or deferred)."""
         if self.cluster is None or rpc.op in LOCAL_OPS or self.leading:
             return False
+        if rpc.args.get("passive") and rpc.op in ("queue.declare", "exchange.declare"):
+            return False  # a read: this node's copy answers it
         self._forward(rpc, time.monotonic() + FORWARD_WAIT_S)
         return True
 
     def _forward(self, msg, deadline) -> None:
         leader = self.cluster.leader() if self.loaded else None
+        if leader not in self.cluster.connected():
+            leader = None  # a leader we cannot reach (pysyncobj keeps the last one it knew)
         target = self.members.get(leader, {}).get("metadata") if leader else None
         if leader == self.me or target is None:
             self.deferred.append((deadline, msg))  # no leader yet, or it is us catching up
@@ -211,7 +222,7 @@ class ClusterMixin:
         if isinstance(msg, m.Rpc):
             req = self.next_req
             self.next_req += 1
-            self.relays[req] = (msg.reply_to, msg.req_id)
+            self.relays[req] = (msg.reply_to, msg.req_id, time.monotonic() + RELAY_WAIT_S)
             args = dict(msg.args)
             args.setdefault("origin", self.me)
             msg = m.Rpc(self.address, req, msg.op, args)
@@ -230,7 +241,8 @@ class ClusterMixin:
                     self._rpc(msg)
                 else:
                     self.on_receive(msg)
-            elif now > deadline:
+            elif now > deadline and not (isinstance(msg, m.Rpc) and not msg.reply_to):
+                # (this node's own requests wait as long as it takes)
                 if isinstance(msg, m.Rpc) and msg.reply_to:
                     self._send_local(msg.reply_to, m.RpcReply(msg.req_id, False, None, 541, amqp_text(
                         541, "no cluster leader: this node cannot reach a majority of "
@@ -242,7 +254,7 @@ class ClusterMixin:
         dest = self.relays.pop(reply.req_id, None)
         if dest is None:
             return False
-        reply_to, req_id = dest
+        reply_to, req_id, _ = dest
         if reply_to:
             out = reply._replace(req_id=req_id)
             if reply.version > self.canonical:
@@ -276,6 +288,14 @@ class ClusterMixin:
         if self.deferred:
             self._drain_deferred()
         now = time.monotonic()
+        for req, (reply_to, req_id, deadline) in list(self.relays.items()):
+            if now > deadline:  # the leader died with it
+                del self.relays[req]
+                if reply_to:
+                    self._send_local(reply_to, m.RpcReply(req_id, False, None, 541, amqp_text(
+                        541, "the cluster leader did not answer (it failed, or this node is "
+                             "in a minority)")))
+        now = time.monotonic()
         connected = self.cluster.connected()
         for member, info in list(self.members.items()):
             if member in connected:
@@ -288,6 +308,8 @@ class ClusterMixin:
     # --- member changes as they reach this node ---------------------------------------------------
     def _member_changed(self, member, old, new) -> None:
         """Every node: workers of another node that are gone are dead endpoints from now on."""
+        if member == self.me and new.get("incarnation") == self.incarnation and new.get("up"):
+            self._recovered(JOINED)
         if member == self.me or not old:
             return
         before = dict(old.get("workers") or {})
@@ -303,6 +325,7 @@ class ClusterMixin:
         for q in self.queues.values():
             if q.get("home", self.me) == self.me and q.get("address") is None:
                 self._start_queue(q, recovered=q["durable"])
+            self._start_mirrors(q)
 
     # --- cluster operations (leader) ------------------------------------------------------------
     def op_cluster_member_up(self, rpc, member, info):
@@ -314,6 +337,7 @@ class ClusterMixin:
         for q in list(self.queues.values()):
             if q.get("home") == member and (not q["durable"] or q["exclusive"]):
                 self._drop_queue(q)
+        self._remirror()
         return None
 
     def op_cluster_worker_up(self, rpc, member, slot, endpoint):
@@ -357,6 +381,12 @@ class ClusterMixin:
                 mirrors.remove(member)
                 synced = [s for s in q.get("synced") or [] if s != member]
                 self._change(["queue_put", dict(q, mirrors=mirrors, synced=synced)])
+        self._remirror()
+
+    def _member_name(self, member) -> str:
+        if not member:
+            return self.config.node
+        return self.members.get(member, {}).get("name", member)
 
     def _drop_queue(self, q) -> None:
         """Remove a queue whose home is gone (nobody is left to answer a delete)."""
@@ -376,9 +406,63 @@ class ClusterMixin:
                         q["name"], q["vhost"], self.members[heir].get("name", heir))
             self._change(["queue_put", dict(q, home=heir, mirrors=mirrors,
                                             synced=[s for s in synced if s != heir],
-                                            address=None, worker=self._place(heir),
+                                            address=None,
+                                            worker=mirror_worker(q, self.members[heir].get(
+                                                "queue_workers", 1)),
                                             promoted=True)])
         elif q["durable"] and not q["exclusive"]:
             self._change(["queue_put", dict(q, address=None)])
         else:
             self._drop_queue(q)
+
+    # --- mirrored queues ----------------------------------------------------------------------------
+    def _mirrors_for(self, q) -> list:
+        """Members that should hold a mirror of `q`: x-ha-mode/x-ha-params arguments, else the
+        effective policy's ha-mode/ha-params (all, or exactly N copies counting the master)."""
+        if self.cluster is None:
+            return []
+        args = q.get("arguments") or {}
+        mode, params = args.get("x-ha-mode"), args.get("x-ha-params")
+        if mode is None:
+            p = policies.effective(self.policies, q["vhost"], q["name"])
+            mode, params = p.get("ha-mode"), p.get("ha-params")
+        if isinstance(mode, bytes):
+            mode = mode.decode()
+        if mode not in ("all", "exactly"):
+            return []
+        current = [x for x in q.get("mirrors") or [] if self.members.get(x, {}).get("up")]
+        others = [x for x in self.config.cluster_nodes if x != q.get("home")
+                  and self.members.get(x, {}).get("up") and x not in current]
+        want = len(self.config.cluster_nodes) - 1 if mode == "all" else max(int(params or 1) - 1, 0)
+        return (current + others)[:want]  # the oldest mirrors stay
+
+    def _remirror(self) -> None:
+        """Leader: bring every queue's mirror list in line with its policy and the members up."""
+        for q in list(self.queues.values()):
+            home = q.get("home")
+            if not home or not self.members.get(home, {}).get("up"):
+                continue
+            mirrors = self._mirrors_for(q)
+            if mirrors != list(q.get("mirrors") or []):
+                synced = [s for s in q.get("synced") or [] if s in mirrors]
+                self._change(["queue_put", dict(q, mirrors=mirrors, synced=synced)])
+
+    def op_queue_synced(self, rpc, vhost, name, member):
+        q = self.queues.get((vhost, name))
+        if q and member in (q.get("mirrors") or []) and member not in (q.get("synced") or []):
+            self._change(["queue_put", dict(q, synced=[*(q.get("synced") or []), member])])
+        return None
+
+    def _start_mirrors(self, q) -> None:
+        """This node holds a mirror of `q`: start it on the queue worker the name picks."""
+        if self.me not in (q.get("mirrors") or ()) or q.get("home") == self.me:
+            return
+        w = self.workers.get(("queue", mirror_worker(q, self.n_queue_workers)))
+        if w is not None:
+            qdef = {k: v for k, v in q.items() if k != "address"}
+            self.transport.send(w.control, m.StartQueue(qdef, self.address, False))
+
+
+def mirror_worker(q, n_workers: int) -> int:
+    """The queue worker of a node that holds the mirror of `q` (and the master, if promoted)."""
+    return zlib.crc32(f"{q['vhost']}\x1f{q['name']}".encode()) % max(1, n_workers)

@@ -84,6 +84,7 @@ class Node:
         self.slots: list[Slot] = []  # every supervised worker
         self.exit_code = 0  # 1 when the node gave up on a worker
         self._systemd = None  # sdnotify.SystemdNotifier, made on first use
+        self.next_tick = 0.0  # when the metadata actor next looks at the cluster
 
     def run(self) -> int:
         cfg = self.config
@@ -107,13 +108,10 @@ class Node:
         if not self.stopping.is_set():
             self.systemd.notify("READY=1")  # Type=notify: the listeners are up
         watchdog = _watchdog_interval()
-        next_ping = next_tick = time.monotonic()
+        next_ping = time.monotonic()
         try:
             while not self.stopping.is_set():
                 self._reap()
-                if cfg.clustered and time.monotonic() >= next_tick:
-                    self.metadata.tell(ClusterTick())  # leadership, members up and down
-                    next_tick = time.monotonic() + 0.25
                 if watchdog and time.monotonic() >= next_ping:
                     self.systemd.notify("WATCHDOG=1")  # the supervision loop is alive
                     next_ping = time.monotonic() + watchdog
@@ -201,6 +199,10 @@ class Node:
             self.stopping.set()
 
     def _reap(self) -> None:
+        now = time.monotonic()
+        if self.config.clustered and now >= self.next_tick:
+            self.metadata.tell(ClusterTick())  # leadership, members up and down
+            self.next_tick = now + 0.25
         for slot in self.slots:
             if slot.proc is None:
                 continue

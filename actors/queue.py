@@ -14,6 +14,7 @@ connection worker died.
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import pykka
@@ -26,6 +27,7 @@ from actors.core.errors import AMQPError, ChannelError, amqp_text
 from actors.core.queue import WAIT, QueueCore
 from actors.dead_lettering import dead_letter_publish
 from actors.host import WorkerHost
+from actors.mirror import Masters, Mirror
 
 log = logging.getLogger("leveret.queue")
 
@@ -58,6 +60,15 @@ class PolicyChanged:
     """QueueHost -> Queue (local only): policies changed; recompute what they decide."""
 
 
+class MirrorsDown:
+    """QueueHost -> Queue (local only): a queue worker died; mirrors in it are gone."""
+
+    __slots__ = ("endpoint",)
+
+    def __init__(self, endpoint):
+        self.endpoint = endpoint
+
+
 class Run:
     """Queue -> itself: delivery budget ran out, carry on after other messages."""
 
@@ -74,7 +85,7 @@ class Effects:
         self.t.send(channel, m.Deliver(self.addr, self.actor.qname, items, bodies))
 
     def confirm(self, channel, seqs, ok):
-        if channel:
+        if channel and not (ok and self.actor.mirrors.confirm(channel, seqs)):
             self.t.send(channel, m.Confirm(self.addr, seqs, ok))
 
     def reply(self, addr, req_id, ok, result=None, code=0, text=""):
@@ -100,6 +111,8 @@ class Effects:
         self.actor.bq.tell(("deliver", msgs))
 
     def forget(self, msgs):
+        if self.actor.mirrors:
+            self.actor.mirrors.forget([x.seq_id for x in msgs])
         if self.actor.durable:
             stored = [x for x in msgs if x.stored]  # persistent, paged out or recovered
             if stored:
@@ -123,7 +136,8 @@ class Effects:
 
 
 class Queue(pykka.ThreadingActor):
-    def __init__(self, host: "QueueHost", qdef: dict, recovered: bool, started_to: str = ""):
+    def __init__(self, host: "QueueHost", qdef: dict, recovered: bool, started_to: str = "",
+                 adopted: list | None = None):
         super().__init__()
         self.transport = host.transport  # this process's Transport
         self.replica = host.replica  # metadata, for dead-letter routing
@@ -148,6 +162,15 @@ class Queue(pykka.ThreadingActor):
         self.pending_gets: list = []  # basic.get waiting for a page of paged-out messages
         self.recovered = recovered  # restarted after a crash
         self.started_to = started_to  # told QueueStarted once recovered (the node)
+        self.adopted = adopted  # a promoted mirror's messages (index entries)
+        self.mirrors = Masters(self.transport.send, self.address, self._mirror_synced)
+        self.core.on_enqueue = lambda msg: self.mirrors.enqueued(msg, now_ms())
+        if host.config.clustered:
+            self.core.pageable = False  # a mirror's sync sends what the master holds in memory
+
+    def _mirror_synced(self, member) -> None:
+        self.transport.send(self.node, m.Rpc("", 0, "queue.synced", {
+            "vhost": self.vhost, "name": self.qname, "member": member}))
 
     def confirm_on(self) -> str:
         """x-confirm-on, else the effective policy's confirm-on, else enqueue."""
@@ -169,6 +192,8 @@ class Queue(pykka.ThreadingActor):
             if entries or more:
                 log.info("queue '%s' in vhost '%s': %d persistent messages recovered",
                          self.qname, self.vhost, len(entries) + more)
+        if self.adopted:
+            self._adopt(self.adopted)
         self.transport.register(self.name, self.actor_ref)
         if self.started_to:
             self.transport.send(self.started_to, m.QueueStarted(self.vhost, self.qname,
@@ -176,6 +201,23 @@ class Queue(pykka.ThreadingActor):
         if events.enabled():
             events.emit("queue_started", None, actor="queue", vhost=self.vhost,
                         queue=self.qname, recovered=self.recovered)
+
+    def _adopt(self, entries) -> None:
+        """Promoted from mirror: its messages, all redelivered; the persistent ones of a
+        durable queue go into this node's index."""
+        self.core.restore(entries[-1][0].seq_id + 1, entries, 0, 0, now_ms(),
+                          int(time.time() * 1000))
+        store = []
+        for msg in self.core.messages():
+            msg.stored = bool(self.durable and msg.persistent)
+            if msg.stored:
+                if not msg.msg_id:
+                    msg.msg_id = os.urandom(16)
+                store.append(msg)
+        if store:
+            self.bq.tell(("persist", store))
+        log.warning("queue '%s' in vhost '%s': promoted from mirror with %d messages",
+                    self.qname, self.vhost, len(entries))
 
     def on_stop(self):
         self.transport.unregister(self.name)
@@ -228,8 +270,15 @@ class Queue(pykka.ThreadingActor):
                 core.channels_down(msg.prefix, now)
             elif isinstance(msg, Run):
                 self.run_pending = False
+            elif isinstance(msg, m.MirrorJoin):
+                self.mirrors.join(msg.mirror, msg.member, core.messages(), now)
+            elif isinstance(msg, m.MirrorAck):
+                self._release(self.mirrors.acked(msg.mirror, msg.batch))
+            elif isinstance(msg, MirrorsDown):
+                self._release(self.mirrors.down(msg.endpoint))
             if core.hold:
                 return
+            self.mirrors.flush()
             self.held = 0
             if not self.run_pending and (core.run_due or (core.ready_count and core.consumers)):
                 if core.run(now):
@@ -238,6 +287,10 @@ class Queue(pykka.ThreadingActor):
         except Exception:
             log.exception("queue '%s' in vhost '%s' failed on %s", self.qname, self.vhost,
                           type(msg).__name__)
+
+    def _release(self, confirms) -> None:
+        for channel, seqs in confirms:
+            self.transport.send(channel, m.Confirm(self.address, seqs, True))
 
     def _get(self, msg: m.Get, now) -> None:
         got = self.core.get(msg.sender, msg.no_ack, now)
@@ -288,7 +341,7 @@ class QueueHost(WorkerHost):
 
     def __init__(self, config, transport, replica, node, index):
         super().__init__(config, transport, replica, node, index)
-        self.queues: dict[str, pykka.ActorRef] = {}  # transport name -> Queue actor
+        self.queues: dict[str, pykka.ActorRef] = {}  # transport name -> Queue or Mirror actor
         transport.set_fallback(self.missing)
 
     def stop(self) -> None:
@@ -302,27 +355,50 @@ class QueueHost(WorkerHost):
     def start_queue(self, msg: m.StartQueue) -> None:
         q = msg.qdef
         name = queue_actor_name(q["vhost"], q["name"])
+        me = self.config.cluster_address
         old = self.queues.get(name)
-        if old is not None and old.is_alive():
-            self.transport.send(msg.reply_to, m.QueueStarted(
-                q["vhost"], q["name"], self.transport.address(name)))
+        if q.get("home", me) != me:  # a mirror of a queue homed elsewhere
+            if old is None or not old.is_alive():
+                self.queues[name] = Mirror.start(self, q, me)
             return
+        adopted = None
+        if old is not None and old.is_alive():
+            if old.actor_class is not Mirror:
+                self.transport.send(msg.reply_to, m.QueueStarted(
+                    q["vhost"], q["name"], self.transport.address(name)))
+                return
+            adopted = old.ask("take")  # promotion: the mirror's messages
+            old.stop()
         try:
             # the Queue tells the node itself once it has recovered (Queue.on_start)
-            self.queues[name] = Queue.start(self, q, msg.recovered, msg.reply_to)
+            self.queues[name] = Queue.start(self, q, msg.recovered, msg.reply_to, adopted)
         except Exception as e:  # noqa: BLE001 - e.g. lmdb.MapFullError opening its index
             log.exception("queue '%s' in vhost '%s' could not start", q["name"], q["vhost"])
             self.transport.send(msg.reply_to, m.QueueStarted(
                 q["vhost"], q["name"], "", f"{type(e).__name__}: {e}"))
 
     def worker_down(self, kind, endpoint) -> None:
-        if kind != "conn":
-            return
+        notice = ChannelsDown(endpoint + "#") if kind == "conn" else MirrorsDown(endpoint)
         for ref in list(self.queues.values()):
-            if ref.is_alive():
-                ref.tell(ChannelsDown(endpoint + "#"))
+            if ref.is_alive() and ref.actor_class is Queue:
+                ref.tell(notice)
 
     def metadata_changed(self, changes) -> None:
+        me = self.config.cluster_address
+        for c in changes:
+            if c[0] not in ("queue_put", "queue_del"):
+                continue
+            name = queue_actor_name(*(c[1]["vhost"], c[1]["name"]) if c[0] == "queue_put"
+                                    else (c[1], c[2]))
+            ref = self.queues.get(name)
+            if ref is None or not ref.is_alive() or ref.actor_class is not Mirror:
+                continue
+            q = c[1] if c[0] == "queue_put" else None
+            if q is None or (me not in (q.get("mirrors") or ()) and q.get("home") != me):
+                ref.stop()  # no longer a mirror here
+                self.queues.pop(name, None)
+            else:
+                ref.tell("check")  # the master may have moved
         if any(c[0] in ("policy_put", "policy_del") for c in changes):
             for ref in list(self.queues.values()):
                 if ref.is_alive():

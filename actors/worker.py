@@ -112,7 +112,7 @@ def main(argv=None) -> int:
                                   ready.set, host)
     while not ready.wait(0.2):
         if stop.is_set():
-            return 0
+            os._exit(0)  # actor threads would keep the process alive
     host.start()
     transport.send(args.node, m.Rpc(transport.address("control"), 0, "worker.ready",
                                     {"kind": args.kind, "index": args.index}))

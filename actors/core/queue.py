@@ -161,6 +161,7 @@ class QueueCore:
         self.ready_count = 0  # messages ready
         self.ready_bytes = 0  # body bytes ready
         self.unacked: dict[int, tuple] = {}  # seq_id -> (Msg, channel, consumer tag)
+        self.on_enqueue = None  # fn(Msg) for every message that enters (mirrored queues)
         self.consumers: OrderedDict = OrderedDict()  # (channel, tag) -> Consumer, RR order
         self.channels: dict[str, ChannelState] = {}  # channel address -> its state here
         self.limited: set = set()  # channels with a global prefetch (token holders)
@@ -326,6 +327,8 @@ class QueueCore:
         if msg.msg_id is not None and events.enabled():
             events.emit("enqueued", msg.msg_id, actor="queue", vhost=self.vhost, queue=self.name,
                         seq_id=msg.seq_id, paged=divert)
+        if self.on_enqueue is not None:
+            self.on_enqueue(msg)  # mirrored: the master sends it to its mirrors
         if divert:
             if not self.paged:
                 self.page_after = msg.seq_id - 1
@@ -336,6 +339,12 @@ class QueueCore:
         self.ready_count += 1
         self.ready_bytes += len(body)
         return msg
+
+    def messages(self) -> list:
+        """Every message in memory, ready or unacked, in seq_id order (a mirror's sync)."""
+        out = [msg for ready in self.ready for msg in ready.items]
+        out += [e[0] for e in self.unacked.values()]
+        return sorted(out, key=lambda msg: msg.seq_id)
 
     def _full_for(self, size: int) -> bool:
         if self.max_length is not None and self.ready_count >= self.max_length:

@@ -1,0 +1,86 @@
+"""A cluster of Leveret nodes started by a test: each node a leveret-server on free ports with
+its data in its own temp folder, stopped by PID (tests/conftest.py's Broker)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, START_TIMEOUT, Broker, _die_with_parent, _probe, free_port
+
+
+class Nodes:
+    def __init__(self, tmp_path: Path, n: int = 3, *extra: str):
+        self.tmp = tmp_path
+        self.extra = extra
+        self.raft = [f"127.0.0.1:{free_port()}" for _ in range(n)]  # raft address per node
+        self.ports = [free_port() for _ in range(n)]  # AMQP port per node
+        self.brokers: list[Broker | None] = [None] * n
+        self.start(*range(n))  # together: a lone node waits for a majority
+
+    def args(self, i: int) -> list[str]:
+        return ["--node-name", f"leveret@node{i + 1}", "--cluster-nodes", ",".join(self.raft),
+                "--cluster-address", self.raft[i], *self.extra]
+
+    def start(self, *which: int) -> None:
+        """Start nodes (from this thread: PR_SET_PDEATHSIG follows the thread that forks)."""
+        server = REPO / ".venv" / "bin" / "leveret-server"
+        for i in which:
+            folder = self.tmp / f"node{i + 1}"
+            (folder / "data").mkdir(parents=True, exist_ok=True)
+            log_path = folder / "leveret-server.log"
+            with open(log_path, "ab") as log:
+                proc = subprocess.Popen(
+                    [str(server), "--host", "127.0.0.1", "--port", str(self.ports[i]),
+                     "--data-dir", str(folder / "data"), *self.args(i)],
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    cwd=str(folder), preexec_fn=_die_with_parent)
+            self.brokers[i] = Broker("127.0.0.1", self.ports[i], data_dir=folder / "data",
+                                     proc=proc, log_path=log_path)
+        deadline = time.monotonic() + START_TIMEOUT
+        waiting = set(which)
+        while waiting and time.monotonic() < deadline:
+            for i in list(waiting):
+                b = self.brokers[i]
+                if b.proc.poll() is not None:
+                    self.stop()
+                    pytest.fail(f"node{i + 1} exited with {b.proc.returncode}:\n{self.logs()}")
+                if _probe("127.0.0.1", b.port):
+                    waiting.discard(i)
+            time.sleep(0.1)
+        if waiting:
+            self.stop()
+            pytest.fail(f"nodes {sorted(waiting)} did not start:\n{self.logs()}")
+
+    def __getitem__(self, i: int) -> Broker:
+        return self.brokers[i]
+
+    def kill9(self, i: int) -> None:
+        self.brokers[i].kill9()
+
+    def stop(self) -> None:
+        for b in self.brokers:
+            if b is not None:
+                b.stop()
+
+    def status(self, i: int) -> dict:
+        """leveretctl cluster_status of node i, as {member name: (up, leader)}."""
+        out = self[i].ctl("cluster_status").stdout.splitlines()[2:]
+        rows = [line.split("\t") for line in out if line.strip()]
+        return {r[1]: (r[3] == "true", r[5] == "true") for r in rows}
+
+    def wait(self, cond, timeout: float = 20.0, what: str = "condition"):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = cond()
+            if value:
+                return value
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    def logs(self) -> str:
+        return "\n".join(f"--- node{i + 1}\n{b.log_tail(40)}" for i, b in enumerate(self.brokers)
+                         if b is not None)

@@ -1,0 +1,134 @@
+"""A 3-node cluster started by the test (issue 6): definitions on every node, a minority cannot
+change them, queues used from any node with the same acks, prefetch and confirms, a restarted
+node rejoins and catches up."""
+
+from __future__ import annotations
+
+import pika
+import pytest
+
+from tests.integration.cluster.nodes import Nodes  # noqa: E402
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture
+def nodes(tmp_path):
+    n = Nodes(tmp_path)
+    yield n
+    n.stop()
+
+
+def passive_count(broker, queue) -> int:
+    with broker.connection() as c:
+        return c.channel().queue_declare(queue, passive=True).method.message_count
+
+
+def test_cluster_status_lists_every_member(nodes):
+    status = nodes.status(1)
+    assert set(status) == {"leveret@node1", "leveret@node2", "leveret@node3"}
+    assert all(up for up, _ in status.values())
+    assert sum(leader for _, leader in status.values()) == 1
+
+
+def test_definitions_made_on_one_node_are_seen_on_the_others(nodes):
+    with nodes[0].connection() as c:
+        ch = c.channel()
+        ch.exchange_declare("orders", "topic", durable=True)
+        ch.queue_declare("orders.eu", durable=True)
+        ch.queue_bind("orders.eu", "orders", "eu.#")
+    nodes[1].ctl("add_user", "alice", "secret")
+    nodes[2].ctl("set_policy", "lazy", "^lazy\\.", '{"confirm-on": "enqueue"}')
+    for i in range(3):
+        with nodes[i].connection() as c:
+            ch = c.channel()
+            ch.exchange_declare("orders", "topic", durable=True, passive=True)
+            ch.queue_declare("orders.eu", durable=True, passive=True)
+        assert "alice" in nodes[i].ctl("list_users").stdout
+        assert "lazy" in nodes[i].ctl("list_policies").stdout
+    # the binding made on node 1 routes publishes made on node 3
+    with nodes[2].connection() as c:
+        ch = c.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("orders", "eu.fr", b"x", mandatory=True)
+    assert passive_count(nodes[1], "orders.eu") == 1
+
+
+def test_publish_consume_ack_and_confirm_across_nodes(nodes):
+    """A queue homed on node 1, published to from node 2 with confirms, consumed on node 3
+    with a prefetch of 10 and manual acks; a nack/requeue comes back; all acked at the end."""
+    with nodes[0].connection() as c:
+        c.channel().queue_declare("work", durable=True)
+    pub = nodes[1].connection()
+    pch = pub.channel()
+    pch.confirm_delivery()
+    for i in range(200):
+        pch.basic_publish("", "work", b"%d" % i, pika.BasicProperties(delivery_mode=2),
+                          mandatory=True)  # raises if nacked or returned
+    con = nodes[2].connection()
+    cch = con.channel()
+    cch.basic_qos(prefetch_count=10)
+    seen, unacked, requeued = [], [], False
+    for method, props, body in cch.consume("work", inactivity_timeout=3):
+        if method is None:
+            break
+        unacked.append(method.delivery_tag)
+        assert len(unacked) <= 10  # prefetch holds across nodes
+        if not requeued and body == b"5":
+            cch.basic_nack(method.delivery_tag, requeue=True)
+            unacked.remove(method.delivery_tag)
+            requeued = True
+            continue
+        seen.append(int(body))
+        if len(unacked) == 10:
+            cch.basic_ack(unacked[-1], multiple=True)
+            unacked.clear()
+    if unacked:
+        cch.basic_ack(unacked[-1], multiple=True)
+    cch.cancel()
+    assert sorted(seen) == list(range(200))
+    con.close()
+    pub.close()
+    assert passive_count(nodes[0], "work") == 0
+
+
+def test_a_minority_cannot_change_definitions(nodes):
+    with nodes[0].connection() as c:
+        c.channel().queue_declare("before", durable=True)
+    nodes.kill9(1)
+    nodes.kill9(2)
+    with nodes[0].connection() as c:
+        ch = c.channel()
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as e:
+            ch.queue_declare("during", durable=True)
+        assert e.value.reply_code == 541
+    with nodes[0].connection() as c:
+        c.channel().queue_declare("before", durable=True, passive=True)  # reads still work
+
+
+def test_restarted_node_rejoins_and_catches_up(nodes):
+    """Node 3 is killed with messages in its durable queue; definitions change while it is
+    down; restarted, it has the new definitions and its messages."""
+    with nodes[2].connection() as c:
+        ch = c.channel()
+        ch.queue_declare("on3", durable=True)
+        ch.confirm_delivery()
+        for i in range(50):
+            ch.basic_publish("", "on3", b"%d" % i, pika.BasicProperties(delivery_mode=2))
+    nodes.kill9(2)
+    nodes.wait(lambda: not nodes.status(0)["leveret@node3"][0], what="node3 seen down")
+    with nodes[0].connection() as c:
+        ch = c.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as e:
+            ch.queue_declare("on3", durable=True, passive=True)
+        assert e.value.reply_code == 404 and "down" in e.value.reply_text
+        ch = c.channel()
+        ch.queue_declare("made-while-down", durable=True)
+        ch.exchange_declare("x-while-down", "fanout", durable=True)
+    nodes.start(2)
+    with nodes[2].connection() as c:
+        ch = c.channel()
+        ch.queue_declare("made-while-down", durable=True, passive=True)
+        ch.exchange_declare("x-while-down", "fanout", durable=True, passive=True)
+    assert nodes.wait(lambda: nodes.status(0)["leveret@node3"][0], what="node3 up")
+    assert passive_count(nodes[0], "on3") == 50
