@@ -1,0 +1,111 @@
+"""Mirrored queues in a 3-node cluster (issue 6, C5 for mirrors): confirms wait for every
+mirror; kill -9 of the home node while a publisher streams with confirms: the oldest
+synchronised mirror takes over, consumers are cancelled, and every confirmed message is consumed
+afterwards from the surviving nodes."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pika
+import pytest
+
+from tests.integration.cluster.nodes import Nodes  # noqa: E402
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture
+def nodes(tmp_path):
+    n = Nodes(tmp_path)
+    yield n
+    n.stop()
+
+
+def queue_row(broker, name) -> dict:
+    out = broker.ctl("list_queues", "name", "messages", "node", "mirrors",
+                     "synchronised_mirrors").stdout.splitlines()[2:]
+    for line in out:
+        cells = line.split("\t")
+        if cells[0] == name:
+            return dict(zip(("name", "messages", "node", "mirrors", "synced"), cells))
+    return {}
+
+
+def test_policy_mirrors_a_queue_on_every_node(nodes):
+    nodes[0].ctl("set_policy", "ha-all", "^ha\\.", '{"ha-mode": "all"}')
+    with nodes[0].connection() as c:
+        c.channel().queue_declare("ha.q", durable=True)
+        c.channel().queue_declare("plain.q", durable=True)
+    row = nodes.wait(lambda: (r := queue_row(nodes[1], "ha.q")) and
+                     r["synced"].count("leveret@node") == 2 and r, what="2 synced mirrors")
+    assert row["node"] == "leveret@node1"
+    assert "leveret@node2" in row["mirrors"] and "leveret@node3" in row["mirrors"]
+    assert queue_row(nodes[1], "plain.q")["mirrors"] == "[]"
+    nodes[0].ctl("set_policy", "ha-two", "^ha\\.", '{"ha-mode": "exactly", "ha-params": 2}',
+                 "--priority", "1")
+    nodes.wait(lambda: queue_row(nodes[2], "ha.q")["mirrors"].count("leveret@node") == 1,
+               what="one mirror with ha-mode exactly 2")
+
+
+def test_kill9_of_home_loses_no_confirmed_message(nodes):
+    nodes[0].ctl("set_policy", "ha-all", "^ha\\.", '{"ha-mode": "all"}')
+    with nodes[0].connection() as c:
+        c.channel().queue_declare("ha.orders", durable=True)  # home: node 1
+    nodes.wait(lambda: queue_row(nodes[1], "ha.orders").get("synced", "").count("node") == 2,
+               what="mirrors synchronised")
+    # a consumer on node 3 (cancelled when the master dies) and a publisher on node 2
+    cancelled = threading.Event()
+    con = nodes[2].connection()
+    cch = con.channel()
+    cch.basic_qos(prefetch_count=50)
+    cch.add_on_cancel_callback(lambda frame: cancelled.set())
+    consumed_before = set()
+
+    def on_msg(ch, method, props, body):
+        if len(consumed_before) < 100:  # then it stalls: 50 unacked, the rest ready
+            consumed_before.add(int(body))
+            ch.basic_ack(method.delivery_tag)
+    cch.basic_consume("ha.orders", on_msg)
+
+    confirmed, sent = set(), 0
+    pub = nodes[1].connection()
+    pch = pub.channel()
+    pch.confirm_delivery()
+    killed_at = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        con.process_data_events(0)
+        try:
+            pch.basic_publish("", "ha.orders", b"%d" % sent,
+                              pika.BasicProperties(delivery_mode=2), mandatory=True)
+            confirmed.add(sent)
+        except (pika.exceptions.NackError, pika.exceptions.UnroutableError):
+            pass  # not confirmed: the publisher would send it again
+        sent += 1
+        if sent == 300 and killed_at is None:
+            nodes.kill9(0)
+            killed_at = sent
+        if killed_at is not None and sent > killed_at + 200 and cancelled.is_set():
+            break
+    con.process_data_events(0.5)
+    assert killed_at is not None
+    assert cancelled.is_set(), "the consumer got no basic.cancel when the master died"
+    assert len(confirmed) > 300, "nothing was confirmed after the take-over"
+    row = queue_row(nodes[1], "ha.orders")
+    assert row["node"] in ("leveret@node2", "leveret@node3")
+    pub.close()
+    con.close()
+    # everything confirmed is there (consumed before the kill, or in the queue now)
+    left = set()
+    with nodes[2].connection() as c:
+        ch = c.channel()
+        for method, props, body in ch.consume("ha.orders", inactivity_timeout=3):
+            if method is None:
+                break
+            left.add(int(body))
+            ch.basic_ack(method.delivery_tag)
+    missing = confirmed - consumed_before - left
+    assert len(left) > 150  # a backlog was there to lose
+    assert not missing, f"{len(missing)} confirmed messages lost, e.g. {sorted(missing)[:10]}"
