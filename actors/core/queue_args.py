@@ -56,7 +56,7 @@ CLASSIC_QUEUE_ARGUMENTS = (
     "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
     "x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
     "x-queue-version", "x-single-active-consumer", "x-queue-type", "x-queue-master-locator",
-    "x-confirm-on",
+    "x-confirm-on", "x-ha-mode", "x-ha-params",
 )
 # rabbit_queue_type:arguments(queue_arguments) -- classic's: refused on a classic queue.
 OTHER_QUEUE_TYPE_ARGUMENTS = frozenset({
@@ -265,6 +265,18 @@ def _check_queue_type(v, _args):
     return _string_or(v, lambda s: None if s == "classic" else f"unsupported queue type '{s}'")
 
 
+def _check_ha_mode(v, _args):
+    # RabbitMQ 2.x's x-ha-policy as two arguments named like the ha-mode/ha-params policy keys
+    return _string_or(v, lambda s: None if s in ("all", "exactly")
+                      else f"unsupported x-ha-mode value '{s}'")
+
+
+def _check_ha_params(v, args):
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        return f"invalid arg 'x-ha-params': {v!r} is not a positive integer"
+    return None
+
+
 def _check_confirm_on(v, _args):
     return _string_or(v, lambda s: None if s in CONFIRM_ON_VALUES
                       else f"unsupported x-confirm-on value '{s}'")
@@ -285,6 +297,8 @@ _DECLARE_VALIDATORS: tuple[tuple[str, _Check], ...] = (
     ("x-single-active-consumer", _check_bool),
     ("x-queue-type", _check_queue_type),
     ("x-confirm-on", _check_confirm_on),
+    ("x-ha-mode", _check_ha_mode),
+    ("x-ha-params", _check_ha_params),
 )
 
 _CONSUME_VALIDATORS: tuple[tuple[str, _Check], ...] = (

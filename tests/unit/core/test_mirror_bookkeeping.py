@@ -1,0 +1,84 @@
+"""The master's side of mirrored queues (actors/mirror.py Masters), without sockets: C5 for
+mirrors -- a confirm waits until every live mirror has accepted the batch with the message."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors import messages as m
+from actors.core import queue_args
+from actors.core.errors import ChannelError
+from actors.core.queue import Msg
+from actors.mirror import Masters
+
+
+class Wire:
+    def __init__(self):
+        self.sent = []  # (address, msg)
+        self.synced = []
+
+    def of(self, kind):
+        return [(a, x) for a, x in self.sent if isinstance(x, kind)]
+
+
+def masters():
+    w = Wire()
+    return w, Masters(lambda a, x: w.sent.append((a, x)), "tcp://h:1#q", w.synced.append)
+
+
+def msg(seq):
+    return Msg(seq, "", "q", b"", b"body%d" % seq, persistent=True)
+
+
+def test_no_mirrors_no_waiting():
+    w, ms = masters()
+    ms.enqueued(msg(1), 0)
+    assert not ms.confirm("ch", [1])
+    assert w.sent == []
+
+
+def test_confirm_waits_for_every_mirror_C5():
+    w, ms = masters()
+    ms.join("tcp://a:1#q", "A", [], 0)
+    ms.join("tcp://b:1#q", "B", [msg(1)], 0)  # B's sync batch carries message 1
+    assert w.synced == []
+    ms.enqueued(msg(2), 0)
+    assert ms.confirm("ch", [2])  # held: batch 3 not acknowledged by anyone
+    batch = w.of(m.MirrorPublish)[-1][1].batch
+    assert [x.reset for _, x in w.of(m.MirrorPublish)] == [True, True, False, False]
+    assert ms.acked("tcp://a:1#q", batch) == []  # B still owes it
+    assert ms.acked("tcp://b:1#q", batch) == [("ch", [2])]
+    assert sorted(w.synced) == ["A", "B"]  # both acknowledged their sync batches
+
+
+def test_a_dead_mirror_is_not_waited_for():
+    w, ms = masters()
+    ms.join("tcp://a:1#q", "A", [], 0)
+    ms.join("tcp://b:1#q", "B", [], 0)
+    ms.enqueued(msg(1), 0)
+    assert ms.confirm("ch", [1])
+    batch = w.of(m.MirrorPublish)[-1][1].batch
+    assert ms.acked("tcp://a:1#q", batch) == []
+    assert ms.down("tcp://b:1") == [("ch", [1])]
+
+
+def test_forget_flushes_what_entered_first():
+    w, ms = masters()
+    ms.join("tcp://a:1#q", "A", [], 0)
+    ms.enqueued(msg(7), 0)
+    ms.forget([7])
+    kinds = [type(x).__name__ for _, x in w.sent]
+    assert kinds == ["MirrorPublish", "MirrorPublish", "MirrorForget"]
+    assert w.sent[1][1].items[0][0] == 7
+
+
+@pytest.mark.parametrize("args,ok", [
+    ({"x-ha-mode": "all"}, True), ({"x-ha-mode": "exactly", "x-ha-params": 2}, True),
+    ({"x-ha-mode": "nodes"}, False), ({"x-ha-mode": "exactly", "x-ha-params": 0}, False)])
+def test_ha_arguments_are_validated(args, ok):
+    if ok:
+        queue_args.validate(args, "q", "/")
+    else:
+        with pytest.raises(ChannelError) as e:
+            queue_args.validate(args, "q", "/")
+        assert e.value.reply_code == 406
