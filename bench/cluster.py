@@ -203,6 +203,9 @@ def _run(cluster: LocalCluster, scenario, variant: str, args, log) -> dict:
         except Exception as e:  # noqa: BLE001 - reported in the table
             r = {"scenario": scenario.key, "title": scenario.title,
                  "settings": scenario.to_dict(), "error": f"{type(e).__name__}: {e}"}
+        if args.repeat > 1 and not r.get("error"):
+            log(f"[cluster]   run {n + 1}: publish {report.fmt_rate(r.get('publish_rate'))} "
+                f"msg/s, consume {report.fmt_rate(r.get('consume_rate'))} msg/s")
         runs.append(r)
         time.sleep(1.0)
     r = runs[0] if len(runs) == 1 else combine_runs(runs)
