@@ -39,6 +39,9 @@ def parse_args(argv=None) -> Config:
         cfg.cluster_nodes = tuple(n.strip() for n in args.cluster_nodes.split(",") if n.strip())
     if cfg.cluster_nodes and cfg.cluster_address not in cfg.cluster_nodes:
         p.error("--cluster-address must be one of --cluster-nodes")
+    repeated = sorted({n for n in cfg.cluster_nodes if cfg.cluster_nodes.count(n) > 1})
+    if repeated:  # two members on one raft address would never form a majority
+        p.error(f"--cluster-nodes names {', '.join(repeated)} more than once")
     return cfg
 
 

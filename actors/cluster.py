@@ -24,6 +24,7 @@ import threading
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 
+from actors import raft_storage
 from actors.core.permissions import AuthDB
 from actors.core.routing import Router
 from actors.replica import apply_change
@@ -94,6 +95,7 @@ class Cluster:
             commandsWaitLeader=False,
             useFork=False)  # never fork a process full of threads and ZeroMQ sockets
         others = [n for n in self.nodes if n != me]
+        raft_storage.install()  # fsync what pysyncobj writes (actors/raft_storage.py)
         self.raft = SyncObj(me, others, conf=conf, consumers=[self.state])
 
     def submit(self, entry: dict, callback) -> None:

@@ -55,6 +55,14 @@ class MetaApplied(NamedTuple):
     version: int
 
 
+class PeerApplied(NamedTuple):
+    """Node -> the other nodes' metadata actors (cluster): every worker of `member` has applied
+    definitions-log entry `seq`. The leader answers an operation only once every node that is
+    up has applied its entry, so what a client does next on any node sees it."""
+    member: str
+    seq: int
+
+
 class WorkerDown(NamedTuple):
     """Node -> workers: a worker process died; its endpoint is dead from now on."""
     kind: str  # "queue" or "conn"
@@ -252,7 +260,7 @@ _TYPES: list[type] = [
     Rpc, RpcReply, MetaChange, MetaSnapshot, WorkerDown, StartQueue, QueueStarted, StopQueue,
     Publish, Consume, Cancel, Settle, Get, ChannelDown, SetLimit, QueueOp,
     Deliver, GetReply, Confirm, ConsumerGone, Credit, Sent, Demand, Grant, Release,
-    MetaApplied, MirrorJoin, MirrorPublish, MirrorForget, MirrorAck,
+    MetaApplied, MirrorJoin, MirrorPublish, MirrorForget, MirrorAck, PeerApplied,
 ]
 _TAG = {cls: i for i, cls in enumerate(_TYPES)}
 _HAS_BODIES = {cls: cls._fields[-1] == "bodies" for cls in _TYPES}

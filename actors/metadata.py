@@ -144,6 +144,8 @@ class Metadata(ClusterMixin, pykka.ThreadingActor):
                 self._finish_stats(msg[1])
             elif isinstance(msg, m.MetaApplied):
                 self._meta_applied(msg)
+            elif isinstance(msg, m.PeerApplied):
+                self._peer_applied(msg)
             elif isinstance(msg, WorkerExited):
                 self._worker_exited(msg)
             elif msg == "ready":

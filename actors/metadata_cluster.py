@@ -8,7 +8,12 @@ minority cannot change them) with a Raft log (actors/cluster.py) instead of mnes
   an operation is answered only when its changes are committed (a majority has them);
 - every other node forwards the operations its channels and leveretctl send to the leader and
   relays the answers, once its own workers have applied the entry the answer depends on;
-- every node applies committed entries in log order to its copy and its workers' replicas.
+- every node applies committed entries in log order to its copy and its workers' replicas,
+  and tells the other nodes once its workers have applied each one (PeerApplied); the leader
+  releases an answer only when every member that is up and connected has applied the entry
+  (or VISIBLE_WAIT_S passed: such a member is about to be marked down), as a mnesia
+  transaction commits on every node before rabbit_channel answers. So a queue declared on one
+  node is routed to by a publish on any other the moment the client has its declare-ok.
 
 A new leader first commits an empty entry (a barrier): once it comes back, the leader's copy is
 the whole log and it may execute operations. A leader that loses its majority takes the log's
@@ -27,6 +32,7 @@ import os
 import time
 import zlib
 from collections import deque
+from typing import NamedTuple
 
 from actors import messages as m
 from actors.cluster import Cluster
@@ -41,6 +47,7 @@ LOCAL_OPS = {"worker.hello", "worker.ready", "list", "cluster.status"}  # any no
 FORWARD_WAIT_S = 5.0  # how long an operation waits for a leader before it fails
 RELAY_WAIT_S = 15.0  # how long a forwarded operation waits for the leader's answer
 DOWN_AFTER_S = 1.0  # a member whose raft connection is gone this long is down
+VISIBLE_WAIT_S = 2 * DOWN_AFTER_S  # longest an answer waits for a member to apply its entry
 
 
 JOINED = ("", "member_up committed")  # a boot gate beside the durable queues to recover
@@ -59,6 +66,15 @@ class ClusterTick:
     """Node -> metadata (local only): look at leadership and member connectivity."""
 
 
+class Relay(NamedTuple):
+    """An operation this node forwarded to the leader, until the leader answers."""
+    reply_to: str  # who asked here ("" for this node's own operations, such as member_up)
+    req_id: int  # their request id
+    deadline: float  # monotonic time after which the asker gets 541
+    leader: str  # the member it went to
+    rpc: m.Rpc  # the operation as it was asked here (to send again)
+
+
 class ClusterMixin:
     """Mixed into Metadata; everything here is a no-op when the node is alone."""
 
@@ -74,11 +90,14 @@ class ClusterMixin:
         self.leader_held: deque = deque()  # (token, reply_to, RpcReply) waiting for commit
         self.canonical = 0  # seq of the last log entry applied here
         self.awaiting: list = []  # (seq, reply_to, RpcReply) relayed, waiting for that entry
-        self.relays: dict = {}  # our req id -> (reply_to, req_id) of a forwarded operation
+        self.relays: dict = {}  # our req id -> Relay, a forwarded operation
         self.deferred: deque = deque()  # (deadline, Rpc or message) waiting for a leader
         self.incarnation = os.urandom(6).hex()  # this boot of this node
         self.last_seen: dict = {}  # member -> monotonic time its raft link was last up
         self.starting: set = set()  # queues this node asked its workers to start
+        self.peer_seq: dict = {}  # member -> last log entry its workers have all applied
+        self.visible: deque = deque()  # (seq, deadline, reply_to, RpcReply): leader's answers
+        #                                waiting for every member to apply entry seq
 
     @property
     def leading(self) -> bool:
@@ -167,11 +186,45 @@ class ClusterMixin:
                 self.tokens.popleft()
             while self.leader_held and self.leader_held[0][0] <= entry["token"]:
                 _, reply_to, reply = self.leader_held.popleft()
-                self._send_local(reply_to, reply._replace(version=msg.seq))
+                self._when_visible(msg.seq, reply_to, reply._replace(version=msg.seq))
         else:
             self._apply_changes(entry["changes"])
         while self.awaiting and self.awaiting[0][0] <= self.canonical:
             _, reply_to, reply = self.awaiting.pop(0)
+            self._send_local(reply_to, reply)
+        self._tell_peers_applied(msg.seq)
+
+    # --- every node has it: answers leave once each member applied their entry ------------------
+    def _tell_peers_applied(self, seq) -> None:
+        """Tell the other members, once this node's workers have applied every change so far
+        (`_send_local` holds it until then), that entry `seq` is applied here."""
+        note = m.PeerApplied(self.me, seq)
+        for member, info in self.members.items():
+            if member != self.me and info.get("up") and info.get("metadata"):
+                self._send_local(info["metadata"], note)
+
+    def _peer_applied(self, msg: m.PeerApplied) -> None:
+        if msg.seq > self.peer_seq.get(msg.member, 0):
+            self.peer_seq[msg.member] = msg.seq
+        self._release_visible()
+
+    def _when_visible(self, seq, reply_to, reply) -> None:
+        """Leader: send `reply` once every member up has applied entry `seq`."""
+        self.visible.append((seq, time.monotonic() + VISIBLE_WAIT_S, reply_to, reply))
+        self._release_visible()
+
+    def _release_visible(self) -> None:
+        if not self.visible:
+            return
+        connected = self.cluster.connected()
+        lagging = [self.peer_seq.get(k, 0) for k, v in self.members.items()
+                   if k != self.me and v.get("up") and k in connected]
+        low = min(lagging, default=self.canonical)
+        now = time.monotonic()
+        while self.visible and (self.visible[0][0] <= low or self.visible[0][1] < now):
+            seq, deadline, reply_to, reply = self.visible.popleft()
+            if seq > low:
+                log.warning("cluster: answering before every member applied entry %d", seq)
             self._send_local(reply_to, reply)
 
     def _commit_failed(self, epoch, token) -> None:
@@ -187,6 +240,8 @@ class ClusterMixin:
         for _, reply_to, reply in self.leader_held:
             self._send_local(reply_to, m.RpcReply(reply.req_id, False, None, 541, text))
         self.leader_held.clear()
+        while self.visible:  # committed: answered as they are
+            self._send_local(*self.visible.popleft()[2:])
         for waiters in self.pending_start.values():
             for reply_to, req_id, _ in waiters:
                 self._send_local(reply_to, m.RpcReply(req_id, False, None, 541, text))
@@ -222,7 +277,8 @@ class ClusterMixin:
         if isinstance(msg, m.Rpc):
             req = self.next_req
             self.next_req += 1
-            self.relays[req] = (msg.reply_to, msg.req_id, time.monotonic() + RELAY_WAIT_S)
+            self.relays[req] = Relay(msg.reply_to, msg.req_id, time.monotonic() + RELAY_WAIT_S,
+                                     leader, msg)
             args = dict(msg.args)
             args.setdefault("origin", self.me)
             msg = m.Rpc(self.address, req, msg.op, args)
@@ -254,8 +310,12 @@ class ClusterMixin:
         dest = self.relays.pop(reply.req_id, None)
         if dest is None:
             return False
-        reply_to, req_id, _ = dest
-        if reply_to:
+        reply_to, req_id = dest.reply_to, dest.req_id
+        if not reply_to and not reply.ok:
+            # this node's own operation (member_up...): it must happen; again, via the leader
+            log.info("cluster: %s answered %s, asking again", dest.rpc.op, reply.code)
+            self.deferred.append((time.monotonic() + FORWARD_WAIT_S, dest.rpc))
+        elif reply_to:
             out = reply._replace(req_id=req_id)
             if reply.version > self.canonical:
                 self.awaiting.append((reply.version, reply_to, out))
@@ -287,14 +347,8 @@ class ClusterMixin:
             self._cluster_resync()
         if self.deferred:
             self._drain_deferred()
-        now = time.monotonic()
-        for req, (reply_to, req_id, deadline) in list(self.relays.items()):
-            if now > deadline:  # the leader died with it
-                del self.relays[req]
-                if reply_to:
-                    self._send_local(reply_to, m.RpcReply(req_id, False, None, 541, amqp_text(
-                        541, "the cluster leader did not answer (it failed, or this node is "
-                             "in a minority)")))
+        self._release_visible()
+        self._check_relays()
         now = time.monotonic()
         connected = self.cluster.connected()
         for member, info in list(self.members.items()):
@@ -305,6 +359,28 @@ class ClusterMixin:
                 log.warning("cluster: member %s (%s) is down", info.get("name"), member)
                 self._member_down(member, info)
 
+    def _check_relays(self) -> None:
+        """Forwarded operations whose leader is gone (unreachable DOWN_AFTER_S, or another
+        member leads now) or that waited RELAY_WAIT_S: the asker gets 541 (the operation may or
+        may not have been committed, as when a connection drops); this node's own operations
+        go to the new leader."""
+        now = time.monotonic()
+        connected = self.cluster.connected()
+        leader = self.cluster.leader()
+        for req, relay in list(self.relays.items()):
+            lost = relay.leader not in connected and \
+                now - self.last_seen.get(relay.leader, now) > DOWN_AFTER_S
+            replaced = leader is not None and leader != relay.leader and leader in connected
+            if not (lost or replaced or now > relay.deadline):
+                continue
+            del self.relays[req]
+            if relay.reply_to:
+                self._send_local(relay.reply_to, m.RpcReply(relay.req_id, False, None, 541,
+                                 amqp_text(541, "the cluster leader did not answer (it "
+                                                "failed, or this node is in a minority)")))
+            else:
+                self.deferred.append((now + FORWARD_WAIT_S, relay.rpc))
+
     # --- member changes as they reach this node ---------------------------------------------------
     def _member_changed(self, member, old, new) -> None:
         """Every node: workers of another node that are gone are dead endpoints from now on."""
@@ -312,6 +388,16 @@ class ClusterMixin:
             self._recovered(JOINED)
         if member == self.me or not old:
             return
+        if old.get("incarnation") != new.get("incarnation") or not new.get("up"):
+            self.peer_seq.pop(member, None)  # a new boot counts again from its own load
+        if old.get("metadata") != new.get("metadata"):
+            # operations forwarded to its previous boot (its old address: every node's were
+            # stale until this entry; after a restart of the whole cluster, the leader's) are
+            # lost with it: forward them again, to whoever leads now
+            for req, relay in list(self.relays.items()):
+                if relay.leader == member:
+                    del self.relays[req]
+                    self._forward(relay.rpc, time.monotonic() + FORWARD_WAIT_S)
         before = dict(old.get("workers") or {})
         after = new.get("workers") or {} if new.get("up") else {}
         for slot, endpoint in before.items():

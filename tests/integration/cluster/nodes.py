@@ -16,8 +16,13 @@ class Nodes:
     def __init__(self, tmp_path: Path, n: int = 3, *extra: str):
         self.tmp = tmp_path
         self.extra = extra
-        self.raft = [f"127.0.0.1:{free_port()}" for _ in range(n)]  # raft address per node
-        self.ports = [free_port() for _ in range(n)]  # AMQP port per node
+        ports: list[int] = []
+        while len(ports) < 2 * n:  # (free_port may give a port twice: it is free again)
+            port = free_port()
+            if port not in ports:
+                ports.append(port)
+        self.raft = [f"127.0.0.1:{p}" for p in ports[:n]]  # raft address per node
+        self.ports = ports[n:]  # AMQP port per node
         self.brokers: list[Broker | None] = [None] * n
         self.start(*range(n))  # together: a lone node waits for a majority
 

@@ -132,3 +132,32 @@ def test_restarted_node_rejoins_and_catches_up(nodes):
         ch.exchange_declare("x-while-down", "fanout", durable=True, passive=True)
     assert nodes.wait(lambda: nodes.status(0)["leveret@node3"][0], what="node3 up")
     assert passive_count(nodes[0], "on3") == 50
+
+
+def test_declare_ok_means_every_node_routes_to_it(nodes):
+    """A definition is answered only once every node that is up has it (as RabbitMQ's mnesia
+    transaction commits on every node first): a queue declared on one node is routed to at once
+    by a publish on another, with no wait in between (behaviour C2: a mandatory publish is
+    returned only when no queue is bound)."""
+    status = nodes.status(0)
+    leader = next(i for i in range(3) if status[f"leveret@node{i + 1}"][1])
+    order = [leader, *(i for i in range(3) if i != leader)]
+    conns = [nodes[i].connection() for i in range(3)]
+    chans = [c.channel() for c in conns]
+    for ch in chans:
+        ch.confirm_delivery()
+    try:
+        for round_ in range(60):
+            # the leader declares (its followers learn of the commit one heartbeat later) and a
+            # follower declares (its answer is relayed by the leader): both ways, every node
+            declarer = order[round_ % 3]
+            q = f"fresh-{round_}"
+            chans[declarer].queue_declare(q)
+            for i in range(3):
+                if i != declarer:
+                    # raises UnroutableError if returned: the node did not know the queue yet
+                    chans[i].basic_publish("", q, b"%d" % i, mandatory=True)
+            assert chans[declarer].queue_declare(q, passive=True).method.message_count == 2
+    finally:
+        for c in conns:
+            c.close()

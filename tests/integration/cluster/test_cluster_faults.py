@@ -1,0 +1,123 @@
+"""Faults of a whole 3-node cluster (issue 6): the Raft leader killed -9 while a client changes
+definitions through another node; every node killed -9 at once. Nothing a client was answered
+for may be lost (definitions: behaviour D1; confirmed persistent messages: C3)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pika
+import pytest
+
+from tests.integration.cluster.nodes import Nodes  # noqa: E402
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture
+def nodes(tmp_path):
+    n = Nodes(tmp_path)
+    yield n
+    n.stop()
+
+
+def leader_of(nodes, asked: int) -> int:
+    status = nodes.status(asked)
+    return next(i for i in range(3) if status[f"leveret@node{i + 1}"][1])
+
+
+def declared(broker, queue) -> bool:
+    with broker.connection() as c:
+        try:
+            c.channel().queue_declare(queue, durable=True, passive=True)
+            return True
+        except pika.exceptions.ChannelClosedByBroker as e:
+            assert e.reply_code == 404, e
+            return False
+
+
+def test_leader_killed_while_definitions_change__D1(nodes):
+    """A client on a follower declares durable queues in a loop while the leader is killed -9
+    in the middle: some declares fail (541, or the connection closes), none hangs, declares work
+    again once a new leader is elected, and every queue the client got declare-ok for exists on
+    the survivors and on the old leader once it is back."""
+    leader = leader_of(nodes, 0)
+    via = (leader + 1) % 3
+    answered, failed = [], []
+    killer = threading.Timer(0.5, nodes.kill9, (leader,))
+    conn = nodes[via].connection()
+    ch = conn.channel()
+    killer.start()
+    try:
+        deadline = time.monotonic() + 60
+        i = 0
+        while (len(answered) < 60 or not failed and i < 400) and time.monotonic() < deadline:
+            name = f"d-{i}"
+            i += 1
+            try:
+                if conn.is_closed:
+                    conn = nodes[via].connection()
+                    ch = conn.channel()
+                elif ch.is_closed:
+                    ch = conn.channel()
+                ch.queue_declare(name, durable=True)
+                answered.append(name)
+            except (pika.exceptions.AMQPError, OSError) as e:
+                failed.append((name, repr(e)))
+                time.sleep(0.1)
+    finally:
+        killer.join()
+        if conn.is_open:
+            conn.close()
+    assert len(answered) >= 60, (answered, failed, nodes.logs())
+    # declares went on after the kill: a new leader among the survivors
+    assert leader_of(nodes, via) != leader
+    survivors = [i for i in range(3) if i != leader]
+    for s in survivors:
+        missing = [q for q in answered if not declared(nodes[s], q)]
+        assert not missing, (s, missing)
+    nodes.start(leader)
+    nodes.wait(lambda: nodes.status(leader)[f"leveret@node{leader + 1}"][0], what="old leader up")
+    missing = [q for q in answered if not declared(nodes[leader], q)]
+    assert not missing, missing
+
+
+def test_every_node_killed_at_once_loses_nothing_confirmed__C3(nodes):
+    """Definitions made through different nodes and persistent messages confirmed into durable
+    queues homed on two nodes; kill -9 of all three nodes; restarted together, everything is
+    there."""
+    with nodes[0].connection() as c:
+        ch = c.channel()
+        ch.exchange_declare("events", "topic", durable=True)
+        ch.queue_declare("on1", durable=True)
+        ch.queue_bind("on1", "events", "a.#")
+    with nodes[1].connection() as c:
+        ch = c.channel()
+        ch.queue_declare("on2", durable=True)
+        ch.queue_bind("on2", "events", "#.b")
+    nodes[2].ctl("add_user", "carol", "secret")
+    with nodes[2].connection() as c:
+        ch = c.channel()
+        ch.confirm_delivery()
+        for i in range(100):  # a.b goes to both queues
+            ch.basic_publish("events", "a.b" if i % 2 else "a.x", b"%d" % i,
+                             pika.BasicProperties(delivery_mode=2), mandatory=True)
+    for i in range(3):
+        nodes.kill9(i)
+    nodes.start(0, 1, 2)
+    for i in range(3):
+        with nodes[i].connection() as c:
+            ch = c.channel()
+            ch.exchange_declare("events", "topic", durable=True, passive=True)
+            assert ch.queue_declare("on1", durable=True, passive=True).method.message_count == 100
+            assert ch.queue_declare("on2", durable=True, passive=True).method.message_count == 50
+        assert "carol" in nodes[i].ctl("list_users").stdout
+    # the bindings came back too: a new publish on node 2 reaches both queues
+    with nodes[1].connection() as c:
+        ch = c.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("events", "a.b", b"after", pika.BasicProperties(delivery_mode=2),
+                         mandatory=True)
+        assert ch.queue_declare("on1", durable=True, passive=True).method.message_count == 101
+        assert ch.queue_declare("on2", durable=True, passive=True).method.message_count == 51
