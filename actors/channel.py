@@ -39,25 +39,35 @@ class _Out:
 
     def write(self, data, sent=None):
         if data or sent:
-            self.writer.tell((data, [((q, self.actor.address), n) for q, n in sent]
-                              if sent else None))
+            _tell(self.writer, (data, [((q, self.actor.address), n) for q, n in sent]
+                                if sent else None))
 
     def is_dead(self, address):
         return self.transport.is_dead(address.partition("#")[0])
 
     def close_connection(self, code, text, class_id, method_id):
-        self.actor.reader.tell(("close", code, text, class_id, method_id))
+        _tell(self.actor.reader, ("close", code, text, class_id, method_id))
 
     def block(self):
         from actors.connection import Block
-        self.actor.reader.tell(Block(self.actor.number, True))
+        _tell(self.actor.reader, Block(self.actor.number, True))
 
     def unblock(self):
         from actors.connection import Block
-        self.actor.reader.tell(Block(self.actor.number, False))
+        _tell(self.actor.reader, Block(self.actor.number, False))
 
     def closed(self):
-        self.actor.reader.tell(ChannelFinished(self.actor.number, self.actor.actor_urn))
+        _tell(self.actor.reader, ChannelFinished(self.actor.number, self.actor.actor_urn))
+
+
+def _tell(ref, msg) -> None:
+    """Tell the connection's reader or writer; once the connection is gone (the client aborted,
+    say, with confirms or deliveries still on their way from queues) there is no one to tell:
+    the reader's teardown stops this channel next, and its queues learn of it then."""
+    try:
+        ref.tell(msg)
+    except pykka.ActorDeadError:
+        pass
 
 
 class Channel(pykka.ThreadingActor):

@@ -12,7 +12,7 @@ from pamqp import commands
 
 import rawamqp
 from amqp_helpers import Consumer, count_in, declare, get, get_all, publish, safe_close, unique, \
-    wait_count
+    wait_count, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -146,5 +146,35 @@ def test_reset_of_confirm_publisher_loses_no_confirmed_message__E5(broker):
         bodies = {int(d.body) for d in get_all(observer.channel(), q)}
         assert acked <= bodies
         assert bodies <= set(range(1, n + 1))
+    finally:
+        safe_close(observer)
+
+
+def test_reset_with_confirms_in_flight_is_quiet__E5(broker):
+    """A confirm-mode publisher of persistent messages resets its connection while the queue's
+    confirms are still on their way (they wait for the group fsync): the confirms have nobody to
+    go to and are dropped without an error in the node's log (it used to fill with
+    ActorDeadError from channels writing to the gone connection's writer)."""
+    if broker.log_path is None:
+        pytest.skip("needs the node's log")
+    observer = broker.connection()
+    try:
+        q = unique("q")
+        observer.channel().queue_declare(q, durable=True)
+        before = broker.log_path.read_text(errors="replace").count("Traceback")
+        for _ in range(3):
+            c = rawamqp.RawClient(broker.host, broker.port)
+            c.handshake(user=broker.user, password=broker.password, vhost=broker.vhost)
+            c.open_channel(1)
+            c.rpc(1, commands.Confirm.Select(), commands.Confirm.SelectOk)
+            props = commands.Basic.Properties(delivery_mode=2)
+            c.send(b"".join(
+                rawamqp.method_frame(1, commands.Basic.Publish(exchange="", routing_key=q))
+                + rawamqp.content_frames(1, b"x" * 100, props) for _ in range(2000)))
+            _rst(c.sock)
+        wait_until(lambda: count_in(observer, q) > 0, 5, message=f"messages in {q}")
+        time.sleep(1.0)  # the group fsync and its confirms
+        log = broker.log_path.read_text(errors="replace")
+        assert log.count("Traceback") == before, log[-3000:]
     finally:
         safe_close(observer)
