@@ -7,16 +7,8 @@ from __future__ import annotations
 import pika
 import pytest
 
-from tests.integration.cluster.nodes import Nodes  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture
-def nodes(tmp_path):
-    n = Nodes(tmp_path)
-    yield n
-    n.stop()
 
 
 def passive_count(broker, queue) -> int:

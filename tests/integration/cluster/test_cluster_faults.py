@@ -10,16 +10,8 @@ import time
 import pika
 import pytest
 
-from tests.integration.cluster.nodes import Nodes  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture
-def nodes(tmp_path):
-    n = Nodes(tmp_path)
-    yield n
-    n.stop()
 
 
 def leader_of(nodes, asked: int) -> int:
