@@ -327,19 +327,25 @@ class Metadata(ClusterMixin, pykka.ThreadingActor):
             self._worker_gone(self.me, ev.kind, ev.index, ev.endpoint)
 
     def _worker_gone(self, member, kind, index, endpoint) -> None:
-        """Leader: a worker of `member` died: its queues wait for the restart, its
-        connections' exclusive queues go."""
+        """Leader: a worker of `member` died: its queues wait for the restart (a mirrored
+        queue's in-sync mirror takes over at once, as when its node dies), its connections'
+        exclusive queues go."""
         if kind == "queue":
-            changes = []
-            for q in self.queues.values():
+            changes, promoted = [], False
+            for q in list(self.queues.values()):
                 if q["worker"] == index and q.get("address") and \
                         q.get("home", member) == member:
-                    changes.append(["queue_put", dict(q, address=None)])
                     if events.enabled():
                         events.emit("queue_crashed", None, actor="node", vhost=q["vhost"],
                                     queue=q["name"], worker=index)
+                    if self.cluster is not None and self._promote_mirror(q):
+                        promoted = True
+                    else:
+                        changes.append(["queue_put", dict(q, address=None)])
             if changes:
                 self._change(*changes)
+            if promoted:
+                self._remirror()  # the old home becomes a mirror again
         else:
             prefix = endpoint + "/"
             for q in list(self.queues.values()):

@@ -483,23 +483,30 @@ class ClusterMixin:
     def _home_lost(self, q) -> None:
         """Leader: the home node of `q` is gone. The oldest in-sync mirror that is up takes
         over; otherwise a durable queue waits for its node and a transient one goes."""
-        up = {k for k, v in self.members.items() if v.get("up")}
-        synced = [s for s in q.get("synced") or [] if s in up]
-        heir = next((x for x in q.get("mirrors") or [] if x in synced), None)
-        if heir is not None:
-            mirrors = [x for x in q["mirrors"] if x != heir and x in up]
-            log.warning("cluster: queue '%s' in vhost '%s' moves to its mirror on %s",
-                        q["name"], q["vhost"], self.members[heir].get("name", heir))
-            self._change(["queue_put", dict(q, home=heir, mirrors=mirrors,
-                                            synced=[s for s in synced if s != heir],
-                                            address=None,
-                                            worker=mirror_worker(q, self.members[heir].get(
-                                                "queue_workers", 1)),
-                                            promoted=True)])
-        elif q["durable"] and not q["exclusive"]:
+        if self._promote_mirror(q):
+            return
+        if q["durable"] and not q["exclusive"]:
             self._change(["queue_put", dict(q, address=None)])
         else:
             self._drop_queue(q)
+
+    def _promote_mirror(self, q) -> bool:
+        """Leader: the master of `q` is gone (its node, or its queue worker): the oldest in-sync
+        mirror that is up becomes the master. False when there is none."""
+        up = {k for k, v in self.members.items() if v.get("up")}
+        synced = [s for s in q.get("synced") or [] if s in up]
+        heir = next((x for x in q.get("mirrors") or [] if x in synced), None)
+        if heir is None:
+            return False
+        mirrors = [x for x in q["mirrors"] if x != heir and x in up]
+        log.warning("cluster: queue '%s' in vhost '%s' moves to its mirror on %s",
+                    q["name"], q["vhost"], self.members[heir].get("name", heir))
+        self._change(["queue_put", dict(q, home=heir, mirrors=mirrors,
+                                        synced=[s for s in synced if s != heir], address=None,
+                                        worker=mirror_worker(q, self.members[heir].get(
+                                            "queue_workers", 1)),
+                                        promoted=True)])
+        return True
 
     # --- mirrored queues ----------------------------------------------------------------------------
     def _mirrors_for(self, q) -> list:

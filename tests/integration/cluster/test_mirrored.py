@@ -5,6 +5,9 @@ afterwards from the surviving nodes."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import threading
 import time
 
@@ -101,3 +104,35 @@ def test_kill9_of_home_loses_no_confirmed_message(nodes):
     missing = confirmed - consumed_before - left
     assert len(left) > 150  # a backlog was there to lose
     assert not missing, f"{len(missing)} confirmed messages lost, e.g. {sorted(missing)[:10]}"
+
+
+def test_kill9_of_the_masters_queue_worker_promotes_a_mirror__C6(nodes):
+    """The home node stays up but its queue worker (the master's process) is killed -9: an
+    in-sync mirror takes over at once, as when the node dies, so the transient messages it was
+    confirmed for survive too (a lone node's restarted worker has only the persistent ones);
+    the old home comes back as a mirror."""
+    nodes[0].ctl("set_policy", "ha-all", "^ha\\.", '{"ha-mode": "all"}')
+    with nodes[0].connection() as c:
+        ch = c.channel()
+        ch.queue_declare("ha.mixed", durable=True)  # home: node 1
+        nodes.wait(lambda: queue_row(nodes[1], "ha.mixed").get("synced", "").count("node") == 2,
+                   what="mirrors synchronised")
+        ch.confirm_delivery()
+        for i in range(100):
+            ch.basic_publish("", "ha.mixed", b"p%d" % i, pika.BasicProperties(delivery_mode=2))
+        for i in range(50):
+            ch.basic_publish("", "ha.mixed", b"t%d" % i, pika.BasicProperties(delivery_mode=1))
+    out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(nodes[0].pid)],
+                         capture_output=True, text=True, check=True).stdout
+    (worker,) = [int(line.split()[0]) for line in out.splitlines() if "--kind queue" in line]
+    os.kill(worker, signal.SIGKILL)
+    row = nodes.wait(lambda: (r := queue_row(nodes[2], "ha.mixed")).get("node") not in
+                     (None, "leveret@node1") and r, what="a mirror promoted")
+    with nodes[2].connection() as c:
+        ch = c.channel()
+        bodies = set()
+        while (got := ch.basic_get("ha.mixed", auto_ack=True))[0] is not None:
+            bodies.add(got[2])
+    assert bodies == {b"p%d" % i for i in range(100)} | {b"t%d" % i for i in range(50)}, row
+    nodes.wait(lambda: "leveret@node1" in queue_row(nodes[1], "ha.mixed").get("synced", ""),
+               what="the old home back as an in-sync mirror")
