@@ -168,6 +168,17 @@ class Broker:
         pytest.fail(f"leveret-server did not answer on port {port} within {START_TIMEOUT}s:\n"
                     f"{broker.log_tail()}")
 
+    def queue_worker_pids(self) -> dict[int, int]:
+        """{queue worker index: pid}, from `ps` of the node process's children."""
+        out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(self.pid)],
+                             capture_output=True, text=True, check=True).stdout
+        pids = {}
+        for line in out.splitlines():
+            pid, _, args = line.strip().partition(" ")
+            if "actors.worker" in args and "--kind queue" in args:
+                pids[int(args.split("--index")[1].split()[0])] = int(pid)
+        return pids
+
     def kill9(self) -> None:
         """kill -9 of the node process (its workers die with it: PR_SET_PDEATHSIG)."""
         if self.proc is not None and self.proc.poll() is None:

@@ -19,7 +19,6 @@ What counts as a promise:
 """
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -288,15 +287,3 @@ def check(publisher: StreamingPublisher, consumer: LedgerConsumer, got: Recovere
                             f"redelivered=false: {not_flagged[:10]} {figures}"
     assert pub_order == sorted(pub_order), "recovered out of publish order"
     return figures
-
-
-def queue_worker_pids(broker) -> dict[int, int]:
-    """{queue worker index: pid} from `ps` of the node's children (as test_worker_kill.py)."""
-    out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(broker.pid)],
-                         capture_output=True, text=True, check=True).stdout
-    pids = {}
-    for line in out.splitlines():
-        pid, _, args = line.strip().partition(" ")
-        if "actors.worker" in args and "--kind queue" in args:
-            pids[int(args.split("--index")[1].split()[0])] = int(pid)
-    return pids

@@ -35,7 +35,7 @@ from pamqp import commands
 import rawamqp
 from amqp_helpers import safe_close, wait_until
 from conftest import Broker
-from ledger import (LedgerConsumer, StreamingPublisher, check, drain, queue_worker_pids)
+from ledger import LedgerConsumer, StreamingPublisher, check, drain
 
 pytestmark = pytest.mark.skipif(bool(os.environ.get("LEVERET_TEST_URL")),
                                 reason="kills the Leveret node")
@@ -107,10 +107,10 @@ def _worker_kill_run(tmp_path):
     try:
         pub, cons = start_clients(broker)
         traffic_for(pub, cons, 1.2)
-        old = queue_worker_pids(broker)[0]
+        old = broker.queue_worker_pids()[0]
         sent_at_kill = pub.sent
         os.kill(old, signal.SIGKILL)
-        wait_until(lambda: queue_worker_pids(broker).get(0) not in (None, old), timeout=15,
+        wait_until(lambda: broker.queue_worker_pids().get(0) not in (None, old), timeout=15,
                    message="the node to restart the queue worker")
         wait_until(lambda: cons.cancelled, timeout=15, message="basic.cancel to the consumer")
         # the publisher keeps streaming through the restart until the queue confirms again

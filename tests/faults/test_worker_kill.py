@@ -41,19 +41,6 @@ def start_node(tmp_path: Path, *extra: str) -> Broker:
     return broker
 
 
-def queue_worker_pids(broker: Broker) -> dict[int, int]:
-    """{queue worker index: pid}, from the node's process table (`ps` of its children)."""
-    out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(broker.pid)],
-                         capture_output=True, text=True, check=True).stdout
-    pids = {}
-    for line in out.splitlines():
-        pid, _, args = line.strip().partition(" ")
-        if "actors.worker" in args and "--kind queue" in args:
-            index = int(args.split("--index")[1].split()[0])
-            pids[index] = int(pid)
-    return pids
-
-
 def queue_worker_of(broker: Broker, name: str) -> int:
     out = broker.ctl("list_queues").stdout
     for q in json.loads(out[out.index("["):]):
@@ -99,7 +86,7 @@ def test_kill_queue_worker_nacks_unconfirmed_and_restarts__C6(tmp_path):
             pub.process_data_events(0.1)
         assert selected, "no confirm.select-ok"
 
-        victim_pid = queue_worker_pids(broker)[w_victim]
+        victim_pid = broker.queue_worker_pids()[w_victim]
         os.kill(victim_pid, signal.SIGKILL)
         for _ in range(200):
             impl.basic_publish("", "victim", b"x" * 100)
@@ -109,11 +96,11 @@ def test_kill_queue_worker_nacks_unconfirmed_and_restarts__C6(tmp_path):
         # the node restarts the worker
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
-            pids = queue_worker_pids(broker)
+            pids = broker.queue_worker_pids()
             if pids.get(w_victim) not in (None, victim_pid):
                 break
             time.sleep(0.1)
-        assert queue_worker_pids(broker).get(w_victim) not in (None, victim_pid), \
+        assert broker.queue_worker_pids().get(w_victim) not in (None, victim_pid), \
             broker.log_tail()
         # every publish is answered: nacks for what the dead worker never confirmed
         deadline = time.monotonic() + 15

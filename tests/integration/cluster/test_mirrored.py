@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import threading
 import time
 
@@ -122,9 +121,7 @@ def test_kill9_of_the_masters_queue_worker_promotes_a_mirror__C6(nodes):
             ch.basic_publish("", "ha.mixed", b"p%d" % i, pika.BasicProperties(delivery_mode=2))
         for i in range(50):
             ch.basic_publish("", "ha.mixed", b"t%d" % i, pika.BasicProperties(delivery_mode=1))
-    out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(nodes[0].pid)],
-                         capture_output=True, text=True, check=True).stdout
-    (worker,) = [int(line.split()[0]) for line in out.splitlines() if "--kind queue" in line]
+    (worker,) = nodes[0].queue_worker_pids().values()
     os.kill(worker, signal.SIGKILL)
     row = nodes.wait(lambda: (r := queue_row(nodes[2], "ha.mixed")).get("node") not in
                      (None, "leveret@node1") and r, what="a mirror promoted")
