@@ -21,9 +21,9 @@ import logging
 import time
 
 import lmdb
-import pykka
 
 from actors import events
+from actors.runtime import LightActor
 from actors.storage import Storage, queue_id
 from protocol.properties import BasicProperties
 from queue_index import IndexEntry
@@ -63,7 +63,9 @@ class _Sync:
     """Timer -> BackingQueue: the sync interval is over."""
 
 
-class BackingQueue(pykka.ThreadingActor):
+class BackingQueue(LightActor):
+    scheduler_name = "store"  # an fsync stalls the other backing queues, never a queue
+
     def __init__(self, queue_ref, qdef: dict, config, timers=None):
         super().__init__()
         self.queue_ref = queue_ref  # the Queue actor this serves

@@ -256,6 +256,76 @@ class MirrorAck(NamedTuple):
     batch: int
 
 
+# --- local only: inside one worker process, never encoded ------------------------------------
+# Plain slotted classes (NamedTuples cost more to build on the per-read path); `_TYPES` leaves
+# them out, so `encode` refuses them.
+class Data:
+    """netio -> Reader: bytes read from the client's socket."""
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+
+class SocketClosed:
+    """netio / Writer -> Reader: the socket is gone (why: for the log)."""
+    __slots__ = ("why",)
+
+    def __init__(self, why: str):
+        self.why = why
+
+
+class Drained:
+    """netio -> Writer: everything it wrote is on the wire; held delivery credit can go back."""
+    __slots__ = ()
+
+
+class HeartbeatTick:
+    """Timer -> Reader -> Writer: time to check (Reader) or send (Writer) heartbeats."""
+    __slots__ = ()
+
+
+class Block:
+    """Channel -> Reader: channel `channel` ran out of credit (on) or has it again (off)."""
+    __slots__ = ("channel", "on")
+
+    def __init__(self, channel: int, on: bool):
+        self.channel, self.on = channel, on
+
+
+class Write:
+    """Reader / Channel -> Writer: frames to send, and the delivery credit to give back to
+    queues once they are on the wire: sent = [((queue address, channel address), n)]."""
+    __slots__ = ("data", "sent")
+
+    def __init__(self, data: bytes, sent=None):
+        self.data, self.sent = data, sent
+
+
+class SetHeartbeat:
+    """Reader -> Writer: the negotiated heartbeat interval (seconds, 0 = off)."""
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: int):
+        self.seconds = seconds
+
+
+class CloseConnection:
+    """Channel -> Reader: close the whole connection with this error (a hard error)."""
+    __slots__ = ("code", "text", "class_id", "method_id")
+
+    def __init__(self, code: int, text: str, class_id: int = 0, method_id: int = 0):
+        self.code, self.text, self.class_id, self.method_id = code, text, class_id, method_id
+
+
+class ChannelFinished:
+    """Channel -> Reader: the channel number is free again (`ref`: the channel that ended)."""
+    __slots__ = ("number", "ref")
+
+    def __init__(self, number: int, ref):
+        self.number, self.ref = number, ref
+
+
 _TYPES: list[type] = [
     Rpc, RpcReply, MetaChange, MetaSnapshot, WorkerDown, StartQueue, QueueStarted, StopQueue,
     Publish, Consume, Cancel, Settle, Get, ChannelDown, SetLimit, QueueOp,

@@ -21,9 +21,8 @@ import logging
 import time
 from collections import deque
 
-import pykka
-
 from actors import messages as m
+from actors.runtime import LightActor
 from queue_index.entry import IndexEntry
 
 log = logging.getLogger("leveret.mirror")
@@ -122,7 +121,9 @@ class Masters:
         return out
 
 
-class Mirror(pykka.ThreadingActor):
+class Mirror(LightActor):
+    scheduler_name = "queue"
+
     """One queue's mirror on this node: holds what the master holds, acknowledges batches."""
 
     def __init__(self, host, qdef: dict, member: str):

@@ -28,6 +28,7 @@ from actors.core.queue import WAIT, QueueCore
 from actors.dead_lettering import dead_letter_publish
 from actors.host import WorkerHost
 from actors.mirror import Masters, Mirror
+from actors.runtime import LightActor
 
 log = logging.getLogger("leveret.queue")
 
@@ -135,7 +136,9 @@ class Effects:
         self.actor.timers.at(at_ms, self.actor.actor_ref, Tick())
 
 
-class Queue(pykka.ThreadingActor):
+class Queue(LightActor):
+    scheduler_name = "queue"
+
     def __init__(self, host: "QueueHost", qdef: dict, recovered: bool, started_to: str = "",
                  adopted: list | None = None):
         super().__init__()

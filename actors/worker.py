@@ -22,13 +22,17 @@ from actors import messages as m
 from actors.cli import setup_logging
 from actors.config import Config
 from actors.replica import Replica
+from actors.runtime import LightActor
+from actors import runtime
 from actors import events
 from actors.transport import Transport
 
 log = logging.getLogger("leveret.worker")
 
 
-class WorkerControl(pykka.ThreadingActor):
+class WorkerControl(LightActor):
+    scheduler_name = "control"
+
     """Applies metadata changes to the replica and fans out node notices to the process's actors."""
 
     def __init__(self, transport, replica, node_address, kind, index, on_ready, host):
@@ -83,6 +87,18 @@ def die_with_parent() -> None:
         pass
 
 
+def raise_fd_limit() -> None:
+    """Soft RLIMIT_NOFILE up to the hard limit: every client socket is a descriptor (RabbitMQ's
+    packages raise it the same way; systemd's LimitNOFILE sets the hard limit)."""
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="leveret-worker")
     p.add_argument("--kind", choices=("conn", "queue"), required=True)
@@ -92,6 +108,7 @@ def main(argv=None) -> int:
     p.add_argument("--config-json", required=True)
     args = p.parse_args(argv)
     die_with_parent()
+    raise_fd_limit()
     cfg = Config.from_json(args.config_json)
     setup_logging(cfg.log_level, f"{args.kind}-{args.index} pid {os.getpid()}")
     events.configure(cfg, process=f"{args.kind}-{args.index}", node=cfg.node)
@@ -102,7 +119,7 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
     signal.signal(signal.SIGINT, lambda *a: stop.set())
     if args.kind == "conn":
-        from actors.connection import ConnectionHost
+        from actors.connection.host import ConnectionHost
         host = ConnectionHost(cfg, transport, replica, args.node, args.index)
     else:
         from actors.queue import QueueHost
@@ -123,6 +140,7 @@ def main(argv=None) -> int:
         host.stop()
     finally:
         control.stop()
+        runtime.stop_all(timeout=5)
         pykka.ActorRegistry.stop_all(timeout=5)
         events.close()
         transport.close()

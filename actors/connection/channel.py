@@ -15,19 +15,11 @@ import pykka
 from actors import messages as m
 from actors.core.channel import ChannelCore
 from actors.core.errors import ChannelError
+from actors.runtime import LightActor
 
 log = logging.getLogger("leveret.channel")
 
 _incarnations = itertools.count(1)  # a reopened channel number gets a new address
-
-
-class ChannelFinished:
-    """Channel -> Reader (local only): the channel number is free again."""
-
-    __slots__ = ("number", "urn")
-
-    def __init__(self, number, urn):
-        self.number, self.urn = number, urn
 
 
 class _Out:
@@ -39,25 +31,23 @@ class _Out:
 
     def write(self, data, sent=None):
         if data or sent:
-            _tell(self.writer, (data, [((q, self.actor.address), n) for q, n in sent]
-                                if sent else None))
+            _tell(self.writer, m.Write(data, [((q, self.actor.address), n) for q, n in sent]
+                                       if sent else None))
 
     def is_dead(self, address):
         return self.transport.is_dead(address.partition("#")[0])
 
     def close_connection(self, code, text, class_id, method_id):
-        _tell(self.actor.reader, ("close", code, text, class_id, method_id))
+        _tell(self.actor.reader, m.CloseConnection(code, text, class_id, method_id))
 
     def block(self):
-        from actors.connection import Block
-        _tell(self.actor.reader, Block(self.actor.number, True))
+        _tell(self.actor.reader, m.Block(self.actor.number, True))
 
     def unblock(self):
-        from actors.connection import Block
-        _tell(self.actor.reader, Block(self.actor.number, False))
+        _tell(self.actor.reader, m.Block(self.actor.number, False))
 
     def closed(self):
-        _tell(self.actor.reader, ChannelFinished(self.actor.number, self.actor.actor_urn))
+        _tell(self.actor.reader, m.ChannelFinished(self.actor.number, self.actor.actor_ref))
 
 
 def _tell(ref, msg) -> None:
@@ -70,7 +60,9 @@ def _tell(ref, msg) -> None:
         pass
 
 
-class Channel(pykka.ThreadingActor):
+class Channel(LightActor):
+    scheduler_name = "conn"
+
     def __init__(self, host, number, conn, reader, writer):
         super().__init__()
         self.host = host  # ConnectionHost of this process

@@ -1,0 +1,93 @@
+"""ConnectionHost: the connection-worker process's own part.
+
+It owns the process's netio loop and listening socket (SO_REUSEPORT, one per connection worker:
+the kernel spreads new connections over the workers), starts a Reader (which starts its Writer)
+for each accepted socket, and passes the node's notices (a queue worker died, the node stops)
+to the connections and channels of this process.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import socket
+import threading
+import time
+
+import pykka
+
+from actors import messages as m
+from actors.connection.netio import Conn, IOLoop, Listener
+from actors.connection.reader import Reader
+from actors.host import WorkerHost
+
+log = logging.getLogger("leveret.connection")
+
+
+class ConnectionHost(WorkerHost):
+    """The connection-worker process: listener, connections, reactions to node notices."""
+
+    def __init__(self, config, transport, replica, node, index):
+        super().__init__(config, transport, replica, node, index)
+        self.readers: dict = {}  # conn id -> Reader actor ref
+        self.channels: dict = {}  # channel address -> Channel actor ref
+        self.ids = itertools.count(1)  # connection numbers
+        self.io: IOLoop | None = None  # socket I/O of every connection of this process
+        self.listener: Listener | None = None
+        self.lock = threading.Lock()  # readers / channels maps
+
+    def start(self) -> None:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        s.bind((self.config.host, self.config.port))
+        s.listen(4096)
+        self.io = IOLoop()
+        self.listener = Listener(self.io, s, self._accepted)
+        log.info("accepting AMQP connections on %s:%d", self.config.host, self.config.port)
+
+    def _accepted(self, sock: socket.socket, peer) -> None:
+        """netio accepted a client (on its loop thread)."""
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn_id = f"{self.transport.endpoint}/{next(self.ids)}"
+        ref = Reader.start(self, Conn(self.io, sock), peer, conn_id)
+        with self.lock:
+            self.readers[conn_id] = ref
+
+    def connection_closed(self, reader: Reader) -> None:
+        with self.lock:
+            self.readers.pop(reader.conn_id, None)
+        self.transport.send(self.node, m.Rpc(self.transport.address("control"), 0,
+                                             "connection.closed", {"owner": reader.conn_id}))
+
+    def register_channel(self, address: str, ref) -> None:
+        with self.lock:
+            self.channels[address] = ref
+
+    def unregister_channel(self, address: str) -> None:
+        with self.lock:
+            self.channels.pop(address, None)
+
+    def stop(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+        with self.lock:
+            readers = list(self.readers.values())
+        for ref in readers:
+            try:
+                ref.tell("shutdown")
+            except pykka.ActorDeadError:
+                pass
+        time.sleep(0.2)
+        super().stop()
+
+    def worker_down(self, kind, endpoint) -> None:
+        if kind != "queue":
+            return
+        with self.lock:
+            channels = list(self.channels.values())
+        for ref in channels:
+            try:
+                ref.tell(m.WorkerDown(kind, endpoint))
+            except pykka.ActorDeadError:
+                pass

@@ -1,0 +1,294 @@
+"""Socket I/O of every connection of a connection worker, on one asyncio loop thread.
+
+rabbit_reader reads its socket through the BEAM's port, which polls every socket of the node
+with epoll; here one asyncio loop (epoll through `selectors`) does that for the process: it
+accepts, reads whatever sockets are readable and tells each connection's Reader actor the bytes;
+it never decodes. Threads do not grow with connections.
+
+- `Listener`: accepts on the worker's listening socket. Running out of file descriptors (EMFILE,
+  ENFILE), buffers or memory never ends it: it logs, stops accepting for a back-off (pending
+  clients wait in the kernel's backlog) and tries again.
+- `Conn`: one accepted socket, non-blocking. Reading pauses while the Reader is behind (at most
+  `READ_AHEAD` chunks told and not yet handled: bounded buffering between the socket and the
+  actors) or while a channel is out of credit (`block(True)`, credit_flow's blocked state): the
+  kernel buffer then fills and TCP pushes back on the client. Writes go straight from the
+  Writer's thread when the socket takes them; what it does not take waits here, sent when the
+  socket is writable, and the Writer hears `Drained` when it is all out.
+- Closing happens on the loop thread: the socket leaves the selector before its descriptor is
+  closed (a descriptor number reused by the next accept must not meet a stale registration).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import socket
+import threading
+
+from actors import messages as m
+
+log = logging.getLogger("leveret.netio")
+
+READ_SIZE = 131072  # bytes per recv
+READ_AHEAD = 2  # chunks told to the Reader and not yet handled before reading pauses
+CLOSE_DRAIN_S = 1.0  # how long a closing socket may take to send what is left
+ACCEPT_BACKOFF_S = (0.05, 2.0)  # first and longest pause after accept ran out of resources
+RESOURCE_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+
+
+class IOLoop:
+    """One asyncio event loop on a thread of its own."""
+
+    def __init__(self, name: str = "netio"):
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(ready,), name=name, daemon=True)
+        self.thread.start()
+        ready.wait()
+
+    def _run(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(ready.set)
+        self.loop.run_forever()
+
+    def call(self, fn, *args) -> None:
+        """Run fn(*args) on the loop thread (from any thread)."""
+        if threading.current_thread() is self.thread:
+            fn(*args)
+        else:
+            try:
+                self.loop.call_soon_threadsafe(fn, *args)
+            except RuntimeError:  # the loop is closed: the process is ending
+                pass
+
+    def stop(self) -> None:
+        self.call(self.loop.stop)
+
+
+class Listener:
+    """Accepts connections and hands each to `on_accept(sock, peer)` (on the loop thread)."""
+
+    def __init__(self, io: IOLoop, sock: socket.socket, on_accept):
+        self.io = io
+        self.sock = sock
+        self.on_accept = on_accept
+        self.backoff = ACCEPT_BACKOFF_S[0]  # next pause after a resource error
+        self.closed = False
+        sock.setblocking(False)
+        io.call(self._arm)
+
+    def _arm(self) -> None:
+        if not self.closed:
+            self.io.loop.add_reader(self.sock.fileno(), self._accept)
+
+    def _accept(self) -> None:
+        for _ in range(64):  # a burst, then let the other sockets be read
+            try:
+                sock, peer = self.sock.accept()
+            except BlockingIOError:
+                break
+            except OSError as e:
+                if e.errno in RESOURCE_ERRNOS:
+                    log.warning("accept: %s; not accepting for %.2f s (connections wait in "
+                                "the backlog)", e.strerror, self.backoff)
+                    self.io.loop.remove_reader(self.sock.fileno())
+                    self.io.loop.call_later(self.backoff, self._arm)
+                    self.backoff = min(self.backoff * 2, ACCEPT_BACKOFF_S[1])
+                    return
+                if e.errno in (errno.ECONNABORTED, errno.EPROTO, errno.EPERM):
+                    continue  # the client gave up before we took it
+                if self.closed:
+                    return
+                log.exception("accept failed")
+                continue
+            self.backoff = ACCEPT_BACKOFF_S[0]
+            try:
+                self.on_accept(sock, peer)
+            except Exception:  # noqa: BLE001 - one connection's failure is not the listener's
+                log.exception("could not start a connection for %s:%s", *peer[:2])
+                sock.close()
+
+    def close(self) -> None:
+        def _close():
+            self.closed = True
+            try:
+                self.io.loop.remove_reader(self.sock.fileno())
+            except (ValueError, OSError):
+                pass
+            self.sock.close()
+        self.io.call(_close)
+
+
+class Conn:
+    """One client socket: read for its Reader, written by its Writer."""
+
+    def __init__(self, io: IOLoop, sock: socket.socket):
+        self.io = io
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.reader = None  # Reader actor ref (told Data / SocketClosed)
+        self.writer = None  # Writer actor ref (told Drained)
+        self.lock = threading.Lock()  # guards the fields below
+        self.told = 0  # chunks told to the Reader and not yet handled
+        self.blocked = False  # a channel is out of credit: do not read
+        self.reading = False  # registered for readability (loop thread only)
+        self.out: list = []  # bytes the socket did not take yet
+        self.writing = False  # registered for writability (loop thread only)
+        self.closing = False  # close() was called
+        self.closed = False
+        sock.setblocking(False)
+
+    def start(self, reader, writer) -> None:
+        self.reader, self.writer = reader, writer
+        self.io.call(self._update)
+
+    # --- reading (loop thread) -----------------------------------------------------------------
+    def _update(self) -> None:
+        """Register or unregister for reading as the state asks (loop thread)."""
+        if self.closed:
+            return
+        with self.lock:
+            want = not self.blocked and self.told < READ_AHEAD and not self.closing
+        if want and not self.reading:
+            self.io.loop.add_reader(self.fd, self._readable)
+            self.reading = True
+        elif not want and self.reading:
+            self.io.loop.remove_reader(self.fd)
+            self.reading = False
+
+    def _readable(self) -> None:
+        try:
+            data = self.sock.recv(READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._lost(str(e))
+            return
+        if not data:
+            self._lost("closed by client")
+            return
+        with self.lock:
+            self.told += 1
+            pause = self.told >= READ_AHEAD
+        self.reader.tell(m.Data(data))
+        if pause:
+            self._update()
+
+    def _lost(self, why: str) -> None:
+        if self.reading:
+            self.io.loop.remove_reader(self.fd)
+            self.reading = False
+        with self.lock:
+            self.closing = True
+        _tell(self.reader, m.SocketClosed(why))
+
+    # --- called by the Reader (its scheduler thread) -------------------------------------------
+    def handled(self) -> None:
+        """The Reader has handled one Data chunk."""
+        with self.lock:
+            self.told -= 1
+            resume = self.told == READ_AHEAD - 1 and not self.blocked
+        if resume:
+            self.io.call(self._update)
+
+    def block(self, on: bool) -> None:
+        with self.lock:
+            if self.blocked == on:
+                return
+            self.blocked = on
+        self.io.call(self._update)
+
+    # --- writing (the Writer's thread, then the loop's) ----------------------------------------
+    def write(self, data: bytes) -> bool:
+        """Send data; True when the socket took all of it, False when the rest waits for the
+        socket to drain (the Writer is told Drained then). Raises OSError when the socket is
+        broken."""
+        with self.lock:
+            if self.closed:
+                raise OSError(errno.EPIPE, "connection closed")
+            if self.out:
+                self.out.append(data)
+                return False
+            try:
+                n = self.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            if n == len(data):
+                return True
+            self.out.append(memoryview(data)[n:])
+        self.io.call(self._want_write)
+        return False
+
+    def _want_write(self) -> None:
+        if not self.writing and not self.closed:
+            self.io.loop.add_writer(self.fd, self._writable)
+            self.writing = True
+
+    def _writable(self) -> None:
+        with self.lock:
+            try:
+                while self.out:
+                    chunk = self.out[0]
+                    n = self.sock.send(chunk)
+                    if n < len(chunk):
+                        self.out[0] = memoryview(chunk)[n:]
+                        return
+                    self.out.pop(0)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                self.out = []
+                failed = str(e)
+            else:
+                failed = None
+        self.io.loop.remove_writer(self.fd)
+        self.writing = False
+        if failed is not None:
+            self._lost(f"send failed: {failed}")
+        elif self.closing:
+            self._close_now()
+        else:
+            _tell(self.writer, m.Drained())
+
+    # --- closing --------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Shut the socket once what was written is out (at most CLOSE_DRAIN_S)."""
+        with self.lock:
+            self.closing = True
+        self.io.call(self._close_soon)
+
+    def _close_soon(self) -> None:
+        if self.closed:
+            return
+        if self.reading:
+            self.io.loop.remove_reader(self.fd)
+            self.reading = False
+        if self.writing:
+            self.io.loop.call_later(CLOSE_DRAIN_S, self._close_now)
+        else:
+            self._close_now()
+
+    def _close_now(self) -> None:
+        if self.closed:
+            return
+        if self.writing:
+            self.io.loop.remove_writer(self.fd)
+            self.writing = False
+        with self.lock:
+            self.closed = True
+            self.out = []
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+def _tell(ref, msg) -> None:
+    if ref is None:
+        return
+    try:
+        ref.tell(msg)
+    except Exception:  # noqa: BLE001 - ActorDeadError: the connection is already torn down
+        pass

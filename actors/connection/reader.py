@@ -1,0 +1,134 @@
+"""Reader actor: the receiving side and owner of one client connection (rabbit_reader.erl).
+
+netio reads its socket and tells it the bytes (`Data`); the Reader decodes frames with protocol/
+(sans-IO, through actors/core/connection.py), runs the connection handshake (start/start-ok with
+PLAIN or AMQPLAIN, tune/tune-ok, open), reassembles content per channel, hands whole commands to
+channel actors in one batch per channel per read, watches heartbeats, stops reading when a
+channel runs out of credit (credit_flow's `blocked()`), and closes the connection on errors with
+RabbitMQ's codes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from actors import events
+from actors import messages as m
+from actors.connection.channel import Channel
+from actors.connection.writer import Writer
+from actors.core.connection import ConnectionCore
+from actors.runtime import LightActor
+
+log = logging.getLogger("leveret.connection")
+
+
+class Reader(LightActor):
+    scheduler_name = "conn"
+
+    def __init__(self, host, conn, peer, conn_id: str):
+        super().__init__()
+        self.host = host  # the worker process's part (ConnectionHost)
+        self.conn = conn  # netio.Conn: the socket
+        self.peer = peer  # (host, port) of the client
+        self.conn_id = conn_id  # unique connection id (exclusive-queue owner)
+        self.writer = Writer.start(conn, host.transport)  # the sending side
+        self.core = ConnectionCore(host.config, host.replica, peer, conn_id, self)  # handshake
+        self.channels: dict = {}  # channel number -> Channel actor ref
+        self.blocked: set = set()  # channel numbers out of credit
+        self.last_recv = time.monotonic()  # for missed heartbeats
+        self.closing = False  # the connection is being torn down
+        self.terminated = False  # terminate() ran
+
+    def on_start(self):
+        self.conn.start(self.actor_ref, self.writer)
+
+    def on_receive(self, msg):
+        try:
+            if isinstance(msg, m.Data):
+                try:
+                    self.last_recv = time.monotonic()
+                    if not self.closing:
+                        self.core.receive(msg.data)
+                finally:
+                    self.conn.handled()
+            elif isinstance(msg, m.Block):
+                if msg.on:
+                    self.blocked.add(msg.channel)
+                else:
+                    self.blocked.discard(msg.channel)
+                self.conn.block(bool(self.blocked))
+            elif isinstance(msg, m.ChannelFinished):
+                if self.channels.get(msg.number) is msg.ref:
+                    del self.channels[msg.number]
+                if self.blocked:
+                    self.blocked.discard(msg.number)
+                    self.conn.block(bool(self.blocked))
+                msg.ref.stop(block=False)
+            elif isinstance(msg, m.HeartbeatTick):
+                hb = self.core.heartbeat
+                if hb and time.monotonic() - self.last_recv > 2 * hb:
+                    log.warning("missed heartbeats from client %s:%s, timeout: %ss",
+                                self.peer[0], self.peer[1], hb)
+                    self.terminate("missed heartbeats")
+                    return
+                self.writer.tell(msg)
+            elif isinstance(msg, m.SocketClosed):
+                self.terminate(msg.why)
+            elif isinstance(msg, m.CloseConnection):
+                self.core.close(msg.code, msg.text, msg.class_id, msg.method_id)
+            elif msg == "force-close":
+                self.terminate("close timed out")
+            elif msg == "shutdown":
+                self.core.close(320, "CONNECTION_FORCED - broker forced connection closure "
+                                     "with reason 'shutdown'")
+        except Exception:
+            log.exception("reader of %s failed", self.conn_id)
+            self.terminate("internal error")
+
+    # --- called by ConnectionCore ------------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        self.writer.tell(m.Write(data))
+
+    def opened(self, heartbeat: int) -> None:
+        self.writer.tell(m.SetHeartbeat(heartbeat))
+        if heartbeat:
+            self.host.timers.every(max(500, heartbeat * 500), self.actor_ref, m.HeartbeatTick())
+
+    def open_channel(self, number: int, info) -> None:
+        self.channels[number] = Channel.start(self.host, number, info, self.actor_ref,
+                                              self.writer)
+
+    def channel_commands(self, number: int, commands: list) -> None:
+        ref = self.channels.get(number)
+        if ref is not None:
+            ref.tell(commands)
+
+    def forget_channel(self, number: int) -> None:
+        """channel.close(-ok) passed on: the channel actor finishes on its own."""
+        self.channels.pop(number, None)
+
+    def channel_open(self, number: int) -> bool:
+        return number in self.channels
+
+    def close_after(self, seconds: float) -> None:
+        self.closing = True
+        self.host.timers.at(int((time.monotonic() + seconds) * 1000), self.actor_ref,
+                            "force-close")
+
+    def terminate(self, why: str) -> None:
+        """Tear down: channels release their queues, the node drops exclusive queues."""
+        if self.terminated:
+            return
+        self.terminated = True
+        self.closing = True
+        log.debug("connection %s closed: %s", self.conn_id, why)
+        if events.enabled():
+            events.emit("connection_closed", None, actor="reader", connection=self.conn_id,
+                        reason=why, channels=len(self.channels))
+        for ref in self.channels.values():
+            ref.tell("terminate")
+        self.channels.clear()
+        self.writer.tell("close")
+        self.host.connection_closed(self)
+        self.stop()

@@ -1,0 +1,92 @@
+"""Writer actor: the sending side of one client connection (rabbit_writer.erl).
+
+It coalesces frames and flushes when its mailbox is empty or the buffer is large (one send for
+many frames), sends heartbeats, and gives delivery credit back to queues (`Sent`) once their
+deliveries are on the wire: at once when the socket took the bytes, else when netio says the
+socket has drained (`Drained`), so a client that does not read stops its queues' deliveries.
+"""
+
+from __future__ import annotations
+
+import time
+
+from actors import messages as m
+from actors.runtime import LightActor
+
+FLUSH_THRESHOLD = 65536  # flush at once past this many buffered bytes
+HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+
+
+class Writer(LightActor):
+    scheduler_name = "conn"
+
+    def __init__(self, conn, transport):
+        super().__init__()
+        self.conn = conn  # netio.Conn: the socket
+        self.transport = transport  # for Sent credit to queues
+        self.buf: list = []  # frames waiting for the next flush
+        self.size = 0  # bytes in buf
+        self.credits: dict = {}  # (queue, channel address) -> deliveries buffered
+        self.held: dict = {}  # the same, written but not yet taken by the socket
+        self.last_send = time.monotonic()  # for heartbeats
+        self.heartbeat = 0  # seconds, 0 = off
+        self.dead = False  # the socket failed
+
+    def on_receive(self, msg):
+        if isinstance(msg, m.Write):
+            if msg.data:
+                self.buf.append(msg.data)
+                self.size += len(msg.data)
+            if msg.sent:
+                credits = self.credits
+                for key, n in msg.sent:
+                    credits[key] = credits.get(key, 0) + n
+        elif isinstance(msg, m.Drained):
+            held, self.held = self.held, {}
+            self._give_back(held)
+        elif isinstance(msg, m.HeartbeatTick):
+            if self.heartbeat and time.monotonic() - self.last_send >= self.heartbeat / 2:
+                self.buf.append(HEARTBEAT_FRAME)
+                self.size += len(HEARTBEAT_FRAME)
+        elif isinstance(msg, m.SetHeartbeat):
+            self.heartbeat = msg.seconds
+        elif msg == "close":
+            self.flush()
+            self.conn.close()
+            self.stop()
+            return
+        # rabbit_writer: flush when the mailbox is empty or the buffer is big
+        if (self.buf or self.credits) and (self.size >= FLUSH_THRESHOLD or
+                                           self.actor_inbox.empty()):
+            self.flush()
+
+    def flush(self) -> None:
+        waiting = bool(self.held)  # earlier bytes are still in netio
+        if self.buf and not self.dead:
+            data = b"".join(self.buf) if len(self.buf) > 1 else self.buf[0]
+            try:
+                waiting = not self.conn.write(data)
+                self.last_send = time.monotonic()
+            except OSError as e:
+                self.dead = True
+                reader = self.conn.reader
+                if reader is not None:
+                    try:
+                        reader.tell(m.SocketClosed(f"send failed: {e}"))
+                    except Exception:  # noqa: BLE001 - the reader is already gone
+                        pass
+        self.buf = []
+        self.size = 0
+        if self.credits:
+            credits, self.credits = self.credits, {}
+            if waiting and not self.dead:
+                held = self.held
+                for key, n in credits.items():
+                    held[key] = held.get(key, 0) + n
+            else:
+                self._give_back(credits)
+
+    def _give_back(self, credits: dict) -> None:
+        send = self.transport.send
+        for (queue, channel), n in credits.items():
+            send(queue, m.Sent(channel, n))
