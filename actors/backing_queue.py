@@ -9,7 +9,10 @@ in its own thread so that an fsync never stalls deliveries.
 Group commit (behaviour C7): writes are committed to LMDB at once but synced together, either
 when this actor has nothing else to do (its mailbox is empty: the queue went idle with confirms
 pending) or at the latest `sync_interval_ms` after the first unsynced publish. One sync covers
-every message written before it, for every queue of the node (one environment).
+every message written before it, for every queue of the node (one environment): the backing
+queues of a worker share the "store" scheduler, an idle one asks for its sync at the back of the
+run queue (`_IdleSync`), so the others write first, and a sync that finds its writes already
+covered by another queue's sync skips the fsync (Storage.sync_upto).
 
 A transient queue (or a transient message) never reaches storage: it is "safe" as soon as the
 queue accepts it, RabbitMQ's rule; this actor then answers `persist` at once.
@@ -63,6 +66,10 @@ class _Sync:
     """Timer -> BackingQueue: the sync interval is over."""
 
 
+class _IdleSync:
+    """BackingQueue -> itself: idle with confirms pending; sync after the other queues ran."""
+
+
 class BackingQueue(LightActor):
     scheduler_name = "store"  # an fsync stalls the other backing queues, never a queue
 
@@ -80,6 +87,8 @@ class BackingQueue(LightActor):
         self.pending_acks: list = []  # ack records a full store refused: retried
         self.unsynced: list = []  # persisted to LMDB, waiting for the sync to be confirmed
         self.timer_armed = False  # a _Sync is on its way
+        self.idle_sync = False  # an _IdleSync is on its way
+        self.written = 0  # Storage.committed() number of this queue's last write
         self.held = 0  # persistent messages accepted and not yet forgotten (transient queue)
         self.deleted = False  # the queue was deleted (its index is gone)
         self.dirty = False  # the last run did not stop cleanly: every entry may be delivered
@@ -90,6 +99,9 @@ class BackingQueue(LightActor):
         try:
             if isinstance(msg, _Sync):
                 self.timer_armed = False
+                self._sync()
+            elif isinstance(msg, _IdleSync):
+                self.idle_sync = False
                 self._sync()
             elif msg[0] == "persist":
                 self._persist(msg[1])
@@ -106,8 +118,9 @@ class BackingQueue(LightActor):
             elif msg[0] == "delete":
                 self._delete()
         finally:
-            if self.unsynced and self.actor_inbox.empty():
-                self._sync()  # idle with confirms pending: sync now
+            if self.unsynced and not self.idle_sync and self.actor_inbox.empty():
+                self.idle_sync = True  # idle with confirms pending: sync next turn
+                self.actor_ref.tell(_IdleSync())
             if self.storage is not None:
                 self.storage.maybe_trim()
 
@@ -171,6 +184,7 @@ class BackingQueue(LightActor):
         try:
             with self.storage.env.begin(write=True) as txn:
                 fn(txn)
+            self.written = self.storage.committed()
             return True
         except lmdb.MapFullError:
             log.error("message store full (storage_map_size=%d bytes in %s): refusing "
@@ -181,7 +195,7 @@ class BackingQueue(LightActor):
     def _sync(self) -> None:
         if not self.unsynced:
             return
-        self.storage.sync()
+        self.storage.sync_upto(self.written)
         done, self.unsynced = self.unsynced, []
         if events.enabled():
             for m in done:

@@ -17,8 +17,10 @@ def parse_args(argv=None) -> Config:
     p.add_argument("--host", help="listen address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="AMQP port (default 5672)")
     p.add_argument("--data-dir", help="data directory (default ./var)")
-    p.add_argument("--conn-workers", type=int, help="connection-worker processes")
-    p.add_argument("--queue-workers", type=int, help="queue-worker processes")
+    p.add_argument("--conn-workers", type=int,
+                   help="connection-worker processes (default: one per CPU, at most 8)")
+    p.add_argument("--queue-workers", type=int,
+                   help="queue-worker processes (default: one per CPU, at most 8)")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
     p.add_argument("--events", help="lifecycle event log: off, sampled:N or full")
     p.add_argument("--node-name", help="this node's name (default leveret@HOST:PORT)")
@@ -35,6 +37,9 @@ def parse_args(argv=None) -> Config:
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)
+    for name in ("conn_workers", "queue_workers"):
+        if getattr(cfg, name) < 1:
+            p.error(f"{name.replace('_', '-')} must be at least 1")
     if args.cluster_nodes:
         cfg.cluster_nodes = tuple(n.strip() for n in args.cluster_nodes.split(",") if n.strip())
     if cfg.cluster_nodes and cfg.cluster_address not in cfg.cluster_nodes:
@@ -51,9 +56,22 @@ def setup_logging(level: str, who: str) -> None:
         format=f"%(asctime)s %(levelname)s [{who}] %(name)s: %(message)s")
 
 
+def raise_fd_limit() -> None:
+    """Soft RLIMIT_NOFILE up to the hard limit: every client socket is a descriptor (RabbitMQ's
+    packages raise it the same way; systemd's LimitNOFILE sets the hard limit)."""
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
 def main(argv=None) -> int:
     cfg = parse_args(argv)
     setup_logging(cfg.log_level, "node")
+    raise_fd_limit()
     from actors.node import Node
 
     node = Node(cfg)

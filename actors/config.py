@@ -5,7 +5,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import tomllib
+
+MAX_DEFAULT_WORKERS = 8  # the CPU-sized default stops here; --*-workers go beyond
+
+
+def cpu_workers() -> int:
+    """Default worker processes of each kind: one per CPU this process may run on, so that a
+    publisher and its consumer (handed to different connection workers) and queues (spread
+    over queue workers) do not share one GIL."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_DEFAULT_WORKERS))
 
 
 @dataclasses.dataclass
@@ -13,8 +27,8 @@ class Config:
     host: str = "127.0.0.1"  # listen address
     port: int = 5672  # AMQP port
     data_dir: str = "./var"  # definitions, message store, logs
-    conn_workers: int = 1  # connection-worker OS processes
-    queue_workers: int = 1  # queue-worker OS processes
+    conn_workers: int = dataclasses.field(default_factory=cpu_workers)  # connection workers
+    queue_workers: int = dataclasses.field(default_factory=cpu_workers)  # queue workers
     heartbeat: int = 60  # seconds proposed in connection.tune
     frame_max: int = 131072  # bytes proposed in connection.tune
     channel_max: int = 2047  # proposed in connection.tune

@@ -625,8 +625,10 @@ class Metadata(ClusterMixin, pykka.ThreadingActor):
                 self.pending_start.setdefault(key, []).append((rpc.reply_to, rpc.req_id,
                                                                [name, 0, 0]))
                 return _DEFERRED
-            self.transport.send(q["address"], m.QueueOp(rpc.reply_to, rpc.req_id, "info", {}))
-            return _DEFERRED
+            # the channel asks the queue itself, so that the count it gets comes after every
+            # message it sent the queue before (Erlang's per-pair ordering, which
+            # rabbit_channel's stat call relies on)
+            return {"queue_at": q["address"]}
         if passive:
             raise ChannelError(404, amqp_text(404, f"no queue '{name}' in vhost '{vhost}'"))
         if name.startswith("amq.") and not generated:

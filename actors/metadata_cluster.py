@@ -446,6 +446,11 @@ class ClusterMixin:
     def op_cluster_status(self, rpc):
         connected = self.cluster.connected() if self.cluster else set()
         leader = self.cluster.leader() if self.cluster else self.me
+        if self.cluster and leader not in connected:
+            # pysyncobj keeps naming the last leader it heard from until an election starts
+            # (up to raftMaxTimeout after a kill -9): one we cannot reach is no leader of ours,
+            # as `_forward` has it
+            leader = None
         rows = []
         for member in (self.config.cluster_nodes or [""]):
             info = self.members.get(member, {})

@@ -6,6 +6,8 @@ listener): it owns
 - the connection-worker and queue-worker OS processes, which it starts, watches and restarts the
   way an OTP one_for_one supervisor does (at most `max_restarts` in `restart_period` seconds per
   worker slot, then it gives up and stops the node), logging every exit with its cause;
+- the AMQP listening socket: it accepts on its own netio loop and hands each client socket to a
+  connection worker in turn (actors/connection/handoff.py), as ranch's acceptors do;
 - the node file `<data_dir>/node.json` telling leveretctl where to reach the metadata actor.
 """
 
@@ -27,6 +29,8 @@ import time
 
 from actors import events
 from actors.config import Config
+from actors.connection import handoff
+from actors.connection.netio import IOLoop, Listener
 from actors.metadata import Metadata, WorkerExited
 from actors.metadata_cluster import ClusterTick
 from actors.storage import Storage, queue_id
@@ -44,6 +48,7 @@ class Slot:
         self.gen = 0  # incarnation number, part of the endpoint so stale messages go nowhere
         self.proc: subprocess.Popen | None = None  # the running process
         self.endpoint = ""  # ZeroMQ endpoint of the running incarnation
+        self.handoff = None  # conn: the node's end of the socket pair accepted sockets go over
         self.restarts: collections.deque = collections.deque()  # times of recent restarts
 
 
@@ -85,11 +90,14 @@ class Node:
         self.exit_code = 0  # 1 when the node gave up on a worker
         self._systemd = None  # sdnotify.SystemdNotifier, made on first use
         self.next_tick = 0.0  # when the metadata actor next looks at the cluster
+        self.dealer = handoff.Dealer()  # hands accepted sockets to connection workers
+        self.lsock: socket.socket | None = None  # the AMQP listening socket
+        self.listener: Listener | None = None  # accepts on it (after the workers are ready)
 
     def run(self) -> int:
         cfg = self.config
         os.makedirs(cfg.data_dir, exist_ok=True)
-        self._check_port()
+        self.lsock = self._bind()
         self.run_dir = short_run_dir(cfg.data_dir)
         events.configure(cfg, process="node", node=cfg.node)
         self.transport = Transport(self._endpoint("node"))
@@ -106,6 +114,9 @@ class Node:
             self._spawn(slot)
         self._wait_ready()
         if not self.stopping.is_set():
+            self.lsock.listen(4096)
+            self.listener = Listener(IOLoop("acceptor"), self.lsock, self.dealer.deal)
+            log.info("accepting AMQP connections on %s:%d", cfg.host, cfg.port)
             self.systemd.notify("READY=1")  # Type=notify: the listeners are up
         watchdog = _watchdog_interval()
         next_ping = time.monotonic()
@@ -168,7 +179,17 @@ class Node:
         cmd = [sys.executable, "-m", "actors.worker", "--kind", slot.kind,
                "--index", str(slot.index), "--endpoint", slot.endpoint,
                "--node", self.metadata_address(), "--config-json", self.config.to_json()]
-        slot.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+        if slot.kind != "conn":
+            slot.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+        else:
+            node_end, worker_end = handoff.pair()
+            cmd += ["--handoff-fd", str(worker_end.fileno())]
+            try:
+                slot.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                                             pass_fds=[worker_end.fileno()])
+            finally:
+                worker_end.close()
+            self.dealer.set(slot.index, node_end)
         log.info("started %s worker %d (pid %d)", slot.kind, slot.index, slot.proc.pid)
 
     @property
@@ -213,6 +234,8 @@ class Node:
                       describe_exit(code))
             self.metadata.tell(WorkerExited(slot.kind, slot.index, slot.endpoint))
             slot.proc = None
+            if slot.kind == "conn":
+                self.dealer.set(slot.index, None)  # no new connections to the dead worker
             if self.stopping.is_set():
                 continue
             now = time.monotonic()
@@ -229,6 +252,10 @@ class Node:
             self._spawn(slot)
 
     def _shutdown(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+        elif self.lsock is not None:
+            self.lsock.close()
         for slot in self.slots:
             if slot.proc is not None and slot.proc.poll() is None:
                 slot.proc.terminate()
@@ -251,16 +278,18 @@ class Node:
         log.info("node stopped")
 
     # --- helpers --------------------------------------------------------------------------------
-    def _check_port(self) -> None:
+    def _bind(self) -> socket.socket:
+        """The AMQP port, bound at once (a port in use stops the node before anything starts);
+        it listens once the connection workers are ready."""
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((self.config.host, self.config.port))
         except OSError as e:
+            s.close()
             raise SystemExit(f"leveret-server: cannot listen on {self.config.host}:"
                              f"{self.config.port}: {e.strerror}")
-        finally:
-            s.close()
+        return s
 
     def _write_node_file(self) -> None:
         info = {"pid": os.getpid(), "host": self.config.host, "port": self.config.port,

@@ -419,5 +419,9 @@ class QueueHost(WorkerHost):
             text = amqp_text(404, f"no queue '{qname}' in vhost '{vhost}'")
             t.send(msg.sender, m.RpcReply(msg.req_id, False, None, 404, text))
         elif isinstance(msg, m.QueueOp):
-            t.send(msg.reply_to, m.RpcReply(msg.req_id, True, 0 if msg.op != "info" else
-                                            [name, 0, 0]))
+            if msg.op == "info":  # asked by a channel declaring it: it is gone now
+                _, vhost, qname = name.split("\x1f", 2)
+                text = amqp_text(404, f"no queue '{qname}' in vhost '{vhost}'")
+                t.send(msg.reply_to, m.RpcReply(msg.req_id, False, None, 404, text))
+            else:
+                t.send(msg.reply_to, m.RpcReply(msg.req_id, True, 0))

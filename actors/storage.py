@@ -51,6 +51,9 @@ class Storage:
         self.used = 0.0  # the last usage() seen
         self.trimmed = 0.0  # monotonic time of the last maybe_trim
         self.map_range: tuple[int, int] | None = None  # (address, length) of the LMDB map
+        self.written = 0  # write transactions this process committed
+        self.synced = 0  # how many of them the last finished sync covers
+        self.sync_lock = threading.Lock()  # one sync at a time; counters
 
     @classmethod
     def of(cls, config) -> "Storage":
@@ -69,8 +72,28 @@ class Storage:
                               max_journal_entries=self.config.max_journal_entries,
                               embed_msgs_below=self.config.embed_msgs_below, txn=txn)
 
+    def committed(self) -> int:
+        """A write transaction was committed: its number, for sync_upto()."""
+        with self.sync_lock:
+            self.written += 1
+            return self.written
+
+    def sync_upto(self, written: int) -> bool:
+        """Make every transaction up to number `written` durable; False when a sync since
+        (another backing queue's: they share the environment) already did, with no fsync."""
+        with self.sync_lock:
+            if self.synced >= written:
+                return False
+            start = self.written
+            self.env.sync(True)
+            self.synced = start
+            return True
+
     def sync(self) -> None:
-        self.env.sync(True)
+        with self.sync_lock:
+            start = self.written
+            self.env.sync(True)
+            self.synced = start
 
     def usage(self) -> float:
         """Fraction of the map in use: pages of every database (free pages excluded)."""

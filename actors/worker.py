@@ -19,7 +19,7 @@ import threading
 import pykka
 
 from actors import messages as m
-from actors.cli import setup_logging
+from actors.cli import raise_fd_limit, setup_logging
 from actors.config import Config
 from actors.replica import Replica
 from actors.runtime import LightActor
@@ -87,18 +87,6 @@ def die_with_parent() -> None:
         pass
 
 
-def raise_fd_limit() -> None:
-    """Soft RLIMIT_NOFILE up to the hard limit: every client socket is a descriptor (RabbitMQ's
-    packages raise it the same way; systemd's LimitNOFILE sets the hard limit)."""
-    try:
-        import resource
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft < hard:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    except (ImportError, ValueError, OSError):
-        pass
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="leveret-worker")
     p.add_argument("--kind", choices=("conn", "queue"), required=True)
@@ -106,6 +94,8 @@ def main(argv=None) -> int:
     p.add_argument("--endpoint", required=True)
     p.add_argument("--node", required=True)
     p.add_argument("--config-json", required=True)
+    p.add_argument("--handoff-fd", type=int, help="conn: the Unix socket the node hands "
+                                                   "accepted client sockets over")
     args = p.parse_args(argv)
     die_with_parent()
     raise_fd_limit()
@@ -120,7 +110,7 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGINT, lambda *a: stop.set())
     if args.kind == "conn":
         from actors.connection.host import ConnectionHost
-        host = ConnectionHost(cfg, transport, replica, args.node, args.index)
+        host = ConnectionHost(cfg, transport, replica, args.node, args.index, args.handoff_fd)
     else:
         from actors.queue import QueueHost
         host = QueueHost(cfg, transport, replica, args.node, args.index)

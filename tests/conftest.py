@@ -56,6 +56,11 @@ def _probe(host: str, port: int) -> bool:
         return False
 
 
+def _limit_files(n: int) -> None:
+    import resource
+    resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+
+
 def _die_with_parent() -> None:
     """In the child before exec: SIGTERM it if the test process dies (no orphaned servers when a
     run is killed)."""
@@ -138,9 +143,11 @@ class Broker:
 
     # -- lifecycle of a local Leveret -------------------------------------------------------------
     @classmethod
-    def start_leveret(cls, tmp_dir: Path, *extra: str, port: int | None = None) -> "Broker":
+    def start_leveret(cls, tmp_dir: Path, *extra: str, port: int | None = None,
+                      nofile: int | None = None) -> "Broker":
         """A node with its data in tmp_dir/data; starting again on the same tmp_dir (and port)
-        restarts the node on its data (recovery tests). `extra`: more leveret-server options."""
+        restarts the node on its data (recovery tests). `extra`: more leveret-server options;
+        `nofile`: RLIMIT_NOFILE (soft and hard) of the node and its workers."""
         server = REPO / ".venv" / "bin" / "leveret-server"
         if not server.exists():
             pytest.fail(f"{server} does not exist (run `make venv`), or set LEVERET_TEST_URL")
@@ -153,7 +160,8 @@ class Broker:
             [str(server), "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir),
              *extra],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(tmp_dir),
-            preexec_fn=_die_with_parent)
+            preexec_fn=_die_with_parent if nofile is None else
+            lambda: (_die_with_parent(), _limit_files(nofile)))
         log.close()
         broker = cls("127.0.0.1", port, data_dir=data_dir, proc=proc, log_path=log_path)
         deadline = time.monotonic() + START_TIMEOUT

@@ -1,8 +1,7 @@
 """ConnectionHost: the connection-worker process's own part.
 
-It owns the process's netio loop and listening socket (SO_REUSEPORT, one per connection worker:
-the kernel spreads new connections over the workers), starts a Reader (which starts its Writer)
-for each accepted socket, and passes the node's notices (a queue worker died, the node stops)
+It owns the process's netio loop, takes the client sockets the node's acceptor hands it
+(actors/connection/handoff.py), starts a Reader (which starts its Writer) for each, and passes the node's notices (a queue worker died, the node stops)
 to the connections and channels of this process.
 """
 
@@ -17,7 +16,8 @@ import time
 import pykka
 
 from actors import messages as m
-from actors.connection.netio import Conn, IOLoop, Listener
+from actors.connection.handoff import Receiver
+from actors.connection.netio import Conn, IOLoop
 from actors.connection.reader import Reader
 from actors.host import WorkerHost
 
@@ -27,24 +27,19 @@ log = logging.getLogger("leveret.connection")
 class ConnectionHost(WorkerHost):
     """The connection-worker process: listener, connections, reactions to node notices."""
 
-    def __init__(self, config, transport, replica, node, index):
+    def __init__(self, config, transport, replica, node, index, handoff_fd: int):
         super().__init__(config, transport, replica, node, index)
+        self.handoff_fd = handoff_fd  # Unix socket the node hands accepted sockets over
         self.readers: dict = {}  # conn id -> Reader actor ref
         self.channels: dict = {}  # channel address -> Channel actor ref
         self.ids = itertools.count(1)  # connection numbers
         self.io: IOLoop | None = None  # socket I/O of every connection of this process
-        self.listener: Listener | None = None
+        self.receiver: Receiver | None = None
         self.lock = threading.Lock()  # readers / channels maps
 
     def start(self) -> None:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        s.bind((self.config.host, self.config.port))
-        s.listen(4096)
         self.io = IOLoop()
-        self.listener = Listener(self.io, s, self._accepted)
-        log.info("accepting AMQP connections on %s:%d", self.config.host, self.config.port)
+        self.receiver = Receiver(self.io, self.handoff_fd, self._accepted)
 
     def _accepted(self, sock: socket.socket, peer) -> None:
         """netio accepted a client (on its loop thread)."""
@@ -69,8 +64,6 @@ class ConnectionHost(WorkerHost):
             self.channels.pop(address, None)
 
     def stop(self) -> None:
-        if self.listener is not None:
-            self.listener.close()
         with self.lock:
             readers = list(self.readers.values())
         for ref in readers:

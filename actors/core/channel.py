@@ -438,6 +438,10 @@ class ChannelCore:
         def cont(reply):
             if not reply.ok:
                 raise _reply_error(reply, method)
+            if isinstance(reply.result, dict):  # it exists: its count, after our publishes
+                self._ask(reply.result["queue_at"],
+                          lambda req: m.QueueOp(self.address, req, "info", {}), cont, True)
+                return
             qname, count, consumers = reply.result
             self.last_queue = qname
             if not method.nowait:

@@ -77,6 +77,16 @@ class Nodes:
         rows = [line.split("\t") for line in out if line.strip()]
         return {r[1]: (r[3] == "true", r[5] == "true") for r in rows}
 
+    def leader(self, i: int, other_than: int | None = None, timeout: float = 20.0) -> int:
+        """The node that node i's cluster_status names leader, once it names one (other than
+        `other_than`): after the leader dies there is none until the survivors elect one."""
+        def named():
+            status = self.status(i)
+            return [j for j in range(len(self.brokers))
+                    if status[f"leveret@node{j + 1}"][1] and j != other_than]
+        return self.wait(named, timeout, what=f"a leader in node{i + 1}'s cluster_status"
+                         + ("" if other_than is None else f" other than node{other_than + 1}"))[0]
+
     def wait(self, cond, timeout: float = 20.0, what: str = "condition"):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -131,8 +131,7 @@ def test_declare_ok_means_every_node_routes_to_it(nodes):
     transaction commits on every node first): a queue declared on one node is routed to at once
     by a publish on another, with no wait in between (behaviour C2: a mandatory publish is
     returned only when no queue is bound)."""
-    status = nodes.status(0)
-    leader = next(i for i in range(3) if status[f"leveret@node{i + 1}"][1])
+    leader = nodes.leader(0)
     order = [leader, *(i for i in range(3) if i != leader)]
     conns = [nodes[i].connection() for i in range(3)]
     chans = [c.channel() for c in conns]

@@ -14,11 +14,6 @@ import pytest
 pytestmark = pytest.mark.timeout(240)
 
 
-def leader_of(nodes, asked: int) -> int:
-    status = nodes.status(asked)
-    return next(i for i in range(3) if status[f"leveret@node{i + 1}"][1])
-
-
 def declared(broker, queue) -> bool:
     with broker.connection() as c:
         try:
@@ -34,9 +29,10 @@ def test_leader_killed_while_definitions_change__D1(nodes):
     in the middle: some declares fail (541, or the connection closes), none hangs, declares work
     again once a new leader is elected, and every queue the client got declare-ok for exists on
     the survivors and on the old leader once it is back."""
-    leader = leader_of(nodes, 0)
+    leader = nodes.leader(0)
     via = (leader + 1) % 3
     answered, failed = [], []
+    after_kill = []  # answered declares begun once the leader was dead: a new leader's work
     killer = threading.Timer(0.5, nodes.kill9, (leader,))
     conn = nodes[via].connection()
     ch = conn.channel()
@@ -44,9 +40,12 @@ def test_leader_killed_while_definitions_change__D1(nodes):
     try:
         deadline = time.monotonic() + 60
         i = 0
-        while (len(answered) < 60 or not failed and i < 400) and time.monotonic() < deadline:
+        # (60 declares may be answered before the kill: go on until one begun after it is)
+        while (len(answered) < 60 or not after_kill or not failed and i < 400) \
+                and time.monotonic() < deadline:
             name = f"d-{i}"
             i += 1
+            dead = killer.finished.is_set()  # (set once kill9 has reaped the leader)
             try:
                 if conn.is_closed:
                     conn = nodes[via].connection()
@@ -55,6 +54,8 @@ def test_leader_killed_while_definitions_change__D1(nodes):
                     ch = conn.channel()
                 ch.queue_declare(name, durable=True)
                 answered.append(name)
+                if dead:
+                    after_kill.append(name)
             except (pika.exceptions.AMQPError, OSError) as e:
                 failed.append((name, repr(e)))
                 time.sleep(0.1)
@@ -63,8 +64,10 @@ def test_leader_killed_while_definitions_change__D1(nodes):
         if conn.is_open:
             conn.close()
     assert len(answered) >= 60, (answered, failed, nodes.logs())
-    # declares went on after the kill: a new leader among the survivors
-    assert leader_of(nodes, via) != leader
+    assert after_kill, ("no declare answered after the kill", failed, nodes.logs())
+    # declares went on after the kill: a new leader among the survivors (via's status names it
+    # once via has heard from it)
+    nodes.leader(via, other_than=leader)
     survivors = [i for i in range(3) if i != leader]
     for s in survivors:
         missing = [q for q in answered if not declared(nodes[s], q)]

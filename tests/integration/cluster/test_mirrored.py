@@ -121,7 +121,9 @@ def test_kill9_of_the_masters_queue_worker_promotes_a_mirror__C6(nodes):
             ch.basic_publish("", "ha.mixed", b"p%d" % i, pika.BasicProperties(delivery_mode=2))
         for i in range(50):
             ch.basic_publish("", "ha.mixed", b"t%d" % i, pika.BasicProperties(delivery_mode=1))
-    (worker,) = nodes[0].queue_worker_pids().values()
+    out = nodes[0].ctl("list_queues", "name", "worker").stdout.splitlines()[2:]
+    index = next(int(c[1]) for c in (line.split("\t") for line in out) if c[0] == "ha.mixed")
+    worker = nodes[0].queue_worker_pids()[index]  # the master's process (of several)
     os.kill(worker, signal.SIGKILL)
     row = nodes.wait(lambda: (r := queue_row(nodes[2], "ha.mixed")).get("node") not in
                      (None, "leveret@node1") and r, what="a mirror promoted")

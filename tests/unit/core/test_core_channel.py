@@ -363,6 +363,24 @@ def test_publishes_and_acks_flushed_before_a_request():
     assert out.sent(m.Publish)[-1].bodies == [b"p2"]
 
 
+def test_declare_of_an_existing_queue_asks_the_queue_after_the_publishes_sent_to_it():
+    """The node names the queue's address; the channel asks the queue for its count itself,
+    so the count includes what this channel published before (per-pair ordering)."""
+    core, out = ch()
+    send(core, publish("q1", b"p1"), am.QueueDeclare(queue="q1", passive=True),
+         am.BasicQos(prefetch_count=2))
+    rpc = out.sent(m.Rpc)[-1]
+    core.on_reply(m.RpcReply(rpc.req_id, True, {"queue_at": Q1}))
+    assert [(a, type(msg).__name__) for a, msg in out.sends()] == [
+        (Q1, "Publish"), (NODE, "Rpc"), (Q1, "QueueOp")]
+    op = out.sent(m.QueueOp)[-1]
+    assert (op.reply_to, op.op) == (CH, "info")
+    assert out.methods() == []  # still waiting, qos behind it
+    core.on_reply(m.RpcReply(op.req_id, True, ["q1", 1, 0]))
+    assert out.methods() == [am.QueueDeclareOk(queue="q1", message_count=1, consumer_count=0),
+                             am.BasicQosOk()]
+
+
 def test_commands_wait_for_the_reply_in_order():
     core, out = ch()
     send(core, am.BasicConsume(queue="q1", consumer_tag="A"), am.BasicQos(prefetch_count=2),
