@@ -157,7 +157,7 @@ class Queue(LightActor):
                               backlog_bytes=host.config.queue_backlog_bytes,
                               durable=self.durable,
                               page_bytes=host.config.queue_page_bytes,
-                              page_size=host.config.queue_page_size)
+                              page_size=host.config.queue_page_size, events=events)
         self.bq = BackingQueue.start(self.actor_ref, qdef, host.config,
                                      host.timers)  # storage half
         self.run_pending = False  # a Run message is queued

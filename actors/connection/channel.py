@@ -12,6 +12,7 @@ import logging
 
 import pykka
 
+from actors import events
 from actors import messages as m
 from actors.core.channel import ChannelCore
 from actors.core.errors import ChannelError
@@ -74,7 +75,7 @@ class Channel(LightActor):
         self.name = f"ch/{conn.owner.rpartition('/')[2]}/{number}/{next(_incarnations)}"
         self.address = host.transport.address(self.name)
         self.core = ChannelCore(number, self.address, conn, host.replica, _Out(self),
-                                host.config.credit_initial)
+                                host.config.credit_initial, events)
 
     def on_start(self):
         self.host.transport.register(self.name, self.actor_ref)

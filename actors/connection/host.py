@@ -1,8 +1,9 @@
 """ConnectionHost: the connection-worker process's own part.
 
 It owns the process's netio loop, takes the client sockets the node's acceptor hands it
-(actors/connection/handoff.py), starts a Reader (which starts its Writer) for each, and passes the node's notices (a queue worker died, the node stops)
-to the connections and channels of this process.
+(actors/connection/handoff.py), starts a Reader (which starts its Writer) for each, and passes
+the node's notices (a queue worker died, the node stops) to the connections and channels of
+this process.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import os
 import struct
 from collections import OrderedDict, deque
 
-from actors import events
+from actors.core import NO_EVENTS
 from actors import messages as m
 from actors.core.errors import AMQPError, ChannelError, ConnectionError_, is_hard_error
 from protocol import methods as am
@@ -50,7 +50,8 @@ class ConnInfo:
 
 class ChannelCore:
     def __init__(self, number: int, address: str, conn: ConnInfo, replica, out,
-                 credit_initial=400):
+                 credit_initial=400, events=NO_EVENTS):
+        self.events = events  # the event log (actors.events in the shell), injected
         self.number = number  # channel number
         self.address = address  # this channel's transport address
         self.conn = conn  # connection facts
@@ -149,10 +150,10 @@ class ChannelCore:
     def _release(self) -> None:
         """Requeue what the channel holds: every unacked delivery goes back to its queue."""
         self.flush()
-        if events.enabled():
-            events.emit("channel_closed", None, actor="channel", vhost=self.conn.vhost,
-                        connection=self.conn.owner, channel=self.number,
-                        unacked=len(self.unacked))
+        if self.events.enabled():
+            self.events.emit("channel_closed", None, actor="channel", vhost=self.conn.vhost,
+                             connection=self.conn.owner, channel=self.number,
+                             unacked=len(self.unacked))
         for q in self.queues_used:
             self.out.send(q, m.ChannelDown(self.address))
         self.queues_used = set()
@@ -221,10 +222,10 @@ class ChannelCore:
                 continue
             lite = (rest[0], rest[1]) if rest and rest[0] else None
             if len(rest) > 2:  # the event log's message id
-                events.emit("delivered", rest[2], actor="channel", vhost=self.conn.vhost,
-                            queue=msg.qname, connection=self.conn.owner, channel=n,
-                            consumer_tag=ctag, delivery_tag=tag, redelivered=redelivered,
-                            no_ack=c[2])
+                self.events.emit("delivered", rest[2], actor="channel", vhost=self.conn.vhost,
+                                 queue=msg.qname, connection=self.conn.owner, channel=n,
+                                 consumer_tag=ctag, delivery_tag=tag, redelivered=redelivered,
+                                 no_ack=c[2])
             if not c[2]:
                 self.unacked[tag] = (queue, msg_id, ctag, lite,
                                      rest[2] if len(rest) > 2 else None)
@@ -353,8 +354,9 @@ class ChannelCore:
             for seqs, kind in ((self.confirm_acks, "confirmed"),
                                (self.confirm_nacks, "nacked_to_publisher")):
                 for s in seqs:
-                    events.emit(kind, self.seq_msg.pop(s, None), actor="channel", vhost=c.vhost,
-                                connection=c.owner, channel=self.number, seq_no=s)
+                    self.events.emit(kind, self.seq_msg.pop(s, None), actor="channel",
+                                     vhost=c.vhost, connection=c.owner, channel=self.number,
+                                     seq_no=s)
         self.confirm_acks = []
         self.confirm_nacks = []
         self.out.write(b"".join(out))
@@ -554,7 +556,7 @@ class ChannelCore:
             self.next_seq += 1
         persistent = props.delivery_mode == 2
         item = [seq, exchange, rk, cmd.properties_raw, persistent, props.priority or 0, expiry]
-        ev = events.enabled()
+        ev = self.events.enabled()
         if persistent or ev:
             # names the body in msg_store (written once however many durable queues get it)
             # and the message in the event log
@@ -582,17 +584,17 @@ class ChannelCore:
     def _event_publish(self, item, props, method, names, size) -> None:
         msg_id, seq = item[7], item[0]
         c = self.conn
-        events.emit("publish_received", msg_id, actor="channel", vhost=c.vhost,
-                    connection=c.owner, channel=self.number, seq_no=seq,
-                    exchange=method.exchange, routing_key=method.routing_key,
-                    message_id=props.message_id, persistent=item[4], size=size)
+        self.events.emit("publish_received", msg_id, actor="channel", vhost=c.vhost,
+                         connection=c.owner, channel=self.number, seq_no=seq,
+                         exchange=method.exchange, routing_key=method.routing_key,
+                         message_id=props.message_id, persistent=item[4], size=size)
         if names:
-            events.emit("routed", msg_id, actor="channel", vhost=c.vhost, queues=sorted(names))
+            self.events.emit("routed", msg_id, actor="channel", vhost=c.vhost, queues=sorted(names))
         else:
-            events.emit("unroutable", msg_id, actor="channel", vhost=c.vhost,
-                        mandatory=method.mandatory)
+            self.events.emit("unroutable", msg_id, actor="channel", vhost=c.vhost,
+                             mandatory=method.mandatory)
             if method.mandatory:
-                events.emit("returned", msg_id, actor="channel", vhost=c.vhost)
+                self.events.emit("returned", msg_id, actor="channel", vhost=c.vhost)
         if seq:
             self.seq_msg[seq] = msg_id
 
@@ -705,9 +707,9 @@ class ChannelCore:
             lite = (rest[0], rest[1]) if rest and rest[0] else None
             msg16 = rest[2] if len(rest) > 2 else None
             if msg16 is not None:
-                events.emit("fetched", msg16, actor="channel", vhost=self.conn.vhost,
-                            queue=queue, connection=self.conn.owner, channel=self.number,
-                            delivery_tag=tag, redelivered=redelivered, no_ack=method.no_ack)
+                self.events.emit("fetched", msg16, actor="channel", vhost=self.conn.vhost,
+                                 queue=queue, connection=self.conn.owner, channel=self.number,
+                                 delivery_tag=tag, redelivered=redelivered, no_ack=method.no_ack)
             if not method.no_ack:
                 self.unacked[tag] = (addr, msg_id, "", lite, msg16)
             self.out.write(encode_method(self.number, am.BasicGetOk(
@@ -745,9 +747,9 @@ class ChannelCore:
         freed = False
         for tag, (q, msg_id, _, lite, msg16) in entries:
             if msg16 is not None:
-                events.emit(kind, msg16, actor="channel", vhost=self.conn.vhost,
-                            queue=q.rpartition("\x1f")[2], connection=self.conn.owner,
-                            channel=self.number, delivery_tag=tag, requeue=op == m.REQUEUE)
+                self.events.emit(kind, msg16, actor="channel", vhost=self.conn.vhost,
+                                 queue=q.rpartition("\x1f")[2], connection=self.conn.owner,
+                                 channel=self.number, delivery_tag=tag, requeue=op == m.REQUEUE)
             key = (q, op)
             ids = self.settle_batches.get(key)
             if ids is None:

@@ -37,7 +37,7 @@ import bisect
 import os
 from collections import OrderedDict, deque
 
-from actors import events
+from actors.core import NO_EVENTS
 from actors.core.errors import ChannelError
 
 WAIT = "wait"  # get(): the head is paged out, try again once it is read back
@@ -132,7 +132,9 @@ class ChannelState:
 class QueueCore:
     def __init__(self, vhost: str, name: str, arguments: dict, out, now: int,
                  auto_delete=False, delivery_window=2000, credit_more=FLOW_MORE,
-                 backlog_bytes=0, durable=False, page_bytes=0, page_size=2048):
+                 backlog_bytes=0, durable=False, page_bytes=0, page_size=2048,
+                 events=NO_EVENTS):
+        self.events = events  # the event log (actors.events in the shell), injected
         self.vhost, self.name = vhost, name  # identity
         self.durable = durable  # persistent messages go to the backing queue's storage
         self._delivered: list = []  # persistent messages delivered for the first time, to record
@@ -324,9 +326,9 @@ class QueueCore:
                 self._expire(msg)
                 return None
             msg.expires_at = 0
-        if msg.msg_id is not None and events.enabled():
-            events.emit("enqueued", msg.msg_id, actor="queue", vhost=self.vhost, queue=self.name,
-                        seq_id=msg.seq_id, paged=divert)
+        if msg.msg_id is not None and self.events.enabled():
+            self.events.emit("enqueued", msg.msg_id, actor="queue", vhost=self.vhost,
+                             queue=self.name, seq_id=msg.seq_id, paged=divert)
         if self.on_enqueue is not None:
             self.on_enqueue(msg)  # mirrored: the master sends it to its mirrors
         if divert:
@@ -552,7 +554,7 @@ class QueueCore:
                 msg.props_raw]
         if self.confirm_on == "ack-lite" and msg.pub_seq and not c.no_ack:
             item += (msg.publisher, msg.pub_seq)  # the consuming channel confirms on ack
-        if msg.msg_id is not None and events.enabled():
+        if msg.msg_id is not None and self.events.enabled():
             if len(item) == 6:
                 item += (None, 0)
             item.append(msg.msg_id)  # the event log's message id, for the channel's events
@@ -649,7 +651,7 @@ class QueueCore:
         item = ["", msg.seq_id, msg.redelivered, msg.exchange, msg.routing_key, msg.props_raw]
         if self.confirm_on == "ack-lite" and msg.pub_seq and not no_ack:
             item += (msg.publisher, msg.pub_seq)
-        if msg.msg_id is not None and events.enabled():
+        if msg.msg_id is not None and self.events.enabled():
             if len(item) == 6:
                 item += (None, 0)
             item.append(msg.msg_id)
@@ -702,11 +704,11 @@ class QueueCore:
 
     def _requeue(self, msgs: list) -> None:
         by_p: dict[int, list] = {}
-        if events.enabled():
+        if self.events.enabled():
             for msg in msgs:
                 if msg.msg_id is not None:
-                    events.emit("requeued", msg.msg_id, actor="queue", vhost=self.vhost,
-                                queue=self.name, seq_id=msg.seq_id)
+                    self.events.emit("requeued", msg.msg_id, actor="queue", vhost=self.vhost,
+                                     queue=self.name, seq_id=msg.seq_id)
         for msg in msgs:
             msg.redelivered = True
             by_p.setdefault(msg.priority, []).append(msg)
@@ -749,18 +751,18 @@ class QueueCore:
                 self._expire(msg)
 
     def _expire(self, msg) -> None:
-        if msg.msg_id is not None and events.enabled():
-            events.emit("expired", msg.msg_id, actor="queue", vhost=self.vhost,
-                        queue=self.name, seq_id=msg.seq_id)
+        if msg.msg_id is not None and self.events.enabled():
+            self.events.emit("expired", msg.msg_id, actor="queue", vhost=self.vhost,
+                             queue=self.name, seq_id=msg.seq_id)
         if self.late_confirm:
             self._answer(msg, False)
         self._dead_letter_or_drop(msg, "expired")
         self.out.forget([msg])
 
     def _drop(self, msg, reason) -> None:
-        if msg.msg_id is not None and events.enabled():
-            events.emit("dropped", msg.msg_id, actor="queue", vhost=self.vhost,
-                        queue=self.name, seq_id=msg.seq_id, reason=reason)
+        if msg.msg_id is not None and self.events.enabled():
+            self.events.emit("dropped", msg.msg_id, actor="queue", vhost=self.vhost,
+                             queue=self.name, seq_id=msg.seq_id, reason=reason)
         if self.late_confirm:
             self._answer(msg, False)
         self._dead_letter_or_drop(msg, reason)
@@ -768,10 +770,10 @@ class QueueCore:
 
     def _dead_letter_or_drop(self, msg, reason) -> None:
         if self.dlx is not None:
-            if msg.msg_id is not None and events.enabled():
-                events.emit("dead_lettered", msg.msg_id, actor="queue", vhost=self.vhost,
-                            queue=self.name, seq_id=msg.seq_id, reason=reason,
-                            exchange=self.dlx)
+            if msg.msg_id is not None and self.events.enabled():
+                self.events.emit("dead_lettered", msg.msg_id, actor="queue", vhost=self.vhost,
+                                 queue=self.name, seq_id=msg.seq_id, reason=reason,
+                                 exchange=self.dlx)
             self.out.dead_letter(msg, reason)
 
     def tick(self, now) -> None:

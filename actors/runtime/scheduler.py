@@ -1,4 +1,4 @@
-"""The light-actor runtime: a pykka `Actor` that is a mailbox, its state and a handler, not a thread.
+"""The light-actor runtime: a pykka `Actor` is a mailbox, its state and a handler, not a thread.
 
 The BEAM runs millions of Erlang processes on one scheduler thread per core: a run queue of
 processes that have messages, each run for a bounded number of reductions, then the next. This
