@@ -62,6 +62,17 @@ class Paged:
         self.entries, self.dropped, self.dropped_bytes = entries, dropped, dropped_bytes
 
 
+class Recovered:
+    """BackingQueue -> Queue (local only): what the index kept: the next seq_id, the first
+    page of messages [(IndexEntry, body, persistent)], how many more and their bytes."""
+
+    __slots__ = ("next_seq", "entries", "more", "more_bytes")
+
+    def __init__(self, next_seq, entries, more, more_bytes):
+        self.next_seq, self.entries, self.more, self.more_bytes = \
+            next_seq, entries, more, more_bytes
+
+
 class _Sync:
     """Timer -> BackingQueue: the sync interval is over."""
 
@@ -110,7 +121,7 @@ class BackingQueue(LightActor):
             elif msg[0] == "forget":
                 self._forget(msg[1])
             elif msg[0] == "recover":
-                return self._recover(msg[1])
+                self.queue_ref.tell(Recovered(*self._recover(msg[1])))
             elif msg[0] == "page":
                 self.queue_ref.tell(self._page(*msg[1]))
             elif msg[0] == "purge_after":

@@ -318,6 +318,16 @@ class CloseConnection:
         self.code, self.text, self.class_id, self.method_id = code, text, class_id, method_id
 
 
+class QueuesGone:
+    """ConnectionHost -> Channel: these queues were deleted (transport names, the part of
+    their address after '#'); credit_flow credit they withheld is forgiven, as RabbitMQ's
+    channel forgets a dead queue's credit when its monitor fires."""
+    __slots__ = ("names",)
+
+    def __init__(self, names: set):
+        self.names = names
+
+
 class ChannelFinished:
     """Channel -> Reader: the channel number is free again (`ref`: the channel that ended)."""
     __slots__ = ("number", "ref")

@@ -209,9 +209,11 @@ class Metadata(ClusterMixin, pykka.ThreadingActor):
     def _change(self, *changes) -> None:
         """Apply to the authoritative state, persist durable parts (alone) or commit them to
         the cluster's log, broadcast to every worker."""
+        durable = self.cluster is None and self._touches_definitions(changes)  # before applying
         self._apply_changes(list(changes))
         if self.cluster is None:
-            self._persist()
+            if durable:
+                self._persist()  # a synced rewrite: only when what is on disk changes
         else:
             self._cluster_submit(list(changes))
 
@@ -238,6 +240,31 @@ class Metadata(ClusterMixin, pykka.ThreadingActor):
             if q is not None:
                 self._start_mirrors(q)
 
+    def _touches_definitions(self, changes) -> bool:
+        """Would these changes alter what _persist writes? Transient queues coming and going,
+        and a queue's address or worker (where it runs now), do not: 10,000 transient declares
+        must not mean 20,000 synced rewrites of the definitions."""
+        for c in changes:
+            kind = c[0]
+            if kind == "queue_put":
+                q = c[1]
+                if _stored_queue(q) != _stored_queue(self.queues.get((q["vhost"], q["name"]))):
+                    return True
+            elif kind == "queue_del":
+                if _stored_queue(self.queues.get((c[1], c[2]))) is not None:
+                    return True
+            elif kind == "router" and c[1] in ("add_queue", "remove_queue"):
+                continue  # its queue_put / queue_del decides (bindings of a stored queue go
+                #           with its queue_del)
+            elif kind == "router" and c[1] in ("bind", "unbind"):
+                if self._binding_durable(c[2]):
+                    return True
+            elif kind == "member_put":
+                continue  # cluster membership lives in the Raft log
+            else:
+                return True  # exchanges, users, vhosts, permissions, policies
+        return False
+
     def _persist(self) -> None:
         exchanges, bindings = [], []
         for (vhost, name), x in self._all_exchanges():
@@ -246,8 +273,7 @@ class Metadata(ClusterMixin, pykka.ThreadingActor):
                                   dict(x.arguments)])
         for b in self._all_bindings():
             bindings.append(b)
-        queues = [{k: v for k, v in q.items() if k not in ("address", "worker")}
-                  for q in self.queues.values() if q["durable"] and not q["exclusive"]]
+        queues = [s for s in map(_stored_queue, self.queues.values()) if s is not None]
         self.defs.save({"auth": self.auth.to_state(), "exchanges": exchanges,
                         "policies": list(self.policies.values()),
                         "bindings": [b for b in bindings if self._binding_durable(b)],
@@ -712,3 +738,10 @@ def locked_text(name, vhost) -> str:
 
 STATS_TIMEOUT_S = 5.0  # list_queues: how long to wait for a queue's counts
 _DEFERRED = object()  # the reply comes later (from a queue, or when the queue has started)
+
+
+def _stored_queue(q: dict | None) -> dict | None:
+    """What _persist keeps of a queue definition (None: nothing, it is transient or exclusive)."""
+    if q is None or not q["durable"] or q["exclusive"]:
+        return None
+    return {k: v for k, v in q.items() if k not in ("address", "worker")}

@@ -22,6 +22,7 @@ import time
 from collections import deque
 
 from actors import messages as m
+from actors.naming import queue_actor_name
 from actors.runtime import LightActor
 from queue_index.entry import IndexEntry
 
@@ -122,9 +123,9 @@ class Masters:
 
 
 class Mirror(LightActor):
-    scheduler_name = "queue"
-
     """One queue's mirror on this node: holds what the master holds, acknowledges batches."""
+
+    scheduler_name = "queue"
 
     def __init__(self, host, qdef: dict, member: str):
         super().__init__()
@@ -133,7 +134,6 @@ class Mirror(LightActor):
         self.vhost, self.qname = qdef["vhost"], qdef["name"]
         self.qdef = qdef
         self.member = member  # this node's member id
-        from actors.queue import queue_actor_name
         self.name = queue_actor_name(self.vhost, self.qname)
         self.address = self.transport.address(self.name)
         self.master = ""  # the master we joined
@@ -151,10 +151,8 @@ class Mirror(LightActor):
     def _drop_index(self) -> None:
         from actors.backing_queue import BackingQueue
         bq = BackingQueue.start(self.actor_ref, self.qdef, self.host.config, self.host.timers)
-        try:
-            bq.ask(("delete", None))
-        finally:
-            bq.stop()
+        bq.tell(("delete", None))  # in order, before anything a promotion later writes there
+        bq.stop(block=False)
 
     def check_master(self) -> None:
         """(Re)join when the master's address is new (first start, or it restarted)."""

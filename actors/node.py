@@ -30,7 +30,8 @@ import time
 from actors import events
 from actors.config import Config
 from actors.connection import handoff
-from actors.connection.netio import IOLoop, Listener
+from actors.connection.netio import Listener
+from actors.runtime.eventloop import EventLoop
 from actors.metadata import Metadata, WorkerExited
 from actors.metadata_cluster import ClusterTick
 from actors.storage import Storage, queue_id
@@ -115,7 +116,7 @@ class Node:
         self._wait_ready()
         if not self.stopping.is_set():
             self.lsock.listen(4096)
-            self.listener = Listener(IOLoop("acceptor"), self.lsock, self.dealer.deal)
+            self.listener = Listener(EventLoop("acceptor"), self.lsock, self.dealer.deal)
             log.info("accepting AMQP connections on %s:%d", cfg.host, cfg.port)
             self.systemd.notify("READY=1")  # Type=notify: the listeners are up
         watchdog = _watchdog_interval()

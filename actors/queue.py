@@ -21,13 +21,14 @@ import pykka
 
 from actors import events
 from actors import messages as m
-from actors.backing_queue import BackingQueue, Paged, Persisted, Refused
+from actors.backing_queue import BackingQueue, Paged, Persisted, Recovered, Refused
 from actors.core import policies
 from actors.core.errors import AMQPError, ChannelError, amqp_text
 from actors.core.queue import WAIT, QueueCore
 from actors.dead_lettering import dead_letter_publish
 from actors.host import WorkerHost
 from actors.mirror import Masters, Mirror
+from actors.naming import queue_actor_name
 from actors.runtime import LightActor
 
 log = logging.getLogger("leveret.queue")
@@ -35,10 +36,6 @@ log = logging.getLogger("leveret.queue")
 
 def now_ms() -> int:
     return int(time.monotonic() * 1000)
-
-
-def queue_actor_name(vhost: str, name: str) -> str:
-    return f"q\x1f{vhost}\x1f{name}"
 
 
 HOLD_MAX = 64  # at most this many messages between delivery runs
@@ -187,14 +184,25 @@ class Queue(LightActor):
     def on_start(self):
         self.core.set_confirm_on(self.confirm_on())
         if self.durable:
-            # what the index kept (after a restart or a crash) is back before anyone is served
+            # what the index kept (after a restart or a crash) is back before anyone is served:
+            # the queue registers its name (channels reach it) once Recovered is in; it does
+            # not wait for it (the worker's other queues keep running meanwhile)
             limit = self.core.page_size if self.core.pageable else None
-            next_seq, entries, more, more_bytes = self.bq.ask(("recover", limit))
-            self.core.restore(next_seq, entries, more, more_bytes, now_ms(),
-                              int(time.time() * 1000))
-            if entries or more:
-                log.info("queue '%s' in vhost '%s': %d persistent messages recovered",
-                         self.qname, self.vhost, len(entries) + more)
+            self.bq.tell(("recover", limit))
+            return
+        self._serve()
+
+    def _recovered(self, msg: Recovered) -> None:
+        self.core.restore(msg.next_seq, msg.entries, msg.more, msg.more_bytes, now_ms(),
+                          int(time.time() * 1000))
+        if msg.entries or msg.more:
+            log.info("queue '%s' in vhost '%s': %d persistent messages recovered",
+                     self.qname, self.vhost, len(msg.entries) + msg.more)
+        self._serve()
+
+    def _serve(self) -> None:
+        """Recovered (or nothing to recover): take the promoted mirror's messages, then let
+        channels and the node know."""
         if self.adopted:
             self._adopt(self.adopted)
         self.transport.register(self.name, self.actor_ref)
@@ -224,7 +232,7 @@ class Queue(LightActor):
 
     def on_stop(self):
         self.transport.unregister(self.name)
-        self.bq.stop()
+        self.bq.stop(block=False)  # after what it was told; the worker's exit waits for it
 
     def on_receive(self, msg):
         core = self.core
@@ -265,6 +273,8 @@ class Queue(LightActor):
                 core.persisted(msg.msgs)
             elif isinstance(msg, Refused):
                 core.refused(msg.msgs)
+            elif isinstance(msg, Recovered):
+                self._recovered(msg)
             elif isinstance(msg, PolicyChanged):
                 core.set_confirm_on(self.confirm_on())
             elif isinstance(msg, Tick):

@@ -6,8 +6,9 @@ An address is the string `endpoint#actor_name`; the endpoint is the `ipc://` (in
 a message for an actor of this process is a pykka `tell`, any other goes over ZeroMQ.
 
 Owns:
-- one PULL socket per process, bound at the process's endpoint, read by one inbound thread that
-  decodes each message and tells the named local actor;
+- one PULL socket per process, bound at the process's endpoint, read by one inbound thread (or,
+  given an EventLoop, on that loop's thread: a connection worker's) that decodes each message
+  and tells the named local actor;
 - one PUSH socket per (sending thread, destination endpoint): ZeroMQ sockets are not thread-safe,
   so each actor thread gets its own, created lazily in that thread;
 - the set of dead endpoints (a crashed worker's): sends to them are dropped, as a message to a
@@ -30,6 +31,7 @@ from actors import messages
 log = logging.getLogger(__name__)
 
 SEND_LINGER_MS = 5000  # how long a closed socket keeps trying to deliver what it was given
+INBOUND_BATCH = 512  # on an event loop: messages read per turn before the loop's other work
 
 
 def make_address(endpoint: str, name: str) -> str:
@@ -54,6 +56,8 @@ class Transport:
         self._dead: set[str] = set()  # endpoints of processes known to be gone
         self._fallback: Callable | None = None  # called with (name, msg) for unknown local names
         self._inbound: threading.Thread | None = None
+        self._loop = None  # the EventLoop reading the PULL socket, when not a thread of its own
+        self._pull = None  # that socket
         self._closing = False
 
     # --- registry -------------------------------------------------------------------------------
@@ -117,12 +121,54 @@ class Transport:
                 self._fallback(name, msg)
 
     # --- receiving ------------------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, loop=None) -> None:
+        """Bind and read the process's endpoint: on a thread of its own, or on `loop` (an
+        actors.runtime.EventLoop) between its other work."""
+        if loop is not None:
+            self._loop = loop
+            ready = threading.Event()
+            loop.call(self._bind_on_loop, ready)
+            ready.wait()
+            return
         ready = threading.Event()
         self._inbound = threading.Thread(
             target=self._inbound_loop, args=(ready,), name="zmq-inbound", daemon=True)
         self._inbound.start()
         ready.wait()
+
+    def _bind_on_loop(self, ready: threading.Event) -> None:
+        sock = self._pull = self.context.socket(zmq.PULL)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVHWM, 0)
+        sock.bind(self.endpoint)
+        self._loop.loop.add_reader(sock.getsockopt(zmq.FD), self._readable)
+        ready.set()
+        self._readable()  # ZMQ_FD is edge-triggered: read what came before we watched it
+
+    def _readable(self) -> None:
+        """The PULL socket may have messages (ZMQ_FD signals changes, not levels): read until
+        it has none, or INBOUND_BATCH of them and come back after the loop's other work."""
+        sock = self._pull
+        for _ in range(INBOUND_BATCH):
+            if self._closing:
+                return
+            try:
+                parts = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except zmq.ZMQError as e:  # pragma: no cover - context terminated at exit
+                log.warning("inbound recv failed: %s", e)
+                return
+            self._receive(parts)
+        self._loop.loop.call_soon(self._readable)
+
+    def _receive(self, parts: list) -> None:
+        try:
+            msg = messages.decode(parts[1], parts[2:])
+        except Exception:
+            log.exception("undecodable message for %r dropped", parts[0])
+            return
+        self._deliver_local(parts[0].decode(), msg)
 
     def _inbound_loop(self, ready: threading.Event) -> None:
         sock = self.context.socket(zmq.PULL)
@@ -140,12 +186,7 @@ class Transport:
                     break
                 log.warning("inbound recv failed: %s", e)
                 continue
-            try:
-                msg = messages.decode(parts[1], parts[2:])
-            except Exception:
-                log.exception("undecodable message for %r dropped", parts[0])
-                continue
-            self._deliver_local(parts[0].decode(), msg)
+            self._receive(parts)
         sock.close(0)
 
     def close(self) -> None:

@@ -31,11 +31,13 @@ log = logging.getLogger("leveret.worker")
 
 
 class WorkerControl(LightActor):
-    scheduler_name = "control"
-
-    """Applies metadata changes to the replica and fans out node notices to the process's actors."""
+    """Applies metadata changes to the replica and fans out node notices to the process's actors.
+    It runs on the worker's event loop with the kind's actors (a metadata change reaches the
+    replica without a thread hand-over; what it asks of them, e.g. a mirror's messages on
+    promotion, is answered on the same thread)."""
 
     def __init__(self, transport, replica, node_address, kind, index, on_ready, host):
+        self.scheduler_name = kind  # read by LightActor's inbox: the worker's loop scheduler
         super().__init__()
         self.transport = transport  # this process's Transport
         self.replica = replica  # this process's metadata replica
@@ -103,14 +105,20 @@ def main(argv=None) -> int:
     setup_logging(cfg.log_level, f"{args.kind}-{args.index} pid {os.getpid()}")
     events.configure(cfg, process=f"{args.kind}-{args.index}", node=cfg.node)
     transport = Transport(args.endpoint)
-    transport.start()
+    # one thread for the hot path: ZeroMQ, the client sockets and the reader, writer and channel
+    # actors (conn), or ZeroMQ and the queue and mirror actors (queue), and worker control;
+    # backing queues have a scheduler thread of their own ("store": an fsync blocks)
+    loop = runtime.EventLoop(f"{args.kind}-loop")
+    runtime.attach(args.kind, loop)
+    transport.start(loop)
     replica = Replica()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
     signal.signal(signal.SIGINT, lambda *a: stop.set())
     if args.kind == "conn":
         from actors.connection.host import ConnectionHost
-        host = ConnectionHost(cfg, transport, replica, args.node, args.index, args.handoff_fd)
+        host = ConnectionHost(cfg, transport, replica, args.node, args.index, args.handoff_fd,
+                              loop)
     else:
         from actors.queue import QueueHost
         host = QueueHost(cfg, transport, replica, args.node, args.index)

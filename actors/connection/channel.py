@@ -104,6 +104,8 @@ class Channel(LightActor):
                 core.on_release(msg)
             elif isinstance(msg, m.ConsumerGone):
                 core.on_consumer_gone(msg)
+            elif isinstance(msg, m.QueuesGone):
+                core.queues_gone(msg.names)
             elif isinstance(msg, m.WorkerDown):
                 core.queue_worker_down(msg.endpoint)
             elif msg == "terminate":

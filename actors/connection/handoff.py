@@ -75,7 +75,7 @@ class Receiver:
     """Worker side: reads handed-over sockets on the worker's netio loop."""
 
     def __init__(self, io, fd: int, on_accept):
-        self.io = io  # netio.IOLoop of the worker
+        self.io = io  # the EventLoop of the worker
         self.sock = socket.socket(fileno=fd)
         self.sock.setblocking(False)
         self.on_accept = on_accept  # (socket, peer), called on the loop thread

@@ -18,9 +18,10 @@ import pykka
 
 from actors import messages as m
 from actors.connection.handoff import Receiver
-from actors.connection.netio import Conn, IOLoop
+from actors.connection.netio import Conn
 from actors.connection.reader import Reader
 from actors.host import WorkerHost
+from actors.naming import queue_actor_name
 
 log = logging.getLogger("leveret.connection")
 
@@ -28,18 +29,17 @@ log = logging.getLogger("leveret.connection")
 class ConnectionHost(WorkerHost):
     """The connection-worker process: listener, connections, reactions to node notices."""
 
-    def __init__(self, config, transport, replica, node, index, handoff_fd: int):
+    def __init__(self, config, transport, replica, node, index, handoff_fd: int, loop):
         super().__init__(config, transport, replica, node, index)
+        self.io = loop  # the process's EventLoop: sockets, ZeroMQ and the "conn" actors
         self.handoff_fd = handoff_fd  # Unix socket the node hands accepted sockets over
         self.readers: dict = {}  # conn id -> Reader actor ref
         self.channels: dict = {}  # channel address -> Channel actor ref
         self.ids = itertools.count(1)  # connection numbers
-        self.io: IOLoop | None = None  # socket I/O of every connection of this process
         self.receiver: Receiver | None = None
         self.lock = threading.Lock()  # readers / channels maps
 
     def start(self) -> None:
-        self.io = IOLoop()
         self.receiver = Receiver(self.io, self.handoff_fd, self._accepted)
 
     def _accepted(self, sock: socket.socket, peer) -> None:
@@ -75,13 +75,20 @@ class ConnectionHost(WorkerHost):
         time.sleep(0.2)
         super().stop()
 
-    def worker_down(self, kind, endpoint) -> None:
-        if kind != "queue":
-            return
+    def metadata_changed(self, changes) -> None:
+        gone = {queue_actor_name(c[1], c[2]) for c in changes if c[0] == "queue_del"}
+        if gone:
+            self._tell_channels(m.QueuesGone(gone))
+
+    def _tell_channels(self, msg) -> None:
         with self.lock:
             channels = list(self.channels.values())
         for ref in channels:
             try:
-                ref.tell(m.WorkerDown(kind, endpoint))
+                ref.tell(msg)
             except pykka.ActorDeadError:
                 pass
+
+    def worker_down(self, kind, endpoint) -> None:
+        if kind == "queue":
+            self._tell_channels(m.WorkerDown(kind, endpoint))

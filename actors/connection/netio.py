@@ -1,9 +1,11 @@
-"""Socket I/O of every connection of a connection worker, on one asyncio loop thread.
+"""Socket I/O of every connection of a connection worker, on the worker's event loop.
 
 rabbit_reader reads its socket through the BEAM's port, which polls every socket of the node
-with epoll; here one asyncio loop (epoll through `selectors`) does that for the process: it
-accepts, reads whatever sockets are readable and tells each connection's Reader actor the bytes;
-it never decodes. Threads do not grow with connections.
+with epoll; here the process's event loop (actors/runtime/eventloop.py, asyncio on epoll) does
+that: it accepts, reads whatever sockets are readable and tells each connection's Reader actor
+the bytes; it never decodes. In a connection worker the same thread also runs the actors (the
+"conn" scheduler is embedded in the loop) and reads ZeroMQ, as a BEAM scheduler polls I/O
+between processes: the hot path never waits for another thread to hand over the GIL.
 
 - `Listener`: accepts on the worker's listening socket. Running out of file descriptors (EMFILE,
   ENFILE), buffers or memory never ends it: it logs, stops accepting for a back-off (pending
@@ -20,13 +22,13 @@ it never decodes. Threads do not grow with connections.
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import logging
 import socket
 import threading
 
 from actors import messages as m
+from actors.runtime.eventloop import EventLoop
 
 log = logging.getLogger("leveret.netio")
 
@@ -37,39 +39,10 @@ ACCEPT_BACKOFF_S = (0.05, 2.0)  # first and longest pause after accept ran out o
 RESOURCE_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
 
-class IOLoop:
-    """One asyncio event loop on a thread of its own."""
-
-    def __init__(self, name: str = "netio"):
-        self.loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(ready,), name=name, daemon=True)
-        self.thread.start()
-        ready.wait()
-
-    def _run(self, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.call_soon(ready.set)
-        self.loop.run_forever()
-
-    def call(self, fn, *args) -> None:
-        """Run fn(*args) on the loop thread (from any thread)."""
-        if threading.current_thread() is self.thread:
-            fn(*args)
-        else:
-            try:
-                self.loop.call_soon_threadsafe(fn, *args)
-            except RuntimeError:  # the loop is closed: the process is ending
-                pass
-
-    def stop(self) -> None:
-        self.call(self.loop.stop)
-
-
 class Listener:
     """Accepts connections and hands each to `on_accept(sock, peer)` (on the loop thread)."""
 
-    def __init__(self, io: IOLoop, sock: socket.socket, on_accept):
+    def __init__(self, io: EventLoop, sock: socket.socket, on_accept):
         self.io = io
         self.sock = sock
         self.on_accept = on_accept
@@ -123,7 +96,7 @@ class Listener:
 class Conn:
     """One client socket: read for its Reader, written by its Writer."""
 
-    def __init__(self, io: IOLoop, sock: socket.socket):
+    def __init__(self, io: EventLoop, sock: socket.socket):
         self.io = io
         self.sock = sock
         self.fd = sock.fileno()

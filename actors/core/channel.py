@@ -294,6 +294,16 @@ class ChannelCore:
             self.out.write(encode_method(self.number, am.BasicCancel(
                 consumer_tag=msg.consumer_tag, nowait=True)))
 
+    def queues_gone(self, names: set) -> None:
+        """Queues were deleted: whatever credit they held back is no longer owed (a publisher
+        blocked by a queue that is gone must not stay blocked for good)."""
+        for q in list(self.credit):
+            if q.partition("#")[2] in names:
+                del self.credit[q]
+        if self.blocked and all(c > 0 for c in self.credit.values()):
+            self.blocked = False
+            self.out.unblock()
+
     def queue_worker_down(self, endpoint: str) -> None:
         """A queue worker died: nack what its queues had not confirmed, cancel consumers."""
         prefix = endpoint + "#"

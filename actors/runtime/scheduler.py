@@ -11,7 +11,10 @@ module does the same for pykka actors, through pykka's own extension points:
   scheduler thread, keeps running that scheduler's other actors until the answer is in (so an
   actor that asks another actor of its own scheduler never deadlocks the thread both need).
 
-A scheduler (`Scheduler`) is one or more threads sharing one run queue; each actor class names
+A scheduler (`Scheduler`) is one or more threads sharing one run queue, or it runs embedded in a
+process's event loop (`attach(name, loop)`, actors/runtime/eventloop.py): then the loop's thread
+runs the actors between its socket and ZeroMQ polls, up to `DRAIN_SLICES` turns at a time, and
+one thread carries a connection worker's whole hot path. Each actor class names
 the scheduler it runs on (`LightActor.scheduler_name`: "conn", "queue", "store", ...) so that a
 slow blocking call (an fsync in a backing queue) stalls only the actors of its own scheduler.
 Each actor runs for at most `REDUCTIONS` messages per turn, then goes to the back of the run
@@ -44,6 +47,7 @@ from pykka import messages as pykka_messages
 log = logging.getLogger("leveret.runtime")
 
 REDUCTIONS = 64  # messages an actor may handle per turn before the next actor runs
+DRAIN_SLICES = 256  # embedded scheduler: actor turns between two polls of the event loop
 
 _local = threading.local()  # .scheduler: the Scheduler whose thread this is
 _schedulers: dict[str, "Scheduler"] = {}
@@ -68,12 +72,18 @@ class ActorDown:
 class Scheduler:
     """A run queue of actors with messages and the thread(s) that run them."""
 
-    def __init__(self, name: str, threads: int = 1, reductions: int = REDUCTIONS):
+    def __init__(self, name: str, threads: int = 1, reductions: int = REDUCTIONS, loop=None):
         self.name = name
         self.reductions = reductions  # messages per actor per turn
         self._runq: deque = deque()  # actors with messages (each at most once)
         self._cv = threading.Condition(threading.Lock())
         self._stopping = False
+        self.loop = loop  # EventLoop this scheduler is embedded in, or None (threads of its own)
+        self._drain_pending = False  # embedded: a _drain is on the loop's ready queue
+        if loop is not None:
+            self.threads = []
+            loop.call(self._bind)
+            return
         self.threads = [threading.Thread(target=self._loop, name=f"sched-{name}-{i}",
                                          daemon=True) for i in range(threads)]
         for t in self.threads:
@@ -83,6 +93,28 @@ class Scheduler:
         with self._cv:
             self._runq.append(actor)
             self._cv.notify()
+            if self.loop is None or self._drain_pending:
+                return
+            self._drain_pending = True
+        if self.loop.on_loop_thread():
+            self.loop.loop.call_soon(self._drain)
+        else:
+            self.loop.call(self._drain)
+
+    def _bind(self) -> None:
+        _local.scheduler = self
+
+    def _drain(self) -> None:
+        """Embedded: run actors until none has messages or DRAIN_SLICES turns are done, then
+        let the loop poll its sockets (and come back at once when actors are still waiting)."""
+        for _ in range(DRAIN_SLICES):
+            with self._cv:
+                if not self._runq:
+                    self._drain_pending = False
+                    return
+                actor = self._runq.popleft()
+            actor._run_slice(self.reductions)
+        self.loop.loop.call_soon(self._drain)
 
     def wake(self) -> None:
         """A future someone on this scheduler waits for was set."""
@@ -130,6 +162,15 @@ class Scheduler:
 def configure(sizes: dict[str, int]) -> None:
     """Threads per scheduler name, before the first actor of that name starts (default 1)."""
     _sizes.update(sizes)
+
+
+def attach(name: str, loop) -> Scheduler:
+    """Run scheduler `name` embedded in `loop` (an EventLoop), before its first actor starts."""
+    with _schedulers_lock:
+        if name in _schedulers:
+            raise RuntimeError(f"scheduler {name!r} already runs")
+        s = _schedulers[name] = Scheduler(name, loop=loop)
+    return s
 
 
 def scheduler(name: str) -> Scheduler:

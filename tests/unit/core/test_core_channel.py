@@ -606,6 +606,15 @@ def test_publisher_blocks_without_credit_and_resumes():
     assert core.credit == {Q1: 200, Q2: 2}
 
 
+def test_a_deleted_queue_forgives_the_credit_it_withheld():
+    core, out = ch(credit_initial=2)
+    send(core, publish("q1"), publish("q1"), publish("q2"))
+    assert core.blocked
+    core.queues_gone({"q/q1"})  # the transport name of q1 (its address after '#')
+    assert out.kinds().count("unblock") == 1 and not core.blocked
+    assert core.credit == {Q2: 1}
+
+
 # --- transactions ---------------------------------------------------------------------------
 def test_tx_commit_applies_publishes_and_acks__T1():
     core, out = with_deliveries(2)

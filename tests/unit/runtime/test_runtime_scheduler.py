@@ -169,3 +169,36 @@ def test_stop_all_ends_every_light_actor():
     refs = [A.start(None, i) for i in range(50)]
     runtime.stop_all(timeout=5)
     assert not any(r.is_alive() for r in refs)
+
+
+def test_an_embedded_scheduler_runs_actors_on_its_event_loop_between_io_callbacks():
+    loop = runtime.EventLoop("test-loop")
+    runtime.attach("embedded", loop)
+    io_done = threading.Event()
+
+    class Spinner(LightActor):
+        scheduler_name = "embedded"
+
+        def __init__(self, log):
+            super().__init__()
+            self.log = log
+
+        def on_receive(self, msg):
+            if msg == "thread":
+                return threading.current_thread().name
+            self.log.append(msg)
+            if not io_done.is_set():
+                self.actor_ref.tell(msg + 1)  # busy for as long as the I/O callback waits
+
+    log = []
+    busy = Spinner.start(log)
+    assert busy.ask("thread", timeout=5) == "test-loop"
+    busy.tell(0)
+    time.sleep(0.05)
+    loop.call(io_done.set)  # an I/O callback while the actor is busy: it must get its turn
+    assert io_done.wait(5), "the loop's callbacks waited for the busy actor"
+    time.sleep(0.05)
+    n = len(log)
+    assert n > 1000 and log == list(range(n))  # it was busy, in order, and has stopped
+    busy.stop()
+    assert runtime.scheduler("embedded").threads == []
