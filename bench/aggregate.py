@@ -70,6 +70,8 @@ def aggregate(roles: list[dict]) -> dict:
         "confirm_latency_ms": None,
         "e2e_latency_ms": None,
         "nacked": sum((_delta(r, "nacked") or (0, 0))[0] for r in producers),
+        "skipped": sum((_delta(r, "skipped") or (0, 0))[0] for r in producers
+                       if "skipped" in (_snap(r, "end") or {})),
         "blocked_events": sum(r.get("blocked_events", 0) for r in roles),
         "loadgen_cpu_cores": loadgen_cpu(roles),
         "producers": len(producers),
@@ -85,6 +87,53 @@ def aggregate(roles: list[dict]) -> dict:
     for k in ("publish_rate", "consume_rate", "confirm_rate"):
         if out[k] is not None:
             out[k] = round(out[k], 1)
+    return out
+
+
+def drained_depth(scenario) -> float:
+    """Queue depth (ready messages, all queues) at which a late-consumer scenario counts as
+    caught up: a quarter of a second of publishing at its target rate (1,000 messages when
+    the producers are not paced)."""
+    t = scenario.target_consume_rate
+    return 1000.0 if t is None else max(1.0, 0.25 * t)
+
+
+def drain_summary(roles: list[dict], depth: list | None, threshold: float) -> dict:
+    """A late-consumer run's figures from its consumers' join and backlog instants (bench/
+    loadgen.py) and the queue depths polled from the join on ((s since the join, depth)):
+
+    - backlog: messages published before the consumers joined (what they received before the
+      first message published after it; with one consumer per queue and FIFO queues, that is
+      all of them);
+    - backlog_drained_s: from the join until the last queue's backlog was delivered (None when a
+      consumer did not get there within the window);
+    - drain_consume_rate: deliveries per second until then (sum over the consumers);
+    - caught_up_s: from the join until the polled depth first fell to `threshold` or below
+      after its peak (None if it did not); peak_depth: the highest depth polled."""
+    consumers = [r for r in roles if r["kind"] == "consumer" and "joined_ns" in r]
+    out = {"backlog": None, "backlog_drained_s": None, "drain_consume_rate": None,
+           "caught_up_s": None, "peak_depth": None, "drained_depth": threshold,
+           "depth": depth}
+    done = [r for r in consumers if r.get("joined_ns") is not None
+            and r.get("backlog_done_ns") is not None]
+    if done:
+        out["backlog"] = sum(r["backlog"] for r in done)
+        rate = 0.0
+        for r in done:
+            dt = (r["backlog_done_ns"] - r["joined_ns"]) / 1e9
+            if dt > 0:
+                rate += r["backlog"] / dt
+        out["drain_consume_rate"] = round(rate, 1)
+    if consumers and len(done) == len(consumers):
+        out["backlog_drained_s"] = round(
+            max(r["backlog_done_ns"] - r["joined_ns"] for r in done) / 1e9, 3)
+    if depth:
+        peak_i = max(range(len(depth)), key=lambda i: depth[i][1])
+        out["peak_depth"] = depth[peak_i][1]
+        for t, d in depth[peak_i:]:
+            if d <= threshold:
+                out["caught_up_s"] = t
+                break
     return out
 
 
@@ -108,8 +157,10 @@ def combine_runs(runs: list[dict]) -> dict:
         values = [v for v in values if v is not None]
         return statistics.median(values) if values else None
 
-    for k in ("publish_rate", "consume_rate", "confirm_rate", "loadgen_cpu_cores"):
-        base[k] = med(r.get(k) for r in ok)
+    for k in ("publish_rate", "consume_rate", "confirm_rate", "loadgen_cpu_cores", "backlog",
+              "backlog_drained_s", "drain_consume_rate", "caught_up_s", "peak_depth"):
+        if any(k in r for r in ok):
+            base[k] = med(r.get(k) for r in ok)
     for k in ("confirm_latency_ms", "e2e_latency_ms"):
         dicts = [r.get(k) for r in ok if r.get(k)]
         if dicts:

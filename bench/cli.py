@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenarios", default="default",
                    help="comma-separated scenario keys or groups (default: a,b,c and "
                         "cluster; groups: "
-                        f"{', '.join(scenarios.GROUPS)}); see --list")
+                        f"{', '.join(scenarios.GROUPS)}; 'scale' only when named); see --list")
     p.add_argument("--repeat", type=int, default=1,
                    help="run every scenario this many times and report the median of each "
                         "figure (default 1); the runs are kept in the JSON")
@@ -113,6 +113,9 @@ def list_scenarios() -> str:
         lines.append(f"{mark} {k:12s} {s.title}\n      {s.description}")
     from bench.cluster import SCENARIO as sc
     lines.append(f"* {sc.key:12s} {sc.title}\n      {sc.description}")
+    from bench import scale
+    lines.append(f"  {scale.KEY:12s} {scale.TITLE}\n      bench/scale.py with its defaults; "
+                 "python -m bench.scale takes the counts")
     lines.append("(* = run by default)  groups: " +
                  ", ".join(f"{g}={','.join(v)}" for g, v in scenarios.GROUPS.items()))
     return "\n".join(lines)
@@ -187,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         print(list_scenarios())
         return 0
-    from bench import cluster
+    from bench import cluster, scale
     spec, want_cluster = cluster.split_spec(args.scenarios)
+    spec, want_scale = scale.split_spec(spec)
     try:
         chosen = scenarios.select(spec) if spec else []
     except KeyError as e:
@@ -279,6 +283,14 @@ def main(argv: list[str] | None = None) -> int:
         cluster_results = cluster.run(args, cluster_scenario, log=log)
         doc["cluster"] = {"nodes": cluster.NODES, "results": cluster_results}
 
+    # -- the scale scenario (bench/scale.py): nodes of its own, RabbitMQ with a reference ------
+    scale_doc = None
+    if want_scale and args.url:
+        log("scale scenario skipped: it runs on nodes the benchmark starts, not on --url")
+    elif want_scale:
+        scale_doc = scale.run(scale.options_from_bench(args, bool(args.compare_url)), log=log)
+        doc["scale"] = scale_doc
+
     # -- report ----------------------------------------------------------------------------
     secs = f"{args.seconds:g} s measured after {args.warmup:g} s warm-up"
     if args.repeat > 1:
@@ -295,12 +307,18 @@ def main(argv: list[str] | None = None) -> int:
     if cluster_results:
         print(f"\n### {cluster.SCENARIO.title} ({secs}, {client})\n")
         print(cluster.tables(cluster_results))
+    if scale_doc:
+        print(f"\n### {scale.TITLE}\n")
+        print(scale.table(scale_doc) + f"\n\n{scale.NOTE}")
+        if scale.log_text(scale_doc):
+            print("\nError lines in the brokers' logs:\n" + scale.log_text(scale_doc))
     warnings = bottleneck_warnings(doc.get("selftest"), main_results + (ref_results or []))
     if warnings:
         print("\n" + "\n".join(warnings))
     errs = "\n".join(t for t in (report.errors_text(main_results, label),
                                  report.errors_text(ref_results or [], ref_label or ""),
-                                 report.errors_text(cluster_results, "cluster")) if t)
+                                 report.errors_text(cluster_results, "cluster"),
+                                 scale.errors_text(scale_doc) if scale_doc else "") if t)
     if errs:
         print("\nErrors:\n" + errs)
         failed = True

@@ -22,9 +22,24 @@ flight per channel (PerfTest's --confirm N) and records, for each confirmed mess
 from handing it to the socket to reading its basic.ack (multiple acks confirm every message up
 to the tag).  The published count is bytes actually written / bytes per message.
 
+Paced producer (spec["rate"], PerfTest's --rate): each channel publishes at `rate` msg/s on a
+fixed schedule (`Pacer`): slot k falls at origin + k / rate, with the origin offset by
+spec["phase"] (0..1) of one interval so that many paced producers do not publish in lock-step.
+Whatever is due (within PACE_SLACK) goes out in one write; a producer held back (TCP, window,
+connection.blocked) catches up by at most MAX_LAG seconds of its rate, the slots beyond are
+skipped and counted, so the rate stays the one asked for instead of bursting.
+
 Consumer (per channel): basic.qos prefetch, basic.consume; every socket read is decoded
 entirely, and the acks for all the deliveries in it (one basic.ack per message by default, as
-PerfTest does; multiple=true every N with ack_every) go out in one send.
+PerfTest does; multiple=true every N with ack_every) go out in one send.  With
+spec["start_delay"] (PerfTest's --consumer-start-delay) basic.consume is sent that many seconds
+after the start instant instead of during setup, and the consumer notes when it first receives
+a message published after it joined: every message published before was delivered by then
+(one consumer per queue, FIFO), so that instant ends the backlog's drain.
+
+The loop touches only the roles that have something to do: free-running producers every turn,
+paced producers when their next slot is due (a heap), late consumers at their instant, and the
+roles whose sockets select reports; a role's write interest changes only after it acted.
 
 Other roles: a spec with "role": "module:Class" (e.g. bench/paper.py's resending producer) is
 run by that class, a subclass of Producer or Consumer, imported in the worker process.
@@ -32,7 +47,9 @@ run by that class, a subclass of Producer or Consumer, imported in the worker pr
 from __future__ import annotations
 
 import collections
+import heapq
 import importlib
+import math
 import os
 import selectors
 import struct
@@ -47,6 +64,10 @@ from bench.url import AMQPTarget
 HIGH_WATER = 256 * 1024          # bytes of pending output before a producer stops adding
 BATCH = 64                       # messages per producer write
 MARKER = b"LVRTBNCH"             # placeholder for the timestamp at the start of each body
+PACE_SLACK_NS = 1_000_000        # a paced slot due within 1 ms goes out with this write
+PACE_RETRY_NS = 5_000_000        # a paced producer held back looks again after 5 ms
+MAX_LAG = 1.0                    # s of a paced producer's rate it may catch up after a stall
+IDLE_TIMEOUT = 0.05              # s the loop sleeps in select when nothing is scheduled
 _TS = struct.Struct(">q")
 
 
@@ -67,6 +88,10 @@ class Role:
         self.spec = spec
         self.snapshots: list[dict] = []
         self.measuring = False
+        # read after each recv: the instant a read's commands arrived (the now_ns that on_read
+        # is given is taken before the recv, and a process descheduled in between would date
+        # deliveries before they were even published)
+        self.clock = time.monotonic_ns
 
     def counters(self) -> dict:
         raise NotImplementedError
@@ -86,6 +111,42 @@ class Role:
     def result(self) -> dict:
         return {"kind": self.kind, "spec": self.spec, "snapshots": self.snapshots,
                 "blocked_events": self.conn.blocked_events}
+
+
+class Pacer:
+    """The publishing schedule of one channel at `rate` msg/s: slot k (0, 1, ...) falls at
+    origin_ns + k / rate.  `due(now)` is how many slots up to `now` are not taken yet; when
+    that is more than `max_lag` seconds of the rate the oldest are skipped (counted in
+    `skipped`), as a rate limiter that does not store unused permits."""
+
+    __slots__ = ("rate", "origin_ns", "taken", "skipped", "max_behind")
+
+    def __init__(self, rate: float, origin_ns: int, max_lag: float = MAX_LAG):
+        if not rate > 0:
+            raise ValueError("rate must be > 0")
+        self.rate = rate                   # msg/s
+        self.origin_ns = origin_ns         # instant of slot 0
+        self.taken = 0                     # slots published (or skipped) so far
+        self.skipped = 0                   # slots given up after a stall longer than max_lag
+        self.max_behind = max(1, int(rate * max_lag))   # slots that may be owed at once
+
+    def due(self, now_ns: int) -> int:
+        if now_ns < self.origin_ns:
+            return 0
+        slots = math.floor((now_ns - self.origin_ns) * self.rate / 1e9) + 1
+        owed = slots - self.taken
+        if owed > self.max_behind:
+            self.skipped += owed - self.max_behind
+            self.taken += owed - self.max_behind
+            owed = self.max_behind
+        return max(0, owed)
+
+    def take(self, n: int) -> None:
+        self.taken += n
+
+    def next_ns(self) -> int:
+        """The instant of the first slot not taken yet."""
+        return self.origin_ns + math.ceil(self.taken * 1e9 / self.rate)
 
 
 class _Unconfirmed:
@@ -189,9 +250,18 @@ class Producer(Role):
         self.samples = array("q") if self.window else None
         self.rr = 0
         self.M = codec.methods
+        self.rate: float | None = spec.get("rate")       # msg/s per channel, None: free-running
+        self.phase: float = spec.get("phase", 0.0)       # offset of slot 0, in intervals
+        self.pacers: dict[int, Pacer] = {}
+        self.wake_ns = 0                                  # paced: when fill has work again
 
-    def start_streaming(self):
+    def start_streaming(self, now_ns: int | None = None):
         self.base_bytes = self.conn.bytes_sent
+        if self.rate:
+            t0 = time.monotonic_ns() if now_ns is None else now_ns
+            origin = t0 + int(self.phase * 1e9 / self.rate)
+            self.pacers = {ch: Pacer(self.rate, origin) for ch in self.channels}
+            self.wake_ns = origin
 
     def _batch(self, ch: int, n: int, now_ns: int) -> bytearray:
         key = (ch, n)
@@ -207,6 +277,8 @@ class Producer(Role):
         return buf
 
     def fill(self, now_ns: int) -> bool:
+        if self.pacers:
+            return self._fill_paced(now_ns)
         conn = self.conn
         if len(conn.out) >= HIGH_WATER or conn.blocked:
             conn.flush()
@@ -234,10 +306,50 @@ class Producer(Role):
         conn.flush()
         return added and len(conn.out) < HIGH_WATER
 
+    def _fill_paced(self, now_ns: int) -> bool:
+        """Publish what the channels' schedules owe up to now (+ PACE_SLACK); set wake_ns to
+        the next instant there is something to do. True when more is owed right now."""
+        conn = self.conn
+        if len(conn.out) >= HIGH_WATER or conn.blocked:
+            conn.flush()
+            self.wake_ns = now_ns + PACE_RETRY_NS
+            return False
+        horizon = now_ns + PACE_SLACK_NS
+        wake = None
+        for ch in self.channels:
+            pacer = self.pacers[ch]
+            owed = pacer.due(horizon)
+            n = min(owed, BATCH)
+            if self.window is not None and n:
+                unc = self.unconfirmed[ch]
+                n = max(0, min(n, self.window - unc.outstanding))
+                if n:
+                    unc.add(self.next_seq[ch], n, now_ns)
+                    self.next_seq[ch] += n
+            if n:
+                conn.out += self._batch(ch, n, self.clock())   # stamped as it is written
+                self.added += n
+                pacer.take(n)
+            if n < owed:                   # BATCH or the confirm window held some back
+                w = now_ns if n == BATCH else now_ns + PACE_RETRY_NS
+            else:
+                w = pacer.next_ns()
+            if wake is None or w < wake:
+                wake = w
+        conn.flush()
+        if len(conn.out) >= HIGH_WATER:
+            wake = max(wake, now_ns + PACE_RETRY_NS)
+        self.wake_ns = wake
+        return wake <= now_ns
+
     def on_read(self, now_ns: int) -> None:
         M = self.M
         samples = self.samples if self.measuring else None
-        for cmd in self.conn.recv_commands():
+        cmds = self.conn.recv_commands()
+        if not cmds:
+            return
+        now_ns = self.clock()
+        for cmd in cmds:
             m = cmd.method
             t = type(m)
             if t is M.BasicAck:
@@ -252,7 +364,8 @@ class Producer(Role):
     def counters(self) -> dict:
         published = (self.conn.bytes_sent - self.base_bytes) // self.msg_len
         return {"published": published, "confirmed": self.confirmed, "nacked": self.nacked,
-                "latency_samples": len(self.samples) if self.samples is not None else 0}
+                "latency_samples": len(self.samples) if self.samples is not None else 0,
+                "skipped": sum(p.skipped for p in self.pacers.values())}
 
     def result(self) -> dict:
         r = super().result()
@@ -275,11 +388,28 @@ class Consumer(Role):
         self.samples = array("q")
         self.M = codec.methods
         self.deliver_cls = codec.methods.BasicDeliver
+        self.encode_method = codec.encode_method
+        self.start_delay: float = spec.get("start_delay") or 0.0   # s after the start instant
+        self.joined_ns: int | None = None        # when basic.consume went out (late consumer)
+        self.backlog_done_ns: int | None = None  # first delivery published after joined_ns
+        self.backlog: int | None = None          # deliveries before it: the backlog's share
+
+    def start_consuming(self, now_ns: int) -> None:
+        """Subscribe now (a consumer with start_delay); basic.consume-ok is read in on_read."""
+        M = self.M
+        for ch in self.channels:
+            self.conn.out += self.encode_method(ch, M.BasicConsume(
+                queue=self.spec["queue"], consumer_tag="", no_ack=self.no_ack))
+        self.conn.flush()
+        self.joined_ns = now_ns
 
     def on_read(self, now_ns: int) -> None:
         cmds = self.conn.recv_commands()
         if not cmds:
             return
+        now_ns = self.clock()
+        if self.joined_ns is not None and self.backlog_done_ns is None:
+            self._watch_backlog(cmds, now_ns)
         deliver_cls = self.deliver_cls
         acks = []
         n = 0
@@ -312,12 +442,28 @@ class Consumer(Role):
             self.conn.out += b"".join(acks)
             self.conn.flush()
 
+    def _watch_backlog(self, cmds, now_ns: int) -> None:
+        deliver_cls = self.deliver_cls
+        joined = self.joined_ns
+        n = 0
+        for cmd in cmds:
+            if type(cmd.method) is deliver_cls:
+                if _TS.unpack_from(cmd.body, 0)[0] >= joined:
+                    self.backlog_done_ns = now_ns
+                    self.backlog = self.consumed + n
+                    return
+                n += 1
+
     def counters(self) -> dict:
         return {"consumed": self.consumed, "latency_samples": len(self.samples)}
 
     def result(self) -> dict:
         r = super().result()
         r["e2e_latency_ns"] = self.samples.tobytes()
+        if self.start_delay:
+            r["joined_ns"] = self.joined_ns
+            r["backlog_done_ns"] = self.backlog_done_ns
+            r["backlog"] = self.backlog
         return r
 
 
@@ -343,7 +489,8 @@ def setup_role(target: AMQPTarget, codec, spec: dict) -> Role:
         else:
             if spec["prefetch"]:
                 conn.basic_qos(ch, spec["prefetch"])
-            conn.basic_consume(ch, spec["queue"], spec["no_ack"])
+            if not spec.get("start_delay"):
+                conn.basic_consume(ch, spec["queue"], spec["no_ack"])
     return role_class(spec)(conn, spec, codec)
 
 
@@ -355,6 +502,9 @@ def run_loop(roles: list[Role], t_start: float, t_measure: float, t_end: float) 
         sel.register(r.conn.sock, selectors.EVENT_READ, r)
         want_write[r] = False
     producers = [r for r in roles if isinstance(r, Producer)]
+    free = [p for p in producers if not p.rate]
+    late = sorted(((t_start + r.start_delay, i) for i, r in enumerate(roles)
+                   if getattr(r, "start_delay", 0)), reverse=True)   # next one last
     marks = [("start", t_start), ("measure", t_measure), ("end", t_end)]
     # wait for the common start instant
     while True:
@@ -362,14 +512,24 @@ def run_loop(roles: list[Role], t_start: float, t_measure: float, t_end: float) 
         if now >= t_start:
             break
         time.sleep(min(0.01, t_start - now))
+    start_ns = time.monotonic_ns()
     for p in producers:
-        p.start_streaming()
+        p.start_streaming(start_ns)
+    paced = [(p.wake_ns, i, p) for i, p in enumerate(producers) if p.rate]
+    heapq.heapify(paced)
     cpu = []
     mark_i = 0
     monotonic = time.monotonic
     monotonic_ns = time.monotonic_ns
     select = sel.select
     READ, WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
+
+    def sync(r):
+        w = bool(r.conn.out)
+        if w != want_write[r]:
+            want_write[r] = w
+            sel.modify(r.conn.sock, READ | WRITE if w else READ, r)
+
     while True:
         now = monotonic()
         if now >= marks[mark_i][1]:
@@ -383,22 +543,40 @@ def run_loop(roles: list[Role], t_start: float, t_measure: float, t_end: float) 
                 break
             continue
         now_ns = monotonic_ns()
+        while late and late[-1][0] <= now:
+            r = roles[late.pop()[1]]
+            r.start_consuming(now_ns)
+            sync(r)
         busy = False
-        for p in producers:
+        for p in free:
             if p.fill(now_ns):
                 busy = True
-        for r in roles:
-            w = bool(r.conn.out)
-            if w != want_write[r]:
-                want_write[r] = w
-                sel.modify(r.conn.sock, READ | WRITE if w else READ, r)
-        timeout = 0 if busy else min(0.05, max(0.0, marks[mark_i][1] - now))
+            sync(p)
+        if paced and paced[0][0] <= now_ns + PACE_SLACK_NS:
+            done = []
+            while paced and paced[0][0] <= now_ns + PACE_SLACK_NS:
+                done.append(heapq.heappop(paced)[1:])
+            for i, p in done:
+                if p.fill(now_ns):
+                    busy = True
+                sync(p)
+                heapq.heappush(paced, (p.wake_ns, i, p))
+        if busy:
+            timeout = 0
+        else:
+            until = marks[mark_i][1]
+            if late and late[-1][0] < until:
+                until = late[-1][0]
+            timeout = min(IDLE_TIMEOUT, max(0.0, until - now))
+            if paced:
+                timeout = min(timeout, max(0.0, (paced[0][0] - now_ns) / 1e9))
         for key, ev in select(timeout):
             r = key.data
             if ev & READ:
                 r.on_read(monotonic_ns())
             if ev & WRITE:
                 r.conn.flush()
+            sync(r)
     sel.close()
     for r in roles:
         r.cpu = cpu

@@ -11,12 +11,53 @@ from bench.stats import ratio
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
-# (label, getter) for each figure shown per scenario
+def _settings(r: dict) -> dict:
+    return r.get("settings") or {}
+
+
+def _confirms(r: dict) -> bool:
+    return bool(_settings(r).get("confirm"))
+
+
+def _paced(r: dict) -> bool:
+    return _settings(r).get("rate") is not None
+
+
+def _late(r: dict) -> bool:
+    return bool(_settings(r).get("consumer_start_delay"))
+
+
+def _perftest(r: dict) -> bool:
+    s = _settings(r)
+    return _paced(r) or _late(r) or bool(s.get("exchange_type"))
+
+
+def _e2e(p: str):
+    return lambda r: (r.get("e2e_latency_ms") or {}).get(p)
+
+
+# (label, getter, kind, applies) for each figure shown per scenario; applies(result) says
+# whether the figure means something for it (None: always)
 METRICS = [
-    ("publish msg/s", lambda r: r.get("publish_rate"), "rate"),
-    ("consume msg/s", lambda r: r.get("consume_rate"), "rate"),
-    ("confirm p50 ms", lambda r: (r.get("confirm_latency_ms") or {}).get("p50"), "ms"),
-    ("confirm p99 ms", lambda r: (r.get("confirm_latency_ms") or {}).get("p99"), "ms"),
+    ("publish msg/s", lambda r: r.get("publish_rate"), "rate", None),
+    ("consume msg/s", lambda r: r.get("consume_rate"), "rate", None),
+    ("confirm p50 ms", lambda r: (r.get("confirm_latency_ms") or {}).get("p50"), "ms", _confirms),
+    ("confirm p99 ms", lambda r: (r.get("confirm_latency_ms") or {}).get("p99"), "ms", _confirms),
+]
+
+# Figures of the PerfTest workloads (group `perftest`): a table gets their columns only when one
+# of its scenarios has them, so the tables of the other scenarios do not change.
+EXTRA_METRICS = [
+    ("target consume msg/s", lambda r: r.get("target_consume_rate"), "rate", _paced),
+    ("consume / target", lambda r: ratio(r.get("consume_rate"), r.get("target_consume_rate")),
+     "ratio", _paced),
+    ("e2e p50 ms", _e2e("p50"), "ms", _perftest),
+    ("e2e p95 ms", _e2e("p95"), "ms", _perftest),
+    ("e2e p99 ms", _e2e("p99"), "ms", _perftest),
+    ("backlog msgs", lambda r: r.get("backlog"), "count", _late),
+    ("backlog drained s", lambda r: r.get("backlog_drained_s"), "s", _late),
+    ("drain consume msg/s", lambda r: r.get("drain_consume_rate"), "rate", _late),
+    ("caught up s", lambda r: r.get("caught_up_s"), "s", _late),
 ]
 
 
@@ -44,32 +85,48 @@ def fmt_ratio(v) -> str:
     return f"{v:.2f}x"
 
 
+def fmt_seconds(v) -> str:
+    """Seconds until something happened; None: it did not happen within the window."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "not reached"
+    return f"{v:.2f}"
+
+
 def fmt(v, kind: str) -> str:
-    return fmt_rate(v) if kind == "rate" else fmt_ms(v)
+    if kind in ("rate", "count"):
+        return fmt_rate(v)
+    if kind == "ratio":
+        return fmt_ratio(v)
+    if kind == "s":
+        return fmt_seconds(v)
+    return fmt_ms(v)
 
 
 def _row(cells) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def applies(result: dict, kind: str, label: str) -> bool:
-    """Confirm latency only applies to scenarios with publisher confirms."""
-    if label.startswith("confirm"):
-        return bool((result.get("settings") or {}).get("confirm"))
-    return True
+def applies(result: dict, applies_to) -> bool:
+    return applies_to is None or applies_to(result)
+
+
+def metrics_for(results: list[dict]) -> list[tuple]:
+    """METRICS, and the EXTRA_METRICS that apply to at least one of the results."""
+    return METRICS + [m for m in EXTRA_METRICS if any(m[3](r) for r in results)]
 
 
 def single_table(results: list[dict], label: str = "") -> str:
     """One broker: a row per scenario."""
-    head = ["scenario"] + [m[0] for m in METRICS]
-    lines = [_row(head), _row(["---"] + ["---:"] * len(METRICS))]
+    metrics = metrics_for(results)
+    head = ["scenario"] + [m[0] for m in metrics]
+    lines = [_row(head), _row(["---"] + ["---:"] * len(metrics))]
     for r in results:
         cells = [r.get("title") or r.get("scenario", "?")]
         if r.get("error") and r.get("publish_rate") is None:
-            cells += ["error"] * len(METRICS)
+            cells += ["error"] * len(metrics)
         else:
-            for name, get, kind in METRICS:
-                cells.append(fmt(get(r), kind) if applies(r, kind, name) else "–")
+            for name, get, kind, to in metrics:
+                cells.append(fmt(get(r), kind) if applies(r, to) else "–")
         lines.append(_row(cells))
     return "\n".join(lines)
 
@@ -77,7 +134,7 @@ def single_table(results: list[dict], label: str = "") -> str:
 def compare_table(results: list[dict], reference: list[dict], label: str = "Leveret",
                   ref_label: str = "reference") -> str:
     """Two brokers side by side: a row per (scenario, figure), with the ratio label/reference.
-    For latencies a ratio above 1 means the first broker is slower."""
+    For latencies and seconds a ratio above 1 means the first broker is slower."""
     ref_by_key = {r["scenario"]: r for r in reference}
     head = ["scenario", "figure", label, ref_label, f"{label} / {ref_label}"]
     lines = [_row(head), _row(["---", "---", "---:", "---:", "---:"])]
@@ -89,8 +146,8 @@ def compare_table(results: list[dict], reference: list[dict], label: str = "Leve
         b = ref_by_key.get(key, {})
         title = a.get("title") or b.get("title") or key
         any_r = a or b
-        for name, get, kind in METRICS:
-            if not applies(any_r, kind, name):
+        for name, get, kind, to in METRICS + EXTRA_METRICS:
+            if not applies(any_r, to):
                 continue
             va = None if (a.get("error") and a.get("publish_rate") is None) else get(a)
             vb = None if (b.get("error") and b.get("publish_rate") is None) else get(b)

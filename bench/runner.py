@@ -6,6 +6,11 @@ them common start / measure / end instants, collects their counters, deletes the
 aggregates (bench/aggregate.py).  Every child is tracked by PID and stopped if it does not end.
 With `consume_target` (bench/cluster.py) the consumers connect to another node than the
 control connection and the producers, once the queues are visible there.
+
+A scenario with an exchange type gets one exchange of that type, bound to every queue, which
+its producers publish to; one with a consumer start delay has its measured window start when
+the consumers join, and the coordinator polls the queues' depth (passive queue.declare) on the
+control connection meanwhile, for the time the backlog takes to drain.
 """
 from __future__ import annotations
 
@@ -14,12 +19,14 @@ import os
 import time
 
 from bench import codec as codec_mod
-from bench.aggregate import aggregate
+from bench.aggregate import aggregate, drain_summary, drained_depth
 from bench.scenarios import Scenario
 from bench.url import AMQPTarget
 
 READY_TIMEOUT = 60.0
+READY_PER_CONNECTION = 0.05       # s more to get ready per connection of the scenario
 RESULT_GRACE = 60.0
+DEPTH_POLL = 0.25                 # s between queue depth polls (consumer start delay)
 
 
 class BenchError(RuntimeError):
@@ -55,6 +62,24 @@ class Control:
         else:
             self.conn.queue_delete(1, queue)
 
+    def declare_exchange(self, exchange: str, exchange_type: str) -> None:
+        M = self.conn.M
+        self.conn.rpc(1, M.ExchangeDeclare(exchange=exchange, exchange_type=exchange_type),
+                      M.ExchangeDeclareOk)
+
+    def bind(self, queue: str, exchange: str, routing_key: str = "") -> None:
+        M = self.conn.M
+        self.conn.rpc(1, M.QueueBind(queue=queue, exchange=exchange, routing_key=routing_key),
+                      M.QueueBindOk)
+
+    def delete_exchange(self, exchange: str) -> None:
+        M = self.conn.M
+        self.conn.rpc(1, M.ExchangeDelete(exchange=exchange), M.ExchangeDeleteOk)
+
+    def depth(self, queue: str) -> int:
+        """Messages ready in the queue (passive queue.declare's message_count)."""
+        return self.conn.queue_declare(1, queue, passive=True)[0]
+
     def close(self) -> None:
         try:
             self.conn.close()
@@ -63,9 +88,12 @@ class Control:
 
 
 def role_specs(scenario: Scenario, queues: list[str],
-               consume_target: AMQPTarget | None = None) -> list[dict]:
+               consume_target: AMQPTarget | None = None, exchange: str = "") -> list[dict]:
     """One dict per connection: consumers first so they are subscribed before publishing.
-    Consumers get "target": consume_target when given (else they use the run's target)."""
+    Consumers get "target": consume_target when given (else they use the run's target).
+    With an exchange (scenario.exchange_type) the scenario's producers all publish to it (routing
+    key ""); else each queue gets its own on the default exchange.  Paced producers (scenario.
+    rate) get "rate" and a "phase" spreading their first slots evenly over one interval."""
     specs: list[dict] = []
     for q in queues:
         for _ in range(scenario.consumers):
@@ -73,14 +101,24 @@ def role_specs(scenario: Scenario, queues: list[str],
                           "channels": list(range(1, scenario.consumer_channels + 1)),
                           "no_ack": scenario.no_ack, "prefetch": scenario.prefetch,
                           "ack_every": scenario.ack_every})
+            if scenario.consumer_start_delay:
+                specs[-1]["start_delay"] = scenario.consumer_start_delay
             if consume_target is not None:
                 specs[-1]["target"] = consume_target
-    for q in queues:
-        for _ in range(scenario.producers):
-            specs.append({"kind": "producer", "queue": q,
-                          "channels": list(range(1, scenario.producer_channels + 1)),
-                          "confirm": scenario.confirm, "persistent": scenario.persistent,
-                          "message_size": scenario.message_size})
+    if scenario.exchange_type:
+        if not exchange:
+            raise ValueError(f"{scenario.key}: an exchange name is needed")
+        targets = [(queues[0], {"exchange": exchange, "routing_key": ""})] * scenario.producers
+    else:
+        targets = [(q, {}) for q in queues for _ in range(scenario.producers)]
+    for i, (q, route) in enumerate(targets):
+        specs.append({"kind": "producer", "queue": q,
+                      "channels": list(range(1, scenario.producer_channels + 1)),
+                      "confirm": scenario.confirm, "persistent": scenario.persistent,
+                      "message_size": scenario.message_size, **route})
+        if scenario.rate is not None:
+            specs[-1]["rate"] = scenario.rate
+            specs[-1]["phase"] = i / len(targets)
     return specs
 
 
@@ -166,13 +204,34 @@ def wait_visible(target: AMQPTarget, queues: list[str], codec_name: str,
         time.sleep(0.2)
 
 
+def poll_depth(control: Control, queues: list[str], t_from: float, t_until: float,
+               interval: float = DEPTH_POLL) -> list[tuple[float, int]]:
+    """(seconds since t_from, ready messages in all the queues) every `interval` from t_from
+    until t_until; the time is that of the last answer of each round."""
+    series: list[tuple[float, int]] = []
+    t = t_from
+    while t < t_until:
+        delay = t - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        total = sum(control.depth(q) for q in queues)
+        series.append((round(time.monotonic() - t_from, 3), total))
+        t = max(t + interval, time.monotonic())
+    return series
+
+
 def run_scenario(target: AMQPTarget, scenario: Scenario, *, seconds: float = 10.0,
                  warmup: float = 2.0, client: str = "lean", codec: str = "auto",
                  max_procs: int = 16, log=print, consume_target: AMQPTarget | None = None,
                  queue_prefix: str = "leveret-bench") -> dict:
+    if client == "pika" and scenario.lean_only:
+        raise BenchError(f"{scenario.key}: --client pika does not do paced producers, "
+                         "exchanges or late consumers (one process per connection); use the "
+                         "lean client")
     run_id = f"{os.getpid()}-{int(time.time() * 1000) % 10**8}"
     queues = [f"{queue_prefix}-{scenario.key}-{run_id}-{i}" for i in range(scenario.queues)]
-    specs = role_specs(scenario, queues, consume_target)
+    exchange = f"{queue_prefix}-{scenario.key}-{run_id}-x" if scenario.exchange_type else ""
+    specs = role_specs(scenario, queues, consume_target, exchange)
     if client == "pika":
         from bench.pikaworker import worker_main
         groups = [[s] for s in specs]         # pika: one connection per process
@@ -183,13 +242,22 @@ def run_scenario(target: AMQPTarget, scenario: Scenario, *, seconds: float = 10.
     procs = []
     pipes = []
     result: dict = {"scenario": scenario.key, "title": scenario.title,
-                    "settings": scenario.to_dict(), "error": None}
+                    "settings": scenario.to_dict(), "error": None,
+                    "target_publish_rate": scenario.target_publish_rate,
+                    "target_consume_rate": scenario.target_consume_rate}
+    declared_exchange = False
     try:
         for q in queues:
             control.declare(q, scenario.durable, scenario.arguments)
+        if exchange:
+            control.declare_exchange(exchange, scenario.exchange_type)
+            declared_exchange = True
+            for q in queues:
+                control.bind(q, exchange)
         if consume_target is not None:
             wait_visible(consume_target, queues, codec)
         ctx = multiprocessing.get_context("spawn")
+        t_spawn = time.monotonic()
         for g in groups:
             parent, child = ctx.Pipe()
             p = ctx.Process(target=worker_main, args=(target, codec, g, child), daemon=True,
@@ -199,27 +267,38 @@ def run_scenario(target: AMQPTarget, scenario: Scenario, *, seconds: float = 10.
             procs.append(p)
             pipes.append(parent)
         infos = []
-        deadline = time.monotonic() + READY_TIMEOUT
+        ready_timeout = READY_TIMEOUT + READY_PER_CONNECTION * len(specs)
+        deadline = time.monotonic() + ready_timeout
         for pipe in pipes:
             if not pipe.poll(max(0.0, deadline - time.monotonic())):
                 raise BenchError("a load-generator process did not get ready within "
-                                 f"{READY_TIMEOUT}s")
+                                 f"{ready_timeout:g}s")
             msg = pipe.recv()
             if msg[0] == "error":
                 raise BenchError(f"load generator setup failed: {msg[1]}")
             infos.append(msg[1])
+        result["setup_seconds"] = round(time.monotonic() - t_spawn, 3)
+        delay = scenario.consumer_start_delay
         t_start = time.monotonic() + 0.2
-        t_measure = t_start + warmup
+        t_measure = t_start + (delay if delay else warmup)   # late consumers: from the join
         t_end = t_measure + seconds
         for pipe in pipes:
             pipe.send(("go", t_start, t_measure, t_end))
+        depth = None
+        if delay:
+            try:
+                depth = poll_depth(control, queues, t_measure, t_end)
+            except Exception as e:  # noqa: BLE001 - the depth is a bonus; the run goes on
+                log(f"  (queue depth polling stopped: {type(e).__name__}: {e})")
         roles, errors = collect_results(pipes, t_end)
         result["processes"] = len(procs)
         result["codec"] = infos[0].get("codec") if infos else None
         result["client"] = client
         result["seconds"] = seconds
-        result["warmup"] = warmup
+        result["warmup"] = 0.0 if delay else warmup
         result.update(aggregate(roles))
+        if delay:
+            result.update(drain_summary(roles, depth, drained_depth(scenario)))
         if errors:
             result["error"] = "\n".join(errors)
     except Exception as e:
@@ -230,6 +309,8 @@ def run_scenario(target: AMQPTarget, scenario: Scenario, *, seconds: float = 10.
         try:
             for q in queues:
                 control.delete(q)
+            if declared_exchange:
+                control.delete_exchange(exchange)
         except Exception as e:
             log(f"  (could not delete the benchmark queues: {e})")
         control.close()

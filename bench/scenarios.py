@@ -1,7 +1,9 @@
 """Benchmark scenarios, as data.
 
 A scenario says how many queues, producer and consumer connections (and channels on each) to
-run, the message size, and the acknowledgement / confirm / persistence settings.  The runner
+run, the message size, and the acknowledgement / confirm / persistence settings, and, for the
+workloads of RabbitMQ's PerfTest (group `perftest`), a fixed publishing rate per channel, a
+fanout exchange in front of the queues and a delay before the consumers subscribe.  The runner
 (bench/runner.py) knows nothing about particular scenarios: adding one is adding a `Scenario`
 to `SCENARIOS` (or building one with `dataclasses.replace`, as the paper's are below).
 """
@@ -11,6 +13,7 @@ import dataclasses
 from typing import Mapping
 
 DEFAULT_CONFIRM_WINDOW = 1000      # like PerfTest's --confirm 1000: unconfirmed messages in flight
+EXCHANGE_TYPES = ("", "fanout")    # "": the default exchange, routing key = queue name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +35,12 @@ class Scenario:
     durable: bool = False             # durable queues
     queue_arguments: tuple = ()       # ((key, value), ...) for queue.declare's arguments
     default: bool = False             # part of the default set run by `make bench`
+    rate: float | None = None         # msg/s per publishing channel (PerfTest's --rate); None: as
+                                      # fast as the broker takes them
+    exchange_type: str = ""           # "fanout": one exchange bound to every queue, and
+                                      # `producers` connections in all publish to it
+    consumer_start_delay: float = 0.0  # s from the start until consumers subscribe (PerfTest's
+                                       # --consumer-start-delay); the measured window starts then
 
     def __post_init__(self):
         if self.no_ack and self.prefetch:
@@ -50,14 +59,50 @@ class Scenario:
                              "timestamp)")
         if self.confirm is not None and self.confirm < 1:
             raise ValueError(f"{self.key}: the confirm window must be >= 1")
+        if self.rate is not None and not self.rate > 0:
+            raise ValueError(f"{self.key}: rate must be > 0 msg/s (None: unlimited)")
+        if self.exchange_type not in EXCHANGE_TYPES:
+            raise ValueError(f"{self.key}: exchange_type must be one of {EXCHANGE_TYPES}")
+        if self.consumer_start_delay < 0:
+            raise ValueError(f"{self.key}: consumer_start_delay must be >= 0")
+        if self.consumer_start_delay and self.consumers < 1:
+            raise ValueError(f"{self.key}: consumer_start_delay needs consumers")
 
     @property
     def arguments(self) -> dict:
         return dict(self.queue_arguments)
 
     @property
+    def producer_connections(self) -> int:
+        """Per queue on the default exchange; in all with an exchange of its own."""
+        return self.producers if self.exchange_type else self.queues * self.producers
+
+    @property
     def connections(self) -> int:
-        return self.queues * (self.producers + self.consumers)
+        return self.producer_connections + self.queues * self.consumers
+
+    @property
+    def copies(self) -> int:
+        """Queues each published message is routed to."""
+        return self.queues if self.exchange_type == "fanout" else 1
+
+    @property
+    def target_publish_rate(self) -> float | None:
+        """msg/s all publishing channels together should publish (None: unlimited)."""
+        if self.rate is None:
+            return None
+        return self.rate * self.producer_connections * self.producer_channels
+
+    @property
+    def target_consume_rate(self) -> float | None:
+        """msg/s the consumers together should receive once publishing runs at its target."""
+        t = self.target_publish_rate
+        return None if t is None else t * self.copies
+
+    @property
+    def lean_only(self) -> bool:
+        """Settings the pika load generator (bench/pikaworker.py) does not implement."""
+        return bool(self.rate is not None or self.exchange_type or self.consumer_start_delay)
 
     def with_queue_arguments(self, extra: Mapping) -> "Scenario":
         if not extra:
@@ -124,14 +169,66 @@ CONFIRM_ON = dataclasses.replace(
                 "--queue-arg x-confirm-on=VALUE (default 'enqueue').",
     queue_arguments=(("x-confirm-on", "enqueue"),), default=False)
 
+# -- the workloads RabbitMQ's team runs with PerfTest ------------------------------------------
+# Every producer and consumer is a connection of its own with one channel (the load generator
+# holds the 2,000 connections of many-queues in its processes' select loops, so nothing is
+# multiplexed), bodies are PerfTest's default 12 bytes (`--size 12`), consumers ack each
+# message with basic.qos prefetch 100 as in (b), no publisher confirms (PerfTest's default).
+# Paced publishers start spread over one interval of their rate (PerfTest spreads them with
+# --producer-random-start-delay), so a thousand of them do not publish in lock-step.
+PERFTEST_SIZE = 12
+
+MANY_QUEUES = dataclasses.replace(
+    B, key="many-queues",
+    title="many-queues: 1,000 queues, 1,000 P / 1,000 C at 10 msg/s each",
+    description="1,000 queues with one producer and one consumer connection each (2,000 "
+                "connections, one channel each, not multiplexed); every producer publishes "
+                "12-byte messages at 10 msg/s (10,000 msg/s in all). PerfTest: --queue-pattern "
+                "'perf-test-%d' --queue-pattern-from 1 --queue-pattern-to 1000 --producers 1000 "
+                "--consumers 1000 --rate 10 --size 12.",
+    queues=1000, message_size=PERFTEST_SIZE, rate=10.0, default=False)
+
+FANOUT_10 = dataclasses.replace(
+    B, key="fanout-10", title="fanout-10: 1 P -> fanout exchange -> 10 queues / 10 C",
+    description="One producer publishes 12-byte messages as fast as the broker takes them to a "
+                "fanout exchange bound to 10 queues, each with one consumer (every message is "
+                "delivered 10 times). PerfTest: --exchange-type fanout --producers 1 "
+                "--consumers 10 --size 12 (a queue per consumer).",
+    queues=10, message_size=PERFTEST_SIZE, exchange_type="fanout", default=False)
+
+MANY_PUBLISHERS = dataclasses.replace(
+    B, key="many-publishers-one-queue",
+    title="many-publishers-one-queue: 2,000 P at 5 msg/s -> 1 queue / 1 C",
+    description="2,000 producer connections publish 12-byte messages at 5 msg/s each (10,000 "
+                "msg/s in all) into one queue with one consumer. PerfTest: --producers 2000 "
+                "--consumers 1 --rate 5 --size 12.",
+    producers=2000, message_size=PERFTEST_SIZE, rate=5.0, default=False)
+
+LATE_CONSUMERS = dataclasses.replace(
+    B, key="late-consumers",
+    title="late-consumers: 4 queues, 4 P at 2,000 msg/s, C join after 5 s",
+    description="4 queues with one producer and one consumer each; the producers publish "
+                "12-byte messages at 2,000 msg/s each (8,000 msg/s in all) from the start, the "
+                "consumers subscribe 5 s later (a backlog of about 40,000 messages). The "
+                "measured window starts when they join (--warmup does not apply); reported: "
+                "the backlog, how long until the last message published before the join is "
+                "delivered, the consume rate until then, and how long until the queues' depth "
+                "is back to a quarter of a second of publishing. PerfTest: --queue-pattern "
+                "'perf-test-%d' --queue-pattern-from 1 --queue-pattern-to 4 --producers 4 "
+                "--consumers 4 --rate 2000 --size 12 --consumer-start-delay 5.",
+    queues=4, message_size=PERFTEST_SIZE, rate=2000.0, consumer_start_delay=5.0, default=False)
+
+PERFTEST = (MANY_QUEUES, FANOUT_10, MANY_PUBLISHERS, LATE_CONSUMERS)
+
 SCENARIOS: dict[str, Scenario] = {s.key: s for s in (
     A, B, C, D, paper(1), paper(2), paper(4), paper(8), paper(1, True), paper(2, True),
-    paper(4, True), paper(8, True), CONFIRM_ON)}
+    paper(4, True), paper(8, True), CONFIRM_ON, *PERFTEST)}
 
 GROUPS: dict[str, list[str]] = {
     "default": [k for k, s in SCENARIOS.items() if s.default],
     "paper": ["paper-q1", "paper-q2", "paper-q4", "paper-q8"],
     "persistent": ["c", "persistent", "d-paper-q1", "d-paper-q2", "d-paper-q4", "d-paper-q8"],
+    "perftest": [s.key for s in PERFTEST],
     "all": list(SCENARIOS),
 }
 
