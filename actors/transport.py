@@ -27,13 +27,14 @@ from typing import Callable
 import zmq
 
 from actors import messages
+from actors.wire import packb, unpackb
 
 log = logging.getLogger(__name__)
 
 SEND_LINGER_MS = 5000  # how long a closed socket keeps trying to deliver what it was given
 INBOUND_BATCH = 512  # on an event loop: messages read per turn before the loop's other work
-ZERO_COPY_BYTES = 65536  # bodies frames at least this big are handed to ZeroMQ without a copy
 _SNDMORE = int(zmq.SNDMORE)
+_BATCH = b""  # first frame of a batch (no actor name is empty)
 
 
 def make_address(endpoint: str, name: str) -> str:
@@ -59,6 +60,8 @@ class Transport:
         self._fallback: Callable | None = None  # called with (name, msg) for unknown local names
         self._inbound: threading.Thread | None = None
         self._loop = None  # the EventLoop reading the PULL socket, when not a thread of its own
+        self._outbox: dict[str, list] = {}  # loop thread: endpoint -> this turn's messages
+        self._flush_armed = False  # a _flush is on the loop's ready queue
         self._pull = None  # that socket
         self._closing = False
 
@@ -91,6 +94,23 @@ class Transport:
             return
         if endpoint in self._dead:
             return
+        loop = self._loop
+        if loop is not None and loop.on_loop_thread():
+            # on the event loop: into this turn's batch for that process, sent once the
+            # actors of this turn have run (one multipart send per destination per turn)
+            payload, frames = messages.encode(msg)
+            box = self._outbox.get(endpoint)
+            if box is None:
+                box = self._outbox[endpoint] = []
+                if not self._flush_armed:
+                    self._flush_armed = True
+                    loop.loop.call_soon(self._flush)
+            box.append((name.encode(), payload, frames))
+            return
+        self._send_now(endpoint, name.encode(), *messages.encode(msg))
+
+    def _socket(self, endpoint: str):
+        """This thread's PUSH socket to that process."""
         sockets = getattr(self._local, "sockets", None)
         if sockets is None:
             sockets = self._local.sockets = {}
@@ -104,17 +124,42 @@ class Transport:
             sock.setsockopt(zmq.SNDHWM, 0)  # bounded by credit flow, not by dropping
             sock.connect(endpoint)
             sockets[endpoint] = sock
-        payload, frames = messages.encode(msg)
+        return sock
+
+    def _send_now(self, endpoint: str, name: bytes, payload: bytes, frames) -> None:
         # plain int flags: pyzmq's send_multipart builds an IntFlag per frame (measured: 6% of
-        # a worker's time in enum.__call__/__or__)
-        send = sock.send
-        send(name.encode(), _SNDMORE)
+        # a worker's time in enum.__call__/__or__); bodies are copied: zero-copy measured no
+        # faster here, and needs pyzmq's garbage-collector thread
+        send = self._socket(endpoint).send
+        send(name, _SNDMORE)
         if frames:
             send(payload, _SNDMORE)
-            blob = frames[0]
-            send(blob, 0, copy=len(blob) < ZERO_COPY_BYTES)
+            send(frames[0], 0)
         else:
             send(payload, 0)
+
+    def _flush(self) -> None:
+        """Send this turn's batches: a lone message as itself, several as one multipart
+        `[b"", msgpack([frames per message]), name, payload, (bodies), name, ...]`."""
+        self._flush_armed = False
+        outbox, self._outbox = self._outbox, {}
+        for endpoint, box in outbox.items():
+            if endpoint in self._dead:
+                continue
+            if len(box) == 1:
+                self._send_now(endpoint, *box[0])
+                continue
+            send = self._socket(endpoint).send
+            send(_BATCH, _SNDMORE)
+            send(packb([2 + len(frames) for _, _, frames in box]), _SNDMORE)
+            last = len(box) - 1
+            for i, (name, payload, frames) in enumerate(box):
+                send(name, _SNDMORE)
+                if frames:
+                    send(payload, _SNDMORE)
+                    send(frames[0], _SNDMORE if i < last else 0)
+                else:
+                    send(payload, _SNDMORE if i < last else 0)
 
     def _deliver_local(self, name: str, msg) -> None:
         ref = self._actors.get(name)
@@ -171,12 +216,27 @@ class Transport:
         self._loop.loop.call_soon(self._readable)
 
     def _receive(self, parts: list) -> None:
+        if parts[0] == _BATCH:
+            try:
+                counts = unpackb(parts[1])
+            except Exception:
+                log.exception("undecodable batch header dropped")
+                return
+            at = 2
+            for n in counts:
+                self._receive_one(parts[at:at + n])
+                at += n
+            return
+        self._receive_one(parts)
+
+    def _receive_one(self, parts: list) -> None:
         try:
             msg = messages.decode(parts[1], parts[2:])
+            name = parts[0].decode()
         except Exception:
-            log.exception("undecodable message for %r dropped", parts[0])
+            log.exception("undecodable message for %r dropped", parts[0][:64])
             return
-        self._deliver_local(parts[0].decode(), msg)
+        self._deliver_local(name, msg)
 
     def _inbound_loop(self, ready: threading.Event) -> None:
         sock = self.context.socket(zmq.PULL)
@@ -198,5 +258,10 @@ class Transport:
         sock.close(0)
 
     def close(self) -> None:
-        """Stop accepting messages; the process exits right after, which closes the sockets."""
+        """Send what this turn batched, stop accepting messages; the process exits right
+        after, which closes the sockets (they linger to deliver what they were given)."""
+        if self._loop is not None and self._loop.thread.is_alive():
+            done = threading.Event()
+            self._loop.call(lambda: (self._flush(), done.set()))
+            done.wait(2)
         self._closing = True

@@ -52,6 +52,7 @@ class ChannelCore:
     def __init__(self, number: int, address: str, conn: ConnInfo, replica, out,
                  credit_initial=400, events=NO_EVENTS):
         self.events = events  # the event log (actors.events in the shell), injected
+        self.last_props: tuple = (None, None, -1)  # (raw, decoded, expiry) of the last publish
         self.number = number  # channel number
         self.address = address  # this channel's transport address
         self.conn = conn  # connection facts
@@ -549,13 +550,18 @@ class ChannelCore:
                                         f"vhost '{self.conn.vhost}'")
             self._check("write", "exchange", exchange)
             self.exchange_ok[exchange] = x
-        props = cmd.properties
-        if props.user_id is not None and props.user_id != self.conn.user:
-            raise ChannelError(406, f"user_id property set to '{props.user_id}' but "
-                                    f"authenticated user was '{self.conn.user}'")
-        expiry = -1
-        if props.expiration is not None:
-            expiry = _parse_expiration(props.expiration)
+        raw = cmd.properties_raw
+        if raw == self.last_props[0]:  # a publisher repeats its properties: decode them once
+            props, expiry = self.last_props[1], self.last_props[2]
+        else:
+            props = cmd.properties
+            if props.user_id is not None and props.user_id != self.conn.user:
+                raise ChannelError(406, f"user_id property set to '{props.user_id}' but "
+                                        f"authenticated user was '{self.conn.user}'")
+            expiry = -1
+            if props.expiration is not None:
+                expiry = _parse_expiration(props.expiration)
+            self.last_props = (raw, props, expiry)
         rk = method.routing_key
         body = cmd.body or b""
         names = self.replica.route(self.conn.vhost, exchange, rk,
