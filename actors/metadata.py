@@ -34,6 +34,7 @@ from actors.core.routing import Router
 from actors.definitions import Definitions
 from actors.metadata_cluster import ClusterEntry, ClusterMixin, ClusterTick
 from actors.replica import apply_change
+from actors.runtime import LightActor
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,9 @@ class WorkerExited:
         self.kind, self.index, self.endpoint = kind, index, endpoint
 
 
-class Metadata(ClusterMixin, pykka.ThreadingActor):
+class Metadata(ClusterMixin, LightActor):
+    scheduler_name = "node"  # embedded in the node's event loop with its transport
+
     def __init__(self, transport, config):
         super().__init__()
         data_dir, queue_workers = config.data_dir, config.queue_workers

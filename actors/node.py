@@ -31,6 +31,7 @@ from actors import events
 from actors.config import Config
 from actors.connection import handoff
 from actors.connection.netio import Listener
+from actors import runtime
 from actors.runtime.eventloop import EventLoop
 from actors.metadata import Metadata, WorkerExited
 from actors.metadata_cluster import ClusterTick
@@ -102,7 +103,10 @@ class Node:
         self.run_dir = short_run_dir(cfg.data_dir)
         events.configure(cfg, process="node", node=cfg.node)
         self.transport = Transport(self._endpoint("node"))
-        self.transport.start()
+        # one thread for the metadata actor, its ZeroMQ and the acceptor
+        self.loop = EventLoop("node-loop")
+        runtime.attach("node", self.loop)
+        self.transport.start(self.loop)
         self.metadata = Metadata.start(self.transport, cfg)
         if cfg.clustered and not self._join_cluster():
             self.metadata.stop()
@@ -116,7 +120,7 @@ class Node:
         self._wait_ready()
         if not self.stopping.is_set():
             self.lsock.listen(4096)
-            self.listener = Listener(EventLoop("acceptor"), self.lsock, self.dealer.deal)
+            self.listener = Listener(self.loop, self.lsock, self.dealer.deal)
             log.info("accepting AMQP connections on %s:%d", cfg.host, cfg.port)
             self.systemd.notify("READY=1")  # Type=notify: the listeners are up
         watchdog = _watchdog_interval()
