@@ -221,13 +221,14 @@ LATE_CONSUMERS = dataclasses.replace(
 PERFTEST = (MANY_QUEUES, FANOUT_10, MANY_PUBLISHERS, LATE_CONSUMERS)
 
 SCENARIOS: dict[str, Scenario] = {s.key: s for s in (
-    A, B, C, D, paper(1), paper(2), paper(4), paper(8), paper(1, True), paper(2, True),
-    paper(4, True), paper(8, True), CONFIRM_ON, *PERFTEST)}
+    A, B, C, D, paper(1), paper(2), paper(4), paper(8), paper(15), paper(1, True),
+    paper(2, True), paper(4, True), paper(8, True), paper(15, True), CONFIRM_ON, *PERFTEST)}
 
 GROUPS: dict[str, list[str]] = {
     "default": [k for k, s in SCENARIOS.items() if s.default],
-    "paper": ["paper-q1", "paper-q2", "paper-q4", "paper-q8"],
-    "persistent": ["c", "persistent", "d-paper-q1", "d-paper-q2", "d-paper-q4", "d-paper-q8"],
+    "paper": ["paper-q1", "paper-q2", "paper-q4", "paper-q8", "paper-q15"],
+    "persistent": ["c", "persistent", "d-paper-q1", "d-paper-q2", "d-paper-q4", "d-paper-q8",
+                   "d-paper-q15"],
     "perftest": [s.key for s in PERFTEST],
     "all": list(SCENARIOS),
 }
