@@ -76,7 +76,7 @@ def test_default_scenarios_are_a_b_c():
 
 def test_select_groups_and_unknown():
     assert [s.key for s in scenarios.select("paper")] == ["paper-q1", "paper-q2", "paper-q4",
-                                                          "paper-q8"]
+                                                          "paper-q8", "paper-q15"]
     assert [s.key for s in scenarios.select("c,a,c")] == ["c", "a"]
     with pytest.raises(KeyError):
         scenarios.select("nope")
