@@ -24,6 +24,7 @@ import struct
 from collections import OrderedDict, deque
 
 from actors.core import NO_EVENTS
+from actors.core.confirms import Confirms
 from actors import messages as m
 from actors.core.errors import AMQPError, ChannelError, ConnectionError_, is_hard_error
 from protocol import methods as am
@@ -64,7 +65,7 @@ class ChannelCore:
         self.tx_publishes: list = []  # (queues, item, body) held until tx.commit
         self.tx_settles: list = []  # (op, tags/entries) held until tx.commit
         self.next_seq = 1  # next publish seq no (confirm mode)
-        self.unconfirmed: dict[int, set] = {}  # seq no -> queue addresses still to confirm
+        self.confirms = Confirms()  # seq no -> queue addresses still to confirm
         self.nacked: set = set()  # seq nos refused by some queue, confirmed as nack
         self.confirm_acks: list = []  # seq nos to ack at the end of this turn
         self.confirm_nacks: list = []  # seq nos to nack at the end of this turn
@@ -160,7 +161,7 @@ class ChannelCore:
         self.queues_used = set()
         self.unacked.clear()
         self.consumers.clear()
-        self.unconfirmed.clear()
+        self.confirms.clear()
         self.limited_tags.clear()
         self.granted.clear()
         self.demands.clear()
@@ -267,19 +268,10 @@ class ChannelCore:
             self.out.send(q, m.Grant(self.address, n))
 
     def on_confirm(self, msg: m.Confirm) -> None:
-        queue = msg.queue
-        for seq in msg.seqs:
-            pending = self.unconfirmed.get(seq)
-            if pending is None:
-                continue
-            if not msg.ok:
-                del self.unconfirmed[seq]
-                self.confirm_nacks.append(seq)
-                continue
-            pending.discard(queue)
-            if not pending:
-                del self.unconfirmed[seq]
-                self.confirm_acks.append(seq)
+        if msg.ok:
+            self.confirms.confirm(msg.seqs, msg.queue, self.confirm_acks)
+        else:
+            self.confirms.reject(msg.seqs, self.confirm_nacks)
         self.flush()
 
     def on_credit(self, msg: m.Credit) -> None:
@@ -308,10 +300,7 @@ class ChannelCore:
     def queue_worker_down(self, endpoint: str) -> None:
         """A queue worker died: nack what its queues had not confirmed, cancel consumers."""
         prefix = endpoint + "#"
-        for seq, pending in list(self.unconfirmed.items()):
-            if any(q.startswith(prefix) for q in pending):
-                del self.unconfirmed[seq]
-                self.confirm_nacks.append(seq)
+        self.confirms.reject_queues(lambda q: q.startswith(prefix), self.confirm_nacks)
         for q in list(self.credit):
             if q.startswith(prefix):
                 del self.credit[q]
@@ -346,7 +335,7 @@ class ChannelCore:
     def _send_confirms(self) -> None:
         """basic.ack/nack with multiple=true over every run below the oldest unconfirmed."""
         out = []
-        low = min(self.unconfirmed) if self.unconfirmed else None
+        low = self.confirms.smallest()
         for seqs, cls in ((self.confirm_nacks, am.BasicNack), (self.confirm_acks, am.BasicAck)):
             if not seqs:
                 continue
@@ -626,7 +615,7 @@ class ChannelCore:
                 self.confirm_acks.append(seq)
             return
         if seq:
-            self.unconfirmed[seq] = set(targets)
+            self.confirms.insert(seq, targets)
         block = False
         for addr in targets:
             batch = self.publish_batches.get(addr)

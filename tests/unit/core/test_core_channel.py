@@ -484,7 +484,7 @@ def test_confirm_numbering_starts_at_select__C1():
          am.ConfirmSelect(nowait=True), publish("q1"))
     assert out.methods() == [am.ConfirmSelectOk()]  # the nowait select is not answered
     assert [it[0] for p in out.sent(m.Publish) for it in p.items] == [0, 1, 3, 2]
-    assert core.unconfirmed == {1: {Q1}, 2: {Q2}, 3: {Q1}}
+    assert core.confirms.unconfirmed == {1: {Q1}, 2: {Q2}, 3: {Q1}}
 
 
 def test_confirm_each_once_with_multiple__C1_C2():
@@ -495,7 +495,7 @@ def test_confirm_each_once_with_multiple__C1_C2():
     assert acks(out) == [("BasicAck", 3, True)]
     core.on_confirm(m.Confirm(Q1, [3, 4], True))  # 3 again: ignored
     assert acks(out) == [("BasicAck", 3, True), ("BasicAck", 4, False)]
-    assert core.unconfirmed == {}
+    assert core.confirms.unconfirmed == {}
 
 
 def test_confirms_above_an_unconfirmed_one_are_single__C2():
@@ -549,7 +549,7 @@ def test_publish_to_dead_queue_is_nacked__C6():
     assert acks(out) == [("BasicNack", 1, False)]
     [p] = out.sent(m.Publish)  # q1 still gets its copy, with no confirm wanted
     assert p.items[0][0] == 0 and out.sends()[0][0] == Q1
-    assert core.unconfirmed == {}
+    assert core.confirms.unconfirmed == {}
 
 
 def test_mixed_acks_and_nacks_are_single():
