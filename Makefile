@@ -27,7 +27,7 @@ run: venv
 # NODES nodes on PORT+i (AMQP) and CLUSTER_PORT+i (Raft), data in DATA/node1.. (docs/cluster.md);
 # Ctrl-C stops them all.
 run-cluster: venv
-	$(BIN)/python -m actors.cluster_run --nodes $(NODES) --host $(HOST) --port $(PORT) \
+	$(BIN)/python -m actors.node.cluster_run --nodes $(NODES) --host $(HOST) --port $(PORT) \
 		--cluster-port $(CLUSTER_PORT) --data-dir $(DATA)
 
 # the suite runs the Spark job (tests/unit/analysis, the event-log test), which needs Java 17

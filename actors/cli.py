@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     cfg = parse_args(argv)
     setup_logging(cfg.log_level, "node")
     raise_fd_limit()
-    from actors.node import Node
+    from actors.node.node import Node
 
     node = Node(cfg)
     signal.signal(signal.SIGTERM, node.request_stop)

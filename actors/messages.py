@@ -222,7 +222,7 @@ class Release(NamedTuple):
     n: int
 
 
-# --- mirrored queues (actors/mirror.py) ---------------------------------------------------------
+# --- mirrored queues (actors/queue/mirror.py) -----------------------------------------------
 class MirrorJoin(NamedTuple):
     """Mirror -> master: add me; answered with a MirrorPublish(reset=True) of everything."""
     mirror: str  # the mirror's address

@@ -3,13 +3,13 @@ and permissions (AuthDB), and the queue table (where each queue lives).
 
 Mirrors the ETS/mnesia tables RabbitMQ's channels read directly (rabbit_exchange, rabbit_route,
 rabbit_amqqueue): a channel routes and checks permissions without asking anybody. The node is the
-only writer; it sends the same change list to every worker (actors/metadata.py), in order with its
-RPC replies, so a channel that got `queue.declare-ok` already sees the queue.
+only writer; it sends the same change list to every worker (actors/node/metadata.py), in order
+with its RPC replies, so a channel that got `queue.declare-ok` already sees the queue.
 
 A change is a list: `["router", method, args]` replays `Router.method(*args)`, `["auth", method,
 args]` replays `AuthDB.method(*args)`, `["queue_put", qdef]`, `["queue_del", vhost, name]`,
 `["policy_put", vhost, name, policy]`, `["policy_del", vhost, name]`, and in a cluster
-`["member_put", member_id, info]` (actors/cluster.py).
+`["member_put", member_id, info]` (actors/node/cluster.py).
 """
 
 from __future__ import annotations

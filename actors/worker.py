@@ -1,5 +1,5 @@
 """A worker OS process: a connection worker (readers, writers, channels) or a queue worker (queue
-and backing-queue actors), started and supervised by the node (actors/node.py).
+and backing-queue actors), started and supervised by the node (actors/node/node.py).
 
 Owns the process's Transport, its metadata Replica, and the control actor that applies metadata
 changes and hears about dead workers. Dies with the node (PR_SET_PDEATHSIG), stops cleanly on
@@ -120,7 +120,7 @@ def main(argv=None) -> int:
         host = ConnectionHost(cfg, transport, replica, args.node, args.index, args.handoff_fd,
                               loop)
     else:
-        from actors.queue import QueueHost
+        from actors.queue.host import QueueHost
         host = QueueHost(cfg, transport, replica, args.node, args.index)
     ready = threading.Event()
     control = WorkerControl.start(transport, replica, args.node, args.kind, args.index,

@@ -1,7 +1,7 @@
 """The cluster scenario of `python -m bench` (`--scenarios cluster`, part of the default set):
 the cost of mirroring.
 
-It owns a 3-node cluster started for the run with `python -m actors.cluster_run` on spare
+It owns a 3-node cluster started for the run with `python -m actors.node.cluster_run` on spare
 loopback ports in a temporary directory (stopped with SIGTERM to the launcher's PID, SIGKILL
 after a timeout, and any node process that outlives it stopped by PID), and runs scenario (c)'s
 load twice with the producer on node 1 and the consumer on node 2, on a queue declared on node 1
@@ -84,7 +84,7 @@ def free_port_run(n: int, host: str = "127.0.0.1", avoid: range = range(0)) -> i
 
 
 class LocalCluster:
-    """`python -m actors.cluster_run` on spare ports in a temporary directory (a context
+    """`python -m actors.node.cluster_run` on spare ports in a temporary directory (a context
     manager)."""
 
     def __init__(self, nodes: int = NODES, host: str = "127.0.0.1", keep_dir: bool = False,
@@ -117,7 +117,7 @@ class LocalCluster:
         self.port = free_port_run(self.nodes, self.host)
         raft = free_port_run(self.nodes, self.host,
                              avoid=range(self.port, self.port + self.nodes))
-        cmd = [sys.executable, "-m", "actors.cluster_run", "--nodes", str(self.nodes),
+        cmd = [sys.executable, "-m", "actors.node.cluster_run", "--nodes", str(self.nodes),
                "--host", self.host, "--port", str(self.port), "--cluster-port", str(raft),
                "--data-dir", self.dir]
         self.log(f"starting a {self.nodes}-node cluster: {' '.join(cmd)}")

@@ -4,8 +4,8 @@ methods for one channel.
 Mirrors rabbit_channel.erl: routing publishes through the local exchange/binding table, publisher
 confirm bookkeeping (seq no -> queues still to confirm, multiple=true runs), delivery tags and
 the unacked map, prefetch (basic.qos) passed to the queues, transactions, consumer bookkeeping,
-and the errors RabbitMQ raises with their texts. The actor shell (actors/channel.py) feeds it
-whole commands and queue/node messages and carries out what it asks through `out`:
+and the errors RabbitMQ raises with their texts. The actor shell (actors/connection/channel.py)
+feeds it whole commands and queue/node messages and carries out what it asks through `out`:
 
 - `write(data: bytes, sent=None)`   frames to the client; `sent` is [(queue, n)] delivery credit
 - `send(address, msg)`              a message to a queue or the node

@@ -4,7 +4,7 @@ overflow modes, dead-lettering, priorities, auto-delete and x-expires.
 
 Mirrors rabbit_amqqueue_process.erl (consumers, limits, TTL, overflow, dead-lettering
 decisions) together with the in-memory part of rabbit_variable_queue.erl (q4 and requeue
-ordering) and rabbit_priority_queue.erl. The actor shell (actors/queue.py) feeds it messages
+ordering) and rabbit_priority_queue.erl. The actor shell (actors/queue/queue.py) feeds it messages
 and carries out what it asks through `out`, an object with:
 
 - `deliver(channel, items, bodies)`  a batch of deliveries to one channel

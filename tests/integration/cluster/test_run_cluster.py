@@ -1,4 +1,4 @@
-"""`python -m actors.cluster_run` (make run-cluster): three nodes come up and accept AMQP
+"""`python -m actors.node.cluster_run` (make run-cluster): three nodes come up and accept AMQP
 connections, and SIGTERM to the launcher stops every node (and the nodes' worker processes)
 with exit status 0.  docs/cluster.md, "Running a cluster"."""
 from __future__ import annotations
@@ -85,7 +85,7 @@ def test_sigterm_stops_every_node(tmp_path: Path):
     out_path = tmp_path / "cluster_run.out"
     with open(out_path, "wb") as out:
         launcher = subprocess.Popen(
-            [str(REPO / ".venv" / "bin" / "python"), "-m", "actors.cluster_run",
+            [str(REPO / ".venv" / "bin" / "python"), "-m", "actors.node.cluster_run",
              "--nodes", str(NODES), "--port", str(amqp), "--cluster-port", str(raft),
              "--data-dir", str(data)],
             cwd=str(REPO), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -144,7 +144,7 @@ def test_sigterm_stops_every_node(tmp_path: Path):
 
 
 def test_node_commands():
-    from actors.cluster_run import node_commands
+    from actors.node.cluster_run import node_commands
     cmds = node_commands(["leveret-server"], 3, "127.0.0.1", 5672, 25672, "/d",
                          ["--events", "full"])
     raft = "127.0.0.1:25672,127.0.0.1:25673,127.0.0.1:25674"

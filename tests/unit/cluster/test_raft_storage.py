@@ -1,4 +1,4 @@
-"""actors/raft_storage.py: pysyncobj's journal, term/vote and dumps reach the disk (fsync)
+"""actors/node/raft_storage.py: pysyncobj's journal, term/vote and dumps reach the disk (fsync)
 before pysyncobj acts on them, and what they hold reads back after a reopen."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.journal import FileJournal
 
-from actors import raft_storage
+from actors.node import raft_storage
 
 
 @pytest.fixture

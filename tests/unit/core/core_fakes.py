@@ -1,10 +1,10 @@
 """Fakes for the sans-IO tests of the queue, channel and connection cores.
 
 No sockets, no processes, no actors: every `out`/`shell` here only records what a core asked
-for, the way actors/queue.py (Effects), actors/channel.py (_Out) and actors/connection.py
-(Reader) would carry it out. `Wire` connects one ChannelCore to real QueueCores through an
-in-memory FIFO that dispatches exactly as the actor shells do, for the token/credit protocols
-that need both sides.
+for, the way actors/queue/queue.py (Effects), actors/connection/channel.py (_Out) and
+actors/connection/reader.py (Reader) would carry it out. `Wire` connects one ChannelCore to real
+QueueCores through an in-memory FIFO that dispatches exactly as the actor shells do, for the
+token/credit protocols that need both sides.
 """
 
 from __future__ import annotations
@@ -235,7 +235,8 @@ class _WireChannelOut(ChannelOut):
 
 class Wire:
     """One ChannelCore and QueueCores (by name) joined by a FIFO mailbox, dispatched the way
-    actors/channel.py and actors/queue.py do. `run()` delivers until nothing is left."""
+    actors/connection/channel.py and actors/queue/queue.py do. `run()` delivers until nothing is
+    left."""
 
     def __init__(self, queues: dict, auto_sent=True):
         self.mail: deque = deque()

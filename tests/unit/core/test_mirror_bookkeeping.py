@@ -1,4 +1,4 @@
-"""The master's side of mirrored queues (actors/mirror.py Masters), without sockets: C5 for
+"""The master's side of mirrored queues (actors/queue/mirror.py Masters), without sockets: C5 for
 mirrors -- a confirm waits until every live mirror has accepted the batch with the message."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from actors import messages as m
 from actors.core import queue_args
 from actors.core.errors import ChannelError
 from actors.core.queue import Msg
-from actors.mirror import Masters
+from actors.queue.mirror import Masters
 
 
 class Wire:

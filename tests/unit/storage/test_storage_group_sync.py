@@ -5,7 +5,7 @@ whose writes it covered costs no fsync."""
 from __future__ import annotations
 
 from actors.config import Config
-from actors.storage import Storage
+from actors.queue.storage import Storage
 
 
 def test_a_sync_covers_every_write_before_it_and_the_next_one_is_skipped(tmp_path, monkeypatch):

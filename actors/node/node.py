@@ -2,7 +2,7 @@
 
 Mirrors RabbitMQ's top supervision tree (rabbit_sup, rabbit_amqqueue_sup_sup, the ranch
 listener): it owns
-- the metadata actor (actors/metadata.py), the sole writer of definitions;
+- the metadata actor (actors/node/metadata.py), the sole writer of definitions;
 - the connection-worker and queue-worker OS processes, which it starts, watches and restarts the
   way an OTP one_for_one supervisor does (at most `max_restarts` in `restart_period` seconds per
   worker slot, then it gives up and stops the node), logging every exit with its cause;
@@ -33,9 +33,9 @@ from actors.connection import handoff
 from actors.connection.netio import Listener
 from actors import runtime
 from actors.runtime.eventloop import EventLoop
-from actors.metadata import Metadata, WorkerExited
-from actors.metadata_cluster import ClusterTick
-from actors.storage import Storage, queue_id
+from actors.node.metadata import Metadata, WorkerExited
+from actors.node.metadata_cluster import ClusterTick
+from actors.queue.storage import Storage, queue_id
 from actors.transport import Transport
 
 log = logging.getLogger("leveret.node")

@@ -1,4 +1,4 @@
-"""`python -m actors.cluster_run` (make run-cluster): a local N-node cluster in the foreground.
+"""`python -m actors.node.cluster_run` (make run-cluster): a local N-node cluster in the foreground.
 
 What it owns: the leveret-server processes it starts, one per node, and nothing else.  Node i
 (0-based) listens for AMQP on --port+i, for Raft on --cluster-port+i, keeps its data in
@@ -119,7 +119,7 @@ def say(msg: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m actors.cluster_run",
+        prog="python -m actors.node.cluster_run",
         description="Run an N-node Leveret cluster in the foreground; Ctrl-C or SIGTERM stops "
                     "every node. Arguments after -- go to every leveret-server.")
     p.add_argument("--nodes", type=int, default=3, help="number of nodes (default 3)")

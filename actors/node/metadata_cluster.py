@@ -2,7 +2,7 @@
 changes reach every node.
 
 Mirrors RabbitMQ's clustered metadata store in effect (every node sees every definition, a
-minority cannot change them) with a Raft log (actors/cluster.py) instead of mnesia:
+minority cannot change them) with a Raft log (actors/node/cluster.py) instead of mnesia:
 - only the Raft leader's metadata actor executes operations (declare, bind, delete, policies,
   users...): it applies their changes at once, as a lone node does, and commits them to the log;
   an operation is answered only when its changes are committed (a majority has them);
@@ -35,7 +35,7 @@ from collections import deque
 from typing import NamedTuple
 
 from actors import messages as m
-from actors.cluster import Cluster
+from actors.node.cluster import Cluster
 from actors.core import policies
 from actors.core.errors import amqp_text
 from actors.core.permissions import AuthDB

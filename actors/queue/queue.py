@@ -4,11 +4,9 @@ The Queue actor mirrors rabbit_amqqueue_process.erl: it owns consumers, delivery
 (all decisions live in actors/core/queue.py; this shell only carries them out). The BackingQueue
 actor mirrors the storage half of rabbit_variable_queue.erl: it is where persistent messages of
 durable queues are made safe before their confirm goes out; it runs beside the Queue in the same
-OS process so a slow fsync never stalls deliveries (see actors/backing_queue.py).
+OS process so a slow fsync never stalls deliveries (see actors/queue/backing_queue.py).
 
-QueueHost is the per-process part: it starts queues when the node says so, answers messages for
-queues that no longer exist the way RabbitMQ's channel sees a dead queue, and tells queues when a
-connection worker died.
+The process's own part, QueueHost, is in actors/queue/host.py.
 """
 
 from __future__ import annotations
@@ -17,17 +15,14 @@ import logging
 import os
 import time
 
-import pykka
-
 from actors import events
 from actors import messages as m
-from actors.backing_queue import BackingQueue, Paged, Persisted, Recovered, Refused
+from actors.queue.backing_queue import BackingQueue, Paged, Persisted, Recovered, Refused
 from actors.core import policies
-from actors.core.errors import AMQPError, ChannelError, amqp_text
+from actors.core.errors import AMQPError, ChannelError
 from actors.core.queue import WAIT, QueueCore
-from actors.dead_lettering import dead_letter_publish
-from actors.host import WorkerHost
-from actors.mirror import Masters, Mirror
+from actors.queue.dead_lettering import dead_letter_publish
+from actors.queue.mirror import Masters
 from actors.naming import queue_actor_name
 from actors.runtime import LightActor
 
@@ -348,90 +343,3 @@ class Queue(LightActor):
             self.transport.unregister(self.name)
             self.stop()
 
-
-class QueueHost(WorkerHost):
-    """The queue-worker process: starts queues, answers for missing ones."""
-
-    def __init__(self, config, transport, replica, node, index):
-        super().__init__(config, transport, replica, node, index)
-        self.queues: dict[str, pykka.ActorRef] = {}  # transport name -> Queue or Mirror actor
-        transport.set_fallback(self.missing)
-
-    def stop(self) -> None:
-        for ref in list(self.queues.values()):
-            try:
-                ref.stop(timeout=5)
-            except (pykka.ActorDeadError, pykka.Timeout):
-                pass
-        super().stop()
-
-    def start_queue(self, msg: m.StartQueue) -> None:
-        q = msg.qdef
-        name = queue_actor_name(q["vhost"], q["name"])
-        me = self.config.cluster_address
-        old = self.queues.get(name)
-        if q.get("home", me) != me:  # a mirror of a queue homed elsewhere
-            if old is None or not old.is_alive():
-                self.queues[name] = Mirror.start(self, q, me)
-            return
-        adopted = None
-        if old is not None and old.is_alive():
-            if old.actor_class is not Mirror:
-                self.transport.send(msg.reply_to, m.QueueStarted(
-                    q["vhost"], q["name"], self.transport.address(name)))
-                return
-            adopted = old.ask("take")  # promotion: the mirror's messages
-            old.stop()
-        try:
-            # the Queue tells the node itself once it has recovered (Queue.on_start)
-            self.queues[name] = Queue.start(self, q, msg.recovered, msg.reply_to, adopted)
-        except Exception as e:  # noqa: BLE001 - e.g. lmdb.MapFullError opening its index
-            log.exception("queue '%s' in vhost '%s' could not start", q["name"], q["vhost"])
-            self.transport.send(msg.reply_to, m.QueueStarted(
-                q["vhost"], q["name"], "", f"{type(e).__name__}: {e}"))
-
-    def worker_down(self, kind, endpoint) -> None:
-        notice = ChannelsDown(endpoint + "#") if kind == "conn" else MirrorsDown(endpoint)
-        for ref in list(self.queues.values()):
-            if ref.is_alive() and ref.actor_class is Queue:
-                ref.tell(notice)
-
-    def metadata_changed(self, changes) -> None:
-        me = self.config.cluster_address
-        for c in changes:
-            if c[0] not in ("queue_put", "queue_del"):
-                continue
-            name = queue_actor_name(*(c[1]["vhost"], c[1]["name"]) if c[0] == "queue_put"
-                                    else (c[1], c[2]))
-            ref = self.queues.get(name)
-            if ref is None or not ref.is_alive() or ref.actor_class is not Mirror:
-                continue
-            q = c[1] if c[0] == "queue_put" else None
-            if q is None or (me not in (q.get("mirrors") or ()) and q.get("home") != me):
-                ref.stop()  # no longer a mirror here
-                self.queues.pop(name, None)
-            else:
-                ref.tell("check")  # the master may have moved
-        if any(c[0] in ("policy_put", "policy_del") for c in changes):
-            for ref in list(self.queues.values()):
-                if ref.is_alive():
-                    ref.tell(PolicyChanged())
-
-    def missing(self, name: str, msg) -> None:
-        """A message for a queue that is gone: what RabbitMQ's channel sees for a dead queue."""
-        t = self.transport
-        if isinstance(msg, m.Publish):
-            seqs = [it[0] for it in msg.items if it[0]]
-            if seqs and msg.sender:
-                t.send(msg.sender, m.Confirm(t.address(name), seqs, True))
-        elif isinstance(msg, (m.Consume, m.Get)):
-            _, vhost, qname = name.split("\x1f", 2)
-            text = amqp_text(404, f"no queue '{qname}' in vhost '{vhost}'")
-            t.send(msg.sender, m.RpcReply(msg.req_id, False, None, 404, text))
-        elif isinstance(msg, m.QueueOp):
-            if msg.op == "info":  # asked by a channel declaring it: it is gone now
-                _, vhost, qname = name.split("\x1f", 2)
-                text = amqp_text(404, f"no queue '{qname}' in vhost '{vhost}'")
-                t.send(msg.reply_to, m.RpcReply(msg.req_id, False, None, 404, text))
-            else:
-                t.send(msg.reply_to, m.RpcReply(msg.req_id, True, 0))

@@ -11,7 +11,7 @@ Owns:
   whole state when it compacts its log, so a restarted node reloads it before it rejoins;
 - `Cluster`: the pysyncobj node (a thread of its own), leadership and connectivity questions.
 
-The metadata actor (actors/metadata.py) is the only user: the leader's metadata actor executes
+The metadata actor (actors/node/metadata.py) is the only user: the leader's metadata actor executes
 operations and commits their changes; every node's metadata actor hears each applied entry
 through `listener(seq, entry)` (called on pysyncobj's thread, in log order).
 """
@@ -24,7 +24,7 @@ import threading
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 
-from actors import raft_storage
+from actors.node import raft_storage
 from actors.core.permissions import AuthDB
 from actors.core.routing import Router
 from actors.replica import apply_change
@@ -95,7 +95,7 @@ class Cluster:
             commandsWaitLeader=False,
             useFork=False)  # never fork a process full of threads and ZeroMQ sockets
         others = [n for n in self.nodes if n != me]
-        raft_storage.install()  # fsync what pysyncobj writes (actors/raft_storage.py)
+        raft_storage.install()  # fsync what pysyncobj writes (actors/node/raft_storage.py)
         self.raft = SyncObj(me, others, conf=conf, consumers=[self.state])
 
     def submit(self, entry: dict, callback) -> None:

@@ -4,7 +4,7 @@ Every durable queue's index (queue_index/) and the shared message store (msg_sto
 environment under `<data_dir>/messages`, so that a publish (body into msg_store, publish record
 into the index) and an ack (ack record, body released) are each one atomic transaction, and one
 `env.sync()` makes everything written before it durable for every queue at once (group commit,
-see actors/backing_queue.py). Queue workers are separate processes; LMDB serialises their
+see actors/queue/backing_queue.py). Queue workers are separate processes; LMDB serialises their
 writers with its lock file.
 
 The environment is opened with sync=False/metasync=False: a committed transaction survives

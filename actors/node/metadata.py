@@ -5,7 +5,7 @@ Mirrors what rabbit_exchange, rabbit_amqqueue (declare/delete), rabbit_binding, 
 rabbit_auth_backend_internal do against mnesia in RabbitMQ. Owns:
 - the authoritative Router, AuthDB and queue table (actors/replica.py's shapes);
 - placement of queues on queue workers;
-- durable definitions in LMDB (actors/definitions.py);
+- durable definitions in LMDB (actors/node/definitions.py);
 - broadcasting every change, in order, to every live worker.
 
 Operations arrive as `Rpc(reply_to, req_id, op, args)`; the reply is `RpcReply` to reply_to.
@@ -31,8 +31,8 @@ from actors.core import policies, queue_args
 from actors.core.errors import ChannelError, ConnectionError_, amqp_text
 from actors.core.permissions import AuthDB
 from actors.core.routing import Router
-from actors.definitions import Definitions
-from actors.metadata_cluster import ClusterEntry, ClusterMixin, ClusterTick
+from actors.node.definitions import Definitions
+from actors.node.metadata_cluster import ClusterEntry, ClusterMixin, ClusterTick
 from actors.replica import apply_change
 from actors.runtime import LightActor
 
@@ -82,7 +82,7 @@ class Metadata(ClusterMixin, LightActor):
         self.recovering: set = set()  # durable queues not yet started after boot
         self.deferred_hellos: list = []  # connection workers waiting for recovery to finish
         self.had_bindings: set = set()  # auto-delete exchanges that have had a binding
-        self.members: dict = {}  # cluster members (actors/metadata_cluster.py); empty alone
+        self.members: dict = {}  # cluster members (actors/node/metadata_cluster.py); empty alone
         self._cluster_init(config)
 
     # --- start-up -------------------------------------------------------------------------------

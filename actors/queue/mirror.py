@@ -9,7 +9,7 @@ simpler shape:
   means that all mirrors have accepted the message");
 - a mirror joins by MirrorJoin and is sent everything the master holds (an eager sync, as
   ha-sync-mode: automatic); it is *synchronised* once it has acknowledged that batch, and only a
-  synchronised mirror may take over (the leader promotes it, actors/metadata_cluster.py);
+  synchronised mirror may take over (the leader promotes it, actors/node/metadata_cluster.py);
 - a mirror keeps its messages in memory (the master's disk has the persistent ones); promoted, it
   hands them to a new master Queue actor, which stores the persistent ones of a durable queue in
   this node's index and delivers them all with redelivered=true (any may have been delivered).
@@ -149,7 +149,7 @@ class Mirror(LightActor):
         self.transport.unregister(self.name)
 
     def _drop_index(self) -> None:
-        from actors.backing_queue import BackingQueue
+        from actors.queue.backing_queue import BackingQueue
         bq = BackingQueue.start(self.actor_ref, self.qdef, self.host.config, self.host.timers)
         bq.tell(("delete", None))  # in order, before anything a promotion later writes there
         bq.stop(block=False)

@@ -27,7 +27,7 @@ import lmdb
 
 from actors import events
 from actors.runtime import LightActor
-from actors.storage import Storage, queue_id
+from actors.queue.storage import Storage, queue_id
 from protocol.properties import BasicProperties
 from queue_index import IndexEntry
 

@@ -83,7 +83,7 @@ def make_durable_journal(journal: FileJournal) -> None:
 
 def durable_journal(journal_file):
     """pysyncobj's createJournal, with a durable FileJournal (journal_file is never None here:
-    actors/cluster.py always gives one)."""
+    actors/node/cluster.py always gives one)."""
     journal = FileJournal(journal_file)
     make_durable_journal(journal)
     return journal
