@@ -8,6 +8,10 @@ one ZeroMQ frame after the payload (the bodies joined; their lengths end the msg
 batch of 85 publishes costs three frames, not 87 (measured: per-frame sends were a fifth of a
 connection worker's time). New fields go at the end with defaults.
 
+Messages that never leave their worker process (the "local only" sections below: connection
+worker, queue worker) are plain classes with `__slots__`, never encoded. No actor is sent a bare
+string or a positional tuple.
+
 Addresses are strings `endpoint#actor` (actors/transport.py).
 """
 
@@ -255,6 +259,8 @@ class MirrorAck(NamedTuple):
 # --- local only: inside one worker process, never encoded ------------------------------------
 # Plain slotted classes (NamedTuples cost more to build on the per-read path); `_TYPES` leaves
 # them out, so `encode` refuses them.
+
+# --- local only: connection worker ------------------------------------------------------------
 class Data:
     """netio -> Reader: bytes read from the client's socket."""
     __slots__ = ("data",)
@@ -330,6 +336,112 @@ class ChannelFinished:
 
     def __init__(self, number: int, ref):
         self.number, self.ref = number, ref
+
+
+class Commands:
+    """Reader -> Channel: whole AMQP commands for this channel (protocol.frames.Command: method,
+    properties, body), in order, one batch per socket read."""
+    __slots__ = ("commands",)
+
+    def __init__(self, commands: list):
+        self.commands = commands
+
+
+class Terminate:
+    """Reader -> Channel: the connection is gone; release what the channel holds and stop."""
+    __slots__ = ()
+
+
+class CloseSocket:
+    """Reader -> Writer: the connection is torn down; flush what is buffered, close the socket
+    and stop."""
+    __slots__ = ()
+
+
+class Shutdown:
+    """ConnectionHost -> Reader: the worker stops; close the connection with 320
+    CONNECTION_FORCED, as RabbitMQ does at shutdown."""
+    __slots__ = ()
+
+
+class CloseTimeout:
+    """Timer -> Reader: connection.close-ok did not come back in time; tear the connection
+    down."""
+    __slots__ = ()
+
+
+# --- local only: queue worker -----------------------------------------------------------------
+# Queue (and Mirror) -> BackingQueue: what the storage half of a queue is told. `msgs` are the
+# queue core's Msg records (actors/core/queue.py).
+class Persist:
+    """Queue -> BackingQueue: store these messages (persistent ones of a durable queue, or a
+    promoted mirror's); answered by Persisted once synced, or Refused (disk full)."""
+    __slots__ = ("msgs",)
+
+    def __init__(self, msgs: list):
+        self.msgs = msgs
+
+
+class RecordDelivery:
+    """Queue -> BackingQueue: these stored messages went to a consumer for the first time (the
+    deliver records: after a crash they come back redelivered=true)."""
+    __slots__ = ("msgs",)
+
+    def __init__(self, msgs: list):
+        self.msgs = msgs
+
+
+class Forget:
+    """Queue -> BackingQueue: these stored messages left the queue (acked, dropped,
+    dead-lettered): ack records, and their bodies released from msg_store."""
+    __slots__ = ("msgs",)
+
+    def __init__(self, msgs: list):
+        self.msgs = msgs
+
+
+class Recover:
+    """Queue -> BackingQueue: read the index back at start, at most `limit` messages into memory
+    (None: all); answered by Recovered."""
+    __slots__ = ("limit",)
+
+    def __init__(self, limit):
+        self.limit = limit
+
+
+class PageIn:
+    """Queue -> BackingQueue: the next `n` paged-out messages after seq_id `after_seq`;
+    answered by Paged."""
+    __slots__ = ("after_seq", "n")
+
+    def __init__(self, after_seq: int, n: int):
+        self.after_seq, self.n = after_seq, n
+
+
+class PurgeAfter:
+    """Queue -> BackingQueue: the queue was purged; drop the paged-out messages (index entries
+    after seq_id `after_seq`)."""
+    __slots__ = ("after_seq",)
+
+    def __init__(self, after_seq: int):
+        self.after_seq = after_seq
+
+
+class DeleteIndex:
+    """Queue (deleted), Mirror (starting) -> BackingQueue: drop the queue's whole index."""
+    __slots__ = ()
+
+
+class CheckMaster:
+    """QueueHost -> Mirror: the queue's definition changed; join again if its master moved."""
+    __slots__ = ()
+
+
+class TakeMessages:
+    """QueueHost -> Mirror (ask): promotion; the answer is every message the mirror holds, as
+    [(IndexEntry, body, persistent)] a Queue restores from, and the mirror leaves the
+    transport."""
+    __slots__ = ()
 
 
 _TYPES: list[type] = [

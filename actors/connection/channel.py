@@ -88,8 +88,8 @@ class Channel(LightActor):
     def on_receive(self, msg):
         core = self.core
         try:
-            if isinstance(msg, list):
-                core.handle_commands(msg)
+            if isinstance(msg, m.Commands):
+                core.handle_commands(msg.commands)
             elif isinstance(msg, m.Deliver):
                 core.on_deliver(msg)
             elif isinstance(msg, m.Confirm):
@@ -108,7 +108,7 @@ class Channel(LightActor):
                 core.queues_gone(msg.names)
             elif isinstance(msg, m.WorkerDown):
                 core.queue_worker_down(msg.endpoint)
-            elif msg == "terminate":
+            elif isinstance(msg, m.Terminate):
                 core.terminate()
                 self.stop()
         except Exception:

@@ -69,7 +69,7 @@ class ConnectionHost(WorkerHost):
             readers = list(self.readers.values())
         for ref in readers:
             try:
-                ref.tell("shutdown")
+                ref.tell(m.Shutdown())
             except pykka.ActorDeadError:
                 pass
         time.sleep(0.2)

@@ -77,9 +77,9 @@ class Reader(LightActor):
                 self.terminate(msg.why)
             elif isinstance(msg, m.CloseConnection):
                 self.core.close(msg.code, msg.text, msg.class_id, msg.method_id)
-            elif msg == "force-close":
+            elif isinstance(msg, m.CloseTimeout):
                 self.terminate("close timed out")
-            elif msg == "shutdown":
+            elif isinstance(msg, m.Shutdown):
                 self.core.close(320, "CONNECTION_FORCED - broker forced connection closure "
                                      "with reason 'shutdown'")
         except Exception:
@@ -102,7 +102,7 @@ class Reader(LightActor):
     def channel_commands(self, number: int, commands: list) -> None:
         ref = self.channels.get(number)
         if ref is not None:
-            ref.tell(commands)
+            ref.tell(m.Commands(commands))
 
     def forget_channel(self, number: int) -> None:
         """channel.close(-ok) passed on: the channel actor finishes on its own."""
@@ -114,7 +114,7 @@ class Reader(LightActor):
     def close_after(self, seconds: float) -> None:
         self.closing = True
         self.host.timers.at(int((time.monotonic() + seconds) * 1000), self.actor_ref,
-                            "force-close")
+                            m.CloseTimeout())
 
     def terminate(self, why: str) -> None:
         """Tear down: channels release their queues, the node drops exclusive queues."""
@@ -127,8 +127,8 @@ class Reader(LightActor):
             events.emit("connection_closed", None, actor="reader", connection=self.conn_id,
                         reason=why, channels=len(self.channels))
         for ref in self.channels.values():
-            ref.tell("terminate")
+            ref.tell(m.Terminate())
         self.channels.clear()
-        self.writer.tell("close")
+        self.writer.tell(m.CloseSocket())
         self.host.connection_closed(self)
         self.stop()

@@ -50,7 +50,7 @@ class Writer(LightActor):
                 self.size += len(HEARTBEAT_FRAME)
         elif isinstance(msg, m.SetHeartbeat):
             self.heartbeat = msg.seconds
-        elif msg == "close":
+        elif isinstance(msg, m.CloseSocket):
             self.flush()
             self.conn.close()
             self.stop()

@@ -32,7 +32,8 @@ from actors.core.errors import ChannelError, ConnectionError_, amqp_text
 from actors.core.permissions import AuthDB
 from actors.core.routing import Router
 from actors.node.definitions import Definitions
-from actors.node.metadata_cluster import ClusterEntry, ClusterMixin, ClusterTick
+from actors.node.metadata_cluster import (ClusterEntry, ClusterMixin, ClusterReady, ClusterTick,
+                                          CommitFailed)
 from actors.replica import apply_change
 from actors.runtime import LightActor
 
@@ -53,8 +54,33 @@ class Worker:
 class WorkerExited:
     """Supervisor -> metadata (local only): a worker process ended."""
 
+    __slots__ = ("kind", "index", "endpoint")
+
     def __init__(self, kind: str, index: int, endpoint: str):
         self.kind, self.index, self.endpoint = kind, index, endpoint
+
+
+class ReadyWorkers:
+    """Supervisor -> metadata (local only, ask): the (kind, index) of every worker ready."""
+
+    __slots__ = ()
+
+
+class DurableQueues:
+    """Supervisor -> metadata (local only, ask): the (vhost, name) of every durable queue this
+    node holds (home or mirror): the indexes to keep at boot."""
+
+    __slots__ = ()
+
+
+class StatsTimeout:
+    """Timer thread -> metadata (local only): the workers' statistics for `gather` are late;
+    answer with what came."""
+
+    __slots__ = ("gather",)
+
+    def __init__(self, gather: dict):
+        self.gather = gather
 
 
 class Metadata(ClusterMixin, LightActor):
@@ -124,10 +150,10 @@ class Metadata(ClusterMixin, LightActor):
                 self._cluster_entry(msg)
             elif isinstance(msg, ClusterTick):
                 self._cluster_tick()
-            elif msg == "cluster_ready":
+            elif isinstance(msg, ClusterReady):
                 return self._cluster_load()
-            elif isinstance(msg, tuple) and msg[0] == "commit_failed":
-                self._commit_failed(msg[1], msg[2])
+            elif isinstance(msg, CommitFailed):
+                self._commit_failed(msg.epoch, msg.token)
             elif not self.loaded:
                 if isinstance(msg, m.Rpc) and msg.reply_to:  # leveretctl before we joined
                     self._send_local(msg.reply_to, m.RpcReply(msg.req_id, False, None, 541,
@@ -143,17 +169,17 @@ class Metadata(ClusterMixin, LightActor):
                     self._stats_reply(msg)
                 else:
                     self._queue_reply(msg)
-            elif isinstance(msg, tuple) and msg[0] == "stats-timeout":
-                self._finish_stats(msg[1])
+            elif isinstance(msg, StatsTimeout):
+                self._finish_stats(msg.gather)
             elif isinstance(msg, m.MetaApplied):
                 self._meta_applied(msg)
             elif isinstance(msg, m.PeerApplied):
                 self._peer_applied(msg)
             elif isinstance(msg, WorkerExited):
                 self._worker_exited(msg)
-            elif msg == "ready":
+            elif isinstance(msg, ReadyWorkers):
                 return [k for k, w in self.workers.items() if w.ready]
-            elif msg == "durable_queues":
+            elif isinstance(msg, DurableQueues):
                 return [key for key, q in self.queues.items() if q["durable"]
                         and self.me in (q.get("home", self.me), *(q.get("mirrors") or ()))]
         except Exception:
@@ -531,7 +557,7 @@ class Metadata(ClusterMixin, LightActor):
 
     def _stats_timeout(self, gather) -> None:
         try:
-            self.actor_ref.tell(("stats-timeout", gather))
+            self.actor_ref.tell(StatsTimeout(gather))
         except pykka.ActorDeadError:
             pass  # the node is stopping
 

@@ -65,6 +65,25 @@ class ClusterEntry:
 class ClusterTick:
     """Node -> metadata (local only): look at leadership and member connectivity."""
 
+    __slots__ = ()
+
+
+class ClusterReady:
+    """Node -> metadata (local only, ask): is the definitions log loaded and caught up? Loads
+    it the first time it is (True), else False."""
+
+    __slots__ = ()
+
+
+class CommitFailed:
+    """pysyncobj thread -> metadata (local only): the log entry `token` this node submitted as
+    leader in `epoch` was not committed."""
+
+    __slots__ = ("epoch", "token")
+
+    def __init__(self, epoch, token: int):
+        self.epoch, self.token = epoch, token
+
 
 class Relay(NamedTuple):
     """An operation this node forwarded to the leader, until the leader answers."""
@@ -165,7 +184,7 @@ class ClusterMixin:
         def done(seq, failed):
             if failed:
                 try:
-                    ref.tell(("commit_failed", epoch, token))
+                    ref.tell(CommitFailed(epoch, token))
                 except Exception:  # noqa: BLE001 - stopping
                     pass
         self.cluster.submit(entry, done)

@@ -33,8 +33,8 @@ from actors.connection import handoff
 from actors.connection.netio import Listener
 from actors import runtime
 from actors.runtime.eventloop import EventLoop
-from actors.node.metadata import Metadata, WorkerExited
-from actors.node.metadata_cluster import ClusterTick
+from actors.node.metadata import DurableQueues, Metadata, ReadyWorkers, WorkerExited
+from actors.node.metadata_cluster import ClusterReady, ClusterTick
 from actors.queue.storage import Storage, queue_id
 from actors.transport import Transport
 
@@ -143,7 +143,7 @@ class Node:
         log.info("joining the cluster %s as %s", ", ".join(self.config.cluster_nodes),
                  self.config.cluster_address)
         while not self.stopping.is_set():
-            if self.metadata.ask("cluster_ready"):
+            if self.metadata.ask(ClusterReady()):
                 return True
             if time.monotonic() > deadline:
                 log.error("could not join the cluster (%s) within %d s (boot_timeout)",
@@ -167,7 +167,7 @@ class Node:
         """Queue indexes of queues that are not defined any more (durable exclusive queues of
         the last run, queues deleted while a worker was down) go before any queue starts, so a
         new queue of the same name starts empty."""
-        keep = {queue_id(v, n) for v, n in self.metadata.ask("durable_queues")}
+        keep = {queue_id(v, n) for v, n in self.metadata.ask(DurableQueues())}
         dropped = Storage.of(self.config).drop_stale(keep)
         if dropped:
             log.info("dropped the indexes of %d queues that are no longer defined", len(dropped))
@@ -211,7 +211,7 @@ class Node:
         deadline = time.monotonic() + self.config.boot_timeout
         want = {("conn", s.index) for s in self.slots if s.kind == "conn"}
         while time.monotonic() < deadline and not self.stopping.is_set():
-            ready = set(self.metadata.ask("ready"))
+            ready = set(self.metadata.ask(ReadyWorkers()))
             if want <= ready:
                 log.info("Leveret node ready: amqp://%s:%d (data in %s)", self.config.host,
                          self.config.port, os.path.abspath(self.config.data_dir))

@@ -1,10 +1,12 @@
 """BackingQueue actor: the storage half of a queue (rabbit_variable_queue.erl's role).
 
-The Queue actor hands it the persistent messages of a durable queue: `("persist", msgs)` when
-they arrive, `("deliver", msgs)` when they are first handed to a consumer (so that they come back
-redelivered=true after a crash), `("forget", msgs)` when they are acked or dropped. It answers
-`Persisted(msgs)` once they are on disk, and the Queue sends the publisher confirms then. It runs
-in its own thread so that an fsync never stalls deliveries.
+The Queue actor hands it the persistent messages of a durable queue (actors/messages.py, "local
+only: queue worker"): `Persist(msgs)` when they arrive, `RecordDelivery(msgs)` when they are
+first handed to a consumer (so that they come back redelivered=true after a crash), `Forget(msgs)`
+when they are acked or dropped; `Recover`, `PageIn`, `PurgeAfter` and `DeleteIndex` read back,
+page in, purge and drop the index. It answers `Persisted(msgs)` once they are on disk, and the
+Queue sends the publisher confirms then. It runs in its own thread so that an fsync never stalls
+deliveries.
 
 Group commit (behaviour C7): writes are committed to LMDB at once but synced together, either
 when this actor has nothing else to do (its mailbox is empty: the queue went idle with confirms
@@ -15,7 +17,7 @@ run queue (`_IdleSync`), so the others write first, and a sync that finds its wr
 covered by another queue's sync skips the fsync (Storage.sync_upto).
 
 A transient queue (or a transient message) never reaches storage: it is "safe" as soon as the
-queue accepts it, RabbitMQ's rule; this actor then answers `persist` at once.
+queue accepts it, RabbitMQ's rule; this actor then answers `Persist` at once.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import time
 import lmdb
 
 from actors import events
+from actors.messages import (DeleteIndex, Forget, PageIn, Persist, PurgeAfter, Recover,
+                             RecordDelivery)
 from actors.runtime import LightActor
 from actors.queue.storage import Storage, queue_id
 from protocol.properties import BasicProperties
@@ -76,9 +80,13 @@ class Recovered:
 class _Sync:
     """Timer -> BackingQueue: the sync interval is over."""
 
+    __slots__ = ()
+
 
 class _IdleSync:
     """BackingQueue -> itself: idle with confirms pending; sync after the other queues ran."""
+
+    __slots__ = ()
 
 
 class BackingQueue(LightActor):
@@ -114,19 +122,19 @@ class BackingQueue(LightActor):
             elif isinstance(msg, _IdleSync):
                 self.idle_sync = False
                 self._sync()
-            elif msg[0] == "persist":
-                self._persist(msg[1])
-            elif msg[0] == "deliver":
-                self._write(lambda txn: self.index.deliver(txn, [m.seq_id for m in msg[1]]))
-            elif msg[0] == "forget":
-                self._forget(msg[1])
-            elif msg[0] == "recover":
-                self.queue_ref.tell(Recovered(*self._recover(msg[1])))
-            elif msg[0] == "page":
-                self.queue_ref.tell(self._page(*msg[1]))
-            elif msg[0] == "purge_after":
-                self._purge_after(msg[1])
-            elif msg[0] == "delete":
+            elif isinstance(msg, Persist):
+                self._persist(msg.msgs)
+            elif isinstance(msg, RecordDelivery):
+                self._write(lambda txn: self.index.deliver(txn, [m.seq_id for m in msg.msgs]))
+            elif isinstance(msg, Forget):
+                self._forget(msg.msgs)
+            elif isinstance(msg, Recover):
+                self.queue_ref.tell(Recovered(*self._recover(msg.limit)))
+            elif isinstance(msg, PageIn):
+                self.queue_ref.tell(self._page(msg.after_seq, msg.n))
+            elif isinstance(msg, PurgeAfter):
+                self._purge_after(msg.after_seq)
+            elif isinstance(msg, DeleteIndex):
                 self._delete()
         finally:
             if self.unsynced and not self.idle_sync and self.actor_inbox.empty():

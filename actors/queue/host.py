@@ -53,7 +53,7 @@ class QueueHost(WorkerHost):
                 self.transport.send(msg.reply_to, m.QueueStarted(
                     q["vhost"], q["name"], self.transport.address(name)))
                 return
-            adopted = old.ask("take")  # promotion: the mirror's messages
+            adopted = old.ask(m.TakeMessages())  # promotion: the mirror's messages
             old.stop()
         try:
             # the Queue tells the node itself once it has recovered (Queue.on_start)
@@ -84,7 +84,7 @@ class QueueHost(WorkerHost):
                 ref.stop()  # no longer a mirror here
                 self.queues.pop(name, None)
             else:
-                ref.tell("check")  # the master may have moved
+                ref.tell(m.CheckMaster())  # the master may have moved
         if any(c[0] in ("policy_put", "policy_del") for c in changes):
             for ref in list(self.queues.values()):
                 if ref.is_alive():

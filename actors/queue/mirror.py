@@ -151,7 +151,7 @@ class Mirror(LightActor):
     def _drop_index(self) -> None:
         from actors.queue.backing_queue import BackingQueue
         bq = BackingQueue.start(self.actor_ref, self.qdef, self.host.config, self.host.timers)
-        bq.tell(("delete", None))  # in order, before anything a promotion later writes there
+        bq.tell(m.DeleteIndex())  # in order, before anything a promotion later writes there
         bq.stop(block=False)
 
     def check_master(self) -> None:
@@ -176,9 +176,9 @@ class Mirror(LightActor):
                 if msg.master == self.master:
                     for seq_id in msg.seq_ids:
                         self.msgs.pop(seq_id, None)
-            elif msg == "check":
+            elif isinstance(msg, m.CheckMaster):
                 self.check_master()
-            elif msg == "take":
+            elif isinstance(msg, m.TakeMessages):
                 # promotion: everything, as index entries a Queue restores from
                 entries = []
                 for seq_id in sorted(self.msgs):

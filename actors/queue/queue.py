@@ -37,7 +37,9 @@ HOLD_MAX = 64  # at most this many messages between delivery runs
 
 
 class Tick:
-    """Timer -> queue (local only)."""
+    """Timer -> queue (local only): time to look at TTLs and expiry."""
+
+    __slots__ = ()
 
 
 class ChannelsDown:
@@ -52,6 +54,8 @@ class ChannelsDown:
 class PolicyChanged:
     """QueueHost -> Queue (local only): policies changed; recompute what they decide."""
 
+    __slots__ = ()
+
 
 class MirrorsDown:
     """QueueHost -> Queue (local only): a queue worker died; mirrors in it are gone."""
@@ -64,6 +68,8 @@ class MirrorsDown:
 
 class Run:
     """Queue -> itself: delivery budget ran out, carry on after other messages."""
+
+    __slots__ = ()
 
 
 class Effects:
@@ -98,10 +104,10 @@ class Effects:
         self.t.send(channel, m.Release(self.addr, n))
 
     def persist(self, msgs):
-        self.actor.bq.tell(("persist", msgs))
+        self.actor.bq.tell(m.Persist(msgs))
 
     def record_delivery(self, msgs):
-        self.actor.bq.tell(("deliver", msgs))
+        self.actor.bq.tell(m.RecordDelivery(msgs))
 
     def forget(self, msgs):
         if self.actor.mirrors:
@@ -109,13 +115,13 @@ class Effects:
         if self.actor.durable:
             stored = [x for x in msgs if x.stored]  # persistent, paged out or recovered
             if stored:
-                self.actor.bq.tell(("forget", stored))
+                self.actor.bq.tell(m.Forget(stored))
 
     def page_in(self, after_seq, n):
-        self.actor.bq.tell(("page", (after_seq, n)))
+        self.actor.bq.tell(m.PageIn(after_seq, n))
 
     def purge_paged(self, after_seq):
-        self.actor.bq.tell(("purge_after", after_seq))
+        self.actor.bq.tell(m.PurgeAfter(after_seq))
 
     def dead_letter(self, msg, reason):
         dead_letter_publish(self.actor, msg, reason)
@@ -183,7 +189,7 @@ class Queue(LightActor):
             # the queue registers its name (channels reach it) once Recovered is in; it does
             # not wait for it (the worker's other queues keep running meanwhile)
             limit = self.core.page_size if self.core.pageable else None
-            self.bq.tell(("recover", limit))
+            self.bq.tell(m.Recover(limit))
             return
         self._serve()
 
@@ -221,7 +227,7 @@ class Queue(LightActor):
                     msg.msg_id = os.urandom(16)
                 store.append(msg)
         if store:
-            self.bq.tell(("persist", store))
+            self.bq.tell(m.Persist(store))
         log.warning("queue '%s' in vhost '%s': promoted from mirror with %d messages",
                     self.qname, self.vhost, len(entries))
 
@@ -338,7 +344,7 @@ class Queue(LightActor):
                 out.reply(msg.reply_to, msg.req_id, False, None, e.reply_code, e.text)
                 return
             self.core.purge()
-            self.bq.tell(("delete", None))
+            self.bq.tell(m.DeleteIndex())
             out.reply(msg.reply_to, msg.req_id, True, n)
             self.transport.unregister(self.name)
             self.stop()

@@ -259,7 +259,7 @@ class Wire:
         self.mail.append((address, msg))
 
     def client(self, *commands):
-        self.post(CH, list(commands))
+        self.post(CH, m.Commands(list(commands)))
         self.run()
 
     def run(self, limit=100000):
@@ -274,8 +274,8 @@ class Wire:
 
     def _to_channel(self, msg):
         c = self.channel
-        if isinstance(msg, list):
-            c.handle_commands(msg)
+        if isinstance(msg, m.Commands):
+            c.handle_commands(msg.commands)
         elif isinstance(msg, m.Deliver):
             c.on_deliver(msg)
         elif isinstance(msg, m.Confirm):
