@@ -178,12 +178,16 @@ class Broker:
 
     def queue_worker_pids(self) -> dict[int, int]:
         """{queue worker index: pid}, from `ps` of the node process's children."""
+        return self.worker_pids("queue")
+
+    def worker_pids(self, kind: str) -> dict[int, int]:
+        """{index: pid} of the node's workers of this kind ("queue" or "conn")."""
         out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(self.pid)],
                              capture_output=True, text=True, check=True).stdout
         pids = {}
         for line in out.splitlines():
             pid, _, args = line.strip().partition(" ")
-            if "actors.worker" in args and "--kind queue" in args:
+            if "actors.worker" in args and f"--kind {kind}" in args:
                 pids[int(args.split("--index")[1].split()[0])] = int(pid)
         return pids
 

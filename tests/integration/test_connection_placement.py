@@ -7,24 +7,11 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import time
 
 import pika
 
 from conftest import Broker
-
-
-def conn_worker_pids(broker: Broker) -> dict[int, int]:
-    """{connection worker index: pid}."""
-    out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(broker.pid)],
-                         capture_output=True, text=True, check=True).stdout
-    pids = {}
-    for line in out.splitlines():
-        pid, _, args = line.strip().partition(" ")
-        if "actors.worker" in args and "--kind conn" in args:
-            pids[int(args.split("--index")[1].split()[0])] = int(pid)
-    return pids
 
 
 def socket_inode(server_port: int, client_port: int) -> int:
@@ -64,7 +51,7 @@ def test_connections_are_dealt_round_robin_to_the_connection_workers__B1(tmp_pat
     broker = Broker.start_leveret(tmp_path, "--conn-workers", "2")
     conns = []
     try:
-        pids = conn_worker_pids(broker)
+        pids = broker.worker_pids("conn")
         assert sorted(pids) == [0, 1]
         owners = []
         for _ in range(6):
@@ -92,7 +79,7 @@ def test_acceptor_survives_running_out_of_descriptors_and_threads_do_not_grow__B
                                   nofile=limit)
     idle = []
     try:
-        worker = conn_worker_pids(broker)[0]
+        worker = broker.worker_pids("conn")[0]
         threads_before = threads_of(worker)
         # more idle clients than the worker may hold: some are refused or closed, none hangs
         # the listener for good
