@@ -127,7 +127,7 @@ class Settle(NamedTuple):
     """Channel -> queue: what became of delivered messages. op: ACK, REQUEUE or DISCARD."""
     sender: str
     op: int
-    msg_ids: list
+    seq_ids: list  # positions in the queue (QueueCore seq_id), not message ids
 
 
 ACK, REQUEUE, DISCARD = 0, 1, 2
@@ -163,7 +163,7 @@ class QueueOp(NamedTuple):
 class Deliver(NamedTuple):
     """A batch of deliveries from one queue to one channel.
 
-    items: [consumer_tag, msg_id, redelivered, exchange, routing_key, props_raw]; bodies[i] is
+    items: [consumer_tag, seq_id, redelivered, exchange, routing_key, props_raw]; bodies[i] is
     item i's body. consumer_tag "" marks a basic.get answer (see GetReply).
     """
     queue: str  # queue address

@@ -70,7 +70,7 @@ class ChannelCore:
         self.confirm_acks: list = []  # seq nos to ack at the end of this turn
         self.confirm_nacks: list = []  # seq nos to nack at the end of this turn
         self.next_tag = 1  # next delivery tag
-        # tag -> (queue address, msg_id, consumer tag, lite): lite is (publisher channel, seq no)
+        # tag -> (queue address, seq_id, consumer tag, lite): lite is (publisher channel, seq no)
         # for a message of an x-confirm-on=ack-lite queue, whose confirm this channel sends
         self.unacked: OrderedDict = OrderedDict()
         self.lite_confirms: dict[tuple, list] = {}  # (publisher, queue) -> seq nos acked
@@ -216,11 +216,11 @@ class ChannelCore:
         tag = self.next_tag
         queue = msg.queue
         for item, body in zip(msg.items, msg.bodies):
-            ctag, msg_id, redelivered, exchange, rk, props, *rest = item
+            ctag, seq_id, redelivered, exchange, rk, props, *rest = item
             c = self.consumers.get(ctag)
             if c is None:
                 # cancelled meanwhile: hand it back
-                self.settle_batches.setdefault((queue, m.REQUEUE), []).append(msg_id)
+                self.settle_batches.setdefault((queue, m.REQUEUE), []).append(seq_id)
                 continue
             lite = (rest[0], rest[1]) if rest and rest[0] else None
             if len(rest) > 2:  # the event log's message id
@@ -229,7 +229,7 @@ class ChannelCore:
                                  consumer_tag=ctag, delivery_tag=tag, redelivered=redelivered,
                                  no_ack=c[2])
             if not c[2]:
-                self.unacked[tag] = (queue, msg_id, ctag, lite,
+                self.unacked[tag] = (queue, seq_id, ctag, lite,
                                      rest[2] if len(rest) > 2 else None)
                 if self.global_prefetch:
                     self.limited_tags.add(tag)
@@ -706,7 +706,7 @@ class ChannelCore:
             if reply.item is None:
                 self.out.write(encode_method(self.number, am.BasicGetEmpty()))
                 return
-            _, msg_id, redelivered, exchange, rk, props, *rest = reply.item
+            _, seq_id, redelivered, exchange, rk, props, *rest = reply.item
             tag = self.next_tag
             self.next_tag += 1
             lite = (rest[0], rest[1]) if rest and rest[0] else None
@@ -716,7 +716,7 @@ class ChannelCore:
                                  queue=queue, connection=self.conn.owner, channel=self.number,
                                  delivery_tag=tag, redelivered=redelivered, no_ack=method.no_ack)
             if not method.no_ack:
-                self.unacked[tag] = (addr, msg_id, "", lite, msg16)
+                self.unacked[tag] = (addr, seq_id, "", lite, msg16)
             self.out.write(encode_method(self.number, am.BasicGetOk(
                 delivery_tag=tag, redelivered=redelivered, exchange=exchange, routing_key=rk,
                 message_count=reply.message_count)) + encode_content(
@@ -750,7 +750,7 @@ class ChannelCore:
             return
         limited = self.limited_tags
         freed = False
-        for tag, (q, msg_id, _, lite, msg16) in entries:
+        for tag, (q, seq_id, _, lite, msg16) in entries:
             if msg16 is not None:
                 self.events.emit(kind, msg16, actor="channel", vhost=self.conn.vhost,
                                  queue=q.rpartition("\x1f")[2], connection=self.conn.owner,
@@ -759,7 +759,7 @@ class ChannelCore:
             ids = self.settle_batches.get(key)
             if ids is None:
                 ids = self.settle_batches[key] = []
-            ids.append(msg_id)
+            ids.append(seq_id)
             if lite is not None and op == m.ACK and lite[1]:
                 # ack-lite: this channel, not the queue, tells the publisher (seed 003, opt. 2);
                 # a reject is not reported (the publisher resends after its time-out)
@@ -786,8 +786,8 @@ class ChannelCore:
             raise ConnectionError_(540, "requeue=false")
         entries = list(self.unacked.items())
         self.unacked.clear()
-        for _, (q, msg_id, _, _, _) in entries:
-            self.settle_batches.setdefault((q, m.REQUEUE), []).append(msg_id)
+        for _, (q, seq_id, _, _, _) in entries:
+            self.settle_batches.setdefault((q, m.REQUEUE), []).append(seq_id)
         self.limited_tags.clear()
         self._grant()
         if isinstance(method, am.BasicRecover):

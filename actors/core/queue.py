@@ -671,11 +671,11 @@ class QueueCore:
         raise IndexError("queue is empty")
 
     # --- settlement ---------------------------------------------------------------------------
-    def settle(self, channel, op, msg_ids, now) -> None:
+    def settle(self, channel, op, seq_ids, now) -> None:
         """op: 0 ack, 1 requeue, 2 discard (dead-letter when configured)."""
         done, requeue = [], []
-        for mid in msg_ids:
-            entry = self.unacked.pop(mid, None)
+        for seq_id in seq_ids:
+            entry = self.unacked.pop(seq_id, None)
             if entry is None:
                 continue
             msg, ch, tag = entry

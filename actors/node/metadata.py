@@ -34,6 +34,7 @@ from actors.core.routing import Router
 from actors.node.definitions import Definitions
 from actors.node.metadata_cluster import (ClusterEntry, ClusterMixin, ClusterReady, ClusterTick,
                                           CommitFailed)
+from actors.node.queue_table import QueueTable
 from actors.replica import apply_change
 from actors.runtime import LightActor
 
@@ -93,7 +94,7 @@ class Metadata(ClusterMixin, LightActor):
         self.address = transport.address("metadata")  # where workers send Rpc
         self.router = Router()  # authoritative exchanges and bindings
         self.auth = AuthDB.default()  # authoritative users, vhosts, permissions
-        self.queues: dict[tuple[str, str], dict] = {}  # (vhost, name) -> qdef
+        self.queues = QueueTable()  # (vhost, name) -> qdef, counted per (home, worker)
         self.policies: dict[tuple[str, str], dict] = {}  # (vhost, policy name) -> policy
         self.defs = Definitions(os.path.join(data_dir, "definitions"))  # durable store
         self.n_queue_workers = queue_workers  # number of queue worker slots
@@ -409,13 +410,9 @@ class Metadata(ClusterMixin, LightActor):
 
     def _place(self, home: str = "") -> int:
         """The least loaded queue worker of the queue's home node."""
-        n = self.members.get(home, {}).get("queue_workers", self.n_queue_workers)
-        load = [0] * max(1, n)
-        for q in self.queues.values():
-            if q.get("home", "") == home and q.get("worker") is not None and \
-                    q["worker"] < len(load):
-                load[q["worker"]] += 1
-        return min(range(len(load)), key=load.__getitem__)
+        n = max(1, self.members.get(home, {}).get("queue_workers", self.n_queue_workers))
+        load = self.queues.load
+        return min(range(n), key=lambda w: load[(home, w)])
 
     def _start_queue(self, q: dict, recovered: bool) -> None:
         """Only the queue's home node starts it, on its own queue worker."""
@@ -774,3 +771,4 @@ def _stored_queue(q: dict | None) -> dict | None:
     if q is None or not q["durable"] or q["exclusive"]:
         return None
     return {k: v for k, v in q.items() if k not in ("address", "worker")}
+

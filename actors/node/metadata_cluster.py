@@ -36,6 +36,7 @@ from typing import NamedTuple
 
 from actors import messages as m
 from actors.node.cluster import Cluster
+from actors.node.queue_table import QueueTable
 from actors.core import policies
 from actors.core.errors import amqp_text
 from actors.core.permissions import AuthDB
@@ -161,7 +162,7 @@ class ClusterMixin:
     def _load_state(self, seq, snap) -> None:
         self.router = Router.from_state(snap["router"])
         self.auth = AuthDB.from_state(snap["auth"])
-        self.queues = {(q["vhost"], q["name"]): q for q in snap["queues"]}
+        self.queues = QueueTable(((q["vhost"], q["name"]), q) for q in snap["queues"])
         self.policies = {(p["vhost"], p["name"]): p for p in snap["policies"]}
         self.members = snap["members"]
         self.canonical = seq

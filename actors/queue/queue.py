@@ -245,7 +245,7 @@ class Queue(LightActor):
             if isinstance(msg, m.Publish):
                 core.publish(msg.sender, msg.items, msg.bodies, now)
             elif isinstance(msg, m.Settle):
-                core.settle(msg.sender, msg.op, msg.msg_ids, now)
+                core.settle(msg.sender, msg.op, msg.seq_ids, now)
             elif isinstance(msg, m.Sent):
                 core.sent(msg.channel, msg.n, now)
             elif isinstance(msg, m.Consume):

@@ -33,7 +33,7 @@ def channel_close(out):
 
 
 def settles(out):
-    return [(addr, msg.op, msg.msg_ids) for addr, msg in out.sends()
+    return [(addr, msg.op, msg.seq_ids) for addr, msg in out.sends()
             if isinstance(msg, m.Settle)]
 
 
@@ -945,4 +945,4 @@ def test_ack_lite_consumer_channel_sends_the_publishers_confirm():
     out.clear()
     send(core, am.BasicAck(delivery_tag=1), am.BasicReject(delivery_tag=2, requeue=False))
     assert out.sent(m.Confirm) == [m.Confirm(Q1, [5], True)]   # the reject is not reported
-    assert sorted((x.op, x.msg_ids) for x in out.sent(m.Settle)) == [(0, [11]), (2, [12])]
+    assert sorted((x.op, x.seq_ids) for x in out.sent(m.Settle)) == [(0, [11]), (2, [12])]
