@@ -51,8 +51,9 @@ class ConnInfo:
 
 class ChannelCore:
     def __init__(self, number: int, address: str, conn: ConnInfo, replica, out,
-                 credit_initial=400, events=NO_EVENTS):
+                 credit_initial=400, events=NO_EVENTS, random_bytes=os.urandom):
         self.events = events  # the event log (actors.events in the shell), injected
+        self.random_bytes = random_bytes  # ids (msg id prefix, consumer tags), injected
         self.last_props: tuple = (None, None, -1)  # (raw, decoded, expiry) of the last publish
         self.number = number  # channel number
         self.address = address  # this channel's transport address
@@ -92,7 +93,7 @@ class ChannelCore:
         self.sync_wait = 0  # req id whose reply must come before more commands
         self.backlog: deque = deque()  # commands held while sync_wait
         self.next_req = 1  # request ids
-        self.msg_id_prefix = os.urandom(8)  # msg ids: this prefix + a counter, unique node-wide
+        self.msg_id_prefix = random_bytes(8)  # msg ids: this prefix + a counter, unique node-wide
         self.msg_counter = 0  # persistent messages published on this channel
         self.seq_msg: dict[int, bytes] = {}  # confirm seq no -> msg_id (event log only)
         self.exchange_ok: dict[str, object] = {}  # exchange name -> ExchangeDef (write checked)
@@ -661,7 +662,7 @@ class ChannelCore:
         self._check("read", "queue", queue)
         q = self._existing_queue(queue)
         tag = method.consumer_tag or "amq.ctag-" + base64.urlsafe_b64encode(
-            os.urandom(16)).decode().rstrip("=")
+            self.random_bytes(16)).decode().rstrip("=")
         if tag in self.consumers:
             raise ConnectionError_(530, f"attempt to reuse consumer tag '{tag}'")
         addr = q["address"]

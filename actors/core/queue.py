@@ -133,8 +133,9 @@ class QueueCore:
     def __init__(self, vhost: str, name: str, arguments: dict, out, now: int,
                  auto_delete=False, delivery_window=2000, credit_more=FLOW_MORE,
                  backlog_bytes=0, durable=False, page_bytes=0, page_size=2048,
-                 events=NO_EVENTS):
+                 events=NO_EVENTS, random_bytes=os.urandom):
         self.events = events  # the event log (actors.events in the shell), injected
+        self.random_bytes = random_bytes  # msg ids of stored messages that came without one
         self.vhost, self.name = vhost, name  # identity
         self.durable = durable  # persistent messages go to the backing queue's storage
         self._delivered: list = []  # persistent messages delivered for the first time, to record
@@ -317,7 +318,7 @@ class QueueCore:
         msg = Msg(self.next_seq, exchange, rk, props, body, persistent,
                   min(priority or 0, self.max_priority), now + ttl if ttl is not None else 0,
                   expiry if expiry is not None else -1, sender, pub_seq,
-                  msg_id or (_new_msg_id() if (persistent and self.durable) or divert
+                  msg_id or (self.random_bytes(16) if (persistent and self.durable) or divert
                              else None))
         self.next_seq += 1
         if ttl == 0:
@@ -847,9 +848,7 @@ class QueueCore:
         return n
 
 
-def _new_msg_id() -> bytes:
-    """A msg_store key for a persistent message that came without one (dead-lettered copies)."""
-    return os.urandom(16)
+
 
 
 def _int(v):

@@ -778,3 +778,12 @@ def test_channel_down_forgets_token_state():
     assert CH1 not in q.channels and CH1 not in q.limited
     q.grant(CH1, 3, 0)  # a late grant for a channel that is gone
     assert CH1 not in q.channels and out.of("deliver") == []
+
+
+def test_ids_come_from_the_injected_source():
+    """Cores take their ids injected: a stored message that came without a msg id gets one
+    from `random_bytes`, not from the OS behind the test's back."""
+    q, _ = mk(durable=True, random_bytes=lambda n: b"\x07" * n)
+    pub(q, b"p", persistent=True)
+    [msg] = q.messages()
+    assert msg.msg_id == b"\x07" * 16
