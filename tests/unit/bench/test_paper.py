@@ -8,6 +8,7 @@ import pytest
 from bench import codec as codec_mod
 from bench import paper
 from bench.loadgen import role_class
+from bench_fakes import FakeConn, decode
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -116,38 +117,6 @@ def test_specs_are_the_papers_per_queue_layout():
 
 # -- the roles on a fake connection -----------------------------------------------------------
 
-class FakeConn:
-    def __init__(self):
-        self.frame_max = 131072
-        self.out = bytearray()
-        self.sent = bytearray()
-        self.bytes_sent = 0
-        self.blocked = False
-        self.blocked_events = 0
-        self.incoming = []
-
-    def flush(self):
-        n = len(self.out)
-        self.sent += self.out
-        self.bytes_sent += n
-        del self.out[:]
-        return n
-
-    def recv_commands(self):
-        cmds, self.incoming = self.incoming, []
-        return cmds
-
-    def handle_other(self, cmd):
-        raise AssertionError(f"unexpected {cmd}")
-
-
-def _decode(codec, data):
-    dec = codec.FrameDecoder(frame_max=131072, expect_header=False)
-    asm = codec.CommandAssembler()
-    dec.feed(bytes(data))
-    return [c for c in (asm.process(f) for f in dec.frames()) if c is not None]
-
-
 def _cmd(channel, method, body=None):
     return types.SimpleNamespace(channel=channel, method=method, body=body)
 
@@ -157,7 +126,7 @@ def _producer(window=4, timeout=5.0):
     spec = {"kind": "producer", "queue": "q1", "exchange": "ex1", "routing_key": "q1",
             "channels": [1, 2], "confirm": window, "persistent": True, "message_size": 1500,
             "resend_timeout": timeout, "uid": 3}
-    conn = FakeConn()
+    conn = FakeConn(strict=True)
     return codec, conn, paper.ResendProducer(conn, spec, codec)
 
 
@@ -166,7 +135,7 @@ def test_producer_publishes_ids_through_the_exchange_and_resends():
     M = codec.methods
     p.start_streaming()
     p.fill(1 * S)
-    cmds = _decode(codec, conn.sent)
+    cmds = decode(codec, conn.sent)
     assert len(cmds) == 8                                    # window 4 x 2 channels
     pub = cmds[0].method
     ex = pub.exchange.decode() if isinstance(pub.exchange, bytes) else pub.exchange
@@ -182,7 +151,7 @@ def test_producer_publishes_ids_through_the_exchange_and_resends():
                      _cmd(2, M.BasicNack(delivery_tag=1, multiple=False, requeue=False))]
     p.on_read(3 * S)
     assert p.confirmed == 2 and p.nacked == 1 and p.resent_nack == 1
-    resent = _decode(codec, conn.sent[8 * p.msg_len:])
+    resent = decode(codec, conn.sent[8 * p.msg_len:])
     ch2 = [c for c in cmds if c.channel == 2]
     assert len(resent) == 1 and resent[0].body == ch2[0].body and resent[0].channel == 2
     nacked_id = int.from_bytes(ch2[0].body[8:16], "big")
@@ -192,7 +161,7 @@ def test_producer_publishes_ids_through_the_exchange_and_resends():
     before = len(conn.sent)
     p.fill(6 * S)
     assert p.resent_timeout == 5
-    again = _decode(codec, conn.sent[before:])
+    again = decode(codec, conn.sent[before:])
     assert len(again) == 7
     old = [int.from_bytes(c.body[8:16], "big") for c in again[:5]]
     assert set(old) == set(ids[2:4]) | (set(ids[4:]) - {nacked_id})
@@ -205,7 +174,7 @@ def test_producer_publishes_ids_through_the_exchange_and_resends():
 def test_consumer_records_ids_and_acks_each_message():
     codec = codec_mod.load("auto")
     M = codec.methods
-    conn = FakeConn()
+    conn = FakeConn(strict=True)
     spec = {"kind": "consumer", "queue": "q1", "channels": [1], "no_ack": False,
             "prefetch": 100, "ack_every": 1}
     c = paper.IdConsumer(conn, spec, codec)
@@ -221,7 +190,7 @@ def test_consumer_records_ids_and_acks_each_message():
     ]
     c.on_read(10)
     assert list(c.ids) == [42, 42] and c.redelivered == 1 and c.consumed == 2
-    acks = _decode(codec, conn.sent)
+    acks = decode(codec, conn.sent)
     assert [a.method.delivery_tag for a in acks] == [1, 2]
     assert paper.count_duplicates([c.result()["ids"]])["duplicates"] == 1
 

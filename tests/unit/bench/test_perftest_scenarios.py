@@ -11,6 +11,7 @@ from bench import report, scenarios
 from bench.aggregate import aggregate, drain_summary, drained_depth
 from bench.loadgen import BATCH, PACE_RETRY_NS, PACE_SLACK_NS, Consumer, Pacer, Producer
 from bench.runner import BenchError, role_specs, run_scenario
+from bench_fakes import FakeConn, decode
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -92,38 +93,6 @@ def test_pacer_rejects_a_zero_rate():
 
 # -- the paced producer on a fake connection --------------------------------------------------
 
-class FakeConn:
-    def __init__(self):
-        self.frame_max = 131072
-        self.out = bytearray()
-        self.sent = bytearray()
-        self.bytes_sent = 0
-        self.blocked = False
-        self.blocked_events = 0
-        self.incoming = []
-
-    def flush(self):
-        n = len(self.out)
-        self.sent += self.out
-        self.bytes_sent += n
-        del self.out[:]
-        return n
-
-    def recv_commands(self):
-        cmds, self.incoming = self.incoming, []
-        return cmds
-
-    def handle_other(self, cmd):
-        pass
-
-
-def _decode(codec, data):
-    dec = codec.FrameDecoder(frame_max=131072, expect_header=False)
-    asm = codec.CommandAssembler()
-    dec.feed(bytes(data))
-    return [c for c in (asm.process(f) for f in dec.frames()) if c is not None]
-
-
 def _producer(rate=10.0, phase=0.0, confirm=None, channels=(1,), **extra):
     codec = codec_mod.load("auto")
     spec = {"kind": "producer", "queue": "q1", "channels": list(channels), "confirm": confirm,
@@ -147,7 +116,7 @@ def test_paced_producer_publishes_on_schedule_and_says_when_to_wake():
     p.clock = lambda: T0 + 1 * S + 7            # the clock as the batch is written
     p.fill(T0 + 1 * S)
     assert p.counters()["published"] == 11
-    cmds = _decode(codec, conn.sent)
+    cmds = decode(codec, conn.sent)
     assert len(cmds) == 11 and all(len(c.body) == 12 for c in cmds)
     stamp = struct.unpack(">q", cmds[-1].body[:8])[0]
     assert stamp == T0 + 1 * S + 7            # stamped with the write's time
@@ -226,7 +195,7 @@ def test_late_consumer_subscribes_at_its_instant_and_marks_the_backlog_drained()
     assert c.start_delay == 5.0 and c.joined_ns is None
     join = T0 + 5 * S
     c.start_consuming(join)
-    sent = _decode(codec, conn.sent)
+    sent = decode(codec, conn.sent)
     assert len(sent) == 1 and type(sent[0].method) is codec.methods.BasicConsume
     q = sent[0].method.queue
     assert (q.decode() if isinstance(q, bytes) else q) == "q1" and not sent[0].method.no_ack
@@ -238,7 +207,7 @@ def test_late_consumer_subscribes_at_its_instant_and_marks_the_backlog_drained()
     _read(c, join + 20 * MS)
     assert c.backlog_done_ns == join + 20 * MS and c.backlog == 3
     assert c.consumed == 5
-    acks = [a for a in _decode(codec, conn.sent) if type(a.method) is codec.methods.BasicAck]
+    acks = [a for a in decode(codec, conn.sent) if type(a.method) is codec.methods.BasicAck]
     assert [a.method.delivery_tag for a in acks] == [1, 2, 3, 4, 5]
     r = c.result()
     assert (r["joined_ns"], r["backlog_done_ns"], r["backlog"]) == (join, join + 20 * MS, 3)
