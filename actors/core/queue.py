@@ -35,9 +35,10 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections import OrderedDict, deque
+from collections import deque
 
 from actors.core import NO_EVENTS
+from actors.core.consumers import ChannelState, Consumer, QueueConsumers
 from actors.core.errors import ChannelError
 
 WAIT = "wait"  # get(): the head is paged out, try again once it is read back
@@ -104,31 +105,6 @@ class Ready:
         self.items = deque(merged)
 
 
-class Consumer:
-    __slots__ = ("channel", "tag", "no_ack", "prefetch", "unacked", "exclusive")
-
-    def __init__(self, channel, tag, no_ack, prefetch, exclusive):
-        self.channel = channel  # consuming channel's address
-        self.tag = tag  # consumer tag
-        self.no_ack = no_ack  # automatic acknowledgement
-        self.prefetch = prefetch  # per-consumer limit, 0 = none
-        self.unacked = 0  # deliveries to it not yet settled
-        self.exclusive = exclusive  # basic.consume exclusive=true
-
-
-class ChannelState:
-    __slots__ = ("limit", "unacked", "in_flight", "published", "tokens", "wants", "asked")
-
-    def __init__(self):
-        self.limit = 0  # channel-wide prefetch (basic.qos global=true), 0 = none
-        self.tokens = 0  # deliveries the channel granted under that limit, not yet used
-        self.wants = False  # a consumer there could take a message but for a token
-        self.asked = False  # a Demand is out, no Grant yet
-        self.unacked = 0  # deliveries from this queue to the channel not yet settled
-        self.in_flight = 0  # deliveries not yet written to the socket (writer credit)
-        self.published = 0  # messages taken from it since the last credit bump
-
-
 class QueueCore:
     def __init__(self, vhost: str, name: str, arguments: dict, out, now: int,
                  auto_delete=False, delivery_window=2000, credit_more=FLOW_MORE,
@@ -165,8 +141,9 @@ class QueueCore:
         self.ready_bytes = 0  # body bytes ready
         self.unacked: dict[int, tuple] = {}  # seq_id -> (Msg, channel, consumer tag)
         self.on_enqueue = None  # fn(Msg) for every message that enters (mirrored queues)
-        self.consumers: OrderedDict = OrderedDict()  # (channel, tag) -> Consumer, RR order
-        self.channels: dict[str, ChannelState] = {}  # channel address -> its state here
+        self.cons = QueueConsumers(delivery_window)  # who takes the next message
+        self.consumers = self.cons.by_key  # (channel, tag) -> Consumer, round-robin order
+        self.channels = self.cons.channels  # channel address -> ChannelState here
         self.limited: set = set()  # channels with a global prefetch (token holders)
         self.hold = False  # the shell defers runs until its mailbox is empty
         self.run_due = False  # a run was asked for while held
@@ -174,7 +151,6 @@ class QueueCore:
         self.auto_delete = auto_delete  # delete when the last consumer goes
         self.had_consumer = False  # auto-delete applies only after a first consumer
         self.last_used = now  # for x-expires
-        self.delivery_window = delivery_window  # deliveries in flight to one channel's writer
         self.credit_more = credit_more  # bump a publisher's credit after this many messages
         # credit is withheld while more body bytes than this wait (0 = never): publishers slow
         # to the pace the queue drains instead of growing it without bound, as RabbitMQ's memory
@@ -374,13 +350,13 @@ class QueueCore:
         if any(c.exclusive for c in self.consumers.values()):
             raise ChannelError(403, f"queue '{self.name}' in vhost '{self.vhost}' in exclusive "
                                     "use")
-        self.consumers[(channel, tag)] = Consumer(channel, tag, no_ack, prefetch, exclusive)
+        self.cons.add(channel, tag, no_ack, prefetch, exclusive)
         self._set_channel_limit(channel, channel_prefetch)
         self.had_consumer = True
         self.last_used = now
 
     def cancel(self, channel, tag, now) -> bool:
-        c = self.consumers.pop((channel, tag), None)
+        c = self.cons.remove(channel, tag)
         self.last_used = now
         if c is not None:
             self._check_auto_delete()
@@ -443,31 +419,7 @@ class QueueCore:
             self.out.delete_self("auto-delete: last consumer cancelled")
 
     def _channel(self, channel) -> ChannelState:
-        st = self.channels.get(channel)
-        if st is None:
-            st = self.channels[channel] = ChannelState()
-        return st
-
-    def _can_take(self, c: Consumer) -> bool:
-        st = self.channels[c.channel]
-        if st.in_flight >= self.delivery_window:
-            return False
-        if c.no_ack:
-            return True
-        if c.prefetch and c.unacked >= c.prefetch:
-            return False
-        if st.limit and st.tokens <= 0:
-            st.wants = True
-            return False
-        return True
-
-    def _next_consumer(self):
-        """Round robin: the first consumer able to take a message moves to the back."""
-        for key, c in self.consumers.items():
-            if self._can_take(c):
-                self.consumers.move_to_end(key)
-                return c
-        return None
+        return self.cons.channel(channel)
 
     # --- delivery -----------------------------------------------------------------------------
     def run(self, now: int, budget: int = 1000) -> bool:
@@ -486,7 +438,7 @@ class QueueCore:
     def _deliver_ready(self, now: int, budget: int = 1000) -> bool:
         self._expire_head(now)
         while self.ready_count and self.consumers and budget > 0:
-            c = self._next_consumer()
+            c = self.cons.next()
             if c is None:
                 break
             msg = self._pop_head()
@@ -545,7 +497,7 @@ class QueueCore:
                 self.out.credit(channel, n)
 
     def _next_consumer_exists(self) -> bool:
-        return any(self._can_take(c) for c in self.consumers.values())
+        return self.cons.any_can_take()
 
     def _deliver(self, c: Consumer, msg: Msg) -> None:
         st = self.channels[c.channel]
@@ -622,9 +574,7 @@ class QueueCore:
 
     def sent(self, channel, n, now) -> None:
         """The channel's writer put n deliveries on the wire: more may follow."""
-        st = self.channels.get(channel)
-        if st is not None:
-            st.in_flight = max(0, st.in_flight - n)
+        if self.cons.sent(channel, n):
             self.run(now)
 
     def get(self, channel, no_ack, now):
@@ -696,12 +646,7 @@ class QueueCore:
         self.run(now)
 
     def _settled(self, channel, tag) -> None:
-        st = self.channels.get(channel)
-        if st is not None:
-            st.unacked -= 1
-        c = self.consumers.get((channel, tag))
-        if c is not None:
-            c.unacked -= 1
+        self.cons.settled(channel, tag)
 
     def _requeue(self, msgs: list) -> None:
         by_p: dict[int, list] = {}
@@ -724,9 +669,7 @@ class QueueCore:
         back = [e[0] for mid, e in self.unacked.items() if e[1] == channel]
         for msg in back:
             del self.unacked[msg.seq_id]
-        for key in [k for k in self.consumers if k[0] == channel]:
-            del self.consumers[key]
-        self.channels.pop(channel, None)
+        self.cons.drop_channel(channel)
         self.limited.discard(channel)
         self.owed.pop(channel, None)
         if back:
