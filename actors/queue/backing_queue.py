@@ -5,8 +5,8 @@ only: queue worker"): `Persist(msgs)` when they arrive, `RecordDelivery(msgs)` w
 first handed to a consumer (so that they come back redelivered=true after a crash), `Forget(msgs)`
 when they are acked or dropped; `Recover`, `PageIn`, `PurgeAfter` and `DeleteIndex` read back,
 page in, purge and drop the index. It answers `Persisted(msgs)` once they are on disk, and the
-Queue sends the publisher confirms then. It runs in its own thread so that an fsync never stalls
-deliveries.
+Queue sends the publisher confirms then. The worker's backing queues share the "store"
+scheduler, a thread apart from the worker's event loop, so that an fsync never stalls deliveries.
 
 Group commit (behaviour C7): writes are committed to LMDB at once but synced together, either
 when this actor has nothing else to do (its mailbox is empty: the queue went idle with confirms
