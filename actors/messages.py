@@ -444,6 +444,135 @@ class TakeMessages:
     __slots__ = ()
 
 
+# --- local only: queue worker (backing queue and host -> queue) ------------------------------
+class Persisted:
+    """BackingQueue -> Queue (local only): these messages are safe now."""
+
+    __slots__ = ("msgs",)
+
+    def __init__(self, msgs):
+        self.msgs = msgs
+
+
+class Refused:
+    """BackingQueue -> Queue (local only): these could not be stored (disk full)."""
+
+    __slots__ = ("msgs",)
+
+    def __init__(self, msgs):
+        self.msgs = msgs
+
+
+class Paged:
+    """BackingQueue -> Queue (local only): the next page of paged-out messages,
+    [(IndexEntry, body, persistent)], and how many stale transient entries were dropped."""
+
+    __slots__ = ("entries", "dropped", "dropped_bytes")
+
+    def __init__(self, entries, dropped, dropped_bytes):
+        self.entries, self.dropped, self.dropped_bytes = entries, dropped, dropped_bytes
+
+
+class Recovered:
+    """BackingQueue -> Queue (local only): what the index kept: the next seq_id, the first
+    page of messages [(IndexEntry, body, persistent)], how many more and their bytes."""
+
+    __slots__ = ("next_seq", "entries", "more", "more_bytes")
+
+    def __init__(self, next_seq, entries, more, more_bytes):
+        self.next_seq, self.entries, self.more, self.more_bytes = \
+            next_seq, entries, more, more_bytes
+
+
+class ChannelsDown:
+    """QueueHost -> Queue (local only): every channel of a dead connection worker."""
+
+    __slots__ = ("prefix",)
+
+    def __init__(self, prefix):
+        self.prefix = prefix
+
+
+class PolicyChanged:
+    """QueueHost -> Queue (local only): policies changed; recompute what they decide."""
+
+    __slots__ = ()
+
+
+class MirrorsDown:
+    """QueueHost -> Queue (local only): a queue worker died; mirrors in it are gone."""
+
+    __slots__ = ("endpoint",)
+
+    def __init__(self, endpoint):
+        self.endpoint = endpoint
+
+
+# --- local only: node (supervisor, pysyncobj -> metadata actor) -------------------------------
+class WorkerExited:
+    """Supervisor -> metadata (local only): a worker process ended."""
+
+    __slots__ = ("kind", "index", "endpoint")
+
+    def __init__(self, kind: str, index: int, endpoint: str):
+        self.kind, self.index, self.endpoint = kind, index, endpoint
+
+
+class ReadyWorkers:
+    """Supervisor -> metadata (local only, ask): the (kind, index) of every worker ready."""
+
+    __slots__ = ()
+
+
+class DurableQueues:
+    """Supervisor -> metadata (local only, ask): the (vhost, name) of every durable queue this
+    node holds (home or mirror): the indexes to keep at boot."""
+
+    __slots__ = ()
+
+
+class StatsTimeout:
+    """Timer thread -> metadata (local only): the workers' statistics for `gather` are late;
+    answer with what came."""
+
+    __slots__ = ("gather",)
+
+    def __init__(self, gather: dict):
+        self.gather = gather
+
+
+class ClusterEntry:
+    """pysyncobj thread -> metadata (local only): entry `seq` of the log was applied."""
+
+    __slots__ = ("seq", "entry")
+
+    def __init__(self, seq, entry):
+        self.seq, self.entry = seq, entry
+
+
+class ClusterTick:
+    """Node -> metadata (local only): look at leadership and member connectivity."""
+
+    __slots__ = ()
+
+
+class ClusterReady:
+    """Node -> metadata (local only, ask): is the definitions log loaded and caught up? Loads
+    it the first time it is (True), else False."""
+
+    __slots__ = ()
+
+
+class CommitFailed:
+    """pysyncobj thread -> metadata (local only): the log entry `token` this node submitted as
+    leader in `epoch` was not committed."""
+
+    __slots__ = ("epoch", "token")
+
+    def __init__(self, epoch, token: int):
+        self.epoch, self.token = epoch, token
+
+
 _TYPES: list[type] = [
     Rpc, RpcReply, MetaChange, MetaSnapshot, WorkerDown, StartQueue, QueueStarted,
     Publish, Consume, Cancel, Settle, Get, ChannelDown, SetLimit, QueueOp,

@@ -27,13 +27,14 @@ import pykka
 
 from actors import events
 from actors import messages as m
+from actors.messages import (ClusterEntry, ClusterReady, ClusterTick, CommitFailed, DurableQueues,
+                             ReadyWorkers, StatsTimeout, WorkerExited)
 from actors.core import policies, queue_args
 from actors.core.errors import ChannelError, ConnectionError_, amqp_text
 from actors.core.permissions import AuthDB
 from actors.core.routing import Router
 from actors.node.definitions import Definitions
-from actors.node.metadata_cluster import (ClusterEntry, ClusterMixin, ClusterReady, ClusterTick,
-                                          CommitFailed)
+from actors.node.metadata_cluster import ClusterMixin
 from actors.node.queue_table import QueueTable
 from actors.replica import apply_change
 from actors.runtime import LightActor
@@ -50,38 +51,6 @@ class Worker:
     endpoint: str  # current incarnation's ZeroMQ endpoint
     control: str  # address of the worker's control actor
     ready: bool = False  # a connection worker is listening
-
-
-class WorkerExited:
-    """Supervisor -> metadata (local only): a worker process ended."""
-
-    __slots__ = ("kind", "index", "endpoint")
-
-    def __init__(self, kind: str, index: int, endpoint: str):
-        self.kind, self.index, self.endpoint = kind, index, endpoint
-
-
-class ReadyWorkers:
-    """Supervisor -> metadata (local only, ask): the (kind, index) of every worker ready."""
-
-    __slots__ = ()
-
-
-class DurableQueues:
-    """Supervisor -> metadata (local only, ask): the (vhost, name) of every durable queue this
-    node holds (home or mirror): the indexes to keep at boot."""
-
-    __slots__ = ()
-
-
-class StatsTimeout:
-    """Timer thread -> metadata (local only): the workers' statistics for `gather` are late;
-    answer with what came."""
-
-    __slots__ = ("gather",)
-
-    def __init__(self, gather: dict):
-        self.gather = gather
 
 
 class Metadata(ClusterMixin, LightActor):

@@ -35,6 +35,7 @@ from collections import deque
 from typing import NamedTuple
 
 from actors import messages as m
+from actors.messages import ClusterEntry, ClusterTick, CommitFailed
 from actors.node.cluster import Cluster
 from actors.node.queue_table import QueueTable
 from actors.core import policies
@@ -52,38 +53,6 @@ VISIBLE_WAIT_S = 2 * DOWN_AFTER_S  # longest an answer waits for a member to app
 
 
 JOINED = ("", "member_up committed")  # a boot gate beside the durable queues to recover
-
-
-class ClusterEntry:
-    """pysyncobj thread -> metadata (local only): entry `seq` of the log was applied."""
-
-    __slots__ = ("seq", "entry")
-
-    def __init__(self, seq, entry):
-        self.seq, self.entry = seq, entry
-
-
-class ClusterTick:
-    """Node -> metadata (local only): look at leadership and member connectivity."""
-
-    __slots__ = ()
-
-
-class ClusterReady:
-    """Node -> metadata (local only, ask): is the definitions log loaded and caught up? Loads
-    it the first time it is (True), else False."""
-
-    __slots__ = ()
-
-
-class CommitFailed:
-    """pysyncobj thread -> metadata (local only): the log entry `token` this node submitted as
-    leader in `epoch` was not committed."""
-
-    __slots__ = ("epoch", "token")
-
-    def __init__(self, epoch, token: int):
-        self.epoch, self.token = epoch, token
 
 
 class Relay(NamedTuple):

@@ -32,9 +32,9 @@ from actors.config import Config
 from actors.connection import handoff
 from actors.connection.netio import Listener
 from actors import runtime
+from actors.messages import ClusterReady, ClusterTick, DurableQueues, ReadyWorkers, WorkerExited
 from actors.runtime.eventloop import EventLoop
-from actors.node.metadata import DurableQueues, Metadata, ReadyWorkers, WorkerExited
-from actors.node.metadata_cluster import ClusterReady, ClusterTick
+from actors.node.metadata import Metadata
 from actors.queue.storage import Storage, queue_id
 from actors.transport import Transport
 

@@ -28,53 +28,14 @@ import time
 import lmdb
 
 from actors import events
-from actors.messages import (DeleteIndex, Forget, PageIn, Persist, PurgeAfter, Recover,
-                             RecordDelivery)
+from actors.messages import (DeleteIndex, Forget, PageIn, Paged, Persist, Persisted, PurgeAfter,
+                             RecordDelivery, Recover, Recovered, Refused)
 from actors.runtime import LightActor
 from actors.queue.storage import Storage, queue_id
 from protocol.properties import BasicProperties
 from queue_index import IndexEntry
 
 log = logging.getLogger("leveret.backing_queue")
-
-
-class Persisted:
-    """BackingQueue -> Queue (local only): these messages are safe now."""
-
-    __slots__ = ("msgs",)
-
-    def __init__(self, msgs):
-        self.msgs = msgs
-
-
-class Refused:
-    """BackingQueue -> Queue (local only): these could not be stored (disk full)."""
-
-    __slots__ = ("msgs",)
-
-    def __init__(self, msgs):
-        self.msgs = msgs
-
-
-class Paged:
-    """BackingQueue -> Queue (local only): the next page of paged-out messages,
-    [(IndexEntry, body, persistent)], and how many stale transient entries were dropped."""
-
-    __slots__ = ("entries", "dropped", "dropped_bytes")
-
-    def __init__(self, entries, dropped, dropped_bytes):
-        self.entries, self.dropped, self.dropped_bytes = entries, dropped, dropped_bytes
-
-
-class Recovered:
-    """BackingQueue -> Queue (local only): what the index kept: the next seq_id, the first
-    page of messages [(IndexEntry, body, persistent)], how many more and their bytes."""
-
-    __slots__ = ("next_seq", "entries", "more", "more_bytes")
-
-    def __init__(self, next_seq, entries, more, more_bytes):
-        self.next_seq, self.entries, self.more, self.more_bytes = \
-            next_seq, entries, more, more_bytes
 
 
 class _Sync:

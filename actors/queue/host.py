@@ -13,11 +13,12 @@ import logging
 import pykka
 
 from actors import messages as m
+from actors.messages import ChannelsDown, MirrorsDown, PolicyChanged
 from actors.core.errors import amqp_text
 from actors.host import WorkerHost
 from actors.naming import queue_actor_name
 from actors.queue.mirror import Mirror
-from actors.queue.queue import ChannelsDown, MirrorsDown, PolicyChanged, Queue
+from actors.queue.queue import Queue
 
 log = logging.getLogger("leveret.queue")
 

@@ -17,7 +17,9 @@ import time
 
 from actors import events
 from actors import messages as m
-from actors.queue.backing_queue import BackingQueue, Paged, Persisted, Recovered, Refused
+from actors.messages import (ChannelsDown, MirrorsDown, Paged, Persisted, PolicyChanged, Recovered,
+                             Refused)
+from actors.queue.backing_queue import BackingQueue
 from actors.core import policies
 from actors.core.errors import AMQPError, ChannelError
 from actors.core.queue import WAIT, QueueCore
@@ -40,30 +42,6 @@ class Tick:
     """Timer -> queue (local only): time to look at TTLs and expiry."""
 
     __slots__ = ()
-
-
-class ChannelsDown:
-    """QueueHost -> Queue (local only): every channel of a dead connection worker."""
-
-    __slots__ = ("prefix",)
-
-    def __init__(self, prefix):
-        self.prefix = prefix
-
-
-class PolicyChanged:
-    """QueueHost -> Queue (local only): policies changed; recompute what they decide."""
-
-    __slots__ = ()
-
-
-class MirrorsDown:
-    """QueueHost -> Queue (local only): a queue worker died; mirrors in it are gone."""
-
-    __slots__ = ("endpoint",)
-
-    def __init__(self, endpoint):
-        self.endpoint = endpoint
 
 
 class Run:
