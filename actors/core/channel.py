@@ -25,6 +25,7 @@ from collections import OrderedDict, deque
 
 from actors.core import NO_EVENTS
 from actors.core.confirms import Confirms
+from actors.core.limiter import Limiter
 from actors import messages as m
 from actors.core.errors import AMQPError, ChannelError, ConnectionError_, is_hard_error
 from protocol import methods as am
@@ -77,12 +78,9 @@ class ChannelCore:
         self.lite_confirms: dict[tuple, list] = {}  # (publisher, queue) -> seq nos acked
         self.consumers: dict[str, tuple] = {}  # consumer tag -> (queue address, qname, no_ack)
         self.prefetch = 0  # basic.qos global=false: limit for consumers created afterwards
-        self.global_prefetch = 0  # basic.qos global=true: the channel's limit
+        self.limiter = Limiter()  # basic.qos global=true: the channel's limit and its tokens
         # rabbit_limiter's role for global=true: queues ask for tokens (Demand), the channel
         # grants what the limit leaves free; a token becomes an unacked delivery or comes back
-        self.limited_tags: set = set()  # delivery tags counted against global_prefetch
-        self.granted: dict[str, int] = {}  # queue -> tokens granted, not yet used or returned
-        self.demands: OrderedDict = OrderedDict()  # queues waiting for tokens, oldest first
         self.queues_used: set = set()  # queues with our consumers or unacked deliveries
         self.publish_batches: dict[str, tuple[list, list]] = {}  # queue -> (items, bodies)
         self.settle_batches: dict[tuple, list] = {}  # (queue, op) -> msg ids
@@ -163,9 +161,7 @@ class ChannelCore:
         self.unacked.clear()
         self.consumers.clear()
         self.confirms.clear()
-        self.limited_tags.clear()
-        self.granted.clear()
-        self.demands.clear()
+        self.limiter.reset()
         if self.blocked:
             self.blocked = False
             self.out.unblock()
@@ -232,40 +228,32 @@ class ChannelCore:
             if not c[2]:
                 self.unacked[tag] = (queue, seq_id, ctag, lite,
                                      rest[2] if len(rest) > 2 else None)
-                if self.global_prefetch:
-                    self.limited_tags.add(tag)
+                self.limiter.delivered(tag)
             parts.append(encode_deliver(n, ctag, tag, redelivered, exchange, rk, props, body,
                                         fm))
             tag += 1
         self.next_tag = tag
-        if self.granted.get(queue):
+        if self.limiter.granted.get(queue):
             # a queue spends a token on each delivery to a consumer that acks
-            used = sum(1 for it in msg.items
-                       if not self.consumers.get(it[0], (0, 0, False))[2])
-            self.granted[queue] = max(0, self.granted[queue] - used)
+            self.limiter.spent(queue, sum(1 for it in msg.items
+                                          if not self.consumers.get(it[0], (0, 0, False))[2]))
         self.out.write(b"".join(parts), [(queue, len(msg.items))])
         self.flush()
 
     def on_demand(self, msg: m.Demand) -> None:
-        if self.global_prefetch and self.state == "open":
-            self.demands[msg.queue] = True
+        if self.state == "open":
+            self.limiter.demand(msg.queue)
             self._grant()
 
     def on_release(self, msg: m.Release) -> None:
-        if msg.queue in self.granted:
-            self.granted[msg.queue] = max(0, self.granted[msg.queue] - msg.n)
+        self.limiter.release(msg.queue, msg.n)
         self._grant()
 
     def _grant(self) -> None:
         """Share what the channel-wide prefetch leaves free among the queues asking for it."""
-        if not self.demands or not self.global_prefetch or self.state != "open":
+        if self.state != "open":
             return
-        free = self.global_prefetch - len(self.limited_tags) - sum(self.granted.values())
-        while free > 0 and self.demands:
-            q, _ = self.demands.popitem(last=False)
-            n = max(1, free // (len(self.demands) + 1))
-            self.granted[q] = self.granted.get(q, 0) + n
-            free -= n
+        for q, n in self.limiter.grants():
             self.out.send(q, m.Grant(self.address, n))
 
     def on_confirm(self, msg: m.Confirm) -> None:
@@ -646,13 +634,8 @@ class ChannelCore:
         self.out.write(encode_method(self.number, am.BasicQosOk()))
 
     def _set_global_prefetch(self, n: int) -> None:
-        if n == self.global_prefetch:
+        if not self.limiter.set_limit(n):
             return
-        self.global_prefetch = n
-        if not n:
-            self.limited_tags.clear()
-            self.granted.clear()
-            self.demands.clear()
         for q in self.queues_used | {c[0] for c in self.consumers.values()}:
             self.out.send(q, m.SetLimit(self.address, n))
         self._grant()
@@ -678,7 +661,7 @@ class ChannelCore:
 
         self._ask(addr, lambda req: m.Consume(
             self.address, req, tag, method.no_ack, method.exclusive, self.prefetch,
-            self.global_prefetch, self.conn.owner, method.arguments), cont, True)
+            self.limiter.limit, self.conn.owner, method.arguments), cont, True)
 
     def _cancel(self, method, cmd):
         tag = method.consumer_tag
@@ -749,8 +732,6 @@ class ChannelCore:
         if self.tx:
             self.tx_settles.append((entries, op, kind))
             return
-        limited = self.limited_tags
-        freed = False
         for tag, (q, seq_id, _, lite, msg16) in entries:
             if msg16 is not None:
                 self.events.emit(kind, msg16, actor="channel", vhost=self.conn.vhost,
@@ -765,10 +746,7 @@ class ChannelCore:
                 # ack-lite: this channel, not the queue, tells the publisher (seed 003, opt. 2);
                 # a reject is not reported (the publisher resends after its time-out)
                 self.lite_confirms.setdefault((lite[0], q), []).append(lite[1])
-            if limited and tag in limited:
-                limited.discard(tag)
-                freed = True
-        if freed:
+        if self.limiter.settled(tag for tag, _ in entries):
             self._grant()
 
     def _ack(self, method, cmd):
@@ -789,7 +767,7 @@ class ChannelCore:
         self.unacked.clear()
         for _, (q, seq_id, _, _, _) in entries:
             self.settle_batches.setdefault((q, m.REQUEUE), []).append(seq_id)
-        self.limited_tags.clear()
+        self.limiter.limited.clear()
         self._grant()
         if isinstance(method, am.BasicRecover):
             self.out.write(encode_method(self.number, am.BasicRecoverOk()))

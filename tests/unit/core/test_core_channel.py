@@ -711,7 +711,7 @@ def _global(n, *queues):
 
 
 def _check_budget(core):
-    assert len(core.limited_tags) + sum(core.granted.values()) <= core.global_prefetch
+    assert len(core.limiter.limited) + sum(core.limiter.granted.values()) <= core.limiter.limit
 
 
 def test_demand_is_granted_what_the_limit_leaves__P2():
@@ -720,10 +720,10 @@ def test_demand_is_granted_what_the_limit_leaves__P2():
     assert _grants(out) == [(Q1, 3)]
     core.on_demand(m.Demand(Q2))
     assert _grants(out) == [(Q1, 3)]  # nothing left: q2 waits
-    assert list(core.demands) == [Q2]
+    assert list(core.limiter.demands) == [Q2]
     _check_budget(core)
     core.on_deliver(deliver_msg("q1", [("A", 101, False), ("A", 102, False)]))
-    assert core.granted == {Q1: 1} and core.limited_tags == {1, 2}
+    assert core.limiter.granted == {Q1: 1} and core.limiter.limited == {1, 2}
     assert _grants(out) == [(Q1, 3)]
     core.on_release(m.Release(Q1, 1))
     assert _grants(out) == [(Q1, 3), (Q2, 1)]
@@ -744,7 +744,7 @@ def test_free_tokens_are_shared_among_waiting_queues__P2():
     assert _grants(out) == [(Q1, 5)]
     send(core, am.BasicAck(delivery_tag=5, multiple=True))
     assert _grants(out) == [(Q1, 5), (Q1, 2), (Q2, 3)]
-    assert core.granted == {Q1: 2, Q2: 3} and not core.demands
+    assert core.limiter.granted == {Q1: 2, Q2: 3} and not core.limiter.demands
     _check_budget(core)
 
 
@@ -767,7 +767,7 @@ def test_nack_and_reject_free_tokens():
     send(core, am.BasicNack(delivery_tag=1, requeue=True))
     send(core, am.BasicReject(delivery_tag=2, requeue=False))
     assert _grants(out) == [(Q1, 2), (Q1, 1)]
-    assert core.granted == {Q1: 1} and core.limited_tags == set()
+    assert core.limiter.granted == {Q1: 1} and core.limiter.limited == set()
     core.on_demand(m.Demand(Q1))
     assert _grants(out) == [(Q1, 2), (Q1, 1), (Q1, 1)]
     _check_budget(core)
@@ -780,13 +780,13 @@ def test_no_ack_and_get_deliveries_use_no_tokens():
     send(core, am.BasicQos(prefetch_count=1, global_=True))
     consume(core, out, "q1", "N", no_ack=True)
     core.on_demand(m.Demand(Q1))
-    assert core.granted == {Q1: 1}
+    assert core.limiter.granted == {Q1: 1}
     core.on_deliver(deliver_msg("q1", [("N", 101, False), ("N", 102, False)]))
-    assert core.granted == {Q1: 1} and core.limited_tags == set()
+    assert core.limiter.granted == {Q1: 1} and core.limiter.limited == set()
     send(core, am.BasicGet(queue="q2"))
     get = out.sent(m.Get)[-1]
     core.on_reply(m.GetReply(get.req_id, Q2, ["", 7, False, "", "q2", b"\x00\x00"], 0, [b"g"]))
-    assert core.limited_tags == set() and 3 in core.unacked
+    assert core.limiter.limited == set() and 3 in core.unacked
 
 
 def test_recover_frees_all_tokens__A8():
@@ -797,7 +797,7 @@ def test_recover_frees_all_tokens__A8():
     assert _grants(out) == [(Q1, 2)]
     send(core, am.BasicRecover(requeue=True))
     assert _grants(out) == [(Q1, 2), (Q2, 2)]
-    assert core.limited_tags == set()
+    assert core.limiter.limited == set()
 
 
 def test_qos_global_false_unsets_global_prefetch__P2():
@@ -806,12 +806,12 @@ def test_qos_global_false_unsets_global_prefetch__P2():
     core.on_deliver(deliver_msg("q1", [("A", 101, False)]))
     out.clear()
     send(core, am.BasicQos(prefetch_count=5, global_=False))
-    assert core.global_prefetch == 0 and core.prefetch == 5
+    assert core.limiter.limit == 0 and core.prefetch == 5
     assert sorted((a, msg) for a, msg in out.sends()) == [(Q1, m.SetLimit(CH, 0)),
                                                           (Q2, m.SetLimit(CH, 0))]
-    assert core.limited_tags == set() and core.granted == {} and not core.demands
+    assert core.limiter.limited == set() and core.limiter.granted == {} and not core.limiter.demands
     core.on_demand(m.Demand(Q1))  # no limit: demands are ignored
-    assert _grants(out) == [] and not core.demands
+    assert _grants(out) == [] and not core.limiter.demands
     assert out.methods() == [am.BasicQosOk()]
 
 
@@ -829,7 +829,7 @@ def test_channel_error_drops_token_state():
     core.on_demand(m.Demand(Q1))
     core.on_deliver(deliver_msg("q1", [("A", 101, False)]))
     send(core, am.BasicAck(delivery_tag=99))
-    assert core.granted == {} and core.limited_tags == set() and not core.demands
+    assert core.limiter.granted == {} and core.limiter.limited == set() and not core.limiter.demands
     out.clear()
     core.on_demand(m.Demand(Q2))
     assert out.sends() == []
@@ -897,8 +897,8 @@ def test_global_prefetch_holds_and_nothing_lost_or_duplicated__P1_P2_P3(seed):
             outstanding.pop(tag)
     assert done == expected
     assert w.q("q1").stats()["messages"] == 0 and w.q("q2").stats()["messages"] == 0
-    assert w.channel.granted.get(qaddr("q1"), 0) == w.q("q1").channels[CH].tokens
-    assert w.channel.granted.get(qaddr("q2"), 0) == w.q("q2").channels[CH].tokens
+    assert w.channel.limiter.granted.get(qaddr("q1"), 0) == w.q("q1").channels[CH].tokens
+    assert w.channel.limiter.granted.get(qaddr("q2"), 0) == w.q("q2").channels[CH].tokens
 
 
 def test_consumer_after_cancel_gets_messages_under_global_prefetch__P2():
