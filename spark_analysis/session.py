@@ -8,8 +8,10 @@ given here.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import zipfile
@@ -21,7 +23,10 @@ REPO = os.path.dirname(PACKAGE)
 def _package_zip() -> str:
     """spark_analysis/ as a zip for SparkContext.addPyFile: executors import the reader from it
     (pickled functions and data source classes refer to it by module name)."""
-    out = os.path.join(tempfile.mkdtemp(prefix="leveret-analysis-"), "spark_analysis.zip")
+    folder = tempfile.mkdtemp(prefix="leveret-analysis-")
+    # Spark reads it again whenever an executor fetches it: kept until this process ends
+    atexit.register(shutil.rmtree, folder, True)
+    out = os.path.join(folder, "spark_analysis.zip")
     with zipfile.ZipFile(out, "w") as z:
         for name in sorted(os.listdir(PACKAGE)):
             if name.endswith(".py"):

@@ -10,8 +10,10 @@ that broker and start nothing; `ctl` then runs the command prefix in LEVERET_TES
 """
 from __future__ import annotations
 
+import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -209,14 +211,28 @@ class Broker:
 
     def stop(self) -> None:
         proc = self.proc
-        if proc is None or proc.poll() is not None:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(10)
+        self._remove_run_dir()
+
+    def _remove_run_dir(self) -> None:
+        """A node whose data dir path is long keeps its sockets in a folder of the temp dir and
+        removes it when it stops; one killed -9 (and not restarted) leaves it, named in its
+        node.json: remove it for the node."""
+        if self.proc is None or self.data_dir is None:
             return
-        proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(10)
+            run = json.loads((self.data_dir / "node.json").read_text()).get("run_dir", "")
+        except (OSError, ValueError):
+            return
+        if os.path.basename(run).startswith("leveret-run-") and \
+                os.path.dirname(run) == tempfile.gettempdir():
+            shutil.rmtree(run, ignore_errors=True)
 
 
 def _external_broker() -> Broker | None:

@@ -14,6 +14,7 @@ listener): it owns
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 import logging
 import os
@@ -23,6 +24,8 @@ import subprocess
 
 import sdnotify
 import sys
+import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -75,13 +78,25 @@ def _watchdog_interval() -> float:
     return usec / 2e6
 
 
-def short_run_dir(data_dir: str) -> str:
-    """ipc:// paths must fit in sun_path (108 bytes): use data_dir/run when short enough."""
-    run = os.path.join(os.path.abspath(data_dir), "run")
+def short_run_dir(data_dir: str) -> tuple[str, bool]:
+    """ipc:// paths must fit in sun_path (108 bytes): data_dir/run when short enough, else a
+    folder of the temp dir named after the data dir (the same one again after a restart, so
+    kill -9 does not leave a new one each time) -> (path, whether it is that temp folder,
+    which the node removes when it stops)."""
+    data_dir = os.path.abspath(data_dir)
+    run = os.path.join(data_dir, "run")
     if len(run) < 70:
         os.makedirs(run, exist_ok=True)
-        return run
-    return tempfile.mkdtemp(prefix="leveret-run-")
+        return run, False
+    digest = hashlib.sha256(data_dir.encode()).hexdigest()[:16]
+    run = os.path.join(tempfile.gettempdir(), f"leveret-run-{digest}")
+    try:
+        os.mkdir(run, 0o700)
+    except FileExistsError:
+        st = os.lstat(run)  # ours from an earlier run, not someone else's folder or link
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            return tempfile.mkdtemp(prefix="leveret-run-"), True
+    return run, True
 
 
 class Node:
@@ -100,7 +115,7 @@ class Node:
         cfg = self.config
         os.makedirs(cfg.data_dir, exist_ok=True)
         self.lsock = self._bind()
-        self.run_dir = short_run_dir(cfg.data_dir)
+        self.run_dir, self.run_dir_is_temp = short_run_dir(cfg.data_dir)
         events.configure(cfg, process="node", node=cfg.node)
         self.transport = Transport(self._endpoint("node"))
         # one thread for the metadata actor, its ZeroMQ and the acceptor
@@ -110,6 +125,8 @@ class Node:
         self.metadata = Metadata.start(self.transport, cfg)
         if cfg.clustered and not self._join_cluster():
             self.metadata.stop()
+            if self.run_dir_is_temp:
+                shutil.rmtree(self.run_dir, ignore_errors=True)
             return self.exit_code
         self._drop_stale_indexes()
         self._write_node_file()
@@ -280,6 +297,8 @@ class Node:
             os.unlink(os.path.join(self.config.data_dir, "node.json"))
         except OSError:
             pass
+        if self.run_dir_is_temp:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
         log.info("node stopped")
 
     # --- helpers --------------------------------------------------------------------------------
