@@ -176,24 +176,40 @@ class Transport:
     # --- receiving ------------------------------------------------------------------------------
     def start(self, loop=None) -> None:
         """Bind and read the process's endpoint: on a thread of its own, or on `loop` (an
-        actors.runtime.EventLoop) between its other work."""
+        actors.runtime.EventLoop) between its other work. Raises zmq.ZMQError when the
+        endpoint cannot be bound (a cluster's tcp:// port taken since the node picked it): the
+        process then exits and its supervisor starts it again on a new endpoint."""
+        ready = threading.Event()
+        failed: list = []
         if loop is not None:
             self._loop = loop
-            ready = threading.Event()
-            loop.call(self._bind_on_loop, ready)
-            ready.wait()
-            return
-        ready = threading.Event()
-        self._inbound = threading.Thread(
-            target=self._inbound_loop, args=(ready,), name="zmq-inbound", daemon=True)
-        self._inbound.start()
+            loop.call(self._bind_on_loop, ready, failed)
+        else:
+            self._inbound = threading.Thread(target=self._inbound_loop, args=(ready, failed),
+                                             name="zmq-inbound", daemon=True)
+            self._inbound.start()
         ready.wait()
+        if failed:
+            raise failed[0]
 
-    def _bind_on_loop(self, ready: threading.Event) -> None:
-        sock = self._pull = self.context.socket(zmq.PULL)
+    def _bind(self, ready: threading.Event, failed: list):
+        """The PULL socket, bound; None (and the error in `failed`) when it cannot be."""
+        sock = self.context.socket(zmq.PULL)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, 0)
-        sock.bind(self.endpoint)
+        try:
+            sock.bind(self.endpoint)
+        except zmq.ZMQError as e:
+            sock.close(0)
+            failed.append(e)
+            ready.set()
+            return None
+        return sock
+
+    def _bind_on_loop(self, ready: threading.Event, failed: list) -> None:
+        sock = self._pull = self._bind(ready, failed)
+        if sock is None:
+            return
         self._loop.loop.add_reader(sock.getsockopt(zmq.FD), self._readable)
         ready.set()
         self._readable()  # ZMQ_FD is edge-triggered: read what came before we watched it
@@ -238,11 +254,10 @@ class Transport:
             return
         self._deliver_local(name, msg)
 
-    def _inbound_loop(self, ready: threading.Event) -> None:
-        sock = self.context.socket(zmq.PULL)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RCVHWM, 0)
-        sock.bind(self.endpoint)
+    def _inbound_loop(self, ready: threading.Event, failed: list) -> None:
+        sock = self._bind(ready, failed)
+        if sock is None:
+            return
         ready.set()
         while not self._closing:
             try:

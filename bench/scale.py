@@ -278,6 +278,17 @@ def next_commands(conn: LeanConnection, sel: selectors.BaseSelector, timeout: fl
     return conn.recv_commands()
 
 
+def progress_log(log, label: str, verb: str, total: int, t0: float):
+    """A progress callback for pipeline(): a line every tenth of `total` (at least 1,000)."""
+    step = max(1000, total // 10)
+
+    def progress(done: int) -> None:
+        if done % step == 0:
+            log(f"[{label}]   {done:,} queues {verb} ({time.monotonic() - t0:.1f}s)")
+
+    return progress
+
+
 def pipeline(conn: LeanConnection, sel, channels: list[int], methods, reply_cls,
              timeout: float, progress=None) -> tuple[int, str | None]:
     """Send `methods` with at most one in flight per channel; (replies received, error)."""
@@ -415,18 +426,12 @@ def run_queues(broker: Broker, opts: Options, log) -> dict:
     sel.register(conn.sock, selectors.EVENT_READ)
     time.sleep(opts.settle)
     res["before"] = broker.usage()
-    step = max(1000, n // 10)
-
-    def progress(done: int) -> None:
-        if done % step == 0:
-            log(f"[{label}]   {done:,} queues declared ({time.monotonic() - t0:.1f}s)")
-
     log(f"[{label}] declaring {n:,} queues over {opts.channels} channels ...")
     declare = (conn.M.QueueDeclare(queue=q, passive=False, durable=False, exclusive=False,
                                    auto_delete=False, arguments={}) for q in names)
     t0 = time.monotonic()
     done, err = pipeline(conn, sel, chans, declare, conn.M.QueueDeclareOk, opts.timeout,
-                         progress)
+                         progress_log(log, label, "declared", n, t0))
     res["declare_s"] = time.monotonic() - t0
     res["declared"] = done
     if err:
@@ -467,14 +472,8 @@ def run_queues(broker: Broker, opts: Options, log) -> dict:
         log(f"[{label}] deleting {len(declared):,} queues ...")
         delete = (conn.M.QueueDelete(queue=q) for q in declared)
         t0 = time.monotonic()
-        t_step = max(1000, len(declared) // 10)
-
-        def del_progress(done: int) -> None:
-            if done % t_step == 0:
-                log(f"[{label}]   {done:,} queues deleted ({time.monotonic() - t0:.1f}s)")
-
         done_del, err = pipeline(conn, sel, chans, delete, conn.M.QueueDeleteOk, opts.timeout,
-                                 del_progress)
+                                 progress_log(log, label, "deleted", len(declared), t0))
         res["delete_s"] = time.monotonic() - t0
         res["deleted"] = done_del
         if err:

@@ -62,3 +62,19 @@ def test_a_lone_send_is_not_wrapped(tmp_path):
     parts = raw.recv_multipart()
     assert parts[0] == b"a" and m.decode(parts[1], parts[2:]) == m.Sent("x#ch", 7)
     raw.close(0)
+
+
+def test_an_endpoint_that_cannot_be_bound_fails_the_start_instead_of_hanging(tmp_path):
+    """A cluster worker's tcp:// port can be taken between the node picking it and the worker
+    binding it: the worker must exit (and be restarted on a new port), not wait forever."""
+    import pytest
+    import socket as socketlib
+    taken = socketlib.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    endpoint = f"tcp://127.0.0.1:{taken.getsockname()[1]}"
+    with pytest.raises(zmq.ZMQError):
+        Transport(endpoint).start(EventLoop("test-taken"))
+    with pytest.raises(zmq.ZMQError):
+        Transport(endpoint).start()
+    taken.close()
