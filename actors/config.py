@@ -37,6 +37,8 @@ class Config:
     loopback_users: tuple = ("guest",)  # users allowed to log in only from loopback
     credit_initial: int = 400  # credit_flow: messages a channel may send a queue unasked
     credit_more: int = 200  # credit_flow: the queue bumps credit after this many
+    credit_initial_bytes: int = 4 * 1024 * 1024  # credit_flow: body bytes sent a queue unasked
+    credit_more_bytes: int = 2 * 1024 * 1024  # credit_flow: or bumped after this many bytes
     queue_backlog_bytes: int = 32 * 1024 * 1024  # a queue withholds publisher credit past this
     storage_map_size: int = 64 * 1024 ** 3  # LMDB map of <data_dir>/messages: the disk it may use
     segment_entries: int = 16384  # queue index: entries per segment

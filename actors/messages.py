@@ -195,9 +195,11 @@ class ConsumerGone(NamedTuple):
 
 
 class Credit(NamedTuple):
-    """Queue -> channel: credit_flow bump, `n` more messages may be sent to `queue`."""
+    """Queue -> channel: credit_flow bump, `n` more messages and `nbytes` more body bytes may
+    be sent to `queue` (actors/core/credit_flow.py)."""
     queue: str
     n: int
+    nbytes: int
 
 
 class Sent(NamedTuple):

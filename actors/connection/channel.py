@@ -75,7 +75,8 @@ class Channel(LightActor):
         self.name = f"ch/{conn.owner.rpartition('/')[2]}/{number}/{next(_incarnations)}"
         self.address = host.transport.address(self.name)
         self.core = ChannelCore(number, self.address, conn, host.replica, _Out(self),
-                                host.config.credit_initial, events)
+                                host.config.credit_initial, events,
+                                credit_initial_bytes=host.config.credit_initial_bytes)
 
     def on_start(self):
         self.host.transport.register(self.name, self.actor_ref)

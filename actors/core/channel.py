@@ -23,7 +23,7 @@ import os
 import struct
 from collections import OrderedDict, deque
 
-from actors.core import NO_EVENTS
+from actors.core import NO_EVENTS, credit_flow
 from actors.core.confirms import Confirms
 from actors.core.limiter import Limiter
 from actors import messages as m
@@ -52,7 +52,8 @@ class ConnInfo:
 
 class ChannelCore:
     def __init__(self, number: int, address: str, conn: ConnInfo, replica, out,
-                 credit_initial=400, events=NO_EVENTS, random_bytes=os.urandom):
+                 credit_initial=credit_flow.INITIAL, events=NO_EVENTS, random_bytes=os.urandom,
+                 credit_initial_bytes=credit_flow.INITIAL_BYTES):
         self.events = events  # the event log (actors.events in the shell), injected
         self.random_bytes = random_bytes  # ids (msg id prefix, consumer tags), injected
         self.last_props: tuple = (None, None, -1)  # (raw, decoded, expiry) of the last publish
@@ -84,8 +85,8 @@ class ChannelCore:
         self.queues_used: set = set()  # queues with our consumers or unacked deliveries
         self.publish_batches: dict[str, tuple[list, list]] = {}  # queue -> (items, bodies)
         self.settle_batches: dict[tuple, list] = {}  # (queue, op) -> msg ids
-        self.credit: dict[str, int] = {}  # queue -> credit_flow credit left
-        self.credit_initial = credit_initial  # credit_flow initial credit per queue
+        # credit_flow's sending half: messages and body bytes each queue may still be sent
+        self.credit = credit_flow.SenderCredit(credit_initial, credit_initial_bytes)
         self.blocked = False  # the reader was told to stop
         self.waiting: dict[int, object] = {}  # req id -> continuation(reply)
         self.sync_wait = 0  # req id whose reply must come before more commands
@@ -264,8 +265,11 @@ class ChannelCore:
         self.flush()
 
     def on_credit(self, msg: m.Credit) -> None:
-        self.credit[msg.queue] = self.credit.get(msg.queue, 0) + msg.n
-        if self.blocked and all(c > 0 for c in self.credit.values()):
+        self.credit.bump(msg.queue, msg.n, msg.nbytes)
+        self._maybe_unblock()
+
+    def _maybe_unblock(self) -> None:
+        if self.blocked and not self.credit.exhausted():
             self.blocked = False
             self.out.unblock()
 
@@ -279,23 +283,15 @@ class ChannelCore:
     def queues_gone(self, names: set) -> None:
         """Queues were deleted: whatever credit they held back is no longer owed (a publisher
         blocked by a queue that is gone must not stay blocked for good)."""
-        for q in list(self.credit):
-            if q.partition("#")[2] in names:
-                del self.credit[q]
-        if self.blocked and all(c > 0 for c in self.credit.values()):
-            self.blocked = False
-            self.out.unblock()
+        self.credit.forget(lambda q: q.partition("#")[2] in names)
+        self._maybe_unblock()
 
     def queue_worker_down(self, endpoint: str) -> None:
         """A queue worker died: nack what its queues had not confirmed, cancel consumers."""
         prefix = endpoint + "#"
         self.confirms.reject_queues(lambda q: q.startswith(prefix), self.confirm_nacks)
-        for q in list(self.credit):
-            if q.startswith(prefix):
-                del self.credit[q]
-        if self.blocked and all(c > 0 for c in self.credit.values()):
-            self.blocked = False
-            self.out.unblock()
+        self.credit.forget(lambda q: q.startswith(prefix))
+        self._maybe_unblock()
         for ctag, (q, _, _) in list(self.consumers.items()):
             if q.startswith(prefix):
                 self.on_consumer_gone(m.ConsumerGone(q, ctag))
@@ -612,9 +608,7 @@ class ChannelCore:
                 batch = self.publish_batches[addr] = ([], [])
             batch[0].append(item)
             batch[1].append(body)
-            c = self.credit.get(addr, self.credit_initial) - 1
-            self.credit[addr] = c
-            if c <= 0:
+            if self.credit.spend(addr, len(body)):
                 block = True
         if block and not self.blocked:
             self.blocked = True

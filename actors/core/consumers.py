@@ -1,15 +1,18 @@
 """A queue's consumers and what it knows of each consuming channel (rabbit_queue_consumers.erl).
 
 Which consumer takes the next message: round robin over the consumers that can take one now:
-the channel's writer has room (`delivery_window` deliveries in flight at most: the Writer gives
-them back with `Sent` once they are on the wire), the consumer's prefetch is not used up, and
+the channel's writer has room (`delivery_window` deliveries and `delivery_window_bytes` body
+bytes in flight at most: the Writer gives them back with `Sent` once they are on the wire), the consumer's prefetch is not used up, and
 under a channel-wide prefetch (basic.qos global) the channel has granted a token. The queue core
 (actors/core/queue.py) decides what to deliver; this module decides to whom.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
+
+DELIVERY_WINDOW = 2000  # deliveries in flight to one channel's writer
+DELIVERY_WINDOW_BYTES = 4 * 1024 * 1024  # body bytes in flight to one channel's writer
 
 
 class Consumer:
@@ -25,7 +28,8 @@ class Consumer:
 
 
 class ChannelState:
-    __slots__ = ("limit", "unacked", "in_flight", "published", "tokens", "wants", "asked")
+    __slots__ = ("limit", "unacked", "in_flight", "in_flight_bytes", "sizes", "tokens", "wants",
+                 "asked")
 
     def __init__(self):
         self.limit = 0  # channel-wide prefetch (basic.qos global=true), 0 = none
@@ -34,16 +38,19 @@ class ChannelState:
         self.asked = False  # a Demand is out, no Grant yet
         self.unacked = 0  # deliveries from this queue to the channel not yet settled
         self.in_flight = 0  # deliveries not yet written to the socket (writer credit)
-        self.published = 0  # messages taken from it since the last credit bump
+        self.in_flight_bytes = 0  # their body bytes
+        self.sizes: deque | None = None  # their body sizes, oldest first (made on first use)
 
 
 class QueueConsumers:
-    __slots__ = ("by_key", "channels", "delivery_window")
+    __slots__ = ("by_key", "channels", "delivery_window", "delivery_window_bytes")
 
-    def __init__(self, delivery_window: int):
+    def __init__(self, delivery_window: int = DELIVERY_WINDOW,
+                 delivery_window_bytes: int = DELIVERY_WINDOW_BYTES):
         self.by_key: OrderedDict = OrderedDict()  # (channel, tag) -> Consumer, round-robin order
         self.channels: dict[str, ChannelState] = {}  # channel address -> its state here
         self.delivery_window = delivery_window  # deliveries in flight to one channel's writer
+        self.delivery_window_bytes = delivery_window_bytes  # and their body bytes
 
     def add(self, channel, tag, no_ack, prefetch, exclusive) -> Consumer:
         c = self.by_key[(channel, tag)] = Consumer(channel, tag, no_ack, prefetch, exclusive)
@@ -62,7 +69,8 @@ class QueueConsumers:
 
     def can_take(self, c: Consumer) -> bool:
         st = self.channels[c.channel]
-        if st.in_flight >= self.delivery_window:
+        if st.in_flight >= self.delivery_window or \
+                st.in_flight_bytes >= self.delivery_window_bytes:
             return False
         if c.no_ack:
             return True
@@ -98,8 +106,27 @@ class QueueConsumers:
         st = self.channels.get(channel)
         if st is None:
             return False
-        st.in_flight = max(0, st.in_flight - n)
+        n = min(n, st.in_flight)
+        if not n:
+            return True
+        sizes = st.sizes
+        st.in_flight -= n
+        if n == len(sizes):
+            sizes.clear()
+            st.in_flight_bytes = 0
+        else:
+            popleft = sizes.popleft
+            st.in_flight_bytes -= sum(popleft() for _ in range(n))
         return True
+
+    def delivering(self, st: ChannelState, nbytes: int) -> None:
+        """A delivery of `nbytes` to the channel of `st` is on its way to the writer."""
+        st.in_flight += 1
+        st.in_flight_bytes += nbytes
+        sizes = st.sizes
+        if sizes is None:
+            sizes = st.sizes = deque()
+        sizes.append(nbytes)
 
     def drop_channel(self, channel) -> None:
         """The channel is gone: its consumers and its state here."""

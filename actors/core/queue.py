@@ -11,7 +11,7 @@ and carries out what it asks through `out`, an object with:
 - `confirm(channel, seqs, ok)`        publisher confirms (ok) or nacks (not ok)
 - `reply(addr, req_id, ok, result, code, text)`
 - `consumer_gone(channel, ctag)`      the broker cancelled a consumer
-- `credit(channel, n)`                credit_flow bump for a publishing channel
+- `credit(channel, n, nbytes)`        credit_flow bump for a publishing channel
 - `demand(channel)`                   ask a channel with a global prefetch for tokens
 - `release(channel, n)`               hand back tokens this queue cannot use
 - `persist(msgs)`                     hand persistent messages to the backing queue
@@ -37,12 +37,11 @@ import bisect
 import os
 from collections import deque
 
-from actors.core import NO_EVENTS
+from actors.core import NO_EVENTS, credit_flow
 from actors.core.consumers import ChannelState, Consumer, QueueConsumers
 from actors.core.errors import ChannelError
 
 WAIT = "wait"  # get(): the head is paged out, try again once it is read back
-FLOW_MORE = 200  # credit_flow default: bump a publisher's credit after this many messages
 
 
 class Msg:
@@ -107,8 +106,9 @@ class Ready:
 
 class QueueCore:
     def __init__(self, vhost: str, name: str, arguments: dict, out, now: int,
-                 auto_delete=False, delivery_window=2000, credit_more=FLOW_MORE,
-                 backlog_bytes=0, durable=False, page_bytes=0, page_size=2048,
+                 auto_delete=False, delivery_window=2000, credit_more=credit_flow.MORE,
+                 credit_more_bytes=credit_flow.MORE_BYTES, backlog_bytes=0, durable=False,
+                 page_bytes=0, page_size=2048,
                  events=NO_EVENTS, random_bytes=os.urandom):
         self.events = events  # the event log (actors.events in the shell), injected
         self.random_bytes = random_bytes  # msg ids of stored messages that came without one
@@ -151,12 +151,13 @@ class QueueCore:
         self.auto_delete = auto_delete  # delete when the last consumer goes
         self.had_consumer = False  # auto-delete applies only after a first consumer
         self.last_used = now  # for x-expires
-        self.credit_more = credit_more  # bump a publisher's credit after this many messages
+        # credit_flow's receiving half: a publisher's credit is bumped after credit_more
+        # messages or credit_more_bytes body bytes
+        self.credit = credit_flow.ReceiverCredit(credit_more, credit_more_bytes)
         # credit is withheld while more body bytes than this wait (0 = never): publishers slow
         # to the pace the queue drains instead of growing it without bound, as RabbitMQ's memory
         # alarm blocks them; the credit is paid once the backlog is below the mark again
         self.backlog_bytes = backlog_bytes
-        self.owed: dict[str, int] = {}  # publishing channel -> credit withheld
         self.page_bytes = page_bytes  # ready bytes in memory past which new messages page out
         self.page_size = page_size  # messages read back per page
         self.pageable = bool(durable and page_bytes and not self.max_priority and
@@ -231,14 +232,12 @@ class QueueCore:
         if refused:
             self.out.confirm(sender, refused, False)
         if sender:
-            st = self._channel(sender)
-            st.published += len(items)
-            if st.published >= self.credit_more:
+            due = self.credit.received(sender, len(items), sum(map(len, bodies)))
+            if due is not None:
                 if self.backlog_bytes and self.ready_bytes > self.backlog_bytes:
-                    self.owed[sender] = self.owed.get(sender, 0) + st.published
+                    self.credit.withhold(sender, due)
                 else:
-                    self.out.credit(sender, st.published)
-                st.published = 0
+                    self.out.credit(sender, *due)
         self.run(now)
 
     def persisted(self, msgs: list) -> None:
@@ -450,7 +449,7 @@ class QueueCore:
         self.flush()
         if self.limited:
             self._balance_tokens()
-        if self.owed:
+        if self.credit.owed:
             self._pay_owed()
         if self.paged:
             self._want_page()
@@ -492,16 +491,15 @@ class QueueCore:
 
     def _pay_owed(self) -> None:
         if self.ready_bytes <= self.backlog_bytes:
-            owed, self.owed = self.owed, {}
-            for channel, n in owed.items():
-                self.out.credit(channel, n)
+            for channel, n, nbytes in self.credit.pay():
+                self.out.credit(channel, n, nbytes)
 
     def _next_consumer_exists(self) -> bool:
         return self.cons.any_can_take()
 
     def _deliver(self, c: Consumer, msg: Msg) -> None:
         st = self.channels[c.channel]
-        st.in_flight += 1
+        self.cons.delivering(st, len(msg.body))
         items, bodies = self._batches.setdefault(c.channel, ([], []))
         item = [c.tag, msg.seq_id, msg.redelivered, msg.exchange, msg.routing_key,
                 msg.props_raw]
@@ -671,7 +669,7 @@ class QueueCore:
             del self.unacked[msg.seq_id]
         self.cons.drop_channel(channel)
         self.limited.discard(channel)
-        self.owed.pop(channel, None)
+        self.credit.forget(channel)
         if back:
             self._requeue(back)
         self.last_used = now
@@ -766,7 +764,7 @@ class QueueCore:
                     self._answer(msg, False)
                 self._flush_answers()
             self.out.forget(dropped)
-        if self.owed:
+        if self.credit.owed:
             self._pay_owed()
         return n
 

@@ -71,9 +71,9 @@ class Effects:
     def consumer_gone(self, channel, tag):
         self.t.send(channel, m.ConsumerGone(self.addr, tag))
 
-    def credit(self, channel, n):
+    def credit(self, channel, n, nbytes):
         if channel:
-            self.t.send(channel, m.Credit(self.addr, n))
+            self.t.send(channel, m.Credit(self.addr, n, nbytes))
 
     def demand(self, channel):
         self.t.send(channel, m.Demand(self.addr))
@@ -130,6 +130,7 @@ class Queue(LightActor):
         self.core = QueueCore(self.vhost, self.qname, self.arguments, Effects(self), now_ms(),
                               auto_delete=qdef["auto_delete"],
                               credit_more=host.config.credit_more,
+                              credit_more_bytes=host.config.credit_more_bytes,
                               backlog_bytes=host.config.queue_backlog_bytes,
                               durable=self.durable,
                               page_bytes=host.config.queue_page_bytes,

@@ -5,6 +5,7 @@ gone is confirmed, not lost in a stalled connection)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pika
@@ -38,6 +39,49 @@ def test_a_publisher_held_by_a_deleted_queue_is_read_again__C2(tmp_path):
         pch.basic_publish("", q, b"after")
         assert pch.basic_get(q, auto_ack=True)[2] == b"after"
         pub.close()
+        admin.close()
+    finally:
+        broker.stop()
+
+
+def test_credit_counts_bytes_a_publisher_of_large_messages_is_held_early__C2(tmp_path):
+    """Credit in messages alone (400) would let a publisher park 400 large bodies in a queue's
+    mailbox; the byte credit (64 KB here) holds it after a handful, and nothing is lost."""
+    cfg = tmp_path / "leveret.toml"
+    cfg.write_text("queue_backlog_bytes = 65536\ncredit_initial = 10000\ncredit_more = 5000\n"
+                   "credit_initial_bytes = 65536\ncredit_more_bytes = 32768\n")
+    broker = Broker.start_leveret(tmp_path, "--config", str(cfg), "--queue-workers", "1")
+    try:
+        admin = broker.connection()
+        ach = admin.channel()
+        ach.queue_declare("big")
+        body = b"x" * 16384
+        published = threading.Event()
+
+        def publish():  # blocks in pika while the broker does not read its socket
+            pub = broker.connection()
+            pch = pub.channel()
+            for _ in range(200):
+                pch.basic_publish("", "big", body)
+            pub.close()
+            published.set()
+
+        threading.Thread(target=publish, daemon=True).start()
+        most = 0
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:  # what the queue takes while the publisher pushes
+            most = max(most, ach.queue_declare("big", passive=True).method.message_count)
+            time.sleep(0.05)
+        # backlog mark (4 bodies) + the byte credit paid before it (4) + one bump (2) + the one
+        # body that may overdraw it: far from the 200 the message credit alone allows
+        assert 0 < most <= 12 and not published.is_set()
+        got = 0
+        for _method, _props, b in ach.consume("big", auto_ack=True, inactivity_timeout=10):
+            assert b == body
+            got += 1
+            if got == 200:
+                break
+        assert got == 200 and published.wait(10)
         admin.close()
     finally:
         broker.stop()

@@ -209,7 +209,7 @@ class _WireQueueOut(QueueOut):
             elif name == "consumer_gone":
                 wire.post(args[0], m.ConsumerGone(q, args[1]))
             elif name == "credit" and args[0]:
-                wire.post(args[0], m.Credit(q, args[1]))
+                wire.post(args[0], m.Credit(q, args[1], args[2]))
             elif name == "demand":
                 wire.post(args[0], m.Demand(q))
             elif name == "release":

@@ -599,11 +599,24 @@ def test_publisher_blocks_without_credit_and_resumes():
     assert out.kinds().count("block") == 1 and core.blocked
     send(core, publish("q1"))
     assert out.kinds().count("block") == 1
-    core.on_credit(m.Credit(Q1, 1))
+    core.on_credit(m.Credit(Q1, 1, 1))
     assert "unblock" not in out.kinds()  # q1 still at 0
-    core.on_credit(m.Credit(Q1, 200))
+    core.on_credit(m.Credit(Q1, 200, 200))
     assert out.kinds().count("unblock") == 1 and not core.blocked
-    assert core.credit == {Q1: 200, Q2: 2}
+    assert {q: c[0] for q, c in core.credit.left.items()} == {Q1: 200, Q2: 2}
+
+
+def test_publisher_blocks_when_byte_credit_runs_out_first():
+    core, out = ch(credit_initial=400)
+    core.credit.initial_bytes = 10
+    send(core, publish("q1", body=b"12345"))
+    assert "block" not in out.kinds()
+    send(core, publish("q1", body=b"12345"))
+    assert out.kinds().count("block") == 1 and core.blocked
+    core.on_credit(m.Credit(Q1, 2, 0))
+    assert "unblock" not in out.kinds()  # 400 messages left, but 10 - 5 - 5 = 0 bytes
+    core.on_credit(m.Credit(Q1, 0, 1))
+    assert out.kinds().count("unblock") == 1 and not core.blocked
 
 
 def test_a_deleted_queue_forgives_the_credit_it_withheld():
@@ -612,7 +625,7 @@ def test_a_deleted_queue_forgives_the_credit_it_withheld():
     assert core.blocked
     core.queues_gone({"q/q1"})  # the transport name of q1 (its address after '#')
     assert out.kinds().count("unblock") == 1 and not core.blocked
-    assert core.credit == {Q2: 1}
+    assert list(core.credit.left) == [Q2] and core.credit.left[Q2][0] == 1
 
 
 # --- transactions ---------------------------------------------------------------------------

@@ -4,7 +4,8 @@ effects recorded by a fake `out` (tests/unit/core/core_fakes.py)."""
 import pytest
 
 from actors.core.errors import ChannelError
-from actors.core.queue import FLOW_MORE, Msg, QueueCore
+from actors.core.credit_flow import MORE as FLOW_MORE, MORE_BYTES
+from actors.core.queue import Msg, QueueCore
 from core_fakes import QueueOut
 
 CH1, CH2, PUB = "w1#ch/1/1/1", "w1#ch/1/2/2", "w1#ch/9/1/3"
@@ -610,12 +611,31 @@ def test_publisher_credit_bumped_every_flow_more():
         pub(q, b"m")
     assert out.of("credit") == []
     pub(q, b"m", b"m")
-    assert out.of("credit") == [(PUB, FLOW_MORE + 1)]
+    assert out.of("credit") == [(PUB, FLOW_MORE + 1, FLOW_MORE + 1)]
     for _ in range(FLOW_MORE - 1):
         pub(q, b"m")
-    assert out.of("credit") == [(PUB, FLOW_MORE + 1)]
+    assert out.of("credit") == [(PUB, FLOW_MORE + 1, FLOW_MORE + 1)]
     pub(q, b"m")
-    assert out.of("credit") == [(PUB, FLOW_MORE + 1), (PUB, FLOW_MORE)]
+    assert out.of("credit") == [(PUB, FLOW_MORE + 1, FLOW_MORE + 1), (PUB, FLOW_MORE, FLOW_MORE)]
+
+
+def test_publisher_credit_bumped_by_bytes_before_messages():
+    q, out = mk()
+    big = b"x" * (MORE_BYTES // 2)
+    pub(q, big)
+    assert out.of("credit") == []
+    pub(q, big, b"m")
+    assert out.of("credit") == [(PUB, 3, MORE_BYTES + 1)]
+
+
+def test_withheld_credit_is_paid_in_messages_and_bytes():
+    q, out = mk(backlog_bytes=10)
+    for _ in range(FLOW_MORE):
+        pub(q, b"0123456789ab")
+    assert out.of("credit") == []  # the backlog is over its mark: withheld
+    q.consume(CH1, "A", True, False, 0, 0, 0)
+    q.run(0)
+    assert out.of("credit") == [(PUB, FLOW_MORE, 12 * FLOW_MORE)]
 
 
 def test_no_credit_for_anonymous_sender():
