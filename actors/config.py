@@ -40,6 +40,10 @@ class Config:
     credit_initial_bytes: int = 4 * 1024 * 1024  # credit_flow: body bytes sent a queue unasked
     credit_more_bytes: int = 2 * 1024 * 1024  # credit_flow: or bumped after this many bytes
     queue_backlog_bytes: int = 32 * 1024 * 1024  # a queue withholds publisher credit past this
+    vm_memory_high_watermark: float = 0.4  # memory alarm above this fraction of RAM...
+    vm_memory_high_watermark_absolute: object = 0  # ...or above this many bytes ("2GB"), if set
+    disk_free_limit: object = "50MB"  # disk alarm below this much free space in data_dir's fs...
+    disk_free_limit_relative: float = 0.0  # ...or below this multiple of RAM, if set
     storage_map_size: int = 64 * 1024 ** 3  # LMDB map of <data_dir>/messages: the disk it may use
     segment_entries: int = 16384  # queue index: entries per segment
     max_journal_entries: int = 32768  # queue index: fold the journal into segments at this size

@@ -1,4 +1,5 @@
-"""`leveretctl`: rabbitmqctl's user, vhost and permission commands against a running node.
+"""`leveretctl`: rabbitmqctl's user, vhost, permission, policy, status and alarm commands
+against a running node.
 
 Talks to the node's metadata actor over ZeroMQ, at the address the node writes to
 `<data-dir>/node.json`.
@@ -95,6 +96,23 @@ def print_cluster(status: dict) -> int:
     return 0
 
 
+def print_status(status: dict) -> int:
+    """`rabbitmqctl status`'s alarm, memory and disk sections."""
+    print("Status of this node ...")
+    print("\nAlarms\n")
+    alarms = status.get("alarms") or []
+    print("\n".join(f"{a} resource limit alarm" for a in alarms) if alarms else
+          "(none)")
+    print("\nMemory\n")
+    print(f"Total memory used: {status['memory_used']} bytes")
+    print(f"Memory high watermark setting: {json.dumps(status['vm_memory_high_watermark'])}")
+    print(f"Memory high watermark: {status['memory_limit']} bytes")
+    print("\nFree Disk Space\n")
+    print(f"Low free disk space watermark: {status['disk_free_limit']} bytes")
+    print(f"Free disk space: {status['disk_free']} bytes")
+    return 0
+
+
 def _cell(value) -> str:
     if isinstance(value, bool):
         return str(value).lower()
@@ -111,7 +129,8 @@ def main(argv=None) -> int:
     p.add_argument("--apply-to", default="all", help="set_policy: queues, exchanges or all")
     p.add_argument("command", choices=sorted(COMMANDS) + [
         "list_users", "list_vhosts", "list_queues", "list_exchanges", "list_bindings",
-        "list_policies", "set_policy", "clear_policy", "cluster_status"])
+        "list_policies", "set_policy", "clear_policy", "cluster_status", "status",
+        "set_vm_memory_high_watermark", "set_disk_free_limit"])
     p.add_argument("args", nargs="*")
     a = p.parse_intermixed_args(argv)
     if a.command == "set_policy":
@@ -134,6 +153,26 @@ def main(argv=None) -> int:
         return 0
     if a.command == "cluster_status":
         return print_cluster(call(a.data_dir, "cluster.status", {}))
+    if a.command == "status":
+        return print_status(call(a.data_dir, "status", {}))
+    if a.command == "set_vm_memory_high_watermark":
+        # rabbitmqctl set_vm_memory_high_watermark FRACTION | absolute BYTES
+        absolute = len(a.args) == 2 and a.args[0] == "absolute"
+        if len(a.args) != 1 + absolute:
+            p.error("set_vm_memory_high_watermark takes FRACTION, or absolute BYTES (e.g. 2GB)")
+        limit = call(a.data_dir, "set_vm_memory_high_watermark",
+                     {"value": a.args[-1], "absolute": absolute})
+        print(f"Setting memory threshold on this node to {a.args[-1]} ({limit} bytes) ...")
+        return 0
+    if a.command == "set_disk_free_limit":
+        # rabbitmqctl set_disk_free_limit BYTES | mem_relative FRACTION
+        relative = len(a.args) == 2 and a.args[0] == "mem_relative"
+        if len(a.args) != 1 + relative:
+            p.error("set_disk_free_limit takes BYTES (e.g. 50MB), or mem_relative FRACTION")
+        limit = call(a.data_dir, "set_disk_free_limit",
+                     {"value": a.args[-1], "mem_relative": relative})
+        print(f"Setting disk free limit on this node to {a.args[-1]} ({limit} bytes) ...")
+        return 0
     if a.command == "list_queues" and a.args:
         return print_table(call(a.data_dir, "list", {"what": "queues"}), a.args, a.vhost)
     if a.command.startswith("list_"):

@@ -26,3 +26,6 @@ class WorkerHost:
 
     def metadata_changed(self, changes) -> None:
         """The replica has just applied these changes."""
+
+    def resource_alarm(self, alarms: list) -> None:
+        """The node's memory or disk alarms changed (connection workers block publishers)."""

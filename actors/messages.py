@@ -76,6 +76,12 @@ class WorkerDown(NamedTuple):
     endpoint: str
 
 
+class ResourceAlarm(NamedTuple):
+    """Node (metadata) -> connection worker: the resource alarms now on ("memory", "disk"); any
+    on, publishing connections are blocked (connection.blocked), none, they are unblocked."""
+    alarms: list
+
+
 class StartQueue(NamedTuple):
     """Node -> queue worker: start the Queue and BackingQueue actors of one queue."""
     qdef: dict  # name, vhost, durable, exclusive_owner, auto_delete, arguments
@@ -565,6 +571,16 @@ class ClusterReady:
     __slots__ = ()
 
 
+class AlarmsChanged:
+    """Node's supervision thread -> metadata (local only): the resource monitor set or cleared
+    an alarm; `alarms` is every alarm now on."""
+
+    __slots__ = ("alarms",)
+
+    def __init__(self, alarms):
+        self.alarms = alarms
+
+
 class CommitFailed:
     """pysyncobj thread -> metadata (local only): the log entry `token` this node submitted as
     leader in `epoch` was not committed."""
@@ -580,6 +596,7 @@ _TYPES: list[type] = [
     Publish, Consume, Cancel, Settle, Get, ChannelDown, SetLimit, QueueOp,
     Deliver, GetReply, Confirm, ConsumerGone, Credit, Sent, Demand, Grant, Release,
     MetaApplied, MirrorJoin, MirrorPublish, MirrorForget, MirrorAck, PeerApplied,
+    ResourceAlarm,
 ]
 _TAG = {cls: i for i, cls in enumerate(_TYPES)}
 _HAS_BODIES = {cls: cls._fields[-1] == "bodies" for cls in _TYPES}

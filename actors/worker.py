@@ -70,6 +70,8 @@ class WorkerControl(LightActor):
                 self.host.worker_down(msg.kind, msg.endpoint)
             elif isinstance(msg, m.StartQueue):
                 self.host.start_queue(msg)
+            elif isinstance(msg, m.ResourceAlarm):
+                self.host.resource_alarm(msg.alarms)
             elif isinstance(msg, m.RpcReply):
                 pass  # hello / ready acknowledgements
         except Exception:

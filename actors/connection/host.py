@@ -38,6 +38,7 @@ class ConnectionHost(WorkerHost):
         self.ids = itertools.count(1)  # connection numbers
         self.receiver: Receiver | None = None
         self.lock = threading.Lock()  # readers / channels maps
+        self.alarms: tuple = ()  # the node's resource alarms on: publishers are blocked
 
     def start(self) -> None:
         self.receiver = Receiver(self.io, self.handoff_fd, self._accepted)
@@ -79,6 +80,17 @@ class ConnectionHost(WorkerHost):
         gone = {queue_actor_name(c[1], c[2]) for c in changes if c[0] == "queue_del"}
         if gone:
             self._tell_channels(m.QueuesGone(gone))
+
+    def resource_alarm(self, alarms: list) -> None:
+        self.alarms = tuple(alarms)
+        notice = m.ResourceAlarm(list(alarms))
+        with self.lock:
+            readers = list(self.readers.values())
+        for ref in readers:
+            try:
+                ref.tell(notice)
+            except pykka.ActorDeadError:
+                pass
 
     def _tell_channels(self, msg) -> None:
         with self.lock:

@@ -34,8 +34,10 @@ class Reader(LightActor):
         self.conn_id = conn_id  # unique connection id (exclusive-queue owner)
         self.writer = Writer.start(conn, host.transport)  # the sending side
         self.core = ConnectionCore(host.config, host.replica, peer, conn_id, self)  # handshake
+        self.core.alarms = host.alarms  # the node's resource alarms now
         self.channels: dict = {}  # channel number -> Channel actor ref
         self.blocked: set = set()  # channel numbers out of credit
+        self.throttled = False  # blocked by a resource alarm (ConnectionCore decides)
         self.last_recv = time.monotonic()  # for missed heartbeats
         self.closing = False  # the connection is being torn down
         self.terminated = False  # terminate() ran
@@ -57,22 +59,25 @@ class Reader(LightActor):
                     self.blocked.add(msg.channel)
                 else:
                     self.blocked.discard(msg.channel)
-                self.conn.block(bool(self.blocked))
+                self._update_block()
             elif isinstance(msg, m.ChannelFinished):
                 if self.channels.get(msg.number) is msg.ref:
                     del self.channels[msg.number]
                 if self.blocked:
                     self.blocked.discard(msg.number)
-                    self.conn.block(bool(self.blocked))
+                    self._update_block()
                 msg.ref.stop(block=False)
             elif isinstance(msg, m.HeartbeatTick):
                 hb = self.core.heartbeat
-                if hb and time.monotonic() - self.last_recv > 2 * hb:
+                # heartbeats are not checked while the broker itself does not read the socket
+                if hb and not self.reading_held and time.monotonic() - self.last_recv > 2 * hb:
                     log.warning("missed heartbeats from client %s:%s, timeout: %ss",
                                 self.peer[0], self.peer[1], hb)
                     self.terminate("missed heartbeats")
                     return
                 self.writer.tell(msg)
+            elif isinstance(msg, m.ResourceAlarm):
+                self.core.set_alarms(msg.alarms)
             elif isinstance(msg, m.SocketClosed):
                 self.terminate(msg.why)
             elif isinstance(msg, m.CloseConnection):
@@ -86,7 +91,22 @@ class Reader(LightActor):
             log.exception("reader of %s failed", self.conn_id)
             self.terminate("internal error")
 
+    @property
+    def reading_held(self) -> bool:
+        """The broker does not read this socket: a channel is out of credit, or an alarm."""
+        return bool(self.blocked) or self.throttled
+
+    def _update_block(self) -> None:
+        held = self.reading_held
+        if not held:
+            self.last_recv = time.monotonic()  # the client's heartbeats were not read meanwhile
+        self.conn.block(held)
+
     # --- called by ConnectionCore ------------------------------------------------------------
+    def throttle(self, on: bool) -> None:
+        self.throttled = on
+        self._update_block()
+
     def write(self, data: bytes) -> None:
         self.writer.tell(m.Write(data))
 

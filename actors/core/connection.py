@@ -4,7 +4,8 @@ Mirrors rabbit_reader.erl's handshake (`handle_input`, `handle_method0`, `auth_p
 `validate_negotiated_integer_value`) and its error handling: a channel-level error is the
 channel's business, anything else closes the connection with RabbitMQ's reply code and text.
 `shell` is the Reader actor; the core calls its `write`, `opened`, `open_channel`,
-`channel_commands`, `channel_open`, `close_after` and `terminate`.
+`channel_commands`, `channel_open`, `close_after`, `throttle` (resource alarms: stop / resume
+reading) and `terminate`.
 """
 
 from __future__ import annotations
@@ -78,6 +79,10 @@ class ConnectionCore:
         self.heartbeat = 0  # negotiated seconds
         self.mechanism = "PLAIN"  # chosen authentication mechanism
         self.closing_channels: set = set()  # closed by the client, close-ok not yet seen by it
+        self.alarms: tuple = ()  # the node's resource alarms on ("memory", "disk")
+        # rabbit_reader's throttle: with an alarm on, the connection is "blocking" until it
+        # publishes, then "blocked" (its socket not read) until every alarm clears
+        self.alarm_blocked = False
 
     # --- input --------------------------------------------------------------------------------
     def receive(self, data: bytes) -> None:
@@ -115,6 +120,28 @@ class ConnectionCore:
     def _flush(self, batches) -> None:
         for number, commands in batches.items():
             self.shell.channel_commands(number, commands)
+            if self.alarms and not self.alarm_blocked and \
+                    any(c.body is not None for c in commands):
+                self._block_for_alarm()
+
+    # --- resource alarms ------------------------------------------------------------------------
+    def set_alarms(self, alarms) -> None:
+        """The node's alarms changed: a connection blocked by them is read again once none is
+        on (connection.unblocked); one that has not published stays free until it does."""
+        self.alarms = tuple(alarms)
+        if self.alarm_blocked and not self.alarms:
+            self.alarm_blocked = False
+            if self.capabilities.get("connection.blocked"):
+                self.shell.write(encode_method(0, am.ConnectionUnblocked()))
+            self.shell.throttle(False)
+
+    def _block_for_alarm(self) -> None:
+        self.alarm_blocked = True
+        if self.capabilities.get("connection.blocked"):
+            # rabbit_reader: "low on memory", "low on disk", "low on memory & disk"
+            reason = "low on " + " & ".join(a for a in ("memory", "disk") if a in self.alarms)
+            self.shell.write(encode_method(0, am.ConnectionBlocked(reason=reason)))
+        self.shell.throttle(True)
 
     def _frame(self, frame, batches) -> None:
         if isinstance(frame, ProtocolHeader):

@@ -34,6 +34,7 @@ from actors.core.errors import ChannelError, ConnectionError_, amqp_text
 from actors.core.permissions import AuthDB
 from actors.core.routing import Router
 from actors.node.definitions import Definitions
+from actors.node.metadata_alarms import AlarmsMixin
 from actors.node.metadata_cluster import ClusterMixin
 from actors.node.queue_table import QueueTable
 from actors.replica import apply_change
@@ -53,11 +54,12 @@ class Worker:
     ready: bool = False  # a connection worker is listening
 
 
-class Metadata(ClusterMixin, LightActor):
+class Metadata(AlarmsMixin, ClusterMixin, LightActor):
     scheduler_name = "node"  # embedded in the node's event loop with its transport
 
-    def __init__(self, transport, config):
+    def __init__(self, transport, config, resources=None):
         super().__init__()
+        self.resources = resources  # the node's ResourceMonitor: memory and disk alarms
         data_dir, queue_workers = config.data_dir, config.queue_workers
         self.transport = transport  # this process's Transport
         self.address = transport.address("metadata")  # where workers send Rpc
@@ -124,6 +126,8 @@ class Metadata(ClusterMixin, LightActor):
                 return self._cluster_load()
             elif isinstance(msg, CommitFailed):
                 self._commit_failed(msg.epoch, msg.token)
+            elif isinstance(msg, m.AlarmsChanged):
+                self._alarms_changed(msg)
             elif not self.loaded:
                 if isinstance(msg, m.Rpc) and msg.reply_to:  # leveretctl before we joined
                     self._send_local(msg.reply_to, m.RpcReply(msg.req_id, False, None, 541,
@@ -143,6 +147,7 @@ class Metadata(ClusterMixin, LightActor):
                 self._finish_stats(msg.gather)
             elif isinstance(msg, m.MetaApplied):
                 self._meta_applied(msg)
+
             elif isinstance(msg, m.PeerApplied):
                 self._peer_applied(msg)
             elif isinstance(msg, WorkerExited):
@@ -315,6 +320,7 @@ class Metadata(ClusterMixin, LightActor):
         self.workers[(kind, index)] = w
         self.applied.pop((kind, index), None)  # counted again once it has the snapshot
         self.transport.send(control, m.MetaSnapshot(self.snapshot(), self.version))
+        self._alarms_to(w)
         if kind == "queue":
             for q in self.queues.values():
                 if q["worker"] == index and q.get("home", self.me) == self.me:

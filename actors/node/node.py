@@ -35,9 +35,11 @@ from actors.config import Config
 from actors.connection import handoff
 from actors.connection.netio import Listener
 from actors import runtime
-from actors.messages import ClusterReady, ClusterTick, DurableQueues, ReadyWorkers, WorkerExited
+from actors.messages import (AlarmsChanged, ClusterReady, ClusterTick, DurableQueues, ReadyWorkers,
+                             WorkerExited)
 from actors.runtime.eventloop import EventLoop
 from actors.node.metadata import Metadata
+from actors.node.resources import ResourceMonitor
 from actors.queue.storage import Storage, queue_id
 from actors.transport import Transport
 
@@ -122,7 +124,8 @@ class Node:
         self.loop = EventLoop("node-loop")
         runtime.attach("node", self.loop)
         self.transport.start(self.loop)
-        self.metadata = Metadata.start(self.transport, cfg)
+        self.resources = ResourceMonitor(cfg, cfg.data_dir)  # memory and disk alarms
+        self.metadata = Metadata.start(self.transport, cfg, self.resources)
         if cfg.clustered and not self._join_cluster():
             self.metadata.stop()
             if self.run_dir_is_temp:
@@ -145,6 +148,7 @@ class Node:
         try:
             while not self.stopping.is_set():
                 self._reap()
+                self._check_resources()
                 if watchdog and time.monotonic() >= next_ping:
                     self.systemd.notify("WATCHDOG=1")  # the supervision loop is alive
                     next_ping = time.monotonic() + watchdog
@@ -153,6 +157,14 @@ class Node:
             self.systemd.notify("STOPPING=1")
             self._shutdown()
         return self.exit_code
+
+    def _check_resources(self) -> None:
+        """Memory (this process and every worker) and disk, when due; the metadata actor
+        tells the connection workers when an alarm is set or cleared."""
+        pids = [os.getpid()] + [s.proc.pid for s in self.slots if s.proc is not None]
+        alarms = self.resources.check(time.monotonic(), pids)
+        if alarms is not None:
+            self.metadata.tell(AlarmsChanged(alarms))
 
     def _join_cluster(self) -> bool:
         """Wait until the definitions log is loaded and caught up (needs a majority)."""

@@ -373,6 +373,9 @@ class FakeShell:
     def close_after(self, seconds):
         self.events.append(("close_after", seconds))
 
+    def throttle(self, on):
+        self.events.append(("throttle", on))
+
     def terminate(self, why):
         self.events.append(("terminate", why))
 

@@ -515,3 +515,44 @@ def test_method_after_clients_channel_close_is_ignored__E2():
                  frame(2, am.BasicQos(prefetch_count=2)))
     assert not [x for x in shell.methods() if isinstance(x, am.ConnectionClose)]
     assert commands(shell) == [(1, ["ChannelClose"]), (2, ["BasicQos"])]
+
+
+# --- resource alarms (rabbit_reader's throttle) -----------------------------------------------
+def _publish(rk="q"):
+    return encode_command(1, am.BasicPublish(routing_key=rk), b"\x00\x00", b"x", 131072)
+
+
+def _alarm_caps_core(caps):
+    core, shell = mk()
+    core.receive(PROTOCOL_HEADER + start_ok(caps=caps) + tune_ok() +
+                 frame(0, am.ConnectionOpen(virtual_host="/")) + frame(1, am.ChannelOpen()))
+    shell.clear()
+    return core, shell
+
+
+def test_an_alarm_blocks_a_connection_only_once_it_publishes__R2():
+    core, shell = _alarm_caps_core(dict(CAPS, **{"connection.blocked": True}))
+    core.set_alarms(["memory"])
+    core.receive(frame(1, am.BasicQos(prefetch_count=1)))  # not a publish: still read
+    assert ("throttle", True) not in shell.events
+    core.receive(_publish())
+    assert shell.events[-1] == ("throttle", True)
+    assert am.ConnectionBlocked(reason="low on memory") in shell.methods()
+    assert commands(shell)[-1] == (1, ["BasicPublish"])  # the publish itself is taken
+    core.set_alarms(["memory", "disk"])  # still on: nothing new to say
+    assert shell.methods().count(am.ConnectionBlocked(reason="low on memory")) == 1
+    core.set_alarms([])
+    assert shell.events[-1] == ("throttle", False)
+    assert am.ConnectionUnblocked() in shell.methods()
+
+
+def test_blocked_reason_names_both_alarms_and_clients_without_the_capability_hear_nothing():
+    core, shell = _alarm_caps_core(dict(CAPS, **{"connection.blocked": True}))
+    core.set_alarms(["disk", "memory"])
+    core.receive(_publish())
+    assert am.ConnectionBlocked(reason="low on memory & disk") in shell.methods()
+    core, shell = _alarm_caps_core(CAPS)
+    core.set_alarms(["disk"])
+    core.receive(_publish())
+    assert ("throttle", True) in shell.events
+    assert not [x for x in shell.methods() if isinstance(x, am.ConnectionBlocked)]
