@@ -39,7 +39,9 @@ class Config:
     credit_more: int = 200  # credit_flow: the queue bumps credit after this many
     credit_initial_bytes: int = 4 * 1024 * 1024  # credit_flow: body bytes sent a queue unasked
     credit_more_bytes: int = 2 * 1024 * 1024  # credit_flow: or bumped after this many bytes
-    queue_backlog_bytes: int = 32 * 1024 * 1024  # a queue withholds publisher credit past this
+    # a queue withholds publisher credit while more ready bytes than this wait (0 = never: queues
+    # page to disk past queue_page_bytes and the memory alarm blocks publishers)
+    queue_backlog_bytes: int = 0
     vm_memory_high_watermark: float = 0.4  # memory alarm above this fraction of RAM...
     vm_memory_high_watermark_absolute: object = 0  # ...or above this many bytes ("2GB"), if set
     disk_free_limit: object = "50MB"  # disk alarm below this much free space in data_dir's fs...
@@ -49,7 +51,7 @@ class Config:
     max_journal_entries: int = 32768  # queue index: fold the journal into segments at this size
     embed_msgs_below: int = 4096  # bodies shorter than this live in the queue index
     sync_interval_ms: int = 200  # group commit: sync at the latest this long after a write
-    queue_page_bytes: int = 16 * 1024 * 1024  # durable queue: ready bytes in memory, then page
+    queue_page_bytes: int = 16 * 1024 * 1024  # a queue's ready bytes in memory, then it pages
     queue_page_size: int = 2048  # messages read back from the index at a time
     events: str = "off"  # lifecycle event log: off | sampled:N | full (docs/events.md)
     events_max_bytes: int = 64 * 1024 * 1024  # event files rotate at this size

@@ -462,6 +462,16 @@ class Persisted:
         self.msgs = msgs
 
 
+class Stored:
+    """BackingQueue -> Queue (local only): `nbytes` of bodies given in `Persist` are written
+    (not necessarily synced): the queue's credit towards its backing queue."""
+
+    __slots__ = ("nbytes",)
+
+    def __init__(self, nbytes: int):
+        self.nbytes = nbytes
+
+
 class Refused:
     """BackingQueue -> Queue (local only): these could not be stored (disk full)."""
 

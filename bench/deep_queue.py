@@ -1,7 +1,9 @@
-"""Deep durable queue: publish N persistent messages with no consumer, watch the queue worker's
-RSS, then drain with one consumer (issue 3, item 6: bodies paged out to the index/msg_store).
+"""Deep queue: publish N messages with no consumer, watch the queue worker's RSS, then drain with
+one consumer (issue 3, item 6: bodies paged out to the index/msg_store; issue 12: transient
+queues page too).
 
     .venv/bin/python -m bench.deep_queue --messages 2000000        # starts its own node
+    .venv/bin/python -m bench.deep_queue --messages 2000000 --transient  # a transient queue
     .venv/bin/python -m bench.deep_queue --url amqp://... --pid PID  # an external broker
 
 Prints the peak RSS of the queue worker while filling and while draining, and the publish and
@@ -75,7 +77,10 @@ def main(argv=None) -> int:
     p.add_argument("--url", help="broker to use (default: start a Leveret node)")
     p.add_argument("--pid", type=int, help="with --url: process whose children are measured")
     p.add_argument("--timeout", type=float, default=3600)
+    p.add_argument("--transient", action="store_true",
+                   help="a non-durable queue and transient messages (default: durable, persistent)")
     a = p.parse_args(argv)
+    durable = not a.transient
     node = None
     if a.url:
         target, node_pid = parse_url(a.url), a.pid
@@ -88,16 +93,16 @@ def main(argv=None) -> int:
         codec = codec_mod.load("auto")
         queue = "deep-queue"
         setup = setup_role(target, codec, {"kind": "producer", "channels": [1], "confirm": None,
-                                           "queue": queue, "persistent": True,
+                                           "queue": queue, "persistent": durable,
                                            "message_size": a.size})
-        setup.conn.queue_declare(1, queue, durable=True)
+        setup.conn.queue_declare(1, queue, durable=durable)
         setup.conn.queue_purge(1, queue)
         setup.conn.close()
         watch = RssWatch(pids)
         watch.start()
         base = sum(rss_kb(p) for p in pids)
         prod = {"kind": "producer", "channels": [1, 2], "confirm": 2000, "queue": queue,
-                "persistent": True, "message_size": a.size}
+                "persistent": durable, "message_size": a.size}
         roles, t_fill = phase(target, codec, [prod],
                               lambda rs: rs[0].confirmed >= a.messages, a.timeout)
         confirmed = roles[0].confirmed
@@ -110,7 +115,8 @@ def main(argv=None) -> int:
         drained = roles[0].consumed
         watch.stop.set()
         print(f"queue workers {pids}: RSS before {base / 1024:.0f} MiB")
-        print(f"filled {confirmed:,} persistent {a.size}-byte messages in {t_fill:.0f} s "
+        kind = "persistent" if durable else "transient"
+        print(f"filled {confirmed:,} {kind} {a.size}-byte messages in {t_fill:.0f} s "
               f"({confirmed / t_fill:,.0f} msg/s); peak queue-worker RSS "
               f"{fill_peak / 1024:.0f} MiB (anonymous {fill_anon / 1024:.0f} MiB)")
         print(f"drained {drained:,} in {t_drain:.0f} s ({drained / t_drain:,.0f} msg/s); "

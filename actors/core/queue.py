@@ -23,8 +23,11 @@ and carries out what it asks through `out`, an object with:
 - `page_in(after_seq, n)`             read the next n paged-out messages after after_seq
 - `purge_paged(after_seq)`            settle every paged-out message after after_seq
 
-Paging (rabbit_variable_queue's delta): in a durable queue whose ready bodies pass `page_bytes`,
-new messages go to the index only (`paged`, counted, no Msg kept) until the queue has drained
+The backing queue answers `stored(nbytes)` once it has written what `persist` gave it, and
+`persisted(msgs)` once that is synced.
+
+Paging (rabbit_variable_queue's delta): in a queue (durable or not) whose ready bodies pass
+`page_bytes`, new messages go to the index only (`paged`, counted, no Msg kept) until the queue has drained
 them again; they come back `page_size` at a time once fewer than that are in memory. Priority
 and length-limited queues do not page.
 
@@ -42,6 +45,7 @@ from actors.core.consumers import ChannelState, Consumer, QueueConsumers
 from actors.core.errors import ChannelError
 
 WAIT = "wait"  # get(): the head is paged out, try again once it is read back
+STORE_BEHIND_BYTES = 16 * 1024 * 1024  # bodies on their way to storage before credit waits
 
 
 class Msg:
@@ -158,9 +162,14 @@ class QueueCore:
         # to the pace the queue drains instead of growing it without bound, as RabbitMQ's memory
         # alarm blocks them; the credit is paid once the backlog is below the mark again
         self.backlog_bytes = backlog_bytes
+        # body bytes handed to the backing queue and not yet written (`stored`): past
+        # STORE_BEHIND_BYTES publisher credit is withheld too (credit_flow towards msg_store in
+        # RabbitMQ), or a publisher of transient messages, confirmed at once, would grow the
+        # backing queue's mailbox without bound while the queue pages
+        self.store_pending = 0
         self.page_bytes = page_bytes  # ready bytes in memory past which new messages page out
         self.page_size = page_size  # messages read back per page
-        self.pageable = bool(durable and page_bytes and not self.max_priority and
+        self.pageable = bool(page_bytes and not self.max_priority and
                              self.max_length is None and self.max_bytes is None and
                              not self.late_confirm)
         self.paged = 0  # messages in the index only, all with seq_id > page_after
@@ -186,7 +195,7 @@ class QueueCore:
                 # batch fares as the same messages one by one (storage hears of a message
                 # before it may hear it is settled)
                 if to_persist:
-                    self.out.persist(to_persist)
+                    self._persist(to_persist)
                     to_persist = []
                 self._deliver_ready(now)
             if self._full_for(len(body)) and self.overflow != "drop-head":
@@ -220,13 +229,13 @@ class QueueCore:
             if bounded and self._over_limit():
                 if to_persist:
                     # the backing queue hears of a message before it may hear it is dropped
-                    self.out.persist(to_persist)
+                    self._persist(to_persist)
                     to_persist = []
                 if self.consumers:
                     self._deliver_ready(now)
                 self._enforce_max_length()
         if to_persist:
-            self.out.persist(to_persist)
+            self._persist(to_persist)
         if accepted:
             self.out.confirm(sender, accepted, True)
         if refused:
@@ -234,7 +243,7 @@ class QueueCore:
         if sender:
             due = self.credit.received(sender, len(items), sum(map(len, bodies)))
             if due is not None:
-                if self.backlog_bytes and self.ready_bytes > self.backlog_bytes:
+                if self._withholding():
                     self.credit.withhold(sender, due)
                 else:
                     self.out.credit(sender, *due)
@@ -265,6 +274,7 @@ class QueueCore:
         """The backing queue could not store these (disk full): they leave the queue and their
         publishers get basic.nack."""
         gone = {msg.seq_id for msg in msgs}
+        self.stored(sum(len(msg.body) for msg in msgs))  # not written, but no longer pending
         if self.paged:
             diverted = [msg for msg in msgs if msg.seq_id > self.page_after]
             self.paged -= len(diverted)
@@ -489,8 +499,24 @@ class QueueCore:
             self.ready_count += 1
             self.ready_bytes += len(body)
 
+    def _withholding(self) -> bool:
+        """Publisher credit waits: too much ready (queue_backlog_bytes, 0 = no mark) or the
+        backing queue is behind with its writes."""
+        return (self.store_pending > STORE_BEHIND_BYTES or
+                bool(self.backlog_bytes) and self.ready_bytes > self.backlog_bytes)
+
+    def _persist(self, msgs: list) -> None:
+        self.store_pending += sum(len(msg.body) for msg in msgs)
+        self.out.persist(msgs)
+
+    def stored(self, nbytes: int) -> None:
+        """The backing queue wrote (not necessarily synced) `nbytes` of bodies."""
+        self.store_pending -= nbytes
+        if self.credit.owed:
+            self._pay_owed()
+
     def _pay_owed(self) -> None:
-        if self.ready_bytes <= self.backlog_bytes:
+        if not self._withholding():
             for channel, n, nbytes in self.credit.pay():
                 self.out.credit(channel, n, nbytes)
 
@@ -553,7 +579,7 @@ class QueueCore:
             for msg in store:
                 msg.stored = True
             if store:
-                self.out.persist(store)
+                self._persist(store)
             for msg in waiting:
                 if not msg.stored:
                     self._answer(msg, True)

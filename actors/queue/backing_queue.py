@@ -16,8 +16,11 @@ queues of a worker share the "store" scheduler, an idle one asks for its sync at
 run queue (`_IdleSync`), so the others write first, and a sync that finds its writes already
 covered by another queue's sync skips the fsync (Storage.sync_upto).
 
-A transient queue (or a transient message) never reaches storage: it is "safe" as soon as the
-queue accepts it, RabbitMQ's rule; this actor then answers `Persist` at once.
+A transient message is "safe" as soon as the queue accepts it, RabbitMQ's rule. It reaches
+storage only when its queue pages (more ready bytes than `queue_page_bytes` in memory), as
+RabbitMQ's classic queues v2 do: written, never synced for its own sake, dropped at restart.
+A transient queue opens its index the first time it pages (and wipes what a queue of the same
+name may have left there); the node drops transient queues' indexes at boot.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import lmdb
 
 from actors import events
 from actors.messages import (DeleteIndex, Forget, PageIn, Paged, Persist, Persisted, PurgeAfter,
-                             RecordDelivery, Recover, Recovered, Refused)
+                             RecordDelivery, Recover, Recovered, Refused, Stored)
 from actors.runtime import LightActor
 from actors.queue.storage import Storage, queue_id
 from protocol.properties import BasicProperties
@@ -62,14 +65,14 @@ class BackingQueue(LightActor):
         self.timers = timers  # the process's timer thread (sync interval)
         self.storage = Storage.of(config) if self.durable else None  # the node's LMDB env
         self.index = (self.storage.queue_index(qdef["vhost"], qdef["name"])
-                      if self.durable else None)  # this queue's queue_index
+                      if self.durable else None)  # this queue's queue_index (a transient
+        #                                           queue's is opened when it first pages)
         self.qid = queue_id(qdef["vhost"], qdef["name"])  # its key in the environment
         self.pending_acks: list = []  # ack records a full store refused: retried
         self.unsynced: list = []  # persisted to LMDB, waiting for the sync to be confirmed
         self.timer_armed = False  # a _Sync is on its way
         self.idle_sync = False  # an _IdleSync is on its way
         self.written = 0  # Storage.committed() number of this queue's last write
-        self.held = 0  # persistent messages accepted and not yet forgotten (transient queue)
         self.deleted = False  # the queue was deleted (its index is gone)
         self.dirty = False  # the last run did not stop cleanly: every entry may be delivered
         self.boot_seq = 0  # entries below this seq_id are from before the start: transient
@@ -107,9 +110,7 @@ class BackingQueue(LightActor):
     # --- writes ---------------------------------------------------------------------------------
     def _persist(self, msgs) -> None:
         if self.index is None:
-            self.held += len(msgs)
-            self.queue_ref.tell(Persisted(msgs))
-            return
+            self._open_transient_index()
         index, store = self.index, self.storage.msg_store
         if self.storage.disk_alarm():
             self.queue_ref.tell(Refused(msgs))  # their publishers get basic.nack
@@ -130,22 +131,32 @@ class BackingQueue(LightActor):
             index.publish(txn, entries)
 
         if self._write(write):
+            self.queue_ref.tell(Stored(sum(len(m.body) for m in msgs)))
             if events.enabled():
                 for m in msgs:
                     events.emit("stored", m.msg_id, actor="backing_queue", vhost=self.vhost,
                                 queue=self.qname, seq_id=m.seq_id,
                                 where="index" if index.embeds(len(m.body)) else "msg_store")
-            self.unsynced.extend(msgs)
-            if not self.timer_armed and self.timers is not None:
+            # only persistent messages wait for a sync: a paged-out transient one was
+            # confirmed when the queue took it, and is not meant to outlive the node
+            self.unsynced.extend(m for m in msgs if m.persistent)
+            if self.unsynced and not self.timer_armed and self.timers is not None:
                 self.timer_armed = True
                 self.timers.at(int(time.monotonic() * 1000) + self.config.sync_interval_ms,
                                self.actor_ref, _Sync())
         else:
             self.queue_ref.tell(Refused(msgs))
 
+    def _open_transient_index(self) -> None:
+        """A transient queue pages for the first time: its index, emptied of whatever a
+        queue of the same name left in it (one deleted while its worker was down)."""
+        self.storage = Storage.of(self.config)
+        self.index = self.storage.queue_index(self.vhost, self.qname)
+        self._delete()
+        self.deleted = False
+
     def _forget(self, msgs) -> None:
         if self.index is None:
-            self.held -= len(msgs)
             return
         store = self.storage.msg_store
         seqs = self.pending_acks + [m.seq_id for m in msgs]
@@ -184,7 +195,7 @@ class BackingQueue(LightActor):
         self.queue_ref.tell(Persisted(done))
 
     def on_stop(self) -> None:
-        if self.index is not None:
+        if self.index is not None and self.durable:
             if self.pending_acks:
                 self._forget([])
             self._sync()

@@ -18,7 +18,7 @@ import time
 from actors import events
 from actors import messages as m
 from actors.messages import (ChannelsDown, MirrorsDown, Paged, Persisted, PolicyChanged, Recovered,
-                             Refused)
+                             Refused, Stored)
 from actors.queue.backing_queue import BackingQueue
 from actors.core import policies
 from actors.core.errors import AMQPError, ChannelError
@@ -90,10 +90,9 @@ class Effects:
     def forget(self, msgs):
         if self.actor.mirrors:
             self.actor.mirrors.forget([x.seq_id for x in msgs])
-        if self.actor.durable:
-            stored = [x for x in msgs if x.stored]  # persistent, paged out or recovered
-            if stored:
-                self.actor.bq.tell(m.Forget(stored))
+        stored = [x for x in msgs if x.stored]  # persistent, paged out or recovered
+        if stored:
+            self.actor.bq.tell(m.Forget(stored))
 
     def page_in(self, after_seq, n):
         self.actor.bq.tell(m.PageIn(after_seq, n))
@@ -249,6 +248,8 @@ class Queue(LightActor):
                 core.grant(msg.channel, msg.n, now)
             elif isinstance(msg, m.QueueOp):
                 self._queue_op(msg, now)
+            elif isinstance(msg, Stored):
+                core.stored(msg.nbytes)
             elif isinstance(msg, Persisted):
                 core.persisted(msg.msgs)
             elif isinstance(msg, Refused):

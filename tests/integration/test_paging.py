@@ -110,3 +110,60 @@ def test_paged_queue_survives_kill9_without_its_transient_messages__C8(node):
         conn.close()
     finally:
         broker.stop()
+
+
+def _fill_transient(ch, queue, n):
+    ch.confirm_delivery()
+    ch.queue_declare(queue)  # not durable
+    for i in range(n):
+        ch.basic_publish("", queue, b"%06d" % i + b"." * 994)
+
+
+def test_a_transient_queue_pages_and_delivers_everything_in_order__R1(node):
+    """R1: a queue without consumers pages instead of blocking its publisher; classic queues
+    v2 page transient messages too (written, not synced)."""
+    broker, _, _ = node
+    conn = broker.connection()
+    ch = conn.channel()
+    _fill_transient(ch, "tdeep", N)
+    assert ch.queue_declare("tdeep", passive=True).method.message_count == N
+    got = []
+    for _ in range(200):  # basic.get across the first page boundaries
+        got.append(int(ch.basic_get("tdeep", auto_ack=True)[2][:6]))
+    ch.basic_qos(prefetch_count=50)
+    got += [i for i, _ in _drain(ch, "tdeep")]
+    assert got == list(range(N))
+    conn.close()
+
+
+def test_a_deleted_paged_transient_queue_comes_back_empty(node):
+    broker, _, _ = node
+    conn = broker.connection()
+    ch = conn.channel()
+    _fill_transient(ch, "tagain", 500)
+    ch.queue_delete("tagain")
+    _fill_transient(ch, "tagain", 3)
+    assert ch.queue_declare("tagain", passive=True).method.message_count == 3
+    assert [i for i, _ in _drain(ch, "tagain")] == [0, 1, 2]
+    ch.queue_delete("tagain")
+    conn.close()
+
+
+def test_a_paged_transient_queue_is_gone_after_a_restart(node):
+    broker, tmp_path, cfg = node
+    conn = broker.connection()
+    ch = conn.channel()
+    _fill_transient(ch, "tgone", 500)
+    ch.queue_declare("tkept", durable=True)
+    conn.close()
+    broker.kill9()
+    broker = Broker.start_leveret(tmp_path, "--config", str(cfg), port=broker.port)
+    try:
+        conn = broker.connection()
+        ch = conn.channel()
+        ch.queue_declare("tgone")  # a new, empty queue: nothing of the old one comes back
+        assert ch.queue_declare("tgone", passive=True).method.message_count == 0
+        assert ch.basic_get("tgone", auto_ack=True) == (None, None, None)
+        conn.close()
+    finally:
+        broker.stop()

@@ -1,4 +1,4 @@
-"""QueueCore paging (rabbit_variable_queue's delta): a durable queue past page_bytes keeps new
+"""QueueCore paging (rabbit_variable_queue's delta): a queue past page_bytes keeps new
 messages in its index only and reads them back a page at a time, in order."""
 from __future__ import annotations
 
@@ -104,9 +104,6 @@ def test_priority_and_bounded_queues_do_not_page():
         q, out = mk(args)
         pub(q, b"aaaaaaaaaaa", b"b")
         assert q.paged == 0 and q.ready_count == 2, args
-    q, out = mk(durable=False)
-    pub(q, b"aaaaaaaaaaa", b"b")
-    assert q.paged == 0
 
 
 def test_restore_with_more_in_the_index():
@@ -115,3 +112,28 @@ def test_restore_with_more_in_the_index():
     q.restore(9, first, 5, 50, 0, 0)
     assert q.ready_count == 1 and (q.paged, q.page_after, q.next_seq) == (5, 7, 9)
     assert q.ready[0].peek().redelivered is True
+
+
+def test_a_transient_queue_pages_its_transient_messages_confirmed_at_once__R1():
+    q, out = mk(durable=False)
+    pub(q, b"aaaaaa", b"bbbbbb", b"cccccc", persistent=False, seqs=[1, 2, 3])
+    assert [m.body for m in q.ready[0].items] == [b"aaaaaa", b"bbbbbb"]
+    assert [m.body for m in stored(out)] == [b"cccccc"]  # only the paged one is written
+    assert stored(out)[0].stored and stored(out)[0].msg_id is not None
+    assert out.of("confirm") == [(PUB, [1, 2, 3], True)]  # none waits for the disk
+    q.consume(CH1, "A", True, False, 0, 0, 0)
+    q.run(0)
+    assert out.of("page_in")  # the drained queue asks for its paged part
+
+
+def test_publisher_credit_waits_while_the_backing_queue_is_behind_with_its_writes():
+    q, out = mk(durable=False, page_bytes=1)
+    body = b"x" * (1024 * 1024)
+    for _ in range(8):  # 40 MiB paged out, none written yet
+        pub(q, *[body] * 5, persistent=False)
+    paid = len(out.of("credit"))
+    assert paid == 3 and q.credit.owed  # bumps at 5, 10 and 15 MiB; then it waits
+    q.stored(20 * 1024 * 1024)
+    assert len(out.of("credit")) == paid  # 20 MiB still on their way: still behind
+    q.stored(20 * 1024 * 1024)
+    assert len(out.of("credit")) == paid + 1 and not q.credit.owed  # caught up: paid
