@@ -37,6 +37,7 @@ def server_context(config) -> ssl.SSLContext:
     versions = sorted(_VERSIONS[v] for v in config.ssl_versions)
     ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
     ctx.options |= ssl.OP_NO_COMPRESSION  # CRIME; Erlang's ssl has no compression either
+    ctx.options |= ssl.OP_NO_RENEGOTIATION  # TLS 1.2: a client cannot make us redo handshakes
     try:
         ctx.load_cert_chain(config.ssl_certfile, config.ssl_keyfile)
     except (OSError, ssl.SSLError) as e:

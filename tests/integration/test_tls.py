@@ -383,3 +383,27 @@ def test_openssl_s_client_tls_1_1_is_refused(node):
     err = err.decode(errors="replace")
     assert proc.returncode != 0
     assert "alert protocol version" in err, err
+
+
+# --- settings that cannot work --------------------------------------------------------------
+@pytest.mark.parametrize("args, says", [
+    (["--ssl-certfile", "{missing}", "--ssl-keyfile", "{key}"],
+     "leveret-server: TLS: cannot load ssl_certfile"),
+    (["--ssl-certfile", "{cert}", "--ssl-keyfile", "{other_key}"],
+     "leveret-server: TLS: cannot load ssl_certfile"),
+    (["--ssl-certfile", "{cert}", "--ssl-keyfile", "{key}", "--ssl-versions",
+      "tlsv1.1,tlsv1.2"], "tlsv1.1 refused: only TLS 1.2 and newer are supported"),
+    (["--ssl-certfile", "{cert}", "--ssl-keyfile", "{key}", "--ssl-verify", "verify_peer"],
+     "ssl_verify = verify_peer needs ssl_cacertfile"),
+])
+def test_unusable_tls_settings_stop_the_node_at_start(tmp_path, certs, args, says):
+    names = {"missing": str(tmp_path / "missing.pem"), "cert": certs.server.cert,
+             "key": certs.server.key, "other_key": certs.alice.key}
+    server = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "leveret-server"
+    res = subprocess.run(
+        [str(server), "--host", "127.0.0.1", "--port", str(free_port()), "--data-dir",
+         str(tmp_path / "data"), "--tls-port", str(free_port()),
+         *[a.format(**names) for a in args]],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert res.returncode != 0
+    assert says in res.stderr, res.stderr
