@@ -60,6 +60,8 @@ class ConnectionHost(WorkerHost):
             raise RuntimeError("an AMQPS socket came, but tls_port is not set")
 
         def secured(info) -> None:
+            log.debug("%s with %s:%s, client certificate %s", info.version, peer[0], peer[1],
+                      info.peer_subject or "none")
             try:
                 self._start_reader(conn, peer, info, over_limit, deadline)
             except Exception:  # noqa: BLE001 - one connection's failure is not ours
