@@ -28,15 +28,39 @@ def parse_args(argv=None) -> Config:
                    help="raft addresses of every cluster member (docs/cluster.md)")
     p.add_argument("--cluster-address", metavar="H:P",
                    help="this node's raft address, one of --cluster-nodes")
+    p.add_argument("--handshake-timeout", type=float, metavar="SECONDS",
+                   help="a client not past connection.open-ok this long after it connected "
+                        "(TLS handshake included) is disconnected (default 10)")
+    p.add_argument("--max-connections", type=_limit, metavar="N",
+                   help="client connections this node holds; past it a connection is refused "
+                        "at connection.open (default infinity)")
+    p.add_argument("--tls-port", type=int,
+                   help="AMQPS port (RabbitMQ's is 5671; default 0: no TLS listener); needs "
+                        "--ssl-certfile and --ssl-keyfile")
+    p.add_argument("--ssl-certfile", metavar="PEM", help="the server's certificate (chain)")
+    p.add_argument("--ssl-keyfile", metavar="PEM", help="its private key")
+    p.add_argument("--ssl-cacertfile", metavar="PEM",
+                   help="CA certificates client certificates are verified against")
+    p.add_argument("--ssl-verify", choices=("verify_none", "verify_peer"),
+                   help="verify_peer: ask clients for a certificate and verify it (default "
+                        "verify_none)")
+    p.add_argument("--ssl-fail-if-no-peer-cert", action="store_true", default=None,
+                   help="with verify_peer: refuse a client that sends no certificate")
+    p.add_argument("--ssl-versions", metavar="V,V",
+                   help="TLS versions accepted: tlsv1.3,tlsv1.2 (default both; older refused)")
     args = p.parse_args(argv)
     cfg = Config()
     if args.config:
         cfg.update_from_toml(args.config)
     for name in ("host", "port", "data_dir", "conn_workers", "queue_workers", "log_level",
-                 "events", "node_name", "cluster_address"):
+                 "events", "node_name", "cluster_address", "handshake_timeout",
+                 "max_connections", "tls_port", "ssl_certfile", "ssl_keyfile",
+                 "ssl_cacertfile", "ssl_verify", "ssl_fail_if_no_peer_cert"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)
+    if args.ssl_versions is not None:
+        cfg.ssl_versions = tuple(v.strip() for v in args.ssl_versions.split(",") if v.strip())
     for name in ("conn_workers", "queue_workers"):
         if getattr(cfg, name) < 1:
             p.error(f"{name.replace('_', '-')} must be at least 1")
@@ -47,7 +71,23 @@ def parse_args(argv=None) -> Config:
     repeated = sorted({n for n in cfg.cluster_nodes if cfg.cluster_nodes.count(n) > 1})
     if repeated:  # two members on one raft address would never form a majority
         p.error(f"--cluster-nodes names {', '.join(repeated)} more than once")
+    errors = cfg.check()
+    if errors:
+        p.error("; ".join(errors))
     return cfg
+
+
+def _limit(text: str) -> int | str:
+    """--max-connections: a non-negative integer or "infinity" (RabbitMQ's connection_max)."""
+    if text == "infinity":
+        return text
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number or infinity: {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError("must be at least 0")
+    return n
 
 
 def setup_logging(level: str, who: str) -> None:

@@ -9,6 +9,8 @@ import os
 import tomllib
 
 MAX_DEFAULT_WORKERS = 8  # the CPU-sized default stops here; --*-workers go beyond
+TLS_VERSIONS = ("tlsv1.2", "tlsv1.3")  # ssl_versions values (RabbitMQ's ssl_options.versions)
+OLD_TLS_VERSIONS = ("sslv3", "tlsv1", "tlsv1.1")  # known, and refused
 
 
 def cpu_workers() -> int:
@@ -60,6 +62,68 @@ class Config:
     cluster_address: str = ""  # this node's raft address, one of cluster_nodes
     boot_timeout: int = 300  # seconds for workers to start and durable queues to recover
     log_level: str = "INFO"
+    # --- what a client may do before it has logged in (docs/security.md) ---
+    handshake_timeout: float = 10.0  # seconds from accept to connection.open-ok (TLS included)
+    max_connections: int | str = "infinity"  # per node (RabbitMQ's connection_max), or "infinity"
+    # --- AMQPS: AMQP over TLS (RabbitMQ's listeners.ssl and ssl_options) ---
+    tls_port: int = 0  # AMQPS port (RabbitMQ's is 5671); 0 = no TLS listener
+    ssl_certfile: str = ""  # the server's certificate (PEM), chain after it
+    ssl_keyfile: str = ""  # its private key (PEM)
+    ssl_cacertfile: str = ""  # CA certificates client certificates are verified against (PEM)
+    ssl_verify: str = "verify_none"  # verify_peer: ask for a client certificate and verify it
+    ssl_fail_if_no_peer_cert: bool = False  # verify_peer: refuse a client without a certificate
+    ssl_versions: tuple = ("tlsv1.3", "tlsv1.2")  # TLS versions accepted (1.2 and newer only)
+
+    @property
+    def connection_limit(self) -> int | None:
+        """max_connections as a number, None for "infinity" (no limit)."""
+        return None if self.max_connections == "infinity" else int(self.max_connections)
+
+    def check(self) -> list[str]:
+        """What is wrong with the settings that need no file to check, as clear sentences
+        (certificate and key files are read by actors/connection/tls.py)."""
+        errors = []
+        mc = self.max_connections
+        if mc != "infinity" and (isinstance(mc, bool) or not isinstance(mc, int) or mc < 0):
+            errors.append(f"max_connections must be a non-negative integer or \"infinity\", "
+                          f"not {mc!r}")
+        if not (isinstance(self.handshake_timeout, (int, float)) and
+                not isinstance(self.handshake_timeout, bool) and self.handshake_timeout > 0):
+            errors.append(f"handshake_timeout must be a positive number of seconds, not "
+                          f"{self.handshake_timeout!r}")
+        if not 0 <= self.tls_port <= 65535:
+            errors.append(f"tls_port must be a port number (0 = no TLS listener), not "
+                          f"{self.tls_port}")
+        elif self.tls_port and self.tls_port == self.port:
+            errors.append(f"tls_port and port are both {self.port}")
+        if self.ssl_verify not in ("verify_none", "verify_peer"):
+            errors.append(f"ssl_verify must be verify_peer or verify_none, not "
+                          f"{self.ssl_verify!r}")
+        if self.ssl_fail_if_no_peer_cert not in (True, False):
+            errors.append("ssl_fail_if_no_peer_cert must be true or false")
+        elif self.ssl_fail_if_no_peer_cert and self.ssl_verify != "verify_peer":
+            errors.append("ssl_fail_if_no_peer_cert = true needs ssl_verify = verify_peer")
+        if isinstance(self.ssl_versions, str):
+            errors.append("ssl_versions must be a list, e.g. [\"tlsv1.3\", \"tlsv1.2\"]")
+        else:
+            old = [v for v in self.ssl_versions if v in OLD_TLS_VERSIONS]
+            unknown = [v for v in self.ssl_versions
+                       if v not in TLS_VERSIONS and v not in OLD_TLS_VERSIONS]
+            if old:
+                errors.append(f"ssl_versions: {', '.join(old)} refused: only TLS 1.2 and "
+                              "newer are supported (tlsv1.2, tlsv1.3)")
+            if unknown:
+                errors.append(f"ssl_versions: unknown version {', '.join(map(repr, unknown))} "
+                              "(tlsv1.2, tlsv1.3)")
+            if not self.ssl_versions:
+                errors.append("ssl_versions is empty")
+        if self.tls_port:
+            if not self.ssl_certfile or not self.ssl_keyfile:
+                errors.append("tls_port needs ssl_certfile and ssl_keyfile")
+            if self.ssl_verify == "verify_peer" and not self.ssl_cacertfile:
+                errors.append("ssl_verify = verify_peer needs ssl_cacertfile (the CA client "
+                              "certificates are verified against)")
+        return errors
 
     @property
     def clustered(self) -> bool:
@@ -77,6 +141,8 @@ class Config:
         d = json.loads(text)
         d["loopback_users"] = tuple(d.get("loopback_users", ()))
         d["cluster_nodes"] = tuple(d.get("cluster_nodes", ()))
+        if "ssl_versions" in d:
+            d["ssl_versions"] = tuple(d["ssl_versions"])
         return cls(**d)
 
     def update_from_toml(self, path: str) -> None:

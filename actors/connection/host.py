@@ -1,9 +1,10 @@
 """ConnectionHost: the connection-worker process's own part.
 
 It owns the process's netio loop, takes the client sockets the node's acceptor hands it
-(actors/connection/handoff.py), starts a Reader (which starts its Writer) for each, and passes
-the node's notices (a queue worker died, the node stops) to the connections and channels of
-this process.
+(actors/connection/handoff.py), starts a Reader (which starts its Writer) for each (for an
+AMQPS socket once netio has done its TLS handshake), tells the acceptor when a socket it was
+handed is closed, and passes the node's notices (a queue worker died, the node stops) to the
+connections and channels of this process.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 import pykka
 
 from actors import messages as m
+from actors.connection import tls
 from actors.connection.handoff import Receiver
 from actors.connection.netio import Conn
 from actors.connection.reader import Reader
@@ -39,15 +41,47 @@ class ConnectionHost(WorkerHost):
         self.receiver: Receiver | None = None
         self.lock = threading.Lock()  # readers / channels maps
         self.alarms: tuple = ()  # the node's resource alarms on: publishers are blocked
+        self.ssl_context = None  # AMQPS connections' handshakes (tls_port set)
 
     def start(self) -> None:
+        if self.config.tls_port:
+            self.ssl_context = tls.server_context(self.config)
         self.receiver = Receiver(self.io, self.handoff_fd, self._accepted)
 
-    def _accepted(self, sock: socket.socket, peer) -> None:
-        """netio accepted a client (on its loop thread)."""
+    def _accepted(self, sock: socket.socket, peer, secure: bool, over_limit: bool) -> None:
+        """The node handed us a client (on the loop thread). handshake_timeout counts from
+        now, the TLS handshake included."""
+        deadline = time.monotonic() + self.config.handshake_timeout
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = Conn(self.io, sock, on_closed=self.receiver.ended)
+        if not secure:
+            self._start_reader(conn, peer, None, over_limit, deadline)
+            return
+        if self.ssl_context is None:
+            raise RuntimeError("an AMQPS socket came, but tls_port is not set")
+
+        def secured(info) -> None:
+            log.debug("%s with %s:%s, client certificate %s", info.version, peer[0], peer[1],
+                      info.peer_subject or "none")
+            try:
+                self._start_reader(conn, peer, info, over_limit, deadline)
+            except Exception:  # noqa: BLE001 - one connection's failure is not ours
+                log.exception("could not start a connection for %s:%s", *peer[:2])
+                conn.close()
+
+        def failed(why: str) -> None:
+            if why == "handshake_timeout":
+                log.warning("closing TLS connection from %s:%s: {handshake_timeout,"
+                            "ssl_handshake} (%s s)", peer[0], peer[1],
+                            self.config.handshake_timeout)
+            else:
+                log.warning("TLS handshake with %s:%s failed: %s", peer[0], peer[1], why)
+        conn.start_tls(self.ssl_context, secured, deadline - time.monotonic(), failed)
+
+    def _start_reader(self, conn: Conn, peer, tls_info, over_limit: bool,
+                      deadline: float) -> None:
         conn_id = f"{self.transport.endpoint}/{next(self.ids)}"
-        ref = Reader.start(self, Conn(self.io, sock), peer, conn_id)
+        ref = Reader.start(self, conn, peer, conn_id, tls_info, over_limit, deadline)
         with self.lock:
             self.readers[conn_id] = ref
 

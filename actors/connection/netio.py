@@ -18,6 +18,13 @@ between processes: the hot path never waits for another thread to hand over the 
   socket is writable, and the Writer hears `Drained` when it is all out.
 - Closing happens on the loop thread: the socket leaves the selector before its descriptor is
   closed (a descriptor number reused by the next accept must not meet a stale registration).
+  `on_closed` hears of it once (the worker tells the node's acceptor, which counts connections).
+- TLS (AMQPS): `start_tls` runs the server side of the handshake on the loop, non-blocking, with
+  an `ssl.SSLObject` over two memory BIOs, so the socket is read and written exactly as a plain
+  one (same back-off, same write queue); once the handshake is done the Reader is started
+  (`on_secured`) and from then on `Data` carries the decrypted bytes and `write` encrypts: the
+  Reader and Writer do not know whether their socket speaks TLS. A handshake that fails or is
+  not done within the handshake timeout closes the socket.
 """
 
 from __future__ import annotations
@@ -25,9 +32,11 @@ from __future__ import annotations
 import errno
 import logging
 import socket
+import ssl
 import threading
 
 from actors import messages as m
+from actors.connection.tls import info as tls_info
 from actors.runtime.eventloop import EventLoop
 
 log = logging.getLogger("leveret.netio")
@@ -96,10 +105,11 @@ class Listener:
 class Conn:
     """One client socket: read for its Reader, written by its Writer."""
 
-    def __init__(self, io: EventLoop, sock: socket.socket):
+    def __init__(self, io: EventLoop, sock: socket.socket, on_closed=None):
         self.io = io
         self.sock = sock
         self.fd = sock.fileno()
+        self.on_closed = on_closed  # called once, on the loop thread, when the socket is closed
         self.reader = None  # Reader actor ref (told Data / SocketClosed)
         self.writer = None  # Writer actor ref (told Drained)
         self.lock = threading.Lock()  # guards the fields below
@@ -110,11 +120,102 @@ class Conn:
         self.writing = False  # registered for writability (loop thread only)
         self.closing = False  # close() was called
         self.closed = False
+        self.tls: ssl.SSLObject | None = None  # AMQPS: the TLS state (None: plain TCP)
+        self.tls_in: ssl.MemoryBIO | None = None  # bytes read from the socket, for self.tls
+        self.tls_out: ssl.MemoryBIO | None = None  # bytes self.tls wants sent
+        self.on_secured = None  # callback(TlsInfo) while the TLS handshake runs, then None
+        self.on_failed = None  # callback(why) if the TLS handshake fails or times out
+        self.tls_up = False  # the TLS handshake is done
+        self.tls_timer = None  # closes the socket if the handshake is not done in time
+        self.early: list = []  # plaintext read after the handshake, before the Reader came
         sock.setblocking(False)
 
     def start(self, reader, writer) -> None:
-        self.reader, self.writer = reader, writer
+        with self.lock:
+            self.reader, self.writer = reader, writer
+            early, self.early = self.early, []
+            gone = self.closing
+        for data in early:
+            reader.tell(m.Data(data))
+        if gone:  # the client went away between the TLS handshake and now
+            _tell(reader, m.SocketClosed("closed by client"))
         self.io.call(self._update)
+
+    # --- TLS (loop thread) ---------------------------------------------------------------------
+    def start_tls(self, context: ssl.SSLContext, on_secured, timeout: float,
+                  on_failed=None) -> None:
+        """Run the server side of a TLS handshake; `on_secured(info)` once it is done (loop
+        thread), then start() as for plain TCP. A failed handshake, or one not done within
+        `timeout` seconds, closes the socket (`on_failed(why)` hears why first)."""
+        self.tls_in, self.tls_out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = context.wrap_bio(self.tls_in, self.tls_out, server_side=True)
+        self.on_secured = on_secured
+        self.on_failed = on_failed
+
+        def begin():
+            self.tls_timer = self.io.loop.call_later(max(0.0, timeout), self._tls_expired)
+            self._update()
+        self.io.call(begin)
+
+    def _tls_expired(self) -> None:
+        self.tls_timer = None
+        if self.on_secured is not None and not self.closed:
+            self._tls_failed("handshake_timeout")
+
+    def _tls_failed(self, why: str) -> None:
+        self.on_secured = None
+        if self.on_failed is not None:
+            self.on_failed(why)
+        with self.lock:
+            self.closing = True
+        self._close_soon()  # after the alert, if any, is out
+
+    def _decrypt(self, raw: bytes) -> None:
+        """Bytes from the socket through TLS; the plaintext, if any, goes to the Reader."""
+        chunks = []
+        secured = failed = None
+        eof = False
+        with self.lock:
+            self.tls_in.write(raw)
+            try:
+                if self.on_secured is not None:
+                    self.tls.do_handshake()
+                    secured = self.on_secured
+                while True:
+                    chunk = self.tls.read(READ_SIZE)
+                    if not chunk:
+                        eof = True
+                        break
+                    chunks.append(chunk)
+            except ssl.SSLWantReadError:
+                pass  # more bytes from the peer are needed
+            except ssl.SSLZeroReturnError:
+                eof = True  # close_notify
+            except ssl.SSLError as e:
+                failed = e.reason or str(e)
+            bye = self.tls_out.read()  # handshake messages, session tickets, alerts
+            try:
+                queued = bool(bye) and not self._send_locked(bye)
+            except OSError as e:
+                queued, failed = False, failed or f"send failed: {e}"
+        if queued:
+            self._want_write()
+        if failed is not None and secured is None and self.on_secured is not None:
+            self._tls_failed(failed)
+            return
+        if secured is not None:
+            self.on_secured = None
+            self.tls_up = True
+            if self.tls_timer is not None:
+                self.tls_timer.cancel()
+                self.tls_timer = None
+            secured(tls_info(self.tls))
+        if chunks:
+            self._deliver(b"".join(chunks))
+        if failed is not None:
+            self._lost(f"TLS error: {failed}")
+        elif eof:
+            self._lost("closed by client")
 
     # --- reading (loop thread) -----------------------------------------------------------------
     def _update(self) -> None:
@@ -141,20 +242,35 @@ class Conn:
         if not data:
             self._lost("closed by client")
             return
+        if self.tls is not None:
+            self._decrypt(data)
+            return
+        self._deliver(data)
+
+    def _deliver(self, data: bytes) -> None:
         with self.lock:
             self.told += 1
             pause = self.told >= READ_AHEAD
-        self.reader.tell(m.Data(data))
+            reader = self.reader
+            if reader is None:  # TLS: the Reader is starting; start() tells it these
+                self.early.append(data)
+        if reader is not None:
+            reader.tell(m.Data(data))
         if pause:
             self._update()
 
     def _lost(self, why: str) -> None:
+        if self.on_secured is not None:  # in the TLS handshake: no Reader to tell yet
+            self._tls_failed(why)
+            return
         if self.reading:
             self.io.loop.remove_reader(self.fd)
             self.reading = False
         with self.lock:
             self.closing = True
-        _tell(self.reader, m.SocketClosed(why))
+            reader = self.reader
+        # no Reader yet (TLS, just secured): start() will tell it SocketClosed
+        _tell(reader, m.SocketClosed(why))
 
     # --- called by the Reader (its scheduler thread) -------------------------------------------
     def handled(self) -> None:
@@ -180,18 +296,39 @@ class Conn:
         with self.lock:
             if self.closed:
                 raise OSError(errno.EPIPE, "connection closed")
+            if self.tls is not None:
+                data = self._encrypt(data)  # under the lock: records go out in order
             if self.out:
                 self.out.append(data)
                 return False
-            try:
-                n = self.sock.send(data)
-            except (BlockingIOError, InterruptedError):
-                n = 0
-            if n == len(data):
+            if self._send_locked(data):
                 return True
-            self.out.append(memoryview(data)[n:])
         self.io.call(self._want_write)
         return False
+
+    def _send_locked(self, data) -> bool:
+        """(self.lock held) Send what the socket takes; the rest waits in self.out. True when
+        it took all of it."""
+        if self.out:
+            self.out.append(data)
+            return False
+        try:
+            n = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        if n == len(data):
+            return True
+        self.out.append(memoryview(data)[n:])
+        return False
+
+    def _encrypt(self, data: bytes) -> bytes:
+        """(self.lock held) Plaintext -> TLS records (SSLObject.write takes a record at a
+        time in partial-write mode)."""
+        view = memoryview(data)
+        done = 0
+        while done < len(view):
+            done += self.tls.write(view[done:])
+        return self.tls_out.read()
 
     def _want_write(self) -> None:
         if not self.writing and not self.closed:
@@ -237,10 +374,27 @@ class Conn:
         if self.reading:
             self.io.loop.remove_reader(self.fd)
             self.reading = False
+        if self.tls_up:
+            self._close_notify()
         if self.writing:
             self.io.loop.call_later(CLOSE_DRAIN_S, self._close_now)
         else:
             self._close_now()
+
+    def _close_notify(self) -> None:
+        """TLS: say goodbye (close_notify) before the socket closes, as Erlang's ssl does."""
+        with self.lock:
+            try:
+                self.tls.unwrap()
+            except (ssl.SSLError, ValueError):
+                pass  # SSLWantReadError: sent, the peer's reply is not waited for
+            bye = self.tls_out.read()
+            try:
+                queued = bool(bye) and not self._send_locked(bye)
+            except OSError:
+                queued = False  # the peer is gone: nothing to say goodbye to
+        if queued:
+            self._want_write()
 
     def _close_now(self) -> None:
         if self.closed:
@@ -248,6 +402,9 @@ class Conn:
         if self.writing:
             self.io.loop.remove_writer(self.fd)
             self.writing = False
+        if self.tls_timer is not None:
+            self.tls_timer.cancel()
+            self.tls_timer = None
         with self.lock:
             self.closed = True
             self.out = []
@@ -256,6 +413,12 @@ class Conn:
         except OSError:
             pass
         self.sock.close()
+        if self.on_closed is not None:
+            on_closed, self.on_closed = self.on_closed, None
+            try:
+                on_closed()
+            except Exception:  # noqa: BLE001 - the socket is closed whatever the callback does
+                log.exception("on_closed failed")
 
 
 def _tell(ref, msg) -> None:

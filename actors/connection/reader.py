@@ -5,7 +5,9 @@ netio reads its socket and tells it the bytes (`Data`); the Reader decodes frame
 PLAIN or AMQPLAIN, tune/tune-ok, open), reassembles content per channel, hands whole commands to
 channel actors in one batch per channel per read, watches heartbeats, stops reading when a
 channel runs out of credit (credit_flow's `blocked()`), and closes the connection on errors with
-RabbitMQ's codes.
+RabbitMQ's codes. A connection not past connection.open-ok `handshake_timeout` seconds after
+its socket was accepted is dropped (its timer: `HandshakeTimeout`). On an AMQPS connection it
+starts once netio has finished the TLS handshake, and reads and writes plain AMQP as on TCP.
 """
 
 from __future__ import annotations
@@ -23,18 +25,28 @@ from actors.runtime import LightActor
 log = logging.getLogger("leveret.connection")
 
 
+class HandshakeTimeout:
+    """timers -> Reader: handshake_timeout has passed since the socket was accepted."""
+
+    __slots__ = ()
+
+
 class Reader(LightActor):
     scheduler_name = "conn"
 
-    def __init__(self, host, conn, peer, conn_id: str):
+    def __init__(self, host, conn, peer, conn_id: str, tls=None, over_limit: bool = False,
+                 deadline: float | None = None):
         super().__init__()
         self.host = host  # the worker process's part (ConnectionHost)
         self.conn = conn  # netio.Conn: the socket
         self.peer = peer  # (host, port) of the client
         self.conn_id = conn_id  # unique connection id (exclusive-queue owner)
         self.writer = Writer.start(conn, host.transport)  # the sending side
-        self.core = ConnectionCore(host.config, host.replica, peer, conn_id, self)  # handshake
+        self.core = ConnectionCore(host.config, host.replica, peer, conn_id, self, tls,
+                                   over_limit)  # the handshake and frame dispatch, sans-IO
         self.core.alarms = host.alarms  # the node's resource alarms now
+        self.deadline = (deadline if deadline is not None else
+                         time.monotonic() + host.config.handshake_timeout)  # for open-ok
         self.channels: dict = {}  # channel number -> Channel actor ref
         self.blocked: set = set()  # channel numbers out of credit
         self.throttled = False  # blocked by a resource alarm (ConnectionCore decides)
@@ -43,6 +55,7 @@ class Reader(LightActor):
         self.terminated = False  # terminate() ran
 
     def on_start(self):
+        self.host.timers.at(int(self.deadline * 1000), self.actor_ref, HandshakeTimeout())
         self.conn.start(self.actor_ref, self.writer)
 
     def on_receive(self, msg):
@@ -84,6 +97,8 @@ class Reader(LightActor):
                 self.core.close(msg.code, msg.text, msg.class_id, msg.method_id)
             elif isinstance(msg, m.CloseTimeout):
                 self.terminate("close timed out")
+            elif isinstance(msg, HandshakeTimeout):
+                self.core.handshake_timeout()
             elif isinstance(msg, m.Shutdown):
                 self.core.close(320, "CONNECTION_FORCED - broker forced connection closure "
                                      "with reason 'shutdown'")

@@ -6,17 +6,23 @@ channel's business, anything else closes the connection with RabbitMQ's reply co
 `shell` is the Reader actor; the core calls its `write`, `opened`, `open_channel`,
 `channel_commands`, `channel_open`, `close_after`, `throttle` (resource alarms: stop / resume
 reading) and `terminate`.
+
+Authentication: PLAIN and AMQPLAIN check the password; EXTERNAL (rabbitmq_auth_mechanism_ssl
+with `ssl_cert_login_from = common_name`) takes the user name from the client certificate's
+subject CN and checks only that the user exists. What the socket was (`TlsInfo`, from netio)
+decides which mechanisms connection.start offers (`mechanisms`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import logging
 import platform
 
 from actors.core.channel import ConnInfo
 from actors.core.errors import AMQPError, ConnectionError_, amqp_text
-from actors.core.permissions import parse_amqplain, parse_plain
+from actors.core.permissions import login_refused, parse_amqplain, parse_plain
 from protocol import methods as am
 from protocol.constants import PROTOCOL_HEADER
 from protocol.errors import AMQPError as CodecError
@@ -39,6 +45,36 @@ CAPABILITIES = {
     "direct_reply_to": False,
 }
 FRAME_MIN = 4096
+PASSWORD_MECHANISMS = ("AMQPLAIN", "PLAIN")  # offered on every connection
+KNOWN_MECHANISMS = PASSWORD_MECHANISMS + ("EXTERNAL",)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TlsInfo:
+    """A TLS connection's facts once its handshake is done (actors/connection/tls.py: info)."""
+
+    version: str  # "TLSv1.3", "TLSv1.2"
+    cipher: str  # the negotiated cipher suite's name
+    peer_subject: tuple | None  # the verified client certificate's subject, as
+    # ssl.getpeercert() gives it: ((("commonName", "alice"),), ...); None without one
+
+
+def common_name(subject) -> str | None:
+    """rabbit_ssl:peer_cert_auth_name(common_name, Cert): the subject's CN; several CNs are
+    joined with "," as RabbitMQ does; None when the subject has none ("no name found")."""
+    names = [value for rdn in subject or () for key, value in rdn if key == "commonName"]
+    return ",".join(names) if names else None
+
+
+def mechanisms(tls: TlsInfo | None) -> tuple[str, ...]:
+    """The mechanisms connection.start offers (rabbit_reader:auth_mechanisms/1): the password
+    ones always, EXTERNAL only on a TLS connection whose client sent a certificate that was
+    verified (ssl_verify = verify_peer). RabbitMQ's rabbit_auth_mechanism_ssl offers it on
+    every TLS connection and refuses at login when there is no certificate; offering it only
+    when it can succeed keeps a client from choosing a mechanism that cannot work."""
+    if tls is not None and tls.peer_subject:
+        return PASSWORD_MECHANISMS + ("EXTERNAL",)
+    return PASSWORD_MECHANISMS
 
 
 def server_properties() -> dict:
@@ -61,7 +97,8 @@ def is_loopback(host: str) -> bool:
 
 
 class ConnectionCore:
-    def __init__(self, config, replica, peer, conn_id, shell):
+    def __init__(self, config, replica, peer, conn_id, shell, tls: TlsInfo | None = None,
+                 over_limit: bool = False):
         self.config = config  # node configuration (tune values, loopback users)
         self.replica = replica  # users, vhosts, permissions
         self.peer = peer  # (host, port)
@@ -83,6 +120,8 @@ class ConnectionCore:
         # rabbit_reader's throttle: with an alarm on, the connection is "blocking" until it
         # publishes, then "blocked" (its socket not read) until every alarm clears
         self.alarm_blocked = False
+        self.tls = tls  # the TLS handshake's facts; None on plain TCP
+        self.over_limit = over_limit  # the node had max_connections open when this one came
 
     # --- input --------------------------------------------------------------------------------
     def receive(self, data: bytes) -> None:
@@ -212,7 +251,7 @@ class ConnectionCore:
         self.state = "start"
         self.shell.write(encode_method(0, am.ConnectionStart(
             version_major=0, version_minor=9, server_properties=server_properties(),
-            mechanisms="AMQPLAIN PLAIN", locales="en_US")))
+            mechanisms=" ".join(mechanisms(self.tls)), locales="en_US")))
 
     def _method0(self, method) -> None:
         state = self.state
@@ -257,21 +296,30 @@ class ConnectionCore:
         response = method.response
         if isinstance(response, str):
             response = response.encode("utf-8", "surrogateescape")
-        if mech == "PLAIN":
-            creds = parse_plain(response)
-        elif mech == "AMQPLAIN":
-            creds = parse_amqplain(response)
-        else:
+        if mech not in KNOWN_MECHANISMS:
             raise ConnectionError_(503, f"unknown authentication mechanism '{mech}'",
                                    method.CLASS_ID, method.METHOD_ID)
-        user, password = creds if creds else (None, None)
-        ok = user is not None and self.replica.auth.check_password(user, password)
+        if mech not in mechanisms(self.tls):
+            raise ConnectionError_(503, f"invalid authentication mechanism '{mech}'",
+                                   method.CLASS_ID, method.METHOD_ID)
+        if mech == "EXTERNAL":
+            user, why = self._external()
+            ok = why is None
+        else:
+            creds = parse_plain(response) if mech == "PLAIN" else parse_amqplain(response)
+            user, password = creds if creds else (None, None)
+            ok = user is not None and self.replica.auth.check_password(user, password)
+            why = None
         if ok and user in self.config.loopback_users and not is_loopback(self.peer[0]):
             log.warning("user '%s' can only connect via localhost", user)
             ok = False
         if not ok:
-            log.warning("login refused for user '%s' from %s: mechanism %s", user,
-                        self.peer[0], mech)
+            if why is not None:
+                log.warning("login refused from %s: %s", self.peer[0],
+                            login_refused(mech, why).text)
+            else:
+                log.warning("login refused for user '%s' from %s: mechanism %s", user,
+                            self.peer[0], mech)
             text = amqp_text(403, f"Login was refused using authentication mechanism {mech}. "
                                   "For details see the broker logfile.")
             if self.capabilities.get("authentication_failure_close"):
@@ -285,6 +333,16 @@ class ConnectionCore:
         self.shell.write(encode_method(0, am.ConnectionTune(
             channel_max=self.config.channel_max, frame_max=self.config.frame_max,
             heartbeat=self.config.heartbeat)))
+
+    def _external(self) -> tuple[str | None, str | None]:
+        """rabbit_auth_mechanism_ssl: (user, None) when the certificate's CN names a user that
+        exists (no password: the certificate is the credential), else (user, explanation)."""
+        user = common_name(self.tls.peer_subject)
+        if user is None:
+            return None, "no name found"
+        if not self.replica.auth.user_exists(user):
+            return user, f"user '{user}' - invalid credentials"
+        return user, None
 
     def _tune_ok(self, method) -> None:
         fm = method.frame_max
@@ -305,6 +363,10 @@ class ConnectionCore:
     def _open(self, method) -> None:
         vhost = method.virtual_host
         auth = self.replica.auth
+        if self.over_limit:  # rabbit_reader:is_over_node_connection_limit (RabbitMQ 3.11+)
+            raise ConnectionError_(530, "connection refused: node connection limit "
+                                        f"({self.config.max_connections}) is reached",
+                                   method.CLASS_ID, method.METHOD_ID)
         if vhost not in auth.list_vhosts():
             raise ConnectionError_(530, f"vhost {vhost} not found", method.CLASS_ID,
                                    method.METHOD_ID)
@@ -315,6 +377,20 @@ class ConnectionCore:
         self.state = "running"
         self.shell.write(encode_method(0, am.ConnectionOpenOk()))
         self.shell.opened(self.heartbeat)
+
+    # --- time limits --------------------------------------------------------------------------
+    def handshake_timeout(self) -> None:
+        """handshake_timeout seconds after the socket was accepted (rabbit_reader's
+        handshake_timeout): a connection not yet past connection.open-ok is dropped, with no
+        connection.close (the peer may not speak AMQP at all)."""
+        if self.state in ("running", "closing", "closed"):
+            return
+        waiting = "handshake" if self.state == "header" else "frame_header"
+        log.warning("closing AMQP connection %s (%s:%s): {handshake_timeout,%s} (%s s)",
+                    self.conn_id, self.peer[0], self.peer[1], waiting,
+                    self.config.handshake_timeout)
+        self.state = "closed"
+        self.shell.terminate("handshake_timeout")
 
     # --- closing ------------------------------------------------------------------------------
     def close(self, code: int, text: str, class_id: int = 0, method_id: int = 0) -> None:

@@ -6,8 +6,10 @@ listener): it owns
 - the connection-worker and queue-worker OS processes, which it starts, watches and restarts the
   way an OTP one_for_one supervisor does (at most `max_restarts` in `restart_period` seconds per
   worker slot, then it gives up and stops the node), logging every exit with its cause;
-- the AMQP listening socket: it accepts on its own netio loop and hands each client socket to a
-  connection worker in turn (actors/connection/handoff.py), as ranch's acceptors do;
+- the AMQP listening socket, and the AMQPS one when `tls_port` is set: it accepts on its own
+  netio loop and hands each client socket to a connection worker in turn
+  (actors/connection/handoff.py), as ranch's acceptors do, counting the connections the workers
+  hold for `max_connections`; the TLS handshake is the worker's;
 - the node file `<data_dir>/node.json` telling leveretctl where to reach the metadata actor.
 """
 
@@ -32,7 +34,7 @@ import time
 
 from actors import events
 from actors.config import Config
-from actors.connection import handoff
+from actors.connection import handoff, tls
 from actors.connection.netio import Listener
 from actors import runtime
 from actors.messages import (AlarmsChanged, ClusterReady, ClusterTick, DurableQueues, ReadyWorkers,
@@ -109,20 +111,34 @@ class Node:
         self.exit_code = 0  # 1 when the node gave up on a worker
         self._systemd = None  # sdnotify.SystemdNotifier, made on first use
         self.next_tick = 0.0  # when the metadata actor next looks at the cluster
-        self.dealer = handoff.Dealer()  # hands accepted sockets to connection workers
+        self.dealer = handoff.Dealer(config.connection_limit)  # hands sockets to conn workers
         self.lsock: socket.socket | None = None  # the AMQP listening socket
         self.listener: Listener | None = None  # accepts on it (after the workers are ready)
+        self.tls_sock: socket.socket | None = None  # the AMQPS listening socket (tls_port)
+        self.tls_listener: Listener | None = None  # accepts on it
 
     def run(self) -> int:
         cfg = self.config
         os.makedirs(cfg.data_dir, exist_ok=True)
-        self.lsock = self._bind()
+        if cfg.tls_port:
+            try:  # the workers build the same context: a bad file stops the node here
+                tls.server_context(cfg)
+            except tls.TlsConfigError as e:
+                raise SystemExit(f"leveret-server: TLS: {e}")
+        self.lsock = self._bind(cfg.port)
+        if cfg.tls_port:
+            try:
+                self.tls_sock = self._bind(cfg.tls_port)
+            except SystemExit:
+                self.lsock.close()
+                raise
         self.run_dir, self.run_dir_is_temp = short_run_dir(cfg.data_dir)
         events.configure(cfg, process="node", node=cfg.node)
         self.transport = Transport(self._endpoint("node"))
         # one thread for the metadata actor, its ZeroMQ and the acceptor
         self.loop = EventLoop("node-loop")
         runtime.attach("node", self.loop)
+        self.dealer.start(self.loop)
         self.transport.start(self.loop)
         self.resources = ResourceMonitor(cfg, cfg.data_dir)  # memory and disk alarms
         self.metadata = Metadata.start(self.transport, cfg, self.resources)
@@ -142,6 +158,12 @@ class Node:
             self.lsock.listen(4096)
             self.listener = Listener(self.loop, self.lsock, self.dealer.deal)
             log.info("accepting AMQP connections on %s:%d", cfg.host, cfg.port)
+            if self.tls_sock is not None:
+                self.tls_sock.listen(4096)
+                self.tls_listener = Listener(self.loop, self.tls_sock,
+                                             lambda s, peer: self.dealer.deal(s, peer, True))
+                log.info("accepting AMQPS (TLS) connections on %s:%d", cfg.host,
+                         cfg.tls_port)
             self.systemd.notify("READY=1")  # Type=notify: the listeners are up
         watchdog = _watchdog_interval()
         next_ping = time.monotonic()
@@ -290,6 +312,10 @@ class Node:
             self.listener.close()
         elif self.lsock is not None:
             self.lsock.close()
+        if self.tls_listener is not None:
+            self.tls_listener.close()
+        elif self.tls_sock is not None:
+            self.tls_sock.close()
         for slot in self.slots:
             if slot.proc is not None and slot.proc.poll() is None:
                 slot.proc.terminate()
@@ -314,17 +340,17 @@ class Node:
         log.info("node stopped")
 
     # --- helpers --------------------------------------------------------------------------------
-    def _bind(self) -> socket.socket:
-        """The AMQP port, bound at once (a port in use stops the node before anything starts);
-        it listens once the connection workers are ready."""
+    def _bind(self, port: int) -> socket.socket:
+        """The AMQP (or AMQPS) port, bound at once (a port in use stops the node before
+        anything starts); it listens once the connection workers are ready."""
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind((self.config.host, self.config.port))
+            s.bind((self.config.host, port))
         except OSError as e:
             s.close()
             raise SystemExit(f"leveret-server: cannot listen on {self.config.host}:"
-                             f"{self.config.port}: {e.strerror}")
+                             f"{port}: {e.strerror}")
         return s
 
     def _write_node_file(self) -> None:

@@ -161,9 +161,9 @@ def test_unknown_user_refused__E3():
 
 def test_unknown_mechanism():
     core, shell = mk()
-    core.receive(PROTOCOL_HEADER + start_ok("EXTERNAL", b""))
+    core.receive(PROTOCOL_HEADER + start_ok("SCRAM-SHA-1", b""))
     assert conn_close(shell) == (503, "COMMAND_INVALID - unknown authentication mechanism "
-                                 "'EXTERNAL'", 10, 11)
+                                 "'SCRAM-SHA-1'", 10, 11)
 
 
 def test_malformed_plain_response_is_syntax_error():
