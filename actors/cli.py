@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 
@@ -28,12 +29,15 @@ def parse_args(argv=None) -> Config:
                    help="raft addresses of every cluster member (docs/cluster.md)")
     p.add_argument("--cluster-address", metavar="H:P",
                    help="this node's raft address, one of --cluster-nodes")
+    p.add_argument("--cluster-secret-file", metavar="FILE",
+                   help="the secret every cluster member shares (default "
+                        "DATA_DIR/cluster_secret, created on first start; docs/security.md)")
     args = p.parse_args(argv)
     cfg = Config()
     if args.config:
         cfg.update_from_toml(args.config)
     for name in ("host", "port", "data_dir", "conn_workers", "queue_workers", "log_level",
-                 "events", "node_name", "cluster_address"):
+                 "events", "node_name", "cluster_address", "cluster_secret_file"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)
@@ -68,7 +72,14 @@ def raise_fd_limit() -> None:
         pass
 
 
+def private_umask() -> None:
+    """Files and folders the broker creates are its user's only (0600 / 0700), whatever
+    umask it was started with; its workers inherit it (docs/security.md)."""
+    os.umask(0o077)
+
+
 def main(argv=None) -> int:
+    private_umask()
     cfg = parse_args(argv)
     setup_logging(cfg.log_level, "node")
     raise_fd_limit()

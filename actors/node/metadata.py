@@ -56,8 +56,9 @@ class Worker:
 class Metadata(ClusterMixin, LightActor):
     scheduler_name = "node"  # embedded in the node's event loop with its transport
 
-    def __init__(self, transport, config):
+    def __init__(self, transport, config, secret: bytes = b""):
         super().__init__()
+        self.secret = secret  # the cluster secret (a cluster member's; actors/secure.py)
         data_dir, queue_workers = config.data_dir, config.queue_workers
         self.transport = transport  # this process's Transport
         self.address = transport.address("metadata")  # where workers send Rpc
