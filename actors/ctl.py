@@ -15,6 +15,7 @@ import uuid
 import zmq
 
 from actors import messages as m
+from actors.core.permissions import hashed_auth_call
 from actors.transport import make_address, split_address
 
 
@@ -149,6 +150,8 @@ def main(argv=None) -> int:
         args = list(a.args)
     if a.command in ("set_permissions", "clear_permissions"):
         args = [args[0], a.vhost] + args[1:]
+    # a password leaves this process only as a salted hash (rabbit_password_hashing_sha256)
+    method, args = hashed_auth_call(method, args)
     call(a.data_dir, "auth", {"method": method, "args": args})
     print(f"{a.command} done")
     return 0

@@ -264,17 +264,20 @@ class Watcher:
                     pair.close(0)
                     del watched[pair]
                     continue
-                self._event(entry, event)
+                try:
+                    self._event(entry, event)
+                except Exception:  # noqa: BLE001 - a log line lost, never the watcher
+                    log.exception("socket monitor event %r not understood", event)
 
     @staticmethod
     def _event(entry: list, event: dict) -> None:
         role, endpoint, peer = entry
         kind, value = event["event"], event["value"]
         if kind == zmq.EVENT_ACCEPTED:
-            entry[2] = _peer_of(value)
+            entry[2] = _peer_of(value, endpoint)
         elif kind & _FAILED and role == "bind":
             who = peer or "an unknown address"
-            throttled(("bind", endpoint, peer), "refused a ZeroMQ connection from %s to %s: "
+            throttled(("bind", endpoint, peer.rpartition(":")[0]), "refused a ZeroMQ connection from %s to %s: "
                       "its handshake is not CURVE with the cluster's keys (a peer without "
                       "the cluster secret) [%s]", who, endpoint, _describe(kind, value))
         elif kind & _FAILED:
@@ -291,14 +294,19 @@ def _describe(kind: int, value: int) -> str:
     return f"connection closed during the handshake, errno {value}"
 
 
-def _peer_of(fd: int) -> str:
+def _peer_of(fd: int, endpoint: str) -> str:
     """The remote address of the connection libzmq just accepted on `fd` (a dup of it, so
-    libzmq's own descriptor is never closed here); "" when it is gone already."""
+    libzmq's own descriptor is never closed here); "" when it is gone already, or the number
+    now names another socket than a connection to `endpoint`."""
+    port = endpoint.rpartition(":")[2]
     try:
         with socket.socket(fileno=os.dup(fd)) as s:  # (the family is read from the fd)
-            host, port = s.getpeername()[:2]
-            return f"{host}:{port}"
-    except OSError:
+            if s.family not in (socket.AF_INET, socket.AF_INET6) or \
+                    str(s.getsockname()[1]) != port:
+                return ""
+            host, peer_port = s.getpeername()[:2]
+            return f"{host}:{peer_port}"
+    except (OSError, ValueError, IndexError):
         return ""
 
 

@@ -26,6 +26,7 @@ joined in one frame of their own, never inside msgpack (see actors/messages.py).
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 from typing import Callable
@@ -139,7 +140,7 @@ class Transport:
     def _secure(self, sock, endpoint: str, role: str) -> None:
         """CURVE on a tcp:// socket, and a monitor that logs refused handshakes."""
         if self.curve is None:
-            raise zmq.ZMQError(zmq.EACCES, f"{endpoint}: tcp:// needs the cluster secret")
+            raise zmq.ZMQError(errno.EACCES, f"{endpoint}: tcp:// needs the cluster secret")
         from actors import secure
         if role == "bind":
             self.curve.server(sock)

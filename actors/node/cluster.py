@@ -157,7 +157,8 @@ class _CheckedEncryptor:
         try:
             return self.fernet.extract_timestamp(data)
         except InvalidToken:
-            secure.throttled(("raft-frame", self.peer),
+            secure.throttled(("raft-frame", self.peer.rpartition(":")[0] if self.inbound
+                              else self.peer),
                              "cluster: refused the raft connection %s %s: its frames are not "
                              "sealed with our cluster secret (a node with another secret, or "
                              "not a Leveret node)", "from" if self.inbound else "to", self.peer)
@@ -198,7 +199,7 @@ class SecureTransport(TCPTransport):
                                      message in self._nodeAddrToNode):
             what = "a readonly node" if message == "readonly" else \
                 "a utility command" if isinstance(message, list) else "an unknown member"
-            secure.throttled(("raft-who", conn.encryptor.peer),
+            secure.throttled(("raft-who", conn.encryptor.peer.rpartition(":")[0]),
                              "cluster: refused the raft connection from %s: it says it is %s",
                              conn.encryptor.peer, what)
             self._unknownConnections.discard(conn)
@@ -232,7 +233,7 @@ class SecureTransport(TCPTransport):
         for conn in list(self._unknownConnections):
             buffered = getattr(conn, "_TcpConnection__readBuffer", b"")
             if len(buffered) > UNAUTHENTICATED_MAX_BYTES:
-                secure.throttled(("raft-big", conn.encryptor.peer),
+                secure.throttled(("raft-big", conn.encryptor.peer.rpartition(":")[0]),
                                  "cluster: refused the raft connection from %s: %d bytes "
                                  "before its handshake", conn.encryptor.peer, len(buffered))
                 self._unknownConnections.discard(conn)

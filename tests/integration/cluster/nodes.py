@@ -14,7 +14,7 @@ from conftest import REPO, START_TIMEOUT, Broker, _die_with_parent, _probe, free
 
 
 class Nodes:
-    def __init__(self, tmp_path: Path, n: int = 3, *extra: str):
+    def __init__(self, tmp_path: Path, n: int = 3, *extra: str, start: bool = True):
         self.tmp = tmp_path
         self.extra = extra
         ports: list[int] = []
@@ -31,7 +31,8 @@ class Nodes:
             self.secret_file.write_text(secrets.token_hex(32) + "\n")
             self.secret_file.chmod(0o400)
         self.secret_files: dict[int, Path] = {}  # node index -> another file (tests of refusal)
-        self.start(*range(n))  # together: a lone node waits for a majority
+        if start:
+            self.start(*range(n))  # together: a lone node waits for a majority
 
     def args(self, i: int) -> list[str]:
         return ["--node-name", f"leveret@node{i + 1}", "--cluster-nodes", ",".join(self.raft),
@@ -39,6 +40,11 @@ class Nodes:
                 str(self.secret_files.get(i, self.secret_file)), *self.extra]
 
     def start(self, *which: int) -> None:
+        """Start nodes and wait until each answers AMQP."""
+        self.spawn(*which)
+        self.wait_up(*which)
+
+    def spawn(self, *which: int) -> None:
         """Start nodes (from this thread: PR_SET_PDEATHSIG follows the thread that forks)."""
         server = REPO / ".venv" / "bin" / "leveret-server"
         for i in which:
@@ -53,6 +59,8 @@ class Nodes:
                     cwd=str(folder), preexec_fn=_die_with_parent)
             self.brokers[i] = Broker("127.0.0.1", self.ports[i], data_dir=folder / "data",
                                      proc=proc, log_path=log_path)
+
+    def wait_up(self, *which: int) -> None:
         deadline = time.monotonic() + START_TIMEOUT
         waiting = set(which)
         while waiting and time.monotonic() < deadline:
