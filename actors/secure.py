@@ -192,6 +192,7 @@ def _zap_loop(sock, allowed_key: bytes) -> None:
         try:
             frames = sock.recv_multipart()
         except zmq.ZMQError:  # the context is terminated: the process is exiting
+            sock.close(0)
             return
         try:
             version, request_id, domain, address, _identity, mechanism = frames[:6]
@@ -251,7 +252,9 @@ class Watcher:
                 poller.register(pair, zmq.POLLIN)
             try:
                 ready = poller.poll(200)
-            except zmq.ZMQError:
+            except zmq.ZMQError:  # the context is terminated: let it finish
+                for pair in watched:
+                    pair.close(0)
                 return
             for pair, _ in ready:
                 try:
@@ -277,9 +280,10 @@ class Watcher:
             entry[2] = _peer_of(value, endpoint)
         elif kind & _FAILED and role == "bind":
             who = peer or "an unknown address"
-            throttled(("bind", endpoint, peer.rpartition(":")[0]), "refused a ZeroMQ connection from %s to %s: "
-                      "its handshake is not CURVE with the cluster's keys (a peer without "
-                      "the cluster secret) [%s]", who, endpoint, _describe(kind, value))
+            throttled(("bind", endpoint, peer.rpartition(":")[0]),
+                      "refused a ZeroMQ connection from %s to %s: its handshake is not CURVE "
+                      "with the cluster's keys (a peer without the cluster secret) [%s]",
+                      who, endpoint, _describe(kind, value))
         elif kind & _FAILED:
             throttled(("connect", endpoint), "%s refused our credentials: the CURVE handshake "
                       "failed [%s]; does it hold the same cluster secret as this node?",
