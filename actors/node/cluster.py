@@ -175,6 +175,7 @@ class SecureTransport(TCPTransport):
 
     def __init__(self, *args, **kwargs):
         self._handshaking: set = set()  # our outgoing connections waiting for the peer's key
+        self._bind_failed_logged = False  # pysyncobj retries a failed bind without a word
         super().__init__(*args, **kwargs)
 
     def addNode(self, node):  # noqa: N802 - pysyncobj's names
@@ -225,6 +226,19 @@ class SecureTransport(TCPTransport):
                              "handshake: it refused our cluster secret (does it hold the same "
                              "cluster_secret_file?) or it is stopping", peer)
         super()._onDisconnected(conn)
+
+    def tryGetReady(self):  # noqa: N802 - SyncObj's tick calls it (only) until bound
+        try:
+            super().tryGetReady()
+        finally:
+            if not self._ready and self._bindAttempts and not self._bind_failed_logged:
+                self._bind_failed_logged = True
+                log.warning("cluster: cannot listen on the raft address %s (in use?); this "
+                            "node does nothing in the cluster until it can; retrying every "
+                            "%ss", self._selfNode.address, self._syncObj.conf.bindRetryTime)
+            elif self._ready and self._bind_failed_logged:
+                self._bind_failed_logged = False
+                log.info("cluster: listening on the raft address %s", self._selfNode.address)
 
     def _onTick(self):  # noqa: N802
         super()._onTick()
