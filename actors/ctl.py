@@ -1,7 +1,9 @@
 """`leveretctl`: rabbitmqctl's user, vhost and permission commands against a running node.
 
 Talks to the node's metadata actor over ZeroMQ, at the address the node writes to
-`<data-dir>/node.json`.
+`<data-dir>/node.json`: an ipc:// socket in the node's 0700 run folder, also for a cluster node
+(whose own endpoint is tcp:// with CURVE), so no cluster secret is needed here. Passwords leave
+this process only as salted hashes (docs/security.md).
 """
 
 from __future__ import annotations
