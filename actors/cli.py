@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 
@@ -48,6 +49,9 @@ def parse_args(argv=None) -> Config:
                    help="with verify_peer: refuse a client that sends no certificate")
     p.add_argument("--ssl-versions", metavar="V,V",
                    help="TLS versions accepted: tlsv1.3,tlsv1.2 (default both; older refused)")
+    p.add_argument("--cluster-secret-file", metavar="FILE",
+                   help="the secret every cluster member shares (default "
+                        "DATA_DIR/cluster_secret, created on first start; docs/security.md)")
     args = p.parse_args(argv)
     cfg = Config()
     if args.config:
@@ -55,7 +59,8 @@ def parse_args(argv=None) -> Config:
     for name in ("host", "port", "data_dir", "conn_workers", "queue_workers", "log_level",
                  "events", "node_name", "cluster_address", "handshake_timeout",
                  "max_connections", "tls_port", "ssl_certfile", "ssl_keyfile",
-                 "ssl_cacertfile", "ssl_verify", "ssl_fail_if_no_peer_cert"):
+                 "ssl_cacertfile", "ssl_verify", "ssl_fail_if_no_peer_cert",
+                 "cluster_secret_file"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)
@@ -108,7 +113,14 @@ def raise_fd_limit() -> None:
         pass
 
 
+def private_umask() -> None:
+    """Files and folders the broker creates are its user's only (0600 / 0700), whatever
+    umask it was started with; its workers inherit it (docs/security.md)."""
+    os.umask(0o077)
+
+
 def main(argv=None) -> int:
+    private_umask()
     cfg = parse_args(argv)
     setup_logging(cfg.log_level, "node")
     raise_fd_limit()

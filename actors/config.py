@@ -60,6 +60,8 @@ class Config:
     node_name: str = ""  # this node's name in events and clusters; "" = leveret@HOST:PORT
     cluster_nodes: tuple = ()  # raft addresses HOST:PORT of every cluster member; () = alone
     cluster_address: str = ""  # this node's raft address, one of cluster_nodes
+    cluster_secret_file: str = ""  # the secret cluster members share; "" = <data_dir>/cluster_secret
+    cluster_secret: str = ""  # the secret itself instead of a file ("" = use the file)
     boot_timeout: int = 300  # seconds for workers to start and durable queues to recover
     log_level: str = "INFO"
     # --- what a client may do before it has logged in (docs/security.md) ---
@@ -134,7 +136,9 @@ class Config:
         return self.node_name or f"leveret@{self.host}:{self.port}"
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self))
+        """For a worker's command line, which every user may read (ps): without the cluster
+        secret (the node hands it over through a pipe: actors/secure.py)."""
+        return json.dumps(dict(dataclasses.asdict(self), cluster_secret=""))
 
     @classmethod
     def from_json(cls, text: str) -> "Config":

@@ -2,7 +2,9 @@
 against a running node.
 
 Talks to the node's metadata actor over ZeroMQ, at the address the node writes to
-`<data-dir>/node.json`.
+`<data-dir>/node.json`: an ipc:// socket in the node's 0700 run folder, also for a cluster node
+(whose own endpoint is tcp:// with CURVE), so no cluster secret is needed here. Passwords leave
+this process only as salted hashes (docs/security.md).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import uuid
 import zmq
 
 from actors import messages as m
+from actors.core.permissions import hashed_auth_call
 from actors.transport import make_address, split_address
 
 
@@ -188,6 +191,8 @@ def main(argv=None) -> int:
         args = list(a.args)
     if a.command in ("set_permissions", "clear_permissions"):
         args = [args[0], a.vhost] + args[1:]
+    # a password leaves this process only as a salted hash (rabbit_password_hashing_sha256)
+    method, args = hashed_auth_call(method, args)
     call(a.data_dir, "auth", {"method": method, "args": args})
     print(f"{a.command} done")
     return 0

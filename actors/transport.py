@@ -14,12 +14,19 @@ Owns:
 - the set of dead endpoints (a crashed worker's): sends to them are dropped, as a message to a
   dead Erlang pid is.
 
+Security (docs/security.md): a tcp:// endpoint (a cluster's) is bound and connected with CURVE,
+keys derived from the cluster secret (actors/secure.py: `curve`), and a ZAP handler admits
+members only; a process without the keys refuses to use tcp:// at all. ipc:// endpoints live in
+the node's run folder (0700): only the broker's OS user reaches them. In a cluster the node's
+socket is also bound at `local_endpoint` (ipc://), which leveretctl uses without the secret.
+
 Wire format: multipart `[actor_name, msgpack([tag, *fields]), bodies]`; message bodies travel
 joined in one frame of their own, never inside msgpack (see actors/messages.py).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 from typing import Callable
@@ -51,8 +58,10 @@ def split_address(address: str) -> tuple[str, str]:
 class Transport:
     """One per OS process; thread-safe `send`, one inbound thread."""
 
-    def __init__(self, endpoint: str):
+    def __init__(self, endpoint: str, curve=None, local_endpoint: str = ""):
         self.endpoint = endpoint  # this process's own ipc:// or tcp:// address
+        self.curve = curve  # actors.secure.Curve: the cluster's keys (needed for tcp://)
+        self.local_endpoint = local_endpoint  # ipc:// the PULL socket is also bound at ("": none)
         self.context = zmq.Context.instance()
         self._actors: dict[str, object] = {}  # actor name -> pykka ActorRef of a local actor
         self._local = threading.local()  # per-thread {endpoint: PUSH socket}
@@ -122,9 +131,22 @@ class Transport:
             # thread ends and its socket is closed: LINGER 0 would drop them unsent.
             sock.setsockopt(zmq.LINGER, SEND_LINGER_MS)
             sock.setsockopt(zmq.SNDHWM, 0)  # bounded by credit flow, not by dropping
+            if endpoint.startswith("tcp://"):
+                self._secure(sock, endpoint, "connect")
             sock.connect(endpoint)
             sockets[endpoint] = sock
         return sock
+
+    def _secure(self, sock, endpoint: str, role: str) -> None:
+        """CURVE on a tcp:// socket, and a monitor that logs refused handshakes."""
+        if self.curve is None:
+            raise zmq.ZMQError(errno.EACCES, f"{endpoint}: tcp:// needs the cluster secret")
+        from actors import secure
+        if role == "bind":
+            self.curve.server(sock)
+        else:
+            self.curve.client(sock)
+        secure.watcher(self.context).watch(sock, role, endpoint)
 
     def _send_now(self, endpoint: str, name: bytes, payload: bytes, frames) -> None:
         # plain int flags: pyzmq's send_multipart builds an IntFlag per frame (measured: 6% of
@@ -198,6 +220,10 @@ class Transport:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, 0)
         try:
+            if self.local_endpoint:  # plain (NULL) first: CURVE options apply to later binds
+                sock.bind(self.local_endpoint)
+            if self.endpoint.startswith("tcp://"):
+                self._secure(sock, self.endpoint, "bind")
             sock.bind(self.endpoint)
         except zmq.ZMQError as e:
             sock.close(0)

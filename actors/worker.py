@@ -19,12 +19,13 @@ import threading
 import pykka
 
 from actors import messages as m
-from actors.cli import raise_fd_limit, setup_logging
+from actors.cli import private_umask, raise_fd_limit, setup_logging
 from actors.config import Config
 from actors.replica import Replica
 from actors.runtime import LightActor
 from actors import runtime
 from actors import events
+from actors import secure
 from actors.transport import Transport
 
 log = logging.getLogger("leveret.worker")
@@ -98,15 +99,20 @@ def main(argv=None) -> int:
     p.add_argument("--endpoint", required=True)
     p.add_argument("--node", required=True)
     p.add_argument("--config-json", required=True)
+    p.add_argument("--secret-fd", type=int, help="cluster: a pipe holding the cluster secret")
     p.add_argument("--handoff-fd", type=int, help="conn: the Unix socket the node hands "
                                                    "accepted client sockets over")
     args = p.parse_args(argv)
+    private_umask()
     die_with_parent()
     raise_fd_limit()
     cfg = Config.from_json(args.config_json)
     setup_logging(cfg.log_level, f"{args.kind}-{args.index} pid {os.getpid()}")
     events.configure(cfg, process=f"{args.kind}-{args.index}", node=cfg.node)
-    transport = Transport(args.endpoint)
+    curve = None
+    if args.secret_fd is not None:
+        curve = secure.Curve(secure.read_secret(args.secret_fd))
+    transport = Transport(args.endpoint, curve)
     # one thread for the hot path: ZeroMQ, the client sockets and the reader, writer and channel
     # actors (conn), or ZeroMQ and the queue and mirror actors (queue), and worker control;
     # backing queues have a scheduler thread of their own ("store": an fsync blocks)

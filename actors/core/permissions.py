@@ -34,7 +34,7 @@ from actors.core.errors import Atom, ChannelError, ConnectionError_, erl_p, erl_
     _field_term
 
 __all__ = [
-    "SHA256", "SHA512", "MD5", "AuthDB", "hash_password", "check_hash", "parse_plain",
+    "SHA256", "SHA512", "MD5", "AuthDB", "hash_password", "hashed_auth_call", "check_hash", "parse_plain",
     "parse_amqplain", "login_refused", "resource_access_refused", "vhost_access_refused",
     "BLANK_PASSWORD_TEXT",
 ]
@@ -64,6 +64,18 @@ def hash_password(password: str | bytes, salt: bytes | None = None,
         salt = os.urandom(4)
     h = _HASHES[algorithm](salt + _b(password)).digest()
     return base64.b64encode(salt + h).decode("ascii")
+
+
+def hashed_auth_call(method: str, args: list) -> tuple[str, list]:
+    """An auth call with its plaintext password replaced by a fresh salted hash:
+    add_user(name, password) -> add_user_with_hash(name, hash, algorithm),
+    change_password(name, password) -> change_password_hash(name, hash, algorithm); any other
+    call as it is. What travels on from here, and what a definitions log records, is the hash."""
+    if method == "add_user" and len(args) >= 2 and args[1] is not None:
+        return "add_user_with_hash", [args[0], hash_password(args[1]), SHA256, *args[2:]]
+    if method == "change_password" and len(args) == 2 and args[1] is not None:
+        return "change_password_hash", [args[0], hash_password(args[1]), SHA256]
+    return method, list(args)
 
 
 def check_hash(password_hash: str | bytes, password: str | bytes,
@@ -144,6 +156,16 @@ class AuthDB:
         u = self._user(name)
         u["password_hash"] = hash_password(password) if password is not None else ""
         u["hashing_algorithm"] = SHA256
+
+    def change_password_hash(self, name: str, password_hash: str,
+                             hashing_algorithm: str = SHA256) -> None:
+        """A hash made elsewhere (the node that took the request: passwords are hashed
+        before they enter a definitions change, so no log or link carries them)."""
+        if hashing_algorithm not in _HASHES:
+            raise ValueError(f"unknown hashing algorithm {hashing_algorithm}")
+        u = self._user(name)
+        u["password_hash"] = password_hash or ""
+        u["hashing_algorithm"] = hashing_algorithm
 
     def clear_password(self, name: str) -> None:
         self.change_password(name, None)

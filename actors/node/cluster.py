@@ -9,7 +9,11 @@ Owns:
   entry's change list (actors/replica.py's change format) and counts it (`seq`, the same on every
   node for the same entry); pysyncobj journals entries under `<data_dir>/cluster/` and dumps the
   whole state when it compacts its log, so a restarted node reloads it before it rejoins;
-- `Cluster`: the pysyncobj node (a thread of its own), leadership and connectivity questions.
+- `Cluster`: the pysyncobj node (a thread of its own), leadership and connectivity questions;
+- `SecureTransport`: pysyncobj's TCP transport, bound on `cluster_address` only, every frame
+  encrypted and authenticated with the cluster secret (pysyncobj's `password`: Fernet, checked
+  before anything is unpickled), members only (no 'readonly' nodes, no utility commands), and
+  a refused peer logged on both sides.
 
 The metadata actor (actors/node/metadata.py) is the only user: the leader's metadata actor executes
 operations and commits their changes; every node's metadata actor hears each applied entry
@@ -22,7 +26,11 @@ import logging
 import os
 import threading
 
+from cryptography.fernet import InvalidToken
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj.transport import TCPTransport
+
+from actors import secure
 
 from actors.node import raft_storage
 from actors.core.permissions import AuthDB
@@ -76,7 +84,8 @@ class ReplicatedState(SyncObjConsumer):
 class Cluster:
     """One node's Raft member. `me` and every member are named by their raft address."""
 
-    def __init__(self, cluster_nodes, me: str, data_dir: str, on_state_changed=None):
+    def __init__(self, cluster_nodes, me: str, data_dir: str, secret: bytes,
+                 on_state_changed=None):
         self.me = me
         self.nodes = list(cluster_nodes)
         self.state = ReplicatedState()
@@ -93,10 +102,13 @@ class Cluster:
             connectionTimeout=2.0, connectionRetryTime=0.5,
             leaderFallbackTimeout=2.0,  # a leader cut off from the majority steps down
             commandsWaitLeader=False,
-            useFork=False)  # never fork a process full of threads and ZeroMQ sockets
+            useFork=False,  # never fork a process full of threads and ZeroMQ sockets
+            bindAddress=me,  # cluster_address's host, not pysyncobj's default 0.0.0.0
+            password=secure.raft_password(secret))  # nothing is unpickled without it
         others = [n for n in self.nodes if n != me]
         raft_storage.install()  # fsync what pysyncobj writes (actors/node/raft_storage.py)
-        self.raft = SyncObj(me, others, conf=conf, consumers=[self.state])
+        self.raft = SyncObj(me, others, conf=conf, consumers=[self.state],
+                            transportClass=SecureTransport)
 
     def submit(self, entry: dict, callback) -> None:
         """Append an entry; `callback(seq, failed)` runs on pysyncobj's thread."""
@@ -121,3 +133,122 @@ class Cluster:
 
     def close(self) -> None:
         self.raft.destroy_synchronous()
+
+
+UNAUTHENTICATED_MAX_BYTES = 64 * 1024  # buffered from a peer before its handshake is done
+
+
+class _CheckedEncryptor:
+    """pysyncobj's Fernet for one connection, which logs frames that fail its check (pysyncobj
+    drops the connection silently: "Why no logging of security errors?")."""
+
+    def __init__(self, fernet, peer: str, inbound: bool):
+        self.fernet = fernet  # pysyncobj's, keyed by the cluster secret
+        self.peer = peer  # the remote address, or the member's raft address
+        self.inbound = inbound  # the peer connected to us
+
+    def encrypt_at_time(self, data, at):
+        return self.fernet.encrypt_at_time(data, at)
+
+    def decrypt(self, data):
+        return self.fernet.decrypt(data)
+
+    def extract_timestamp(self, data):  # the first call on every frame received
+        try:
+            return self.fernet.extract_timestamp(data)
+        except InvalidToken:
+            secure.throttled(("raft-frame", self.peer.rpartition(":")[0] if self.inbound
+                              else self.peer),
+                             "cluster: refused the raft connection %s %s: its frames are not "
+                             "sealed with our cluster secret (a node with another secret, or "
+                             "not a Leveret node)", "from" if self.inbound else "to", self.peer)
+            raise
+
+
+def _conn_socket(conn):
+    return getattr(conn, "_TcpConnection__socket", None)  # pysyncobj 0.3.17's private name
+
+
+class SecureTransport(TCPTransport):
+    """pysyncobj's TCPTransport for cluster members only (pysyncobj 0.3.17: the hooks below are
+    its own methods; a new pysyncobj needs them checked, as actors/node/raft_storage.py)."""
+
+    def __init__(self, *args, **kwargs):
+        self._handshaking: set = set()  # our outgoing connections waiting for the peer's key
+        self._bind_failed_logged = False  # pysyncobj retries a failed bind without a word
+        super().__init__(*args, **kwargs)
+
+    def addNode(self, node):  # noqa: N802 - pysyncobj's names
+        super().addNode(node)
+        conn = self._connections.get(node)
+        if conn is not None and conn.encryptor is not None:
+            conn.encryptor = _CheckedEncryptor(conn.encryptor, node.address, inbound=False)
+
+    def _onNewIncomingConnection(self, conn):  # noqa: N802
+        super()._onNewIncomingConnection(conn)
+        try:
+            host, port = _conn_socket(conn).getpeername()[:2]
+            peer = f"{host}:{port}"
+        except (AttributeError, OSError):
+            peer = "an unknown address"
+        conn.encryptor = _CheckedEncryptor(conn.encryptor, peer, inbound=True)
+
+    def _onIncomingMessageReceived(self, conn, message):  # noqa: N802
+        # after the key exchange, a connecting peer must name itself as a member: pysyncobj
+        # would also take 'readonly' (and stream it the log) or a utility command (a list)
+        if conn.sendRandKey and not (isinstance(message, str) and
+                                     message in self._nodeAddrToNode):
+            what = "a readonly node" if message == "readonly" else \
+                "a utility command" if isinstance(message, list) else "an unknown member"
+            secure.throttled(("raft-who", conn.encryptor.peer.rpartition(":")[0]),
+                             "cluster: refused the raft connection from %s: it says it is %s",
+                             conn.encryptor.peer, what)
+            self._unknownConnections.discard(conn)
+            conn.disconnect()
+            return
+        super()._onIncomingMessageReceived(conn, message)
+
+    def _onOutgoingConnected(self, conn):  # noqa: N802
+        self._handshaking.add(conn)
+        super()._onOutgoingConnected(conn)
+
+    def _onOutgoingMessageReceived(self, conn, message):  # noqa: N802
+        self._handshaking.discard(conn)
+        super()._onOutgoingMessageReceived(conn, message)
+
+    def _onDisconnected(self, conn):  # noqa: N802
+        if conn in self._handshaking:
+            self._handshaking.discard(conn)
+            node = self._connToNode(conn)
+            peer = node.address if node is not None else "a member"
+            secure.throttled(("raft-refused", peer),
+                             "cluster: raft member %s closed our connection during the "
+                             "handshake: it refused our cluster secret (does it hold the same "
+                             "cluster_secret_file?) or it is stopping", peer)
+        super()._onDisconnected(conn)
+
+    def tryGetReady(self):  # noqa: N802 - SyncObj's tick calls it (only) until bound
+        try:
+            super().tryGetReady()
+        finally:
+            if not self._ready and self._bindAttempts and not self._bind_failed_logged:
+                self._bind_failed_logged = True
+                log.warning("cluster: cannot listen on the raft address %s (in use?); this "
+                            "node does nothing in the cluster until it can; retrying every "
+                            "%ss", self._selfNode.address, self._syncObj.conf.bindRetryTime)
+            elif self._ready and self._bind_failed_logged:
+                self._bind_failed_logged = False
+                log.info("cluster: listening on the raft address %s", self._selfNode.address)
+
+    def _onTick(self):  # noqa: N802
+        super()._onTick()
+        # a peer that has not proven it holds the secret gets little of our memory: pysyncobj
+        # buffers a whole frame of the length it announces before checking anything
+        for conn in list(self._unknownConnections):
+            buffered = getattr(conn, "_TcpConnection__readBuffer", b"")
+            if len(buffered) > UNAUTHENTICATED_MAX_BYTES:
+                secure.throttled(("raft-big", conn.encryptor.peer.rpartition(":")[0]),
+                                 "cluster: refused the raft connection from %s: %d bytes "
+                                 "before its handshake", conn.encryptor.peer, len(buffered))
+                self._unknownConnections.discard(conn)
+                conn.disconnect()

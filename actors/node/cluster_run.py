@@ -2,7 +2,8 @@
 
 What it owns: the leveret-server processes it starts, one per node, and nothing else.  Node i
 (0-based) listens for AMQP on --port+i, for Raft on --cluster-port+i, keeps its data in
-<data-dir>/node<i+1> and is named leveret@node<i+1>; its stdout and stderr go to
+<data-dir>/node<i+1> and is named leveret@node<i+1>; the nodes share the cluster secret
+<data-dir>/cluster_secret (made on the first run); its stdout and stderr go to
 <data-dir>/node<i+1>.log.  The nodes run in sessions of their own, so a Ctrl-C in the terminal
 reaches this launcher only, which then stops them: SIGTERM to each node's PID, SIGKILL to the
 PID of any still running after --stop-timeout seconds, exit status 0.  When a node exits on its
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -35,8 +37,24 @@ def node_commands(server: list[str], nodes: int, host: str, port: int, cluster_p
     return [[*server, "--host", host, "--port", str(port + i),
              "--data-dir", os.path.join(data_dir, f"node{i + 1}"),
              "--node-name", f"leveret@node{i + 1}",
-             "--cluster-nodes", ",".join(raft), "--cluster-address", raft[i], *extra]
+             "--cluster-nodes", ",".join(raft), "--cluster-address", raft[i],
+             "--cluster-secret-file", secret_file(data_dir), *extra]
             for i in range(nodes)]
+
+
+def secret_file(data_dir: str) -> str:
+    """The one cluster secret the nodes share (docs/security.md): DATA_DIR/cluster_secret."""
+    return os.path.join(data_dir, "cluster_secret")
+
+
+def make_secret(path: str) -> None:
+    """Random bytes, 0400, when the file is not there yet."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32) + "\n")
 
 
 def server_command() -> list[str]:
@@ -152,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: stop.append(signum))
     Path(data_dir).mkdir(parents=True, exist_ok=True)
+    make_secret(secret_file(data_dir))
     cluster.start()
     for i, p in enumerate(cluster.procs):
         say(f"node{i + 1} pid {p.pid}: amqp://guest:guest@{args.host}:{args.port + i}/ "

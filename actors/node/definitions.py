@@ -20,7 +20,8 @@ _KEY = b"definitions"
 class Definitions:
     def __init__(self, path: str, map_size: int = 64 << 20):
         os.makedirs(path, exist_ok=True)
-        self.env = lmdb.open(path, map_size=map_size, subdir=True, max_dbs=1)  # synced commits
+        self.env = lmdb.open(path, map_size=map_size, subdir=True, max_dbs=1,  # synced commits
+                             mode=0o600)  # files: this user only (docs/security.md)
 
     def load(self) -> dict:
         with self.env.begin() as txn:

@@ -31,7 +31,7 @@ from actors.messages import (ClusterEntry, ClusterReady, ClusterTick, CommitFail
                              ReadyWorkers, StatsTimeout, WorkerExited)
 from actors.core import policies, queue_args
 from actors.core.errors import ChannelError, ConnectionError_, amqp_text
-from actors.core.permissions import AuthDB
+from actors.core.permissions import AuthDB, hashed_auth_call
 from actors.core.routing import Router
 from actors.node.definitions import Definitions
 from actors.node.metadata_alarms import AlarmsMixin
@@ -57,9 +57,10 @@ class Worker:
 class Metadata(AlarmsMixin, ClusterMixin, LightActor):
     scheduler_name = "node"  # embedded in the node's event loop with its transport
 
-    def __init__(self, transport, config, resources=None):
+    def __init__(self, transport, config, resources=None, secret: bytes = b""):
         super().__init__()
         self.resources = resources  # the node's ResourceMonitor: memory and disk alarms
+        self.secret = secret  # the cluster secret (a cluster member's; actors/secure.py)
         data_dir, queue_workers = config.data_dir, config.queue_workers
         self.transport = transport  # this process's Transport
         self.address = transport.address("metadata")  # where workers send Rpc
@@ -161,6 +162,8 @@ class Metadata(AlarmsMixin, ClusterMixin, LightActor):
             log.exception("metadata failed on %r", type(msg).__name__)
 
     def _rpc(self, rpc: m.Rpc) -> None:
+        if rpc.op == "auth" and isinstance(rpc.args, dict):
+            rpc = _hash_password(rpc)  # before it is forwarded, logged or committed
         if self._route_rpc(rpc):
             return
         handler = getattr(self, "op_" + rpc.op.replace(".", "_"), None)
@@ -437,8 +440,9 @@ class Metadata(AlarmsMixin, ClusterMixin, LightActor):
 
     # --- vhosts, users, permissions (leveretctl) -----------------------------------------------
     def op_auth(self, rpc, method, args):
-        allowed = {"add_user", "delete_user", "change_password", "set_user_tags", "add_vhost",
-                   "delete_vhost", "set_permissions", "clear_permissions"}
+        # add_user / change_password arrive as their hashed forms (`_hash_password`)
+        allowed = {"add_user_with_hash", "delete_user", "change_password_hash", "set_user_tags",
+                   "add_vhost", "delete_vhost", "set_permissions", "clear_permissions"}
         if method not in allowed:
             raise ChannelError(540, amqp_text(540, f"unknown auth method {method}"))
         probe = AuthDB.from_state(self.auth.to_state())
@@ -729,6 +733,19 @@ class Metadata(AlarmsMixin, ClusterMixin, LightActor):
         if rpc is not None:
             self._send_reply(rpc.reply_to, m.RpcReply(rpc.req_id, reply.ok, reply.result,
                                                          reply.code, reply.text))
+
+
+def _hash_password(rpc: m.Rpc) -> m.Rpc:
+    """add_user / change_password with a plaintext password (an older leveretctl, a client of
+    our own) become their hashed forms here, at the first node that hears them: only the
+    hash reaches the leader, the Raft log, the definitions file and the workers."""
+    method, args = rpc.args.get("method"), rpc.args.get("args")
+    if not isinstance(method, str) or not isinstance(args, list):
+        return rpc
+    hashed_method, hashed_args = hashed_auth_call(method, args)
+    if hashed_method == method:
+        return rpc
+    return rpc._replace(args=dict(rpc.args, method=hashed_method, args=hashed_args))
 
 
 def locked_text(name, vhost) -> str:

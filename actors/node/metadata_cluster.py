@@ -97,7 +97,7 @@ class ClusterMixin:
     # --- start-up ---------------------------------------------------------------------------
     def _cluster_start(self) -> None:
         self.cluster = Cluster(self.config.cluster_nodes, self.me, self.config.data_dir,
-                               on_state_changed=self._raft_state_changed)
+                               self.secret, on_state_changed=self._raft_state_changed)
 
     def _raft_state_changed(self, old, new) -> None:  # pysyncobj's thread
         try:

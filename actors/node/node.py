@@ -43,7 +43,8 @@ from actors.runtime.eventloop import EventLoop
 from actors.node.metadata import Metadata
 from actors.node.resources import ResourceMonitor
 from actors.queue.storage import Storage, queue_id
-from actors.transport import Transport
+from actors import secure
+from actors.transport import Transport, make_address
 
 log = logging.getLogger("leveret.node")
 
@@ -82,6 +83,24 @@ def _watchdog_interval() -> float:
     return usec / 2e6
 
 
+def private_data_dir(data_dir: str) -> None:
+    """The data dir 0700 and what is in it readable by this user only (files 0600, the
+    cluster secret 0400): definitions with password hashes, message bodies and the Raft log
+    are nobody else's business. Files an older version left 0644 are fixed here too; the
+    process's umask (077, actors/cli.py) keeps new ones private."""
+    os.makedirs(data_dir, mode=0o700, exist_ok=True)
+    me = os.getuid()
+    for root, dirs, files in os.walk(data_dir):
+        for name in [None, *files]:
+            path = root if name is None else os.path.join(root, name)
+            try:
+                st = os.lstat(path)
+                if st.st_uid == me and not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o077:
+                    os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o077)
+            except OSError:
+                pass  # gone meanwhile, or not ours to change
+
+
 def short_run_dir(data_dir: str) -> tuple[str, bool]:
     """ipc:// paths must fit in sun_path (108 bytes): data_dir/run when short enough, else a
     folder of the temp dir named after the data dir (the same one again after a restart, so
@@ -90,7 +109,8 @@ def short_run_dir(data_dir: str) -> tuple[str, bool]:
     data_dir = os.path.abspath(data_dir)
     run = os.path.join(data_dir, "run")
     if len(run) < 70:
-        os.makedirs(run, exist_ok=True)
+        os.makedirs(run, mode=0o700, exist_ok=True)
+        os.chmod(run, 0o700)  # ipc:// sockets: this user only
         return run, False
     digest = hashlib.sha256(data_dir.encode()).hexdigest()[:16]
     run = os.path.join(tempfile.gettempdir(), f"leveret-run-{digest}")
@@ -109,6 +129,7 @@ class Node:
         self.stopping = threading.Event()  # set on SIGTERM/SIGINT
         self.slots: list[Slot] = []  # every supervised worker
         self.exit_code = 0  # 1 when the node gave up on a worker
+        self.secret = b""  # the cluster secret (a cluster member only; actors/secure.py)
         self._systemd = None  # sdnotify.SystemdNotifier, made on first use
         self.next_tick = 0.0  # when the metadata actor next looks at the cluster
         self.dealer = handoff.Dealer(config.connection_limit)  # hands sockets to conn workers
@@ -119,7 +140,7 @@ class Node:
 
     def run(self) -> int:
         cfg = self.config
-        os.makedirs(cfg.data_dir, exist_ok=True)
+        private_data_dir(cfg.data_dir)
         if cfg.tls_port:
             try:  # the workers build the same context: a bad file stops the node here
                 tls.server_context(cfg)
@@ -134,14 +155,19 @@ class Node:
                 raise
         self.run_dir, self.run_dir_is_temp = short_run_dir(cfg.data_dir)
         events.configure(cfg, process="node", node=cfg.node)
-        self.transport = Transport(self._endpoint("node"))
+        curve, local = None, ""
+        if cfg.clustered:
+            self.secret = secure.load_secret(cfg)  # SystemExit when it cannot be used
+            curve = secure.Curve(self.secret)
+            local = f"ipc://{self.run_dir}/node.sock"  # leveretctl's way in (no secret needed)
+        self.transport = Transport(self._endpoint("node"), curve, local)
         # one thread for the metadata actor, its ZeroMQ and the acceptor
         self.loop = EventLoop("node-loop")
         runtime.attach("node", self.loop)
         self.dealer.start(self.loop)
         self.transport.start(self.loop)
         self.resources = ResourceMonitor(cfg, cfg.data_dir)  # memory and disk alarms
-        self.metadata = Metadata.start(self.transport, cfg, self.resources)
+        self.metadata = Metadata.start(self.transport, cfg, self.resources, self.secret)
         if cfg.clustered and not self._join_cluster():
             self.metadata.stop()
             if self.run_dir_is_temp:
@@ -235,16 +261,24 @@ class Node:
         cmd = [sys.executable, "-m", "actors.worker", "--kind", slot.kind,
                "--index", str(slot.index), "--endpoint", slot.endpoint,
                "--node", self.metadata_address(), "--config-json", self.config.to_json()]
-        if slot.kind != "conn":
-            slot.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
-        else:
+        fds, close = [], []
+        if self.config.clustered:  # the secret goes through a pipe, never on the command line
+            fd = secure.pass_secret(self.secret)
+            cmd += ["--secret-fd", str(fd)]
+            fds.append(fd)
+            close.append(os.close)
+        node_end = None
+        if slot.kind == "conn":
             node_end, worker_end = handoff.pair()
             cmd += ["--handoff-fd", str(worker_end.fileno())]
-            try:
-                slot.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
-                                             pass_fds=[worker_end.fileno()])
-            finally:
-                worker_end.close()
+            fds.append(worker_end.fileno())
+            close.append(lambda _fd, end=worker_end: end.close())
+        try:
+            slot.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, pass_fds=fds)
+        finally:
+            for fd, closer in zip(fds, close):
+                closer(fd)
+        if node_end is not None:
             self.dealer.set(slot.index, node_end)
         log.info("started %s worker %d (pid %d)", slot.kind, slot.index, slot.proc.pid)
 
@@ -354,8 +388,11 @@ class Node:
         return s
 
     def _write_node_file(self) -> None:
+        # leveretctl's address of the metadata actor: ipc:// always (a cluster node's own
+        # endpoint is tcp://, which needs the cluster secret)
+        local = self.transport.local_endpoint or self.transport.endpoint
         info = {"pid": os.getpid(), "host": self.config.host, "port": self.config.port,
-                "metadata": self.metadata_address(), "run_dir": self.run_dir}
+                "metadata": make_address(local, "metadata"), "run_dir": self.run_dir}
         path = os.path.join(self.config.data_dir, "node.json")
         with open(path + ".tmp", "w") as f:
             json.dump(info, f)

@@ -40,7 +40,8 @@ class Storage:
         self.env = lmdb.open(  # the node's message environment, shared by every queue worker
             path, map_size=config.storage_map_size,
             max_dbs=len(MsgStore.db_names()) + len(QueueIndex.db_names()) + 1,
-            max_readers=1024, sync=False, metasync=False, subdir=True)
+            max_readers=1024, sync=False, metasync=False, subdir=True,
+            mode=0o600)  # files: this user only (docs/security.md)
         with self.env.begin(write=True) as txn:
             self.msg_store = MsgStore(self.env, txn=txn)  # refcounted bodies of large messages
             self.clean = self.env.open_db(b"clean", txn=txn)  # queue_id -> stopped cleanly

@@ -3,6 +3,7 @@ its data in its own temp folder, stopped by PID (tests/conftest.py's Broker)."""
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ from conftest import REPO, START_TIMEOUT, Broker, _die_with_parent, _probe, free
 
 
 class Nodes:
-    def __init__(self, tmp_path: Path, n: int = 3, *extra: str):
+    def __init__(self, tmp_path: Path, n: int = 3, *extra: str, start: bool = True):
         self.tmp = tmp_path
         self.extra = extra
         ports: list[int] = []
@@ -24,13 +25,26 @@ class Nodes:
         self.raft = [f"127.0.0.1:{p}" for p in ports[:n]]  # raft address per node
         self.ports = ports[n:]  # AMQP port per node
         self.brokers: list[Broker | None] = [None] * n
-        self.start(*range(n))  # together: a lone node waits for a majority
+        # the secret every member shares (docs/security.md): one file, 0400, for all of them
+        self.secret_file = tmp_path / "cluster_secret"
+        if not self.secret_file.exists():
+            self.secret_file.write_text(secrets.token_hex(32) + "\n")
+            self.secret_file.chmod(0o400)
+        self.secret_files: dict[int, Path] = {}  # node index -> another file (tests of refusal)
+        if start:
+            self.start(*range(n))  # together: a lone node waits for a majority
 
     def args(self, i: int) -> list[str]:
         return ["--node-name", f"leveret@node{i + 1}", "--cluster-nodes", ",".join(self.raft),
-                "--cluster-address", self.raft[i], *self.extra]
+                "--cluster-address", self.raft[i], "--cluster-secret-file",
+                str(self.secret_files.get(i, self.secret_file)), *self.extra]
 
     def start(self, *which: int) -> None:
+        """Start nodes and wait until each answers AMQP."""
+        self.spawn(*which)
+        self.wait_up(*which)
+
+    def spawn(self, *which: int) -> None:
         """Start nodes (from this thread: PR_SET_PDEATHSIG follows the thread that forks)."""
         server = REPO / ".venv" / "bin" / "leveret-server"
         for i in which:
@@ -45,6 +59,8 @@ class Nodes:
                     cwd=str(folder), preexec_fn=_die_with_parent)
             self.brokers[i] = Broker("127.0.0.1", self.ports[i], data_dir=folder / "data",
                                      proc=proc, log_path=log_path)
+
+    def wait_up(self, *which: int) -> None:
         deadline = time.monotonic() + START_TIMEOUT
         waiting = set(which)
         while waiting and time.monotonic() < deadline:

@@ -151,5 +151,5 @@ def test_node_commands():
     assert cmds[1] == ["leveret-server", "--host", "127.0.0.1", "--port", "5673",
                        "--data-dir", "/d/node2", "--node-name", "leveret@node2",
                        "--cluster-nodes", raft, "--cluster-address", "127.0.0.1:25673",
-                       "--events", "full"]
+                       "--cluster-secret-file", "/d/cluster_secret", "--events", "full"]
     assert [c[c.index("--port") + 1] for c in cmds] == ["5672", "5673", "5674"]

@@ -75,3 +75,15 @@ def test_node_notifies_ready_watchdog_and_stopping(tmp_path):
             proc.kill()
             proc.wait(10)
         sock.close()
+
+
+def test_the_unit_and_install_script_keep_the_data_dir_private():
+    """issue 11: the data dir 0700 (StateDirectoryMode), nothing world-readable made by the
+    service (UMask), install.sh's folders 0700 and node configs (they may hold cluster_secret)
+    0640 root:leveret."""
+    unit = (UNITS / "leveret@.service").read_text().splitlines()
+    assert "UMask=0027" in unit and "StateDirectoryMode=0700" in unit
+    script = (UNITS / "install.sh").read_text()
+    assert 'install -d -o leveret -g leveret -m 0700 "/var/lib/leveret/$name"' in script
+    assert 'chmod 0640 "$conf"' in script and "(umask 027; sed" in script
+    assert subprocess.run(["bash", "-n", str(UNITS / "install.sh")]).returncode == 0
