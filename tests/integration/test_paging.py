@@ -104,7 +104,11 @@ def test_paged_queue_survives_kill9_without_its_transient_messages__C8(node):
         ch.basic_qos(prefetch_count=50)
         got = _drain(ch, "deep-crash")
         want = [i for i in range(N) if i % 5 and i >= 8]
-        assert [i for i, _ in got] == want
+        # an ack is asynchronous: one the node had not handled when it was killed only means a
+        # redelivery (A4), never a loss; transient messages never come back (C8)
+        early = [(i, r) for i, r in got if i < 8]
+        assert all(i % 5 and r for i, r in early), early
+        assert [i for i, _ in got if i >= 8] == want
         delivered_before = [r for i, r in got if i < 16]
         assert delivered_before and all(delivered_before)   # A4: they come back redelivered
         conn.close()
