@@ -50,6 +50,19 @@ class ConnInfo:
         self.node = node  # the node's metadata actor address
 
 
+class RefusedPublish:
+    """In a Commands batch in place of a basic.publish whose content header the reader refused
+    (max_message_size, protocol/frames.py CommandAssembler): the channel closes with `error`,
+    in order with the commands before it, as rabbit_channel:check_msg_size does."""
+
+    __slots__ = ("error",)
+    CLASS_ID, METHOD_ID, NAME = am.BasicPublish.CLASS_ID, am.BasicPublish.METHOD_ID, \
+        am.BasicPublish.NAME
+
+    def __init__(self, error: AMQPError):
+        self.error = error  # the 406 PRECONDITION_FAILED to close the channel with
+
+
 class ChannelCore:
     def __init__(self, number: int, address: str, conn: ConnInfo, replica, out,
                  credit_initial=400, events=NO_EVENTS, random_bytes=os.urandom):
@@ -592,6 +605,9 @@ class ChannelCore:
         if seq:
             self.seq_msg[seq] = msg_id
 
+    def _refused(self, method, cmd):
+        raise method.error
+
     def _route_out(self, targets, item, body, method, cmd) -> None:
         seq = item[0]
         if not targets:
@@ -837,6 +853,7 @@ def _reply_error(reply, method) -> AMQPError:
 
 
 _HANDLERS = {
+    RefusedPublish: ChannelCore._refused,
     am.ChannelClose: ChannelCore._close,
     am.ChannelCloseOk: ChannelCore._close_ok,
     am.ChannelFlow: ChannelCore._flow,

@@ -946,3 +946,21 @@ def test_ack_lite_consumer_channel_sends_the_publishers_confirm():
     send(core, am.BasicAck(delivery_tag=1), am.BasicReject(delivery_tag=2, requeue=False))
     assert out.sent(m.Confirm) == [m.Confirm(Q1, [5], True)]   # the reject is not reported
     assert sorted((x.op, x.seq_ids) for x in out.sent(m.Settle)) == [(0, [11]), (2, [12])]
+
+
+# --- max_message_size (issue 11) ------------------------------------------------------------
+def test_refused_publish_closes_the_channel_with_406_in_order__R3():
+    """What the reader puts in a batch for a content header above max_message_size: the
+    commands before it run, then channel.close 406 with rabbit_channel:check_msg_size's text,
+    naming basic.publish; the channel then drops what follows until close-ok."""
+    from actors.core.channel import RefusedPublish
+    from actors.core.errors import ChannelError
+    core, out = ch()
+    err = ChannelError(406, "message size 5000 is larger than configured max size 1000", 60, 40)
+    send(core, publish("q1", b"before"), Command(1, RefusedPublish(err)),
+         publish("q1", b"after"))
+    assert channel_close(out) == (406, "PRECONDITION_FAILED - message size 5000 is larger "
+                                       "than configured max size 1000", 60, 40)
+    published = [b for msg in out.sent(m.Publish) for b in msg.bodies]
+    assert published == [b"before"]
+    assert core.state == "closing"
