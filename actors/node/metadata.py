@@ -432,7 +432,8 @@ class Metadata(ClusterMixin, LightActor):
     # --- vhosts, users, permissions (leveretctl) -----------------------------------------------
     def op_auth(self, rpc, method, args):
         allowed = {"add_user", "delete_user", "change_password", "set_user_tags", "add_vhost",
-                   "delete_vhost", "set_permissions", "clear_permissions"}
+                   "delete_vhost", "set_permissions", "clear_permissions",
+                   "set_topic_permissions", "clear_topic_permissions"}
         if method not in allowed:
             raise ChannelError(540, amqp_text(540, f"unknown auth method {method}"))
         probe = AuthDB.from_state(self.auth.to_state())
@@ -470,7 +471,9 @@ class Metadata(ClusterMixin, LightActor):
             raise ChannelError(404, amqp_text(404, f"no policy '{name}' in vhost '{vhost}'"))
         return None
 
-    def op_list(self, rpc, what):
+    def op_list(self, rpc, what, vhost=None, user=None):
+        if what == "topic_permissions":
+            return self.auth.list_topic_permissions(vhost, user)
         if what == "users":
             return self.auth.to_state().get("users")
         if what == "vhosts":
@@ -539,7 +542,7 @@ class Metadata(ClusterMixin, LightActor):
 
     # --- exchanges --------------------------------------------------------------------------------
     def op_exchange_declare(self, rpc, vhost, name, type, passive, durable, auto_delete,
-                            internal, arguments):
+                            internal, arguments, user=None):
         x = self.router.exchange(vhost, name)
         if passive:
             if x is None:
@@ -555,6 +558,8 @@ class Metadata(ClusterMixin, LightActor):
                 x, dict(type=type, durable=durable, auto_delete=auto_delete, internal=internal,
                         arguments=arguments), name, vhost)
             return None
+        if user is not None:  # a client's declare (the channel checked configure): the AE
+            self.auth.check_new_exchange(user, vhost, name, arguments)
         self._change(["router", "declare_exchange",
                       [vhost, name, type, durable, auto_delete, internal, arguments]])
         return None
@@ -613,6 +618,8 @@ class Metadata(ClusterMixin, LightActor):
         if source == "":
             raise ChannelError(403, amqp_text(403, "operation not permitted on the default "
                                                    "exchange"))
+        # rabbit_channel:binding_action checks exclusive access for unbind as for bind
+        self._check_exclusive(vhost, dest, owner, kind)
         self._change(["router", "unbind", [vhost, source, kind, dest, routing_key, arguments]])
         self._auto_delete_exchanges(vhost)
         return None
@@ -626,10 +633,12 @@ class Metadata(ClusterMixin, LightActor):
 
     # --- queues -----------------------------------------------------------------------------------
     def op_queue_declare(self, rpc, vhost, name, passive, durable, exclusive, auto_delete,
-                         arguments, owner):
+                         arguments, owner, user=None):
         generated = name == "" and not passive
         if generated:
             name = "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+            if user is not None:  # the channel checked configure on any other name
+                self.auth.require(user, vhost, "configure", "queue", name)
         key = (vhost, name)
         q = self.queues.get(key)
         if q is not None:
@@ -655,6 +664,8 @@ class Metadata(ClusterMixin, LightActor):
         if name.startswith("amq.") and not generated:
             raise ChannelError(403, amqp_text(
                 403, f"queue name '{name}' contains reserved prefix 'amq.*'"))
+        if user is not None:  # a client's declare (the channel checked configure): the DLX
+            self.auth.check_new_queue(user, vhost, name, arguments)
         queue_args.validate(arguments, name, vhost)
         home = rpc.args.get("origin") or self.me  # the declaring client's node, as RabbitMQ
         q = {"vhost": vhost, "name": name, "durable": bool(durable),
