@@ -364,6 +364,10 @@ class FrameDecoder:
         self._error: AMQPError | None = None  # raised again by every later call
         self.frame_max = frame_max  # negotiated frame_max (0 = no limit)
         self._max_payload = 0  # largest payload accepted, from frame_max
+        # stop after each method frame on channel 0 (a server's handshake: the frames after
+        # tune-ok are measured against the frame_max it sets, as rabbit_reader reads them one
+        # at a time); the caller asks again for the rest
+        self.pause_on_channel0 = False
         self.set_frame_max(frame_max)
 
     def set_frame_max(self, frame_max: int) -> None:
@@ -548,6 +552,10 @@ class FrameDecoder:
                             index & 0xFFFF,
                         )
                     append(tuple_new(MethodFrame, (channel, cls.decode(buf, start + 4, end))))
+                    if not channel and self.pause_on_channel0:
+                        pos = end + 1
+                        need = 7
+                        break
                 elif ftype == 2:  # content header
                     if size < 12:
                         raise _frame_error(

@@ -76,6 +76,7 @@ class ConnectionCore:
         self.conn_id = conn_id  # connection id
         self.shell = shell  # the Reader actor
         self.decoder = FrameDecoder(FRAME_MIN)  # sans-IO frame decoder; frame_max set at tune-ok
+        self.decoder.pause_on_channel0 = True  # until tune-ok: see receive
         # content of every channel, reassembled; refuses a header above max_message_size
         self.assembler = CommandAssembler(max_body_size=config.max_message_size)
         self.state = "header"  # header|start|tune|open|running|closing|closed
@@ -94,6 +95,16 @@ class ConnectionCore:
         if self.state == "closed":
             return
         self.decoder.feed(data)
+        # until tune-ok the decoder stops after each connection method, so that what a client
+        # sends after tune-ok in the same read is measured against the frame_max it sets
+        while True:
+            paused = self.decoder.pause_on_channel0
+            if not self._decode() or not paused:
+                return
+
+    def _decode(self) -> bool:
+        """Handle the frames now decodable; False when there were none or the connection
+        ended."""
         batches: dict[int, list] = {}
         try:
             try:
@@ -114,16 +125,17 @@ class ConnectionCore:
             self._flush(batches)
             self.state = "closed"
             self.shell.terminate("bad protocol header")
-            return
+            return False
         except (CodecError, AMQPError) as e:
             self._flush(batches)
             if self.state in ("start", "tune") and e.reply_code == 501:
                 self._silent_close(e.text)
-                return
+                return False
             self.close(e.reply_code, e.text if " - " in e.text else amqp_text(
                 e.reply_code, e.text), getattr(e, "class_id", 0), getattr(e, "method_id", 0))
-            return
+            return False
         self._flush(batches)
+        return bool(frames) and self.state not in ("closing", "closed")
 
     def _flush(self, batches) -> None:
         for number, commands in batches.items():
@@ -302,6 +314,7 @@ class ConnectionCore:
         self.channel_max = cm or self.config.channel_max
         self.heartbeat = method.heartbeat
         self.decoder.set_frame_max(self.frame_max)
+        self.decoder.pause_on_channel0 = False
         self.state = "open"
 
     def _open(self, method) -> None:

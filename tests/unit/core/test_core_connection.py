@@ -637,3 +637,25 @@ def test_max_message_size_default_is_rabbitmqs_128_mib__R3():
     refused = shell.events[-1][2][0].method
     assert refused.error.text == ("PRECONDITION_FAILED - message size 134217729 is larger "
                                   "than configured max size 134217728")
+
+
+def test_frames_pipelined_after_tune_ok_are_measured_against_its_frame_max__E2():
+    """rabbit_reader reads frame by frame: a client that sends tune-ok, open, channel.open and
+    a publish with a 10 kB body frame in one write is served (the decoder pauses after each
+    connection method until tune-ok)."""
+    core, shell = mk()
+    core.receive(PROTOCOL_HEADER + start_ok())
+    shell.clear()
+    core.receive(tune_ok(frame_max=131072) + frame(0, am.ConnectionOpen(virtual_host="/")) +
+                 frame(1, am.ChannelOpen()) +
+                 encode_command(1, am.BasicPublish(routing_key="q"), b"\x00\x00",
+                                b"x" * 10000, frame_max=131072))
+    assert core.state == "running"
+    assert commands(shell) == [(1, ["BasicPublish"])]
+    assert not core.decoder.pause_on_channel0
+
+
+def test_pipelined_start_ok_and_large_frame_before_tune_ok_still_refused__E2():
+    core, shell = mk()
+    core.receive(PROTOCOL_HEADER + start_ok() + encode_frame(1, 0, b"\x00" * 5000))
+    assert shell.events[-1] == ("close_after", 3) and core.state == "closed"

@@ -618,3 +618,20 @@ def test_method_decode_accepts_bytearray_and_memoryview():
     for buf in (bytearray(raw), memoryview(raw)):
         assert M.QueueDeclare.decode(buf) == M.QueueDeclare(queue="q", arguments={"a": b"x"})
     assert BasicProperties.decode(memoryview(PROPS_RAW)) == PROPS
+
+
+def test_pause_on_channel0_stops_after_each_connection_method():
+    """The server's handshake: what follows a connection method stays buffered, checked against
+    the frame_max in force at the next call (set_frame_max after tune-ok)."""
+    dec = FrameDecoder(frame_max=4096, expect_header=False)
+    dec.pause_on_channel0 = True
+    big = encode_frame(3, 1, b"x" * 5000)
+    dec.feed(encode_method(0, M.ConnectionTuneOk(frame_max=131072)) + encode_heartbeat()
+             + encode_method(1, M.BasicQos()) + big)
+    [tune_ok] = dec.frames()
+    assert isinstance(tune_ok.method, M.ConnectionTuneOk)
+    dec.set_frame_max(131072)
+    dec.pause_on_channel0 = False
+    rest = dec.frames()
+    assert [type(f).__name__ for f in rest] == ["HeartbeatFrame", "MethodFrame", "BodyFrame"]
+    assert dec.buffered == 0 and dec.frames() == []
