@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 
-from actors.config import Config
+from actors.config import Config, max_message_size_error
 
 
 def parse_args(argv=None) -> Config:
@@ -23,6 +23,8 @@ def parse_args(argv=None) -> Config:
     p.add_argument("--queue-workers", type=int,
                    help="queue-worker processes (default: one per CPU, at most 8)")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
+    p.add_argument("--max-message-size", type=int, metavar="BYTES",
+                   help="largest message body accepted (default 134217728, at most 536870912)")
     p.add_argument("--events", help="lifecycle event log: off, sampled:N or full")
     p.add_argument("--node-name", help="this node's name (default leveret@HOST:PORT)")
     p.add_argument("--cluster-nodes", metavar="H:P,H:P,...",
@@ -60,7 +62,7 @@ def parse_args(argv=None) -> Config:
                  "events", "node_name", "cluster_address", "handshake_timeout",
                  "max_connections", "tls_port", "ssl_certfile", "ssl_keyfile",
                  "ssl_cacertfile", "ssl_verify", "ssl_fail_if_no_peer_cert",
-                 "cluster_secret_file"):
+                 "cluster_secret_file", "max_message_size"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)
@@ -69,6 +71,9 @@ def parse_args(argv=None) -> Config:
     for name in ("conn_workers", "queue_workers"):
         if getattr(cfg, name) < 1:
             p.error(f"{name.replace('_', '-')} must be at least 1")
+    problem = max_message_size_error(cfg.max_message_size)
+    if problem:
+        p.error(problem)
     if args.cluster_nodes:
         cfg.cluster_nodes = tuple(n.strip() for n in args.cluster_nodes.split(",") if n.strip())
     if cfg.cluster_nodes and cfg.cluster_address not in cfg.cluster_nodes:

@@ -8,9 +8,20 @@ import json
 import os
 import tomllib
 
+from protocol.constants import MAX_MSG_SIZE  # max_message_size may not go above it
+
 MAX_DEFAULT_WORKERS = 8  # the CPU-sized default stops here; --*-workers go beyond
 TLS_VERSIONS = ("tlsv1.2", "tlsv1.3")  # ssl_versions values (RabbitMQ's ssl_options.versions)
 OLD_TLS_VERSIONS = ("sslv3", "tlsv1", "tlsv1.1")  # known, and refused
+
+
+def max_message_size_error(value) -> str | None:
+    """Why a max_message_size is refused (rabbit.schema's validator: "Max message size should
+    be between 0 and 512MB"), or None when it is valid."""
+    if type(value) is not int or not 0 < value <= MAX_MSG_SIZE:
+        return (f"max_message_size = {value!r}: Max message size should be between 0 and "
+                f"512MB (1..{MAX_MSG_SIZE} bytes)")
+    return None
 
 
 def cpu_workers() -> int:
@@ -34,6 +45,8 @@ class Config:
     heartbeat: int = 60  # seconds proposed in connection.tune
     frame_max: int = 131072  # bytes proposed in connection.tune
     channel_max: int = 2047  # proposed in connection.tune
+    # largest message body accepted (RabbitMQ 3.10's default, 128 MiB; at most 512 MiB)
+    max_message_size: int = 134217728
     max_restarts: int = 5  # per worker slot within restart_period, then the node stops
     restart_period: float = 10.0  # seconds
     loopback_users: tuple = ("guest",)  # users allowed to log in only from loopback

@@ -65,7 +65,11 @@ COMMANDS = {
     "delete_vhost": ("delete_vhost", ["vhost"]),
     "set_permissions": ("set_permissions", ["username", "conf", "write", "read"]),
     "clear_permissions": ("clear_permissions", ["username"]),
+    "set_topic_permissions": ("set_topic_permissions", ["username", "exchange", "write", "read"]),
+    "clear_topic_permissions": ("clear_topic_permissions", ["username", "exchange?"]),
 }
+VHOST_SCOPED = ("set_permissions", "clear_permissions", "set_topic_permissions",
+                "clear_topic_permissions")  # -p VHOST goes after the user name
 
 
 QUEUE_COLUMNS = ("name", "durable", "auto_delete", "exclusive", "arguments", "messages",
@@ -127,13 +131,15 @@ def _cell(value) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="leveretctl", description=__doc__)
     p.add_argument("--data-dir", default="./var", help="the node's data directory")
-    p.add_argument("-p", "--vhost", default="/", help="virtual host (set/clear_permissions)")
+    p.add_argument("-p", "--vhost", default="/",
+                   help="virtual host (set/clear_[topic_]permissions, list_topic_permissions)")
     p.add_argument("--priority", type=int, default=0, help="set_policy: priority")
     p.add_argument("--apply-to", default="all", help="set_policy: queues, exchanges or all")
     p.add_argument("command", choices=sorted(COMMANDS) + [
         "list_users", "list_vhosts", "list_queues", "list_exchanges", "list_bindings",
-        "list_policies", "set_policy", "clear_policy", "cluster_status", "status",
-        "set_vm_memory_high_watermark", "set_disk_free_limit"])
+        "list_policies", "list_topic_permissions", "list_user_topic_permissions", "set_policy",
+        "clear_policy", "cluster_status", "status", "set_vm_memory_high_watermark",
+        "set_disk_free_limit"])
     p.add_argument("args", nargs="*")
     a = p.parse_intermixed_args(argv)
     if a.command == "set_policy":
@@ -178,6 +184,15 @@ def main(argv=None) -> int:
         return 0
     if a.command == "list_queues" and a.args:
         return print_table(call(a.data_dir, "list", {"what": "queues"}), a.args, a.vhost)
+    if a.command in ("list_topic_permissions", "list_user_topic_permissions"):
+        if a.command == "list_user_topic_permissions":
+            if len(a.args) != 1:
+                p.error("list_user_topic_permissions takes USERNAME")
+            query = {"what": "topic_permissions", "user": a.args[0]}
+        else:
+            query = {"what": "topic_permissions", "vhost": a.vhost}
+        print(json.dumps(call(a.data_dir, "list", query), indent=2))
+        return 0
     if a.command.startswith("list_"):
         result = call(a.data_dir, "list", {"what": a.command[5:]})
         print(json.dumps(result, indent=2, default=str))
@@ -186,10 +201,11 @@ def main(argv=None) -> int:
     if names and names[-1].endswith("*"):
         args = [a.args[0], list(a.args[1:])] if a.args else []
     else:
-        if len(a.args) != len(names):
+        required = [n for n in names if not n.endswith("?")]
+        if not len(required) <= len(a.args) <= len(names):
             p.error(f"{a.command} takes {' '.join(names)}")
         args = list(a.args)
-    if a.command in ("set_permissions", "clear_permissions"):
+    if a.command in VHOST_SCOPED:
         args = [args[0], a.vhost] + args[1:]
     # a password leaves this process only as a salted hash (rabbit_password_hashing_sha256)
     method, args = hashed_auth_call(method, args)

@@ -364,6 +364,10 @@ class FrameDecoder:
         self._error: AMQPError | None = None  # raised again by every later call
         self.frame_max = frame_max  # negotiated frame_max (0 = no limit)
         self._max_payload = 0  # largest payload accepted, from frame_max
+        # stop after each method frame on channel 0 (a server's handshake: the frames after
+        # tune-ok are measured against the frame_max it sets, as rabbit_reader reads them one
+        # at a time); the caller asks again for the rest
+        self.pause_on_channel0 = False
         self.set_frame_max(frame_max)
 
     def set_frame_max(self, frame_max: int) -> None:
@@ -548,6 +552,10 @@ class FrameDecoder:
                             index & 0xFFFF,
                         )
                     append(tuple_new(MethodFrame, (channel, cls.decode(buf, start + 4, end))))
+                    if not channel and self.pause_on_channel0:
+                        pos = end + 1
+                        need = 7
+                        break
                 elif ftype == 2:  # content header
                     if size < 12:
                         raise _frame_error(
@@ -613,6 +621,17 @@ def _unexpected(text: str, method: Method | None = None) -> FrameError:
     return FrameError(UNEXPECTED_FRAME, text, method.CLASS_ID, method.METHOD_ID)
 
 
+_SKIP = object()  # in place of the body fragments of content refused at its header
+
+
+def msg_size_text(size: int, max_size: int) -> str:
+    """rabbit_channel:check_msg_size/3's explanation (406 PRECONDITION_FAILED): RabbitMQ says
+    "configured" unless the limit is its hard ceiling ?MAX_MSG_SIZE."""
+    if max_size == MAX_MSG_SIZE:
+        return f"message size {size} is larger than max size {max_size}"
+    return f"message size {size} is larger than configured max size {max_size}"
+
+
 class CommandAssembler:
     """Per-channel reassembly of method/header/body frames (``rabbit_command_assembler``).
 
@@ -622,10 +641,12 @@ class CommandAssembler:
     a header for another class or with a non-zero weight; and, as the current
     rabbit_command_assembler does, ``FrameError(501 FRAME_ERROR)`` for a body frame
     overrunning body_size ("content body frame exceeds remaining content size") and for a
-    body_size above ``max_msg_size`` (``MAX_MSG_SIZE``, 512 MiB).  With ``max_body_size`` set, a header announcing
-    a larger body raises ``AMQPError(406 PRECONDITION_FAILED)`` (a channel error) at once and
-    forgets that channel's content; the reader should then drop the channel's frames until
-    channel.close-ok, as RabbitMQ does for a closing channel.
+    body_size above ``max_msg_size`` (``MAX_MSG_SIZE``, 512 MiB).  With ``max_body_size`` set
+    (the node's ``max_message_size``), a header announcing a larger body raises
+    ``AMQPError(406 PRECONDITION_FAILED)`` (a channel error, rabbit_channel:check_msg_size's
+    text) at once, and the body frames that follow are then counted off and dropped, never
+    kept: the client may send the body it announced without a 505, and nothing of it is
+    buffered.  RabbitMQ 3.10 checks the size only once the whole body is in memory.
     """
 
     def __init__(
@@ -700,10 +721,16 @@ class CommandAssembler:
                     method.CLASS_ID,
                     method.METHOD_ID,
                 )
+            remaining -= size
+            if fragments is _SKIP:  # the body of a refused message: counted off, dropped
+                if remaining:
+                    state[1] = remaining
+                else:
+                    del self._content[channel]
+                return None
             if fragments is None:
                 fragments = state[4] = []
             fragments.append(payload)
-            remaining -= size
             if remaining:
                 state[1] = remaining
                 return None
@@ -745,11 +772,11 @@ class CommandAssembler:
                     method.METHOD_ID,
                 )
             if self.max_body_size is not None and body_size > self.max_body_size:
-                del self._content[channel]
+                state[1] = body_size  # the body still to come is skipped
+                state[4] = _SKIP
                 raise AMQPError(
                     PRECONDITION_FAILED,
-                    f"message size {body_size} is larger than configured max size "
-                    f"{self.max_body_size}",
+                    msg_size_text(body_size, self.max_body_size),
                     method.CLASS_ID,
                     method.METHOD_ID,
                 )

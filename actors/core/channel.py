@@ -28,6 +28,7 @@ from actors.core.confirms import Confirms
 from actors.core.limiter import Limiter
 from actors import messages as m
 from actors.core.errors import AMQPError, ChannelError, ConnectionError_, is_hard_error
+from actors.core.permissions import topic_access_refused
 from protocol import methods as am
 from protocol.errors import AMQPError as CodecError
 from protocol.frames import encode_content, encode_deliver, encode_method
@@ -48,6 +49,19 @@ class ConnInfo:
         self.frame_max = frame_max  # negotiated frame_max
         self.capabilities = capabilities  # client capabilities table
         self.node = node  # the node's metadata actor address
+
+
+class RefusedPublish:
+    """In a Commands batch in place of a basic.publish whose content header the reader refused
+    (max_message_size, protocol/frames.py CommandAssembler): the channel closes with `error`,
+    in order with the commands before it, as rabbit_channel:check_msg_size does."""
+
+    __slots__ = ("error",)
+    CLASS_ID, METHOD_ID, NAME = am.BasicPublish.CLASS_ID, am.BasicPublish.METHOD_ID, \
+        am.BasicPublish.NAME
+
+    def __init__(self, error: AMQPError):
+        self.error = error  # the 406 PRECONDITION_FAILED to close the channel with
 
 
 class ChannelCore:
@@ -372,6 +386,18 @@ class ChannelCore:
             raise ChannelError(403, f"access to {kind} '{shown}' in vhost '{vhost}' refused "
                                     f"for user '{user}'")
 
+    def _check_topic(self, perm: str, exchange: str, routing_key: str) -> None:
+        """rabbit_channel:check_topic_authorisation: a topic exchange's routing key against the
+        user's topic permissions (write on publish, read on bind and unbind)."""
+        user, vhost = self.conn.user, self.conn.vhost
+        if not self.replica.auth.check_topic(user, vhost, exchange, perm, routing_key):
+            raise topic_access_refused(routing_key, exchange, vhost, user)
+
+    def _check_topic_source(self, exchange: str, routing_key: str) -> None:
+        x = self.replica.router.exchange(self.conn.vhost, exchange)
+        if x is not None and x.type == "topic":
+            self._check_topic("read", exchange, routing_key)
+
     # --- exchange class -----------------------------------------------------------------------
     def _exchange_declare(self, method, cmd):
         name = method.exchange
@@ -381,7 +407,8 @@ class ChannelCore:
         args = {"vhost": self.conn.vhost, "name": name, "type": method.exchange_type,
                 "passive": method.passive, "durable": method.durable,
                 "auto_delete": method.auto_delete, "internal": method.internal,
-                "arguments": method.arguments}
+                "arguments": method.arguments,
+                "user": self.conn.user}  # the node checks read/write for alternate-exchange
         self._rpc("exchange.declare", args, self._ok_then(am.ExchangeDeclareOk(),
                                                           method.nowait, method),
                   not method.nowait)
@@ -397,6 +424,7 @@ class ChannelCore:
     def _exchange_bind(self, method, cmd, unbind=False):
         self._check("write", "exchange", method.destination)
         self._check("read", "exchange", method.source)
+        self._check_topic_source(method.source, method.routing_key)
         op = "unbind" if unbind else "bind"
         ok = am.ExchangeUnbindOk() if unbind else am.ExchangeBindOk()
         self._rpc(op, {"vhost": self.conn.vhost, "source": method.source, "kind": "exchange",
@@ -439,7 +467,9 @@ class ChannelCore:
             "vhost": self.conn.vhost, "name": name or "", "passive": method.passive,
             "durable": method.durable, "exclusive": method.exclusive,
             "auto_delete": method.auto_delete, "arguments": method.arguments,
-            "owner": self.conn.owner}, cont, True)
+            "owner": self.conn.owner,
+            # the node checks configure on a server-named queue, read/write for a DLX
+            "user": self.conn.user}, cont, True)
 
     def _queue_name(self, name: str) -> str:
         """An empty queue name means the channel's last declared queue (AMQP 0-9-1)."""
@@ -454,6 +484,7 @@ class ChannelCore:
         queue = self._queue_name(method.queue)
         self._check("write", "queue", queue)
         self._check("read", "exchange", method.exchange)
+        self._check_topic_source(method.exchange, method.routing_key)
         op = "unbind" if unbind else "bind"
         ok = am.QueueUnbindOk() if unbind else am.QueueBindOk()
         nowait = getattr(method, "nowait", False)
@@ -524,6 +555,9 @@ class ChannelCore:
                                         f"vhost '{self.conn.vhost}'")
             self._check("write", "exchange", exchange)
             self.exchange_ok[exchange] = x
+        rk = method.routing_key
+        if x.type == "topic" and self.replica.auth.topic_permissions:
+            self._check_topic("write", exchange, rk)
         raw = cmd.properties_raw
         if raw == self.last_props[0]:  # a publisher repeats its properties: decode them once
             props, expiry = self.last_props[1], self.last_props[2]
@@ -536,7 +570,6 @@ class ChannelCore:
             if props.expiration is not None:
                 expiry = _parse_expiration(props.expiration)
             self.last_props = (raw, props, expiry)
-        rk = method.routing_key
         body = cmd.body or b""
         names = self.replica.route(self.conn.vhost, exchange, rk,
                                    props.headers if x.type == "headers" else None)
@@ -587,6 +620,9 @@ class ChannelCore:
                 self.events.emit("returned", msg_id, actor="channel", vhost=c.vhost)
         if seq:
             self.seq_msg[seq] = msg_id
+
+    def _refused(self, method, cmd):
+        raise method.error
 
     def _route_out(self, targets, item, body, method, cmd) -> None:
         seq = item[0]
@@ -831,6 +867,7 @@ def _reply_error(reply, method) -> AMQPError:
 
 
 _HANDLERS = {
+    RefusedPublish: ChannelCore._refused,
     am.ChannelClose: ChannelCore._close,
     am.ChannelCloseOk: ChannelCore._close_ok,
     am.ChannelFlow: ChannelCore._flow,

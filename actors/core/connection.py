@@ -11,6 +11,14 @@ Authentication: PLAIN and AMQPLAIN check the password; EXTERNAL (rabbitmq_auth_m
 with `ssl_cert_login_from = common_name`) takes the user name from the client certificate's
 subject CN and checks only that the user exists. What the socket was (`TlsInfo`, from netio)
 decides which mechanisms connection.start offers (`mechanisms`).
+
+Limits before and after login, as rabbit_reader: frames are at most 4096 bytes until tune-ok
+(`initial_frame_max`; a larger one before tune-ok gets no connection.close: the socket closes
+after ?SILENT_CLOSE_DELAY, as RabbitMQ's handshake errors do), then the negotiated frame_max; a
+command for a channel that is not open is refused at its method frame (504 "expected
+'channel.open'", so a publish's content is never buffered for it); a content header announcing
+more than `max_message_size` closes the channel with 406 at the header and its body is dropped
+as it comes (protocol/frames.py CommandAssembler).
 """
 
 from __future__ import annotations
@@ -20,15 +28,15 @@ import ipaddress
 import logging
 import platform
 
-from actors.core.channel import ConnInfo
-from actors.core.errors import AMQPError, ConnectionError_, amqp_text
+from actors.core.channel import ConnInfo, RefusedPublish
+from actors.core.errors import AMQPError, ChannelError, ConnectionError_, amqp_text
 from actors.core.permissions import login_refused, parse_amqplain, parse_plain
 from protocol import methods as am
 from protocol.constants import PROTOCOL_HEADER
 from protocol.errors import AMQPError as CodecError
 from protocol.errors import BadProtocolHeader
-from protocol.frames import (CommandAssembler, FrameDecoder, HeartbeatFrame, MethodFrame,
-                             ProtocolHeader, encode_method)
+from protocol.frames import (Command, CommandAssembler, FrameDecoder, HeartbeatFrame,
+                             MethodFrame, ProtocolHeader, encode_method)
 
 log = logging.getLogger("leveret.connection")
 
@@ -44,7 +52,8 @@ CAPABILITIES = {
     "per_consumer_qos": True,
     "direct_reply_to": False,
 }
-FRAME_MIN = 4096
+FRAME_MIN = 4096  # ?FRAME_MIN_SIZE: tune-ok may not go below it; the frame_max until tune-ok
+SILENT_CLOSE_DELAY = 3  # rabbit_reader's ?SILENT_CLOSE_DELAY: seconds before a silent close
 PASSWORD_MECHANISMS = ("AMQPLAIN", "PLAIN")  # offered on every connection
 KNOWN_MECHANISMS = PASSWORD_MECHANISMS + ("EXTERNAL",)
 
@@ -104,8 +113,10 @@ class ConnectionCore:
         self.peer = peer  # (host, port)
         self.conn_id = conn_id  # connection id
         self.shell = shell  # the Reader actor
-        self.decoder = FrameDecoder(config.frame_max)  # sans-IO frame decoder
-        self.assemblers: dict[int, CommandAssembler] = {}  # channel -> content assembler
+        self.decoder = FrameDecoder(FRAME_MIN)  # sans-IO frame decoder; frame_max set at tune-ok
+        self.decoder.pause_on_channel0 = True  # until tune-ok: see receive
+        # content of every channel, reassembled; refuses a header above max_message_size
+        self.assembler = CommandAssembler(max_body_size=config.max_message_size)
         self.state = "header"  # header|start|tune|open|running|closing|closed
         self.user = None  # authenticated user
         self.vhost = None  # opened vhost
@@ -128,6 +139,16 @@ class ConnectionCore:
         if self.state == "closed":
             return
         self.decoder.feed(data)
+        # until tune-ok the decoder stops after each connection method, so that what a client
+        # sends after tune-ok in the same read is measured against the frame_max it sets
+        while True:
+            paused = self.decoder.pause_on_channel0
+            if not self._decode() or not paused:
+                return
+
+    def _decode(self) -> bool:
+        """Handle the frames now decodable; False when there were none or the connection
+        ended."""
         batches: dict[int, list] = {}
         try:
             try:
@@ -148,19 +169,23 @@ class ConnectionCore:
             self._flush(batches)
             self.state = "closed"
             self.shell.terminate("bad protocol header")
-            return
+            return False
         except (CodecError, AMQPError) as e:
             self._flush(batches)
+            if self.state in ("start", "tune") and e.reply_code == 501:
+                self._silent_close(e.text)
+                return False
             self.close(e.reply_code, e.text if " - " in e.text else amqp_text(
                 e.reply_code, e.text), getattr(e, "class_id", 0), getattr(e, "method_id", 0))
-            return
+            return False
         self._flush(batches)
+        return bool(frames) and self.state not in ("closing", "closed")
 
     def _flush(self, batches) -> None:
         for number, commands in batches.items():
             self.shell.channel_commands(number, commands)
             if self.alarms and not self.alarm_blocked and \
-                    any(c.body is not None for c in commands):
+                    any(getattr(c, "body", None) is not None for c in commands):
                 self._block_for_alarm()
 
     # --- resource alarms ------------------------------------------------------------------------
@@ -202,40 +227,31 @@ class ConnectionCore:
             return
         if self.state != "running":
             raise ConnectionError_(504, f"frame on channel {channel} before connection.open")
-        asm = self.assemblers.get(channel)
-        if asm is None:
-            asm = self.assemblers[channel] = CommandAssembler()
-        cmd = asm.process(frame)
+        if channel in self.closing_channels:
+            # the client closed this channel and waits for close-ok: what it sent meanwhile is
+            # dropped unread, as RabbitMQ does, until it opens the number again
+            if type(frame) is not MethodFrame or not isinstance(frame.method, am.ChannelOpen):
+                return
+            self.closing_channels.discard(channel)
+        if type(frame) is MethodFrame and not self.shell.channel_open(channel):
+            self._unopened(channel, frame.method, batches)
+            return
+        try:
+            # a content frame on a channel that is not open has no method before it: 505
+            cmd = self.assembler.process(frame)
+        except CodecError as e:
+            if e.hard:
+                raise
+            # max_message_size, decided at the content header: the channel closes with 406 in
+            # order with the commands before it (rabbit_channel:check_msg_size)
+            batches.setdefault(channel, []).append(Command(channel, RefusedPublish(
+                ChannelError(e.reply_code, e.text, e.class_id, e.method_id))))
+            return
         if cmd is None:
             return
         method = cmd.method
-        if channel in self.closing_channels:
-            # the client closed this channel and waits for close-ok: what it sent meanwhile is
-            # dropped, as RabbitMQ does, until it opens the number again
-            if not isinstance(method, am.ChannelOpen):
-                return
-            self.closing_channels.discard(channel)
         if isinstance(method, am.ChannelOpen):
-            if self.shell.channel_open(channel):
-                raise ConnectionError_(504, "second 'channel.open' seen", method.CLASS_ID,
-                                       method.METHOD_ID)
-            if channel > self.channel_max:
-                raise ConnectionError_(504, f"channel number {channel} exceeds channel_max "
-                                            f"{self.channel_max}")
-            self._flush(batches)
-            batches.clear()
-            self.shell.open_channel(channel, ConnInfo(
-                self.conn_id, self.user, self.vhost, self.frame_max, self.capabilities,
-                self.shell.host.node))
-            self.shell.write(encode_method(channel, am.ChannelOpenOk()))
-            return
-        if not self.shell.channel_open(channel):
-            if isinstance(method, am.ChannelCloseOk):
-                return
-            if isinstance(method, am.ChannelClose):
-                self.shell.write(encode_method(channel, am.ChannelCloseOk()))
-                return
-            raise ConnectionError_(504, "expected 'channel.open'", method.CLASS_ID,
+            raise ConnectionError_(504, "second 'channel.open' seen", method.CLASS_ID,
                                    method.METHOD_ID)
         batches.setdefault(channel, []).append(cmd)
         if isinstance(method, am.ChannelClose):
@@ -245,6 +261,31 @@ class ConnectionCore:
             self._flush(batches)
             batches.clear()
             self.shell.forget_channel(channel)
+
+    def _unopened(self, channel: int, method, batches) -> None:
+        """A method on a channel that is not open: channel.open, a close to answer, or 504."""
+        if isinstance(method, am.ChannelOpen):
+            if channel > self.channel_max:
+                raise ConnectionError_(504, f"channel number {channel} exceeds channel_max "
+                                            f"{self.channel_max}")
+            self._flush(batches)
+            batches.clear()
+            self.assembler.reset(channel)
+            self.shell.open_channel(channel, ConnInfo(
+                self.conn_id, self.user, self.vhost, self.frame_max, self.capabilities,
+                self.shell.host.node))
+            self.shell.write(encode_method(channel, am.ChannelOpenOk()))
+            return
+        if isinstance(method, am.ChannelCloseOk):
+            return
+        if isinstance(method, am.ChannelClose):
+            self.shell.write(encode_method(channel, am.ChannelCloseOk()))
+            return
+        # rabbit_channel's answer to a first method other than channel.open; given here, at
+        # the method frame, a publish's content is not read at all (RabbitMQ reassembles it
+        # first: 200 MB of body frames on a channel never opened were buffered)
+        raise ConnectionError_(504, "expected 'channel.open'", method.CLASS_ID,
+                               method.METHOD_ID)
 
     # --- handshake ----------------------------------------------------------------------------
     def _start(self) -> None:
@@ -358,6 +399,7 @@ class ConnectionCore:
         self.channel_max = cm or self.config.channel_max
         self.heartbeat = method.heartbeat
         self.decoder.set_frame_max(self.frame_max)
+        self.decoder.pause_on_channel0 = False
         self.state = "open"
 
     def _open(self, method) -> None:
@@ -393,6 +435,14 @@ class ConnectionCore:
         self.shell.terminate("handshake_timeout")
 
     # --- closing ------------------------------------------------------------------------------
+    def _silent_close(self, why: str) -> None:
+        """rabbit_reader:handle_exception/3 before tune-ok: no connection.close to a client not
+        yet trusted; nothing more is read and the socket closes after SILENT_CLOSE_DELAY."""
+        log.warning("closing connection %s from %s before tune-ok: %s", self.conn_id,
+                    self.peer[0], why)
+        self.state = "closed"
+        self.shell.close_after(SILENT_CLOSE_DELAY)
+
     def close(self, code: int, text: str, class_id: int = 0, method_id: int = 0) -> None:
         """Server-initiated connection.close; the socket closes on close-ok or after 1 s."""
         if self.state in ("closing", "closed"):

@@ -6,6 +6,9 @@ Mirrors (3.10.8):
     (access needs a permission entry for the vhost), ``check_resource_access/4`` (``re:run``
     of the name against the configure/write/read regex -- unanchored, so ``^``/``$`` matter;
     an empty pattern means ``^$``), ``set_permissions`` (the regexes must compile);
+    ``set_topic_permissions`` / ``clear_topic_permissions`` / ``list_topic_permissions`` and
+    ``check_topic_access/4`` (write/read patterns per user, vhost and topic exchange, matched
+    against the routing key after ``{username}`` / ``{vhost}`` expansion; no entry: allowed);
   * ``rabbit_password`` / ``rabbit_password_hashing_sha256`` (and ``_sha512``, ``_md5`` for
     imported hashes): the stored hash is ``base64(salt(4 bytes) + H(salt + password))``;
   * ``rabbit_access_control``: the default exchange is checked as ``amq.default``; the refusal
@@ -36,7 +39,7 @@ from actors.core.errors import Atom, ChannelError, ConnectionError_, erl_p, erl_
 __all__ = [
     "SHA256", "SHA512", "MD5", "AuthDB", "hash_password", "hashed_auth_call", "check_hash", "parse_plain",
     "parse_amqplain", "login_refused", "resource_access_refused", "vhost_access_refused",
-    "BLANK_PASSWORD_TEXT",
+    "topic_access_refused", "BLANK_PASSWORD_TEXT",
 ]
 
 SHA256 = "rabbit_password_hashing_sha256"
@@ -102,6 +105,8 @@ class AuthDB:
         self.users: dict[str, dict] = {}  # name -> {"password_hash", "hashing_algorithm", "tags"}
         self.vhosts: dict[str, dict] = {}  # name -> {"description", "tags"}
         self.permissions: dict[tuple[str, str], tuple[str, str, str]] = {}
+        # (user, vhost, exchange) -> (write, read) regexes on routing keys of a topic exchange
+        self.topic_permissions: dict[tuple[str, str, str], tuple[str, str]] = {}
         self.loopback_users: list[str] = ["guest"]  # rabbit.loopback_users
         self._re_cache: dict[str, re.Pattern] = {}
 
@@ -150,6 +155,8 @@ class AuthDB:
         del self.users[name]
         for key in [k for k in self.permissions if k[0] == name]:
             del self.permissions[key]
+        for key in [k for k in self.topic_permissions if k[0] == name]:
+            del self.topic_permissions[key]
 
     def change_password(self, name: str, password: str | bytes | None) -> None:
         """A new salted hash (``None`` clears the password)."""
@@ -217,6 +224,8 @@ class AuthDB:
         del self.vhosts[name]
         for key in [k for k in self.permissions if k[1] == name]:
             del self.permissions[key]
+        for key in [k for k in self.topic_permissions if k[1] == name]:
+            del self.topic_permissions[key]
 
     def vhost_exists(self, name: str) -> bool:
         return name in self.vhosts
@@ -285,6 +294,83 @@ class AuthDB:
             return False
         return regex.search(_b(name)) is not None
 
+    def require(self, user: str, vhost: str, perm: str, kind: str, name: str) -> None:
+        """rabbit_access_control:check_resource_access/4: ``check_resource`` or the 403."""
+        if not self.check_resource(user, vhost, perm, name, kind):
+            raise resource_access_refused(kind, name, vhost, user)
+
+    def check_new_queue(self, user: str, vhost: str, name: str, arguments) -> None:
+        """rabbit_channel's checks when a queue.declare creates a queue with an
+        ``x-dead-letter-exchange``: its type (406), then read on the queue and write on the
+        DLX (403), since the queue's messages will be published to it."""
+        from actors.core.queue_args import check_dlx_arg_type
+        check_dlx_arg_type(arguments, name, vhost)
+        if arguments and "x-dead-letter-exchange" in arguments:
+            self.require(user, vhost, "read", "queue", name)
+            self.require(user, vhost, "write", "exchange", arguments["x-dead-letter-exchange"])
+
+    def check_new_exchange(self, user: str, vhost: str, name: str, arguments) -> None:
+        """rabbit_channel's checks when an exchange.declare creates an exchange with an
+        ``alternate-exchange``: its type (406), then read on the new exchange and write on the
+        alternate exchange (403), since what is published to it may go on to the AE."""
+        from actors.core.queue_args import check_alternate_exchange_arg
+        check_alternate_exchange_arg(arguments, name, vhost)
+        if arguments and "alternate-exchange" in arguments:
+            self.require(user, vhost, "read", "exchange", name)
+            self.require(user, vhost, "write", "exchange", arguments["alternate-exchange"])
+
+    # --- topic permissions (rabbitmqctl set_topic_permissions) ------------------------------
+    def set_topic_permissions(self, user: str, vhost: str, exchange: str, write: str,
+                              read: str) -> None:
+        """KeyError for a missing user or vhost; ValueError for a regex that does not compile.
+        The patterns are stored as given: ``{username}`` and ``{vhost}`` are expanded when a
+        routing key is checked."""
+        for p in (write, read):
+            try:
+                self._compile(p)
+            except re.error as e:
+                raise ValueError(f"invalid regexp {p!r}: {e}") from None
+        self._user(user)
+        if vhost not in self.vhosts:
+            raise KeyError(f'Virtual host "{vhost}" does not exist')
+        self.topic_permissions[(user, vhost, exchange)] = (write, read)
+
+    def clear_topic_permissions(self, user: str, vhost: str, exchange: str | None = None) -> None:
+        """Those of one exchange, or (``exchange`` None) every one of the user in the vhost."""
+        self._user(user)
+        if vhost not in self.vhosts:
+            raise KeyError(f'Virtual host "{vhost}" does not exist')
+        if exchange is not None:
+            self.topic_permissions.pop((user, vhost, exchange), None)
+            return
+        for key in [k for k in self.topic_permissions if k[:2] == (user, vhost)]:
+            del self.topic_permissions[key]
+
+    def list_topic_permissions(self, vhost: str | None = None,
+                               user: str | None = None) -> list[dict]:
+        """``[{"user", "vhost", "exchange", "write", "read"}]`` (definitions export's shape)."""
+        return [{"user": u, "vhost": v, "exchange": x, "write": w, "read": r}
+                for (u, v, x), (w, r) in self.topic_permissions.items()
+                if vhost in (None, v) and user in (None, u)]
+
+    def check_topic(self, user: str, vhost: str, exchange: str, perm: str,
+                    routing_key: str) -> bool:
+        """rabbit_auth_backend_internal:check_topic_access/4: no entry for (user, vhost,
+        exchange) allows everything; else the write or read pattern (empty means ``^$``), with
+        ``{username}`` and ``{vhost}`` replaced by the user's and vhost's names, is searched in
+        the routing key (``re:run``, unanchored)."""
+        p = self.topic_permissions.get((user, vhost, exchange))
+        if p is None:
+            return True
+        pattern = p[0] if perm == "write" else p[1]
+        if pattern:
+            pattern = pattern.replace("{vhost}", vhost).replace("{username}", user)
+        try:
+            regex = self._compile(pattern)
+        except re.error:
+            return False
+        return regex.search(_b(routing_key)) is not None
+
     # --- state -----------------------------------------------------------------------------
     def to_state(self) -> dict:
         """Plain msgpack-able data, shaped like RabbitMQ's definitions export::
@@ -293,6 +379,7 @@ class AuthDB:
              "users": [{"name", "password_hash", "hashing_algorithm", "tags": [...]}],
              "vhosts": [{"name", "description", "tags": [...]}],
              "permissions": [{"user", "vhost", "configure", "write", "read"}],
+             "topic_permissions": [{"user", "vhost", "exchange", "write", "read"}],
              "loopback_users": [...]}
         """
         return {
@@ -303,6 +390,7 @@ class AuthDB:
             "vhosts": [{"name": n, "description": v["description"], "tags": list(v["tags"])}
                        for n, v in self.vhosts.items()],
             "permissions": self.list_permissions(),
+            "topic_permissions": self.list_topic_permissions(),
             "loopback_users": list(self.loopback_users),
         }
 
@@ -319,6 +407,8 @@ class AuthDB:
                                     "tags": _tags(v.get("tags"))}
         for p in state.get("permissions", []):
             db.permissions[(p["user"], p["vhost"])] = (p["configure"], p["write"], p["read"])
+        for p in state.get("topic_permissions", []):
+            db.topic_permissions[(p["user"], p["vhost"], p["exchange"])] = (p["write"], p["read"])
         if "loopback_users" in state:
             db.loopback_users = list(state["loopback_users"])
         return db
@@ -411,6 +501,14 @@ def resource_access_refused(kind: str, name: str, vhost: str, user: str) -> Chan
     if kind == "exchange" and name == "":
         name = "amq.default"
     return ChannelError(403, f"access to {rs(kind, name, vhost)} refused for user '{user}'")
+
+
+def topic_access_refused(routing_key: str, exchange: str, vhost: str,
+                         user: str) -> ChannelError:
+    """rabbit_access_control:check_topic_access/4: ``ACCESS_REFUSED - access to topic 'rk' in
+    exchange 'amq.topic' in vhost '/' refused for user 'u'`` (403)."""
+    return ChannelError(403, f"access to topic '{routing_key}' in exchange "
+                             f"{rs('topic', exchange, vhost)} refused for user '{user}'")
 
 
 def vhost_access_refused(vhost: str, user: str) -> ConnectionError_:

@@ -442,7 +442,8 @@ class Metadata(AlarmsMixin, ClusterMixin, LightActor):
     def op_auth(self, rpc, method, args):
         # add_user / change_password arrive as their hashed forms (`_hash_password`)
         allowed = {"add_user_with_hash", "delete_user", "change_password_hash", "set_user_tags",
-                   "add_vhost", "delete_vhost", "set_permissions", "clear_permissions"}
+                   "add_vhost", "delete_vhost", "set_permissions", "clear_permissions",
+                   "set_topic_permissions", "clear_topic_permissions"}
         if method not in allowed:
             raise ChannelError(540, amqp_text(540, f"unknown auth method {method}"))
         probe = AuthDB.from_state(self.auth.to_state())
@@ -480,7 +481,9 @@ class Metadata(AlarmsMixin, ClusterMixin, LightActor):
             raise ChannelError(404, amqp_text(404, f"no policy '{name}' in vhost '{vhost}'"))
         return None
 
-    def op_list(self, rpc, what):
+    def op_list(self, rpc, what, vhost=None, user=None):
+        if what == "topic_permissions":
+            return self.auth.list_topic_permissions(vhost, user)
         if what == "users":
             return self.auth.to_state().get("users")
         if what == "vhosts":
@@ -549,7 +552,7 @@ class Metadata(AlarmsMixin, ClusterMixin, LightActor):
 
     # --- exchanges --------------------------------------------------------------------------------
     def op_exchange_declare(self, rpc, vhost, name, type, passive, durable, auto_delete,
-                            internal, arguments):
+                            internal, arguments, user=None):
         x = self.router.exchange(vhost, name)
         if passive:
             if x is None:
@@ -565,6 +568,8 @@ class Metadata(AlarmsMixin, ClusterMixin, LightActor):
                 x, dict(type=type, durable=durable, auto_delete=auto_delete, internal=internal,
                         arguments=arguments), name, vhost)
             return None
+        if user is not None:  # a client's declare (the channel checked configure): the AE
+            self.auth.check_new_exchange(user, vhost, name, arguments)
         self._change(["router", "declare_exchange",
                       [vhost, name, type, durable, auto_delete, internal, arguments]])
         return None
@@ -623,6 +628,8 @@ class Metadata(AlarmsMixin, ClusterMixin, LightActor):
         if source == "":
             raise ChannelError(403, amqp_text(403, "operation not permitted on the default "
                                                    "exchange"))
+        # rabbit_channel:binding_action checks exclusive access for unbind as for bind
+        self._check_exclusive(vhost, dest, owner, kind)
         self._change(["router", "unbind", [vhost, source, kind, dest, routing_key, arguments]])
         self._auto_delete_exchanges(vhost)
         return None
@@ -636,10 +643,12 @@ class Metadata(AlarmsMixin, ClusterMixin, LightActor):
 
     # --- queues -----------------------------------------------------------------------------------
     def op_queue_declare(self, rpc, vhost, name, passive, durable, exclusive, auto_delete,
-                         arguments, owner):
+                         arguments, owner, user=None):
         generated = name == "" and not passive
         if generated:
             name = "amq.gen-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+            if user is not None:  # the channel checked configure on any other name
+                self.auth.require(user, vhost, "configure", "queue", name)
         key = (vhost, name)
         q = self.queues.get(key)
         if q is not None:
@@ -665,6 +674,8 @@ class Metadata(AlarmsMixin, ClusterMixin, LightActor):
         if name.startswith("amq.") and not generated:
             raise ChannelError(403, amqp_text(
                 403, f"queue name '{name}' contains reserved prefix 'amq.*'"))
+        if user is not None:  # a client's declare (the channel checked configure): the DLX
+            self.auth.check_new_queue(user, vhost, name, arguments)
         queue_args.validate(arguments, name, vhost)
         home = rpc.args.get("origin") or self.me  # the declaring client's node, as RabbitMQ
         q = {"vhost": vhost, "name": name, "durable": bool(durable),

@@ -30,6 +30,7 @@ def test_definitions_made_on_one_node_are_seen_on_the_others(nodes):
         ch.queue_declare("orders.eu", durable=True)
         ch.queue_bind("orders.eu", "orders", "eu.#")
     nodes[1].ctl("add_user", "alice", "secret")
+    nodes[2].ctl("set_topic_permissions", "alice", "orders", "^eu\\.", ".*")  # as permissions
     nodes[2].ctl("set_policy", "lazy", "^lazy\\.", '{"confirm-on": "enqueue"}')
     for i in range(3):
         with nodes[i].connection() as c:
@@ -38,6 +39,27 @@ def test_definitions_made_on_one_node_are_seen_on_the_others(nodes):
             ch.queue_declare("orders.eu", durable=True, passive=True)
         assert "alice" in nodes[i].ctl("list_users").stdout
         assert "lazy" in nodes[i].ctl("list_policies").stdout
+        nodes.wait(lambda: '"write": "^eu\\\\."' in nodes[i].ctl("list_topic_permissions").stdout,
+                   what=f"topic permissions on node {i + 1}")
+    # the topic permission set through node 3 is enforced by node 1's channels
+    nodes[1].ctl("set_permissions", "alice", ".*", ".*", ".*")
+
+    def refused_on_node1():
+        try:
+            c = nodes[0].connection(user="alice", password="secret")
+        except pika.exceptions.AMQPConnectionError:
+            return False  # the permission has not reached node 1's workers yet
+        try:
+            ch = c.channel()
+            ch.confirm_delivery()
+            ch.basic_publish("orders", "us.ny", b"x")
+        except pika.exceptions.ChannelClosedByBroker as e:
+            return e.reply_code == 403 and "access to topic 'us.ny'" in e.reply_text
+        finally:
+            if c.is_open:
+                c.close()
+        return False
+    nodes.wait(refused_on_node1, what="the topic permission enforced on node 1")
     # the binding made on node 1 routes publishes made on node 3
     with nodes[2].connection() as c:
         ch = c.channel()

@@ -959,3 +959,81 @@ def test_ack_lite_consumer_channel_sends_the_publishers_confirm():
     send(core, am.BasicAck(delivery_tag=1), am.BasicReject(delivery_tag=2, requeue=False))
     assert out.sent(m.Confirm) == [m.Confirm(Q1, [5], True)]   # the reject is not reported
     assert sorted((x.op, x.seq_ids) for x in out.sent(m.Settle)) == [(0, [11]), (2, [12])]
+
+
+# --- max_message_size (issue 11) ------------------------------------------------------------
+def test_refused_publish_closes_the_channel_with_406_in_order__R3():
+    """What the reader puts in a batch for a content header above max_message_size: the
+    commands before it run, then channel.close 406 with rabbit_channel:check_msg_size's text,
+    naming basic.publish; the channel then drops what follows until close-ok."""
+    from actors.core.channel import RefusedPublish
+    from actors.core.errors import ChannelError
+    core, out = ch()
+    err = ChannelError(406, "message size 5000 is larger than configured max size 1000", 60, 40)
+    send(core, publish("q1", b"before"), Command(1, RefusedPublish(err)),
+         publish("q1", b"after"))
+    assert channel_close(out) == (406, "PRECONDITION_FAILED - message size 5000 is larger "
+                                       "than configured max size 1000", 60, 40)
+    published = [b for msg in out.sent(m.Publish) for b in msg.bodies]
+    assert published == [b"before"]
+    assert core.state == "closing"
+
+
+# --- topic permissions and what the node is told for its checks (issue 11) ------------------
+def _topic_channel(write="^ok\\.", read="^r\\."):
+    replica = make_replica("q1")
+    replica.router.bind("/", "amq.topic", "queue", "q1", "#", {})
+    replica.auth.set_topic_permissions("guest", "/", "amq.topic", write, read)
+    return make_channel(replica=replica)
+
+
+def test_publish_to_topic_exchange_checks_the_routing_key__E3():
+    core, out = _topic_channel()
+    send(core, publish("ok.1", b"a", exchange="amq.topic"))
+    assert [b for msg in out.sent(m.Publish) for b in msg.bodies] == [b"a"]
+    send(core, publish("no.1", b"b", exchange="amq.topic"))
+    assert channel_close(out) == (403, "ACCESS_REFUSED - access to topic 'no.1' in exchange "
+                                       "'amq.topic' in vhost '/' refused for user 'guest'",
+                                  60, 40)
+    assert [b for msg in out.sent(m.Publish) for b in msg.bodies] == [b"a"]
+
+
+def test_topic_permissions_apply_to_topic_exchanges_only():
+    core, out = _topic_channel()
+    core.replica.auth.set_topic_permissions("guest", "/", "amq.direct", "^$", "^$")
+    send(core, publish("q1", b"d", exchange="amq.direct"))
+    assert not [x for x in out.methods() if isinstance(x, am.ChannelClose)]
+
+
+@pytest.mark.parametrize("method", [
+    am.QueueBind(queue="q1", exchange="amq.topic", routing_key="w.#"),
+    am.QueueUnbind(queue="q1", exchange="amq.topic", routing_key="w.#"),
+    am.ExchangeBind(destination="x2", source="amq.topic", routing_key="w.#"),
+    am.ExchangeUnbind(destination="x2", source="amq.topic", routing_key="w.#"),
+])
+def test_bind_and_unbind_check_read_on_the_topic__E3(method):
+    """rabbit_channel:binding_action: read on the source topic exchange's routing key."""
+    core, out = _topic_channel()
+    send(core, method)
+    code, text, *_ = channel_close(out)
+    assert (code, text) == (403, "ACCESS_REFUSED - access to topic 'w.#' in exchange "
+                                 "'amq.topic' in vhost '/' refused for user 'guest'")
+    assert not out.sent(m.Rpc)
+
+
+def test_bind_allowed_topic_goes_to_the_node():
+    core, out = _topic_channel()
+    send(core, am.QueueBind(queue="q1", exchange="amq.topic", routing_key="r.#"))
+    assert [r.op for r in out.sent(m.Rpc)] == ["bind"]
+
+
+def test_declares_tell_the_node_who_asks():
+    """The node checks configure on a server-named queue and read/write for a DLX or an AE:
+    it needs the user."""
+    core, out = ch()
+    send(core, am.QueueDeclare(queue=""))
+    send(core, am.ExchangeDeclare(exchange="x", exchange_type="direct"))
+    assert [(r.op, r.args["user"]) for r in out.sent(m.Rpc)] == [("queue.declare", "guest")]
+    core.on_reply(m.RpcReply(out.sent(m.Rpc)[0].req_id, True, ["amq.gen-1", 0, 0]))
+    assert [(r.op, r.args["user"]) for r in out.sent(m.Rpc)] == [
+        ("queue.declare", "guest"), ("exchange.declare", "guest")]

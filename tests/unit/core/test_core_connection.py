@@ -556,3 +556,147 @@ def test_blocked_reason_names_both_alarms_and_clients_without_the_capability_hea
     core.receive(_publish())
     assert ("throttle", True) in shell.events
     assert not [x for x in shell.methods() if isinstance(x, am.ConnectionBlocked)]
+
+
+# --- limits before login and per channel (issue 11) -----------------------------------------
+def test_frame_max_is_4096_until_tune_ok_then_silent_close__E2():
+    """rabbit_reader starts with frame_max = ?FRAME_MIN_SIZE (initial_frame_max); a larger frame
+    before tune-ok is a frame error in the starting state: no connection.close, nothing more is
+    read, the socket closes after ?SILENT_CLOSE_DELAY (3 s)."""
+    core, shell = mk()
+    big = frame(0, am.ConnectionStartOk(client_properties={"pad": "x" * 5000},
+                                        mechanism="PLAIN", response=plain()))
+    assert len(big) - 8 > 4096
+    core.receive(PROTOCOL_HEADER + big[:7])  # the frame header alone is enough
+    assert [type(x).__name__ for x in shell.methods()] == ["ConnectionStart"]
+    assert shell.events[-1] == ("close_after", 3)
+    assert core.state == "closed" and core.user is None
+    shell.clear()
+    core.receive(big[7:] + start_ok())
+    assert shell.events == []
+
+
+def test_frame_of_4096_bytes_is_accepted_before_tune_ok():
+    core, shell = mk()
+    props = {"capabilities": CAPS, "pad": ""}
+    size = len(frame(0, am.ConnectionStartOk(client_properties=props, mechanism="PLAIN",
+                                             response=plain()))) - 8
+    props["pad"] = "x" * (4096 - size)
+    ok = frame(0, am.ConnectionStartOk(client_properties=props, mechanism="PLAIN",
+                                       response=plain()))
+    assert len(ok) - 8 == 4096
+    core.receive(PROTOCOL_HEADER + ok)
+    assert core.state == "tune"
+
+
+def test_large_frame_between_tune_and_tune_ok_is_silent_close__E2():
+    core, shell = mk()
+    core.receive(PROTOCOL_HEADER + start_ok())
+    shell.clear()
+    core.receive(encode_frame(1, 0, b"\x00" * 5000))
+    assert shell.events == [("close_after", 3)] and core.state == "closed"
+
+
+def test_negotiated_frame_max_applies_from_tune_ok__E2():
+    core, shell = mk()
+    core.receive(PROTOCOL_HEADER + start_ok() + tune_ok(frame_max=131072))
+    assert core.decoder.frame_max == 131072
+    core.receive(frame(0, am.ConnectionOpen(virtual_host="/")) +
+                 frame(1, am.ChannelOpen()))
+    shell.clear()
+    core.receive(encode_command(1, am.BasicPublish(routing_key="q"), b"\x00\x00",
+                                b"x" * 60000, frame_max=131072))
+    assert commands(shell) == [(1, ["BasicPublish"])]
+
+
+def test_publish_on_unopened_channel_refused_at_its_method_frame__E2():
+    """The issue's 200 MB of body frames on a channel never opened: 504 at the publish's method
+    frame, before its header, so nothing of the content is buffered."""
+    core, shell = opened(1)
+    core.receive(frame(1, am.BasicQos(prefetch_count=1)) +
+                 frame(7, am.BasicPublish(routing_key="q")))
+    assert commands(shell) == [(1, ["BasicQos"])]
+    assert conn_close(shell) == (504, "CHANNEL_ERROR - expected 'channel.open'", 60, 40)
+    assert not core.assembler.in_progress(7)
+    shell.clear()
+    core.receive(encode_content(7, 60, b"\x00\x00", b"x" * 100000, 131072)[:50000])
+    assert shell.events == [] and not core.assembler.in_progress(7)
+    assert core.decoder.buffered < 131072  # at most one partial frame (the Reader stops
+    #                                        feeding the core once it closes, close_after)
+
+
+def test_content_header_on_unopened_channel_is_unexpected_frame__E2():
+    """A header or body frame with no method before it: rabbit_command_assembler's 505."""
+    core, shell = opened(1)
+    core.receive(encode_content(9, 60, b"\x00\x00", b"abc"))
+    assert conn_close(shell)[:2] == (505, "UNEXPECTED_FRAME - expected method frame, got non "
+                                          "method frame instead (content header)")
+
+
+def test_content_after_clients_channel_close_is_dropped_unassembled():
+    core, shell = opened(1)
+    core.receive(frame(1, am.ChannelClose()))
+    shell.clear()
+    core.receive(encode_command(1, am.BasicPublish(routing_key="q"), b"\x00\x00",
+                                b"x" * 10000, frame_max=4096))
+    assert shell.events == [] and not core.assembler.in_progress(1)
+    core.receive(frame(1, am.ChannelOpen()))
+    assert shell.kinds() == ["open_channel", "write"]
+
+
+def _big_header(channel, size):
+    return encode_frame(2, channel, b"\x00\x3c\x00\x00" + size.to_bytes(8, "big") + b"\x00\x00")
+
+
+def test_header_above_max_message_size_closes_the_channel_in_order__R3():
+    """rabbit_channel:check_msg_size's 406, decided at the content header: the channel gets a
+    RefusedPublish after the commands before it; the body is dropped as it comes."""
+    core, shell = opened(1, 2, max_message_size=1000)
+    core.receive(frame(1, am.BasicQos(prefetch_count=1)) +
+                 frame(1, am.BasicPublish(routing_key="q")) + _big_header(1, 5000) +
+                 encode_frame(3, 1, b"x" * 4000) + frame(2, am.BasicQos()))
+    [(n1, batch1), (n2, batch2)] = [(e[1], e[2]) for e in shell.events if e[0] == "commands"]
+    assert n1 == 1 and type(batch1[0].method) is am.BasicQos
+    refused = batch1[1].method
+    assert type(refused).__name__ == "RefusedPublish"
+    assert (refused.error.reply_code, refused.error.text) == (
+        406, "PRECONDITION_FAILED - message size 5000 is larger than configured max size 1000")
+    assert (refused.error.class_id, refused.error.method_id) == (60, 40)
+    assert n2 == 2
+    assert not [x for x in shell.methods() if isinstance(x, am.ConnectionClose)]
+    assert core.assembler.in_progress(1)
+    shell.clear()
+    core.receive(encode_frame(3, 1, b"x" * 1000) + frame(1, am.BasicQos()))
+    assert commands(shell) == [(1, ["BasicQos"])]  # the closing channel drops it
+    assert not core.assembler.in_progress(1)
+
+
+def test_max_message_size_default_is_rabbitmqs_128_mib__R3():
+    core, shell = opened(1)
+    assert core.assembler.max_body_size == 134217728
+    core.receive(frame(1, am.BasicPublish(routing_key="q")) + _big_header(1, 134217729))
+    refused = shell.events[-1][2][0].method
+    assert refused.error.text == ("PRECONDITION_FAILED - message size 134217729 is larger "
+                                  "than configured max size 134217728")
+
+
+def test_frames_pipelined_after_tune_ok_are_measured_against_its_frame_max__E2():
+    """rabbit_reader reads frame by frame: a client that sends tune-ok, open, channel.open and
+    a publish with a 10 kB body frame in one write is served (the decoder pauses after each
+    connection method until tune-ok)."""
+    core, shell = mk()
+    core.receive(PROTOCOL_HEADER + start_ok())
+    shell.clear()
+    core.receive(tune_ok(frame_max=131072) + frame(0, am.ConnectionOpen(virtual_host="/")) +
+                 frame(1, am.ChannelOpen()) +
+                 encode_command(1, am.BasicPublish(routing_key="q"), b"\x00\x00",
+                                b"x" * 10000, frame_max=131072))
+    assert core.state == "running"
+    assert commands(shell) == [(1, ["BasicPublish"])]
+    assert not core.decoder.pause_on_channel0
+
+
+def test_pipelined_start_ok_and_large_frame_before_tune_ok_still_refused__E2():
+    core, shell = mk()
+    core.receive(PROTOCOL_HEADER + start_ok() + encode_frame(1, 0, b"\x00" * 5000))
+    assert shell.events[-1] == ("close_after", 3) and core.state == "closed"

@@ -14,7 +14,8 @@ import pytest
 from actors.core.errors import ChannelError, ConnectionError_
 from actors.core.permissions import (MD5, SHA256, SHA512, AuthDB, check_hash, hash_password,
                                      login_refused, parse_amqplain, parse_plain,
-                                     resource_access_refused, vhost_access_refused)
+                                     resource_access_refused, topic_access_refused,
+                                     vhost_access_refused)
 
 
 def test_rabbitmq_exported_hashes():
@@ -256,3 +257,132 @@ def test_parse_amqplain():
     with pytest.raises(ConnectionError_) as ei:
         parse_amqplain(b"\x05LOGINS\x00\x00")
     assert ei.value.reply_code == 502
+
+
+# --- topic permissions and the checks of a declare that creates (issue 11) --------------------
+def _tenant() -> AuthDB:
+    db = AuthDB.default()
+    db.add_vhost("v")
+    db.add_user("u", "pw")
+    db.set_permissions("u", "v", ".*", "^u-.*", ".*")
+    return db
+
+
+def test_topic_permissions_set_list_clear__E3():
+    db = _tenant()
+    db.set_topic_permissions("u", "v", "amq.topic", "^a\\.", "^b\\.")
+    db.set_topic_permissions("u", "v", "t2", "", ".*")
+    assert db.list_topic_permissions("v") == [
+        {"user": "u", "vhost": "v", "exchange": "amq.topic", "write": "^a\\.", "read": "^b\\."},
+        {"user": "u", "vhost": "v", "exchange": "t2", "write": "", "read": ".*"}]
+    assert db.list_topic_permissions("/") == []
+    assert [p["exchange"] for p in db.list_topic_permissions(user="u")] == ["amq.topic", "t2"]
+    db.clear_topic_permissions("u", "v", "t2")
+    assert [p["exchange"] for p in db.list_topic_permissions()] == ["amq.topic"]
+    db.clear_topic_permissions("u", "v")
+    assert db.list_topic_permissions() == []
+    with pytest.raises(ValueError):
+        db.set_topic_permissions("u", "v", "amq.topic", "(", ".*")
+    with pytest.raises(KeyError):
+        db.set_topic_permissions("nobody", "v", "amq.topic", ".*", ".*")
+    with pytest.raises(KeyError):
+        db.set_topic_permissions("u", "nowhere", "amq.topic", ".*", ".*")
+    with pytest.raises(KeyError):
+        db.clear_topic_permissions("u", "nowhere")
+
+
+def test_check_topic_as_check_topic_access__E3():
+    """No entry: allowed; an entry: write or read pattern searched (unanchored) in the routing
+    key, empty pattern = ^$; {username} and {vhost} expanded."""
+    db = _tenant()
+    assert db.check_topic("u", "v", "amq.topic", "write", "anything")
+    db.set_topic_permissions("u", "v", "amq.topic", "^{username}\\.{vhost}\\.", "")
+    assert db.check_topic("u", "v", "amq.topic", "write", "u.v.x")
+    assert not db.check_topic("u", "v", "amq.topic", "write", "w.v.x")
+    assert not db.check_topic("u", "v", "amq.topic", "read", "u.v.x")
+    assert db.check_topic("u", "v", "amq.topic", "read", "")
+    assert db.check_topic("u", "v", "other", "read", "x")  # no entry for that exchange
+    db.set_topic_permissions("u", "v", "amq.topic", "mid", ".*")
+    assert db.check_topic("u", "v", "amq.topic", "write", "a.mid.b")
+
+
+def test_topic_permissions_go_with_their_user_and_vhost():
+    db = _tenant()
+    db.set_topic_permissions("u", "v", "amq.topic", ".*", ".*")
+    db.delete_user("u")
+    assert db.list_topic_permissions() == []
+    db = _tenant()
+    db.set_topic_permissions("u", "v", "amq.topic", ".*", ".*")
+    db.delete_vhost("v")
+    assert db.list_topic_permissions() == []
+
+
+def test_topic_permissions_in_state_roundtrip():
+    db = _tenant()
+    db.set_topic_permissions("u", "v", "amq.topic", "^{username}", "r")
+    state = msgpack.unpackb(msgpack.packb(db.to_state()))
+    assert state["topic_permissions"] == [{"user": "u", "vhost": "v", "exchange": "amq.topic",
+                                           "write": "^{username}", "read": "r"}]
+    back = AuthDB.from_state(state)
+    assert back.topic_permissions == db.topic_permissions
+    assert AuthDB.from_state({k: v for k, v in state.items()
+                              if k != "topic_permissions"}).topic_permissions == {}
+
+
+def test_topic_refusal_text():
+    e = topic_access_refused("a.b", "amq.topic", "/", "u")
+    assert (e.reply_code, e.text) == (403, "ACCESS_REFUSED - access to topic 'a.b' in exchange "
+                                           "'amq.topic' in vhost '/' refused for user 'u'")
+
+
+def test_new_queue_with_dlx_needs_read_on_queue_and_write_on_dlx__E3():
+    """The issue's bypass: write only on u-* names, a queue dead-lettering into another
+    exchange. RabbitMQ 3.10: read on the queue, then write on the DLX, else 403."""
+    db = _tenant()
+    with pytest.raises(ChannelError) as ei:
+        db.check_new_queue("u", "v", "u-q", {"x-dead-letter-exchange": "victim"})
+    assert (ei.value.reply_code, ei.value.text) == (
+        403, "ACCESS_REFUSED - access to exchange 'victim' in vhost 'v' refused for user 'u'")
+    with pytest.raises(ChannelError) as ei:
+        db.check_new_queue("u", "v", "u-q", {"x-dead-letter-exchange": ""})
+    assert "exchange 'amq.default'" in ei.value.text
+    db.check_new_queue("u", "v", "u-q", {"x-dead-letter-exchange": "u-dlx"})
+    db.check_new_queue("u", "v", "u-q", {"x-message-ttl": 5})
+    db.check_new_queue("u", "v", "u-q", None)
+    db.set_permissions("u", "v", ".*", ".*", "^u-")
+    with pytest.raises(ChannelError) as ei:  # read on the queue comes first
+        db.check_new_queue("u", "v", "q", {"x-dead-letter-exchange": "x"})
+    assert ei.value.text == ("ACCESS_REFUSED - access to queue 'q' in vhost 'v' refused for "
+                             "user 'u'")
+    with pytest.raises(ChannelError) as ei:  # the type is checked before any permission
+        db.check_new_queue("u", "v", "q", {"x-dead-letter-exchange": 5})
+    assert ei.value.reply_code == 406
+    assert "invalid type 'signedint' for arg 'x-dead-letter-exchange'" in ei.value.text
+
+
+def test_new_exchange_with_ae_needs_read_on_it_and_write_on_ae__E3():
+    db = _tenant()
+    with pytest.raises(ChannelError) as ei:
+        db.check_new_exchange("u", "v", "u-x", {"alternate-exchange": "victim"})
+    assert (ei.value.reply_code, ei.value.text) == (
+        403, "ACCESS_REFUSED - access to exchange 'victim' in vhost 'v' refused for user 'u'")
+    db.check_new_exchange("u", "v", "u-x", {"alternate-exchange": "u-ae"})
+    db.check_new_exchange("u", "v", "u-x", {})
+    db.set_permissions("u", "v", ".*", ".*", "^u-")
+    with pytest.raises(ChannelError) as ei:
+        db.check_new_exchange("u", "v", "x", {"alternate-exchange": "u-ae"})
+    assert ei.value.text == ("ACCESS_REFUSED - access to exchange 'x' in vhost 'v' refused "
+                             "for user 'u'")
+    with pytest.raises(ChannelError) as ei:
+        db.check_new_exchange("u", "v", "x", {"alternate-exchange": 1})
+    assert ei.value.reply_code == 406
+
+
+def test_require_names_the_resource():
+    db = _tenant()
+    db.require("u", "v", "configure", "queue", "amq.gen-abc")
+    db.set_permissions("u", "v", "^u-", ".*", ".*")
+    with pytest.raises(ChannelError) as ei:
+        db.require("u", "v", "configure", "queue", "amq.gen-abc")
+    assert ei.value.text == ("ACCESS_REFUSED - access to queue 'amq.gen-abc' in vhost 'v' "
+                             "refused for user 'u'")

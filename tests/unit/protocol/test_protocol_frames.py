@@ -41,6 +41,7 @@ from protocol import (
     encode_publish,
 )
 from protocol import methods as M
+from protocol.frames import msg_size_text
 
 PROPS = BasicProperties(content_type="text/plain", delivery_mode=2, headers={"h": [1, "x"]})
 PROPS_RAW = PROPS.encode()
@@ -400,10 +401,53 @@ def test_assembler_max_body_size_is_406_on_the_header():
         asm.process(hdr)
     assert (info.value.reply_code, info.value.class_id, info.value.method_id) == (406, 60, 40)
     assert not info.value.hard
-    assert "larger than configured max size 3" in info.value.text
-    assert not asm.in_progress(1)
+    assert info.value.text == "message size 4 is larger than configured max size 3"
     asm = CommandAssembler(max_body_size=4)
     assert [asm.process(f) for f in _frames(PUB, HDR, BODY)][-1].body == b"abcd"
+
+
+def test_assembler_skips_the_body_of_a_refused_header_without_keeping_it__R3():
+    """The 406 comes at the header; the body announced is then counted off frame by frame and
+    dropped (no 505 for the client that sends it, nothing buffered), and the next publish on
+    the channel is assembled as usual."""
+    asm = CommandAssembler(max_body_size=3)
+    two = encode_frame(3, 1, b"ab")
+    pub, hdr, b1, b2 = _frames(PUB, HDR, two, two)
+    asm.process(pub)
+    with pytest.raises(protocol.AMQPError):
+        asm.process(hdr)
+    assert asm.in_progress(1)
+    assert asm.process(b1) is None
+    assert asm._content[1][1] == 2 and asm._content[1][4] is not None  # a count, no fragments
+    assert asm.process(b2) is None
+    assert not asm.in_progress(1)
+    small = encode_frame(2, 1, struct.pack(">HHQ", 60, 0, 2) + b"\x00\x00")
+    cmd = [asm.process(f) for f in _frames(PUB, small, two)][-1]
+    assert cmd.body == b"ab"
+
+
+def test_assembler_refused_body_overrun_and_method_inside_are_errors_as_usual():
+    asm = CommandAssembler(max_body_size=3)
+    pub, hdr, body5 = _frames(PUB, HDR, encode_frame(3, 1, b"abcde"))
+    asm.process(pub)
+    with pytest.raises(protocol.AMQPError):
+        asm.process(hdr)
+    with pytest.raises(FrameError) as info:
+        asm.process(body5)
+    assert info.value.reply_code == 501
+    asm = CommandAssembler(max_body_size=3)
+    asm.process(pub)
+    with pytest.raises(protocol.AMQPError):
+        asm.process(hdr)
+    with pytest.raises(FrameError) as info:
+        asm.process(pub)
+    assert info.value.reply_code == 505
+
+
+def test_msg_size_text_as_rabbit_channel_check_msg_size():
+    assert msg_size_text(10, 5) == "message size 10 is larger than configured max size 5"
+    assert msg_size_text(protocol.MAX_MSG_SIZE + 1, protocol.MAX_MSG_SIZE) == (
+        "message size 536870913 is larger than max size 536870912")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -574,3 +618,20 @@ def test_method_decode_accepts_bytearray_and_memoryview():
     for buf in (bytearray(raw), memoryview(raw)):
         assert M.QueueDeclare.decode(buf) == M.QueueDeclare(queue="q", arguments={"a": b"x"})
     assert BasicProperties.decode(memoryview(PROPS_RAW)) == PROPS
+
+
+def test_pause_on_channel0_stops_after_each_connection_method():
+    """The server's handshake: what follows a connection method stays buffered, checked against
+    the frame_max in force at the next call (set_frame_max after tune-ok)."""
+    dec = FrameDecoder(frame_max=4096, expect_header=False)
+    dec.pause_on_channel0 = True
+    big = encode_frame(3, 1, b"x" * 5000)
+    dec.feed(encode_method(0, M.ConnectionTuneOk(frame_max=131072)) + encode_heartbeat()
+             + encode_method(1, M.BasicQos()) + big)
+    [tune_ok] = dec.frames()
+    assert isinstance(tune_ok.method, M.ConnectionTuneOk)
+    dec.set_frame_max(131072)
+    dec.pause_on_channel0 = False
+    rest = dec.frames()
+    assert [type(f).__name__ for f in rest] == ["HeartbeatFrame", "MethodFrame", "BodyFrame"]
+    assert dec.buffered == 0 and dec.frames() == []
