@@ -39,7 +39,7 @@ from actors.messages import ClusterReady, ClusterTick, DurableQueues, ReadyWorke
 from actors.runtime.eventloop import EventLoop
 from actors.node.metadata import Metadata
 from actors.queue.storage import Storage, queue_id
-from actors.transport import Transport
+from actors.transport import EXIT_RECEIVE_FAILED, Transport
 
 log = logging.getLogger("leveret.node")
 
@@ -63,6 +63,8 @@ def describe_exit(code: int) -> str:
             return f"killed by signal {signal.Signals(-code).name}"
         except ValueError:
             return f"killed by signal {-code}"
+    if code == EXIT_RECEIVE_FAILED:
+        return f"exit status {code} (its ZeroMQ receive loop failed)"
     return f"exit status {code}"
 
 
