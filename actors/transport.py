@@ -141,9 +141,10 @@ class Transport:
                 if not self._flush_armed:
                     self._flush_armed = True
                     loop.loop.call_soon(self._flush)
-            box.append((name.encode(), payload, frames))
+            box.append((name.encode("utf-8", "surrogateescape"), payload, frames))
             return
-        self._send_now(endpoint, name.encode(), *messages.encode(msg))
+        self._send_now(endpoint, name.encode("utf-8", "surrogateescape"),
+                       *messages.encode(msg))
 
     def _socket(self, endpoint: str):
         """This thread's PUSH socket to that process."""
@@ -168,10 +169,11 @@ class Transport:
         message): the message is dropped, as one to a dead process is."""
         try:
             return self._socket(endpoint).send
-        except zmq.ZMQError as e:
+        except (zmq.ZMQError, UnicodeEncodeError) as e:  # (a str with surrogate escapes)
             unlogged = self._unreachable_log.allow()
             if unlogged is not None:
-                log.warning("message to %r dropped: %s%s", endpoint[:200], e.strerror,
+                log.warning("message to %r dropped: %s%s", endpoint[:200],
+                            getattr(e, "strerror", None) or e,
                             f" ({unlogged} more not logged)" if unlogged else "")
             return None
 

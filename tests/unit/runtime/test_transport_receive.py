@@ -115,8 +115,9 @@ def test_a_send_to_an_address_that_is_no_endpoint_is_dropped_not_raised(caplog):
     with caplog.at_level(logging.WARNING, logger="actors.transport"):
         t.send("garbage#x", m.Sent("a#b", 1))  # what a forged reply_to would make us do
         t.send("tcp://x:y#x", m.Sent("a#b", 1))
+        t.send("ipc:///\udcff#x", m.Sent("a#b", 1))  # not UTF-8 (surrogate escapes)
     assert "message to 'garbage' dropped" in caplog.records[0].getMessage()
-    assert len(caplog.records) == 2
+    assert len(caplog.records) == 3
 
 
 @pytest.mark.parametrize("on_loop", [True, False], ids=["event-loop", "thread"])

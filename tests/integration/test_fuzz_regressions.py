@@ -1,0 +1,60 @@
+"""Bugs `make fuzz` (bench/fuzz.py) found, one test each: what the broker must answer instead."""
+from __future__ import annotations
+
+import pika
+import pytest
+from pamqp import commands
+from pika.exceptions import ChannelClosedByBroker
+
+import rawamqp
+from amqp_helpers import declare, get, unique
+from protocol import encode_method
+from protocol import methods as M
+
+
+@pytest.mark.parametrize("expiration, reason", [
+    ("99999999999999999999", "{value_too_big,99999999999999999999}"),
+    ("4294967296", "{value_too_big,4294967296}"),
+])
+def test_an_expiration_above_2_32_ms_is_a_406_not_a_crashed_channel(conn, expiration, reason):
+    """The channel put the expiration (above msgpack's 64 bits) into its Publish to the queue,
+    failed encoding it, and the connection was closed with 541 INTERNAL_ERROR. RabbitMQ
+    (rabbit_misc:check_expiry) refuses it with 406."""
+    ch = conn.channel()
+    q = declare(ch, unique("q"))
+    ch.basic_publish("", q, b"x", pika.BasicProperties(expiration=expiration))
+    with pytest.raises(ChannelClosedByBroker) as ei:
+        ch.queue_declare(q, passive=True)
+    assert ei.value.reply_code == 406
+    assert ei.value.reply_text == (f"PRECONDITION_FAILED - invalid expiration '{expiration}': "
+                                   f"{reason}")
+    ch = conn.channel()  # the connection is fine
+    ch.basic_publish("", q, b"y", pika.BasicProperties(expiration="4294967295"))
+    assert get(ch, q, auto_ack=True).body == b"y"
+
+
+def test_a_reply_text_quoting_raw_bytes_reaches_the_client(broker):
+    """exchange.declare with an alternate-exchange of non-UTF-8 bytes, again with other bytes:
+    the 406 text quotes both, as raw bytes (as RabbitMQ's does). The node's metadata actor failed sending that
+    reply (msgpack refused the str's surrogate escapes) and the client waited for its
+    declare-ok for good; then the channel failed encoding the channel.close."""
+    name = unique("x")
+    c = rawamqp.RawClient(broker.host, broker.port)
+    try:
+        c.handshake(user=broker.user, password=broker.password, vhost=broker.vhost)
+        c.open_channel(1)
+        for alt in (b"\xaf", b"\xae"):
+            c.send(encode_method(1, M.ExchangeDeclare(
+                exchange=name, exchange_type="direct", auto_delete=True,
+                arguments={"alternate-exchange": alt})))
+        c.expect(commands.Exchange.DeclareOk, channel=1)
+        close = c.expect_channel_close(1)
+        assert close.reply_code == 406
+        # (pamqp shows the raw bytes as U+FFFD; tests/unit/protocol checks they are sent)
+        assert close.reply_text.startswith("PRECONDITION_FAILED - inequivalent arg "
+                                           "'alternate-exchange'")
+        c.open_channel(2)  # the connection is fine
+        c.send(encode_method(2, M.ExchangeDelete(exchange=name)))
+        c.expect(commands.Exchange.DeleteOk, channel=2)
+    finally:
+        c.close()
