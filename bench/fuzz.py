@@ -415,6 +415,11 @@ class Conn:
                 self.stats["channel_closes"][m.reply_code] += 1
                 if on_channel_close is not None:
                     on_channel_close(f.channel)
+            elif type(m) is M.ChannelCloseOk and on_channel_close is not None:
+                # the sequence closed a channel itself (what it sent there after that, the
+                # probe included, may have been dropped, as RabbitMQ does)
+                self.stats["channel_closes"]["by the client"] += 1
+                on_channel_close(f.channel)
 
     def close(self) -> None:
         try:
