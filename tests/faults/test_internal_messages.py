@@ -192,7 +192,16 @@ def test_a_node_whose_receive_loop_fails_exits_non_zero(injected):
     assert broker.proc.wait(20) == EXIT_RECEIVE_FAILED, broker.log_tail()
     assert "the receive loop of ipc://" in broker.log_path.read_text(errors="replace")
     # its workers die with it (PR_SET_PDEATHSIG): nothing is left to answer half a broker
+    # (a SIGKILL takes effect once a process leaves uninterruptible sleep: an fsync on a
+    # loaded machine, hence the generous wait)
     for pid in workers:
-        wait_until(lambda: not os.path.exists(f"/proc/{pid}") or
-                   Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", timeout=10,
-                   message=f"worker {pid} gone")
+        wait_until(lambda: _state(pid) in ("gone", "Z", "X"), timeout=60,
+                   message=f"worker {pid} gone (state {_state(pid)})")
+
+
+def _state(pid: int) -> str:
+    """A process's state letter from /proc ("gone" when it has been reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return "gone"
