@@ -8,7 +8,7 @@ DATA ?= ./var
 NODES ?= 3
 CLUSTER_PORT ?= 25672
 
-.PHONY: run run-cluster test venv bench bench-compare bench-paper clean unit integration faults analyze
+.PHONY: run run-cluster test venv bench bench-compare bench-paper fuzz clean unit integration faults analyze
 
 $(BIN)/leveret-server: pyproject.toml requirements.lock
 	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11+ is required (apt-get install python3 python3-venv)"; exit 1; }
@@ -58,6 +58,12 @@ bench-compare: venv
 # on a Leveret node it starts (or --url); BENCH_ARGS="--quick --modes enqueue" for a short run.
 bench-paper: venv
 	$(BIN)/python -m bench.paper $(BENCH_ARGS)
+
+# 10^6 generated AMQP frame sequences against a node it starts, a witness connection served
+# throughout (bench/fuzz.py; issue 11): not part of `make test`. FUZZ_ARGS="--sequences 100000"
+# for a shorter run; the summary goes to bench/results/fuzz.txt.
+fuzz: venv
+	$(BIN)/python -m bench.fuzz $(FUZZ_ARGS)
 
 # Lifecycle analysis of event logs (leveret-server --events full; docs/events.md): a PySpark job,
 # local[*]; ANALYZE_ARGS="--message ID --master URL ..." for more.

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from msgpack import UnpackException
+
 from actors.wire import packb, unpackb
 
 
@@ -625,20 +627,168 @@ def encode(msg) -> tuple[bytes, list]:
     return packb((_TAG[cls], *msg)), ()
 
 
+class Malformed(ValueError):
+    """A message from another process that is not one this module encodes: refused on receipt
+    (the transport logs it with what it can tell of its sender and drops it)."""
+
+
+# Checked on receipt, cheaply (decode runs for every message between processes): the tag, the
+# field count, every field's type (as annotated), that bodies match their frame, the shape of
+# batch items and the elements receivers use as keys (seq numbers, consumer tags). Other
+# elements of an item are checked where they are used.
+
+# what an annotation means on the wire: the types a received field may have (a bool field
+# takes an int too: a truth value; None: not checked)
+_WIRE_TYPES: dict[str, Any] = {
+    "str": str, "int": int, "bool": int, "dict": dict, "list": list,
+    "list | None": (list, type(None)), "Any": None,
+}
+_INTS = frozenset((int,))
+_new = tuple.__new__
+
+
+def _publish_items(items: list) -> bool:
+    """[seq_no, exchange, routing_key, props_raw, persistent, priority, expiry_ms, (msg_id)]"""
+    for it in items:
+        if type(it) is not list or not 7 <= len(it) <= 8 or type(it[0]) is not int:
+            return False
+    return True
+
+
+def _deliver_items(items: list) -> bool:
+    """[consumer_tag, seq_id, redelivered, exchange, routing_key, props_raw,
+    (publisher, pub_seq), (msg_id)]"""
+    for it in items:
+        if type(it) is not list or not 6 <= len(it) <= 9 or type(it[0]) is not str or \
+                type(it[1]) is not int:
+            return False
+    return True
+
+
+def _mirror_items(items: list) -> bool:
+    """[seq_id, exchange, routing_key, props_raw, persistent, priority, expires_at_wall_ms,
+    msg_id]"""
+    for it in items:
+        if type(it) is not list or len(it) != 8 or type(it[0]) is not int:
+            return False
+    return True
+
+
+def _wire_type(annotation):
+    """The types a field annotated so may have on the wire (a NamedTuple keeps its annotations
+    as written: strings, under `from __future__ import annotations`)."""
+    return _WIRE_TYPES[getattr(annotation, "__forward_arg__", annotation)]
+
+
+def _spec(cls: type) -> tuple:
+    """How messages of one type are checked on receipt, from its NamedTuple fields: (cls, least
+    and most wire-list length, (index, types) of the fields always there, of those older
+    senders may leave out, index of a list of ints (0: none), whether it carries bodies, and
+    its items' check)."""
+    n = len(cls._fields)
+    lo = n - len(cls._field_defaults)
+    checks = [(i + 1, _wire_type(cls.__annotations__[f])) for i, f in enumerate(cls._fields)
+              if f != "bodies"]
+    checks = [(i, t) for i, t in checks if t is not None]
+    ints = {Confirm: "seqs", Settle: "seq_ids", MirrorForget: "seq_ids"}.get(cls)
+    items = {Publish: _publish_items, Deliver: _deliver_items, MirrorPublish: _mirror_items,
+             GetReply: _deliver_items}.get(cls)
+    return (cls, lo + 1, n + 1, tuple((i, t) for i, t in checks if i <= lo),
+            tuple((i, t) for i, t in checks if i > lo),
+            1 + cls._fields.index(ints) if ints else 0, _HAS_BODIES[cls], items)
+
+
+_SPECS = {tag: _spec(cls) for tag, cls in enumerate(_TYPES)}
+_UNPACK_ERRORS = (ValueError, TypeError, ArithmeticError, OSError, UnpackException)
+
+
 def decode(payload: bytes, frames: list):
-    fields = unpackb(payload)
-    cls = _TYPES[fields[0]]
-    if _HAS_BODIES[cls]:
-        lengths = fields[-1]
-        if len(lengths) == 1:
-            bodies = [bytes(frames[0])]
-        else:
-            blob = bytes(frames[0]) if frames else b""
-            bodies, at = [], 0
-            for n in lengths:
-                bodies.append(blob[at:at + n])
-                at += n
-            if at != len(blob):
-                raise ValueError(f"bodies of {at} bytes announced, {len(blob)} received")
-        return cls(*fields[1:-1], bodies)
-    return cls(*fields[1:])
+    """The message `encode` made of it, checked (see above); Malformed if it is not one."""
+    try:
+        fields = unpackb(payload)
+    except _UNPACK_ERRORS as e:  # arbitrary bytes: any of msgpack's refusals
+        raise Malformed(f"undecodable payload ({type(e).__name__}: {e})") from None
+    if type(fields) is not list:
+        raise Malformed(f"a payload that is a {type(fields).__name__}, not a list")
+    try:
+        cls, lo, hi, required, optional, ints, has_bodies, items = _SPECS[fields[0]]
+    except (KeyError, TypeError, IndexError):
+        raise Malformed(f"unknown tag {fields[0]!r:.40}" if fields else "no tag") from None
+    n = len(fields)
+    if not lo <= n <= hi:
+        raise Malformed(f"{cls.__name__} with {n - 1} fields")
+    for i, types in required:
+        if not isinstance(fields[i], types):
+            raise _field_error(cls, fields, i)
+    for i, types in optional:
+        if i < n and not isinstance(fields[i], types):
+            raise _field_error(cls, fields, i)
+    if ints and not _INTS.issuperset(map(type, fields[ints])):
+        raise Malformed(f"{cls.__name__}.{cls._fields[ints - 1]} holds a non-int")
+    if not has_bodies:
+        if frames:
+            raise Malformed(f"{cls.__name__} with {len(frames)} frames after it")
+        # tuple.__new__: the NamedTuple without its __new__'s argument handling (the count is
+        # checked), unless an older sender left out fields that have defaults
+        return _new(cls, fields[1:]) if n == hi else cls(*fields[1:])
+    bodies = _bodies(cls.__name__, fields[-1], frames)
+    if cls is GetReply:
+        listed = [] if fields[3] is None else [fields[3]]
+    else:
+        listed = fields[-2]
+    if len(listed) != len(bodies) or not items(listed):
+        raise Malformed(f"{cls.__name__} with {len(listed)} items for {len(bodies)} bodies: "
+                        f"{listed!r:.80}")
+    fields[-1] = bodies
+    return _new(cls, fields[1:])
+
+
+def _field_error(cls: type, fields: list, i: int) -> Malformed:
+    return Malformed(f"{cls.__name__}.{cls._fields[i - 1]} is a {type(fields[i]).__name__}")
+
+
+def _bodies(what: str, lengths, frames: list) -> list:
+    """The bodies cut out of their joined frame, which must be exactly as long as announced."""
+    if type(lengths) is not list:
+        raise Malformed(f"{what}: bodies' lengths are a {type(lengths).__name__}")
+    if not lengths:
+        if frames:
+            raise Malformed(f"{what} with no bodies and {len(frames)} frames after it")
+        return []
+    if len(frames) != 1:
+        raise Malformed(f"{what} with {len(lengths)} bodies in {len(frames)} frames")
+    blob = frames[0]
+    if len(lengths) == 1:
+        if lengths[0] != len(blob) or type(lengths[0]) is not int:
+            raise Malformed(f"{what}: a body of {lengths[0]!r:.20} bytes announced, "
+                            f"{len(blob)} received")
+        return [bytes(blob)]
+    blob = bytes(blob)
+    bodies, at = [], 0
+    try:
+        for n in lengths:
+            bodies.append(blob[at:at + n])
+            at += n
+    except TypeError:
+        raise Malformed(f"{what}: body lengths {lengths!r:.60}") from None
+    if at != len(blob):  # (a negative length only cuts other bodies than announced)
+        raise Malformed(f"{what}: bodies of {at} bytes announced, {len(blob)} received")
+    return bodies
+
+
+_SENDER_FIELDS = ("sender", "reply_to", "queue", "channel", "mirror", "master", "address")
+
+
+def claimed_sender(payload: bytes) -> str:
+    """The sender's address a (malformed) message claims, when its tag is known and it names one
+    (for the log only: it is what the message says, not who sent it); "" otherwise."""
+    try:
+        fields = unpackb(payload)
+        cls = _TYPES[fields[0]]
+        for f in _SENDER_FIELDS:
+            if f in cls._fields:
+                value = fields[1 + cls._fields.index(f)]
+                return value[:200] if isinstance(value, str) else ""
+    except Exception:  # noqa: BLE001 - best effort on bytes already known to be bad
+        pass
+    return ""

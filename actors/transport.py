@@ -9,6 +9,11 @@ Owns:
 - one PULL socket per process, bound at the process's endpoint, read by one inbound thread (or,
   given an EventLoop, on that loop's thread: a connection worker's) that decodes each message
   and tells the named local actor;
+- the check on receipt: a multipart that is not one of ours (bad framing, a batch whose counts
+  do not match its frames, an actor name that is not UTF-8, a payload actors/messages.py
+  refuses) is logged, rate-limited, with what can be told of its sender, and dropped; an
+  exception escaping the receive loop itself ends the process with status EXIT_RECEIVE_FAILED
+  (let it crash: the node restarts a worker, systemd the node) instead of leaving it deaf;
 - one PUSH socket per (sending thread, destination endpoint): ZeroMQ sockets are not thread-safe,
   so each actor thread gets its own, created lazily in that thread;
 - the set of dead endpoints (a crashed worker's): sends to them are dropped, as a message to a
@@ -28,7 +33,9 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import threading
+import time
 from typing import Callable
 
 import zmq
@@ -42,6 +49,9 @@ SEND_LINGER_MS = 5000  # how long a closed socket keeps trying to deliver what i
 INBOUND_BATCH = 512  # on an event loop: messages read per turn before the loop's other work
 _SNDMORE = int(zmq.SNDMORE)
 _BATCH = b""  # first frame of a batch (no actor name is empty)
+EXIT_RECEIVE_FAILED = 70  # exit status of a process whose receive loop failed (EX_SOFTWARE)
+MALFORMED_LOG_BURST = 20  # malformed messages logged per period; the others are counted
+MALFORMED_LOG_PERIOD = 60.0  # seconds
 
 
 def make_address(endpoint: str, name: str) -> str:
@@ -53,6 +63,29 @@ def make_address(endpoint: str, name: str) -> str:
 def split_address(address: str) -> tuple[str, str]:
     endpoint, _, name = address.partition("#")
     return endpoint, name
+
+
+class LogThrottle:
+    """At most `burst` log lines per `period` seconds; the others are counted and the count
+    goes with the next line logged."""
+
+    def __init__(self, burst: int = MALFORMED_LOG_BURST, period: float = MALFORMED_LOG_PERIOD):
+        self.burst, self.period = burst, period
+        self.window = -period  # when this period began (time.monotonic())
+        self.logged = 0  # lines logged in this period
+        self.unlogged = 0  # events not logged since the last line
+
+    def allow(self) -> int | None:
+        """None: do not log this one; else log it, with this many not logged before it."""
+        now = time.monotonic()
+        if now - self.window >= self.period:
+            self.window, self.logged = now, 0
+        if self.logged >= self.burst:
+            self.unlogged += 1
+            return None
+        self.logged += 1
+        unlogged, self.unlogged = self.unlogged, 0
+        return unlogged
 
 
 class Transport:
@@ -73,6 +106,9 @@ class Transport:
         self._flush_armed = False  # a _flush is on the loop's ready queue
         self._pull = None  # that socket
         self._closing = False
+        self.malformed = 0  # messages received that were not ours, dropped
+        self._malformed_log = LogThrottle()  # their log lines
+        self._unreachable_log = LogThrottle()  # lines for sends to addresses that are not
 
     # --- registry -------------------------------------------------------------------------------
     def register(self, name: str, actor_ref) -> str:
@@ -114,9 +150,10 @@ class Transport:
                 if not self._flush_armed:
                     self._flush_armed = True
                     loop.loop.call_soon(self._flush)
-            box.append((name.encode(), payload, frames))
+            box.append((name.encode("utf-8", "surrogateescape"), payload, frames))
             return
-        self._send_now(endpoint, name.encode(), *messages.encode(msg))
+        self._send_now(endpoint, name.encode("utf-8", "surrogateescape"),
+                       *messages.encode(msg))
 
     def _socket(self, endpoint: str):
         """This thread's PUSH socket to that process."""
@@ -148,11 +185,27 @@ class Transport:
             self.curve.client(sock)
         secure.watcher(self.context).watch(sock, role, endpoint)
 
+    def _sender(self, endpoint: str):
+        """The `send` of this thread's socket to that process; None, logged, when the endpoint
+        cannot be connected to (not a ZeroMQ address: a reply address that came in a malformed
+        message): the message is dropped, as one to a dead process is."""
+        try:
+            return self._socket(endpoint).send
+        except (zmq.ZMQError, UnicodeEncodeError) as e:  # (a str with surrogate escapes)
+            unlogged = self._unreachable_log.allow()
+            if unlogged is not None:
+                log.warning("message to %r dropped: %s%s", endpoint[:200],
+                            getattr(e, "strerror", None) or e,
+                            f" ({unlogged} more not logged)" if unlogged else "")
+            return None
+
     def _send_now(self, endpoint: str, name: bytes, payload: bytes, frames) -> None:
         # plain int flags: pyzmq's send_multipart builds an IntFlag per frame (measured: 6% of
         # a worker's time in enum.__call__/__or__); bodies are copied: zero-copy measured no
         # faster here, and needs pyzmq's garbage-collector thread
-        send = self._socket(endpoint).send
+        send = self._sender(endpoint)
+        if send is None:
+            return
         send(name, _SNDMORE)
         if frames:
             send(payload, _SNDMORE)
@@ -171,7 +224,9 @@ class Transport:
             if len(box) == 1:
                 self._send_now(endpoint, *box[0])
                 continue
-            send = self._socket(endpoint).send
+            send = self._sender(endpoint)
+            if send is None:
+                continue
             send(_BATCH, _SNDMORE)
             send(packb([2 + len(frames) for _, _, frames in box]), _SNDMORE)
             last = len(box) - 1
@@ -244,58 +299,109 @@ class Transport:
         """The PULL socket may have messages (ZMQ_FD signals changes, not levels): read until
         it has none, or INBOUND_BATCH of them and come back after the loop's other work."""
         sock = self._pull
-        for _ in range(INBOUND_BATCH):
-            if self._closing:
-                return
-            try:
-                parts = sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            except zmq.ZMQError as e:  # pragma: no cover - context terminated at exit
-                log.warning("inbound recv failed: %s", e)
-                return
-            self._receive(parts)
-        self._loop.loop.call_soon(self._readable)
+        try:
+            for _ in range(INBOUND_BATCH):
+                if self._closing:
+                    return
+                try:
+                    parts = sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    return
+                except zmq.ContextTerminated:  # pragma: no cover - the process is ending
+                    return
+                self._receive(parts)
+            self._loop.loop.call_soon(self._readable)
+        except Exception:
+            # the socket's edge-triggered FD would never fire again for what is left unread:
+            # the process would be deaf; let it crash instead (its supervisor restarts it)
+            self._receive_failed()
 
     def _receive(self, parts: list) -> None:
-        if parts[0] == _BATCH:
-            try:
-                counts = unpackb(parts[1])
-            except Exception:
-                log.exception("undecodable batch header dropped")
-                return
-            at = 2
-            for n in counts:
-                self._receive_one(parts[at:at + n])
-                at += n
+        """One multipart off the PULL socket: a message `[name, payload, (bodies)]` or a batch
+        `[b"", counts, name, payload, (bodies), name, ...]`. What is not one of ours is logged
+        and dropped; each message of a well-framed batch is checked on its own."""
+        if parts[0] != _BATCH:
+            if len(parts) in (2, 3):
+                self._receive_one(parts)
+            else:
+                self._malformed(f"{len(parts)} frames", parts)
             return
-        self._receive_one(parts)
+        try:
+            counts = unpackb(parts[1]) if len(parts) > 1 else None
+        except Exception:  # noqa: BLE001 - arbitrary bytes: any of msgpack's refusals
+            counts = None
+        if type(counts) is not list or not counts:
+            self._malformed("a batch with an undecodable header", parts)
+            return
+        at = 2
+        for n in counts:
+            if type(n) is not int or not 2 <= n <= 3:
+                self._malformed(f"a batch announcing a message of {n!r:.20} frames", parts)
+                return
+            at += n
+        if at != len(parts):
+            self._malformed(f"a batch announcing {at} frames in {len(parts)}", parts)
+            return
+        at = 2
+        for n in counts:
+            self._receive_one(parts[at:at + n])
+            at += n
 
     def _receive_one(self, parts: list) -> None:
         try:
             msg = messages.decode(parts[1], parts[2:])
             name = parts[0].decode()
-        except Exception:
-            log.exception("undecodable message for %r dropped", parts[0][:64])
+        except messages.Malformed as e:
+            self._malformed(str(e), parts)
+            return
+        except UnicodeDecodeError:
+            self._malformed("an actor name that is not UTF-8", parts)
             return
         self._deliver_local(name, msg)
+
+    def _malformed(self, why: str, parts: list) -> None:
+        """Log a message that is not one of ours (rate-limited: a flood cannot fill the disk)
+        and drop it. A PULL socket does not tell who sent it: the log says where it came in,
+        the sender address the message claims, if any, and its first bytes."""
+        self.malformed += 1
+        unlogged = self._malformed_log.allow()
+        if unlogged is None:
+            return
+        payload = parts[1] if len(parts) > 1 and parts[0] != _BATCH else b""
+        sender = messages.claimed_sender(payload) if payload else ""
+        first = b"|".join(bytes(p[:24]) for p in parts[:4])
+        log.warning("malformed message dropped at %s: %s; claimed sender %s; %d frames, "
+                    "first bytes %r%s", self.endpoint, why, sender or "none", len(parts),
+                    first[:96], f" ({unlogged} more not logged)" if unlogged else "")
+
+    def _receive_failed(self) -> None:
+        """An exception escaped the receive loop: log it and end the process (exit status
+        EXIT_RECEIVE_FAILED) so that its supervisor (the node; the node's own: systemd)
+        restarts it, as a crashed Erlang process is, instead of leaving it deaf."""
+        log.critical("the receive loop of %s failed: exiting (status %d)", self.endpoint,
+                     EXIT_RECEIVE_FAILED, exc_info=True)
+        for handler in logging.getLogger().handlers:
+            try:
+                handler.flush()
+            except Exception:  # noqa: BLE001 - exiting anyway
+                pass
+        os._exit(EXIT_RECEIVE_FAILED)
 
     def _inbound_loop(self, ready: threading.Event, failed: list) -> None:
         sock = self._bind(ready, failed)
         if sock is None:
             return
         ready.set()
-        while not self._closing:
-            try:
-                parts = sock.recv_multipart(copy=True)
-            except zmq.ContextTerminated:
-                break
-            except zmq.ZMQError as e:  # pragma: no cover - interrupted system call
-                if self._closing:
+        try:
+            while not self._closing:
+                try:
+                    parts = sock.recv_multipart(copy=True)
+                except zmq.ContextTerminated:
                     break
-                log.warning("inbound recv failed: %s", e)
-                continue
-            self._receive(parts)
+                self._receive(parts)
+        except Exception:
+            if not self._closing:
+                self._receive_failed()
         sock.close(0)
 
     def close(self) -> None:

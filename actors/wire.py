@@ -1,5 +1,6 @@
 """msgpack with the AMQP field-table types that msgpack lacks (Decimal, datetime), so queue and
-binding arguments keep their types across processes and on disk."""
+binding arguments keep their types across processes and on disk; strings holding raw bytes
+(surrogate escapes: a reply text quoting a binary) travel as those bytes."""
 
 from __future__ import annotations
 
@@ -30,8 +31,16 @@ def _ext_hook(code, data):
 
 
 def packb(obj) -> bytes:
-    return msgpack.packb(obj, use_bin_type=True, default=_default)
+    try:
+        return msgpack.packb(obj, use_bin_type=True, default=_default)
+    except UnicodeEncodeError:
+        # a str holding raw bytes (surrogate escapes), as RabbitMQ's reply texts quoting a
+        # binary argument do (actors/core/errors.py): they travel as those bytes
+        return msgpack.packb(obj, use_bin_type=True, default=_default,
+                             unicode_errors="surrogateescape")
 
 
 def unpackb(data: bytes):
-    return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext_hook)
+    """What packb made of it; a str that is not UTF-8 comes back with surrogate escapes."""
+    return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext_hook,
+                           unicode_errors="surrogateescape")

@@ -125,16 +125,18 @@ class Malformed(ValueError):
 
 
 def encode_shortstr(value: str | bytes) -> bytes:
-    """A short string with its 1-octet length. Raises ValueError past 255 bytes."""
-    raw = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+    """A short string with its 1-octet length. Raises ValueError past 255 bytes. A str with
+    surrogate escapes (raw bytes: a reply text quoting a binary, as RabbitMQ's do) is written
+    as those bytes."""
+    raw = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else bytes(value)
     if len(raw) > 255:
         raise ValueError(f"short string of {len(raw)} bytes exceeds 255")
     return _U8.pack(len(raw)) + raw
 
 
 def encode_longstr(value: str | bytes) -> bytes:
-    """A long string with its 4-octet length."""
-    raw = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+    """A long string with its 4-octet length (surrogate escapes written as their bytes)."""
+    raw = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else bytes(value)
     if len(raw) > 0xFFFFFFFF:
         raise ValueError("long string exceeds 4 GiB")
     return _U32.pack(len(raw)) + raw

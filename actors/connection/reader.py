@@ -15,6 +15,8 @@ from __future__ import annotations
 import logging
 import time
 
+import pykka
+
 from actors import events
 from actors import messages as m
 from actors.connection.channel import Channel
@@ -48,6 +50,10 @@ class Reader(LightActor):
         self.deadline = (deadline if deadline is not None else
                          time.monotonic() + host.config.handshake_timeout)  # for open-ok
         self.channels: dict = {}  # channel number -> Channel actor ref
+        # channels whose number the client freed (its channel.close, or close-ok) and that have
+        # not finished yet: stopped with the others at teardown, as rabbit_reader's channel
+        # map keeps a channel until it is cleaned up (actor urn -> ref)
+        self.finishing: dict = {}
         self.blocked: set = set()  # channel numbers out of credit
         self.throttled = False  # blocked by a resource alarm (ConnectionCore decides)
         self.last_recv = time.monotonic()  # for missed heartbeats
@@ -76,6 +82,7 @@ class Reader(LightActor):
             elif isinstance(msg, m.ChannelFinished):
                 if self.channels.get(msg.number) is msg.ref:
                     del self.channels[msg.number]
+                self.finishing.pop(msg.ref.actor_urn, None)
                 if self.blocked:
                     self.blocked.discard(msg.number)
                     self._update_block()
@@ -140,8 +147,13 @@ class Reader(LightActor):
             ref.tell(m.Commands(commands))
 
     def forget_channel(self, number: int) -> None:
-        """channel.close(-ok) passed on: the channel actor finishes on its own."""
-        self.channels.pop(number, None)
+        """channel.close(-ok) passed on: the channel actor finishes on its own (or, if the
+        connection ends first, at teardown: a close-ok on an open channel is a 503 that closes
+        the connection, and a channel that finishes after its reader is gone has no one to
+        stop it)."""
+        ref = self.channels.pop(number, None)
+        if ref is not None:
+            self.finishing[ref.actor_urn] = ref
 
     def channel_open(self, number: int) -> bool:
         return number in self.channels
@@ -161,9 +173,13 @@ class Reader(LightActor):
         if events.enabled():
             events.emit("connection_closed", None, actor="reader", connection=self.conn_id,
                         reason=why, channels=len(self.channels))
-        for ref in self.channels.values():
-            ref.tell(m.Terminate())
+        for ref in (*self.channels.values(), *self.finishing.values()):
+            try:
+                ref.tell(m.Terminate())
+            except pykka.ActorDeadError:
+                pass
         self.channels.clear()
+        self.finishing.clear()
         self.writer.tell(m.CloseSocket())
         self.host.connection_closed(self)
         self.stop()

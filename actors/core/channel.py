@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import struct
 from collections import OrderedDict, deque
 
@@ -27,7 +28,8 @@ from actors.core import NO_EVENTS, credit_flow
 from actors.core.confirms import Confirms
 from actors.core.limiter import Limiter
 from actors import messages as m
-from actors.core.errors import AMQPError, ChannelError, ConnectionError_, is_hard_error
+from actors.core.errors import (AMQPError, Atom, ChannelError, ConnectionError_, erl_p,
+                                is_hard_error)
 from actors.core.permissions import topic_access_refused
 from protocol import methods as am
 from protocol.errors import AMQPError as CodecError
@@ -850,13 +852,30 @@ def _check_name(name: str) -> None:
         raise ChannelError(406, "name too long")
 
 
+MAX_EXPIRY_TIMER = 4294967295  # RabbitMQ's largest expiration (erlang:send_after's limit)
+_TO_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
 def _parse_expiration(value) -> int:
-    """The expiration property is a string holding a non-negative integer of milliseconds."""
+    """The expiration property: a string holding an integer of milliseconds, 0 to
+    MAX_EXPIRY_TIMER (rabbit_basic:parse_expiration, rabbit_misc:check_expiry); else 406 with
+    RabbitMQ's text: "invalid expiration 'abc': no_integer", "... {leftover_string,"x"}",
+    "... {value_negative,-1}", "... {value_too_big,4294967296}"."""
     text = value if isinstance(value, str) else str(value)
-    if not text.isdigit():
-        raise ChannelError(406, f"invalid expiration '{text}': {{value_negative,{text}}}"
-                           if text.startswith("-") else f"invalid expiration '{text}'")
-    return int(text)
+    digits = _TO_INTEGER.match(text)  # string:to_integer/1: a sign, digits, the rest
+    if digits is None:
+        reason = "no_integer"
+    else:
+        n, rest = int(digits.group()), text[digits.end():]
+        if rest:
+            reason = erl_p((Atom("leftover_string"), rest))
+        elif n < 0:
+            reason = f"{{value_negative,{n}}}"
+        elif n > MAX_EXPIRY_TIMER:
+            reason = f"{{value_too_big,{n}}}"
+        else:
+            return n
+    raise ChannelError(406, f"invalid expiration '{text}': {reason}")
 
 
 def _reply_error(reply, method) -> AMQPError:

@@ -44,7 +44,7 @@ from actors.node.metadata import Metadata
 from actors.node.resources import ResourceMonitor
 from actors.queue.storage import Storage, queue_id
 from actors import secure
-from actors.transport import Transport, make_address
+from actors.transport import EXIT_RECEIVE_FAILED, Transport, make_address
 
 log = logging.getLogger("leveret.node")
 
@@ -68,6 +68,8 @@ def describe_exit(code: int) -> str:
             return f"killed by signal {signal.Signals(-code).name}"
         except ValueError:
             return f"killed by signal {-code}"
+    if code == EXIT_RECEIVE_FAILED:
+        return f"exit status {code} (its ZeroMQ receive loop failed)"
     return f"exit status {code}"
 
 

@@ -99,13 +99,21 @@ class QueueHost(WorkerHost):
             if seqs and msg.sender:
                 t.send(msg.sender, m.Confirm(t.address(name), seqs, True))
         elif isinstance(msg, (m.Consume, m.Get)):
-            _, vhost, qname = name.split("\x1f", 2)
+            vhost, qname = _queue_of(name)
             text = amqp_text(404, f"no queue '{qname}' in vhost '{vhost}'")
             t.send(msg.sender, m.RpcReply(msg.req_id, False, None, 404, text))
         elif isinstance(msg, m.QueueOp):
             if msg.op == "info":  # asked by a channel declaring it: it is gone now
-                _, vhost, qname = name.split("\x1f", 2)
+                vhost, qname = _queue_of(name)
                 text = amqp_text(404, f"no queue '{qname}' in vhost '{vhost}'")
                 t.send(msg.reply_to, m.RpcReply(msg.req_id, False, None, 404, text))
             else:
                 t.send(msg.reply_to, m.RpcReply(msg.req_id, True, 0))
+
+
+def _queue_of(name: str) -> tuple[str, str]:
+    """(vhost, queue name) of a queue's actor name; for a name that is not one (what a forged
+    message may be sent to), the whole name as the queue's: the answer is a 404 all the same."""
+    q, _, rest = name.partition("\x1f")
+    vhost, sep, qname = rest.partition("\x1f")
+    return (vhost, qname) if q == "q" and sep else ("", name)

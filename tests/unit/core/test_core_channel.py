@@ -465,6 +465,31 @@ def test_publish_bad_expiration_406():
                                       "{value_negative,-5}")
 
 
+@pytest.mark.parametrize("expiration, reason", [
+    ("99999999999999999999", "{value_too_big,99999999999999999999}"),  # found by bench.fuzz:
+    ("4294967296", "{value_too_big,4294967296}"),  # the channel crashed sending it to a queue
+    ("abc", "no_integer"),
+    ("", "no_integer"),
+    ("12x", '{leftover_string,"x"}'),
+    ("1.5", '{leftover_string,".5"}'),
+    ("-0x", '{leftover_string,"x"}'),
+])
+def test_publish_expiration_out_of_range_or_not_an_integer_406(expiration, reason):
+    """rabbit_basic:parse_expiration and rabbit_misc:check_expiry (at most 2^32-1 ms)."""
+    core, out = ch()
+    send(core, publish("q1", expiration=expiration))
+    assert channel_close(out)[:2] == (406, f"PRECONDITION_FAILED - invalid expiration "
+                                      f"'{expiration}': {reason}")
+
+
+@pytest.mark.parametrize("expiration, ms", [("4294967295", 4294967295), ("+7", 7), ("0", 0)])
+def test_publish_expiration_limits(expiration, ms):
+    core, out = ch()
+    send(core, publish("q1", expiration=expiration))
+    [p] = out.sent(m.Publish)
+    assert p.items[0][6] == ms
+
+
 def test_publish_to_missing_exchange_404():
     core, out = ch()
     send(core, publish("q1", exchange="nope"))

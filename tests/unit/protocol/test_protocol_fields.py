@@ -158,6 +158,14 @@ def test_encode_rejects_long_key_and_shortstr():
     assert fields.encode_shortstr("x" * 255)[0] == 255
 
 
+def test_strings_with_surrogate_escapes_are_written_as_their_raw_bytes():
+    """A reply text quoting a binary argument holds its raw bytes as surrogate escapes
+    (actors/core/errors.py), as RabbitMQ's texts hold the binary: found by bench.fuzz, the
+    channel failed encoding the channel.close of an inequivalent alternate-exchange."""
+    assert fields.encode_shortstr("received '\udcae'") == b"\x0creceived '\xae'"
+    assert fields.encode_longstr("\udcff") == b"\x00\x00\x00\x01\xff"
+
+
 def test_string_helpers():
     assert fields.encode_shortstr("abc") == b"\x03abc"
     assert fields.encode_shortstr(b"abc") == b"\x03abc"
