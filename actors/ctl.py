@@ -72,6 +72,14 @@ VHOST_SCOPED = ("set_permissions", "clear_permissions", "set_topic_permissions",
                 "clear_topic_permissions")  # -p VHOST goes after the user name
 
 
+LIMIT_COMMANDS = {
+    # name: (its optional first argument, usage, what it sets)
+    "set_vm_memory_high_watermark": ("absolute", "FRACTION, or absolute BYTES (e.g. 2GB)",
+                                     "memory threshold"),
+    "set_disk_free_limit": ("mem_relative", "BYTES (e.g. 50MB), or mem_relative FRACTION",
+                            "disk free limit"),
+}
+
 QUEUE_COLUMNS = ("name", "durable", "auto_delete", "exclusive", "arguments", "messages",
                  "messages_ready", "messages_unacknowledged", "consumers", "worker", "node",
                  "mirrors", "synchronised_mirrors")
@@ -164,23 +172,15 @@ def main(argv=None) -> int:
         return print_cluster(call(a.data_dir, "cluster.status", {}))
     if a.command == "status":
         return print_status(call(a.data_dir, "status", {}))
-    if a.command == "set_vm_memory_high_watermark":
-        # rabbitmqctl set_vm_memory_high_watermark FRACTION | absolute BYTES
-        absolute = len(a.args) == 2 and a.args[0] == "absolute"
-        if len(a.args) != 1 + absolute:
-            p.error("set_vm_memory_high_watermark takes FRACTION, or absolute BYTES (e.g. 2GB)")
-        limit = call(a.data_dir, "set_vm_memory_high_watermark",
-                     {"value": a.args[-1], "absolute": absolute})
-        print(f"Setting memory threshold on this node to {a.args[-1]} ({limit} bytes) ...")
-        return 0
-    if a.command == "set_disk_free_limit":
-        # rabbitmqctl set_disk_free_limit BYTES | mem_relative FRACTION
-        relative = len(a.args) == 2 and a.args[0] == "mem_relative"
-        if len(a.args) != 1 + relative:
-            p.error("set_disk_free_limit takes BYTES (e.g. 50MB), or mem_relative FRACTION")
-        limit = call(a.data_dir, "set_disk_free_limit",
-                     {"value": a.args[-1], "mem_relative": relative})
-        print(f"Setting disk free limit on this node to {a.args[-1]} ({limit} bytes) ...")
+    if a.command in LIMIT_COMMANDS:
+        # rabbitmqctl set_vm_memory_high_watermark FRACTION | absolute BYTES,
+        # set_disk_free_limit BYTES | mem_relative FRACTION
+        flag, usage, what = LIMIT_COMMANDS[a.command]
+        flagged = len(a.args) == 2 and a.args[0] == flag
+        if len(a.args) != 1 + flagged:
+            p.error(f"{a.command} takes {usage}")
+        limit = call(a.data_dir, a.command, {"value": a.args[-1], flag: flagged})
+        print(f"Setting {what} on this node to {a.args[-1]} ({limit} bytes) ...")
         return 0
     if a.command == "list_queues" and a.args:
         return print_table(call(a.data_dir, "list", {"what": "queues"}), a.args, a.vhost)

@@ -248,14 +248,7 @@ class AuthDB:
                         read: str) -> None:
         """KeyError for a missing user or vhost; ValueError for a regex that does not compile
         (RabbitMQ: ``{invalid_regexp, Regexp, Reason}``)."""
-        for p in (configure, write, read):
-            try:
-                self._compile(p)
-            except re.error as e:
-                raise ValueError(f"invalid regexp {p!r}: {e}") from None
-        self._user(user)
-        if vhost not in self.vhosts:
-            raise KeyError(f'Virtual host "{vhost}" does not exist')
+        self._check_grant(user, vhost, (configure, write, read))
         self.permissions[(user, vhost)] = (configure, write, read)
 
     def clear_permissions(self, user: str, vhost: str) -> None:
@@ -325,7 +318,13 @@ class AuthDB:
         """KeyError for a missing user or vhost; ValueError for a regex that does not compile.
         The patterns are stored as given: ``{username}`` and ``{vhost}`` are expanded when a
         routing key is checked."""
-        for p in (write, read):
+        self._check_grant(user, vhost, (write, read))
+        self.topic_permissions[(user, vhost, exchange)] = (write, read)
+
+    def _check_grant(self, user: str, vhost: str, patterns) -> None:
+        """What set_permissions and set_topic_permissions refuse: a pattern that does not
+        compile (ValueError), a missing user or vhost (KeyError)."""
+        for p in patterns:
             try:
                 self._compile(p)
             except re.error as e:
@@ -333,7 +332,6 @@ class AuthDB:
         self._user(user)
         if vhost not in self.vhosts:
             raise KeyError(f'Virtual host "{vhost}" does not exist')
-        self.topic_permissions[(user, vhost, exchange)] = (write, read)
 
     def clear_topic_permissions(self, user: str, vhost: str, exchange: str | None = None) -> None:
         """Those of one exchange, or (``exchange`` None) every one of the user in the vhost."""
