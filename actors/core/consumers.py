@@ -62,7 +62,7 @@ class ChannelState:
 
 class QueueConsumers:
     __slots__ = ("by_key", "channels", "delivery_window", "delivery_window_bytes", "levels",
-                 "buckets", "single_active", "active")
+                 "buckets", "single_active", "active", "next")
 
     def __init__(self, delivery_window: int = DELIVERY_WINDOW,
                  delivery_window_bytes: int = DELIVERY_WINDOW_BYTES, single_active=False):
@@ -78,6 +78,18 @@ class QueueConsumers:
         self.buckets: list | None = None
         self.single_active = single_active  # x-single-active-consumer
         self.active: Consumer | None = None  # the single active consumer, None if none
+        # next() -> Consumer | None: the pick for the current shape (see _choose), a bound
+        # method kept here so that the plain round robin costs no test per delivery
+        self.next = self._next_plain
+        self._choose()
+
+    def _choose(self) -> None:
+        if self.single_active:
+            self.next = self._next_single
+        elif self.buckets is None:
+            self.next = self._next_plain
+        else:
+            self.next = self._next_buckets
 
     def add(self, channel, tag, no_ack, prefetch, exclusive, priority=0) -> Consumer:
         c = self.by_key[(channel, tag)] = Consumer(channel, tag, no_ack, prefetch, exclusive,
@@ -89,6 +101,7 @@ class QueueConsumers:
             self._bucket(priority)[(channel, tag)] = c
         elif len(levels) > 1:
             self._make_buckets()
+            self._choose()
         if self.single_active and self.active is None:
             self.active = c
         return c
@@ -112,6 +125,7 @@ class QueueConsumers:
         if self.buckets is not None:
             if len(levels) <= 1:
                 self.buckets = None  # one priority left: the plain round robin again
+                self._choose()
             else:
                 for i, (p, bucket) in enumerate(self.buckets):
                     if p == c.priority:
@@ -151,6 +165,7 @@ class QueueConsumers:
         self.levels.clear()
         self.buckets = None
         self.active = None
+        self._choose()
 
     def channel(self, channel) -> ChannelState:
         """The channel's state here, made on first use."""
@@ -173,18 +188,21 @@ class QueueConsumers:
             return False
         return True
 
-    def next(self) -> Consumer | None:
-        """Round robin: the first consumer able to take a message moves to the back (of its
-        priority); the single active consumer only, when the queue has one."""
-        if self.buckets is None and not self.single_active:
-            for key, c in self.by_key.items():
-                if self.can_take(c):
-                    self.by_key.move_to_end(key)
-                    return c
-            return None
-        if self.single_active:
-            c = self.active
-            return c if c is not None and self.can_take(c) else None
+    def _next_plain(self) -> Consumer | None:
+        """Round robin: the first consumer able to take a message moves to the back."""
+        for key, c in self.by_key.items():
+            if self.can_take(c):
+                self.by_key.move_to_end(key)
+                return c
+        return None
+
+    def _next_single(self) -> Consumer | None:
+        """The single active consumer, if it can take a message."""
+        c = self.active
+        return c if c is not None and self.can_take(c) else None
+
+    def _next_buckets(self) -> Consumer | None:
+        """Round robin within the highest priority that has a consumer able to take."""
         for _, bucket in self.buckets:
             for key, c in bucket.items():
                 if self.can_take(c):
