@@ -2,9 +2,26 @@
 
 Which consumer takes the next message: round robin over the consumers that can take one now:
 the channel's writer has room (`delivery_window` deliveries and `delivery_window_bytes` body
-bytes in flight at most: the Writer gives them back with `Sent` once they are on the wire), the consumer's prefetch is not used up, and
-under a channel-wide prefetch (basic.qos global) the channel has granted a token. The queue core
-(actors/core/queue.py) decides what to deliver; this module decides to whom.
+bytes in flight at most: the Writer gives them back with `Sent` once they are on the wire), the
+consumer's prefetch is not used up, and under a channel-wide prefetch (basic.qos global) the
+channel has granted a token. The queue core (actors/core/queue.py) decides what to deliver; this
+module decides to whom.
+
+Consumer priorities (basic.consume argument `x-priority`, an integer, default 0, negative
+allowed; RabbitMQ's consumer-priority.html): a message goes to the highest-priority consumers
+that can take one, round robin among those of equal priority; a lower priority gets messages
+only while every higher one is blocked (prefetch full, writer window full, no token). RabbitMQ
+keeps its consumers in a priority_queue and puts the one it delivered to back at the end of its
+priority. While every consumer has the same priority (the common case) the round robin runs
+over `by_key` alone, as without priorities; a second priority switches to per-priority buckets
+(`buckets`), and the last consumer of the second-to-last priority going switches back.
+
+Single active consumer (queue argument `x-single-active-consumer`, RabbitMQ's consumers.html):
+only `active` receives; the others wait. The first consumer to register becomes active; when the
+active one is cancelled or its channel goes, the next is the highest-priority waiting consumer,
+the earliest registered among equals (rabbit_queue_consumers:get_consumer/1 takes the head of the
+priority queue, and a waiting consumer is never rotated). A consumer with a higher priority
+joining later does not take over from the active one (RabbitMQ 3.10's classic queues).
 """
 
 from __future__ import annotations
@@ -16,15 +33,16 @@ DELIVERY_WINDOW_BYTES = 4 * 1024 * 1024  # body bytes in flight to one channel's
 
 
 class Consumer:
-    __slots__ = ("channel", "tag", "no_ack", "prefetch", "unacked", "exclusive")
+    __slots__ = ("channel", "tag", "no_ack", "prefetch", "unacked", "exclusive", "priority")
 
-    def __init__(self, channel, tag, no_ack, prefetch, exclusive):
+    def __init__(self, channel, tag, no_ack, prefetch, exclusive, priority=0):
         self.channel = channel  # consuming channel's address
         self.tag = tag  # consumer tag
         self.no_ack = no_ack  # automatic acknowledgement
         self.prefetch = prefetch  # per-consumer limit, 0 = none
         self.unacked = 0  # deliveries to it not yet settled
         self.exclusive = exclusive  # basic.consume exclusive=true
+        self.priority = priority  # x-priority, 0 = default; higher is served first
 
 
 class ChannelState:
@@ -43,22 +61,111 @@ class ChannelState:
 
 
 class QueueConsumers:
-    __slots__ = ("by_key", "channels", "delivery_window", "delivery_window_bytes")
+    __slots__ = ("by_key", "channels", "delivery_window", "delivery_window_bytes", "levels",
+                 "buckets", "single_active", "active", "next")
 
     def __init__(self, delivery_window: int = DELIVERY_WINDOW,
-                 delivery_window_bytes: int = DELIVERY_WINDOW_BYTES):
-        self.by_key: OrderedDict = OrderedDict()  # (channel, tag) -> Consumer, round-robin order
+                 delivery_window_bytes: int = DELIVERY_WINDOW_BYTES, single_active=False):
+        # (channel, tag) -> Consumer: registration order, and the round-robin order while all
+        # priorities are equal
+        self.by_key: OrderedDict = OrderedDict()
         self.channels: dict[str, ChannelState] = {}  # channel address -> its state here
         self.delivery_window = delivery_window  # deliveries in flight to one channel's writer
         self.delivery_window_bytes = delivery_window_bytes  # and their body bytes
+        self.levels: dict[int, int] = {}  # priority -> how many consumers have it
+        # with two priorities or more: [(priority, OrderedDict (channel, tag) -> Consumer)],
+        # highest first, each in its round-robin order; None while all priorities are equal
+        self.buckets: list | None = None
+        self.single_active = single_active  # x-single-active-consumer
+        self.active: Consumer | None = None  # the single active consumer, None if none
+        # next() -> Consumer | None: the pick for the current shape (see _choose), a bound
+        # method kept here so that the plain round robin costs no test per delivery
+        self.next = self._next_plain
+        self._choose()
 
-    def add(self, channel, tag, no_ack, prefetch, exclusive) -> Consumer:
-        c = self.by_key[(channel, tag)] = Consumer(channel, tag, no_ack, prefetch, exclusive)
+    def _choose(self) -> None:
+        if self.single_active:
+            self.next = self._next_single
+        elif self.buckets is None:
+            self.next = self._next_plain
+        else:
+            self.next = self._next_buckets
+
+    def add(self, channel, tag, no_ack, prefetch, exclusive, priority=0) -> Consumer:
+        c = self.by_key[(channel, tag)] = Consumer(channel, tag, no_ack, prefetch, exclusive,
+                                                  priority)
         self.channel(channel)
+        levels = self.levels
+        levels[priority] = levels.get(priority, 0) + 1
+        if self.buckets is not None:
+            self._bucket(priority)[(channel, tag)] = c
+        elif len(levels) > 1:
+            self._make_buckets()
+            self._choose()
+        if self.single_active and self.active is None:
+            self.active = c
         return c
 
     def remove(self, channel, tag) -> Consumer | None:
-        return self.by_key.pop((channel, tag), None)
+        c = self.by_key.pop((channel, tag), None)
+        if c is not None:
+            self._forget(c)
+            if c is self.active:
+                self.active = self._next_active()
+        return c
+
+    def _forget(self, c: Consumer) -> None:
+        """Its priority count and bucket (by_key is the caller's)."""
+        levels = self.levels
+        n = levels[c.priority] - 1
+        if n:
+            levels[c.priority] = n
+        else:
+            del levels[c.priority]
+        if self.buckets is not None:
+            if len(levels) <= 1:
+                self.buckets = None  # one priority left: the plain round robin again
+                self._choose()
+            else:
+                for i, (p, bucket) in enumerate(self.buckets):
+                    if p == c.priority:
+                        del bucket[(c.channel, c.tag)]
+                        if not bucket:
+                            del self.buckets[i]
+                        break
+
+    def _make_buckets(self) -> None:
+        by_p: dict[int, OrderedDict] = {}
+        for key, c in self.by_key.items():
+            by_p.setdefault(c.priority, OrderedDict())[key] = c
+        self.buckets = sorted(by_p.items(), key=lambda e: e[0], reverse=True)
+
+    def _bucket(self, priority) -> OrderedDict:
+        buckets = self.buckets
+        for i, (p, bucket) in enumerate(buckets):
+            if p == priority:
+                return bucket
+            if p < priority:
+                bucket = OrderedDict()
+                buckets.insert(i, (priority, bucket))
+                return bucket
+        bucket = OrderedDict()
+        buckets.append((priority, bucket))
+        return bucket
+
+    def _next_active(self) -> Consumer | None:
+        """The waiting consumer that becomes active: highest priority, then first registered."""
+        if not self.by_key:
+            return None
+        return max(self.by_key.values(), key=_priority)  # max keeps the first of equals
+
+    def clear(self) -> None:
+        """Every consumer is gone (the queue was deleted); channel states stay."""
+        self.by_key.clear()
+        self.levels.clear()
+        self.buckets = None
+        self.active = None
+        self._choose()
 
     def channel(self, channel) -> ChannelState:
         """The channel's state here, made on first use."""
@@ -81,7 +188,7 @@ class QueueConsumers:
             return False
         return True
 
-    def next(self) -> Consumer | None:
+    def _next_plain(self) -> Consumer | None:
         """Round robin: the first consumer able to take a message moves to the back."""
         for key, c in self.by_key.items():
             if self.can_take(c):
@@ -89,8 +196,29 @@ class QueueConsumers:
                 return c
         return None
 
+    def _next_single(self) -> Consumer | None:
+        """The single active consumer, if it can take a message."""
+        c = self.active
+        return c if c is not None and self.can_take(c) else None
+
+    def _next_buckets(self) -> Consumer | None:
+        """Round robin within the highest priority that has a consumer able to take."""
+        for _, bucket in self.buckets:
+            for key, c in bucket.items():
+                if self.can_take(c):
+                    bucket.move_to_end(key)
+                    return c
+        return None
+
     def any_can_take(self) -> bool:
+        if self.single_active:
+            return self.active is not None and self.can_take(self.active)
         return any(self.can_take(c) for c in self.by_key.values())
+
+    def receiving(self, c: Consumer) -> bool:
+        """The consumer may be given messages at all (not a waiting one of a single active
+        consumer queue)."""
+        return not self.single_active or c is self.active
 
     def settled(self, channel, tag) -> None:
         """A delivery to this consumer was acked, rejected or requeued."""
@@ -131,5 +259,9 @@ class QueueConsumers:
     def drop_channel(self, channel) -> None:
         """The channel is gone: its consumers and its state here."""
         for key in [k for k in self.by_key if k[0] == channel]:
-            del self.by_key[key]
+            self.remove(*key)
         self.channels.pop(channel, None)
+
+
+def _priority(c: Consumer) -> int:
+    return c.priority

@@ -43,6 +43,7 @@ from collections import deque
 from actors.core import NO_EVENTS, credit_flow
 from actors.core.consumers import ChannelState, Consumer, QueueConsumers
 from actors.core.errors import ChannelError
+from actors.core.queue_args import check_consume_arguments
 
 WAIT = "wait"  # get(): the head is paged out, try again once it is read back
 STORE_BEHIND_BYTES = 16 * 1024 * 1024  # bodies on their way to storage before credit waits
@@ -145,7 +146,10 @@ class QueueCore:
         self.ready_bytes = 0  # body bytes ready
         self.unacked: dict[int, tuple] = {}  # seq_id -> (Msg, channel, consumer tag)
         self.on_enqueue = None  # fn(Msg) for every message that enters (mirrored queues)
-        self.cons = QueueConsumers(delivery_window)  # who takes the next message
+        # x-single-active-consumer: one consumer receives at a time (RabbitMQ takes the
+        # argument when it is the boolean true, anything else is off)
+        self.single_active = a.get("x-single-active-consumer") is True
+        self.cons = QueueConsumers(delivery_window, single_active=self.single_active)
         self.consumers = self.cons.by_key  # (channel, tag) -> Consumer, round-robin order
         self.channels = self.cons.channels  # channel address -> ChannelState here
         self.limited: set = set()  # channels with a global prefetch (token holders)
@@ -352,14 +356,21 @@ class QueueCore:
             self._drop(msg, "maxlen")
 
     # --- consumers ----------------------------------------------------------------------------
-    def consume(self, channel, tag, no_ack, exclusive, prefetch, channel_prefetch, now) -> None:
-        if exclusive and self.consumers:
+    def consume(self, channel, tag, no_ack, exclusive, prefetch, channel_prefetch, now,
+                arguments=None) -> None:
+        """basic.consume (rabbit_amqqueue:basic_consume, then rabbit_amqqueue_process's
+        handle_call basic_consume): the arguments are checked (x-priority an integer), an
+        exclusive consumer is refused where others consume, and always on a single active
+        consumer queue (exclusive_consume_unavailable, which the channel turns into 403)."""
+        check_consume_arguments(arguments, self.name, self.vhost)
+        if exclusive and (self.consumers or self.single_active):
             raise ChannelError(403, f"queue '{self.name}' in vhost '{self.vhost}' in exclusive "
                                     "use")
         if any(c.exclusive for c in self.consumers.values()):
             raise ChannelError(403, f"queue '{self.name}' in vhost '{self.vhost}' in exclusive "
                                     "use")
-        self.cons.add(channel, tag, no_ack, prefetch, exclusive)
+        priority = arguments.get("x-priority", 0) if arguments else 0
+        self.cons.add(channel, tag, no_ack, prefetch, exclusive, priority)
         self._set_channel_limit(channel, channel_prefetch)
         self.had_consumer = True
         self.last_used = now
@@ -417,9 +428,10 @@ class QueueCore:
 
     def _usable_by(self, channel) -> bool:
         """A consumer of the channel below its own prefetch (tokens and writer aside)."""
+        receiving = self.cons.receiving
         for c in self.consumers.values():
             if c.channel == channel and not c.no_ack and not (
-                    c.prefetch and c.unacked >= c.prefetch):
+                    c.prefetch and c.unacked >= c.prefetch) and receiving(c):
                 return True
         return False
 
@@ -810,7 +822,7 @@ class QueueCore:
             self._flush_answers()
         for channel, tag in list(self.consumers):
             self.out.consumer_gone(channel, tag)
-        self.consumers.clear()
+        self.cons.clear()
         self.deleted = True
         return n
 

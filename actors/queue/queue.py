@@ -301,7 +301,7 @@ class Queue(LightActor):
     def _consume(self, msg: m.Consume, now) -> None:
         try:
             self.core.consume(msg.sender, msg.consumer_tag, msg.no_ack, msg.exclusive,
-                              msg.prefetch, msg.channel_prefetch, now)
+                              msg.prefetch, msg.channel_prefetch, now, msg.arguments)
         except AMQPError as e:
             self.core.out.reply(msg.sender, msg.req_id, False, None, e.reply_code, e.text)
             return

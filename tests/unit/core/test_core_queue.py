@@ -807,3 +807,127 @@ def test_ids_come_from_the_injected_source():
     pub(q, b"p", persistent=True)
     [msg] = q.messages()
     assert msg.msg_id == b"\x07" * 16
+
+
+# --- single active consumer (x-single-active-consumer), S1 ----------------------------------
+SAC = {"x-single-active-consumer": True}
+
+
+def test_single_active_consumer_gets_everything_others_wait__S1():
+    q, out = mk(SAC)
+    consume(q, ch=CH1, tag="A")
+    consume(q, ch=CH2, tag="B")
+    pub(q, b"1", b"2", b"3")
+    assert out.delivered() == [(CH1, "A", b"1", False), (CH1, "A", b"2", False),
+                               (CH1, "A", b"3", False)]
+    assert q.stats()["consumers"] == 2  # waiting consumers count, as in RabbitMQ
+
+
+def test_single_active_consumer_at_its_prefetch_holds_the_queue__S1():
+    q, out = mk(SAC)
+    consume(q, ch=CH1, tag="A", prefetch=1)
+    consume(q, ch=CH2, tag="B")
+    pub(q, b"1", b"2")
+    assert out.delivered() == [(CH1, "A", b"1", False)]  # B waits though it could take
+    q.settle(CH1, ACK, [1], 0)
+    assert out.delivered()[1:] == [(CH1, "A", b"2", False)]
+
+
+def test_single_active_consumer_cancel_hands_over_unacked_stay__S1():
+    """basic.cancel (RabbitMQ 3.10): the next consumer becomes active; the cancelled one's
+    unacked deliveries stay with its channel, and a requeue sends them to the new one."""
+    q, out = mk(SAC)
+    consume(q, ch=CH1, tag="A", prefetch=1)
+    consume(q, ch=CH2, tag="B", prefetch=5)
+    consume(q, ch=CH2, tag="C", prefetch=5)
+    pub(q, b"1", b"2", b"3")
+    assert ids_of(out, CH1) == [1]
+    assert q.cancel(CH1, "A", 0)
+    q.run(0)
+    assert out.delivered(CH2) == [(CH2, "B", b"2", False), (CH2, "B", b"3", False)]
+    assert q.stats()["messages_unacknowledged"] == 3
+    q.settle(CH1, REQUEUE, [1], 0)
+    assert out.delivered(CH2)[2:] == [(CH2, "B", b"1", True)]
+
+
+def test_single_active_consumer_channel_down_requeues_to_the_next__S1_A7():
+    q, out = mk(SAC)
+    consume(q, ch=CH1, tag="A", prefetch=2)
+    consume(q, ch=CH2, tag="B", prefetch=10)
+    pub(q, b"1", b"2", b"3")
+    q.settle(CH1, ACK, [1], 0)
+    assert ids_of(out, CH1) == [1, 2, 3] and ids_of(out, CH2) == []
+    q.channel_down(CH1, 0)
+    assert out.delivered(CH2) == [(CH2, "B", b"2", True), (CH2, "B", b"3", True)]
+    assert q.cons.active.tag == "B"
+
+
+def test_single_active_consumer_refuses_exclusive_consume__S1():
+    q, out = mk(SAC)
+    with pytest.raises(ChannelError) as ei:
+        consume(q, exclusive=True)  # even on a queue without consumers
+    assert (ei.value.reply_code, ei.value.text) == (
+        403, "ACCESS_REFUSED - queue 'q' in vhost '/' in exclusive use")
+    assert not q.consumers
+
+
+def test_single_active_consumer_off_unless_the_boolean_true():
+    for args in ({}, {"x-single-active-consumer": False}):
+        q, out = mk(args)
+        consume(q, ch=CH1, tag="A")
+        consume(q, ch=CH2, tag="B")
+        pub(q, b"1", b"2")
+        assert [d[1] for d in out.delivered()] == ["A", "B"]
+
+
+def test_basic_get_on_a_single_active_consumer_queue__S1():
+    """basic.get takes the head whatever the consumers (rabbit_amqqueue_process basic_get)."""
+    q, out = mk(SAC)
+    consume(q, ch=CH1, tag="A", prefetch=1)
+    pub(q, b"1", b"2")
+    item, body, count = q.get(CH2, False, 0)
+    assert (body, count) == (b"2", 0)
+
+
+def test_single_active_consumer_tokens_only_for_the_active_one__S1_P2():
+    q, out = mk(SAC)
+    consume(q, ch=CH1, tag="A", prefetch=1)
+    consume(q, ch=CH2, tag="B", channel_prefetch=5)  # waiting: asks no tokens
+    pub(q, b"1", b"2")
+    assert out.of("demand") == []
+    q.cancel(CH1, "A", 0)
+    q.run(0)
+    assert out.of("demand") == [(CH2,)]
+    q.grant(CH2, 5, 0)
+    assert out.delivered(CH2) == [(CH2, "B", b"2", False)]
+    assert out.of("release") == [(CH2, 4)]  # nothing else ready: the rest goes back
+
+
+# --- consumer priorities (x-priority), S2 ---------------------------------------------------
+def consume_p(q, ch, tag, priority, prefetch=0, **kw):
+    q.consume(ch, tag, False, False, prefetch, 0, 0, {"x-priority": priority}, **kw)
+    q.run(0)
+
+
+def test_priority_consumers_are_served_first_then_lower_ones__S2():
+    q, out = mk()
+    consume_p(q, CH1, "low", 0, prefetch=10)
+    consume_p(q, CH2, "high", 10, prefetch=2)
+    pub(q, b"1", b"2", b"3", b"4")
+    assert [(d[1], d[2]) for d in out.delivered()] == [
+        ("high", b"1"), ("high", b"2"), ("low", b"3"), ("low", b"4")]
+    q.settle(CH2, ACK, [1], 0)
+    pub(q, b"5")
+    assert out.delivered()[-1][1:3] == ("high", b"5")
+
+
+def test_priority_x_priority_not_an_integer_is_refused__S2():
+    q, out = mk()
+    with pytest.raises(ChannelError) as ei:
+        consume_p(q, CH1, "A", "high")
+    assert (ei.value.reply_code, ei.value.text) == (
+        406, "PRECONDITION_FAILED - invalid arg 'x-priority' for queue 'q' in vhost '/': "
+             '"expected integer, got longstr"')
+    with pytest.raises(ChannelError):
+        consume_p(q, CH1, "A", True)
+    assert not q.consumers
