@@ -234,6 +234,29 @@ class Release(NamedTuple):
     n: int
 
 
+# --- channel -> channel: direct reply-to (actors/core/direct_reply.py) ----------------------
+class DirectReply(NamedTuple):
+    """Publishing channel -> the channel a direct reply-to name belongs to (any connection
+    worker of the node or cluster): a message published to the default exchange with that name
+    as a routing key (or CC/BCC key). Delivered to the reply consumer if `key` is still its own,
+    else dropped (rabbit_channel:deliver_reply)."""
+    key: str  # the random key of the name (checked by the receiver)
+    exchange: str  # the exchange published to ("")
+    routing_key: str  # the publish's routing key (basic.deliver's)
+    props_raw: bytes  # the encoded properties (BCC removed)
+    bodies: list  # [the body]
+
+
+class ReplyCheck(NamedTuple):
+    """Channel -> the channel a direct reply-to name belongs to: a client declared that name;
+    answered by RpcReply(ok=True) if it reaches the reply consumer (rabbit_channel's
+    declare_fast_reply_to), ok=False if not (also by the connection worker when the channel is
+    gone)."""
+    reply_to: str
+    req_id: int
+    key: str
+
+
 # --- mirrored queues (actors/queue/mirror.py) -----------------------------------------------
 class MirrorJoin(NamedTuple):
     """Mirror -> master: add me; answered with a MirrorPublish(reset=True) of everything."""
@@ -606,7 +629,7 @@ _TYPES: list[type] = [
     Publish, Consume, Cancel, Settle, Get, ChannelDown, SetLimit, QueueOp,
     Deliver, GetReply, Confirm, ConsumerGone, Credit, Sent, Demand, Grant, Release,
     MetaApplied, MirrorJoin, MirrorPublish, MirrorForget, MirrorAck, PeerApplied,
-    ResourceAlarm,
+    ResourceAlarm, DirectReply, ReplyCheck,
 ]
 _TAG = {cls: i for i, cls in enumerate(_TYPES)}
 _HAS_BODIES = {cls: cls._fields[-1] == "bodies" for cls in _TYPES}

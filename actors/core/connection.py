@@ -42,7 +42,7 @@ CAPABILITIES = {
     "consumer_priorities": False,
     "authentication_failure_close": True,
     "per_consumer_qos": True,
-    "direct_reply_to": False,
+    "direct_reply_to": True,
 }
 FRAME_MIN = 4096
 PASSWORD_MECHANISMS = ("AMQPLAIN", "PLAIN")  # offered on every connection
