@@ -236,6 +236,29 @@ class Release(NamedTuple):
     n: int
 
 
+# --- channel -> channel: direct reply-to (actors/core/direct_reply.py) ----------------------
+class DirectReply(NamedTuple):
+    """Publishing channel -> the channel a direct reply-to name belongs to (any connection
+    worker of the node or cluster): a message published to the default exchange with that name
+    as a routing key (or CC/BCC key). Delivered to the reply consumer if `key` is still its own,
+    else dropped (rabbit_channel:deliver_reply)."""
+    key: str  # the random key of the name (checked by the receiver)
+    exchange: str  # the exchange published to ("")
+    routing_key: str  # the publish's routing key (basic.deliver's)
+    props_raw: bytes  # the encoded properties (BCC removed)
+    bodies: list  # [the body]
+
+
+class ReplyCheck(NamedTuple):
+    """Channel -> the channel a direct reply-to name belongs to: a client declared that name;
+    answered by RpcReply(ok=True) if it reaches the reply consumer (rabbit_channel's
+    declare_fast_reply_to), ok=False if not (also by the connection worker when the channel is
+    gone)."""
+    reply_to: str
+    req_id: int
+    key: str
+
+
 # --- mirrored queues (actors/queue/mirror.py) -----------------------------------------------
 class MirrorJoin(NamedTuple):
     """Mirror -> master: add me; answered with a MirrorPublish(reset=True) of everything."""
@@ -608,7 +631,7 @@ _TYPES: list[type] = [
     Publish, Consume, Cancel, Settle, Get, ChannelDown, SetLimit, QueueOp,
     Deliver, GetReply, Confirm, ConsumerGone, Credit, Sent, Demand, Grant, Release,
     MetaApplied, MirrorJoin, MirrorPublish, MirrorForget, MirrorAck, PeerApplied,
-    ResourceAlarm,
+    ResourceAlarm, DirectReply, ReplyCheck,
 ]
 _TAG = {cls: i for i, cls in enumerate(_TYPES)}
 _HAS_BODIES = {cls: cls._fields[-1] == "bodies" for cls in _TYPES}
@@ -640,7 +663,7 @@ class Malformed(ValueError):
 # what an annotation means on the wire: the types a received field may have (a bool field
 # takes an int too: a truth value; None: not checked)
 _WIRE_TYPES: dict[str, Any] = {
-    "str": str, "int": int, "bool": int, "dict": dict, "list": list,
+    "str": str, "int": int, "bool": int, "dict": dict, "list": list, "bytes": bytes,
     "list | None": (list, type(None)), "Any": None,
 }
 _INTS = frozenset((int,))
@@ -653,6 +676,11 @@ def _publish_items(items: list) -> bool:
         if type(it) is not list or not 7 <= len(it) <= 8 or type(it[0]) is not int:
             return False
     return True
+
+
+def _one_body(items: list) -> bool:
+    """DirectReply: exactly one body (its properties are checked as a field)."""
+    return len(items) == 1
 
 
 def _deliver_items(items: list) -> bool:
@@ -692,7 +720,7 @@ def _spec(cls: type) -> tuple:
     checks = [(i, t) for i, t in checks if t is not None]
     ints = {Confirm: "seqs", Settle: "seq_ids", MirrorForget: "seq_ids"}.get(cls)
     items = {Publish: _publish_items, Deliver: _deliver_items, MirrorPublish: _mirror_items,
-             GetReply: _deliver_items}.get(cls)
+             GetReply: _deliver_items, DirectReply: _one_body}.get(cls)
     return (cls, lo + 1, n + 1, tuple((i, t) for i, t in checks if i <= lo),
             tuple((i, t) for i, t in checks if i > lo),
             1 + cls._fields.index(ints) if ints else 0, _HAS_BODIES[cls], items)
@@ -734,6 +762,8 @@ def decode(payload: bytes, frames: list):
     bodies = _bodies(cls.__name__, fields[-1], frames)
     if cls is GetReply:
         listed = [] if fields[3] is None else [fields[3]]
+    elif cls is DirectReply:
+        listed = [fields[-2]]  # one message: its properties, then its body
     else:
         listed = fields[-2]
     if len(listed) != len(bodies) or not items(listed):

@@ -245,11 +245,16 @@ class Watcher:
         while True:
             while True:
                 try:
-                    pair, role, endpoint = self.new.get_nowait()
+                    # nothing watched: wait for a socket (zmq_poll of no socket returns at once:
+                    # polling then spun this thread at 100% CPU)
+                    pair, role, endpoint = (self.new.get_nowait() if watched else
+                                            self.new.get(timeout=1.0))
                 except queue.Empty:
                     break
                 watched[pair] = [role, endpoint, ""]
                 poller.register(pair, zmq.POLLIN)
+            if not watched:
+                continue
             try:
                 ready = poller.poll(200)
             except zmq.ZMQError:  # the context is terminated: let it finish
@@ -258,9 +263,11 @@ class Watcher:
                 return
             for pair, _ in ready:
                 try:
-                    event = recv_monitor_message(pair)
+                    event = recv_monitor_message(pair, zmq.NOBLOCK)
                 except zmq.ZMQError:
-                    continue
+                    # ready but nothing to read, or failing: its socket is gone (polling it
+                    # again would return at once, for good: this thread spun at 100% CPU)
+                    event = {"event": zmq.EVENT_MONITOR_STOPPED}
                 entry = watched[pair]
                 if event["event"] == zmq.EVENT_MONITOR_STOPPED:
                     poller.unregister(pair)

@@ -214,3 +214,98 @@ class BasicProperties:
 
     def __reduce__(self):
         return (BasicProperties, tuple(getattr(self, f) for f in self.__slots__))
+
+
+# --- editing an encoded property list in place ---------------------------------------------------
+# RabbitMQ edits a message's properties in two places without touching the rest: the channel
+# sets reply_to to the direct reply-to name it generated (rabbit_channel:maybe_set_fast_reply_to)
+# and drops the BCC header (rabbit_basic:strip_header). Decoding and re-encoding the whole list
+# would lose wire types (an unsigned 'i' header comes back as 'I', an 'S' that is not UTF-8 as
+# 'x'), so these work on the bytes: only the edited property changes.
+
+_SKIP_FIXED = {"octet": 1, "timestamp": 8}
+
+
+def _property_spans(raw) -> dict:
+    """{property name: (start, end)} of the present properties of an encoded list (raises
+    SyntaxError_ as `decode` does when it is malformed)."""
+    buf = _fields._as_bytes(raw)
+    end = len(buf)
+    spans = {}
+    try:
+        if end < 2:
+            raise _fields.Malformed("property flags truncated")
+        (flags,) = _U16.unpack_from(buf, 0)
+        offset = 2
+        for name, ftype, flag in _PROPERTIES:
+            if not flags & flag:
+                continue
+            start = offset
+            if ftype == "shortstr":
+                offset += 1 + buf[offset]
+            elif ftype == "table":
+                offset += 4 + _fields._U32.unpack_from(buf, offset)[0]
+            else:
+                offset += _SKIP_FIXED[ftype]
+            if offset > end:
+                raise _fields.Malformed(f"{name} runs past the end")
+            spans[name] = (start, offset)
+    except _fields.DECODE_ERRORS as exc:
+        raise SyntaxError_(502, f"cannot decode basic properties: {exc}", 60, 0) from None
+    return spans
+
+
+def with_reply_to(raw, reply_to: str) -> bytes:
+    """The encoded property list `raw` with its reply_to property set to `reply_to`."""
+    buf = bytes(raw)
+    value = _fields.encode_shortstr(reply_to)
+    span = _property_spans(buf).get("reply_to")
+    if span is not None:
+        return buf[:span[0]] + value + buf[span[1]:]
+    # absent: insert it after the last present property that comes before it
+    flag = PROPERTY_FLAGS["reply_to"]
+    at = 2
+    for name, (_, end) in _property_spans(buf).items():
+        if PROPERTY_FLAGS[name] > flag:
+            at = end
+    (flags,) = _U16.unpack_from(buf, 0) if len(buf) >= 2 else (0,)
+    return _U16.pack(flags | flag) + buf[2:at] + value + buf[at:]
+
+
+def header_types(raw) -> dict:
+    """{header name: its AMQP field type octet as a one-character str} of the top-level headers
+    of an encoded property list (the first entry of a name, as rabbit_misc:table_lookup)."""
+    return {key: kind for key, kind, _, _ in _header_entries(bytes(raw))}
+
+
+def without_header(raw, key: str) -> bytes:
+    """The encoded property list `raw` with the first header entry named `key` removed (the
+    headers table stays, empty or not), as rabbit_basic:strip_header/2."""
+    buf = bytes(raw)
+    for name, _, start, end in _header_entries(buf):
+        if name == key:
+            t0 = _property_spans(buf)["headers"][0]
+            (n,) = _fields._U32.unpack_from(buf, t0)
+            return buf[:t0] + _fields._U32.pack(n - (end - start)) + buf[t0 + 4:start] + buf[end:]
+    return buf
+
+
+def _header_entries(buf: bytes) -> list:
+    """[(name, type char, entry start, entry end)] of the headers table."""
+    span = _property_spans(buf).get("headers")
+    if span is None:
+        return []
+    offset, end = span[0] + 4, span[1]
+    out = []
+    try:
+        while offset < end:
+            start = offset
+            key_end = offset + 1 + buf[offset]
+            key = buf[offset + 1:key_end].decode("utf-8", "surrogateescape")
+            kind = chr(buf[key_end])
+            _, offset = _fields._value(buf, key_end, end, 0)
+            out.append((key, kind, start, offset))
+    except _fields.DECODE_ERRORS as exc:
+        raise SyntaxError_(502, f"cannot decode basic properties: headers: {exc}", 60,
+                           0) from None
+    return out

@@ -109,6 +109,10 @@ class Channel(LightActor):
                 core.queues_gone(msg.names)
             elif isinstance(msg, m.WorkerDown):
                 core.queue_worker_down(msg.endpoint)
+            elif isinstance(msg, m.DirectReply):
+                core.on_direct_reply(msg)
+            elif isinstance(msg, m.ReplyCheck):
+                core.on_reply_check(msg)
             elif isinstance(msg, m.Terminate):
                 core.terminate()
                 self.stop()

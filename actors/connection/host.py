@@ -42,6 +42,7 @@ class ConnectionHost(WorkerHost):
         self.lock = threading.Lock()  # readers / channels maps
         self.alarms: tuple = ()  # the node's resource alarms on: publishers are blocked
         self.ssl_context = None  # AMQPS connections' handshakes (tls_port set)
+        transport.set_fallback(self.missing)
 
     def start(self) -> None:
         if self.config.tls_port:
@@ -90,6 +91,12 @@ class ConnectionHost(WorkerHost):
             self.readers.pop(reader.conn_id, None)
         self.transport.send(self.node, m.Rpc(self.transport.address("control"), 0,
                                              "connection.closed", {"owner": reader.conn_id}))
+
+    def missing(self, name: str, msg) -> None:
+        """A message for a channel that is gone (a dead pid to RabbitMQ): a declare of its
+        direct reply-to name is told it does not exist; anything else is dropped."""
+        if isinstance(msg, m.ReplyCheck):
+            self.transport.send(msg.reply_to, m.RpcReply(msg.req_id, False))
 
     def register_channel(self, address: str, ref) -> None:
         with self.lock:

@@ -24,7 +24,7 @@ import re
 import struct
 from collections import OrderedDict, deque
 
-from actors.core import NO_EVENTS, credit_flow
+from actors.core import NO_EVENTS, credit_flow, direct_reply, sender_selected
 from actors.core.confirms import Confirms
 from actors.core.limiter import Limiter
 from actors import messages as m
@@ -34,7 +34,7 @@ from actors.core.permissions import topic_access_refused
 from protocol import methods as am
 from protocol.errors import AMQPError as CodecError
 from protocol.frames import encode_content, encode_deliver, encode_method
-from protocol.properties import BasicProperties
+from protocol.properties import BasicProperties, with_reply_to
 
 CONFIRM_FLUSH = object()
 
@@ -72,7 +72,9 @@ class ChannelCore:
                  credit_initial_bytes=credit_flow.INITIAL_BYTES):
         self.events = events  # the event log (actors.events in the shell), injected
         self.random_bytes = random_bytes  # ids (msg id prefix, consumer tags), injected
-        self.last_props: tuple = (None, None, -1)  # (raw, decoded, expiry) of the last publish
+        # the last publish's (raw, decoded, expiry, CC/BCC keys, raw to store, headers to route
+        # by): a publisher repeats its properties, they are decoded and checked once
+        self.last_props: tuple = _NO_PROPS
         self.number = number  # channel number
         self.address = address  # this channel's transport address
         self.conn = conn  # connection facts
@@ -112,6 +114,9 @@ class ChannelCore:
         self.msg_counter = 0  # persistent messages published on this channel
         self.seq_msg: dict[int, bytes] = {}  # confirm seq no -> msg_id (event log only)
         self.exchange_ok: dict[str, object] = {}  # exchange name -> ExchangeDef (write checked)
+        # direct reply-to (actors/core/direct_reply.py): (consumer tag, generated name, key) of
+        # the channel's consumer on amq.rabbitmq.reply-to, or None
+        self.reply_consumer: tuple | None = None
 
     # --- entry points -------------------------------------------------------------------------
     def handle_commands(self, commands) -> None:
@@ -177,6 +182,7 @@ class ChannelCore:
         self.queues_used = set()
         self.unacked.clear()
         self.consumers.clear()
+        self.reply_consumer = None
         self.confirms.clear()
         self.limiter.reset()
         if self.blocked:
@@ -449,6 +455,9 @@ class ChannelCore:
     def _queue_declare(self, method, cmd):
         name = method.queue
         _check_name(name)
+        if name.startswith(direct_reply.PSEUDO_QUEUE):
+            self._declare_reply(method, name)
+            return
         if name and not method.passive:
             self._check("configure", "queue", name)
 
@@ -561,26 +570,25 @@ class ChannelCore:
         if x.type == "topic" and self.replica.auth.topic_permissions:
             self._check_topic("write", exchange, rk)
         raw = cmd.properties_raw
-        if raw == self.last_props[0]:  # a publisher repeats its properties: decode them once
-            props, expiry = self.last_props[1], self.last_props[2]
+        lp = self.last_props
+        if raw == lp[0]:  # a publisher repeats its properties: decode them once
+            _, props, expiry, extra, out_raw, headers = lp
         else:
-            props = cmd.properties
-            if props.user_id is not None and props.user_id != self.conn.user:
-                raise ChannelError(406, f"user_id property set to '{props.user_id}' but "
-                                        f"authenticated user was '{self.conn.user}'")
-            expiry = -1
-            if props.expiration is not None:
-                expiry = _parse_expiration(props.expiration)
-            self.last_props = (raw, props, expiry)
+            props, expiry, extra, out_raw, headers = self._check_props(raw, cmd.properties)
         body = cmd.body or b""
-        names = self.replica.route(self.conn.vhost, exchange, rk,
-                                   props.headers if x.type == "headers" else None)
+        keys = [rk, *extra] if extra else rk
+        names = self.replica.route(self.conn.vhost, exchange, keys,
+                                   headers if x.type == "headers" else None)
+        if not exchange and (extra or rk.startswith(direct_reply.PREFIX)):
+            # rabbit_exchange:route: a reply name on the default exchange is no queue, the
+            # message goes to the consuming channel (in a transaction too: at routing time)
+            self._send_replies([rk, *extra], rk, out_raw, body)
         seq = 0
         if self.confirm:
             seq = self.next_seq
             self.next_seq += 1
         persistent = props.delivery_mode == 2
-        item = [seq, exchange, rk, cmd.properties_raw, persistent, props.priority or 0, expiry]
+        item = [seq, exchange, rk, out_raw, persistent, props.priority or 0, expiry]
         ev = self.events.enabled()
         if persistent or ev:
             # names the body in msg_store (written once however many durable queues get it)
@@ -605,6 +613,49 @@ class ChannelCore:
             self.tx_publishes.append((targets, item, body, method, cmd))
             return
         self._route_out(targets, item, body, method, cmd)
+
+    def _check_props(self, raw, props) -> tuple:
+        """rabbit_channel's checks of a publish's properties, in its order (fast reply-to,
+        user_id, expiration, then the CC/BCC routes of rabbit_basic:message), and what they
+        make of it: (props, expiry, CC/BCC keys, raw properties to store, headers to route by).
+        Cached in `last_props` unless reply_to names the pseudo-queue (that depends on the
+        reply consumer, which may come and go)."""
+        out_raw = raw
+        cache = True
+        if props.reply_to == direct_reply.PSEUDO_QUEUE:
+            # rabbit_channel:maybe_set_fast_reply_to
+            if self.reply_consumer is None:
+                raise ChannelError(406, "fast reply consumer does not exist")
+            out_raw = with_reply_to(raw, self.reply_consumer[1])
+            cache = False
+        if props.user_id is not None and props.user_id != self.conn.user:
+            raise ChannelError(406, f"user_id property set to '{props.user_id}' but "
+                                    f"authenticated user was '{self.conn.user}'")
+        expiry = -1
+        if props.expiration is not None:
+            expiry = _parse_expiration(props.expiration)
+        extra = ()
+        headers = props.headers
+        if headers and ("CC" in headers or "BCC" in headers):
+            extra, out_raw, headers = sender_selected.routes(headers, out_raw)
+        self.last_props = (raw, props, expiry, extra, out_raw, headers) if cache else _NO_PROPS
+        return props, expiry, extra, out_raw, headers
+
+    def _send_replies(self, keys, rk, props_raw, body) -> None:
+        """Hand a message to the channels its reply names (among `keys`) belong to, each once
+        (rabbit_channel:deliver_reply). A name that does not decode, or names no connection
+        worker of ours, is dropped, as one whose channel is gone (its process drops it)."""
+        own = self.address.partition("#")[0]
+        for name in sorted({k for k in keys if k.startswith(direct_reply.PREFIX)}):
+            decoded = direct_reply.decode_name(name)
+            if decoded is None:
+                continue
+            address, key = decoded
+            endpoint = address.partition("#")[0]
+            if not direct_reply.endpoint_ok(endpoint, own, self.replica.members) \
+                    or self.out.is_dead(address):
+                continue
+            self.out.send(address, m.DirectReply(key, "", rk, props_raw, [body]))
 
     def _event_publish(self, item, props, method, names, size) -> None:
         msg_id, seq = item[7], item[0]
@@ -633,7 +684,7 @@ class ChannelCore:
                 self.out.write(encode_method(self.number, am.BasicReturn(
                     reply_code=312, reply_text="NO_ROUTE", exchange=method.exchange,
                     routing_key=method.routing_key)) + encode_content(
-                    self.number, 60, cmd.properties_raw, body, self.conn.frame_max))
+                    self.number, 60, item[3], body, self.conn.frame_max))
             if seq:
                 self.confirm_acks.append(seq)
             return
@@ -674,6 +725,9 @@ class ChannelCore:
 
     def _consume(self, method, cmd):
         queue = self._queue_name(method.queue)
+        if queue == direct_reply.PSEUDO_QUEUE:
+            self._consume_replies(method)
+            return
         self._check("read", "queue", queue)
         q = self._existing_queue(queue)
         tag = method.consumer_tag or "amq.ctag-" + base64.urlsafe_b64encode(
@@ -695,8 +749,96 @@ class ChannelCore:
             self.address, req, tag, method.no_ack, method.exclusive, self.prefetch,
             self.limiter.limit, self.conn.owner, method.arguments), cont, True)
 
+    def _consume_replies(self, method) -> None:
+        """basic.consume from amq.rabbitmq.reply-to (rabbit_channel 3.10.8): no queue, no
+        permission check; the channel's reply consumer, at most one, in no-ack mode."""
+        tag = method.consumer_tag
+        if tag in self.consumers:
+            raise ConnectionError_(530, f"attempt to reuse consumer tag '{tag}'")
+        if not method.no_ack:
+            raise ChannelError(406, "reply consumer cannot acknowledge")
+        if self.reply_consumer is not None:
+            raise ChannelError(406, "reply consumer already set")
+        tag = tag or "amq.ctag-" + base64.urlsafe_b64encode(
+            self.random_bytes(16)).decode().rstrip("=")
+        key = direct_reply.new_key(self.random_bytes)
+        name = direct_reply.reply_name(self.address, key)
+        if len(name.encode()) > direct_reply.MAX_NAME:
+            raise ChannelError(541, f"INTERNAL_ERROR - the reply-to name of this channel would "
+                                    f"be {len(name)} bytes long, more than 255 (the channel's "
+                                    f"address is too long: {self.address})")
+        self.reply_consumer = (tag, name, key)
+        if not method.nowait:
+            self.out.write(encode_method(self.number, am.BasicConsumeOk(consumer_tag=tag)))
+
+    def on_direct_reply(self, msg: m.DirectReply) -> None:
+        """A reply published to our reply name, from any channel of the node or cluster: a
+        basic.deliver to the reply consumer if it is still the one the name was made for. As
+        RabbitMQ (handle_cast deliver_reply), the delivery tag is the next one, not used up:
+        the consumer does not ack."""
+        rc = self.reply_consumer
+        if self.state != "open" or rc is None or not direct_reply.same_key(msg.key, rc[2]):
+            return
+        self.out.write(encode_deliver(self.number, rc[0], self.next_tag, False, msg.exchange,
+                                      msg.routing_key, msg.props_raw, msg.bodies[0],
+                                      self.conn.frame_max))
+
+    def on_reply_check(self, msg: m.ReplyCheck) -> None:
+        """Another channel declares our reply name (rabbit_channel's declare_fast_reply_to
+        call): does it still reach our reply consumer?"""
+        rc = self.reply_consumer
+        ok = rc is not None and direct_reply.same_key(msg.key, rc[2])
+        self.out.send(msg.reply_to, m.RpcReply(msg.req_id, ok))
+
+    def _declare_reply(self, method, name: str) -> None:
+        """queue.declare of amq.rabbitmq.reply-to or of a generated name: always passive, no
+        permission check (rabbit_channel 3.10.8); declare-ok with 0 messages and 1 consumer if
+        the name reaches a reply consumer, else 404."""
+        name = name.replace("\r", "").replace("\n", "")  # rabbit_channel:strip_cr_lf
+
+        def exists():
+            self.last_queue = name
+            if not method.nowait:
+                self.out.write(encode_method(self.number, am.QueueDeclareOk(
+                    queue=name, message_count=0, consumer_count=1)))
+
+        def not_found():
+            return ChannelError(404, f"no queue '{name}' in vhost '{self.conn.vhost}'",
+                                method.CLASS_ID, method.METHOD_ID)
+
+        if name == direct_reply.PSEUDO_QUEUE:
+            exists()
+            return
+        decoded = direct_reply.decode_name(name)
+        if decoded is None:
+            raise not_found()
+        address, key = decoded
+        if not direct_reply.endpoint_ok(address.partition("#")[0],
+                                        self.address.partition("#")[0], self.replica.members) \
+                or self.out.is_dead(address):
+            raise not_found()
+        if address == self.address:
+            rc = self.reply_consumer
+            if rc is None or not direct_reply.same_key(key, rc[2]):
+                raise not_found()
+            exists()
+            return
+
+        def cont(reply):
+            if not reply.ok:
+                raise not_found()
+            exists()
+
+        self._ask(address, lambda req: m.ReplyCheck(self.address, req, key), cont, True)
+
     def _cancel(self, method, cmd):
         tag = method.consumer_tag
+        rc = self.reply_consumer
+        if rc is not None and rc[0] == tag:
+            self.reply_consumer = None
+            if not method.nowait:
+                self.out.write(encode_method(self.number, am.BasicCancelOk(consumer_tag=tag)))
+            return
         c = self.consumers.pop(tag, None)
         if c is None:
             if not method.nowait:
@@ -844,6 +986,7 @@ class ChannelCore:
 
 
 _U64 = struct.Struct(">Q")
+_NO_PROPS = (None, None, -1, (), None, None)  # no properties cached
 
 
 def _check_name(name: str) -> None:

@@ -50,7 +50,7 @@ CAPABILITIES = {
     "consumer_priorities": True,
     "authentication_failure_close": True,
     "per_consumer_qos": True,
-    "direct_reply_to": False,
+    "direct_reply_to": True,
 }
 FRAME_MIN = 4096  # ?FRAME_MIN_SIZE: tune-ok may not go below it; the frame_max until tune-ok
 SILENT_CLOSE_DELAY = 3  # rabbit_reader's ?SILENT_CLOSE_DELAY: seconds before a silent close

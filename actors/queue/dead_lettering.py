@@ -35,9 +35,14 @@ def dead_letter_publish(queue, msg, reason: str) -> None:
     props.headers = headers
     props.expiration = None
     props_raw = props.encode()
+    # rabbit_dead_letter:make_msg: routed by x-dead-letter-routing-key alone (the CC header
+    # was removed above), else by the message's routing keys: its own and its CC keys (BCC keys
+    # are not kept: the header is gone since the publish)
     rk = core.dlrk if core.dlrk is not None else msg.routing_key
+    keys = rk if core.dlrk is not None or len(routing_keys) == 1 else routing_keys
     replica = queue.replica
-    targets, cycles = detect_cycles(reason, headers, replica.route(queue.vhost, dlx, rk, headers))
+    targets, cycles = detect_cycles(reason, headers,
+                                    replica.route(queue.vhost, dlx, keys, headers))
     for cycle in cycles:
         log.warning("Message dropped. Dead-letter queues cycle detected: %s", cycle)
     for name in targets:

@@ -174,3 +174,37 @@ def test_declare_ok_means_every_node_routes_to_it(nodes):
     finally:
         for c in conns:
             c.close()
+
+
+def test_direct_reply_to_across_nodes__S3(nodes):
+    """The RPC client on node 1 (reply consumer on amq.rabbitmq.reply-to), its request queue
+    homed on node 1, the server on node 3: the reply goes from node 3's channel straight to node
+    1's; node 2 can check that the reply name exists."""
+    pseudo = "amq.rabbitmq.reply-to"
+    client = nodes[0].connection()
+    cch = client.channel()
+    cch.queue_declare("rpc", durable=False)
+    replies = []
+    cch.basic_consume(pseudo, lambda ch, m, p, body: replies.append((p.correlation_id, body)),
+                      auto_ack=True)
+    cch.basic_publish("", "rpc", b"question",
+                      pika.BasicProperties(reply_to=pseudo, correlation_id="c1"))
+    server = nodes[2].connection()
+    sch = server.channel()
+
+    def take():
+        got = sch.basic_get("rpc", auto_ack=True)
+        return got if got[0] is not None else None
+
+    _, props, _ = nodes.wait(take, what="the request on node 3")
+    name = props.reply_to
+    assert name.startswith(pseudo + ".")
+    with nodes[1].connection() as c:
+        ok = c.channel().queue_declare(name, passive=True).method
+        assert (ok.message_count, ok.consumer_count) == (0, 1)
+    sch.basic_publish("", name, b"answer", pika.BasicProperties(correlation_id="c1"))
+    nodes.wait(lambda: client.process_data_events(time_limit=0.05) or replies,
+               what="the reply on node 1")
+    assert replies == [("c1", b"answer")]
+    server.close()
+    client.close()
