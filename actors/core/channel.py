@@ -465,7 +465,12 @@ class ChannelCore:
             if not reply.ok:
                 raise _reply_error(reply, method)
             if isinstance(reply.result, dict):  # it exists: its count, after our publishes
-                self._ask(reply.result["queue_at"],
+                at = reply.result["queue_at"]
+                if self.out.is_dead(at):  # its node or worker is gone: no count will come
+                    raise ChannelError(404, f"home node '{at.partition('#')[0]}' of durable "
+                                            f"queue '{name}' in vhost '{self.conn.vhost}' is "
+                                            "down or inaccessible")
+                self._ask(at,
                           lambda req: m.QueueOp(self.address, req, "info", {}), cont, True)
                 return
             qname, count, consumers = reply.result
