@@ -108,7 +108,7 @@ class Channel(LightActor):
             elif isinstance(msg, m.QueuesGone):
                 core.queues_gone(msg.names)
             elif isinstance(msg, m.WorkerDown):
-                core.queue_worker_down(msg.endpoint)
+                core.worker_down(msg.endpoint)
             elif isinstance(msg, m.DirectReply):
                 core.on_direct_reply(msg)
             elif isinstance(msg, m.ReplyCheck):

@@ -143,5 +143,6 @@ class ConnectionHost(WorkerHost):
                 pass
 
     def worker_down(self, kind, endpoint) -> None:
-        if kind == "queue":
-            self._tell_channels(m.WorkerDown(kind, endpoint))
+        # every kind: a channel may wait on a queue, or on a connection worker's channel
+        # (direct reply-to's check)
+        self._tell_channels(m.WorkerDown(kind, endpoint))

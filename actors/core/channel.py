@@ -28,8 +28,8 @@ from actors.core import NO_EVENTS, credit_flow, direct_reply, sender_selected
 from actors.core.confirms import Confirms
 from actors.core.limiter import Limiter
 from actors import messages as m
-from actors.core.errors import (AMQPError, Atom, ChannelError, ConnectionError_, erl_p,
-                                is_hard_error)
+from actors.core.errors import (AMQPError, Atom, ChannelError, ConnectionError_, amqp_text,
+                                erl_p, is_hard_error)
 from actors.core.permissions import topic_access_refused
 from protocol import methods as am
 from protocol.errors import AMQPError as CodecError
@@ -107,6 +107,7 @@ class ChannelCore:
         self.credit = credit_flow.SenderCredit(credit_initial, credit_initial_bytes)
         self.blocked = False  # the reader was told to stop
         self.waiting: dict[int, object] = {}  # req id -> continuation(reply)
+        self.asked: dict[int, str] = {}  # req id -> the queue or worker asked (not the node)
         self.sync_wait = 0  # req id whose reply must come before more commands
         self.backlog: deque = deque()  # commands held while sync_wait
         self.next_req = 1  # request ids
@@ -126,6 +127,7 @@ class ChannelCore:
                     # channel.close is served at once, whatever the channel waits for
                     self.sync_wait = 0
                     self.waiting.clear()
+                    self.asked.clear()
                     self.backlog.clear()
                 else:
                     self.backlog.append(cmd)
@@ -201,6 +203,7 @@ class ChannelCore:
 
     # --- replies from queues and the node --------------------------------------------------
     def on_reply(self, reply) -> None:
+        self.asked.pop(reply.req_id, None)
         cont = self.waiting.pop(reply.req_id, None)
         if cont is not None and self.state == "open":
             try:
@@ -220,7 +223,30 @@ class ChannelCore:
         self.waiting[req] = cont
         if sync:
             self.sync_wait = req
-        self.out.send(address, make_msg(req))
+        if address == self.conn.node:
+            self.out.send(address, make_msg(req))
+        elif self.out.is_dead(address):  # no answer will come: as if it had said so
+            self.on_reply(self._gone(req, address))
+        else:
+            self.asked[req] = address
+            self.out.send(address, make_msg(req))
+
+    def _gone(self, req: int, address: str) -> m.RpcReply:
+        """The answer to a request whose queue (or reply-to channel) is on a dead worker or
+        node: RabbitMQ's 404 for a queue whose home node is down."""
+        tag, _, rest = address.partition("#")[2].partition("\x1f")
+        vhost, _, name = rest.partition("\x1f")
+        if tag != "q":  # not a queue: a channel asked for direct reply-to
+            return m.RpcReply(req, False, None, 404, amqp_text(404, "fast reply consumer does "
+                                                                     "not exist"))
+        return m.RpcReply(req, False, None, 404, amqp_text(404, self._home_down(vhost, name)))
+
+    def _home_down(self, vhost: str, name: str) -> str:
+        q = self.replica.queue(vhost, name) or {}
+        home = q.get("home") or ""
+        node = self.replica.members.get(home, {}).get("name") or home or "this node"
+        return (f"home node '{node}' of durable queue '{name}' in vhost '{vhost}' is down or "
+                "inaccessible")
 
     def _rpc(self, op, args, cont, sync=True) -> None:
         self._ask(self.conn.node, lambda req: m.Rpc(self.address, req, op, args), cont, sync)
@@ -308,9 +334,13 @@ class ChannelCore:
         self.credit.forget(lambda q: q.partition("#")[2] in names)
         self._maybe_unblock()
 
-    def queue_worker_down(self, endpoint: str) -> None:
-        """A queue worker died: nack what its queues had not confirmed, cancel consumers."""
+    def worker_down(self, endpoint: str) -> None:
+        """A worker died (or its node): what was asked of it is answered 'gone'; of a queue
+        worker, nack what its queues had not confirmed and cancel their consumers."""
         prefix = endpoint + "#"
+        for req in sorted(r for r, a in self.asked.items() if a.startswith(prefix)):
+            if req in self.asked:  # (a continuation may have closed the channel meanwhile)
+                self.on_reply(self._gone(req, self.asked[req]))
         self.confirms.reject_queues(lambda q: q.startswith(prefix), self.confirm_nacks)
         self.credit.forget(lambda q: q.startswith(prefix))
         self._maybe_unblock()
@@ -466,10 +496,7 @@ class ChannelCore:
                 raise _reply_error(reply, method)
             if isinstance(reply.result, dict):  # it exists: its count, after our publishes
                 at = reply.result["queue_at"]
-                if self.out.is_dead(at):  # its node or worker is gone: no count will come
-                    raise ChannelError(404, f"home node '{at.partition('#')[0]}' of durable "
-                                            f"queue '{name}' in vhost '{self.conn.vhost}' is "
-                                            "down or inaccessible")
+                # (a queue on a dead node or worker answers 404 through `_gone`)
                 self._ask(at,
                           lambda req: m.QueueOp(self.address, req, "info", {}), cont, True)
                 return

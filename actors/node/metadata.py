@@ -226,7 +226,7 @@ class Metadata(AlarmsMixin, ClusterMixin, LightActor):
 
     def _apply_changes(self, changes) -> None:
         """Apply changes here and on this node's workers; start what became ours to start."""
-        start = []
+        start, gone = [], []
         for c in changes:
             if c[0] == "member_put":
                 old = self.members.get(c[1])
@@ -236,16 +236,45 @@ class Metadata(AlarmsMixin, ClusterMixin, LightActor):
             apply_change(self, c)
             if c[0] == "queue_put":
                 start.append((c[1]["vhost"], c[1]["name"]))
+            elif c[0] == "queue_del":
+                gone.append((c[1], c[2]))
         self.version += 1
         msg = m.MetaChange(list(changes), self.version)
         for w in self.workers.values():
             self.transport.send(w.control, msg)
+        if not self.leading and self.pending_start:
+            self._answer_waiting_declares(start, gone)
         for key in start:
             q = self.queues.get(key)
             if q is not None and q.get("address") is None:
                 self._start_queue(q, recovered=q["durable"])
             if q is not None:
                 self._start_mirrors(q)
+
+    def _answer_waiting_declares(self, put, gone) -> None:
+        """A follower answers passive declares itself (`_route_rpc`); those that waited for
+        their queue to start (its home restarting) are answered here as the leader's entries
+        arrive: once the queue runs (the channel asks it for its count), is gone, or its home
+        is down again. (The leader answers its own in `_queue_started`.)"""
+        for key in put:
+            waiters = self.pending_start.get(key)
+            q = self.queues.get(key)
+            if not waiters or q is None:
+                continue
+            if q.get("address"):
+                reply = m.RpcReply(0, True, {"queue_at": q["address"]})
+            else:
+                try:
+                    self._check_home_up(q)
+                    continue  # it is starting: wait on
+                except ChannelError as e:
+                    reply = m.RpcReply(0, False, None, e.reply_code, e.text)
+            for reply_to, req_id, _ in self.pending_start.pop(key):
+                self._send_local(reply_to, reply._replace(req_id=req_id))
+        for vhost, name in gone:
+            text = amqp_text(404, f"no queue '{name}' in vhost '{vhost}'")
+            for reply_to, req_id, _ in self.pending_start.pop((vhost, name), []):
+                self._send_local(reply_to, m.RpcReply(req_id, False, None, 404, text))
 
     def _touches_definitions(self, changes) -> bool:
         """Would these changes alter what _persist writes? Transient queues coming and going,
@@ -426,6 +455,8 @@ class Metadata(AlarmsMixin, ClusterMixin, LightActor):
             return
         self._change(["queue_put", dict(q, address=msg.address)])
         for reply_to, req_id, result in self.pending_start.pop(key, []):
+            # a new queue is empty; one that existed is asked for its count (None)
+            result = {"queue_at": msg.address} if result is None else result
             self._send_reply(reply_to, m.RpcReply(req_id, True, result))
         self._recovered(key)
 
@@ -662,8 +693,8 @@ class Metadata(AlarmsMixin, ClusterMixin, LightActor):
                 queue_args.assert_equivalent(q["arguments"], arguments, name, vhost)
             if q.get("address") is None:
                 self._check_home_up(q)
-                self.pending_start.setdefault(key, []).append((rpc.reply_to, rpc.req_id,
-                                                               [name, 0, 0]))
+                # it holds what it recovered: the declarer asks it for its count once it runs
+                self.pending_start.setdefault(key, []).append((rpc.reply_to, rpc.req_id, None))
                 return _DEFERRED
             # the channel asks the queue itself, so that the count it gets comes after every
             # message it sent the queue before (Erlang's per-pair ordering, which

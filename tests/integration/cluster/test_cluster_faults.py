@@ -1,6 +1,6 @@
 """Faults of a whole 3-node cluster (issue 6): the Raft leader killed -9 while a client changes
 definitions through another node; every node killed -9 at once. Nothing a client was answered
-for may be lost (definitions: behaviour D1; confirmed persistent messages: C3)."""
+for may be lost (definitions: behaviour D1; confirmed persistent messages: C8)."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def test_leader_killed_while_definitions_change__D1(nodes):
     assert not missing, missing
 
 
-def test_every_node_killed_at_once_loses_nothing_confirmed__C3(nodes):
+def test_every_node_killed_at_once_loses_nothing_confirmed__C8(nodes):
     """Definitions made through different nodes and persistent messages confirmed into durable
     queues homed on two nodes; kill -9 of all three nodes; restarted together, everything is
     there."""
@@ -116,3 +116,35 @@ def test_every_node_killed_at_once_loses_nothing_confirmed__C3(nodes):
                          mandatory=True)
         assert ch.queue_declare("on1", durable=True, passive=True).method.message_count == 101
         assert ch.queue_declare("on2", durable=True, passive=True).method.message_count == 51
+
+
+def test_declare_while_a_restarted_home_recovers_its_queue_counts_what_it_recovered__C8(nodes):
+    """A durable queue's home node is killed -9 and started again while a client on another
+    node declares the queue (passive) in a loop: each answer is 404 (home down) or declare-ok
+    with every confirmed message counted, never an empty queue while it is still recovering
+    (the declares that waited for the queue to start were answered with 0)."""
+    n = 5000
+    with nodes[1].connection() as c:
+        ch = c.channel()
+        ch.queue_declare("deep", durable=True)
+        ch.confirm_delivery()
+        for i in range(n):
+            ch.basic_publish("", "deep", b"%d" % i, pika.BasicProperties(delivery_mode=2))
+    nodes.kill9(1)
+    counts, refused = [], 0
+    with nodes[0].connection() as c:
+        ch = c.channel()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(counts) < 20:
+            try:
+                counts.append(ch.queue_declare("deep", durable=True, passive=True)
+                              .method.message_count)
+            except pika.exceptions.ChannelClosedByBroker as e:
+                assert e.reply_code == 404, e
+                if not refused:  # the leader knows the home is down: start it again (here:
+                    nodes.spawn(1)  # its parent-death signal follows the thread that forks)
+                refused += 1
+                ch = c.channel()
+    nodes.wait_up(1)
+    assert refused and counts, (refused, counts, nodes.logs())
+    assert set(counts) == {n}, counts

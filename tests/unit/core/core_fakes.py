@@ -15,6 +15,7 @@ from actors import messages as m
 from actors.config import Config
 from actors.core.channel import ChannelCore, ConnInfo
 from actors.core.permissions import AuthDB
+from actors.naming import queue_actor_name
 from actors.core.queue import QueueCore
 from actors.replica import Replica
 from protocol import methods as am
@@ -161,7 +162,7 @@ def make_replica(*queues, exclusive_owner="") -> Replica:
 
 
 def qaddr(name) -> str:
-    return f"w2#q/{name}"
+    return f"w2#{queue_actor_name('/', name)}"
 
 
 def make_channel(*queues, number=1, capabilities=None, credit_initial=400, replica=None):

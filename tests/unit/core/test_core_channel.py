@@ -592,9 +592,49 @@ def test_queue_worker_down_nacks_unconfirmed_and_cancels():
     consume(core, out, "q1", "A")
     send(core, am.ConfirmSelect(), publish("q1"), publish("q2"))
     out.clear()
-    core.queue_worker_down("w2")
+    core.worker_down("w2")
     assert acks(out) == [("BasicNack", 2, True)]
     assert am.BasicCancel(consumer_tag="A", nowait=True) in out.methods()
+
+
+HOME_DOWN = ("NOT_FOUND - home node 'this node' of durable queue 'q1' in vhost '/' is down or "
+             "inaccessible")
+
+
+def test_a_question_pending_at_a_worker_that_dies_is_answered_404():
+    """A declare asks the queue for its count; the queue's worker (or node) dies before it
+    answers: the channel closes with RabbitMQ's 404 for a queue whose home is down instead of
+    waiting for good, and the commands behind it are dropped with the channel."""
+    core, out = ch()
+    send(core, am.QueueDeclare(queue="q1", passive=True), am.BasicQos(prefetch_count=2))
+    core.on_reply(m.RpcReply(out.sent(m.Rpc)[-1].req_id, True, {"queue_at": Q1}))
+    op = out.sent(m.QueueOp)[-1]
+    core.worker_down("w3")  # another worker: nothing
+    assert out.methods() == []
+    core.worker_down("w2")
+    assert channel_close(out) == (404, HOME_DOWN, 50, 10)
+    assert am.BasicQosOk() not in out.methods()
+    assert core.asked == {} and op.req_id not in core.waiting
+    core.on_reply(m.RpcReply(op.req_id, True, ["q1", 5, 0]))  # late: ignored
+    assert len([x for x in out.methods() if isinstance(x, am.QueueDeclareOk)]) == 0
+
+
+def test_a_question_to_a_dead_worker_is_not_sent():
+    core, out = ch()
+    out.dead.add(Q1)
+    send(core, am.BasicGet(queue="q1"))
+    assert out.sent(m.Get) == []
+    assert channel_close(out) == (404, HOME_DOWN, 60, 70)
+
+
+def test_a_cancel_pending_at_a_worker_that_dies_completes():
+    core, out = ch()
+    consume(core, out, "q1", "A")
+    out.clear()
+    send(core, am.BasicCancel(consumer_tag="A"), am.BasicQos(prefetch_count=2))
+    assert out.methods() == []
+    core.worker_down("w2")
+    assert out.methods() == [am.BasicCancelOk(consumer_tag="A"), am.BasicQosOk()]
 
 
 def test_confirms_of_the_turn_go_out_before_channel_close__C1_E5():
@@ -648,7 +688,7 @@ def test_a_deleted_queue_forgives_the_credit_it_withheld():
     core, out = ch(credit_initial=2)
     send(core, publish("q1"), publish("q1"), publish("q2"))
     assert core.blocked
-    core.queues_gone({"q/q1"})  # the transport name of q1 (its address after '#')
+    core.queues_gone({Q1.partition("#")[2]})  # the transport name of q1 (after "#")
     assert out.kinds().count("unblock") == 1 and not core.blocked
     assert list(core.credit.left) == [Q2] and core.credit.left[Q2][0] == 1
 
