@@ -82,6 +82,9 @@ class Config:
     max_connections: int | str = "infinity"  # per node (RabbitMQ's connection_max), or "infinity"
     # --- AMQPS: AMQP over TLS (RabbitMQ's listeners.ssl and ssl_options) ---
     tls_port: int = 0  # AMQPS port (RabbitMQ's is 5671); 0 = no TLS listener
+    # --- the management HTTP API (RabbitMQ's rabbitmq_management; docs/management.md) ---
+    management_port: int = 15672  # 0 = no management listener
+    management_host: str = ""  # "" = the AMQP listener's host
     ssl_certfile: str = ""  # the server's certificate (PEM), chain after it
     ssl_keyfile: str = ""  # its private key (PEM)
     ssl_cacertfile: str = ""  # CA certificates client certificates are verified against (PEM)
@@ -106,6 +109,11 @@ class Config:
                 not isinstance(self.handshake_timeout, bool) and self.handshake_timeout > 0):
             errors.append(f"handshake_timeout must be a positive number of seconds, not "
                           f"{self.handshake_timeout!r}")
+        if not (isinstance(self.management_port, int) and 0 <= self.management_port <= 65535):
+            errors.append(f"management_port must be a port number (0 = no management "
+                          f"listener), not {self.management_port!r}")
+        elif self.management_port and self.management_port in (self.port, self.tls_port):
+            errors.append(f"management_port {self.management_port} is also an AMQP port")
         if not 0 <= self.tls_port <= 65535:
             errors.append(f"tls_port must be a port number (0 = no TLS listener), not "
                           f"{self.tls_port}")

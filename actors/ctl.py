@@ -28,21 +28,33 @@ def call(data_dir: str, op: str, args: dict, timeout_ms: int = 10000):
             info = json.load(f)
     except OSError:
         raise SystemExit(f"leveretctl: no node running with data dir {data_dir}")
+    reply = ask_node(info["run_dir"], info["metadata"], op, args, timeout_ms)
+    if reply is None:
+        raise SystemExit("leveretctl: the node did not answer")
+    if not reply.ok:
+        raise SystemExit(f"Error: {reply.text}")
+    return reply.result
+
+
+def ask_node(run_dir: str, metadata: str, op: str, args: dict, timeout_ms: int = 10000):
+    """One operation of the node's metadata actor (`metadata` its address) over an ipc://
+    socket of its 0700 run folder: its RpcReply, or None when it did not answer in time.
+    (leveretctl, and the management listener inside the node process.)"""
     ctx = zmq.Context.instance()
-    endpoint = f"ipc://{info['run_dir']}/ctl-{uuid.uuid4().hex[:8]}.sock"
+    endpoint = f"ipc://{run_dir}/ctl-{uuid.uuid4().hex[:8]}.sock"
     pull = ctx.socket(zmq.PULL)
     pull.bind(endpoint)
     push = ctx.socket(zmq.PUSH)
     push.setsockopt(zmq.LINGER, 1000)
-    node_endpoint, node_name = split_address(info["metadata"])
+    node_endpoint, node_name = split_address(metadata)
     push.connect(node_endpoint)
     payload, _ = m.encode(m.Rpc(make_address(endpoint, "ctl"), 1, op, args))
     push.send_multipart([node_name.encode(), payload])
     try:
         if not pull.poll(timeout_ms):
-            raise SystemExit("leveretctl: the node did not answer")
+            return None
         parts = pull.recv_multipart()
-        reply = m.decode(parts[1], parts[2:])
+        return m.decode(parts[1], parts[2:])
     finally:
         pull.close(0)
         push.close()
@@ -50,9 +62,6 @@ def call(data_dir: str, op: str, args: dict, timeout_ms: int = 10000):
             os.unlink(endpoint[len("ipc://"):])
         except OSError:
             pass
-    if not reply.ok:
-        raise SystemExit(f"Error: {reply.text}")
-    return reply.result
 
 
 COMMANDS = {

@@ -53,3 +53,18 @@ def effective(policies: dict, vhost: str, name: str, kind: str = "queues") -> di
         if best is None or key < best[0]:
             best = (key, p)
     return dict(best[1]["definition"]) if best else {}
+
+
+def winner(policy_list, vhost: str, name: str, kind: str = "queues") -> dict | None:
+    """The policy (with its name) `effective` takes the definition of, or None; policy_list:
+    policies as stored ({"vhost", "name", "pattern", "definition", "priority", "apply_to"})."""
+    found = {(p["vhost"], p["name"]): p for p in policy_list}
+    best = None
+    for (v, pname), p in found.items():
+        if v != vhost or p["apply_to"] not in (kind, "all") or \
+                re.search(p["pattern"], name) is None:
+            continue
+        key = (-p["priority"], pname)
+        if best is None or key < best[0]:
+            best = (key, p)
+    return best[1] if best else None

@@ -35,6 +35,7 @@ from actors.core.permissions import AuthDB, hashed_auth_call
 from actors.core.routing import Router
 from actors.node.definitions import Definitions
 from actors.node.metadata_alarms import AlarmsMixin
+from actors.node.metadata_management import ManagementMixin
 from actors.node.metadata_cluster import ClusterMixin
 from actors.node.queue_table import QueueTable
 from actors.replica import apply_change
@@ -54,7 +55,7 @@ class Worker:
     ready: bool = False  # a connection worker is listening
 
 
-class Metadata(AlarmsMixin, ClusterMixin, LightActor):
+class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
     scheduler_name = "node"  # embedded in the node's event loop with its transport
 
     def __init__(self, transport, config, resources=None, secret: bytes = b""):

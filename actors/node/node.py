@@ -35,6 +35,7 @@ import time
 from actors import events
 from actors.config import Config
 from actors.connection import handoff, tls
+from actors.management.server import Management
 from actors.connection.netio import Listener
 from actors import runtime
 from actors.messages import (AlarmsChanged, ClusterReady, ClusterTick, DurableQueues, ReadyWorkers,
@@ -139,6 +140,7 @@ class Node:
         self.listener: Listener | None = None  # accepts on it (after the workers are ready)
         self.tls_sock: socket.socket | None = None  # the AMQPS listening socket (tls_port)
         self.tls_listener: Listener | None = None  # accepts on it
+        self.management: Management | None = None  # the HTTP API (management_port)
 
     def run(self) -> int:
         cfg = self.config
@@ -176,6 +178,16 @@ class Node:
                 shutil.rmtree(self.run_dir, ignore_errors=True)
             return self.exit_code
         self._drop_stale_indexes()
+        if cfg.management_port:
+            self.management = Management(cfg, self.run_dir, self._ctl_address())
+            try:
+                self.management.start()
+            except SystemExit as e:
+                log.error("%s", e)
+                self.metadata.stop()
+                if self.run_dir_is_temp:
+                    shutil.rmtree(self.run_dir, ignore_errors=True)
+                return 1
         self._write_node_file()
         self.slots = ([Slot("queue", i) for i in range(cfg.queue_workers)] +
                       [Slot("conn", i) for i in range(cfg.conn_workers)])
@@ -344,6 +356,8 @@ class Node:
             self._spawn(slot)
 
     def _shutdown(self) -> None:
+        if self.management is not None:
+            self.management.stop()
         if self.listener is not None:
             self.listener.close()
         elif self.lsock is not None:
@@ -389,12 +403,15 @@ class Node:
                              f"{port}: {e.strerror}")
         return s
 
+    def _ctl_address(self) -> str:
+        """leveretctl's (and the management listener's) address of the metadata actor: ipc://
+        always (a cluster node's own endpoint is tcp://, which needs the cluster secret)."""
+        return make_address(self.transport.local_endpoint or self.transport.endpoint,
+                            "metadata")
+
     def _write_node_file(self) -> None:
-        # leveretctl's address of the metadata actor: ipc:// always (a cluster node's own
-        # endpoint is tcp://, which needs the cluster secret)
-        local = self.transport.local_endpoint or self.transport.endpoint
         info = {"pid": os.getpid(), "host": self.config.host, "port": self.config.port,
-                "metadata": make_address(local, "metadata"), "run_dir": self.run_dir}
+                "metadata": self._ctl_address(), "run_dir": self.run_dir}
         path = os.path.join(self.config.data_dir, "node.json")
         with open(path + ".tmp", "w") as f:
             json.dump(info, f)

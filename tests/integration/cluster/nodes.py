@@ -54,7 +54,8 @@ class Nodes:
             with open(log_path, "ab") as log:
                 proc = subprocess.Popen(
                     [str(server), "--host", "127.0.0.1", "--port", str(self.ports[i]),
-                     "--data-dir", str(folder / "data"), *self.args(i)],
+                     "--data-dir", str(folder / "data"), "--management-port", "0",
+                     *self.args(i)],
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     cwd=str(folder), preexec_fn=_die_with_parent)
             self.brokers[i] = Broker("127.0.0.1", self.ports[i], data_dir=folder / "data",

@@ -1,0 +1,1 @@
+"""RabbitMQ's management HTTP API on `management_port` (docs/management.md)."""

@@ -1,0 +1,254 @@
+"""RabbitMQ's management API objects, built from the node's definitions (pure: no IO).
+
+The JSON shapes, field names and types are those of RabbitMQ 3.10's rabbit_mgmt_format and
+its http-api-reference; the tools that read them (rabbitmqadmin, monitoring scripts) rely on
+them. Also the list query parameters every list endpoint takes: pagination (`page`,
+`page_size`, `name`, `use_regex`), `sort`, `sort_reverse` and `columns`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from urllib.parse import quote
+
+from actors.core import policies
+
+MANAGEMENT_TAGS = ("administrator", "monitoring", "policymaker", "management")
+MAX_PAGE_SIZE = 500  # rabbit_mgmt_util's ?page_size maximum
+VERSION = "3.10.8"  # the RabbitMQ version whose API this is (rabbitmqadmin reads it)
+
+
+class ApiError(Exception):
+    """An HTTP error with RabbitMQ's JSON body {"error", "reason"}."""
+
+    def __init__(self, status: int, error: str, reason: str):
+        super().__init__(reason)
+        self.status, self.error, self.reason = status, error, reason
+
+    def body(self) -> dict:
+        return {"error": self.error, "reason": self.reason}
+
+
+def bad_request(reason: str) -> ApiError:
+    return ApiError(400, "bad_request", reason)
+
+
+def not_found(reason: str = "Object Not Found") -> ApiError:
+    return ApiError(404, "Object Not Found", reason)
+
+
+# --- who may see and do what (rabbit_mgmt_util) ------------------------------------------------
+def is_management(tags) -> bool:
+    return any(t in MANAGEMENT_TAGS for t in tags)
+
+
+def is_admin(tags) -> bool:
+    return "administrator" in tags
+
+
+def is_monitor(tags) -> bool:
+    return "administrator" in tags or "monitoring" in tags
+
+
+def is_policymaker(tags) -> bool:
+    return "administrator" in tags or "policymaker" in tags
+
+
+def visible_vhosts(state: dict, user: str, tags) -> set:
+    """A monitoring user or administrator sees every vhost; any other management user those
+    it has permissions in (rabbit_mgmt_util:list_visible_vhosts)."""
+    vhosts = {v["name"] for v in state["auth"]["vhosts"]}
+    if is_monitor(tags):
+        return vhosts
+    return {p["vhost"] for p in state["auth"]["permissions"] if p["user"] == user} & vhosts
+
+
+# --- objects -----------------------------------------------------------------------------------
+def vhost_json(v: dict) -> dict:
+    return {"name": v["name"], "description": v.get("description", ""),
+            "tags": list(v.get("tags") or []),
+            "metadata": {"description": v.get("description", ""),
+                         "tags": list(v.get("tags") or [])},
+            "tracing": False}
+
+
+def user_json(u: dict) -> dict:
+    return {"name": u["name"], "password_hash": u["password_hash"],
+            "hashing_algorithm": u["hashing_algorithm"], "tags": list(u["tags"]),
+            "limits": {}}
+
+
+def exchange_json(x: dict, policy_list) -> dict:
+    p = policies.winner(policy_list, x["vhost"], x["name"], "exchanges")
+    return {"name": x["name"], "vhost": x["vhost"], "type": x["type"],
+            "durable": x["durable"], "auto_delete": x["auto_delete"],
+            "internal": x["internal"], "arguments": x["arguments"],
+            "policy": p["name"] if p else None, "user_who_performed_action": ""}
+
+
+def queue_json(q: dict, row: dict | None, policy_list) -> dict:
+    """A queue; `row` is list_queues' (counts, node, mirrors) when the queue answered."""
+    row = row or {}
+    p = policies.winner(policy_list, q["vhost"], q["name"], "queues")
+    out = {"name": q["name"], "vhost": q["vhost"], "durable": q["durable"],
+           "auto_delete": q["auto_delete"], "exclusive": bool(q["exclusive"]),
+           "arguments": q["arguments"], "type": "classic",
+           "node": row.get("node", ""), "policy": p["name"] if p else None,
+           "state": "running" if "messages" in row else "down",
+           "exclusive_consumer_tag": None, "effective_policy_definition":
+               p["definition"] if p else {}}
+    for k in ("messages", "messages_ready", "messages_unacknowledged", "consumers"):
+        if k in row:
+            out[k] = row[k]
+    if "consumers" in row:
+        out["consumer_utilisation"] = None
+    if row.get("mirrors"):
+        out["slave_nodes"] = row["mirrors"]
+        out["synchronised_slave_nodes"] = row.get("synchronised_mirrors", [])
+    return out
+
+
+def properties_key(routing_key: str, arguments: dict) -> str:
+    """rabbit_mgmt_format:pack_binding_props/2: the routing key, URL-quoted ("~" when empty),
+    then "~" and a hash of the arguments when there are any."""
+    key = quote(routing_key, safe="") if routing_key else "~"
+    if not arguments:
+        return key
+    digest = hashlib.md5(repr(sorted(arguments.items())).encode()).digest()
+    return f"{quote(routing_key, safe='')}~{base64.urlsafe_b64encode(digest).decode().rstrip('=')}"
+
+
+def binding_json(b) -> dict:
+    vhost, source, kind, dest, rk, args = b
+    return {"source": source, "vhost": vhost, "destination": dest,
+            "destination_type": kind, "routing_key": rk, "arguments": args,
+            "properties_key": properties_key(rk, args)}
+
+
+def default_bindings(queues) -> list:
+    """The default exchange's implicit binding to every queue, as RabbitMQ lists it."""
+    return [[q["vhost"], "", "queue", q["name"], q["name"], {}] for q in queues]
+
+
+def permission_json(p: dict) -> dict:
+    return {"user": p["user"], "vhost": p["vhost"], "configure": p["configure"],
+            "write": p["write"], "read": p["read"]}
+
+
+def policy_json(p: dict) -> dict:
+    return {"vhost": p["vhost"], "name": p["name"], "pattern": p["pattern"],
+            "apply-to": p.get("apply_to", p.get("apply-to", "all")),
+            "definition": p["definition"], "priority": p.get("priority", 0)}
+
+
+# --- list query parameters (rabbit_mgmt_util) ---------------------------------------------------
+def _get(item, path: list):
+    for part in path:
+        if not isinstance(item, dict) or part not in item:
+            return None
+        item = item[part]
+    return item
+
+
+def _sort_key(value):
+    # RabbitMQ sorts mixed values by Erlang term order: numbers < atoms < strings; here
+    # None first, then numbers, then strings
+    if value is None:
+        return (0, 0, "")
+    if isinstance(value, bool):
+        return (2, 0, str(value).lower())
+    if isinstance(value, (int, float)):
+        return (1, value, "")
+    return (2, 0, str(value))
+
+
+def _columns(item: dict, columns: list) -> dict:
+    out: dict = {}
+    for col in columns:
+        path = col.split(".")
+        value = _get(item, path)
+        if value is None and not _has(item, path):
+            continue
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    return out
+
+
+def _has(item, path) -> bool:
+    for part in path:
+        if not isinstance(item, dict) or part not in item:
+            return False
+        item = item[part]
+    return True
+
+
+def list_query(items: list, query) -> list | dict:
+    """Filter, sort, paginate and cut `items` as `?name=&use_regex=&sort=&sort_reverse=
+    &page=&page_size=&columns=` ask; a page answers RabbitMQ's envelope."""
+    total = len(items)
+    name = query.get("name")
+    if name:
+        if query.get("use_regex") == "true":
+            try:
+                rx = re.compile(name)
+            except re.error as e:
+                raise bad_request(f"invalid regex: {e}") from None
+            items = [i for i in items if rx.search(str(i.get("name", "")))]
+        else:
+            items = [i for i in items if name in str(i.get("name", ""))]
+    sort = query.get("sort")
+    reverse = query.get("sort_reverse") == "true"
+    if sort:
+        path = sort.split(".")
+        items = sorted(items, key=lambda i: _sort_key(_get(i, path)), reverse=reverse)
+    elif reverse:
+        items = list(reversed(items))
+    columns = [c for c in (query.get("columns") or "").split(",") if c]
+    if columns:
+        items = [_columns(i, columns) for i in items]
+    if "page" not in query:
+        return items
+    try:
+        page = int(query.get("page"))
+        size = int(query.get("page_size", 100))
+    except (TypeError, ValueError):
+        raise bad_request("page and page_size must be integers") from None
+    if page < 1 or size < 1:
+        raise bad_request("page and page_size must be positive")
+    if size > MAX_PAGE_SIZE:
+        raise bad_request(f"page_size cannot be more than {MAX_PAGE_SIZE}")
+    filtered = len(items)
+    page_count = max(1, -(-filtered // size))
+    if page > page_count:
+        raise bad_request(f"page out of range: {page} of {page_count}")
+    chunk = items[(page - 1) * size:page * size]
+    return {"filtered_count": filtered, "item_count": len(chunk), "page": page,
+            "page_count": page_count, "page_size": size, "total_count": total,
+            "items": chunk}
+
+
+def overview_json(state: dict, queues: list, listeners: list, management_port: int,
+                  cluster_name: str) -> dict:
+    """GET /api/overview."""
+    ready = sum(q.get("messages_ready", 0) for q in queues)
+    unacked = sum(q.get("messages_unacknowledged", 0) for q in queues)
+    return {
+        "management_version": VERSION, "rates_mode": "basic",
+        "rabbitmq_version": VERSION, "product_name": "Leveret", "product_version": VERSION,
+        "erlang_version": "none (Python)", "erlang_full_version": "none (Python)",
+        "cluster_name": cluster_name, "node": state["node"],
+        "exchange_types": [{"name": t, "description": "", "enabled": True}
+                           for t in ("direct", "fanout", "headers", "topic")],
+        "object_totals": {"exchanges": len(state["exchanges"]), "queues": len(queues),
+                          "consumers": sum(q.get("consumers", 0) for q in queues)},
+        "queue_totals": {"messages": ready + unacked, "messages_ready": ready,
+                         "messages_unacknowledged": unacked},
+        "message_stats": {}, "statistics_db_event_queue": 0,
+        "listeners": listeners,
+        "contexts": [{"node": state["node"], "description": "RabbitMQ Management",
+                      "path": "/", "port": str(management_port)}],
+    }

@@ -1,0 +1,600 @@
+"""The management listener: RabbitMQ's HTTP API (rabbitmq_management) on `management_port`.
+
+An aiohttp application on its own thread and asyncio loop inside the node process. It holds no
+state: each request asks the node's metadata actor over the same ipc:// socket leveretctl uses
+(`actors.ctl.ask_node`, run in a thread pool so the loop never blocks) and shapes the answer
+with actors/management/api.py. Writes go through the operations AMQP channels and leveretctl
+already use, so they are checked, Raft-committed in a cluster and seen by every worker the same
+way. HTTP basic auth; the user's tags and vhost permissions apply as rabbit_mgmt_util applies
+them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import logging
+import threading
+from urllib.parse import quote
+
+from aiohttp import web
+
+from actors.core.errors import AMQPError
+from actors.core.permissions import AuthDB, hashed_auth_call
+from actors.ctl import ask_node
+from actors.management import api
+from actors.management.api import ApiError
+
+log = logging.getLogger("leveret.management")
+
+REALM = 'Basic realm="RabbitMQ Management"'
+
+
+class NodeAsk:
+    """The metadata actor's operations, answered or raised as ApiError."""
+
+    def __init__(self, run_dir: str, metadata: str):
+        self.run_dir, self.metadata = run_dir, metadata
+
+    async def __call__(self, op: str, args: dict | None = None, timeout_ms: int = 15000):
+        loop = asyncio.get_running_loop()
+        reply = await loop.run_in_executor(None, ask_node, self.run_dir, self.metadata, op,
+                                           args or {}, timeout_ms)
+        if reply is None:
+            raise ApiError(503, "timeout", "the node did not answer")
+        if not reply.ok:
+            raise _from_amqp(reply.code, reply.text)
+        return reply.result
+
+
+def _from_amqp(code: int, text: str) -> ApiError:
+    """An AMQP refusal as rabbit_mgmt_util answers it."""
+    reason = text.split(" - ", 1)[1] if " - " in (text or "") else text
+    if code == 403:
+        return ApiError(401, "not_authorised", reason)
+    if code == 404:
+        return api.not_found(reason)
+    return api.bad_request(reason)
+
+
+class Management:
+    def __init__(self, config, run_dir: str, metadata: str):
+        self.config = config
+        self.ask = NodeAsk(run_dir, metadata)
+        self.host = config.management_host or config.host
+        self.port = config.management_port
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.runner: web.AppRunner | None = None
+        self.thread: threading.Thread | None = None
+        self.started = threading.Event()
+        self.error: BaseException | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Listen (raises SystemExit when the port cannot be bound)."""
+        self.thread = threading.Thread(target=self._run, name="management", daemon=True)
+        self.thread.start()
+        self.started.wait(30)
+        if self.error is not None:
+            raise SystemExit(f"leveret-server: cannot listen for management on {self.host}:"
+                             f"{self.port}: {self.error}")
+        log.info("management API on http://%s:%d/api/", self.host, self.port)
+
+    def _run(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.runner = web.AppRunner(self.app(), access_log=None)
+            self.loop.run_until_complete(self.runner.setup())
+            site = web.TCPSite(self.runner, self.host, self.port, reuse_address=True)
+            self.loop.run_until_complete(site.start())
+        except BaseException as e:  # noqa: BLE001 - reported by start()
+            self.error = e
+            self.started.set()
+            return
+        self.started.set()
+        self.loop.run_forever()
+        self.loop.run_until_complete(self.runner.cleanup())
+        self.loop.close()
+
+    def stop(self) -> None:
+        if self.loop is not None and self.thread is not None and self.thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+
+    # --- the application --------------------------------------------------------------------
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._errors])
+        r = app.router
+        get, put, delete, post = r.add_get, r.add_put, r.add_delete, r.add_post
+        get("/api/overview", self.overview)
+        get("/api/whoami", self.whoami)
+        get("/api/cluster-name", self.cluster_name)
+        get("/api/nodes", self.nodes)
+        get("/api/vhosts", self.vhosts)
+        get("/api/vhosts/{vhost}", self.vhost)
+        put("/api/vhosts/{vhost}", self.put_vhost)
+        delete("/api/vhosts/{vhost}", self.delete_vhost)
+        get("/api/users", self.users)
+        get("/api/users/{user}", self.user)
+        put("/api/users/{user}", self.put_user)
+        delete("/api/users/{user}", self.delete_user)
+        get("/api/permissions", self.permissions)
+        get("/api/permissions/{vhost}/{user}", self.permission)
+        put("/api/permissions/{vhost}/{user}", self.put_permission)
+        delete("/api/permissions/{vhost}/{user}", self.delete_permission)
+        get("/api/exchanges", self.exchanges)
+        get("/api/exchanges/{vhost}", self.exchanges)
+        get("/api/exchanges/{vhost}/{name}", self.exchange)
+        put("/api/exchanges/{vhost}/{name}", self.put_exchange)
+        delete("/api/exchanges/{vhost}/{name}", self.delete_exchange)
+        get("/api/queues", self.queues)
+        get("/api/queues/{vhost}", self.queues)
+        get("/api/queues/{vhost}/{name}", self.queue)
+        put("/api/queues/{vhost}/{name}", self.put_queue)
+        delete("/api/queues/{vhost}/{name}", self.delete_queue)
+        get("/api/queues/{vhost}/{name}/bindings", self.queue_bindings)
+        get("/api/bindings", self.bindings)
+        get("/api/bindings/{vhost}", self.bindings)
+        get("/api/bindings/{vhost}/e/{source}/{kind:[qe]}/{dest}", self.binding_list)
+        post("/api/bindings/{vhost}/e/{source}/{kind:[qe]}/{dest}", self.post_binding)
+        get("/api/bindings/{vhost}/e/{source}/{kind:[qe]}/{dest}/{props}", self.binding)
+        delete("/api/bindings/{vhost}/e/{source}/{kind:[qe]}/{dest}/{props}",
+               self.delete_binding)
+        get("/api/policies", self.policies)
+        get("/api/policies/{vhost}", self.policies)
+        get("/api/policies/{vhost}/{name}", self.policy)
+        put("/api/policies/{vhost}/{name}", self.put_policy)
+        delete("/api/policies/{vhost}/{name}", self.delete_policy)
+        get("/api/health/checks/alarms", self.check_alarms)
+        get("/api/health/checks/local-alarms", self.check_alarms)
+        return app
+
+    @web.middleware
+    async def _errors(self, request, handler):
+        try:
+            return await handler(request)
+        except ApiError as e:
+            headers = {"WWW-Authenticate": REALM} if e.status == 401 else None
+            return web.json_response(e.body(), status=e.status, headers=headers)
+        except AMQPError as e:
+            e = _from_amqp(e.reply_code, e.text)
+            return web.json_response(e.body(), status=e.status)
+
+    # --- who asks ---------------------------------------------------------------------------
+    async def _login(self, request) -> tuple[str, list]:
+        header = request.headers.get("Authorization", "")
+        if not header.startswith("Basic "):
+            raise ApiError(401, "not_authorised", "Not_Authorized")
+        try:
+            user, _, password = base64.b64decode(header[6:]).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            raise ApiError(401, "not_authorised", "Not_Authorized") from None
+        try:
+            tags = await self.ask("mgmt_login", {"user": user, "password": password})
+        except ApiError:
+            raise ApiError(401, "not_authorised", "Login failed") from None
+        if not api.is_management(tags):
+            raise ApiError(401, "not_authorised", "Not management user")
+        return user, tags
+
+    async def _state(self, request, need=None):
+        """(user, tags, definitions, vhosts the user may see); `need` a tag test."""
+        user, tags = await self._login(request)
+        if need is not None and not need(tags):
+            raise ApiError(401, "not_authorised", "Not administrator user"
+                           if need is api.is_admin else "Not monitor user"
+                           if need is api.is_monitor else "Not policymaker user")
+        state = await self.ask("mgmt_state")
+        return user, tags, state, api.visible_vhosts(state, user, tags)
+
+    @staticmethod
+    def _vhost(request, state, visible) -> str | None:
+        vhost = request.match_info.get("vhost")
+        if vhost is None:
+            return None
+        if vhost not in {v["name"] for v in state["auth"]["vhosts"]}:
+            raise api.not_found()
+        if vhost not in visible:
+            raise ApiError(401, "not_authorised", "Access refused.")
+        return vhost
+
+    @staticmethod
+    def _reply(request, items):
+        return web.json_response(api.list_query(items, request.query))
+
+    @staticmethod
+    async def _body(request) -> dict:
+        if not request.can_read_body:
+            return {}
+        try:
+            body = await request.json()
+        except json.JSONDecodeError as e:
+            raise api.bad_request(f"could not parse JSON document: {e}") from None
+        if not isinstance(body, dict):
+            raise api.bad_request("not_json_object")
+        return body
+
+    async def _queue_rows(self) -> dict:
+        rows = await self.ask("list", {"what": "queues"})
+        return {(r["vhost"], r["name"]): r for r in rows}
+
+    # --- overview and node --------------------------------------------------------------------
+    async def overview(self, request):
+        user, tags, state, visible = await self._state(request)
+        rows = [r for k, r in (await self._queue_rows()).items() if k[0] in visible]
+        listeners = [{"node": state["node"], "protocol": "amqp", "ip_address": self.config.host,
+                      "port": self.config.port}]
+        if self.config.tls_port:
+            listeners.append({"node": state["node"], "protocol": "amqp/ssl",
+                              "ip_address": self.config.host, "port": self.config.tls_port})
+        listeners.append({"node": state["node"], "protocol": "http",
+                          "ip_address": self.host, "port": self.port})
+        return web.json_response(api.overview_json(
+            dict(state, exchanges=[x for x in state["exchanges"] if x["vhost"] in visible]),
+            rows, listeners, self.port, self._cluster_name(state)))
+
+    @staticmethod
+    def _cluster_name(state) -> str:
+        return state["members"][0]["name"] if state["members"] else state["node"]
+
+    async def whoami(self, request):
+        user, tags = await self._login(request)
+        return web.json_response({"name": user, "tags": tags})
+
+    async def cluster_name(self, request):
+        _, _, state, _ = await self._state(request)
+        return web.json_response({"name": self._cluster_name(state)})
+
+    async def nodes(self, request):
+        _, _, state, _ = await self._state(request, api.is_monitor)
+        return self._reply(request, [{"name": mbr["name"], "running": mbr["up"], "type": "disc",
+                                      "being_drained": False,
+                                      "mem_alarm": "memory" in state["alarms"],
+                                      "disk_free_alarm": "disk" in state["alarms"]}
+                                     for mbr in state["members"]])
+
+    async def check_alarms(self, request):
+        _, _, state, _ = await self._state(request, api.is_monitor)
+        if state["alarms"]:
+            return web.json_response({"status": "failed", "reason": "resource alarm(s) in "
+                                      "effect in the cluster", "alarms": [
+                                          {"node": state["node"], "resource": a}
+                                          for a in state["alarms"]]}, status=503)
+        return web.json_response({"status": "ok"})
+
+    # --- vhosts, users, permissions -----------------------------------------------------------
+    async def vhosts(self, request):
+        _, _, state, visible = await self._state(request)
+        return self._reply(request, [api.vhost_json(v) for v in state["auth"]["vhosts"]
+                                     if v["name"] in visible])
+
+    async def vhost(self, request):
+        _, _, state, visible = await self._state(request)
+        vhost = self._vhost(request, state, visible)
+        return web.json_response(api.vhost_json(
+            next(v for v in state["auth"]["vhosts"] if v["name"] == vhost)))
+
+    async def _auth(self, method: str, args: list):
+        method, args = hashed_auth_call(method, args)
+        await self.ask("auth", {"method": method, "args": args})
+
+    async def put_vhost(self, request):
+        _, _, state, _ = await self._state(request, api.is_admin)
+        vhost = request.match_info["vhost"]
+        await self._body(request)
+        if any(v["name"] == vhost for v in state["auth"]["vhosts"]):
+            return web.Response(status=204)
+        await self._auth("add_vhost", [vhost])
+        return web.Response(status=201)
+
+    async def delete_vhost(self, request):
+        _, _, state, _ = await self._state(request, api.is_admin)
+        vhost = request.match_info["vhost"]
+        if not any(v["name"] == vhost for v in state["auth"]["vhosts"]):
+            raise api.not_found()
+        await self._auth("delete_vhost", [vhost])
+        return web.Response(status=204)
+
+    async def users(self, request):
+        _, _, state, _ = await self._state(request, api.is_admin)
+        return self._reply(request, [api.user_json(u) for u in state["auth"]["users"]])
+
+    async def user(self, request):
+        _, _, state, _ = await self._state(request, api.is_admin)
+        name = request.match_info["user"]
+        for u in state["auth"]["users"]:
+            if u["name"] == name:
+                return web.json_response(api.user_json(u))
+        raise api.not_found()
+
+    async def put_user(self, request):
+        _, _, state, _ = await self._state(request, api.is_admin)
+        name = request.match_info["user"]
+        body = await self._body(request)
+        tags = body.get("tags", "")
+        tags = [t for t in (tags.split(",") if isinstance(tags, str) else tags) if t]
+        exists = any(u["name"] == name for u in state["auth"]["users"])
+        if "password" in body:
+            if exists:
+                await self._auth("change_password", [name, body["password"]])
+            else:
+                await self._auth("add_user", [name, body["password"], tags])
+        elif "password_hash" in body:
+            algo = body.get("hashing_algorithm", "rabbit_password_hashing_sha256")
+            if exists:
+                await self._auth("change_password_hash", [name, body["password_hash"], algo])
+            else:
+                await self._auth("add_user_with_hash", [name, body["password_hash"], algo,
+                                                        tags])
+        elif not exists:
+            raise api.bad_request("password or password_hash is required")
+        if exists:
+            await self._auth("set_user_tags", [name, tags])
+        return web.Response(status=204 if exists else 201)
+
+    async def delete_user(self, request):
+        _, _, state, _ = await self._state(request, api.is_admin)
+        name = request.match_info["user"]
+        if not any(u["name"] == name for u in state["auth"]["users"]):
+            raise api.not_found()
+        await self._auth("delete_user", [name])
+        return web.Response(status=204)
+
+    async def permissions(self, request):
+        _, _, state, _ = await self._state(request, api.is_admin)
+        return self._reply(request, [api.permission_json(p)
+                                     for p in state["auth"]["permissions"]])
+
+    async def permission(self, request):
+        _, _, state, _ = await self._state(request, api.is_admin)
+        vhost, user = request.match_info["vhost"], request.match_info["user"]
+        for p in state["auth"]["permissions"]:
+            if p["vhost"] == vhost and p["user"] == user:
+                return web.json_response(api.permission_json(p))
+        raise api.not_found()
+
+    async def put_permission(self, request):
+        _, _, state, _ = await self._state(request, api.is_admin)
+        vhost, user = request.match_info["vhost"], request.match_info["user"]
+        body = await self._body(request)
+        missing = [k for k in ("configure", "write", "read") if k not in body]
+        if missing:
+            raise api.bad_request(f"{missing[0]} is required")
+        existed = any(p["vhost"] == vhost and p["user"] == user
+                      for p in state["auth"]["permissions"])
+        await self._auth("set_permissions", [user, vhost, body["configure"], body["write"],
+                                             body["read"]])
+        return web.Response(status=204 if existed else 201)
+
+    async def delete_permission(self, request):
+        await self._state(request, api.is_admin)
+        await self._auth("clear_permissions", [request.match_info["user"],
+                                               request.match_info["vhost"]])
+        return web.Response(status=204)
+
+    # --- exchanges ----------------------------------------------------------------------------
+    async def exchanges(self, request):
+        _, _, state, visible = await self._state(request)
+        vhost = self._vhost(request, state, visible)
+        return self._reply(request, [api.exchange_json(x, state["policies"])
+                                     for x in state["exchanges"] if x["vhost"] in visible and
+                                     (vhost is None or x["vhost"] == vhost)])
+
+    async def exchange(self, request):
+        _, _, state, visible = await self._state(request)
+        vhost = self._vhost(request, state, visible)
+        name = _exchange_name(request.match_info["name"])
+        for x in state["exchanges"]:
+            if x["vhost"] == vhost and x["name"] == name:
+                return web.json_response(api.exchange_json(x, state["policies"]))
+        raise api.not_found()
+
+    async def put_exchange(self, request):
+        user, _, state, visible = await self._state(request)
+        vhost = self._vhost(request, state, visible)
+        name = _exchange_name(request.match_info["name"])
+        body = await self._body(request)
+        if "type" not in body:
+            raise api.bad_request("key_missing: type")
+        AuthDB.from_state(state["auth"]).require(user, vhost, "configure", "exchange", name)
+        existed = any(x["vhost"] == vhost and x["name"] == name for x in state["exchanges"])
+        await self.ask("exchange.declare", {
+            "vhost": vhost, "name": name, "type": body["type"], "passive": False,
+            "durable": _flag(body, "durable", True),
+            "auto_delete": _flag(body, "auto_delete", False),
+            "internal": _flag(body, "internal", False),
+            "arguments": body.get("arguments") or {}, "user": user})
+        return web.Response(status=204 if existed else 201)
+
+    async def delete_exchange(self, request):
+        user, _, state, visible = await self._state(request)
+        vhost = self._vhost(request, state, visible)
+        name = _exchange_name(request.match_info["name"])
+        if not any(x["vhost"] == vhost and x["name"] == name for x in state["exchanges"]):
+            raise api.not_found()
+        AuthDB.from_state(state["auth"]).require(user, vhost, "configure", "exchange", name)
+        await self.ask("exchange.delete", {"vhost": vhost, "name": name,
+                                           "if_unused": request.query.get("if-unused") ==
+                                           "true"})
+        return web.Response(status=204)
+
+    # --- queues -------------------------------------------------------------------------------
+    async def queues(self, request):
+        _, _, state, visible = await self._state(request)
+        vhost = self._vhost(request, state, visible)
+        rows = await self._queue_rows()
+        return self._reply(request, [
+            api.queue_json(q, rows.get((q["vhost"], q["name"])), state["policies"])
+            for q in state["queues"] if q["vhost"] in visible and
+            (vhost is None or q["vhost"] == vhost)])
+
+    async def queue(self, request):
+        _, _, state, visible = await self._state(request)
+        vhost = self._vhost(request, state, visible)
+        name = request.match_info["name"]
+        q = _find_queue(state, vhost, name)
+        rows = await self._queue_rows()
+        return web.json_response(api.queue_json(q, rows.get((vhost, name)), state["policies"]))
+
+    async def put_queue(self, request):
+        user, _, state, visible = await self._state(request)
+        vhost = self._vhost(request, state, visible)
+        name = request.match_info["name"]
+        body = await self._body(request)
+        AuthDB.from_state(state["auth"]).require(user, vhost, "configure", "queue", name)
+        existed = any(q["vhost"] == vhost and q["name"] == name for q in state["queues"])
+        await self.ask("queue.declare", {
+            "vhost": vhost, "name": name, "passive": False,
+            "durable": _flag(body, "durable", True), "exclusive": False,
+            "auto_delete": _flag(body, "auto_delete", False),
+            "arguments": body.get("arguments") or {}, "owner": "", "user": user})
+        return web.Response(status=204 if existed else 201)
+
+    async def delete_queue(self, request):
+        user, _, state, visible = await self._state(request)
+        vhost = self._vhost(request, state, visible)
+        name = request.match_info["name"]
+        _find_queue(state, vhost, name)
+        AuthDB.from_state(state["auth"]).require(user, vhost, "configure", "queue", name)
+        await self.ask("queue.delete", {"vhost": vhost, "name": name,
+                                        "if_unused": request.query.get("if-unused") == "true",
+                                        "if_empty": request.query.get("if-empty") == "true",
+                                        "owner": ""})
+        return web.Response(status=204)
+
+    async def queue_bindings(self, request):
+        _, _, state, visible = await self._state(request)
+        vhost = self._vhost(request, state, visible)
+        name = request.match_info["name"]
+        _find_queue(state, vhost, name)
+        return self._reply(request, [
+            api.binding_json(b) for b in _bindings(state)
+            if b[0] == vhost and b[2] == "queue" and b[3] == name])
+
+    # --- bindings -----------------------------------------------------------------------------
+    async def bindings(self, request):
+        _, _, state, visible = await self._state(request)
+        vhost = self._vhost(request, state, visible)
+        return self._reply(request, [api.binding_json(b) for b in _bindings(state)
+                                     if b[0] in visible and (vhost is None or b[0] == vhost)])
+
+    def _ends(self, request, state, visible):
+        vhost = self._vhost(request, state, visible)
+        kind = "queue" if request.match_info["kind"] == "q" else "exchange"
+        return (vhost, _exchange_name(request.match_info["source"]), kind,
+                request.match_info["dest"])
+
+    async def binding_list(self, request):
+        _, _, state, visible = await self._state(request)
+        vhost, source, kind, dest = self._ends(request, state, visible)
+        return self._reply(request, [api.binding_json(b) for b in _bindings(state)
+                                     if b[:4] == [vhost, source, kind, dest]])
+
+    async def post_binding(self, request):
+        user, _, state, visible = await self._state(request)
+        vhost, source, kind, dest = self._ends(request, state, visible)
+        body = await self._body(request)
+        auth = AuthDB.from_state(state["auth"])
+        auth.require(user, vhost, "write", kind, dest)
+        auth.require(user, vhost, "read", "exchange", source)
+        rk = body.get("routing_key", "")
+        args = body.get("arguments") or {}
+        await self.ask("bind", {"vhost": vhost, "source": source, "kind": kind, "dest": dest,
+                                "routing_key": rk, "arguments": args, "owner": ""})
+        location = (f"{request.path}/{api.properties_key(rk, args)}")
+        return web.Response(status=201, headers={"Location": location})
+
+    def _find_binding(self, request, state, visible):
+        vhost, source, kind, dest = self._ends(request, state, visible)
+        props = quote(request.match_info["props"], safe="~")  # (the path arrives unquoted)
+        for b in _bindings(state):
+            if b[:4] == [vhost, source, kind, dest] and \
+                    api.properties_key(b[4], b[5]) == props:
+                return b
+        raise api.not_found()
+
+    async def binding(self, request):
+        _, _, state, visible = await self._state(request)
+        return web.json_response(api.binding_json(self._find_binding(request, state, visible)))
+
+    async def delete_binding(self, request):
+        user, _, state, visible = await self._state(request)
+        b = self._find_binding(request, state, visible)
+        vhost, source, kind, dest, rk, args = b
+        auth = AuthDB.from_state(state["auth"])
+        auth.require(user, vhost, "write", kind, dest)
+        auth.require(user, vhost, "read", "exchange", source)
+        await self.ask("unbind", {"vhost": vhost, "source": source, "kind": kind,
+                                  "dest": dest, "routing_key": rk, "arguments": args,
+                                  "owner": ""})
+        return web.Response(status=204)
+
+    # --- policies -----------------------------------------------------------------------------
+    async def policies(self, request):
+        _, _, state, visible = await self._state(request)
+        vhost = self._vhost(request, state, visible)
+        return self._reply(request, [api.policy_json(p) for p in state["policies"]
+                                     if p["vhost"] in visible and
+                                     (vhost is None or p["vhost"] == vhost)])
+
+    async def policy(self, request):
+        _, _, state, visible = await self._state(request)
+        vhost = self._vhost(request, state, visible)
+        for p in state["policies"]:
+            if p["vhost"] == vhost and p["name"] == request.match_info["name"]:
+                return web.json_response(api.policy_json(p))
+        raise api.not_found()
+
+    async def put_policy(self, request):
+        _, _, state, visible = await self._state(request, api.is_policymaker)
+        vhost = self._vhost(request, state, visible)
+        name = request.match_info["name"]
+        body = await self._body(request)
+        for key in ("pattern", "definition"):
+            if key not in body:
+                raise api.bad_request(f"key_missing: {key}")
+        existed = any(p["vhost"] == vhost and p["name"] == name for p in state["policies"])
+        await self.ask("policy", {"method": "set", "vhost": vhost, "name": name,
+                                  "pattern": body["pattern"],
+                                  "definition": body["definition"],
+                                  "priority": int(body.get("priority", 0)),
+                                  "apply_to": body.get("apply-to", "all")})
+        return web.Response(status=204 if existed else 201)
+
+    async def delete_policy(self, request):
+        _, _, state, visible = await self._state(request, api.is_policymaker)
+        vhost = self._vhost(request, state, visible)
+        name = request.match_info["name"]
+        if not any(p["vhost"] == vhost and p["name"] == name for p in state["policies"]):
+            raise api.not_found()
+        await self.ask("policy", {"method": "clear", "vhost": vhost, "name": name})
+        return web.Response(status=204)
+
+
+def _flag(body: dict, key: str, default: bool) -> bool:
+    """A boolean field: JSON true/false, or "true"/"false" as rabbitmqadmin sends them."""
+    value = body.get(key, default)
+    if value in (True, "true"):
+        return True
+    if value in (False, "false"):
+        return False
+    raise api.bad_request(f"{key} must be true or false, not {value!r}")
+
+
+def _exchange_name(name: str) -> str:
+    """The default exchange is `amq.default` in the API's paths."""
+    return "" if name == "amq.default" else name
+
+
+def _find_queue(state, vhost, name) -> dict:
+    for q in state["queues"]:
+        if q["vhost"] == vhost and q["name"] == name:
+            return q
+    raise api.not_found()
+
+
+def _bindings(state) -> list:
+    return api.default_bindings(state["queues"]) + [list(b) for b in state["bindings"]]

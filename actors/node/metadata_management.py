@@ -1,0 +1,35 @@
+"""The metadata actor's side of the management listener (actors/management/): one read of
+everything the HTTP API lists that the node's definitions hold, and the login check of HTTP
+basic auth. Queue counts come from `op_list("queues")`; writes use the operations AMQP
+channels and leveretctl already use (queue.declare, exchange.declare, bind, auth, policy...)."""
+
+from __future__ import annotations
+
+from actors.core.errors import ChannelError, amqp_text
+
+
+class ManagementMixin:
+    def op_mgmt_state(self, rpc):
+        """Definitions as the management API lists them (plain data; the password hashes stay
+        inside the node process: the listener runs in it)."""
+        exchanges = [{"vhost": v, "name": n, "type": x.type, "durable": x.durable,
+                      "auto_delete": x.auto_delete, "internal": x.internal,
+                      "arguments": dict(x.arguments)} for (v, n), x in self._all_exchanges()]
+        members = [{"name": info.get("name", member), "up": bool(info.get("up")),
+                    "amqp": info.get("amqp", "")} for member, info in self.members.items()]
+        if not members:
+            members = [{"name": self.config.node, "up": True,
+                        "amqp": f"{self.config.host}:{self.config.port}"}]
+        return {"auth": self.auth.to_state(), "exchanges": exchanges,
+                "bindings": list(self._all_bindings()),
+                "queues": [{k: v for k, v in q.items() if k not in ("address", "worker")}
+                           for q in self.queues.values()],
+                "policies": list(self.policies.values()), "node": self.config.node,
+                "members": members, "alarms": sorted(self.alarms)}
+
+    def op_mgmt_login(self, rpc, user, password):
+        """HTTP basic auth: the user's tags, or 401's reason."""
+        refused = self.auth.check_login(user, password)
+        if refused is not None:
+            raise ChannelError(403, amqp_text(403, refused))
+        return self.auth.user_tags(user)

@@ -1,0 +1,86 @@
+"""actors/management/api.py: RabbitMQ's management JSON and list query parameters, without a
+broker."""
+
+import pytest
+
+from actors.management import api
+
+
+ITEMS = [{"name": "b", "messages": 2, "arguments": {"x-max-length": 5}},
+         {"name": "a", "messages": 10, "arguments": {}},
+         {"name": "ca", "messages": 0, "arguments": {}}]
+
+
+def test_no_parameters_keeps_the_list():
+    assert api.list_query(ITEMS, {}) == ITEMS
+
+
+def test_sort_and_sort_reverse_by_a_field_and_a_dotted_path():
+    assert [i["name"] for i in api.list_query(ITEMS, {"sort": "messages"})] == ["ca", "b", "a"]
+    assert [i["name"] for i in api.list_query(ITEMS, {"sort": "name",
+                                                      "sort_reverse": "true"})] == \
+        ["ca", "b", "a"]
+    assert [i["name"] for i in api.list_query(ITEMS, {"sort": "arguments.x-max-length"})] == \
+        ["a", "ca", "b"]  # (missing sorts first)
+
+
+def test_columns_keep_only_the_named_fields_nested_as_in_the_item():
+    assert api.list_query(ITEMS[:1], {"columns": "name,arguments.x-max-length,nope"}) == [
+        {"name": "b", "arguments": {"x-max-length": 5}}]
+
+
+def test_name_filter_plain_and_regex():
+    assert [i["name"] for i in api.list_query(ITEMS, {"name": "a"})] == ["a", "ca"]
+    assert [i["name"] for i in api.list_query(ITEMS, {"name": "^a$", "use_regex": "true"})] \
+        == ["a"]
+    with pytest.raises(api.ApiError) as e:
+        api.list_query(ITEMS, {"name": "(", "use_regex": "true"})
+    assert e.value.status == 400
+
+
+def test_pagination_envelope():
+    page = api.list_query(ITEMS, {"page": "2", "page_size": "2", "sort": "name"})
+    assert page == {"filtered_count": 3, "item_count": 1, "page": 2, "page_count": 2,
+                    "page_size": 2, "total_count": 3, "items": [ITEMS[2]]}
+    filtered = api.list_query(ITEMS, {"page": "1", "name": "a"})
+    assert (filtered["filtered_count"], filtered["total_count"]) == (2, 3)
+
+
+@pytest.mark.parametrize("query", [{"page": "0"}, {"page": "x"}, {"page": "3", "page_size": "2"},
+                                   {"page": "1", "page_size": "501"}])
+def test_bad_pages_are_400(query):
+    with pytest.raises(api.ApiError) as e:
+        api.list_query(ITEMS, query)
+    assert e.value.status == 400 and e.value.body()["error"] == "bad_request"
+
+
+def test_properties_key_as_rabbit_mgmt_format():
+    assert api.properties_key("", {}) == "~"
+    assert api.properties_key("a.#", {}) == "a.%23"
+    keyed = api.properties_key("k", {"x-match": "all"})
+    assert keyed.startswith("k~") and keyed != api.properties_key("k", {"x-match": "any"})
+
+
+def test_visible_vhosts_by_tags_and_permissions():
+    state = {"auth": {"vhosts": [{"name": "/"}, {"name": "v2"}],
+                      "permissions": [{"user": "u", "vhost": "v2"},
+                                      {"user": "u", "vhost": "gone"}]}}
+    assert api.visible_vhosts(state, "u", ["management"]) == {"v2"}
+    assert api.visible_vhosts(state, "u", ["monitoring"]) == {"/", "v2"}
+    assert not api.is_management(["impersonator"]) and api.is_management(["policymaker"])
+
+
+def test_queue_json_with_and_without_counts_and_the_policy_that_applies():
+    q = {"vhost": "/", "name": "q1", "durable": True, "auto_delete": False, "exclusive": "",
+         "arguments": {}}
+    pols = [{"vhost": "/", "name": "low", "pattern": "^q", "definition": {"ha-mode": "all"},
+             "priority": 0, "apply_to": "queues"},
+            {"vhost": "/", "name": "high", "pattern": "q1", "definition": {"confirm-on": "ack"},
+             "priority": 5, "apply_to": "all"}]
+    down = api.queue_json(q, None, pols)
+    assert down["state"] == "down" and "messages" not in down and down["exclusive"] is False
+    assert down["policy"] == "high" and down["effective_policy_definition"] == {
+        "confirm-on": "ack"}
+    up = api.queue_json(q, {"messages": 3, "messages_ready": 2, "messages_unacknowledged": 1,
+                            "consumers": 1, "node": "n1"}, [])
+    assert (up["state"], up["messages"], up["node"], up["policy"]) == ("running", 3, "n1", None)
