@@ -85,6 +85,7 @@ class Config:
     # --- the management HTTP API (RabbitMQ's rabbitmq_management; docs/management.md) ---
     management_port: int = 15672  # 0 = no management listener
     management_host: str = ""  # "" = the AMQP listener's host
+    collect_statistics_interval: int = 5000  # ms between a queue's statistics samples
     ssl_certfile: str = ""  # the server's certificate (PEM), chain after it
     ssl_keyfile: str = ""  # its private key (PEM)
     ssl_cacertfile: str = ""  # CA certificates client certificates are verified against (PEM)

@@ -84,6 +84,15 @@ class ResourceAlarm(NamedTuple):
     alarms: list
 
 
+class QueueStats(NamedTuple):
+    """Queue -> the metadata actor of every node up: its counters and depth (a sample of
+    actors/core/queue_stats.py), every collect_statistics_interval while they change."""
+    vhost: str
+    name: str
+    at_ms: int  # wall-clock milliseconds of the sample
+    stats: dict
+
+
 class StartQueue(NamedTuple):
     """Node -> queue worker: start the Queue and BackingQueue actors of one queue."""
     qdef: dict  # name, vhost, durable, exclusive_owner, auto_delete, arguments
@@ -631,7 +640,7 @@ _TYPES: list[type] = [
     Publish, Consume, Cancel, Settle, Get, ChannelDown, SetLimit, QueueOp,
     Deliver, GetReply, Confirm, ConsumerGone, Credit, Sent, Demand, Grant, Release,
     MetaApplied, MirrorJoin, MirrorPublish, MirrorForget, MirrorAck, PeerApplied,
-    ResourceAlarm, DirectReply, ReplyCheck,
+    ResourceAlarm, DirectReply, ReplyCheck, QueueStats,
 ]
 _TAG = {cls: i for i, cls in enumerate(_TYPES)}
 _HAS_BODIES = {cls: cls._fields[-1] == "bodies" for cls in _TYPES}

@@ -88,8 +88,9 @@ def exchange_json(x: dict, policy_list) -> dict:
             "policy": p["name"] if p else None, "user_who_performed_action": ""}
 
 
-def queue_json(q: dict, row: dict | None, policy_list) -> dict:
-    """A queue; `row` is list_queues' (counts, node, mirrors) when the queue answered."""
+def queue_json(q: dict, row: dict | None, policy_list, message_stats: dict | None = None) -> dict:
+    """A queue; `row` is list_queues' (counts, node, mirrors) when the queue answered;
+    `message_stats` what its samples say (actors/core/queue_stats.py)."""
     row = row or {}
     p = policies.winner(policy_list, q["vhost"], q["name"], "queues")
     out = {"name": q["name"], "vhost": q["vhost"], "durable": q["durable"],
@@ -98,7 +99,7 @@ def queue_json(q: dict, row: dict | None, policy_list) -> dict:
            "node": row.get("node", ""), "policy": p["name"] if p else None,
            "state": "running" if "messages" in row else "down",
            "exclusive_consumer_tag": None, "effective_policy_definition":
-               p["definition"] if p else {}}
+               p["definition"] if p else {}, "message_stats": message_stats or {}}
     for k in ("messages", "messages_ready", "messages_unacknowledged", "consumers"):
         if k in row:
             out[k] = row[k]
@@ -231,8 +232,21 @@ def list_query(items: list, query) -> list | dict:
             "items": chunk}
 
 
+def sum_message_stats(stats) -> dict:
+    """The sum of several queues' `message_stats` (counters added, rates added)."""
+    total: dict = {}
+    for one in stats:
+        for k, v in one.items():
+            if isinstance(v, dict):
+                d = total.setdefault(k, {"rate": 0.0})
+                d["rate"] = round(d["rate"] + v["rate"], 1)
+            else:
+                total[k] = total.get(k, 0) + v
+    return total
+
+
 def overview_json(state: dict, queues: list, listeners: list, management_port: int,
-                  cluster_name: str) -> dict:
+                  cluster_name: str, message_stats: dict | None = None) -> dict:
     """GET /api/overview."""
     ready = sum(q.get("messages_ready", 0) for q in queues)
     unacked = sum(q.get("messages_unacknowledged", 0) for q in queues)
@@ -247,7 +261,7 @@ def overview_json(state: dict, queues: list, listeners: list, management_port: i
                           "consumers": sum(q.get("consumers", 0) for q in queues)},
         "queue_totals": {"messages": ready + unacked, "messages_ready": ready,
                          "messages_unacknowledged": unacked},
-        "message_stats": {}, "statistics_db_event_queue": 0,
+        "message_stats": message_stats or {}, "statistics_db_event_queue": 0,
         "listeners": listeners,
         "contexts": [{"node": state["node"], "description": "RabbitMQ Management",
                       "path": "/", "port": str(management_port)}],

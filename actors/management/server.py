@@ -234,7 +234,8 @@ class Management:
                           "ip_address": self.host, "port": self.port})
         return web.json_response(api.overview_json(
             dict(state, exchanges=[x for x in state["exchanges"] if x["vhost"] in visible]),
-            rows, listeners, self.port, self._cluster_name(state)))
+            rows, listeners, self.port, self._cluster_name(state),
+            api.sum_message_stats(s for (v, _), s in _stats(state).items() if v in visible)))
 
     @staticmethod
     def _cluster_name(state) -> str:
@@ -426,8 +427,10 @@ class Management:
         _, _, state, visible = await self._state(request)
         vhost = self._vhost(request, state, visible)
         rows = await self._queue_rows()
+        stats = _stats(state)
         return self._reply(request, [
-            api.queue_json(q, rows.get((q["vhost"], q["name"])), state["policies"])
+            api.queue_json(q, rows.get((q["vhost"], q["name"])), state["policies"],
+                           stats.get((q["vhost"], q["name"])))
             for q in state["queues"] if q["vhost"] in visible and
             (vhost is None or q["vhost"] == vhost)])
 
@@ -437,7 +440,8 @@ class Management:
         name = request.match_info["name"]
         q = _find_queue(state, vhost, name)
         rows = await self._queue_rows()
-        return web.json_response(api.queue_json(q, rows.get((vhost, name)), state["policies"]))
+        return web.json_response(api.queue_json(q, rows.get((vhost, name)), state["policies"],
+                                                _stats(state).get((vhost, name))))
 
     async def put_queue(self, request):
         user, _, state, visible = await self._state(request)
@@ -594,6 +598,11 @@ def _find_queue(state, vhost, name) -> dict:
         if q["vhost"] == vhost and q["name"] == name:
             return q
     raise api.not_found()
+
+
+def _stats(state) -> dict:
+    """(vhost, queue) -> message_stats, from the node's statistics table."""
+    return {(v, n): s for v, n, s in state.get("queue_stats", ())}
 
 
 def _bindings(state) -> list:

@@ -32,6 +32,7 @@ from actors.messages import (ClusterEntry, ClusterReady, ClusterTick, CommitFail
 from actors.core import policies, queue_args
 from actors.core.errors import ChannelError, ConnectionError_, amqp_text
 from actors.core.permissions import AuthDB, hashed_auth_call
+from actors.core.queue_stats import StatsTable
 from actors.core.routing import Router
 from actors.node.definitions import Definitions
 from actors.node.metadata_alarms import AlarmsMixin
@@ -76,6 +77,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
         self.pending_ops: dict[int, tuple] = {}  # node req id -> (reply_to, req_id, vhost, name)
         self.next_req = 1  # node's own request ids (to queues)
         self.pending_stats: dict[int, tuple] = {}  # node req id -> (list_queues gather, queue)
+        # the management API's statistics: what queues emit (actors/core/queue_stats.py)
+        self.queue_stats = StatsTable(config.collect_statistics_interval)
         self.version = 0  # metadata version: +1 per broadcast change
         self.applied: dict[tuple[str, int], int] = {}  # live worker -> version it has applied
         self.held: deque = deque()  # (version, reply_to, RpcReply) waiting for the workers
@@ -145,6 +148,9 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
                     self._stats_reply(msg)
                 else:
                     self._queue_reply(msg)
+            elif isinstance(msg, m.QueueStats):
+                if (msg.vhost, msg.name) in self.queues:
+                    self.queue_stats.put(msg.vhost, msg.name, msg.at_ms, msg.stats)
             elif isinstance(msg, StatsTimeout):
                 self._finish_stats(msg.gather)
             elif isinstance(msg, m.MetaApplied):
@@ -239,6 +245,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
                 start.append((c[1]["vhost"], c[1]["name"]))
             elif c[0] == "queue_del":
                 gone.append((c[1], c[2]))
+                self.queue_stats.forget(c[1], c[2])
         self.version += 1
         msg = m.MetaChange(list(changes), self.version)
         for w in self.workers.values():

@@ -5,6 +5,8 @@ channels and leveretctl already use (queue.declare, exchange.declare, bind, auth
 
 from __future__ import annotations
 
+import time
+
 from actors.core.errors import ChannelError, amqp_text
 
 
@@ -20,7 +22,10 @@ class ManagementMixin:
         if not members:
             members = [{"name": self.config.node, "up": True,
                         "amqp": f"{self.config.host}:{self.config.port}"}]
+        now = int(time.time() * 1000)
+        stats = [[v, n, self.queue_stats.message_stats(v, n, now)] for (v, n) in self.queues]
         return {"auth": self.auth.to_state(), "exchanges": exchanges,
+                "queue_stats": [s for s in stats if s[2]],
                 "bindings": list(self._all_bindings()),
                 "queues": [{k: v for k, v in q.items() if k not in ("address", "worker")}
                            for q in self.queues.values()],

@@ -22,6 +22,7 @@ from actors.messages import (ChannelsDown, MirrorsDown, Paged, Persisted, Policy
 from actors.queue.backing_queue import BackingQueue
 from actors.core import policies
 from actors.core.errors import AMQPError, ChannelError
+from actors.core.queue_stats import QueueCounters
 from actors.core.queue import WAIT, QueueCore
 from actors.queue.dead_lettering import dead_letter_publish
 from actors.queue.mirror import Masters
@@ -50,6 +51,12 @@ class Run:
     __slots__ = ()
 
 
+class EmitStats:
+    """Timer -> queue (local only): time for a statistics sample (management API)."""
+
+    __slots__ = ()
+
+
 class Effects:
     """The `out` of QueueCore for one queue actor."""
 
@@ -59,6 +66,7 @@ class Effects:
         self.addr = actor.address
 
     def deliver(self, channel, items, bodies):
+        self.actor.counters.delivered(channel, items, self.actor.core.consumers)
         self.t.send(channel, m.Deliver(self.addr, self.actor.qname, items, bodies))
 
     def confirm(self, channel, seqs, ok):
@@ -143,6 +151,8 @@ class Queue(LightActor):
         self.started_to = started_to  # told QueueStarted once recovered (the node)
         self.adopted = adopted  # a promoted mirror's messages (index entries)
         self.mirrors = Masters(self.transport.send, self.address, self._mirror_synced)
+        self.counters = QueueCounters()  # the management API's message counts
+        self.stats_interval = host.config.collect_statistics_interval
         self.core.on_enqueue = lambda msg: self.mirrors.enqueued(msg, now_ms())
         if host.config.clustered:
             self.core.pageable = False  # a mirror's sync sends what the master holds in memory
@@ -185,12 +195,29 @@ class Queue(LightActor):
         if self.adopted:
             self._adopt(self.adopted)
         self.transport.register(self.name, self.actor_ref)
+        self._emit_stats()
+        self.timers.every(self.stats_interval, self.actor_ref, EmitStats())
         if self.started_to:
             self.transport.send(self.started_to, m.QueueStarted(self.vhost, self.qname,
                                                                 self.address))
         if events.enabled():
             events.emit("queue_started", None, actor="queue", vhost=self.vhost,
                         queue=self.qname, recovered=self.recovered)
+
+    def _emit_stats(self) -> None:
+        """A sample to every node's metadata actor when the counts changed (every
+        collect_statistics_interval)."""
+        sample = self.counters.sample(self.core.stats())
+        if sample is not None:
+            stats = m.QueueStats(self.vhost, self.qname, int(time.time() * 1000), sample)
+            for addr in self._metadata_addresses():
+                self.transport.send(addr, stats)
+
+    def _metadata_addresses(self) -> list:
+        with self.replica.lock:
+            others = [info.get("metadata") for info in self.replica.members.values()
+                      if info.get("up") and info.get("metadata")]
+        return others or [self.node]
 
     def _adopt(self, entries) -> None:
         """Promoted from mirror: its messages, all redelivered; the persistent ones of a
@@ -221,8 +248,11 @@ class Queue(LightActor):
         core.hold = self.held < HOLD_MAX and not self.actor_inbox.empty()
         try:
             if isinstance(msg, m.Publish):
+                self.counters.publish += len(msg.items)
                 core.publish(msg.sender, msg.items, msg.bodies, now)
             elif isinstance(msg, m.Settle):
+                if msg.op == m.ACK:
+                    self.counters.ack += len(msg.seq_ids)
                 core.settle(msg.sender, msg.op, msg.seq_ids, now)
             elif isinstance(msg, m.Sent):
                 core.sent(msg.channel, msg.n, now)
@@ -260,6 +290,8 @@ class Queue(LightActor):
                 core.set_confirm_on(self.confirm_on())
             elif isinstance(msg, Tick):
                 core.tick(now)
+            elif isinstance(msg, EmitStats):
+                self._emit_stats()
             elif isinstance(msg, ChannelsDown):
                 core.channels_down(msg.prefix, now)
             elif isinstance(msg, Run):
@@ -295,6 +327,7 @@ class Queue(LightActor):
             reply = m.GetReply(msg.req_id, self.address, None, 0, [])
         else:
             item, body, count = got
+            self.counters.got(item[2], msg.no_ack)
             reply = m.GetReply(msg.req_id, self.address, item, count, [body])
         self.transport.send(msg.sender, reply)
 

@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -43,11 +44,16 @@ class Api:
             return e.code, json.loads(raw) if raw else None
 
 
+STATS_MS = 300  # collect_statistics_interval of the test node (RabbitMQ's is 5000)
+
+
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
     port = free_port()
-    broker = Broker.start_leveret(Path(tempfile.mkdtemp(
-        prefix="leveret-", dir=tmp_path_factory.getbasetemp())), "--management-port", str(port))
+    folder = Path(tempfile.mkdtemp(prefix="leveret-", dir=tmp_path_factory.getbasetemp()))
+    (folder / "leveret.toml").write_text(f"collect_statistics_interval = {STATS_MS}\n")
+    broker = Broker.start_leveret(folder, "--management-port", str(port), "--config",
+                                  str(folder / "leveret.toml"))
     broker.http_port = port
     try:
         yield broker
@@ -169,6 +175,40 @@ def test_policies_and_list_parameters(node, http):
         "no-such-key": 1}})[0] == 400
     assert http("DELETE", "/api/policies/%2F/mirror-p")[0] == 204
     assert http("GET", "/api/health/checks/alarms") == (200, {"status": "ok"})
+
+
+def test_message_stats_come_from_the_queues_samples(node, http):
+    """Counts and rates in message_stats are what the queue emitted (every
+    collect_statistics_interval), not asked of it per request."""
+    assert http("PUT", "/api/queues/%2F/statq", {"durable": False})[0] == 201
+    with node.connection() as c:
+        ch = c.channel()
+        ch.confirm_delivery()
+        for i in range(20):
+            ch.basic_publish("", "statq", b"x")
+        for _ in range(5):
+            method, _, _ = ch.basic_get("statq")
+            ch.basic_ack(method.delivery_tag)
+        ch.basic_get("statq", auto_ack=True)
+
+    def settled():
+        stats = http("GET", "/api/queues/%2F/statq")[1]["message_stats"]
+        return stats if stats.get("ack") == 5 and stats.get("get_no_ack") == 1 else None
+    deadline = time.monotonic() + 20
+    while (stats := settled()) is None and time.monotonic() < deadline:
+        time.sleep(STATS_MS / 1000)
+    assert stats is not None, http("GET", "/api/queues/%2F/statq")[1]
+    assert (stats["publish"], stats["get"], stats["deliver_get"]) == (20, 5, 6)
+    assert set(stats["publish_details"]) == {"rate"}
+    overview = http("GET", "/api/overview")[1]["message_stats"]
+    assert overview["publish"] >= 20 and "ack_details" in overview
+    # quiet for two intervals: rates fall to 0
+    deadline = time.monotonic() + 20
+    while http("GET", "/api/queues/%2F/statq")[1]["message_stats"]["publish_details"][
+            "rate"] != 0 and time.monotonic() < deadline:
+        time.sleep(STATS_MS / 1000)
+    assert http("GET", "/api/queues/%2F/statq")[1]["message_stats"]["publish_details"] == {
+        "rate": 0.0}
 
 
 @pytest.mark.skipif(RABBITMQADMIN is None, reason="rabbitmqadmin is not installed "

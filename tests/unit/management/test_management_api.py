@@ -84,3 +84,45 @@ def test_queue_json_with_and_without_counts_and_the_policy_that_applies():
     up = api.queue_json(q, {"messages": 3, "messages_ready": 2, "messages_unacknowledged": 1,
                             "consumers": 1, "node": "n1"}, [])
     assert (up["state"], up["messages"], up["node"], up["policy"]) == ("running", 3, "n1", None)
+
+
+# --- statistics (actors/core/queue_stats.py) -----------------------------------------------------
+from actors.core.queue_stats import QueueCounters, StatsTable  # noqa: E402
+
+
+class _Consumer:
+    def __init__(self, no_ack):
+        self.no_ack = no_ack
+
+
+def test_counters_sample_only_when_something_changed():
+    c = QueueCounters()
+    first = c.sample({"messages": 0})
+    assert first["publish"] == 0 and first["messages"] == 0
+    assert c.sample({"messages": 0}) is None  # nothing new: nothing to emit
+    c.publish += 3
+    consumers = {("ch", "A"): _Consumer(False), ("ch", "B"): _Consumer(True)}
+    c.delivered("ch", [["A", 1, False], ["B", 2, True], ["gone", 3, False]], consumers)
+    c.got(True, no_ack=False)
+    s = c.sample({"messages": 2, "consumers": 2})
+    assert (s["publish"], s["deliver"], s["deliver_no_ack"], s["get"], s["redeliver"],
+            s["messages"], s["consumers"]) == (3, 2, 1, 1, 2, 2, 2)
+
+
+def test_rates_between_the_last_two_samples_and_zero_once_quiet():
+    t = StatsTable(interval_ms=5000)
+    assert t.message_stats("/", "q", 0) == {}
+    base = dict.fromkeys(("publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "ack",
+                          "redeliver"), 0)
+    t.put("/", "q", 10_000, dict(base, publish=100))
+    only_one = t.message_stats("/", "q", 10_000)
+    assert only_one["publish"] == 100 and only_one["publish_details"] == {"rate": 0.0}
+    t.put("/", "q", 15_000, dict(base, publish=600, deliver=200, get_no_ack=50))
+    t.put("/", "q", 14_000, dict(base, publish=1))  # late: ignored
+    s = t.message_stats("/", "q", 16_000)
+    assert s["publish_details"] == {"rate": 100.0} and s["deliver_get"] == 250
+    assert s["deliver_get_details"] == {"rate": 50.0}
+    assert t.message_stats("/", "q", 26_000)["publish_details"] == {"rate": 0.0}
+    t.forget("/", "q")
+    assert t.message_stats("/", "q", 16_000) == {}
+    assert api.sum_message_stats([s, s])["publish_details"] == {"rate": 200.0}

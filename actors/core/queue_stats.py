@@ -1,0 +1,97 @@
+"""Queue statistics as RabbitMQ's management plugin keeps them: what a queue counts (its half,
+in the queue actor) and the table of samples the node keeps from what queues emit every
+`collect_statistics_interval` (its half, in the metadata actor), from which rates are derived.
+
+A queue emits only when something changed since its last sample (a node of 10,000 idle queues
+receives nothing); the table treats a queue it has not heard from for longer than two intervals
+as unchanged, so rates fall to 0 once traffic stops.
+"""
+
+from __future__ import annotations
+
+COUNTERS = ("publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "ack", "redeliver")
+GAUGES = ("messages", "messages_ready", "messages_unacknowledged", "consumers")
+
+
+class QueueCounters:
+    """A queue's cumulative message counts (rabbit_core_metrics' queue counters)."""
+
+    __slots__ = COUNTERS + ("emitted",)
+
+    def __init__(self):
+        for name in COUNTERS:
+            setattr(self, name, 0)
+        self.emitted: tuple | None = None  # what the last sample said (None: never)
+
+    def delivered(self, channel, items: list, consumers: dict) -> None:
+        """Deliveries to one channel (Deliver items: [ctag, seq_id, redelivered, ...]);
+        consumers: (channel, tag) -> Consumer, for each one's ack mode."""
+        for it in items:
+            c = consumers.get((channel, it[0]))
+            if c is not None and c.no_ack:
+                self.deliver_no_ack += 1
+            else:
+                self.deliver += 1
+            if it[2]:
+                self.redeliver += 1
+
+    def got(self, redelivered: bool, no_ack: bool) -> None:
+        if no_ack:
+            self.get_no_ack += 1
+        else:
+            self.get += 1
+        self.redeliver += bool(redelivered)
+
+    def sample(self, gauges: dict) -> dict | None:
+        """The counters and `gauges` (queue depth and consumers) when they changed since the
+        last sample, else None (nothing to emit)."""
+        values = tuple(getattr(self, n) for n in COUNTERS) + \
+            tuple(gauges.get(g, 0) for g in GAUGES)
+        if values == self.emitted:
+            return None
+        self.emitted = values
+        return dict(zip(COUNTERS + GAUGES, values))
+
+
+class StatsTable:
+    """The node's latest two samples per queue: counts and rates for the management API."""
+
+    def __init__(self, interval_ms: int):
+        self.interval_ms = interval_ms
+        self.samples: dict[tuple, tuple] = {}  # (vhost, name) -> ((ms, sample), previous)
+
+    def put(self, vhost: str, name: str, at_ms: int, sample: dict) -> None:
+        key = (vhost, name)
+        last = self.samples.get(key)
+        if last is not None and at_ms <= last[0][0]:
+            return  # late or repeated
+        self.samples[key] = ((at_ms, sample), last[0] if last else None)
+
+    def forget(self, vhost: str, name: str) -> None:
+        self.samples.pop((vhost, name), None)
+
+    def message_stats(self, vhost: str, name: str, now_ms: int) -> dict:
+        """RabbitMQ's `message_stats` of one queue: each counter and its `_details.rate`
+        (per second, between the last two samples; 0 once the queue has been quiet for two
+        intervals), with deliver_get (deliveries and gets, with and without ack)."""
+        entry = self.samples.get((vhost, name))
+        if entry is None:
+            return {}
+        (t1, s1), prev = entry
+        quiet = now_ms - t1 > 2 * self.interval_ms
+        out = {}
+        values = dict(s1)
+        values["deliver_get"] = sum(s1[k] for k in ("deliver", "deliver_no_ack", "get",
+                                                    "get_no_ack"))
+        if prev is not None:
+            t0, s0 = prev
+            before = dict(s0)
+            before["deliver_get"] = sum(s0[k] for k in ("deliver", "deliver_no_ack", "get",
+                                                        "get_no_ack"))
+        for key in COUNTERS + ("deliver_get",):
+            rate = 0.0
+            if prev is not None and not quiet and t1 > t0:
+                rate = round((values[key] - before[key]) * 1000.0 / (t1 - t0), 1)
+            out[key] = values[key]
+            out[f"{key}_details"] = {"rate": rate}
+        return out
