@@ -39,6 +39,8 @@ def parse_args(argv=None) -> Config:
                         "at connection.open (default infinity)")
     p.add_argument("--management-port", type=int, metavar="PORT",
                    help="management HTTP API port (default 15672; 0 = none)")
+    p.add_argument("--prometheus-port", type=int, metavar="PORT",
+                   help="Prometheus metrics port (default 15692; 0 = none)")
     p.add_argument("--tls-port", type=int,
                    help="AMQPS port (RabbitMQ's is 5671; default 0: no TLS listener); needs "
                         "--ssl-certfile and --ssl-keyfile")
@@ -62,7 +64,7 @@ def parse_args(argv=None) -> Config:
         cfg.update_from_toml(args.config)
     for name in ("host", "port", "data_dir", "conn_workers", "queue_workers", "log_level",
                  "events", "node_name", "cluster_address", "handshake_timeout",
-                 "max_connections", "tls_port", "management_port", "ssl_certfile", "ssl_keyfile",
+                 "max_connections", "tls_port", "management_port", "prometheus_port", "ssl_certfile", "ssl_keyfile",
                  "ssl_cacertfile", "ssl_verify", "ssl_fail_if_no_peer_cert",
                  "cluster_secret_file", "max_message_size"):
         value = getattr(args, name)

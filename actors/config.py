@@ -85,6 +85,8 @@ class Config:
     # --- the management HTTP API (RabbitMQ's rabbitmq_management; docs/management.md) ---
     management_port: int = 15672  # 0 = no management listener
     management_host: str = ""  # "" = the AMQP listener's host
+    prometheus_port: int = 15692  # Prometheus metrics (rabbitmq_prometheus); 0 = none
+    prometheus_host: str = ""  # "" = the AMQP listener's host
     collect_statistics_interval: int = 5000  # ms between a queue's statistics samples
     ssl_certfile: str = ""  # the server's certificate (PEM), chain after it
     ssl_keyfile: str = ""  # its private key (PEM)
@@ -115,6 +117,12 @@ class Config:
                           f"listener), not {self.management_port!r}")
         elif self.management_port and self.management_port in (self.port, self.tls_port):
             errors.append(f"management_port {self.management_port} is also an AMQP port")
+        if not (isinstance(self.prometheus_port, int) and 0 <= self.prometheus_port <= 65535):
+            errors.append(f"prometheus_port must be a port number (0 = no metrics listener), "
+                          f"not {self.prometheus_port!r}")
+        elif self.prometheus_port and self.prometheus_port in (
+                self.port, self.tls_port, self.management_port):
+            errors.append(f"prometheus_port {self.prometheus_port} is also another listener's")
         if not 0 <= self.tls_port <= 65535:
             errors.append(f"tls_port must be a port number (0 = no TLS listener), not "
                           f"{self.tls_port}")

@@ -119,7 +119,7 @@ class LocalCluster:
                              avoid=range(self.port, self.port + self.nodes))
         cmd = [sys.executable, "-m", "actors.node.cluster_run", "--nodes", str(self.nodes),
                "--host", self.host, "--port", str(self.port), "--cluster-port", str(raft),
-               "--data-dir", self.dir, "--management-port", "0"]
+               "--data-dir", self.dir, "--management-port", "0", "--prometheus-port", "0"]
         self.log(f"starting a {self.nodes}-node cluster: {' '.join(cmd)}")
         with open(os.path.join(self.dir, "cluster_run.log"), "wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,

@@ -73,7 +73,7 @@ class LeveretNode:
             self.port = free_port(self.host)
         self._out = open(os.path.join(self.dir, "server.log"), "wb")
         cmd = [self.server, "--host", self.host, "--port", str(self.port), "--data-dir", data,
-               "--management-port", "0", *self.extra_args]
+               "--management-port", "0", "--prometheus-port", "0", *self.extra_args]
         self.log(f"starting Leveret: {' '.join(cmd)}")
         self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, cwd=self.dir)

@@ -160,7 +160,7 @@ class Broker:
         log = open(log_path, "ab")
         proc = subprocess.Popen(
             [str(server), "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir),
-             "--management-port", "0",
+             "--management-port", "0", "--prometheus-port", "0",
              *extra],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(tmp_dir),
             preexec_fn=_die_with_parent if nofile is None else

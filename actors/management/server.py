@@ -24,7 +24,7 @@ from aiohttp import web
 from actors.core.errors import AMQPError
 from actors.core.permissions import AuthDB, hashed_auth_call
 from actors.ctl import ask_node
-from actors.management import api
+from actors.management import api, prometheus
 from actors.management.api import ApiError
 
 log = logging.getLogger("leveret.management")
@@ -65,44 +65,92 @@ class Management:
         self.ask = NodeAsk(run_dir, metadata)
         self.host = config.management_host or config.host
         self.port = config.management_port
+        self.prometheus_host = config.prometheus_host or config.host
+        self.prometheus_port = config.prometheus_port
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.runner: web.AppRunner | None = None
+        self.runners: list[web.AppRunner] = []
         self.thread: threading.Thread | None = None
         self.started = threading.Event()
         self.error: BaseException | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
-        """Listen (raises SystemExit when the port cannot be bound)."""
+        """Listen on management_port and prometheus_port, those not 0 (SystemExit when one
+        cannot be bound)."""
         self.thread = threading.Thread(target=self._run, name="management", daemon=True)
         self.thread.start()
         self.started.wait(30)
         if self.error is not None:
-            raise SystemExit(f"leveret-server: cannot listen for management on {self.host}:"
-                             f"{self.port}: {self.error}")
-        log.info("management API on http://%s:%d/api/", self.host, self.port)
+            raise SystemExit(f"leveret-server: cannot listen for management/Prometheus: "
+                             f"{self.error}")
+        if self.port:
+            log.info("management API on http://%s:%d/api/", self.host, self.port)
+        if self.prometheus_port:
+            log.info("Prometheus metrics on http://%s:%d/metrics", self.prometheus_host,
+                     self.prometheus_port)
 
     def _run(self) -> None:
         self.loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self.loop)
         try:
-            self.runner = web.AppRunner(self.app(), access_log=None)
-            self.loop.run_until_complete(self.runner.setup())
-            site = web.TCPSite(self.runner, self.host, self.port, reuse_address=True)
-            self.loop.run_until_complete(site.start())
+            for app, host, port in ((self.app, self.host, self.port),
+                                    (self.prometheus_app, self.prometheus_host,
+                                     self.prometheus_port)):
+                if not port:
+                    continue
+                runner = web.AppRunner(app(), access_log=None)
+                self.runners.append(runner)
+                self.loop.run_until_complete(runner.setup())
+                try:
+                    site = web.TCPSite(runner, host, port, reuse_address=True)
+                    self.loop.run_until_complete(site.start())
+                except OSError as e:
+                    raise OSError(f"{host}:{port}: {e.strerror or e}") from None
         except BaseException as e:  # noqa: BLE001 - reported by start()
             self.error = e
+            self._cleanup()
             self.started.set()
             return
         self.started.set()
         self.loop.run_forever()
-        self.loop.run_until_complete(self.runner.cleanup())
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        for runner in self.runners:
+            self.loop.run_until_complete(runner.cleanup())
         self.loop.close()
 
     def stop(self) -> None:
         if self.loop is not None and self.thread is not None and self.thread.is_alive():
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
+
+    # --- Prometheus (rabbitmq_prometheus): no authentication, as RabbitMQ's ------------------
+    def prometheus_app(self) -> web.Application:
+        app = web.Application(middlewares=[self._errors])
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/metrics/per-object", self.metrics)
+        app.router.add_get("/metrics/detailed", self.metrics)
+        return app
+
+    async def metrics(self, request):
+        state, rows, status = await asyncio.gather(
+            self.ask("mgmt_state"), self.ask("list", {"what": "queues"}), self.ask("status"))
+        only = vhosts = None
+        path = request.path
+        if path == "/metrics/detailed":
+            names = set()
+            for family in request.query.getall("family", []):
+                if family not in prometheus.FAMILIES:
+                    raise api.bad_request(f"unknown family {family!r}; known: "
+                                          f"{', '.join(sorted(prometheus.FAMILIES))}")
+                names.update(prometheus.FAMILIES[family])
+            only = names
+            vhosts = set(request.query.getall("vhost", [])) or None
+        body = prometheus.render(prometheus.metrics(
+            state["node"], self._cluster_name(state), rows, _stats(state), status,
+            per_object=path != "/metrics", only=only, vhosts=vhosts))
+        return web.Response(body=body, headers={"Content-Type": prometheus.CONTENT_TYPE})
 
     # --- the application --------------------------------------------------------------------
     def app(self) -> web.Application:

@@ -32,11 +32,13 @@ POLL = 0.2                   # seconds between checks of the nodes
 
 def node_commands(server: list[str], nodes: int, host: str, port: int, cluster_port: int,
                   data_dir: str, extra: list[str] = (),
-                  management_port: int = 15672) -> list[list[str]]:
+                  management_port: int = 15672,
+                  prometheus_port: int = 15692) -> list[list[str]]:
     """The leveret-server command line of every node (pure)."""
     raft = [f"{host}:{cluster_port + i}" for i in range(nodes)]
     return [[*server, "--host", host, "--port", str(port + i),
              "--management-port", str(management_port + i if management_port else 0),
+             "--prometheus-port", str(prometheus_port + i if prometheus_port else 0),
              "--data-dir", os.path.join(data_dir, f"node{i + 1}"),
              "--node-name", f"leveret@node{i + 1}",
              "--cluster-nodes", ",".join(raft), "--cluster-address", raft[i],
@@ -151,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--management-port", type=int, default=15672,
                    help="management HTTP port of node1; node i+1 uses PORT+i (default 15672; "
                         "0 = none)")
+    p.add_argument("--prometheus-port", type=int, default=15692,
+                   help="Prometheus port of node1; node i+1 uses PORT+i (default 15692; "
+                        "0 = none)")
     p.add_argument("--data-dir", default="./var",
                    help="nodes' data dirs go to DATA_DIR/node1, node2, ... (default ./var)")
     p.add_argument("--stop-timeout", type=float, default=STOP_TIMEOUT,
@@ -169,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("cluster_run: --nodes must be at least 1")
     data_dir = os.path.abspath(args.data_dir)
     cluster = Cluster(node_commands(server_command(), args.nodes, args.host, args.port,
-                                    args.cluster_port, data_dir, extra, args.management_port),
+                                    args.cluster_port, data_dir, extra, args.management_port,
+                                    args.prometheus_port),
                       data_dir, args.stop_timeout)
     stop = []                                   # the signal that asked us to stop, if any
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -178,7 +178,7 @@ class Node:
                 shutil.rmtree(self.run_dir, ignore_errors=True)
             return self.exit_code
         self._drop_stale_indexes()
-        if cfg.management_port:
+        if cfg.management_port or cfg.prometheus_port:
             self.management = Management(cfg, self.run_dir, self._ctl_address())
             try:
                 self.management.start()

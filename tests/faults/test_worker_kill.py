@@ -30,7 +30,7 @@ def start_node(tmp_path: Path, *extra: str) -> Broker:
     log_path = tmp_path / "server.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([str(REPO / ".venv/bin/leveret-server"), "--port", str(port),
-                                 "--data-dir", str(data), "--management-port", "0", *extra],
+                                 "--data-dir", str(data), "--management-port", "0", "--prometheus-port", "0", *extra],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     broker = Broker("127.0.0.1", port, data_dir=data, proc=proc, log_path=log_path)
     deadline = time.monotonic() + 30

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pika
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import Broker, free_port
 
@@ -49,12 +50,15 @@ STATS_MS = 300  # collect_statistics_interval of the test node (RabbitMQ's is 50
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
+    while metrics_port == port:
+        metrics_port = free_port()
     folder = Path(tempfile.mkdtemp(prefix="leveret-", dir=tmp_path_factory.getbasetemp()))
     (folder / "leveret.toml").write_text(f"collect_statistics_interval = {STATS_MS}\n")
     broker = Broker.start_leveret(folder, "--management-port", str(port), "--config",
-                                  str(folder / "leveret.toml"))
-    broker.http_port = port
+                                  str(folder / "leveret.toml"), "--prometheus-port",
+                                  str(metrics_port))
+    broker.http_port, broker.metrics_port = port, metrics_port
     try:
         yield broker
     finally:
@@ -234,3 +238,49 @@ def test_rabbitmqadmin_lists_declares_and_deletes(node):
     admin("delete", "queue", "name=adminq")
     admin("delete", "exchange", "name=adminx")
     assert "adminq" not in {q["name"] for q in json.loads(admin("list", "queues"))}
+
+
+def scrape(node, path: str) -> dict:
+    """{(metric sample name, labels as a sorted tuple): value} of one scrape."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{node.metrics_port}{path}", timeout=20) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = r.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_prometheus_metrics_with_rabbitmq_prometheus_names(node, http):
+    assert http("PUT", "/api/queues/%2F/promq", {"durable": False})[0] == 201
+    with node.connection() as c:
+        ch = c.channel()
+        ch.confirm_delivery()
+        for _ in range(4):
+            ch.basic_publish("", "promq", b"x")
+        method, _, _ = ch.basic_get("promq")  # one unacked while we scrape
+        per = {}
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            per = scrape(node, "/metrics/per-object")
+            if per.get(("rabbitmq_queue_messages_published_total",
+                        (("queue", "promq"), ("vhost", "/")))) == 4:
+                break
+            time.sleep(STATS_MS / 1000)
+        labels = (("queue", "promq"), ("vhost", "/"))
+        assert per[("rabbitmq_queue_messages_ready", labels)] == 3
+        assert per[("rabbitmq_queue_messages_unacked", labels)] == 1
+        assert per[("rabbitmq_queue_messages_published_total", labels)] == 4
+        assert per[("rabbitmq_queue_messages_fetched_total", labels)] == 1
+        ch.basic_ack(method.delivery_tag)
+    agg = scrape(node, "/metrics")
+    assert agg[("rabbitmq_queue_messages_ready", ())] >= 3
+    assert agg[("rabbitmq_queues", ())] >= 1
+    assert agg[("rabbitmq_alarms_memory_used_watermark", ())] == 0
+    assert agg[("rabbitmq_resident_memory_limit_bytes", ())] > 0
+    assert any(k[0] == "rabbitmq_identity_info" for k in agg)
+    detailed = scrape(node, "/metrics/detailed?family=queue_coarse_metrics&vhost=%2F")
+    assert {k[0] for k in detailed} == {"rabbitmq_queue_messages_ready",
+                                        "rabbitmq_queue_messages_unacked",
+                                        "rabbitmq_queue_messages"}
+    with pytest.raises(urllib.error.HTTPError) as e:
+        scrape(node, "/metrics/detailed?family=nope")
+    assert e.value.code == 400

@@ -54,7 +54,7 @@ class Nodes:
             with open(log_path, "ab") as log:
                 proc = subprocess.Popen(
                     [str(server), "--host", "127.0.0.1", "--port", str(self.ports[i]),
-                     "--data-dir", str(folder / "data"), "--management-port", "0",
+                     "--data-dir", str(folder / "data"), "--management-port", "0", "--prometheus-port", "0",
                      *self.args(i)],
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     cwd=str(folder), preexec_fn=_die_with_parent)

@@ -87,7 +87,7 @@ def test_sigterm_stops_every_node(tmp_path: Path):
         launcher = subprocess.Popen(
             [str(REPO / ".venv" / "bin" / "python"), "-m", "actors.node.cluster_run",
              "--nodes", str(NODES), "--port", str(amqp), "--cluster-port", str(raft),
-             "--data-dir", str(data), "--management-port", "0"],
+             "--data-dir", str(data), "--management-port", "0", "--prometheus-port", "0"],
             cwd=str(REPO), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             preexec_fn=_die_with_parent)
 
@@ -149,7 +149,7 @@ def test_node_commands():
                          ["--events", "full"])
     raft = "127.0.0.1:25672,127.0.0.1:25673,127.0.0.1:25674"
     assert cmds[1] == ["leveret-server", "--host", "127.0.0.1", "--port", "5673",
-                       "--management-port", "15673", "--data-dir", "/d/node2", "--node-name", "leveret@node2",
+                       "--management-port", "15673", "--prometheus-port", "15693", "--data-dir", "/d/node2", "--node-name", "leveret@node2",
                        "--cluster-nodes", raft, "--cluster-address", "127.0.0.1:25673",
                        "--cluster-secret-file", "/d/cluster_secret", "--events", "full"]
     assert [c[c.index("--port") + 1] for c in cmds] == ["5672", "5673", "5674"]

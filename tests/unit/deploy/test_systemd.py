@@ -47,7 +47,7 @@ def test_node_notifies_ready_watchdog_and_stopping(tmp_path):
     env = dict(os.environ, NOTIFY_SOCKET=path, WATCHDOG_USEC="1000000")
     env.pop("WATCHDOG_PID", None)
     proc = subprocess.Popen([str(SERVER), "--port", str(_free_port()), "--data-dir",
-                             str(tmp_path / "data"), "--management-port", "0"], env=env, stdout=subprocess.DEVNULL,
+                             str(tmp_path / "data"), "--management-port", "0", "--prometheus-port", "0"], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     got = []
 

@@ -126,3 +126,29 @@ def test_rates_between_the_last_two_samples_and_zero_once_quiet():
     t.forget("/", "q")
     assert t.message_stats("/", "q", 16_000) == {}
     assert api.sum_message_stats([s, s])["publish_details"] == {"rate": 200.0}
+
+
+# --- Prometheus (actors/management/prometheus.py) ------------------------------------------------
+from actors.management import prometheus  # noqa: E402
+
+
+def test_prometheus_aggregates_or_labels_per_queue_and_filters_families():
+    rows = [{"vhost": "/", "name": "a", "messages_ready": 2, "messages_unacknowledged": 1,
+             "messages": 3, "consumers": 1},
+            {"vhost": "v", "name": "b", "messages_ready": 5, "messages_unacknowledged": 0,
+             "messages": 5, "consumers": 0}]
+    stats = {("/", "a"): {"publish": 7}}
+    status = {"alarms": ["disk"], "memory_used": 10, "memory_limit": 100, "disk_free": 5,
+              "disk_free_limit": 1}
+    text = prometheus.render(prometheus.metrics("n1", "c1", rows, stats, status,
+                                                per_object=False)).decode()
+    assert "rabbitmq_queue_messages_ready 7.0" in text
+    assert "rabbitmq_queue_messages_published_total 7.0" in text
+    assert "rabbitmq_alarms_free_disk_space_watermark 1.0" in text
+    assert 'rabbitmq_identity_info{rabbitmq_cluster="c1",rabbitmq_node="n1"} 1.0' in text
+    per = prometheus.render(prometheus.metrics(
+        "n1", "c1", rows, stats, status, per_object=True,
+        only=set(prometheus.FAMILIES["queue_coarse_metrics"]), vhosts={"v"})).decode()
+    assert 'rabbitmq_queue_messages_ready{queue="b",vhost="v"} 5.0' in per
+    assert 'queue="a"' not in per and "rabbitmq_build_info" not in per
+    assert "rabbitmq_queue_consumers" not in per
