@@ -93,6 +93,21 @@ class QueueStats(NamedTuple):
     stats: dict
 
 
+class ConnectionStats(NamedTuple):
+    """Connection worker -> the metadata actor of every node up: every connection of the
+    worker with its channels and consumers (actors/connection/stats.py), when it changed."""
+    worker: str  # the worker's endpoint
+    at_ms: int
+    connections: list
+
+
+class ForceClose(NamedTuple):
+    """Node -> connection worker: close one connection with 320 CONNECTION_FORCED (the
+    management API's DELETE /api/connections/{name})."""
+    conn_id: str
+    reason: str
+
+
 class StartQueue(NamedTuple):
     """Node -> queue worker: start the Queue and BackingQueue actors of one queue."""
     qdef: dict  # name, vhost, durable, exclusive_owner, auto_delete, arguments
@@ -640,7 +655,7 @@ _TYPES: list[type] = [
     Publish, Consume, Cancel, Settle, Get, ChannelDown, SetLimit, QueueOp,
     Deliver, GetReply, Confirm, ConsumerGone, Credit, Sent, Demand, Grant, Release,
     MetaApplied, MirrorJoin, MirrorPublish, MirrorForget, MirrorAck, PeerApplied,
-    ResourceAlarm, DirectReply, ReplyCheck, QueueStats,
+    ResourceAlarm, DirectReply, ReplyCheck, QueueStats, ConnectionStats, ForceClose,
 ]
 _TAG = {cls: i for i, cls in enumerate(_TYPES)}
 _HAS_BODIES = {cls: cls._fields[-1] == "bodies" for cls in _TYPES}

@@ -69,6 +69,10 @@ class WorkerControl(LightActor):
             elif isinstance(msg, m.WorkerDown):
                 self.transport.mark_dead(msg.endpoint)
                 self.host.worker_down(msg.kind, msg.endpoint)
+            elif isinstance(msg, m.ForceClose):
+                force_close = getattr(self.host, "force_close", None)
+                if force_close is not None:
+                    force_close(msg.conn_id, msg.reason)
             elif isinstance(msg, m.StartQueue):
                 self.host.start_queue(msg)
             elif isinstance(msg, m.ResourceAlarm):

@@ -22,6 +22,7 @@ from actors.connection import tls
 from actors.connection.handoff import Receiver
 from actors.connection.netio import Conn
 from actors.connection.reader import Reader
+from actors.connection.stats import ConnectionSampler
 from actors.host import WorkerHost
 from actors.naming import queue_actor_name
 
@@ -48,6 +49,8 @@ class ConnectionHost(WorkerHost):
         if self.config.tls_port:
             self.ssl_context = tls.server_context(self.config)
         self.receiver = Receiver(self.io, self.handoff_fd, self._accepted)
+        self.sampler = ConnectionSampler(self, self.config.collect_statistics_interval)
+        self.sampler.start()
 
     def _accepted(self, sock: socket.socket, peer, secure: bool, over_limit: bool) -> None:
         """The node handed us a client (on the loop thread). handshake_timeout counts from
@@ -106,7 +109,19 @@ class ConnectionHost(WorkerHost):
         with self.lock:
             self.channels.pop(address, None)
 
+    def force_close(self, conn_id: str, reason: str) -> None:
+        """The management API closes a connection: 320 CONNECTION_FORCED - reason."""
+        with self.lock:
+            ref = self.readers.get(conn_id)
+        if ref is not None:
+            try:
+                ref.tell(m.CloseConnection(320, f"CONNECTION_FORCED - {reason}", 0, 0))
+            except pykka.ActorDeadError:
+                pass
+
     def stop(self) -> None:
+        if getattr(self, "sampler", None) is not None:
+            self.sampler.stop()
         with self.lock:
             readers = list(self.readers.values())
         for ref in readers:

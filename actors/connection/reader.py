@@ -43,6 +43,7 @@ class Reader(LightActor):
         self.conn = conn  # netio.Conn: the socket
         self.peer = peer  # (host, port) of the client
         self.conn_id = conn_id  # unique connection id (exclusive-queue owner)
+        self.connected_at = int(time.time() * 1000)  # wall clock (management API)
         self.writer = Writer.start(conn, host.transport)  # the sending side
         self.core = ConnectionCore(host.config, host.replica, peer, conn_id, self, tls,
                                    over_limit)  # the handshake and frame dispatch, sans-IO

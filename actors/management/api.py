@@ -133,6 +133,16 @@ def default_bindings(queues) -> list:
     return [[q["vhost"], "", "queue", q["name"], q["name"], {}] for q in queues]
 
 
+def connection_json(c: dict) -> dict:
+    """A connection as the worker sampled it (actors/connection/stats.py), minus what only
+    Leveret uses (its id, its channels' details)."""
+    return {k: v for k, v in c.items() if k not in ("id", "channel_list")}
+
+
+def channel_json(ch: dict) -> dict:
+    return {k: v for k, v in ch.items() if k != "consumers"}
+
+
 def permission_json(p: dict) -> dict:
     return {"user": p["user"], "vhost": p["vhost"], "configure": p["configure"],
             "write": p["write"], "read": p["read"]}

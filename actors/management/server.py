@@ -196,6 +196,16 @@ class Management:
         get("/api/policies/{vhost}/{name}", self.policy)
         put("/api/policies/{vhost}/{name}", self.put_policy)
         delete("/api/policies/{vhost}/{name}", self.delete_policy)
+        get("/api/connections", self.connections)
+        get("/api/vhosts/{vhost}/connections", self.connections)
+        get("/api/connections/{conn}", self.connection)
+        delete("/api/connections/{conn}", self.delete_connection)
+        get("/api/connections/{conn}/channels", self.channels)
+        get("/api/channels", self.channels)
+        get("/api/vhosts/{vhost}/channels", self.channels)
+        get("/api/channels/{channel}", self.channel)
+        get("/api/consumers", self.consumers)
+        get("/api/consumers/{vhost}", self.consumers)
         get("/api/health/checks/alarms", self.check_alarms)
         get("/api/health/checks/local-alarms", self.check_alarms)
         return app
@@ -313,6 +323,61 @@ class Management:
                                           {"node": state["node"], "resource": a}
                                           for a in state["alarms"]]}, status=503)
         return web.json_response({"status": "ok"})
+
+    # --- connections, channels, consumers (the workers' samples) -----------------------------
+    def _connections(self, request, user, tags, state, visible) -> list:
+        """Those the user may see: all for monitoring, else its own (rabbit_mgmt_util)."""
+        vhost = self._vhost(request, state, visible)
+        return [c for c in state.get("connections", ())
+                if (api.is_monitor(tags) or c["user"] == user) and
+                (vhost is None or c["vhost"] == vhost)]
+
+    async def connections(self, request):
+        user, tags, state, visible = await self._state(request)
+        return self._reply(request, [api.connection_json(c) for c in
+                                     self._connections(request, user, tags, state, visible)])
+
+    def _find_connection(self, request, user, tags, state, visible) -> dict:
+        name = request.match_info["conn"]
+        for c in self._connections(request, user, tags, state, visible):
+            if c["name"] == name:
+                return c
+        raise api.not_found()
+
+    async def connection(self, request):
+        user, tags, state, visible = await self._state(request)
+        return web.json_response(api.connection_json(
+            self._find_connection(request, user, tags, state, visible)))
+
+    async def delete_connection(self, request):
+        user, tags, state, visible = await self._state(request)
+        c = self._find_connection(request, user, tags, state, visible)
+        reason = request.headers.get("X-Reason", "Closed via management plugin")
+        await self.ask("mgmt_close_connection", {"name": c["name"], "reason": reason})
+        return web.Response(status=204)
+
+    async def channels(self, request):
+        user, tags, state, visible = await self._state(request)
+        conns = self._connections(request, user, tags, state, visible)
+        if "conn" in request.match_info:
+            conns = [self._find_connection(request, user, tags, state, visible)]
+        return self._reply(request, [api.channel_json(ch) for c in conns
+                                     for ch in c["channel_list"]])
+
+    async def channel(self, request):
+        user, tags, state, visible = await self._state(request)
+        name = request.match_info["channel"]
+        for c in self._connections(request, user, tags, state, visible):
+            for ch in c["channel_list"]:
+                if ch["name"] == name:
+                    return web.json_response(api.channel_json(ch))
+        raise api.not_found()
+
+    async def consumers(self, request):
+        user, tags, state, visible = await self._state(request)
+        return self._reply(request, [cons for c in self._connections(request, user, tags,
+                                                                     state, visible)
+                                     for ch in c["channel_list"] for cons in ch["consumers"]])
 
     # --- vhosts, users, permissions -----------------------------------------------------------
     async def vhosts(self, request):

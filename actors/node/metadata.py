@@ -79,6 +79,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
         self.pending_stats: dict[int, tuple] = {}  # node req id -> (list_queues gather, queue)
         # the management API's statistics: what queues emit (actors/core/queue_stats.py)
         self.queue_stats = StatsTable(config.collect_statistics_interval)
+        self.conn_stats: dict[str, list] = {}  # connection worker endpoint -> its connections
         self.version = 0  # metadata version: +1 per broadcast change
         self.applied: dict[tuple[str, int], int] = {}  # live worker -> version it has applied
         self.held: deque = deque()  # (version, reply_to, RpcReply) waiting for the workers
@@ -148,6 +149,9 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
                     self._stats_reply(msg)
                 else:
                     self._queue_reply(msg)
+            elif isinstance(msg, m.ConnectionStats):
+                if not self.transport.is_dead(msg.worker):
+                    self.conn_stats[msg.worker] = msg.connections
             elif isinstance(msg, m.QueueStats):
                 if (msg.vhost, msg.name) in self.queues:
                     self.queue_stats.put(msg.vhost, msg.name, msg.at_ms, msg.stats)
@@ -385,6 +389,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
             self.applied.pop((ev.kind, ev.index), None)
             self._release_replies()
         self.transport.mark_dead(ev.endpoint)
+        self.conn_stats.pop(ev.endpoint, None)
         down = m.WorkerDown(ev.kind, ev.endpoint)
         for other in self.workers.values():
             self.transport.send(other.control, down)

@@ -46,7 +46,7 @@ from actors.core.routing import Router
 log = logging.getLogger("leveret.cluster")
 
 LOCAL_OPS = {"worker.hello", "worker.ready", "list", "cluster.status",  # any node answers
-             "mgmt_state", "mgmt_login",  # (a password never leaves the node it reached)
+             "mgmt_state", "mgmt_login", "mgmt_close_connection",  # (a password never leaves the node it reached)
              "status", "set_vm_memory_high_watermark", "set_disk_free_limit"}  # its own
 FORWARD_WAIT_S = 5.0  # how long an operation waits for a leader before it fails
 RELAY_WAIT_S = 15.0  # how long a forwarded operation waits for the leader's answer
@@ -394,6 +394,7 @@ class ClusterMixin:
         for slot, endpoint in before.items():
             if after.get(slot) != endpoint:
                 self.transport.mark_dead(endpoint)
+                self.conn_stats.pop(endpoint, None)
                 down = m.WorkerDown(slot.split("-")[0], endpoint)
                 for w in self.workers.values():
                     self.transport.send(w.control, down)

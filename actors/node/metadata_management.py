@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import time
 
+from actors import messages as m
 from actors.core.errors import ChannelError, amqp_text
+from actors.transport import make_address
 
 
 class ManagementMixin:
@@ -26,11 +28,22 @@ class ManagementMixin:
         stats = [[v, n, self.queue_stats.message_stats(v, n, now)] for (v, n) in self.queues]
         return {"auth": self.auth.to_state(), "exchanges": exchanges,
                 "queue_stats": [s for s in stats if s[2]],
+                "connections": [c for rows in self.conn_stats.values() for c in rows],
                 "bindings": list(self._all_bindings()),
                 "queues": [{k: v for k, v in q.items() if k not in ("address", "worker")}
                            for q in self.queues.values()],
                 "policies": list(self.policies.values()), "node": self.config.node,
                 "members": members, "alarms": sorted(self.alarms)}
+
+    def op_mgmt_close_connection(self, rpc, name, reason):
+        """DELETE /api/connections/{name}: the worker holding it closes it (any node's)."""
+        for worker, rows in self.conn_stats.items():
+            for c in rows:
+                if c["name"] == name:
+                    self.transport.send(make_address(worker, "control"),
+                                        m.ForceClose(c["id"], reason))
+                    return None
+        raise ChannelError(404, amqp_text(404, f"no connection '{name}'"))
 
     def op_mgmt_login(self, rpc, user, password):
         """HTTP basic auth: the user's tags, or 401's reason."""

@@ -262,6 +262,12 @@ class Mailbox:
         self.scheduled = True  # on a run queue or running; True until the actor is started
         self.dead = False  # the actor ended: asks are answered ActorDeadError at once
 
+    @property
+    def actor(self) -> "LightActor":
+        """The actor this is the inbox of (`ref.actor_inbox.actor`: for reading an actor's
+        plain attributes from another thread, e.g. a statistics sample)."""
+        return self._actor
+
     def put(self, envelope) -> None:
         with self._lock:
             if self.dead:

@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -213,6 +214,54 @@ def test_message_stats_come_from_the_queues_samples(node, http):
         time.sleep(STATS_MS / 1000)
     assert http("GET", "/api/queues/%2F/statq")[1]["message_stats"]["publish_details"] == {
         "rate": 0.0}
+
+
+def wait_for(what, fn, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(STATS_MS / 1000)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_connections_channels_and_consumers_and_closing_one(node, http):
+    assert http("PUT", "/api/queues/%2F/connq", {"durable": False})[0] == 201
+    c = node.connection(client_properties={"connection_name": "mgmt-test"})
+    try:
+        ch = c.channel()
+        ch.basic_qos(prefetch_count=7)
+        ch.confirm_delivery()
+        ch.basic_consume("connq", lambda *a: None, consumer_tag="ctag-1")
+
+        def mine():
+            return [x for x in http("GET", "/api/connections")[1]
+                    if x["client_properties"].get("connection_name") == "mgmt-test"]
+        conn = wait_for("the connection in /api/connections", mine)[0]
+        assert (conn["user"], conn["vhost"], conn["protocol"], conn["state"], conn["node"]) \
+            == ("guest", "/", "AMQP 0-9-1", "running", http("GET", "/api/overview")[1]["node"])
+        assert conn["name"].endswith(f"-> 127.0.0.1:{node.port}") and conn["channels"] == 1
+        channels = http("GET", "/api/connections/" + urllib.parse.quote(conn["name"], safe="")
+                        + "/channels")[1]
+        assert [(x["number"], x["prefetch_count"], x["confirm"], x["consumer_count"])
+                for x in channels] == [(1, 7, True, 1)]
+        consumers = [x for x in http("GET", "/api/consumers/%2F")[1]
+                     if x["consumer_tag"] == "ctag-1"]
+        assert consumers and consumers[0]["queue"] == {"name": "connq", "vhost": "/"}
+        assert consumers[0]["channel_details"]["connection_name"] == conn["name"]
+        status, _ = http("DELETE", "/api/connections/" + urllib.parse.quote(conn["name"],
+                                                                           safe=""))
+        assert status == 204
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as e:
+            c.process_data_events(time_limit=10)
+            c.process_data_events(time_limit=10)
+        assert (e.value.reply_code, e.value.reply_text) == (
+            320, "CONNECTION_FORCED - Closed via management plugin")
+        wait_for("the connection gone from /api/connections", lambda: not mine())
+    finally:
+        if c.is_open:
+            c.close()
 
 
 @pytest.mark.skipif(RABBITMQADMIN is None, reason="rabbitmqadmin is not installed "

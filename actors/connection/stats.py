@@ -1,0 +1,124 @@
+"""What a connection worker tells the node about its connections, channels and consumers, for
+the management API (/api/connections, /api/channels, /api/consumers): a sample every
+`collect_statistics_interval`, sent only when it changed, as RabbitMQ's connection and channel
+processes emit stats events.
+
+Read off the Reader and Channel actors from the sampling thread: each field is a plain
+attribute read (set by its actor; a sample may be one turn old, as RabbitMQ's are).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from actors import messages as m
+
+
+def connection_name(peer, local) -> str:
+    """RabbitMQ's connection name: "client host:port -> server host:port"."""
+    return f"{peer[0]}:{peer[1]} -> {local[0]}:{local[1]}"
+
+
+def sample_connection(reader, node: str, local) -> dict | None:
+    """One connection, with its channels and their consumers; None before connection.open."""
+    core = reader.core
+    if core.vhost is None:
+        return None
+    name = connection_name(reader.peer, local)
+    conn = {"name": name, "id": reader.conn_id, "node": node, "user": core.user,
+            "vhost": core.vhost, "state": "blocked" if reader.throttled else "running",
+            "protocol": "AMQP 0-9-1", "type": "network", "peer_host": reader.peer[0],
+            "peer_port": reader.peer[1], "host": local[0], "port": local[1],
+            "ssl": core.tls is not None, "timeout": core.heartbeat,
+            "frame_max": core.frame_max, "channel_max": core.channel_max,
+            "client_properties": _plain(getattr(core, "client_properties", {}) or {}),
+            "connected_at": reader.connected_at}
+    channels = []
+    for number, ref in list(reader.channels.items()):
+        ch = getattr(_actor_of(ref), "core", None)
+        if ch is None:
+            continue
+        details = {"name": f"{name} ({number})", "number": number,
+                   "connection_name": name, "peer_host": reader.peer[0],
+                   "peer_port": reader.peer[1], "user": core.user}
+        consumers = [{"consumer_tag": tag, "queue": {"name": qname, "vhost": core.vhost},
+                      "channel_details": details, "ack_required": not no_ack,
+                      "prefetch_count": ch.prefetch, "exclusive": False, "arguments": {},
+                      "active": True, "activity_status": "up"}
+                     for tag, (_, qname, no_ack) in list(ch.consumers.items())]
+        channels.append({"name": details["name"], "number": number, "node": node,
+                         "user": core.user, "vhost": core.vhost,
+                         "connection_details": {"name": name, "peer_host": reader.peer[0],
+                                                "peer_port": reader.peer[1]},
+                         "state": ch.state if ch.state != "open" else "running",
+                         "prefetch_count": ch.prefetch,
+                         "global_prefetch_count": ch.limiter.limit or 0,
+                         "messages_unacknowledged": len(ch.unacked),
+                         "consumer_count": len(consumers), "confirm": bool(ch.confirm),
+                         "transactional": bool(ch.tx), "consumers": consumers})
+    conn["channels"] = len(channels)
+    conn["channel_list"] = channels
+    return conn
+
+
+def _actor_of(ref):
+    """The actor object behind a light actor's ref (None for any other kind of ref)."""
+    return getattr(getattr(ref, "actor_inbox", None), "actor", None)
+
+
+def _plain(value):
+    """Client properties as JSON can carry them (bytes as text)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+class ConnectionSampler:
+    """A thread of the connection worker: every interval, the sample of every connection to
+    the metadata actor of every node up, when it changed."""
+
+    def __init__(self, host, interval_ms: int):
+        self.host = host
+        self.interval = interval_ms / 1000.0
+        self.last = None
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="conn-stats", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def _run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            try:
+                self.sample()
+            except Exception:  # noqa: BLE001 - a sample must never end the worker
+                import logging
+                logging.getLogger("leveret.connection").exception("statistics sample failed")
+
+    def sample(self) -> None:
+        host = self.host
+        with host.lock:
+            readers = [_actor_of(ref) for ref in host.readers.values()]
+        cfg = host.config
+        rows = [c for c in (sample_connection(r, cfg.node, (cfg.host, cfg.tls_port
+                                                            if r.core.tls else cfg.port))
+                            for r in readers if r is not None) if c is not None]
+        if rows == self.last:
+            return
+        self.last = rows
+        msg = m.ConnectionStats(host.transport.endpoint, int(time.time() * 1000), rows)
+        with host.replica.lock:
+            targets = [info.get("metadata") for info in host.replica.members.values()
+                       if info.get("up") and info.get("metadata")]
+        for addr in targets or [host.node]:
+            host.transport.send(addr, msg)
