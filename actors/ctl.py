@@ -108,6 +108,73 @@ def print_table(rows: list, columns: list, vhost: str) -> int:
     return 0
 
 
+# rabbitmqctl list_connections / list_channels / list_consumers: (default info items, how each
+# item is read from the management sample of actors/connection/stats.py)
+SAMPLED = {
+    "connections": (("user", "peer_host", "peer_port", "state"), {
+        "name": "name", "user": "user", "vhost": "vhost", "peer_host": "peer_host",
+        "peer_port": "peer_port", "host": "host", "port": "port", "state": "state",
+        "channels": "channels", "protocol": "protocol", "ssl": "ssl", "timeout": "timeout",
+        "frame_max": "frame_max", "channel_max": "channel_max", "node": "node",
+        "client_properties": "client_properties", "connected_at": "connected_at",
+        "type": "type"}),
+    "channels": (("name", "user", "consumer_count", "messages_unacknowledged"), {
+        "name": "name", "pid": "name", "number": "number", "user": "user", "vhost": "vhost",
+        "connection": "connection_details.name", "consumer_count": "consumer_count",
+        "messages_unacknowledged": "messages_unacknowledged",
+        "prefetch_count": "prefetch_count", "global_prefetch_count": "global_prefetch_count",
+        "confirm": "confirm", "transactional": "transactional", "state": "state",
+        "node": "node"}),
+    "consumers": (("queue_name", "channel_pid", "consumer_tag", "ack_required",
+                   "prefetch_count", "active", "arguments"), {
+        "queue_name": "queue.name", "channel_pid": "channel_details.name",
+        "consumer_tag": "consumer_tag", "ack_required": "ack_required",
+        "prefetch_count": "prefetch_count", "active": "active", "arguments": "arguments",
+        "exclusive": "exclusive", "activity_status": "activity_status"}),
+}
+
+
+def sampled_rows(state: dict, what: str, vhost: str | None) -> list:
+    """Connections, channels or consumers of the node's statistics (all vhosts when vhost is
+    None), as the management API lists them."""
+    conns = [c for c in state.get("connections", ()) if vhost is None or c["vhost"] == vhost]
+    if what == "connections":
+        return conns
+    channels = [ch for c in conns for ch in c["channel_list"]]
+    if what == "channels":
+        return channels
+    return [cons for ch in channels for cons in ch["consumers"]]
+
+
+def print_sampled(state: dict, what: str, items: list, vhost: str | None,
+                  formatter: str) -> int:
+    """`rabbitmqctl list_connections|list_channels|list_consumers [item ...]` as a table
+    (heading, then tab-separated rows) or, with --formatter json, a JSON array."""
+    defaults, paths = SAMPLED[what]
+    items = items or list(defaults)
+    unknown = [i for i in items if i not in paths]
+    if unknown:
+        raise SystemExit(f"Error: unknown info item(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(paths)}")
+    rows = []
+    for row in sampled_rows(state, what, vhost):
+        out = {}
+        for item in items:
+            value = row
+            for part in paths[item].split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+            out[item] = value
+        rows.append(out)
+    if formatter == "json":
+        print(json.dumps(rows, default=str))
+        return 0
+    print(f"Listing {what} ...")
+    print("\t".join(items))
+    for row in rows:
+        print("\t".join(_cell(row[i]) for i in items))
+    return 0
+
+
 def print_cluster(status: dict) -> int:
     """`rabbitmqctl cluster_status`: every member, whether it is up, who leads."""
     if not status["me"]:
@@ -152,11 +219,13 @@ def main(argv=None) -> int:
                    help="virtual host (set/clear_[topic_]permissions, list_topic_permissions)")
     p.add_argument("--priority", type=int, default=0, help="set_policy: priority")
     p.add_argument("--apply-to", default="all", help="set_policy: queues, exchanges or all")
+    p.add_argument("--formatter", choices=("table", "json"), default="table",
+                   help="list_connections, list_channels, list_consumers: output format")
     p.add_argument("command", choices=sorted(COMMANDS) + [
         "list_users", "list_vhosts", "list_queues", "list_exchanges", "list_bindings",
         "list_policies", "list_topic_permissions", "list_user_topic_permissions", "set_policy",
         "clear_policy", "cluster_status", "status", "set_vm_memory_high_watermark",
-        "set_disk_free_limit"])
+        "set_disk_free_limit", "list_connections", "list_channels", "list_consumers"])
     p.add_argument("args", nargs="*")
     a = p.parse_intermixed_args(argv)
     if a.command == "set_policy":
@@ -191,6 +260,11 @@ def main(argv=None) -> int:
         limit = call(a.data_dir, a.command, {"value": a.args[-1], flag: flagged})
         print(f"Setting {what} on this node to {a.args[-1]} ({limit} bytes) ...")
         return 0
+    if a.command in ("list_connections", "list_channels", "list_consumers"):
+        what = a.command[5:]
+        # connections and channels: every vhost, as rabbitmqctl; consumers: -p VHOST
+        return print_sampled(call(a.data_dir, "mgmt_state", {}), what, a.args,
+                             a.vhost if what == "consumers" else None, a.formatter)
     if a.command == "list_queues" and a.args:
         return print_table(call(a.data_dir, "list", {"what": "queues"}), a.args, a.vhost)
     if a.command in ("list_topic_permissions", "list_user_topic_permissions"):

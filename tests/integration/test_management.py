@@ -333,3 +333,31 @@ def test_prometheus_metrics_with_rabbitmq_prometheus_names(node, http):
     with pytest.raises(urllib.error.HTTPError) as e:
         scrape(node, "/metrics/detailed?family=nope")
     assert e.value.code == 400
+
+
+def test_leveretctl_lists_connections_channels_and_consumers(node, http):
+    assert http("PUT", "/api/queues/%2F/ctlq", {"durable": False})[0] == 201
+    with node.connection(client_properties={"connection_name": "ctl-test"}) as c:
+        ch = c.channel()
+        ch.basic_qos(prefetch_count=3)
+        ch.basic_consume("ctlq", lambda *a: None, consumer_tag="ctl-tag")
+
+        def listed():
+            rows = json.loads(node.ctl("list_connections", "name", "user", "channels",
+                                       "--formatter", "json").stdout)
+            return [r for r in rows if r["channels"] == 1] and rows
+        rows = wait_for("list_connections to show the channel", listed)
+        assert all(r["user"] == "guest" for r in rows)
+        table = node.ctl("list_connections").stdout.splitlines()
+        assert table[:2] == ["Listing connections ...", "user\tpeer_host\tpeer_port\tstate"]
+        assert any(line.startswith("guest\t127.0.0.1\t") and line.endswith("\trunning")
+                   for line in table[2:])
+        consumers = json.loads(node.ctl("list_consumers", "--formatter", "json").stdout)
+        mine = [x for x in consumers if x["consumer_tag"] == "ctl-tag"]
+        assert mine and (mine[0]["queue_name"], mine[0]["ack_required"],
+                         mine[0]["prefetch_count"]) == ("ctlq", True, 3)
+        channels = json.loads(node.ctl("list_channels", "number", "prefetch_count",
+                                       "consumer_count", "--formatter", "json").stdout)
+        assert {"number": 1, "prefetch_count": 3, "consumer_count": 1} in channels
+    res = node.ctl("list_channels", "nope", check=False)
+    assert res.returncode != 0 and "unknown info item(s) nope" in res.stderr
