@@ -24,7 +24,7 @@ from aiohttp import web
 from actors.core.errors import AMQPError
 from actors.core.permissions import AuthDB, hashed_auth_call
 from actors.ctl import ask_node
-from actors.management import api, prometheus
+from actors.management import amqp, api, prometheus
 from actors.management.api import ApiError
 
 log = logging.getLogger("leveret.management")
@@ -178,12 +178,16 @@ class Management:
         get("/api/exchanges/{vhost}/{name}", self.exchange)
         put("/api/exchanges/{vhost}/{name}", self.put_exchange)
         delete("/api/exchanges/{vhost}/{name}", self.delete_exchange)
+        post("/api/exchanges/{vhost}/{name}/publish", self.publish)
         get("/api/queues", self.queues)
         get("/api/queues/{vhost}", self.queues)
         get("/api/queues/{vhost}/{name}", self.queue)
         put("/api/queues/{vhost}/{name}", self.put_queue)
         delete("/api/queues/{vhost}/{name}", self.delete_queue)
         get("/api/queues/{vhost}/{name}/bindings", self.queue_bindings)
+        delete("/api/queues/{vhost}/{name}/contents", self.purge)
+        post("/api/queues/{vhost}/{name}/get", self.get)
+        get("/api/aliveness-test/{vhost}", self.aliveness)
         get("/api/bindings", self.bindings)
         get("/api/bindings/{vhost}", self.bindings)
         get("/api/bindings/{vhost}/e/{source}/{kind:[qe]}/{dest}", self.binding_list)
@@ -534,6 +538,90 @@ class Management:
                                            "if_unused": request.query.get("if-unused") ==
                                            "true"})
         return web.Response(status=204)
+
+    # --- as an AMQP client of this node (actors/management/amqp.py) ----------------------------
+    def _target(self, request, vhost) -> tuple:
+        """(host, port, user, password, vhost) to log in as the HTTP user."""
+        user, _, password = base64.b64decode(request.headers["Authorization"][6:]) \
+            .decode().partition(":")
+        host = self.config.host if self.config.host not in ("0.0.0.0", "::", "") else \
+            "127.0.0.1"
+        return (host, self.config.port, user, password, vhost)
+
+    async def _amqp(self, fn, *args):
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(None, fn, *args)
+        except amqp.AMQPClosed as e:
+            reason = str(e).split(": ", 1)[-1]
+            reason = reason.split(" (class", 1)[0]
+            if e.reply_code == 404:
+                raise api.not_found(reason) from None
+            if e.reply_code in (403, 530):
+                raise ApiError(401, "not_authorised", reason) from None
+            raise api.bad_request(reason) from None
+        except (OSError, TimeoutError) as e:
+            raise ApiError(503, "unavailable", f"the AMQP listener did not answer: {e}") \
+                from None
+
+    async def publish(self, request):
+        _, _, state, visible = await self._state(request)
+        vhost = self._vhost(request, state, visible)
+        body = await self._body(request)
+        for key in ("routing_key", "payload", "payload_encoding", "properties"):
+            if key not in body:
+                raise api.bad_request(f"key_missing: {key}")
+        encoding = body["payload_encoding"]
+        if encoding == "string":
+            payload = str(body["payload"]).encode()
+        elif encoding == "base64":
+            try:
+                payload = base64.b64decode(body["payload"], validate=True)
+            except (binascii.Error, ValueError):
+                raise api.bad_request("payload is not valid base64") from None
+        else:
+            raise api.bad_request(f"payload_encoding must be string or base64, not "
+                                  f"{encoding!r}")
+        try:
+            props = amqp.properties_from_json(body["properties"] or {})
+        except (ValueError, TypeError) as e:
+            raise api.bad_request(str(e)) from None
+        routed = await self._amqp(amqp.publish, self._target(request, vhost),
+                                  _exchange_name(request.match_info["name"]),
+                                  body["routing_key"], props, payload)
+        return web.json_response({"routed": routed})
+
+    async def get(self, request):
+        _, _, state, visible = await self._state(request)
+        vhost = self._vhost(request, state, visible)
+        body = await self._body(request)
+        ackmode = body.get("ackmode")
+        if ackmode not in amqp.ACKMODES:
+            raise api.bad_request(f"ackmode must be one of {', '.join(amqp.ACKMODES)}")
+        encoding = body.get("encoding", "auto")
+        if encoding not in ("auto", "base64"):
+            raise api.bad_request("encoding must be auto or base64")
+        try:
+            count = int(body.get("count", 1))
+            truncate = None if body.get("truncate") in (None, "") else int(body["truncate"])
+        except (TypeError, ValueError):
+            raise api.bad_request("count and truncate must be integers") from None
+        got = await self._amqp(amqp.get, self._target(request, vhost),
+                               request.match_info["name"], count, ackmode)
+        return web.json_response([amqp.message_json(g, p, b, encoding, truncate)
+                                  for g, p, b in got])
+
+    async def purge(self, request):
+        _, _, state, visible = await self._state(request)
+        vhost = self._vhost(request, state, visible)
+        await self._amqp(amqp.purge, self._target(request, vhost), request.match_info["name"])
+        return web.Response(status=204)
+
+    async def aliveness(self, request):
+        _, _, state, visible = await self._state(request)
+        vhost = self._vhost(request, state, visible)
+        await self._amqp(amqp.aliveness, self._target(request, vhost))
+        return web.json_response({"status": "ok"})
 
     # --- queues -------------------------------------------------------------------------------
     async def queues(self, request):

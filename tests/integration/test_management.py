@@ -281,8 +281,11 @@ def test_rabbitmqadmin_lists_declares_and_deletes(node):
         ch = c.channel()
         ch.confirm_delivery()
         ch.basic_publish("adminx", "", b"via admin's binding")
+    admin("publish", "routing_key=adminq", "payload=by rabbitmqadmin")
+    got = json.loads(admin("get", "queue=adminq", "count=2"))
+    assert [m["payload"] for m in got] == ["via admin's binding", "by rabbitmqadmin"]
     queues = {q["name"]: q for q in json.loads(admin("list", "queues"))}
-    assert queues["adminq"]["messages"] == 1
+    assert queues["adminq"]["messages"] == 2  # get requeues
     assert any(b["source"] == "adminx" for b in json.loads(admin("list", "bindings")))
     admin("delete", "queue", "name=adminq")
     admin("delete", "exchange", "name=adminx")
@@ -342,16 +345,17 @@ def test_leveretctl_lists_connections_channels_and_consumers(node, http):
         ch.basic_qos(prefetch_count=3)
         ch.basic_consume("ctlq", lambda *a: None, consumer_tag="ctl-tag")
 
-        def listed():
+        def listed():  # (this connection: the sample may still show earlier tests' ones)
             rows = json.loads(node.ctl("list_connections", "name", "user", "channels",
-                                       "--formatter", "json").stdout)
-            return [r for r in rows if r["channels"] == 1] and rows
+                                       "client_properties", "--formatter", "json").stdout)
+            return [r for r in rows if r["channels"] == 1 and
+                    r["client_properties"].get("connection_name") == "ctl-test"]
         rows = wait_for("list_connections to show the channel", listed)
-        assert all(r["user"] == "guest" for r in rows)
+        assert rows[0]["user"] == "guest"
         table = node.ctl("list_connections").stdout.splitlines()
         assert table[:2] == ["Listing connections ...", "user\tpeer_host\tpeer_port\tstate"]
         assert any(line.startswith("guest\t127.0.0.1\t") and line.endswith("\trunning")
-                   for line in table[2:])
+                   for line in table[2:]), table
         consumers = json.loads(node.ctl("list_consumers", "--formatter", "json").stdout)
         mine = [x for x in consumers if x["consumer_tag"] == "ctl-tag"]
         assert mine and (mine[0]["queue_name"], mine[0]["ack_required"],
@@ -361,3 +365,43 @@ def test_leveretctl_lists_connections_channels_and_consumers(node, http):
         assert {"number": 1, "prefetch_count": 3, "consumer_count": 1} in channels
     res = node.ctl("list_channels", "nope", check=False)
     assert res.returncode != 0 and "unknown info item(s) nope" in res.stderr
+
+
+def test_publish_get_purge_and_aliveness_through_the_api(node, http):
+    assert http("PUT", "/api/queues/%2F/pubq", {"durable": False})[0] == 201
+    status, body = http("POST", "/api/exchanges/%2F/amq.default/publish", {
+        "properties": {"content_type": "text/plain", "headers": {"h": "v"},
+                       "delivery_mode": 2},
+        "routing_key": "pubq", "payload": "hello", "payload_encoding": "string"})
+    assert (status, body) == (200, {"routed": True})
+    assert http("POST", "/api/exchanges/%2F/amq.default/publish", {
+        "properties": {}, "routing_key": "nowhere", "payload": "aGk=",
+        "payload_encoding": "base64"}) == (200, {"routed": False})
+    assert http("POST", "/api/exchanges/%2F/amq.default/publish", {
+        "properties": {}, "routing_key": "pubq", "payload": "/w==",  # one byte 0xff
+        "payload_encoding": "base64"})[1] == {"routed": True}
+    status, msgs = http("POST", "/api/queues/%2F/pubq/get", {"count": 5,
+                                                             "ackmode": "ack_requeue_true",
+                                                             "encoding": "auto"})
+    assert status == 200 and len(msgs) == 2
+    first = msgs[0]
+    assert (first["payload"], first["payload_encoding"], first["routing_key"],
+            first["redelivered"], first["payload_bytes"]) == ("hello", "string", "pubq",
+                                                              False, 5)
+    assert first["properties"] == {"content_type": "text/plain", "headers": {"h": "v"},
+                                   "delivery_mode": 2}
+    assert (msgs[1]["payload"], msgs[1]["payload_encoding"]) == ("/w==", "base64")
+    # requeued: there again, redelivered
+    again = http("POST", "/api/queues/%2F/pubq/get", {"count": 1,
+                                                      "ackmode": "ack_requeue_false",
+                                                      "encoding": "auto"})[1]
+    assert again[0]["payload"] == "hello" and again[0]["redelivered"] is True
+    assert http("GET", "/api/queues/%2F/pubq")[1]["messages"] == 1
+    assert http("DELETE", "/api/queues/%2F/pubq/contents")[0] == 204
+    assert http("GET", "/api/queues/%2F/pubq")[1]["messages"] == 0
+    assert http("POST", "/api/queues/%2F/missing/get", {"count": 1, "ackmode":
+                                                        "ack_requeue_true"})[0] == 404
+    assert http("POST", "/api/exchanges/%2F/no-such-x/publish", {
+        "properties": {}, "routing_key": "", "payload": "", "payload_encoding":
+        "string"})[0] == 404
+    assert http("GET", "/api/aliveness-test/%2F") == (200, {"status": "ok"})
