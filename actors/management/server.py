@@ -212,6 +212,14 @@ class Management:
         get("/api/consumers/{vhost}", self.consumers)
         get("/api/health/checks/alarms", self.check_alarms)
         get("/api/health/checks/local-alarms", self.check_alarms)
+        get("/api/health/checks/port-listener/{port}", self.check_port)
+        get("/api/health/checks/protocol-listener/{protocol}", self.check_protocol)
+        get("/api/health/checks/virtual-hosts", self.check_vhosts)
+        get("/api/health/checks/node-is-quorum-critical", self.check_quorum)
+        get("/api/topic-permissions", self.topic_permissions)
+        get("/api/topic-permissions/{vhost}/{user}", self.topic_permissions)
+        put("/api/topic-permissions/{vhost}/{user}", self.put_topic_permission)
+        delete("/api/topic-permissions/{vhost}/{user}", self.delete_topic_permission)
         return app
 
     @web.middleware
@@ -382,6 +390,89 @@ class Management:
         return self._reply(request, [cons for c in self._connections(request, user, tags,
                                                                      state, visible)
                                      for ch in c["channel_list"] for cons in ch["consumers"]])
+
+    # --- health checks (rabbit_mgmt_wm_health_check_*) ----------------------------------------
+    def _listeners(self, node: str) -> list:
+        out = [{"node": node, "protocol": "amqp", "ip_address": self.config.host,
+                "port": self.config.port}]
+        if self.config.tls_port:
+            out.append({"node": node, "protocol": "amqp/ssl", "ip_address": self.config.host,
+                        "port": self.config.tls_port})
+        if self.port:
+            out.append({"node": node, "protocol": "http", "ip_address": self.host,
+                        "port": self.port})
+        if self.prometheus_port:
+            out.append({"node": node, "protocol": "http/prometheus",
+                        "ip_address": self.prometheus_host, "port": self.prometheus_port})
+        return out
+
+    @staticmethod
+    def _failed(reason: str, **more):
+        return web.json_response({"status": "failed", "reason": reason, **more}, status=503)
+
+    async def check_port(self, request):
+        _, _, state, _ = await self._state(request, api.is_monitor)
+        try:
+            port = int(request.match_info["port"])
+        except ValueError:
+            raise api.bad_request("port must be an integer") from None
+        ports = [x["port"] for x in self._listeners(state["node"])]
+        if port not in ports:
+            return self._failed("No active listener", missing=port, ports=ports)
+        return web.json_response({"status": "ok", "port": port})
+
+    async def check_protocol(self, request):
+        _, _, state, _ = await self._state(request, api.is_monitor)
+        protocol = request.match_info["protocol"]
+        protocols = [x["protocol"] for x in self._listeners(state["node"])]
+        if protocol not in protocols:
+            return self._failed("No active listener", missing=protocol, protocols=protocols)
+        return web.json_response({"status": "ok", "protocol": protocol})
+
+    async def check_vhosts(self, request):
+        await self._state(request, api.is_monitor)
+        return web.json_response({"status": "ok"})  # a vhost has no process of its own to fail
+
+    async def check_quorum(self, request):
+        """Would stopping this node cost the cluster its Raft majority (the definitions could
+        no longer change)? RabbitMQ asks it of quorum queues; Leveret's Raft is the metadata's."""
+        _, _, state, _ = await self._state(request, api.is_monitor)
+        members = state["members"]
+        if len(members) > 1:
+            up = sum(1 for x in members if x["up"])
+            if up - 1 < len(members) // 2 + 1:
+                return self._failed("stopping this node would leave the cluster's metadata "
+                                    "without a majority", up=up, members=len(members))
+        return web.json_response({"status": "ok"})
+
+    # --- topic permissions --------------------------------------------------------------------
+    async def topic_permissions(self, request):
+        _, _, state, _ = await self._state(request, api.is_admin)
+        vhost, user = request.match_info.get("vhost"), request.match_info.get("user")
+        rows = [{"user": p["user"], "vhost": p["vhost"], "exchange": p["exchange"],
+                 "write": p["write"], "read": p["read"]}
+                for p in state["auth"]["topic_permissions"]
+                if vhost is None or (p["vhost"] == vhost and p["user"] == user)]
+        if vhost is not None and not rows:
+            raise api.not_found()
+        return self._reply(request, rows)
+
+    async def put_topic_permission(self, request):
+        await self._state(request, api.is_admin)
+        body = await self._body(request)
+        missing = [k for k in ("exchange", "write", "read") if k not in body]
+        if missing:
+            raise api.bad_request(f"{missing[0]} is required")
+        await self._auth("set_topic_permissions", [
+            request.match_info["user"], request.match_info["vhost"], body["exchange"],
+            body["write"], body["read"]])
+        return web.Response(status=201)
+
+    async def delete_topic_permission(self, request):
+        await self._state(request, api.is_admin)
+        await self._auth("clear_topic_permissions", [request.match_info["user"],
+                                                     request.match_info["vhost"]])
+        return web.Response(status=204)
 
     # --- vhosts, users, permissions -----------------------------------------------------------
     async def vhosts(self, request):

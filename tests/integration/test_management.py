@@ -405,3 +405,24 @@ def test_publish_get_purge_and_aliveness_through_the_api(node, http):
         "properties": {}, "routing_key": "", "payload": "", "payload_encoding":
         "string"})[0] == 404
     assert http("GET", "/api/aliveness-test/%2F") == (200, {"status": "ok"})
+
+
+def test_health_checks_and_topic_permissions(node, http):
+    assert http("GET", f"/api/health/checks/port-listener/{node.port}") == (
+        200, {"status": "ok", "port": node.port})
+    status, body = http("GET", "/api/health/checks/port-listener/1")
+    assert status == 503 and body["reason"] == "No active listener" and node.port in \
+        body["ports"]
+    assert http("GET", "/api/health/checks/protocol-listener/amqp")[0] == 200
+    assert http("GET", "/api/health/checks/protocol-listener/amqp%2Fssl")[0] == 503
+    assert http("GET", "/api/health/checks/virtual-hosts") == (200, {"status": "ok"})
+    assert http("GET", "/api/health/checks/node-is-quorum-critical") == (200,
+                                                                       {"status": "ok"})
+    node.ctl("add_user", "topic-user", "pw")
+    assert http("PUT", "/api/topic-permissions/%2F/topic-user", {
+        "exchange": "amq.topic", "write": "^a", "read": ".*"})[0] == 201
+    assert http("GET", "/api/topic-permissions/%2F/topic-user")[1] == [
+        {"user": "topic-user", "vhost": "/", "exchange": "amq.topic", "write": "^a",
+         "read": ".*"}]
+    assert http("DELETE", "/api/topic-permissions/%2F/topic-user")[0] == 204
+    assert http("GET", "/api/topic-permissions/%2F/topic-user")[0] == 404
