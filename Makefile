@@ -33,8 +33,18 @@ run-cluster: venv
 # the suite runs the Spark job (tests/unit/analysis, the event-log test), which needs Java 17
 JAVA_CHECK = @java -version >/dev/null 2>&1 || { echo "Java 17 is needed for Spark (make test, make analyze): sudo apt-get install openjdk-17-jre-headless"; exit 1; }
 
+# the management UI's tests drive Debian's chromium with its chromedriver (Selenium)
+BROWSER_CHECK = @test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || { \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing chromium and chromium-driver for the browser tests"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null || \
+		{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+		  apt-get install -y -q chromium chromium-driver >/dev/null; } || exit 1; \
+	else echo "The browser tests need chromium: sudo apt-get install chromium chromium-driver"; exit 1; fi; }
+
 test: venv
 	$(JAVA_CHECK)
+	$(BROWSER_CHECK)
 	$(BIN)/python -m pytest tests
 
 unit: venv

@@ -17,6 +17,7 @@ import binascii
 import json
 import logging
 import threading
+from pathlib import Path
 from urllib.parse import quote
 
 from aiohttp import web
@@ -30,6 +31,7 @@ from actors.management.api import ApiError
 log = logging.getLogger("leveret.management")
 
 REALM = 'Basic realm="RabbitMQ Management"'
+WWW = Path(__file__).resolve().parent / "www"  # the web UI's files
 
 
 class NodeAsk:
@@ -157,6 +159,8 @@ class Management:
         app = web.Application(middlewares=[self._errors])
         r = app.router
         get, put, delete, post = r.add_get, r.add_put, r.add_delete, r.add_post
+        get("/", self.index)  # the web UI (actors/management/www/)
+        r.add_static("/static", WWW, follow_symlinks=False)
         get("/api/overview", self.overview)
         get("/api/whoami", self.whoami)
         get("/api/cluster-name", self.cluster_name)
@@ -227,11 +231,16 @@ class Management:
         try:
             return await handler(request)
         except ApiError as e:
-            headers = {"WWW-Authenticate": REALM} if e.status == 401 else None
+            # (not to the web UI: a browser would open its own login dialog over the page's)
+            headers = {"WWW-Authenticate": REALM} if e.status == 401 and \
+                "X-Leveret-UI" not in request.headers else None
             return web.json_response(e.body(), status=e.status, headers=headers)
         except AMQPError as e:
             e = _from_amqp(e.reply_code, e.text)
             return web.json_response(e.body(), status=e.status)
+
+    async def index(self, request):
+        return web.FileResponse(WWW / "index.html")
 
     # --- who asks ---------------------------------------------------------------------------
     async def _login(self, request) -> tuple[str, list]:

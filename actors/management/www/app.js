@@ -1,0 +1,448 @@
+// Leveret's management UI: one page over the management HTTP API (docs/management.md).
+// Every name shown comes from clients (queues, exchanges, users): the page is built with DOM
+// nodes and textContent, never innerHTML.
+"use strict";
+
+const S = { auth: sessionStorage.getItem("auth"), timer: null, charts: {}, history: [] };
+const REFRESH_MS = 5000;
+
+// --- the API ---------------------------------------------------------------------------------
+async function api(method, path, body) {
+  const opts = { method, headers: { Authorization: "Basic " + S.auth, "X-Leveret-UI": "1" } };
+  if (body !== undefined) {
+    opts.headers["Content-Type"] = "application/json";
+    opts.body = JSON.stringify(body);
+  }
+  const r = await fetch("api" + path, opts);
+  if (r.status === 401) {
+    const err = await r.json().catch(() => ({}));
+    if (path === "/whoami") { throw new Error(err.reason || "Login failed"); }
+    throw new Error(err.reason || "not authorised");
+  }
+  const text = await r.text();
+  const data = text ? JSON.parse(text) : null;
+  if (!r.ok) { throw new Error((data && data.reason) || r.statusText); }
+  return data;
+}
+const enc = encodeURIComponent;
+
+// --- DOM helpers -----------------------------------------------------------------------------
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k.startsWith("on")) { el.addEventListener(k.slice(2), v); }
+    else if (v !== undefined && v !== null && v !== false) { el.setAttribute(k, v); }
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined) { continue; }
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+function table(columns, rows, id) {
+  return h("table", { id },
+    h("thead", {}, h("tr", {}, columns.map(c => h("th", {}, c[0])))),
+    h("tbody", {}, rows.map(r => h("tr", {}, columns.map(c => {
+      const v = c[1](r);
+      return h("td", { class: typeof v === "number" ? "num" : "" }, v);
+    })))));
+}
+function form(id, fields, submit, onsubmit) {
+  const inputs = {};
+  const el = h("form", { class: "inline", id },
+    fields.map(([name, label, kind, options]) => {
+      let input;
+      if (kind === "select") {
+        input = h("select", { name }, options.map(o => h("option", { value: o }, o)));
+      } else if (kind === "textarea") {
+        input = h("textarea", { name, rows: 3, cols: 40 });
+      } else {
+        input = h("input", { name, type: kind || "text" });
+      }
+      inputs[name] = input;
+      return h("label", {}, label, input);
+    }),
+    h("button", { type: "submit" }, submit));
+  el.addEventListener("submit", async ev => {
+    ev.preventDefault();
+    const values = {};
+    for (const [k, i] of Object.entries(inputs)) {
+      values[k] = i.type === "checkbox" ? i.checked : i.value;
+    }
+    try { await onsubmit(values); el.reset(); } catch (e) { toast(e.message, true); }
+  });
+  return el;
+}
+function toast(text, bad) {
+  const t = document.getElementById("toast");
+  t.textContent = text;
+  t.className = bad ? "error-toast" : "";
+  t.style.background = bad ? "#c0392b" : "#333";
+  clearTimeout(S.toastTimer);
+  S.toastTimer = setTimeout(() => t.classList.add("hidden"), 4000);
+}
+function button(label, fn, attrs) {
+  return h("button", Object.assign({
+    onclick: async () => { try { await fn(); } catch (e) { toast(e.message, true); } },
+  }, attrs || {}), label);
+}
+function rate(stats, key) {
+  const d = stats && stats[key + "_details"];
+  return d ? d.rate : 0;
+}
+function vhostOptions(vhosts) { return vhosts.map(v => v.name); }
+
+// --- pages -----------------------------------------------------------------------------------
+const PAGES = {
+  async overview(page) {
+    const o = await api("GET", "/overview");
+    const t = o.queue_totals || {};
+    const ms = o.message_stats || {};
+    S.history.push({ at: new Date().toLocaleTimeString(), ready: t.messages_ready || 0,
+                     unacked: t.messages_unacknowledged || 0,
+                     publish: rate(ms, "publish"), deliver: rate(ms, "deliver_get"),
+                     ack: rate(ms, "ack") });
+    S.history = S.history.slice(-60);
+    page.append(h("h2", {}, "Overview"),
+      h("p", {}, `Node ${o.node}, cluster ${o.cluster_name}, ${o.product_name} `
+                 + `(RabbitMQ ${o.rabbitmq_version} API)`),
+      h("div", { class: "totals", id: "totals" },
+        h("div", {}, h("b", { id: "total-ready" }, t.messages_ready || 0), "Ready"),
+        h("div", {}, h("b", {}, t.messages_unacknowledged || 0), "Unacked"),
+        h("div", {}, h("b", {}, (o.object_totals || {}).queues || 0), "Queues"),
+        h("div", {}, h("b", {}, (o.object_totals || {}).exchanges || 0), "Exchanges"),
+        h("div", {}, h("b", {}, (o.object_totals || {}).consumers || 0), "Consumers")),
+      h("div", { class: "charts" },
+        h("div", {}, h("canvas", { id: "chart-rates" })),
+        h("div", {}, h("canvas", { id: "chart-depth" }))),
+      h("h3", {}, "Listeners"),
+      table([["Protocol", l => l.protocol], ["Address", l => l.ip_address],
+             ["Port", l => l.port]], o.listeners || []),
+      h("h3", {}, "Definitions"),
+      h("p", {}, h("a", { href: "#", id: "definitions-download",
+                          onclick: ev => { ev.preventDefault(); downloadDefinitions(); } },
+                   "Download definitions (JSON)")));
+    S.after = () => {  // once the page is in the document
+      chart("chart-rates", "Message rates (/s)", [["publish", "Publish"],
+                                                  ["deliver", "Deliver / get"], ["ack", "Ack"]]);
+      chart("chart-depth", "Queued messages", [["ready", "Ready"], ["unacked", "Unacked"]]);
+    };
+  },
+
+  async connections(page) {
+    const conns = await api("GET", "/connections");
+    page.append(h("h2", {}, `Connections (${conns.length})`),
+      table([["Name", c => c.name], ["User", c => c.user], ["Vhost", c => c.vhost],
+             ["State", c => c.state], ["Channels", c => c.channels],
+             ["Client", c => (c.client_properties || {}).product || ""],
+             ["", c => button("Close", async () => {
+               await api("DELETE", "/connections/" + enc(c.name));
+               toast("Connection closed"); render();
+             }, { class: "close-connection" })]], conns, "connections-table"));
+  },
+
+  async channels(page) {
+    const chans = await api("GET", "/channels");
+    page.append(h("h2", {}, `Channels (${chans.length})`),
+      table([["Channel", c => c.name], ["User", c => c.user], ["Vhost", c => c.vhost],
+             ["Prefetch", c => c.prefetch_count], ["Unacked", c => c.messages_unacknowledged],
+             ["Consumers", c => c.consumer_count], ["Confirm", c => c.confirm ? "yes" : ""],
+             ["State", c => c.state]], chans, "channels-table"));
+  },
+
+  async exchanges(page, arg) {
+    if (arg) { return exchangePage(page, arg); }
+    const [xs, vhosts] = await Promise.all([api("GET", "/exchanges"), api("GET", "/vhosts")]);
+    page.append(h("h2", {}, `Exchanges (${xs.length})`),
+      table([["Vhost", x => x.vhost],
+             ["Name", x => h("a", { href: `#/exchanges/${enc(x.vhost)}/${enc(x.name || "amq.default")}` },
+                             x.name || "(AMQP default)")],
+             ["Type", x => x.type], ["Durable", x => x.durable ? "D" : ""],
+             ["Policy", x => x.policy || ""]], xs, "exchanges-table"),
+      h("h3", {}, "Add a new exchange"),
+      form("add-exchange", [["vhost", "Virtual host", "select", vhostOptions(vhosts)],
+                            ["name", "Name"],
+                            ["type", "Type", "select", ["direct", "fanout", "topic", "headers"]],
+                            ["durable", "Durable", "select", ["true", "false"]]],
+           "Add exchange", async v => {
+             await api("PUT", `/exchanges/${enc(v.vhost)}/${enc(v.name)}`,
+                       { type: v.type, durable: v.durable === "true" });
+             toast("Exchange declared"); render();
+           }));
+  },
+
+  async queues(page, arg) {
+    if (arg) { return queuePage(page, arg); }
+    const [qs, vhosts] = await Promise.all([api("GET", "/queues"), api("GET", "/vhosts")]);
+    page.append(h("h2", {}, `Queues (${qs.length})`),
+      table([["Vhost", q => q.vhost],
+             ["Name", q => h("a", { href: `#/queues/${enc(q.vhost)}/${enc(q.name)}` }, q.name)],
+             ["State", q => q.state], ["Ready", q => q.messages_ready ?? ""],
+             ["Unacked", q => q.messages_unacknowledged ?? ""], ["Total", q => q.messages ?? ""],
+             ["Consumers", q => q.consumers ?? ""],
+             ["Incoming /s", q => rate(q.message_stats, "publish")],
+             ["Deliver /s", q => rate(q.message_stats, "deliver_get")],
+             ["Ack /s", q => rate(q.message_stats, "ack")]], qs, "queues-table"),
+      h("h3", {}, "Add a new queue"),
+      form("add-queue", [["vhost", "Virtual host", "select", vhostOptions(vhosts)],
+                         ["name", "Name"],
+                         ["durable", "Durable", "select", ["true", "false"]],
+                         ["arguments", "Arguments (JSON)"]],
+           "Add queue", async v => {
+             const args = v.arguments ? JSON.parse(v.arguments) : {};
+             await api("PUT", `/queues/${enc(v.vhost)}/${enc(v.name)}`,
+                       { durable: v.durable === "true", arguments: args });
+             toast("Queue declared"); render();
+           }));
+  },
+
+  async admin(page) {
+    const [users, vhosts, perms, policies] = await Promise.all([
+      api("GET", "/users"), api("GET", "/vhosts"), api("GET", "/permissions"),
+      api("GET", "/policies")]);
+    page.append(h("h2", {}, "Admin"),
+      h("h3", {}, "Users"),
+      table([["Name", u => u.name], ["Tags", u => u.tags.join(", ")],
+             ["", u => button("Delete", async () => {
+               await api("DELETE", "/users/" + enc(u.name)); render();
+             })]], users, "users-table"),
+      form("add-user", [["name", "Username"], ["password", "Password", "password"],
+                        ["tags", "Tags (comma separated)"]], "Add user", async v => {
+        await api("PUT", "/users/" + enc(v.name), { password: v.password, tags: v.tags });
+        toast("User added"); render();
+      }),
+      h("h3", {}, "Virtual hosts"),
+      table([["Name", v => v.name], ["", v => button("Delete", async () => {
+        await api("DELETE", "/vhosts/" + enc(v.name)); render();
+      })]], vhosts, "vhosts-table"),
+      form("add-vhost", [["name", "Name"]], "Add virtual host", async v => {
+        await api("PUT", "/vhosts/" + enc(v.name)); toast("Virtual host added"); render();
+      }),
+      h("h3", {}, "Permissions"),
+      table([["User", p => p.user], ["Vhost", p => p.vhost], ["Configure", p => p.configure],
+             ["Write", p => p.write], ["Read", p => p.read],
+             ["", p => button("Clear", async () => {
+               await api("DELETE", `/permissions/${enc(p.vhost)}/${enc(p.user)}`); render();
+             })]], perms, "permissions-table"),
+      form("set-permission", [["user", "User", "select", users.map(u => u.name)],
+                              ["vhost", "Virtual host", "select", vhostOptions(vhosts)],
+                              ["configure", "Configure"], ["write", "Write"], ["read", "Read"]],
+           "Set permission", async v => {
+             await api("PUT", `/permissions/${enc(v.vhost)}/${enc(v.user)}`,
+                       { configure: v.configure, write: v.write, read: v.read });
+             toast("Permission set"); render();
+           }),
+      h("h3", {}, "Policies"),
+      table([["Vhost", p => p.vhost], ["Name", p => p.name], ["Pattern", p => p.pattern],
+             ["Apply to", p => p["apply-to"]], ["Definition", p => JSON.stringify(p.definition)],
+             ["Priority", p => p.priority],
+             ["", p => button("Delete", async () => {
+               await api("DELETE", `/policies/${enc(p.vhost)}/${enc(p.name)}`); render();
+             })]], policies, "policies-table"),
+      form("add-policy", [["vhost", "Virtual host", "select", vhostOptions(vhosts)],
+                          ["name", "Name"], ["pattern", "Pattern"],
+                          ["apply-to", "Apply to", "select", ["all", "queues", "exchanges"]],
+                          ["definition", "Definition (JSON)"], ["priority", "Priority"]],
+           "Add policy", async v => {
+             await api("PUT", `/policies/${enc(v.vhost)}/${enc(v.name)}`, {
+               pattern: v.pattern, "apply-to": v["apply-to"],
+               definition: JSON.parse(v.definition || "{}"),
+               priority: parseInt(v.priority || "0", 10) });
+             toast("Policy set"); render();
+           }),
+      h("h3", {}, "Definitions"),
+      h("p", {}, "Import a definitions file (RabbitMQ's JSON format):"),
+      h("input", { type: "file", id: "definitions-file", accept: ".json,application/json" }),
+      button("Upload definitions", uploadDefinitions, { id: "definitions-upload" }));
+  },
+};
+
+async function exchangePage(page, arg) {
+  const [vhost, name] = arg.split("/").map(decodeURIComponent);
+  const x = await api("GET", `/exchanges/${enc(vhost)}/${enc(name)}`);
+  const bindings = await api("GET", `/bindings/${enc(vhost)}`);
+  const mine = bindings.filter(b => b.source === x.name);
+  page.append(h("h2", {}, `Exchange ${x.name || "(AMQP default)"}`),
+    h("p", {}, `Virtual host ${x.vhost}, type ${x.type}${x.durable ? ", durable" : ""}`),
+    h("h3", {}, "Bindings from this exchange"),
+    table([["To", b => b.destination], ["Type", b => b.destination_type],
+           ["Routing key", b => b.routing_key]], mine),
+    h("h3", {}, "Publish message"),
+    form("publish", [["routing_key", "Routing key"], ["payload", "Payload", "textarea"],
+                     ["delivery_mode", "Delivery mode", "select", ["1", "2"]]],
+         "Publish message", async v => {
+           const r = await api("POST", `/exchanges/${enc(vhost)}/${enc(name)}/publish`, {
+             routing_key: v.routing_key, payload: v.payload, payload_encoding: "string",
+             properties: { delivery_mode: parseInt(v.delivery_mode, 10) } });
+           toast(r.routed ? "Message published." : "Message published, but not routed.");
+         }),
+    x.name && !x.name.startsWith("amq.") ? button("Delete this exchange", async () => {
+      await api("DELETE", `/exchanges/${enc(vhost)}/${enc(name)}`);
+      location.hash = "#/exchanges";
+    }, { id: "delete-exchange" }) : null);
+}
+
+async function queuePage(page, arg) {
+  const [vhost, name] = arg.split("/").map(decodeURIComponent);
+  const q = await api("GET", `/queues/${enc(vhost)}/${enc(name)}`);
+  const bindings = await api("GET", `/queues/${enc(vhost)}/${enc(name)}/bindings`);
+  const got = h("div", { id: "got-messages" });
+  page.append(h("h2", {}, `Queue ${q.name}`),
+    h("div", { class: "totals" },
+      h("div", {}, h("b", { id: "queue-ready" }, q.messages_ready ?? "?"), "Ready"),
+      h("div", {}, h("b", {}, q.messages_unacknowledged ?? "?"), "Unacked"),
+      h("div", {}, h("b", {}, q.consumers ?? "?"), "Consumers"),
+      h("div", {}, h("b", {}, q.state), "State")),
+    h("p", {}, `Virtual host ${q.vhost}, ${q.durable ? "durable" : "transient"}, node `
+               + `${q.node}, policy ${q.policy || "none"}, arguments `
+               + JSON.stringify(q.arguments)),
+    h("h3", {}, "Bindings"),
+    table([["From", b => b.source || "(AMQP default)"], ["Routing key", b => b.routing_key],
+           ["", b => b.source ? button("Unbind", async () => {
+             await api("DELETE", `/bindings/${enc(vhost)}/e/${enc(b.source)}/q/`
+                       + `${enc(name)}/${enc(b.properties_key)}`);
+             render();
+           }) : ""]], bindings, "queue-bindings"),
+    form("bind", [["source", "From exchange"], ["routing_key", "Routing key"]], "Bind",
+         async v => {
+           await api("POST", `/bindings/${enc(vhost)}/e/${enc(v.source)}/q/${enc(name)}`,
+                     { routing_key: v.routing_key, arguments: {} });
+           toast("Bound"); render();
+         }),
+    h("h3", {}, "Get messages"),
+    form("get-messages", [["count", "Messages", "number"],
+                          ["ackmode", "Ack mode", "select",
+                           ["ack_requeue_true", "reject_requeue_true", "ack_requeue_false",
+                            "reject_requeue_false"]]], "Get Message(s)", async v => {
+      const msgs = await api("POST", `/queues/${enc(vhost)}/${enc(name)}/get`, {
+        count: parseInt(v.count || "1", 10), ackmode: v.ackmode, encoding: "auto" });
+      got.replaceChildren(msgs.length ? table([
+        ["#", m => msgs.indexOf(m) + 1], ["Routing key", m => m.routing_key],
+        ["Redelivered", m => m.redelivered ? "yes" : ""],
+        ["Properties", m => JSON.stringify(m.properties)],
+        ["Payload", m => h("pre", { class: "payload" }, m.payload)]], msgs)
+        : h("p", {}, "Queue is empty"));
+    }),
+    got,
+    h("h3", {}, "Purge / delete"),
+    button("Purge Messages", async () => {
+      await api("DELETE", `/queues/${enc(vhost)}/${enc(name)}/contents`);
+      toast("Queue purged"); render();
+    }, { id: "purge-queue" }),
+    " ",
+    button("Delete Queue", async () => {
+      await api("DELETE", `/queues/${enc(vhost)}/${enc(name)}`);
+      location.hash = "#/queues";
+    }, { id: "delete-queue" }));
+}
+
+function chart(id, title, series) {
+  const el = document.getElementById(id);
+  if (!el || typeof Chart === "undefined") { return; }
+  const colors = ["#e67e22", "#2980b9", "#27ae60"];
+  S.charts[id] = new Chart(el, {
+    type: "line",
+    data: { labels: S.history.map(p => p.at),
+            datasets: series.map(([key, label], i) => ({
+              label, data: S.history.map(p => p[key]), borderColor: colors[i],
+              tension: 0.2, pointRadius: 0 })) },
+    options: { animation: false, maintainAspectRatio: false,
+               plugins: { title: { display: true, text: title } },
+               scales: { y: { beginAtZero: true } } },
+  });
+}
+
+async function downloadDefinitions() {
+  try {
+    const defs = await api("GET", "/definitions");
+    const blob = new Blob([JSON.stringify(defs, null, 2)], { type: "application/json" });
+    const a = h("a", { href: URL.createObjectURL(blob), download: "definitions.json" });
+    a.click();
+  } catch (e) { toast(e.message, true); }
+}
+
+async function uploadDefinitions() {
+  const file = document.getElementById("definitions-file").files[0];
+  if (!file) { throw new Error("choose a definitions file first"); }
+  await api("POST", "/definitions", JSON.parse(await file.text()));
+  toast("Definitions imported"); render();
+}
+
+// --- frame -----------------------------------------------------------------------------------
+async function showAlarms() {
+  const box = document.getElementById("alarms");
+  try {
+    const r = await fetch("api/health/checks/alarms",
+                          { headers: { Authorization: "Basic " + S.auth,
+                                       "X-Leveret-UI": "1" } });
+    const data = await r.json();
+    if (r.status === 503) {
+      box.textContent = "Resource alarm in effect: " + data.alarms.map(a => a.resource)
+        .join(", ") + " - publishers are blocked";
+      box.classList.remove("hidden");
+    } else {
+      box.classList.add("hidden");
+    }
+  } catch (e) { /* the next refresh tries again */ }
+}
+
+async function render() {
+  const [name, ...rest] = (location.hash.replace(/^#\//, "") || "overview").split("/");
+  const pageName = PAGES[name] ? name : "overview";
+  document.querySelectorAll("nav a").forEach(a =>
+    a.classList.toggle("active", a.dataset.page === pageName));
+  const page = h("main", { id: "page", "data-page": pageName });
+  Object.values(S.charts).forEach(c => c.destroy());
+  S.charts = {};
+  S.after = null;
+  try {
+    await PAGES[pageName](page, rest.length ? rest.join("/") : null);
+  } catch (e) {
+    page.append(h("p", { class: "error" }, e.message));
+  }
+  document.getElementById("page").replaceWith(page);
+  if (S.after) { S.after(); }
+  showAlarms();
+}
+
+async function start() {
+  try {
+    const me = await api("GET", "/whoami");
+    document.getElementById("whoami").textContent = `${me.name} (${me.tags.join(", ")})`;
+  } catch (e) {
+    sessionStorage.removeItem("auth");
+    S.auth = null;
+    document.getElementById("app").classList.add("hidden");
+    document.getElementById("login").classList.remove("hidden");
+    document.getElementById("login-error").textContent = S.tried ? e.message : "";
+    return;
+  }
+  document.getElementById("login").classList.add("hidden");
+  document.getElementById("app").classList.remove("hidden");
+  await render();
+  clearInterval(S.timer);
+  S.timer = setInterval(() => {
+    // refresh what changes by itself, not the pages with forms being filled in
+    const page = document.getElementById("page").dataset.page;
+    if (["overview", "connections", "channels"].includes(page)
+        || (page === "queues" && !location.hash.split("/")[2])) { render(); }
+    else { showAlarms(); }
+  }, REFRESH_MS);
+}
+
+document.getElementById("login-form").addEventListener("submit", ev => {
+  ev.preventDefault();
+  const u = document.getElementById("login-user").value;
+  const p = document.getElementById("login-password").value;
+  S.auth = btoa(unescape(encodeURIComponent(u + ":" + p)));
+  S.tried = true;
+  sessionStorage.setItem("auth", S.auth);
+  start();
+});
+document.getElementById("logout").addEventListener("click", () => {
+  sessionStorage.removeItem("auth");
+  location.reload();
+});
+window.addEventListener("hashchange", render);
+if (!S.auth) { S.auth = ""; }
+start();

@@ -1,0 +1,179 @@
+"""The management web UI in a real headless Chromium (Debian's chromium and chromedriver,
+driven by Selenium): log in, see the overview and its charts, declare a queue, publish to it
+from the exchange page, get the message back, close a connection, see a resource alarm. The
+screenshots are saved in the test's temp folder (and in docs/img/ with
+LEVERET_UI_SCREENSHOTS=docs/img)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pika
+import pytest
+
+from conftest import REPO, Broker, free_port
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+    pytest.fail("the browser tests need Debian's chromium and chromium-driver: "
+                "sudo apt-get install chromium chromium-driver (make test installs them when "
+                "run as root)", pytrace=False)
+
+from selenium import webdriver  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions as EC  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    port = free_port()
+    folder = Path(tempfile.mkdtemp(prefix="leveret-", dir=tmp_path_factory.getbasetemp()))
+    (folder / "leveret.toml").write_text("collect_statistics_interval = 1000\n")
+    broker = Broker.start_leveret(folder, "--management-port", str(port), "--config",
+                                  str(folder / "leveret.toml"))
+    broker.http_port = port
+    broker.folder = folder
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(node):
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    profile = node.folder / "chromium-profile"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--window-size=1400,1000",
+                 f"--user-data-dir={profile}"):
+        opts.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()  # ends chromedriver and the browser it started (their own PIDs)
+
+
+def shot(browser, node, name: str) -> None:
+    path = node.folder / f"{name}.png"
+    browser.save_screenshot(str(path))
+    target = os.environ.get("LEVERET_UI_SCREENSHOTS")
+    if target:
+        shutil.copy(path, REPO / target / f"management-{name}.png")
+
+
+def wait(browser, cond, timeout=20):
+    return WebDriverWait(browser, timeout, poll_frequency=0.2).until(cond)
+
+
+def visible(browser, css, timeout=20):
+    return wait(browser, EC.visibility_of_element_located((By.CSS_SELECTOR, css)), timeout)
+
+
+def text_in(browser, css, text, timeout=20):
+    return wait(browser, EC.text_to_be_present_in_element((By.CSS_SELECTOR, css), text),
+                timeout)
+
+
+def go(browser, node, hash_: str) -> None:
+    browser.get(f"http://127.0.0.1:{node.http_port}/{hash_}")
+
+
+def fill(browser, form_id: str, **values) -> None:
+    form = browser.find_element(By.ID, form_id)
+    for name, value in values.items():
+        field = form.find_element(By.NAME, name)
+        if field.tag_name == "select":
+            Select(field).select_by_visible_text(value)
+        else:
+            field.clear()
+            field.send_keys(value)
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+
+
+def login(browser, node, user="guest", password="guest") -> None:
+    go(browser, node, "")
+    visible(browser, "#login-form")
+    browser.find_element(By.ID, "login-user").send_keys(user)
+    browser.find_element(By.ID, "login-password").send_keys(password)
+    browser.find_element(By.ID, "login-submit").click()
+
+
+def test_a_wrong_password_is_refused_then_the_overview_shows(node, browser):
+    login(browser, node, password="wrong")
+    text_in(browser, "#login-error", "Login failed")
+    browser.find_element(By.ID, "login-user").clear()
+    browser.find_element(By.ID, "login-password").clear()
+    browser.find_element(By.ID, "login-user").send_keys("guest")
+    browser.find_element(By.ID, "login-password").send_keys("guest")
+    browser.find_element(By.ID, "login-submit").click()
+    visible(browser, "#totals")
+    text_in(browser, "#whoami", "guest (administrator)")
+    assert browser.find_element(By.ID, "chart-rates").tag_name == "canvas"
+    # Chart.js drew on it (a canvas it never touched has no chart instance)
+    assert browser.execute_script("return !!Chart.getChart('chart-rates')")
+    shot(browser, node, "overview")
+
+
+def test_declare_publish_and_get_a_message_in_the_browser(node, browser):
+    go(browser, node, "#/queues")
+    visible(browser, "#add-queue")
+    fill(browser, "add-queue", name="ui-queue", durable="false")
+    text_in(browser, "#queues-table", "ui-queue")
+    go(browser, node, "#/exchanges/%2F/amq.default")
+    visible(browser, "#publish")
+    fill(browser, "publish", routing_key="ui-queue", payload="sent from the browser")
+    text_in(browser, "#toast", "Message published.")
+    go(browser, node, "#/queues/%2F/ui-queue")
+    visible(browser, "#get-messages")
+    fill(browser, "get-messages", count="1")
+    text_in(browser, "#got-messages", "sent from the browser")
+    shot(browser, node, "queue")
+    # a name is shown as text, never as markup
+    with node.connection() as c:
+        c.channel().queue_declare('<img src=x onerror="window.pwned=1">')
+    go(browser, node, "#/queues")
+    text_in(browser, "#queues-table", '<img src=x onerror="window.pwned=1">')
+    assert browser.execute_script("return window.pwned") is None
+
+
+def test_close_a_connection_from_the_connections_page(node, browser):
+    conn = pika.BlockingConnection(pika.ConnectionParameters(
+        "127.0.0.1", node.port, client_properties={"product": "ui-closable"}))
+    try:
+        go(browser, node, "#/connections")
+        text_in(browser, "#connections-table", "ui-closable", timeout=30)
+        shot(browser, node, "connections")
+        row = [r for r in browser.find_elements(By.CSS_SELECTOR, "#connections-table tbody tr")
+               if "ui-closable" in r.text][0]
+        row.find_element(By.CSS_SELECTOR, "button.close-connection").click()
+        text_in(browser, "#toast", "Connection closed")
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as e:
+            for _ in range(20):
+                conn.process_data_events(time_limit=1)
+        assert e.value.reply_code == 320
+    finally:
+        if conn.is_open:
+            conn.close()
+
+
+def test_a_resource_alarm_is_shown_on_every_page(node, browser):
+    node.ctl("set_vm_memory_high_watermark", "absolute", "1")
+    try:
+        go(browser, node, "#/queues")
+        text_in(browser, "#alarms", "Resource alarm in effect: memory")
+        shot(browser, node, "alarm")
+    finally:
+        node.ctl("set_vm_memory_high_watermark", "0.4")
+    go(browser, node, "#/overview")
+    wait(browser, lambda b: "hidden" in b.find_element(By.ID, "alarms").get_attribute("class"))
