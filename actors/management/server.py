@@ -25,7 +25,7 @@ from aiohttp import web
 from actors.core.errors import AMQPError
 from actors.core.permissions import AuthDB, hashed_auth_call
 from actors.ctl import ask_node
-from actors.management import amqp, api, prometheus
+from actors.management import amqp, api, prometheus, traces
 from actors.management.api import ApiError
 
 log = logging.getLogger("leveret.management")
@@ -220,6 +220,10 @@ class Management:
         get("/api/health/checks/protocol-listener/{protocol}", self.check_protocol)
         get("/api/health/checks/virtual-hosts", self.check_vhosts)
         get("/api/health/checks/node-is-quorum-critical", self.check_quorum)
+        get("/api/leveret/analyses", self.analyses)
+        get("/api/leveret/analyses/{analysis}/messages", self.analysis_messages)
+        get("/api/leveret/analyses/{analysis}/messages/{ref}", self.analysis_message)
+        get("/analyses/{analysis}/{path:.*}", self.analysis_file)
         get("/api/topic-permissions", self.topic_permissions)
         get("/api/topic-permissions/{vhost}/{user}", self.topic_permissions)
         put("/api/topic-permissions/{vhost}/{user}", self.put_topic_permission)
@@ -453,6 +457,35 @@ class Management:
                 return self._failed("stopping this node would leave the cluster's metadata "
                                     "without a majority", up=up, members=len(members))
         return web.json_response({"status": "ok"})
+
+    # --- lifecycle traces of `make analyze` (actors/management/traces.py) ----------------------
+    async def _offload(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    async def analyses(self, request):
+        await self._state(request, api.is_monitor)
+        return self._reply(request, await self._offload(traces.analyses,
+                                                        self.config.data_dir))
+
+    async def analysis_messages(self, request):
+        await self._state(request, api.is_monitor)
+        path = traces.folder(self.config.data_dir, request.match_info["analysis"])
+        return self._reply(request, await self._offload(traces.messages, path))
+
+    async def analysis_message(self, request):
+        await self._state(request, api.is_monitor)
+        path = traces.folder(self.config.data_dir, request.match_info["analysis"])
+        return web.json_response(await self._offload(traces.lifecycle, path,
+                                                     request.match_info["ref"]))
+
+    async def analysis_file(self, request):
+        """The job's report.html and its plots (monitoring users; basic auth as the API)."""
+        await self._state(request, api.is_monitor)
+        base = traces.folder(self.config.data_dir, request.match_info["analysis"]).resolve()
+        target = (base / request.match_info["path"]).resolve()
+        if base not in target.parents or not target.is_file():
+            raise api.not_found()
+        return web.FileResponse(target)
 
     # --- topic permissions --------------------------------------------------------------------
     async def topic_permissions(self, request):

@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from amqp_helpers import safe_close, wait_until
-from conftest import Broker
+from conftest import Broker, free_port
+from test_management import Api
 
 pytestmark = pytest.mark.skipif(bool(os.environ.get("LEVERET_TEST_URL")),
                                 reason="reads Leveret's own event log")
@@ -69,7 +70,7 @@ def test_spark_job_rebuilds_what_the_client_saw(tmp_path):
         broker.stop()                               # the node's processes flush their events
 
     from spark_analysis import lifecycle, session
-    out = tmp_path / "analysis"
+    out = broker.data_dir / "analysis"  # where `make analyze` writes (DATA/analysis)
     spark = session.build("local[2]", driver_memory="1g", shuffle_partitions=4)
     try:
         args = lifecycle.parse_args(["--events", str(broker.data_dir / "events"),
@@ -88,6 +89,33 @@ def test_spark_job_rebuilds_what_the_client_saw(tmp_path):
     assert rows["left-unacked"]["redeliveries"] == 0    # taken back, not yet delivered again
     anomalies = pq.read_table(out / "anomalies").to_pylist()
     assert anomalies == [], anomalies
+    _traces_in_the_management_api(tmp_path)
+
+
+def _traces_in_the_management_api(tmp_path):
+    """Issue 14 item 7: the node lists the analysis in its data dir and shows one message's
+    lifecycle step by step (kind, actor, node, time) from the job's Parquet output."""
+    port = free_port()
+    broker = Broker.start_leveret(tmp_path, "--management-port", str(port))
+    try:
+        http = Api(port)
+        status, found = http("GET", "/api/leveret/analyses")
+        assert status == 200 and [(a["name"], a["messages"]) for a in found] == [
+            ("analysis", 8)]
+        listed = {m["message_id"]: m for m in
+                  http("GET", "/api/leveret/analyses/analysis/messages")[1]}
+        assert listed["requeued-then-acked"]["final_state"] == "acked"
+        trace = http("GET", "/api/leveret/analyses/analysis/messages/requeued-then-acked")[1]
+        kinds = [s["kind"] for s in trace["steps"]]
+        assert kinds[0] == "publish_received" and kinds[-1] == "acked"
+        assert kinds.count("fetched") == 2 and "requeued" in kinds, kinds
+        assert all(s["node"] and s["actor"] and s["time"] for s in trace["steps"])
+        by_id = http("GET", f"/api/leveret/analyses/analysis/messages/{trace['msg_id']}")[1]
+        assert by_id["steps"] == trace["steps"]
+        assert http("GET", "/api/leveret/analyses/analysis/messages/nope")[0] == 404
+        assert http("GET", "/api/leveret/analyses/..%2Fdata/messages")[0] in (400, 404)
+    finally:
+        broker.stop()
 
 
 def _get(ch, queue):

@@ -196,6 +196,44 @@ const PAGES = {
            }));
   },
 
+  async traces(page, arg) {
+    if (!arg) {
+      const found = await api("GET", "/leveret/analyses");
+      page.append(h("h2", {}, "Lifecycle traces"),
+        h("p", {}, "Reports of `make analyze` in this node's data directory."),
+        found.length ? table([
+          ["Analysis", a => h("a", { href: "#/traces/" + enc(a.name) }, a.name)],
+          ["Messages", a => a.messages], ["Written", a => a.written_at],
+          ["Report", a => a.report ? h("a", { href: `analyses/${enc(a.name)}/report.html`,
+                                              target: "_blank" }, "report.html") : ""]],
+          found, "analyses-table") : h("p", {}, "No analysis yet: run make analyze."));
+      return;
+    }
+    const [name, ref] = arg.split("/").map(decodeURIComponent);
+    if (!ref) {
+      const msgs = await api("GET", `/leveret/analyses/${enc(name)}/messages`);
+      page.append(h("h2", {}, `Analysis ${name}: ${msgs.length} messages`),
+        form("find-message", [["ref", "msg_id or message_id"]], "Show lifecycle", async v => {
+          location.hash = `#/traces/${enc(name)}/${enc(v.ref)}`;
+        }),
+        table([["Message", m => h("a", { href: `#/traces/${enc(name)}/${enc(m.msg_id)}` },
+                                  m.message_id || m.msg_id)],
+               ["Vhost", m => m.vhost], ["Final state", m => m.final_state],
+               ["Redeliveries", m => m.redeliveries], ["Events", m => m.n_events]],
+              msgs.slice(0, 500), "trace-messages"));
+      return;
+    }
+    const t = await api("GET", `/leveret/analyses/${enc(name)}/messages/${enc(ref)}`);
+    page.append(h("h2", {}, `Lifecycle of ${t.message_id || t.msg_id}`),
+      h("p", {}, `msg_id ${t.msg_id}, analysis ${name}`),
+      table([["+ms", s => s.after_ms], ["Step", s => s.kind], ["Actor", s => s.actor],
+             ["Node", s => s.node], ["Process", s => `${s.process} (${s.pid})`],
+             ["Time", s => s.time], ["Queue", s => s.queue || ""],
+             ["Details", s => JSON.stringify(Object.fromEntries(Object.entries(s).filter(
+               ([k]) => !["after_ms", "kind", "actor", "node", "process", "pid", "time",
+                          "queue"].includes(k))))]], t.steps, "trace-steps"));
+  },
+
   async admin(page) {
     const [users, vhosts, perms, policies] = await Promise.all([
       api("GET", "/users"), api("GET", "/vhosts"), api("GET", "/permissions"),
