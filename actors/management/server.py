@@ -16,12 +16,14 @@ import base64
 import binascii
 import json
 import logging
+import ssl
 import threading
 from pathlib import Path
 from urllib.parse import quote
 
 from aiohttp import web
 
+from actors.connection import tls
 from actors.core.errors import AMQPError
 from actors.core.permissions import AuthDB, hashed_auth_call
 from actors.ctl import ask_node
@@ -95,6 +97,7 @@ class Management:
         self.loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self.loop)
         try:
+            ssl_context = self._ssl_context()
             for app, host, port in ((self.app, self.host, self.port),
                                     (self.prometheus_app, self.prometheus_host,
                                      self.prometheus_port)):
@@ -104,7 +107,8 @@ class Management:
                 self.runners.append(runner)
                 self.loop.run_until_complete(runner.setup())
                 try:
-                    site = web.TCPSite(runner, host, port, reuse_address=True)
+                    site = web.TCPSite(runner, host, port, reuse_address=True,
+                                       ssl_context=ssl_context)
                     self.loop.run_until_complete(site.start())
                 except OSError as e:
                     raise OSError(f"{host}:{port}: {e.strerror or e}") from None
@@ -116,6 +120,16 @@ class Management:
         self.started.set()
         self.loop.run_forever()
         self._cleanup()
+
+    def _ssl_context(self):
+        """With AMQPS configured (tls_port and the ssl_* settings) both listeners speak HTTPS
+        only, with the same certificate and TLS versions. Client certificates are not asked
+        for: HTTP basic auth authenticates (ssl_verify applies to AMQPS)."""
+        if not self.config.tls_port:
+            return None
+        ctx = tls.server_context(self.config)
+        ctx.verify_mode = ssl.CERT_NONE
+        return ctx
 
     def _cleanup(self) -> None:
         for runner in self.runners:

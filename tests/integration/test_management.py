@@ -426,3 +426,30 @@ def test_health_checks_and_topic_permissions(node, http):
          "read": ".*"}]
     assert http("DELETE", "/api/topic-permissions/%2F/topic-user")[0] == 204
     assert http("GET", "/api/topic-permissions/%2F/topic-user")[0] == 404
+
+
+def test_with_amqps_configured_both_listeners_speak_https_only(tmp_path):
+    import ssl
+
+    from tlscerts import CertFactory
+    factory = CertFactory(tmp_path / "certs")
+    server = factory.leaf("server", "127.0.0.1", server=True)
+    http_port, metrics_port, tls_port = free_port(), free_port(), free_port()
+    broker = Broker.start_leveret(
+        tmp_path, "--tls-port", str(tls_port), "--ssl-certfile", server.cert, "--ssl-keyfile",
+        server.key, "--management-port", str(http_port), "--prometheus-port",
+        str(metrics_port))
+    try:
+        ctx = ssl.create_default_context(cafile=factory.ca.cert)
+        token = base64.b64encode(b"guest:guest").decode()
+        req = urllib.request.Request(f"https://127.0.0.1:{http_port}/api/whoami",
+                                     headers={"Authorization": f"Basic {token}"})
+        with urllib.request.urlopen(req, context=ctx, timeout=20) as r:
+            assert json.loads(r.read())["name"] == "guest"
+        with urllib.request.urlopen(f"https://127.0.0.1:{metrics_port}/metrics", context=ctx,
+                                    timeout=20) as r:
+            assert b"rabbitmq_queues" in r.read()
+        with pytest.raises((urllib.error.URLError, ConnectionError)):
+            urllib.request.urlopen(f"http://127.0.0.1:{http_port}/api/whoami", timeout=20)
+    finally:
+        broker.stop()
