@@ -66,6 +66,16 @@ def node(tmp_path_factory):
         broker.stop()
 
 
+def wait_for(what, fn, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(STATS_MS / 1000)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 @pytest.fixture
 def http(node):
     return Api(node.http_port)
@@ -199,31 +209,14 @@ def test_message_stats_come_from_the_queues_samples(node, http):
     def settled():
         stats = http("GET", "/api/queues/%2F/statq")[1]["message_stats"]
         return stats if stats.get("ack") == 5 and stats.get("get_no_ack") == 1 else None
-    deadline = time.monotonic() + 20
-    while (stats := settled()) is None and time.monotonic() < deadline:
-        time.sleep(STATS_MS / 1000)
-    assert stats is not None, http("GET", "/api/queues/%2F/statq")[1]
+    stats = wait_for("the queue's sample with 5 acks and 1 get", settled)
     assert (stats["publish"], stats["get"], stats["deliver_get"]) == (20, 5, 6)
     assert set(stats["publish_details"]) == {"rate"}
     overview = http("GET", "/api/overview")[1]["message_stats"]
     assert overview["publish"] >= 20 and "ack_details" in overview
     # quiet for two intervals: rates fall to 0
-    deadline = time.monotonic() + 20
-    while http("GET", "/api/queues/%2F/statq")[1]["message_stats"]["publish_details"][
-            "rate"] != 0 and time.monotonic() < deadline:
-        time.sleep(STATS_MS / 1000)
-    assert http("GET", "/api/queues/%2F/statq")[1]["message_stats"]["publish_details"] == {
-        "rate": 0.0}
-
-
-def wait_for(what, fn, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(STATS_MS / 1000)
-    raise AssertionError(f"timed out waiting for {what}")
+    wait_for("the publish rate to fall to 0", lambda: http(
+        "GET", "/api/queues/%2F/statq")[1]["message_stats"]["publish_details"] == {"rate": 0.0})
 
 
 def test_connections_channels_and_consumers_and_closing_one(node, http):
@@ -309,15 +302,10 @@ def test_prometheus_metrics_with_rabbitmq_prometheus_names(node, http):
         for _ in range(4):
             ch.basic_publish("", "promq", b"x")
         method, _, _ = ch.basic_get("promq")  # one unacked while we scrape
-        per = {}
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            per = scrape(node, "/metrics/per-object")
-            if per.get(("rabbitmq_queue_messages_published_total",
-                        (("queue", "promq"), ("vhost", "/")))) == 4:
-                break
-            time.sleep(STATS_MS / 1000)
         labels = (("queue", "promq"), ("vhost", "/"))
+        per = wait_for("the queue's published total in a scrape", lambda: (
+            p := scrape(node, "/metrics/per-object")).get(
+                ("rabbitmq_queue_messages_published_total", labels)) == 4 and p)
         assert per[("rabbitmq_queue_messages_ready", labels)] == 3
         assert per[("rabbitmq_queue_messages_unacked", labels)] == 1
         assert per[("rabbitmq_queue_messages_published_total", labels)] == 4

@@ -4,8 +4,6 @@ health check says when stopping a node would cost the metadata its majority."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from conftest import free_port
@@ -32,16 +30,6 @@ def managed(tmp_path):
     n.stop()
 
 
-def wait(cond, what, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_any_node_answers_for_the_whole_cluster(managed):
     apis = [Api(p) for p in managed.http]
     with managed[1].connection(client_properties={"connection_name": "on-node2"}) as c:
@@ -55,17 +43,17 @@ def test_any_node_answers_for_the_whole_cluster(managed):
             status, q = apis[0]("GET", "/api/queues/%2F/homed-on-2")
             return status == 200 and q.get("messages") == 3 and \
                 q["message_stats"].get("publish") == 3 and q
-        q = wait(seen_by_node1, "node1's API to show node2's queue with its counts")
+        q = managed.wait(seen_by_node1, 30, "node1's API to show node2's queue with its counts")
         assert q["node"] == "leveret@node2"
-        conns = wait(lambda: [x for x in apis[2]("GET", "/api/connections")[1]
-                              if x["client_properties"].get("connection_name") == "on-node2"],
-                     "node3's API to list a connection of node2")
+        conns = managed.wait(lambda: [x for x in apis[2]("GET", "/api/connections")[1]
+                                      if x["client_properties"].get("connection_name") ==
+                                      "on-node2"], 30, "node3's API to list a connection of node2")
         assert conns[0]["node"] == "leveret@node2"
     names = {n["name"]: n["running"] for n in apis[0]("GET", "/api/nodes")[1]}
     assert names == {"leveret@node1": True, "leveret@node2": True, "leveret@node3": True}
     assert apis[0]("GET", "/api/health/checks/node-is-quorum-critical")[0] == 200
     managed.kill9(2)
-    status, body = wait(lambda: (r := apis[0]("GET", "/api/health/checks/"
-                                                     "node-is-quorum-critical"))[0] == 503
-                        and r, "node1 to be quorum-critical with node3 down")
+    status, body = managed.wait(lambda: (r := apis[0]("GET", "/api/health/checks/"
+                                                             "node-is-quorum-critical"))[0]
+                                == 503 and r, 30, "node1 to be quorum-critical with node3 down")
     assert body["status"] == "failed"
