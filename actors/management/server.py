@@ -188,6 +188,11 @@ class Management:
         put("/api/users/{user}", self.put_user)
         delete("/api/users/{user}", self.delete_user)
         get("/api/permissions", self.permissions)
+        get("/api/vhosts/{vhost}/permissions", self.permissions)
+        get("/api/users/{user}/permissions", self.permissions)
+        get("/api/exchanges/{vhost}/{name}/bindings/{side:source|destination}",
+            self.exchange_bindings)
+        get("/api/extensions", self.extensions)
         get("/api/permissions/{vhost}/{user}", self.permission)
         put("/api/permissions/{vhost}/{user}", self.put_permission)
         delete("/api/permissions/{vhost}/{user}", self.delete_permission)
@@ -610,8 +615,33 @@ class Management:
 
     async def permissions(self, request):
         _, _, state, _ = await self._state(request, api.is_admin)
+        vhost, user = request.match_info.get("vhost"), request.match_info.get("user")
+        if vhost is not None and vhost not in {v["name"] for v in state["auth"]["vhosts"]}:
+            raise api.not_found()
+        if user is not None and user not in {u["name"] for u in state["auth"]["users"]}:
+            raise api.not_found()
         return self._reply(request, [api.permission_json(p)
-                                     for p in state["auth"]["permissions"]])
+                                     for p in state["auth"]["permissions"]
+                                     if vhost in (None, p["vhost"]) and
+                                     user in (None, p["user"])])
+
+    async def extensions(self, request):
+        await self._login(request)
+        return web.json_response([])  # no management plugins beside the API itself
+
+    async def exchange_bindings(self, request):
+        """Bindings whose source (or destination) is this exchange."""
+        _, _, state, visible = await self._state(request)
+        vhost = self._vhost(request, state, visible)
+        name = _exchange_name(request.match_info["name"])
+        if not any(x["vhost"] == vhost and x["name"] == name for x in state["exchanges"]):
+            raise api.not_found()
+        if request.match_info["side"] == "source":
+            rows = [b for b in _bindings(state) if b[0] == vhost and b[1] == name]
+        else:
+            rows = [b for b in _bindings(state) if b[0] == vhost and b[2] == "exchange" and
+                    b[3] == name]
+        return self._reply(request, [api.binding_json(b) for b in rows])
 
     async def permission(self, request):
         _, _, state, _ = await self._state(request, api.is_admin)

@@ -441,3 +441,18 @@ def test_with_amqps_configured_both_listeners_speak_https_only(tmp_path):
             urllib.request.urlopen(f"http://127.0.0.1:{http_port}/api/whoami", timeout=20)
     finally:
         broker.stop()
+
+
+def test_permissions_by_vhost_and_user_and_an_exchange_s_bindings(node, http):
+    assert [(p["user"], p["vhost"]) for p in http("GET", "/api/vhosts/%2F/permissions")[1]] \
+        == [("guest", "/")]
+    assert [p["vhost"] for p in http("GET", "/api/users/guest/permissions")[1]] == ["/"]
+    assert http("GET", "/api/users/nobody/permissions")[0] == 404
+    assert http("PUT", "/api/exchanges/%2F/bx", {"type": "fanout", "durable": False})[0] == 201
+    assert http("PUT", "/api/exchanges/%2F/by", {"type": "fanout", "durable": False})[0] == 201
+    assert http("POST", "/api/bindings/%2F/e/bx/e/by", {"routing_key": ""})[0] == 201
+    assert [b["destination"] for b in http("GET", "/api/exchanges/%2F/bx/bindings/source")[1]] \
+        == ["by"]
+    assert [b["source"] for b in
+            http("GET", "/api/exchanges/%2F/by/bindings/destination")[1]] == ["bx"]
+    assert http("GET", "/api/extensions") == (200, [])
