@@ -8,7 +8,7 @@ DATA ?= ./var
 NODES ?= 3
 CLUSTER_PORT ?= 25672
 
-.PHONY: run run-cluster test venv bench bench-compare bench-paper fuzz clean unit integration faults analyze
+.PHONY: run run-cluster test venv node-clients bench bench-compare bench-paper fuzz clean unit integration faults analyze
 
 $(BIN)/leveret-server: pyproject.toml requirements.lock
 	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11+ is required (apt-get install python3 python3-venv)"; exit 1; }
@@ -33,14 +33,29 @@ run-cluster: venv
 # the suite runs the Spark job (tests/unit/analysis, the event-log test), which needs Java 17
 JAVA_CHECK = @java -version >/dev/null 2>&1 || { echo "Java 17 is needed for Spark (make test, make analyze): sudo apt-get install openjdk-17-jre-headless"; exit 1; }
 
-test: venv
+# the suite runs amqplib programs (tests/clients/node, pinned by its package-lock.json) and
+# amqp091-go ones (tests/clients/go; skipped without Go and Debian's amqp091-go package)
+NODE_CLIENTS := tests/clients/node
+NODE_CHECK = @command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { echo "Node.js 18+ and npm are needed for the amqplib client tests (make test): sudo apt-get install nodejs npm"; exit 1; }
+GO_NOTE = @command -v go >/dev/null 2>&1 && test -d /usr/share/gocode/src/github.com/rabbitmq/amqp091-go || echo "note: the amqp091-go client tests will be skipped; to run them: sudo apt-get install golang-go golang-github-rabbitmq-amqp091-go-dev"
+
+# npm ci when node_modules is missing or older than the lock file
+$(NODE_CLIENTS)/node_modules/.package-lock.json: $(NODE_CLIENTS)/package-lock.json $(NODE_CLIENTS)/package.json
+	$(NODE_CHECK)
+	cd $(NODE_CLIENTS) && npm ci --no-audit --no-fund
+	@touch $@
+
+node-clients: $(NODE_CLIENTS)/node_modules/.package-lock.json
+
+test: venv node-clients
 	$(JAVA_CHECK)
+	$(GO_NOTE)
 	$(BIN)/python -m pytest tests
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit
 
-integration: venv
+integration: venv node-clients
 	$(BIN)/python -m pytest tests/integration
 
 faults: venv
@@ -74,4 +89,4 @@ analyze: venv
 	$(BIN)/python -m spark_analysis.lifecycle --events $(EVENTS) --out $(OUT) $(ANALYZE_ARGS)
 
 clean:
-	rm -rf $(VENV) var
+	rm -rf $(VENV) var $(NODE_CLIENTS)/node_modules
