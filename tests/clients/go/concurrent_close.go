@@ -24,7 +24,7 @@ func concurrentClose(url string) string {
 	q := unique("cclose")
 	_, err = ach.QueueDeclare(q, false, false, false, false, nil)
 	must(err, "queue.declare")
-	big := make([]byte, 300*1024) // several body frames at frame_max 128 KiB
+	big := make([]byte, 200*1024) // two body frames at frame_max 128 KiB
 	var total int64
 	for r := 0; r < rounds; r++ {
 		at(fmt.Sprintf("round %d: open", r))
@@ -64,7 +64,7 @@ func concurrentClose(url string) string {
 						}
 					}
 					body := []byte(fmt.Sprintf("r%dc%dn%d", r, i, k))
-					if k%10 == 0 {
+					if k%20 == 0 {
 						body = big
 					}
 					err := chans[i].Publish("", q, false, false, amqp.Publishing{Body: body})

@@ -20,19 +20,22 @@ async function round(r, q) {
   const closedEvent = new Promise((res) => conn.on('close', (e) => res(e)));
   const chans = [];
   for (let i = 0; i < CHANNELS; i++) {
-    const ch = i % 2 ? await conn.createConfirmChannel() : await conn.createChannel();
+    // a small write buffer (in frames): amqplib's default holds ~1000 frames per channel, so a
+    // channel.close would wait behind megabytes of this channel's own publishes
+    const opts = { highWaterMark: 8 };
+    const ch = i % 2 ? await conn.createConfirmChannel(opts) : await conn.createChannel(opts);
     ch.on('error', (e) => fail(`round ${r}: channel ${i} error from the broker: ${e.message}`));
     chans.push(ch);
   }
   const counts = new Array(CHANNELS).fill(0);
-  const big = Buffer.alloc(300 * 1024, 'x'); // several body frames at frame_max 128 KiB
+  const big = Buffer.alloc(200 * 1024, 'x'); // two body frames at frame_max 128 KiB
   const loops = chans.map(async (ch, i) => {
     let closed = false;
     ch.on('close', () => { closed = true; ch.emit('drain'); });
     for (;;) {
       let ok;
       try {
-        const body = counts[i] % 10 === 0 ? big : Buffer.from(`r${r}c${i}n${counts[i]}`);
+        const body = counts[i] % 20 === 0 ? big : Buffer.from(`r${r}c${i}n${counts[i]}`);
         if (i % 2) ok = ch.sendToQueue(q, body, {}, () => {}); // callbacks may see the close
         else ok = ch.sendToQueue(q, body);
         counts[i] += 1;
