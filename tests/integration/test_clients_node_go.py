@@ -108,3 +108,11 @@ def test_consumer_cancelled_by_the_broker_leaves_the_channel_usable(client, brok
 def test_close_channels_and_connection_while_publishing__E5(client, broker):
     out = run(client, broker, "concurrent_close")
     assert "5 rounds" in out
+
+
+def test_amqplib_high_watermark_publishers_not_blocked__R1(node_binary, broker):
+    """amqplib's own "find/set high watermark" tests (they once hung here): a queue without
+    consumers takes a full client write buffer at once, and the connection closes behind it."""
+    out = run(lambda program, url: [node_binary, str(NODE_DIR / f"{program}.js"), url], broker,
+              "high_watermark")
+    assert "high watermark" in out
