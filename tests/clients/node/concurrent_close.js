@@ -20,7 +20,7 @@ async function round(r, q) {
   const closedEvent = new Promise((res) => conn.on('close', (e) => res(e)));
   const chans = [];
   for (let i = 0; i < CHANNELS; i++) {
-    // a small write buffer (in frames): amqplib's default holds ~1000 frames per channel, so a
+    // a small write buffer (in writes): amqplib's default holds ~2000 per channel, so a
     // channel.close would wait behind megabytes of this channel's own publishes
     const opts = { highWaterMark: 8 };
     const ch = i % 2 ? await conn.createConfirmChannel(opts) : await conn.createChannel(opts);
