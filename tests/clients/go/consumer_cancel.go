@@ -49,6 +49,11 @@ func consumerCancel(url string) string {
 	d := waitFor(d2, 10*time.Second, "delivery after the cancel")
 	check(string(d.Body) == "again", "body %q", d.Body)
 	must(d.Ack(false), "ack")
+	at("basic.cancel of the tag the broker cancelled")
+	// RabbitMQ answers cancel-ok for a tag it does not know
+	must(ch.Cancel("ctag-1", false), "basic.cancel")
+	_, err = ch.QueueDeclarePassive(q2, false, false, true, false, nil)
+	must(err, "passive declare after the cancel")
 	at("close")
 	must(other.Close(), "channel close")
 	must(ch.Close(), "channel close")
