@@ -3,7 +3,8 @@
 Each program in tests/clients/node/*.js and each subcommand of tests/clients/go (one binary) is
 run against the module's broker with its URL as the only argument; it exits 0 and prints
 "OK <program> ..." when every check passed, or exits 1 with "FAIL <why> (step: ...)" on stderr
-(its own watchdog fails it after 30 s: a reply that never comes names the step it waited in).
+(its own watchdog fails it after CLIENT_TIMEOUT_MS: a reply that never comes names the step it
+waited in).
 docs/clients.md says what each program checks.
 
 amqplib comes from tests/clients/node/package-lock.json (`make test` runs `npm ci` there);
@@ -24,7 +25,11 @@ NODE_DIR = CLIENTS / "node"
 GO_DIR = CLIENTS / "go"
 GOPATH = Path("/usr/share/gocode")
 AMQP091 = GOPATH / "src" / "github.com" / "rabbitmq" / "amqp091-go"
-RUN_TIMEOUT = 90  # seconds; the programs' own watchdog fires at 30 s
+WATCHDOG_MS = 60_000  # the programs' own watchdog (CLIENT_TIMEOUT_MS): fails naming its step
+RUN_TIMEOUT = 90  # seconds, then the program is killed
+
+# the first test of each client also builds (go build) or checks it: room for a loaded machine
+pytestmark = pytest.mark.timeout(300)
 
 GO_INSTALL = "apt-get install golang-go golang-github-rabbitmq-amqp091-go-dev"
 NODE_INSTALL = "apt-get install nodejs npm"
@@ -70,7 +75,8 @@ def run(client, broker, program: str) -> str:
     cmd = client(program, broker.url)
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT,
-                             stdin=subprocess.DEVNULL)
+                             stdin=subprocess.DEVNULL,
+                             env=dict(os.environ, CLIENT_TIMEOUT_MS=str(WATCHDOG_MS)))
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"{program} still running after {RUN_TIMEOUT} s: {e.stdout!r} {e.stderr!r}\n"
                     f"{broker.log_tail()}")
