@@ -8,7 +8,7 @@ DATA ?= ./var
 NODES ?= 3
 CLUSTER_PORT ?= 25672
 
-.PHONY: run run-cluster test venv bench bench-compare bench-paper fuzz clean unit integration faults analyze
+.PHONY: run run-cluster test venv node-clients bench bench-compare bench-paper fuzz clean unit integration faults analyze
 
 $(BIN)/leveret-server: pyproject.toml requirements.lock
 	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "Python 3.11+ is required (apt-get install python3 python3-venv)"; exit 1; }
@@ -42,15 +42,30 @@ BROWSER_CHECK = @test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || { \
 		  apt-get install -y -q chromium chromium-driver >/dev/null; } || exit 1; \
 	else echo "The browser tests need chromium: sudo apt-get install chromium chromium-driver"; exit 1; fi; }
 
-test: venv
+# the suite runs amqplib programs (tests/clients/node, pinned by its package-lock.json) and
+# amqp091-go ones (tests/clients/go; skipped without Go and Debian's amqp091-go package)
+NODE_CLIENTS := tests/clients/node
+NODE_CHECK = @command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { echo "Node.js 18+ and npm are needed for the amqplib client tests (make test): sudo apt-get install nodejs npm"; exit 1; }
+GO_NOTE = @command -v go >/dev/null 2>&1 && test -d /usr/share/gocode/src/github.com/rabbitmq/amqp091-go || echo "note: the amqp091-go client tests will be skipped; to run them: sudo apt-get install golang-go golang-github-rabbitmq-amqp091-go-dev"
+
+# npm ci when node_modules is missing or older than the lock file
+$(NODE_CLIENTS)/node_modules/.package-lock.json: $(NODE_CLIENTS)/package-lock.json $(NODE_CLIENTS)/package.json
+	$(NODE_CHECK)
+	cd $(NODE_CLIENTS) && npm ci --no-audit --no-fund
+	@touch $@
+
+node-clients: $(NODE_CLIENTS)/node_modules/.package-lock.json
+
+test: venv node-clients
 	$(JAVA_CHECK)
 	$(BROWSER_CHECK)
+	$(GO_NOTE)
 	$(BIN)/python -m pytest tests
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit
 
-integration: venv
+integration: venv node-clients
 	$(BIN)/python -m pytest tests/integration
 
 faults: venv
@@ -84,4 +99,4 @@ analyze: venv
 	$(BIN)/python -m spark_analysis.lifecycle --events $(EVENTS) --out $(OUT) $(ANALYZE_ARGS)
 
 clean:
-	rm -rf $(VENV) var
+	rm -rf $(VENV) var $(NODE_CLIENTS)/node_modules

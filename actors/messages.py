@@ -411,8 +411,12 @@ class Terminate:
 
 class CloseSocket:
     """Reader -> Writer: the connection is torn down; flush what is buffered, close the socket
-    and stop."""
-    __slots__ = ()
+    and stop. `linger` > 0 (after connection.close-ok): the socket is closed only when the
+    client closes its end, or after that many seconds (netio.Conn.close)."""
+    __slots__ = ("linger",)
+
+    def __init__(self, linger: float = 0.0):
+        self.linger = linger
 
 
 class Shutdown:

@@ -119,6 +119,8 @@ class Conn:
         self.out: list = []  # bytes the socket did not take yet
         self.writing = False  # registered for writability (loop thread only)
         self.closing = False  # close() was called
+        self.lingering = False  # after close-ok: read and discarded until the client closes
+        self.linger_timer = None  # ends the lingering if the client never closes
         self.closed = False
         self.tls: ssl.SSLObject | None = None  # AMQPS: the TLS state (None: plain TCP)
         self.tls_in: ssl.MemoryBIO | None = None  # bytes read from the socket, for self.tls
@@ -356,30 +358,61 @@ class Conn:
         self.writing = False
         if failed is not None:
             self._lost(f"send failed: {failed}")
-        elif self.closing:
+        elif self.closing and not self.lingering:
             self._close_now()
-        else:
+        elif not self.closing:
             _tell(self.writer, m.Drained())
 
     # --- closing --------------------------------------------------------------------------------
-    def close(self) -> None:
-        """Shut the socket once what was written is out (at most CLOSE_DRAIN_S)."""
+    def close(self, linger: float = 0.0) -> None:
+        """Shut the socket once what was written is out (at most CLOSE_DRAIN_S). With `linger`
+        (seconds; after connection.close-ok) the socket first stays open, what comes in read
+        and dropped, until the client closes it or `linger` has passed: rabbit_reader's
+        `closed` state. A client whose other threads still write when close-ok comes then meets
+        no reset (which could also destroy the close-ok it has not read yet)."""
         with self.lock:
             self.closing = True
-        self.io.call(self._close_soon)
+        self.io.call(self._close_soon, linger)
 
-    def _close_soon(self) -> None:
+    def _close_soon(self, linger: float = 0.0) -> None:
         if self.closed:
             return
         if self.reading:
             self.io.loop.remove_reader(self.fd)
             self.reading = False
+        if linger > 0 and not self.lingering:
+            self.lingering = True
+            self.io.loop.add_reader(self.fd, self._discard)
+            self.linger_timer = self.io.loop.call_later(linger, self._end_linger)
+            return
         if self.tls_up:
             self._close_notify()
         if self.writing:
             self.io.loop.call_later(CLOSE_DRAIN_S, self._close_now)
         else:
             self._close_now()
+
+    def _discard(self) -> None:
+        """Lingering: drop what the client still sends; its end of the socket closing (or
+        failing) ends the lingering."""
+        try:
+            data = self.sock.recv(READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._end_linger()
+
+    def _end_linger(self) -> None:
+        if self.closed or not self.lingering:
+            return
+        self.lingering = False
+        self.io.loop.remove_reader(self.fd)
+        if self.linger_timer is not None:
+            self.linger_timer.cancel()
+            self.linger_timer = None
+        self._close_soon()
 
     def _close_notify(self) -> None:
         """TLS: say goodbye (close_notify) before the socket closes, as Erlang's ssl does."""
@@ -405,6 +438,12 @@ class Conn:
         if self.tls_timer is not None:
             self.tls_timer.cancel()
             self.tls_timer = None
+        if self.lingering:
+            self.lingering = False
+            self.io.loop.remove_reader(self.fd)
+            if self.linger_timer is not None:
+                self.linger_timer.cancel()
+                self.linger_timer = None
         with self.lock:
             self.closed = True
             self.out = []

@@ -164,8 +164,10 @@ class Reader(LightActor):
         self.host.timers.at(int((time.monotonic() + seconds) * 1000), self.actor_ref,
                             m.CloseTimeout())
 
-    def terminate(self, why: str) -> None:
-        """Tear down: channels release their queues, the node drops exclusive queues."""
+    def terminate(self, why: str, linger: float = 0.0) -> None:
+        """Tear down: channels release their queues, the node drops exclusive queues. `linger`
+        (after a close-ok): the socket stays open until the client closes it, or that many
+        seconds (netio.Conn.close); nothing is read or written on it any more."""
         if self.terminated:
             return
         self.terminated = True
@@ -181,6 +183,6 @@ class Reader(LightActor):
                 pass
         self.channels.clear()
         self.finishing.clear()
-        self.writer.tell(m.CloseSocket())
+        self.writer.tell(m.CloseSocket(linger))
         self.host.connection_closed(self)
         self.stop()

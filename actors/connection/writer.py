@@ -52,7 +52,7 @@ class Writer(LightActor):
             self.heartbeat = msg.seconds
         elif isinstance(msg, m.CloseSocket):
             self.flush()
-            self.conn.close()
+            self.conn.close(msg.linger)
             self.stop()
             return
         # rabbit_writer: flush when the mailbox is empty or the buffer is big

@@ -54,6 +54,7 @@ CAPABILITIES = {
 }
 FRAME_MIN = 4096  # ?FRAME_MIN_SIZE: tune-ok may not go below it; the frame_max until tune-ok
 SILENT_CLOSE_DELAY = 3  # rabbit_reader's ?SILENT_CLOSE_DELAY: seconds before a silent close
+CLOSING_TIMEOUT = 30  # rabbit_reader's ?CLOSING_TIMEOUT: longest wait for the client to close
 PASSWORD_MECHANISMS = ("AMQPLAIN", "PLAIN")  # offered on every connection
 KNOWN_MECHANISMS = PASSWORD_MECHANISMS + ("EXTERNAL",)
 
@@ -299,7 +300,12 @@ class ConnectionCore:
         if isinstance(method, am.ConnectionClose):
             self.shell.write(encode_method(0, am.ConnectionCloseOk()))
             self.state = "closed"
-            self.shell.terminate("closed by client")
+            # rabbit_reader:close_connection: after close-ok the socket is the client's to
+            # close; it is closed by the broker only after the heartbeat timeout, at most
+            # ?CLOSING_TIMEOUT. What the client's other threads still send meanwhile is dropped.
+            hb = self.heartbeat
+            self.shell.terminate("closed by client",
+                                 linger=hb if 0 < hb < CLOSING_TIMEOUT else CLOSING_TIMEOUT)
             return
         if isinstance(method, am.ConnectionCloseOk):
             if state == "closing":

@@ -198,6 +198,32 @@ def test_channel_number_reuse_after_close(broker):
         c.close()
 
 
+def test_socket_left_to_the_client_after_close_ok__E5(broker, conn):
+    """rabbit_reader's `closed` state: after connection.close-ok the socket is the client's to
+    close (the broker closes it only after the heartbeat timeout, at most 30 s). A client whose
+    other threads are still publishing when it sends connection.close meets no reset (amqp091-go
+    reported that as a 501), gets its close-ok, and what it sent after the close is dropped."""
+    q = unique("q")
+    ch = conn.channel()
+    ch.queue_declare(q)
+    c = rawamqp.RawClient(broker.host, broker.port)
+    try:
+        c.handshake(user=broker.user, password=broker.password, vhost=broker.vhost)
+        c.open_channel(1)
+        c.send_method(0, commands.Connection.Close(reply_code=200, reply_text="bye",
+                                                  class_id=0, method_id=0))
+        # more than the socket buffers hold: the broker must go on reading after close-ok
+        for _ in range(40):
+            c.publish(1, "", q, b"x" * 250_000)
+        c.expect(commands.Connection.CloseOk, channel=0)
+        with pytest.raises(rawamqp.Timeout):
+            c.read_frame(timeout=1.0)   # nothing more comes, and the socket stays open
+    finally:
+        c.close()
+    assert ch.queue_declare(q, passive=True).method.message_count == 0
+    ch.queue_delete(q)
+
+
 def test_connection_close_handshake(broker):
     c = rawamqp.RawClient(broker.host, broker.port)
     try:

@@ -377,8 +377,8 @@ class FakeShell:
     def throttle(self, on):
         self.events.append(("throttle", on))
 
-    def terminate(self, why):
-        self.events.append(("terminate", why))
+    def terminate(self, why, linger=0.0):
+        self.events.append(("terminate", why) if not linger else ("terminate", why, linger))
 
     # --- reading back ---
     def written(self) -> bytes:

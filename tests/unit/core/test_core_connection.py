@@ -493,7 +493,17 @@ def test_server_close_crossing_client_close():
     shell.clear()
     core.receive(frame(0, am.ConnectionClose()))
     assert shell.events == [("write", encode_method(0, am.ConnectionCloseOk())),
-                            ("terminate", "closed by client")]
+                            ("terminate", "closed by client", 30)]
+
+
+def test_client_close_leaves_the_socket_to_the_client():
+    """rabbit_reader:close_connection: after close-ok the broker waits for the client to close
+    the socket, at most the heartbeat timeout or ?CLOSING_TIMEOUT (30 s)."""
+    for heartbeat, linger in ((0, 30), (10, 10), (60, 30)):
+        core, shell = mk()
+        handshake(core, shell, heartbeat=heartbeat)
+        core.receive(frame(0, am.ConnectionClose()))
+        assert shell.events[-1] == ("terminate", "closed by client", linger)
 
 
 def test_close_is_sent_once():
