@@ -135,6 +135,8 @@ class ClusterMixin:
         self.auth = AuthDB.from_state(snap["auth"])
         self.queues = QueueTable(((q["vhost"], q["name"]), q) for q in snap["queues"])
         self.policies = {(p["vhost"], p["name"]): p for p in snap["policies"]}
+        self.op_policies = {(p["vhost"], p["name"]): p for p in snap.get("op_policies", [])}
+        self.limits = {(x["scope"], x["name"]): x["value"] for x in snap.get("limits", [])}
         self.members = snap["members"]
         self.canonical = seq
 
@@ -513,7 +515,8 @@ class ClusterMixin:
         args = q.get("arguments") or {}
         mode, params = args.get("x-ha-mode"), args.get("x-ha-params")
         if mode is None:
-            p = policies.effective(self.policies, q["vhost"], q["name"])
+            p = policies.effective(self.policies, q["vhost"], q["name"], "queues",
+                                   self.op_policies)
             mode, params = p.get("ha-mode"), p.get("ha-params")
         if isinstance(mode, bytes):
             mode = mode.decode()
