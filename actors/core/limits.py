@@ -9,6 +9,7 @@ RabbitMQ's texts.
 from __future__ import annotations
 
 from actors.core.errors import ChannelError, ConnectionError_, erl_p
+from actors.core.policies import json_term
 
 KEYS = {"vhost": ("max-connections", "max-queues"),
         "user": ("max-connections", "max-channels")}
@@ -22,11 +23,11 @@ def validate(scope: str, value) -> dict:
     """The limits as stored; 406 with rabbit_parameter_validation's text otherwise."""
     name = "vhost-limits" if scope == "vhost" else "user-limits"
     if not isinstance(value, dict):
-        raise _refuse(f"{name} not a list {erl_p(value)}")
-    unknown = [(k.encode(), v) for k, v in value.items() if k not in KEYS[scope]]
+        raise _refuse(f"{name} not a list {erl_p(json_term(value))}")
+    unknown = [(json_term(k), json_term(v)) for k, v in value.items() if k not in KEYS[scope]]
     for key in KEYS[scope]:
         if key in value and (not isinstance(value[key], int) or isinstance(value[key], bool)):
-            raise _refuse(f"{key} should be a number, actually was {erl_p(value[key])}")
+            raise _refuse(f"{key} should be a number, actually was {erl_p(json_term(value[key]))}")
     if unknown:
         raise _refuse(f"Unrecognised terms {erl_p(unknown)} in {name}")
     return dict(value)

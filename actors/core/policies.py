@@ -74,14 +74,14 @@ QUEUE_KEYS = {"expires": "x-expires", "message-ttl": "x-message-ttl",
               "queue-mode": "x-queue-mode"}
 
 
-def _json_term(v):
+def json_term(v):
     """A decoded JSON value as the Erlang term rabbit_json gives (strings are binaries)."""
     if isinstance(v, str):
         return v.encode("utf-8", "surrogateescape")
     if isinstance(v, list):
-        return [_json_term(x) for x in v]
+        return [json_term(x) for x in v]
     if isinstance(v, dict):
-        return [(_json_term(k), _json_term(x)) for k, x in v.items()]
+        return [(json_term(k), json_term(x)) for k, x in v.items()]
     return v
 
 
@@ -104,22 +104,22 @@ def validate(name: str, pattern: str, definition: dict, priority: int, apply_to:
     try:
         re.compile(pattern)
     except re.error as e:
-        raise _refuse(f"~p is not a valid regular expression ({e})", _json_term(pattern))
+        raise _refuse(f"~p is not a valid regular expression ({e})", json_term(pattern))
     if apply_to not in APPLY_TO:
         raise _refuse(f"apply-to '{apply_to}' unrecognised; should be 'queues', 'exchanges' "
                       "or 'all'")
     if not isinstance(definition, dict):
-        raise _refuse("definition must be a dictionary: ~p", _json_term(definition))
+        raise _refuse("definition must be a dictionary: ~p", json_term(definition))
     if not definition:
         raise _refuse("no policy provided")
     unknown = []
     for key, value in definition.items():
         if key not in POLICY_KEYS or (operator and key not in OPERATOR_KEYS):
-            unknown.append((_json_term(key), _json_term(value)))
+            unknown.append((json_term(key), json_term(value)))
             continue
         ok, text = POLICY_KEYS[key]
         if not ok(value):
-            raise _refuse(text, _json_term(value))
+            raise _refuse(text, json_term(value))
     if unknown:
         raise _refuse("~p are not recognised policy settings", unknown)
 

@@ -35,6 +35,7 @@ from actors.core.permissions import AuthDB, hashed_auth_call
 from actors.core.routing import Router
 from actors.node.definitions import Definitions
 from actors.node.metadata_alarms import AlarmsMixin
+from actors.node.metadata_limits import LimitsMixin
 from actors.node.metadata_management import ManagementMixin
 from actors.node.metadata_cluster import ClusterMixin
 from actors.node.queue_table import QueueTable
@@ -55,7 +56,7 @@ class Worker:
     ready: bool = False  # a connection worker is listening
 
 
-class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
+class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightActor):
     scheduler_name = "node"  # embedded in the node's event loop with its transport
 
     def __init__(self, transport, config, resources=None, secret: bytes = b""):
@@ -85,6 +86,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
         self.deferred_hellos: list = []  # connection workers waiting for recovery to finish
         self.had_bindings: set = set()  # auto-delete exchanges that have had a binding
         self.members: dict = {}  # cluster members (actors/node/metadata_cluster.py); empty alone
+        self._limits_init()
         self._cluster_init(config)
 
     # --- start-up -------------------------------------------------------------------------------
@@ -172,6 +174,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
     def _rpc(self, rpc: m.Rpc) -> None:
         if rpc.op == "auth" and isinstance(rpc.args, dict):
             rpc = _hash_password(rpc)  # before it is forwarded, logged or committed
+        if rpc.op == "connection.closed" and isinstance(rpc.args, dict):
+            self._untrack(rpc.args.get("owner", ""))  # this node's count, before forwarding
         if self._route_rpc(rpc):
             return
         handler = getattr(self, "op_" + rpc.op.replace(".", "_"), None)
@@ -385,6 +389,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
             self.applied.pop((ev.kind, ev.index), None)
             self._release_replies()
         self.transport.mark_dead(ev.endpoint)
+        if ev.kind == "conn":
+            self._untrack_endpoint(ev.endpoint)
         down = m.WorkerDown(ev.kind, ev.endpoint)
         for other in self.workers.values():
             self.transport.send(other.control, down)

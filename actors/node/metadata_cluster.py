@@ -47,7 +47,8 @@ log = logging.getLogger("leveret.cluster")
 
 LOCAL_OPS = {"worker.hello", "worker.ready", "list", "cluster.status",  # any node answers
              "mgmt_state", "mgmt_login",  # (a password never leaves the node it reached)
-             "status", "set_vm_memory_high_watermark", "set_disk_free_limit"}  # its own
+             "status", "set_vm_memory_high_watermark", "set_disk_free_limit",  # its own
+             "connection.open", "channel.open", "channel.closed"}  # its own counts (limits)
 FORWARD_WAIT_S = 5.0  # how long an operation waits for a leader before it fails
 RELAY_WAIT_S = 15.0  # how long a forwarded operation waits for the leader's answer
 DOWN_AFTER_S = 1.0  # a member whose raft connection is gone this long is down
