@@ -427,7 +427,8 @@ class Management:
         vhost = self._vhost(request, state, visible)
         rows = await self._queue_rows()
         return self._reply(request, [
-            api.queue_json(q, rows.get((q["vhost"], q["name"])), state["policies"])
+            api.queue_json(q, rows.get((q["vhost"], q["name"])), state["policies"],
+                           state.get("operator_policies", ()))
             for q in state["queues"] if q["vhost"] in visible and
             (vhost is None or q["vhost"] == vhost)])
 
@@ -437,7 +438,8 @@ class Management:
         name = request.match_info["name"]
         q = _find_queue(state, vhost, name)
         rows = await self._queue_rows()
-        return web.json_response(api.queue_json(q, rows.get((vhost, name)), state["policies"]))
+        return web.json_response(api.queue_json(q, rows.get((vhost, name)), state["policies"],
+                                                state.get("operator_policies", ())))
 
     async def put_queue(self, request):
         user, _, state, visible = await self._state(request)

@@ -179,3 +179,30 @@ def test_limits_validation_texts(node):
         in res.stderr
     res = node.ctl("set_user_limits", "guest", '{"max-queues": 1}', check=False)
     assert res.returncode != 0 and "Unrecognised terms" in res.stderr
+
+
+def test_operator_policies_and_limits_survive_a_restart(tmp_path):
+    from conftest import Broker
+    broker = Broker.start_leveret(tmp_path)
+    try:
+        broker.ctl("set_operator_policy", "cap", "^cap-", '{"max-length": 1}',
+                   "--apply-to", "queues")
+        broker.ctl("set_vhost_limits", '{"max-queues": 5}')
+        broker.ctl("set_user_limits", "guest", '{"max-channels": 7}')
+        broker = broker.restart(tmp_path, "kill9")
+        assert [p["name"] for p in json.loads(broker.ctl("list_operator_policies").stdout)] \
+            == ["cap"]
+        assert json.loads(broker.ctl("list_vhost_limits").stdout) == \
+            [{"vhost": "/", "limits": {"max-queues": 5}}]
+        assert json.loads(broker.ctl("list_user_limits").stdout) == \
+            [{"user": "guest", "limits": {"max-channels": 7}}]
+        conn = broker.connection()
+        try:
+            ch = conn.channel()
+            ch.queue_declare("cap-q")
+            publish(ch, "cap-q", [b"1", b"2", b"3"])
+            wait_count(conn, "cap-q", 1)                   # the operator policy still applies
+        finally:
+            safe_close(conn)
+    finally:
+        broker.stop()
