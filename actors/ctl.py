@@ -1,4 +1,5 @@
-"""`leveretctl`: rabbitmqctl's user, vhost, permission, policy, status and alarm commands
+"""`leveretctl`: rabbitmqctl's user, vhost, permission, policy, operator policy, limits,
+status and alarm commands
 against a running node.
 
 Talks to the node's metadata actor over ZeroMQ, at the address the node writes to
@@ -212,6 +213,13 @@ def _cell(value) -> str:
     return str(value)
 
 
+def _json_arg(p, text: str, what: str):
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        p.error(f"the {what} is not JSON: {e}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="leveretctl", description=__doc__)
     p.add_argument("--data-dir", default="./var", help="the node's data directory")
@@ -224,27 +232,55 @@ def main(argv=None) -> int:
     p.add_argument("command", choices=sorted(COMMANDS) + [
         "list_users", "list_vhosts", "list_queues", "list_exchanges", "list_bindings",
         "list_policies", "list_topic_permissions", "list_user_topic_permissions", "set_policy",
-        "clear_policy", "cluster_status", "status", "set_vm_memory_high_watermark",
-        "set_disk_free_limit", "list_connections", "list_channels", "list_consumers"])
+        "clear_policy", "set_operator_policy", "clear_operator_policy", "list_operator_policies",
+        "set_vhost_limits", "clear_vhost_limits", "list_vhost_limits", "set_user_limits",
+        "clear_user_limits", "list_user_limits", "cluster_status", "status",
+        "set_vm_memory_high_watermark", "set_disk_free_limit", "list_connections",
+        "list_channels", "list_consumers"])
     p.add_argument("args", nargs="*")
     a = p.parse_intermixed_args(argv)
-    if a.command == "set_policy":
+    if a.command in ("set_policy", "set_operator_policy"):
         if len(a.args) != 3:
-            p.error("set_policy takes NAME PATTERN DEFINITION (a JSON object)")
-        try:
-            definition = json.loads(a.args[2])
-        except ValueError as e:
-            p.error(f"the definition is not JSON: {e}")
+            p.error(f"{a.command} takes NAME PATTERN DEFINITION (a JSON object)")
+        definition = _json_arg(p, a.args[2], "definition")
+        operator = a.command == "set_operator_policy"
         call(a.data_dir, "policy", {"method": "set", "vhost": a.vhost, "name": a.args[0],
                                     "pattern": a.args[1], "definition": definition,
-                                    "priority": a.priority, "apply_to": a.apply_to})
-        print(f"Setting policy \"{a.args[0]}\" for pattern \"{a.args[1]}\" ... done")
+                                    "priority": a.priority, "apply_to": a.apply_to,
+                                    "operator": operator})
+        kind = "operator policy" if operator else "policy"
+        print(f"Setting {kind} \"{a.args[0]}\" for pattern \"{a.args[1]}\" ... done")
         return 0
-    if a.command == "clear_policy":
+    if a.command in ("clear_policy", "clear_operator_policy"):
         if len(a.args) != 1:
-            p.error("clear_policy takes NAME")
-        call(a.data_dir, "policy", {"method": "clear", "vhost": a.vhost, "name": a.args[0]})
-        print(f"Clearing policy \"{a.args[0]}\" ... done")
+            p.error(f"{a.command} takes NAME")
+        operator = a.command == "clear_operator_policy"
+        call(a.data_dir, "policy", {"method": "clear", "vhost": a.vhost, "name": a.args[0],
+                                    "operator": operator})
+        kind = "operator policy" if operator else "policy"
+        print(f"Clearing {kind} \"{a.args[0]}\" ... done")
+        return 0
+    if a.command in ("set_vhost_limits", "set_user_limits", "clear_vhost_limits",
+                     "clear_user_limits"):
+        # rabbitmqctl set_vhost_limits [-p VHOST] DEFINITION, set_user_limits USER DEFINITION,
+        # clear_vhost_limits [-p VHOST], clear_user_limits USER
+        scope = "vhost" if "vhost" in a.command else "user"
+        setting = a.command.startswith("set_")
+        want = (scope == "user") + setting
+        if len(a.args) != want:
+            p.error(f"{a.command} takes " + " ".join(
+                (["USERNAME"] if scope == "user" else []) + (["DEFINITION"] if setting else [])))
+        name = a.vhost if scope == "vhost" else a.args[0]
+        args = {"method": "set" if setting else "clear", "scope": scope, "name": name}
+        if setting:
+            args["value"] = _json_arg(p, a.args[-1], "definition")
+        call(a.data_dir, "limits", args)
+        what = f"vhost \"{name}\"" if scope == "vhost" else f"user \"{name}\""
+        print(f"{'Applying' if setting else 'Clearing'} limits for {what} ... done")
+        return 0
+    if a.command == "list_vhost_limits":
+        print(json.dumps(call(a.data_dir, "list", {"what": "vhost_limits", "vhost": a.vhost}),
+                         indent=2))
         return 0
     if a.command == "cluster_status":
         return print_cluster(call(a.data_dir, "cluster.status", {}))

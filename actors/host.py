@@ -27,5 +27,8 @@ class WorkerHost:
     def metadata_changed(self, changes) -> None:
         """The replica has just applied these changes."""
 
+    def rpc_reply(self, reply) -> None:
+        """An answer to an Rpc this host sent with its control address and a req_id."""
+
     def resource_alarm(self, alarms: list) -> None:
         """The node's memory or disk alarms changed (connection workers block publishers)."""

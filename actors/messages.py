@@ -564,6 +564,19 @@ class ChannelsDown:
         self.prefix = prefix
 
 
+class Admitted:
+    """ConnectionHost -> Reader (local only): the node's answer to a connection.open
+    (channel 0) or channel.open (its number) that waited for its vhost/user limit count."""
+
+    __slots__ = ("channel", "ok", "code", "text")
+
+    def __init__(self, channel, ok, code=0, text=""):
+        self.channel = channel  # 0: the connection; else the channel number
+        self.ok = ok  # admitted
+        self.code = code  # 530 when refused
+        self.text = text  # RabbitMQ's refusal text
+
+
 class PolicyChanged:
     """QueueHost -> Queue (local only): policies changed; recompute what they decide."""
 

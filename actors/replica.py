@@ -8,7 +8,10 @@ with its RPC replies, so a channel that got `queue.declare-ok` already sees the 
 
 A change is a list: `["router", method, args]` replays `Router.method(*args)`, `["auth", method,
 args]` replays `AuthDB.method(*args)`, `["queue_put", qdef]`, `["queue_del", vhost, name]`,
-`["policy_put", vhost, name, policy]`, `["policy_del", vhost, name]`, and in a cluster
+`["policy_put", vhost, name, policy]`, `["policy_del", vhost, name]`, the same for operator
+policies (`op_policy_put`, `op_policy_del`), `["limits_put", scope, name, limits]` and
+`["limits_del", scope, name]` (scope "vhost" or "user": rabbitmqctl set_vhost_limits /
+set_user_limits), and in a cluster
 `["member_put", member_id, info]` (actors/node/cluster.py).
 """
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import threading
 
+from actors.core import policies as _policies
 from actors.core.permissions import AuthDB
 from actors.core.routing import Router
 
@@ -27,6 +31,8 @@ class Replica:
         self.auth = AuthDB()  # users, vhosts, permissions
         self.queues: dict[tuple[str, str], dict] = {}  # (vhost, name) -> qdef (with "address")
         self.policies: dict[tuple[str, str], dict] = {}  # (vhost, policy name) -> policy
+        self.op_policies: dict[tuple[str, str], dict] = {}  # (vhost, name) -> operator policy
+        self.limits: dict[tuple[str, str], dict] = {}  # ("vhost"|"user", name) -> limits
         self.members: dict[str, dict] = {}  # cluster member id -> info (empty when alone)
         self.version = 0  # number of change lists applied
 
@@ -36,6 +42,11 @@ class Replica:
             self.auth = AuthDB.from_state(state["auth"])
             self.queues = {(q["vhost"], q["name"]): q for q in state["queues"]}
             self.policies = {(p["vhost"], p["name"]): p for p in state.get("policies", [])}
+            self.op_policies = {(p["vhost"], p["name"]): p
+                                for p in state.get("op_policies", [])}
+            self.limits = {(x["scope"], x["name"]): x["value"] for x in state.get("limits", [])}
+            for vhost in self.router.vhosts():
+                apply_policy_alternates(self, vhost)
             self.members = dict(state.get("members", {}))
             self.version += 1
 
@@ -43,6 +54,11 @@ class Replica:
         with self.lock:
             for change in changes:
                 apply_change(self, change)
+            touched = {c[1] for c in changes if c[0] in _POLICY_CHANGES}
+            touched |= {c[2][0] for c in changes if c[0] == "router" and
+                        c[1] == "declare_exchange"}
+            for vhost in touched:
+                apply_policy_alternates(self, vhost)
             self.version += 1
 
     # --- reads used on the hot path ---------------------------------------------------------
@@ -52,6 +68,34 @@ class Replica:
     def route(self, vhost: str, exchange: str, routing_key: str, headers) -> set:
         with self.lock:
             return self.router.route(vhost, exchange, routing_key, headers)
+
+
+_POLICY_CHANGES = ("policy_put", "policy_del", "op_policy_put", "op_policy_del")
+
+
+def apply_policy_alternates(target, vhost: str) -> None:
+    """Give the router the alternate-exchange every exchange of `vhost` takes from its
+    effective policy (rabbit_policy:get_arg/3 reads it on each publish; Leveret resolves it when
+    policies or exchanges change)."""
+    if not target.router.has_vhost(vhost):
+        return
+    ps = {k: p for k, p in target.policies.items() if k[0] == vhost}
+    ops = {k: p for k, p in getattr(target, "op_policies", {}).items() if k[0] == vhost}
+    alternates = {}
+    if ps or ops:
+        for name in target.router.exchanges(vhost):
+            ae = _policies.effective(ps, vhost, name, "exchanges", ops).get("alternate-exchange")
+            if ae is not None:
+                alternates[name] = ae
+    target.router.set_policy_alternates(vhost, alternates)
+
+
+def state_lists(target) -> dict:
+    """The operator policies and limits of `target` as msgpack-able lists (snapshots, the
+    durable definitions)."""
+    return {"op_policies": list(target.op_policies.values()),
+            "limits": [{"scope": s, "name": n, "value": v}
+                       for (s, n), v in target.limits.items()]}
 
 
 def apply_change(target, change) -> None:
@@ -70,6 +114,14 @@ def apply_change(target, change) -> None:
         target.policies[(change[1], change[2])] = change[3]
     elif kind == "policy_del":
         target.policies.pop((change[1], change[2]), None)
+    elif kind == "op_policy_put":
+        target.op_policies[(change[1], change[2])] = change[3]
+    elif kind == "op_policy_del":
+        target.op_policies.pop((change[1], change[2]), None)
+    elif kind == "limits_put":
+        target.limits[(change[1], change[2])] = change[3]
+    elif kind == "limits_del":
+        target.limits.pop((change[1], change[2]), None)
     elif kind == "member_put":
         target.members[change[1]] = change[2]
     else:

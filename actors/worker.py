@@ -78,7 +78,9 @@ class WorkerControl(LightActor):
             elif isinstance(msg, m.ResourceAlarm):
                 self.host.resource_alarm(msg.alarms)
             elif isinstance(msg, m.RpcReply):
-                pass  # hello / ready acknowledgements
+                if msg.req_id:
+                    self.host.rpc_reply(msg)  # an answer the host asked for
+                # else hello / ready acknowledgements
         except Exception:
             log.exception("control failed on %r", type(msg).__name__)
 

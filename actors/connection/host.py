@@ -43,6 +43,8 @@ class ConnectionHost(WorkerHost):
         self.lock = threading.Lock()  # readers / channels maps
         self.alarms: tuple = ()  # the node's resource alarms on: publishers are blocked
         self.ssl_context = None  # AMQPS connections' handshakes (tls_port set)
+        self.admissions: dict = {}  # req id -> (Reader ref, channel number or 0): limit counts
+        self.next_req = itertools.count(1)  # req ids of this host's Rpcs
         transport.set_fallback(self.missing)
 
     def start(self) -> None:
@@ -94,6 +96,27 @@ class ConnectionHost(WorkerHost):
             self.readers.pop(reader.conn_id, None)
         self.transport.send(self.node, m.Rpc(self.transport.address("control"), 0,
                                              "connection.closed", {"owner": reader.conn_id}))
+
+    def track(self, reader, op: str, args: dict, channel: int, wait: bool) -> None:
+        """Tell the node of a connection (`connection.open`) or channel (`channel.open`,
+        `channel.closed`) for its vhost/user limit counts; with `wait` the reader hears the
+        answer (Admitted)."""
+        req = 0
+        if wait:
+            req = next(self.next_req)
+            with self.lock:
+                self.admissions[req] = (reader, channel)
+        self.transport.send(self.node, m.Rpc(self.transport.address("control") if wait
+                                             else "", req, op, args))
+
+    def rpc_reply(self, reply) -> None:
+        with self.lock:
+            waiting = self.admissions.pop(reply.req_id, None)
+        if waiting is not None:
+            try:
+                waiting[0].tell(m.Admitted(waiting[1], reply.ok, reply.code, reply.text))
+            except pykka.ActorDeadError:
+                pass
 
     def missing(self, name: str, msg) -> None:
         """A message for a channel that is gone (a dead pid to RabbitMQ): a declare of its

@@ -97,6 +97,11 @@ class Reader(LightActor):
                     self.terminate("missed heartbeats")
                     return
                 self.writer.tell(msg)
+            elif isinstance(msg, m.Admitted):
+                if msg.channel:
+                    self.core.channel_admitted(msg.channel, msg.ok, msg.code, msg.text)
+                else:
+                    self.core.admitted(msg.ok, msg.code, msg.text)
             elif isinstance(msg, m.ResourceAlarm):
                 self.core.set_alarms(msg.alarms)
             elif isinstance(msg, m.SocketClosed):
@@ -138,6 +143,16 @@ class Reader(LightActor):
         if heartbeat:
             self.host.timers.every(max(500, heartbeat * 500), self.actor_ref, m.HeartbeatTick())
 
+    def track_connection(self, vhost: str, user: str, wait: bool) -> None:
+        """Counted by the node for vhost/user limits (wait: connection.open-ok waits)."""
+        self.host.track(self.actor_ref, "connection.open",
+                        {"conn": self.conn_id, "vhost": vhost, "user": user}, 0, wait)
+
+    def track_channel(self, number: int, wait: bool) -> None:
+        """Counted by the node for the user's max-channels (wait: channel.open-ok waits)."""
+        self.host.track(self.actor_ref, "channel.open",
+                        {"conn": self.conn_id, "number": number}, number, wait)
+
     def open_channel(self, number: int, info) -> None:
         self.channels[number] = Channel.start(self.host, number, info, self.actor_ref,
                                               self.writer)
@@ -155,6 +170,8 @@ class Reader(LightActor):
         ref = self.channels.pop(number, None)
         if ref is not None:
             self.finishing[ref.actor_urn] = ref
+            self.host.track(self.actor_ref, "channel.closed",
+                            {"conn": self.conn_id, "number": number}, number, False)
 
     def channel_open(self, number: int) -> bool:
         return number in self.channels

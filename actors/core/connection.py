@@ -134,6 +134,8 @@ class ConnectionCore:
         self.alarm_blocked = False
         self.tls = tls  # the TLS handshake's facts; None on plain TCP
         self.over_limit = over_limit  # the node had max_connections open when this one came
+        self.admitting = False  # connection.open waits for the node's count (vhost/user limits)
+        self.unconfirmed: set = set()  # channels whose open-ok waits for the user's count
 
     # --- input --------------------------------------------------------------------------------
     def receive(self, data: bytes) -> None:
@@ -275,7 +277,15 @@ class ConnectionCore:
             self.shell.open_channel(channel, ConnInfo(
                 self.conn_id, self.user, self.vhost, self.frame_max, self.capabilities,
                 self.shell.host.node))
-            self.shell.write(encode_method(channel, am.ChannelOpenOk()))
+            # counted by the node for user limits; with max-channels set the open-ok waits
+            # for its answer (channel_admitted)
+            wait = self._limits("user", self.user) is not None and \
+                "max-channels" in self._limits("user", self.user)
+            self.shell.track_channel(channel, wait)
+            if wait:
+                self.unconfirmed.add(channel)
+            else:
+                self.shell.write(encode_method(channel, am.ChannelOpenOk()))
             return
         if isinstance(method, am.ChannelCloseOk):
             return
@@ -422,9 +432,44 @@ class ConnectionCore:
             raise ConnectionError_(530, f"access to vhost '{vhost}' refused for user "
                                         f"'{self.user}'", method.CLASS_ID, method.METHOD_ID)
         self.vhost = vhost
+        # counted by the node (vhost and user limits): with a limit set, open-ok waits for its
+        # answer (admitted)
+        wait = self._limits("vhost", vhost) is not None or \
+            self._limits("user", self.user) is not None
+        self.shell.track_connection(vhost, self.user, wait)
+        if wait:
+            self.admitting = True
+            return
+        self._opened()
+
+    def _limits(self, scope: str, name) -> dict | None:
+        lim = getattr(self.replica, "limits", {}).get((scope, name))
+        return lim or None
+
+    def _opened(self) -> None:
         self.state = "running"
         self.shell.write(encode_method(0, am.ConnectionOpenOk()))
         self.shell.opened(self.heartbeat)
+
+    def admitted(self, ok: bool, code: int = 0, text: str = "") -> None:
+        """The node's answer to a connection that waited for its count."""
+        if not self.admitting or self.state != "open":
+            return
+        self.admitting = False
+        if ok:
+            self._opened()
+        else:
+            self.close(code, text, am.ConnectionOpen.CLASS_ID, am.ConnectionOpen.METHOD_ID)
+
+    def channel_admitted(self, channel: int, ok: bool, code: int = 0, text: str = "") -> None:
+        """The node's answer to a channel.open that waited for the user's channel count."""
+        if channel not in self.unconfirmed or self.state != "running":
+            return
+        self.unconfirmed.discard(channel)
+        if ok:
+            self.shell.write(encode_method(channel, am.ChannelOpenOk()))
+        else:
+            self.close(code, text, am.ChannelOpen.CLASS_ID, am.ChannelOpen.METHOD_ID)
 
     # --- time limits --------------------------------------------------------------------------
     def handshake_timeout(self) -> None:

@@ -1,70 +1,196 @@
-"""Policies (rabbit_policy.erl): named patterns per vhost whose definition applies to matching
-queues or exchanges; the highest priority match wins (equal priorities: the policy whose name
-sorts first, so that the choice is deterministic).
+"""Policies and operator policies (rabbit_policy.erl, rabbit_policies.erl): named patterns per
+vhost whose definition applies to matching queues or exchanges; the highest priority match wins
+(equal priorities: the policy whose name sorts first, so that the choice is deterministic).
 
-Leveret reads these keys from a queue's effective policy: `confirm-on` (see docs/confirm-on.md)
-and `ha-mode` / `ha-params` (mirrored queues, cluster). A queue argument (`x-confirm-on`) wins
-over the policy, as RabbitMQ's x-arguments win over most policy keys.
+Keys (validated as rabbit_policies:validate_policy0/2 and rabbit_mirror_queue_misc do):
+
+- queues: `message-ttl`, `expires`, `max-length`, `max-length-bytes`, `overflow`,
+  `dead-letter-exchange`, `dead-letter-routing-key`, `queue-mode` (accepted and ignored, as
+  classic queues v2 page by themselves: docs/policies.md), Leveret's `confirm-on`
+  (docs/confirm-on.md), `ha-mode` / `ha-params` / `ha-sync-mode` (mirrored queues, cluster);
+- exchanges: `alternate-exchange`.
+
+Operator policies (`operator_policy`) take only `expires`, `message-ttl`, `max-length` and
+`max-length-bytes` (rabbit_policies' operator_policy_validator list of 3.10, without the
+quorum-only `max-in-memory-*` and `delivery-limit`). One policy and one operator policy may
+match the same queue; their definitions merge key by key, the smaller value winning where both
+set one (rabbit_policy:merge_operator_definitions/2, merge_policy_value/3).
+
+A queue's settings then come from its x-arguments and that merged definition as
+rabbit_amqqueue_process:process_args_policy/1 resolves them: the smaller of argument and policy
+for `expires`, `message-ttl`, `max-length`, `max-length-bytes`; the argument, else the policy,
+for the others (`queue_settings`). An exchange's x-argument `alternate-exchange` wins over the
+policy's (rabbit_policy:get_arg/3).
 """
 
 from __future__ import annotations
 
 import re
 
-from actors.core.errors import ChannelError
+from actors.core.errors import ChannelError, erl_p
 
 APPLY_TO = ("queues", "exchanges", "all")
-KNOWN_KEYS = {"confirm-on": ("enqueue", "ack", "ack-lite"), "ha-mode": ("all", "exactly", "nodes"),
-              "ha-params": None, "ha-sync-mode": ("manual", "automatic")}
+
+# key -> (accepted values or a predicate, RabbitMQ's "~p is not ..." text)
+def _int_at_least(n):
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= n
 
 
-def validate(name: str, pattern: str, definition: dict, priority: int, apply_to: str) -> None:
-    """406 (rabbitmqctl shows the text) for what rabbit_policy would refuse."""
+def _binary(v):
+    return isinstance(v, str)
+
+
+def _one_of(*values):
+    return lambda v: isinstance(v, str) and v in values
+
+
+POLICY_KEYS = {
+    "alternate-exchange": (_binary, "~p is not a valid alternate exchange name"),
+    "dead-letter-exchange": (_binary, "~p is not a valid dead letter exchange name"),
+    "dead-letter-routing-key": (_binary, "~p is not a valid dead letter routing key"),
+    "message-ttl": (_int_at_least(0), "~p is not a valid message TTL"),
+    "expires": (_int_at_least(1), "~p is not a valid queue expiry"),
+    "max-length": (_int_at_least(0), "~p is not a valid maximum length"),
+    "max-length-bytes": (_int_at_least(0), "~p is not a valid maximum length in bytes"),
+    "queue-mode": (_one_of("default", "lazy"), "~p is not a valid queue-mode value"),
+    "overflow": (_one_of("drop-head", "reject-publish", "reject-publish-dlx"),
+                 "~p is not a valid overflow value"),
+    # Leveret's confirm-on (docs/confirm-on.md)
+    "confirm-on": (_one_of("enqueue", "ack", "ack-lite"), "~p is not a valid confirm-on value"),
+    # rabbit_mirror_queue_misc
+    "ha-mode": (_one_of("all", "exactly", "nodes"), "~p is not a valid ha-mode value"),
+    "ha-params": (lambda v: v is not None, "~p is not a valid ha-params value"),
+    "ha-sync-mode": (_one_of("manual", "automatic"), "~p is not a valid ha-sync-mode value"),
+}
+OPERATOR_KEYS = ("expires", "message-ttl", "max-length", "max-length-bytes")
+# rabbit_policies:merge_policy_value/3 (policy vs operator policy) and res_min/2 in
+# rabbit_amqqueue_process (argument vs policy): the smaller wins
+MIN_KEYS = ("expires", "message-ttl", "max-length", "max-length-bytes")
+# what a classic queue reads from its policy: policy key -> x-argument
+QUEUE_KEYS = {"expires": "x-expires", "message-ttl": "x-message-ttl",
+              "max-length": "x-max-length", "max-length-bytes": "x-max-length-bytes",
+              "overflow": "x-overflow", "dead-letter-exchange": "x-dead-letter-exchange",
+              "dead-letter-routing-key": "x-dead-letter-routing-key",
+              "queue-mode": "x-queue-mode"}
+
+
+def json_term(v):
+    """A decoded JSON value as the Erlang term rabbit_json gives (strings are binaries)."""
+    if isinstance(v, str):
+        return v.encode("utf-8", "surrogateescape")
+    if isinstance(v, list):
+        return [json_term(x) for x in v]
+    if isinstance(v, dict):
+        return [(json_term(k), json_term(x)) for k, x in v.items()]
+    return v
+
+
+def _refuse(fmt: str, *terms) -> ChannelError:
+    # rabbitmqctl prints rabbit_runtime_parameters' {error, Fmt, Args} as "Validation failed"
+    text = fmt
+    for t in terms:
+        text = text.replace("~p", erl_p(t), 1)
+    return ChannelError(406, f"Validation failed\n\n{text}\n")
+
+
+def validate(name: str, pattern: str, definition: dict, priority: int, apply_to: str,
+             operator: bool = False) -> None:
+    """406 with rabbit_policy's text for what it would refuse (``operator``: an operator
+    policy, which takes only OPERATOR_KEYS)."""
     if not name:
         raise ChannelError(406, "policy name must not be empty")
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise _refuse("~p priority must be a number", priority)
     try:
         re.compile(pattern)
     except re.error as e:
-        raise ChannelError(406, f"invalid policy pattern '{pattern}': {e}")
+        raise _refuse(f"~p is not a valid regular expression ({e})", json_term(pattern))
     if apply_to not in APPLY_TO:
-        raise ChannelError(406, f"apply-to must be one of {', '.join(APPLY_TO)}")
-    if not isinstance(definition, dict) or not definition:
-        raise ChannelError(406, "policy definition must be a non-empty JSON object")
-    if not isinstance(priority, int):
-        raise ChannelError(406, "priority must be an integer")
+        raise _refuse(f"apply-to '{apply_to}' unrecognised; should be 'queues', 'exchanges' "
+                      "or 'all'")
+    if not isinstance(definition, dict):
+        raise _refuse("definition must be a dictionary: ~p", json_term(definition))
+    if not definition:
+        raise _refuse("no policy provided")
+    unknown = []
     for key, value in definition.items():
-        if key not in KNOWN_KEYS:
-            raise ChannelError(406, f"unrecognised policy key '{key}'")
-        allowed = KNOWN_KEYS[key]
-        if allowed is not None and value not in allowed:
-            raise ChannelError(406, f"invalid value {value!r} for policy key '{key}'")
+        if key not in POLICY_KEYS or (operator and key not in OPERATOR_KEYS):
+            unknown.append((json_term(key), json_term(value)))
+            continue
+        ok, text = POLICY_KEYS[key]
+        if not ok(value):
+            raise _refuse(text, json_term(value))
+    if unknown:
+        raise _refuse("~p are not recognised policy settings", unknown)
 
 
-def effective(policies: dict, vhost: str, name: str, kind: str = "queues") -> dict:
-    """The definition of the highest-priority policy of `vhost` matching `name` ({} if none).
-    policies: {(vhost, policy name): {"pattern", "definition", "priority", "apply_to"}}."""
+def _matches(p: dict, vhost: str, name: str, kind: str) -> bool:
+    return p["vhost"] == vhost and p["apply_to"] in (kind, "all") and \
+        re.search(p["pattern"], name) is not None
+
+
+def _best(policy_list, vhost: str, name: str, kind: str) -> dict | None:
     best = None
-    for (v, pname), p in policies.items():
-        if v != vhost or p["apply_to"] not in (kind, "all"):
+    for p in policy_list:
+        if not _matches(p, vhost, name, kind):
             continue
-        if re.search(p["pattern"], name) is None:
-            continue
-        key = (-p["priority"], pname)
+        key = (-p["priority"], p["name"])
         if best is None or key < best[0]:
             best = (key, p)
-    return dict(best[1]["definition"]) if best else {}
+    return best[1] if best else None
+
+
+def _with_names(policies: dict) -> list:
+    return [dict(p, vhost=v, name=n) if "name" not in p or "vhost" not in p else p
+            for (v, n), p in policies.items()]
+
+
+def merge(definition: dict | None, op_definition: dict | None) -> dict:
+    """rabbit_policy:merge_operator_definitions/2: key by key; where both set a key the
+    smaller value of MIN_KEYS wins (other keys cannot be in an operator policy)."""
+    out = dict(definition or {})
+    for key, op_val in (op_definition or {}).items():
+        if key in out and key in MIN_KEYS:
+            out[key] = min(out[key], op_val)
+        else:
+            out[key] = op_val
+    return out
+
+
+def effective(policies: dict, vhost: str, name: str, kind: str = "queues",
+              op_policies: dict | None = None) -> dict:
+    """The merged definition of the highest-priority policy and operator policy of `vhost`
+    matching `name` ({} if none). policies, op_policies: {(vhost, policy name): {"pattern",
+    "definition", "priority", "apply_to"}}."""
+    p = _best(_with_names(policies), vhost, name, kind)
+    op = _best(_with_names(op_policies), vhost, name, kind) if op_policies else None
+    return merge(p["definition"] if p else None, op["definition"] if op else None)
 
 
 def winner(policy_list, vhost: str, name: str, kind: str = "queues") -> dict | None:
     """The policy (with its name) `effective` takes the definition of, or None; policy_list:
     policies as stored ({"vhost", "name", "pattern", "definition", "priority", "apply_to"})."""
-    found = {(p["vhost"], p["name"]): p for p in policy_list}
-    best = None
-    for (v, pname), p in found.items():
-        if v != vhost or p["apply_to"] not in (kind, "all") or \
-                re.search(p["pattern"], name) is None:
+    return _best({(p["vhost"], p["name"]): p for p in policy_list}.values(), vhost, name, kind)
+
+
+def queue_settings(arguments: dict | None, definition: dict) -> dict:
+    """The queue's x-arguments with what its effective policy adds
+    (rabbit_amqqueue_process:process_args_policy/1): for MIN_KEYS the smaller of argument and
+    policy, for the other keys the argument, else the policy."""
+    out = dict(arguments or {})
+    for key, arg in QUEUE_KEYS.items():
+        if key not in definition:
             continue
-        key = (-p["priority"], pname)
-        if best is None or key < best[0]:
-            best = (key, p)
-    return best[1] if best else None
+        pol = definition[key]
+        if arg not in out:
+            out[arg] = pol
+        elif key in MIN_KEYS and isinstance(out[arg], int) and not isinstance(out[arg], bool):
+            out[arg] = min(out[arg], pol)
+    return out
+
+
+def alternate_exchange(arguments: dict | None, definition: dict) -> str | None:
+    """rabbit_policy:get_arg(<<"alternate-exchange">>, ...): the argument, else the policy's."""
+    if arguments and "alternate-exchange" in arguments:
+        return arguments["alternate-exchange"]
+    return definition.get("alternate-exchange")

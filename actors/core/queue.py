@@ -597,6 +597,29 @@ class QueueCore:
                     self._answer(msg, True)
             self._flush_answers()
 
+    # --- policies ---------------------------------------------------------------------------
+    def set_settings(self, args: dict, now: int) -> None:
+        """The queue's effective arguments changed (a policy or operator policy: policies.
+        queue_settings). As rabbit_amqqueue_process:process_args_policy/1: a new message TTL
+        applies to messages published from now on, a new max-length / max-length-bytes drops
+        or dead-letters the head at once (drop-head) or refuses what comes next (reject-*), a
+        new expires counts from the queue's last use. A queue that becomes length-limited stops
+        paging new messages out (it never pages again before a restart)."""
+        self.ttl = _int(args.get("x-message-ttl"))
+        self.expires = _int(args.get("x-expires"))
+        self.max_length = _int(args.get("x-max-length"))
+        self.max_bytes = _int(args.get("x-max-length-bytes"))
+        self.overflow = args.get("x-overflow", "drop-head")
+        self.dlx = args.get("x-dead-letter-exchange")
+        self.dlrk = args.get("x-dead-letter-routing-key")
+        if self.max_length is not None or self.max_bytes is not None:
+            self.pageable = False
+            if self.overflow == "drop-head" and self._over_limit():
+                self._enforce_max_length()
+        if self.expires:
+            self._schedule(max(self.last_used + self.expires, now + 1))
+        self.run(now)
+
     def _answer(self, msg: Msg, ok: bool) -> None:
         """x-confirm-on=ack/ack-lite: the publisher's confirm (ok) or nack for this message."""
         if msg.pub_seq and msg.publisher:

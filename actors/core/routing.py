@@ -451,13 +451,14 @@ def _dec(d: dict, k) -> None:
 
 
 class _VHost:
-    __slots__ = ("sources", "queues", "by_dest", "cache")
+    __slots__ = ("sources", "queues", "by_dest", "cache", "policy_ae")
 
     def __init__(self):
         self.sources: dict[str, _Source] = {}  # exchange name -> _Source
         self.queues: set[str] = set()
         self.by_dest: dict[tuple, dict] = {}  # (kind, name) -> {identity: None}
         self.cache: dict = {}  # (exchange, routing_key) -> frozenset of queue names
+        self.policy_ae: dict[str, str] = {}  # exchange -> alternate-exchange of its policy
 
 
 # ------------------------------------------------------------------------------------ router
@@ -690,6 +691,14 @@ class Router:
             out = [Binding("", "queue", q, q, {}) for q in sorted(vh.queues)] + out
         return out
 
+    def set_policy_alternates(self, vhost: str, alternates: Mapping[str, str]) -> None:
+        """The alternate-exchange each exchange of `vhost` takes from its effective policy
+        (used where its own `alternate-exchange` argument is absent)."""
+        vh = self._vhosts.get(vhost)
+        if vh is not None and vh.policy_ae != alternates:
+            vh.policy_ae = dict(alternates)
+            vh.cache.clear()
+
     # --- routing ---------------------------------------------------------------------------
     def route(self, vhost: str, exchange: str, routing_key: str | list[str],
               headers: Mapping | None = None) -> frozenset[str]:
@@ -736,7 +745,9 @@ class Router:
                 cacheable = False
             dests = s.route(keys, headers)
             if not dests:
-                ae = s.x.alternate_exchange
+                ae = s.x.alternate_exchange  # the argument wins over the policy
+                if ae is None:
+                    ae = vh.policy_ae.get(s.x.name)
                 if ae is not None:
                     dests = (("exchange", ae),)
             for kind, name in dests:

@@ -88,18 +88,22 @@ def exchange_json(x: dict, policy_list) -> dict:
             "policy": p["name"] if p else None, "user_who_performed_action": ""}
 
 
-def queue_json(q: dict, row: dict | None, policy_list, message_stats: dict | None = None) -> dict:
+def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
+               message_stats: dict | None = None) -> dict:
     """A queue; `row` is list_queues' (counts, node, mirrors) when the queue answered;
     `message_stats` what its samples say (actors/core/queue_stats.py)."""
     row = row or {}
     p = policies.winner(policy_list, q["vhost"], q["name"], "queues")
+    op = policies.winner(op_policy_list, q["vhost"], q["name"], "queues")
     out = {"name": q["name"], "vhost": q["vhost"], "durable": q["durable"],
            "auto_delete": q["auto_delete"], "exclusive": bool(q["exclusive"]),
            "arguments": q["arguments"], "type": "classic",
            "node": row.get("node", ""), "policy": p["name"] if p else None,
            "state": "running" if "messages" in row else "down",
+           "operator_policy": op["name"] if op else None,
            "exclusive_consumer_tag": None, "effective_policy_definition":
-               p["definition"] if p else {}, "message_stats": message_stats or {}}
+               policies.merge(p["definition"] if p else None, op["definition"] if op else None),
+           "message_stats": message_stats or {}}
     for k in ("messages", "messages_ready", "messages_unacknowledged", "consumers"):
         if k in row:
             out[k] = row[k]

@@ -808,6 +808,7 @@ class Management:
         stats = _stats(state)
         return self._reply(request, [
             api.queue_json(q, rows.get((q["vhost"], q["name"])), state["policies"],
+                           state.get("operator_policies", ()),
                            stats.get((q["vhost"], q["name"])))
             for q in state["queues"] if q["vhost"] in visible and
             (vhost is None or q["vhost"] == vhost)])
@@ -819,6 +820,7 @@ class Management:
         q = _find_queue(state, vhost, name)
         rows = await self._queue_rows()
         return web.json_response(api.queue_json(q, rows.get((vhost, name)), state["policies"],
+                                                state.get("operator_policies", ()),
                                                 _stats(state).get((vhost, name))))
 
     async def put_queue(self, request):

@@ -35,7 +35,7 @@ from actors import secure
 from actors.node import raft_storage
 from actors.core.permissions import AuthDB
 from actors.core.routing import Router
-from actors.replica import apply_change
+from actors.replica import apply_change, state_lists
 
 log = logging.getLogger("leveret.cluster")
 
@@ -52,6 +52,8 @@ class ReplicatedState(SyncObjConsumer):
             self.router.add_vhost(vhost)
         self.queues: dict = {}  # (vhost, name) -> qdef, with "home" (a member id)
         self.policies: dict = {}  # (vhost, name) -> policy
+        self.op_policies: dict = {}  # (vhost, name) -> operator policy
+        self.limits: dict = {}  # ("vhost"|"user", name) -> limits
         self.members: dict = {}  # member id (raft address) -> member info
         self.seq = 0  # entries applied: the same number for the same entry on every node
 
@@ -78,6 +80,7 @@ class ReplicatedState(SyncObjConsumer):
                 "router": self.router.to_state(), "auth": self.auth.to_state(),
                 "queues": [dict(q) for q in self.queues.values()],
                 "policies": [dict(p) for p in self.policies.values()],
+                **state_lists(self),
                 "members": {k: dict(v) for k, v in self.members.items()}}
 
 

@@ -29,17 +29,18 @@ from actors import events
 from actors import messages as m
 from actors.messages import (ClusterEntry, ClusterReady, ClusterTick, CommitFailed, DurableQueues,
                              ReadyWorkers, StatsTimeout, WorkerExited)
-from actors.core import policies, queue_args
+from actors.core import limits, policies, queue_args
 from actors.core.errors import ChannelError, ConnectionError_, amqp_text
 from actors.core.permissions import AuthDB, hashed_auth_call
 from actors.core.queue_stats import StatsTable
 from actors.core.routing import Router
 from actors.node.definitions import Definitions
 from actors.node.metadata_alarms import AlarmsMixin
+from actors.node.metadata_limits import LimitsMixin
 from actors.node.metadata_management import ManagementMixin
 from actors.node.metadata_cluster import ClusterMixin
 from actors.node.queue_table import QueueTable
-from actors.replica import apply_change
+from actors.replica import apply_change, state_lists
 from actors.runtime import LightActor
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ class Worker:
     ready: bool = False  # a connection worker is listening
 
 
-class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
+class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightActor):
     scheduler_name = "node"  # embedded in the node's event loop with its transport
 
     def __init__(self, transport, config, resources=None, secret: bytes = b""):
@@ -70,6 +71,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
         self.auth = AuthDB.default()  # authoritative users, vhosts, permissions
         self.queues = QueueTable()  # (vhost, name) -> qdef, counted per (home, worker)
         self.policies: dict[tuple[str, str], dict] = {}  # (vhost, policy name) -> policy
+        self.op_policies: dict[tuple[str, str], dict] = {}  # (vhost, name) -> operator policy
+        self.limits: dict[tuple[str, str], dict] = {}  # ("vhost"|"user", name) -> limits
         self.defs = Definitions(os.path.join(data_dir, "definitions"))  # durable store
         self.n_queue_workers = queue_workers  # number of queue worker slots
         self.workers: dict[tuple[str, int], Worker] = {}  # live workers by (kind, index)
@@ -87,6 +90,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
         self.deferred_hellos: list = []  # connection workers waiting for recovery to finish
         self.had_bindings: set = set()  # auto-delete exchanges that have had a binding
         self.members: dict = {}  # cluster members (actors/node/metadata_cluster.py); empty alone
+        self._limits_init()
         self._cluster_init(config)
 
     # --- start-up -------------------------------------------------------------------------------
@@ -112,6 +116,11 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
         for p in stored.get("policies", []):
             if p["vhost"] in self.auth.list_vhosts():
                 self.policies[(p["vhost"], p["name"])] = p
+        for p in stored.get("op_policies", []):
+            if p["vhost"] in self.auth.list_vhosts():
+                self.op_policies[(p["vhost"], p["name"])] = p
+        for x in stored.get("limits", []):
+            self.limits[(x["scope"], x["name"])] = x["value"]
         self._persist()
         # RabbitMQ's boot recovers durable queues before it starts its listeners: connection
         # workers get their snapshot (and start listening) once every recovered queue is up
@@ -175,6 +184,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
     def _rpc(self, rpc: m.Rpc) -> None:
         if rpc.op == "auth" and isinstance(rpc.args, dict):
             rpc = _hash_password(rpc)  # before it is forwarded, logged or committed
+        if rpc.op == "connection.closed" and isinstance(rpc.args, dict):
+            self._untrack(rpc.args.get("owner", ""))  # this node's count, before forwarding
         if self._route_rpc(rpc):
             return
         handler = getattr(self, "op_" + rpc.op.replace(".", "_"), None)
@@ -323,7 +334,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
             bindings.append(b)
         queues = [s for s in map(_stored_queue, self.queues.values()) if s is not None]
         self.defs.save({"auth": self.auth.to_state(), "exchanges": exchanges,
-                        "policies": list(self.policies.values()),
+                        "policies": list(self.policies.values()), **state_lists(self),
                         "bindings": [b for b in bindings if self._binding_durable(b)],
                         "queues": queues})
 
@@ -351,7 +362,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
     def snapshot(self) -> dict:
         return {"router": self.router.to_state(), "auth": self.auth.to_state(),
                 "queues": list(self.queues.values()),
-                "policies": list(self.policies.values()),
+                "policies": list(self.policies.values()), **state_lists(self),
                 "members": self.members}
 
     # --- workers --------------------------------------------------------------------------------
@@ -390,6 +401,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
             self._release_replies()
         self.transport.mark_dead(ev.endpoint)
         self.conn_stats.pop(ev.endpoint, None)
+        if ev.kind == "conn":
+            self._untrack_endpoint(ev.endpoint)
         down = m.WorkerDown(ev.kind, ev.endpoint)
         for other in self.workers.values():
             self.transport.send(other.control, down)
@@ -504,25 +517,56 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
                     self._delete_queue(vhost, name, None, 0)
             changes.append(["router", "remove_vhost", [args[0]]])
             changes.extend(["policy_del", v, n] for (v, n) in self.policies if v == args[0])
+            changes.extend(["op_policy_del", v, n] for (v, n) in self.op_policies
+                           if v == args[0])
+            if ("vhost", args[0]) in self.limits:
+                changes.append(["limits_del", "vhost", args[0]])
+        elif method == "delete_user" and ("user", args[0]) in self.limits:
+            changes.append(["limits_del", "user", args[0]])
         self._change(*changes)
         return None
 
     def op_policy(self, rpc, method, vhost, name, pattern="", definition=None, priority=0,
-                  apply_to="all"):
-        """rabbitmqctl set_policy / clear_policy."""
+                  apply_to="all", operator=False):
+        """rabbitmqctl set_policy / clear_policy (set_operator_policy / clear_operator_policy
+        with ``operator``)."""
         if vhost not in self.auth.list_vhosts():
             raise ChannelError(404, amqp_text(404, f"no vhost '{vhost}'"))
+        table, put, delete = ((self.op_policies, "op_policy_put", "op_policy_del") if operator
+                              else (self.policies, "policy_put", "policy_del"))
         if method == "set":
-            policies.validate(name, pattern, definition, priority, apply_to)
-            self._change(["policy_put", vhost, name, {
+            policies.validate(name, pattern, definition, priority, apply_to, operator)
+            self._change([put, vhost, name, {
                 "vhost": vhost, "name": name, "pattern": pattern, "definition": definition,
                 "priority": priority, "apply_to": apply_to}])
             self._remirror()
-        elif (vhost, name) in self.policies:
-            self._change(["policy_del", vhost, name])
+        elif (vhost, name) in table:
+            self._change([delete, vhost, name])
             self._remirror()
         else:
-            raise ChannelError(404, amqp_text(404, f"no policy '{name}' in vhost '{vhost}'"))
+            kind = "operator policy" if operator else "policy"
+            raise ChannelError(404, amqp_text(404, f"no {kind} '{name}' in vhost '{vhost}'"))
+        return None
+
+    def op_limits(self, rpc, method, scope, name, value=None):
+        """rabbitmqctl set_vhost_limits / clear_vhost_limits / set_user_limits /
+        clear_user_limits (rabbit_vhost_limit, rabbit_auth_backend_internal's user limits)."""
+        if scope == "vhost":
+            if name not in self.auth.list_vhosts():
+                raise ChannelError(404, amqp_text(404, f"no vhost '{name}'"))
+        elif scope == "user":
+            if not self.auth.user_exists(name):
+                raise ChannelError(404, amqp_text(404, f"no user '{name}'"))
+        else:
+            raise ChannelError(406, f"unknown limits scope {scope!r}")
+        if method == "set":
+            value = limits.validate(scope, value)
+            self._change(["limits_put", scope, name, value])
+        elif method == "clear":
+            if (scope, name) in self.limits:
+                self._change(["limits_del", scope, name])
+        else:
+            raise ChannelError(406, f"unknown limits method {method!r}")
         return None
 
     def op_list(self, rpc, what, vhost=None, user=None):
@@ -536,6 +580,12 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
             return self._list_queues(rpc)
         if what == "policies":
             return list(self.policies.values())
+        if what == "operator_policies":
+            return list(self.op_policies.values())
+        if what in ("vhost_limits", "user_limits"):
+            scope = what[:-7]
+            return [{scope: n, "limits": v} for (s, n), v in sorted(self.limits.items())
+                    if s == scope and (what == "user_limits" or vhost in (None, n))]
         if what == "exchanges":
             return [[v, n, x.type] for (v, n), x in self._all_exchanges()]
         if what == "bindings":
@@ -721,6 +771,11 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
         if user is not None:  # a client's declare (the channel checked configure): the DLX
             self.auth.check_new_queue(user, vhost, name, arguments)
         queue_args.validate(arguments, name, vhost)
+        # rabbit_queue_type:declare's check_vhost_queue_limit: the definitions are the cluster's
+        vlimits = self.limits.get(("vhost", vhost))
+        if vlimits:
+            limits.check_queue_limit(vlimits, sum(1 for (v, _) in self.queues if v == vhost),
+                                     name, vhost)
         home = rpc.args.get("origin") or self.me  # the declaring client's node, as RabbitMQ
         q = {"vhost": vhost, "name": name, "durable": bool(durable),
              "exclusive": owner if exclusive else "", "auto_delete": bool(auto_delete),

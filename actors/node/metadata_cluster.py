@@ -47,7 +47,8 @@ log = logging.getLogger("leveret.cluster")
 
 LOCAL_OPS = {"worker.hello", "worker.ready", "list", "cluster.status",  # any node answers
              "mgmt_state", "mgmt_login", "mgmt_close_connection",  # (a password never leaves the node it reached)
-             "status", "set_vm_memory_high_watermark", "set_disk_free_limit"}  # its own
+             "status", "set_vm_memory_high_watermark", "set_disk_free_limit",  # its own
+             "connection.open", "channel.open", "channel.closed"}  # its own counts (limits)
 FORWARD_WAIT_S = 5.0  # how long an operation waits for a leader before it fails
 RELAY_WAIT_S = 15.0  # how long a forwarded operation waits for the leader's answer
 DOWN_AFTER_S = 1.0  # a member whose raft connection is gone this long is down
@@ -135,6 +136,8 @@ class ClusterMixin:
         self.auth = AuthDB.from_state(snap["auth"])
         self.queues = QueueTable(((q["vhost"], q["name"]), q) for q in snap["queues"])
         self.policies = {(p["vhost"], p["name"]): p for p in snap["policies"]}
+        self.op_policies = {(p["vhost"], p["name"]): p for p in snap.get("op_policies", [])}
+        self.limits = {(x["scope"], x["name"]): x["value"] for x in snap.get("limits", [])}
         self.members = snap["members"]
         self.canonical = seq
 
@@ -514,7 +517,8 @@ class ClusterMixin:
         args = q.get("arguments") or {}
         mode, params = args.get("x-ha-mode"), args.get("x-ha-params")
         if mode is None:
-            p = policies.effective(self.policies, q["vhost"], q["name"])
+            p = policies.effective(self.policies, q["vhost"], q["name"], "queues",
+                                   self.op_policies)
             mode, params = p.get("ha-mode"), p.get("ha-params")
         if isinstance(mode, bytes):
             mode = mode.decode()

@@ -32,7 +32,8 @@ class ManagementMixin:
                 "bindings": list(self._all_bindings()),
                 "queues": [{k: v for k, v in q.items() if k not in ("address", "worker")}
                            for q in self.queues.values()],
-                "policies": list(self.policies.values()), "node": self.config.node,
+                "policies": list(self.policies.values()),
+                "operator_policies": list(self.op_policies.values()), "node": self.config.node,
                 "members": members, "alarms": sorted(self.alarms)}
 
     def op_mgmt_close_connection(self, rpc, name, reason):

@@ -86,7 +86,8 @@ class QueueHost(WorkerHost):
                 self.queues.pop(name, None)
             else:
                 ref.tell(m.CheckMaster())  # the master may have moved
-        if any(c[0] in ("policy_put", "policy_del") for c in changes):
+        if any(c[0] in ("policy_put", "policy_del", "op_policy_put", "op_policy_del")
+               for c in changes):
             for ref in list(self.queues.values()):
                 if ref.is_alive():
                     ref.tell(PolicyChanged())

@@ -134,7 +134,7 @@ class Queue(LightActor):
         self.arguments = qdef["arguments"]  # x-arguments
         self.name = queue_actor_name(self.vhost, self.qname)  # transport name
         self.address = self.transport.address(self.name)  # where channels send to
-        self.core = QueueCore(self.vhost, self.qname, self.arguments, Effects(self), now_ms(),
+        self.core = QueueCore(self.vhost, self.qname, self.settings(), Effects(self), now_ms(),
                               auto_delete=qdef["auto_delete"],
                               credit_more=host.config.credit_more,
                               credit_more_bytes=host.config.credit_more_bytes,
@@ -161,14 +161,22 @@ class Queue(LightActor):
         self.transport.send(self.node, m.Rpc("", 0, "queue.synced", {
             "vhost": self.vhost, "name": self.qname, "member": member}))
 
+    def policy(self) -> dict:
+        """The merged definition of the policy and operator policy that apply to this queue."""
+        with self.replica.lock:
+            return policies.effective(self.replica.policies, self.vhost, self.qname, "queues",
+                                      self.replica.op_policies)
+
+    def settings(self) -> dict:
+        """x-arguments with what the effective policy adds (policies.queue_settings)."""
+        return policies.queue_settings(self.arguments, self.policy())
+
     def confirm_on(self) -> str:
         """x-confirm-on, else the effective policy's confirm-on, else enqueue."""
         if "x-confirm-on" in self.arguments:
             mode = self.arguments["x-confirm-on"]
             return mode.decode() if isinstance(mode, bytes) else mode
-        with self.replica.lock:
-            p = policies.effective(self.replica.policies, self.vhost, self.qname)
-        return p.get("confirm-on", "enqueue")
+        return self.policy().get("confirm-on", "enqueue")
 
     def on_start(self):
         self.core.set_confirm_on(self.confirm_on())
@@ -288,6 +296,7 @@ class Queue(LightActor):
                 self._recovered(msg)
             elif isinstance(msg, PolicyChanged):
                 core.set_confirm_on(self.confirm_on())
+                core.set_settings(self.settings(), now)
             elif isinstance(msg, Tick):
                 core.tick(now)
             elif isinstance(msg, EmitStats):

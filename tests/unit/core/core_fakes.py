@@ -350,6 +350,7 @@ class FakeShell:
         self.host = _Host()
         self.events: list = []
         self.channels: dict = {}  # number -> ConnInfo
+        self.tracked: list = []  # (what, args, wait): counts told to the node (limits)
 
     def write(self, data):
         self.events.append(("write", data))
@@ -360,6 +361,12 @@ class FakeShell:
     def open_channel(self, number, info):
         self.channels[number] = info
         self.events.append(("open_channel", number))
+
+    def track_connection(self, vhost, user, wait):
+        self.tracked.append(("connection", (vhost, user), wait))
+
+    def track_channel(self, number, wait):
+        self.tracked.append(("channel", number, wait))
 
     def channel_commands(self, number, commands):
         self.events.append(("commands", number, list(commands)))

@@ -710,3 +710,48 @@ def test_pipelined_start_ok_and_large_frame_before_tune_ok_still_refused__E2():
     core, shell = mk()
     core.receive(PROTOCOL_HEADER + start_ok() + encode_frame(1, 0, b"\x00" * 5000))
     assert shell.events[-1] == ("close_after", 3) and core.state == "closed"
+
+
+# --- vhost / user limits (issue 13 item 5) --------------------------------------------------
+
+def test_connection_open_is_counted_and_waits_only_when_a_limit_applies__R3():
+    core, shell = mk()
+    handshake(core, shell)
+    assert shell.tracked == [("connection", ("/", "guest"), False)]
+    replica = make_replica()
+    replica.limits[("vhost", "/")] = {"max-connections": 1}
+    core, shell = mk(replica=replica)
+    core.receive(PROTOCOL_HEADER + start_ok() + tune_ok() +
+                 frame(0, am.ConnectionOpen(virtual_host="/")))
+    assert core.state == "open" and shell.tracked == [("connection", ("/", "guest"), True)]
+    assert not any(isinstance(m, am.ConnectionOpenOk) for m in shell.methods())
+    core.admitted(False, 530, "NOT_ALLOWED - access to vhost '/' refused for user 'guest': "
+                              "connection limit (1) is reached")
+    assert conn_close(shell) == (530, "NOT_ALLOWED - access to vhost '/' refused for user "
+                                      "'guest': connection limit (1) is reached", 10, 40)
+    core, shell = mk(replica=replica)
+    core.receive(PROTOCOL_HEADER + start_ok() + tune_ok() +
+                 frame(0, am.ConnectionOpen(virtual_host="/")))
+    core.admitted(True)
+    assert core.state == "running"
+    assert any(isinstance(m, am.ConnectionOpenOk) for m in shell.methods())
+
+
+def test_channel_open_ok_waits_for_the_count_with_max_channels__R3():
+    replica = make_replica()
+    replica.limits[("user", "guest")] = {"max-channels": 1}
+    core, shell = mk(replica=replica)
+    core.receive(PROTOCOL_HEADER + start_ok() + tune_ok() +
+                 frame(0, am.ConnectionOpen(virtual_host="/")))
+    core.admitted(True)
+    shell.clear()
+    core.receive(frame(1, am.ChannelOpen()))
+    assert shell.tracked[-1] == ("channel", 1, True)
+    assert not any(isinstance(m, am.ChannelOpenOk) for m in shell.methods())
+    core.channel_admitted(1, True)
+    assert any(isinstance(m, am.ChannelOpenOk) for m in shell.methods())
+    core.receive(frame(2, am.ChannelOpen()))
+    core.channel_admitted(2, False, 530, "NOT_ALLOWED - number of channels opened for user "
+                                         "'guest' has reached the maximum allowed user limit "
+                                         "of (1)")
+    assert conn_close(shell)[0] == 530

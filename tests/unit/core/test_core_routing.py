@@ -651,3 +651,22 @@ def test_methods_accept_packed_arguments():
     r.bind("/", "amq.headers", "queue", "q", "", pack_table({"k": 1}))
     assert r.has_binding("/", "amq.headers", "queue", "q", "", {"k": 1})
     assert r.unbind("/", "amq.headers", "queue", "q", "", pack_table({"k": 1}))
+
+
+def test_policy_alternate_exchange_is_used_where_the_argument_is_absent():
+    """Policy key alternate-exchange (issue 13 item 4): the x-argument wins over it."""
+    from actors.core.routing import Router
+    r = Router()
+    r.add_vhost("/")
+    r.declare_exchange("/", "src", "direct")
+    r.declare_exchange("/", "own", "direct", arguments={"alternate-exchange": "ae1"})
+    for name in ("ae1", "ae2"):
+        r.declare_exchange("/", name, "fanout")
+        r.add_queue("/", name + "-q")
+        r.bind("/", name, "queue", name + "-q", "")
+    assert r.route("/", "src", "k") == frozenset()
+    r.set_policy_alternates("/", {"src": "ae2", "own": "ae2"})
+    assert r.route("/", "src", "k") == {"ae2-q"}
+    assert r.route("/", "own", "k") == {"ae1-q"}
+    r.set_policy_alternates("/", {})
+    assert r.route("/", "src", "k") == frozenset()
