@@ -218,11 +218,17 @@ class Management:
         get("/api/bindings/{vhost}/e/{source}/{kind:[qe]}/{dest}/{props}", self.binding)
         delete("/api/bindings/{vhost}/e/{source}/{kind:[qe]}/{dest}/{props}",
                self.delete_binding)
-        get("/api/policies", self.policies)
-        get("/api/policies/{vhost}", self.policies)
-        get("/api/policies/{vhost}/{name}", self.policy)
-        put("/api/policies/{vhost}/{name}", self.put_policy)
-        delete("/api/policies/{vhost}/{name}", self.delete_policy)
+        for base in ("/api/policies", "/api/operator-policies"):
+            get(base, self.policies)
+            get(base + "/{vhost}", self.policies)
+            get(base + "/{vhost}/{name}", self.policy)
+            put(base + "/{vhost}/{name}", self.put_policy)
+            delete(base + "/{vhost}/{name}", self.delete_policy)
+        for base in ("/api/vhost-limits", "/api/user-limits"):
+            get(base, self.limits)
+            get(base + "/{name}", self.limits)
+            put(base + "/{name}/{limit}", self.put_limit)
+            delete(base + "/{name}/{limit}", self.delete_limit)
         get("/api/connections", self.connections)
         get("/api/vhosts/{vhost}/connections", self.connections)
         get("/api/connections/{conn}", self.connection)
@@ -917,44 +923,97 @@ class Management:
         return web.Response(status=204)
 
     # --- policies -----------------------------------------------------------------------------
+    @staticmethod
+    def _operator(request) -> bool:
+        """/api/operator-policies (administrator) or /api/policies (policymaker)."""
+        return request.path.startswith("/api/operator-policies")
+
+    def _policy_rights(self, request):
+        return api.is_admin if self._operator(request) else api.is_policymaker
+
+    def _policy_table(self, request, state) -> list:
+        return state["operator_policies" if self._operator(request) else "policies"]
+
     async def policies(self, request):
-        _, _, state, visible = await self._state(request)
+        need = api.is_admin if self._operator(request) else None
+        _, _, state, visible = await self._state(request, need)
         vhost = self._vhost(request, state, visible)
-        return self._reply(request, [api.policy_json(p) for p in state["policies"]
+        return self._reply(request, [api.policy_json(p)
+                                     for p in self._policy_table(request, state)
                                      if p["vhost"] in visible and
                                      (vhost is None or p["vhost"] == vhost)])
 
     async def policy(self, request):
-        _, _, state, visible = await self._state(request)
+        need = api.is_admin if self._operator(request) else None
+        _, _, state, visible = await self._state(request, need)
         vhost = self._vhost(request, state, visible)
-        for p in state["policies"]:
+        for p in self._policy_table(request, state):
             if p["vhost"] == vhost and p["name"] == request.match_info["name"]:
                 return web.json_response(api.policy_json(p))
         raise api.not_found()
 
     async def put_policy(self, request):
-        _, _, state, visible = await self._state(request, api.is_policymaker)
+        _, _, state, visible = await self._state(request, self._policy_rights(request))
         vhost = self._vhost(request, state, visible)
         name = request.match_info["name"]
         body = await self._body(request)
         for key in ("pattern", "definition"):
             if key not in body:
                 raise api.bad_request(f"key_missing: {key}")
-        existed = any(p["vhost"] == vhost and p["name"] == name for p in state["policies"])
+        existed = any(p["vhost"] == vhost and p["name"] == name
+                      for p in self._policy_table(request, state))
         await self.ask("policy", {"method": "set", "vhost": vhost, "name": name,
                                   "pattern": body["pattern"],
                                   "definition": body["definition"],
                                   "priority": int(body.get("priority", 0)),
-                                  "apply_to": body.get("apply-to", "all")})
+                                  "apply_to": body.get("apply-to", "all"),
+                                  "operator": self._operator(request)})
         return web.Response(status=204 if existed else 201)
 
     async def delete_policy(self, request):
-        _, _, state, visible = await self._state(request, api.is_policymaker)
+        _, _, state, visible = await self._state(request, self._policy_rights(request))
         vhost = self._vhost(request, state, visible)
         name = request.match_info["name"]
-        if not any(p["vhost"] == vhost and p["name"] == name for p in state["policies"]):
+        if not any(p["vhost"] == vhost and p["name"] == name
+                   for p in self._policy_table(request, state)):
             raise api.not_found()
-        await self.ask("policy", {"method": "clear", "vhost": vhost, "name": name})
+        await self.ask("policy", {"method": "clear", "vhost": vhost, "name": name,
+                                  "operator": self._operator(request)})
+        return web.Response(status=204)
+
+    # --- vhost and user limits (rabbit_mgmt_wm_limits, rabbit_mgmt_wm_user_limits) -----------
+    async def limits(self, request):
+        scope = "vhost" if request.path.startswith("/api/vhost-limits") else "user"
+        need = api.is_admin if scope == "user" else None
+        _, _, state, visible = await self._state(request, need)
+        name = request.match_info.get("name")
+        rows = [{scope: n, "value": v} for s, n, v in state["limits"]
+                if s == scope and (name is None or n == name) and
+                (scope == "user" or n in visible)]
+        return self._reply(request, rows)
+
+    async def put_limit(self, request):
+        scope = "vhost" if request.path.startswith("/api/vhost-limits") else "user"
+        _, _, state, _ = await self._state(request, api.is_admin)
+        name, key = request.match_info["name"], request.match_info["limit"]
+        body = await self._body(request)
+        if "value" not in body:
+            raise api.bad_request("key_missing: value")
+        current = next((v for s, n, v in state["limits"] if s == scope and n == name), {})
+        await self.ask("limits", {"method": "set", "scope": scope, "name": name,
+                                  "value": dict(current, **{key: body["value"]})})
+        return web.Response(status=204)
+
+    async def delete_limit(self, request):
+        scope = "vhost" if request.path.startswith("/api/vhost-limits") else "user"
+        _, _, state, _ = await self._state(request, api.is_admin)
+        name, key = request.match_info["name"], request.match_info["limit"]
+        current = next((v for s, n, v in state["limits"] if s == scope and n == name), None)
+        if current is None or key not in current:
+            raise api.not_found()
+        rest = {k: v for k, v in current.items() if k != key}
+        await self.ask("limits", {"method": "set" if rest else "clear", "scope": scope,
+                                  "name": name, **({"value": rest} if rest else {})})
         return web.Response(status=204)
 
 

@@ -33,7 +33,9 @@ class ManagementMixin:
                 "queues": [{k: v for k, v in q.items() if k not in ("address", "worker")}
                            for q in self.queues.values()],
                 "policies": list(self.policies.values()),
-                "operator_policies": list(self.op_policies.values()), "node": self.config.node,
+                "operator_policies": list(self.op_policies.values()),
+                "limits": [[scope, name, value] for (scope, name), value in self.limits.items()],
+                "node": self.config.node,
                 "members": members, "alarms": sorted(self.alarms)}
 
     def op_mgmt_close_connection(self, rpc, name, reason):

@@ -456,3 +456,29 @@ def test_permissions_by_vhost_and_user_and_an_exchange_s_bindings(node, http):
     assert [b["source"] for b in
             http("GET", "/api/exchanges/%2F/by/bindings/destination")[1]] == ["bx"]
     assert http("GET", "/api/extensions") == (200, [])
+
+
+def test_operator_policies_and_limits_through_the_api(node, http):
+    assert http("PUT", "/api/operator-policies/%2F/cap", {
+        "pattern": "^capped", "definition": {"max-length": 2}, "apply-to": "queues"})[0] == 201
+    assert [p["name"] for p in http("GET", "/api/operator-policies")[1]] == ["cap"]
+    assert http("PUT", "/api/operator-policies/%2F/bad", {
+        "pattern": ".*", "definition": {"ha-mode": "all"}})[0] == 400  # not an operator key
+    assert http("PUT", "/api/queues/%2F/capped-q", {"durable": False})[0] == 201
+    q = http("GET", "/api/queues/%2F/capped-q")[1]
+    assert (q["operator_policy"], q["effective_policy_definition"]) == ("cap",
+                                                                        {"max-length": 2})
+    assert http("DELETE", "/api/operator-policies/%2F/cap")[0] == 204
+    assert http("GET", "/api/operator-policies")[1] == []
+    assert http("PUT", "/api/vhost-limits/%2F/max-queues", {"value": 500})[0] == 204
+    assert http("PUT", "/api/vhost-limits/%2F/max-connections", {"value": 50})[0] == 204
+    assert http("GET", "/api/vhost-limits/%2F")[1] == [
+        {"vhost": "/", "value": {"max-queues": 500, "max-connections": 50}}]
+    assert "max-queues" in node.ctl("list_vhost_limits").stdout
+    assert http("DELETE", "/api/vhost-limits/%2F/max-queues")[0] == 204
+    assert http("DELETE", "/api/vhost-limits/%2F/max-connections")[0] == 204
+    assert http("GET", "/api/vhost-limits")[1] == []
+    assert http("PUT", "/api/user-limits/guest/max-channels", {"value": 64})[0] == 204
+    assert http("GET", "/api/user-limits/guest")[1] == [{"user": "guest",
+                                                          "value": {"max-channels": 64}}]
+    assert http("DELETE", "/api/user-limits/guest/max-channels")[0] == 204
