@@ -2,8 +2,9 @@
 queues or exchanges; the highest priority match wins (equal priorities: the policy whose name
 sorts first, so that the choice is deterministic).
 
-Leveret reads these keys from a queue's effective policy: `confirm-on` (see docs/confirm-on.md)
-and `ha-mode` / `ha-params` (mirrored queues, cluster). A queue argument (`x-confirm-on`) wins
+Leveret reads these keys from a queue's effective policy: `confirm-on` (see docs/confirm-on.md),
+`ha-mode` / `ha-params` (mirrored queues, cluster), `delivery-limit` (S6) and
+`consumer-timeout` (S5), non-negative integers. A queue argument (`x-confirm-on`) wins
 over the policy, as RabbitMQ's x-arguments win over most policy keys.
 """
 
@@ -15,7 +16,8 @@ from actors.core.errors import ChannelError
 
 APPLY_TO = ("queues", "exchanges", "all")
 KNOWN_KEYS = {"confirm-on": ("enqueue", "ack", "ack-lite"), "ha-mode": ("all", "exactly", "nodes"),
-              "ha-params": None, "ha-sync-mode": ("manual", "automatic")}
+              "ha-params": None, "ha-sync-mode": ("manual", "automatic"),
+              "delivery-limit": int, "consumer-timeout": int}
 
 
 def validate(name: str, pattern: str, definition: dict, priority: int, apply_to: str) -> None:
@@ -36,7 +38,10 @@ def validate(name: str, pattern: str, definition: dict, priority: int, apply_to:
         if key not in KNOWN_KEYS:
             raise ChannelError(406, f"unrecognised policy key '{key}'")
         allowed = KNOWN_KEYS[key]
-        if allowed is not None and value not in allowed:
+        if allowed is int:  # a non-negative integer
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ChannelError(406, f"invalid value {value!r} for policy key '{key}'")
+        elif allowed is not None and value not in allowed:
             raise ChannelError(406, f"invalid value {value!r} for policy key '{key}'")
 
 

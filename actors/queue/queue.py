@@ -170,8 +170,19 @@ class Queue(LightActor):
             p = policies.effective(self.replica.policies, self.vhost, self.qname)
         return p.get("confirm-on", "enqueue")
 
+    def delivery_limit(self):
+        """S6: the smaller of x-delivery-limit and the effective policy's delivery-limit
+        (rabbit_queue_type_util:args_policy_lookup with min, as quorum queues), None if
+        neither is set."""
+        with self.replica.lock:
+            p = policies.effective(self.replica.policies, self.vhost, self.qname)
+        found = [v for v in (self.arguments.get("x-delivery-limit"), p.get("delivery-limit"))
+                 if isinstance(v, int) and not isinstance(v, bool)]
+        return min(found) if found else None
+
     def on_start(self):
         self.core.set_confirm_on(self.confirm_on())
+        self.core.set_delivery_limit(self.delivery_limit())
         if self.durable:
             # what the index kept (after a restart or a crash) is back before anyone is served:
             # the queue registers its name (channels reach it) once Recovered is in; it does
@@ -288,6 +299,7 @@ class Queue(LightActor):
                 self._recovered(msg)
             elif isinstance(msg, PolicyChanged):
                 core.set_confirm_on(self.confirm_on())
+                core.set_delivery_limit(self.delivery_limit())
             elif isinstance(msg, Tick):
                 core.tick(now)
             elif isinstance(msg, EmitStats):
