@@ -89,7 +89,7 @@ def test_delivery_tags_start_at_1_and_are_shared_with_get_ok__A1():
                                              routing_key="rk3", message_count=5)
     assert frames[3].method.delivery_tag == 4
     assert list(core.unacked) == [1, 2, 3, 4]
-    assert core.unacked[3] == (Q1, 13, "", None, None)
+    assert core.unacked[3] == (Q1, 13, "", None, None, 0)
 
 
 def test_delivery_tags_are_64_bit__A1():
