@@ -1080,6 +1080,11 @@ class ChannelCore:
             for tag, entry in entries:
                 self.unacked[tag] = entry
         self.unacked = OrderedDict(sorted(self.unacked.items()))
+        if not self.check_at:  # the restored deliveries are waited for again (S5)
+            for entry in self.unacked.values():
+                self._arm_timeout_check(entry[0])
+                if self.check_at:
+                    break
         self.tx_settles = []
         self.out.write(encode_method(self.number, am.TxRollbackOk()))
 

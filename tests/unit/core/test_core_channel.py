@@ -1180,3 +1180,17 @@ def test_consumer_timeout_applies_to_basic_get__S5():
     assert core.check_at == 600
     core.consumer_timeout_check(601)
     assert channel_close(out)[0] == 406
+
+
+def test_consumer_timeout_tx_rollback_waits_for_restored_deliveries_again__S5():
+    core, out = _timeout_channel(1000)
+    consume(core, out, "q1", "A")
+    send(core, am.TxSelect())
+    core.on_deliver(deliver_msg("q1", [("A", 101, False)]), now=0)
+    send(core, am.BasicAck(delivery_tag=1))  # held by the transaction
+    core.consumer_timeout_check(500)
+    assert core.check_at == 0  # nothing unacked left to wait for
+    send(core, am.TxRollback())
+    assert core.check_at
+    core.consumer_timeout_check(1001)
+    assert channel_close(out)[0] == 406
