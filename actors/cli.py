@@ -55,6 +55,9 @@ def parse_args(argv=None) -> Config:
                    help="with verify_peer: refuse a client that sends no certificate")
     p.add_argument("--ssl-versions", metavar="V,V",
                    help="TLS versions accepted: tlsv1.3,tlsv1.2 (default both; older refused)")
+    p.add_argument("--consumer-timeout", type=int, metavar="MS",
+                   help="ms a delivery may stay unacknowledged before its channel is closed "
+                        "(default 1800000, RabbitMQ's; 0 = none)")
     p.add_argument("--cluster-secret-file", metavar="FILE",
                    help="the secret every cluster member shares (default "
                         "DATA_DIR/cluster_secret, created on first start; docs/security.md)")
@@ -66,7 +69,7 @@ def parse_args(argv=None) -> Config:
                  "events", "node_name", "cluster_address", "handshake_timeout",
                  "max_connections", "tls_port", "management_port", "prometheus_port", "ssl_certfile", "ssl_keyfile",
                  "ssl_cacertfile", "ssl_verify", "ssl_fail_if_no_peer_cert",
-                 "cluster_secret_file", "max_message_size"):
+                 "cluster_secret_file", "max_message_size", "consumer_timeout"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)

@@ -77,6 +77,10 @@ class Config:
     cluster_secret: str = ""  # the secret itself instead of a file ("" = use the file)
     boot_timeout: int = 300  # seconds for workers to start and durable queues to recover
     log_level: str = "INFO"
+    # S5: ms a delivery may stay unacknowledged before its channel is closed (406) and its
+    # deliveries requeued; RabbitMQ's default (30 min); 0 = no timeout (x-consumer-timeout and
+    # the consumer-timeout policy key still apply to their queues)
+    consumer_timeout: int = 1800000
     # --- what a client may do before it has logged in (docs/security.md) ---
     handshake_timeout: float = 10.0  # seconds from accept to connection.open-ok (TLS included)
     max_connections: int | str = "infinity"  # per node (RabbitMQ's connection_max), or "infinity"
@@ -112,6 +116,10 @@ class Config:
                 not isinstance(self.handshake_timeout, bool) and self.handshake_timeout > 0):
             errors.append(f"handshake_timeout must be a positive number of seconds, not "
                           f"{self.handshake_timeout!r}")
+        ct = self.consumer_timeout
+        if isinstance(ct, bool) or not isinstance(ct, int) or ct < 0:
+            errors.append(f"consumer_timeout must be a non-negative integer of milliseconds "
+                          f"(0 = no timeout), not {ct!r}")
         if not (isinstance(self.management_port, int) and 0 <= self.management_port <= 65535):
             errors.append(f"management_port must be a port number (0 = no management "
                           f"listener), not {self.management_port!r}")

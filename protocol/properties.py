@@ -272,6 +272,27 @@ def with_reply_to(raw, reply_to: str) -> bytes:
     return _U16.pack(flags | flag) + buf[2:at] + value + buf[at:]
 
 
+def with_long_header(raw, key: str, value: int) -> bytes:
+    """The encoded property list `raw` with header `key` set to the long (signed 64-bit)
+    `value`: an entry of that name is replaced, else one is appended to the headers table
+    (created when absent). The other properties and entries keep their bytes."""
+    buf = without_header(bytes(raw), key)
+    entry = _fields.encode_shortstr(key) + struct.pack(">cq", b"l", value)
+    span = _property_spans(buf).get("headers")
+    if span is not None:
+        t0, t1 = span
+        (n,) = _fields._U32.unpack_from(buf, t0)
+        return buf[:t0] + _fields._U32.pack(n + len(entry)) + buf[t0 + 4:t1] + entry + buf[t1:]
+    table = _fields._U32.pack(len(entry)) + entry
+    flag = PROPERTY_FLAGS["headers"]
+    at = 2
+    for name, (_, end) in _property_spans(buf).items():
+        if PROPERTY_FLAGS[name] > flag:
+            at = end
+    (flags,) = _U16.unpack_from(buf, 0) if len(buf) >= 2 else (0,)
+    return _U16.pack(flags | flag) + buf[2:at] + table + buf[at:]
+
+
 def header_types(raw) -> dict:
     """{header name: its AMQP field type octet as a one-character str} of the top-level headers
     of an encoded property list (the first entry of a name, as rabbit_misc:table_lookup)."""

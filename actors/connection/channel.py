@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 
 import pykka
 
@@ -61,6 +62,19 @@ def _tell(ref, msg) -> None:
         pass
 
 
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class ConsumerTimeoutCheck:
+    """Timer -> channel (local only): time for the core's consumer_timeout_check (S5)."""
+
+    __slots__ = ("at",)
+
+    def __init__(self, at: int):
+        self.at = at  # the check_at it was armed for
+
+
 class Channel(LightActor):
     scheduler_name = "conn"
 
@@ -76,7 +90,9 @@ class Channel(LightActor):
         self.address = host.transport.address(self.name)
         self.core = ChannelCore(number, self.address, conn, host.replica, _Out(self),
                                 host.config.credit_initial, events,
-                                credit_initial_bytes=host.config.credit_initial_bytes)
+                                credit_initial_bytes=host.config.credit_initial_bytes,
+                                consumer_timeout=host.config.consumer_timeout)
+        self.armed_at = 0  # the consumer-timeout check the timer will tell us of (ms), 0 = none
 
     def on_start(self):
         self.host.transport.register(self.name, self.actor_ref)
@@ -92,11 +108,15 @@ class Channel(LightActor):
             if isinstance(msg, m.Commands):
                 core.handle_commands(msg.commands)
             elif isinstance(msg, m.Deliver):
-                core.on_deliver(msg)
+                core.on_deliver(msg, _now_ms())
             elif isinstance(msg, m.Confirm):
                 core.on_confirm(msg)
             elif isinstance(msg, (m.RpcReply, m.GetReply)):
-                core.on_reply(msg)
+                core.on_reply(msg, _now_ms())
+            elif isinstance(msg, ConsumerTimeoutCheck):
+                if msg.at == self.armed_at:  # else an earlier arming's, superseded
+                    self.armed_at = 0
+                    core.consumer_timeout_check(_now_ms())
             elif isinstance(msg, m.Credit):
                 core.on_credit(msg)
             elif isinstance(msg, m.Demand):
@@ -116,6 +136,11 @@ class Channel(LightActor):
             elif isinstance(msg, m.Terminate):
                 core.terminate()
                 self.stop()
+                return
+            if core.check_at and core.check_at != self.armed_at:
+                self.armed_at = core.check_at
+                self.host.timers.at(core.check_at, self.actor_ref,
+                                    ConsumerTimeoutCheck(core.check_at))
         except Exception:
             log.exception("channel %s failed", self.name)
             try:

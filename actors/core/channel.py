@@ -24,7 +24,7 @@ import re
 import struct
 from collections import OrderedDict, deque
 
-from actors.core import NO_EVENTS, credit_flow, direct_reply, sender_selected
+from actors.core import NO_EVENTS, credit_flow, direct_reply, policies, sender_selected
 from actors.core.confirms import Confirms
 from actors.core.limiter import Limiter
 from actors import messages as m
@@ -69,7 +69,7 @@ class RefusedPublish:
 class ChannelCore:
     def __init__(self, number: int, address: str, conn: ConnInfo, replica, out,
                  credit_initial=credit_flow.INITIAL, events=NO_EVENTS, random_bytes=os.urandom,
-                 credit_initial_bytes=credit_flow.INITIAL_BYTES):
+                 credit_initial_bytes=credit_flow.INITIAL_BYTES, consumer_timeout=0):
         self.events = events  # the event log (actors.events in the shell), injected
         self.random_bytes = random_bytes  # ids (msg id prefix, consumer tags), injected
         # the last publish's (raw, decoded, expiry, CC/BCC keys, raw to store, headers to route
@@ -91,9 +91,17 @@ class ChannelCore:
         self.confirm_acks: list = []  # seq nos to ack at the end of this turn
         self.confirm_nacks: list = []  # seq nos to nack at the end of this turn
         self.next_tag = 1  # next delivery tag
-        # tag -> (queue address, seq_id, consumer tag, lite): lite is (publisher channel, seq no)
-        # for a message of an x-confirm-on=ack-lite queue, whose confirm this channel sends
+        # tag -> (queue address, seq_id, consumer tag, lite, msg16, delivered_at): lite is
+        # (publisher channel, seq no) for a message of an x-confirm-on=ack-lite queue, whose
+        # confirm this channel sends; delivered_at (ms, the caller's clock) for the timeout
         self.unacked: OrderedDict = OrderedDict()
+        # S5 consumer timeout (rabbit_channel's consumer_timeout): the node's default in ms
+        # (0 = none), each queue's own (x-consumer-timeout / policy, else the default), the
+        # time of the next check (0 = none due) and the last time the caller passed in
+        self.consumer_timeout = consumer_timeout
+        self.queue_timeouts: dict[str, int] = {}  # queue address -> timeout ms (0 = none)
+        self.check_at = 0  # when consumer_timeout_check should run next (ms), 0 = not needed
+        self.now = 0  # ms: the time of the message being handled (on_deliver, on_reply)
         self.lite_confirms: dict[tuple, list] = {}  # (publisher, queue) -> seq nos acked
         self.consumers: dict[str, tuple] = {}  # consumer tag -> (queue address, qname, no_ack)
         self.prefetch = 0  # basic.qos global=false: limit for consumers created afterwards
@@ -183,6 +191,7 @@ class ChannelCore:
             self.out.send(q, m.ChannelDown(self.address))
         self.queues_used = set()
         self.unacked.clear()
+        self.check_at = 0
         self.consumers.clear()
         self.reply_consumer = None
         self.confirms.clear()
@@ -202,7 +211,8 @@ class ChannelCore:
             self.state = "closed"
 
     # --- replies from queues and the node --------------------------------------------------
-    def on_reply(self, reply) -> None:
+    def on_reply(self, reply, now: int = 0) -> None:
+        self.now = now
         self.asked.pop(reply.req_id, None)
         cont = self.waiting.pop(reply.req_id, None)
         if cont is not None and self.state == "open":
@@ -252,7 +262,8 @@ class ChannelCore:
         self._ask(self.conn.node, lambda req: m.Rpc(self.address, req, op, args), cont, sync)
 
     # --- deliveries from queues ---------------------------------------------------------------
-    def on_deliver(self, msg: m.Deliver) -> None:
+    def on_deliver(self, msg: m.Deliver, now: int = 0) -> None:
+        self.now = now
         if self.state != "open":
             # closing: the queue will requeue them when it sees ChannelDown
             return
@@ -276,12 +287,14 @@ class ChannelCore:
                                  no_ack=c[2])
             if not c[2]:
                 self.unacked[tag] = (queue, seq_id, ctag, lite,
-                                     rest[2] if len(rest) > 2 else None)
+                                     rest[2] if len(rest) > 2 else None, now)
                 self.limiter.delivered(tag)
             parts.append(encode_deliver(n, ctag, tag, redelivered, exchange, rk, props, body,
                                         fm))
             tag += 1
         self.next_tag = tag
+        if not self.check_at and self.unacked:
+            self._arm_timeout_check(queue)
         if self.limiter.granted.get(queue):
             # a queue spends a token on each delivery to a consumer that acks
             self.limiter.spent(queue, sum(1 for it in msg.items
@@ -767,6 +780,7 @@ class ChannelCore:
         if tag in self.consumers:
             raise ConnectionError_(530, f"attempt to reuse consumer tag '{tag}'")
         addr = q["address"]
+        self.queue_timeouts[addr] = self._queue_timeout(q)
         self.consumers[tag] = (addr, queue, method.no_ack)
         self.queues_used.add(addr)
 
@@ -889,6 +903,7 @@ class ChannelCore:
         q = self._existing_queue(queue)
         addr = q["address"]
         self.queues_used.add(addr)
+        self.queue_timeouts[addr] = self._queue_timeout(q)
 
         def cont(reply):
             if isinstance(reply, m.RpcReply):
@@ -906,7 +921,9 @@ class ChannelCore:
                                  queue=queue, connection=self.conn.owner, channel=self.number,
                                  delivery_tag=tag, redelivered=redelivered, no_ack=method.no_ack)
             if not method.no_ack:
-                self.unacked[tag] = (addr, seq_id, "", lite, msg16)
+                self.unacked[tag] = (addr, seq_id, "", lite, msg16, self.now)
+                if not self.check_at:
+                    self._arm_timeout_check(addr)
             self.out.write(encode_method(self.number, am.BasicGetOk(
                 delivery_tag=tag, redelivered=redelivered, exchange=exchange, routing_key=rk,
                 message_count=reply.message_count)) + encode_content(
@@ -914,6 +931,56 @@ class ChannelCore:
 
         self._ask(addr, lambda req: m.Get(self.address, req, method.no_ack, self.conn.owner),
                   cont, True)
+
+    # --- consumer timeout (S5) ------------------------------------------------------------------
+    def _queue_timeout(self, q: dict) -> int:
+        """The consumer timeout (ms, 0 = none) of a queue's deliveries: the smaller of its
+        x-consumer-timeout argument and its effective policy's consumer-timeout, else the
+        node's consumer_timeout (rabbit_channel:get_queue_consumer_timeout, which uses
+        rabbit_queue_type_util:args_policy_lookup with min)."""
+        found = [v for v in ((q.get("arguments") or {}).get("x-consumer-timeout"),
+                             self._policy(q).get("consumer-timeout"))
+                 if isinstance(v, int) and not isinstance(v, bool)]
+        return min(found) if found else self.consumer_timeout
+
+    def _policy(self, q: dict) -> dict:
+        policies_ = getattr(self.replica, "policies", None)
+        if not policies_:
+            return {}
+        with self.replica.lock:
+            return policies.effective(policies_, q["vhost"], q["name"])
+
+    def _arm_timeout_check(self, queue: str) -> None:
+        """A delivery to wait an ack for: check at the latest one interval from now."""
+        t = self.queue_timeouts.get(queue, self.consumer_timeout)
+        if t:
+            self.check_at = self.now + min(t, TIMEOUT_CHECK_MAX)
+
+    def consumer_timeout_check(self, now: int) -> None:
+        """rabbit_channel:evaluate_consumer_timeout, run at `check_at`: a delivery unacked for
+        longer than its queue's timeout closes the channel (406, RabbitMQ's text; its deliveries
+        are requeued); otherwise the next check is set one interval, min(smallest timeout of
+        the deliveries waiting, 60 s), ahead (0 when none waits)."""
+        self.now = now
+        self.check_at = 0
+        if self.state != "open":
+            return
+        timeouts = self.queue_timeouts
+        interval = 0
+        for entry in self.unacked.values():
+            t = timeouts.get(entry[0], self.consumer_timeout)
+            if not t:
+                continue
+            if now - entry[5] > t:
+                self.error(ChannelError(406, f"delivery acknowledgement on channel "
+                                             f"{self.number} timed out. Timeout value used: "
+                                             f"{t} ms. This timeout value can be configured, "
+                                             "see consumers doc guide to learn more"))
+                self.flush()
+                return
+            interval = min(interval, t) if interval else t
+        if interval:
+            self.check_at = now + min(interval, TIMEOUT_CHECK_MAX)
 
     # --- basic class: settling ----------------------------------------------------------------
     def _collect(self, tag: int, multiple: bool) -> list:
@@ -938,7 +1005,7 @@ class ChannelCore:
         if self.tx:
             self.tx_settles.append((entries, op, kind))
             return
-        for tag, (q, seq_id, _, lite, msg16) in entries:
+        for tag, (q, seq_id, _, lite, msg16, _) in entries:
             if msg16 is not None:
                 self.events.emit(kind, msg16, actor="channel", vhost=self.conn.vhost,
                                  queue=q.rpartition("\x1f")[2], connection=self.conn.owner,
@@ -971,7 +1038,7 @@ class ChannelCore:
             raise ConnectionError_(540, "requeue=false")
         entries = list(self.unacked.items())
         self.unacked.clear()
-        for _, (q, seq_id, _, _, _) in entries:
+        for _, (q, seq_id, *_) in entries:
             self.settle_batches.setdefault((q, m.REQUEUE), []).append(seq_id)
         self.limiter.limited.clear()
         self._grant()
@@ -1013,11 +1080,20 @@ class ChannelCore:
             for tag, entry in entries:
                 self.unacked[tag] = entry
         self.unacked = OrderedDict(sorted(self.unacked.items()))
+        if not self.check_at:  # the restored deliveries are waited for again (S5)
+            for entry in self.unacked.values():
+                self._arm_timeout_check(entry[0])
+                if self.check_at:
+                    break
         self.tx_settles = []
         self.out.write(encode_method(self.number, am.TxRollbackOk()))
 
 
 _U64 = struct.Struct(">Q")
+# S5: the longest time between two consumer-timeout checks (RabbitMQ's channel tick, 60 s); a
+# shorter timeout is checked every `timeout` ms, so a delivery times out between T and 2T
+# (T <= 60 s) or T and T + 60 s after it was sent
+TIMEOUT_CHECK_MAX = 60000
 _NO_PROPS = (None, None, -1, (), None, None)  # no properties cached
 
 

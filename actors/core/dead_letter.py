@@ -33,7 +33,7 @@ from typing import Iterable, Mapping
 __all__ = ["REASONS", "dead_letter_headers", "dead_letter_routing", "death_routing_keys",
            "is_cycle", "detect_cycles"]
 
-REASONS = ("rejected", "expired", "maxlen")
+REASONS = ("rejected", "expired", "maxlen", "delivery_limit")
 
 
 def _bkey(k) -> bytes:

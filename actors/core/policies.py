@@ -8,11 +8,13 @@ Keys (validated as rabbit_policies:validate_policy0/2 and rabbit_mirror_queue_mi
   `dead-letter-exchange`, `dead-letter-routing-key`, `queue-mode` (accepted and ignored, as
   classic queues v2 page by themselves: docs/policies.md), Leveret's `confirm-on`
   (docs/confirm-on.md), `ha-mode` / `ha-params` / `ha-sync-mode` (mirrored queues, cluster);
+  `delivery-limit` (S6) and `consumer-timeout` (S5), non-negative integers;
 - exchanges: `alternate-exchange`.
 
-Operator policies (`operator_policy`) take only `expires`, `message-ttl`, `max-length` and
-`max-length-bytes` (rabbit_policies' operator_policy_validator list of 3.10, without the
-quorum-only `max-in-memory-*` and `delivery-limit`). One policy and one operator policy may
+Operator policies (`operator_policy`) take only `expires`, `message-ttl`, `max-length`,
+`max-length-bytes` and `delivery-limit` (rabbit_policies' operator_policy_validator list of
+3.10, without the quorum-only `max-in-memory-*`; delivery-limit applies to classic queues here,
+S6). One policy and one operator policy may
 match the same queue; their definitions merge key by key, the smaller value winning where both
 set one (rabbit_policy:merge_operator_definitions/2, merge_policy_value/3).
 
@@ -61,11 +63,14 @@ POLICY_KEYS = {
     "ha-mode": (_one_of("all", "exactly", "nodes"), "~p is not a valid ha-mode value"),
     "ha-params": (lambda v: v is not None, "~p is not a valid ha-params value"),
     "ha-sync-mode": (_one_of("manual", "automatic"), "~p is not a valid ha-sync-mode value"),
+    # S6 (RabbitMQ's quorum-queue key, here on classic queues) and S5
+    "delivery-limit": (_int_at_least(0), "~p is not a valid delivery limit"),
+    "consumer-timeout": (_int_at_least(0), "~p is not a valid consumer timeout"),
 }
-OPERATOR_KEYS = ("expires", "message-ttl", "max-length", "max-length-bytes")
+OPERATOR_KEYS = ("expires", "message-ttl", "max-length", "max-length-bytes", "delivery-limit")
 # rabbit_policies:merge_policy_value/3 (policy vs operator policy) and res_min/2 in
 # rabbit_amqqueue_process (argument vs policy): the smaller wins
-MIN_KEYS = ("expires", "message-ttl", "max-length", "max-length-bytes")
+MIN_KEYS = ("expires", "message-ttl", "max-length", "max-length-bytes", "delivery-limit")
 # what a classic queue reads from its policy: policy key -> x-argument
 QUEUE_KEYS = {"expires": "x-expires", "message-ttl": "x-message-ttl",
               "max-length": "x-max-length", "max-length-bytes": "x-max-length-bytes",

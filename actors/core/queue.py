@@ -44,6 +44,7 @@ from actors.core import NO_EVENTS, credit_flow
 from actors.core.consumers import ChannelState, Consumer, QueueConsumers
 from actors.core.errors import ChannelError
 from actors.core.queue_args import check_consume_arguments
+from protocol.properties import with_long_header
 
 WAIT = "wait"  # get(): the head is paged out, try again once it is read back
 STORE_BEHIND_BYTES = 16 * 1024 * 1024  # bodies on their way to storage before credit waits
@@ -54,7 +55,7 @@ class Msg:
 
     __slots__ = ("seq_id", "exchange", "routing_key", "props_raw", "body", "persistent",
                  "priority", "expires_at", "ttl", "redelivered", "publisher", "pub_seq",
-                 "msg_id", "stored")
+                 "msg_id", "stored", "delivery_count")
 
     def __init__(self, seq_id, exchange, routing_key, props_raw, body, persistent=False,
                  priority=0, expires_at=0, ttl=-1, publisher="", pub_seq=0, msg_id=None):
@@ -72,6 +73,9 @@ class Msg:
         self.pub_seq = pub_seq  # publisher's confirm seq no, 0 if no confirm wanted
         self.msg_id = msg_id  # 16 bytes naming the body in msg_store (persistent), else None
         self.stored = False  # handed to the backing queue's storage (it must hear of the settle)
+        # deliveries that ended in a requeue (x-delivery-count, x-delivery-limit); in memory
+        # only: a restart starts it again from 0
+        self.delivery_count = 0
 
 
 class Ready:
@@ -130,6 +134,10 @@ class QueueCore:
         self.overflow = a.get("x-overflow", "drop-head")  # drop-head|reject-publish|-dlx
         self.dlx = a.get("x-dead-letter-exchange")  # dead-letter exchange name or None
         self.dlrk = a.get("x-dead-letter-routing-key")  # routing key override or None
+        # x-delivery-limit (S6): a message returned more often than this is dead-lettered
+        # (reason delivery_limit) or dropped instead of requeued; None = no limit. The shell
+        # sets it from the argument and the delivery-limit policy key (set_delivery_limit).
+        self.delivery_limit = _int(a.get("x-delivery-limit"))
         confirm_on = a.get("x-confirm-on", "enqueue")
         if isinstance(confirm_on, bytes):
             confirm_on = confirm_on.decode()
@@ -540,7 +548,8 @@ class QueueCore:
         self.cons.delivering(st, len(msg.body))
         items, bodies = self._batches.setdefault(c.channel, ([], []))
         item = [c.tag, msg.seq_id, msg.redelivered, msg.exchange, msg.routing_key,
-                msg.props_raw]
+                with_delivery_count(msg.props_raw, msg.delivery_count)
+                if msg.delivery_count else msg.props_raw]
         if self.confirm_on == "ack-lite" and msg.pub_seq and not c.no_ack:
             item += (msg.publisher, msg.pub_seq)  # the consuming channel confirms on ack
         if msg.msg_id is not None and self.events.enabled():
@@ -658,7 +667,9 @@ class QueueCore:
             st = self._channel(channel)
             st.unacked += 1
             self.unacked[msg.seq_id] = (msg, channel, "")
-        item = ["", msg.seq_id, msg.redelivered, msg.exchange, msg.routing_key, msg.props_raw]
+        item = ["", msg.seq_id, msg.redelivered, msg.exchange, msg.routing_key,
+                with_delivery_count(msg.props_raw, msg.delivery_count)
+                if msg.delivery_count else msg.props_raw]
         if self.confirm_on == "ack-lite" and msg.pub_seq and not no_ack:
             item += (msg.publisher, msg.pub_seq)
         if msg.msg_id is not None and self.events.enabled():
@@ -707,7 +718,24 @@ class QueueCore:
     def _settled(self, channel, tag) -> None:
         self.cons.settled(channel, tag)
 
+    def set_delivery_limit(self, limit) -> None:
+        """The queue's effective delivery limit (argument and policy) changed; None = none."""
+        self.delivery_limit = limit
+
     def _requeue(self, msgs: list) -> None:
+        """Deliveries that ended in a return: back in place, or, past the delivery limit,
+        dead-lettered (reason delivery_limit) or dropped (rabbit_fifo's delivery_limit)."""
+        for msg in msgs:
+            msg.delivery_count += 1
+        limit = self.delivery_limit
+        if limit is not None:
+            dead = [msg for msg in msgs if msg.delivery_count > limit]
+            if dead:
+                msgs = [msg for msg in msgs if msg.delivery_count <= limit]
+                for msg in dead:
+                    self._drop(msg, "delivery_limit")
+                if not msgs:
+                    return
         by_p: dict[int, list] = {}
         if self.events.enabled():
             for msg in msgs:
@@ -851,6 +879,12 @@ class QueueCore:
 
 
 
+
+
+def with_delivery_count(props_raw, count: int) -> bytes:
+    """A redelivery's properties: x-delivery-count = the earlier returns of the message (a
+    long, as rabbit_fifo_client adds it on a quorum queue's redeliveries)."""
+    return with_long_header(props_raw or b"\x00\x00", "x-delivery-count", count)
 
 
 def _int(v):

@@ -56,12 +56,12 @@ CLASSIC_QUEUE_ARGUMENTS = (
     "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
     "x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
     "x-queue-version", "x-single-active-consumer", "x-queue-type", "x-queue-master-locator",
-    "x-confirm-on", "x-ha-mode", "x-ha-params",
+    "x-confirm-on", "x-ha-mode", "x-ha-params", "x-delivery-limit", "x-consumer-timeout",
 )
 # rabbit_queue_type:arguments(queue_arguments) -- classic's: refused on a classic queue.
 OTHER_QUEUE_TYPE_ARGUMENTS = frozenset({
     "x-dead-letter-strategy", "x-max-in-memory-length", "x-max-in-memory-bytes",
-    "x-quorum-initial-group-size", "x-delivery-limit", "x-queue-leader-locator", "x-max-age",
+    "x-quorum-initial-group-size", "x-queue-leader-locator", "x-max-age",
     "x-stream-max-segment-size-bytes", "x-initial-cluster-size",
 })
 CLASSIC_CONSUMER_ARGUMENTS = ("x-cancel-on-ha-failover", "x-priority", "x-credit")
@@ -299,6 +299,10 @@ _DECLARE_VALIDATORS: tuple[tuple[str, _Check], ...] = (
     ("x-confirm-on", _check_confirm_on),
     ("x-ha-mode", _check_ha_mode),
     ("x-ha-params", _check_ha_params),
+    # S6: a quorum queue's argument in RabbitMQ, taken by Leveret's classic queues too
+    ("x-delivery-limit", _check_non_neg_int),
+    # S5: ms, 0 = no timeout for this queue's deliveries
+    ("x-consumer-timeout", _check_non_neg_int),
 )
 
 _CONSUME_VALIDATORS: tuple[tuple[str, _Check], ...] = (

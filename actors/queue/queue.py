@@ -178,8 +178,18 @@ class Queue(LightActor):
             return mode.decode() if isinstance(mode, bytes) else mode
         return self.policy().get("confirm-on", "enqueue")
 
+    def delivery_limit(self):
+        """S6: the smaller of x-delivery-limit and the effective policy's delivery-limit
+        (rabbit_queue_type_util:args_policy_lookup with min, as quorum queues), None if
+        neither is set."""
+        p = self.policy()  # (with the operator policy's: the smaller wins)
+        found = [v for v in (self.arguments.get("x-delivery-limit"), p.get("delivery-limit"))
+                 if isinstance(v, int) and not isinstance(v, bool)]
+        return min(found) if found else None
+
     def on_start(self):
         self.core.set_confirm_on(self.confirm_on())
+        self.core.set_delivery_limit(self.delivery_limit())
         if self.durable:
             # what the index kept (after a restart or a crash) is back before anyone is served:
             # the queue registers its name (channels reach it) once Recovered is in; it does
@@ -297,6 +307,7 @@ class Queue(LightActor):
             elif isinstance(msg, PolicyChanged):
                 core.set_confirm_on(self.confirm_on())
                 core.set_settings(self.settings(), now)
+                core.set_delivery_limit(self.delivery_limit())
             elif isinstance(msg, Tick):
                 core.tick(now)
             elif isinstance(msg, EmitStats):

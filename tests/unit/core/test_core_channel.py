@@ -89,7 +89,7 @@ def test_delivery_tags_start_at_1_and_are_shared_with_get_ok__A1():
                                              routing_key="rk3", message_count=5)
     assert frames[3].method.delivery_tag == 4
     assert list(core.unacked) == [1, 2, 3, 4]
-    assert core.unacked[3] == (Q1, 13, "", None, None)
+    assert core.unacked[3] == (Q1, 13, "", None, None, 0)
 
 
 def test_delivery_tags_are_64_bit__A1():
@@ -1102,3 +1102,95 @@ def test_declares_tell_the_node_who_asks():
     core.on_reply(m.RpcReply(out.sent(m.Rpc)[0].req_id, True, ["amq.gen-1", 0, 0]))
     assert [(r.op, r.args["user"]) for r in out.sent(m.Rpc)] == [
         ("queue.declare", "guest"), ("exchange.declare", "guest")]
+
+
+# --- consumer timeout (S5) ------------------------------------------------------------------
+def _timeout_channel(timeout=1000, args=None, policy=None):
+    from actors.core.channel import ChannelCore
+    from core_fakes import OWNER, ChannelOut
+    from actors.core.channel import ConnInfo
+    replica = make_replica("q1", "q2")
+    if args:
+        replica.queues[("/", "q1")]["arguments"] = args
+    if policy:
+        replica.policies[("/", "p")] = {"pattern": "^q1$", "definition": policy,
+                                        "priority": 0, "apply_to": "queues"}
+    out = ChannelOut()
+    conn = ConnInfo(OWNER, "guest", "/", 131072, {"consumer_cancel_notify": True}, NODE)
+    return ChannelCore(1, CH, conn, replica, out, consumer_timeout=timeout), out
+
+
+def test_consumer_timeout_closes_channel_406_and_requeues__S5():
+    core, out = _timeout_channel(1000)
+    consume(core, out, "q1", "A")
+    core.on_deliver(deliver_msg("q1", [("A", 101, False), ("A", 102, False)]), now=5000)
+    assert core.check_at == 6000  # one interval: min(timeout, 60 s)
+    send(core, am.BasicAck(delivery_tag=1))
+    core.consumer_timeout_check(6000)  # tag 2 is unacked for exactly 1000 ms: not yet
+    assert not [x for x in out.methods() if isinstance(x, am.ChannelClose)]
+    assert core.check_at == 7000
+    out.clear()
+    core.consumer_timeout_check(7000)
+    assert channel_close(out) == (
+        406, "PRECONDITION_FAILED - delivery acknowledgement on channel 1 timed out. Timeout "
+             "value used: 1000 ms. This timeout value can be configured, see consumers doc "
+             "guide to learn more", 0, 0)
+    assert (Q1, m.ChannelDown(CH)) in out.sends()  # the queue requeues what we held
+    assert not core.unacked and core.check_at == 0
+
+
+def test_consumer_timeout_no_check_when_all_acked_or_disabled__S5():
+    core, out = _timeout_channel(1000)
+    consume(core, out, "q1", "A")
+    core.on_deliver(deliver_msg("q1", [("A", 101, False)]), now=0)
+    send(core, am.BasicAck(delivery_tag=1))
+    core.consumer_timeout_check(10 ** 6)
+    assert core.check_at == 0 and core.state == "open"
+    core, out = _timeout_channel(0)  # consumer_timeout = 0: none
+    consume(core, out, "q1", "A")
+    core.on_deliver(deliver_msg("q1", [("A", 101, False)]), now=0)
+    assert core.check_at == 0
+
+
+def test_consumer_timeout_no_ack_consumer_never_times_out__S5():
+    core, out = _timeout_channel(1000)
+    consume(core, out, "q1", "A", no_ack=True)
+    core.on_deliver(deliver_msg("q1", [("A", 101, False)]), now=0)
+    assert core.check_at == 0
+
+
+def test_consumer_timeout_from_queue_argument_and_policy_min__S5():
+    core, out = _timeout_channel(1800000, args={"x-consumer-timeout": 3000},
+                                 policy={"consumer-timeout": 2000})
+    consume(core, out, "q1", "A")
+    consume(core, out, "q2", "B")
+    assert core.queue_timeouts == {Q1: 2000, Q2: 1800000}
+    core.on_deliver(deliver_msg("q1", [("A", 101, False)]), now=0)
+    assert core.check_at == 2000
+    core.consumer_timeout_check(2001)
+    assert "Timeout value used: 2000 ms" in channel_close(out)[1]
+
+
+def test_consumer_timeout_applies_to_basic_get__S5():
+    core, out = _timeout_channel(500)
+    send(core, am.BasicGet(queue="q1"))
+    get = out.sent(m.Get)[-1]
+    core.on_reply(m.GetReply(get.req_id, Q1, ["", 13, False, "", "q1", b"\x00\x00"], 0,
+                             [b"x"]), now=100)
+    assert core.check_at == 600
+    core.consumer_timeout_check(601)
+    assert channel_close(out)[0] == 406
+
+
+def test_consumer_timeout_tx_rollback_waits_for_restored_deliveries_again__S5():
+    core, out = _timeout_channel(1000)
+    consume(core, out, "q1", "A")
+    send(core, am.TxSelect())
+    core.on_deliver(deliver_msg("q1", [("A", 101, False)]), now=0)
+    send(core, am.BasicAck(delivery_tag=1))  # held by the transaction
+    core.consumer_timeout_check(500)
+    assert core.check_at == 0  # nothing unacked left to wait for
+    send(core, am.TxRollback())
+    assert core.check_at
+    core.consumer_timeout_check(1001)
+    assert channel_close(out)[0] == 406

@@ -931,3 +931,59 @@ def test_priority_x_priority_not_an_integer_is_refused__S2():
     with pytest.raises(ChannelError):
         consume_p(q, CH1, "A", True)
     assert not q.consumers
+
+
+# --- delivery limit (S6) --------------------------------------------------------------------
+def _delivery_count(props_raw):
+    from protocol.properties import BasicProperties
+    return (BasicProperties.decode(props_raw).headers or {}).get("x-delivery-count")
+
+
+def test_redelivery_carries_x_delivery_count__S6():
+    q, out = mk()
+    pub(q, b"a")
+    consume(q)
+    first = out.of("deliver")[-1][1][0]
+    assert first[5] == b"\x00\x00"  # a first delivery is untouched
+    q.settle(CH1, REQUEUE, [1], 0)
+    q.channel_down(CH1, 0)  # a consumer on another channel gets it the third time
+    consume(q, ch=CH2, tag="B")
+    items = [it for _, its, _ in out.of("deliver") for it in its]
+    assert [(_delivery_count(it[5]), it[2]) for it in items] == [
+        (None, False), (1, True), (2, True)]
+
+
+def test_delivery_limit_dead_letters_past_the_limit__S6():
+    q, out = mk({"x-delivery-limit": 1, "x-dead-letter-exchange": "dlx"})
+    pub(q, b"a", b"b")
+    consume(q)
+    q.settle(CH1, REQUEUE, [1], 0)  # a: returned once (= the limit): delivered again
+    assert out.of("dead_letter") == []
+    assert ids_of(out) == [1, 2, 1]
+    q.settle(CH1, REQUEUE, [1], 0)  # a: a second return is past the limit
+    assert [(msg.body, reason) for msg, reason in out.of("dead_letter")] == [
+        (b"a", "delivery_limit")]
+    assert ids_of(out) == [1, 2, 1]
+    assert q.ready_count == 0 and list(q.unacked) == [2]
+
+
+def test_delivery_limit_counts_channel_close_and_drops_without_dlx__S6():
+    q, out = mk({"x-delivery-limit": 0})
+    pub(q, b"a")
+    consume(q)
+    q.channel_down(CH1, 0)  # the channel closed with the delivery unacked (or timed out)
+    assert out.of("dead_letter") == [] and q.ready_count == 0 and not q.unacked
+    assert [x.body for (ms,) in out.of("forget") for x in ms] == [b"a"]
+
+
+def test_delivery_limit_none_by_default_and_set_by_policy__S6():
+    q, out = mk()
+    assert q.delivery_limit is None
+    pub(q, b"a")
+    consume(q)
+    for _ in range(5):
+        q.settle(CH1, REQUEUE, [1], 0)
+    assert out.of("dead_letter") == [] and list(q.unacked) == [1]
+    q.set_delivery_limit(2)
+    q.settle(CH1, REQUEUE, [1], 0)  # its 6th return, past the policy's limit
+    assert not q.unacked and q.ready_count == 0

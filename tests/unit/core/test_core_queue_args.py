@@ -200,8 +200,11 @@ def _text(args, queue="q", vhost="/"):
                                            "'q' in vhost '/': {unacceptable_type,longstr}"),
     ({"x-max-age": "1D"}, "invalid arg 'x-max-age' for queue 'q' in vhost '/' of queue type "
                           "rabbit_classic_queue"),
-    ({"x-delivery-limit": 5}, "invalid arg 'x-delivery-limit' for queue 'q' in vhost '/' of "
-                              "queue type rabbit_classic_queue"),
+    # S5/S6: Leveret's classic queues take x-delivery-limit and x-consumer-timeout
+    ({"x-delivery-limit": -1}, "invalid arg 'x-delivery-limit' for queue 'q' in vhost '/': "
+                               "{value_negative,-1}"),
+    ({"x-consumer-timeout": "5"}, "invalid arg 'x-consumer-timeout' for queue 'q' in vhost "
+                                  "'/': \"expected integer, got longstr\""),
     ({"x-quorum-initial-group-size": 3}, "invalid arg 'x-quorum-initial-group-size' for queue "
                                          "'q' in vhost '/' of queue type rabbit_classic_queue"),
     ({"x-queue-type": "classic", "x-max-age": "1D"},
