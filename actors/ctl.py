@@ -18,6 +18,7 @@ import uuid
 
 import zmq
 
+from actors import ctl_ops
 from actors import messages as m
 from actors.core.permissions import hashed_auth_call
 from actors.transport import make_address, split_address
@@ -227,6 +228,9 @@ def main(argv=None) -> int:
                    help="virtual host (set/clear_[topic_]permissions, list_topic_permissions)")
     p.add_argument("--priority", type=int, default=0, help="set_policy: priority")
     p.add_argument("--apply-to", default="all", help="set_policy: queues, exchanges or all")
+    p.add_argument("--if-empty", action="store_true", help="delete_queue: only if empty")
+    p.add_argument("--if-unused", action="store_true", help="delete_queue: only if unused")
+    p.add_argument("--timeout", type=float, default=60.0, help="await_startup: seconds")
     p.add_argument("--formatter", choices=("table", "json"), default="table",
                    help="list_connections, list_channels, list_consumers: output format")
     p.add_argument("command", choices=sorted(COMMANDS) + [
@@ -236,9 +240,11 @@ def main(argv=None) -> int:
         "set_vhost_limits", "clear_vhost_limits", "list_vhost_limits", "set_user_limits",
         "clear_user_limits", "list_user_limits", "cluster_status", "status",
         "set_vm_memory_high_watermark", "set_disk_free_limit", "list_connections",
-        "list_channels", "list_consumers"])
+        "list_channels", "list_consumers", *OPS])
     p.add_argument("args", nargs="*")
     a = p.parse_intermixed_args(argv)
+    if a.command in OPS:
+        return _op(a)
     if a.command in ("set_policy", "set_operator_policy"):
         if len(a.args) != 3:
             p.error(f"{a.command} takes NAME PATTERN DEFINITION (a JSON object)")
@@ -331,6 +337,22 @@ def main(argv=None) -> int:
     call(a.data_dir, "auth", {"method": method, "args": args})
     print(f"{a.command} done")
     return 0
+
+
+OPS = ("await_startup", "check_running", "check_local_alarms", "check_port_connectivity",
+       "environment", "close_connection", "delete_queue")
+
+
+def _op(a) -> int:
+    """The operational commands (actors/ctl_ops.py)."""
+    if a.command == "await_startup":
+        return ctl_ops.await_startup(call, a.data_dir, a.timeout)
+    if a.command == "close_connection":
+        return ctl_ops.close_connection(call, a.data_dir, a.args)
+    if a.command == "delete_queue":
+        return ctl_ops.delete_queue(call, a.data_dir, a.vhost, a.args, a.if_empty,
+                                    a.if_unused)
+    return getattr(ctl_ops, a.command)(call, a.data_dir)
 
 
 if __name__ == "__main__":

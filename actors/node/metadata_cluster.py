@@ -46,7 +46,7 @@ from actors.core.routing import Router
 log = logging.getLogger("leveret.cluster")
 
 LOCAL_OPS = {"worker.hello", "worker.ready", "list", "cluster.status",  # any node answers
-             "mgmt_state", "mgmt_login", "mgmt_close_connection",  # (a password never leaves the node it reached)
+             "mgmt_state", "mgmt_login", "mgmt_close_connection", "environment",  # (a password never leaves the node it reached)
              "status", "set_vm_memory_high_watermark", "set_disk_free_limit",  # its own
              "connection.open", "channel.open", "channel.closed"}  # its own counts (limits)
 FORWARD_WAIT_S = 5.0  # how long an operation waits for a leader before it fails

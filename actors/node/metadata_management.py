@@ -48,6 +48,10 @@ class ManagementMixin:
                     return None
         raise ChannelError(404, amqp_text(404, f"no connection '{name}'"))
 
+    def op_environment(self, rpc):
+        """rabbitmqctl environment: the node's settings (the cluster secret left out)."""
+        return {k: v for k, v in vars(self.config).items() if k != "cluster_secret"}
+
     def op_mgmt_login(self, rpc, user, password):
         """HTTP basic auth: the user's tags, or 401's reason."""
         refused = self.auth.check_login(user, password)

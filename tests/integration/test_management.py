@@ -482,3 +482,35 @@ def test_operator_policies_and_limits_through_the_api(node, http):
     assert http("GET", "/api/user-limits/guest")[1] == [{"user": "guest",
                                                           "value": {"max-channels": 64}}]
     assert http("DELETE", "/api/user-limits/guest/max-channels")[0] == 204
+
+
+def test_leveretctl_operational_commands(node, http):
+    assert node.ctl("await_startup", "--timeout", "30").stdout.strip() == "Node is running"
+    assert node.ctl("check_running").returncode == 0
+    assert "no local alarms" in node.ctl("check_local_alarms").stdout
+    out = node.ctl("check_port_connectivity").stdout
+    assert str(node.port) in out and str(node.http_port) in out
+    env = json.loads(node.ctl("environment").stdout)
+    assert env["port"] == node.port and "cluster_secret" not in env
+    node.ctl("set_vm_memory_high_watermark", "absolute", "1")
+    try:
+        res = node.ctl("check_local_alarms", check=False)
+        assert res.returncode == 69 and "memory resource alarm" in res.stdout
+    finally:
+        node.ctl("set_vm_memory_high_watermark", "0.4")
+    assert http("PUT", "/api/queues/%2F/ctl-del", {"durable": False})[0] == 201
+    with node.connection() as c:
+        c.channel().basic_publish("", "ctl-del", b"x")
+        res = node.ctl("delete_queue", "ctl-del", "--if-empty", check=False)
+        assert res.returncode != 0 and "not empty" in res.stderr
+        assert "with 1 ready messages" in node.ctl("delete_queue", "ctl-del").stdout
+    with node.connection(client_properties={"connection_name": "ctl-close"}) as c:
+        conn = wait_for("the connection in the sample", lambda: [
+            x for x in http("GET", "/api/connections")[1]
+            if x["client_properties"].get("connection_name") == "ctl-close"])[0]
+        node.ctl("close_connection", conn["name"], "go away")
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as e:
+            for _ in range(20):
+                c.process_data_events(time_limit=1)
+        assert (e.value.reply_code, e.value.reply_text) == (320,
+                                                            "CONNECTION_FORCED - go away")

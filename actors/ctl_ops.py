@@ -1,0 +1,112 @@
+"""leveretctl's operational commands, as rabbitmqctl / rabbitmq-diagnostics name them:
+await_startup, check_running, check_local_alarms, check_port_connectivity, environment,
+close_connection, delete_queue. Each returns the process exit code (0: ok; 69, RabbitMQ's
+EX_UNAVAILABLE, when a check fails)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+EX_UNAVAILABLE = 69  # rabbitmq-diagnostics' exit code for a failed check
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+
+
+def _node_info(data_dir: str) -> dict | None:
+    try:
+        with open(os.path.join(data_dir, "node.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def await_startup(call, data_dir: str, timeout: float) -> int:
+    """Wait until the node answers (its definitions loaded, listening)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _node_info(data_dir) is not None:
+            try:
+                call(data_dir, "status", {}, timeout_ms=2000)
+                print("Node is running")
+                return 0
+            except SystemExit:
+                pass
+        time.sleep(0.2)
+    print(f"Error: the node did not start within {timeout:g} s")
+    return EX_UNAVAILABLE
+
+
+def check_running(call, data_dir: str) -> int:
+    call(data_dir, "status", {})
+    print("Node is fully booted and running")
+    return 0
+
+
+def check_local_alarms(call, data_dir: str) -> int:
+    alarms = call(data_dir, "status", {}).get("alarms") or []
+    if alarms:
+        for a in alarms:
+            print(f"Node has a {a} resource alarm in effect")
+        return EX_UNAVAILABLE
+    print("Node reported no local alarms")
+    return 0
+
+
+def check_port_connectivity(call, data_dir: str) -> int:
+    """Connect to every listener the node has and expect AMQP's answer (connection.start)
+    on the AMQP port, a TCP accept on the others."""
+    info = _node_info(data_dir)
+    if info is None:
+        raise SystemExit(f"leveretctl: no node running with data dir {data_dir}")
+    ports = [("amqp", info["port"])]
+    env = call(data_dir, "environment", {})
+    for key, proto in (("tls_port", "amqp/ssl"), ("management_port", "http"),
+                       ("prometheus_port", "http/prometheus")):
+        if env.get(key):
+            ports.append((proto, env[key]))
+    host = info["host"] if info["host"] not in ("0.0.0.0", "::", "") else "127.0.0.1"
+    failed = []
+    for proto, port in ports:
+        try:
+            with socket.create_connection((host, port), timeout=5) as s:
+                if proto == "amqp":
+                    s.sendall(PROTOCOL_HEADER)
+                    if s.recv(1) != b"\x01":  # a method frame: connection.start
+                        failed.append((proto, port, "no connection.start"))
+        except OSError as e:
+            failed.append((proto, port, str(e)))
+    for proto, port, why in failed:
+        print(f"Error: {proto} listener on {host}:{port}: {why}")
+    if failed:
+        return EX_UNAVAILABLE
+    print("Successfully connected to ports " + ", ".join(str(p) for _, p in ports))
+    return 0
+
+
+def environment(call, data_dir: str) -> int:
+    print(json.dumps(call(data_dir, "environment", {}), indent=2, default=str))
+    return 0
+
+
+def close_connection(call, data_dir: str, args: list) -> int:
+    """rabbitmqctl close_connection NAME EXPLANATION (NAME as list_connections names it)."""
+    if len(args) != 2:
+        raise SystemExit("Error: close_connection takes CONNECTION_NAME EXPLANATION")
+    call(data_dir, "mgmt_close_connection", {"name": args[0], "reason": args[1]})
+    print(f"Closing connection {args[0]}, reason: {args[1]}...")
+    return 0
+
+
+def delete_queue(call, data_dir: str, vhost: str, names: list, if_empty: bool,
+                 if_unused: bool) -> int:
+    """rabbitmqctl delete_queue NAME [--if-empty] [--if-unused]."""
+    if len(names) != 1:
+        raise SystemExit("Error: delete_queue takes QUEUE_NAME [--if-empty] [--if-unused]")
+    n = call(data_dir, "queue.delete", {"vhost": vhost, "name": names[0],
+                                        "if_unused": if_unused, "if_empty": if_empty,
+                                        "owner": ""})
+    print(f"Deleting queue '{names[0]}' on vhost '{vhost}' ...")
+    print(f"Queue was successfully deleted with {n or 0} ready messages")
+    return 0
