@@ -77,6 +77,9 @@ class Config:
     cluster_secret: str = ""  # the secret itself instead of a file ("" = use the file)
     boot_timeout: int = 300  # seconds for workers to start and durable queues to recover
     log_level: str = "INFO"
+    # --- definitions (RabbitMQ's load_definitions; docs/definitions.md) ---
+    load_definitions: str = ""  # a definitions JSON file imported at boot; "" = none
+    definitions_skip_if_unchanged: bool = False  # skip it when its SHA-256 is the last imported
     # --- what a client may do before it has logged in (docs/security.md) ---
     handshake_timeout: float = 10.0  # seconds from accept to connection.open-ok (TLS included)
     max_connections: int | str = "infinity"  # per node (RabbitMQ's connection_max), or "infinity"

@@ -204,6 +204,38 @@ def print_status(status: dict) -> int:
     return 0
 
 
+def definitions_command(data_dir: str, command: str, path: str) -> int:
+    """`rabbitmqctl export_definitions FILE|-` and `import_definitions FILE|-`: RabbitMQ's
+    JSON definitions (actors/node/definitions_json.py), imported as one definitions change."""
+    if command == "export_definitions":
+        text = json.dumps(call(data_dir, "definitions.export", {}), indent=2)
+        if path == "-":
+            print(text)
+        else:
+            with open(path, "w") as f:
+                f.write(text + "\n")
+            print(f"Exported definitions for virtual hosts to \"{path}\"", file=sys.stderr)
+        return 0
+    try:
+        if path == "-":
+            raw = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as f:
+                raw = f.read()
+    except OSError as e:
+        raise SystemExit(f"Error: cannot read {path}: {e.strerror}")
+    try:
+        doc = json.loads(raw)
+    except ValueError as e:
+        raise SystemExit(f"Error: {path} is not JSON: {e}")
+    print(f"Importing definitions in JSON from a file at \"{path}\" ...", file=sys.stderr)
+    result = call(data_dir, "definitions.import", {"doc": doc})
+    for w in result["warnings"]:
+        print(f"Warning: {w}", file=sys.stderr)
+    print(f"Successfully imported definitions ({result['changes']} changes).")
+    return 0
+
+
 def _cell(value) -> str:
     if isinstance(value, bool):
         return str(value).lower()
@@ -225,7 +257,8 @@ def main(argv=None) -> int:
         "list_users", "list_vhosts", "list_queues", "list_exchanges", "list_bindings",
         "list_policies", "list_topic_permissions", "list_user_topic_permissions", "set_policy",
         "clear_policy", "cluster_status", "status", "set_vm_memory_high_watermark",
-        "set_disk_free_limit", "list_connections", "list_channels", "list_consumers"])
+        "set_disk_free_limit", "list_connections", "list_channels", "list_consumers",
+        "export_definitions", "import_definitions"])
     p.add_argument("args", nargs="*")
     a = p.parse_intermixed_args(argv)
     if a.command == "set_policy":
@@ -246,6 +279,10 @@ def main(argv=None) -> int:
         call(a.data_dir, "policy", {"method": "clear", "vhost": a.vhost, "name": a.args[0]})
         print(f"Clearing policy \"{a.args[0]}\" ... done")
         return 0
+    if a.command in ("export_definitions", "import_definitions"):
+        if len(a.args) != 1:
+            p.error(f"{a.command} takes FILE (or - for standard {'output' if a.command[0] == 'e' else 'input'})")
+        return definitions_command(a.data_dir, a.command, a.args[0])
     if a.command == "cluster_status":
         return print_cluster(call(a.data_dir, "cluster.status", {}))
     if a.command == "status":

@@ -34,6 +34,7 @@ from actors.core.errors import ChannelError, ConnectionError_, amqp_text
 from actors.core.permissions import AuthDB, hashed_auth_call
 from actors.core.queue_stats import StatsTable
 from actors.core.routing import Router
+from actors.node import definitions_json
 from actors.node.definitions import Definitions
 from actors.node.metadata_alarms import AlarmsMixin
 from actors.node.metadata_management import ManagementMixin
@@ -313,7 +314,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
                 return True  # exchanges, users, vhosts, permissions, policies
         return False
 
-    def _persist(self) -> None:
+    def _durable_state(self) -> dict:
+        """What survives a restart: the definitions (actors/node/definitions_json.py's state)."""
         exchanges, bindings = [], []
         for (vhost, name), x in self._all_exchanges():
             if x.durable and not name.startswith("amq.") and name != "":
@@ -322,10 +324,13 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
         for b in self._all_bindings():
             bindings.append(b)
         queues = [s for s in map(_stored_queue, self.queues.values()) if s is not None]
-        self.defs.save({"auth": self.auth.to_state(), "exchanges": exchanges,
-                        "policies": list(self.policies.values()),
-                        "bindings": [b for b in bindings if self._binding_durable(b)],
-                        "queues": queues})
+        return {"auth": self.auth.to_state(), "exchanges": exchanges,
+                "policies": list(self.policies.values()),
+                "bindings": [b for b in bindings if self._binding_durable(b)],
+                "queues": queues}
+
+    def _persist(self) -> None:
+        self.defs.save(self._durable_state())
 
     def _all_exchanges(self):
         for vhost in self.auth.list_vhosts():
@@ -524,6 +529,45 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
         else:
             raise ChannelError(404, amqp_text(404, f"no policy '{name}' in vhost '{vhost}'"))
         return None
+
+    # --- definitions export / import (rabbitmqctl export_definitions, import_definitions) ----
+    def op_definitions_export(self, rpc):
+        return definitions_json.export(self._durable_state())
+
+    def op_definitions_import(self, rpc, doc, content_hash=None, skip_if_unchanged=False):
+        """Every object of a RabbitMQ definitions document as one change (one Raft entry in a
+        cluster), or none of them: a refusal lists every object that failed validation.
+        ``content_hash``: remembered (the boot-time load_definitions file's hash) so that an
+        unchanged file is skipped next boot when ``skip_if_unchanged``."""
+        if skip_if_unchanged and content_hash and content_hash == self.defs.load_hash():
+            log.info("definitions unchanged (hash %s): import skipped", content_hash)
+            return {"skipped": True, "warnings": [], "changes": 0}
+        plan = definitions_json.plan_import(doc, self._durable_state())
+        for w in plan.warnings:
+            log.warning("definitions import: %s", w)
+        if plan.errors:
+            for e in plan.errors:
+                log.error("definitions import: %s", e)
+            raise ChannelError(406, amqp_text(406, "definitions import failed: " +
+                                              "; ".join(plan.errors)))
+        changes = []
+        for c in plan.changes:
+            if c[0] != "queue_new":
+                changes.append(c)
+                continue
+            q = dict(c[1], exclusive="", address=None, home=self.me, mirrors=[], synced=[])
+            q["worker"] = self._place(self.me)
+            q["mirrors"] = self._mirrors_for(q)
+            changes += [["router", "add_queue", [q["vhost"], q["name"]]], ["queue_put", q]]
+            if not self.workers:  # at boot (load_definitions): listen once it runs too
+                self.recovering.add((q["vhost"], q["name"]))
+        if changes:
+            self._change(*changes)
+            if any(c[0] == "policy_put" for c in changes):
+                self._remirror()
+        if content_hash:
+            self.defs.save_hash(content_hash)
+        return {"skipped": False, "warnings": plan.warnings, "changes": len(changes)}
 
     def op_list(self, rpc, what, vhost=None, user=None):
         if what == "topic_permissions":
