@@ -176,3 +176,20 @@ def test_load_definitions_at_boot_skipped_when_unchanged(tmp_path):
             safe_close(conn)
     finally:
         broker.stop()
+
+
+def test_load_definitions_that_do_not_validate_stop_the_node(tmp_path):
+    """RabbitMQ's boot fails on definitions it cannot import; so does Leveret's."""
+    import subprocess
+    from conftest import REPO, free_port
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"queues": [{"name": "q", "vhost": "nowhere", "durable": True,
+                                           "auto_delete": False, "arguments": {}}]}))
+    data = tmp_path / "data"
+    proc = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "leveret-server"), "--host", "127.0.0.1", "--port",
+         str(free_port()), "--data-dir", str(data), "--management-port", "0",
+         "--prometheus-port", "0", "--load-definitions", str(bad)],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1
+    assert "queue 'q' in vhost 'nowhere': no vhost 'nowhere'" in proc.stdout + proc.stderr
