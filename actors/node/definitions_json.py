@@ -31,12 +31,14 @@ from actors.core import policies as policy_rules
 from actors.core import queue_args
 from actors.core.errors import ChannelError, ConnectionError_
 from actors.core.permissions import MD5, SHA256, SHA512, AuthDB
+from actors.core.routing import PREDECLARED_EXCHANGES
 
 RABBIT_VERSION = "3.10.8"  # the RabbitMQ version whose format we write
 PRODUCT_NAME = "Leveret"
 PRODUCT_VERSION = "0.1.0"
 EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers")
 HASHING_ALGORITHMS = (SHA256, SHA512, MD5)
+BUILT_IN = {name for name, _, _ in PREDECLARED_EXCHANGES if name}  # amq.direct, ... per vhost
 
 # every key RabbitMQ 3.10 writes or reads at the top level; others are warned about
 TOP_KEYS = {"rabbit_version", "rabbitmq_version", "product_name", "product_version", "users",
@@ -340,10 +342,11 @@ def plan_import(doc, state: dict) -> Plan:
              _opt(o, "arguments", dict, {}, what)]
         if source == "":
             raise _Bad(f"{what}: operation not permitted on the default exchange")
-        if (vhost_, source) not in exchanges and not source.startswith("amq."):
+        _vhost_known(probe, vhost_, what)
+        if (vhost_, source) not in exchanges and source not in BUILT_IN:
             raise _Bad(f"{what}: no exchange '{source}' in vhost '{vhost_}'")
         ends = queues if kind == "queue" else exchanges
-        if (vhost_, dest) not in ends and not (kind == "exchange" and dest.startswith("amq.")):
+        if (vhost_, dest) not in ends and not (kind == "exchange" and dest in BUILT_IN):
             raise _Bad(f"{what}: no {kind} '{dest}' in vhost '{vhost_}'")
         if _binding_key(b) in bindings:
             return

@@ -433,11 +433,12 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
                 if q["exclusive"] and q["exclusive"].startswith(prefix):
                     self._delete_queue(q["vhost"], q["name"], None, 0)
 
-    def _place(self, home: str = "") -> int:
-        """The least loaded queue worker of the queue's home node."""
+    def _place(self, home: str = "", placed: dict | None = None) -> int:
+        """The least loaded queue worker of the queue's home node (`placed`: queues already
+        given to each worker but not yet in the table, as a definitions import places many)."""
         n = max(1, self.members.get(home, {}).get("queue_workers", self.n_queue_workers))
-        load = self.queues.load
-        return min(range(n), key=lambda w: load[(home, w)])
+        load, placed = self.queues.load, placed or {}
+        return min(range(n), key=lambda w: load[(home, w)] + placed.get(w, 0))
 
     def _start_queue(self, q: dict, recovered: bool) -> None:
         """Only the queue's home node starts it, on its own queue worker."""
@@ -550,17 +551,29 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
                 log.error("definitions import: %s", e)
             raise ChannelError(406, amqp_text(406, "definitions import failed: " +
                                               "; ".join(plan.errors)))
-        changes = []
+        changes, clashes, placed = [], [], {}  # placed: worker -> queues placed on it here
         for c in plan.changes:
+            if c[0] == "router" and c[1] == "declare_exchange" and \
+                    self.router.exchange(c[2][0], c[2][1]) is not None:
+                clashes.append(f"exchange '{c[2][1]}' in vhost '{c[2][0]}' exists (transient)")
             if c[0] != "queue_new":
                 changes.append(c)
                 continue
+            if (c[1]["vhost"], c[1]["name"]) in self.queues:
+                clashes.append(f"queue '{c[1]['name']}' in vhost '{c[1]['vhost']}' exists "
+                               "(transient or exclusive)")
+                continue
             q = dict(c[1], exclusive="", address=None, home=self.me, mirrors=[], synced=[])
-            q["worker"] = self._place(self.me)
+            q["worker"] = self._place(self.me, placed)
+            placed[q["worker"]] = placed.get(q["worker"], 0) + 1
             q["mirrors"] = self._mirrors_for(q)
             changes += [["router", "add_queue", [q["vhost"], q["name"]]], ["queue_put", q]]
-            if not self.workers:  # at boot (load_definitions): listen once it runs too
-                self.recovering.add((q["vhost"], q["name"]))
+        if clashes:  # what the durable state does not show: running transient objects
+            raise ChannelError(406, amqp_text(406, "definitions import failed: " +
+                                              "; ".join(clashes)))
+        if not self.workers:  # at boot (load_definitions): listen once its queues run too
+            self.recovering.update((c[1]["vhost"], c[1]["name"]) for c in changes
+                                   if c[0] == "queue_put")
         if changes:
             self._change(*changes)
             if any(c[0] == "policy_put" for c in changes):

@@ -232,3 +232,16 @@ def test_not_an_object():
 def test_content_hash_is_sha256_hex():
     assert dj.content_hash(b"") == \
         "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+
+def test_bindings_to_built_in_exchanges_only_when_they_exist():
+    s, _ = imported()
+    ok = {"bindings": [{"source": "amq.topic", "vhost": "shop", "destination": "orders.new",
+                        "destination_type": "queue", "routing_key": "#", "arguments": {}}]}
+    plan = dj.plan_import(ok, s.durable())
+    assert plan.errors == [] and plan.changes == [["router", "bind", [
+        "shop", "amq.topic", "queue", "orders.new", "#", {}]]]
+    bad = {"bindings": [dict(ok["bindings"][0], source="amq.nonesuch")]}
+    assert dj.plan_import(bad, s.durable()).errors == [
+        "binding from 'amq.nonesuch' to queue 'orders.new' in vhost 'shop': no exchange "
+        "'amq.nonesuch' in vhost 'shop'"]
