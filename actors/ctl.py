@@ -212,7 +212,8 @@ def definitions_command(data_dir: str, command: str, path: str) -> int:
         if path == "-":
             print(text)
         else:
-            with open(path, "w") as f:
+            # it holds password hashes: readable by this user only (docs/security.md)
+            with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
                 f.write(text + "\n")
             print(f"Exported definitions for virtual hosts to \"{path}\"", file=sys.stderr)
         return 0

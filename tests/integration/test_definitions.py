@@ -99,6 +99,7 @@ def test_export_then_import_into_a_fresh_broker(tmp_path):
         out = tmp_path / "defs.json"
         a.ctl("export_definitions", str(out))
         exported = json.loads(out.read_text())
+        assert out.stat().st_mode & 0o777 == 0o600  # it holds password hashes
         assert [q["name"] for q in exported["queues"]] == ["a.q"]  # durable only
         b = _start(tmp_path, "b")
         b.ctl("import_definitions", str(out))
@@ -138,6 +139,20 @@ def test_invalid_definitions_are_refused_as_a_whole(tmp_path):
         assert res.returncode != 0
         assert "queue 'q' in vhost 'fine'" in res.stderr and "x-max-length" in res.stderr
         assert "fine" not in json.loads(broker.ctl("list_vhosts").stdout)
+        # a transient queue of that name runs: the durable one is not put in its place
+        conn = broker.connection()
+        try:
+            conn.channel().queue_declare("tq", durable=False)
+            clash = tmp_path / "clash.json"
+            clash.write_text(json.dumps({"queues": [{"name": "tq", "vhost": "/",
+                                                     "durable": True, "auto_delete": False,
+                                                     "arguments": {}}]}))
+            res = broker.ctl("import_definitions", str(clash), check=False)
+            assert res.returncode != 0
+            assert "queue 'tq' in vhost '/' exists (transient or exclusive)" in res.stderr
+            assert conn.channel().queue_declare("tq", durable=False, passive=True)
+        finally:
+            safe_close(conn)
         res = broker.ctl("import_definitions", str(FIXTURE) + ".missing", check=False)
         assert res.returncode != 0 and "cannot read" in res.stderr
     finally:
