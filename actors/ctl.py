@@ -1,5 +1,5 @@
-"""`leveretctl`: rabbitmqctl's user, vhost, permission, policy, status and alarm commands
-against a running node.
+"""`leveretctl`: rabbitmqctl's user, vhost, permission, policy, status, alarm and definitions
+(export_definitions, import_definitions) commands against a running node.
 
 Talks to the node's metadata actor over ZeroMQ, at the address the node writes to
 `<data-dir>/node.json`: an ipc:// socket in the node's 0700 run folder, also for a cluster node

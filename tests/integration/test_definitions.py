@@ -16,7 +16,7 @@ import pytest
 from pika.exceptions import ChannelClosedByBroker
 
 from amqp_helpers import safe_close, wait_until
-from conftest import Broker
+from conftest import REPO, Broker
 
 pytestmark = pytest.mark.skipif(bool(os.environ.get("LEVERET_TEST_URL")),
                                 reason="starts Leveret nodes of its own")
@@ -155,6 +155,14 @@ def test_invalid_definitions_are_refused_as_a_whole(tmp_path):
             safe_close(conn)
         res = broker.ctl("import_definitions", str(FIXTURE) + ".missing", check=False)
         assert res.returncode != 0 and "cannot read" in res.stderr
+        # "-": the definitions come on standard input, as with rabbitmqctl
+        import subprocess
+        res = subprocess.run(
+            [str(REPO / ".venv" / "bin" / "leveretctl"), "--data-dir", str(broker.data_dir),
+             "import_definitions", "-"], input=json.dumps({"vhosts": [{"name": "piped"}]}),
+            capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        assert "piped" in json.loads(broker.ctl("list_vhosts").stdout)
     finally:
         broker.stop()
 
@@ -196,7 +204,7 @@ def test_load_definitions_at_boot_skipped_when_unchanged(tmp_path):
 def test_load_definitions_that_do_not_validate_stop_the_node(tmp_path):
     """RabbitMQ's boot fails on definitions it cannot import; so does Leveret's."""
     import subprocess
-    from conftest import REPO, free_port
+    from conftest import free_port
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"queues": [{"name": "q", "vhost": "nowhere", "durable": True,
                                            "auto_delete": False, "arguments": {}}]}))
