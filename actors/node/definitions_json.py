@@ -10,7 +10,8 @@ state, applies the changes, and the HTTP API may call the same two functions.
   (RabbitMQ's import adds and updates, never deletes), warnings (unknown keys, amq.* exchanges)
   and errors (objects that fail validation: the import is refused as a whole).
 
-``state`` is what the node stores durably (the shape of actors/node/metadata.py's _persist)::
+``state`` has the shape of what the node stores (actors/node/metadata.py's _persist), with
+every queue, exchange and binding in it, durable or not::
 
     {"auth": AuthDB.to_state(), "policies": [{vhost, name, pattern, definition, priority,
      apply_to}], "exchanges": [[vhost, name, type, durable, auto_delete, internal, args]],
@@ -44,12 +45,13 @@ BUILT_IN = {name for name, _, _ in PREDECLARED_EXCHANGES if name}  # amq.direct,
 TOP_KEYS = {"rabbit_version", "rabbitmq_version", "product_name", "product_version", "users",
             "vhosts", "permissions", "topic_permissions", "parameters", "global_parameters",
             "policies", "queues", "exchanges", "bindings"}
-# global parameters that identify a RabbitMQ cluster rather than define anything: not imported
-# (RabbitMQ itself keeps its own internal_cluster_id)
-NODE_IDENTITY_PARAMETERS = {"internal_cluster_id"}
+# global parameters that name or identify the exporting RabbitMQ cluster rather than define
+# anything: not imported, with a warning (RabbitMQ's export leaves out "internal*" ones itself;
+# a Leveret node's name is its node_name setting)
+NODE_IDENTITY_PARAMETERS = {"internal_cluster_id", "cluster_name"}
 OBJECT_KEYS = {
     "users": {"name", "password_hash", "hashing_algorithm", "tags", "limits", "password"},
-    "vhosts": {"name", "description", "tags", "metadata", "limits", "default_queue_type"},
+    "vhosts": {"name", "description", "tags", "metadata", "limits", "tracing"},
     "permissions": {"user", "vhost", "configure", "write", "read"},
     "topic_permissions": {"user", "vhost", "exchange", "write", "read"},
     "policies": {"vhost", "name", "pattern", "apply-to", "definition", "priority"},
@@ -69,9 +71,15 @@ def content_hash(data: bytes) -> str:
 # ------------------------------------------------------------------------------------ export
 
 def export(state: dict) -> dict:
-    """The definitions document as RabbitMQ 3.10 writes it (only durable, non-exclusive
-    queues; no amq.* or default exchange; bindings between durable ends)."""
+    """The definitions document as RabbitMQ 3.10.8's rabbit_definitions writes it: every
+    queue but exclusive ones, every exchange but the default and amq.* ones, the bindings of
+    ``state`` (give it what should be exported: the node passes every queue, exchange and
+    binding, durable or not, as RabbitMQ lists them). One difference: internal exchanges are
+    written with their ``internal`` flag (as the management API's export does) where
+    rabbitmqctl's leaves them out."""
     auth = state.get("auth") or {}
+    # an exclusive queue is not exported, nor its bindings (they could not be imported)
+    exclusive = {(q["vhost"], q["name"]) for q in state.get("queues", []) if q.get("exclusive")}
     return {
         "rabbit_version": RABBIT_VERSION,
         "rabbitmq_version": RABBIT_VERSION,
@@ -81,8 +89,7 @@ def export(state: dict) -> dict:
                    "hashing_algorithm": u.get("hashing_algorithm") or MD5,
                    "tags": list(u.get("tags") or []), "limits": {}}
                   for u in auth.get("users", [])],
-        "vhosts": [{"name": v["name"], "description": v.get("description") or "",
-                    "tags": list(v.get("tags") or []), "limits": [],
+        "vhosts": [{"name": v["name"], "limits": [],
                     "metadata": {"description": v.get("description") or "",
                                  "tags": list(v.get("tags") or [])}}
                    for v in auth.get("vhosts", [])],
@@ -96,20 +103,20 @@ def export(state: dict) -> dict:
                       "apply-to": p.get("apply_to", "all"), "definition": p["definition"],
                       "priority": p.get("priority", 0)}
                      for p in state.get("policies", [])],
-        "queues": [{"name": q["name"], "vhost": q["vhost"], "durable": True,
-                    "auto_delete": bool(q["auto_delete"]),
+        "queues": [{"name": q["name"], "vhost": q["vhost"], "type": "classic",
+                    "durable": bool(q["durable"]), "auto_delete": bool(q["auto_delete"]),
                     "arguments": dict(q.get("arguments") or {})}
-                   for q in state.get("queues", [])
-                   if q.get("durable") and not q.get("exclusive")],
+                   for q in state.get("queues", []) if not q.get("exclusive")],
         "exchanges": [{"name": x[1], "vhost": x[0], "type": x[2], "durable": bool(x[3]),
                        "auto_delete": bool(x[4]), "internal": bool(x[5]),
                        "arguments": dict(x[6] or {})}
                       for x in state.get("exchanges", [])
-                      if x[3] and x[1] != "" and not x[1].startswith("amq.")],
+                      if x[1] != "" and not x[1].startswith("amq.")],
         "bindings": [{"source": b[1], "vhost": b[0], "destination": b[3],
                       "destination_type": b[2], "routing_key": b[4],
                       "arguments": dict(b[5] or {})}
-                     for b in state.get("bindings", [])],
+                     for b in state.get("bindings", [])
+                     if not (b[2] == "queue" and (b[0], b[3]) in exclusive)],
     }
 
 
@@ -170,8 +177,9 @@ def plan_import(doc, state: dict) -> Plan:
     """The changes that add ``doc``'s definitions to ``state``, as rabbit_definitions'
     import: users (their hashes as given), vhosts, permissions, topic permissions, policies,
     queues, exchanges, bindings; existing users are updated, existing vhosts, queues and
-    exchanges kept (a queue or exchange redeclared with other properties is an error, as a
-    declare would be). Nothing is applied when ``errors`` is non-empty."""
+    exchanges kept as they are (a warning when the file has them with other properties), as
+    RabbitMQ does. ``state`` holds every queue and exchange, transient and exclusive ones too
+    (they exist). Nothing is applied when ``errors`` is non-empty."""
     plan = Plan()
     if not isinstance(doc, dict):
         plan.errors.append("definitions must be a JSON object")
@@ -241,7 +249,9 @@ def plan_import(doc, state: dict) -> Plan:
             raise _Bad(f"{what}: 'description' must be a string")
         if _opt(o, "limits", (list, dict), [], what):
             raise _Bad(f"{what}: vhost limits are not supported")
-        dqt = o.get("default_queue_type")
+        if o.get("tracing"):
+            raise _Bad(f"{what}: tracing is not supported")
+        dqt = meta.get("default_queue_type")
         if dqt not in (None, "classic", "undefined"):
             raise _Bad(f"{what}: default_queue_type '{dqt}' is not supported (classic only)")
         if probe.vhost_exists(name):
@@ -283,10 +293,12 @@ def plan_import(doc, state: dict) -> Plan:
     def exchange(o):
         what = _describe("exchanges", o)
         vhost_, name = _need(o, "vhost", str, what), _need(o, "name", str, what)
-        if name == "" or name.startswith("amq."):
-            plan.warnings.append(f"{what}: skipped, the name begins with 'amq.' (reserved "
-                                 "for the built-in exchanges)" if name else
-                                 f"{what}: skipped, the default exchange is built in")
+        if name == "":
+            plan.warnings.append(f"Not importing the default exchange ({what})")
+            return
+        if name.startswith("amq."):
+            plan.warnings.append(f"Skipping import of an exchange whose name begins with "
+                                 f"'amq.', name: {name} (vhost '{vhost_}')")
             return
         type_ = _need(o, "type", str, what)
         if type_ not in EXCHANGE_TYPES:
@@ -296,10 +308,10 @@ def plan_import(doc, state: dict) -> Plan:
                _opt(o, "arguments", dict, {}, what)]
         _vhost_known(probe, vhost_, what)
         old = exchanges.get((vhost_, name))
-        if old is not None:
+        if old is not None:  # RabbitMQ keeps an existing exchange as it is
             if list(old[2:6]) != row[2:6] or dict(old[6] or {}) != row[6]:
-                raise _Bad(f"{what}: exists with other properties ({_x_props(old)}; the file "
-                           f"has {_x_props(row)})")
+                plan.warnings.append(f"{what}: exists with other properties, kept as it is "
+                                     f"({_x_props(old)}; the file has {_x_props(row)})")
             return
         queue_args.check_alternate_exchange_arg(row[6], name, vhost_)
         exchanges[(vhost_, name)] = row
@@ -317,14 +329,16 @@ def plan_import(doc, state: dict) -> Plan:
         if not name:
             raise _Bad(f"{what}: a queue needs a name")
         if name.startswith("amq."):
-            raise _Bad(f"{what}: queue name '{name}' contains reserved prefix 'amq.*'")
+            plan.warnings.append(f"Skipping import of a queue whose name begins with 'amq.', "
+                                 f"name: {name} (vhost '{vhost_}')")
+            return
         _vhost_known(probe, vhost_, what)
         old = queues.get((vhost_, name))
-        if old is not None:
+        if old is not None:  # RabbitMQ keeps an existing queue as it is
             if (bool(old["durable"]), bool(old["auto_delete"])) != (q["durable"],
                                                                     q["auto_delete"]) \
-                    or old.get("exclusive") or dict(old.get("arguments") or {}) != q["arguments"]:
-                raise _Bad(f"{what}: exists with other properties")
+                    or dict(old.get("arguments") or {}) != q["arguments"]:
+                plan.warnings.append(f"{what}: exists with other properties, kept as it is")
             return
         queue_args.validate(q["arguments"], name, vhost_)
         queues[(vhost_, name)] = q
@@ -371,9 +385,9 @@ def plan_import(doc, state: dict) -> Plan:
             plan.errors.append(str(e))
     for o in sections["global_parameters"]:
         name = o.get("name") if isinstance(o, dict) else None
-        if name in NODE_IDENTITY_PARAMETERS:
-            plan.warnings.append(f"global parameter '{name}' not imported: it identifies "
-                                 "the cluster that exported it")
+        if name in NODE_IDENTITY_PARAMETERS or str(name).startswith("internal"):
+            plan.warnings.append(f"global parameter '{name}' not imported: it names the "
+                                 "cluster that exported it")
         else:
             plan.errors.append(f"global parameter '{name}': global runtime parameters are "
                                "not supported")

@@ -533,7 +533,17 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
 
     # --- definitions export / import (rabbitmqctl export_definitions, import_definitions) ----
     def op_definitions_export(self, rpc):
-        return definitions_json.export(self._durable_state())
+        return definitions_json.export(self._definitions_state())
+
+    def _definitions_state(self) -> dict:
+        """definitions_json's state: every queue, exchange and explicit binding, durable or
+        not (RabbitMQ's export lists them all; exclusive queues are left out by the export)."""
+        exchanges = [[v, n, x.type, x.durable, x.auto_delete, x.internal, dict(x.arguments)]
+                     for (v, n), x in self._all_exchanges() if n and not n.startswith("amq.")]
+        return {"auth": self.auth.to_state(), "policies": list(self.policies.values()),
+                "exchanges": exchanges, "bindings": list(self._all_bindings()),
+                "queues": [{k: v for k, v in q.items() if k not in ("address", "worker")}
+                           for q in self.queues.values()]}
 
     def op_definitions_import(self, rpc, doc, content_hash=None, skip_if_unchanged=False):
         """Every object of a RabbitMQ definitions document as one change (one Raft entry in a
@@ -543,7 +553,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
         if skip_if_unchanged and content_hash and content_hash == self.defs.load_hash():
             log.info("definitions unchanged (hash %s): import skipped", content_hash)
             return {"skipped": True, "warnings": [], "changes": 0}
-        plan = definitions_json.plan_import(doc, self._durable_state())
+        plan = definitions_json.plan_import(doc, self._definitions_state())
         for w in plan.warnings:
             log.warning("definitions import: %s", w)
         if plan.errors:
@@ -551,26 +561,16 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
                 log.error("definitions import: %s", e)
             raise ChannelError(406, amqp_text(406, "definitions import failed: " +
                                               "; ".join(plan.errors)))
-        changes, clashes, placed = [], [], {}  # placed: worker -> queues placed on it here
+        changes, placed = [], {}  # placed: worker -> queues placed on it here
         for c in plan.changes:
-            if c[0] == "router" and c[1] == "declare_exchange" and \
-                    self.router.exchange(c[2][0], c[2][1]) is not None:
-                clashes.append(f"exchange '{c[2][1]}' in vhost '{c[2][0]}' exists (transient)")
             if c[0] != "queue_new":
                 changes.append(c)
-                continue
-            if (c[1]["vhost"], c[1]["name"]) in self.queues:
-                clashes.append(f"queue '{c[1]['name']}' in vhost '{c[1]['vhost']}' exists "
-                               "(transient or exclusive)")
                 continue
             q = dict(c[1], exclusive="", address=None, home=self.me, mirrors=[], synced=[])
             q["worker"] = self._place(self.me, placed)
             placed[q["worker"]] = placed.get(q["worker"], 0) + 1
             q["mirrors"] = self._mirrors_for(q)
             changes += [["router", "add_queue", [q["vhost"], q["name"]]], ["queue_put", q]]
-        if clashes:  # what the durable state does not show: running transient objects
-            raise ChannelError(406, amqp_text(406, "definitions import failed: " +
-                                              "; ".join(clashes)))
         if not self.workers:  # at boot (load_definitions): listen once its queues run too
             self.recovering.update((c[1]["vhost"], c[1]["name"]) for c in changes
                                    if c[0] == "queue_put")

@@ -63,9 +63,9 @@ def imported():
 
 def test_rabbitmq_310_export_imports_cleanly():
     s, plan = imported()
-    # internal_cluster_id identifies the exporting cluster: warned about, not imported
-    assert plan.warnings == ["global parameter 'internal_cluster_id' not imported: it "
-                             "identifies the cluster that exported it"]
+    # cluster_name names the exporting cluster: warned about, not imported
+    assert plan.warnings == ["global parameter 'cluster_name' not imported: it names the "
+                             "cluster that exported it"]
     assert s.auth.user_tags("orders-app") == ["monitoring", "policymaker"]
     assert s.auth.vhosts["shop"] == {"description": "the shop's messaging",
                                      "tags": ["production"]}
@@ -131,7 +131,7 @@ def test_export_is_rabbitmq_shaped_and_round_trips():
     assert sorted(map(json.dumps, again["bindings"])) == sorted(map(json.dumps, doc["bindings"]))
 
 
-def test_export_leaves_out_transient_exclusive_and_builtin():
+def test_export_leaves_out_exclusive_and_builtin():
     state = {"auth": AuthDB.default().to_state(), "policies": [], "bindings": [],
              "queues": [{"vhost": "/", "name": "t", "durable": False, "auto_delete": False,
                          "exclusive": "", "arguments": {}},
@@ -142,10 +142,18 @@ def test_export_leaves_out_transient_exclusive_and_builtin():
              "exchanges": [["/", "amq.direct", "direct", True, False, False, {}],
                            ["/", "tx", "fanout", False, False, False, {}],
                            ["/", "dx", "fanout", True, False, True, {}]]}
+    state["bindings"] = [["/", "dx", "queue", "x", "", {}], ["/", "dx", "queue", "t", "", {}]]
     doc = dj.export(state)
-    assert doc["queues"] == [{"name": "d", "vhost": "/", "durable": True, "auto_delete": True,
-                              "arguments": {"x-max-length": 2}}]
-    assert [x["name"] for x in doc["exchanges"]] == ["dx"]
+    # as rabbit_definitions:list_queues/0: every queue but exclusive ones, with its type
+    assert doc["queues"] == [
+        {"name": "t", "vhost": "/", "type": "classic", "durable": False, "auto_delete": False,
+         "arguments": {}},
+        {"name": "d", "vhost": "/", "type": "classic", "durable": True, "auto_delete": True,
+         "arguments": {"x-max-length": 2}}]
+    assert [x["name"] for x in doc["exchanges"]] == ["tx", "dx"]
+    assert [b["destination"] for b in doc["bindings"]] == ["t"]  # not the exclusive queue's
+    assert doc["vhosts"] == [{"name": "/", "limits": [],
+                              "metadata": {"description": "", "tags": []}}]
 
 
 def test_import_is_idempotent():
@@ -174,7 +182,8 @@ def test_amq_exchanges_are_skipped_with_a_warning():
                           "arguments": {}}]}
     plan = dj.plan_import(doc, State().durable())
     assert plan.errors == [] and plan.changes == []
-    assert "reserved" in plan.warnings[0]
+    assert plan.warnings == ["Skipping import of an exchange whose name begins with 'amq.', "
+                             "name: amq.direct (vhost '/')"]
 
 
 def test_invalid_objects_are_errors_naming_them():
@@ -216,12 +225,24 @@ def test_invalid_objects_are_errors_naming_them():
     assert "federation-upstream" in text and "not supported" in text
 
 
-def test_a_queue_redefined_differently_is_an_error():
+def test_an_existing_queue_is_kept_as_it_is():
+    """rabbit_definitions:add_queue_int/3: an existing queue is left alone."""
     s, _ = imported()
     doc = fixture()
     doc["queues"][0]["arguments"] = {"x-max-length": 5}
-    errors = dj.plan_import(doc, s.durable()).errors
-    assert errors == ["queue 'orders.new' in vhost 'shop': exists with other properties"]
+    plan = dj.plan_import(doc, s.durable())
+    assert plan.errors == [] and not any(c[0] == "queue_new" for c in plan.changes)
+    assert "queue 'orders.new' in vhost 'shop': exists with other properties, kept as it " \
+           "is" in plan.warnings
+
+
+def test_amq_queues_are_skipped_with_a_warning():
+    doc = {"queues": [{"name": "amq.q", "vhost": "/", "durable": True, "auto_delete": False,
+                       "arguments": {}}]}
+    plan = dj.plan_import(doc, State().durable())
+    assert plan.errors == [] and plan.changes == []
+    assert plan.warnings == ["Skipping import of a queue whose name begins with 'amq.', "
+                             "name: amq.q (vhost '/')"]
 
 
 def test_not_an_object():
