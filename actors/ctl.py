@@ -19,6 +19,7 @@ import zmq
 
 from actors import messages as m
 from actors.core.permissions import hashed_auth_call
+from actors.node import definitions_json
 from actors.transport import make_address, split_address
 
 
@@ -230,6 +231,8 @@ def definitions_command(data_dir: str, command: str, path: str) -> int:
     except ValueError as e:
         raise SystemExit(f"Error: {path} is not JSON: {e}")
     print(f"Importing definitions in JSON from a file at \"{path}\" ...", file=sys.stderr)
+    # plaintext passwords (RabbitMQ accepts them) leave this process only as salted hashes
+    doc = definitions_json.hash_plain_passwords(doc)
     result = call(data_dir, "definitions.import", {"doc": doc})
     for w in result["warnings"]:
         print(f"Warning: {w}", file=sys.stderr)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from actors.core import policies as policy_rules
 from actors.core import queue_args
 from actors.core.errors import ChannelError, ConnectionError_
-from actors.core.permissions import MD5, SHA256, SHA512, AuthDB
+from actors.core.permissions import MD5, SHA256, SHA512, AuthDB, hash_password
 from actors.core.routing import PREDECLARED_EXCHANGES
 
 RABBIT_VERSION = "3.10.8"  # the RabbitMQ version whose format we write
@@ -50,7 +50,8 @@ TOP_KEYS = {"rabbit_version", "rabbitmq_version", "product_name", "product_versi
 # a Leveret node's name is its node_name setting)
 NODE_IDENTITY_PARAMETERS = {"internal_cluster_id", "cluster_name"}
 OBJECT_KEYS = {
-    "users": {"name", "password_hash", "hashing_algorithm", "tags", "limits", "password"},
+    "users": {"name", "password_hash", "hashing_algorithm", "tags", "limits", "password",
+              "administrator"},
     "vhosts": {"name", "description", "tags", "metadata", "limits", "tracing"},
     "permissions": {"user", "vhost", "configure", "write", "read"},
     "topic_permissions": {"user", "vhost", "exchange", "write", "read"},
@@ -195,6 +196,7 @@ def plan_import(doc, state: dict) -> Plan:
             plan.errors.append(f"'{key}' must be a list")
             value = []
         sections[key] = value
+    version = doc.get("rabbit_version") or doc.get("rabbitmq_version") or ""
     probe = AuthDB.from_state(state.get("auth") or {})
     policies = {(p["vhost"], p["name"]) for p in state.get("policies", [])}
     queues = {(q["vhost"], q["name"]): q for q in state.get("queues", [])}
@@ -220,15 +222,21 @@ def plan_import(doc, state: dict) -> Plan:
     def user(o):
         what = _describe("users", o)
         name = _need(o, "name", str, what)
-        if "password" in o:
-            raise _Bad(f"{what}: a plaintext 'password' is not accepted; give "
-                       f"'password_hash' and 'hashing_algorithm'")
+        if "password" in o:  # hash_plain_passwords() turns it into a hash first
+            raise _Bad(f"{what}: both_password_and_password_hash_are_provided" if
+                       "password_hash" in o else f"{what}: a plaintext 'password' must be "
+                       "hashed before planning (hash_plain_passwords)")
         pw_hash = _opt(o, "password_hash", str, "", what)
-        algo = _opt(o, "hashing_algorithm", str, MD5, what)  # absent: RabbitMQ's legacy md5
+        algo = _opt(o, "hashing_algorithm", str, _default_hashing(version), what)
         if algo not in HASHING_ALGORITHMS:
             raise _Bad(f"{what}: unknown hashing_algorithm '{algo}' (one of "
                        f"{', '.join(HASHING_ALGORITHMS)})")
-        tags = _tags(_opt(o, "tags", (str, list), [], what))
+        if "tags" in o:
+            tags = _tags(_need(o, "tags", (str, list), what))
+        elif "administrator" in o:  # before 3.0
+            tags = ["administrator"] if str(o["administrator"]).lower() == "true" else []
+        else:  # rabbit_auth_backend_internal:put_user/3
+            raise _Bad(f"{what}: tags_not_present")
         if _opt(o, "limits", dict, {}, what):
             raise _Bad(f"{what}: user limits are not supported")
         if probe.user_exists(name):
@@ -396,6 +404,35 @@ def plan_import(doc, state: dict) -> Plan:
     each("exchanges", exchange)
     each("bindings", binding)
     return plan
+
+
+def _default_hashing(version) -> str:
+    """rabbit_auth_backend_internal:hashing_algorithm/2 for a user without one: md5 in files
+    from RabbitMQ 3.0 to 3.5, else SHA-256."""
+    v = str(version)
+    if v.startswith(("3.0.", "3.1.", "3.2.", "3.3.", "3.4.", "3.5.")):
+        return MD5
+    return SHA256
+
+
+def hash_plain_passwords(doc):
+    """A copy of ``doc`` whose users given a plaintext ``password`` (RabbitMQ accepts those
+    and hashes them) have a fresh salted SHA-256 ``password_hash`` instead: called where the
+    file is read (leveretctl) and again by the first node that receives it, so that no
+    plaintext password is forwarded, logged or committed. A user with both keys is left for
+    plan_import to refuse."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("users"), list):
+        return doc
+    users = []
+    for u in doc["users"]:
+        if isinstance(u, dict) and isinstance(u.get("password"), str) and \
+                "password_hash" not in u:
+            plain = u["password"]
+            u = {k: v for k, v in u.items() if k != "password"}
+            u["password_hash"] = hash_password(plain, algorithm=SHA256) if plain else ""
+            u["hashing_algorithm"] = SHA256
+        users.append(u)
+    return dict(doc, users=users)
 
 
 def _apply(probe: AuthDB, changes) -> None:

@@ -176,6 +176,9 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
     def _rpc(self, rpc: m.Rpc) -> None:
         if rpc.op == "auth" and isinstance(rpc.args, dict):
             rpc = _hash_password(rpc)  # before it is forwarded, logged or committed
+        elif rpc.op == "definitions.import" and isinstance(rpc.args, dict):
+            rpc = rpc._replace(args=dict(rpc.args, doc=definitions_json.hash_plain_passwords(
+                rpc.args.get("doc"))))  # likewise
         if self._route_rpc(rpc):
             return
         handler = getattr(self, "op_" + rpc.op.replace(".", "_"), None)

@@ -160,10 +160,17 @@ def test_invalid_definitions_are_refused_as_a_whole(tmp_path):
         import subprocess
         res = subprocess.run(
             [str(REPO / ".venv" / "bin" / "leveretctl"), "--data-dir", str(broker.data_dir),
-             "import_definitions", "-"], input=json.dumps({"vhosts": [{"name": "piped"}]}),
+             "import_definitions", "-"], input=json.dumps({
+                 "vhosts": [{"name": "piped"}],
+                 # a plaintext password, as RabbitMQ accepts: hashed by leveretctl
+                 "users": [{"name": "pat", "password": "s3cret", "tags": []}],
+                 "permissions": [{"user": "pat", "vhost": "piped", "configure": ".*",
+                                  "write": ".*", "read": ".*"}]}),
             capture_output=True, text=True, timeout=60)
         assert res.returncode == 0, res.stderr
         assert "piped" in json.loads(broker.ctl("list_vhosts").stdout)
+        safe_close(broker.connection(virtual_host="piped", user="pat", password="s3cret"))
+        assert "s3cret" not in broker.ctl("export_definitions", "-").stdout
     finally:
         broker.stop()
 

@@ -92,17 +92,40 @@ def test_sha512_and_md5_hashes_are_accepted():
     doc = {"users": [
         {"name": "a", "password_hash": hash_password("pa", algorithm=SHA512),
          "hashing_algorithm": SHA512, "tags": ""},
+        {"name": "d", "password_hash": hash_password("pd", algorithm=SHA256), "tags": []},
         {"name": "b", "password_hash": hash_password("pb", algorithm=MD5),
          "hashing_algorithm": MD5, "tags": "administrator,monitoring"},
-        # no hashing_algorithm: RabbitMQ's legacy default, md5
-        {"name": "c", "password_hash": hash_password("pc", algorithm=MD5), "tags": []}]}
+        {"name": "c", "password_hash": hash_password("pc", algorithm=MD5), "tags": []}],
+        "rabbit_version": "3.10.8"}
+    # no hashing_algorithm: sha256, except in files of RabbitMQ 3.0 to 3.5 (md5), as
+    # rabbit_auth_backend_internal:hashing_algorithm/2
+    doc["users"][-1]["hashing_algorithm"] = MD5
     s = State()
     plan = dj.plan_import(doc, s.durable())
     assert plan.errors == []
     s.apply(plan)
     assert s.auth.check_password("a", "pa") and s.auth.check_password("b", "pb")
-    assert s.auth.check_password("c", "pc")
+    assert s.auth.check_password("c", "pc") and s.auth.check_password("d", "pd")
     assert s.auth.user_tags("b") == ["administrator", "monitoring"]  # 3.8's string form
+    old = {"rabbit_version": "3.5.7",
+           "users": [{"name": "e", "password_hash": hash_password("pe", algorithm=MD5),
+                      "tags": "administrator"}]}
+    plan = dj.plan_import(old, s.durable())
+    assert plan.errors == [] and plan.changes[0][2][2] == MD5
+
+
+def test_plaintext_passwords_are_hashed_before_planning():
+    """RabbitMQ takes a user's plaintext `password`; Leveret hashes it where the file is read
+    (and again at the first node that receives it), so only a hash is planned and stored."""
+    doc = {"users": [{"name": "pat", "password": "s3cret", "tags": ["monitoring"]}]}
+    hashed = dj.hash_plain_passwords(doc)
+    assert "password" not in hashed["users"][0] and "password" in doc["users"][0]
+    assert hashed["users"][0]["hashing_algorithm"] == SHA256
+    s = State()
+    plan = dj.plan_import(hashed, s.durable())
+    assert plan.errors == [] and "s3cret" not in json.dumps(plan.changes)
+    s.apply(plan)
+    assert s.auth.check_password("pat", "s3cret")
 
 
 def test_export_is_rabbitmq_shaped_and_round_trips():
@@ -189,7 +212,8 @@ def test_amq_exchanges_are_skipped_with_a_warning():
 def test_invalid_objects_are_errors_naming_them():
     doc = {
         "users": [{"name": "u", "password_hash": "x", "hashing_algorithm": "rabbit_bcrypt"},
-                  {"name": "p", "password": "plain"}],
+                  {"name": "p", "password": "plain", "password_hash": "", "tags": []},
+                  {"name": "t", "password_hash": ""}],
         "permissions": [{"user": "ghost", "vhost": "/", "configure": ".*", "write": ".*",
                          "read": ".*"},
                         {"user": "guest", "vhost": "/", "configure": "(", "write": ".*",
@@ -213,7 +237,8 @@ def test_invalid_objects_are_errors_naming_them():
     errors = dj.plan_import(doc, State().durable()).errors
     text = "\n".join(errors)
     assert "user 'u': unknown hashing_algorithm 'rabbit_bcrypt'" in text
-    assert "user 'p': a plaintext 'password' is not accepted" in text
+    assert "user 'p': both_password_and_password_hash_are_provided" in text
+    assert "user 't': tags_not_present" in text  # rabbit_auth_backend_internal:put_user/3
     assert 'User "ghost" does not exist' in text
     assert "invalid regexp" in text
     assert "queue 'q' in vhost 'nowhere': no vhost 'nowhere'" in text
