@@ -318,7 +318,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LightActor):
         return False
 
     def _durable_state(self) -> dict:
-        """What survives a restart: the definitions (actors/node/definitions_json.py's state)."""
+        """What survives a restart: what _persist writes to the definitions store."""
         exchanges, bindings = [], []
         for (vhost, name), x in self._all_exchanges():
             if x.durable and not name.startswith("amq.") and name != "":
