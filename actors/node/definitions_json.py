@@ -26,6 +26,7 @@ on a worker and turns it into ``router add_queue`` + ``queue_put``.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 from dataclasses import dataclass, field
 
 from actors.core import policies as policy_rules
@@ -36,7 +37,10 @@ from actors.core.routing import PREDECLARED_EXCHANGES
 
 RABBIT_VERSION = "3.10.8"  # the RabbitMQ version whose format we write
 PRODUCT_NAME = "Leveret"
-PRODUCT_VERSION = "0.1.0"
+try:
+    PRODUCT_VERSION = importlib.metadata.version("leveret")  # pyproject.toml's version
+except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+    PRODUCT_VERSION = "unknown"
 EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers")
 HASHING_ALGORITHMS = (SHA256, SHA512, MD5)
 BUILT_IN = {name for name, _, _ in PREDECLARED_EXCHANGES if name}  # amq.direct, ... per vhost
