@@ -61,6 +61,11 @@ def parse_args(argv=None) -> Config:
     p.add_argument("--cluster-secret-file", metavar="FILE",
                    help="the secret every cluster member shares (default "
                         "DATA_DIR/cluster_secret, created on first start; docs/security.md)")
+    p.add_argument("--load-definitions", metavar="FILE",
+                   help="a definitions JSON file (RabbitMQ's format) imported at boot")
+    p.add_argument("--definitions-skip-if-unchanged", action="store_true", default=None,
+                   help="skip --load-definitions when the file is unchanged since its last "
+                        "import (its SHA-256)")
     args = p.parse_args(argv)
     cfg = Config()
     if args.config:
@@ -69,7 +74,8 @@ def parse_args(argv=None) -> Config:
                  "events", "node_name", "cluster_address", "handshake_timeout",
                  "max_connections", "tls_port", "management_port", "prometheus_port", "ssl_certfile", "ssl_keyfile",
                  "ssl_cacertfile", "ssl_verify", "ssl_fail_if_no_peer_cert",
-                 "cluster_secret_file", "max_message_size", "consumer_timeout"):
+                 "cluster_secret_file", "max_message_size", "consumer_timeout",
+                 "load_definitions", "definitions_skip_if_unchanged"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)

@@ -81,6 +81,9 @@ class Config:
     # deliveries requeued; RabbitMQ's default (30 min); 0 = no timeout (x-consumer-timeout and
     # the consumer-timeout policy key still apply to their queues)
     consumer_timeout: int = 1800000
+    # --- definitions (RabbitMQ's load_definitions; docs/definitions.md) ---
+    load_definitions: str = ""  # a definitions JSON file imported at boot; "" = none
+    definitions_skip_if_unchanged: bool = False  # skip it when its SHA-256 is the last imported
     # --- what a client may do before it has logged in (docs/security.md) ---
     handshake_timeout: float = 10.0  # seconds from accept to connection.open-ok (TLS included)
     max_connections: int | str = "infinity"  # per node (RabbitMQ's connection_max), or "infinity"

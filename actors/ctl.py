@@ -1,6 +1,6 @@
 """`leveretctl`: rabbitmqctl's user, vhost, permission, policy, operator policy, limits,
-status and alarm commands
-against a running node.
+status, alarm and definitions (export_definitions, import_definitions) commands against a
+running node.
 
 Talks to the node's metadata actor over ZeroMQ, at the address the node writes to
 `<data-dir>/node.json`: an ipc:// socket in the node's 0700 run folder, also for a cluster node
@@ -21,6 +21,7 @@ import zmq
 from actors import ctl_ops
 from actors import messages as m
 from actors.core.permissions import hashed_auth_call
+from actors.node import definitions_json
 from actors.transport import make_address, split_address
 
 
@@ -206,6 +207,41 @@ def print_status(status: dict) -> int:
     return 0
 
 
+def definitions_command(data_dir: str, command: str, path: str) -> int:
+    """`rabbitmqctl export_definitions FILE|-` and `import_definitions FILE|-`: RabbitMQ's
+    JSON definitions (actors/node/definitions_json.py), imported as one definitions change."""
+    if command == "export_definitions":
+        text = json.dumps(call(data_dir, "definitions.export", {}), indent=2)
+        if path == "-":
+            print(text)
+        else:
+            # it holds password hashes: readable by this user only (docs/security.md)
+            with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+                f.write(text + "\n")
+            print(f"Exported definitions for virtual hosts to \"{path}\"", file=sys.stderr)
+        return 0
+    try:
+        if path == "-":
+            raw = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as f:
+                raw = f.read()
+    except OSError as e:
+        raise SystemExit(f"Error: cannot read {path}: {e.strerror}")
+    try:
+        doc = json.loads(raw)
+    except ValueError as e:
+        raise SystemExit(f"Error: {path} is not JSON: {e}")
+    print(f"Importing definitions in JSON from a file at \"{path}\" ...", file=sys.stderr)
+    # plaintext passwords (RabbitMQ accepts them) leave this process only as salted hashes
+    doc = definitions_json.hash_plain_passwords(doc)
+    result = call(data_dir, "definitions.import", {"doc": doc})
+    for w in result["warnings"]:
+        print(f"Warning: {w}", file=sys.stderr)
+    print(f"Successfully imported definitions ({result['changes']} changes).")
+    return 0
+
+
 def _cell(value) -> str:
     if isinstance(value, bool):
         return str(value).lower()
@@ -240,7 +276,7 @@ def main(argv=None) -> int:
         "set_vhost_limits", "clear_vhost_limits", "list_vhost_limits", "set_user_limits",
         "clear_user_limits", "list_user_limits", "cluster_status", "status",
         "set_vm_memory_high_watermark", "set_disk_free_limit", "list_connections",
-        "list_channels", "list_consumers", *OPS])
+        "list_channels", "list_consumers", "export_definitions", "import_definitions", *OPS])
     p.add_argument("args", nargs="*")
     a = p.parse_intermixed_args(argv)
     if a.command in OPS:
@@ -288,6 +324,10 @@ def main(argv=None) -> int:
         print(json.dumps(call(a.data_dir, "list", {"what": "vhost_limits", "vhost": a.vhost}),
                          indent=2))
         return 0
+    if a.command in ("export_definitions", "import_definitions"):
+        if len(a.args) != 1:
+            p.error(f"{a.command} takes FILE (or - for standard {'output' if a.command[0] == 'e' else 'input'})")
+        return definitions_command(a.data_dir, a.command, a.args[0])
     if a.command == "cluster_status":
         return print_cluster(call(a.data_dir, "cluster.status", {}))
     if a.command == "status":

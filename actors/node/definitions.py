@@ -15,6 +15,7 @@ import lmdb
 from actors.wire import packb, unpackb
 
 _KEY = b"definitions"
+_HASH_KEY = b"imported_definitions_hash"  # load_definitions' last imported file (skip_if_unchanged)
 
 
 class Definitions:
@@ -31,6 +32,16 @@ class Definitions:
     def save(self, defs: dict) -> None:
         with self.env.begin(write=True) as txn:
             txn.put(_KEY, packb(defs))
+
+    def load_hash(self) -> str:
+        """The content hash of the definitions file last imported at boot ("" for none)."""
+        with self.env.begin() as txn:
+            raw = txn.get(_HASH_KEY)
+        return raw.decode() if raw else ""
+
+    def save_hash(self, content_hash: str) -> None:
+        with self.env.begin(write=True) as txn:
+            txn.put(_HASH_KEY, content_hash.encode())
 
     def close(self) -> None:
         self.env.close()

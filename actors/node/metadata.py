@@ -34,6 +34,7 @@ from actors.core.errors import ChannelError, ConnectionError_, amqp_text
 from actors.core.permissions import AuthDB, hashed_auth_call
 from actors.core.queue_stats import StatsTable
 from actors.core.routing import Router
+from actors.node import definitions_json
 from actors.node.definitions import Definitions
 from actors.node.metadata_alarms import AlarmsMixin
 from actors.node.metadata_limits import LimitsMixin
@@ -186,6 +187,9 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
             rpc = _hash_password(rpc)  # before it is forwarded, logged or committed
         if rpc.op == "connection.closed" and isinstance(rpc.args, dict):
             self._untrack(rpc.args.get("owner", ""))  # this node's count, before forwarding
+        elif rpc.op == "definitions.import" and isinstance(rpc.args, dict):
+            rpc = rpc._replace(args=dict(rpc.args, doc=definitions_json.hash_plain_passwords(
+                rpc.args.get("doc"))))  # likewise
         if self._route_rpc(rpc):
             return
         handler = getattr(self, "op_" + rpc.op.replace(".", "_"), None)
@@ -324,7 +328,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                 return True  # exchanges, users, vhosts, permissions, policies
         return False
 
-    def _persist(self) -> None:
+    def _durable_state(self) -> dict:
+        """What survives a restart: what _persist writes to the definitions store."""
         exchanges, bindings = [], []
         for (vhost, name), x in self._all_exchanges():
             if x.durable and not name.startswith("amq.") and name != "":
@@ -333,10 +338,13 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         for b in self._all_bindings():
             bindings.append(b)
         queues = [s for s in map(_stored_queue, self.queues.values()) if s is not None]
-        self.defs.save({"auth": self.auth.to_state(), "exchanges": exchanges,
-                        "policies": list(self.policies.values()), **state_lists(self),
-                        "bindings": [b for b in bindings if self._binding_durable(b)],
-                        "queues": queues})
+        return {"auth": self.auth.to_state(), "exchanges": exchanges,
+                "policies": list(self.policies.values()), **state_lists(self),
+                "bindings": [b for b in bindings if self._binding_durable(b)],
+                "queues": queues}
+
+    def _persist(self) -> None:
+        self.defs.save(self._durable_state())
 
     def _all_exchanges(self):
         for vhost in self.auth.list_vhosts():
@@ -441,11 +449,12 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                 if q["exclusive"] and q["exclusive"].startswith(prefix):
                     self._delete_queue(q["vhost"], q["name"], None, 0)
 
-    def _place(self, home: str = "") -> int:
-        """The least loaded queue worker of the queue's home node."""
+    def _place(self, home: str = "", placed: dict | None = None) -> int:
+        """The least loaded queue worker of the queue's home node (`placed`: queues already
+        given to each worker but not yet in the table, as a definitions import places many)."""
         n = max(1, self.members.get(home, {}).get("queue_workers", self.n_queue_workers))
-        load = self.queues.load
-        return min(range(n), key=lambda w: load[(home, w)])
+        load, placed = self.queues.load, placed or {}
+        return min(range(n), key=lambda w: load[(home, w)] + placed.get(w, 0))
 
     def _start_queue(self, q: dict, recovered: bool) -> None:
         """Only the queue's home node starts it, on its own queue worker."""
@@ -568,6 +577,57 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         else:
             raise ChannelError(406, f"unknown limits method {method!r}")
         return None
+
+    # --- definitions export / import (rabbitmqctl export_definitions, import_definitions) ----
+    def op_definitions_export(self, rpc):
+        return definitions_json.export(self._definitions_state())
+
+    def _definitions_state(self) -> dict:
+        """definitions_json's state: every queue, exchange and explicit binding, durable or
+        not (RabbitMQ's export lists them all; exclusive queues are left out by the export)."""
+        exchanges = [[v, n, x.type, x.durable, x.auto_delete, x.internal, dict(x.arguments)]
+                     for (v, n), x in self._all_exchanges() if n and not n.startswith("amq.")]
+        return {"auth": self.auth.to_state(), "policies": list(self.policies.values()),
+                "exchanges": exchanges, "bindings": list(self._all_bindings()),
+                "queues": [{k: v for k, v in q.items() if k not in ("address", "worker")}
+                           for q in self.queues.values()]}
+
+    def op_definitions_import(self, rpc, doc, content_hash=None, skip_if_unchanged=False):
+        """Every object of a RabbitMQ definitions document as one change (one Raft entry in a
+        cluster), or none of them: a refusal lists every object that failed validation.
+        ``content_hash``: remembered (the boot-time load_definitions file's hash) so that an
+        unchanged file is skipped next boot when ``skip_if_unchanged``."""
+        if skip_if_unchanged and content_hash and content_hash == self.defs.load_hash():
+            log.info("definitions unchanged (hash %s): import skipped", content_hash)
+            return {"skipped": True, "warnings": [], "changes": 0}
+        plan = definitions_json.plan_import(doc, self._definitions_state())
+        for w in plan.warnings:
+            log.warning("definitions import: %s", w)
+        if plan.errors:
+            for e in plan.errors:
+                log.error("definitions import: %s", e)
+            raise ChannelError(406, amqp_text(406, "definitions import failed: " +
+                                              "; ".join(plan.errors)))
+        changes, placed = [], {}  # placed: worker -> queues placed on it here
+        for c in plan.changes:
+            if c[0] != "queue_new":
+                changes.append(c)
+                continue
+            q = dict(c[1], exclusive="", address=None, home=self.me, mirrors=[], synced=[])
+            q["worker"] = self._place(self.me, placed)
+            placed[q["worker"]] = placed.get(q["worker"], 0) + 1
+            q["mirrors"] = self._mirrors_for(q)
+            changes += [["router", "add_queue", [q["vhost"], q["name"]]], ["queue_put", q]]
+        if not self.workers:  # at boot (load_definitions): listen once its queues run too
+            self.recovering.update((c[1]["vhost"], c[1]["name"]) for c in changes
+                                   if c[0] == "queue_put")
+        if changes:
+            self._change(*changes)
+            if any(c[0] == "policy_put" for c in changes):
+                self._remirror()
+        if content_hash:
+            self.defs.save_hash(content_hash)
+        return {"skipped": False, "warnings": plan.warnings, "changes": len(changes)}
 
     def op_list(self, rpc, what, vhost=None, user=None):
         if what == "topic_permissions":

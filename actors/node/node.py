@@ -41,6 +41,8 @@ from actors import runtime
 from actors.messages import (AlarmsChanged, ClusterReady, ClusterTick, DurableQueues, ReadyWorkers,
                              WorkerExited)
 from actors.runtime.eventloop import EventLoop
+from actors.ctl import ask_node
+from actors.node import definitions_json
 from actors.node.metadata import Metadata
 from actors.node.resources import ResourceMonitor
 from actors.queue.storage import Storage, queue_id
@@ -189,6 +191,11 @@ class Node:
                     shutil.rmtree(self.run_dir, ignore_errors=True)
                 return 1
         self._write_node_file()
+        if cfg.load_definitions and not self._load_definitions():
+            self.metadata.stop()
+            if self.run_dir_is_temp:
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+            return 1
         self.slots = ([Slot("queue", i) for i in range(cfg.queue_workers)] +
                       [Slot("conn", i) for i in range(cfg.conn_workers)])
         for slot in self.slots:
@@ -402,6 +409,37 @@ class Node:
             raise SystemExit(f"leveret-server: cannot listen on {self.config.host}:"
                              f"{port}: {e.strerror}")
         return s
+
+    def _load_definitions(self) -> bool:
+        """RabbitMQ's `load_definitions`: import the file at boot, before the workers start,
+        through the metadata actor like `leveretctl import_definitions` (so in a cluster it is
+        one replicated change); skipped when `definitions_skip_if_unchanged` and its content
+        hash is the last one imported. False (the node stops) when it cannot be imported."""
+        path = self.config.load_definitions
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+            doc = json.loads(raw)
+        except OSError as e:
+            log.error("load_definitions: cannot read %s: %s", path, e.strerror)
+            return False
+        except ValueError as e:
+            log.error("load_definitions: %s is not JSON: %s", path, e)
+            return False
+        reply = ask_node(self.run_dir, self._ctl_address(), "definitions.import", {
+            "doc": doc, "content_hash": definitions_json.content_hash(raw),
+            "skip_if_unchanged": bool(self.config.definitions_skip_if_unchanged)},
+            timeout_ms=int(self.config.boot_timeout * 1000))
+        if reply is None or not reply.ok:
+            log.error("load_definitions: could not import %s: %s", path,
+                      "no answer" if reply is None else reply.text)
+            return False
+        if reply.result.get("skipped"):
+            log.info("load_definitions: %s unchanged since its last import, skipped", path)
+        else:
+            log.info("load_definitions: imported %s (%d changes)", path,
+                     reply.result["changes"])
+        return True
 
     def _ctl_address(self) -> str:
         """leveretctl's (and the management listener's) address of the metadata actor: ipc://
