@@ -230,7 +230,7 @@ def test_invalid_objects_are_errors_naming_them():
         "bindings": [{"source": "missing", "vhost": "/", "destination": "q",
                       "destination_type": "queue", "routing_key": "", "arguments": {}}],
         "policies": [{"vhost": "/", "name": "p", "pattern": ".*", "apply-to": "queues",
-                      "definition": {"max-length": 1}, "priority": 0}],
+                      "definition": {"no-such-key": 1}, "priority": 0}],
         "parameters": [{"vhost": "/", "component": "federation-upstream", "name": "up",
                         "value": {"uri": "amqp://"}}],
     }
@@ -246,7 +246,7 @@ def test_invalid_objects_are_errors_naming_them():
     assert "queue type 'quorum' is not supported" in text
     assert "unknown exchange type 'x-consistent-hash'" in text
     assert "no exchange 'missing' in vhost '/'" in text
-    assert "unrecognised policy key 'max-length'" in text
+    assert "are not recognised policy settings" in text and "no-such-key" in text
     assert "federation-upstream" in text and "not supported" in text
 
 
