@@ -340,6 +340,36 @@ def _frame_error(text: str, code: int = FRAME_ERROR, class_id: int = 0, method_i
     return FrameError(code, text, class_id, method_id)
 
 
+def _fused_content(buf: bytes, pos: int, n: int, channel: int, max_payload: int):
+    """(properties_raw, body, position after it) when a content header of class 60 with weight 0
+    and the one body frame it announces (none for an empty body) follow at ``pos`` on
+    ``channel``, complete and well formed; else None, and the frames are decoded one by one
+    (where anything unusual raises its precise error)."""
+    if n - pos < 19:
+        return None
+    htype, hchannel, hsize = _FRAME_HDR.unpack_from(buf, pos)
+    start = pos + 7
+    end = start + hsize
+    if htype != 2 or hchannel != channel or not 12 <= hsize <= max_payload or end >= n or \
+            buf[end] != 0xCE:
+        return None
+    class_id, weight, body_size = _CONTENT_HDR.unpack_from(buf, start)
+    if class_id != 60 or weight:
+        return None
+    if not body_size:
+        return buf[start + 12:end], b"", end + 1
+    pos = end + 1
+    if n - pos < 8:
+        return None
+    btype, bchannel, bsize = _FRAME_HDR.unpack_from(buf, pos)
+    bstart = pos + 7
+    bend = bstart + bsize
+    if btype != 3 or bchannel != channel or bsize != body_size or bsize > max_payload or \
+            bend >= n or buf[bend] != 0xCE:
+        return None
+    return buf[start + 12:end], buf[bstart:bend], bend + 1
+
+
 class FrameDecoder:
     """Sans-IO AMQP frame decoder (the framing half of ``rabbit_reader``).
 
@@ -368,6 +398,10 @@ class FrameDecoder:
         # tune-ok are measured against the frame_max it sets, as rabbit_reader reads them one
         # at a time); the caller asks again for the rest
         self.pause_on_channel0 = False
+        # return a basic.publish whose content header and single body frame are already
+        # buffered as one ``Command`` (the assembler's work done in the same pass: a server's
+        # publish path); off by default, so that a caller sees every frame
+        self.fuse_publish = False
         self.set_frame_max(frame_max)
 
     def set_frame_max(self, frame_max: int) -> None:
@@ -443,6 +477,7 @@ class FrameDecoder:
         unpack_hdr = _FRAME_HDR.unpack_from
         unpack_hdr_index = _FRAME_HDR_INDEX.unpack_from
         methods_get = METHODS.get
+        fuse = self.fuse_publish
         tuple_new = _tuple_new
         new = _new
         try:
@@ -506,8 +541,15 @@ class FrameDecoder:
                                 bits = buf[p]
                                 method.mandatory = (bits & 1) != 0
                                 method.immediate = (bits & 2) != 0
-                                append(tuple_new(MethodFrame, (channel, method)))
                                 pos = end + 1
+                                if fuse and channel:
+                                    fused = _fused_content(buf, pos, n, channel, max_payload)
+                                    if fused is not None:
+                                        props_raw, body, pos = fused
+                                        append(tuple_new(Command, (channel, method, props_raw,
+                                                                   body, [None])))
+                                        continue
+                                append(tuple_new(MethodFrame, (channel, method)))
                                 continue
                         except (IndexError, UnicodeDecodeError):
                             pass

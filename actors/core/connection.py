@@ -35,8 +35,8 @@ from protocol import methods as am
 from protocol.constants import PROTOCOL_HEADER
 from protocol.errors import AMQPError as CodecError
 from protocol.errors import BadProtocolHeader
-from protocol.frames import (Command, CommandAssembler, FrameDecoder, HeartbeatFrame,
-                             MethodFrame, ProtocolHeader, encode_method)
+from protocol.frames import (BodyFrame, Command, CommandAssembler, FrameDecoder, HeaderFrame,
+                             HeartbeatFrame, MethodFrame, ProtocolHeader, encode_method)
 
 log = logging.getLogger("leveret.connection")
 
@@ -106,6 +106,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _frames_of(cmd: Command) -> list:
+    """The method, header and body frames a whole publish was decoded from."""
+    channel, method, props_raw, body = cmd
+    cache = cmd[4]  # the properties decoded once (Command iterates its public fields only)
+    frames = [MethodFrame(channel, method),
+              tuple.__new__(HeaderFrame, (channel, method.CLASS_ID, len(body), props_raw, 0, cache))]
+    if body:
+        frames.append(BodyFrame(channel, body))
+    return frames
+
+
 class ConnectionCore:
     def __init__(self, config, replica, peer, conn_id, shell, tls: TlsInfo | None = None,
                  over_limit: bool = False):
@@ -116,6 +127,7 @@ class ConnectionCore:
         self.shell = shell  # the Reader actor
         self.decoder = FrameDecoder(FRAME_MIN)  # sans-IO frame decoder; frame_max set at tune-ok
         self.decoder.pause_on_channel0 = True  # until tune-ok: see receive
+        self.decoder.fuse_publish = True  # a publish in one piece comes as a Command: _frame
         # content of every channel, reassembled; refuses a header above max_message_size
         self.assembler = CommandAssembler(max_body_size=config.max_message_size)
         self.state = "header"  # header|start|tune|open|running|closing|closed
@@ -211,6 +223,25 @@ class ConnectionCore:
         self.shell.throttle(True)
 
     def _frame(self, frame, batches) -> None:
+        if type(frame) is Command:
+            # a basic.publish the decoder found whole, with its header and body (the hot path);
+            # anything that is not plain goes frame by frame through the checks below
+            channel = frame[0]
+            assembler = self.assembler
+            size = len(frame[3])
+            if self.state == "running" and channel not in self.closing_channels and \
+                    not assembler.in_progress(channel) and size <= assembler.max_msg_size and \
+                    (assembler.max_body_size is None or size <= assembler.max_body_size) and \
+                    self.shell.channel_open(channel):
+                cmds = batches.get(channel)
+                if cmds is None:
+                    batches[channel] = [frame]
+                else:
+                    cmds.append(frame)
+                return
+            for part in _frames_of(frame):
+                self._frame(part, batches)
+            return
         if isinstance(frame, ProtocolHeader):
             if self.state != "header":
                 raise ConnectionError_(501, "unexpected protocol header")
