@@ -123,6 +123,10 @@ class ChannelCore:
         self.msg_counter = 0  # persistent messages published on this channel
         self.seq_msg: dict[int, bytes] = {}  # confirm seq no -> msg_id (event log only)
         self.exchange_ok: dict[str, object] = {}  # exchange name -> ExchangeDef (write checked)
+        # (exchange, routing key) -> (queue names, their addresses: None where unset); valid
+        # while the replica has the version `routes_version` (exchange_ok too)
+        self.routes: dict[tuple, tuple] = {}
+        self.routes_version = replica.version
         # direct reply-to (actors/core/direct_reply.py): (consumer tag, generated name, key) of
         # the channel's consumer on amq.rabbitmq.reply-to, or None
         self.reply_consumer: tuple | None = None
@@ -600,6 +604,10 @@ class ChannelCore:
         if method.immediate:
             raise ConnectionError_(540, "immediate=true")
         exchange = method.exchange
+        if self.routes_version != self.replica.version:  # metadata changed since: look again
+            self.routes_version = self.replica.version
+            self.routes.clear()
+            self.exchange_ok.clear()
         x = self.exchange_ok.get(exchange)
         if x is None:
             x = self.replica.router.exchange(self.conn.vhost, exchange)
@@ -621,9 +629,18 @@ class ChannelCore:
         else:
             props, expiry, extra, out_raw, headers = self._check_props(raw, cmd.properties)
         body = cmd.body or b""
-        keys = [rk, *extra] if extra else rk
-        names = self.replica.route(self.conn.vhost, exchange, keys,
-                                   headers if x.type == "headers" else None)
+        if extra or x.type == "headers":
+            names = self.replica.route(self.conn.vhost, exchange, [rk, *extra] if extra else rk,
+                                       headers if x.type == "headers" else None)
+            addresses = self._addresses(names)
+        else:
+            hit = self.routes.get((exchange, rk))
+            if hit is None:
+                if len(self.routes) >= ROUTES_CACHED:
+                    self.routes.clear()
+                names = self.replica.route(self.conn.vhost, exchange, rk, None)
+                hit = self.routes[(exchange, rk)] = (names, self._addresses(names))
+            names, addresses = hit
         if not exchange and (extra or rk.startswith(direct_reply.PREFIX)):
             # rabbit_exchange:route: a reply name on the default exchange is no queue, the
             # message goes to the consuming channel (in a transaction too: at routing time)
@@ -643,11 +660,7 @@ class ChannelCore:
         if ev:
             self._event_publish(item, props, method, names, len(body))
         targets = []
-        for name in names:
-            q = self.replica.queue(self.conn.vhost, name)
-            if q is None:
-                continue
-            addr = q.get("address")
+        for addr in addresses:
             if not addr or self.out.is_dead(addr):
                 if seq:
                     self.confirm_nacks.append(seq)
@@ -658,6 +671,12 @@ class ChannelCore:
             self.tx_publishes.append((targets, item, body, method, cmd))
             return
         self._route_out(targets, item, body, method, cmd)
+
+    def _addresses(self, names) -> tuple:
+        """The address of each queue of `names` that exists (None: not running anywhere)."""
+        vhost = self.conn.vhost
+        qs = (self.replica.queue(vhost, name) for name in names)
+        return tuple(q.get("address") for q in qs if q is not None)
 
     def _check_props(self, raw, props) -> tuple:
         """rabbit_channel's checks of a publish's properties, in its order (fast reply-to,
@@ -1095,6 +1114,7 @@ _U64 = struct.Struct(">Q")
 # (T <= 60 s) or T and T + 60 s after it was sent
 TIMEOUT_CHECK_MAX = 60000
 _NO_PROPS = (None, None, -1, (), None, None)  # no properties cached
+ROUTES_CACHED = 1024  # (exchange, routing key) pairs a channel remembers the queues of
 
 
 def _check_name(name: str) -> None:
