@@ -402,6 +402,7 @@ class FrameDecoder:
         # buffered as one ``Command`` (the assembler's work done in the same pass: a server's
         # publish path); off by default, so that a caller sees every frame
         self.fuse_publish = False
+        self._last_publish: tuple = (None, None)  # (method frame payload, its BasicPublish)
         self.set_frame_max(frame_max)
 
     def set_frame_max(self, frame_max: int) -> None:
@@ -527,6 +528,15 @@ class FrameDecoder:
                     # Anything unusual (bad UTF-8, wrong length) falls through to it, which
                     # raises the precise error.
                     if index == 0x003C0028:  # basic.publish
+                        if fuse and channel and buf[start:end] == self._last_publish[0]:
+                            # a publisher repeats its exchange, routing key and flags: the
+                            # method decoded last time serves again (methods are not mutated)
+                            fused = _fused_content(buf, end + 1, n, channel, max_payload)
+                            if fused is not None:
+                                props_raw, body, pos = fused
+                                append(tuple_new(Command, (channel, self._last_publish[1],
+                                                           props_raw, body, [None])))
+                                continue
                         try:
                             p = start + 6
                             e = p + 1 + buf[p]
@@ -543,6 +553,7 @@ class FrameDecoder:
                                 method.immediate = (bits & 2) != 0
                                 pos = end + 1
                                 if fuse and channel:
+                                    self._last_publish = (buf[start:end], method)
                                     fused = _fused_content(buf, pos, n, channel, max_payload)
                                     if fused is not None:
                                         props_raw, body, pos = fused

@@ -28,6 +28,8 @@ PIECES = [
     publish(body=b"x" * 5000),  # two body frames at frame_max 4096: never fused
     publish(channel=2),  # channel 2 is not open: 504 at its method frame
     publish(channel=3),  # channel 3 was opened, then closed by the client
+    publish(channel=0),  # content on channel 0: a connection error
+    encode_publish(1, b"", b"other", True, PROPS, b"mandatory", 4096),  # another method
     encode_method(1, am.BasicPublish(exchange="", routing_key="q")),  # a header is due next
     encode_content(1, 60, PROPS, b"loose", 4096),  # a header and body without a method
     encode_method(1, am.BasicAck(1, False)),
@@ -60,7 +62,7 @@ def _comparable(event):
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(st.sampled_from(PIECES), min_size=1, max_size=8),
+@given(st.lists(st.sampled_from(PIECES), min_size=1, max_size=10),
        st.lists(st.integers(1, 700), max_size=12), st.sampled_from([None, 100]))
 def test_fused_and_frame_by_frame_connections_behave_alike__E2(pieces, reads, max_size):
     stream = b"".join(pieces)
