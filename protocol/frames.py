@@ -952,6 +952,11 @@ def encode_command(
 
 
 def _content_tail(channel, props, body, frame_max, parts) -> bytes:
+    _content_parts(channel, props, body, frame_max, parts)
+    return b"".join(parts)
+
+
+def _content_parts(channel, props, body, frame_max, parts) -> None:
     size = len(body)
     parts.append(
         _END_CONTENT_HDR.pack(_END_INT, FRAME_HEADER, channel, 12 + len(props), 60, 0, size)
@@ -966,7 +971,37 @@ def _content_tail(channel, props, body, frame_max, parts) -> bytes:
             parts.append(_END)
     else:
         parts.append(_END)
-    return b"".join(parts)
+
+
+def deliver_parts(
+    parts: list,
+    channel: int,
+    consumer_tag: bytes,
+    delivery_tag: int,
+    redelivered: bool,
+    exchange: bytes,
+    routing_key: bytes,
+    properties_raw: bytes,
+    body: bytes,
+    frame_max: int = FRAME_MAX_DEFAULT,
+) -> None:
+    """encode_deliver's frames appended to `parts` (names already bytes, properties raw): a
+    batch of deliveries is joined once, each body copied once."""
+    lct = len(consumer_tag)
+    lex = len(exchange)
+    lrk = len(routing_key)
+    try:
+        parts += (
+            _DELIVER_HEAD.pack(FRAME_METHOD, channel, 16 + lct + lex + lrk, _INDEX_DELIVER, lct),
+            consumer_tag,
+            _DELIVER_MID.pack(delivery_tag, 1 if redelivered else 0, lex),
+            exchange,
+            _U8.pack(lrk),
+            routing_key,
+        )
+    except struct.error as exc:
+        raise ValueError(f"cannot encode basic.deliver: {exc}") from None
+    _content_parts(channel, properties_raw, body, frame_max, parts)
 
 
 def encode_deliver(

@@ -33,7 +33,7 @@ from actors.core.errors import (AMQPError, Atom, ChannelError, ConnectionError_,
 from actors.core.permissions import topic_access_refused
 from protocol import methods as am
 from protocol.errors import AMQPError as CodecError
-from protocol.frames import encode_content, encode_deliver, encode_method
+from protocol.frames import deliver_parts, encode_content, encode_deliver, encode_method
 from protocol.properties import BasicProperties, with_reply_to
 
 CONFIRM_FLUSH = object()
@@ -271,11 +271,12 @@ class ChannelCore:
         if self.state != "open":
             # closing: the queue will requeue them when it sees ChannelDown
             return
-        parts = []
+        parts: list = []
         n = self.number
         fm = self.conn.frame_max
         tag = self.next_tag
         queue = msg.queue
+        names: dict = {}  # str -> its UTF-8 (a batch repeats its tags, exchanges and keys)
         for item, body in zip(msg.items, msg.bodies):
             ctag, seq_id, redelivered, exchange, rk, props, *rest = item
             c = self.consumers.get(ctag)
@@ -293,8 +294,10 @@ class ChannelCore:
                 self.unacked[tag] = (queue, seq_id, ctag, lite,
                                      rest[2] if len(rest) > 2 else None, now)
                 self.limiter.delivered(tag)
-            parts.append(encode_deliver(n, ctag, tag, redelivered, exchange, rk, props, body,
-                                        fm))
+            b_ctag = names.get(ctag) or names.setdefault(ctag, ctag.encode())
+            b_exchange = names.get(exchange) or names.setdefault(exchange, exchange.encode())
+            b_rk = names.get(rk) or names.setdefault(rk, rk.encode())
+            deliver_parts(parts, n, b_ctag, tag, redelivered, b_exchange, b_rk, props, body, fm)
             tag += 1
         self.next_tag = tag
         if not self.check_at and self.unacked:
