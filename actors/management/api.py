@@ -280,3 +280,67 @@ def overview_json(state: dict, queues: list, listeners: list, management_port: i
         "contexts": [{"node": state["node"], "description": "RabbitMQ Management",
                       "path": "/", "port": str(management_port)}],
     }
+
+
+# --- definitions (rabbit_mgmt_wm_definitions) ---------------------------------------------------
+VHOST_SECTIONS = ("parameters", "policies", "queues", "exchanges", "bindings")
+
+
+def vhost_definitions(doc: dict, vhost: str) -> dict:
+    """GET /api/definitions/{vhost}: the cluster export cut to one vhost, as RabbitMQ 3.10's
+    rabbit_mgmt_wm_definitions does it: the version keys, then parameters, policies, queues,
+    exchanges and bindings of that vhost with their `vhost` field removed."""
+    out = {k: doc[k] for k in ("rabbit_version", "rabbitmq_version", "product_name",
+                               "product_version") if k in doc}
+    for section in VHOST_SECTIONS:
+        out[section] = [{k: v for k, v in item.items() if k != "vhost"}
+                        for item in doc.get(section, []) if item.get("vhost") == vhost]
+    return out
+
+
+def into_vhost(doc: dict, vhost: str) -> dict:
+    """POST /api/definitions/{vhost}: what rabbit_definitions:apply_defs/3 imports of a body,
+    each object put in `vhost` (users, vhosts and permissions of the body are not imported)."""
+    out = {}
+    for section in VHOST_SECTIONS:
+        items = doc.get(section) or []
+        if not isinstance(items, list):
+            raise bad_request(f"{section} must be a list")
+        out[section] = [dict(item, vhost=vhost) if isinstance(item, dict) else item
+                        for item in items]
+    return out
+
+
+# --- runtime parameters (rabbit_mgmt_wm_parameters, rabbit_runtime_parameters) -----------------
+# the components Leveret has; any other is refused as rabbit_runtime_parameters refuses a
+# component no plugin registered (federation-upstream, shovel...)
+COMPONENTS = ("policy", "operator_policy", "vhost-limits")
+
+
+def unknown_component(component: str) -> ApiError:
+    """rabbit_runtime_parameters:lookup_component/1's error through format_error/1."""
+    return bad_request(f"Validation failed\n\ncomponent {component} not found\n")
+
+
+def parameters(state: dict) -> list:
+    """Every runtime parameter as rabbit_mgmt_format:parameter/1 lists it: policies
+    (component "policy"), operator policies ("operator_policy") and vhost limits
+    ("vhost-limits", name "limits")."""
+    out = []
+    for component, table in (("policy", "policies"), ("operator_policy", "operator_policies")):
+        for p in state.get(table, ()):
+            out.append({"vhost": p["vhost"], "component": component, "name": p["name"],
+                        "value": {"pattern": p["pattern"], "definition": p["definition"],
+                                  "priority": p.get("priority", 0),
+                                  "apply-to": p.get("apply_to", p.get("apply-to", "all"))}})
+    for scope, name, value in state.get("limits", ()):
+        if scope == "vhost":
+            out.append({"vhost": name, "component": "vhost-limits", "name": "limits",
+                        "value": dict(value)})
+    return out
+
+
+def global_parameters(cluster_name: str) -> list:
+    """GET /api/global-parameters: cluster_name (RabbitMQ also keeps internal_cluster_id, a
+    random id Leveret has no use for)."""
+    return [{"name": "cluster_name", "value": cluster_name}]

@@ -514,3 +514,127 @@ def test_leveretctl_operational_commands(node, http):
                 c.process_data_events(time_limit=1)
         assert (e.value.reply_code, e.value.reply_text) == (320,
                                                             "CONNECTION_FORCED - go away")
+
+
+def test_definitions_download_and_upload_through_the_api(node, http):
+    """GET/POST /api/definitions[/{vhost}] (rabbit_mgmt_wm_definitions): the export of
+    `leveretctl export_definitions`, `?download=` as an attachment, administrator only."""
+    assert http("PUT", "/api/queues/%2F/defs-q", {"durable": True})[0] == 201
+    status, doc = http("GET", "/api/definitions")
+    assert status == 200 and doc["rabbit_version"] == "3.10.8"
+    assert {"name": "defs-q", "vhost": "/", "type": "classic", "durable": True,
+            "auto_delete": False, "arguments": {}} in doc["queues"]
+    req = urllib.request.Request(http.base + "/api/definitions?download=defs.json")
+    req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    with urllib.request.urlopen(req, timeout=20) as r:
+        assert r.headers["Content-Disposition"] == "attachment; filename=defs.json"
+        assert json.loads(r.read())["rabbit_version"] == "3.10.8"
+    node.ctl("add_user", "mon", "pw")
+    node.ctl("set_user_tags", "mon", "monitoring")
+    assert http("GET", "/api/definitions", user="mon", password="pw") == (
+        401, {"error": "not_authorised", "reason": "Not administrator user"})
+    # per vhost: no vhost fields, only the vhost's objects
+    one = http("GET", "/api/definitions/%2F")[1]
+    assert "users" not in one and {"name": "defs-q", "type": "classic", "durable": True,
+                                   "auto_delete": False, "arguments": {}} in one["queues"]
+    assert http("GET", "/api/definitions/nope")[0] == 400
+    # upload: into another vhost with the per-vhost form, and a whole document
+    assert http("PUT", "/api/vhosts/defs-v", {})[0] == 201
+    one["queues"] = [dict(q, name="defs-q2") for q in one["queues"] if q["name"] == "defs-q"]
+    one["bindings"], one["exchanges"] = [], [{"name": "defs-x", "type": "topic",
+                                              "durable": True, "auto_delete": False,
+                                              "internal": False, "arguments": {}}]
+    assert http("POST", "/api/definitions/defs-v", one)[0] == 204
+    assert http("GET", "/api/queues/defs-v/defs-q2")[0] == 200
+    assert http("GET", "/api/exchanges/defs-v/defs-x")[1]["type"] == "topic"
+    assert http("POST", "/api/definitions", {"vhosts": [{"name": "defs-w"}], "queues": [
+        {"name": "defs-q3", "vhost": "defs-w", "durable": True, "auto_delete": False,
+         "arguments": {}}]})[0] == 204
+    assert http("GET", "/api/queues/defs-w/defs-q3")[0] == 200
+    # refused as a whole, with the reason
+    status, body = http("POST", "/api/definitions", {"queues": [
+        {"name": "defs-q4", "vhost": "no-such-vhost", "durable": True, "auto_delete": False,
+         "arguments": {}}]})
+    assert status == 400 and "no-such-vhost" in body["reason"], body
+    for vhost in ("defs-v", "defs-w"):
+        assert http("DELETE", f"/api/vhosts/{vhost}")[0] == 204
+    assert http("DELETE", "/api/queues/%2F/defs-q")[0] == 204
+
+
+def test_runtime_parameters_as_rabbitmq_lists_them(node, http):
+    """/api/parameters: operator policies ("operator_policy") and vhost limits
+    ("vhost-limits"); policies only under /api/parameters/policy; components Leveret does
+    not have are refused with rabbit_runtime_parameters' text."""
+    assert http("PUT", "/api/policies/%2F/param-p", {"pattern": "^param", "definition": {
+        "max-length": 9}})[0] == 201
+    assert http("PUT", "/api/parameters/operator_policy/%2F/param-op", {"value": {
+        "pattern": "^param", "definition": {"max-length": 5}, "apply-to": "queues"}})[0] == 201
+    assert http("PUT", "/api/parameters/vhost-limits/%2F/limits", {
+        "value": {"max-queues": 900}})[0] == 201
+    try:
+        rows = http("GET", "/api/parameters")[1]
+        assert {"vhost": "/", "component": "vhost-limits", "name": "limits",
+                "value": {"max-queues": 900}} in rows
+        assert {"vhost": "/", "component": "operator_policy", "name": "param-op",
+                "value": {"pattern": "^param", "definition": {"max-length": 5},
+                          "priority": 0, "apply-to": "queues"}} in rows
+        assert all(r["component"] != "policy" for r in rows)
+        assert [r["name"] for r in http("GET", "/api/parameters/policy")[1]] == ["param-p"]
+        assert [r["name"] for r in http("GET", "/api/parameters/policy/%2F")[1]] == \
+            ["param-p"]
+        assert http("GET", "/api/parameters/operator_policy/%2F/param-op")[1]["value"][
+            "definition"] == {"max-length": 5}
+        assert http("GET", "/api/operator-policies/%2F/param-op")[0] == 200
+        assert http("GET", "/api/vhost-limits/%2F")[1] == [{"vhost": "/",
+                                                            "value": {"max-queues": 900}}]
+        assert http("PUT", "/api/parameters/policy/%2F/x", {"value": {
+            "pattern": ".*", "definition": {}}}) == (
+            400, {"error": "bad_request",
+                  "reason": "policies may not be set using this method"})
+        for component in ("federation-upstream", "shovel"):
+            assert http("PUT", f"/api/parameters/{component}/%2F/up", {"value": {
+                "uri": "amqp://elsewhere"}}) == (
+                400, {"error": "bad_request",
+                      "reason": f"Validation failed\n\ncomponent {component} not found\n"})
+            assert http("GET", f"/api/parameters/{component}")[1] == []
+        globals_ = http("GET", "/api/global-parameters")[1]
+        name = http("GET", "/api/cluster-name")[1]["name"]
+        assert {"name": "cluster_name", "value": name} in globals_
+        assert http("GET", "/api/global-parameters/cluster_name")[1]["value"] == name
+        assert http("PUT", "/api/global-parameters/cluster_name", {"value": "x"})[0] == 400
+    finally:
+        assert http("DELETE", "/api/parameters/operator_policy/%2F/param-op")[0] == 204
+        assert http("DELETE", "/api/parameters/vhost-limits/%2F/limits")[0] == 204
+        assert http("DELETE", "/api/policies/%2F/param-p")[0] == 204
+    assert http("GET", "/api/parameters")[1] == []
+
+
+@pytest.mark.skipif(RABBITMQADMIN is None, reason="rabbitmqadmin is not installed "
+                    "(apt-get install rabbitmq-server)")
+def test_rabbitmqadmin_export_and_import_round_trip(node, http, tmp_path):
+    def admin(*args: str) -> str:
+        res = subprocess.run([RABBITMQADMIN, "-H", "127.0.0.1", "-P", str(node.http_port),
+                              "-u", "guest", "-p", "guest", *args],
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stdout + res.stderr
+        return res.stdout
+
+    assert http("PUT", "/api/queues/%2F/rt-q", {"durable": True})[0] == 201
+    assert http("PUT", "/api/exchanges/%2F/rt-x", {"type": "fanout"})[0] == 201
+    assert http("POST", "/api/bindings/%2F/e/rt-x/q/rt-q", {"routing_key": "k"})[0] == 201
+    path = tmp_path / "defs.json"
+    assert "Exported definitions" in admin("export", str(path))
+    exported = json.loads(path.read_text())
+    assert any(q["name"] == "rt-q" for q in exported["queues"])
+    assert http("DELETE", "/api/exchanges/%2F/rt-x")[0] == 204
+    assert http("DELETE", "/api/queues/%2F/rt-q")[0] == 204
+    assert "Uploaded definitions" in admin("import", str(path))
+    assert http("GET", "/api/queues/%2F/rt-q")[1]["durable"] is True
+    assert [b["routing_key"] for b in http("GET", "/api/bindings/%2F/e/rt-x/q/rt-q")[1]] == \
+        ["k"]
+    vpath = tmp_path / "vhost.json"
+    admin("-V", "/", "export", str(vpath))
+    assert "users" not in json.loads(vpath.read_text())
+    admin("-V", "/", "import", str(vpath))
+    assert http("DELETE", "/api/exchanges/%2F/rt-x")[0] == 204
+    assert http("DELETE", "/api/queues/%2F/rt-q")[0] == 204
