@@ -81,6 +81,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         self.pending_ops: dict[int, tuple] = {}  # node req id -> (reply_to, req_id, vhost, name)
         self.next_req = 1  # node's own request ids (to queues)
         self.pending_stats: dict[int, tuple] = {}  # node req id -> (list_queues gather, queue)
+        self.pending_purges: dict[int, m.Rpc] = {}  # node req id -> leveretctl purge_queue
         # the management API's statistics: what queues emit (actors/core/queue_stats.py)
         self.queue_stats = StatsTable(config.collect_statistics_interval)
         self.conn_stats: dict[str, list] = {}  # connection worker endpoint -> its connections
@@ -887,8 +888,26 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         self.transport.send(q["address"], m.QueueOp(
             self.address, req, "delete", {"if_unused": if_unused, "if_empty": if_empty}))
 
+    def op_queue_purge(self, rpc, vhost, name):
+        """rabbitmqctl purge_queue: the queue drops its ready messages and answers how many."""
+        q = self.queues.get((vhost, name))
+        if q is None:
+            raise ChannelError(404, amqp_text(404, f"no queue '{name}' in vhost '{vhost}'"))
+        if q.get("address") is None:
+            raise ChannelError(404, amqp_text(404, f"queue '{name}' in vhost '{vhost}' is "
+                                                   "not running (its node is down)"))
+        req = self.next_req
+        self.next_req += 1
+        self.pending_purges[req] = rpc
+        self.transport.send(q["address"], m.QueueOp(self.address, req, "purge", {}))
+        return _DEFERRED
+
     def _queue_reply(self, reply: m.RpcReply) -> None:
-        if reply.req_id in self.pending_ops:
+        if reply.req_id in self.pending_purges:
+            rpc = self.pending_purges.pop(reply.req_id)
+            self._send_reply(rpc.reply_to, m.RpcReply(rpc.req_id, reply.ok, reply.result,
+                                                         reply.code, reply.text))
+        elif reply.req_id in self.pending_ops:
             self._finish_delete(reply.req_id, reply)
 
     def _finish_delete(self, req, reply) -> None:
