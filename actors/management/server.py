@@ -16,6 +16,8 @@ import base64
 import binascii
 import json
 import logging
+import os
+import resource
 import ssl
 import threading
 from pathlib import Path
@@ -150,8 +152,9 @@ class Management:
         return app
 
     async def metrics(self, request):
-        state, rows, status = await asyncio.gather(
-            self.ask("mgmt_state"), self.ask("list", {"what": "queues"}), self.ask("status"))
+        state, rows, status, counters = await asyncio.gather(
+            self.ask("mgmt_state"), self.ask("list", {"what": "queues"}), self.ask("status"),
+            self.ask("mgmt_counters"))
         only = vhosts = None
         path = request.path
         if path == "/metrics/detailed":
@@ -165,8 +168,32 @@ class Management:
             vhosts = set(request.query.getall("vhost", [])) or None
         body = prometheus.render(prometheus.metrics(
             state["node"], self._cluster_name(state), rows, _stats(state), status,
-            per_object=path != "/metrics", only=only, vhosts=vhosts))
+            per_object=path != "/metrics", only=only, vhosts=vhosts, counters=counters,
+            processes=self._processes(counters)))
         return web.Response(body=body, headers={"Content-Type": prometheus.CONTENT_TYPE})
+
+    def _processes(self, counters) -> dict:
+        """rabbitmq_process_*: file descriptors open in the node process and its workers (the
+        kernel's count, /proc), the limit (RLIMIT_NOFILE, the same for all: inherited), and
+        TCP sockets: client connections and the listeners."""
+        pids = [os.getpid()]
+        try:
+            for task in os.listdir("/proc/self/task"):
+                with open(f"/proc/self/task/{task}/children") as f:
+                    pids += [int(p) for p in f.read().split()]
+        except OSError:
+            pass
+        open_fds = 0
+        for pid in pids:
+            try:
+                open_fds += len(os.listdir(f"/proc/{pid}/fd"))
+            except OSError:
+                pass
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        listeners = 1 + bool(self.config.tls_port) + bool(self.port) + \
+            bool(self.prometheus_port)
+        return {"open_fds": open_fds, "max_fds": limit, "max_tcp_sockets": limit,
+                "open_tcp_sockets": counters.get("now", {}).get("connections", 0) + listeners}
 
     # --- the application --------------------------------------------------------------------
     def app(self) -> web.Application:

@@ -85,6 +85,13 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         # the management API's statistics: what queues emit (actors/core/queue_stats.py)
         self.queue_stats = StatsTable(config.collect_statistics_interval)
         self.conn_stats: dict[str, list] = {}  # connection worker endpoint -> its connections
+        # connection worker endpoint -> (at_ms, previous sample's (at_ms, rows) or None):
+        # the rates of recv_oct, send_oct and the channels' message_stats come from the two
+        self.conn_sampled: dict[str, tuple] = {}
+        self.worker_totals: dict[str, dict] = {}  # conn worker endpoint -> its process totals
+        self.dead_totals: dict = {}  # the last totals of connection workers that died
+        # queue churn of the declares and deletes this node's metadata actor decided
+        self.queue_churn = {"queues_declared": 0, "queues_created": 0, "queues_deleted": 0}
         self.version = 0  # metadata version: +1 per broadcast change
         self.applied: dict[tuple[str, int], int] = {}  # live worker -> version it has applied
         self.held: deque = deque()  # (version, reply_to, RpcReply) waiting for the workers
@@ -162,7 +169,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                     self._queue_reply(msg)
             elif isinstance(msg, m.ConnectionStats):
                 if not self.transport.is_dead(msg.worker):
-                    self.conn_stats[msg.worker] = msg.connections
+                    self._connection_sample(msg)
             elif isinstance(msg, m.QueueStats):
                 if (msg.vhost, msg.name) in self.queues:
                     self.queue_stats.put(msg.vhost, msg.name, msg.at_ms, msg.stats)
@@ -409,7 +416,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
             self.applied.pop((ev.kind, ev.index), None)
             self._release_replies()
         self.transport.mark_dead(ev.endpoint)
-        self.conn_stats.pop(ev.endpoint, None)
+        self._forget_worker_stats(ev.endpoint, own=True)
         if ev.kind == "conn":
             self._untrack_endpoint(ev.endpoint)
         down = m.WorkerDown(ev.kind, ev.endpoint)
@@ -806,6 +813,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                 self.auth.require(user, vhost, "configure", "queue", name)
         key = (vhost, name)
         q = self.queues.get(key)
+        if not passive:
+            self.queue_churn["queues_declared"] += 1
         if q is not None:
             self._check_exclusive(vhost, name, owner)
             if not passive:
@@ -843,6 +852,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
              "arguments": arguments, "worker": self._place(home), "address": None,
              "home": home, "mirrors": [], "synced": []}
         q["mirrors"] = self._mirrors_for(q)
+        self.queue_churn["queues_created"] += 1
         self.pending_start.setdefault(key, []).append((rpc.reply_to, rpc.req_id, [name, 0, 0]))
         self._change(["router", "add_queue", [vhost, name]], ["queue_put", q])  # starts it
         return _DEFERRED
@@ -917,6 +927,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
             sources = {b.source for b in self.router.list_bindings(vhost)
                        if b.dest_kind == "queue" and b.dest == name}
             self._change(["router", "remove_queue", [vhost, name]], ["queue_del", vhost, name])
+            self.queue_churn["queues_deleted"] += 1
             if any(self.router.exchange(vhost, s) for s in sources):
                 self._auto_delete_exchanges(vhost)
         if rpc is not None:

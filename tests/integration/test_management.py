@@ -638,3 +638,134 @@ def test_rabbitmqadmin_export_and_import_round_trip(node, http, tmp_path):
     admin("-V", "/", "import", str(vpath))
     assert http("DELETE", "/api/exchanges/%2F/rt-x")[0] == 204
     assert http("DELETE", "/api/queues/%2F/rt-q")[0] == 204
+
+
+# Every rabbitmq_* series RabbitMQ's "RabbitMQ-Overview" Grafana dashboard queries
+# (rabbitmq-server deps/rabbitmq_prometheus/docker/grafana/dashboards/RabbitMQ-Overview.json,
+# the panels' "expr"s), after the aggregation of /metrics
+OVERVIEW_DASHBOARD_SERIES = (
+    "rabbitmq_build_info", "rabbitmq_identity_info", "rabbitmq_queue_messages_ready",
+    "rabbitmq_queue_messages_unacked", "rabbitmq_queue_messages_published_total",
+    "rabbitmq_queues", "rabbitmq_connections", "rabbitmq_channels",
+    "rabbitmq_channel_consumers", "rabbitmq_channel_messages_published_total",
+    "rabbitmq_channel_messages_confirmed_total", "rabbitmq_channel_messages_unconfirmed",
+    "rabbitmq_channel_messages_unroutable_dropped_total",
+    "rabbitmq_channel_messages_unroutable_returned_total",
+    "rabbitmq_channel_messages_delivered_total", "rabbitmq_channel_messages_delivered_ack_total",
+    "rabbitmq_channel_messages_redelivered_total", "rabbitmq_channel_messages_acked_total",
+    "rabbitmq_channel_get_total", "rabbitmq_channel_get_ack_total",
+    "rabbitmq_channel_get_empty_total", "rabbitmq_resident_memory_limit_bytes",
+    "rabbitmq_process_resident_memory_bytes", "rabbitmq_disk_space_available_bytes",
+    "rabbitmq_process_max_fds", "rabbitmq_process_open_fds",
+    "rabbitmq_process_max_tcp_sockets", "rabbitmq_process_open_tcp_sockets",
+    "rabbitmq_queues_declared_total", "rabbitmq_queues_created_total",
+    "rabbitmq_queues_deleted_total", "rabbitmq_channels_opened_total",
+    "rabbitmq_channels_closed_total", "rabbitmq_connections_opened_total",
+    "rabbitmq_connections_closed_total",
+)
+GLOBAL_SERIES = tuple(f"rabbitmq_global_messages_{n}_total" for n in (
+    "received", "received_confirm", "routed", "unroutable_dropped", "unroutable_returned",
+    "confirmed", "delivered", "delivered_consume_manual_ack", "delivered_consume_auto_ack",
+    "delivered_get_manual_ack", "delivered_get_auto_ack", "get_empty", "redelivered",
+    "acknowledged"))
+
+
+def test_prometheus_has_every_overview_dashboard_series_from_emitted_statistics(node, http):
+    """Traffic of every kind, then each series the dashboard queries is in a scrape, and the
+    channel counters, global counters and Leveret's own count what was done (they come from
+    the channels' statistics the connection workers emit, not from asking per scrape)."""
+    before = scrape(node, "/metrics")
+    assert http("PUT", "/api/queues/%2F/dashq", {"durable": False})[0] == 201
+    c = node.connection()
+    try:
+        ch = c.channel()
+        ch.confirm_delivery()
+        for _ in range(5):
+            ch.basic_publish("", "dashq", b"x")
+        with pytest.raises(pika.exceptions.UnroutableError):
+            ch.basic_publish("amq.direct", "nowhere", b"x", mandatory=True)  # returned
+        ch.basic_publish("amq.direct", "nowhere", b"x")  # dropped
+        m1, _, _ = ch.basic_get("dashq")  # get with ack
+        ch.basic_nack(m1.delivery_tag, requeue=True)
+        ch.basic_get("dashq", auto_ack=True)  # redelivered, no-ack get
+        got = []
+        ch.basic_consume("dashq", lambda c_, m, p, b: got.append(m), consumer_tag="dash-c")
+        while len(got) < 4:
+            c.process_data_events(time_limit=1)
+        ch.basic_ack(got[-1].delivery_tag, multiple=True)
+        ch.basic_cancel("dash-c")
+        ch.basic_get("dashq")  # empty
+        ch.basic_consume("dashq", lambda *a: None, auto_ack=True, consumer_tag="dash-auto")
+        ch.basic_publish("", "dashq", b"y")  # delivered no-ack
+        want = lambda s, k: s.get((k, ()), 0) - before.get((k, ()), 0)  # noqa: E731
+        def counted():
+            s = scrape(node, "/metrics")
+            done = want(s, "rabbitmq_channel_messages_delivered_total") >= 1 and \
+                want(s, "rabbitmq_channel_messages_acked_total") >= 4
+            return s if done else None
+        agg = wait_for("the channel counters in a scrape", counted)
+        names = {k[0].removesuffix("_bucket").removesuffix("_count").removesuffix("_sum")
+                 for k in agg}
+        missing = [n for n in OVERVIEW_DASHBOARD_SERIES + GLOBAL_SERIES +
+                   ("rabbitmq_global_publishers", "rabbitmq_global_consumers",
+                    "rabbitmq_connection_incoming_bytes_total",
+                    "rabbitmq_connection_outgoing_bytes_total",
+                    "leveret_confirm_latency_seconds", "leveret_confirms_total",
+                    "leveret_events_written_total") if n not in names]
+        assert not missing, missing
+        assert want(agg, "rabbitmq_channel_messages_published_total") == 8
+        assert want(agg, "rabbitmq_channel_messages_confirmed_total") == 8
+        assert want(agg, "rabbitmq_channel_messages_unroutable_returned_total") == 1
+        assert want(agg, "rabbitmq_channel_messages_unroutable_dropped_total") == 1
+        assert want(agg, "rabbitmq_channel_get_ack_total") == 1
+        assert want(agg, "rabbitmq_channel_get_total") == 1
+        assert want(agg, "rabbitmq_channel_get_empty_total") == 1
+        assert want(agg, "rabbitmq_channel_messages_delivered_ack_total") == 4
+        assert want(agg, "rabbitmq_channel_messages_redelivered_total") >= 1
+        assert agg[("rabbitmq_connections", ())] >= 1 and agg[("rabbitmq_channels", ())] >= 1
+        assert agg[("rabbitmq_process_open_fds", ())] > 0
+        g = (("protocol", "amqp091"),)
+        assert agg[("rabbitmq_global_messages_received_total", g)] - before.get(
+            ("rabbitmq_global_messages_received_total", g), 0) == 8
+        assert agg[("rabbitmq_global_messages_routed_total", g)] - before.get(
+            ("rabbitmq_global_messages_routed_total", g), 0) == 6
+        assert agg[("leveret_confirm_latency_seconds_count", ())] - before.get(
+            ("leveret_confirm_latency_seconds_count", ()), 0) == 8
+        assert agg[("leveret_confirms_total", (("mode", "enqueue"),))] >= 6
+        assert agg[("rabbitmq_connection_incoming_bytes_total", ())] > 0
+        assert want(agg, "rabbitmq_queues_created_total") >= 1
+    finally:
+        c.close()
+    def closed_counted():
+        s = scrape(node, "/metrics")
+        key = ("rabbitmq_connections_closed_total", ())
+        return s if s.get(key, 0) > before.get(key, 0) else None
+    closed = wait_for("the connection's close counted", closed_counted)
+    assert closed[("rabbitmq_channel_messages_published_total", ())] - before.get(
+        ("rabbitmq_channel_messages_published_total", ()), 0) == 8  # kept after the close
+    assert http("DELETE", "/api/queues/%2F/dashq")[0] == 204
+
+
+def test_connection_byte_counts_and_channel_rates_in_the_api(node, http):
+    """recv_oct, send_oct, recv_cnt, send_cnt and recv_oct_details/send_oct_details.rate of a
+    connection; a channel's message_stats with rates (rabbit_mgmt_format's fields)."""
+    assert http("PUT", "/api/queues/%2F/bytesq", {"durable": False})[0] == 201
+    with node.connection(client_properties={"connection_name": "bytes-test"}) as c:
+        ch = c.channel()
+        for _ in range(3):
+            ch.basic_publish("", "bytesq", b"z" * 1000)
+
+        def mine():
+            rows = [x for x in http("GET", "/api/connections")[1]
+                    if x["client_properties"].get("connection_name") == "bytes-test"]
+            return rows if rows and rows[0]["recv_oct"] > 3000 else None
+        conn = wait_for("the connection's bytes", mine)[0]
+        assert conn["recv_cnt"] >= 1 and conn["send_oct"] > 0 and conn["send_cnt"] >= 1
+        assert isinstance(conn["recv_oct_details"]["rate"], float)
+        assert isinstance(conn["send_oct_details"]["rate"], float)
+        chan = wait_for("the channel's publish count", lambda: [
+            x for x in http("GET", "/api/channels")[1]
+            if x["connection_details"]["name"] == conn["name"] and
+            x.get("message_stats", {}).get("publish") == 3])[0]
+        assert "rate" in chan["message_stats"]["publish_details"]
+    assert http("DELETE", "/api/queues/%2F/bytesq")[0] == 204
