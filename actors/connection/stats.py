@@ -38,7 +38,17 @@ def sample_connection(reader, node: str, local) -> dict | None:
             "connected_at": reader.connected_at,
             # the socket's statistics (netio.Conn; the node adds the *_details rates)
             "recv_oct": reader.conn.recv_oct, "recv_cnt": reader.conn.recv_cnt,
-            "send_oct": reader.conn.send_oct, "send_cnt": reader.conn.send_cnt}
+            "send_oct": reader.conn.send_oct, "send_cnt": reader.conn.send_cnt,
+            "send_pend": sum(len(b) for b in list(reader.conn.out)),  # bytes not sent yet
+            "auth_mechanism": core.mechanism, "user_who_performed_action": core.user}
+    props = conn["client_properties"]
+    if isinstance(props.get("connection_name"), str):
+        conn["user_provided_name"] = props["connection_name"]
+    tls = core.tls  # rabbit_mgmt_format: "" for each on a plain TCP connection
+    conn.update(ssl_protocol=tls.version if tls else "", ssl_cipher=tls.cipher if tls else "",
+                ssl_key_exchange="", ssl_hash="",
+                peer_cert_subject=_subject(tls.peer_subject) if tls else "",
+                peer_cert_issuer="", peer_cert_validity="")
     channels = []
     for number, ref in list(reader.channels.items()):
         ch = getattr(_actor_of(ref), "core", None)
@@ -46,7 +56,7 @@ def sample_connection(reader, node: str, local) -> dict | None:
             continue
         details = {"name": f"{name} ({number})", "number": number,
                    "connection_name": name, "peer_host": reader.peer[0],
-                   "peer_port": reader.peer[1], "user": core.user}
+                   "peer_port": reader.peer[1], "user": core.user, "node": node}
         consumers = [{"consumer_tag": tag, "queue": {"name": qname, "vhost": core.vhost},
                       "channel_details": details, "ack_required": not no_ack,
                       "prefetch_count": ch.prefetch, "exclusive": False, "arguments": {},
@@ -63,11 +73,24 @@ def sample_connection(reader, node: str, local) -> dict | None:
                          "messages_unconfirmed": len(ch.confirms),
                          "consumer_count": len(consumers), "confirm": bool(ch.confirm),
                          "transactional": bool(ch.tx),
+                         "user_who_performed_action": core.user,
+                         "messages_uncommitted": len(ch.tx_publishes),
+                         "acks_uncommitted": sum(len(e) for e, _, _ in ch.tx_settles),
+                         # per exchange / queue fine stats: RabbitMQ lists them in
+                         # rates_mode "detailed" only; ours is "basic"
+                         "publishes": [], "deliveries": [],
                          "message_stats": channel_stats.message_stats(ch.stats),
                          "consumers": consumers})
     conn["channels"] = len(channels)
     conn["channel_list"] = channels
     return conn
+
+
+def _subject(subject) -> str:
+    """A certificate subject as RabbitMQ prints it: "CN=alice,O=..." (empty when none)."""
+    short = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU",
+             "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST"}
+    return ",".join(f"{short.get(k, k)}={v}" for rdn in subject or () for k, v in rdn)
 
 
 def _actor_of(ref):

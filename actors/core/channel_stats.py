@@ -81,7 +81,7 @@ def merge(a: dict, b: dict) -> dict:
 
 def message_stats(c: ChannelCounters) -> dict:
     """A channel's `message_stats` as rabbit_mgmt_format shows it (the counts only: the node
-    adds the rates), with only the counters that have counted something, as RabbitMQ."""
+    adds the rates): every counter, 0 included, as RabbitMQ 3.10 lists them."""
     out = {}
     for key, value in (("publish", c.publish), ("confirm", c.confirm),
                        ("return_unroutable", c.return_unroutable),
@@ -89,11 +89,8 @@ def message_stats(c: ChannelCounters) -> dict:
                        ("deliver_no_ack", c.deliver_no_ack), ("get", c.get),
                        ("get_no_ack", c.get_no_ack), ("get_empty", c.get_empty),
                        ("redeliver", c.redeliver), ("ack", c.ack)):
-        if value:
-            out[key] = value
-    deliver_get = c.deliver + c.deliver_no_ack + c.get + c.get_no_ack
-    if deliver_get:
-        out["deliver_get"] = deliver_get
+        out[key] = value
+    out["deliver_get"] = c.deliver + c.deliver_no_ack + c.get + c.get_no_ack
     return out
 
 

@@ -66,8 +66,10 @@ def visible_vhosts(state: dict, user: str, tags) -> set:
 
 
 # --- objects -----------------------------------------------------------------------------------
-def vhost_json(v: dict) -> dict:
+def vhost_json(v: dict, members=()) -> dict:
     return {"name": v["name"], "description": v.get("description", ""),
+            "cluster_state": {m["name"]: "running" if m["up"] else "stopped" for m in members},
+            "default_queue_type": "undefined",  # (none set: Leveret's queues are classic)
             "tags": list(v.get("tags") or []),
             "metadata": {"description": v.get("description", ""),
                          "tags": list(v.get("tags") or [])},
@@ -82,16 +84,23 @@ def user_json(u: dict) -> dict:
 
 def exchange_json(x: dict, policy_list) -> dict:
     p = policies.winner(policy_list, x["vhost"], x["name"], "exchanges")
-    return {"name": x["name"], "vhost": x["vhost"], "type": x["type"],
-            "durable": x["durable"], "auto_delete": x["auto_delete"],
-            "internal": x["internal"], "arguments": x["arguments"],
-            "policy": p["name"] if p else None, "user_who_performed_action": ""}
+    out = {"name": x["name"], "vhost": x["vhost"], "type": x["type"],
+           "durable": x["durable"], "auto_delete": x["auto_delete"],
+           "internal": x["internal"], "arguments": x["arguments"],
+           "user_who_performed_action": "",
+           # per-queue / per-exchange fine stats: RabbitMQ lists them in rates_mode "detailed"
+           # only; ours is "basic"
+           "incoming": [], "outgoing": []}
+    if p:  # (RabbitMQ leaves the key out when no policy applies)
+        out["policy"] = p["name"]
+    return out
 
 
 def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
-               message_stats: dict | None = None) -> dict:
+               message_stats: dict | None = None, consumers: list | None = None) -> dict:
     """A queue; `row` is list_queues' (counts, node, mirrors) when the queue answered;
-    `message_stats` what its samples say (actors/core/queue_stats.py)."""
+    `message_stats` what its samples say (actors/core/queue_stats.py); `consumers` its
+    consumers as /api/consumers lists them (the connection workers' samples)."""
     row = row or {}
     p = policies.winner(policy_list, q["vhost"], q["name"], "queues")
     op = policies.winner(op_policy_list, q["vhost"], q["name"], "queues")
@@ -103,7 +112,10 @@ def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
            "operator_policy": op["name"] if op else None,
            "exclusive_consumer_tag": None, "effective_policy_definition":
                policies.merge(p["definition"] if p else None, op["definition"] if op else None),
-           "message_stats": message_stats or {}}
+           "message_stats": message_stats or {},
+           "single_active_consumer_tag": None,
+           "consumer_details": list(consumers or ()),
+           "incoming": [], "deliveries": []}  # rates_mode "detailed" only (ours: "basic")
     for k in ("messages", "messages_ready", "messages_unacknowledged", "consumers"):
         if k in row:
             out[k] = row[k]
@@ -143,8 +155,12 @@ def connection_json(c: dict) -> dict:
     return {k: v for k, v in c.items() if k not in ("id", "channel_list")}
 
 
-def channel_json(ch: dict) -> dict:
-    return {k: v for k, v in ch.items() if k != "consumers"}
+def channel_json(ch: dict, details: bool = False) -> dict:
+    """A channel; `details` (GET /api/channels/{name}): with its consumer_details."""
+    out = {k: v for k, v in ch.items() if k != "consumers"}
+    if details:
+        out["consumer_details"] = ch["consumers"]
+    return out
 
 
 def permission_json(p: dict) -> dict:
@@ -272,7 +288,10 @@ def overview_json(state: dict, queues: list, listeners: list, management_port: i
         "exchange_types": [{"name": t, "description": "", "enabled": True}
                            for t in ("direct", "fanout", "headers", "topic")],
         "object_totals": {"exchanges": len(state["exchanges"]), "queues": len(queues),
-                          "consumers": sum(q.get("consumers", 0) for q in queues)},
+                          "consumers": sum(q.get("consumers", 0) for q in queues),
+                          "connections": len(state.get("connections", ())),
+                          "channels": sum(len(c["channel_list"])
+                                          for c in state.get("connections", ()))},
         "queue_totals": {"messages": ready + unacked, "messages_ready": ready,
                          "messages_unacknowledged": unacked},
         "message_stats": message_stats or {}, "statistics_db_event_queue": 0,
@@ -288,12 +307,13 @@ VHOST_SECTIONS = ("parameters", "policies", "queues", "exchanges", "bindings")
 
 def vhost_definitions(doc: dict, vhost: str) -> dict:
     """GET /api/definitions/{vhost}: the cluster export cut to one vhost, as RabbitMQ 3.10's
-    rabbit_mgmt_wm_definitions does it: the version keys, then parameters, policies, queues,
-    exchanges and bindings of that vhost with their `vhost` field removed."""
-    out = {k: doc[k] for k in ("rabbit_version", "rabbitmq_version", "product_name",
-                               "product_version") if k in doc}
+    rabbit_mgmt_wm_definitions does it: rabbit_version, then parameters, policies, queues,
+    exchanges and bindings of that vhost, with their `vhost` field removed but for the
+    parameters and policies (3.10 keeps it there)."""
+    out = {"rabbit_version": doc.get("rabbit_version")}
     for section in VHOST_SECTIONS:
-        out[section] = [{k: v for k, v in item.items() if k != "vhost"}
+        out[section] = [{k: v for k, v in item.items()
+                         if k != "vhost" or section in ("parameters", "policies")}
                         for item in doc.get(section, []) if item.get("vhost") == vhost]
     return out
 

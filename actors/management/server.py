@@ -382,7 +382,9 @@ class Management:
         listeners.append({"node": state["node"], "protocol": "http",
                           "ip_address": self.host, "port": self.port})
         return web.json_response(api.overview_json(
-            dict(state, exchanges=[x for x in state["exchanges"] if x["vhost"] in visible]),
+            dict(state, exchanges=[x for x in state["exchanges"] if x["vhost"] in visible],
+                 connections=[c for c in state.get("connections", ())
+                              if api.is_monitor(tags) or c["user"] == user]),
             rows, listeners, self.port, self._cluster_name(state),
             api.sum_message_stats(s for (v, _), s in _stats(state).items() if v in visible)))
 
@@ -461,7 +463,7 @@ class Management:
         for c in self._connections(request, user, tags, state, visible):
             for ch in c["channel_list"]:
                 if ch["name"] == name:
-                    return web.json_response(api.channel_json(ch))
+                    return web.json_response(api.channel_json(ch, details=True))
         raise api.not_found()
 
     async def consumers(self, request):
@@ -738,14 +740,15 @@ class Management:
     # --- vhosts, users, permissions -----------------------------------------------------------
     async def vhosts(self, request):
         _, _, state, visible = await self._state(request)
-        return self._reply(request, [api.vhost_json(v) for v in state["auth"]["vhosts"]
+        return self._reply(request, [api.vhost_json(v, state["members"])
+                                     for v in state["auth"]["vhosts"]
                                      if v["name"] in visible])
 
     async def vhost(self, request):
         _, _, state, visible = await self._state(request)
         vhost = self._vhost(request, state, visible)
         return web.json_response(api.vhost_json(
-            next(v for v in state["auth"]["vhosts"] if v["name"] == vhost)))
+            next(v for v in state["auth"]["vhosts"] if v["name"] == vhost), state["members"]))
 
     async def _auth(self, method: str, args: list):
         method, args = hashed_auth_call(method, args)
@@ -1006,10 +1009,12 @@ class Management:
         vhost = self._vhost(request, state, visible)
         rows = await self._queue_rows()
         stats = _stats(state)
+        consumers = _consumers_by_queue(state)
         return self._reply(request, [
             api.queue_json(q, rows.get((q["vhost"], q["name"])), state["policies"],
                            state.get("operator_policies", ()),
-                           stats.get((q["vhost"], q["name"])))
+                           stats.get((q["vhost"], q["name"])),
+                           consumers.get((q["vhost"], q["name"])))
             for q in state["queues"] if q["vhost"] in visible and
             (vhost is None or q["vhost"] == vhost)])
 
@@ -1021,7 +1026,8 @@ class Management:
         rows = await self._queue_rows()
         return web.json_response(api.queue_json(q, rows.get((vhost, name)), state["policies"],
                                                 state.get("operator_policies", ()),
-                                                _stats(state).get((vhost, name))))
+                                                _stats(state).get((vhost, name)),
+                                                _consumers_by_queue(state).get((vhost, name))))
 
     async def put_queue(self, request):
         user, _, state, visible = await self._state(request)
@@ -1236,6 +1242,16 @@ def _find_queue(state, vhost, name) -> dict:
 def _stats(state) -> dict:
     """(vhost, queue) -> message_stats, from the node's statistics table."""
     return {(v, n): s for v, n, s in state.get("queue_stats", ())}
+
+
+def _consumers_by_queue(state) -> dict:
+    """(vhost, queue) -> its consumers, as /api/consumers lists them."""
+    out: dict = {}
+    for c in state.get("connections", ()):
+        for ch in c["channel_list"]:
+            for cons in ch["consumers"]:
+                out.setdefault((cons["queue"]["vhost"], cons["queue"]["name"]), []).append(cons)
+    return out
 
 
 def _bindings(state) -> list:

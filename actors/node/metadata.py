@@ -596,6 +596,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         exchanges = [[v, n, x.type, x.durable, x.auto_delete, x.internal, dict(x.arguments)]
                      for (v, n), x in self._all_exchanges() if n and not n.startswith("amq.")]
         return {"auth": self.auth.to_state(), "policies": list(self.policies.values()),
+                "op_policies": list(self.op_policies.values()),
+                "limits": [[scope, name, value] for (scope, name), value in self.limits.items()],
                 "exchanges": exchanges, "bindings": list(self._all_bindings()),
                 "queues": [{k: v for k, v in q.items() if k not in ("address", "worker")}
                            for q in self.queues.values()]}
@@ -631,7 +633,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                                    if c[0] == "queue_put")
         if changes:
             self._change(*changes)
-            if any(c[0] == "policy_put" for c in changes):
+            if any(c[0] in ("policy_put", "op_policy_put") for c in changes):
                 self._remirror()
         if content_hash:
             self.defs.save_hash(content_hash)
