@@ -104,3 +104,21 @@ class StatsTable:
             out[key] = values[key]
             out[f"{key}_details"] = {"rate": rate}
         return out
+
+    def depth_rates(self, vhost: str, name: str, now_ms: int) -> dict:
+        """The rate of change of the queue's depth (`messages_details`,
+        `messages_ready_details`, `messages_unacknowledged_details`) between its last two
+        samples, per second (0 once the queue has been quiet for two intervals)."""
+        entry = self.samples.get((vhost, name))
+        if entry is None:
+            return {}
+        (t1, s1), prev = entry
+        quiet = now_ms - t1 > 2 * self.interval_ms
+        out = {}
+        for key in ("messages", "messages_ready", "messages_unacknowledged"):
+            rate = 0.0
+            if prev is not None and not quiet and t1 > prev[0]:
+                rate = round((s1.get(key, 0) - prev[1].get(key, 0)) * 1000.0 /
+                             (t1 - prev[0]), 1)
+            out[f"{key}_details"] = {"rate": rate}
+        return out

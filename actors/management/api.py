@@ -66,8 +66,26 @@ def visible_vhosts(state: dict, user: str, tags) -> set:
 
 
 # --- objects -----------------------------------------------------------------------------------
-def vhost_json(v: dict, members=()) -> dict:
-    return {"name": v["name"], "description": v.get("description", ""),
+def vhost_sums(vhost: str, rows: list, message_stats: list, depth_rates: list,
+               connections: list) -> dict:
+    """A vhost's totals as rabbit_mgmt_db adds them up: its queues' depth (with rates), their
+    message_stats summed, its connections' recv_oct / send_oct (with rates)."""
+    out: dict = {}
+    for k in ("messages", "messages_ready", "messages_unacknowledged"):
+        out[k] = sum(r.get(k, 0) for r in rows)
+        out[f"{k}_details"] = {"rate": round(sum(
+            d.get(f"{k}_details", {}).get("rate", 0.0) for d in depth_rates), 1)}
+    out["message_stats"] = sum_message_stats(message_stats)
+    for k in ("recv_oct", "send_oct"):
+        out[k] = sum(c.get(k, 0) for c in connections if c["vhost"] == vhost)
+        out[f"{k}_details"] = {"rate": round(sum(
+            c.get(f"{k}_details", {}).get("rate", 0.0) for c in connections
+            if c["vhost"] == vhost), 1)}
+    return out
+
+
+def vhost_json(v: dict, members=(), sums: dict | None = None) -> dict:
+    return {**(sums or {}), "name": v["name"], "description": v.get("description", ""),
             "cluster_state": {m["name"]: "running" if m["up"] else "stopped" for m in members},
             "default_queue_type": "undefined",  # (none set: Leveret's queues are classic)
             "tags": list(v.get("tags") or []),
@@ -97,7 +115,8 @@ def exchange_json(x: dict, policy_list) -> dict:
 
 
 def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
-               message_stats: dict | None = None, consumers: list | None = None) -> dict:
+               message_stats: dict | None = None, consumers: list | None = None,
+               depth_rates: dict | None = None) -> dict:
     """A queue; `row` is list_queues' (counts, node, mirrors) when the queue answered;
     `message_stats` what its samples say (actors/core/queue_stats.py); `consumers` its
     consumers as /api/consumers lists them (the connection workers' samples)."""
@@ -119,6 +138,8 @@ def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
     for k in ("messages", "messages_ready", "messages_unacknowledged", "consumers"):
         if k in row:
             out[k] = row[k]
+            if depth_rates and f"{k}_details" in depth_rates:
+                out[f"{k}_details"] = depth_rates[f"{k}_details"]
     if "consumers" in row:
         out["consumer_utilisation"] = None
     if row.get("mirrors"):
@@ -276,10 +297,17 @@ def sum_message_stats(stats) -> dict:
 
 
 def overview_json(state: dict, queues: list, listeners: list, management_port: int,
-                  cluster_name: str, message_stats: dict | None = None) -> dict:
-    """GET /api/overview."""
+                  cluster_name: str, message_stats: dict | None = None,
+                  depth_rates=()) -> dict:
+    """GET /api/overview; depth_rates: the visible queues' depth_rates."""
     ready = sum(q.get("messages_ready", 0) for q in queues)
     unacked = sum(q.get("messages_unacknowledged", 0) for q in queues)
+    totals = {"messages": ready + unacked, "messages_ready": ready,
+              "messages_unacknowledged": unacked}
+    if depth_rates:
+        for k in list(totals):
+            totals[f"{k}_details"] = {"rate": round(sum(
+                d.get(f"{k}_details", {}).get("rate", 0.0) for d in depth_rates), 1)}
     return {
         "management_version": VERSION, "rates_mode": "basic",
         "rabbitmq_version": VERSION, "product_name": "Leveret", "product_version": VERSION,
@@ -292,8 +320,7 @@ def overview_json(state: dict, queues: list, listeners: list, management_port: i
                           "connections": len(state.get("connections", ())),
                           "channels": sum(len(c["channel_list"])
                                           for c in state.get("connections", ()))},
-        "queue_totals": {"messages": ready + unacked, "messages_ready": ready,
-                         "messages_unacknowledged": unacked},
+        "queue_totals": totals,
         "message_stats": message_stats or {}, "statistics_db_event_queue": 0,
         "listeners": listeners,
         "contexts": [{"node": state["node"], "description": "RabbitMQ Management",

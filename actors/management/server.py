@@ -386,7 +386,8 @@ class Management:
                  connections=[c for c in state.get("connections", ())
                               if api.is_monitor(tags) or c["user"] == user]),
             rows, listeners, self.port, self._cluster_name(state),
-            api.sum_message_stats(s for (v, _), s in _stats(state).items() if v in visible)))
+            api.sum_message_stats(s for (v, _), s in _stats(state).items() if v in visible),
+            [d for (v, _), d in _depth(state).items() if v in visible]))
 
     @staticmethod
     def _cluster_name(state) -> str:
@@ -740,15 +741,28 @@ class Management:
     # --- vhosts, users, permissions -----------------------------------------------------------
     async def vhosts(self, request):
         _, _, state, visible = await self._state(request)
-        return self._reply(request, [api.vhost_json(v, state["members"])
+        sums = await self._vhost_sums(state)
+        return self._reply(request, [api.vhost_json(v, state["members"], sums(v["name"]))
                                      for v in state["auth"]["vhosts"]
                                      if v["name"] in visible])
 
     async def vhost(self, request):
         _, _, state, visible = await self._state(request)
         vhost = self._vhost(request, state, visible)
+        sums = await self._vhost_sums(state)
         return web.json_response(api.vhost_json(
-            next(v for v in state["auth"]["vhosts"] if v["name"] == vhost), state["members"]))
+            next(v for v in state["auth"]["vhosts"] if v["name"] == vhost), state["members"],
+            sums(vhost)))
+
+    async def _vhost_sums(self, state):
+        """vhost -> its totals (api.vhost_sums)."""
+        rows = list((await self._queue_rows()).values())
+        stats, depth = _stats(state), _depth(state)
+        conns = state.get("connections", ())
+        return lambda vhost: api.vhost_sums(
+            vhost, [r for r in rows if r["vhost"] == vhost],
+            [s for (v, _), s in stats.items() if v == vhost],
+            [d for (v, _), d in depth.items() if v == vhost], conns)
 
     async def _auth(self, method: str, args: list):
         method, args = hashed_auth_call(method, args)
@@ -1010,11 +1024,13 @@ class Management:
         rows = await self._queue_rows()
         stats = _stats(state)
         consumers = _consumers_by_queue(state)
+        depth = _depth(state)
         return self._reply(request, [
             api.queue_json(q, rows.get((q["vhost"], q["name"])), state["policies"],
                            state.get("operator_policies", ()),
                            stats.get((q["vhost"], q["name"])),
-                           consumers.get((q["vhost"], q["name"])))
+                           consumers.get((q["vhost"], q["name"])),
+                           depth.get((q["vhost"], q["name"])))
             for q in state["queues"] if q["vhost"] in visible and
             (vhost is None or q["vhost"] == vhost)])
 
@@ -1027,7 +1043,8 @@ class Management:
         return web.json_response(api.queue_json(q, rows.get((vhost, name)), state["policies"],
                                                 state.get("operator_policies", ()),
                                                 _stats(state).get((vhost, name)),
-                                                _consumers_by_queue(state).get((vhost, name))))
+                                                _consumers_by_queue(state).get((vhost, name)),
+                                                _depth(state).get((vhost, name))))
 
     async def put_queue(self, request):
         user, _, state, visible = await self._state(request)
@@ -1242,6 +1259,11 @@ def _find_queue(state, vhost, name) -> dict:
 def _stats(state) -> dict:
     """(vhost, queue) -> message_stats, from the node's statistics table."""
     return {(v, n): s for v, n, s in state.get("queue_stats", ())}
+
+
+def _depth(state) -> dict:
+    """(vhost, queue) -> the rates of change of its depth (queue_stats.depth_rates)."""
+    return {(v, n): d for v, n, d in state.get("queue_depth_rates", ())}
 
 
 def _consumers_by_queue(state) -> dict:

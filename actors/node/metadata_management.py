@@ -109,8 +109,10 @@ class ManagementMixin:
                         "amqp": f"{self.config.host}:{self.config.port}"}]
         now = int(time.time() * 1000)
         stats = [[v, n, self.queue_stats.message_stats(v, n, now)] for (v, n) in self.queues]
+        depth = [[v, n, self.queue_stats.depth_rates(v, n, now)] for (v, n) in self.queues]
         return {"auth": self.auth.to_state(), "exchanges": exchanges,
                 "queue_stats": [s for s in stats if s[2]],
+                "queue_depth_rates": [d for d in depth if d[2]],
                 "connections": self._connections_with_rates(now),
                 "bindings": list(self._all_bindings()),
                 "queues": [{k: v for k, v in q.items() if k not in ("address", "worker")}

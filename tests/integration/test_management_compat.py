@@ -41,14 +41,13 @@ DIFFERENCES = {
     ("overview", "release_series_support_status", "missing"): "RabbitMQ's release support status",
     ("overview", "sample_retention_policies", "missing"): "Leveret keeps the last two samples, "
     "no retention policies (rates only, no history)",
-    ("overview", "queue_totals.messages_details", "missing"): DETAILED,
-    ("overview", "queue_totals.messages_ready_details", "missing"): DETAILED,
-    ("overview", "queue_totals.messages_unacknowledged_details", "missing"): DETAILED,
-    **{("overview", f"message_stats.{k}{d}", "missing"):
-       "the overview sums the queues' samples; channel-level counts are in /api/channels and "
+    **{(a, f"message_stats.{k}{d}", "missing"):
+       "the overview and vhosts sum the queues' samples; channel-level counts are in /api/channels and "
        "Prometheus" if not k.startswith("disk") else STORAGE
+       for a in ("overview", "vhost")
        for k in ("confirm", "drop_unroutable", "return_unroutable", "get_empty", "disk_reads",
-                 "disk_writes") for d in ("", "_details")},
+                 "disk_writes") for d in ("", "_details")
+       if a == "overview" or not k.startswith("disk")},
     **{("queue", f, "missing"): ERLANG for f in ("garbage_collection", "memory", "reductions",
                                                  "reductions_details")},
     **{("queue", f, "missing"): STORAGE for f in (
@@ -57,8 +56,7 @@ DIFFERENCES = {
         "message_bytes_unacknowledged", "messages_paged_out", "messages_persistent",
         "messages_ram", "messages_ready_ram", "messages_unacknowledged_ram")},
     **{("queue", f, "missing"): DETAILED for f in (
-        "consumer_capacity", "head_message_timestamp", "idle_since", "messages_details",
-        "messages_ready_details", "messages_unacknowledged_details",
+        "consumer_capacity", "head_message_timestamp", "idle_since",
         "message_stats.get_empty", "message_stats.get_empty_details")},
     ("queue", "consumer_utilisation", "type number vs null"): DETAILED + " (null: not measured)",
     ("queue", "recoverable_slaves", "missing"): "mirrors are listed in slave_nodes; no "
@@ -68,10 +66,6 @@ DIFFERENCES = {
         "garbage_collection", "reductions", "reductions_details")},
     ("channel", "idle_since", "missing"): DETAILED,
     ("channel", "pending_raft_commands", "missing"): "no quorum queues in Leveret",
-    **{("vhost", f, "missing"): DETAILED + " (per-vhost sums)" for f in (
-        "message_stats", "messages", "messages_details", "messages_ready",
-        "messages_ready_details", "messages_unacknowledged", "messages_unacknowledged_details",
-        "recv_oct", "recv_oct_details", "send_oct", "send_oct_details")},
     **{("definitions", f, "extra"): SAME_DOC
        for f in ("queues[].type", "vhosts[].limits", "vhosts[].metadata")},
     ("vhost_definitions", "queues[].type", "extra"): SAME_DOC,
