@@ -188,9 +188,14 @@ class RabbitMQNode:
 
     def __init__(self, host: str = "127.0.0.1", port: int | None = None,
                  start_timeout: float = 90.0, keep_dir: bool = False, log=None,
-                 install: bool = False):
+                 install: bool = False, management_port: int | None = None,
+                 config: str = ""):
+        """management_port: also enable the rabbitmq_management plugin, listening there
+        (0: a spare port); config: more rabbitmq.conf lines."""
         self.host = host
         self.port = port
+        self.management_port = management_port
+        self.config = config
         self.start_timeout = start_timeout
         self.keep_dir = keep_dir
         self.install = install
@@ -235,11 +240,17 @@ class RabbitMQNode:
         for sub in ("mnesia", "log", "home"):
             os.makedirs(os.path.join(d, sub))
         plugins = os.path.join(d, "enabled_plugins")
+        if self.management_port == 0:
+            self.management_port = free_port(self.host)
         with open(plugins, "w") as f:
-            f.write("[].\n")
+            f.write("[rabbitmq_management].\n" if self.management_port else "[].\n")
         conf = os.path.join(d, "rabbitmq.conf")
         with open(conf, "w") as f:
-            f.write("# private benchmark node: defaults only\n")
+            f.write("# private node: defaults unless given\n")
+            if self.management_port:
+                f.write(f"management.tcp.port = {self.management_port}\n"
+                        f"management.tcp.ip = {self.host}\n")
+            f.write(self.config)
         env_conf = os.path.join(d, "rabbitmq-env.conf")
         open(env_conf, "w").close()
         if self.port is None:
@@ -283,7 +294,8 @@ class RabbitMQNode:
                 self.stop()
                 raise RefBrokerError(f"rabbitmq-server exited with status "
                                      f"{self.proc.returncode}:\n{tail}")
-            if amqp_answers(self.host, self.port, 1.0):
+            if amqp_answers(self.host, self.port, 1.0) and (
+                    not self.management_port or _http_answers(self.host, self.management_port)):
                 return
             time.sleep(0.25)
         tail = self.log_tail()
@@ -339,6 +351,19 @@ class RabbitMQNode:
             except OSError:
                 time.sleep(0.05)
         raise RefBrokerError(f"epmd did not listen on {host}:{port}")
+
+
+def _http_answers(host: str, port: int) -> bool:
+    """The management listener answers (any HTTP status)."""
+    import urllib.error
+    import urllib.request
+    try:
+        urllib.request.urlopen(f"http://{host}:{port}/api/overview", timeout=2).close()
+        return True
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
 
 
 def server_version(host: str, port: int, timeout: float = 3.0) -> str | None:

@@ -25,6 +25,7 @@ import struct
 from collections import OrderedDict, deque
 
 from actors.core import NO_EVENTS, credit_flow, direct_reply, policies, sender_selected
+from actors.core.channel_stats import ChannelCounters
 from actors.core.confirms import Confirms
 from actors.core.limiter import Limiter
 from actors import messages as m
@@ -69,8 +70,12 @@ class RefusedPublish:
 class ChannelCore:
     def __init__(self, number: int, address: str, conn: ConnInfo, replica, out,
                  credit_initial=credit_flow.INITIAL, events=NO_EVENTS, random_bytes=os.urandom,
-                 credit_initial_bytes=credit_flow.INITIAL_BYTES, consumer_timeout=0):
+                 credit_initial_bytes=credit_flow.INITIAL_BYTES, consumer_timeout=0,
+                 clock=None):
         self.events = events  # the event log (actors.events in the shell), injected
+        self.clock = clock  # seconds, monotonic (confirm latency); None: not measured
+        self.stats = ChannelCounters()  # what the statistics sample reads (channel_stats.py)
+        self.published_at: dict[int, float] = {}  # confirm seq no -> clock() at publish
         self.random_bytes = random_bytes  # ids (msg id prefix, consumer tags), injected
         # the last publish's (raw, decoded, expiry, CC/BCC keys, raw to store, headers to route
         # by): a publisher repeats its properties, they are decoded and checked once
@@ -199,6 +204,7 @@ class ChannelCore:
         self.consumers.clear()
         self.reply_consumer = None
         self.confirms.clear()
+        self.published_at.clear()
         self.limiter.reset()
         if self.blocked:
             self.blocked = False
@@ -290,6 +296,12 @@ class ChannelCore:
                                  queue=msg.qname, connection=self.conn.owner, channel=n,
                                  consumer_tag=ctag, delivery_tag=tag, redelivered=redelivered,
                                  no_ack=c[2])
+            if c[2]:
+                self.stats.deliver_no_ack += 1
+            else:
+                self.stats.deliver += 1
+            if redelivered:
+                self.stats.redeliver += 1
             if not c[2]:
                 self.unacked[tag] = (queue, seq_id, ctag, lite,
                                      rest[2] if len(rest) > 2 else None, now)
@@ -406,6 +418,18 @@ class ChannelCore:
                     singles = [s for s in seqs if low is not None and s > low]
             for s in singles:
                 out.append(encode_method(self.number, cls(delivery_tag=s, multiple=False)))
+        stats = self.stats
+        stats.confirm += len(self.confirm_acks)
+        stats.nack += len(self.confirm_nacks)
+        if self.published_at:
+            now = self.clock()
+            published_at = self.published_at
+            for s in self.confirm_acks:
+                t = published_at.pop(s, None)
+                if t is not None:
+                    stats.confirmed_after(now - t)
+            for s in self.confirm_nacks:
+                published_at.pop(s, None)
         if self.seq_msg:
             c = self.conn
             for seqs, kind in ((self.confirm_acks, "confirmed"),
@@ -649,9 +673,14 @@ class ChannelCore:
             # message goes to the consuming channel (in a transaction too: at routing time)
             self._send_replies([rk, *extra], rk, out_raw, body)
         seq = 0
+        stats = self.stats
+        stats.publish += 1
         if self.confirm:
             seq = self.next_seq
             self.next_seq += 1
+            stats.publish_confirm += 1
+            if self.clock is not None:
+                self.published_at[seq] = self.clock()
         persistent = props.delivery_mode == 2
         item = [seq, exchange, rk, out_raw, persistent, props.priority or 0, expiry]
         ev = self.events.enabled()
@@ -748,6 +777,10 @@ class ChannelCore:
         seq = item[0]
         if not targets:
             if method.mandatory:
+                self.stats.return_unroutable += 1
+            else:
+                self.stats.drop_unroutable += 1
+            if method.mandatory:
                 self.out.write(encode_method(self.number, am.BasicReturn(
                     reply_code=312, reply_text="NO_ROUTE", exchange=method.exchange,
                     routing_key=method.routing_key)) + encode_content(
@@ -755,6 +788,7 @@ class ChannelCore:
             if seq:
                 self.confirm_acks.append(seq)
             return
+        self.stats.routed += 1
         if seq:
             self.confirms.insert(seq, targets)
         block = False
@@ -931,9 +965,16 @@ class ChannelCore:
             if isinstance(reply, m.RpcReply):
                 raise _reply_error(reply, method)
             if reply.item is None:
+                self.stats.get_empty += 1
                 self.out.write(encode_method(self.number, am.BasicGetEmpty()))
                 return
             _, seq_id, redelivered, exchange, rk, props, *rest = reply.item
+            if method.no_ack:
+                self.stats.get_no_ack += 1
+            else:
+                self.stats.get += 1
+            if redelivered:
+                self.stats.redeliver += 1
             tag = self.next_tag
             self.next_tag += 1
             lite = (rest[0], rest[1]) if rest and rest[0] else None
@@ -1027,6 +1068,8 @@ class ChannelCore:
         if self.tx:
             self.tx_settles.append((entries, op, kind))
             return
+        if op == m.ACK:
+            self.stats.ack += len(entries)
         for tag, (q, seq_id, _, lite, msg16, _) in entries:
             if msg16 is not None:
                 self.events.emit(kind, msg16, actor="channel", vhost=self.conn.vhost,
@@ -1041,6 +1084,7 @@ class ChannelCore:
                 # ack-lite: this channel, not the queue, tells the publisher (seed 003, opt. 2);
                 # a reject is not reported (the publisher resends after its time-out)
                 self.lite_confirms.setdefault((lite[0], q), []).append(lite[1])
+                self.stats.confirm_lite += 1
         if self.limiter.settled(tag for tag, _ in entries):
             self._grant()
 
