@@ -1,0 +1,192 @@
+"""Power-loss simulation for the fault tests (tests/faults/test_power_loss.py): what a node's data
+dir holds after an OS crash or a power cut, built from what its processes synced.
+
+How it works (see powerloss_shim.c beside this file for the details):
+1. `build_shim(tmp)` compiles powerloss_shim.c with the system C compiler into the test's temp dir
+   (the test is skipped, saying why, when there is no compiler);
+2. the node runs with `shim_env(...)` in its environment: LD_PRELOAD=the shim in the node and in
+   every worker it spawns. For every regular file under the data dir the shim keeps, in a shadow
+   dir, the image of what is ON DISK: the file's bytes at each fsync / fdatasync / msync(MS_SYNC)
+   / syncfs / sync / O_DSYNC write that covered them, whichever process wrote them or synced;
+3. `power_cut(broker)` freezes the node and all its descendants at once (SIGSTOP to the whole
+   tree, then SIGKILL): nothing runs past the instant of the cut, not even a worker's SIGTERM
+   handler;
+4. `restore(data_dir, shadow, mode, seed)` rewrites the data dir as the disk would hold it:
+   - mode "drop": every write not followed by a sync is lost: each file becomes its last synced
+     image; a file never synced is removed (LMDB's lock file, node.json, ...);
+   - mode "reorder": the kernel wrote back an arbitrary subset of the dirty pages before the cut
+     (as it does, in no particular order): each 4 KiB page whose crash-time content differs from
+     its synced image keeps the crash-time content or the synced one, by a seeded coin; the size
+     is the synced one or the crash-time one. This is the case where an LMDB environment opened
+     with sync=False/metasync=False can find a meta page pointing at pages that never reached
+     the disk.
+   The harness knows nothing of the storage layout: it works on whatever files the node writes
+   and whatever sync calls it makes.
+
+Not modelled: directory entries (creations, renames and deletions are taken as they are at the
+cut; a file never synced is removed whole), a page written back in an intermediate state between
+two writes, torn sectors inside a page, writes by fallocate/copy_file_range/io_uring.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import random
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+SHIM_SOURCE = Path(__file__).with_name("powerloss_shim.c")
+PAGE = 4096
+
+
+def build_shim(tmp: Path) -> Path:
+    """Compile the shim into tmp (skip the test when no C compiler is available)."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("power-loss simulation needs a C compiler (cc/gcc/clang) to build its "
+                    "LD_PRELOAD shim; none found")
+    out = tmp / "powerloss_shim.so"
+    res = subprocess.run([cc, "-O2", "-Wall", "-Wno-format-truncation", "-shared", "-fPIC", "-o", str(out),
+                          str(SHIM_SOURCE), "-ldl", "-lpthread"], capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip(f"could not build the power-loss shim with {cc}: {res.stderr[-2000:]}")
+    return out
+
+
+def shim_env(shim: Path, data_dir: Path, shadow: Path, lie: bool = False) -> dict:
+    """Environment for a process (and its children) whose writes under data_dir are tracked.
+    lie=True: a disk that acknowledges every sync and persists nothing (to show a test fails)."""
+    shadow.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    env = {"LD_PRELOAD": str(shim), "POWERLOSS_DIR": os.path.realpath(data_dir),
+           "POWERLOSS_SHADOW": os.path.realpath(shadow)}
+    if lie:
+        env["POWERLOSS_LIE"] = "1"
+    return env
+
+
+class Keys:
+    """The shim's key of a file (device, inode, birth time), through its exported function."""
+
+    def __init__(self, shim: Path):
+        self.lib = ctypes.CDLL(str(shim))
+        self.lib.powerloss_key.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+
+    def __call__(self, path: Path) -> str | None:
+        buf = ctypes.create_string_buffer(128)
+        if self.lib.powerloss_key(os.fsencode(path), buf, 128) != 0:
+            return None
+        return buf.value.decode()
+
+
+def process_tree(root: int) -> list[int]:
+    """root and all its descendants (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def power_cut(broker) -> list[int]:
+    """Stop the node and every descendant at one instant (SIGSTOP until the tree is stable), then
+    SIGKILL them all and wait until they are gone. Returns the pids."""
+    stopped: list[int] = []
+    while True:
+        new = [p for p in process_tree(broker.pid) if p not in stopped]
+        if not new:
+            break
+        for pid in new:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+            stopped.append(pid)
+    for pid in stopped:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    broker.proc.wait(10)
+    deadline = time.monotonic() + 10
+    while not all(_gone(p) for p in stopped):
+        assert time.monotonic() < deadline, "processes still alive after SIGKILL"
+        time.sleep(0.01)
+    return stopped
+
+
+def _images(shadow: Path) -> dict[str, Path]:
+    return {p.name[:-4]: p for p in shadow.glob("*.img")}
+
+
+def restore(data_dir: Path, shadow: Path, keys: Keys, mode: str = "drop",
+            seed: int = 0) -> dict:
+    """Rewrite data_dir as the disk holds it after the cut (see the module docstring). Returns
+    {"kept": [...], "removed": [...], "pages_synced": n, "pages_crash": n} for the report."""
+    assert mode in ("drop", "reorder"), mode
+    rng = random.Random(seed)
+    images = _images(shadow)
+    report = {"kept": [], "removed": [], "pages_synced": 0, "pages_crash": 0}
+    files = sorted(p for p in data_dir.rglob("*") if p.is_file() and not p.is_symlink())
+    for path in files:
+        rel = str(path.relative_to(data_dir))
+        key = keys(path)
+        img = images.get(key) if key else None
+        if img is None:
+            path.unlink()
+            report["removed"].append(rel)
+            continue
+        synced = img.read_bytes()
+        if mode == "drop":
+            content = synced
+        else:
+            crash = path.read_bytes()
+            size = len(synced) if len(synced) == len(crash) or rng.random() < 0.5 else len(crash)
+            out = bytearray(size)
+            for off in range(0, size, PAGE):
+                a, b = synced[off:off + PAGE], crash[off:off + PAGE]
+                if a == b:
+                    page = a
+                elif rng.random() < 0.5:
+                    page, report["pages_crash"] = b, report["pages_crash"] + 1
+                else:
+                    page, report["pages_synced"] = a, report["pages_synced"] + 1
+                page = page[:size - off]
+                out[off:off + len(page)] = page
+            content = bytes(out)
+        with open(path, "r+b") as f:
+            f.truncate(0)
+            f.write(content)
+        report["kept"].append(rel)
+    return report
+
+
+def sync_events(shadow: Path) -> list[str]:
+    """The shim's record of sync calls: "pid call key" lines."""
+    p = shadow / "events.log"
+    return p.read_text().splitlines() if p.exists() else []
