@@ -144,14 +144,42 @@ def _images(shadow: Path) -> dict[str, Path]:
     return {p.name[:-4]: p for p in shadow.glob("*.img")}
 
 
+def _roll_back(shadow: Path) -> list[str]:
+    """Undo the image updates of syncs the cut froze half-way (KEY.undo not empty: the old size,
+    then (offset, length, old bytes) records): such a sync had not returned, so the disk holds
+    what it held before it. Returns the keys rolled back."""
+    rolled = []
+    for undo in sorted(shadow.glob("*.undo")):
+        raw = undo.read_bytes()
+        if not raw:
+            continue
+        img = undo.with_suffix(".img")
+        data = bytearray(img.read_bytes())
+        old_size = int.from_bytes(raw[:8], "little")
+        records, pos = [], 8
+        while pos + 16 <= len(raw):
+            off = int.from_bytes(raw[pos:pos + 8], "little")
+            n = int.from_bytes(raw[pos + 8:pos + 16], "little")
+            records.append((off, raw[pos + 16:pos + 16 + n]))
+            pos += 16 + n
+        for off, old in reversed(records):
+            data[off:off + len(old)] = old
+        img.write_bytes(bytes(data[:old_size]).ljust(old_size, b"\0"))
+        undo.write_bytes(b"")
+        rolled.append(undo.name[:-5])
+    return rolled
+
+
 def restore(data_dir: Path, shadow: Path, keys: Keys, mode: str = "drop",
             seed: int = 0) -> dict:
     """Rewrite data_dir as the disk holds it after the cut (see the module docstring). Returns
-    {"kept": [...], "removed": [...], "pages_synced": n, "pages_crash": n} for the report."""
+    {"kept": [...], "removed": [...], "pages_synced": n, "pages_crash": n, "rolled_back": [keys
+    of syncs frozen half-way]} for the report."""
     assert mode in ("drop", "reorder"), mode
     rng = random.Random(seed)
+    report = {"kept": [], "removed": [], "pages_synced": 0, "pages_crash": 0,
+              "rolled_back": _roll_back(shadow)}
     images = _images(shadow)
-    report = {"kept": [], "removed": [], "pages_synced": 0, "pages_crash": 0}
     files = sorted(p for p in data_dir.rglob("*") if p.is_file() and not p.is_symlink())
     for path in files:
         rel = str(path.relative_to(data_dir))

@@ -59,6 +59,8 @@ enum { FD_UNKNOWN = 0, FD_IGNORED = 1, FD_WATCHED = 2 };
 
 struct fdinfo {
     int state;             /* FD_* */
+    dev_t dev;             /* what the fd was when classified: an fd closed behind our back */
+    ino_t ino;             /*   (fclose, close_range) and reused is classified again */
     int dsync;             /* opened with O_DSYNC or O_SYNC: every write is durable */
     char key[KEY_LEN];     /* the file's key */
 };
@@ -183,16 +185,20 @@ static struct fdinfo *watched(int fd) {
     if (!watch_len || fd < 0 || fd >= MAX_FDS)
         return NULL;
     struct fdinfo *f = &fds[fd];
-    if (__atomic_load_n(&f->state, __ATOMIC_ACQUIRE) == FD_UNKNOWN) {
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return NULL;
+    if (__atomic_load_n(&f->state, __ATOMIC_ACQUIRE) == FD_UNKNOWN ||
+            f->dev != st.st_dev || f->ino != st.st_ino) {
         /* classified under the lock, published last: a thread never sees a half-made entry */
         pthread_mutex_lock(&mu);
-        if (f->state == FD_UNKNOWN) {
+        if (f->state == FD_UNKNOWN || f->dev != st.st_dev || f->ino != st.st_ino) {
             char link[64], path[PATH_MAX];
-            struct stat st;
             int state = FD_IGNORED;
+            __atomic_store_n(&f->state, FD_UNKNOWN, __ATOMIC_RELEASE);
             snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
             ssize_t n = readlink(link, path, sizeof path - 1);
-            if (n > 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+            if (n > 0 && S_ISREG(st.st_mode)) {
                 path[n] = 0;
                 if ((size_t)n > watch_len && strncmp(path, watch_dir, watch_len) == 0 &&
                         path[watch_len] == '/' && key_of_fd(fd, f->key) == 0) {
@@ -202,6 +208,8 @@ static struct fdinfo *watched(int fd) {
                     state = FD_WATCHED;
                 }
             }
+            f->dev = st.st_dev;
+            f->ino = st.st_ino;
             __atomic_store_n(&f->state, state, __ATOMIC_RELEASE);
         }
         pthread_mutex_unlock(&mu);
@@ -214,14 +222,49 @@ static void forget(int fd) {
         __atomic_store_n(&fds[fd].state, FD_UNKNOWN, __ATOMIC_RELEASE);
 }
 
-/* copy [off, off+len) of the file open as `src` into the image `img` */
-static void copy_range(int src, int img, off_t off, size_t len) {
-    char buf[65536];
+/* Image updates are undoable: a process frozen by the power cut in the middle of one leaves
+ * KEY.undo (old image size u64, then records: offset u64, length u64, the old bytes) and the
+ * restore rolls the image back to before that sync, which had not returned. */
+struct update {
+    int src, img, undo;
+};
+
+static int update_begin(struct update *u, const char *key, int src) {
+    char p[PATH_MAX];
+    struct stat ist;
+    u->src = src;
+    shadow_path(p, key, "img");
+    u->img = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    shadow_path(p, key, "undo");
+    u->undo = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+    if (u->img < 0 || u->undo < 0 || fstat(u->img, &ist) != 0)
+        return -1;
+    uint64_t size = (uint64_t)ist.st_size;
+    write_all(u->undo, (const char *)&size, sizeof size);
+    return 0;
+}
+
+static void update_end(struct update *u, off_t size) {
+    if (u->img >= 0 && size >= 0 && ftruncate(u->img, size) != 0) { /* nothing better to do */ }
+    if (u->undo >= 0 && ftruncate(u->undo, 0) != 0) { /* idem */ }
+    if (u->img >= 0) real_close(u->img);
+    if (u->undo >= 0) real_close(u->undo);
+}
+
+/* copy [off, off+len) of the file into the image, saving the image's old bytes first */
+static void copy_range(struct update *u, off_t off, size_t len) {
+    char buf[65536 + 16], old[65536 + 16];
     while (len > 0) {
-        ssize_t r = pread(src, buf, len < sizeof buf ? len : sizeof buf, off);
+        size_t want = len < 65536 ? len : 65536;
+        ssize_t o = pread(u->img, old + 16, want, off);
+        uint64_t *h = (uint64_t *)old;
+        h[0] = (uint64_t)off;
+        h[1] = o > 0 ? (uint64_t)o : 0;
+        write_all(u->undo, old, 16 + (size_t)h[1]);
+        ssize_t r = pread(u->src, buf, want, off);
         if (r <= 0)
             return;
-        ssize_t w = real_pwrite(img, buf, (size_t)r, off);
+        ssize_t w = real_pwrite(u->img, buf, (size_t)r, off);
         if (w != r)
             return;
         off += r;
@@ -229,17 +272,17 @@ static void copy_range(int src, int img, off_t off, size_t len) {
     }
 }
 
-/* copy every data extent of src (sparse files stay sparse) */
-static void copy_whole(int src, int img, off_t size) {
+/* copy every data extent of the file (sparse files stay sparse) */
+static void copy_whole(struct update *u, off_t size) {
     off_t pos = 0;
     while (pos < size) {
-        off_t d = lseek(src, pos, SEEK_DATA);
+        off_t d = lseek(u->src, pos, SEEK_DATA);
         if (d < 0 || d >= size)
             break;
-        off_t h = lseek(src, d, SEEK_HOLE);
+        off_t h = lseek(u->src, d, SEEK_HOLE);
         if (h < 0 || h > size)
             h = size;
-        copy_range(src, img, d, (size_t)(h - d));
+        copy_range(u, d, (size_t)(h - d));
         pos = h;
     }
 }
@@ -249,15 +292,14 @@ static void copy_whole(int src, int img, off_t size) {
 static void sync_key(const char *key, const char *src_path, const char *call) {
     char p[PATH_MAX];
     struct stat st;
+    struct update u = {-1, -1, -1};
     shadow_path(p, key, "log");
     int logfd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (logfd < 0)
         return;
     flock(logfd, LOCK_EX);
     int src = open(src_path, O_RDONLY | O_CLOEXEC);
-    shadow_path(p, key, "img");
-    int img = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (src >= 0 && img >= 0 && fstat(src, &st) == 0) {
+    if (src >= 0 && fstat(src, &st) == 0 && update_begin(&u, key, src) == 0) {
         char mp[PATH_MAX];
         shadow_path(mp, key, "mapped");
         uint64_t cur = 0;
@@ -268,7 +310,7 @@ static void sync_key(const char *key, const char *src_path, const char *call) {
         off_t end = lseek(logfd, 0, SEEK_END);
         end -= end % 16;
         if (access(mp, F_OK) == 0) {
-            copy_whole(src, img, st.st_size);
+            copy_whole(&u, st.st_size);
         } else {
             uint64_t rec[2 * 256];
             for (off_t pos = (off_t)cur; pos < end;) {
@@ -278,20 +320,21 @@ static void sync_key(const char *key, const char *src_path, const char *call) {
                     break;
                 r -= r % 16;
                 for (ssize_t i = 0; i < r / 8; i += 2)
-                    copy_range(src, img, (off_t)rec[i], (size_t)rec[i + 1]);
+                    copy_range(&u, (off_t)rec[i], (size_t)rec[i + 1]);
                 pos += r;
             }
         }
-        if (ftruncate(img, st.st_size) != 0) { /* nothing better to do */ }
         cur = (uint64_t)end;
         if (curfd >= 0) {
             real_pwrite(curfd, &cur, sizeof cur, 0);
             real_close(curfd);
         }
+        update_end(&u, st.st_size);
         event(call, key);
+    } else {
+        update_end(&u, -1);
     }
     if (src >= 0) real_close(src);
-    if (img >= 0) real_close(img);
     flock(logfd, LOCK_UN);
     real_close(logfd);
 }
@@ -302,37 +345,46 @@ static void sync_fd(int fd, struct fdinfo *f, const char *call) {
     sync_key(f->key, link, call);
 }
 
-/* a write of n bytes at off went through f: log it (and make it durable if O_DSYNC) */
-static void wrote(int fd, struct fdinfo *f, off_t off, ssize_t n) {
-    if (n <= 0)
-        return;
+/* Writers and syncs of one file exclude each other (flock on KEY.log: shared around a write and
+ * its log record, exclusive around a sync's copy), so an image is the file at one instant: never
+ * a later write's page copied by a sync that missed that write's other pages. */
+static int write_begin(struct fdinfo *f) {
     char p[PATH_MAX];
-    uint64_t rec[2] = {(uint64_t)off, (uint64_t)n};
     shadow_path(p, f->key, "log");
     int logfd = open(p, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (logfd >= 0)
+        flock(logfd, LOCK_SH);
+    return logfd;
+}
+
+/* a write of n bytes at off went through f: log it (and make it durable if O_DSYNC) */
+static void write_end(int logfd, int fd, struct fdinfo *f, off_t off, ssize_t n) {
     if (logfd < 0)
         return;
-    if (!f->dsync || lie) {
+    if (n > 0) {
+        uint64_t rec[2] = {(uint64_t)off, (uint64_t)n};
         write_all(logfd, (const char *)rec, sizeof rec);
+    }
+    if (n <= 0 || !f->dsync || lie) {
+        flock(logfd, LOCK_UN);
         real_close(logfd);
         return;
     }
     /* O_DSYNC: this range (only) is on disk; the log keeps it for the next full sync too */
-    write_all(logfd, (const char *)rec, sizeof rec);
     flock(logfd, LOCK_EX);
     char link[64];
     snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
     int src = open(link, O_RDONLY | O_CLOEXEC);
-    shadow_path(p, f->key, "img");
-    int img = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    struct stat st, ist;
-    if (src >= 0 && img >= 0 && fstat(src, &st) == 0 && fstat(img, &ist) == 0) {
-        copy_range(src, img, off, (size_t)n);
-        if (ist.st_size < off + n && ftruncate(img, off + n) != 0) { /* ignore */ }
+    struct update u = {-1, -1, -1};
+    struct stat ist;
+    if (src >= 0 && update_begin(&u, f->key, src) == 0 && fstat(u.img, &ist) == 0) {
+        copy_range(&u, off, (size_t)n);
+        update_end(&u, ist.st_size < off + n ? off + n : ist.st_size);
         event("dsync-write", f->key);
+    } else {
+        update_end(&u, -1);
     }
     if (src >= 0) real_close(src);
-    if (img >= 0) real_close(img);
     flock(logfd, LOCK_UN);
     real_close(logfd);
 }
@@ -341,29 +393,41 @@ static off_t pos_after(int fd, ssize_t n) { return lseek(fd, 0, SEEK_CUR) - (n >
 
 ssize_t write(int fd, const void *buf, size_t count) {
     RESOLVE(write);
+    struct fdinfo *f = watched(fd);
+    if (!f)
+        return real_write(fd, buf, count);
+    int logfd = write_begin(f);
     ssize_t n = real_write(fd, buf, count);
-    struct fdinfo *f;
-    if (n > 0 && (f = watched(fd)))
-        wrote(fd, f, pos_after(fd, n), n);
+    int e = errno;
+    write_end(logfd, fd, f, pos_after(fd, n), n);
+    errno = e;
     return n;
 }
 
 ssize_t writev(int fd, const struct iovec *iov, int cnt) {
     RESOLVE(writev);
+    struct fdinfo *f = watched(fd);
+    if (!f)
+        return real_writev(fd, iov, cnt);
+    int logfd = write_begin(f);
     ssize_t n = real_writev(fd, iov, cnt);
-    struct fdinfo *f;
-    if (n > 0 && (f = watched(fd)))
-        wrote(fd, f, pos_after(fd, n), n);
+    int e = errno;
+    write_end(logfd, fd, f, pos_after(fd, n), n);
+    errno = e;
     return n;
 }
 
 #define PWRITE_LIKE(name, args, call, off)                                  \
     ssize_t name args {                                                     \
         RESOLVE(name);                                                      \
+        struct fdinfo *f = watched(fd);                                     \
+        if (!f)                                                             \
+            return call;                                                    \
+        int logfd = write_begin(f);                                         \
         ssize_t n = call;                                                   \
-        struct fdinfo *f;                                                   \
-        if (n > 0 && (f = watched(fd)))                                     \
-            wrote(fd, f, off, n);                                           \
+        int e = errno;                                                      \
+        write_end(logfd, fd, f, off, n);                                    \
+        errno = e;                                                          \
         return n;                                                           \
     }
 

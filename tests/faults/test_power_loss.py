@@ -205,7 +205,8 @@ def power_cut_run(tmp_path, shim, mode: str, seed: int, lie: bool = False) -> di
         broker = _start(tmp_path, port=broker.port)
         figures = {"mode": mode, "seed": seed, "traffic_s": round(traffic_s, 2),
                    "syncs": len(powerloss.sync_events(shadow)),
-                   "pages": (restored["pages_synced"], restored["pages_crash"])}
+                   "pages": (restored["pages_synced"], restored["pages_crash"]),
+                   "rolled_back": len(restored["rolled_back"])}
         for (p, c), q in zip(clients, QUEUES):
             figures[q] = check(p, c, _drain_or_nothing(broker, q))
         # the store takes writes again
