@@ -10,7 +10,8 @@ How it works (see powerloss_shim.c beside this file for the details):
    / syncfs / sync / O_DSYNC write that covered them, whichever process wrote them or synced;
 3. `power_cut(broker)` freezes the node and all its descendants at once (SIGSTOP to the whole
    tree, then SIGKILL): nothing runs past the instant of the cut, not even a worker's SIGTERM
-   handler;
+   handler (with `until`, a frozen tree that does not satisfy it runs on for a few ms and is
+   frozen again: e.g. cut only while dirty_pages() > 0);
 4. `restore(data_dir, shadow, mode, seed)` rewrites the data dir as the disk would hold it:
    - mode "drop": every write not followed by a sync is lost: each file becomes its last synced
      image; a file never synced is removed (LMDB's lock file, node.json, ...);
@@ -113,31 +114,63 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def power_cut(broker) -> list[int]:
-    """Stop the node and every descendant at one instant (SIGSTOP until the tree is stable), then
-    SIGKILL them all and wait until they are gone. Returns the pids."""
+def _freeze(root: int) -> list[int]:
+    """SIGSTOP root and every descendant until the tree is stable; returns the pids."""
     stopped: list[int] = []
     while True:
-        new = [p for p in process_tree(broker.pid) if p not in stopped]
+        new = [p for p in process_tree(root) if p not in stopped]
         if not new:
-            break
+            return stopped
         for pid in new:
             try:
                 os.kill(pid, signal.SIGSTOP)
             except ProcessLookupError:
                 pass
             stopped.append(pid)
-    for pid in stopped:
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, sig)
         except ProcessLookupError:
             pass
+
+
+def power_cut(broker, until=None, attempts: int = 100, rng: random.Random | None = None) -> int:
+    """Stop the node and every descendant at one instant (SIGSTOP to the whole tree), then
+    SIGKILL them all and wait until they are gone. `until()`, if given, is asked while the tree
+    is frozen: False lets it run again for a few milliseconds and freezes it anew (at most
+    `attempts` times), so the cut can be made to fall where something is at stake (e.g.
+    dirty_pages() > 0). Returns the number of freezes."""
+    rng = rng or random.Random(0)
+    for n in range(1, attempts + 1):
+        stopped = _freeze(broker.pid)
+        if until is None or n == attempts or until():
+            break
+        _signal_all(list(reversed(stopped)), signal.SIGCONT)
+        time.sleep(rng.uniform(0.002, 0.02))
+    _signal_all(stopped, signal.SIGKILL)
     broker.proc.wait(10)
     deadline = time.monotonic() + 10
     while not all(_gone(p) for p in stopped):
         assert time.monotonic() < deadline, "processes still alive after SIGKILL"
         time.sleep(0.01)
-    return stopped
+    return n
+
+
+def dirty_pages(data_dir: Path, shadow: Path, keys: "Keys") -> int:
+    """Pages of the files that have a synced image whose content now differs from it (what a
+    power cut now could lose or tear)."""
+    n = 0
+    for path in (p for p in data_dir.rglob("*") if p.is_file()):
+        key = keys(path)
+        img = shadow / f"{key}.img" if key else None
+        if img is None or not img.exists():
+            continue
+        a, b = img.read_bytes(), path.read_bytes()
+        n += sum(a[o:o + PAGE] != b[o:o + PAGE] for o in range(0, max(len(a), len(b)), PAGE))
+    return n
 
 
 def _images(shadow: Path) -> dict[str, Path]:

@@ -163,7 +163,7 @@ def _drain_or_nothing(broker: Broker, queue: str) -> Recovered:
     """The queue's messages; none if the queue itself did not survive (its declare was lost)."""
     conn = broker.connection()
     try:
-        return drain(conn, queue)
+        return drain(conn, queue, timeout=20)
     except pika.exceptions.ChannelClosedByBroker as e:
         if e.reply_code != 404:
             raise
@@ -171,6 +171,11 @@ def _drain_or_nothing(broker: Broker, queue: str) -> Recovered:
     finally:
         if conn.is_open:
             conn.close()
+
+
+def _alarms(broker: Broker) -> list[str]:
+    log = broker.log_path.read_text(errors="replace")
+    return [line for line in log.splitlines() if any(a in line for a in LOG_ALARMS)]
 
 
 def power_cut_run(tmp_path, shim, mode: str, seed: int, lie: bool = False) -> dict:
@@ -196,7 +201,10 @@ def power_cut_run(tmp_path, shim, mode: str, seed: int, lie: bool = False) -> di
             len(p.confirmed) >= 100 and len(c.acked) >= 20 for p, c in clients),
             timeout=traffic_s + 30, interval=0.01,
             message=lambda: f"traffic {[(len(p.confirmed), len(c.acked)) for p, c in clients]}")
-        powerloss.power_cut(broker)
+        # reorder: cut where unsynced pages exist (a cut just after a sync has nothing to tear)
+        until = (lambda: powerloss.dirty_pages(data, shadow, keys) >= 8) \
+            if mode == "reorder" else None
+        freezes = powerloss.power_cut(broker, until=until, rng=rng)
         for p, c in clients:
             p.join(15)
             c.join(15)
@@ -206,19 +214,20 @@ def power_cut_run(tmp_path, shim, mode: str, seed: int, lie: bool = False) -> di
         figures = {"mode": mode, "seed": seed, "traffic_s": round(traffic_s, 2),
                    "syncs": len(powerloss.sync_events(shadow)),
                    "pages": (restored["pages_synced"], restored["pages_crash"]),
-                   "rolled_back": len(restored["rolled_back"])}
-        for (p, c), q in zip(clients, QUEUES):
-            figures[q] = check(p, c, _drain_or_nothing(broker, q))
-        # the store takes writes again
-        conn = broker.connection()
-        ch = conn.channel()
-        ch.confirm_delivery()
-        ch.basic_publish("", QUEUES[0], b"after", pika.BasicProperties(delivery_mode=2))
-        assert ch.basic_get(QUEUES[0], auto_ack=True)[2] == b"after"
-        conn.close()
-        log = broker.log_path.read_text(errors="replace")
-        alarms = [line for line in log.splitlines() if any(a in line for a in LOG_ALARMS)]
-        assert not alarms, f"the node's log after the power cut: {alarms[:10]}"
+                   "rolled_back": len(restored["rolled_back"]), "freezes": freezes}
+        try:
+            for (p, c), q in zip(clients, QUEUES):
+                figures[q] = check(p, c, _drain_or_nothing(broker, q))
+            # the store takes writes again
+            conn = broker.connection()
+            ch = conn.channel()
+            ch.confirm_delivery()
+            ch.basic_publish("", QUEUES[0], b"after", pika.BasicProperties(delivery_mode=2))
+            assert ch.basic_get(QUEUES[0], auto_ack=True)[2] == b"after"
+            conn.close()
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{figures}\nthe node's log: {_alarms(broker)[:6]}") from e
+        assert not _alarms(broker), f"the node's log after the power cut: {_alarms(broker)[:10]}"
         return figures
     finally:
         for p, c in clients:
@@ -227,14 +236,19 @@ def power_cut_run(tmp_path, shim, mode: str, seed: int, lie: bool = False) -> di
         broker.stop()
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2])
 def test_power_cut_drop_unsynced_keeps_every_confirm__C5_C7_C8_A4_A7(tmp_path, shim, seed):
     figures = power_cut_run(tmp_path, shim, "drop", seed)
     print(figures)
     assert figures["syncs"] > 0
 
 
-@pytest.mark.parametrize("seed", [11, 12, 13])
+@pytest.mark.xfail(strict=False, reason=(
+    "issue 12: main opens the message store's LMDB environment with sync=False, metasync=False; "
+    "a meta page written back before the data pages it points to leaves a corrupt store "
+    "(MDB_CORRUPTED at boot, or a queue that dies paging in). Remove this mark with the fix "
+    "of the sync flags (the 'store' branch): the test must then pass"))
+@pytest.mark.parametrize("seed", [11, 12])
 def test_power_cut_reorder_unsynced_pages_keeps_every_confirm__C5_C7_C8_A4_A7(tmp_path, shim,
                                                                               seed):
     figures = power_cut_run(tmp_path, shim, "reorder", seed)
@@ -246,3 +260,17 @@ def test_power_cut_catches_a_disk_that_lies_about_syncs__C8(tmp_path, shim):
     what it believes synced, and the verdict must find confirmed messages missing."""
     with pytest.raises(AssertionError, match="confirmed, unacked ids lost"):
         power_cut_run(tmp_path, shim, "drop", seed=1, lie=True)
+
+
+def test_harness_rolls_back_a_sync_frozen_half_way(tmp_path):
+    """A process frozen by the cut inside a sync's image update leaves KEY.undo (old size, then
+    offset/length/old bytes records): the restore puts the image back as before that sync."""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "k.img").write_bytes(b"NEWNEWxyz")            # half-updated and grown
+    rec = lambda off, old: off.to_bytes(8, "little") + len(old).to_bytes(8, "little") + old
+    (shadow / "k.undo").write_bytes((6).to_bytes(8, "little") + rec(0, b"old") + rec(3, b"OLD")
+                                    + rec(6, b""))
+    assert powerloss._roll_back(shadow) == ["k"]
+    assert (shadow / "k.img").read_bytes() == b"oldOLD"
+    assert (shadow / "k.undo").read_bytes() == b""
