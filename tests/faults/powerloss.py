@@ -159,6 +159,27 @@ def power_cut(broker, until=None, attempts: int = 100, rng: random.Random | None
     return n
 
 
+def _data_pages(fd: int, size: int) -> set[int]:
+    """Page numbers of a file's data extents (a sparse file, e.g. a map ftruncate'd to 64 GiB,
+    is never read whole)."""
+    pages, pos = set(), 0
+    while pos < size:
+        try:
+            start = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError:   # ENXIO: no data after pos
+            break
+        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+        pages.update(range(start // PAGE, (end + PAGE - 1) // PAGE))
+        pos = end
+    return pages
+
+
+def _page(fd: int, n: int, size: int) -> bytes:
+    """Page n of the file as it reads, cut at size (b"" past it)."""
+    want = max(0, min(PAGE, size - n * PAGE))
+    return os.pread(fd, want, n * PAGE).ljust(want, b"\0") if want else b""
+
+
 def dirty_pages(data_dir: Path, shadow: Path, keys: "Keys") -> int:
     """Pages of the files that have a synced image whose content now differs from it (what a
     power cut now could lose or tear)."""
@@ -168,8 +189,10 @@ def dirty_pages(data_dir: Path, shadow: Path, keys: "Keys") -> int:
         img = shadow / f"{key}.img" if key else None
         if img is None or not img.exists():
             continue
-        a, b = img.read_bytes(), path.read_bytes()
-        n += sum(a[o:o + PAGE] != b[o:o + PAGE] for o in range(0, max(len(a), len(b)), PAGE))
+        with open(img, "rb") as a, open(path, "rb") as b:
+            sa, sb = os.fstat(a.fileno()).st_size, os.fstat(b.fileno()).st_size
+            pages = _data_pages(a.fileno(), sa) | _data_pages(b.fileno(), sb)
+            n += sum(_page(a.fileno(), i, sa) != _page(b.fileno(), i, sb) for i in pages)
     return n
 
 
@@ -187,7 +210,6 @@ def _roll_back(shadow: Path) -> list[str]:
         if not raw:
             continue
         img = undo.with_suffix(".img")
-        data = bytearray(img.read_bytes())
         old_size = int.from_bytes(raw[:8], "little")
         records, pos = [], 8
         while pos + 16 <= len(raw):
@@ -195,9 +217,13 @@ def _roll_back(shadow: Path) -> list[str]:
             n = int.from_bytes(raw[pos + 8:pos + 16], "little")
             records.append((off, raw[pos + 16:pos + 16 + n]))
             pos += 16 + n
-        for off, old in reversed(records):
-            data[off:off + len(old)] = old
-        img.write_bytes(bytes(data[:old_size]).ljust(old_size, b"\0"))
+        fd = os.open(img, os.O_RDWR)
+        try:
+            for off, old in reversed(records):
+                os.pwrite(fd, old, off)
+            os.ftruncate(fd, old_size)
+        finally:
+            os.close(fd)
         undo.write_bytes(b"")
         rolled.append(undo.name[:-5])
     return rolled
@@ -222,27 +248,26 @@ def restore(data_dir: Path, shadow: Path, keys: Keys, mode: str = "drop",
             path.unlink()
             report["removed"].append(rel)
             continue
-        synced = img.read_bytes()
-        if mode == "drop":
-            content = synced
-        else:
-            crash = path.read_bytes()
-            size = len(synced) if len(synced) == len(crash) or rng.random() < 0.5 else len(crash)
-            out = bytearray(size)
-            for off in range(0, size, PAGE):
-                a, b = synced[off:off + PAGE], crash[off:off + PAGE]
-                if a == b:
-                    page = a
-                elif rng.random() < 0.5:
-                    page, report["pages_crash"] = b, report["pages_crash"] + 1
-                else:
-                    page, report["pages_synced"] = a, report["pages_synced"] + 1
-                page = page[:size - off]
-                out[off:off + len(page)] = page
-            content = bytes(out)
-        with open(path, "r+b") as f:
-            f.truncate(0)
-            f.write(content)
+        with open(img, "rb") as a, open(path, "r+b") as b:
+            sa, sb = os.fstat(a.fileno()).st_size, os.fstat(b.fileno()).st_size
+            size = sa if mode == "drop" or sa == sb or rng.random() < 0.5 else sb
+            writes = []   # (page, bytes) where the disk differs from the file as it is now
+            for i in sorted(_data_pages(a.fileno(), sa) | _data_pages(b.fileno(), sb)):
+                if i * PAGE >= size:
+                    continue
+                synced, crash = _page(a.fileno(), i, sa), _page(b.fileno(), i, sb)
+                page = synced
+                if mode == "reorder" and crash != synced:
+                    if rng.random() < 0.5:
+                        page, report["pages_crash"] = crash, report["pages_crash"] + 1
+                    else:
+                        report["pages_synced"] += 1
+                page = page.ljust(min(PAGE, size - i * PAGE), b"\0")
+                if page != crash.ljust(len(page), b"\0")[:len(page)]:
+                    writes.append((i, page))
+            os.ftruncate(b.fileno(), size)   # in place: sparse files stay sparse
+            for i, page in writes:
+                os.pwrite(b.fileno(), page, i * PAGE)
         report["kept"].append(rel)
     return report
 

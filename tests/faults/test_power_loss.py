@@ -274,3 +274,27 @@ def test_harness_rolls_back_a_sync_frozen_half_way(tmp_path):
     assert powerloss._roll_back(shadow) == ["k"]
     assert (shadow / "k.img").read_bytes() == b"oldOLD"
     assert (shadow / "k.undo").read_bytes() == b""
+
+
+def test_harness_sparse_file_is_never_read_whole(tmp_path, shim):
+    """A file ftruncate'd to 64 GiB (LMDB with MDB_WRITEMAP sizes its file to the map) with one
+    synced page and one unsynced one: the restore keeps the synced page and stays sparse."""
+    shim_path, keys = shim
+    data, shadow = tmp_path / "data", tmp_path / "shadow"
+    env = {**os.environ, **powerloss.shim_env(shim_path, data, shadow)}
+    code = ("import os,sys; fd=os.open(sys.argv[1], os.O_RDWR|os.O_CREAT, 0o600); "
+            "os.ftruncate(fd, 64 << 30); os.pwrite(fd, b'S' * 4096, 32 << 30); os.fsync(fd); "
+            "os.pwrite(fd, b'U' * 4096, 48 << 30)")
+    f = data / "map"
+    subprocess.run([sys.executable, "-c", code, str(f)], env=env, check=True)
+    assert powerloss.dirty_pages(data, shadow, keys) == 1
+    for mode in ("reorder", "drop"):
+        powerloss.restore(data, shadow, keys, mode, seed=3)
+        st = f.stat()
+        assert st.st_size in (64 << 30,) and st.st_blocks * 512 < 1 << 20
+        with open(f, "rb") as fh:
+            fh.seek(32 << 30)
+            assert fh.read(4096) == b"S" * 4096
+    with open(f, "rb") as fh:
+        fh.seek(48 << 30)
+        assert fh.read(4096) == b"\0" * 4096        # drop: the unsynced page is gone
