@@ -622,8 +622,9 @@ class ChannelCore:
             props, expiry, extra, out_raw, headers = self._check_props(raw, cmd.properties)
         body = cmd.body or b""
         keys = [rk, *extra] if extra else rk
-        names = self.replica.route(self.conn.vhost, exchange, keys,
-                                   headers if x.type == "headers" else None)
+        # the headers go along whatever x's type: a headers exchange reached through an
+        # exchange-to-exchange binding or as an alternate exchange matches on them too
+        names = self.replica.route(self.conn.vhost, exchange, keys, headers)
         if not exchange and (extra or rk.startswith(direct_reply.PREFIX)):
             # rabbit_exchange:route: a reply name on the default exchange is no queue, the
             # message goes to the consuming channel (in a transaction too: at routing time)
@@ -1103,17 +1104,28 @@ def _check_name(name: str) -> None:
         raise ChannelError(406, "name too long")
 
 
-MAX_EXPIRY_TIMER = 4294967295  # RabbitMQ's largest expiration (erlang:send_after's limit)
+MAX_EXPIRY_TIMER = 315360000000  # rabbit_misc:check_expiry/1's limit: ten years in ms
 _TO_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def _erl_pair(atom: str, n: int, col: int) -> str:
+    """``~p`` of ``{atom, N}`` printed from column ``col``: io_lib_pretty breaks the tuple
+    after its first element, aligned under it, when it would reach column 79."""
+    flat = f"{{{atom},{n}}}"
+    if col + len(flat) <= 78:
+        return flat
+    return f"{{{atom},\n{' ' * (col + 1)}{n}}}"
 
 
 def _parse_expiration(value) -> int:
     """The expiration property: a string holding an integer of milliseconds, 0 to
     MAX_EXPIRY_TIMER (rabbit_basic:parse_expiration, rabbit_misc:check_expiry); else 406 with
-    RabbitMQ's text: "invalid expiration 'abc': no_integer", "... {leftover_string,"x"}",
-    "... {value_negative,-1}", "... {value_too_big,4294967296}"."""
+    RabbitMQ 3.10's text: "invalid expiration 'abc': no_integer", "... {leftover_string,"x"}",
+    "... {value_negative,-1}", "... {value_too_large,315360000001}" (a long one wrapped as
+    Erlang's ``~p`` wraps it)."""
     text = value if isinstance(value, str) else str(value)
     digits = _TO_INTEGER.match(text)  # string:to_integer/1: a sign, digits, the rest
+    prefix = f"invalid expiration '{text}': "
     if digits is None:
         reason = "no_integer"
     else:
@@ -1121,12 +1133,12 @@ def _parse_expiration(value) -> int:
         if rest:
             reason = erl_p((Atom("leftover_string"), rest))
         elif n < 0:
-            reason = f"{{value_negative,{n}}}"
+            reason = _erl_pair("value_negative", n, len(prefix))
         elif n > MAX_EXPIRY_TIMER:
-            reason = f"{{value_too_big,{n}}}"
+            reason = _erl_pair("value_too_large", n, len(prefix))
         else:
             return n
-    raise ChannelError(406, f"invalid expiration '{text}': {reason}")
+    raise ChannelError(406, prefix + reason)
 
 
 def _reply_error(reply, method) -> AMQPError:
