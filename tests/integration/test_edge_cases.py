@@ -524,3 +524,39 @@ def test_queue_name_valid_utf8_is_accepted(raw_factory):
     c.send(rawamqp.frame(rawamqp.FRAME_METHOD, 1, _declare_payload(name, exclusive=True)))
     ok = c.expect(commands.Queue.DeclareOk, channel=1)
     assert ok.queue.encode() == name
+
+
+# -- arguments Leveret does not implement: refused, never accepted and ignored ---------------------
+# RabbitMQ 3.10.8 takes these; Leveret refuses them with 406 (docs/behaviour-tests.md).
+@pytest.mark.parametrize("arguments,text", [
+    ({"x-credit": {"credit": 2, "drain": False}},
+     "x-credit is AMQP 1.0 link credit, not available over AMQP 0-9-1; use basic.qos prefetch"),
+    ({"x-cancel-on-ha-failover": False},
+     "x-cancel-on-ha-failover=false is not implemented: Leveret always cancels a mirrored "
+     "queue's consumers when its master fails over"),
+])
+def test_consume_arguments_leveret_refuses(broker, conn, arguments, text):
+    if broker.external:
+        pytest.skip("Leveret's own refusal (RabbitMQ 3.10 ignores x-credit from a 0-9-1 "
+                    "client unless credit is a 64-bit long, and crashes the queue on a "
+                    "non-table)")
+    ch = conn.channel()
+    q = declare(ch, unique("q"))
+    err = _closed(conn, lambda c: c.basic_consume(q, lambda *a: None, arguments=arguments))
+    key = next(iter(arguments))
+    assert (err.reply_code, err.reply_text) == (
+        406, f"PRECONDITION_FAILED - invalid arg '{key}' for queue '{q}' in vhost '/': "
+             f"\"{text}\"")
+
+
+@pytest.mark.parametrize("arguments", [{"x-queue-version": 1},
+                                       {"x-queue-master-locator": "random"}])
+def test_queue_arguments_leveret_refuses(broker, conn, arguments):
+    if broker.external:
+        pytest.skip("Leveret's own refusal: RabbitMQ 3.10 implements these")
+    q = unique("q")
+    err = _closed(conn, lambda c: c.queue_declare(q, arguments=arguments))
+    assert err.reply_code == 406
+    assert err.reply_text.startswith(f"PRECONDITION_FAILED - invalid arg '{next(iter(arguments))}'"
+                                     f" for queue '{q}' in vhost '/': ")
+    assert "not implemented" in err.reply_text
