@@ -91,7 +91,8 @@ class Channel(LightActor):
         self.core = ChannelCore(number, self.address, conn, host.replica, _Out(self),
                                 host.config.credit_initial, events,
                                 credit_initial_bytes=host.config.credit_initial_bytes,
-                                consumer_timeout=host.config.consumer_timeout)
+                                consumer_timeout=host.config.consumer_timeout,
+                                consumer_timeout_action=host.config.consumer_timeout_action)
         self.armed_at = 0  # the consumer-timeout check the timer will tell us of (ms), 0 = none
 
     def on_start(self):

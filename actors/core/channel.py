@@ -69,7 +69,8 @@ class RefusedPublish:
 class ChannelCore:
     def __init__(self, number: int, address: str, conn: ConnInfo, replica, out,
                  credit_initial=credit_flow.INITIAL, events=NO_EVENTS, random_bytes=os.urandom,
-                 credit_initial_bytes=credit_flow.INITIAL_BYTES, consumer_timeout=0):
+                 credit_initial_bytes=credit_flow.INITIAL_BYTES, consumer_timeout=0,
+                 consumer_timeout_action="close-channel"):
         self.events = events  # the event log (actors.events in the shell), injected
         self.random_bytes = random_bytes  # ids (msg id prefix, consumer tags), injected
         # the last publish's (raw, decoded, expiry, CC/BCC keys, raw to store, headers to route
@@ -99,6 +100,12 @@ class ChannelCore:
         # (0 = none), each queue's own (x-consumer-timeout / policy, else the default), the
         # time of the next check (0 = none due) and the last time the caller passed in
         self.consumer_timeout = consumer_timeout
+        # what a timeout does: "close-channel" (RabbitMQ 3.x: 406) or "cancel-consumer"
+        # (RabbitMQ 4.3: basic.cancel, deliveries back to the queue, the channel stays open)
+        self.consumer_timeout_action = consumer_timeout_action
+        # delivery tags returned to their queue by a cancel-consumer timeout: a late ack,
+        # nack or reject of one is taken and does nothing (the message is back in its queue)
+        self.timed_out_tags: set[int] = set()
         self.queue_timeouts: dict[str, int] = {}  # queue address -> timeout ms (0 = none)
         self.check_at = 0  # when consumer_timeout_check should run next (ms), 0 = not needed
         self.now = 0  # ms: the time of the message being handled (on_deliver, on_reply)
@@ -968,11 +975,15 @@ class ChannelCore:
             return
         timeouts = self.queue_timeouts
         interval = 0
+        expired: dict[str, int] = {}  # consumer tag -> the timeout it passed
         for entry in self.unacked.values():
             t = timeouts.get(entry[0], self.consumer_timeout)
             if not t:
                 continue
             if now - entry[5] > t:
+                if self._cancel_on_timeout(entry[2]):
+                    expired.setdefault(entry[2], t)
+                    continue
                 self.error(ChannelError(406, f"delivery acknowledgement on channel "
                                              f"{self.number} timed out. Timeout value used: "
                                              f"{t} ms. This timeout value can be configured, "
@@ -980,8 +991,43 @@ class ChannelCore:
                 self.flush()
                 return
             interval = min(interval, t) if interval else t
+        for ctag in expired:
+            self._time_out_consumer(ctag)
+        if expired:
+            # what is left unacked sets the next check
+            for entry in self.unacked.values():
+                t = timeouts.get(entry[0], self.consumer_timeout)
+                if t:
+                    interval = min(interval, t) if interval else t
+            self.flush()
         if interval:
             self.check_at = now + min(interval, TIMEOUT_CHECK_MAX)
+
+    def _cancel_on_timeout(self, ctag: str) -> bool:
+        """RabbitMQ 4.3's answer applies (cancel the consumer, keep the channel): the setting
+        asks for it, the delivery went to a consumer of this channel (not basic.get) and the
+        client can hear of a cancel (consumer_cancel_notify). Otherwise the channel closes,
+        as RabbitMQ did for basic.get and such clients when it last cancelled on timeout."""
+        return (self.consumer_timeout_action == "cancel-consumer" and ctag != "" and
+                ctag in self.consumers and
+                bool(self.conn.capabilities.get("consumer_cancel_notify")))
+
+    def _time_out_consumer(self, ctag: str) -> None:
+        """cancel-consumer: the queue drops the consumer, the client gets basic.cancel, and
+        every delivery of that consumer still unacked goes back to its queue (redelivered
+        next time); its tags are remembered so that a late ack of one is harmless."""
+        addr = self.consumers.pop(ctag)[0]
+        self._ask(addr, lambda req: m.Cancel(self.address, req, ctag), lambda reply: None,
+                  False)
+        self.out.write(encode_method(self.number, am.BasicCancel(consumer_tag=ctag,
+                                                                 nowait=True)))
+        tags = [tag for tag, e in self.unacked.items() if e[2] == ctag]
+        for tag in tags:
+            q, seq_id = self.unacked.pop(tag)[:2]
+            self.settle_batches.setdefault((q, m.REQUEUE), []).append(seq_id)
+            self.timed_out_tags.add(tag)
+        if self.limiter.settled(iter(tags)):
+            self._grant()
 
     # --- basic class: settling ----------------------------------------------------------------
     def _collect(self, tag: int, multiple: bool) -> list:
@@ -991,6 +1037,17 @@ class ChannelCore:
             self.unacked.clear()
             return entries
         if tag not in self.unacked:
+            if tag in self.timed_out_tags:
+                # returned to its queue by a consumer timeout (cancel-consumer): nothing to do
+                # for it; a multiple one still settles the deliveries below it
+                self.timed_out_tags.discard(tag)
+                if not multiple:
+                    return []
+                entries = []
+                while self.unacked and next(iter(self.unacked)) < tag:
+                    entries.append(self.unacked.popitem(last=False))
+                self.timed_out_tags = {t for t in self.timed_out_tags if t > tag}
+                return entries
             raise ChannelError(406, f"unknown delivery tag {tag}")
         if not multiple:
             return [(tag, self.unacked.pop(tag))]
@@ -1000,6 +1057,7 @@ class ChannelCore:
             entries.append((t, e))
             if t == tag:
                 break
+        self.timed_out_tags = {t for t in self.timed_out_tags if t > tag}
         return entries
 
     def _settle(self, entries, op, kind="acked") -> None:
