@@ -133,6 +133,9 @@ class ChannelCore:
         # direct reply-to (actors/core/direct_reply.py): (consumer tag, generated name, key) of
         # the channel's consumer on amq.rabbitmq.reply-to, or None
         self.reply_consumer: tuple | None = None
+        # basic.cancel notifications that came while a reply was awaited (sync_wait): sent
+        # after that reply, as rabbit_channel handles its mailbox after its call returns
+        self.held_cancels: list[str] = []
 
     # --- entry points -------------------------------------------------------------------------
     def handle_commands(self, commands) -> None:
@@ -229,6 +232,7 @@ class ChannelCore:
                 self.error(e)
         if reply.req_id == self.sync_wait:
             self.sync_wait = 0
+            self._send_held_cancels()
             while self.backlog and not self.sync_wait:
                 self._one(self.backlog.popleft())
         self.flush()
@@ -345,8 +349,21 @@ class ChannelCore:
         if self.consumers.pop(msg.consumer_tag, None) is None or self.state != "open":
             return
         if self.conn.capabilities.get("consumer_cancel_notify"):
+            if self.sync_wait:
+                # rabbit_channel is in its call to the queue (queue.delete of the consumed
+                # queue): the queue's cancel waits in its mailbox and goes out after the reply
+                # (delete-ok first; py-amqp raises ConsumerCancelled from a delete otherwise)
+                self.held_cancels.append(msg.consumer_tag)
+                return
             self.out.write(encode_method(self.number, am.BasicCancel(
                 consumer_tag=msg.consumer_tag, nowait=True)))
+
+    def _send_held_cancels(self) -> None:
+        held, self.held_cancels = self.held_cancels, []
+        if self.state == "open":
+            for tag in held:
+                self.out.write(encode_method(self.number, am.BasicCancel(consumer_tag=tag,
+                                                                         nowait=True)))
 
     def queues_gone(self, names: set) -> None:
         """Queues were deleted: whatever credit they held back is no longer owed (a publisher

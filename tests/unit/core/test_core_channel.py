@@ -284,6 +284,21 @@ def test_recover_without_requeue_is_not_implemented():
                               110)
 
 
+def test_cancel_of_a_queue_deleted_by_this_channel_comes_after_delete_ok():
+    """RabbitMQ 3.10: the channel is in its call to the queue when the queue cancels its
+    consumers; the basic.cancel goes out after queue.delete-ok (kombu's suite:
+    test_ack_from_another_thread, py-amqp raised ConsumerCancelled from the delete)."""
+    core, out = with_deliveries(0)
+    out.clear()
+    send(core, am.QueueDelete(queue="q1"))
+    [rpc] = out.sent(m.Rpc)
+    core.on_consumer_gone(m.ConsumerGone(Q1, "A"))
+    assert out.methods() == [] and "A" not in core.consumers
+    core.on_reply(m.RpcReply(rpc.req_id, True, 0))
+    assert out.methods() == [am.QueueDeleteOk(message_count=0),
+                             am.BasicCancel(consumer_tag="A", nowait=True)]
+
+
 def test_consumer_gone_sends_cancel_when_client_supports_it():
     core, out = with_deliveries(0)
     core.on_consumer_gone(m.ConsumerGone(Q1, "A"))
