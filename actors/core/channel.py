@@ -24,7 +24,7 @@ import re
 import struct
 from collections import OrderedDict, deque
 
-from actors.core import NO_EVENTS, credit_flow, direct_reply, policies, sender_selected
+from actors.core import NO_EVENTS, credit_flow, direct_reply, policies, routing, sender_selected
 from actors.core.confirms import Confirms
 from actors.core.limiter import Limiter
 from actors import messages as m
@@ -477,6 +477,12 @@ class ChannelCore:
     def _exchange_declare(self, method, cmd):
         name = method.exchange
         _check_name(name)
+        if not method.passive:
+            routing.check_exchange_type(method.exchange_type)
+        if name == "":
+            # rabbit_channel:check_not_default_exchange/1, passive or not (aiormq's suite:
+            # test_channel_closed_reuse declares it passively and expects 403)
+            raise ChannelError(403, "operation not permitted on the default exchange")
         if not method.passive:
             self._check("configure", "exchange", name)
         args = {"vhost": self.conn.vhost, "name": name, "type": method.exchange_type,

@@ -48,7 +48,8 @@ PATHS = {"pika": ["tests/acceptance/blocking_adapter_test.py",
          "aio-pika": ["tests"]}
 VENV_PACKAGES = ["pytest==9.2.0", "pytest-timeout==2.4.0", "pika==1.4.4", "amqp==5.4.2",
                  "kombu==5.7.0", "aiormq==6.9.2", "aio-pika==9.6.0", "aiomisc-pytest==2.0.0",
-                 "case", "pytest-sugar"]
+                 "case", "pytest-sugar", "gevent", "tornado", "twisted", "shortuuid",
+                 "timeout-decorator"]
 GO_SRC = Path("/usr/share/gocode/src/github.com/rabbitmq/amqp091-go")
 
 

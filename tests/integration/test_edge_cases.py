@@ -560,3 +560,13 @@ def test_queue_arguments_leveret_refuses(broker, conn, arguments):
     assert err.reply_text.startswith(f"PRECONDITION_FAILED - invalid arg '{next(iter(arguments))}'"
                                      f" for queue '{q}' in vhost '/': ")
     assert "not implemented" in err.reply_text
+
+
+@pytest.mark.parametrize("kw", [{"passive": True}, {"exchange_type": "direct"},
+                                {"exchange_type": "direct", "durable": True}])
+def test_declaring_the_default_exchange_is_403(conn, kw):
+    """rabbit_channel:check_not_default_exchange/1, for a passive declare too (aiormq's suite,
+    test_channel_closed_reuse, relies on it)."""
+    err = _closed(conn, lambda c: c.exchange_declare("", **kw))
+    assert (err.reply_code, err.reply_text) == (
+        403, "ACCESS_REFUSED - operation not permitted on the default exchange")
