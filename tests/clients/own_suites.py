@@ -186,7 +186,8 @@ def compare(out: Path, a: str, b: str) -> str:
             for o, _ in r.values():
                 c[o] = c.get(o, 0) + 1
             return ", ".join(f"{n} {o}" for o, n in sorted(c.items())) or "not run"
-        lines.append(f"### {suite}\n\n{a}: {tally(ra)}; {b}: {tally(rb)}\n")
+        lines.append(f"<details><summary>{suite}: {a} {tally(ra)}; {b} {tally(rb)}"
+                     "</summary>\n")
         lines.append(f"| test | {a} | {b} |\n| --- | --- | --- |")
         for tid in sorted(set(ra) | set(rb)):
             oa, ma = ra.get(tid, ("not run", ""))
@@ -194,7 +195,7 @@ def compare(out: Path, a: str, b: str) -> str:
             cell_a = oa + (f": {ma}" if oa in ("failed", "error") and ma else "")
             cell_b = ob + (f": {mb}" if ob in ("failed", "error") and mb else "")
             lines.append(f"| {tid} | {cell_a.replace('|', '/')} | {cell_b.replace('|', '/')} |")
-        lines.append("")
+        lines.append("\n</details>\n")
     return "\n".join(lines)
 
 
