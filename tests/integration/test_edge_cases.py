@@ -24,8 +24,7 @@ from pamqp import commands
 from pika.exceptions import ChannelClosedByBroker, NackError
 
 import rawamqp
-from amqp_helpers import declare, get, get_all, publish, safe_close, unique, wait_count, \
-    wait_until, count_in
+from amqp_helpers import declare, get, get_all, publish, unique, wait_count
 
 
 @pytest.fixture
