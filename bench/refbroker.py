@@ -400,6 +400,42 @@ def parse_host_port(url: str) -> tuple[str, int]:
     return u.hostname or "127.0.0.1", u.port or 5672
 
 
-if __name__ == "__main__":          # manual check: python -m bench.refbroker
-    with RabbitMQNode() as node:
-        print(node.url, node.version(), node.pids)
+def ctl_prefix(node: "RabbitMQNode") -> str:
+    """A shell command prefix that runs rabbitmqctl against the node (its HOME holds the Erlang
+    cookie, ERL_EPMD_PORT finds its private epmd): what LEVERET_TEST_RABBITMQCTL takes."""
+    import shlex
+    return " ".join(["env", f"HOME={shlex.quote(node.env['HOME'])}",
+                     f"ERL_EPMD_PORT={node.env['ERL_EPMD_PORT']}",
+                     shlex.quote(find_script("rabbitmqctl") or "rabbitmqctl"),
+                     "-n", node.nodename])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.refbroker`: start a private node, print its URL and version, stop it.
+    `python -m bench.refbroker --serve [--port N]`: keep it running until SIGTERM/SIGINT, after
+    printing the two variables that point the test suite at it (LEVERET_TEST_URL and
+    LEVERET_TEST_RABBITMQCTL; docs/behaviour-tests.md)."""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m bench.refbroker")
+    ap.add_argument("--serve", action="store_true", help="keep the node running until signalled")
+    ap.add_argument("--port", type=int, default=None, help="AMQP port (default: a spare one)")
+    args = ap.parse_args(argv)
+    with RabbitMQNode(port=args.port) as node:
+        if not args.serve:
+            print(node.url, node.version(), node.pids)
+            return 0
+        print(f"# {node.version()} (pids {node.pids})", flush=True)
+        print(f"export LEVERET_TEST_URL={node.url[:-len('%2F')]}", flush=True)
+        print(f"export LEVERET_TEST_RABBITMQCTL='{ctl_prefix(node)}'", flush=True)
+        stop = []
+        signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+        try:
+            while not stop and node.proc.poll() is None:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -630,9 +630,8 @@ class FrameDecoder:
                     if size:
                         raise _frame_error(f"heartbeat frame with a {size}-byte payload")
                     if channel:
-                        raise _frame_error(
-                            f"heartbeat frame on channel {channel}", UNEXPECTED_FRAME
-                        )
+                        # rabbit_reader:unexpected_frame/4's text
+                        raise _frame_error("type 8, all octets = <<>>", UNEXPECTED_FRAME)
                     append(_HEARTBEAT)
                 else:
                     raise _frame_error(f"unknown frame type {ftype} on channel {channel}")

@@ -92,6 +92,7 @@ class Channel(LightActor):
                                 host.config.credit_initial, events,
                                 credit_initial_bytes=host.config.credit_initial_bytes,
                                 consumer_timeout=host.config.consumer_timeout,
+                                consumer_timeout_action=host.config.consumer_timeout_action,
                                 clock=time.monotonic)
         self.armed_at = 0  # the consumer-timeout check the timer will tell us of (ms), 0 = none
 

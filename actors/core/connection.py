@@ -299,9 +299,12 @@ class ConnectionCore:
     def _unopened(self, channel: int, method, batches) -> None:
         """A method on a channel that is not open: channel.open, a close to answer, or 504."""
         if isinstance(method, am.ChannelOpen):
-            if channel > self.channel_max:
-                raise ConnectionError_(504, f"channel number {channel} exceeds channel_max "
-                                            f"{self.channel_max}")
+            # rabbit_reader:create_channel/2 counts the open channels; the number itself may
+            # be above channel_max (RabbitMQ 3.10 takes any number up to 65535)
+            count = self.shell.channel_count()
+            if self.channel_max and count >= self.channel_max:
+                raise ConnectionError_(530, f"number of channels opened ({count}) has reached "
+                                            f"the negotiated channel_max ({self.channel_max})")
             self._flush(batches)
             batches.clear()
             self.assembler.reset(channel)
@@ -432,17 +435,29 @@ class ConnectionCore:
             return user, f"user '{user}' - invalid credentials"
         return user, None
 
+    @staticmethod
+    def _negotiation_failure(field: str, minimum: int, server: int, client: int) -> str | None:
+        """rabbit_reader:validate_negotiated_integer_value/3: a value under the minimum, or
+        above the server's (0, "no limit", is above any limit the server sets)."""
+        detail = " (no limit)" if field == "channel_max" and client == 0 else ""
+        if client != 0 and client < minimum:
+            return (f"negotiated {field} = {client}{detail} is lower than the minimum allowed "
+                    f"value ({minimum})")
+        if server != 0 and (client == 0 or client > server):
+            return (f"negotiated {field} = {client}{detail} is higher than the maximum allowed "
+                    f"value ({server})")
+        return None
+
     def _tune_ok(self, method) -> None:
-        fm = method.frame_max
-        if fm and fm < FRAME_MIN:
-            raise ConnectionError_(530, f"frame_max={fm} < {FRAME_MIN} min size")
-        if fm > self.config.frame_max:
-            raise ConnectionError_(530, f"frame_max={fm} > {self.config.frame_max} max size")
+        fm, cm = method.frame_max, method.channel_max
+        why = self._negotiation_failure("frame_max", FRAME_MIN, self.config.frame_max, fm) or \
+            self._negotiation_failure("channel_max", 1, self.config.channel_max, cm)
+        if why is not None:
+            # RabbitMQ 3.10 logs "failed to negotiate connection parameters: ..." and closes
+            # the socket without connection.close, as for the other failures before open
+            self._silent_close(f"failed to negotiate connection parameters: {why}")
+            return
         self.frame_max = fm or self.config.frame_max
-        cm = method.channel_max
-        if cm > self.config.channel_max:
-            raise ConnectionError_(530, f"channel_max={cm} > {self.config.channel_max} "
-                                        "max size")
         self.channel_max = cm or self.config.channel_max
         self.heartbeat = method.heartbeat
         self.decoder.set_frame_max(self.frame_max)

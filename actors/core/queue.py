@@ -360,7 +360,10 @@ class QueueCore:
 
     def _enforce_max_length(self) -> None:
         while self._over_limit():
-            msg = self._pop_head(lowest=True)
+            # the head, as a consumer would see it: in a priority queue the highest-priority
+            # oldest message (rabbit_priority_queue drops from its highest sub-queue; seen on
+            # RabbitMQ 3.10.8)
+            msg = self._pop_head()
             self._drop(msg, "maxlen")
 
     # --- consumers ----------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from actors.core import limits, policies, queue_args
 from actors.core.errors import ChannelError, ConnectionError_, amqp_text
 from actors.core.permissions import AuthDB, hashed_auth_call
 from actors.core.queue_stats import StatsTable
-from actors.core.routing import Router
+from actors.core.routing import Router, validate_binding
 from actors.node import definitions_json
 from actors.node.definitions import Definitions
 from actors.node.metadata_alarms import AlarmsMixin
@@ -780,18 +780,22 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
     def op_bind(self, rpc, vhost, source, kind, dest, routing_key, arguments, owner=""):
         self._binding_ends(vhost, source, kind, dest)
         self._check_exclusive(vhost, dest, owner, kind)
+        # rabbit_binding:add -> the source type's validate_binding (headers: x-match)
+        validate_binding(self.router.exchange(vhost, source).type, arguments)
         self.had_bindings.add((vhost, source))
         self._change(["router", "bind", [vhost, source, kind, dest, routing_key, arguments]])
         return None
 
     def op_unbind(self, rpc, vhost, source, kind, dest, routing_key, arguments, owner=""):
-        if kind == "queue" and (vhost, dest) not in self.queues:
-            raise ChannelError(404, amqp_text(404, f"no queue '{dest}' in vhost '{vhost}'"))
-        if self.router.exchange(vhost, source) is None:
-            raise ChannelError(404, amqp_text(404, f"no exchange '{source}' in vhost '{vhost}'"))
-        if source == "":
+        if source == "" or (kind == "exchange" and dest == ""):
             raise ChannelError(403, amqp_text(403, "operation not permitted on the default "
                                                    "exchange"))
+        # RabbitMQ 3.10 answers unbind-ok when the binding, its queue or an exchange is missing
+        # (rabbit_binding:remove/3 of a binding that does not exist is ok)
+        if self.router.exchange(vhost, source) is None or \
+                (kind == "queue" and (vhost, dest) not in self.queues) or \
+                (kind == "exchange" and self.router.exchange(vhost, dest) is None):
+            return None
         # rabbit_channel:binding_action checks exclusive access for unbind as for bind
         self._check_exclusive(vhost, dest, owner, kind)
         self._change(["router", "unbind", [vhost, source, kind, dest, routing_key, arguments]])
