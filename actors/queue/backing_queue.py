@@ -68,11 +68,20 @@ class BackingQueue(LightActor):
                       if self.durable else None)  # this queue's queue_index (a transient
         #                                           queue's is opened when it first pages)
         self.qid = queue_id(qdef["vhost"], qdef["name"])  # its key in the environment
-        self.pending_acks: list = []  # ack records a full store refused: retried
-        self.unsynced: list = []  # persisted to LMDB, waiting for the sync to be confirmed
+        self.pending: dict = {}  # seq_id -> message given in Persist and not written yet: an
+        #                          ack before the next flush cancels it (never written)
+        self.pending_bytes = 0  # body bytes given in Persist since the last flush (Stored)
+        self.pending_acks: list = []  # seq_ids of written messages acked since the last flush
+        self.delivered_pending: set = set()  # pending seq_ids delivered: the publish record
+        #                                      carries the flag
+        self.delivered: set = set()  # written seq_ids delivered and not acked: their deliver
+        #                              records are written at a clean stop (after a crash every
+        #                              entry comes back redelivered anyway)
+        self.cancelled: set = set()  # seq_ids acked before their flush since the last _sync
+        self.unsynced: list = []  # persistent messages not yet confirmed to the queue
+        self.staged = False  # in storage.dirty: the next flush writes what this holds
         self.timer_armed = False  # a _Sync is on its way
         self.idle_sync = False  # an _IdleSync is on its way
-        self.written = 0  # Storage.committed() number of this queue's last write
         self.deleted = False  # the queue was deleted (its index is gone)
         self.dirty = False  # the last run did not stop cleanly: every entry may be delivered
         self.boot_seq = 0  # entries below this seq_id are from before the start: transient
@@ -89,37 +98,90 @@ class BackingQueue(LightActor):
             elif isinstance(msg, Persist):
                 self._persist(msg.msgs)
             elif isinstance(msg, RecordDelivery):
-                self._write(lambda txn: self.index.deliver(txn, [m.seq_id for m in msg.msgs]))
+                self._record_delivery(msg.msgs)
             elif isinstance(msg, Forget):
                 self._forget(msg.msgs)
             elif isinstance(msg, Recover):
                 self.queue_ref.tell(Recovered(*self._recover(msg.limit)))
             elif isinstance(msg, PageIn):
+                self._flush()
                 self.queue_ref.tell(self._page(msg.after_seq, msg.n))
             elif isinstance(msg, PurgeAfter):
+                self._flush()
                 self._purge_after(msg.after_seq)
             elif isinstance(msg, DeleteIndex):
                 self._delete()
         finally:
-            if self.unsynced and not self.idle_sync and self.actor_inbox.empty():
-                self.idle_sync = True  # idle with confirms pending: sync next turn
+            if (self.unsynced or self.staged) and not self.idle_sync and \
+                    self.actor_inbox.empty():
+                self.idle_sync = True  # idle with writes or confirms pending: sync next turn
                 self.actor_ref.tell(_IdleSync())
             if self.storage is not None:
                 self.storage.maybe_trim()
 
     # --- writes ---------------------------------------------------------------------------------
+    # Nothing is written when it arrives: Persist and Forget are staged, and one transaction per
+    # flush (Storage.flush: every staged backing queue of the process at once) writes the
+    # publishes that were not acked meanwhile and the acks of messages written before. A flush
+    # happens at the sync (the 200 ms timer or the queue going idle), before any read of the
+    # index, and when FLUSH_BYTES of bodies are staged. Storage commits are durable (sync=True).
     def _persist(self, msgs) -> None:
         if self.index is None:
             self._open_transient_index()
-        index, store = self.index, self.storage.msg_store
         if self.storage.disk_alarm():
             self.queue_ref.tell(Refused(msgs))  # their publishers get basic.nack
             return
-        wall_offset = int(time.time() * 1000) - int(time.monotonic() * 1000)
+        pending = self.pending
+        nbytes = 0
+        for m in msgs:
+            pending[m.seq_id] = m
+            nbytes += len(m.body)
+            if m.persistent:
+                # only persistent messages wait for a sync: a paged-out transient one was
+                # confirmed when the queue took it, and is not meant to outlive the node
+                self.unsynced.append(m)
+        self.pending_bytes += nbytes
+        self.storage.stage(self)
+        if self.unsynced and not self.timer_armed and self.timers is not None:
+            self.timer_armed = True
+            self.timers.at(int(time.monotonic() * 1000) + self.config.sync_interval_ms,
+                           self.actor_ref, _Sync())
+        if self.pending_bytes >= FLUSH_BYTES:
+            self._flush()
 
-        def write(txn):
+    def _record_delivery(self, msgs) -> None:
+        for m in msgs:
+            if m.seq_id in self.pending:
+                self.delivered_pending.add(m.seq_id)
+            else:
+                self.delivered.add(m.seq_id)
+
+    def _forget(self, msgs) -> None:
+        if self.index is None:
+            return
+        pending = self.pending
+        if not msgs and self.pending_acks:
+            self.storage.stage(self)
+        for m in msgs:
+            seq = m.seq_id
+            if pending.pop(seq, None) is not None:  # acked before its flush: never written
+                self.delivered_pending.discard(seq)
+                self.cancelled.add(seq)
+            else:
+                self.pending_acks.append(seq)
+                self.delivered.discard(seq)
+        if self.pending_acks:
+            self.storage.stage(self)
+
+    def write_staged(self, txn) -> None:
+        """Storage.flush -> here, inside its transaction: write what this queue staged."""
+        index, store = self.index, self.storage.msg_store
+        if self.pending:
+            wall_offset = int(time.time() * 1000) - int(time.monotonic() * 1000)
+            delivered = self.delivered_pending
             entries = []
-            for m in msgs:
+            for seq in sorted(self.pending):
+                m = self.pending[seq]
                 size = len(m.body)
                 embedded = index.embeds(size)
                 if not embedded:
@@ -127,25 +189,48 @@ class BackingQueue(LightActor):
                 entries.append(IndexEntry(
                     m.seq_id, m.msg_id, m.exchange, m.routing_key, m.props_raw,
                     m.body if embedded else None, size, m.priority,
-                    m.expires_at + wall_offset if m.expires_at else 0, m.redelivered))
+                    m.expires_at + wall_offset if m.expires_at else 0,
+                    m.redelivered or seq in delivered))
             index.publish(txn, entries)
+        if self.pending_acks:
+            released = index.ack(txn, self.pending_acks)
+            if released:
+                store.release(txn, released)
 
-        if self._write(write):
-            self.queue_ref.tell(Stored(sum(len(m.body) for m in msgs)))
+    def flushed(self, ok: bool) -> None:
+        """Storage.flush -> here, after its transaction committed (ok) or found the store full."""
+        written = list(self.pending.values())
+        self.pending = {}
+        nbytes, self.pending_bytes = self.pending_bytes, 0
+        if ok:
+            self.pending_acks = []
+            self.delivered |= self.delivered_pending
+            self.delivered_pending = set()
+            self.queue_ref.tell(Stored(nbytes))
             if events.enabled():
-                for m in msgs:
+                index = self.index
+                for m in written:
                     events.emit("stored", m.msg_id, actor="backing_queue", vhost=self.vhost,
                                 queue=self.qname, seq_id=m.seq_id,
                                 where="index" if index.embeds(len(m.body)) else "msg_store")
-            # only persistent messages wait for a sync: a paged-out transient one was
-            # confirmed when the queue took it, and is not meant to outlive the node
-            self.unsynced.extend(m for m in msgs if m.persistent)
-            if self.unsynced and not self.timer_armed and self.timers is not None:
-                self.timer_armed = True
-                self.timers.at(int(time.monotonic() * 1000) + self.config.sync_interval_ms,
-                               self.actor_ref, _Sync())
-        else:
-            self.queue_ref.tell(Refused(msgs))
+            return
+        # the store is full: the publishes are refused (Refused pays their bytes back); a full
+        # store cannot even delete (copy-on-write), so the acks stay staged for the next flush,
+        # and an acked message never comes back
+        self.delivered_pending = set()
+        if written:
+            gone = {m.seq_id for m in written}
+            self.unsynced = [m for m in self.unsynced if m.seq_id not in gone]
+            self.queue_ref.tell(Refused(written))
+        rest = nbytes - sum(len(m.body) for m in written)  # cancelled ones: no longer pending
+        if rest:
+            self.queue_ref.tell(Stored(rest))
+        # (the acks are staged again by the next Persist or Forget, not here: an idle queue
+        # would retry at once, forever, while the store is full)
+
+    def _flush(self) -> None:
+        if self.staged:
+            self.storage.flush()
 
     def _open_transient_index(self) -> None:
         """A transient queue pages for the first time: its index, emptied of whatever a
@@ -155,27 +240,12 @@ class BackingQueue(LightActor):
         self._delete()
         self.deleted = False
 
-    def _forget(self, msgs) -> None:
-        if self.index is None:
-            return
-        store = self.storage.msg_store
-        seqs = self.pending_acks + [m.seq_id for m in msgs]
-
-        def write(txn):
-            released = self.index.ack(txn, seqs)
-            if released:
-                store.release(txn, released)
-
-        # a full store cannot even delete (copy-on-write): keep the acks and try again with
-        # the next write, so that an acked message never comes back
-        self.pending_acks = [] if self._write(write) else seqs
-
     def _write(self, fn) -> bool:
-        """One LMDB write transaction; False when the disk (map) is full."""
+        """One LMDB write transaction (durable when it returns); False when the disk (map) is
+        full."""
         try:
             with self.storage.env.begin(write=True) as txn:
                 fn(txn)
-            self.written = self.storage.committed()
             return True
         except lmdb.MapFullError:
             log.error("message store full (storage_map_size=%d bytes in %s): refusing "
@@ -184,26 +254,45 @@ class BackingQueue(LightActor):
             return False
 
     def _sync(self) -> None:
+        """Flush what is staged (one durable transaction): every message given before is then
+        on disk or was acked before it had to be written (RabbitMQ confirms those too)."""
+        self._flush()  # (a full store refuses the publishes: they left unsynced)
         if not self.unsynced:
+            self.cancelled = set()
             return
-        self.storage.sync_upto(self.written)
         done, self.unsynced = self.unsynced, []
+        cancelled, self.cancelled = self.cancelled, set()
         if events.enabled():
             for m in done:
-                events.emit("synced", m.msg_id, actor="backing_queue", vhost=self.vhost,
-                            queue=self.qname, seq_id=m.seq_id)
+                if m.seq_id not in cancelled:
+                    events.emit("synced", m.msg_id, actor="backing_queue", vhost=self.vhost,
+                                queue=self.qname, seq_id=m.seq_id)
         self.queue_ref.tell(Persisted(done))
 
     def on_stop(self) -> None:
-        if self.index is not None and self.durable:
-            if self.pending_acks:
-                self._forget([])
-            self._sync()
-            if not self.deleted:
-                self.storage.mark_clean(self.qid)
+        if self.index is None:
+            return
+        if not self.durable:
+            self._drop_staged()
+            return
+        self._sync()
+        if not self.deleted:
+            delivered = sorted(self.delivered)
+            if delivered:
+                self._write(lambda txn: self.index.deliver(txn, delivered))
+            self.storage.mark_clean(self.qid)
+
+    def _drop_staged(self) -> None:
+        """Forget what is staged without writing it (the queue is gone)."""
+        self.storage.unstage(self)
+        if self.pending_bytes:
+            self.queue_ref.tell(Stored(self.pending_bytes))
+        self.pending, self.pending_bytes, self.pending_acks = {}, 0, []
+        self.delivered_pending, self.delivered, self.cancelled = set(), set(), set()
 
     def _delete(self) -> None:
         self.deleted = True
+        self._drop_staged()
         if self.index is not None:
             store = self.storage.msg_store
 
@@ -233,6 +322,7 @@ class BackingQueue(LightActor):
         their bytes) of what was published and not acked."""
         if self.index is None:
             return 1, [], 0, 0
+        self._flush()
         with self.storage.env.begin() as txn:
             rec = self.index.recover(txn)
         self.boot_seq = rec.next_seq_id
@@ -271,14 +361,12 @@ class BackingQueue(LightActor):
         return Paged(out, len(stale), sum(e.body_size for e in stale))
 
     def _forget_entries(self, entries) -> None:
-        store = self.storage.msg_store
+        """Entries dropped while paging in: acked with the next flush."""
+        self.pending_acks.extend(e.seq_id for e in entries)
+        self.storage.stage(self)
 
-        def write(txn):
-            released = self.index.ack(txn, [e.seq_id for e in entries])
-            if released:
-                store.release(txn, released)
 
-        self._write(write)
+FLUSH_BYTES = 4 << 20  # staged body bytes that make a flush before the sync is due
 
 
 def _persistent(props_raw: bytes) -> bool:
