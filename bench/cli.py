@@ -184,7 +184,8 @@ def run_target(url: str, label: str, chosen, args, pid: int | None = None) -> li
             extra = (f", confirm p50 {report.fmt_ms(cl.get('p50'))} ms p99 "
                      f"{report.fmt_ms(cl.get('p99'))} ms" if cl else "")
             if r.get("bytes_per_msg") is not None:
-                extra += f", {report.fmt_rate(r['bytes_per_msg'])} bytes written per message"
+                extra += (f", {report.fmt_rate(r['bytes_per_msg'])} bytes written per message "
+                          f"(disk: {report.fmt_rate(r.get('disk_bytes_per_msg'))})")
             log(f"[{label}]   publish {report.fmt_rate(r.get('publish_rate'))} msg/s, consume "
                 f"{report.fmt_rate(r.get('consume_rate'))} msg/s{extra} (load generator used "
                 f"{r.get('loadgen_cpu_cores')} cores)")

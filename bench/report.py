@@ -54,6 +54,7 @@ METRICS = [
 # of its scenarios has them, so the tables of the other scenarios do not change.
 EXTRA_METRICS = [
     ("bytes written / msg", lambda r: r.get("bytes_per_msg"), "count", _persistent),
+    ("disk bytes / msg", lambda r: r.get("disk_bytes_per_msg"), "count", _persistent),
     ("target consume msg/s", lambda r: r.get("target_consume_rate"), "rate", _paced),
     ("consume / target", lambda r: ratio(r.get("consume_rate"), r.get("target_consume_rate")),
      "ratio", _paced),

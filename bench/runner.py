@@ -227,7 +227,8 @@ def run_scenario(target: AMQPTarget, scenario: Scenario, *, seconds: float = 10.
                  queue_prefix: str = "leveret-bench", broker_pid: int | None = None) -> dict:
     """Run one scenario; with `broker_pid` (the broker's root process, on this machine) the
     result also has `write_bytes`, what that process and its descendants wrote in the measured
-    window (bench/procio.py), and `bytes_per_msg`, that divided by the messages consumed in it."""
+    window (bench/procio.py), and `bytes_per_msg`, that divided by the messages consumed in it;
+    `disk_bytes` and `disk_bytes_per_msg` are the same for the sectors the disk got."""
     if client == "pika" and scenario.lean_only:
         raise BenchError(f"{scenario.key}: --client pika does not do paced producers, "
                          "exchanges or late consumers (one process per connection); use the "
@@ -309,8 +310,11 @@ def run_scenario(target: AMQPTarget, scenario: Scenario, *, seconds: float = 10.
         io = io_window.result() if io_window is not None else None
         if io is not None:
             result["write_bytes"] = io["write_bytes"]
-            result["bytes_per_msg"] = (round(io["write_bytes"] / result["consumed"])
-                                       if result.get("consumed") else None)
+            result["disk_bytes"] = io["disk_bytes"]
+            n = result.get("consumed")
+            result["bytes_per_msg"] = round(io["write_bytes"] / n) if n else None
+            result["disk_bytes_per_msg"] = (round(io["disk_bytes"] / n)
+                                            if n and io["disk_bytes"] is not None else None)
         if errors:
             result["error"] = "\n".join(errors)
     except Exception as e:

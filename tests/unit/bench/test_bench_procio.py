@@ -48,4 +48,11 @@ def test_bytes_per_message_shown_for_persistent_scenarios_only():
              "consume_rate": 1.0, "bytes_per_msg": 99}]
     table = single_table(rows).splitlines()
     assert "bytes written / msg" in table[0]
-    assert table[2].endswith("| 1,234 |") and table[3].endswith("| – |")
+    assert "| 1,234 |" in table[2] and table[3].endswith("| – | – |")
+
+
+def test_disk_bytes_of_the_temp_directory_s_device(tmp_path):
+    from bench.procio import disk_bytes
+    before = disk_bytes(str(tmp_path))
+    assert before is not None and before >= 0
+    assert disk_bytes(str(tmp_path)) >= before
