@@ -8,17 +8,23 @@ page in, purge and drop the index. It answers `Persisted(msgs)` once they are on
 Queue sends the publisher confirms then. The worker's backing queues share the "store"
 scheduler, a thread apart from the worker's event loop, so that an fsync never stalls deliveries.
 
-Group commit (behaviour C7): writes are committed to LMDB at once but synced together, either
-when this actor has nothing else to do (its mailbox is empty: the queue went idle with confirms
-pending) or at the latest `sync_interval_ms` after the first unsynced publish. One sync covers
-every message written before it, for every queue of the node (one environment): the backing
-queues of a worker share the "store" scheduler, an idle one asks for its sync at the back of the
-run queue (`_IdleSync`), so the others write first, and a sync that finds its writes already
-covered by another queue's sync skips the fsync (Storage.sync_upto).
+Group commit (behaviour C7), and writing only what must be written (issue 12): nothing is
+written when it arrives. Persist stages the messages; a Forget that finds its message still
+staged cancels it (never written, as RabbitMQ's msg_store cancels a pending write when the
+remove comes first); a Forget of a written message stages its ack. A flush (Storage.flush) writes
+what every backing queue of the process staged in one LMDB transaction, durable when it returns
+(the environment commits with sync=True, metasync=True: power-loss safe). A flush happens at
+the sync, either when this actor has nothing else to do (its mailbox is empty: the queue went
+idle) or at the latest `sync_interval_ms` after the first unconfirmed publish; before any read
+of the index; and when FLUSH_BYTES of bodies are staged. After it, every message given before
+is on disk or was acked first, and the queue is told `Persisted`. The backing queues of a worker
+share the "store" scheduler; an idle one asks for its sync at the back of the run queue
+(`_IdleSync`), so the others stage first, and a sync that finds nothing staged costs nothing.
 
 A transient message is "safe" as soon as the queue accepts it, RabbitMQ's rule. It reaches
 storage only when its queue pages (more ready bytes than `queue_page_bytes` in memory), as
-RabbitMQ's classic queues v2 do: written, never synced for its own sake, dropped at restart.
+RabbitMQ's classic queues v2 do: staged and written like the others, never waited for, dropped
+at restart.
 A transient queue opens its index the first time it pages (and wipes what a queue of the same
 name may have left there); the node drops transient queues' indexes at boot.
 """
@@ -29,6 +35,7 @@ import logging
 import time
 
 import lmdb
+from pykka import ActorDeadError
 
 from actors import events
 from actors.messages import (DeleteIndex, Forget, PageIn, Paged, Persist, Persisted, PurgeAfter,
@@ -86,6 +93,7 @@ class BackingQueue(LightActor):
         self.dirty = False  # the last run did not stop cleanly: every entry may be delivered
         self.boot_seq = 0  # entries below this seq_id are from before the start: transient
         #                    ones among them (paged out, not meant to survive) are dropped
+        self.stopping = False  # in on_stop: the queue is gone, nothing is told to it
 
     def on_receive(self, msg):
         try:
@@ -206,7 +214,8 @@ class BackingQueue(LightActor):
             self.pending_acks = []
             self.delivered |= self.delivered_pending
             self.delivered_pending = set()
-            self.queue_ref.tell(Stored(nbytes))
+            if nbytes:
+                self._tell(Stored(nbytes))
             if events.enabled():
                 index = self.index
                 for m in written:
@@ -221,12 +230,20 @@ class BackingQueue(LightActor):
         if written:
             gone = {m.seq_id for m in written}
             self.unsynced = [m for m in self.unsynced if m.seq_id not in gone]
-            self.queue_ref.tell(Refused(written))
+            self._tell(Refused(written))
         rest = nbytes - sum(len(m.body) for m in written)  # cancelled ones: no longer pending
         if rest:
-            self.queue_ref.tell(Stored(rest))
+            self._tell(Stored(rest))
         # (the acks are staged again by the next Persist or Forget, not here: an idle queue
         # would retry at once, forever, while the store is full)
+
+    def _tell(self, msg) -> None:
+        """Tell the queue, unless it is gone (stopping: it stops before its backing queue)."""
+        if not self.stopping:
+            try:
+                self.queue_ref.tell(msg)
+            except ActorDeadError:
+                self.stopping = True
 
     def _flush(self) -> None:
         if self.staged:
@@ -267,9 +284,10 @@ class BackingQueue(LightActor):
                 if m.seq_id not in cancelled:
                     events.emit("synced", m.msg_id, actor="backing_queue", vhost=self.vhost,
                                 queue=self.qname, seq_id=m.seq_id)
-        self.queue_ref.tell(Persisted(done))
+        self._tell(Persisted(done))
 
     def on_stop(self) -> None:
+        self.stopping = True  # (the queue stopped first: see Queue.on_stop)
         if self.index is None:
             return
         if not self.durable:
@@ -284,9 +302,10 @@ class BackingQueue(LightActor):
 
     def _drop_staged(self) -> None:
         """Forget what is staged without writing it (the queue is gone)."""
-        self.storage.unstage(self)
+        if self.storage is not None:
+            self.storage.unstage(self)
         if self.pending_bytes:
-            self.queue_ref.tell(Stored(self.pending_bytes))
+            self._tell(Stored(self.pending_bytes))
         self.pending, self.pending_bytes, self.pending_acks = {}, 0, []
         self.delivered_pending, self.delivered, self.cancelled = set(), set(), set()
 
