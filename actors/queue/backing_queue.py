@@ -32,6 +32,8 @@ name may have left there); the node drops transient queues' indexes at boot.
 from __future__ import annotations
 
 import logging
+import os
+import struct
 import time
 
 import lmdb
@@ -94,6 +96,8 @@ class BackingQueue(LightActor):
         self.boot_seq = 0  # entries below this seq_id are from before the start: transient
         #                    ones among them (paged out, not meant to survive) are dropped
         self.stopping = False  # in on_stop: the queue is gone, nothing is told to it
+        self.ack_log: int | None = None  # fd of the queue's ack log (durable queues), see _log_acks
+        self.ack_logged = False  # the ack log holds acks not yet flushed
 
     def on_receive(self, msg):
         try:
@@ -170,16 +174,74 @@ class BackingQueue(LightActor):
         pending = self.pending
         if not msgs and self.pending_acks:
             self.storage.stage(self)
+        acked = []
         for m in msgs:
             seq = m.seq_id
             if pending.pop(seq, None) is not None:  # acked before its flush: never written
                 self.delivered_pending.discard(seq)
                 self.cancelled.add(seq)
             else:
-                self.pending_acks.append(seq)
+                acked.append(seq)
                 self.delivered.discard(seq)
+        if acked:
+            self.pending_acks.extend(acked)
+            self._log_acks(acked)
         if self.pending_acks:
             self.storage.stage(self)
+
+    # An ack of a written message waits for the next flush, like everything else; meanwhile it
+    # is appended to the queue's ack log (<data_dir>/messages/acks/<queue id>, big-endian u64
+    # seq_ids; one write() to the page cache, no fsync), so that it survives kill -9 of the
+    # worker as a committed LMDB transaction did: recovery replays the log. A flush that wrote
+    # the acks truncates it. A power cut may lose the log's tail: those messages come back,
+    # redelivered (an ack needs no sync of its own; RabbitMQ's queue index journal the same).
+    def _ack_log_path(self) -> str:
+        return os.path.join(self.storage.env.path(), "acks", self.qid.hex())
+
+    def _log_acks(self, seqs) -> None:
+        if not self.durable:
+            return  # a transient queue's paged messages do not outlive the node anyway
+        if self.ack_log is None:
+            os.makedirs(os.path.dirname(self._ack_log_path()), exist_ok=True)
+            self.ack_log = os.open(self._ack_log_path(),
+                                   os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.write(self.ack_log, struct.pack(f">{len(seqs)}Q", *seqs))
+        self.ack_logged = True
+
+    def _replay_ack_log(self) -> None:
+        """At recovery: stage the acks the log kept (a torn last record is ignored; acks of
+        seq_ids already acked are counted as unknown and ignored by the index)."""
+        try:
+            with open(self._ack_log_path(), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return
+        n = len(data) // 8
+        if n:
+            self.pending_acks.extend(struct.unpack(f">{n}Q", data[:n * 8]))
+            self.ack_logged = True
+            self.storage.stage(self)
+
+    def _truncate_ack_log(self) -> None:
+        if self.ack_logged:
+            self.ack_logged = False
+            if self.ack_log is not None:
+                os.ftruncate(self.ack_log, 0)
+            else:
+                try:
+                    os.truncate(self._ack_log_path(), 0)
+                except FileNotFoundError:
+                    pass
+
+    def _close_ack_log(self, unlink: bool = False) -> None:
+        if self.ack_log is not None:
+            os.close(self.ack_log)
+            self.ack_log = None
+        if unlink and self.durable and self.storage is not None:
+            try:
+                os.unlink(self._ack_log_path())
+            except FileNotFoundError:
+                pass
 
     def write_staged(self, txn) -> None:
         """Storage.flush -> here, inside its transaction: write what this queue staged."""
@@ -212,6 +274,7 @@ class BackingQueue(LightActor):
         nbytes, self.pending_bytes = self.pending_bytes, 0
         if ok:
             self.pending_acks = []
+            self._truncate_ack_log()
             self.delivered |= self.delivered_pending
             self.delivered_pending = set()
             if nbytes:
@@ -294,6 +357,7 @@ class BackingQueue(LightActor):
             self._drop_staged()
             return
         self._sync()
+        self._close_ack_log()
         if not self.deleted:
             delivered = sorted(self.delivered)
             if delivered:
@@ -312,6 +376,8 @@ class BackingQueue(LightActor):
     def _delete(self) -> None:
         self.deleted = True
         self._drop_staged()
+        self._close_ack_log(unlink=True)
+        self.ack_logged = False
         if self.index is not None:
             store = self.storage.msg_store
 
@@ -341,6 +407,7 @@ class BackingQueue(LightActor):
         their bytes) of what was published and not acked."""
         if self.index is None:
             return 1, [], 0, 0
+        self._replay_ack_log()
         self._flush()
         with self.storage.env.begin() as txn:
             rec = self.index.recover(txn)

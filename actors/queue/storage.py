@@ -161,6 +161,10 @@ class Storage:
                 if released:
                     self.msg_store.release(txn, released)
                 txn.pop(qid, db=self.clean)
+            try:  # its ack log (actors/queue/backing_queue.py)
+                os.unlink(os.path.join(self.env.path(), "acks", qid.hex()))
+            except FileNotFoundError:
+                pass
         return stale
 
     def maybe_trim(self) -> None:

@@ -5,6 +5,8 @@ stop. Driven by calling the actor's on_receive directly (no scheduler)."""
 
 from __future__ import annotations
 
+import os
+
 from actors.config import Config
 from actors.core.queue import Msg
 from actors.messages import Forget, Persist, Persisted, RecordDelivery, Stored
@@ -115,3 +117,22 @@ def test_deliver_flags_reach_the_index_by_the_publish_or_at_a_clean_stop(tmp_pat
     with s.env.begin() as txn:
         assert [e.delivered for e in bq.index.read(txn, -1, 10)] == [True, True]
     assert s.was_clean(bq.qid)
+
+
+def test_an_ack_waiting_for_its_flush_survives_a_crash_through_the_ack_log(tmp_path, monkeypatch):
+    """kill -9 between an ack and the next flush: the ack log (written to the page cache at
+    once) is replayed at recovery, so the acked message does not come back (C8 tests)."""
+    from actors.messages import Recover, Recovered
+    config, s = _storage(tmp_path, monkeypatch)
+    bq, _ = _bq(config)
+    m1, m2 = _msg(1), _msg(2)
+    bq.on_receive(Persist([m1, m2]))
+    bq.on_receive(_Sync())
+    bq.on_receive(Forget([m1]))  # staged, and in the ack log; no flush: the worker "dies"
+    assert _live(s, bq) == [1, 2]
+    again, ref = _bq(config)  # the restarted queue's backing queue
+    again.on_receive(Recover(None))
+    (rec,) = ref.of(Recovered)
+    assert [e.seq_id for e, _, _ in rec.entries] == [2]
+    assert _live(s, again) == [2]
+    assert os.path.getsize(again._ack_log_path()) == 0  # the flush truncated it
