@@ -11,12 +11,14 @@ scheduler, a thread apart from the worker's event loop, so that an fsync never s
 Group commit (behaviour C7), and writing only what must be written (issue 12): nothing is
 written when it arrives. Persist stages the messages; a Forget that finds its message still
 staged cancels it (never written, as RabbitMQ's msg_store cancels a pending write when the
-remove comes first); a Forget of a written message stages its ack. A flush (Storage.flush) writes
+remove comes first); a Forget of a written message stages its ack (and appends it to the
+queue's ack log, replayed at recovery, so that it survives kill -9). A flush (Storage.flush) writes
 what every backing queue of the process staged in one LMDB transaction, durable when it returns
 (the environment commits with sync=True, metasync=True: power-loss safe). A flush happens at
-the sync, either when this actor has nothing else to do (its mailbox is empty: the queue went
-idle) or at the latest `sync_interval_ms` after the first unconfirmed publish; before any read
-of the index; and when FLUSH_BYTES of bodies are staged. After it, every message given before
+the sync, either when this actor has nothing else to do with publishes staged (its mailbox is
+empty: the queue went idle) or at the latest `sync_interval_ms` after the first unconfirmed
+publish or staged ack; before any read of the index; and when FLUSH_BYTES of bodies or
+FLUSH_ACKS acks are staged. After it, every message given before
 is on disk or was acked first, and the queue is told `Persisted`. The backing queues of a worker
 share the "store" scheduler; an idle one asks for its sync at the back of the run queue
 (`_IdleSync`), so the others stage first, and a sync that finds nothing staged costs nothing.
@@ -124,9 +126,12 @@ class BackingQueue(LightActor):
             elif isinstance(msg, DeleteIndex):
                 self._delete()
         finally:
-            if (self.unsynced or self.staged) and not self.idle_sync and \
+            if (self.unsynced or self.pending) and not self.idle_sync and \
                     self.actor_inbox.empty():
-                self.idle_sync = True  # idle with writes or confirms pending: sync next turn
+                # idle with publishes staged: sync next turn (staged acks alone wait for the
+                # timer: they are in the ack log, and a flush now would hold the next ones up
+                # behind its fsyncs)
+                self.idle_sync = True
                 self.actor_ref.tell(_IdleSync())
             if self.storage is not None:
                 self.storage.maybe_trim()
@@ -154,12 +159,16 @@ class BackingQueue(LightActor):
                 self.unsynced.append(m)
         self.pending_bytes += nbytes
         self.storage.stage(self)
-        if self.unsynced and not self.timer_armed and self.timers is not None:
+        if self.unsynced:
+            self._arm_timer()
+        if self.pending_bytes >= FLUSH_BYTES:
+            self._flush()
+
+    def _arm_timer(self) -> None:
+        if not self.timer_armed and self.timers is not None:
             self.timer_armed = True
             self.timers.at(int(time.monotonic() * 1000) + self.config.sync_interval_ms,
                            self.actor_ref, _Sync())
-        if self.pending_bytes >= FLUSH_BYTES:
-            self._flush()
 
     def _record_delivery(self, msgs) -> None:
         for m in msgs:
@@ -188,6 +197,9 @@ class BackingQueue(LightActor):
             self._log_acks(acked)
         if self.pending_acks:
             self.storage.stage(self)
+            self._arm_timer()
+            if len(self.pending_acks) >= FLUSH_ACKS:
+                self._flush()
 
     # An ack of a written message waits for the next flush, like everything else; meanwhile it
     # is appended to the queue's ack log (<data_dir>/messages/acks/<queue id>, big-endian u64
@@ -453,6 +465,7 @@ class BackingQueue(LightActor):
 
 
 FLUSH_BYTES = 4 << 20  # staged body bytes that make a flush before the sync is due
+FLUSH_ACKS = 16384  # staged acks that make a flush before the sync is due
 
 
 def _persistent(props_raw: bytes) -> bool:
