@@ -145,9 +145,16 @@ class BackingQueue(LightActor):
     def _persist(self, msgs) -> None:
         if self.index is None:
             self._open_transient_index()
-        if self.storage.disk_alarm():
-            self.queue_ref.tell(Refused(msgs))  # their publishers get basic.nack
-            return
+        storage = self.storage
+        incoming = sum(len(m.body) for m in msgs)
+        if storage.disk_alarm(storage.staged_bytes() + incoming):
+            if self.pending_acks:
+                storage.stage(self)  # acks a full store refused before: try them again
+            if storage.dirty:  # staged acks free space: write them, then look again
+                storage.flush()
+            if storage.disk_alarm(storage.staged_bytes() + incoming):
+                self.queue_ref.tell(Refused(msgs))  # their publishers get basic.nack
+                return
         pending = self.pending
         nbytes = 0
         for m in msgs:
@@ -255,10 +262,11 @@ class BackingQueue(LightActor):
             except FileNotFoundError:
                 pass
 
-    def write_staged(self, txn) -> None:
-        """Storage.flush -> here, inside its transaction: write what this queue staged."""
+    def write_staged(self, txn, publishes: bool = True, acks: bool = True) -> None:
+        """Storage.flush -> here, inside its transaction: write what this queue staged (the
+        publishes, the acks, or both)."""
         index, store = self.index, self.storage.msg_store
-        if self.pending:
+        if publishes and self.pending:
             wall_offset = int(time.time() * 1000) - int(time.monotonic() * 1000)
             delivered = self.delivered_pending
             entries = []
@@ -274,10 +282,15 @@ class BackingQueue(LightActor):
                     m.expires_at + wall_offset if m.expires_at else 0,
                     m.redelivered or seq in delivered))
             index.publish(txn, entries)
-        if self.pending_acks:
+        if acks and self.pending_acks:
             released = index.ack(txn, self.pending_acks)
             if released:
                 store.release(txn, released)
+
+    def acks_written(self) -> None:
+        """Storage.flush -> here: the staged acks are on disk."""
+        self.pending_acks = []
+        self._truncate_ack_log()
 
     def flushed(self, ok: bool) -> None:
         """Storage.flush -> here, after its transaction committed (ok) or found the store full."""
@@ -285,8 +298,6 @@ class BackingQueue(LightActor):
         self.pending = {}
         nbytes, self.pending_bytes = self.pending_bytes, 0
         if ok:
-            self.pending_acks = []
-            self._truncate_ack_log()
             self.delivered |= self.delivered_pending
             self.delivered_pending = set()
             if nbytes:

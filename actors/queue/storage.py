@@ -98,6 +98,7 @@ class Storage:
                 return True
             for bq in members:
                 bq.staged = False
+            acked = [bq for bq in members if bq.pending_acks]
             try:
                 with self.env.begin(write=True) as txn:
                     for bq in members:
@@ -105,10 +106,31 @@ class Storage:
                 ok = True
                 self.flushes += 1
             except lmdb.MapFullError:
+                ok = False
+            if not ok and acked:
+                # a full map: the acks alone first (deleting needs pages too, copy-on-write,
+                # but frees more than it takes), then the publishes in what they freed
+                try:
+                    with self.env.begin(write=True) as txn:
+                        for bq in acked:
+                            bq.write_staged(txn, publishes=False)
+                    self.flushes += 1
+                    for bq in acked:
+                        bq.acks_written()
+                    with self.env.begin(write=True) as txn:
+                        for bq in members:
+                            bq.write_staged(txn, acks=False)
+                    ok = True
+                    self.flushes += 1
+                except lmdb.MapFullError:
+                    pass
+            elif ok:
+                for bq in acked:
+                    bq.acks_written()
+            if not ok:
                 log.error("message store full (storage_map_size=%d bytes in %s): refusing "
                           "persistent messages until space is freed",
                           self.config.storage_map_size, self.env.path())
-                ok = False
         for bq in members:
             bq.flushed(ok)
         return ok
@@ -120,23 +142,29 @@ class Storage:
         pages = sum(s["branch_pages"] + s["leaf_pages"] + s["overflow_pages"] for s in st)
         return pages * st[-1]["psize"] / self.config.storage_map_size
 
-    def disk_alarm(self) -> bool:
+    def disk_alarm(self, staged: int = 0) -> bool:
         """rabbit's disk alarm for the message store: on above ALARM_HIGH of the map in use,
         off again below ALARM_LOW. Refusing publishes before LMDB itself is full keeps room
-        for acks, which need pages too (copy-on-write), so space can come back."""
+        for acks, which need pages too (copy-on-write), so space can come back. `staged`:
+        body bytes staged for the next flush (not in the map yet), counted as if written."""
         now = time.monotonic()
         if self.used >= ALARM_CHECK_ALWAYS or now - self.checked >= ALARM_CHECK_S:
             self.checked = now
-            used = self.used = self.usage()
-            if used >= ALARM_HIGH and not self.alarm:
-                self.alarm = True
-                log.error("message store full: %.0f%% of storage_map_size (%d bytes) in %s is "
-                          "used; persistent messages are refused until consumers free space",
-                          used * 100, self.config.storage_map_size, self.env.path())
-            elif used < ALARM_LOW and self.alarm:
-                self.alarm = False
-                log.warning("message store has room again (%.0f%% used)", used * 100)
+            self.used = self.usage()
+        used = self.used + staged / self.config.storage_map_size
+        if used >= ALARM_HIGH and not self.alarm:
+            self.alarm = True
+            log.error("message store full: %.0f%% of storage_map_size (%d bytes) in %s is "
+                      "used; persistent messages are refused until consumers free space",
+                      used * 100, self.config.storage_map_size, self.env.path())
+        elif used < ALARM_LOW and self.alarm:
+            self.alarm = False
+            log.warning("message store has room again (%.0f%% used)", used * 100)
         return self.alarm
+
+    def staged_bytes(self) -> int:
+        """Body bytes the process's backing queues staged for the next flush."""
+        return sum(bq.pending_bytes for bq in self.dirty)
 
     def mark_clean(self, qid: bytes) -> None:
         """The queue stopped cleanly: its deliver records are complete."""
