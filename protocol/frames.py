@@ -1023,21 +1023,10 @@ def encode_deliver(
         routing_key = routing_key.encode()
     if type(properties_raw) is not bytes:
         properties_raw = _props_bytes(properties_raw)
-    lct = len(consumer_tag)
-    lex = len(exchange)
-    lrk = len(routing_key)
-    try:
-        parts = [
-            _DELIVER_HEAD.pack(FRAME_METHOD, channel, 16 + lct + lex + lrk, _INDEX_DELIVER, lct),
-            consumer_tag,
-            _DELIVER_MID.pack(delivery_tag, 1 if redelivered else 0, lex),
-            exchange,
-            _U8.pack(lrk),
-            routing_key,
-        ]
-        return _content_tail(channel, properties_raw, body, frame_max, parts)
-    except struct.error as exc:
-        raise ValueError(f"cannot encode basic.deliver: {exc}") from None
+    parts: list = []
+    deliver_parts(parts, channel, consumer_tag, delivery_tag, redelivered, exchange,
+                  routing_key, properties_raw, body, frame_max)
+    return b"".join(parts)
 
 
 def encode_get_ok(

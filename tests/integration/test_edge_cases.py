@@ -27,26 +27,6 @@ import rawamqp
 from amqp_helpers import declare, get, get_all, publish, unique, wait_count
 
 
-@pytest.fixture
-def raw_factory(broker):
-    clients = []
-
-    def make(open_channel: bool = True, **handshake) -> rawamqp.RawClient:
-        c = rawamqp.RawClient(broker.host, broker.port)
-        clients.append(c)
-        handshake.setdefault("user", broker.user)
-        handshake.setdefault("password", broker.password)
-        handshake.setdefault("vhost", broker.vhost)
-        c.handshake(**handshake)
-        if open_channel:
-            c.open_channel(1)
-        return c
-
-    yield make
-    for c in clients:
-        c.close()
-
-
 def _closed(conn, fn):
     """Run fn(channel) on a new channel; return the ChannelClosedByBroker it raised."""
     c = conn.channel()

@@ -15,27 +15,6 @@ from amqp_helpers import Consumer, count, count_in, declare, get, get_all, publi
     unique, wait_count, wait_until
 
 
-@pytest.fixture
-def raw_factory(broker):
-    clients = []
-
-    def make(open_channel: bool = True, **handshake) -> rawamqp.RawClient:
-        c = rawamqp.RawClient(broker.host, broker.port)
-        clients.append(c)
-        handshake.setdefault("user", broker.user)
-        handshake.setdefault("password", broker.password)
-        handshake.setdefault("vhost", broker.vhost)
-        c.handshake(**handshake)
-        if open_channel:
-            c.open_channel(1)
-        return c
-
-    yield make
-    for c in clients:
-        c.close()
-    assert broker.alive(), "the broker must survive bad client input"
-
-
 def _read_to_eof(sock: socket.socket, timeout: float = 5.0) -> bytes:
     sock.settimeout(timeout)
     data = b""
