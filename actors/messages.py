@@ -471,21 +471,21 @@ class Recover:
 
 
 class PageIn:
-    """Queue -> BackingQueue: the next `n` paged-out messages after seq_id `after_seq`;
-    answered by Paged."""
-    __slots__ = ("after_seq", "n")
+    """Queue -> BackingQueue: the next `n` paged-out messages after seq_id `after_seq` of one
+    priority's lane (0 without x-max-priority); answered by Paged."""
+    __slots__ = ("after_seq", "n", "priority")
 
-    def __init__(self, after_seq: int, n: int):
-        self.after_seq, self.n = after_seq, n
+    def __init__(self, after_seq: int, n: int, priority: int = 0):
+        self.after_seq, self.n, self.priority = after_seq, n, priority
 
 
 class PurgeAfter:
     """Queue -> BackingQueue: the queue was purged; drop the paged-out messages (index entries
-    after seq_id `after_seq`)."""
-    __slots__ = ("after_seq",)
+    after seq_id `after_seq`) of one priority's lane."""
+    __slots__ = ("after_seq", "priority")
 
-    def __init__(self, after_seq: int):
-        self.after_seq = after_seq
+    def __init__(self, after_seq: int, priority: int = 0):
+        self.after_seq, self.priority = after_seq, priority
 
 
 class DeleteIndex:
@@ -535,18 +535,21 @@ class Refused:
 
 
 class Paged:
-    """BackingQueue -> Queue (local only): the next page of paged-out messages,
-    [(IndexEntry, body, persistent)], and how many stale transient entries were dropped."""
+    """BackingQueue -> Queue (local only): the next page of paged-out messages of one
+    priority's lane, [(IndexEntry, body, persistent)], and how many stale transient entries
+    were dropped."""
 
-    __slots__ = ("entries", "dropped", "dropped_bytes")
+    __slots__ = ("entries", "dropped", "dropped_bytes", "priority")
 
-    def __init__(self, entries, dropped, dropped_bytes):
+    def __init__(self, entries, dropped, dropped_bytes, priority=0):
         self.entries, self.dropped, self.dropped_bytes = entries, dropped, dropped_bytes
+        self.priority = priority
 
 
 class Recovered:
     """BackingQueue -> Queue (local only): what the index kept: the next seq_id, the first
-    page of messages [(IndexEntry, body, persistent)], how many more and their bytes."""
+    page of messages [(IndexEntry, body, persistent)], how many more and their bytes (lists
+    by priority for a priority queue: each priority has an index of its own)."""
 
     __slots__ = ("next_seq", "entries", "more", "more_bytes")
 
@@ -609,8 +612,9 @@ class ReadyWorkers:
 
 
 class DurableQueues:
-    """Supervisor -> metadata (local only, ask): the (vhost, name) of every durable queue this
-    node holds (home or mirror): the indexes to keep at boot."""
+    """Supervisor -> metadata (local only, ask): the (vhost, name, arguments) of every durable
+    queue this node holds (home or mirror): the indexes to keep at boot (a priority queue's
+    priorities have one each)."""
 
     __slots__ = ()
 

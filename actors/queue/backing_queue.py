@@ -21,6 +21,12 @@ storage only when its queue pages (more ready bytes than `queue_page_bytes` in m
 RabbitMQ's classic queues v2 do: written, never synced for its own sake, dropped at restart.
 A transient queue opens its index the first time it pages (and wipes what a queue of the same
 name may have left there); the node drops transient queues' indexes at boot.
+
+A priority queue keeps each priority in an index of its own (rabbit_priority_queue runs one
+backing queue per priority, named `<name>\0<priority>`): priority 0 in the queue's index,
+priority p > 0 in the index of `lane_name(name, p)`, so that a priority's paged part is read back
+in order without reading the others'. Every message names its priority (Msg.priority, PageIn,
+PurgeAfter).
 """
 
 from __future__ import annotations
@@ -53,6 +59,26 @@ class _IdleSync:
     __slots__ = ()
 
 
+def lane_name(name: str, priority: int) -> str:
+    """The name whose index holds a priority queue's messages of one priority (0: the queue's
+    own), as rabbit_priority_queue:mutate_name/2 names its sub-queues."""
+    return name if not priority else f"{name}\x00{chr(priority)}"
+
+
+def priorities(arguments) -> int:
+    """How many priorities (lanes) a queue with these x-arguments has (1 without
+    x-max-priority; at most 256, as the queue core clamps it)."""
+    maxp = (arguments or {}).get("x-max-priority")
+    if isinstance(maxp, bool) or not isinstance(maxp, int) or maxp <= 0:
+        return 1
+    return min(maxp, 255) + 1
+
+
+def lane_queue_ids(vhost: str, name: str, arguments) -> list:
+    """Every index id a durable queue with these arguments may use (the node keeps them)."""
+    return [queue_id(vhost, lane_name(name, p)) for p in range(priorities(arguments))]
+
+
 class BackingQueue(LightActor):
     scheduler_name = "store"  # an fsync stalls the other backing queues, never a queue
 
@@ -68,6 +94,8 @@ class BackingQueue(LightActor):
                       if self.durable else None)  # this queue's queue_index (a transient
         #                                           queue's is opened when it first pages)
         self.qid = queue_id(qdef["vhost"], qdef["name"])  # its key in the environment
+        self.lanes = priorities(qdef.get("arguments"))  # priorities, each with its index
+        self.lane_indexes: dict = {}  # priority (> 0) -> its QueueIndex, opened on first use
         self.pending_acks: list = []  # ack records a full store refused: retried
         self.unsynced: list = []  # persisted to LMDB, waiting for the sync to be confirmed
         self.timer_armed = False  # a _Sync is on its way
@@ -89,15 +117,15 @@ class BackingQueue(LightActor):
             elif isinstance(msg, Persist):
                 self._persist(msg.msgs)
             elif isinstance(msg, RecordDelivery):
-                self._write(lambda txn: self.index.deliver(txn, [m.seq_id for m in msg.msgs]))
+                self._record_delivery(msg.msgs)
             elif isinstance(msg, Forget):
                 self._forget(msg.msgs)
             elif isinstance(msg, Recover):
                 self.queue_ref.tell(Recovered(*self._recover(msg.limit)))
             elif isinstance(msg, PageIn):
-                self.queue_ref.tell(self._page(msg.after_seq, msg.n))
+                self.queue_ref.tell(self._page(msg.after_seq, msg.n, msg.priority))
             elif isinstance(msg, PurgeAfter):
-                self._purge_after(msg.after_seq)
+                self._purge_after(msg.after_seq, msg.priority)
             elif isinstance(msg, DeleteIndex):
                 self._delete()
         finally:
@@ -108,35 +136,71 @@ class BackingQueue(LightActor):
                 self.storage.maybe_trim()
 
     # --- writes ---------------------------------------------------------------------------------
+    def _lane(self, priority: int):
+        """The index of a priority (opened on first use; a transient queue's is wiped then)."""
+        if not priority:
+            if self.index is None:
+                self.storage = Storage.of(self.config)
+                self.index = self._open_transient(self.qname)
+            return self.index
+        index = self.lane_indexes.get(priority)
+        if index is None:
+            self.storage = self.storage or Storage.of(self.config)
+            name = lane_name(self.qname, priority)
+            index = (self.storage.queue_index(self.vhost, name) if self.durable
+                     else self._open_transient(name))
+            self.lane_indexes[priority] = index
+        return index
+
+    def _by_lane(self, msgs) -> dict:
+        """{priority: [msg]}: one entry for a queue without priorities."""
+        if self.lanes == 1:
+            return {0: msgs}
+        out: dict = {}
+        for m in msgs:
+            out.setdefault(m.priority, []).append(m)
+        return out
+
+    def _record_delivery(self, msgs) -> None:
+        lanes = {p: ([m.seq_id for m in ms], self._lane(p))
+                 for p, ms in self._by_lane(msgs).items()}
+
+        def write(txn):
+            for seqs, index in lanes.values():
+                index.deliver(txn, seqs)
+
+        self._write(write)
+
     def _persist(self, msgs) -> None:
-        if self.index is None:
-            self._open_transient_index()
-        index, store = self.index, self.storage.msg_store
+        lanes = {p: (ms, self._lane(p)) for p, ms in self._by_lane(msgs).items()}
+        store = self.storage.msg_store
         if self.storage.disk_alarm():
             self.queue_ref.tell(Refused(msgs))  # their publishers get basic.nack
             return
         wall_offset = int(time.time() * 1000) - int(time.monotonic() * 1000)
 
         def write(txn):
-            entries = []
-            for m in msgs:
-                size = len(m.body)
-                embedded = index.embeds(size)
-                if not embedded:
-                    store.put(txn, m.msg_id, m.body)
-                entries.append(IndexEntry(
-                    m.seq_id, m.msg_id, m.exchange, m.routing_key, m.props_raw,
-                    m.body if embedded else None, size, m.priority,
-                    m.expires_at + wall_offset if m.expires_at else 0, m.redelivered))
-            index.publish(txn, entries)
+            for lane_msgs, index in lanes.values():
+                entries = []
+                for m in lane_msgs:
+                    size = len(m.body)
+                    embedded = index.embeds(size)
+                    if not embedded:
+                        store.put(txn, m.msg_id, m.body)
+                    entries.append(IndexEntry(
+                        m.seq_id, m.msg_id, m.exchange, m.routing_key, m.props_raw,
+                        m.body if embedded else None, size, m.priority,
+                        m.expires_at + wall_offset if m.expires_at else 0, m.redelivered))
+                index.publish(txn, entries)
 
         if self._write(write):
             self.queue_ref.tell(Stored(sum(len(m.body) for m in msgs)))
             if events.enabled():
+                embeds = next(iter(lanes.values()))[1].embeds
                 for m in msgs:
                     events.emit("stored", m.msg_id, actor="backing_queue", vhost=self.vhost,
                                 queue=self.qname, seq_id=m.seq_id,
-                                where="index" if index.embeds(len(m.body)) else "msg_store")
+                                where="index" if embeds(len(m.body)) else "msg_store")
             # only persistent messages wait for a sync: a paged-out transient one was
             # confirmed when the queue took it, and is not meant to outlive the node
             self.unsynced.extend(m for m in msgs if m.persistent)
@@ -147,28 +211,41 @@ class BackingQueue(LightActor):
         else:
             self.queue_ref.tell(Refused(msgs))
 
-    def _open_transient_index(self) -> None:
-        """A transient queue pages for the first time: its index, emptied of whatever a
-        queue of the same name left in it (one deleted while its worker was down)."""
-        self.storage = Storage.of(self.config)
-        self.index = self.storage.queue_index(self.vhost, self.qname)
-        self._delete()
-        self.deleted = False
-
-    def _forget(self, msgs) -> None:
-        if self.index is None:
-            return
+    def _open_transient(self, name: str):
+        """A transient queue pages (a priority of it) for the first time: the index, emptied
+        of whatever a queue of the same name left in it (one deleted while its worker was
+        down)."""
+        index = self.storage.queue_index(self.vhost, name)
         store = self.storage.msg_store
-        seqs = self.pending_acks + [m.seq_id for m in msgs]
 
         def write(txn):
-            released = self.index.ack(txn, seqs)
+            released = index.delete(txn)
             if released:
                 store.release(txn, released)
 
+        self._write(write)
+        return index
+
+    def _forget(self, msgs) -> None:
+        if self.storage is None:
+            return
+        store = self.storage.msg_store
+        acks = self.pending_acks + [(m.priority if self.lanes > 1 else 0, m.seq_id)
+                                    for m in msgs]
+        by_lane: dict = {}
+        for p, seq in acks:
+            by_lane.setdefault(p, []).append(seq)
+        lanes = [(self._lane(p), seqs) for p, seqs in by_lane.items()]
+
+        def write(txn):
+            for index, seqs in lanes:
+                released = index.ack(txn, seqs)
+                if released:
+                    store.release(txn, released)
+
         # a full store cannot even delete (copy-on-write): keep the acks and try again with
         # the next write, so that an acked message never comes back
-        self.pending_acks = [] if self._write(write) else seqs
+        self.pending_acks = [] if self._write(write) else acks
 
     def _write(self, fn) -> bool:
         """One LMDB write transaction; False when the disk (map) is full."""
@@ -204,52 +281,71 @@ class BackingQueue(LightActor):
 
     def _delete(self) -> None:
         self.deleted = True
-        if self.index is not None:
+        if self.durable:  # every priority's index, opened or not
+            indexes = [self._lane(p) for p in range(self.lanes)]
+        else:
+            indexes = [i for i in [self.index, *self.lane_indexes.values()] if i is not None]
+        if indexes:
             store = self.storage.msg_store
 
             def write(txn):
-                released = self.index.delete(txn)
-                if released:
-                    store.release(txn, released)
+                for index in indexes:
+                    released = index.delete(txn)
+                    if released:
+                        store.release(txn, released)
 
             self._write(write)
         self.unsynced = []
 
-    def _purge_after(self, after: int) -> None:
+    def _purge_after(self, after: int, priority: int = 0) -> None:
         store = self.storage.msg_store
+        index = self._lane(priority)
         with self.storage.env.begin() as txn:
-            seqs = list(self.index.live_seq_ids(txn, after))
+            seqs = list(index.live_seq_ids(txn, after))
 
         def write(txn):
-            released = self.index.ack(txn, seqs)
+            released = index.ack(txn, seqs)
             if released:
                 store.release(txn, released)
 
         self._write(write)
 
     # --- reading back ---------------------------------------------------------------------------
-    def _recover(self, limit: int | None) -> tuple[int, list, int, int]:
+    def _recover(self, limit: int | None) -> tuple:
         """(next seq_id, first messages [(IndexEntry, body, persistent)], how many more and
-        their bytes) of what was published and not acked."""
+        their bytes) of what was published and not acked; for a priority queue the first
+        page of every priority, and lists by priority of how many more."""
         if self.index is None:
             return 1, [], 0, 0
+        indexes = [self._lane(p) for p in range(self.lanes)]
         with self.storage.env.begin() as txn:
-            rec = self.index.recover(txn)
-        self.boot_seq = rec.next_seq_id
+            recs = [index.recover(txn) for index in indexes]
+        self.boot_seq = max(rec.next_seq_id for rec in recs)
         # after a crash a deliver record may be missing for a message that did reach a client
         # (it is written behind the delivery): all may have been delivered, redelivered=true
         clean = self.storage.was_clean(self.qid)
-        self.dirty = rec.live > 0 and not clean
-        page = self._page(-1, limit or rec.live + 1)
-        more = rec.live - len(page.entries) - page.dropped
-        more_bytes = rec.live_bytes - sum(len(b) for _, b, _ in page.entries) - \
-            page.dropped_bytes
-        return max(rec.next_seq_id, 1), page.entries, max(more, 0), max(more_bytes, 0)
+        self.dirty = any(rec.live for rec in recs) and not clean
+        entries, more, more_bytes = [], [], []
+        for p, rec in enumerate(recs):
+            if not rec.live:
+                more.append(0)
+                more_bytes.append(0)
+                continue
+            page = self._page(-1, limit or rec.live + 1, p)
+            entries += page.entries
+            more.append(max(rec.live - len(page.entries) - page.dropped, 0))
+            more_bytes.append(max(rec.live_bytes - sum(len(b) for _, b, _ in page.entries) -
+                                  page.dropped_bytes, 0))
+        entries.sort(key=lambda e: e[0].seq_id)
+        if self.lanes == 1:
+            return max(self.boot_seq, 1), entries, more[0], more_bytes[0]
+        return max(self.boot_seq, 1), entries, more, more_bytes
 
-    def _page(self, after: int, limit: int) -> Paged:
+    def _page(self, after: int, limit: int, priority: int = 0) -> Paged:
         out, stale = [], []
+        index = self._lane(priority)
         with self.storage.env.begin() as txn:
-            entries = self.index.read(txn, after, limit)
+            entries = index.read(txn, after, limit)
             for e in entries:
                 persistent = _persistent(e.props_raw)
                 if not persistent and e.seq_id < self.boot_seq:
@@ -267,14 +363,14 @@ class BackingQueue(LightActor):
                     e = e._replace(delivered=True)
                 out.append((e, bytes(body), persistent))
         if stale:
-            self._forget_entries(stale)
-        return Paged(out, len(stale), sum(e.body_size for e in stale))
+            self._forget_entries(stale, index)
+        return Paged(out, len(stale), sum(e.body_size for e in stale), priority)
 
-    def _forget_entries(self, entries) -> None:
+    def _forget_entries(self, entries, index) -> None:
         store = self.storage.msg_store
 
         def write(txn):
-            released = self.index.ack(txn, [e.seq_id for e in entries])
+            released = index.ack(txn, [e.seq_id for e in entries])
             if released:
                 store.release(txn, released)
 

@@ -102,11 +102,11 @@ class Effects:
         if stored:
             self.actor.bq.tell(m.Forget(stored))
 
-    def page_in(self, after_seq, n):
-        self.actor.bq.tell(m.PageIn(after_seq, n))
+    def page_in(self, after_seq, n, priority=0):
+        self.actor.bq.tell(m.PageIn(after_seq, n, priority))
 
-    def purge_paged(self, after_seq):
-        self.actor.bq.tell(m.PurgeAfter(after_seq))
+    def purge_paged(self, after_seq, priority=0):
+        self.actor.bq.tell(m.PurgeAfter(after_seq, priority))
 
     def dead_letter(self, msg, reason):
         dead_letter_publish(self.actor, msg, reason)
@@ -284,7 +284,7 @@ class Queue(LightActor):
                 self._get(msg, now)
             elif isinstance(msg, Paged):
                 core.paged_in(msg.entries, msg.dropped, msg.dropped_bytes, now,
-                              int(time.time() * 1000))
+                              int(time.time() * 1000), msg.priority)
                 gets, self.pending_gets = self.pending_gets, []
                 for get in gets:
                     self._get(get, now)
