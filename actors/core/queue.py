@@ -102,12 +102,16 @@ class PagedPublishers:
             self.start = 0
         return found
 
-    def discard(self, seq_ids: set) -> None:
+    def discard(self, seq_ids: set) -> list:
+        """Drop the entries of these messages: their (publisher, pub_seq)."""
+        gone = [(self.names[self.who[j]], self.pub_seqs[j])
+                for j in range(self.start, len(self.seqs)) if self.seqs[j] in seq_ids]
         keep = [j for j in range(self.start, len(self.seqs)) if self.seqs[j] not in seq_ids]
         self.seqs = array("Q", (self.seqs[j] for j in keep))
         self.pub_seqs = array("Q", (self.pub_seqs[j] for j in keep))
         self.who = array("I", (self.who[j] for j in keep))
         self.start = 0
+        return gone
 
     def drain(self) -> list:
         """Every (publisher, pub_seq) left; empties the table."""
@@ -315,7 +319,8 @@ class QueueCore:
                     if lane.pubs is None:
                         lane.pubs = PagedPublishers()
                     lane.pubs.add(msg.seq_id, sender, pub_seq)
-                msg.persistent = False  # no sync for it (Refused still nacks it: pub_seq)
+                    msg.pub_seq = 0  # the lane answers for it (a sync must not confirm it)
+                msg.persistent = False  # not synced for its own sake
                 msg.stored = True
                 to_persist.append(msg)
             elif self.late_confirm:
@@ -400,8 +405,9 @@ class QueueCore:
                     self.paged -= 1
                     self.paged_bytes -= len(msg.body)
             for lane in self.lanes:
-                if lane.pubs:
-                    lane.pubs.discard(gone)
+                if lane.pubs:  # x-confirm-on: lost before any consumer saw them: nack
+                    for publisher, pub_seq in lane.pubs.discard(gone):
+                        self.out.confirm(publisher, [pub_seq], False)
         for ready in self.ready:
             kept = [msg for msg in ready.items if msg.seq_id not in gone]
             if len(kept) != len(ready.items):
@@ -705,6 +711,8 @@ class QueueCore:
             self._enforce_max_length()
         if lane.pubs is not None and not lane.paged:
             lane.pubs = None
+        if self._answers:
+            self._flush_answers()
 
     def _load(self, entries: list, now: int, wall_now: int) -> None:
         ready = self.ready
