@@ -202,9 +202,10 @@ class Queue(LightActor):
     def _recovered(self, msg: Recovered) -> None:
         self.core.restore(msg.next_seq, msg.entries, msg.more, msg.more_bytes, now_ms(),
                           int(time.time() * 1000))
-        if msg.entries or msg.more:
+        more = sum(msg.more) if isinstance(msg.more, list) else msg.more  # by priority
+        if msg.entries or more:
             log.info("queue '%s' in vhost '%s': %d persistent messages recovered",
-                     self.qname, self.vhost, len(msg.entries) + msg.more)
+                     self.qname, self.vhost, len(msg.entries) + more)
         self._serve()
 
     def _serve(self) -> None:
