@@ -488,6 +488,24 @@ class PurgeAfter:
         self.after_seq, self.priority = after_seq, priority
 
 
+class DropPaged:
+    """Queue -> BackingQueue: drop-head took the next `n` paged-out messages after seq_id
+    `after_seq` of a priority's lane: settle them unread; answered by PagedDropped."""
+    __slots__ = ("after_seq", "n", "priority")
+
+    def __init__(self, after_seq: int, n: int, priority: int = 0):
+        self.after_seq, self.n, self.priority = after_seq, n, priority
+
+
+class PagedDropped:
+    """BackingQueue -> Queue (local only): `n` paged messages of `nbytes` dropped, the last
+    with seq_id `last_seq` (0 if none)."""
+    __slots__ = ("priority", "n", "nbytes", "last_seq")
+
+    def __init__(self, priority: int, n: int, nbytes: int, last_seq: int):
+        self.priority, self.n, self.nbytes, self.last_seq = priority, n, nbytes, last_seq
+
+
 class DeleteIndex:
     """Queue (deleted), Mirror (starting) -> BackingQueue: drop the queue's whole index."""
     __slots__ = ()

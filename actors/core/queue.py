@@ -22,9 +22,12 @@ and carries out what it asks through `out`, an object with:
 - `schedule(at_ms)`                   call `tick` again at (monotonic) time at_ms
 - `page_in(after_seq, n, priority)`   read the next n paged-out messages of a priority's lane
 - `purge_paged(after_seq, priority)`  settle every paged-out message of a lane after after_seq
+- `drop_paged(after_seq, n, priority)` settle the next n paged-out messages of a lane unread
+  (drop-head with nothing to do with them: no dead-letter exchange, no confirm to answer)
 
-The backing queue answers `stored(nbytes)` once it has written what `persist` gave it, and
-`persisted(msgs)` once that is synced.
+The backing queue answers `stored(nbytes)` once it has written what `persist` gave it,
+`persisted(msgs)` once that is synced, `paged_in(...)` with a page and `paged_dropped(...)` once
+it dropped what `drop_paged` asked.
 
 Paging (rabbit_variable_queue's delta): in a queue whose ready bodies pass `page_bytes`, new
 messages go to the index only (counted, no Msg kept) until the queue has drained them again;
@@ -491,6 +494,7 @@ class QueueCore:
         priority) until the queue is within its limits. A paged head is owed: counted off now
         and dropped (dead-lettered) when its page is read back; over x-max-length-bytes only,
         its size is not known before then, so the drop waits for the page."""
+        owing = set()
         while self._over_limit():
             p = self._head_lane(lowest=True)
             if p is None:
@@ -499,12 +503,53 @@ class QueueCore:
                 self._drop(self._pop(p), "maxlen")
                 continue
             lane = self.lanes[p]
-            self._ask_page(p)
             if self.max_length is not None and self._count() > self.max_length:
                 lane.owed += 1
                 self.owed += 1
+                owing.add(p)
                 continue
+            self._ask_page(p)
             break
+        for p in owing:
+            self._ask_owed(p)
+
+    def _ask_owed(self, p: int) -> None:
+        """Owed drops of a lane: dropped unread by the backing queue when nothing needs the
+        messages, else read back (dead-lettering, x-confirm-on nacks, the event log)."""
+        lane = self.lanes[p]
+        if not lane.owed or lane.asked:
+            return
+        if self.dlx is None and not self.late_confirm and not self.events.enabled():
+            lane.asked = True
+            self.out.drop_paged(lane.page_after, lane.owed, p)
+        else:
+            self._ask_page(p)
+
+    def paged_dropped(self, priority: int, n: int, nbytes: int, last_seq: int) -> None:
+        """The backing queue dropped the next n paged messages of a lane (nbytes, the last
+        one's seq_id), as drop_paged asked."""
+        lane = self.lanes[priority]
+        lane.asked = False
+        lane.paged -= n
+        lane.paged_bytes -= nbytes
+        self.paged -= n
+        self.paged_bytes -= nbytes
+        if not n or lane.paged < 0:  # the index holds no more: counts were off
+            self.paged -= lane.paged
+            self.paged_bytes -= lane.paged_bytes
+            lane.paged = lane.paged_bytes = 0
+        if last_seq:
+            lane.page_after = last_seq
+        done = min(n, lane.owed)
+        lane.owed -= done
+        self.owed -= done
+        if lane.owed > lane.paged:
+            self.owed -= lane.owed - lane.paged
+            lane.owed = lane.paged
+        if lane.owed:
+            self._ask_owed(priority)
+        elif self.consumers:
+            self._want_page()
 
     # --- consumers ----------------------------------------------------------------------------
     def consume(self, channel, tag, no_ack, exclusive, prefetch, channel_prefetch, now,
@@ -706,7 +751,7 @@ class QueueCore:
             self.ready_count += 1
             self.ready_bytes += len(msg.body)
         if lane.owed:
-            self._ask_page(priority)  # more to drop
+            self._ask_owed(priority)  # more to drop
         if self.max_length is not None or self.max_bytes is not None:
             self._enforce_max_length()
         if lane.pubs is not None and not lane.paged:

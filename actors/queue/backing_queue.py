@@ -37,8 +37,9 @@ import time
 import lmdb
 
 from actors import events
-from actors.messages import (DeleteIndex, Forget, PageIn, Paged, Persist, Persisted, PurgeAfter,
-                             RecordDelivery, Recover, Recovered, Refused, Stored)
+from actors.messages import (DeleteIndex, DropPaged, Forget, PageIn, Paged, PagedDropped, Persist,
+                             Persisted, PurgeAfter, RecordDelivery, Recover, Recovered, Refused,
+                             Stored)
 from actors.runtime import LightActor
 from actors.queue.storage import Storage, queue_id
 from protocol.properties import BasicProperties
@@ -124,6 +125,8 @@ class BackingQueue(LightActor):
                 self.queue_ref.tell(Recovered(*self._recover(msg.limit)))
             elif isinstance(msg, PageIn):
                 self.queue_ref.tell(self._page(msg.after_seq, msg.n, msg.priority))
+            elif isinstance(msg, DropPaged):
+                self.queue_ref.tell(self._drop_paged(msg.after_seq, msg.n, msg.priority))
             elif isinstance(msg, PurgeAfter):
                 self._purge_after(msg.after_seq, msg.priority)
             elif isinstance(msg, DeleteIndex):
@@ -296,6 +299,16 @@ class BackingQueue(LightActor):
 
             self._write(write)
         self.unsynced = []
+
+    def _drop_paged(self, after: int, n: int, priority: int) -> PagedDropped:
+        """drop-head of paged messages nothing needs: settled without reaching the queue."""
+        index = self._lane(priority)
+        with self.storage.env.begin() as txn:
+            entries = index.read(txn, after, n)
+        if entries:
+            self._forget_entries(entries, index)
+        return PagedDropped(priority, len(entries), sum(e.body_size for e in entries),
+                            entries[-1].seq_id if entries else 0)
 
     def _purge_after(self, after: int, priority: int = 0) -> None:
         store = self.storage.msg_store

@@ -105,6 +105,9 @@ class Effects:
     def page_in(self, after_seq, n, priority=0):
         self.actor.bq.tell(m.PageIn(after_seq, n, priority))
 
+    def drop_paged(self, after_seq, n, priority=0):
+        self.actor.bq.tell(m.DropPaged(after_seq, n, priority))
+
     def purge_paged(self, after_seq, priority=0):
         self.actor.bq.tell(m.PurgeAfter(after_seq, priority))
 
@@ -286,9 +289,10 @@ class Queue(LightActor):
             elif isinstance(msg, Paged):
                 core.paged_in(msg.entries, msg.dropped, msg.dropped_bytes, now,
                               int(time.time() * 1000), msg.priority)
-                gets, self.pending_gets = self.pending_gets, []
-                for get in gets:
-                    self._get(get, now)
+                self._retry_gets(now)
+            elif isinstance(msg, m.PagedDropped):
+                core.paged_dropped(msg.priority, msg.n, msg.nbytes, msg.last_seq)
+                self._retry_gets(now)
             elif isinstance(msg, m.ChannelDown):
                 core.channel_down(msg.sender, now)
             elif isinstance(msg, m.SetLimit):
@@ -338,6 +342,11 @@ class Queue(LightActor):
     def _release(self, confirms) -> None:
         for channel, seqs in confirms:
             self.transport.send(channel, m.Confirm(self.address, seqs, True))
+
+    def _retry_gets(self, now) -> None:
+        gets, self.pending_gets = self.pending_gets, []
+        for get in gets:
+            self._get(get, now)
 
     def _get(self, msg: m.Get, now) -> None:
         got = self.core.get(msg.sender, msg.no_ack, now)

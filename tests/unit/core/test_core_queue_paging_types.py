@@ -18,6 +18,7 @@ class Disk:
 
     def __init__(self, q, out):
         self.q, self.out, self.served = q, out, 0
+        self.dropped = 0  # messages drop_paged settled unread
         self.gone: set = set()
 
     def lane(self, p):
@@ -30,12 +31,19 @@ class Disk:
         while True:
             for (msgs,) in self.out.of("forget"):
                 self.gone.update(m.seq_id for m in msgs)
-            asks = self.out.of("page_in")[self.served:]
+            asks = [c for c in self.out.calls if c[0] in ("page_in", "drop_paged")]
+            asks = asks[self.served:]
             if not asks:
                 return
             self.served += len(asks)
-            for after, n, p in asks:
+            for kind, after, n, p in asks:
                 page = [m for m in self.lane(p) if m.seq_id > after][:n]
+                if kind == "drop_paged":  # settled unread
+                    self.gone.update(m.seq_id for m in page)
+                    self.dropped += len(page)
+                    self.q.paged_dropped(p, len(page), sum(len(m.body) for m in page),
+                                         page[-1].seq_id if page else 0)
+                    continue
                 self.q.paged_in([(IndexEntry(m.seq_id, m.msg_id, m.exchange, m.routing_key,
                                              m.props_raw, m.body, len(m.body), m.priority,
                                              0, False), m.body, m.persistent) for m in page],
@@ -113,8 +121,9 @@ def test_max_length_counts_paged_messages_and_drops_a_paged_head_when_read_back(
     pub(q, bodies)
     assert q.stats()["messages"] == 4                  # exact at once: the drops are owed
     assert q.paged and q.owed
-    disk.serve()                                       # the owed ones are read and dropped
-    assert q.owed == 0 and q.stats()["messages"] == 4
+    assert out.of("drop_paged")                        # nothing needs them: dropped unread
+    disk.serve()
+    assert q.owed == 0 and q.stats()["messages"] == 4 and disk.dropped
     assert drain(q, out, disk) == bodies[-4:]
 
 
