@@ -302,9 +302,13 @@ class MirrorPublish(NamedTuple):
 
 
 class MirrorForget(NamedTuple):
-    """Master -> mirror: these messages left the queue (acked, expired, dropped, purged)."""
+    """Master -> mirror: these messages left the queue (acked, expired, dropped, purged); with
+    purge_after >= 0, so did every message of priority `priority` after that seq_id (a purge of
+    the master's paged-out part, whose seq_ids it does not hold)."""
     master: str
     seq_ids: list
+    purge_after: int = -1
+    priority: int = 0
 
 
 class MirrorAck(NamedTuple):
@@ -463,20 +467,23 @@ class Forget:
 
 class Recover:
     """Queue -> BackingQueue: read the index back at start, at most `limit` messages into memory
-    (None: all); answered by Recovered."""
-    __slots__ = ("limit",)
+    (None: all); answered by Recovered. `adopt`: a promoted mirror's queue: the index holds what
+    the mirror paged out (transient ones too: keep them, and a transient queue's index is not
+    wiped)."""
+    __slots__ = ("limit", "adopt")
 
-    def __init__(self, limit):
-        self.limit = limit
+    def __init__(self, limit, adopt: bool = False):
+        self.limit, self.adopt = limit, adopt
 
 
 class PageIn:
     """Queue -> BackingQueue: the next `n` paged-out messages after seq_id `after_seq` of one
     priority's lane (0 without x-max-priority); answered by Paged."""
-    __slots__ = ("after_seq", "n", "priority")
+    __slots__ = ("after_seq", "n", "priority", "sync")
 
-    def __init__(self, after_seq: int, n: int, priority: int = 0):
+    def __init__(self, after_seq: int, n: int, priority: int = 0, sync: bool = False):
         self.after_seq, self.n, self.priority = after_seq, n, priority
+        self.sync = sync  # read for a joining mirror's sync: the queue's paged part unchanged
 
 
 class PurgeAfter:
@@ -517,9 +524,10 @@ class CheckMaster:
 
 
 class TakeMessages:
-    """QueueHost -> Mirror (ask): promotion; the answer is every message the mirror holds, as
-    [(IndexEntry, body, persistent)] a Queue restores from, and the mirror leaves the
-    transport."""
+    """QueueHost -> Mirror (ask): promotion; the answer is every message the mirror holds in
+    memory, as [(IndexEntry, body, persistent)] a Queue restores from, and whether it paged
+    others out to this node's index for the queue (written before the answer), as a tuple;
+    the mirror leaves the transport."""
     __slots__ = ()
 
 
@@ -557,11 +565,12 @@ class Paged:
     priority's lane, [(IndexEntry, body, persistent)], and how many stale transient entries
     were dropped."""
 
-    __slots__ = ("entries", "dropped", "dropped_bytes", "priority")
+    __slots__ = ("entries", "dropped", "dropped_bytes", "priority", "sync")
 
-    def __init__(self, entries, dropped, dropped_bytes, priority=0):
+    def __init__(self, entries, dropped, dropped_bytes, priority=0, sync=False):
         self.entries, self.dropped, self.dropped_bytes = entries, dropped, dropped_bytes
         self.priority = priority
+        self.sync = sync  # the answer to a PageIn for a mirror's sync
 
 
 class Recovered:

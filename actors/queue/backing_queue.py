@@ -104,6 +104,7 @@ class BackingQueue(LightActor):
         self.written = 0  # Storage.committed() number of this queue's last write
         self.deleted = False  # the queue was deleted (its index is gone)
         self.dirty = False  # the last run did not stop cleanly: every entry may be delivered
+        self.adopting = False  # recovering what a promoted mirror paged out: keep it all
         self.boot_seq = 0  # entries below this seq_id are from before the start: transient
         #                    ones among them (paged out, not meant to survive) are dropped
 
@@ -122,9 +123,11 @@ class BackingQueue(LightActor):
             elif isinstance(msg, Forget):
                 self._forget(msg.msgs)
             elif isinstance(msg, Recover):
-                self.queue_ref.tell(Recovered(*self._recover(msg.limit)))
+                self.queue_ref.tell(Recovered(*self._recover(msg.limit, msg.adopt)))
             elif isinstance(msg, PageIn):
-                self.queue_ref.tell(self._page(msg.after_seq, msg.n, msg.priority))
+                page = self._page(msg.after_seq, msg.n, msg.priority)
+                page.sync = msg.sync
+                self.queue_ref.tell(page)
             elif isinstance(msg, DropPaged):
                 self.queue_ref.tell(self._drop_paged(msg.after_seq, msg.n, msg.priority))
             elif isinstance(msg, PurgeAfter):
@@ -144,14 +147,15 @@ class BackingQueue(LightActor):
         if not priority:
             if self.index is None:
                 self.storage = Storage.of(self.config)
-                self.index = self._open_transient(self.qname)
+                self.index = (self.storage.queue_index(self.vhost, self.qname) if self.adopting
+                              else self._open_transient(self.qname))
             return self.index
         index = self.lane_indexes.get(priority)
         if index is None:
             self.storage = self.storage or Storage.of(self.config)
             name = lane_name(self.qname, priority)
-            index = (self.storage.queue_index(self.vhost, name) if self.durable
-                     else self._open_transient(name))
+            index = (self.storage.queue_index(self.vhost, name)
+                     if self.durable or self.adopting else self._open_transient(name))
             self.lane_indexes[priority] = index
         return index
 
@@ -324,20 +328,24 @@ class BackingQueue(LightActor):
         self._write(write)
 
     # --- reading back ---------------------------------------------------------------------------
-    def _recover(self, limit: int | None) -> tuple:
+    def _recover(self, limit: int | None, adopt: bool = False) -> tuple:
         """(next seq_id, first messages [(IndexEntry, body, persistent)], how many more and
         their bytes) of what was published and not acked; for a priority queue the first
-        page of every priority, and lists by priority of how many more."""
-        if self.index is None:
+        page of every priority, and lists by priority of how many more. `adopt`: a promoted
+        mirror's index (what it paged out, transient messages too, all from this run)."""
+        self.adopting = adopt
+        if self.index is None and not adopt:
             return 1, [], 0, 0
         indexes = [self._lane(p) for p in range(self.lanes)]
+        self.adopting = False
         with self.storage.env.begin() as txn:
             recs = [index.recover(txn) for index in indexes]
-        self.boot_seq = max(rec.next_seq_id for rec in recs)
+        # (a promoted mirror's transient entries are not from before a restart: kept)
+        self.boot_seq = 0 if adopt else max(rec.next_seq_id for rec in recs)
         # after a crash a deliver record may be missing for a message that did reach a client
         # (it is written behind the delivery): all may have been delivered, redelivered=true
         clean = self.storage.was_clean(self.qid)
-        self.dirty = any(rec.live for rec in recs) and not clean
+        self.dirty = any(rec.live for rec in recs) and not clean and not adopt
         entries, more, more_bytes = [], [], []
         for p, rec in enumerate(recs):
             if not rec.live:
@@ -350,9 +358,10 @@ class BackingQueue(LightActor):
             more_bytes.append(max(rec.live_bytes - sum(len(b) for _, b, _ in page.entries) -
                                   page.dropped_bytes, 0))
         entries.sort(key=lambda e: e[0].seq_id)
+        next_seq = max(max(rec.next_seq_id for rec in recs), 1)
         if self.lanes == 1:
-            return max(self.boot_seq, 1), entries, more[0], more_bytes[0]
-        return max(self.boot_seq, 1), entries, more, more_bytes
+            return next_seq, entries, more[0], more_bytes[0]
+        return next_seq, entries, more, more_bytes
 
     def _page(self, after: int, limit: int, priority: int = 0) -> Paged:
         out, stale = [], []
