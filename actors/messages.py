@@ -505,12 +505,13 @@ class DropPaged:
 
 
 class PagedDropped:
-    """BackingQueue -> Queue (local only): `n` paged messages of `nbytes` dropped, the last
-    with seq_id `last_seq` (0 if none)."""
-    __slots__ = ("priority", "n", "nbytes", "last_seq")
+    """BackingQueue -> Queue (local only): `n` paged messages of `nbytes` dropped (their
+    seq_ids: the mirrors forget them too), the last with seq_id `last_seq` (0 if none)."""
+    __slots__ = ("priority", "n", "nbytes", "last_seq", "seq_ids")
 
-    def __init__(self, priority: int, n: int, nbytes: int, last_seq: int):
+    def __init__(self, priority: int, n: int, nbytes: int, last_seq: int, seq_ids=()):
         self.priority, self.n, self.nbytes, self.last_seq = priority, n, nbytes, last_seq
+        self.seq_ids = seq_ids
 
 
 class DeleteIndex:

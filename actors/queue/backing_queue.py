@@ -312,7 +312,7 @@ class BackingQueue(LightActor):
         if entries:
             self._forget_entries(entries, index)
         return PagedDropped(priority, len(entries), sum(e.body_size for e in entries),
-                            entries[-1].seq_id if entries else 0)
+                            entries[-1].seq_id if entries else 0, [e.seq_id for e in entries])
 
     def _purge_after(self, after: int, priority: int = 0) -> None:
         store = self.storage.msg_store

@@ -319,6 +319,7 @@ class Queue(LightActor):
                 self._retry_gets(now)
             elif isinstance(msg, m.PagedDropped):
                 core.paged_dropped(msg.priority, msg.n, msg.nbytes, msg.last_seq)
+                self.mirrors.forget(list(msg.seq_ids))
                 self._retry_gets(now)
             elif isinstance(msg, m.ChannelDown):
                 core.channel_down(msg.sender, now)
