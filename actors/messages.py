@@ -470,10 +470,11 @@ class Recover:
     (None: all); answered by Recovered. `adopt`: a promoted mirror's queue: the index holds what
     the mirror paged out (transient ones too: keep them, and a transient queue's index is not
     wiped)."""
-    __slots__ = ("limit", "adopt")
+    __slots__ = ("limit", "adopt", "after")
 
-    def __init__(self, limit, adopt: bool = False):
+    def __init__(self, limit, adopt: bool = False, after=None):
         self.limit, self.adopt = limit, adopt
+        self.after = after or {}  # priority -> the adopted in-memory part ends at this seq_id
 
 
 class PageIn:
@@ -526,8 +527,9 @@ class CheckMaster:
 
 class TakeMessages:
     """QueueHost -> Mirror (ask): promotion; the answer is every message the mirror holds in
-    memory, as [(IndexEntry, body, persistent)] a Queue restores from, and whether it paged
-    others out to this node's index for the queue (written before the answer), as a tuple;
+    memory, as [(IndexEntry, body, persistent)] a Queue restores from, and the priorities it
+    paged out to this node's index for the queue (written before the answer; the persistent
+    in-memory ones of those priorities of a durable queue are in the index too), as a tuple;
     the mirror leaves the transport."""
     __slots__ = ()
 

@@ -123,7 +123,7 @@ class BackingQueue(LightActor):
             elif isinstance(msg, Forget):
                 self._forget(msg.msgs)
             elif isinstance(msg, Recover):
-                self.queue_ref.tell(Recovered(*self._recover(msg.limit, msg.adopt)))
+                self.queue_ref.tell(Recovered(*self._recover(msg.limit, msg.adopt, msg.after)))
             elif isinstance(msg, PageIn):
                 page = self._page(msg.after_seq, msg.n, msg.priority)
                 page.sync = msg.sync
@@ -328,11 +328,13 @@ class BackingQueue(LightActor):
         self._write(write)
 
     # --- reading back ---------------------------------------------------------------------------
-    def _recover(self, limit: int | None, adopt: bool = False) -> tuple:
+    def _recover(self, limit: int | None, adopt: bool = False, after=None) -> tuple:
         """(next seq_id, first messages [(IndexEntry, body, persistent)], how many more and
         their bytes) of what was published and not acked; for a priority queue the first
         page of every priority, and lists by priority of how many more. `adopt`: a promoted
-        mirror's index (what it paged out, transient messages too, all from this run)."""
+        mirror's index (what it paged out, transient messages too, all from this run); `after`:
+        per priority, the seq_id up to which the queue has the messages in memory already (the
+        mirror's, which it wrote too): read from there, counted off."""
         self.adopting = adopt
         if self.index is None and not adopt:
             return 1, [], 0, 0
@@ -352,10 +354,24 @@ class BackingQueue(LightActor):
                 more.append(0)
                 more_bytes.append(0)
                 continue
-            page = self._page(-1, limit or rec.live + 1, p)
+            start, held, held_bytes = -1, 0, 0
+            if after and after.get(p):
+                start = after[p]
+                with self.storage.env.begin() as txn:
+                    at = -1
+                    while True:
+                        chunk = indexes[p].read(txn, at, 1024)
+                        below = [e for e in chunk if e.seq_id <= start]
+                        held += len(below)
+                        held_bytes += sum(e.body_size for e in below)
+                        if len(below) < len(chunk) or not chunk:
+                            break
+                        at = chunk[-1].seq_id
+            page = self._page(start, limit or rec.live + 1, p)
             entries += page.entries
-            more.append(max(rec.live - len(page.entries) - page.dropped, 0))
-            more_bytes.append(max(rec.live_bytes - sum(len(b) for _, b, _ in page.entries) -
+            more.append(max(rec.live - held - len(page.entries) - page.dropped, 0))
+            more_bytes.append(max(rec.live_bytes - held_bytes -
+                                  sum(len(b) for _, b, _ in page.entries) -
                                   page.dropped_bytes, 0))
         entries.sort(key=lambda e: e[0].seq_id)
         next_seq = max(max(rec.next_seq_id for rec in recs), 1)

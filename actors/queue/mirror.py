@@ -186,6 +186,9 @@ class Mirror(LightActor):
         self.mem_bytes = 0  # their body bytes
         self.page_bytes = host.config.queue_page_bytes  # past this in memory, new ones page out
         self.paging: set = set()  # priorities whose new messages go to the index (until reset)
+        # in-memory messages also in the index: a durable queue's persistent ones, written when
+        # their priority began paging (the index takes seq_ids in ascending order only)
+        self.written: set = set()
         self.bq = None  # BackingQueue writing this node's index for the queue, once needed
 
     def on_start(self):
@@ -213,16 +216,29 @@ class Mirror(LightActor):
         has the persistent ones on disk) once the mirror holds page_bytes."""
         out = []
         mono, wall = int(time.monotonic() * 1000), int(time.time() * 1000)
+
+        def stored(item, body):
+            seq, exchange, rk, props, persistent, priority, expires, msg_id = item
+            if not msg_id:
+                msg_id = item[7] = os.urandom(16)
+            msg = Msg(seq, exchange, rk, props, body, False, priority or 0,
+                      mono + (expires - wall) if expires else 0, msg_id=msg_id)
+            msg.redelivered = True  # promoted, every message may have been delivered
+            return msg
+
         for item, body in zip(items, bodies):
             priority = item[5] or 0
             if self.page_bytes and (priority in self.paging or self.mem_bytes > self.page_bytes):
-                self.paging.add(priority)
-                seq, exchange, rk, props, persistent, _, expires, msg_id = item
-                msg = Msg(seq, exchange, rk, props, body, False, priority,
-                          mono + (expires - wall) if expires else 0,
-                          msg_id=msg_id or os.urandom(16))
-                msg.redelivered = True  # promoted, every message may have been delivered
-                out.append(msg)
+                if priority not in self.paging:
+                    self.paging.add(priority)
+                    if self.qdef["durable"]:
+                        # the persistent ones in memory first (ascending seq_ids), so that a
+                        # promotion finds them in the index as the master's would be
+                        for seq, (held, held_body) in self.msgs.items():
+                            if (held[5] or 0) == priority and held[4]:
+                                self.written.add(seq)
+                                out.append(stored(held, held_body))
+                out.append(stored(item, body))
                 continue
             self.msgs[item[0]] = (item, body)
             self.mem_bytes += len(body)
@@ -235,6 +251,9 @@ class Mirror(LightActor):
             held = self.msgs.pop(seq_id, None)
             if held is not None:
                 self.mem_bytes -= len(held[1])
+                if seq_id in self.written:
+                    self.written.discard(seq_id)
+                    gone.append(seq_id)
             elif self.paging:
                 gone.append(seq_id)
         if msg.purge_after >= 0:
@@ -242,6 +261,7 @@ class Mirror(LightActor):
             for seq_id in [s for s, (item, _) in self.msgs.items()
                            if s > msg.purge_after and (item[5] or 0) == p]:
                 self.mem_bytes -= len(self.msgs.pop(seq_id)[1])
+                self.written.discard(seq_id)  # (its index entry goes with PurgeAfter)
             if p in self.paging:
                 self._bq().tell(m.PurgeAfter(msg.purge_after, p))
         if gone:
@@ -268,6 +288,7 @@ class Mirror(LightActor):
                     if self.paging:
                         self._bq().tell(m.DeleteIndex())
                         self.paging.clear()
+                        self.written.clear()
                 self._take(msg.items, msg.bodies)
                 self.transport.send(msg.master, m.MirrorAck(self.address, msg.batch))
             elif isinstance(msg, m.MirrorForget):
@@ -285,7 +306,7 @@ class Mirror(LightActor):
                                                len(body), priority, expires, True), body,
                                     persistent))
                 self.transport.unregister(self.name)
-                paged = bool(self.paging)
+                paged = sorted(self.paging)
                 if self.bq is not None:
                     bq, self.bq = self.bq, None
                     bq.stop(block=True, timeout=30)  # its writes are in before the new master

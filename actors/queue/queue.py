@@ -207,7 +207,11 @@ class Queue(LightActor):
             # reach it) once Recovered is in; it does not wait for it (the worker's other
             # queues keep running meanwhile)
             limit = self.core.page_size if self.core.pageable else None
-            self.bq.tell(m.Recover(limit, adopt=self.adopted is not None))
+            after = {}  # per priority, where the mirror's in-memory messages end
+            for e, _, _ in adopted:
+                p = min(e.priority, self.core.max_priority)
+                after[p] = max(after.get(p, 0), e.seq_id)
+            self.bq.tell(m.Recover(limit, adopt=self.adopted is not None, after=after))
             return
         if adopted:
             self.core.restore(adopted[-1][0].seq_id + 1, adopted, 0, 0, now_ms(),
@@ -269,6 +273,8 @@ class Queue(LightActor):
             if msg.seq_id not in mine:
                 continue  # read back from the index: stored already
             msg.stored = bool(self.durable and msg.persistent)
+            if msg.stored and msg.priority in paged:
+                continue  # the mirror wrote it to the index when it began paging
             if msg.stored:
                 if not msg.msg_id:
                     msg.msg_id = os.urandom(16)
@@ -284,11 +290,11 @@ class Queue(LightActor):
         self.bq.stop(block=False)  # after what it was told; the worker's exit waits for it
 
     def on_receive(self, msg):
-        if self.sync is not None and not isinstance(msg, _DURING_SYNC):
-            self.sync["stash"].append(msg)  # the queue waits for its mirror's sync
-            return
         if isinstance(msg, Paged) and msg.sync:
             self._sync_page(msg)
+            return
+        if self.sync is not None and not isinstance(msg, _DURING_SYNC):
+            self.sync["stash"].append(msg)  # the queue waits for its mirror's sync
             return
         core = self.core
         now = now_ms()
