@@ -58,6 +58,10 @@ def parse_args(argv=None) -> Config:
     p.add_argument("--consumer-timeout", type=int, metavar="MS",
                    help="ms a delivery may stay unacknowledged before its channel is closed "
                         "(default 1800000, RabbitMQ's; 0 = none)")
+    p.add_argument("--consumer-timeout-action", choices=("close-channel", "cancel-consumer"),
+                   help="what a consumer timeout does: close-channel (RabbitMQ 3.x, default: "
+                        "406) or cancel-consumer (RabbitMQ 4.3: basic.cancel, deliveries "
+                        "returned to the queue, the channel stays open)")
     p.add_argument("--cluster-secret-file", metavar="FILE",
                    help="the secret every cluster member shares (default "
                         "DATA_DIR/cluster_secret, created on first start; docs/security.md)")
@@ -75,6 +79,7 @@ def parse_args(argv=None) -> Config:
                  "max_connections", "tls_port", "management_port", "prometheus_port", "ssl_certfile", "ssl_keyfile",
                  "ssl_cacertfile", "ssl_verify", "ssl_fail_if_no_peer_cert",
                  "cluster_secret_file", "max_message_size", "consumer_timeout",
+                 "consumer_timeout_action",
                  "load_definitions", "definitions_skip_if_unchanged"):
         value = getattr(args, name)
         if value is not None:

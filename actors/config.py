@@ -13,6 +13,7 @@ from protocol.constants import MAX_MSG_SIZE  # max_message_size may not go above
 MAX_DEFAULT_WORKERS = 8  # the CPU-sized default stops here; --*-workers go beyond
 TLS_VERSIONS = ("tlsv1.2", "tlsv1.3")  # ssl_versions values (RabbitMQ's ssl_options.versions)
 OLD_TLS_VERSIONS = ("sslv3", "tlsv1", "tlsv1.1")  # known, and refused
+CONSUMER_TIMEOUT_ACTIONS = ("close-channel", "cancel-consumer")  # consumer_timeout_action values
 
 
 def max_message_size_error(value) -> str | None:
@@ -81,6 +82,11 @@ class Config:
     # deliveries requeued; RabbitMQ's default (30 min); 0 = no timeout (x-consumer-timeout and
     # the consumer-timeout policy key still apply to their queues)
     consumer_timeout: int = 1800000
+    # what the timeout does: "close-channel" (RabbitMQ 3.x, the default: 406, the channel's
+    # deliveries requeued) or "cancel-consumer" (RabbitMQ 4.3: basic.cancel to a client that
+    # announced consumer_cancel_notify, that consumer's deliveries returned to the queue, the
+    # channel stays open; basic.get deliveries and other clients still close the channel)
+    consumer_timeout_action: str = "close-channel"
     # --- definitions (RabbitMQ's load_definitions; docs/definitions.md) ---
     load_definitions: str = ""  # a definitions JSON file imported at boot; "" = none
     definitions_skip_if_unchanged: bool = False  # skip it when its SHA-256 is the last imported
@@ -123,6 +129,10 @@ class Config:
         if isinstance(ct, bool) or not isinstance(ct, int) or ct < 0:
             errors.append(f"consumer_timeout must be a non-negative integer of milliseconds "
                           f"(0 = no timeout), not {ct!r}")
+        if self.consumer_timeout_action not in CONSUMER_TIMEOUT_ACTIONS:
+            errors.append(f"consumer_timeout_action must be one of "
+                          f"{', '.join(CONSUMER_TIMEOUT_ACTIONS)}, not "
+                          f"{self.consumer_timeout_action!r}")
         if not (isinstance(self.management_port, int) and 0 <= self.management_port <= 65535):
             errors.append(f"management_port must be a port number (0 = no management "
                           f"listener), not {self.management_port!r}")

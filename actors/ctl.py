@@ -268,7 +268,7 @@ def main(argv=None) -> int:
     p.add_argument("--if-unused", action="store_true", help="delete_queue: only if unused")
     p.add_argument("--timeout", type=float, default=60.0, help="await_startup: seconds")
     p.add_argument("--formatter", choices=("table", "json"), default="table",
-                   help="list_connections, list_channels, list_consumers: output format")
+                   help="list_* commands: output format")
     p.add_argument("command", choices=sorted(COMMANDS) + [
         "list_users", "list_vhosts", "list_queues", "list_exchanges", "list_bindings",
         "list_policies", "list_topic_permissions", "list_user_topic_permissions", "set_policy",
@@ -276,7 +276,8 @@ def main(argv=None) -> int:
         "set_vhost_limits", "clear_vhost_limits", "list_vhost_limits", "set_user_limits",
         "clear_user_limits", "list_user_limits", "cluster_status", "status",
         "set_vm_memory_high_watermark", "set_disk_free_limit", "list_connections",
-        "list_channels", "list_consumers", "export_definitions", "import_definitions", *OPS])
+        "list_channels", "list_consumers", "export_definitions", "import_definitions",
+        "list_permissions", *OPS])
     p.add_argument("args", nargs="*")
     a = p.parse_intermixed_args(argv)
     if a.command in OPS:
@@ -347,6 +348,9 @@ def main(argv=None) -> int:
         # connections and channels: every vhost, as rabbitmqctl; consumers: -p VHOST
         return print_sampled(call(a.data_dir, "mgmt_state", {}), what, a.args,
                              a.vhost if what == "consumers" else None, a.formatter)
+    if a.command[5:] in ctl_ops.DEFINITION_LISTS and a.command.startswith("list_"):
+        return ctl_ops.list_definitions(call, a.data_dir, a.command[5:], a.vhost, a.args,
+                                        a.formatter)
     if a.command == "list_queues" and a.args:
         return print_table(call(a.data_dir, "list", {"what": "queues"}), a.args, a.vhost)
     if a.command in ("list_topic_permissions", "list_user_topic_permissions"):
@@ -380,7 +384,7 @@ def main(argv=None) -> int:
 
 
 OPS = ("await_startup", "check_running", "check_local_alarms", "check_port_connectivity",
-       "environment", "close_connection", "delete_queue")
+       "environment", "close_connection", "delete_queue", "purge_queue")
 
 
 def _op(a) -> int:
@@ -392,6 +396,8 @@ def _op(a) -> int:
     if a.command == "delete_queue":
         return ctl_ops.delete_queue(call, a.data_dir, a.vhost, a.args, a.if_empty,
                                     a.if_unused)
+    if a.command == "purge_queue":
+        return ctl_ops.purge_queue(call, a.data_dir, a.vhost, a.args)
     return getattr(ctl_ops, a.command)(call, a.data_dir)
 
 

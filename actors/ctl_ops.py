@@ -1,6 +1,8 @@
 """leveretctl's operational commands, as rabbitmqctl / rabbitmq-diagnostics name them:
 await_startup, check_running, check_local_alarms, check_port_connectivity, environment,
-close_connection, delete_queue. Each returns the process exit code (0: ok; 69, RabbitMQ's
+close_connection, delete_queue, purge_queue; and the definitions' list_* commands (list_users,
+list_vhosts, list_permissions, list_exchanges, list_bindings) with rabbitmqctl's info items and
+--formatter table|json. Each returns the process exit code (0: ok; 69, RabbitMQ's
 EX_UNAVAILABLE, when a check fails)."""
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ import json
 import os
 import socket
 import time
+
+from actors.core import policies
 
 EX_UNAVAILABLE = 69  # rabbitmq-diagnostics' exit code for a failed check
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
@@ -110,3 +114,93 @@ def delete_queue(call, data_dir: str, vhost: str, names: list, if_empty: bool,
     print(f"Deleting queue '{names[0]}' on vhost '{vhost}' ...")
     print(f"Queue was successfully deleted with {n or 0} ready messages")
     return 0
+
+
+def purge_queue(call, data_dir: str, vhost: str, names: list) -> int:
+    """rabbitmqctl purge_queue [-p VHOST] QUEUE."""
+    if len(names) != 1:
+        raise SystemExit("Error: purge_queue takes QUEUE")
+    print(f"Purging queue '{names[0]}' in vhost '{vhost}' ...")
+    call(data_dir, "queue.purge", {"vhost": vhost, "name": names[0]})
+    return 0
+
+
+# rabbitmqctl list_users / list_vhosts / list_permissions / list_exchanges / list_bindings:
+# (default info items, every info item) read from the node's definitions (op mgmt_state)
+DEFINITION_LISTS = {
+    "users": (("user", "tags"), ("user", "tags")),
+    "vhosts": (("name",), ("name", "description", "tags", "tracing")),
+    "permissions": (("user", "configure", "write", "read"),
+                    ("user", "configure", "write", "read")),
+    "exchanges": (("name", "type"), ("name", "type", "durable", "auto_delete", "internal",
+                                     "arguments", "policy")),
+    "bindings": (("source_name", "source_kind", "destination_name", "destination_kind",
+                  "routing_key", "arguments"),
+                 ("source_name", "source_kind", "destination_name", "destination_kind",
+                  "routing_key", "arguments")),
+}
+
+
+def definition_rows(state: dict, what: str, vhost: str) -> list:
+    """Every row of `what` (all info items) as rabbitmqctl lists them; per vhost but users
+    and vhosts."""
+    auth = state["auth"]
+    if what == "users":
+        return [{"user": u["name"], "tags": list(u["tags"])} for u in auth["users"]]
+    if what == "vhosts":
+        return [{"name": v["name"], "description": v.get("description", ""),
+                 "tags": list(v.get("tags") or []), "tracing": False}
+                for v in auth["vhosts"]]
+    if what == "permissions":
+        return [{k: p[k] for k in ("user", "configure", "write", "read")}
+                for p in auth["permissions"] if p["vhost"] == vhost]
+    if what == "exchanges":
+        rows = []
+        for x in state["exchanges"]:
+            if x["vhost"] != vhost:
+                continue
+            p = policies.winner(state["policies"], vhost, x["name"], "exchanges")
+            rows.append({"name": x["name"], "type": x["type"], "durable": x["durable"],
+                         "auto_delete": x["auto_delete"], "internal": x["internal"],
+                         "arguments": x["arguments"], "policy": p["name"] if p else ""})
+        return rows
+    # bindings: the default exchange's to every queue first, as rabbitmqctl lists them
+    implicit = [[q["vhost"], "", "queue", q["name"], q["name"], {}] for q in state["queues"]]
+    return [{"source_name": b[1], "source_kind": "exchange", "destination_name": b[3],
+             "destination_kind": b[2], "routing_key": b[4], "arguments": b[5]}
+            for b in implicit + [list(b) for b in state["bindings"]] if b[0] == vhost]
+
+
+def list_definitions(call, data_dir: str, what: str, vhost: str, items: list,
+                     formatter: str) -> int:
+    """`rabbitmqctl list_<what> [-p VHOST] [item ...] [--formatter json|table]`."""
+    defaults, known = DEFINITION_LISTS[what]
+    items = items or list(defaults)
+    unknown = [i for i in items if i not in known]
+    if unknown:
+        raise SystemExit(f"Error: unknown info item(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(known)}")
+    rows = [{i: r[i] for i in items}
+            for r in definition_rows(call(data_dir, "mgmt_state", {}), what, vhost)]
+    if formatter == "json":
+        print(json.dumps(rows))
+        return 0
+    print({"users": "Listing users ...", "vhosts": "Listing vhosts ...",
+           "permissions": f'Listing permissions for vhost "{vhost}" ...',
+           "exchanges": f"Listing exchanges for vhost {vhost} ...",
+           "bindings": f"Listing bindings for vhost {vhost}..."}[what])
+    print("\t".join(items))
+    for r in rows:
+        print("\t".join(_cell(r[i]) for i in items))
+    return 0
+
+
+def _cell(value) -> str:
+    """A table cell as rabbitmqctl prints it: lists in brackets, booleans lowercase."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    if isinstance(value, dict):  # (rabbitmqctl prints an empty argument table as [])
+        return json.dumps(value) if value else "[]"
+    return str(value)

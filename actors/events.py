@@ -48,7 +48,7 @@ import msgpack
 
 __all__ = ["SCHEMA", "KINDS", "MESSAGE_KINDS", "COPY_KINDS", "PUBLISHER_KINDS", "PROCESS_KINDS",
            "EventLog",
-           "configure", "enabled", "emit", "flush", "close", "parse_level", "read_file"]
+           "configure", "enabled", "emit", "written", "flush", "close", "parse_level", "read_file"]
 
 log = logging.getLogger("leveret.events")
 
@@ -294,6 +294,12 @@ def emit(kind: str, msg_id: bytes | None = None, **fields) -> None:
         if not _sample or (msg_id is not None and _crc32(msg_id) % _sample):
             return
     _append((kind, msg_id, _wall(), _mono(), fields))
+
+
+def written() -> int:
+    """Events this process's log has written to its files so far (0 when off)."""
+    lg = _log
+    return lg.written if lg is not None else 0
 
 
 def flush() -> None:

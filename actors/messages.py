@@ -99,6 +99,9 @@ class ConnectionStats(NamedTuple):
     worker: str  # the worker's endpoint
     at_ms: int
     connections: list
+    # the process's cumulative counts (actors/connection/stats.py process_totals): channel
+    # counters, connection/channel churn, events written
+    totals: dict = {}
 
 
 class ForceClose(NamedTuple):

@@ -66,6 +66,7 @@ def aggregate(roles: list[dict]) -> dict:
     out = {
         "publish_rate": _rate_sum(producers, "published"),
         "consume_rate": _rate_sum(consumers, "consumed"),
+        "consumed": sum((_delta(r, "consumed") or (0, 0))[0] for r in consumers),
         "confirm_rate": None,
         "confirm_latency_ms": None,
         "e2e_latency_ms": None,
@@ -160,6 +161,9 @@ def combine_runs(runs: list[dict]) -> dict:
     for k in ("publish_rate", "consume_rate", "confirm_rate", "loadgen_cpu_cores", "backlog",
               "backlog_drained_s", "drain_consume_rate", "caught_up_s", "peak_depth"):
         if any(k in r for r in ok):
+            base[k] = med(r.get(k) for r in ok)
+    for k in ("bytes_per_msg", "disk_bytes_per_msg"):
+        if any(r.get(k) is not None for r in ok):
             base[k] = med(r.get(k) for r in ok)
     for k in ("confirm_latency_ms", "e2e_latency_ms"):
         dicts = [r.get(k) for r in ok if r.get(k)]

@@ -30,6 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
                                    "'Leveret', or the server's product and version with --url)")
     p.add_argument("--compare-url", help="also run every scenario against this broker and "
                                          "print both side by side with the ratio")
+    p.add_argument("--pid", type=int,
+                   help="with --url: the broker's process on this machine; the bytes it and its "
+                        "descendants write (/proc/PID/io) are reported per message")
+    p.add_argument("--compare-pid", type=int,
+                   help="the same for --compare-url (bench.compare passes it)")
     p.add_argument("--compare-label", help="name of the reference broker (default: its product "
                                            "and version from connection.start)")
     p.add_argument("--seconds", type=float, default=10.0,
@@ -146,7 +151,7 @@ def bottleneck_warnings(selftest: list[dict] | None, results: list[dict],
     return out
 
 
-def run_target(url: str, label: str, chosen, args) -> list[dict]:
+def run_target(url: str, label: str, chosen, args, pid: int | None = None) -> list[dict]:
     from bench.runner import run_scenario
     target = parse_url(url)
     results = []
@@ -162,7 +167,7 @@ def run_target(url: str, label: str, chosen, args) -> list[dict]:
             try:
                 r = run_scenario(target, sc, seconds=args.seconds, warmup=args.warmup,
                                  client=args.client, codec=args.codec, max_procs=args.procs,
-                                 log=log)
+                                 log=log, broker_pid=pid)
             except Exception as e:
                 r = {"scenario": sc.key, "title": sc.title, "settings": sc.to_dict(),
                      "error": f"{type(e).__name__}: {e}"}
@@ -178,6 +183,9 @@ def run_target(url: str, label: str, chosen, args) -> list[dict]:
             cl = r.get("confirm_latency_ms") or {}
             extra = (f", confirm p50 {report.fmt_ms(cl.get('p50'))} ms p99 "
                      f"{report.fmt_ms(cl.get('p99'))} ms" if cl else "")
+            if r.get("bytes_per_msg") is not None:
+                extra += (f", {report.fmt_rate(r['bytes_per_msg'])} bytes written per message "
+                          f"(disk: {report.fmt_rate(r.get('disk_bytes_per_msg'))})")
             log(f"[{label}]   publish {report.fmt_rate(r.get('publish_rate'))} msg/s, consume "
                 f"{report.fmt_rate(r.get('consume_rate'))} msg/s{extra} (load generator used "
                 f"{r.get('loadgen_cpu_cores')} cores)")
@@ -240,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.url:
         target = parse_url(args.url)
         label = label or server_version(target.host, target.port) or target.display
-        main_results = run_target(args.url, label, chosen, args)
+        main_results = run_target(args.url, label, chosen, args, args.pid)
         doc["brokers"].append({"label": label, "url": target.display, "results": main_results})
     else:
         from bench.node import LeveretNode, SERVER
@@ -258,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 version = node.version()
                 log(f"Leveret node pid {node.pid} on {node.url} ({version})")
-                main_results = run_target(node.url, label, chosen, args)
+                main_results = run_target(node.url, label, chosen, args, node.pid)
             finally:
                 node.stop()
                 if args.keep_node_dir:
@@ -272,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare_url and chosen:
         rt = parse_url(args.compare_url)
         ref_label = args.compare_label or server_version(rt.host, rt.port) or rt.display
-        ref_results = run_target(args.compare_url, ref_label, chosen, args)
+        ref_results = run_target(args.compare_url, ref_label, chosen, args, args.compare_pid)
         doc["brokers"].append({"label": ref_label, "url": rt.display, "results": ref_results})
 
     # -- the cluster scenario (bench/cluster.py): 3 nodes of its own --------------------------

@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
         with RabbitMQNode(log=log) as rmq:
             version = rmq.version() or "RabbitMQ"
             log(f"reference broker: {version} at {rmq.url} (pids {rmq.pids})")
-            return bench_main(argv + ["--compare-url", rmq.url, "--compare-label", version])
+            return bench_main(argv + ["--compare-url", rmq.url, "--compare-label", version,
+                                      "--compare-pid", str(rmq.proc.pid)])
     except RefBrokerError as e:
         log(f"error: could not run the reference RabbitMQ: {e}")
         return 2

@@ -9,8 +9,9 @@ queues page too).
     .venv/bin/python -m bench.deep_queue --transient --rabbitmq  # RabbitMQ (classic queue v2)
     .venv/bin/python -m bench.deep_queue --url amqp://... --pid PID  # an external broker
 
-Prints the peak RSS of the queue worker while filling and while draining, and the publish and
-drain rates. A measurement, not a test: nothing here passes or fails.
+Prints the peak RSS of the queue worker while filling and while draining, the publish and
+drain rates, and the bytes written per message in each phase (bench/procio.py: write_bytes of
+the node's process tree, and the disk's sectors written, machine-wide). A measurement, not a test: nothing here passes or fails.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import time
 from bench import codec as codec_mod
 from bench.loadgen import run_loop, setup_role
 from bench.node import LeveretNode
+from bench.procio import delta, disk_bytes, tree_write_bytes
 from bench.url import parse_url
 
 
@@ -126,6 +128,7 @@ def main(argv=None) -> int:
         watch = RssWatch(pids)
         watch.start()
         base = sum(rss_kb(p) for p in pids)
+        io = [(tree_write_bytes(node_pid) if node_pid else {}, disk_bytes())]
         prod = {"kind": "producer", "channels": [1, 2], "confirm": 2000, "queue": queue,
                 "persistent": durable, "message_size": a.size,
                 "priorities": {1: 0, 2: a.max_priority} if a.max_priority else None}
@@ -133,6 +136,7 @@ def main(argv=None) -> int:
                               lambda rs: rs[0].confirmed >= a.messages, a.timeout)
         confirmed = roles[0].confirmed
         expect = min(confirmed, a.max_length) if a.max_length else confirmed  # (drop-head)
+        io.append((tree_write_bytes(node_pid) if node_pid else {}, disk_bytes()))
         fill_peak, watch.peak = watch.peak, 0
         fill_anon, watch.peak_anon = watch.peak_anon, 0
         cons = {"kind": "consumer", "channels": [1], "queue": queue, "no_ack": False,
@@ -140,6 +144,7 @@ def main(argv=None) -> int:
         roles, t_drain = phase(target, codec, [cons],
                                lambda rs: rs[0].consumed >= expect, a.timeout)
         drained = roles[0].consumed
+        io.append((tree_write_bytes(node_pid) if node_pid else {}, disk_bytes()))
         watch.stop.set()
         print(f"{'RabbitMQ ' + str(rmq.version()) if rmq else 'queue workers'} {pids}: RSS "
               f"before {base / 1024:.0f} MiB")
@@ -148,6 +153,14 @@ def main(argv=None) -> int:
         print(f"filled {confirmed:,} {kind} {a.size}-byte messages in {t_fill:.0f} s "
               f"({confirmed / t_fill:,.0f} msg/s); peak queue-worker RSS "
               f"{fill_peak / 1024:.0f} MiB (anonymous {fill_anon / 1024:.0f} MiB)")
+        for (label, n), (a, b) in zip((("filling", confirmed), ("draining", drained)),
+                                      zip(io, io[1:])):
+            wb = delta(a[0], b[0]) if node_pid else None
+            disk = b[1] - a[1] if None not in (a[1], b[1]) else None
+            print(f"{label}: " + (f"{wb / max(n, 1):,.0f} bytes written (write_bytes) per "
+                                  "message, " if wb is not None else "") +
+                  (f"{disk / max(n, 1):,.0f} disk bytes per message (machine-wide)"
+                   if disk is not None else ""))
         print(f"drained {drained:,} in {t_drain:.0f} s ({drained / t_drain:,.0f} msg/s); "
               f"peak queue-worker RSS {watch.peak / 1024:.0f} MiB (anonymous "
               f"{watch.peak_anon / 1024:.0f} MiB)")

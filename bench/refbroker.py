@@ -188,9 +188,14 @@ class RabbitMQNode:
 
     def __init__(self, host: str = "127.0.0.1", port: int | None = None,
                  start_timeout: float = 90.0, keep_dir: bool = False, log=None,
-                 install: bool = False):
+                 install: bool = False, management_port: int | None = None,
+                 config: str = ""):
+        """management_port: also enable the rabbitmq_management plugin, listening there
+        (0: a spare port); config: more rabbitmq.conf lines."""
         self.host = host
         self.port = port
+        self.management_port = management_port
+        self.config = config
         self.start_timeout = start_timeout
         self.keep_dir = keep_dir
         self.install = install
@@ -235,11 +240,17 @@ class RabbitMQNode:
         for sub in ("mnesia", "log", "home"):
             os.makedirs(os.path.join(d, sub))
         plugins = os.path.join(d, "enabled_plugins")
+        if self.management_port == 0:
+            self.management_port = free_port(self.host)
         with open(plugins, "w") as f:
-            f.write("[].\n")
+            f.write("[rabbitmq_management].\n" if self.management_port else "[].\n")
         conf = os.path.join(d, "rabbitmq.conf")
         with open(conf, "w") as f:
-            f.write("# private benchmark node: defaults only\n")
+            f.write("# private node: defaults unless given\n")
+            if self.management_port:
+                f.write(f"management.tcp.port = {self.management_port}\n"
+                        f"management.tcp.ip = {self.host}\n")
+            f.write(self.config)
         env_conf = os.path.join(d, "rabbitmq-env.conf")
         open(env_conf, "w").close()
         if self.port is None:
@@ -283,7 +294,8 @@ class RabbitMQNode:
                 self.stop()
                 raise RefBrokerError(f"rabbitmq-server exited with status "
                                      f"{self.proc.returncode}:\n{tail}")
-            if amqp_answers(self.host, self.port, 1.0):
+            if amqp_answers(self.host, self.port, 1.0) and (
+                    not self.management_port or _http_answers(self.host, self.management_port)):
                 return
             time.sleep(0.25)
         tail = self.log_tail()
@@ -341,6 +353,19 @@ class RabbitMQNode:
         raise RefBrokerError(f"epmd did not listen on {host}:{port}")
 
 
+def _http_answers(host: str, port: int) -> bool:
+    """The management listener answers (any HTTP status)."""
+    import urllib.error
+    import urllib.request
+    try:
+        urllib.request.urlopen(f"http://{host}:{port}/api/overview", timeout=2).close()
+        return True
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+
+
 def server_version(host: str, port: int, timeout: float = 3.0) -> str | None:
     """Read 'product version' from connection.start's server-properties (best effort: scans
     the raw table for the 'version' key rather than decoding it)."""
@@ -375,6 +400,42 @@ def parse_host_port(url: str) -> tuple[str, int]:
     return u.hostname or "127.0.0.1", u.port or 5672
 
 
-if __name__ == "__main__":          # manual check: python -m bench.refbroker
-    with RabbitMQNode() as node:
-        print(node.url, node.version(), node.pids)
+def ctl_prefix(node: "RabbitMQNode") -> str:
+    """A shell command prefix that runs rabbitmqctl against the node (its HOME holds the Erlang
+    cookie, ERL_EPMD_PORT finds its private epmd): what LEVERET_TEST_RABBITMQCTL takes."""
+    import shlex
+    return " ".join(["env", f"HOME={shlex.quote(node.env['HOME'])}",
+                     f"ERL_EPMD_PORT={node.env['ERL_EPMD_PORT']}",
+                     shlex.quote(find_script("rabbitmqctl") or "rabbitmqctl"),
+                     "-n", node.nodename])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.refbroker`: start a private node, print its URL and version, stop it.
+    `python -m bench.refbroker --serve [--port N]`: keep it running until SIGTERM/SIGINT, after
+    printing the two variables that point the test suite at it (LEVERET_TEST_URL and
+    LEVERET_TEST_RABBITMQCTL; docs/behaviour-tests.md)."""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m bench.refbroker")
+    ap.add_argument("--serve", action="store_true", help="keep the node running until signalled")
+    ap.add_argument("--port", type=int, default=None, help="AMQP port (default: a spare one)")
+    args = ap.parse_args(argv)
+    with RabbitMQNode(port=args.port) as node:
+        if not args.serve:
+            print(node.url, node.version(), node.pids)
+            return 0
+        print(f"# {node.version()} (pids {node.pids})", flush=True)
+        print(f"export LEVERET_TEST_URL={node.url[:-len('%2F')]}", flush=True)
+        print(f"export LEVERET_TEST_RABBITMQCTL='{ctl_prefix(node)}'", flush=True)
+        stop = []
+        signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+        try:
+            while not stop and node.proc.poll() is None:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

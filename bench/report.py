@@ -32,6 +32,10 @@ def _perftest(r: dict) -> bool:
     return _paced(r) or _late(r) or bool(s.get("exchange_type"))
 
 
+def _persistent(r: dict) -> bool:
+    return bool(_settings(r).get("persistent"))
+
+
 def _e2e(p: str):
     return lambda r: (r.get("e2e_latency_ms") or {}).get(p)
 
@@ -45,9 +49,12 @@ METRICS = [
     ("confirm p99 ms", lambda r: (r.get("confirm_latency_ms") or {}).get("p99"), "ms", _confirms),
 ]
 
-# Figures of the PerfTest workloads (group `perftest`): a table gets their columns only when one
+# Bytes the broker wrote per message consumed (persistent scenarios, bench/procio.py) and the
+# figures of the PerfTest workloads (group `perftest`): a table gets their columns only when one
 # of its scenarios has them, so the tables of the other scenarios do not change.
 EXTRA_METRICS = [
+    ("bytes written / msg", lambda r: r.get("bytes_per_msg"), "count", _persistent),
+    ("disk bytes / msg", lambda r: r.get("disk_bytes_per_msg"), "count", _persistent),
     ("target consume msg/s", lambda r: r.get("target_consume_rate"), "rate", _paced),
     ("consume / target", lambda r: ratio(r.get("consume_rate"), r.get("target_consume_rate")),
      "ratio", _paced),

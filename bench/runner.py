@@ -20,6 +20,7 @@ import time
 
 from bench import codec as codec_mod
 from bench.aggregate import aggregate, drain_summary, drained_depth
+from bench.procio import IoWindow
 from bench.scenarios import Scenario
 from bench.url import AMQPTarget
 
@@ -223,7 +224,11 @@ def poll_depth(control: Control, queues: list[str], t_from: float, t_until: floa
 def run_scenario(target: AMQPTarget, scenario: Scenario, *, seconds: float = 10.0,
                  warmup: float = 2.0, client: str = "lean", codec: str = "auto",
                  max_procs: int = 16, log=print, consume_target: AMQPTarget | None = None,
-                 queue_prefix: str = "leveret-bench") -> dict:
+                 queue_prefix: str = "leveret-bench", broker_pid: int | None = None) -> dict:
+    """Run one scenario; with `broker_pid` (the broker's root process, on this machine) the
+    result also has `write_bytes`, what that process and its descendants wrote in the measured
+    window (bench/procio.py), and `bytes_per_msg`, that divided by the messages consumed in it;
+    `disk_bytes` and `disk_bytes_per_msg` are the same for the sectors the disk got."""
     if client == "pika" and scenario.lean_only:
         raise BenchError(f"{scenario.key}: --client pika does not do paced producers, "
                          "exchanges or late consumers (one process per connection); use the "
@@ -246,6 +251,7 @@ def run_scenario(target: AMQPTarget, scenario: Scenario, *, seconds: float = 10.
                     "target_publish_rate": scenario.target_publish_rate,
                     "target_consume_rate": scenario.target_consume_rate}
     declared_exchange = False
+    io_window = None
     try:
         for q in queues:
             control.declare(q, scenario.durable, scenario.arguments)
@@ -284,6 +290,8 @@ def run_scenario(target: AMQPTarget, scenario: Scenario, *, seconds: float = 10.
         t_end = t_measure + seconds
         for pipe in pipes:
             pipe.send(("go", t_start, t_measure, t_end))
+        if broker_pid:
+            io_window = IoWindow(broker_pid, t_measure, t_end).start()
         depth = None
         if delay:
             try:
@@ -299,12 +307,22 @@ def run_scenario(target: AMQPTarget, scenario: Scenario, *, seconds: float = 10.
         result.update(aggregate(roles))
         if delay:
             result.update(drain_summary(roles, depth, drained_depth(scenario)))
+        io = io_window.result() if io_window is not None else None
+        if io is not None:
+            result["write_bytes"] = io["write_bytes"]
+            result["disk_bytes"] = io["disk_bytes"]
+            n = result.get("consumed")
+            result["bytes_per_msg"] = round(io["write_bytes"] / n) if n else None
+            result["disk_bytes_per_msg"] = (round(io["disk_bytes"] / n)
+                                            if n and io["disk_bytes"] is not None else None)
         if errors:
             result["error"] = "\n".join(errors)
     except Exception as e:
         result["error"] = f"{type(e).__name__}: {e}"
         abort_workers(pipes)
     finally:
+        if io_window is not None:
+            io_window.cancel()
         stop_workers(procs, pipes)
         try:
             for q in queues:

@@ -340,6 +340,36 @@ def _frame_error(text: str, code: int = FRAME_ERROR, class_id: int = 0, method_i
     return FrameError(code, text, class_id, method_id)
 
 
+def _fused_content(buf: bytes, pos: int, n: int, channel: int, max_payload: int):
+    """(properties_raw, body, position after it) when a content header of class 60 with weight 0
+    and the one body frame it announces (none for an empty body) follow at ``pos`` on
+    ``channel``, complete and well formed; else None, and the frames are decoded one by one
+    (where anything unusual raises its precise error)."""
+    if n - pos < 19:
+        return None
+    htype, hchannel, hsize = _FRAME_HDR.unpack_from(buf, pos)
+    start = pos + 7
+    end = start + hsize
+    if htype != 2 or hchannel != channel or not 12 <= hsize <= max_payload or end >= n or \
+            buf[end] != 0xCE:
+        return None
+    class_id, weight, body_size = _CONTENT_HDR.unpack_from(buf, start)
+    if class_id != 60 or weight:
+        return None
+    if not body_size:
+        return buf[start + 12:end], b"", end + 1
+    pos = end + 1
+    if n - pos < 8:
+        return None
+    btype, bchannel, bsize = _FRAME_HDR.unpack_from(buf, pos)
+    bstart = pos + 7
+    bend = bstart + bsize
+    if btype != 3 or bchannel != channel or bsize != body_size or bsize > max_payload or \
+            bend >= n or buf[bend] != 0xCE:
+        return None
+    return buf[start + 12:end], buf[bstart:bend], bend + 1
+
+
 class FrameDecoder:
     """Sans-IO AMQP frame decoder (the framing half of ``rabbit_reader``).
 
@@ -368,6 +398,11 @@ class FrameDecoder:
         # tune-ok are measured against the frame_max it sets, as rabbit_reader reads them one
         # at a time); the caller asks again for the rest
         self.pause_on_channel0 = False
+        # return a basic.publish whose content header and single body frame are already
+        # buffered as one ``Command`` (the assembler's work done in the same pass: a server's
+        # publish path); off by default, so that a caller sees every frame
+        self.fuse_publish = False
+        self._last_publish: tuple = (None, None)  # (method frame payload, its BasicPublish)
         self.set_frame_max(frame_max)
 
     def set_frame_max(self, frame_max: int) -> None:
@@ -443,6 +478,7 @@ class FrameDecoder:
         unpack_hdr = _FRAME_HDR.unpack_from
         unpack_hdr_index = _FRAME_HDR_INDEX.unpack_from
         methods_get = METHODS.get
+        fuse = self.fuse_publish
         tuple_new = _tuple_new
         new = _new
         try:
@@ -492,6 +528,15 @@ class FrameDecoder:
                     # Anything unusual (bad UTF-8, wrong length) falls through to it, which
                     # raises the precise error.
                     if index == 0x003C0028:  # basic.publish
+                        if fuse and channel and buf[start:end] == self._last_publish[0]:
+                            # a publisher repeats its exchange, routing key and flags: the
+                            # method decoded last time serves again (methods are not mutated)
+                            fused = _fused_content(buf, end + 1, n, channel, max_payload)
+                            if fused is not None:
+                                props_raw, body, pos = fused
+                                append(tuple_new(Command, (channel, self._last_publish[1],
+                                                           props_raw, body, [None])))
+                                continue
                         try:
                             p = start + 6
                             e = p + 1 + buf[p]
@@ -506,8 +551,16 @@ class FrameDecoder:
                                 bits = buf[p]
                                 method.mandatory = (bits & 1) != 0
                                 method.immediate = (bits & 2) != 0
-                                append(tuple_new(MethodFrame, (channel, method)))
                                 pos = end + 1
+                                if fuse and channel:
+                                    self._last_publish = (buf[start:end], method)
+                                    fused = _fused_content(buf, pos, n, channel, max_payload)
+                                    if fused is not None:
+                                        props_raw, body, pos = fused
+                                        append(tuple_new(Command, (channel, method, props_raw,
+                                                                   body, [None])))
+                                        continue
+                                append(tuple_new(MethodFrame, (channel, method)))
                                 continue
                         except (IndexError, UnicodeDecodeError):
                             pass
@@ -577,9 +630,8 @@ class FrameDecoder:
                     if size:
                         raise _frame_error(f"heartbeat frame with a {size}-byte payload")
                     if channel:
-                        raise _frame_error(
-                            f"heartbeat frame on channel {channel}", UNEXPECTED_FRAME
-                        )
+                        # rabbit_reader:unexpected_frame/4's text
+                        raise _frame_error("type 8, all octets = <<>>", UNEXPECTED_FRAME)
                     append(_HEARTBEAT)
                 else:
                     raise _frame_error(f"unknown frame type {ftype} on channel {channel}")
@@ -899,6 +951,11 @@ def encode_command(
 
 
 def _content_tail(channel, props, body, frame_max, parts) -> bytes:
+    _content_parts(channel, props, body, frame_max, parts)
+    return b"".join(parts)
+
+
+def _content_parts(channel, props, body, frame_max, parts) -> None:
     size = len(body)
     parts.append(
         _END_CONTENT_HDR.pack(_END_INT, FRAME_HEADER, channel, 12 + len(props), 60, 0, size)
@@ -913,7 +970,37 @@ def _content_tail(channel, props, body, frame_max, parts) -> bytes:
             parts.append(_END)
     else:
         parts.append(_END)
-    return b"".join(parts)
+
+
+def deliver_parts(
+    parts: list,
+    channel: int,
+    consumer_tag: bytes,
+    delivery_tag: int,
+    redelivered: bool,
+    exchange: bytes,
+    routing_key: bytes,
+    properties_raw: bytes,
+    body: bytes,
+    frame_max: int = FRAME_MAX_DEFAULT,
+) -> None:
+    """encode_deliver's frames appended to `parts` (names already bytes, properties raw): a
+    batch of deliveries is joined once, each body copied once."""
+    lct = len(consumer_tag)
+    lex = len(exchange)
+    lrk = len(routing_key)
+    try:
+        parts += (
+            _DELIVER_HEAD.pack(FRAME_METHOD, channel, 16 + lct + lex + lrk, _INDEX_DELIVER, lct),
+            consumer_tag,
+            _DELIVER_MID.pack(delivery_tag, 1 if redelivered else 0, lex),
+            exchange,
+            _U8.pack(lrk),
+            routing_key,
+        )
+    except struct.error as exc:
+        raise ValueError(f"cannot encode basic.deliver: {exc}") from None
+    _content_parts(channel, properties_raw, body, frame_max, parts)
 
 
 def encode_deliver(

@@ -12,7 +12,7 @@ The table below is the whole specification; for each method the generator writes
 runs of fixed-size fields with one precompiled ``struct.Struct``, and a ``decode`` that reads
 them back with ``unpack_from`` -- no per-field interpretation loop at run time.  Consecutive
 ``bit`` fields share an octet, least significant bit first (spec 4.2.5.2).  Short strings
-decode to ``str`` (invalid UTF-8 is a 502, as RabbitMQ rejects it); long strings decode to
+decode to ``str`` (invalid UTF-8 is 501 "Malformed UTF-8 in shortstr", as in RabbitMQ); long strings decode to
 ``str`` when valid UTF-8 and ``bytes`` otherwise (like pamqp); both encode from ``str`` or
 ``bytes``.  Field names are pamqp 4's.
 """
@@ -164,10 +164,12 @@ class Method:
 
 def _syntax_error(cls, field: str, exc: BaseException) -> SyntaxError_:
     detail = str(exc) or type(exc).__name__
+    if isinstance(exc, UnicodeDecodeError):
+        # rabbit_binary_parser:assert_utf8/1 on a short string (a queue name, a consumer
+        # tag, ...): a frame error with RabbitMQ 3.10's text
+        return SyntaxError_(501, "Malformed UTF-8 in shortstr", cls.CLASS_ID, cls.METHOD_ID)
     if isinstance(exc, (IndexError, struct.error)):
         detail = "arguments truncated"
-    elif isinstance(exc, UnicodeDecodeError):
-        detail = "short string is not valid UTF-8"
     elif isinstance(exc, RecursionError):
         detail = "values nested too deeply"
     return SyntaxError_(
@@ -341,7 +343,10 @@ def _generate(cls_name: str, spec_fields, namespace: dict) -> str:
             elif kind == "shortstr":
                 lines.append(f"        field = {item!r}")
                 lines.append("        n = offset + 1 + buf[offset]")
-                lines.append(f"        self.{item} = buf[offset + 1:n].decode()")
+                # bounded by the frame: a string running past it is a truncation (checked
+                # below), not bad UTF-8 read from the bytes after it
+                lines.append(f"        self.{item} = buf[offset + 1:n if n <= end else end]"
+                             ".decode()")
                 lines.append("        offset = n")
             elif kind == "longstr":
                 lines.append(f"        field = {item!r}")

@@ -146,10 +146,11 @@ class Broker:
     # -- lifecycle of a local Leveret -------------------------------------------------------------
     @classmethod
     def start_leveret(cls, tmp_dir: Path, *extra: str, port: int | None = None,
-                      nofile: int | None = None) -> "Broker":
+                      nofile: int | None = None, env: dict | None = None) -> "Broker":
         """A node with its data in tmp_dir/data; starting again on the same tmp_dir (and port)
         restarts the node on its data (recovery tests). `extra`: more leveret-server options;
-        `nofile`: RLIMIT_NOFILE (soft and hard) of the node and its workers."""
+        `nofile`: RLIMIT_NOFILE (soft and hard) of the node and its workers; `env`: variables
+        added to the node's environment (its workers inherit it)."""
         server = REPO / ".venv" / "bin" / "leveret-server"
         if not server.exists():
             pytest.fail(f"{server} does not exist (run `make venv`), or set LEVERET_TEST_URL")
@@ -163,6 +164,7 @@ class Broker:
              "--management-port", "0", "--prometheus-port", "0",
              *extra],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(tmp_dir),
+            env=None if env is None else {**os.environ, **env},
             preexec_fn=_die_with_parent if nofile is None else
             lambda: (_die_with_parent(), _limit_files(nofile)))
         log.close()

@@ -91,7 +91,9 @@ class Channel(LightActor):
         self.core = ChannelCore(number, self.address, conn, host.replica, _Out(self),
                                 host.config.credit_initial, events,
                                 credit_initial_bytes=host.config.credit_initial_bytes,
-                                consumer_timeout=host.config.consumer_timeout)
+                                consumer_timeout=host.config.consumer_timeout,
+                                consumer_timeout_action=host.config.consumer_timeout_action,
+                                clock=time.monotonic)
         self.armed_at = 0  # the consumer-timeout check the timer will tell us of (ms), 0 = none
 
     def on_start(self):
@@ -100,7 +102,7 @@ class Channel(LightActor):
 
     def on_stop(self):
         self.host.transport.unregister(self.name)
-        self.host.unregister_channel(self.address)
+        self.host.unregister_channel(self.address, self.core.stats)
 
     def on_receive(self, msg):
         core = self.core

@@ -23,6 +23,7 @@ from actors.connection.handoff import Receiver
 from actors.connection.netio import Conn
 from actors.connection.reader import Reader
 from actors.connection.stats import ConnectionSampler
+from actors.core import channel_stats
 from actors.host import WorkerHost
 from actors.naming import queue_actor_name
 
@@ -45,6 +46,11 @@ class ConnectionHost(WorkerHost):
         self.ssl_context = None  # AMQPS connections' handshakes (tls_port set)
         self.admissions: dict = {}  # req id -> (Reader ref, channel number or 0): limit counts
         self.next_req = itertools.count(1)  # req ids of this host's Rpcs
+        # statistics (under self.lock): closed channels' last counts (channel_stats.add_into),
+        # and connections / channels opened and closed by this process
+        self.retired: dict = {}
+        self.churn = {"connections_opened": 0, "connections_closed": 0,
+                      "channels_opened": 0, "channels_closed": 0}
         transport.set_fallback(self.missing)
 
     def start(self) -> None:
@@ -90,10 +96,12 @@ class ConnectionHost(WorkerHost):
         ref = Reader.start(self, conn, peer, conn_id, tls_info, over_limit, deadline)
         with self.lock:
             self.readers[conn_id] = ref
+            self.churn["connections_opened"] += 1
 
     def connection_closed(self, reader: Reader) -> None:
         with self.lock:
             self.readers.pop(reader.conn_id, None)
+            self.churn["connections_closed"] += 1
         self.transport.send(self.node, m.Rpc(self.transport.address("control"), 0,
                                              "connection.closed", {"owner": reader.conn_id}))
 
@@ -127,10 +135,16 @@ class ConnectionHost(WorkerHost):
     def register_channel(self, address: str, ref) -> None:
         with self.lock:
             self.channels[address] = ref
+            self.churn["channels_opened"] += 1
 
-    def unregister_channel(self, address: str) -> None:
+    def unregister_channel(self, address: str, counters=None) -> None:
+        """A channel ended: its last counts join the retired totals in the same step that
+        takes it out of `channels`, so a sample counts it exactly once."""
         with self.lock:
-            self.channels.pop(address, None)
+            if self.channels.pop(address, None) is not None:
+                self.churn["channels_closed"] += 1
+                if counters is not None:
+                    channel_stats.add_into(self.retired, counters)
 
     def force_close(self, conn_id: str, reason: str) -> None:
         """The management API closes a connection: 320 CONNECTION_FORCED - reason."""

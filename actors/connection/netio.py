@@ -130,6 +130,12 @@ class Conn:
         self.tls_up = False  # the TLS handshake is done
         self.tls_timer = None  # closes the socket if the handshake is not done in time
         self.early: list = []  # plaintext read after the handshake, before the Reader came
+        # socket statistics (inet:getstat's): bytes and reads (loop thread), bytes and sends
+        # (under self.lock); TLS records counted as the socket carries them
+        self.recv_oct = 0
+        self.recv_cnt = 0
+        self.send_oct = 0
+        self.send_cnt = 0
         sock.setblocking(False)
 
     def start(self, reader, writer) -> None:
@@ -244,6 +250,8 @@ class Conn:
         if not data:
             self._lost("closed by client")
             return
+        self.recv_oct += len(data)
+        self.recv_cnt += 1
         if self.tls is not None:
             self._decrypt(data)
             return
@@ -318,6 +326,9 @@ class Conn:
             n = self.sock.send(data)
         except (BlockingIOError, InterruptedError):
             n = 0
+        if n:
+            self.send_oct += n
+            self.send_cnt += 1
         if n == len(data):
             return True
         self.out.append(memoryview(data)[n:])
@@ -343,6 +354,8 @@ class Conn:
                 while self.out:
                     chunk = self.out[0]
                     n = self.sock.send(chunk)
+                    self.send_oct += n
+                    self.send_cnt += 1
                     if n < len(chunk):
                         self.out[0] = memoryview(chunk)[n:]
                         return

@@ -176,6 +176,10 @@ class Reader(LightActor):
     def channel_open(self, number: int) -> bool:
         return number in self.channels
 
+    def channel_count(self) -> int:
+        """Channels open on this connection (rabbit_reader's channel_count)."""
+        return len(self.channels)
+
     def close_after(self, seconds: float) -> None:
         self.closing = True
         self.host.timers.at(int((time.monotonic() + seconds) * 1000), self.actor_ref,

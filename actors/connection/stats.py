@@ -12,7 +12,9 @@ from __future__ import annotations
 import threading
 import time
 
+from actors import events
 from actors import messages as m
+from actors.core import channel_stats
 
 
 def connection_name(peer, local) -> str:
@@ -33,7 +35,20 @@ def sample_connection(reader, node: str, local) -> dict | None:
             "ssl": core.tls is not None, "timeout": core.heartbeat,
             "frame_max": core.frame_max, "channel_max": core.channel_max,
             "client_properties": _plain(getattr(core, "client_properties", {}) or {}),
-            "connected_at": reader.connected_at}
+            "connected_at": reader.connected_at,
+            # the socket's statistics (netio.Conn; the node adds the *_details rates)
+            "recv_oct": reader.conn.recv_oct, "recv_cnt": reader.conn.recv_cnt,
+            "send_oct": reader.conn.send_oct, "send_cnt": reader.conn.send_cnt,
+            "send_pend": sum(len(b) for b in list(reader.conn.out)),  # bytes not sent yet
+            "auth_mechanism": core.mechanism, "user_who_performed_action": core.user}
+    props = conn["client_properties"]
+    if isinstance(props.get("connection_name"), str):
+        conn["user_provided_name"] = props["connection_name"]
+    tls = core.tls  # rabbit_mgmt_format: "" for each on a plain TCP connection
+    conn.update(ssl_protocol=tls.version if tls else "", ssl_cipher=tls.cipher if tls else "",
+                ssl_key_exchange="", ssl_hash="",
+                peer_cert_subject=_subject(tls.peer_subject) if tls else "",
+                peer_cert_issuer="", peer_cert_validity="")
     channels = []
     for number, ref in list(reader.channels.items()):
         ch = getattr(_actor_of(ref), "core", None)
@@ -41,7 +56,7 @@ def sample_connection(reader, node: str, local) -> dict | None:
             continue
         details = {"name": f"{name} ({number})", "number": number,
                    "connection_name": name, "peer_host": reader.peer[0],
-                   "peer_port": reader.peer[1], "user": core.user}
+                   "peer_port": reader.peer[1], "user": core.user, "node": node}
         consumers = [{"consumer_tag": tag, "queue": {"name": qname, "vhost": core.vhost},
                       "channel_details": details, "ack_required": not no_ack,
                       "prefetch_count": ch.prefetch, "exclusive": False, "arguments": {},
@@ -55,11 +70,27 @@ def sample_connection(reader, node: str, local) -> dict | None:
                          "prefetch_count": ch.prefetch,
                          "global_prefetch_count": ch.limiter.limit or 0,
                          "messages_unacknowledged": len(ch.unacked),
+                         "messages_unconfirmed": len(ch.confirms),
                          "consumer_count": len(consumers), "confirm": bool(ch.confirm),
-                         "transactional": bool(ch.tx), "consumers": consumers})
+                         "transactional": bool(ch.tx),
+                         "user_who_performed_action": core.user,
+                         "messages_uncommitted": len(ch.tx_publishes),
+                         "acks_uncommitted": sum(len(e) for e, _, _ in ch.tx_settles),
+                         # per exchange / queue fine stats: RabbitMQ lists them in
+                         # rates_mode "detailed" only; ours is "basic"
+                         "publishes": [], "deliveries": [],
+                         "message_stats": channel_stats.message_stats(ch.stats),
+                         "consumers": consumers})
     conn["channels"] = len(channels)
     conn["channel_list"] = channels
     return conn
+
+
+def _subject(subject) -> str:
+    """A certificate subject as RabbitMQ prints it: "CN=alice,O=..." (empty when none)."""
+    short = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU",
+             "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST"}
+    return ",".join(f"{short.get(k, k)}={v}" for rdn in subject or () for k, v in rdn)
 
 
 def _actor_of(ref):
@@ -78,6 +109,21 @@ def _plain(value):
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     return str(value)
+
+
+def process_totals(host) -> dict:
+    """The process's cumulative counts: every channel's counters (live ones read off their
+    actors, closed ones from `retired`, under the lock that moves a channel from one to the
+    other), connections and channels opened and closed, events written."""
+    with host.lock:
+        total = dict(host.retired, **host.churn)
+        for ref in host.channels.values():
+            ch = _actor_of(ref)
+            core = getattr(ch, "core", None)
+            if core is not None:
+                channel_stats.add_into(total, core.stats)
+    total["events_written"] = events.written()
+    return total
 
 
 class ConnectionSampler:
@@ -113,10 +159,11 @@ class ConnectionSampler:
         rows = [c for c in (sample_connection(r, cfg.node, (cfg.host, cfg.tls_port
                                                             if r.core.tls else cfg.port))
                             for r in readers if r is not None) if c is not None]
-        if rows == self.last:
+        totals = process_totals(host)
+        if (rows, totals) == self.last:
             return
-        self.last = rows
-        msg = m.ConnectionStats(host.transport.endpoint, int(time.time() * 1000), rows)
+        self.last = (rows, totals)
+        msg = m.ConnectionStats(host.transport.endpoint, int(time.time() * 1000), rows, totals)
         with host.replica.lock:
             targets = [info.get("metadata") for info in host.replica.members.values()
                        if info.get("up") and info.get("metadata")]

@@ -24,7 +24,8 @@ import re
 import struct
 from collections import OrderedDict, deque
 
-from actors.core import NO_EVENTS, credit_flow, direct_reply, policies, sender_selected
+from actors.core import NO_EVENTS, credit_flow, direct_reply, policies, routing, sender_selected
+from actors.core.channel_stats import ChannelCounters
 from actors.core.confirms import Confirms
 from actors.core.limiter import Limiter
 from actors import messages as m
@@ -33,7 +34,7 @@ from actors.core.errors import (AMQPError, Atom, ChannelError, ConnectionError_,
 from actors.core.permissions import topic_access_refused
 from protocol import methods as am
 from protocol.errors import AMQPError as CodecError
-from protocol.frames import encode_content, encode_deliver, encode_method
+from protocol.frames import deliver_parts, encode_content, encode_deliver, encode_method
 from protocol.properties import BasicProperties, with_reply_to
 
 CONFIRM_FLUSH = object()
@@ -69,8 +70,12 @@ class RefusedPublish:
 class ChannelCore:
     def __init__(self, number: int, address: str, conn: ConnInfo, replica, out,
                  credit_initial=credit_flow.INITIAL, events=NO_EVENTS, random_bytes=os.urandom,
-                 credit_initial_bytes=credit_flow.INITIAL_BYTES, consumer_timeout=0):
+                 credit_initial_bytes=credit_flow.INITIAL_BYTES, consumer_timeout=0,
+                 consumer_timeout_action="close-channel", clock=None):
         self.events = events  # the event log (actors.events in the shell), injected
+        self.clock = clock  # seconds, monotonic (confirm latency); None: not measured
+        self.stats = ChannelCounters()  # what the statistics sample reads (channel_stats.py)
+        self.published_at: dict[int, float] = {}  # confirm seq no -> clock() at publish
         self.random_bytes = random_bytes  # ids (msg id prefix, consumer tags), injected
         # the last publish's (raw, decoded, expiry, CC/BCC keys, raw to store, headers to route
         # by): a publisher repeats its properties, they are decoded and checked once
@@ -99,6 +104,12 @@ class ChannelCore:
         # (0 = none), each queue's own (x-consumer-timeout / policy, else the default), the
         # time of the next check (0 = none due) and the last time the caller passed in
         self.consumer_timeout = consumer_timeout
+        # what a timeout does: "close-channel" (RabbitMQ 3.x: 406) or "cancel-consumer"
+        # (RabbitMQ 4.3: basic.cancel, deliveries back to the queue, the channel stays open)
+        self.consumer_timeout_action = consumer_timeout_action
+        # delivery tags returned to their queue by a cancel-consumer timeout: a late ack,
+        # nack or reject of one is taken and does nothing (the message is back in its queue)
+        self.timed_out_tags: set[int] = set()
         self.queue_timeouts: dict[str, int] = {}  # queue address -> timeout ms (0 = none)
         self.check_at = 0  # when consumer_timeout_check should run next (ms), 0 = not needed
         self.now = 0  # ms: the time of the message being handled (on_deliver, on_reply)
@@ -123,9 +134,16 @@ class ChannelCore:
         self.msg_counter = 0  # persistent messages published on this channel
         self.seq_msg: dict[int, bytes] = {}  # confirm seq no -> msg_id (event log only)
         self.exchange_ok: dict[str, object] = {}  # exchange name -> ExchangeDef (write checked)
+        # (exchange, routing key) -> (queue names, their addresses: None where unset); valid
+        # while the replica has the version `routes_version` (exchange_ok too)
+        self.routes: dict[tuple, tuple] = {}
+        self.routes_version = replica.version
         # direct reply-to (actors/core/direct_reply.py): (consumer tag, generated name, key) of
         # the channel's consumer on amq.rabbitmq.reply-to, or None
         self.reply_consumer: tuple | None = None
+        # basic.cancel notifications that came while a reply was awaited (sync_wait): sent
+        # after that reply, as rabbit_channel handles its mailbox after its call returns
+        self.held_cancels: list[str] = []
 
     # --- entry points -------------------------------------------------------------------------
     def handle_commands(self, commands) -> None:
@@ -195,6 +213,7 @@ class ChannelCore:
         self.consumers.clear()
         self.reply_consumer = None
         self.confirms.clear()
+        self.published_at.clear()
         self.limiter.reset()
         if self.blocked:
             self.blocked = False
@@ -222,6 +241,7 @@ class ChannelCore:
                 self.error(e)
         if reply.req_id == self.sync_wait:
             self.sync_wait = 0
+            self._send_held_cancels()
             while self.backlog and not self.sync_wait:
                 self._one(self.backlog.popleft())
         self.flush()
@@ -267,11 +287,12 @@ class ChannelCore:
         if self.state != "open":
             # closing: the queue will requeue them when it sees ChannelDown
             return
-        parts = []
+        parts: list = []
         n = self.number
         fm = self.conn.frame_max
         tag = self.next_tag
         queue = msg.queue
+        names: dict = {}  # str -> its UTF-8 (a batch repeats its tags, exchanges and keys)
         for item, body in zip(msg.items, msg.bodies):
             ctag, seq_id, redelivered, exchange, rk, props, *rest = item
             c = self.consumers.get(ctag)
@@ -285,12 +306,20 @@ class ChannelCore:
                                  queue=msg.qname, connection=self.conn.owner, channel=n,
                                  consumer_tag=ctag, delivery_tag=tag, redelivered=redelivered,
                                  no_ack=c[2])
+            if c[2]:
+                self.stats.deliver_no_ack += 1
+            else:
+                self.stats.deliver += 1
+            if redelivered:
+                self.stats.redeliver += 1
             if not c[2]:
                 self.unacked[tag] = (queue, seq_id, ctag, lite,
                                      rest[2] if len(rest) > 2 else None, now)
                 self.limiter.delivered(tag)
-            parts.append(encode_deliver(n, ctag, tag, redelivered, exchange, rk, props, body,
-                                        fm))
+            b_ctag = names.get(ctag) or names.setdefault(ctag, ctag.encode())
+            b_exchange = names.get(exchange) or names.setdefault(exchange, exchange.encode())
+            b_rk = names.get(rk) or names.setdefault(rk, rk.encode())
+            deliver_parts(parts, n, b_ctag, tag, redelivered, b_exchange, b_rk, props, body, fm)
             tag += 1
         self.next_tag = tag
         if not self.check_at and self.unacked:
@@ -338,8 +367,21 @@ class ChannelCore:
         if self.consumers.pop(msg.consumer_tag, None) is None or self.state != "open":
             return
         if self.conn.capabilities.get("consumer_cancel_notify"):
+            if self.sync_wait:
+                # rabbit_channel is in its call to the queue (queue.delete of the consumed
+                # queue): the queue's cancel waits in its mailbox and goes out after the reply
+                # (delete-ok first; py-amqp raises ConsumerCancelled from a delete otherwise)
+                self.held_cancels.append(msg.consumer_tag)
+                return
             self.out.write(encode_method(self.number, am.BasicCancel(
                 consumer_tag=msg.consumer_tag, nowait=True)))
+
+    def _send_held_cancels(self) -> None:
+        held, self.held_cancels = self.held_cancels, []
+        if self.state == "open":
+            for tag in held:
+                self.out.write(encode_method(self.number, am.BasicCancel(consumer_tag=tag,
+                                                                         nowait=True)))
 
     def queues_gone(self, names: set) -> None:
         """Queues were deleted: whatever credit they held back is no longer owed (a publisher
@@ -399,6 +441,18 @@ class ChannelCore:
                     singles = [s for s in seqs if low is not None and s > low]
             for s in singles:
                 out.append(encode_method(self.number, cls(delivery_tag=s, multiple=False)))
+        stats = self.stats
+        stats.confirm += len(self.confirm_acks)
+        stats.nack += len(self.confirm_nacks)
+        if self.published_at:
+            now = self.clock()
+            published_at = self.published_at
+            for s in self.confirm_acks:
+                t = published_at.pop(s, None)
+                if t is not None:
+                    stats.confirmed_after(now - t)
+            for s in self.confirm_nacks:
+                published_at.pop(s, None)
         if self.seq_msg:
             c = self.conn
             for seqs, kind in ((self.confirm_acks, "confirmed"),
@@ -453,6 +507,13 @@ class ChannelCore:
     def _exchange_declare(self, method, cmd):
         name = method.exchange
         _check_name(name)
+        if name == "":
+            # rabbit_channel:check_not_default_exchange/1, passive or not (aiormq's suite:
+            # test_channel_closed_reuse declares it passively and expects 403), after the
+            # type check of a non-passive declare (the node checks the type of the others)
+            if not method.passive:
+                routing.check_exchange_type(method.exchange_type)
+            raise ChannelError(403, "operation not permitted on the default exchange")
         if not method.passive:
             self._check("configure", "exchange", name)
         args = {"vhost": self.conn.vhost, "name": name, "type": method.exchange_type,
@@ -600,6 +661,10 @@ class ChannelCore:
         if method.immediate:
             raise ConnectionError_(540, "immediate=true")
         exchange = method.exchange
+        if self.routes_version != self.replica.version:  # metadata changed since: look again
+            self.routes_version = self.replica.version
+            self.routes.clear()
+            self.exchange_ok.clear()
         x = self.exchange_ok.get(exchange)
         if x is None:
             x = self.replica.router.exchange(self.conn.vhost, exchange)
@@ -621,17 +686,33 @@ class ChannelCore:
         else:
             props, expiry, extra, out_raw, headers = self._check_props(raw, cmd.properties)
         body = cmd.body or b""
-        keys = [rk, *extra] if extra else rk
-        names = self.replica.route(self.conn.vhost, exchange, keys,
-                                   headers if x.type == "headers" else None)
+        if extra or headers:
+            # the headers go along whatever x's type: a headers exchange reached through an
+            # exchange-to-exchange binding or as an alternate exchange matches on them too
+            names = self.replica.route(self.conn.vhost, exchange, [rk, *extra] if extra else rk,
+                                       headers)
+            addresses = self._addresses(names)
+        else:
+            hit = self.routes.get((exchange, rk))
+            if hit is None:
+                if len(self.routes) >= ROUTES_CACHED:
+                    self.routes.clear()
+                names = self.replica.route(self.conn.vhost, exchange, rk, None)
+                hit = self.routes[(exchange, rk)] = (names, self._addresses(names))
+            names, addresses = hit
         if not exchange and (extra or rk.startswith(direct_reply.PREFIX)):
             # rabbit_exchange:route: a reply name on the default exchange is no queue, the
             # message goes to the consuming channel (in a transaction too: at routing time)
             self._send_replies([rk, *extra], rk, out_raw, body)
         seq = 0
+        stats = self.stats
+        stats.publish += 1
         if self.confirm:
             seq = self.next_seq
             self.next_seq += 1
+            stats.publish_confirm += 1
+            if self.clock is not None:
+                self.published_at[seq] = self.clock()
         persistent = props.delivery_mode == 2
         item = [seq, exchange, rk, out_raw, persistent, props.priority or 0, expiry]
         ev = self.events.enabled()
@@ -643,11 +724,7 @@ class ChannelCore:
         if ev:
             self._event_publish(item, props, method, names, len(body))
         targets = []
-        for name in names:
-            q = self.replica.queue(self.conn.vhost, name)
-            if q is None:
-                continue
-            addr = q.get("address")
+        for addr in addresses:
             if not addr or self.out.is_dead(addr):
                 if seq:
                     self.confirm_nacks.append(seq)
@@ -658,6 +735,12 @@ class ChannelCore:
             self.tx_publishes.append((targets, item, body, method, cmd))
             return
         self._route_out(targets, item, body, method, cmd)
+
+    def _addresses(self, names) -> tuple:
+        """The address of each queue of `names` that exists (None: not running anywhere)."""
+        vhost = self.conn.vhost
+        qs = (self.replica.queue(vhost, name) for name in names)
+        return tuple(q.get("address") for q in qs if q is not None)
 
     def _check_props(self, raw, props) -> tuple:
         """rabbit_channel's checks of a publish's properties, in its order (fast reply-to,
@@ -726,6 +809,10 @@ class ChannelCore:
         seq = item[0]
         if not targets:
             if method.mandatory:
+                self.stats.return_unroutable += 1
+            else:
+                self.stats.drop_unroutable += 1
+            if method.mandatory:
                 self.out.write(encode_method(self.number, am.BasicReturn(
                     reply_code=312, reply_text="NO_ROUTE", exchange=method.exchange,
                     routing_key=method.routing_key)) + encode_content(
@@ -733,6 +820,7 @@ class ChannelCore:
             if seq:
                 self.confirm_acks.append(seq)
             return
+        self.stats.routed += 1
         if seq:
             self.confirms.insert(seq, targets)
         block = False
@@ -909,9 +997,16 @@ class ChannelCore:
             if isinstance(reply, m.RpcReply):
                 raise _reply_error(reply, method)
             if reply.item is None:
+                self.stats.get_empty += 1
                 self.out.write(encode_method(self.number, am.BasicGetEmpty()))
                 return
             _, seq_id, redelivered, exchange, rk, props, *rest = reply.item
+            if method.no_ack:
+                self.stats.get_no_ack += 1
+            else:
+                self.stats.get += 1
+            if redelivered:
+                self.stats.redeliver += 1
             tag = self.next_tag
             self.next_tag += 1
             lite = (rest[0], rest[1]) if rest and rest[0] else None
@@ -967,11 +1062,15 @@ class ChannelCore:
             return
         timeouts = self.queue_timeouts
         interval = 0
+        expired: dict[str, int] = {}  # consumer tag -> the timeout it passed
         for entry in self.unacked.values():
             t = timeouts.get(entry[0], self.consumer_timeout)
             if not t:
                 continue
             if now - entry[5] > t:
+                if self._cancel_on_timeout(entry[2]):
+                    expired.setdefault(entry[2], t)
+                    continue
                 self.error(ChannelError(406, f"delivery acknowledgement on channel "
                                              f"{self.number} timed out. Timeout value used: "
                                              f"{t} ms. This timeout value can be configured, "
@@ -979,8 +1078,43 @@ class ChannelCore:
                 self.flush()
                 return
             interval = min(interval, t) if interval else t
+        for ctag in expired:
+            self._time_out_consumer(ctag)
+        if expired:
+            # what is left unacked sets the next check
+            for entry in self.unacked.values():
+                t = timeouts.get(entry[0], self.consumer_timeout)
+                if t:
+                    interval = min(interval, t) if interval else t
+            self.flush()
         if interval:
             self.check_at = now + min(interval, TIMEOUT_CHECK_MAX)
+
+    def _cancel_on_timeout(self, ctag: str) -> bool:
+        """RabbitMQ 4.3's answer applies (cancel the consumer, keep the channel): the setting
+        asks for it, the delivery went to a consumer of this channel (not basic.get) and the
+        client can hear of a cancel (consumer_cancel_notify). Otherwise the channel closes,
+        as RabbitMQ did for basic.get and such clients when it last cancelled on timeout."""
+        return (self.consumer_timeout_action == "cancel-consumer" and ctag != "" and
+                ctag in self.consumers and
+                bool(self.conn.capabilities.get("consumer_cancel_notify")))
+
+    def _time_out_consumer(self, ctag: str) -> None:
+        """cancel-consumer: the queue drops the consumer, the client gets basic.cancel, and
+        every delivery of that consumer still unacked goes back to its queue (redelivered
+        next time); its tags are remembered so that a late ack of one is harmless."""
+        addr = self.consumers.pop(ctag)[0]
+        self._ask(addr, lambda req: m.Cancel(self.address, req, ctag), lambda reply: None,
+                  False)
+        self.out.write(encode_method(self.number, am.BasicCancel(consumer_tag=ctag,
+                                                                 nowait=True)))
+        tags = [tag for tag, e in self.unacked.items() if e[2] == ctag]
+        for tag in tags:
+            q, seq_id = self.unacked.pop(tag)[:2]
+            self.settle_batches.setdefault((q, m.REQUEUE), []).append(seq_id)
+            self.timed_out_tags.add(tag)
+        if self.limiter.settled(iter(tags)):
+            self._grant()
 
     # --- basic class: settling ----------------------------------------------------------------
     def _collect(self, tag: int, multiple: bool) -> list:
@@ -990,6 +1124,17 @@ class ChannelCore:
             self.unacked.clear()
             return entries
         if tag not in self.unacked:
+            if tag in self.timed_out_tags:
+                # returned to its queue by a consumer timeout (cancel-consumer): nothing to do
+                # for it; a multiple one still settles the deliveries below it
+                self.timed_out_tags.discard(tag)
+                if not multiple:
+                    return []
+                entries = []
+                while self.unacked and next(iter(self.unacked)) < tag:
+                    entries.append(self.unacked.popitem(last=False))
+                self.timed_out_tags = {t for t in self.timed_out_tags if t > tag}
+                return entries
             raise ChannelError(406, f"unknown delivery tag {tag}")
         if not multiple:
             return [(tag, self.unacked.pop(tag))]
@@ -999,12 +1144,15 @@ class ChannelCore:
             entries.append((t, e))
             if t == tag:
                 break
+        self.timed_out_tags = {t for t in self.timed_out_tags if t > tag}
         return entries
 
     def _settle(self, entries, op, kind="acked") -> None:
         if self.tx:
             self.tx_settles.append((entries, op, kind))
             return
+        if op == m.ACK:
+            self.stats.ack += len(entries)
         for tag, (q, seq_id, _, lite, msg16, _) in entries:
             if msg16 is not None:
                 self.events.emit(kind, msg16, actor="channel", vhost=self.conn.vhost,
@@ -1019,6 +1167,7 @@ class ChannelCore:
                 # ack-lite: this channel, not the queue, tells the publisher (seed 003, opt. 2);
                 # a reject is not reported (the publisher resends after its time-out)
                 self.lite_confirms.setdefault((lite[0], q), []).append(lite[1])
+                self.stats.confirm_lite += 1
         if self.limiter.settled(tag for tag, _ in entries):
             self._grant()
 
@@ -1095,6 +1244,7 @@ _U64 = struct.Struct(">Q")
 # (T <= 60 s) or T and T + 60 s after it was sent
 TIMEOUT_CHECK_MAX = 60000
 _NO_PROPS = (None, None, -1, (), None, None)  # no properties cached
+ROUTES_CACHED = 1024  # (exchange, routing key) pairs a channel remembers the queues of
 
 
 def _check_name(name: str) -> None:
@@ -1103,17 +1253,28 @@ def _check_name(name: str) -> None:
         raise ChannelError(406, "name too long")
 
 
-MAX_EXPIRY_TIMER = 4294967295  # RabbitMQ's largest expiration (erlang:send_after's limit)
+MAX_EXPIRY_TIMER = 315360000000  # rabbit_misc:check_expiry/1's limit: ten years in ms
 _TO_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def _erl_pair(atom: str, n: int, col: int) -> str:
+    """``~p`` of ``{atom, N}`` printed from column ``col``: io_lib_pretty breaks the tuple
+    after its first element, aligned under it, when it would reach column 79."""
+    flat = f"{{{atom},{n}}}"
+    if col + len(flat) <= 78:
+        return flat
+    return f"{{{atom},\n{' ' * (col + 1)}{n}}}"
 
 
 def _parse_expiration(value) -> int:
     """The expiration property: a string holding an integer of milliseconds, 0 to
     MAX_EXPIRY_TIMER (rabbit_basic:parse_expiration, rabbit_misc:check_expiry); else 406 with
-    RabbitMQ's text: "invalid expiration 'abc': no_integer", "... {leftover_string,"x"}",
-    "... {value_negative,-1}", "... {value_too_big,4294967296}"."""
+    RabbitMQ 3.10's text: "invalid expiration 'abc': no_integer", "... {leftover_string,"x"}",
+    "... {value_negative,-1}", "... {value_too_large,315360000001}" (a long one wrapped as
+    Erlang's ``~p`` wraps it)."""
     text = value if isinstance(value, str) else str(value)
     digits = _TO_INTEGER.match(text)  # string:to_integer/1: a sign, digits, the rest
+    prefix = f"invalid expiration '{text}': "
     if digits is None:
         reason = "no_integer"
     else:
@@ -1121,12 +1282,12 @@ def _parse_expiration(value) -> int:
         if rest:
             reason = erl_p((Atom("leftover_string"), rest))
         elif n < 0:
-            reason = f"{{value_negative,{n}}}"
+            reason = _erl_pair("value_negative", n, len(prefix))
         elif n > MAX_EXPIRY_TIMER:
-            reason = f"{{value_too_big,{n}}}"
+            reason = _erl_pair("value_too_large", n, len(prefix))
         else:
             return n
-    raise ChannelError(406, f"invalid expiration '{text}': {reason}")
+    raise ChannelError(406, prefix + reason)
 
 
 def _reply_error(reply, method) -> AMQPError:

@@ -35,8 +35,8 @@ from protocol import methods as am
 from protocol.constants import PROTOCOL_HEADER
 from protocol.errors import AMQPError as CodecError
 from protocol.errors import BadProtocolHeader
-from protocol.frames import (Command, CommandAssembler, FrameDecoder, HeartbeatFrame,
-                             MethodFrame, ProtocolHeader, encode_method)
+from protocol.frames import (BodyFrame, Command, CommandAssembler, FrameDecoder, HeaderFrame,
+                             HeartbeatFrame, MethodFrame, ProtocolHeader, encode_method)
 
 log = logging.getLogger("leveret.connection")
 
@@ -106,6 +106,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _frames_of(cmd: Command) -> list:
+    """The method, header and body frames a whole publish was decoded from."""
+    channel, method, props_raw, body = cmd
+    cache = cmd[4]  # the properties decoded once (Command iterates its public fields only)
+    frames = [MethodFrame(channel, method),
+              tuple.__new__(HeaderFrame, (channel, method.CLASS_ID, len(body), props_raw, 0, cache))]
+    if body:
+        frames.append(BodyFrame(channel, body))
+    return frames
+
+
 class ConnectionCore:
     def __init__(self, config, replica, peer, conn_id, shell, tls: TlsInfo | None = None,
                  over_limit: bool = False):
@@ -116,6 +127,7 @@ class ConnectionCore:
         self.shell = shell  # the Reader actor
         self.decoder = FrameDecoder(FRAME_MIN)  # sans-IO frame decoder; frame_max set at tune-ok
         self.decoder.pause_on_channel0 = True  # until tune-ok: see receive
+        self.decoder.fuse_publish = True  # a publish in one piece comes as a Command: _frame
         # content of every channel, reassembled; refuses a header above max_message_size
         self.assembler = CommandAssembler(max_body_size=config.max_message_size)
         self.state = "header"  # header|start|tune|open|running|closing|closed
@@ -211,6 +223,25 @@ class ConnectionCore:
         self.shell.throttle(True)
 
     def _frame(self, frame, batches) -> None:
+        if type(frame) is Command:
+            # a basic.publish the decoder found whole, with its header and body (the hot path);
+            # anything that is not plain goes frame by frame through the checks below
+            channel = frame[0]
+            assembler = self.assembler
+            size = len(frame[3])
+            if self.state == "running" and channel not in self.closing_channels and \
+                    not assembler.in_progress(channel) and size <= assembler.max_msg_size and \
+                    (assembler.max_body_size is None or size <= assembler.max_body_size) and \
+                    self.shell.channel_open(channel):
+                cmds = batches.get(channel)
+                if cmds is None:
+                    batches[channel] = [frame]
+                else:
+                    cmds.append(frame)
+                return
+            for part in _frames_of(frame):
+                self._frame(part, batches)
+            return
         if isinstance(frame, ProtocolHeader):
             if self.state != "header":
                 raise ConnectionError_(501, "unexpected protocol header")
@@ -268,9 +299,12 @@ class ConnectionCore:
     def _unopened(self, channel: int, method, batches) -> None:
         """A method on a channel that is not open: channel.open, a close to answer, or 504."""
         if isinstance(method, am.ChannelOpen):
-            if channel > self.channel_max:
-                raise ConnectionError_(504, f"channel number {channel} exceeds channel_max "
-                                            f"{self.channel_max}")
+            # rabbit_reader:create_channel/2 counts the open channels; the number itself may
+            # be above channel_max (RabbitMQ 3.10 takes any number up to 65535)
+            count = self.shell.channel_count()
+            if self.channel_max and count >= self.channel_max:
+                raise ConnectionError_(530, f"number of channels opened ({count}) has reached "
+                                            f"the negotiated channel_max ({self.channel_max})")
             self._flush(batches)
             batches.clear()
             self.assembler.reset(channel)
@@ -401,17 +435,29 @@ class ConnectionCore:
             return user, f"user '{user}' - invalid credentials"
         return user, None
 
+    @staticmethod
+    def _negotiation_failure(field: str, minimum: int, server: int, client: int) -> str | None:
+        """rabbit_reader:validate_negotiated_integer_value/3: a value under the minimum, or
+        above the server's (0, "no limit", is above any limit the server sets)."""
+        detail = " (no limit)" if field == "channel_max" and client == 0 else ""
+        if client != 0 and client < minimum:
+            return (f"negotiated {field} = {client}{detail} is lower than the minimum allowed "
+                    f"value ({minimum})")
+        if server != 0 and (client == 0 or client > server):
+            return (f"negotiated {field} = {client}{detail} is higher than the maximum allowed "
+                    f"value ({server})")
+        return None
+
     def _tune_ok(self, method) -> None:
-        fm = method.frame_max
-        if fm and fm < FRAME_MIN:
-            raise ConnectionError_(530, f"frame_max={fm} < {FRAME_MIN} min size")
-        if fm > self.config.frame_max:
-            raise ConnectionError_(530, f"frame_max={fm} > {self.config.frame_max} max size")
+        fm, cm = method.frame_max, method.channel_max
+        why = self._negotiation_failure("frame_max", FRAME_MIN, self.config.frame_max, fm) or \
+            self._negotiation_failure("channel_max", 1, self.config.channel_max, cm)
+        if why is not None:
+            # RabbitMQ 3.10 logs "failed to negotiate connection parameters: ..." and closes
+            # the socket without connection.close, as for the other failures before open
+            self._silent_close(f"failed to negotiate connection parameters: {why}")
+            return
         self.frame_max = fm or self.config.frame_max
-        cm = method.channel_max
-        if cm > self.config.channel_max:
-            raise ConnectionError_(530, f"channel_max={cm} > {self.config.channel_max} "
-                                        "max size")
         self.channel_max = cm or self.config.channel_max
         self.heartbeat = method.heartbeat
         self.decoder.set_frame_max(self.frame_max)

@@ -490,13 +490,16 @@ class QueueCore:
             (self.max_bytes is not None and self.ready_bytes + self.paged_bytes > self.max_bytes))
 
     def _enforce_max_length(self) -> None:
-        """drop-head (rabbit_amqqueue_process:maybe_drop_head): the head goes (from the lowest
+        """drop-head (rabbit_amqqueue_process:maybe_drop_head): the head goes (from the highest
         priority) until the queue is within its limits. A paged head is owed: counted off now
         and dropped (dead-lettered) when its page is read back; over x-max-length-bytes only,
         its size is not known before then, so the drop waits for the page."""
         owing = set()
         while self._over_limit():
-            p = self._head_lane(lowest=True)
+            # the head, as a consumer would see it: in a priority queue the highest-priority
+            # oldest message (rabbit_priority_queue drops from its highest sub-queue; seen on
+            # RabbitMQ 3.10.8)
+            p = self._head_lane()
             if p is None:
                 break
             if self.ready[p]:
@@ -681,11 +684,10 @@ class QueueCore:
         self._schedule_head()
         return budget == 0 and self.ready_count > 0 and self._next_consumer_exists()
 
-    def _head_lane(self, lowest: bool = False):
-        """The priority whose head is next (the highest with messages, or the lowest for
-        drop-head), in memory or paged out (owed ones aside); None when the queue is empty."""
-        order = range(len(self.ready)) if lowest else range(len(self.ready) - 1, -1, -1)
-        for p in order:
+    def _head_lane(self):
+        """The priority whose head is next (the highest with messages), in memory or paged out
+        (owed ones aside); None when the queue is empty."""
+        for p in range(len(self.ready) - 1, -1, -1):
             if self.ready[p]:
                 return p
             lane = self.lanes[p]

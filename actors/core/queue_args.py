@@ -256,7 +256,21 @@ def _check_queue_version(v, args):
     e = _check_non_neg_int(v, args)
     if e is not None:
         return e
-    return None if v in (1, 2) else f"unsupported queue version '{v}'"
+    if v not in (1, 2):
+        return f"unsupported queue version '{v}'"
+    # Leveret's classic queues store messages one way, which behaves as RabbitMQ's version 2
+    # does (small bodies beside the index, paging by the queue itself); version 1's layout is
+    # not there to choose, so it is refused rather than accepted and ignored
+    return None if v == 2 else \
+        "queue version 1 is not implemented: Leveret's classic queues are version 2"
+
+
+def _check_master_locator(v, _args):
+    # RabbitMQ 3.10 takes client-local, min-masters and random (unchecked); Leveret places a
+    # queue on the node its client declared it on, so only client-local is true of it
+    return _string_or(v, lambda s: None if s == "client-local" else
+                      f"queue master locator '{s}' is not implemented: Leveret places every "
+                      "queue client-local")
 
 
 def _check_queue_type(v, _args):
@@ -296,6 +310,7 @@ _DECLARE_VALIDATORS: tuple[tuple[str, _Check], ...] = (
     ("x-queue-version", _check_queue_version),
     ("x-single-active-consumer", _check_bool),
     ("x-queue-type", _check_queue_type),
+    ("x-queue-master-locator", _check_master_locator),
     ("x-confirm-on", _check_confirm_on),
     ("x-ha-mode", _check_ha_mode),
     ("x-ha-params", _check_ha_params),
@@ -305,9 +320,30 @@ _DECLARE_VALIDATORS: tuple[tuple[str, _Check], ...] = (
     ("x-consumer-timeout", _check_non_neg_int),
 )
 
+def _check_cancel_on_failover(v, args):
+    e = _check_bool(v, args)
+    if e is not None:
+        return e
+    # Leveret cancels every consumer of a mirrored queue whose master fails over (basic.cancel,
+    # docs/cluster.md): what true asks for; false (RabbitMQ moves the consumer to the new
+    # master silently) is not implemented, so it is refused rather than ignored
+    return None if v else ("x-cancel-on-ha-failover=false is not implemented: Leveret always "
+                           "cancels a mirrored queue's consumers when its master fails over")
+
+
+def _check_credit(v, _args):
+    # RabbitMQ 3.10 reads x-credit ({credit: long, drain: bool}) as AMQP 1.0 link credit
+    # (rabbit_queue_consumers:parse_credit_args/2): credit that only basic.credit, a method
+    # AMQP 0-9-1 does not have, can top up; any other table is ignored and a non-table crashes
+    # the queue (541). Leveret speaks 0-9-1 only and refuses it.
+    return ("x-credit is AMQP 1.0 link credit, not available over AMQP 0-9-1; "
+            "use basic.qos prefetch")
+
+
 _CONSUME_VALIDATORS: tuple[tuple[str, _Check], ...] = (
     ("x-priority", _check_int),
-    ("x-cancel-on-ha-failover", _check_bool),
+    ("x-cancel-on-ha-failover", _check_cancel_on_failover),
+    ("x-credit", _check_credit),
 )
 
 

@@ -11,15 +11,19 @@ from __future__ import annotations
 
 COUNTERS = ("publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "ack", "redeliver")
 GAUGES = ("messages", "messages_ready", "messages_unacknowledged", "consumers")
+# confirms the queue sent its publishers, by the x-confirm-on mode in effect then (Leveret's
+# own, for Prometheus; not in the API's message_stats: RabbitMQ's queues have no such count)
+CONFIRM_MODES = ("enqueue", "ack")  # (ack-lite's confirms are sent by the consuming channel)
+CONFIRMS = tuple(f"confirmed_{mode}" for mode in CONFIRM_MODES)
 
 
 class QueueCounters:
     """A queue's cumulative message counts (rabbit_core_metrics' queue counters)."""
 
-    __slots__ = COUNTERS + ("emitted",)
+    __slots__ = COUNTERS + CONFIRMS + ("emitted",)
 
     def __init__(self):
-        for name in COUNTERS:
+        for name in COUNTERS + CONFIRMS:
             setattr(self, name, 0)
         self.emitted: tuple | None = None  # what the last sample said (None: never)
 
@@ -42,15 +46,20 @@ class QueueCounters:
             self.get += 1
         self.redeliver += bool(redelivered)
 
+    def confirmed(self, mode: str, n: int) -> None:
+        """n publisher confirms sent while the queue's x-confirm-on was `mode`."""
+        if mode in CONFIRM_MODES:
+            setattr(self, f"confirmed_{mode}", getattr(self, f"confirmed_{mode}") + n)
+
     def sample(self, gauges: dict) -> dict | None:
         """The counters and `gauges` (queue depth and consumers) when they changed since the
         last sample, else None (nothing to emit)."""
-        values = tuple(getattr(self, n) for n in COUNTERS) + \
+        values = tuple(getattr(self, n) for n in COUNTERS + CONFIRMS) + \
             tuple(gauges.get(g, 0) for g in GAUGES)
         if values == self.emitted:
             return None
         self.emitted = values
-        return dict(zip(COUNTERS + GAUGES, values))
+        return dict(zip(COUNTERS + CONFIRMS + GAUGES, values))
 
 
 class StatsTable:
@@ -93,5 +102,23 @@ class StatsTable:
             if prev is not None and not quiet and t1 > t0:
                 rate = round((values[key] - before[key]) * 1000.0 / (t1 - t0), 1)
             out[key] = values[key]
+            out[f"{key}_details"] = {"rate": rate}
+        return out
+
+    def depth_rates(self, vhost: str, name: str, now_ms: int) -> dict:
+        """The rate of change of the queue's depth (`messages_details`,
+        `messages_ready_details`, `messages_unacknowledged_details`) between its last two
+        samples, per second (0 once the queue has been quiet for two intervals)."""
+        entry = self.samples.get((vhost, name))
+        if entry is None:
+            return {}
+        (t1, s1), prev = entry
+        quiet = now_ms - t1 > 2 * self.interval_ms
+        out = {}
+        for key in ("messages", "messages_ready", "messages_unacknowledged"):
+            rate = 0.0
+            if prev is not None and not quiet and t1 > prev[0]:
+                rate = round((s1.get(key, 0) - prev[1].get(key, 0)) * 1000.0 /
+                             (t1 - prev[0]), 1)
             out[f"{key}_details"] = {"rate": rate}
         return out

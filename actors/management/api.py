@@ -66,8 +66,28 @@ def visible_vhosts(state: dict, user: str, tags) -> set:
 
 
 # --- objects -----------------------------------------------------------------------------------
-def vhost_json(v: dict) -> dict:
-    return {"name": v["name"], "description": v.get("description", ""),
+def vhost_sums(vhost: str, rows: list, message_stats: list, depth_rates: list,
+               connections: list) -> dict:
+    """A vhost's totals as rabbit_mgmt_db adds them up: its queues' depth (with rates), their
+    message_stats summed, its connections' recv_oct / send_oct (with rates)."""
+    out: dict = {}
+    for k in ("messages", "messages_ready", "messages_unacknowledged"):
+        out[k] = sum(r.get(k, 0) for r in rows)
+        out[f"{k}_details"] = {"rate": round(sum(
+            d.get(f"{k}_details", {}).get("rate", 0.0) for d in depth_rates), 1)}
+    out["message_stats"] = sum_message_stats(message_stats)
+    for k in ("recv_oct", "send_oct"):
+        out[k] = sum(c.get(k, 0) for c in connections if c["vhost"] == vhost)
+        out[f"{k}_details"] = {"rate": round(sum(
+            c.get(f"{k}_details", {}).get("rate", 0.0) for c in connections
+            if c["vhost"] == vhost), 1)}
+    return out
+
+
+def vhost_json(v: dict, members=(), sums: dict | None = None) -> dict:
+    return {**(sums or {}), "name": v["name"], "description": v.get("description", ""),
+            "cluster_state": {m["name"]: "running" if m["up"] else "stopped" for m in members},
+            "default_queue_type": "undefined",  # (none set: Leveret's queues are classic)
             "tags": list(v.get("tags") or []),
             "metadata": {"description": v.get("description", ""),
                          "tags": list(v.get("tags") or [])},
@@ -82,16 +102,24 @@ def user_json(u: dict) -> dict:
 
 def exchange_json(x: dict, policy_list) -> dict:
     p = policies.winner(policy_list, x["vhost"], x["name"], "exchanges")
-    return {"name": x["name"], "vhost": x["vhost"], "type": x["type"],
-            "durable": x["durable"], "auto_delete": x["auto_delete"],
-            "internal": x["internal"], "arguments": x["arguments"],
-            "policy": p["name"] if p else None, "user_who_performed_action": ""}
+    out = {"name": x["name"], "vhost": x["vhost"], "type": x["type"],
+           "durable": x["durable"], "auto_delete": x["auto_delete"],
+           "internal": x["internal"], "arguments": x["arguments"],
+           "user_who_performed_action": "",
+           # per-queue / per-exchange fine stats: RabbitMQ lists them in rates_mode "detailed"
+           # only; ours is "basic"
+           "incoming": [], "outgoing": []}
+    if p:  # (RabbitMQ leaves the key out when no policy applies)
+        out["policy"] = p["name"]
+    return out
 
 
 def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
-               message_stats: dict | None = None) -> dict:
+               message_stats: dict | None = None, consumers: list | None = None,
+               depth_rates: dict | None = None) -> dict:
     """A queue; `row` is list_queues' (counts, node, mirrors) when the queue answered;
-    `message_stats` what its samples say (actors/core/queue_stats.py)."""
+    `message_stats` what its samples say (actors/core/queue_stats.py); `consumers` its
+    consumers as /api/consumers lists them (the connection workers' samples)."""
     row = row or {}
     p = policies.winner(policy_list, q["vhost"], q["name"], "queues")
     op = policies.winner(op_policy_list, q["vhost"], q["name"], "queues")
@@ -103,10 +131,15 @@ def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
            "operator_policy": op["name"] if op else None,
            "exclusive_consumer_tag": None, "effective_policy_definition":
                policies.merge(p["definition"] if p else None, op["definition"] if op else None),
-           "message_stats": message_stats or {}}
+           "message_stats": message_stats or {},
+           "single_active_consumer_tag": None,
+           "consumer_details": list(consumers or ()),
+           "incoming": [], "deliveries": []}  # rates_mode "detailed" only (ours: "basic")
     for k in ("messages", "messages_ready", "messages_unacknowledged", "consumers"):
         if k in row:
             out[k] = row[k]
+            if depth_rates and f"{k}_details" in depth_rates:
+                out[f"{k}_details"] = depth_rates[f"{k}_details"]
     if "consumers" in row:
         out["consumer_utilisation"] = None
     if row.get("mirrors"):
@@ -143,8 +176,12 @@ def connection_json(c: dict) -> dict:
     return {k: v for k, v in c.items() if k not in ("id", "channel_list")}
 
 
-def channel_json(ch: dict) -> dict:
-    return {k: v for k, v in ch.items() if k != "consumers"}
+def channel_json(ch: dict, details: bool = False) -> dict:
+    """A channel; `details` (GET /api/channels/{name}): with its consumer_details."""
+    out = {k: v for k, v in ch.items() if k != "consumers"}
+    if details:
+        out["consumer_details"] = ch["consumers"]
+    return out
 
 
 def permission_json(p: dict) -> dict:
@@ -260,10 +297,17 @@ def sum_message_stats(stats) -> dict:
 
 
 def overview_json(state: dict, queues: list, listeners: list, management_port: int,
-                  cluster_name: str, message_stats: dict | None = None) -> dict:
-    """GET /api/overview."""
+                  cluster_name: str, message_stats: dict | None = None,
+                  depth_rates=()) -> dict:
+    """GET /api/overview; depth_rates: the visible queues' depth_rates."""
     ready = sum(q.get("messages_ready", 0) for q in queues)
     unacked = sum(q.get("messages_unacknowledged", 0) for q in queues)
+    totals = {"messages": ready + unacked, "messages_ready": ready,
+              "messages_unacknowledged": unacked}
+    if depth_rates:
+        for k in list(totals):
+            totals[f"{k}_details"] = {"rate": round(sum(
+                d.get(f"{k}_details", {}).get("rate", 0.0) for d in depth_rates), 1)}
     return {
         "management_version": VERSION, "rates_mode": "basic",
         "rabbitmq_version": VERSION, "product_name": "Leveret", "product_version": VERSION,
@@ -272,11 +316,78 @@ def overview_json(state: dict, queues: list, listeners: list, management_port: i
         "exchange_types": [{"name": t, "description": "", "enabled": True}
                            for t in ("direct", "fanout", "headers", "topic")],
         "object_totals": {"exchanges": len(state["exchanges"]), "queues": len(queues),
-                          "consumers": sum(q.get("consumers", 0) for q in queues)},
-        "queue_totals": {"messages": ready + unacked, "messages_ready": ready,
-                         "messages_unacknowledged": unacked},
+                          "consumers": sum(q.get("consumers", 0) for q in queues),
+                          "connections": len(state.get("connections", ())),
+                          "channels": sum(len(c["channel_list"])
+                                          for c in state.get("connections", ()))},
+        "queue_totals": totals,
         "message_stats": message_stats or {}, "statistics_db_event_queue": 0,
         "listeners": listeners,
         "contexts": [{"node": state["node"], "description": "RabbitMQ Management",
                       "path": "/", "port": str(management_port)}],
     }
+
+
+# --- definitions (rabbit_mgmt_wm_definitions) ---------------------------------------------------
+VHOST_SECTIONS = ("parameters", "policies", "queues", "exchanges", "bindings")
+
+
+def vhost_definitions(doc: dict, vhost: str) -> dict:
+    """GET /api/definitions/{vhost}: the cluster export cut to one vhost, as RabbitMQ 3.10's
+    rabbit_mgmt_wm_definitions does it: rabbit_version, then parameters, policies, queues,
+    exchanges and bindings of that vhost, with their `vhost` field removed but for the
+    parameters and policies (3.10 keeps it there)."""
+    out = {"rabbit_version": doc.get("rabbit_version")}
+    for section in VHOST_SECTIONS:
+        out[section] = [{k: v for k, v in item.items()
+                         if k != "vhost" or section in ("parameters", "policies")}
+                        for item in doc.get(section, []) if item.get("vhost") == vhost]
+    return out
+
+
+def into_vhost(doc: dict, vhost: str) -> dict:
+    """POST /api/definitions/{vhost}: what rabbit_definitions:apply_defs/3 imports of a body,
+    each object put in `vhost` (users, vhosts and permissions of the body are not imported)."""
+    out = {}
+    for section in VHOST_SECTIONS:
+        items = doc.get(section) or []
+        if not isinstance(items, list):
+            raise bad_request(f"{section} must be a list")
+        out[section] = [dict(item, vhost=vhost) if isinstance(item, dict) else item
+                        for item in items]
+    return out
+
+
+# --- runtime parameters (rabbit_mgmt_wm_parameters, rabbit_runtime_parameters) -----------------
+# the components Leveret has; any other is refused as rabbit_runtime_parameters refuses a
+# component no plugin registered (federation-upstream, shovel...)
+COMPONENTS = ("policy", "operator_policy", "vhost-limits")
+
+
+def unknown_component(component: str) -> ApiError:
+    """rabbit_runtime_parameters:lookup_component/1's error through format_error/1."""
+    return bad_request(f"Validation failed\n\ncomponent {component} not found\n")
+
+
+def parameters(state: dict) -> list:
+    """Every runtime parameter as rabbit_mgmt_format:parameter/1 lists it: policies
+    (component "policy"), operator policies ("operator_policy") and vhost limits
+    ("vhost-limits", name "limits")."""
+    out = []
+    for component, table in (("policy", "policies"), ("operator_policy", "operator_policies")):
+        for p in state.get(table, ()):
+            out.append({"vhost": p["vhost"], "component": component, "name": p["name"],
+                        "value": {"pattern": p["pattern"], "definition": p["definition"],
+                                  "priority": p.get("priority", 0),
+                                  "apply-to": p.get("apply_to", p.get("apply-to", "all"))}})
+    for scope, name, value in state.get("limits", ()):
+        if scope == "vhost":
+            out.append({"vhost": name, "component": "vhost-limits", "name": "limits",
+                        "value": dict(value)})
+    return out
+
+
+def global_parameters(cluster_name: str) -> list:
+    """GET /api/global-parameters: cluster_name (RabbitMQ also keeps internal_cluster_id, a
+    random id Leveret has no use for)."""
+    return [{"name": "cluster_name", "value": cluster_name}]

@@ -2,16 +2,24 @@
 listener read from the node; rendered with prometheus-client).
 
 /metrics aggregates over every queue as rabbitmq_prometheus does by default; /metrics/per-object
-labels queue metrics with `vhost` and `queue`; /metrics/detailed takes `family=queue_coarse_metrics`
-/`queue_metrics` (per-object queue depth and counters) and `vhost=` filters. Only what Leveret
-measures is exported: channel-level global counters (received, routed, confirmed...) are not
-emitted by the channels yet and are absent rather than approximated.
+labels queue metrics with `vhost` and `queue` (and connection metrics with `vhost` and
+`connection`); /metrics/detailed takes `family=queue_coarse_metrics` /`queue_metrics`
+(per-object queue depth and counters) and `vhost=` filters.
+
+Channel, connection and churn counters are the node's own (op `mgmt_counters`: what its
+connection workers' channels counted, actors/core/channel_stats.py, sent with their
+ConnectionStats every collect_statistics_interval), so a dashboard that sums over the nodes
+counts each once; queue metrics are over every queue of the cluster (any node answers for it).
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
+                                   HistogramMetricFamily)
+
+from actors.core.channel_stats import LATENCY_BUCKETS
+from actors.core.queue_stats import CONFIRM_MODES
 
 from actors.management.api import VERSION
 
@@ -51,10 +59,164 @@ FAMILIES = {"queue_coarse_metrics": ("rabbitmq_queue_messages_ready",
             "queue_metrics": tuple(n for n, _, _ in QUEUE_GAUGES + QUEUE_COUNTERS)}
 
 
+# (metric without _total, help, counter of the node's totals): rabbitmq_prometheus' channel
+# metrics (rabbit_core_metrics' channel_queue_exchange / channel counters, summed)
+CHANNEL_COUNTERS = (
+    ("rabbitmq_channel_messages_published", "Total number of messages published into an "
+     "exchange on a channel", "publish"),
+    ("rabbitmq_channel_messages_confirmed", "Total number of messages published into an "
+     "exchange and confirmed on the channel", "confirm"),
+    ("rabbitmq_channel_messages_unroutable_returned", "Total number of messages published as "
+     "mandatory into an exchange and returned to the publisher as unroutable",
+     "return_unroutable"),
+    ("rabbitmq_channel_messages_unroutable_dropped", "Total number of messages published as "
+     "non-mandatory into an exchange and dropped as unroutable", "drop_unroutable"),
+    ("rabbitmq_channel_get_ack", "Total number of messages fetched with basic.get in manual "
+     "acknowledgement mode", "get"),
+    ("rabbitmq_channel_get", "Total number of messages fetched with basic.get in automatic "
+     "acknowledgement mode", "get_no_ack"),
+    ("rabbitmq_channel_messages_delivered_ack", "Total number of messages delivered to "
+     "consumers in manual acknowledgement mode", "deliver"),
+    ("rabbitmq_channel_messages_delivered", "Total number of messages delivered to consumers "
+     "in automatic acknowledgement mode", "deliver_no_ack"),
+    ("rabbitmq_channel_messages_redelivered", "Total number of messages redelivered to "
+     "consumers", "redeliver"),
+    ("rabbitmq_channel_messages_acked", "Total number of messages acknowledged by consumers",
+     "ack"),
+    ("rabbitmq_channel_get_empty", "Total number of times basic.get operations fetched no "
+     "message", "get_empty"),
+    ("rabbitmq_connections_opened", "Total number of connections opened",
+     "connections_opened"),
+    ("rabbitmq_connections_closed", "Total number of connections closed or terminated",
+     "connections_closed"),
+    ("rabbitmq_channels_opened", "Total number of channels opened", "channels_opened"),
+    ("rabbitmq_channels_closed", "Total number of channels closed", "channels_closed"),
+    ("rabbitmq_queues_declared", "Total number of queues declared", "queues_declared"),
+    ("rabbitmq_queues_created", "Total number of queues created", "queues_created"),
+    ("rabbitmq_queues_deleted", "Total number of queues deleted", "queues_deleted"),
+)
+# rabbit_global_counters (label protocol="amqp091"): (metric without _total, help, value)
+GLOBAL_COUNTERS = (
+    ("rabbitmq_global_messages_received", "Total number of messages received from publishers",
+     lambda t: t.get("publish", 0)),
+    ("rabbitmq_global_messages_received_confirm", "Total number of messages received from "
+     "publishers expecting confirmations", lambda t: t.get("publish_confirm", 0)),
+    ("rabbitmq_global_messages_routed", "Total number of messages routed to queues or "
+     "streams", lambda t: t.get("routed", 0)),
+    ("rabbitmq_global_messages_unroutable_dropped", "Total number of messages published as "
+     "non-mandatory into an exchange and dropped as unroutable",
+     lambda t: t.get("drop_unroutable", 0)),
+    ("rabbitmq_global_messages_unroutable_returned", "Total number of messages published as "
+     "mandatory into an exchange and returned to the publisher as unroutable",
+     lambda t: t.get("return_unroutable", 0)),
+    ("rabbitmq_global_messages_confirmed", "Total number of messages confirmed to publishers",
+     lambda t: t.get("confirm", 0)),
+    ("rabbitmq_global_messages_delivered", "Total number of messages delivered to consumers",
+     lambda t: sum(t.get(k, 0) for k in ("deliver", "deliver_no_ack", "get", "get_no_ack"))),
+    ("rabbitmq_global_messages_delivered_consume_manual_ack", "Total number of messages "
+     "delivered to consumers using basic.consume with manual acknowledgment",
+     lambda t: t.get("deliver", 0)),
+    ("rabbitmq_global_messages_delivered_consume_auto_ack", "Total number of messages "
+     "delivered to consumers using basic.consume with automatic acknowledgment",
+     lambda t: t.get("deliver_no_ack", 0)),
+    ("rabbitmq_global_messages_delivered_get_manual_ack", "Total number of messages delivered "
+     "to consumers using basic.get with manual acknowledgment", lambda t: t.get("get", 0)),
+    ("rabbitmq_global_messages_delivered_get_auto_ack", "Total number of messages delivered "
+     "to consumers using basic.get with automatic acknowledgment",
+     lambda t: t.get("get_no_ack", 0)),
+    ("rabbitmq_global_messages_get_empty", "Total number of times basic.get operations "
+     "fetched no message", lambda t: t.get("get_empty", 0)),
+    ("rabbitmq_global_messages_redelivered", "Total number of messages redelivered to "
+     "consumers", lambda t: t.get("redeliver", 0)),
+    ("rabbitmq_global_messages_acknowledged", "Total number of messages acknowledged by "
+     "consumers", lambda t: t.get("ack", 0)),
+)
+# (metric without _total, help, connection row field): rabbitmq_prometheus' connection metrics
+CONNECTION_COUNTERS = (
+    ("rabbitmq_connection_incoming_bytes", "Total number of bytes received on a connection",
+     "recv_oct"),
+    ("rabbitmq_connection_outgoing_bytes", "Total number of bytes sent on a connection",
+     "send_oct"),
+    ("rabbitmq_connection_incoming_packets", "Total number of packets received on a "
+     "connection", "recv_cnt"),
+    ("rabbitmq_connection_outgoing_packets", "Total number of packets sent on a connection",
+     "send_cnt"),
+)
+
+
+def node_metrics(counters: dict, processes: dict, per_object: bool) -> list:
+    """The node's channel, connection and churn metrics (`counters`: op mgmt_counters),
+    process file descriptors and sockets (`processes`: open_fds, max_fds, open_tcp_sockets,
+    max_tcp_sockets), and Leveret's own."""
+    now = counters.get("now", {})
+    out = [_gauge("rabbitmq_connections", "Connections currently open", now.get(
+                  "connections", 0)),
+           _gauge("rabbitmq_channels", "Channels currently open", now.get("channels", 0)),
+           _gauge("rabbitmq_channel_consumers", "Consumers on a channel",
+                  now.get("consumers", 0)),
+           _gauge("rabbitmq_channel_messages_unconfirmed", "Published but not yet confirmed "
+                  "messages", now.get("messages_unconfirmed", 0))]
+    for name, help_, key in CHANNEL_COUNTERS:
+        c = CounterMetricFamily(name, help_)
+        c.add_metric([], counters.get(key, 0))
+        out.append(c)
+    for name, help_, value in GLOBAL_COUNTERS:
+        c = CounterMetricFamily(name, help_, labels=["protocol"])
+        c.add_metric(["amqp091"], value(counters))
+        out.append(c)
+    for name, help_, key in (("rabbitmq_global_publishers", "Current number of publishers",
+                              "publishers"),
+                             ("rabbitmq_global_consumers", "Current number of consumers",
+                              "consumers")):
+        g = GaugeMetricFamily(name, help_, labels=["protocol"])
+        g.add_metric(["amqp091"], now.get(key, 0))
+        out.append(g)
+    rows = now.get("connection_rows", [])
+    for name, help_, key in CONNECTION_COUNTERS:
+        c = CounterMetricFamily(name, help_, labels=["vhost", "connection"] if per_object
+                                else [])
+        if per_object:
+            for r in rows:
+                c.add_metric([r.get("vhost", ""), r["name"]], r.get(key, 0))
+        else:
+            c.add_metric([], sum(r.get(key, 0) for r in rows))
+        out.append(c)
+    for key, help_ in (("open_fds", "Open file descriptors"),
+                       ("max_fds", "Open file descriptors limit"),
+                       ("open_tcp_sockets", "Open TCP sockets"),
+                       ("max_tcp_sockets", "Open TCP sockets limit")):
+        if processes.get(key) is not None:
+            out.append(_gauge(f"rabbitmq_process_{key}", help_, processes[key]))
+    # Leveret's own
+    counts = counters.get("latency_counts") or [0] * (len(LATENCY_BUCKETS) + 1)
+    buckets, running = [], 0
+    for bound, n in zip([*map(str, LATENCY_BUCKETS), "+Inf"], counts):
+        running += n
+        buckets.append((bound, running))
+    out.append(HistogramMetricFamily(
+        "leveret_confirm_latency_seconds", "Seconds from a basic.publish received on a "
+        "channel in confirm mode to its basic.ack sent", buckets=buckets,
+        sum_value=counters.get("latency_sum", 0.0)))
+    c = CounterMetricFamily("leveret_confirms", "Publisher confirms sent, by the x-confirm-on "
+                            "mode of the queue (ack-lite: sent by the consuming channel)",
+                            labels=["mode"])
+    for mode in CONFIRM_MODES:
+        c.add_metric([mode], counters.get(f"confirmed_{mode}", 0))
+    c.add_metric(["ack-lite"], counters.get("confirm_lite", 0))
+    out.append(c)
+    c = CounterMetricFamily("leveret_events_written", "Lifecycle events written to the event "
+                            "log by the node's processes (docs/events.md)")
+    c.add_metric([], counters.get("events_written", 0))
+    out.append(c)
+    return out
+
+
 def metrics(node: str, cluster: str, queues: list, stats: dict, status: dict,
-            per_object: bool, only: set | None = None, vhosts: set | None = None) -> list:
+            per_object: bool, only: set | None = None, vhosts: set | None = None,
+            counters: dict | None = None, processes: dict | None = None) -> list:
     """The metric families. queues: list_queues rows; stats: (vhost, name) -> message_stats;
-    status: the node's resources (`op_status`); `only`: metric names to keep (detailed)."""
+    status: the node's resources (`op_status`); `only`: metric names to keep (detailed);
+    counters / processes: node_metrics'."""
     out = []
 
     def keep(name):
@@ -89,6 +251,7 @@ def metrics(node: str, cluster: str, queues: list, stats: dict, status: dict,
                  "in bytes", "disk_free_limit")):
             if status.get(key) is not None:
                 out.append(_gauge(name, help_, status[key]))
+        out += node_metrics(counters or {}, processes or {}, per_object)
     labels = ["vhost", "queue"] if per_object else []
     for name, help_, field in QUEUE_GAUGES:
         if keep(name):

@@ -16,6 +16,8 @@ import base64
 import binascii
 import json
 import logging
+import os
+import resource
 import ssl
 import threading
 from pathlib import Path
@@ -150,8 +152,9 @@ class Management:
         return app
 
     async def metrics(self, request):
-        state, rows, status = await asyncio.gather(
-            self.ask("mgmt_state"), self.ask("list", {"what": "queues"}), self.ask("status"))
+        state, rows, status, counters = await asyncio.gather(
+            self.ask("mgmt_state"), self.ask("list", {"what": "queues"}), self.ask("status"),
+            self.ask("mgmt_counters"))
         only = vhosts = None
         path = request.path
         if path == "/metrics/detailed":
@@ -165,8 +168,32 @@ class Management:
             vhosts = set(request.query.getall("vhost", [])) or None
         body = prometheus.render(prometheus.metrics(
             state["node"], self._cluster_name(state), rows, _stats(state), status,
-            per_object=path != "/metrics", only=only, vhosts=vhosts))
+            per_object=path != "/metrics", only=only, vhosts=vhosts, counters=counters,
+            processes=self._processes(counters)))
         return web.Response(body=body, headers={"Content-Type": prometheus.CONTENT_TYPE})
+
+    def _processes(self, counters) -> dict:
+        """rabbitmq_process_*: file descriptors open in the node process and its workers (the
+        kernel's count, /proc), the limit (RLIMIT_NOFILE, the same for all: inherited), and
+        TCP sockets: client connections and the listeners."""
+        pids = [os.getpid()]
+        try:
+            for task in os.listdir("/proc/self/task"):
+                with open(f"/proc/self/task/{task}/children") as f:
+                    pids += [int(p) for p in f.read().split()]
+        except OSError:
+            pass
+        open_fds = 0
+        for pid in pids:
+            try:
+                open_fds += len(os.listdir(f"/proc/{pid}/fd"))
+            except OSError:
+                pass
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        listeners = 1 + bool(self.config.tls_port) + bool(self.port) + \
+            bool(self.prometheus_port)
+        return {"open_fds": open_fds, "max_fds": limit, "max_tcp_sockets": limit,
+                "open_tcp_sockets": counters.get("now", {}).get("connections", 0) + listeners}
 
     # --- the application --------------------------------------------------------------------
     def app(self) -> web.Application:
@@ -253,6 +280,20 @@ class Management:
         get("/api/topic-permissions/{vhost}/{user}", self.topic_permissions)
         put("/api/topic-permissions/{vhost}/{user}", self.put_topic_permission)
         delete("/api/topic-permissions/{vhost}/{user}", self.delete_topic_permission)
+        get("/api/definitions", self.definitions)
+        post("/api/definitions", self.post_definitions)
+        get("/api/definitions/{vhost}", self.definitions)
+        post("/api/definitions/{vhost}", self.post_definitions)
+        get("/api/parameters", self.parameters)
+        get("/api/parameters/{component}", self.parameters)
+        get("/api/parameters/{component}/{vhost}", self.parameters)
+        get("/api/parameters/{component}/{vhost}/{name}", self.parameter)
+        put("/api/parameters/{component}/{vhost}/{name}", self.put_parameter)
+        delete("/api/parameters/{component}/{vhost}/{name}", self.delete_parameter)
+        get("/api/global-parameters", self.global_parameters)
+        get("/api/global-parameters/{name}", self.global_parameter)
+        put("/api/global-parameters/{name}", self.put_global_parameter)
+        delete("/api/global-parameters/{name}", self.put_global_parameter)
         return app
 
     @web.middleware
@@ -341,9 +382,12 @@ class Management:
         listeners.append({"node": state["node"], "protocol": "http",
                           "ip_address": self.host, "port": self.port})
         return web.json_response(api.overview_json(
-            dict(state, exchanges=[x for x in state["exchanges"] if x["vhost"] in visible]),
+            dict(state, exchanges=[x for x in state["exchanges"] if x["vhost"] in visible],
+                 connections=[c for c in state.get("connections", ())
+                              if api.is_monitor(tags) or c["user"] == user]),
             rows, listeners, self.port, self._cluster_name(state),
-            api.sum_message_stats(s for (v, _), s in _stats(state).items() if v in visible)))
+            api.sum_message_stats(s for (v, _), s in _stats(state).items() if v in visible),
+            [d for (v, _), d in _depth(state).items() if v in visible]))
 
     @staticmethod
     def _cluster_name(state) -> str:
@@ -420,7 +464,7 @@ class Management:
         for c in self._connections(request, user, tags, state, visible):
             for ch in c["channel_list"]:
                 if ch["name"] == name:
-                    return web.json_response(api.channel_json(ch))
+                    return web.json_response(api.channel_json(ch, details=True))
         raise api.not_found()
 
     async def consumers(self, request):
@@ -541,17 +585,184 @@ class Management:
                                                      request.match_info["vhost"]])
         return web.Response(status=204)
 
+    # --- definitions (rabbit_mgmt_wm_definitions): administrator only, as RabbitMQ ----------
+    async def definitions(self, request):
+        """GET: the definitions JSON (actors/node/definitions_json.py's export, the same as
+        `leveretctl export_definitions`); `?download=NAME` makes it an attachment."""
+        _, _, state, visible = await self._state(request, api.is_admin)
+        vhost = request.match_info.get("vhost")
+        if vhost is not None and vhost not in {v["name"] for v in state["auth"]["vhosts"]}:
+            raise api.bad_request("vhost_not_found")
+        doc = await self.ask("definitions.export")
+        if vhost is not None:
+            doc = api.vhost_definitions(doc, vhost)
+        headers = {"Cache-Control": "no-cache"}
+        download = request.query.get("download")
+        if download:
+            if not all(c.isalnum() or c in "!#$%&'*+-.^_`|~" for c in download):
+                raise api.bad_request("download must be a file name (an HTTP token)")
+            headers["Content-Disposition"] = f"attachment; filename={download}"
+        return web.json_response(doc, headers=headers)
+
+    async def post_definitions(self, request):
+        """POST: import a definitions document (JSON body, or the UI's multipart form with
+        a `file` part), as `leveretctl import_definitions`: all of it or, when any object is
+        refused, nothing. Per vhost: its parameters, policies, queues, exchanges and bindings
+        go into that vhost (rabbit_definitions:apply_defs/3)."""
+        _, _, state, _ = await self._state(request, api.is_admin)
+        vhost = request.match_info.get("vhost")
+        if vhost is not None and vhost not in {v["name"] for v in state["auth"]["vhosts"]}:
+            raise api.not_found("vhost_not_found")
+        doc = await self._definitions_body(request)
+        if vhost is not None:
+            doc = api.into_vhost(doc, vhost)
+        await self.ask("definitions.import", {"doc": doc}, timeout_ms=60000)
+        return web.Response(status=204)
+
+    async def _definitions_body(self, request) -> dict:
+        if request.content_type == "multipart/form-data":
+            form = await request.post()
+            part = form.get("file")
+            if part is None:
+                raise api.bad_request("failed_to_parse_json")
+            raw = part.file.read() if hasattr(part, "file") else str(part).encode()
+        else:
+            raw = await request.read()
+        if not raw.strip():
+            return {}
+        try:
+            doc = json.loads(raw.decode("utf-8-sig"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise api.bad_request("failed_to_parse_json") from None
+        if not isinstance(doc, dict):
+            raise api.bad_request("failed_to_parse_json")
+        return doc
+
+    # --- runtime parameters (rabbit_mgmt_wm_parameter[s], rabbit_mgmt_wm_global_parameter[s])
+    async def parameters(self, request):
+        _, _, state, visible = await self._state(request, api.is_policymaker)
+        component = request.match_info.get("component")
+        vhost = self._vhost(request, state, visible)
+        rows = [p for p in api.parameters(state) if p["vhost"] in visible and
+                (vhost is None or p["vhost"] == vhost)]
+        if component is None:  # rabbit_runtime_parameters:list/0 leaves policies out
+            rows = [p for p in rows if p["component"] != "policy"]
+        else:
+            rows = [p for p in rows if p["component"] == component]
+        return self._reply(request, rows)
+
+    async def parameter(self, request):
+        _, _, state, visible = await self._state(request, api.is_policymaker)
+        vhost = self._vhost(request, state, visible)
+        key = (vhost, request.match_info["component"], request.match_info["name"])
+        for p in api.parameters(state):
+            if (p["vhost"], p["component"], p["name"]) == key:
+                return web.json_response(p)
+        raise api.not_found()
+
+    async def put_parameter(self, request):
+        """operator_policy and vhost-limits are set through the operations their own
+        endpoints use; policies are refused as rabbit_runtime_parameters:set/5 refuses
+        them, and a component Leveret does not have (federation-upstream, shovel...) as
+        RabbitMQ refuses one no plugin registered."""
+        _, tags, state, visible = await self._state(request, api.is_policymaker)
+        vhost = self._vhost(request, state, visible)
+        component, name = request.match_info["component"], request.match_info["name"]
+        body = await self._body(request)
+        if component == "policy":
+            raise api.bad_request("policies may not be set using this method")
+        if component not in api.COMPONENTS:
+            raise api.unknown_component(component)
+        if "value" not in body:
+            raise api.bad_request("key_missing: value")
+        value = body["value"]
+        if not isinstance(value, dict):
+            raise api.bad_request(f"Validation failed\n\n{value!r} is not a JSON object\n")
+        if not api.is_admin(tags):  # (operator policies and limits are the administrator's)
+            raise ApiError(401, "not_authorised", "Not administrator user")
+        if component == "operator_policy":
+            missing = [k for k in ("pattern", "definition") if k not in value]
+            if missing:
+                raise api.bad_request(f"Validation failed\n\nKey \"{missing[0]}\" not "
+                                      "found in operator_policy\n")
+            existed = any(p["vhost"] == vhost and p["name"] == name
+                          for p in state["operator_policies"])
+            await self.ask("policy", {"method": "set", "vhost": vhost, "name": name,
+                                      "pattern": value["pattern"],
+                                      "definition": value["definition"],
+                                      "priority": int(value.get("priority", 0)),
+                                      "apply_to": value.get("apply-to", "all"),
+                                      "operator": True})
+            return web.Response(status=204 if existed else 201)
+        if name != "limits":
+            raise api.bad_request("Validation failed\n\nvhost-limits has one parameter, "
+                                  f"named limits, not {name!r}\n")
+        existed = any(s == "vhost" and n == vhost for s, n, _ in state["limits"])
+        await self.ask("limits", {"method": "set", "scope": "vhost", "name": vhost,
+                                  "value": value})
+        return web.Response(status=204 if existed else 201)
+
+    async def delete_parameter(self, request):
+        _, tags, state, visible = await self._state(request, api.is_policymaker)
+        vhost = self._vhost(request, state, visible)
+        component, name = request.match_info["component"], request.match_info["name"]
+        if component == "policy":
+            raise api.bad_request("policies may not be cleared using this method")
+        if not any((p["vhost"], p["component"], p["name"]) == (vhost, component, name)
+                   for p in api.parameters(state)):
+            raise api.not_found()
+        if not api.is_admin(tags):
+            raise ApiError(401, "not_authorised", "Not administrator user")
+        if component == "operator_policy":
+            await self.ask("policy", {"method": "clear", "vhost": vhost, "name": name,
+                                      "operator": True})
+        else:
+            await self.ask("limits", {"method": "clear", "scope": "vhost", "name": vhost})
+        return web.Response(status=204)
+
+    async def global_parameters(self, request):
+        _, _, state, _ = await self._state(request, api.is_policymaker)
+        return self._reply(request, api.global_parameters(self._cluster_name(state)))
+
+    async def global_parameter(self, request):
+        _, _, state, _ = await self._state(request, api.is_policymaker)
+        for p in api.global_parameters(self._cluster_name(state)):
+            if p["name"] == request.match_info["name"]:
+                return web.json_response(p)
+        raise api.not_found()
+
+    async def put_global_parameter(self, request):
+        """Refused: Leveret's cluster name is its first node's name (node_name), not a
+        parameter, and it has no other global parameter."""
+        await self._state(request, api.is_admin)
+        raise api.bad_request("global parameters cannot be set on Leveret: cluster_name is "
+                              "the first node's node_name setting")
+
     # --- vhosts, users, permissions -----------------------------------------------------------
     async def vhosts(self, request):
         _, _, state, visible = await self._state(request)
-        return self._reply(request, [api.vhost_json(v) for v in state["auth"]["vhosts"]
+        sums = await self._vhost_sums(state)
+        return self._reply(request, [api.vhost_json(v, state["members"], sums(v["name"]))
+                                     for v in state["auth"]["vhosts"]
                                      if v["name"] in visible])
 
     async def vhost(self, request):
         _, _, state, visible = await self._state(request)
         vhost = self._vhost(request, state, visible)
+        sums = await self._vhost_sums(state)
         return web.json_response(api.vhost_json(
-            next(v for v in state["auth"]["vhosts"] if v["name"] == vhost)))
+            next(v for v in state["auth"]["vhosts"] if v["name"] == vhost), state["members"],
+            sums(vhost)))
+
+    async def _vhost_sums(self, state):
+        """vhost -> its totals (api.vhost_sums)."""
+        rows = list((await self._queue_rows()).values())
+        stats, depth = _stats(state), _depth(state)
+        conns = state.get("connections", ())
+        return lambda vhost: api.vhost_sums(
+            vhost, [r for r in rows if r["vhost"] == vhost],
+            [s for (v, _), s in stats.items() if v == vhost],
+            [d for (v, _), d in depth.items() if v == vhost], conns)
 
     async def _auth(self, method: str, args: list):
         method, args = hashed_auth_call(method, args)
@@ -812,10 +1023,14 @@ class Management:
         vhost = self._vhost(request, state, visible)
         rows = await self._queue_rows()
         stats = _stats(state)
+        consumers = _consumers_by_queue(state)
+        depth = _depth(state)
         return self._reply(request, [
             api.queue_json(q, rows.get((q["vhost"], q["name"])), state["policies"],
                            state.get("operator_policies", ()),
-                           stats.get((q["vhost"], q["name"])))
+                           stats.get((q["vhost"], q["name"])),
+                           consumers.get((q["vhost"], q["name"])),
+                           depth.get((q["vhost"], q["name"])))
             for q in state["queues"] if q["vhost"] in visible and
             (vhost is None or q["vhost"] == vhost)])
 
@@ -827,7 +1042,9 @@ class Management:
         rows = await self._queue_rows()
         return web.json_response(api.queue_json(q, rows.get((vhost, name)), state["policies"],
                                                 state.get("operator_policies", ()),
-                                                _stats(state).get((vhost, name))))
+                                                _stats(state).get((vhost, name)),
+                                                _consumers_by_queue(state).get((vhost, name)),
+                                                _depth(state).get((vhost, name))))
 
     async def put_queue(self, request):
         user, _, state, visible = await self._state(request)
@@ -1042,6 +1259,21 @@ def _find_queue(state, vhost, name) -> dict:
 def _stats(state) -> dict:
     """(vhost, queue) -> message_stats, from the node's statistics table."""
     return {(v, n): s for v, n, s in state.get("queue_stats", ())}
+
+
+def _depth(state) -> dict:
+    """(vhost, queue) -> the rates of change of its depth (queue_stats.depth_rates)."""
+    return {(v, n): d for v, n, d in state.get("queue_depth_rates", ())}
+
+
+def _consumers_by_queue(state) -> dict:
+    """(vhost, queue) -> its consumers, as /api/consumers lists them."""
+    out: dict = {}
+    for c in state.get("connections", ()):
+        for ch in c["channel_list"]:
+            for cons in ch["consumers"]:
+                out.setdefault((cons["queue"]["vhost"], cons["queue"]["name"]), []).append(cons)
+    return out
 
 
 def _bindings(state) -> list:

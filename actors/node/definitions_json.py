@@ -29,6 +29,7 @@ import hashlib
 import importlib.metadata
 from dataclasses import dataclass, field
 
+from actors.core import limits as limit_rules
 from actors.core import policies as policy_rules
 from actors.core import queue_args
 from actors.core.errors import ChannelError, ConnectionError_
@@ -102,7 +103,15 @@ def export(state: dict) -> dict:
                         for p in auth.get("permissions", [])],
         "topic_permissions": [{k: p[k] for k in ("user", "vhost", "exchange", "write", "read")}
                               for p in auth.get("topic_permissions", [])],
-        "parameters": [],
+        # runtime parameters (rabbit_runtime_parameters): operator policies and vhost limits
+        "parameters": [{"value": {"pattern": p["pattern"], "definition": p["definition"],
+                                  "priority": p.get("priority", 0),
+                                  "apply-to": p.get("apply_to", "all")},
+                        "vhost": p["vhost"], "component": "operator_policy", "name": p["name"]}
+                       for p in state.get("op_policies", [])] +
+                      [{"value": dict(value), "vhost": name, "component": "vhost-limits",
+                        "name": "limits"}
+                       for scope, name, value in state.get("limits", []) if scope == "vhost"],
         "global_parameters": [],
         "policies": [{"vhost": p["vhost"], "name": p["name"], "pattern": p["pattern"],
                       "apply-to": p.get("apply_to", "all"), "definition": p["definition"],
@@ -380,9 +389,32 @@ def plan_import(doc, state: dict) -> Plan:
         plan.changes.append(["router", "bind", b])
 
     def parameter(o):
-        raise _Bad(f"runtime parameter '{o.get('name')}' of component '{o.get('component')}' "
-                   f"in vhost '{o.get('vhost')}': runtime parameters (federation, shovels) "
-                   "are not supported")
+        """operator_policy and vhost-limits, the two components Leveret has; any other
+        (federation-upstream, shovel...) refuses the import."""
+        component = o.get("component")
+        what = f"runtime parameter '{o.get('name')}' of component '{component}' in vhost " \
+               f"'{o.get('vhost')}'"
+        if component not in ("operator_policy", "vhost-limits"):
+            raise _Bad(f"{what}: component {component} not found (Leveret has operator_policy "
+                       "and vhost-limits; federation and shovels are not supported)")
+        vhost_, name = _need(o, "vhost", str, what), _need(o, "name", str, what)
+        value = _need(o, "value", dict, what)
+        _vhost_known(probe, vhost_, what)
+        try:
+            if component == "vhost-limits":
+                plan.changes.append(["limits_put", "vhost", vhost_,
+                                     limit_rules.validate("vhost", value)])
+                return
+            pattern = _need(value, "pattern", str, what)
+            definition = _need(value, "definition", dict, what)
+            priority = _opt(value, "priority", int, 0, what)
+            apply_to = _opt(value, "apply-to", str, "all", what)
+            policy_rules.validate(name, pattern, definition, priority, apply_to, True)
+        except ChannelError as e:
+            raise _Bad(f"{what}: {e.text}") from None
+        plan.changes.append(["op_policy_put", vhost_, name, {
+            "vhost": vhost_, "name": name, "pattern": pattern, "definition": definition,
+            "priority": priority, "apply_to": apply_to}])
 
     # RabbitMQ's order: users, vhosts, permissions, topic permissions, parameters, global
     # parameters, policies, queues, exchanges, bindings

@@ -33,7 +33,7 @@ from actors.core import limits, policies, queue_args
 from actors.core.errors import ChannelError, ConnectionError_, amqp_text
 from actors.core.permissions import AuthDB, hashed_auth_call
 from actors.core.queue_stats import StatsTable
-from actors.core.routing import Router
+from actors.core.routing import Router, validate_binding
 from actors.node import definitions_json
 from actors.node.definitions import Definitions
 from actors.node.metadata_alarms import AlarmsMixin
@@ -81,9 +81,17 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         self.pending_ops: dict[int, tuple] = {}  # node req id -> (reply_to, req_id, vhost, name)
         self.next_req = 1  # node's own request ids (to queues)
         self.pending_stats: dict[int, tuple] = {}  # node req id -> (list_queues gather, queue)
+        self.pending_purges: dict[int, m.Rpc] = {}  # node req id -> leveretctl purge_queue
         # the management API's statistics: what queues emit (actors/core/queue_stats.py)
         self.queue_stats = StatsTable(config.collect_statistics_interval)
         self.conn_stats: dict[str, list] = {}  # connection worker endpoint -> its connections
+        # connection worker endpoint -> (at_ms, previous sample's (at_ms, rows) or None):
+        # the rates of recv_oct, send_oct and the channels' message_stats come from the two
+        self.conn_sampled: dict[str, tuple] = {}
+        self.worker_totals: dict[str, dict] = {}  # conn worker endpoint -> its process totals
+        self.dead_totals: dict = {}  # the last totals of connection workers that died
+        # queue churn of the declares and deletes this node's metadata actor decided
+        self.queue_churn = {"queues_declared": 0, "queues_created": 0, "queues_deleted": 0}
         self.version = 0  # metadata version: +1 per broadcast change
         self.applied: dict[tuple[str, int], int] = {}  # live worker -> version it has applied
         self.held: deque = deque()  # (version, reply_to, RpcReply) waiting for the workers
@@ -161,7 +169,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                     self._queue_reply(msg)
             elif isinstance(msg, m.ConnectionStats):
                 if not self.transport.is_dead(msg.worker):
-                    self.conn_stats[msg.worker] = msg.connections
+                    self._connection_sample(msg)
             elif isinstance(msg, m.QueueStats):
                 if (msg.vhost, msg.name) in self.queues:
                     self.queue_stats.put(msg.vhost, msg.name, msg.at_ms, msg.stats)
@@ -409,7 +417,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
             self.applied.pop((ev.kind, ev.index), None)
             self._release_replies()
         self.transport.mark_dead(ev.endpoint)
-        self.conn_stats.pop(ev.endpoint, None)
+        self._forget_worker_stats(ev.endpoint, own=True)
         if ev.kind == "conn":
             self._untrack_endpoint(ev.endpoint)
         down = m.WorkerDown(ev.kind, ev.endpoint)
@@ -589,6 +597,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         exchanges = [[v, n, x.type, x.durable, x.auto_delete, x.internal, dict(x.arguments)]
                      for (v, n), x in self._all_exchanges() if n and not n.startswith("amq.")]
         return {"auth": self.auth.to_state(), "policies": list(self.policies.values()),
+                "op_policies": list(self.op_policies.values()),
+                "limits": [[scope, name, value] for (scope, name), value in self.limits.items()],
                 "exchanges": exchanges, "bindings": list(self._all_bindings()),
                 "queues": [{k: v for k, v in q.items() if k not in ("address", "worker")}
                            for q in self.queues.values()]}
@@ -624,7 +634,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                                    if c[0] == "queue_put")
         if changes:
             self._change(*changes)
-            if any(c[0] == "policy_put" for c in changes):
+            if any(c[0] in ("policy_put", "op_policy_put") for c in changes):
                 self._remirror()
         if content_hash:
             self.defs.save_hash(content_hash)
@@ -771,18 +781,22 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
     def op_bind(self, rpc, vhost, source, kind, dest, routing_key, arguments, owner=""):
         self._binding_ends(vhost, source, kind, dest)
         self._check_exclusive(vhost, dest, owner, kind)
+        # rabbit_binding:add -> the source type's validate_binding (headers: x-match)
+        validate_binding(self.router.exchange(vhost, source).type, arguments)
         self.had_bindings.add((vhost, source))
         self._change(["router", "bind", [vhost, source, kind, dest, routing_key, arguments]])
         return None
 
     def op_unbind(self, rpc, vhost, source, kind, dest, routing_key, arguments, owner=""):
-        if kind == "queue" and (vhost, dest) not in self.queues:
-            raise ChannelError(404, amqp_text(404, f"no queue '{dest}' in vhost '{vhost}'"))
-        if self.router.exchange(vhost, source) is None:
-            raise ChannelError(404, amqp_text(404, f"no exchange '{source}' in vhost '{vhost}'"))
-        if source == "":
+        if source == "" or (kind == "exchange" and dest == ""):
             raise ChannelError(403, amqp_text(403, "operation not permitted on the default "
                                                    "exchange"))
+        # RabbitMQ 3.10 answers unbind-ok when the binding, its queue or an exchange is missing
+        # (rabbit_binding:remove/3 of a binding that does not exist is ok)
+        if self.router.exchange(vhost, source) is None or \
+                (kind == "queue" and (vhost, dest) not in self.queues) or \
+                (kind == "exchange" and self.router.exchange(vhost, dest) is None):
+            return None
         # rabbit_channel:binding_action checks exclusive access for unbind as for bind
         self._check_exclusive(vhost, dest, owner, kind)
         self._change(["router", "unbind", [vhost, source, kind, dest, routing_key, arguments]])
@@ -806,6 +820,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                 self.auth.require(user, vhost, "configure", "queue", name)
         key = (vhost, name)
         q = self.queues.get(key)
+        if not passive:
+            self.queue_churn["queues_declared"] += 1
         if q is not None:
             self._check_exclusive(vhost, name, owner)
             if not passive:
@@ -843,6 +859,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
              "arguments": arguments, "worker": self._place(home), "address": None,
              "home": home, "mirrors": [], "synced": []}
         q["mirrors"] = self._mirrors_for(q)
+        self.queue_churn["queues_created"] += 1
         self.pending_start.setdefault(key, []).append((rpc.reply_to, rpc.req_id, [name, 0, 0]))
         self._change(["router", "add_queue", [vhost, name]], ["queue_put", q])  # starts it
         return _DEFERRED
@@ -888,8 +905,26 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         self.transport.send(q["address"], m.QueueOp(
             self.address, req, "delete", {"if_unused": if_unused, "if_empty": if_empty}))
 
+    def op_queue_purge(self, rpc, vhost, name):
+        """rabbitmqctl purge_queue: the queue drops its ready messages and answers how many."""
+        q = self.queues.get((vhost, name))
+        if q is None:
+            raise ChannelError(404, amqp_text(404, f"no queue '{name}' in vhost '{vhost}'"))
+        if q.get("address") is None:
+            raise ChannelError(404, amqp_text(404, f"queue '{name}' in vhost '{vhost}' is "
+                                                   "not running (its node is down)"))
+        req = self.next_req
+        self.next_req += 1
+        self.pending_purges[req] = rpc
+        self.transport.send(q["address"], m.QueueOp(self.address, req, "purge", {}))
+        return _DEFERRED
+
     def _queue_reply(self, reply: m.RpcReply) -> None:
-        if reply.req_id in self.pending_ops:
+        if reply.req_id in self.pending_purges:
+            rpc = self.pending_purges.pop(reply.req_id)
+            self._send_reply(rpc.reply_to, m.RpcReply(rpc.req_id, reply.ok, reply.result,
+                                                         reply.code, reply.text))
+        elif reply.req_id in self.pending_ops:
             self._finish_delete(reply.req_id, reply)
 
     def _finish_delete(self, req, reply) -> None:
@@ -899,6 +934,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
             sources = {b.source for b in self.router.list_bindings(vhost)
                        if b.dest_kind == "queue" and b.dest == name}
             self._change(["router", "remove_queue", [vhost, name]], ["queue_del", vhost, name])
+            self.queue_churn["queues_deleted"] += 1
             if any(self.router.exchange(vhost, s) for s in sources):
                 self._auto_delete_exchanges(vhost)
         if rpc is not None:

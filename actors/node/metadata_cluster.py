@@ -46,7 +46,8 @@ from actors.core.routing import Router
 log = logging.getLogger("leveret.cluster")
 
 LOCAL_OPS = {"worker.hello", "worker.ready", "list", "cluster.status",  # any node answers
-             "mgmt_state", "mgmt_login", "mgmt_close_connection", "environment",  # (a password never leaves the node it reached)
+             "mgmt_state", "mgmt_login", "mgmt_close_connection", "environment",
+             "mgmt_counters",  # (a password never leaves the node it reached)
              "status", "set_vm_memory_high_watermark", "set_disk_free_limit",  # its own
              "connection.open", "channel.open", "channel.closed"}  # its own counts (limits)
 FORWARD_WAIT_S = 5.0  # how long an operation waits for a leader before it fails
@@ -397,7 +398,7 @@ class ClusterMixin:
         for slot, endpoint in before.items():
             if after.get(slot) != endpoint:
                 self.transport.mark_dead(endpoint)
-                self.conn_stats.pop(endpoint, None)
+                self._forget_worker_stats(endpoint)
                 down = m.WorkerDown(slot.split("-")[0], endpoint)
                 for w in self.workers.values():
                     self.transport.send(w.control, down)

@@ -8,17 +8,25 @@ page in, purge and drop the index. It answers `Persisted(msgs)` once they are on
 Queue sends the publisher confirms then. The worker's backing queues share the "store"
 scheduler, a thread apart from the worker's event loop, so that an fsync never stalls deliveries.
 
-Group commit (behaviour C7): writes are committed to LMDB at once but synced together, either
-when this actor has nothing else to do (its mailbox is empty: the queue went idle with confirms
-pending) or at the latest `sync_interval_ms` after the first unsynced publish. One sync covers
-every message written before it, for every queue of the node (one environment): the backing
-queues of a worker share the "store" scheduler, an idle one asks for its sync at the back of the
-run queue (`_IdleSync`), so the others write first, and a sync that finds its writes already
-covered by another queue's sync skips the fsync (Storage.sync_upto).
+Group commit (behaviour C7), and writing only what must be written (issue 12): nothing is
+written when it arrives. Persist stages the messages; a Forget that finds its message still
+staged cancels it (never written, as RabbitMQ's msg_store cancels a pending write when the
+remove comes first); a Forget of a written message stages its ack (and appends it to the
+queue's ack log, replayed at recovery, so that it survives kill -9). A flush (Storage.flush) writes
+what every backing queue of the process staged in one LMDB transaction, durable when it returns
+(the environment commits with sync=True, metasync=True: power-loss safe). A flush happens at
+the sync, either when this actor has nothing else to do with publishes staged (its mailbox is
+empty: the queue went idle) or at the latest `sync_interval_ms` after the first unconfirmed
+publish or staged ack; before any read of the index; and when FLUSH_BYTES of bodies or
+FLUSH_ACKS acks are staged. After it, every message given before
+is on disk or was acked first, and the queue is told `Persisted`. The backing queues of a worker
+share the "store" scheduler; an idle one asks for its sync at the back of the run queue
+(`_IdleSync`), so the others stage first, and a sync that finds nothing staged costs nothing.
 
 A transient message is "safe" as soon as the queue accepts it, RabbitMQ's rule. It reaches
 storage only when its queue pages (more ready bytes than `queue_page_bytes` in memory), as
-RabbitMQ's classic queues v2 do: written, never synced for its own sake, dropped at restart.
+RabbitMQ's classic queues v2 do: staged and written like the others, never waited for, dropped
+at restart.
 A transient queue opens its index the first time it pages (and wipes what a queue of the same
 name may have left there); the node drops transient queues' indexes at boot.
 
@@ -27,14 +35,19 @@ backing queue per priority, named `<name>\0<priority>`): priority 0 in the queue
 priority p > 0 in the index of `lane_name(name, p)`, so that a priority's paged part is read back
 in order without reading the others'. Every message names its priority (Msg.priority, PageIn,
 PurgeAfter).
+Staged writes, cancellation of a message acked before its flush, deliver records and the ack
+log all name the priority of the index a message belongs to.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import struct
 import time
 
 import lmdb
+from pykka import ActorDeadError
 
 from actors import events
 from actors.messages import (DeleteIndex, DropPaged, Forget, PageIn, Paged, PagedDropped, Persist,
@@ -83,13 +96,15 @@ def lane_queue_ids(vhost: str, name: str, arguments) -> list:
 class BackingQueue(LightActor):
     scheduler_name = "store"  # an fsync stalls the other backing queues, never a queue
 
-    def __init__(self, queue_ref, qdef: dict, config, timers=None):
+    def __init__(self, queue_ref, qdef: dict, config, timers=None, mirror: bool = False):
         super().__init__()
         self.queue_ref = queue_ref  # the Queue actor this serves
         self.durable = qdef["durable"]  # only durable queues persist anything
         self.vhost, self.qname = qdef["vhost"], qdef["name"]  # identity (events)
         self.config = config  # node configuration (storage settings)
         self.timers = timers  # the process's timer thread (sync interval)
+        self.mirror = mirror  # a mirror's: what it staged is written at its stop (a promoted
+        #                       queue adopts the index), transient messages too
         self.storage = Storage.of(config) if self.durable else None  # the node's LMDB env
         self.index = (self.storage.queue_index(qdef["vhost"], qdef["name"])
                       if self.durable else None)  # this queue's queue_index (a transient
@@ -97,16 +112,29 @@ class BackingQueue(LightActor):
         self.qid = queue_id(qdef["vhost"], qdef["name"])  # its key in the environment
         self.lanes = priorities(qdef.get("arguments"))  # priorities, each with its index
         self.lane_indexes: dict = {}  # priority (> 0) -> its QueueIndex, opened on first use
-        self.pending_acks: list = []  # ack records a full store refused: retried
-        self.unsynced: list = []  # persisted to LMDB, waiting for the sync to be confirmed
+        self.pending: dict = {}  # seq_id -> message given in Persist and not written yet: an
+        #                          ack before the next flush cancels it (never written)
+        self.pending_bytes = 0  # body bytes given in Persist since the last flush (Stored)
+        self.pending_acks: list = []  # (priority, seq_id) of written messages acked since the
+        #                               last flush
+        self.delivered_pending: set = set()  # pending seq_ids delivered: the publish record
+        #                                      carries the flag
+        self.delivered: set = set()  # (priority, seq_id) written, delivered and not acked: their
+        #                              deliver records are written at a clean stop (after a
+        #                              crash every entry comes back redelivered anyway)
+        self.cancelled: set = set()  # seq_ids acked before their flush since the last _sync
+        self.unsynced: list = []  # persistent messages not yet confirmed to the queue
+        self.staged = False  # in storage.dirty: the next flush writes what this holds
         self.timer_armed = False  # a _Sync is on its way
         self.idle_sync = False  # an _IdleSync is on its way
-        self.written = 0  # Storage.committed() number of this queue's last write
         self.deleted = False  # the queue was deleted (its index is gone)
         self.dirty = False  # the last run did not stop cleanly: every entry may be delivered
         self.adopting = False  # recovering what a promoted mirror paged out: keep it all
         self.boot_seq = 0  # entries below this seq_id are from before the start: transient
         #                    ones among them (paged out, not meant to survive) are dropped
+        self.stopping = False  # in on_stop: the queue is gone, nothing is told to it
+        self.ack_log: int | None = None  # fd of the queue's ack log (durable queues), see _log_acks
+        self.ack_logged = False  # the ack log holds acks not yet flushed
 
     def on_receive(self, msg):
         try:
@@ -135,15 +163,25 @@ class BackingQueue(LightActor):
             elif isinstance(msg, DeleteIndex):
                 self._delete()
         finally:
-            if self.unsynced and not self.idle_sync and self.actor_inbox.empty():
-                self.idle_sync = True  # idle with confirms pending: sync next turn
+            if (self.unsynced or self.pending) and not self.idle_sync and \
+                    self.actor_inbox.empty():
+                # idle with publishes staged: sync next turn (staged acks alone wait for the
+                # timer: they are in the ack log, and a flush now would hold the next ones up
+                # behind its fsyncs)
+                self.idle_sync = True
                 self.actor_ref.tell(_IdleSync())
             if self.storage is not None:
                 self.storage.maybe_trim()
 
-    # --- writes ---------------------------------------------------------------------------------
+    # --- the index of each priority -------------------------------------------------------------
+    def _p(self, m) -> int:
+        """The priority (lane) whose index holds a message: 0 without x-max-priority."""
+        return m.priority if self.lanes > 1 else 0
+
     def _lane(self, priority: int):
-        """The index of a priority (opened on first use; a transient queue's is wiped then)."""
+        """The index of a priority, opened on first use (a transient queue's is wiped then).
+        Never called inside a flush (opening an index takes a write transaction of its own):
+        Persist, Forget and the reads open what the flush will write."""
         if not priority:
             if self.index is None:
                 self.storage = Storage.of(self.config)
@@ -159,69 +197,14 @@ class BackingQueue(LightActor):
             self.lane_indexes[priority] = index
         return index
 
-    def _by_lane(self, msgs) -> dict:
-        """{priority: [msg]}: one entry for a queue without priorities."""
-        if self.lanes == 1:
-            return {0: msgs}
-        out: dict = {}
-        for m in msgs:
-            out.setdefault(m.priority, []).append(m)
-        return out
-
-    def _record_delivery(self, msgs) -> None:
-        lanes = {p: ([m.seq_id for m in ms], self._lane(p))
-                 for p, ms in self._by_lane(msgs).items()}
-
-        def write(txn):
-            for seqs, index in lanes.values():
-                index.deliver(txn, seqs)
-
-        self._write(write)
-
-    def _persist(self, msgs) -> None:
-        lanes = {p: (ms, self._lane(p)) for p, ms in self._by_lane(msgs).items()}
-        store = self.storage.msg_store
-        if self.storage.disk_alarm():
-            self.queue_ref.tell(Refused(msgs))  # their publishers get basic.nack
-            return
-        wall_offset = int(time.time() * 1000) - int(time.monotonic() * 1000)
-
-        def write(txn):
-            for lane_msgs, index in lanes.values():
-                entries = []
-                for m in lane_msgs:
-                    size = len(m.body)
-                    embedded = index.embeds(size)
-                    if not embedded:
-                        store.put(txn, m.msg_id, m.body)
-                    entries.append(IndexEntry(
-                        m.seq_id, m.msg_id, m.exchange, m.routing_key, m.props_raw,
-                        m.body if embedded else None, size, m.priority,
-                        m.expires_at + wall_offset if m.expires_at else 0, m.redelivered))
-                index.publish(txn, entries)
-
-        if self._write(write):
-            self.queue_ref.tell(Stored(sum(len(m.body) for m in msgs)))
-            if events.enabled():
-                embeds = next(iter(lanes.values()))[1].embeds
-                for m in msgs:
-                    events.emit("stored", m.msg_id, actor="backing_queue", vhost=self.vhost,
-                                queue=self.qname, seq_id=m.seq_id,
-                                where="index" if embeds(len(m.body)) else "msg_store")
-            # only persistent messages wait for a sync: a paged-out transient one was
-            # confirmed when the queue took it, and is not meant to outlive the node
-            self.unsynced.extend(m for m in msgs if m.persistent)
-            if self.unsynced and not self.timer_armed and self.timers is not None:
-                self.timer_armed = True
-                self.timers.at(int(time.monotonic() * 1000) + self.config.sync_interval_ms,
-                               self.actor_ref, _Sync())
-        else:
-            self.queue_ref.tell(Refused(msgs))
+    def _opened(self, priority: int):
+        """The index of a priority if it was opened (None: nothing of it was ever written)."""
+        return self.index if not priority else self.lane_indexes.get(priority)
 
     def _open_transient(self, name: str):
         """A transient queue pages (a priority of it) for the first time: the index, emptied
         of whatever a queue of the same name left in it (one deleted while its worker was
-        down)."""
+        down). Its own transaction: nothing of this index is staged yet."""
         index = self.storage.queue_index(self.vhost, name)
         store = self.storage.msg_store
 
@@ -233,33 +216,239 @@ class BackingQueue(LightActor):
         self._write(write)
         return index
 
+    # --- writes ---------------------------------------------------------------------------------
+    # Nothing is written when it arrives: Persist and Forget are staged, and one transaction per
+    # flush (Storage.flush: every staged backing queue of the process at once) writes the
+    # publishes that were not acked meanwhile and the acks of messages written before, each in
+    # the index of its priority. A flush happens at the sync (the 200 ms timer or the queue
+    # going idle), before any read of any of the queue's indexes, and when FLUSH_BYTES of bodies
+    # are staged. Storage commits are durable (sync=True).
+    def _persist(self, msgs) -> None:
+        for p in {self._p(m) for m in msgs}:
+            self._lane(p)  # opened now: the flush writes into it
+        storage = self.storage
+        incoming = sum(len(m.body) for m in msgs)
+        if storage.disk_alarm(storage.staged_bytes() + incoming):
+            if self.pending_acks:
+                storage.stage(self)  # acks a full store refused before: try them again
+            if storage.dirty:  # staged acks free space: write them, then look again
+                storage.flush()
+            if storage.disk_alarm(storage.staged_bytes() + incoming):
+                self.queue_ref.tell(Refused(msgs))  # their publishers get basic.nack
+                return
+        pending = self.pending
+        nbytes = 0
+        for m in msgs:
+            pending[m.seq_id] = m
+            nbytes += len(m.body)
+            if m.persistent:
+                # only persistent messages wait for a sync: a paged-out transient one was
+                # confirmed when the queue took it, and is not meant to outlive the node
+                self.unsynced.append(m)
+        self.pending_bytes += nbytes
+        self.storage.stage(self)
+        if self.unsynced:
+            self._arm_timer()
+        if self.pending_bytes >= FLUSH_BYTES:
+            self._flush()
+
+    def _arm_timer(self) -> None:
+        if not self.timer_armed and self.timers is not None:
+            self.timer_armed = True
+            self.timers.at(int(time.monotonic() * 1000) + self.config.sync_interval_ms,
+                           self.actor_ref, _Sync())
+
+    def _staged(self, m):
+        """The staged (not yet written) message of m's seq_id in m's priority, or None."""
+        staged = self.pending.get(m.seq_id)
+        if staged is not None and self._p(staged) == self._p(m):
+            return staged
+        return None
+
+    def _record_delivery(self, msgs) -> None:
+        for m in msgs:
+            if self._staged(m) is not None:
+                self.delivered_pending.add(m.seq_id)
+            else:
+                self.delivered.add((self._p(m), m.seq_id))
+
     def _forget(self, msgs) -> None:
         if self.storage is None:
-            return
-        store = self.storage.msg_store
-        acks = self.pending_acks + [(m.priority if self.lanes > 1 else 0, m.seq_id)
-                                    for m in msgs]
-        by_lane: dict = {}
-        for p, seq in acks:
-            by_lane.setdefault(p, []).append(seq)
-        lanes = [(self._lane(p), seqs) for p, seqs in by_lane.items()]
+            return  # (a transient queue that never paged: nothing of it is stored)
+        pending = self.pending
+        if not msgs and self.pending_acks:
+            self.storage.stage(self)
+        acked = []
+        for m in msgs:
+            seq, p = m.seq_id, self._p(m)
+            if self._staged(m) is not None:  # acked before its flush: never written
+                del pending[seq]
+                self.delivered_pending.discard(seq)
+                self.cancelled.add(seq)
+                continue
+            if self._opened(p) is None:
+                if not self.durable:
+                    continue  # a priority of a transient queue that never paged
+                self._lane(p)  # opened now: the flush acks in it
+            acked.append((p, seq))
+            self.delivered.discard((p, seq))
+        if acked:
+            self.pending_acks.extend(acked)
+            self._log_acks(acked)
+        if self.pending_acks:
+            self.storage.stage(self)
+            self._arm_timer()
+            if len(self.pending_acks) >= FLUSH_ACKS:
+                self._flush()
 
-        def write(txn):
-            for index, seqs in lanes:
-                released = index.ack(txn, seqs)
+    # An ack of a written message waits for the next flush, like everything else; meanwhile it
+    # is appended to the queue's ack log (<data_dir>/messages/acks/<queue id>, big-endian u64
+    # records: the priority in the top byte, the seq_id below it; one write() to the page
+    # cache, no fsync), so that it survives kill -9 of the worker as a committed LMDB
+    # transaction did: recovery replays the log. A flush that wrote the acks truncates it. A
+    # power cut may lose the log's tail: those messages come back, redelivered (an ack needs no
+    # sync of its own; RabbitMQ's queue index journal the same).
+    def _ack_log_path(self) -> str:
+        return os.path.join(self.storage.env.path(), "acks", self.qid.hex())
+
+    def _log_acks(self, acks) -> None:
+        if not self.durable:
+            return  # a transient queue's paged messages do not outlive the node anyway
+        if self.ack_log is None:
+            os.makedirs(os.path.dirname(self._ack_log_path()), exist_ok=True)
+            self.ack_log = os.open(self._ack_log_path(),
+                                   os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.write(self.ack_log, struct.pack(f">{len(acks)}Q",
+                                           *[(p << _LANE_SHIFT) | seq for p, seq in acks]))
+        self.ack_logged = True
+
+    def _replay_ack_log(self) -> None:
+        """At recovery: stage the acks the log kept (a torn last record is ignored; acks of
+        seq_ids already acked are counted as unknown and ignored by the index)."""
+        try:
+            with open(self._ack_log_path(), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return
+        n = len(data) // 8
+        if n:
+            for rec in struct.unpack(f">{n}Q", data[:n * 8]):
+                p = rec >> _LANE_SHIFT
+                if p < self.lanes:
+                    self._lane(p)
+                    self.pending_acks.append((p, rec & _SEQ_MASK))
+            self.ack_logged = True
+            self.storage.stage(self)
+
+    def _truncate_ack_log(self) -> None:
+        if self.ack_logged:
+            self.ack_logged = False
+            if self.ack_log is not None:
+                os.ftruncate(self.ack_log, 0)
+            else:
+                try:
+                    os.truncate(self._ack_log_path(), 0)
+                except FileNotFoundError:
+                    pass
+
+    def _close_ack_log(self, unlink: bool = False) -> None:
+        if self.ack_log is not None:
+            os.close(self.ack_log)
+            self.ack_log = None
+        if unlink and self.durable and self.storage is not None:
+            try:
+                os.unlink(self._ack_log_path())
+            except FileNotFoundError:
+                pass
+
+    def write_staged(self, txn, publishes: bool = True, acks: bool = True) -> None:
+        """Storage.flush -> here, inside its transaction: write what this queue staged (the
+        publishes, the acks, or both), each priority into its own index."""
+        store = self.storage.msg_store
+        if publishes and self.pending:
+            wall_offset = int(time.time() * 1000) - int(time.monotonic() * 1000)
+            delivered = self.delivered_pending
+            by_lane: dict = {}
+            for seq in sorted(self.pending):
+                m = self.pending[seq]
+                p = self._p(m)
+                index = self._opened(p)
+                size = len(m.body)
+                embedded = index.embeds(size)
+                if not embedded:
+                    store.put(txn, m.msg_id, m.body)
+                by_lane.setdefault(p, []).append(IndexEntry(
+                    m.seq_id, m.msg_id, m.exchange, m.routing_key, m.props_raw,
+                    m.body if embedded else None, size, m.priority,
+                    m.expires_at + wall_offset if m.expires_at else 0,
+                    m.redelivered or seq in delivered))
+            for p, entries in by_lane.items():
+                self._opened(p).publish(txn, entries)
+        if acks and self.pending_acks:
+            by_lane = {}
+            for p, seq in self.pending_acks:
+                by_lane.setdefault(p, []).append(seq)
+            for p, seqs in by_lane.items():
+                released = self._opened(p).ack(txn, seqs)
                 if released:
                     store.release(txn, released)
 
-        # a full store cannot even delete (copy-on-write): keep the acks and try again with
-        # the next write, so that an acked message never comes back
-        self.pending_acks = [] if self._write(write) else acks
+    def acks_written(self) -> None:
+        """Storage.flush -> here: the staged acks are on disk."""
+        self.pending_acks = []
+        self._truncate_ack_log()
+
+    def flushed(self, ok: bool) -> None:
+        """Storage.flush -> here, after its transaction committed (ok) or found the store full."""
+        written = list(self.pending.values())
+        self.pending = {}
+        nbytes, self.pending_bytes = self.pending_bytes, 0
+        if ok:
+            if self.delivered_pending:
+                self.delivered.update((self._p(m), m.seq_id) for m in written
+                                      if m.seq_id in self.delivered_pending)
+            self.delivered_pending = set()
+            if nbytes:
+                self._tell(Stored(nbytes))
+            if events.enabled():
+                for m in written:
+                    where = "index" if self._opened(self._p(m)).embeds(len(m.body)) \
+                        else "msg_store"
+                    events.emit("stored", m.msg_id, actor="backing_queue", vhost=self.vhost,
+                                queue=self.qname, seq_id=m.seq_id, where=where)
+            return
+        # the store is full: the publishes are refused (Refused pays their bytes back); a full
+        # store cannot even delete (copy-on-write), so the acks stay staged for the next flush,
+        # and an acked message never comes back
+        self.delivered_pending = set()
+        if written:
+            gone = {m.seq_id for m in written}
+            self.unsynced = [m for m in self.unsynced if m.seq_id not in gone]
+            self._tell(Refused(written))
+        rest = nbytes - sum(len(m.body) for m in written)  # cancelled ones: no longer pending
+        if rest:
+            self._tell(Stored(rest))
+        # (the acks are staged again by the next Persist or Forget, not here: an idle queue
+        # would retry at once, forever, while the store is full)
+
+    def _tell(self, msg) -> None:
+        """Tell the queue, unless it is gone (stopping: it stops before its backing queue)."""
+        if not self.stopping:
+            try:
+                self.queue_ref.tell(msg)
+            except ActorDeadError:
+                self.stopping = True
+
+    def _flush(self) -> None:
+        if self.staged:
+            self.storage.flush()
 
     def _write(self, fn) -> bool:
-        """One LMDB write transaction; False when the disk (map) is full."""
+        """One LMDB write transaction (durable when it returns); False when the disk (map) is
+        full."""
         try:
             with self.storage.env.begin(write=True) as txn:
                 fn(txn)
-            self.written = self.storage.committed()
             return True
         except lmdb.MapFullError:
             log.error("message store full (storage_map_size=%d bytes in %s): refusing "
@@ -268,26 +457,59 @@ class BackingQueue(LightActor):
             return False
 
     def _sync(self) -> None:
+        """Flush what is staged (one durable transaction): every message given before is then
+        on disk or was acked before it had to be written (RabbitMQ confirms those too)."""
+        self._flush()  # (a full store refuses the publishes: they left unsynced)
         if not self.unsynced:
+            self.cancelled = set()
             return
-        self.storage.sync_upto(self.written)
         done, self.unsynced = self.unsynced, []
+        cancelled, self.cancelled = self.cancelled, set()
         if events.enabled():
             for m in done:
-                events.emit("synced", m.msg_id, actor="backing_queue", vhost=self.vhost,
-                            queue=self.qname, seq_id=m.seq_id)
-        self.queue_ref.tell(Persisted(done))
+                if m.seq_id not in cancelled:
+                    events.emit("synced", m.msg_id, actor="backing_queue", vhost=self.vhost,
+                                queue=self.qname, seq_id=m.seq_id)
+        self._tell(Persisted(done))
 
     def on_stop(self) -> None:
-        if self.index is not None and self.durable:
-            if self.pending_acks:
-                self._forget([])
-            self._sync()
-            if not self.deleted:
-                self.storage.mark_clean(self.qid)
+        self.stopping = True  # (the queue stopped first: see Queue.on_stop)
+        if self.storage is None:
+            return  # (a transient queue that never paged)
+        if not self.durable:
+            if self.mirror:  # (what it staged after a DeleteIndex is new: written too)
+                self._flush()  # a promoted queue adopts what this mirror paged out
+            else:
+                self._drop_staged()
+            return
+        self._sync()
+        self._close_ack_log()
+        if not self.deleted:
+            by_lane: dict = {}
+            for p, seq in sorted(self.delivered):
+                by_lane.setdefault(p, []).append(seq)
+            if by_lane:
+                def write(txn):
+                    for p, seqs in by_lane.items():
+                        self._opened(p).deliver(txn, seqs)
+
+                self._write(write)
+            self.storage.mark_clean(self.qid)
+
+    def _drop_staged(self) -> None:
+        """Forget what is staged without writing it (the queue is gone)."""
+        if self.storage is not None:
+            self.storage.unstage(self)
+        if self.pending_bytes:
+            self._tell(Stored(self.pending_bytes))
+        self.pending, self.pending_bytes, self.pending_acks = {}, 0, []
+        self.delivered_pending, self.delivered, self.cancelled = set(), set(), set()
 
     def _delete(self) -> None:
         self.deleted = True
+        self._drop_staged()
+        self._close_ack_log(unlink=True)
+        self.ack_logged = False
         if self.durable:  # every priority's index, opened or not
             indexes = [self._lane(p) for p in range(self.lanes)]
         else:
@@ -305,16 +527,19 @@ class BackingQueue(LightActor):
         self.unsynced = []
 
     def _drop_paged(self, after: int, n: int, priority: int) -> PagedDropped:
-        """drop-head of paged messages nothing needs: settled without reaching the queue."""
+        """drop-head of paged messages nothing needs: settled without reaching the queue (their
+        acks staged, and logged as a consumer's are)."""
+        self._flush()
         index = self._lane(priority)
         with self.storage.env.begin() as txn:
             entries = index.read(txn, after, n)
         if entries:
-            self._forget_entries(entries, index)
+            self._forget_entries(entries, priority, log_acks=True)
         return PagedDropped(priority, len(entries), sum(e.body_size for e in entries),
                             entries[-1].seq_id if entries else 0, [e.seq_id for e in entries])
 
     def _purge_after(self, after: int, priority: int = 0) -> None:
+        self._flush()
         store = self.storage.msg_store
         index = self._lane(priority)
         with self.storage.env.begin() as txn:
@@ -340,6 +565,9 @@ class BackingQueue(LightActor):
             return 1, [], 0, 0
         indexes = [self._lane(p) for p in range(self.lanes)]
         self.adopting = False
+        if self.durable:
+            self._replay_ack_log()
+        self._flush()
         with self.storage.env.begin() as txn:
             recs = [index.recover(txn) for index in indexes]
         # (a promoted mirror's transient entries are not from before a restart: kept)
@@ -380,6 +608,7 @@ class BackingQueue(LightActor):
         return next_seq, entries, more, more_bytes
 
     def _page(self, after: int, limit: int, priority: int = 0) -> Paged:
+        self._flush()  # what is staged is in the index before it is read
         out, stale = [], []
         index = self._lane(priority)
         with self.storage.env.begin() as txn:
@@ -401,18 +630,26 @@ class BackingQueue(LightActor):
                     e = e._replace(delivered=True)
                 out.append((e, bytes(body), persistent))
         if stale:
-            self._forget_entries(stale, index)
+            self._forget_entries(stale, priority)
         return Paged(out, len(stale), sum(e.body_size for e in stale), priority)
 
-    def _forget_entries(self, entries, index) -> None:
-        store = self.storage.msg_store
+    def _forget_entries(self, entries, priority: int, log_acks: bool = False) -> None:
+        """Entries dropped while paging in (or by drop-head): acked in their priority's index
+        with the next flush."""
+        acks = [(priority, e.seq_id) for e in entries]
+        self.pending_acks.extend(acks)
+        if log_acks:
+            self._log_acks(acks)
+        self.storage.stage(self)
+        self._arm_timer()
 
-        def write(txn):
-            released = index.ack(txn, [e.seq_id for e in entries])
-            if released:
-                store.release(txn, released)
 
-        self._write(write)
+_LANE_SHIFT = 56  # an ack log record: priority << _LANE_SHIFT | seq_id
+_SEQ_MASK = (1 << _LANE_SHIFT) - 1
+
+
+FLUSH_BYTES = 4 << 20  # staged body bytes that make a flush before the sync is due
+FLUSH_ACKS = 16384  # staged acks that make a flush before the sync is due
 
 
 def _persistent(props_raw: bytes) -> bool:

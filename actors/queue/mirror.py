@@ -208,7 +208,7 @@ class Mirror(LightActor):
         if self.bq is None:
             from actors.queue.backing_queue import BackingQueue
             self.bq = BackingQueue.start(self.actor_ref, self.qdef, self.host.config,
-                                         self.host.timers)
+                                         self.host.timers, mirror=True)
         return self.bq
 
     def _take(self, items, bodies) -> None:

@@ -77,6 +77,8 @@ class Effects:
     def confirm(self, channel, seqs, ok):
         if channel and not (ok and self.actor.mirrors.confirm(channel, seqs)):
             self.t.send(channel, m.Confirm(self.addr, seqs, ok))
+            if ok:
+                self.actor.counters.confirmed(self.actor.core.confirm_on, len(seqs))
 
     def reply(self, addr, req_id, ok, result=None, code=0, text=""):
         self.t.send(addr, m.RpcReply(req_id, ok, result, code, text))
@@ -415,6 +417,7 @@ class Queue(LightActor):
     def _release(self, confirms) -> None:
         for channel, seqs in confirms:
             self.transport.send(channel, m.Confirm(self.address, seqs, True))
+            self.counters.confirmed(self.core.confirm_on, len(seqs))
 
     def _retry_gets(self, now) -> None:
         gets, self.pending_gets = self.pending_gets, []

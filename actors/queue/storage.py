@@ -2,14 +2,18 @@
 
 Every durable queue's index (queue_index/) and the shared message store (msg_store/) live in one
 environment under `<data_dir>/messages`, so that a publish (body into msg_store, publish record
-into the index) and an ack (ack record, body released) are each one atomic transaction, and one
-`env.sync()` makes everything written before it durable for every queue at once (group commit,
-see actors/queue/backing_queue.py). Queue workers are separate processes; LMDB serialises their
+into the index) and an ack (ack record, body released) are atomic, and one flush transaction
+writes what every backing queue of the process staged (group commit, see
+actors/queue/backing_queue.py). Queue workers are separate processes; LMDB serialises their
 writers with its lock file.
 
-The environment is opened with sync=False/metasync=False: a committed transaction survives
-kill -9 of the process (it is in the OS page cache); only `sync()` makes it survive a power
-loss, and only after `sync()` does a publisher get its confirm.
+The environment is opened with LMDB's durable defaults (sync=True, metasync=True): a commit
+writes and fdatasyncs the data pages, then writes and syncs the meta page that points at them,
+so the file on disk is at every instant either the previous commit or the new one, whatever an
+OS crash or power cut keeps of the unsynced writes, and a commit that returned survives both.
+That costs two fdatasyncs per write transaction, so the backing queues write few of them: they
+stage their publishes and acks and `flush()` writes everything the process's backing queues
+staged in one transaction (group commit; docs/storage.md has the measurements).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ class Storage:
         self.env = lmdb.open(  # the node's message environment, shared by every queue worker
             path, map_size=config.storage_map_size,
             max_dbs=len(MsgStore.db_names()) + len(QueueIndex.db_names()) + 1,
-            max_readers=1024, sync=False, metasync=False, subdir=True,
+            max_readers=1024, sync=True, metasync=True, subdir=True, readahead=False,
             mode=0o600)  # files: this user only (docs/security.md)
         with self.env.begin(write=True) as txn:
             self.msg_store = MsgStore(self.env, txn=txn)  # refcounted bodies of large messages
@@ -52,9 +56,9 @@ class Storage:
         self.used = 0.0  # the last usage() seen
         self.trimmed = 0.0  # monotonic time of the last maybe_trim
         self.map_range: tuple[int, int] | None = None  # (address, length) of the LMDB map
-        self.written = 0  # write transactions this process committed
-        self.synced = 0  # how many of them the last finished sync covers
-        self.sync_lock = threading.Lock()  # one sync at a time; counters
+        self.dirty: list = []  # backing queues with staged writes, for the next flush()
+        self.flush_lock = threading.Lock()  # one flush at a time
+        self.flushes = 0  # flush transactions committed (tests, docs/storage.md figures)
 
     @classmethod
     def of(cls, config) -> "Storage":
@@ -73,28 +77,63 @@ class Storage:
                               max_journal_entries=self.config.max_journal_entries,
                               embed_msgs_below=self.config.embed_msgs_below, txn=txn)
 
-    def committed(self) -> int:
-        """A write transaction was committed: its number, for sync_upto()."""
-        with self.sync_lock:
-            self.written += 1
-            return self.written
+    def stage(self, bq) -> None:
+        """A backing queue has writes for the next flush()."""
+        if not bq.staged:
+            bq.staged = True
+            self.dirty.append(bq)
 
-    def sync_upto(self, written: int) -> bool:
-        """Make every transaction up to number `written` durable; False when a sync since
-        (another backing queue's: they share the environment) already did, with no fsync."""
-        with self.sync_lock:
-            if self.synced >= written:
-                return False
-            start = self.written
-            self.env.sync(True)
-            self.synced = start
-            return True
+    def unstage(self, bq) -> None:
+        if bq.staged:
+            bq.staged = False
+            self.dirty.remove(bq)
 
-    def sync(self) -> None:
-        with self.sync_lock:
-            start = self.written
-            self.env.sync(True)
-            self.synced = start
+    def flush(self) -> bool:
+        """Write what every staged backing queue holds in one transaction, durable when this
+        returns (group commit: one pair of fdatasyncs for every queue of the process); each
+        is told `flushed(ok)`. False when the store (map) was full: nothing was written."""
+        with self.flush_lock:
+            members, self.dirty = self.dirty, []
+            if not members:
+                return True
+            for bq in members:
+                bq.staged = False
+            acked = [bq for bq in members if bq.pending_acks]
+            try:
+                with self.env.begin(write=True) as txn:
+                    for bq in members:
+                        bq.write_staged(txn)
+                ok = True
+                self.flushes += 1
+            except lmdb.MapFullError:
+                ok = False
+            if not ok and acked:
+                # a full map: the acks alone first (deleting needs pages too, copy-on-write,
+                # but frees more than it takes), then the publishes in what they freed
+                try:
+                    with self.env.begin(write=True) as txn:
+                        for bq in acked:
+                            bq.write_staged(txn, publishes=False)
+                    self.flushes += 1
+                    for bq in acked:
+                        bq.acks_written()
+                    with self.env.begin(write=True) as txn:
+                        for bq in members:
+                            bq.write_staged(txn, acks=False)
+                    ok = True
+                    self.flushes += 1
+                except lmdb.MapFullError:
+                    pass
+            elif ok:
+                for bq in acked:
+                    bq.acks_written()
+            if not ok:
+                log.error("message store full (storage_map_size=%d bytes in %s): refusing "
+                          "persistent messages until space is freed",
+                          self.config.storage_map_size, self.env.path())
+        for bq in members:
+            bq.flushed(ok)
+        return ok
 
     def usage(self) -> float:
         """Fraction of the map in use: pages of every database (free pages excluded)."""
@@ -103,29 +142,34 @@ class Storage:
         pages = sum(s["branch_pages"] + s["leaf_pages"] + s["overflow_pages"] for s in st)
         return pages * st[-1]["psize"] / self.config.storage_map_size
 
-    def disk_alarm(self) -> bool:
+    def disk_alarm(self, staged: int = 0) -> bool:
         """rabbit's disk alarm for the message store: on above ALARM_HIGH of the map in use,
         off again below ALARM_LOW. Refusing publishes before LMDB itself is full keeps room
-        for acks, which need pages too (copy-on-write), so space can come back."""
+        for acks, which need pages too (copy-on-write), so space can come back. `staged`:
+        body bytes staged for the next flush (not in the map yet), counted as if written."""
         now = time.monotonic()
         if self.used >= ALARM_CHECK_ALWAYS or now - self.checked >= ALARM_CHECK_S:
             self.checked = now
-            used = self.used = self.usage()
-            if used >= ALARM_HIGH and not self.alarm:
-                self.alarm = True
-                log.error("message store full: %.0f%% of storage_map_size (%d bytes) in %s is "
-                          "used; persistent messages are refused until consumers free space",
-                          used * 100, self.config.storage_map_size, self.env.path())
-            elif used < ALARM_LOW and self.alarm:
-                self.alarm = False
-                log.warning("message store has room again (%.0f%% used)", used * 100)
+            self.used = self.usage()
+        used = self.used + staged / self.config.storage_map_size
+        if used >= ALARM_HIGH and not self.alarm:
+            self.alarm = True
+            log.error("message store full: %.0f%% of storage_map_size (%d bytes) in %s is "
+                      "used; persistent messages are refused until consumers free space",
+                      used * 100, self.config.storage_map_size, self.env.path())
+        elif used < ALARM_LOW and self.alarm:
+            self.alarm = False
+            log.warning("message store has room again (%.0f%% used)", used * 100)
         return self.alarm
+
+    def staged_bytes(self) -> int:
+        """Body bytes the process's backing queues staged for the next flush."""
+        return sum(bq.pending_bytes for bq in self.dirty)
 
     def mark_clean(self, qid: bytes) -> None:
         """The queue stopped cleanly: its deliver records are complete."""
-        with self.env.begin(write=True) as txn:
+        with self.env.begin(write=True) as txn:  # durable at commit
             txn.put(qid, b"1", db=self.clean)
-        self.sync()
 
     def was_clean(self, qid: bytes) -> bool:
         """Whether the queue's last run ended cleanly (and forget it: this run is not over)."""
@@ -145,8 +189,10 @@ class Storage:
                 if released:
                     self.msg_store.release(txn, released)
                 txn.pop(qid, db=self.clean)
-        if stale:
-            self.sync()
+            try:  # its ack log (actors/queue/backing_queue.py)
+                os.unlink(os.path.join(self.env.path(), "acks", qid.hex()))
+            except FileNotFoundError:
+                pass
         return stale
 
     def maybe_trim(self) -> None:

@@ -204,7 +204,8 @@ def stop_all(timeout: float = 5) -> None:
     """Stop every light actor of the process, waiting up to `timeout` for each (from a thread
     that is not a scheduler's)."""
     futures = []
-    for actor in live_actors():
+    actors = live_actors()
+    for actor in actors:
         try:
             futures.append(actor.actor_ref.stop(block=False))
         except ActorDeadError:
@@ -214,6 +215,11 @@ def stop_all(timeout: float = 5) -> None:
             f.get(timeout=timeout)
         except (Timeout, ActorDeadError):
             pass
+    # an actor stopping already (its stop future fails at once with ActorDeadError) may still
+    # be in its on_stop, e.g. a backing queue writing its last flush: wait for it to end
+    deadline = time.monotonic() + timeout
+    for actor in actors:
+        actor.actor_ended.wait(max(0.0, deadline - time.monotonic()))
 
 
 def shutdown() -> None:
@@ -329,6 +335,7 @@ class LightActor(Actor):
     def _create_actor_inbox(self) -> Mailbox:  # pykka calls it on the instance
         self._scheduler = scheduler(self.scheduler_name)
         self._started = False
+        self.actor_ended = threading.Event()  # set when the actor is gone (on_stop returned)
         self._monitors: list = []
         return Mailbox(self)
 
@@ -397,6 +404,7 @@ class LightActor(Actor):
         for envelope in rest:
             _refuse(self, envelope)
         _live.pop(id(self), None)
+        self.actor_ended.set()
         for watcher in monitors:
             try:
                 watcher.tell(ActorDown(self.actor_urn, reason))

@@ -20,7 +20,7 @@ writing loses thousands of confirmed ids at the kill; one that drops its ack rec
 acked ids back. Against f400b94, before the storage fixes of 6181018, the worker-kill test lost
 the publishes confirmed while the queue recovered and the A4 test got 100 of 100 deliveries back
 with redelivered=false. A sync that is skipped is not visible to kill -9 (the page cache
-survives the process), only to a power loss, which no test here simulates.
+survives the process), only to a power loss: test_power_loss.py simulates that.
 """
 from __future__ import annotations
 

@@ -177,3 +177,75 @@ def test_delivery_limit_policy_and_channel_close_drops__S6(broker):
     finally:
         safe_close(conn)
         broker.ctl("clear_policy", "dl-s6")
+
+
+# -- RabbitMQ 4.3's answer: consumer_timeout_action = cancel-consumer ------------------------------
+def test_consumer_timeout_cancel_consumer_action_keeps_the_channel__S5(tmp_path):
+    """--consumer-timeout-action cancel-consumer: pika announces consumer_cancel_notify, so the
+    consumer gets basic.cancel, its unacked delivery goes back to the queue (redelivered), the
+    channel stays open and a late ack of the returned delivery is harmless."""
+    node = Broker.start_leveret(tmp_path, "--consumer-timeout", "1000",
+                                "--consumer-timeout-action", "cancel-consumer")
+    try:
+        conn = node.connection()
+        try:
+            ch = conn.channel()
+            q = ch.queue_declare("", exclusive=True).method.queue
+            ch.basic_publish("", q, b"a")
+            got, cancelled = [], []
+            ch.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+            tag = ch.basic_consume(q, lambda c, method, props, body: got.append(method))
+            wait_until(lambda: conn.process_data_events(time_limit=0.1) or cancelled,
+                       timeout=20, message="basic.cancel after the consumer timeout")
+            assert cancelled == [tag] and len(got) == 1 and ch.is_open
+            ch.basic_ack(got[0].delivery_tag)           # late: the message is back in q
+            method, _, body = ch.basic_get(q, auto_ack=True)
+            assert body == b"a" and method.redelivered
+            assert ch.is_open
+        finally:
+            safe_close(conn)
+    finally:
+        node.stop()
+
+
+def test_consumer_timeout_cancel_consumer_action_closes_channel_of_basic_get__S5(tmp_path):
+    node = Broker.start_leveret(tmp_path, "--consumer-timeout", "1000",
+                                "--consumer-timeout-action", "cancel-consumer")
+    try:
+        conn = node.connection()
+        try:
+            ch = conn.channel()
+            q = ch.queue_declare("", exclusive=True).method.queue
+            ch.basic_publish("", q, b"a")
+            closed = []
+            ch._impl.add_on_close_callback(lambda c, reason: closed.append(reason))
+            assert ch.basic_get(q)[2] == b"a"
+            wait_until(lambda: conn.process_data_events(time_limit=0.1) or closed, timeout=20,
+                       message="channel.close after the consumer timeout")
+            assert (closed[0].reply_code, closed[0].reply_text) == (
+                406, TIMEOUT_TEXT.format(n=ch.channel_number, t=1000))
+        finally:
+            safe_close(conn)
+    finally:
+        node.stop()
+
+
+@pytest.mark.parametrize("how", ["flag", "toml"])
+def test_consumer_timeout_action_is_validated(tmp_path, how):
+    import subprocess
+    from conftest import REPO
+    server = str(REPO / ".venv" / "bin" / "leveret-server")
+    args = [server, "--port", "0", "--data-dir", str(tmp_path / "d")]
+    if how == "flag":
+        args += ["--consumer-timeout-action", "sometimes"]
+    else:
+        conf = tmp_path / "leveret.toml"
+        conf.write_text('consumer_timeout_action = "sometimes"\n')
+        args += ["--config", str(conf)]
+    res = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0
+    if how == "flag":
+        assert "--consumer-timeout-action" in res.stderr and "sometimes" in res.stderr
+    else:
+        assert ("consumer_timeout_action must be one of close-channel, cancel-consumer, not "
+                "'sometimes'") in res.stderr

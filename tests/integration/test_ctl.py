@@ -28,3 +28,64 @@ def test_ctl_list_queues_on_fresh_node(fresh_broker):
         wait_until(lambda: q not in _list_queues(fresh_broker), 10, interval=0.5)
     finally:
         safe_close(conn)
+
+
+def test_ctl_purge_queue_as_rabbitmqctl(fresh_broker):
+    conn = fresh_broker.connection()
+    try:
+        ch = conn.channel()
+        q = declare(ch, unique("purge"))
+        publish(ch, q, [b"1", b"2", b"3"])
+        wait_until(lambda: _list_queues(fresh_broker).get(q) == "3", 10, interval=0.5)
+        out = fresh_broker.ctl("purge_queue", q).stdout
+        assert f"Purging queue '{q}' in vhost '/' ..." in out
+        assert ch.queue_declare(q, passive=True).method.message_count == 0
+        res = fresh_broker.ctl("purge_queue", unique("absent"), check=False)
+        assert res.returncode != 0
+        ch.queue_delete(q)
+    finally:
+        safe_close(conn)
+
+
+def test_ctl_list_definitions_with_info_items_and_formatters(fresh_broker):
+    """list_users, list_vhosts, list_permissions, list_exchanges, list_bindings: rabbitmqctl's
+    headings, default info items, chosen items and --formatter json."""
+    import json
+    conn = fresh_broker.connection()
+    try:
+        ch = conn.channel()
+        q = declare(ch, unique("lq"))
+        x = unique("lx")
+        ch.exchange_declare(x, "topic", durable=False)
+        ch.queue_bind(q, x, "a.#")
+        ctl = fresh_broker.ctl
+        users = ctl("list_users").stdout.splitlines()
+        assert users[:2] == ["Listing users ...", "user\ttags"]
+        assert "guest\t[administrator]" in users
+        assert {"user": "guest", "tags": ["administrator"]} in json.loads(
+            ctl("list_users", "--formatter", "json").stdout)
+        vhosts = ctl("list_vhosts", "name", "tracing").stdout.splitlines()
+        assert vhosts[:2] == ["Listing vhosts ...", "name\ttracing"] and "/\tfalse" in vhosts
+        perms = ctl("list_permissions", "-p", "/").stdout.splitlines()
+        assert perms[:2] == ['Listing permissions for vhost "/" ...',
+                             "user\tconfigure\twrite\tread"]
+        assert "guest\t.*\t.*\t.*" in perms
+        xs = ctl("list_exchanges").stdout.splitlines()
+        assert xs[:2] == ["Listing exchanges for vhost / ...", "name\ttype"]
+        assert f"{x}\ttopic" in xs and "amq.direct\tdirect" in xs
+        assert {"name": x, "type": "topic", "durable": False} in json.loads(
+            ctl("list_exchanges", "name", "type", "durable", "--formatter", "json").stdout)
+        bs = ctl("list_bindings").stdout.splitlines()
+        assert bs[:2] == ["Listing bindings for vhost /...", "source_name\tsource_kind\t"
+                          "destination_name\tdestination_kind\trouting_key\targuments"]
+        assert f"{x}\texchange\t{q}\tqueue\ta.#\t{{}}" in bs or \
+            f"{x}\texchange\t{q}\tqueue\ta.#\t[]" in bs
+        assert {"source_name": "", "destination_name": q, "routing_key": q} in json.loads(
+            ctl("list_bindings", "source_name", "destination_name", "routing_key",
+                "--formatter", "json").stdout)
+        res = ctl("list_exchanges", "nope", check=False)
+        assert res.returncode != 0
+        ch.queue_delete(q)
+        ch.exchange_delete(x)
+    finally:
+        safe_close(conn)

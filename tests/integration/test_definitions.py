@@ -140,7 +140,7 @@ def test_invalid_definitions_are_refused_as_a_whole(tmp_path):
         res = broker.ctl("import_definitions", str(bad), check=False)
         assert res.returncode != 0
         assert "queue 'q' in vhost 'fine'" in res.stderr and "x-max-length" in res.stderr
-        assert "fine" not in json.loads(broker.ctl("list_vhosts").stdout)
+        assert "fine" not in broker.ctl("list_vhosts").stdout.splitlines()[2:]
         # a transient queue of that name runs: it is kept as it is (RabbitMQ's import)
         conn = broker.connection()
         try:
@@ -168,7 +168,7 @@ def test_invalid_definitions_are_refused_as_a_whole(tmp_path):
                                   "write": ".*", "read": ".*"}]}),
             capture_output=True, text=True, timeout=60)
         assert res.returncode == 0, res.stderr
-        assert "piped" in json.loads(broker.ctl("list_vhosts").stdout)
+        assert "piped" in broker.ctl("list_vhosts").stdout.splitlines()[2:]
         safe_close(broker.connection(virtual_host="piped", user="pat", password="s3cret"))
         assert "s3cret" not in broker.ctl("export_definitions", "-").stdout
     finally:

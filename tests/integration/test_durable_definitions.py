@@ -43,18 +43,22 @@ def restart(broker: Broker, tmp_path, how: str) -> Broker:
 
 
 def ctl_json(broker: Broker, *args: str):
-    out = broker.ctl(*args).stdout
-    return json.loads(out[out.index("["):])
+    return json.loads(broker.ctl(*args).stdout)
 
 
 def bindings(broker: Broker, vhost: str = "/") -> list:
     """[(source, kind, dest, routing_key, arguments as json)] of the vhost, sorted."""
-    return sorted((b[1], b[2], b[3], b[4], json.dumps(b[5], sort_keys=True))
-                  for b in ctl_json(broker, "list_bindings") if b[0] == vhost)
+    return sorted((b["source_name"], b["destination_kind"], b["destination_name"],
+                   b["routing_key"], json.dumps(b["arguments"], sort_keys=True))
+                  for b in ctl_json(broker, "list_bindings", "-p", vhost, "source_name",
+                                    "destination_kind", "destination_name", "routing_key",
+                                    "arguments", "--formatter", "json")
+                  if b["source_name"])
 
 
 def exchanges(broker: Broker, vhost: str = "/") -> set:
-    return {(x[1], x[2]) for x in ctl_json(broker, "list_exchanges") if x[0] == vhost}
+    return {(x["name"], x["type"]) for x in ctl_json(broker, "list_exchanges", "-p", vhost,
+                                                      "--formatter", "json")}
 
 
 def absent(conn, kind: str, name: str) -> bool:
@@ -267,15 +271,15 @@ def test_users_vhosts_and_permissions_survive_restart(tmp_path, how):
         ch.queue_declare("alice-q", durable=True)
         ch.basic_publish("", "alice-q", b"in vh1", PERSISTENT)
         safe_close(conn)
-        users_before = ctl_json(broker, "list_users")
+        users_before = ctl_json(broker, "export_definitions", "-")["users"]
 
         broker = restart(broker, tmp_path, how)
 
-        users_after = ctl_json(broker, "list_users")
+        users_after = ctl_json(broker, "export_definitions", "-")["users"]
         assert users_after == users_before
         tags = {u["name"]: sorted(u["tags"]) for u in users_after}
         assert tags.get("alice") == ["management", "policymaker"] and "carol" not in tags
-        vhosts = ctl_json(broker, "list_vhosts")
+        vhosts = [v["name"] for v in ctl_json(broker, "list_vhosts", "--formatter", "json")]
         assert "vh1" in vhosts and "vh-deleted" not in vhosts
         # alice: the new password, her configure pattern, her queue and its message
         conn = broker.connection(user="alice", password="pw-alice", virtual_host="vh1")

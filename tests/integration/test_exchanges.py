@@ -255,3 +255,27 @@ def test_exchange_delete_if_unused(conn, xname):
 def test_exchange_delete_of_missing_exchange_is_ok(ch):
     ch.exchange_delete(unique("never-declared"))   # RabbitMQ 3.x: delete-ok, no 404
     assert ch.is_open
+
+
+def test_publish_to_an_exchange_another_channel_deleted_is_404(conn, xname):
+    """A channel remembers the exchanges and routes it published to only while the metadata is
+    unchanged: once another channel deleted the exchange, the next publish is refused as
+    RabbitMQ's rabbit_channel does (404, "no exchange ... in vhost ..."), not dropped as
+    unroutable; a queue bound afterwards to a new exchange of that name gets what follows."""
+    ch, other = conn.channel(), conn.channel()
+    ch.exchange_declare(xname, "fanout", auto_delete=False)
+    q = _bound_queue(ch, xname)
+    ch.basic_publish(xname, "", b"first")
+    assert _bodies(ch, q) == [b"first"]
+    other.exchange_delete(xname)
+    ch.basic_publish(xname, "", b"second")
+    with pytest.raises(ChannelClosedByBroker) as ei:
+        ch.queue_declare(q, passive=True)  # a sync call to surface the async close
+    assert (ei.value.reply_code, ei.value.reply_text) == (
+        404, f"NOT_FOUND - no exchange '{xname}' in vhost '/'")
+    ch = conn.channel()
+    ch.basic_publish("", q, b"direct")  # a route that was cached on the closed channel
+    other.exchange_declare(xname, "fanout", auto_delete=True)
+    other.queue_bind(q, xname)
+    ch.basic_publish(xname, "", b"third")
+    assert _bodies(ch, q) == [b"direct", b"third"]

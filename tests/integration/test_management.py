@@ -514,3 +514,258 @@ def test_leveretctl_operational_commands(node, http):
                 c.process_data_events(time_limit=1)
         assert (e.value.reply_code, e.value.reply_text) == (320,
                                                             "CONNECTION_FORCED - go away")
+
+
+def test_definitions_download_and_upload_through_the_api(node, http):
+    """GET/POST /api/definitions[/{vhost}] (rabbit_mgmt_wm_definitions): the export of
+    `leveretctl export_definitions`, `?download=` as an attachment, administrator only."""
+    assert http("PUT", "/api/queues/%2F/defs-q", {"durable": True})[0] == 201
+    status, doc = http("GET", "/api/definitions")
+    assert status == 200 and doc["rabbit_version"] == "3.10.8"
+    assert {"name": "defs-q", "vhost": "/", "type": "classic", "durable": True,
+            "auto_delete": False, "arguments": {}} in doc["queues"]
+    req = urllib.request.Request(http.base + "/api/definitions?download=defs.json")
+    req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    with urllib.request.urlopen(req, timeout=20) as r:
+        assert r.headers["Content-Disposition"] == "attachment; filename=defs.json"
+        assert json.loads(r.read())["rabbit_version"] == "3.10.8"
+    node.ctl("add_user", "mon", "pw")
+    node.ctl("set_user_tags", "mon", "monitoring")
+    assert http("GET", "/api/definitions", user="mon", password="pw") == (
+        401, {"error": "not_authorised", "reason": "Not administrator user"})
+    # per vhost: no vhost fields, only the vhost's objects
+    one = http("GET", "/api/definitions/%2F")[1]
+    assert "users" not in one and {"name": "defs-q", "type": "classic", "durable": True,
+                                   "auto_delete": False, "arguments": {}} in one["queues"]
+    assert http("GET", "/api/definitions/nope")[0] == 400
+    # upload: into another vhost with the per-vhost form, and a whole document
+    assert http("PUT", "/api/vhosts/defs-v", {})[0] == 201
+    one["queues"] = [dict(q, name="defs-q2") for q in one["queues"] if q["name"] == "defs-q"]
+    one["bindings"], one["exchanges"] = [], [{"name": "defs-x", "type": "topic",
+                                              "durable": True, "auto_delete": False,
+                                              "internal": False, "arguments": {}}]
+    assert http("POST", "/api/definitions/defs-v", one)[0] == 204
+    assert http("GET", "/api/queues/defs-v/defs-q2")[0] == 200
+    assert http("GET", "/api/exchanges/defs-v/defs-x")[1]["type"] == "topic"
+    assert http("POST", "/api/definitions", {"vhosts": [{"name": "defs-w"}], "queues": [
+        {"name": "defs-q3", "vhost": "defs-w", "durable": True, "auto_delete": False,
+         "arguments": {}}]})[0] == 204
+    assert http("GET", "/api/queues/defs-w/defs-q3")[0] == 200
+    # refused as a whole, with the reason
+    status, body = http("POST", "/api/definitions", {"queues": [
+        {"name": "defs-q4", "vhost": "no-such-vhost", "durable": True, "auto_delete": False,
+         "arguments": {}}]})
+    assert status == 400 and "no-such-vhost" in body["reason"], body
+    for vhost in ("defs-v", "defs-w"):
+        assert http("DELETE", f"/api/vhosts/{vhost}")[0] == 204
+    assert http("DELETE", "/api/queues/%2F/defs-q")[0] == 204
+
+
+def test_runtime_parameters_as_rabbitmq_lists_them(node, http):
+    """/api/parameters: operator policies ("operator_policy") and vhost limits
+    ("vhost-limits"); policies only under /api/parameters/policy; components Leveret does
+    not have are refused with rabbit_runtime_parameters' text."""
+    assert http("PUT", "/api/policies/%2F/param-p", {"pattern": "^param", "definition": {
+        "max-length": 9}})[0] == 201
+    assert http("PUT", "/api/parameters/operator_policy/%2F/param-op", {"value": {
+        "pattern": "^param", "definition": {"max-length": 5}, "apply-to": "queues"}})[0] == 201
+    assert http("PUT", "/api/parameters/vhost-limits/%2F/limits", {
+        "value": {"max-queues": 900}})[0] == 201
+    try:
+        rows = http("GET", "/api/parameters")[1]
+        assert {"vhost": "/", "component": "vhost-limits", "name": "limits",
+                "value": {"max-queues": 900}} in rows
+        assert {"vhost": "/", "component": "operator_policy", "name": "param-op",
+                "value": {"pattern": "^param", "definition": {"max-length": 5},
+                          "priority": 0, "apply-to": "queues"}} in rows
+        assert all(r["component"] != "policy" for r in rows)
+        assert [r["name"] for r in http("GET", "/api/parameters/policy")[1]] == ["param-p"]
+        assert [r["name"] for r in http("GET", "/api/parameters/policy/%2F")[1]] == \
+            ["param-p"]
+        assert http("GET", "/api/parameters/operator_policy/%2F/param-op")[1]["value"][
+            "definition"] == {"max-length": 5}
+        assert http("GET", "/api/operator-policies/%2F/param-op")[0] == 200
+        assert http("GET", "/api/vhost-limits/%2F")[1] == [{"vhost": "/",
+                                                            "value": {"max-queues": 900}}]
+        assert http("PUT", "/api/parameters/policy/%2F/x", {"value": {
+            "pattern": ".*", "definition": {}}}) == (
+            400, {"error": "bad_request",
+                  "reason": "policies may not be set using this method"})
+        for component in ("federation-upstream", "shovel"):
+            assert http("PUT", f"/api/parameters/{component}/%2F/up", {"value": {
+                "uri": "amqp://elsewhere"}}) == (
+                400, {"error": "bad_request",
+                      "reason": f"Validation failed\n\ncomponent {component} not found\n"})
+            assert http("GET", f"/api/parameters/{component}")[1] == []
+        globals_ = http("GET", "/api/global-parameters")[1]
+        name = http("GET", "/api/cluster-name")[1]["name"]
+        assert {"name": "cluster_name", "value": name} in globals_
+        assert http("GET", "/api/global-parameters/cluster_name")[1]["value"] == name
+        assert http("PUT", "/api/global-parameters/cluster_name", {"value": "x"})[0] == 400
+    finally:
+        assert http("DELETE", "/api/parameters/operator_policy/%2F/param-op")[0] == 204
+        assert http("DELETE", "/api/parameters/vhost-limits/%2F/limits")[0] == 204
+        assert http("DELETE", "/api/policies/%2F/param-p")[0] == 204
+    assert http("GET", "/api/parameters")[1] == []
+
+
+@pytest.mark.skipif(RABBITMQADMIN is None, reason="rabbitmqadmin is not installed "
+                    "(apt-get install rabbitmq-server)")
+def test_rabbitmqadmin_export_and_import_round_trip(node, http, tmp_path):
+    def admin(*args: str) -> str:
+        res = subprocess.run([RABBITMQADMIN, "-H", "127.0.0.1", "-P", str(node.http_port),
+                              "-u", "guest", "-p", "guest", *args],
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stdout + res.stderr
+        return res.stdout
+
+    assert http("PUT", "/api/queues/%2F/rt-q", {"durable": True})[0] == 201
+    assert http("PUT", "/api/exchanges/%2F/rt-x", {"type": "fanout"})[0] == 201
+    assert http("POST", "/api/bindings/%2F/e/rt-x/q/rt-q", {"routing_key": "k"})[0] == 201
+    path = tmp_path / "defs.json"
+    assert "Exported definitions" in admin("export", str(path))
+    exported = json.loads(path.read_text())
+    assert any(q["name"] == "rt-q" for q in exported["queues"])
+    assert http("DELETE", "/api/exchanges/%2F/rt-x")[0] == 204
+    assert http("DELETE", "/api/queues/%2F/rt-q")[0] == 204
+    assert "Uploaded definitions" in admin("import", str(path))
+    assert http("GET", "/api/queues/%2F/rt-q")[1]["durable"] is True
+    assert [b["routing_key"] for b in http("GET", "/api/bindings/%2F/e/rt-x/q/rt-q")[1]] == \
+        ["k"]
+    vpath = tmp_path / "vhost.json"
+    admin("-V", "/", "export", str(vpath))
+    assert "users" not in json.loads(vpath.read_text())
+    admin("-V", "/", "import", str(vpath))
+    assert http("DELETE", "/api/exchanges/%2F/rt-x")[0] == 204
+    assert http("DELETE", "/api/queues/%2F/rt-q")[0] == 204
+
+
+# Every rabbitmq_* series RabbitMQ's "RabbitMQ-Overview" Grafana dashboard queries
+# (rabbitmq-server deps/rabbitmq_prometheus/docker/grafana/dashboards/RabbitMQ-Overview.json,
+# the panels' "expr"s), after the aggregation of /metrics
+OVERVIEW_DASHBOARD_SERIES = (
+    "rabbitmq_build_info", "rabbitmq_identity_info", "rabbitmq_queue_messages_ready",
+    "rabbitmq_queue_messages_unacked", "rabbitmq_queue_messages_published_total",
+    "rabbitmq_queues", "rabbitmq_connections", "rabbitmq_channels",
+    "rabbitmq_channel_consumers", "rabbitmq_channel_messages_published_total",
+    "rabbitmq_channel_messages_confirmed_total", "rabbitmq_channel_messages_unconfirmed",
+    "rabbitmq_channel_messages_unroutable_dropped_total",
+    "rabbitmq_channel_messages_unroutable_returned_total",
+    "rabbitmq_channel_messages_delivered_total", "rabbitmq_channel_messages_delivered_ack_total",
+    "rabbitmq_channel_messages_redelivered_total", "rabbitmq_channel_messages_acked_total",
+    "rabbitmq_channel_get_total", "rabbitmq_channel_get_ack_total",
+    "rabbitmq_channel_get_empty_total", "rabbitmq_resident_memory_limit_bytes",
+    "rabbitmq_process_resident_memory_bytes", "rabbitmq_disk_space_available_bytes",
+    "rabbitmq_process_max_fds", "rabbitmq_process_open_fds",
+    "rabbitmq_process_max_tcp_sockets", "rabbitmq_process_open_tcp_sockets",
+    "rabbitmq_queues_declared_total", "rabbitmq_queues_created_total",
+    "rabbitmq_queues_deleted_total", "rabbitmq_channels_opened_total",
+    "rabbitmq_channels_closed_total", "rabbitmq_connections_opened_total",
+    "rabbitmq_connections_closed_total",
+)
+GLOBAL_SERIES = tuple(f"rabbitmq_global_messages_{n}_total" for n in (
+    "received", "received_confirm", "routed", "unroutable_dropped", "unroutable_returned",
+    "confirmed", "delivered", "delivered_consume_manual_ack", "delivered_consume_auto_ack",
+    "delivered_get_manual_ack", "delivered_get_auto_ack", "get_empty", "redelivered",
+    "acknowledged"))
+
+
+def test_prometheus_has_every_overview_dashboard_series_from_emitted_statistics(node, http):
+    """Traffic of every kind, then each series the dashboard queries is in a scrape, and the
+    channel counters, global counters and Leveret's own count what was done (they come from
+    the channels' statistics the connection workers emit, not from asking per scrape)."""
+    before = scrape(node, "/metrics")
+    assert http("PUT", "/api/queues/%2F/dashq", {"durable": False})[0] == 201
+    c = node.connection()
+    try:
+        ch = c.channel()
+        ch.confirm_delivery()
+        for _ in range(5):
+            ch.basic_publish("", "dashq", b"x")
+        with pytest.raises(pika.exceptions.UnroutableError):
+            ch.basic_publish("amq.direct", "nowhere", b"x", mandatory=True)  # returned
+        ch.basic_publish("amq.direct", "nowhere", b"x")  # dropped
+        m1, _, _ = ch.basic_get("dashq")  # get with ack
+        ch.basic_nack(m1.delivery_tag, requeue=True)
+        ch.basic_get("dashq", auto_ack=True)  # redelivered, no-ack get
+        got = []
+        ch.basic_consume("dashq", lambda c_, m, p, b: got.append(m), consumer_tag="dash-c")
+        while len(got) < 4:
+            c.process_data_events(time_limit=1)
+        ch.basic_ack(got[-1].delivery_tag, multiple=True)
+        ch.basic_cancel("dash-c")
+        ch.basic_get("dashq")  # empty
+        ch.basic_consume("dashq", lambda *a: None, auto_ack=True, consumer_tag="dash-auto")
+        ch.basic_publish("", "dashq", b"y")  # delivered no-ack
+        want = lambda s, k: s.get((k, ()), 0) - before.get((k, ()), 0)  # noqa: E731
+        def counted():
+            s = scrape(node, "/metrics")
+            done = want(s, "rabbitmq_channel_messages_delivered_total") >= 1 and \
+                want(s, "rabbitmq_channel_messages_acked_total") >= 4
+            return s if done else None
+        agg = wait_for("the channel counters in a scrape", counted)
+        names = {k[0].removesuffix("_bucket").removesuffix("_count").removesuffix("_sum")
+                 for k in agg}
+        missing = [n for n in OVERVIEW_DASHBOARD_SERIES + GLOBAL_SERIES +
+                   ("rabbitmq_global_publishers", "rabbitmq_global_consumers",
+                    "rabbitmq_connection_incoming_bytes_total",
+                    "rabbitmq_connection_outgoing_bytes_total",
+                    "leveret_confirm_latency_seconds", "leveret_confirms_total",
+                    "leveret_events_written_total") if n not in names]
+        assert not missing, missing
+        assert want(agg, "rabbitmq_channel_messages_published_total") == 8
+        assert want(agg, "rabbitmq_channel_messages_confirmed_total") == 8
+        assert want(agg, "rabbitmq_channel_messages_unroutable_returned_total") == 1
+        assert want(agg, "rabbitmq_channel_messages_unroutable_dropped_total") == 1
+        assert want(agg, "rabbitmq_channel_get_ack_total") == 1
+        assert want(agg, "rabbitmq_channel_get_total") == 1
+        assert want(agg, "rabbitmq_channel_get_empty_total") == 1
+        assert want(agg, "rabbitmq_channel_messages_delivered_ack_total") == 4
+        assert want(agg, "rabbitmq_channel_messages_redelivered_total") >= 1
+        assert agg[("rabbitmq_connections", ())] >= 1 and agg[("rabbitmq_channels", ())] >= 1
+        assert agg[("rabbitmq_process_open_fds", ())] > 0
+        g = (("protocol", "amqp091"),)
+        assert agg[("rabbitmq_global_messages_received_total", g)] - before.get(
+            ("rabbitmq_global_messages_received_total", g), 0) == 8
+        assert agg[("rabbitmq_global_messages_routed_total", g)] - before.get(
+            ("rabbitmq_global_messages_routed_total", g), 0) == 6
+        assert agg[("leveret_confirm_latency_seconds_count", ())] - before.get(
+            ("leveret_confirm_latency_seconds_count", ()), 0) == 8
+        assert agg[("leveret_confirms_total", (("mode", "enqueue"),))] >= 6
+        assert agg[("rabbitmq_connection_incoming_bytes_total", ())] > 0
+        assert want(agg, "rabbitmq_queues_created_total") >= 1
+    finally:
+        c.close()
+    def closed_counted():
+        s = scrape(node, "/metrics")
+        key = ("rabbitmq_connections_closed_total", ())
+        return s if s.get(key, 0) > before.get(key, 0) else None
+    closed = wait_for("the connection's close counted", closed_counted)
+    assert closed[("rabbitmq_channel_messages_published_total", ())] - before.get(
+        ("rabbitmq_channel_messages_published_total", ()), 0) == 8  # kept after the close
+    assert http("DELETE", "/api/queues/%2F/dashq")[0] == 204
+
+
+def test_connection_byte_counts_and_channel_rates_in_the_api(node, http):
+    """recv_oct, send_oct, recv_cnt, send_cnt and recv_oct_details/send_oct_details.rate of a
+    connection; a channel's message_stats with rates (rabbit_mgmt_format's fields)."""
+    assert http("PUT", "/api/queues/%2F/bytesq", {"durable": False})[0] == 201
+    with node.connection(client_properties={"connection_name": "bytes-test"}) as c:
+        ch = c.channel()
+        for _ in range(3):
+            ch.basic_publish("", "bytesq", b"z" * 1000)
+
+        def mine():
+            rows = [x for x in http("GET", "/api/connections")[1]
+                    if x["client_properties"].get("connection_name") == "bytes-test"]
+            return rows if rows and rows[0]["recv_oct"] > 3000 else None
+        conn = wait_for("the connection's bytes", mine)[0]
+        assert conn["recv_cnt"] >= 1 and conn["send_oct"] > 0 and conn["send_cnt"] >= 1
+        assert isinstance(conn["recv_oct_details"]["rate"], float)
+        assert isinstance(conn["send_oct_details"]["rate"], float)
+        chan = wait_for("the channel's publish count", lambda: [
+            x for x in http("GET", "/api/channels")[1]
+            if x["connection_details"]["name"] == conn["name"] and
+            x.get("message_stats", {}).get("publish") == 3])[0]
+        assert "rate" in chan["message_stats"]["publish_details"]
+    assert http("DELETE", "/api/queues/%2F/bytesq")[0] == 204

@@ -6,6 +6,7 @@ LEVERET_UI_SCREENSHOTS=docs/img)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -58,6 +59,9 @@ def browser(node):
         opts.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
     driver.set_page_load_timeout(30)
+    (node.folder / "downloads").mkdir()
+    driver.execute_cdp_cmd("Browser.setDownloadBehavior", {
+        "behavior": "allow", "downloadPath": str(node.folder / "downloads")})
     try:
         yield driver
     finally:
@@ -177,3 +181,42 @@ def test_a_resource_alarm_is_shown_on_every_page(node, browser):
         node.ctl("set_vm_memory_high_watermark", "0.4")
     go(browser, node, "#/overview")
     wait(browser, lambda b: "hidden" in b.find_element(By.ID, "alarms").get_attribute("class"))
+
+
+def test_download_and_upload_definitions_in_the_browser(node, browser, tmp_path):
+    """The overview's download link saves GET /api/definitions as a file; the admin page's
+    upload posts a file to /api/definitions (RabbitMQ's definitions JSON both ways)."""
+    with node.connection() as c:
+        c.channel().queue_declare("ui-defs-q", durable=True)
+    go(browser, node, "#/overview")
+    visible(browser, "#definitions-download").click()
+    target = node.folder / "downloads"
+    files = wait(browser, lambda b: [p for p in target.glob("*.json")
+                                     if p.stat().st_size > 0])
+    doc = json.loads(wait(browser, lambda b: _complete_json(files[0])))
+    assert doc["rabbit_version"] == "3.10.8"
+    assert any(q["name"] == "ui-defs-q" for q in doc["queues"])
+    upload = tmp_path / "upload.json"
+    upload.write_text(json.dumps({"queues": [{"name": "ui-uploaded", "vhost": "/",
+                                              "durable": True, "auto_delete": False,
+                                              "arguments": {"x-max-length": 3}}]}))
+    go(browser, node, "#/admin")
+    visible(browser, "#definitions-file").send_keys(str(upload))
+    browser.find_element(By.ID, "definitions-upload").click()
+    text_in(browser, "#toast", "Definitions imported")
+    shot(browser, node, "definitions")
+    with node.connection() as c:
+        ok = c.channel().queue_declare("ui-uploaded", passive=True)
+        assert ok.method.message_count == 0
+        c.channel().queue_delete("ui-uploaded")
+        c.channel().queue_delete("ui-defs-q")
+
+
+def _complete_json(path):
+    """The file's text once it parses (the browser may still be writing it)."""
+    try:
+        text = path.read_text()
+        json.loads(text)
+        return text
+    except (OSError, ValueError):
+        return None

@@ -378,6 +378,9 @@ class FakeShell:
     def channel_open(self, number):
         return number in self.channels
 
+    def channel_count(self):
+        return len(self.channels)
+
     def close_after(self, seconds):
         self.events.append(("close_after", seconds))
 

@@ -284,6 +284,21 @@ def test_recover_without_requeue_is_not_implemented():
                               110)
 
 
+def test_cancel_of_a_queue_deleted_by_this_channel_comes_after_delete_ok():
+    """RabbitMQ 3.10: the channel is in its call to the queue when the queue cancels its
+    consumers; the basic.cancel goes out after queue.delete-ok (kombu's suite:
+    test_ack_from_another_thread, py-amqp raised ConsumerCancelled from the delete)."""
+    core, out = with_deliveries(0)
+    out.clear()
+    send(core, am.QueueDelete(queue="q1"))
+    [rpc] = out.sent(m.Rpc)
+    core.on_consumer_gone(m.ConsumerGone(Q1, "A"))
+    assert out.methods() == [] and "A" not in core.consumers
+    core.on_reply(m.RpcReply(rpc.req_id, True, 0))
+    assert out.methods() == [am.QueueDeleteOk(message_count=0),
+                             am.BasicCancel(consumer_tag="A", nowait=True)]
+
+
 def test_consumer_gone_sends_cancel_when_client_supports_it():
     core, out = with_deliveries(0)
     core.on_consumer_gone(m.ConsumerGone(Q1, "A"))
@@ -466,8 +481,12 @@ def test_publish_bad_expiration_406():
 
 
 @pytest.mark.parametrize("expiration, reason", [
-    ("99999999999999999999", "{value_too_big,99999999999999999999}"),  # found by bench.fuzz:
-    ("4294967296", "{value_too_big,4294967296}"),  # the channel crashed sending it to a queue
+    # found by bench.fuzz (the channel crashed sending it to a queue); texts seen on 3.10.8,
+    # the long one wrapped by Erlang's ~p
+    ("99999999999999999999", "{value_too_large,\n" + " " * 44 + "99999999999999999999}"),
+    ("315360000001", "{value_too_large,315360000001}"),
+    ("-9999999999999999999", "{value_negative,\n" + " " * 44 + "-9999999999999999999}"),
+    ("-999999999999999999", "{value_negative,-999999999999999999}"),
     ("abc", "no_integer"),
     ("", "no_integer"),
     ("12x", '{leftover_string,"x"}'),
@@ -475,7 +494,7 @@ def test_publish_bad_expiration_406():
     ("-0x", '{leftover_string,"x"}'),
 ])
 def test_publish_expiration_out_of_range_or_not_an_integer_406(expiration, reason):
-    """rabbit_basic:parse_expiration and rabbit_misc:check_expiry (at most 2^32-1 ms)."""
+    """rabbit_basic:parse_expiration and rabbit_misc:check_expiry (at most ten years)."""
     core, out = ch()
     send(core, publish("q1", expiration=expiration))
     assert channel_close(out)[:2] == (406, f"PRECONDITION_FAILED - invalid expiration "
@@ -1105,7 +1124,8 @@ def test_declares_tell_the_node_who_asks():
 
 
 # --- consumer timeout (S5) ------------------------------------------------------------------
-def _timeout_channel(timeout=1000, args=None, policy=None):
+def _timeout_channel(timeout=1000, args=None, policy=None, action="close-channel",
+                     caps=None):
     from actors.core.channel import ChannelCore
     from core_fakes import OWNER, ChannelOut
     from actors.core.channel import ConnInfo
@@ -1116,8 +1136,10 @@ def _timeout_channel(timeout=1000, args=None, policy=None):
         replica.policies[("/", "p")] = {"pattern": "^q1$", "definition": policy,
                                         "priority": 0, "apply_to": "queues"}
     out = ChannelOut()
-    conn = ConnInfo(OWNER, "guest", "/", 131072, {"consumer_cancel_notify": True}, NODE)
-    return ChannelCore(1, CH, conn, replica, out, consumer_timeout=timeout), out
+    conn = ConnInfo(OWNER, "guest", "/", 131072,
+                    {"consumer_cancel_notify": True} if caps is None else caps, NODE)
+    return ChannelCore(1, CH, conn, replica, out, consumer_timeout=timeout,
+                       consumer_timeout_action=action), out
 
 
 def test_consumer_timeout_closes_channel_406_and_requeues__S5():
@@ -1193,4 +1215,69 @@ def test_consumer_timeout_tx_rollback_waits_for_restored_deliveries_again__S5():
     send(core, am.TxRollback())
     assert core.check_at
     core.consumer_timeout_check(1001)
+    assert channel_close(out)[0] == 406
+
+
+# --- consumer timeout, RabbitMQ 4.3's answer (consumer_timeout_action = cancel-consumer) ----
+def test_cancel_consumer_timeout_cancels_and_returns_deliveries_channel_stays_open__S5():
+    core, out = _timeout_channel(1000, action="cancel-consumer")
+    consume(core, out, "q1", "A")
+    consume(core, out, "q2", "B")
+    core.on_deliver(deliver_msg("q1", [("A", 101, False), ("A", 102, False)]), now=0)
+    core.on_deliver(deliver_msg("q2", [("B", 201, False)]), now=900)
+    out.clear()
+    core.consumer_timeout_check(1001)
+    assert core.state == "open"
+    assert not [x for x in out.methods() if isinstance(x, am.ChannelClose)]
+    cancels = [x for x in out.methods() if isinstance(x, am.BasicCancel)]
+    assert [c.consumer_tag for c in cancels] == ["A"]
+    assert [x.consumer_tag for x in out.sent(m.Cancel)] == ["A"]
+    # A's two deliveries go back to q1, after the queue dropped the consumer
+    sends = out.sends()
+    i_cancel = next(i for i, (a, x) in enumerate(sends) if isinstance(x, m.Cancel))
+    i_settle = next(i for i, (a, x) in enumerate(sends) if isinstance(x, m.Settle))
+    assert i_cancel < i_settle
+    assert sends[i_settle] == (Q1, m.Settle(CH, m.REQUEUE, [101, 102]))
+    assert list(core.unacked) == [3] and "A" not in core.consumers and "B" in core.consumers
+    assert core.check_at == 2001  # B's delivery still waits
+    # a late ack of a returned delivery does nothing, and closes nothing
+    out.clear()
+    send(core, am.BasicAck(delivery_tag=1))
+    send(core, am.BasicAck(delivery_tag=3))
+    assert core.state == "open" and not core.unacked
+    assert out.sent(m.Settle) == [m.Settle(CH, m.ACK, [201])]
+    # an ack of it twice is an unknown tag again
+    send(core, am.BasicAck(delivery_tag=1))
+    assert channel_close(out)[:2] == (406, "PRECONDITION_FAILED - unknown delivery tag 1")
+
+
+def test_cancel_consumer_timeout_multiple_ack_over_returned_tags__S5():
+    core, out = _timeout_channel(1000, action="cancel-consumer")
+    consume(core, out, "q2", "B")
+    consume(core, out, "q1", "A")
+    core.on_deliver(deliver_msg("q2", [("B", 201, False)]), now=500)
+    core.on_deliver(deliver_msg("q1", [("A", 101, False)]), now=0)
+    core.consumer_timeout_check(1001)           # tag 2 (A) returned, tag 1 (B) waits
+    out.clear()
+    send(core, am.BasicAck(delivery_tag=2, multiple=True))
+    assert out.sent(m.Settle) == [m.Settle(CH, m.ACK, [201])]
+    assert core.state == "open" and not core.unacked and not core.timed_out_tags
+
+
+@pytest.mark.parametrize("caps", [{}, {"consumer_cancel_notify": False}])
+def test_cancel_consumer_timeout_without_the_capability_closes_the_channel__S5(caps):
+    core, out = _timeout_channel(1000, action="cancel-consumer", caps=caps)
+    consume(core, out, "q1", "A")
+    core.on_deliver(deliver_msg("q1", [("A", 101, False)]), now=0)
+    core.consumer_timeout_check(1001)
+    assert channel_close(out)[0] == 406
+
+
+def test_cancel_consumer_timeout_basic_get_still_closes_the_channel__S5():
+    core, out = _timeout_channel(500, action="cancel-consumer")
+    send(core, am.BasicGet(queue="q1"))
+    get = out.sent(m.Get)[-1]
+    core.on_reply(m.GetReply(get.req_id, Q1, ["", 13, False, "", "q1", b"\x00\x00"], 0,
+                             [b"x"]), now=100)
+    core.consumer_timeout_check(601)
     assert channel_close(out)[0] == 406

@@ -239,9 +239,10 @@ def test_validate_errors(args, text):
     {"x-overflow": "reject-publish-dlx"}, {"x-dead-letter-exchange": ""},
     {"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": "k"},
     {"x-dead-letter-exchange": "dlx", "x-dead-letter-routing-key": ""},
-    {"x-queue-mode": "lazy"}, {"x-queue-mode": "default"}, {"x-queue-version": 1},
+    {"x-queue-mode": "lazy"}, {"x-queue-mode": "default"},
     {"x-queue-version": 2}, {"x-queue-type": "classic"}, {"x-single-active-consumer": True},
-    {"x-single-active-consumer": False}, {"x-queue-master-locator": 5}, {"foo": "bar"},
+    {"x-single-active-consumer": False}, {"x-queue-master-locator": "client-local"},
+    {"foo": "bar"},
     {"x-unknown": 1}, {"x-confirm-on": "enqueue"}, {"x-confirm-on": "ack"},
     {"x-confirm-on": "ack-lite"},
 ])
@@ -254,10 +255,42 @@ def test_queue_name_and_vhost_in_text():
         PF + "invalid arg 'x-expires' for queue 'my q' in vhost 'v/1': {value_zero,0}"
 
 
+@pytest.mark.parametrize("args,text", [
+    ({"x-queue-version": 1}, "invalid arg 'x-queue-version' for queue 'q' in vhost '/': "
+     "\"queue version 1 is not implemented: Leveret's classic queues are version 2\""),
+    ({"x-queue-master-locator": "min-masters"}, "invalid arg 'x-queue-master-locator' for "
+     "queue 'q' in vhost '/': \"queue master locator 'min-masters' is not implemented: "
+     "Leveret places every queue client-local\""),
+    ({"x-queue-master-locator": 5}, "invalid arg 'x-queue-master-locator' for queue 'q' in "
+     "vhost '/': {unacceptable_type,signedint}"),
+])
+def test_arguments_not_implemented_are_refused_not_ignored(args, text):
+    assert _text(args) == PF + text
+
+
+@pytest.mark.parametrize("args,text", [
+    ({"x-credit": {"credit": 10, "drain": False}},
+     "\"x-credit is AMQP 1.0 link credit, not available over AMQP 0-9-1; use basic.qos "
+     "prefetch\""),
+    ({"x-credit": 5}, "\"x-credit is AMQP 1.0 link credit, not available over AMQP 0-9-1; "
+                      "use basic.qos prefetch\""),
+    ({"x-cancel-on-ha-failover": False},
+     "\"x-cancel-on-ha-failover=false is not implemented: Leveret always cancels a mirrored "
+     "queue's consumers when its master fails over\""),
+    ({"x-cancel-on-ha-failover": 1}, "{unacceptable_type,signedint}"),
+])
+def test_consume_arguments_not_implemented_are_refused(args, text):
+    with pytest.raises(ChannelError) as ei:
+        qa.check_consume_arguments(args, "q", "/")
+    assert ei.value.reply_code == 406
+    assert ei.value.text == PF + "invalid arg '" + next(iter(args)) + \
+        "' for queue 'q' in vhost '/': " + text
+
+
 def test_consume_arguments():
     qa.check_consume_arguments(None, "q", "/")
     qa.check_consume_arguments({"x-priority": -5, "x-cancel-on-ha-failover": True,
-                                "x-credit": {}, "other": 1}, "q", "/")
+                                "other": 1}, "q", "/")
     with pytest.raises(ChannelError) as ei:
         qa.check_consume_arguments({"x-priority": "high"}, "q", "/")
     assert ei.value.text == PF + ("invalid arg 'x-priority' for queue 'q' in vhost '/': "

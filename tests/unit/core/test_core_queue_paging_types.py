@@ -157,12 +157,18 @@ def test_reject_publish_counts_paged_messages():
     assert drain(q, out, disk) == [b"%06d" % i for i in range(5)]
 
 
-def test_drop_head_takes_the_lowest_priority_even_when_paged():
+def test_drop_head_takes_the_highest_priority_even_when_paged():
+    """drop-head drops the head a consumer would get: the highest priority's (RabbitMQ 3.10.8,
+    test_edge_cases::test_priority_queue_max_length_drops_the_highest_priority_head), paged
+    out or not."""
     q, out, disk = mk({"x-max-priority": 3, "x-max-length": 3})
     pub(q, [b"p0-aaaaaa", b"p0-bbbbbb", b"p3-a", b"p0-c", b"p3-b"], [0, 0, 3, 0, 3])
+    assert [m.body for (msgs,) in out.of("persist") for m in msgs if m.priority == 3] == \
+        [b"p3-a", b"p3-b"]                             # both paged out
     disk.serve()
     assert q.stats()["messages"] == 3
-    assert drain(q, out, disk) == [b"p3-a", b"p3-b", b"p0-c"]
+    assert disk.dropped == 2                           # settled unread (DropPaged)
+    assert drain(q, out, disk) == [b"p0-aaaaaa", b"p0-bbbbbb", b"p0-c"]
 
 
 # --- x-confirm-on ---------------------------------------------------------------------------

@@ -291,3 +291,31 @@ def test_bindings_to_built_in_exchanges_only_when_they_exist():
     assert dj.plan_import(bad, s.durable()).errors == [
         "binding from 'amq.nonesuch' to queue 'orders.new' in vhost 'shop': no exchange "
         "'amq.nonesuch' in vhost 'shop'"]
+
+
+def test_operator_policies_and_vhost_limits_travel_as_runtime_parameters():
+    """RabbitMQ 3.10 exports them under "parameters" (components operator_policy and
+    vhost-limits); Leveret writes and reads them the same way."""
+    state = {"auth": {"vhosts": [{"name": "/"}], "users": [], "permissions": []},
+             "op_policies": [{"vhost": "/", "name": "cap", "pattern": "^q", "priority": 0,
+                              "definition": {"max-length": 10}, "apply_to": "queues"}],
+             "limits": [["vhost", "/", {"max-queues": 7}], ["user", "bob", {"max-channels": 1}]]}
+    doc = dj.export(state)
+    assert doc["parameters"] == [
+        {"value": {"pattern": "^q", "definition": {"max-length": 10}, "priority": 0,
+                   "apply-to": "queues"}, "vhost": "/", "component": "operator_policy",
+         "name": "cap"},
+        {"value": {"max-queues": 7}, "vhost": "/", "component": "vhost-limits",
+         "name": "limits"}]
+    plan = dj.plan_import({"parameters": doc["parameters"]},
+                          {"auth": {"vhosts": [{"name": "/"}]}})
+    assert plan.errors == []
+    assert ["limits_put", "vhost", "/", {"max-queues": 7}] in plan.changes
+    assert ["op_policy_put", "/", "cap", {"vhost": "/", "name": "cap", "pattern": "^q",
+                                          "definition": {"max-length": 10}, "priority": 0,
+                                          "apply_to": "queues"}] in plan.changes
+    bad = dj.plan_import({"parameters": [{"vhost": "/", "component": "operator_policy",
+                                          "name": "x", "value": {"pattern": ".*",
+                                                                 "definition": {"ha-mode": "all"}}}]},
+                         {"auth": {"vhosts": [{"name": "/"}]}})
+    assert bad.errors and "operator_policy" in bad.errors[0]

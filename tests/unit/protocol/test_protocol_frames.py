@@ -192,7 +192,7 @@ def test_set_frame_max_after_tune():
     [
         (encode_frame(3, 0, b"body"), 505, "content body frame on channel 0"),
         (encode_frame(2, 0, struct.pack(">HHQ", 60, 0, 0) + b"\x00\x00"), 505, "channel 0"),
-        (encode_frame(8, 1, b""), 505, "heartbeat frame on channel 1"),
+        (encode_frame(8, 1, b""), 505, "type 8, all octets = <<>>"),
         (encode_frame(8, 0, b"x"), 501, "heartbeat frame with a 1-byte payload"),
         (encode_frame(1, 1, b"\x00\x3c"), 501, "too short"),
         (encode_frame(2, 1, b"\x00\x3c\x00\x00"), 501, "too short"),
@@ -218,7 +218,9 @@ def test_unparsable_arguments_are_502_with_ids():
     assert (type(err), err.reply_code, err.class_id, err.method_id) == (SyntaxError_, 502, 60, 40)
     bad = args.replace(b"\x02ab", b"\x02\xff\xfe")
     err = error_of(encode_frame(1, 1, struct.pack(">I", M.BasicPublish.INDEX) + bad))
-    assert err.reply_code == 502 and "UTF-8" in err.text and "exchange" in err.text
+    # rabbit_binary_parser:assert_utf8/1: 501 with RabbitMQ 3.10's text
+    assert (err.reply_code, err.text, err.class_id, err.method_id) == (
+        501, "Malformed UTF-8 in shortstr", 60, 40)
     # the method is bounded by its frame: the bytes of the next frame are never read
     err = error_of(
         encode_frame(1, 1, struct.pack(">I", M.BasicAck.INDEX) + b"\x00" * 8)
@@ -604,8 +606,9 @@ def test_inline_fast_paths_equal_generic_decoder(case):
 def test_fast_path_fallbacks_raise_the_generic_502(method, bad):
     raw = encode_method(1, method).replace(*bad)
     err = error_of(raw)
-    assert (err.reply_code, err.class_id, err.method_id) == (502, 60, method.METHOD_ID)
-    assert "UTF-8" in err.text
+    # invalid UTF-8 in a short string: RabbitMQ's 501 (rabbit_binary_parser:assert_utf8/1)
+    assert (err.reply_code, err.class_id, err.method_id) == (501, 60, method.METHOD_ID)
+    assert err.text == "Malformed UTF-8 in shortstr"
     # one byte too many or too few inside the frame
     args = method.encode()
     for payload in (args + b"\x00", args[:-1]):
@@ -635,3 +638,22 @@ def test_pause_on_channel0_stops_after_each_connection_method():
     rest = dec.frames()
     assert [type(f).__name__ for f in rest] == ["HeartbeatFrame", "MethodFrame", "BodyFrame"]
     assert dec.buffered == 0 and dec.frames() == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.text(max_size=20), st.booleans(), st.text(max_size=10),
+                          st.text(max_size=30), st.binary(max_size=9000)), max_size=4),
+       st.sampled_from([0, 4096, 131072]))
+def test_deliver_parts_of_a_batch_join_to_each_encode_deliver(items, frame_max):
+    """A channel appends a batch's deliveries to one list (protocol.frames.deliver_parts) and
+    joins it once: the bytes are those of encode_deliver one by one."""
+    from protocol.frames import deliver_parts
+
+    props = BasicProperties(delivery_mode=2).encode()
+    parts: list = []
+    expected = b""
+    for tag, (ctag, red, exchange, rk, body) in enumerate(items, 1):
+        deliver_parts(parts, 3, ctag.encode(), tag, red, exchange.encode(), rk.encode(), props,
+                      body, frame_max)
+        expected += encode_deliver(3, ctag, tag, red, exchange, rk, props, body, frame_max)
+    assert b"".join(parts) == expected

@@ -1,0 +1,189 @@
+"""Capture RabbitMQ 3.10's management API answers for a fixed set of objects, so Leveret's can be
+compared with them field by field (tests/integration/test_management_compat.py).
+
+    python -m bench.api_capture            # writes tests/data/rabbitmq-3.10-api/*.json
+
+Starts Debian's rabbitmq-server on spare loopback ports with the rabbitmq_management plugin
+(bench/refbroker.py: its own temp dir, enabled_plugins and config), creates the objects of
+`scenario()` (a vhost limit, a user and its permissions, a policy, an operator policy, a topic
+exchange, a queue with an argument, a binding, a connection with a confirm-mode channel that
+published and a consumer that acked), waits until the statistics show the traffic, and saves
+each answer of `ENDPOINTS` as NAME.json. The test runs the same scenario and the same reads
+against Leveret.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pika
+
+OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "rabbitmq-3.10-api"
+CONNECTION_NAME = "cmp-conn"
+CONSUMER_TAG = "cmp-consumer"
+STATS_INTERVAL_MS = 1000  # collect_statistics_interval of both brokers while capturing
+
+
+class Http:
+    """The management API as guest: (status, decoded JSON or None)."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1"):
+        self.base = f"http://{host}:{port}"
+
+    def __call__(self, method: str, path: str, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                raw = r.read()
+                return r.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            return e.code, json.loads(raw) if raw else None
+
+    def ok(self, method: str, path: str, body=None):
+        status, answer = self(method, path, body)
+        if status >= 300:
+            raise RuntimeError(f"{method} {path}: {status} {answer}")
+        return answer
+
+
+def scenario(http: Http, amqp_host: str, amqp_port: int) -> pika.BlockingConnection:
+    """Create the objects through the API and AMQP; returns the connection (open, with its
+    channel and consumer) for the caller to close after the capture."""
+    http.ok("PUT", "/api/vhost-limits/%2F/max-queues", {"value": 1000})
+    http.ok("PUT", "/api/users/cmp-user", {"password": "cmp-pw", "tags": "monitoring"})
+    http.ok("PUT", "/api/permissions/%2F/cmp-user",
+            {"configure": "^cmp-", "write": ".*", "read": ".*"})
+    http.ok("PUT", "/api/policies/%2F/cmp-p", {"pattern": "^cmp-q$", "apply-to": "queues",
+                                              "definition": {"max-length": 50}, "priority": 1})
+    http.ok("PUT", "/api/operator-policies/%2F/cmp-op", {
+        "pattern": "^cmp-", "apply-to": "queues", "definition": {"max-length": 80},
+        "priority": 0})
+    http.ok("PUT", "/api/exchanges/%2F/cmp-x", {"type": "topic", "durable": True})
+    http.ok("PUT", "/api/queues/%2F/cmp-q", {"durable": True,
+                                            "arguments": {"x-max-priority": 5}})
+    http.ok("POST", "/api/bindings/%2F/e/cmp-x/q/cmp-q", {"routing_key": "a.#"})
+    conn = pika.BlockingConnection(pika.ConnectionParameters(
+        amqp_host, amqp_port, client_properties={"connection_name": CONNECTION_NAME},
+        heartbeat=0))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for i in range(3):
+        ch.basic_publish("cmp-x", "a.b", f"m{i}".encode())
+    ch.basic_qos(prefetch_count=10)
+    got = []
+    ch.basic_consume("cmp-q", lambda c, m, p, b: got.append(m.delivery_tag),
+                     consumer_tag=CONSUMER_TAG)
+    deadline = time.monotonic() + 30
+    while len(got) < 3 and time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.2)
+    ch.basic_ack(got[-1], multiple=True)
+    conn.process_data_events(time_limit=0.2)
+    return conn
+
+
+def _connection(http: Http):
+    for c in http.ok("GET", "/api/connections"):
+        if (c.get("client_properties") or {}).get("connection_name") == CONNECTION_NAME:
+            return http.ok("GET", "/api/connections/" + urllib.parse.quote(c["name"], safe=""))
+    return None
+
+
+def _channel(http: Http):
+    conn = _connection(http)
+    for ch in http.ok("GET", "/api/channels"):
+        if conn and ch["connection_details"]["name"] == conn["name"]:
+            return http.ok("GET", "/api/channels/" + urllib.parse.quote(ch["name"], safe=""))
+    return None
+
+
+def _consumer(http: Http):
+    for c in http.ok("GET", "/api/consumers"):
+        if c["consumer_tag"] == CONSUMER_TAG:
+            return c
+    return None
+
+
+# name -> how to read it (a path, or a function of Http for the ones found by a property)
+ENDPOINTS = {
+    "overview": "/api/overview",
+    "queue": "/api/queues/%2F/cmp-q",
+    "exchange": "/api/exchanges/%2F/cmp-x",
+    "binding": lambda http: http.ok("GET", "/api/bindings/%2F/e/cmp-x/q/cmp-q")[0],
+    "connection": _connection,
+    "channel": _channel,
+    "consumer": _consumer,
+    "vhost": "/api/vhosts/%2F",
+    "user": "/api/users/cmp-user",
+    "permission": "/api/permissions/%2F/cmp-user",
+    "policy": "/api/policies/%2F/cmp-p",
+    "operator_policy": "/api/operator-policies/%2F/cmp-op",
+    "vhost_limits": "/api/vhost-limits/%2F",
+    "parameters": "/api/parameters",
+    "global_parameters": "/api/global-parameters",
+    "whoami": "/api/whoami",
+    "cluster_name": "/api/cluster-name",
+    "definitions": "/api/definitions",
+    "vhost_definitions": "/api/definitions/%2F",
+}
+
+
+def ready(http: Http) -> bool:
+    """The statistics show the traffic: the queue's and the channel's message_stats, the
+    connection's byte counts."""
+    q = http("GET", "/api/queues/%2F/cmp-q")[1] or {}
+    ch = _channel(http) or {}
+    conn = _connection(http) or {}
+    return bool(q.get("message_stats", {}).get("publish")) and \
+        bool(ch.get("message_stats", {}).get("ack")) and bool(conn.get("recv_oct")) and \
+        _consumer(http) is not None
+
+
+def capture(http: Http, timeout: float = 60.0) -> dict:
+    """Every ENDPOINTS answer, once the statistics are in."""
+    deadline = time.monotonic() + timeout
+    while not ready(http):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the statistics did not show the scenario's traffic")
+        time.sleep(STATS_INTERVAL_MS / 1000 / 2)
+    time.sleep(2 * STATS_INTERVAL_MS / 1000)  # two samples: rates between them
+    out = {}
+    for name, how in ENDPOINTS.items():
+        out[name] = how(http) if callable(how) else http.ok("GET", how)
+    return out
+
+
+def main() -> int:
+    from bench.refbroker import RabbitMQNode, RefBrokerError
+    try:
+        with RabbitMQNode(management_port=0, config=f"collect_statistics_interval = "
+                                                    f"{STATS_INTERVAL_MS}\n") as rmq:
+            http = Http(rmq.management_port)
+            conn = scenario(http, rmq.host, rmq.port)
+            try:
+                answers = capture(http)
+            finally:
+                conn.close()
+    except RefBrokerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name, answer in answers.items():
+        (OUT / f"{name}.json").write_text(json.dumps(answer, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {len(answers)} answers of {answers['overview']['rabbitmq_version']} to {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
