@@ -305,9 +305,13 @@ class MirrorPublish(NamedTuple):
 
 
 class MirrorForget(NamedTuple):
-    """Master -> mirror: these messages left the queue (acked, expired, dropped, purged)."""
+    """Master -> mirror: these messages left the queue (acked, expired, dropped, purged); with
+    purge_after >= 0, so did every message of priority `priority` after that seq_id (a purge of
+    the master's paged-out part, whose seq_ids it does not hold)."""
     master: str
     seq_ids: list
+    purge_after: int = -1
+    priority: int = 0
 
 
 class MirrorAck(NamedTuple):
@@ -466,29 +470,52 @@ class Forget:
 
 class Recover:
     """Queue -> BackingQueue: read the index back at start, at most `limit` messages into memory
-    (None: all); answered by Recovered."""
-    __slots__ = ("limit",)
+    (None: all); answered by Recovered. `adopt`: a promoted mirror's queue: the index holds what
+    the mirror paged out (transient ones too: keep them, and a transient queue's index is not
+    wiped)."""
+    __slots__ = ("limit", "adopt", "after")
 
-    def __init__(self, limit):
-        self.limit = limit
+    def __init__(self, limit, adopt: bool = False, after=None):
+        self.limit, self.adopt = limit, adopt
+        self.after = after or {}  # priority -> the adopted in-memory part ends at this seq_id
 
 
 class PageIn:
-    """Queue -> BackingQueue: the next `n` paged-out messages after seq_id `after_seq`;
-    answered by Paged."""
-    __slots__ = ("after_seq", "n")
+    """Queue -> BackingQueue: the next `n` paged-out messages after seq_id `after_seq` of one
+    priority's lane (0 without x-max-priority); answered by Paged."""
+    __slots__ = ("after_seq", "n", "priority", "sync")
 
-    def __init__(self, after_seq: int, n: int):
-        self.after_seq, self.n = after_seq, n
+    def __init__(self, after_seq: int, n: int, priority: int = 0, sync: bool = False):
+        self.after_seq, self.n, self.priority = after_seq, n, priority
+        self.sync = sync  # read for a joining mirror's sync: the queue's paged part unchanged
 
 
 class PurgeAfter:
     """Queue -> BackingQueue: the queue was purged; drop the paged-out messages (index entries
-    after seq_id `after_seq`)."""
-    __slots__ = ("after_seq",)
+    after seq_id `after_seq`) of one priority's lane."""
+    __slots__ = ("after_seq", "priority")
 
-    def __init__(self, after_seq: int):
-        self.after_seq = after_seq
+    def __init__(self, after_seq: int, priority: int = 0):
+        self.after_seq, self.priority = after_seq, priority
+
+
+class DropPaged:
+    """Queue -> BackingQueue: drop-head took the next `n` paged-out messages after seq_id
+    `after_seq` of a priority's lane: settle them unread; answered by PagedDropped."""
+    __slots__ = ("after_seq", "n", "priority")
+
+    def __init__(self, after_seq: int, n: int, priority: int = 0):
+        self.after_seq, self.n, self.priority = after_seq, n, priority
+
+
+class PagedDropped:
+    """BackingQueue -> Queue (local only): `n` paged messages of `nbytes` dropped (their
+    seq_ids: the mirrors forget them too), the last with seq_id `last_seq` (0 if none)."""
+    __slots__ = ("priority", "n", "nbytes", "last_seq", "seq_ids")
+
+    def __init__(self, priority: int, n: int, nbytes: int, last_seq: int, seq_ids=()):
+        self.priority, self.n, self.nbytes, self.last_seq = priority, n, nbytes, last_seq
+        self.seq_ids = seq_ids
 
 
 class DeleteIndex:
@@ -502,9 +529,11 @@ class CheckMaster:
 
 
 class TakeMessages:
-    """QueueHost -> Mirror (ask): promotion; the answer is every message the mirror holds, as
-    [(IndexEntry, body, persistent)] a Queue restores from, and the mirror leaves the
-    transport."""
+    """QueueHost -> Mirror (ask): promotion; the answer is every message the mirror holds in
+    memory, as [(IndexEntry, body, persistent)] a Queue restores from, and the priorities it
+    paged out to this node's index for the queue (written before the answer; the persistent
+    in-memory ones of those priorities of a durable queue are in the index too), as a tuple;
+    the mirror leaves the transport."""
     __slots__ = ()
 
 
@@ -538,18 +567,22 @@ class Refused:
 
 
 class Paged:
-    """BackingQueue -> Queue (local only): the next page of paged-out messages,
-    [(IndexEntry, body, persistent)], and how many stale transient entries were dropped."""
+    """BackingQueue -> Queue (local only): the next page of paged-out messages of one
+    priority's lane, [(IndexEntry, body, persistent)], and how many stale transient entries
+    were dropped."""
 
-    __slots__ = ("entries", "dropped", "dropped_bytes")
+    __slots__ = ("entries", "dropped", "dropped_bytes", "priority", "sync")
 
-    def __init__(self, entries, dropped, dropped_bytes):
+    def __init__(self, entries, dropped, dropped_bytes, priority=0, sync=False):
         self.entries, self.dropped, self.dropped_bytes = entries, dropped, dropped_bytes
+        self.priority = priority
+        self.sync = sync  # the answer to a PageIn for a mirror's sync
 
 
 class Recovered:
     """BackingQueue -> Queue (local only): what the index kept: the next seq_id, the first
-    page of messages [(IndexEntry, body, persistent)], how many more and their bytes."""
+    page of messages [(IndexEntry, body, persistent)], how many more and their bytes (lists
+    by priority for a priority queue: each priority has an index of its own)."""
 
     __slots__ = ("next_seq", "entries", "more", "more_bytes")
 
@@ -612,8 +645,9 @@ class ReadyWorkers:
 
 
 class DurableQueues:
-    """Supervisor -> metadata (local only, ask): the (vhost, name) of every durable queue this
-    node holds (home or mirror): the indexes to keep at boot."""
+    """Supervisor -> metadata (local only, ask): the (vhost, name, arguments) of every durable
+    queue this node holds (home or mirror): the indexes to keep at boot (a priority queue's
+    priorities have one each)."""
 
     __slots__ = ()
 

@@ -63,10 +63,11 @@ def _load_protocol() -> types.SimpleNamespace:
     except (ImportError, AttributeError) as e:
         raise CodecUnavailable(f"protocol/ codec is not usable yet: {e}") from e
 
-    def properties_raw(delivery_mode=None) -> bytes:
-        if delivery_mode is None:
+    def properties_raw(delivery_mode=None, priority=None) -> bytes:
+        if delivery_mode is None and priority is None:
             return b"\x00\x00"
-        return properties.BasicProperties(delivery_mode=delivery_mode).encode()
+        return properties.BasicProperties(delivery_mode=delivery_mode,
+                                          priority=priority).encode()
 
     return types.SimpleNamespace(
         NAME="protocol",
@@ -215,10 +216,13 @@ def _load_pamqp() -> types.SimpleNamespace:
                 return None
             return None                               # heartbeat
 
-    def properties_raw(delivery_mode=None) -> bytes:
-        if delivery_mode is None:
-            return b"\x00\x00"
-        return b"\x10\x00" + bytes([delivery_mode])   # flag bit 12: delivery-mode
+    def properties_raw(delivery_mode=None, priority=None) -> bytes:
+        flags, values = 0, b""
+        if delivery_mode is not None:
+            flags, values = 0x1000, bytes([delivery_mode])   # flag bit 12: delivery-mode
+        if priority is not None:
+            flags, values = flags | 0x0800, values + bytes([priority])   # bit 11: priority
+        return flags.to_bytes(2, "big") + values
 
     return types.SimpleNamespace(
         NAME="pamqp",

@@ -4,6 +4,9 @@ queues page too).
 
     .venv/bin/python -m bench.deep_queue --messages 2000000        # starts its own node
     .venv/bin/python -m bench.deep_queue --messages 2000000 --transient  # a transient queue
+    .venv/bin/python -m bench.deep_queue --transient --max-priority 9  # half at 9, half at 0
+    .venv/bin/python -m bench.deep_queue --transient --max-length 1000000  # drop-head
+    .venv/bin/python -m bench.deep_queue --transient --rabbitmq  # RabbitMQ (classic queue v2)
     .venv/bin/python -m bench.deep_queue --url amqp://... --pid PID  # an external broker
 
 Prints the peak RSS of the queue worker while filling and while draining, the publish and
@@ -81,10 +84,23 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=3600)
     p.add_argument("--transient", action="store_true",
                    help="a non-durable queue and transient messages (default: durable, persistent)")
+    p.add_argument("--max-priority", type=int, default=0,
+                   help="a priority queue (x-max-priority); the two publishing channels send "
+                        "priority 0 and this priority")
+    p.add_argument("--max-length", type=int, default=0,
+                   help="a length-limited queue (x-max-length, drop-head)")
+    p.add_argument("--rabbitmq", action="store_true",
+                   help="measure a private RabbitMQ node instead (bench/refbroker.py), with "
+                        "x-queue-version 2 (classic queues v2), RSS of all its processes")
     a = p.parse_args(argv)
     durable = not a.transient
-    node = None
-    if a.url:
+    node = rmq = None
+    if a.rabbitmq:
+        from bench.refbroker import RabbitMQNode, descendants
+        rmq = RabbitMQNode()
+        rmq.start()
+        target, node_pid = parse_url(rmq.url), None
+    elif a.url:
         target, node_pid = parse_url(a.url), a.pid
     else:
         node = LeveretNode()
@@ -92,12 +108,21 @@ def main(argv=None) -> int:
         target, node_pid = parse_url(node.url), node.pid
     try:
         pids = queue_worker_pids(node_pid) if node_pid else []
+        if rmq is not None:
+            pids = [rmq.proc.pid] + [pid for pid, _ in descendants(rmq.proc.pid)]
         codec = codec_mod.load("auto")
         queue = "deep-queue"
         setup = setup_role(target, codec, {"kind": "producer", "channels": [1], "confirm": None,
                                            "queue": queue, "persistent": durable,
                                            "message_size": a.size})
-        setup.conn.queue_declare(1, queue, durable=durable)
+        args = {}
+        if a.max_priority:
+            args["x-max-priority"] = a.max_priority
+        if a.max_length:
+            args["x-max-length"] = a.max_length
+        if rmq is not None:
+            args["x-queue-version"] = 2
+        setup.conn.queue_declare(1, queue, durable=durable, arguments=args)
         setup.conn.queue_purge(1, queue)
         setup.conn.close()
         watch = RssWatch(pids)
@@ -105,22 +130,26 @@ def main(argv=None) -> int:
         base = sum(rss_kb(p) for p in pids)
         io = [(tree_write_bytes(node_pid) if node_pid else {}, disk_bytes())]
         prod = {"kind": "producer", "channels": [1, 2], "confirm": 2000, "queue": queue,
-                "persistent": durable, "message_size": a.size}
+                "persistent": durable, "message_size": a.size,
+                "priorities": {1: 0, 2: a.max_priority} if a.max_priority else None}
         roles, t_fill = phase(target, codec, [prod],
                               lambda rs: rs[0].confirmed >= a.messages, a.timeout)
         confirmed = roles[0].confirmed
+        expect = min(confirmed, a.max_length) if a.max_length else confirmed  # (drop-head)
         io.append((tree_write_bytes(node_pid) if node_pid else {}, disk_bytes()))
         fill_peak, watch.peak = watch.peak, 0
         fill_anon, watch.peak_anon = watch.peak_anon, 0
         cons = {"kind": "consumer", "channels": [1], "queue": queue, "no_ack": False,
                 "ack_every": 1, "prefetch": 100}
         roles, t_drain = phase(target, codec, [cons],
-                               lambda rs: rs[0].consumed >= confirmed, a.timeout)
+                               lambda rs: rs[0].consumed >= expect, a.timeout)
         drained = roles[0].consumed
         io.append((tree_write_bytes(node_pid) if node_pid else {}, disk_bytes()))
         watch.stop.set()
-        print(f"queue workers {pids}: RSS before {base / 1024:.0f} MiB")
-        kind = "persistent" if durable else "transient"
+        print(f"{'RabbitMQ ' + str(rmq.version()) if rmq else 'queue workers'} {pids}: RSS "
+              f"before {base / 1024:.0f} MiB")
+        kind = ("persistent" if durable else "transient") + "".join(
+            f" {k}={v}" for k, v in args.items())
         print(f"filled {confirmed:,} {kind} {a.size}-byte messages in {t_fill:.0f} s "
               f"({confirmed / t_fill:,.0f} msg/s); peak queue-worker RSS "
               f"{fill_peak / 1024:.0f} MiB (anonymous {fill_anon / 1024:.0f} MiB)")
@@ -138,6 +167,8 @@ def main(argv=None) -> int:
     finally:
         if node is not None:
             node.stop()
+        if rmq is not None:
+            rmq.stop()
     return 0
 
 

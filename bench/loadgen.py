@@ -225,12 +225,14 @@ class Producer(Role):
         self.window: int | None = spec["confirm"]
         exchange = spec.get("exchange", "").encode()
         routing_key = spec.get("routing_key", spec["queue"]).encode()
-        props = codec.properties_raw(2 if spec["persistent"] else None)
+        priorities = spec.get("priorities") or {}  # channel -> message priority (optional)
         body = make_body(spec["message_size"])
         self.templates: dict[int, bytes] = {}
         self.msg_len = None
         ts_off = None
         for ch in self.channels:
+            props = codec.properties_raw(2 if spec["persistent"] else None,
+                                         priorities.get(ch))
             wire = codec.encode_publish(ch, exchange, routing_key, False, props, body,
                                         conn.frame_max)
             off = wire.find(MARKER)

@@ -20,16 +20,27 @@ and carries out what it asks through `out`, an object with:
 - `dead_letter(msg, reason)`          re-publish a message to the dead-letter exchange
 - `delete_self(reason)`               ask the node to delete this queue
 - `schedule(at_ms)`                   call `tick` again at (monotonic) time at_ms
-- `page_in(after_seq, n)`             read the next n paged-out messages after after_seq
-- `purge_paged(after_seq)`            settle every paged-out message after after_seq
+- `page_in(after_seq, n, priority)`   read the next n paged-out messages of a priority's lane
+- `purge_paged(after_seq, priority)`  settle every paged-out message of a lane after after_seq
+- `drop_paged(after_seq, n, priority)` settle the next n paged-out messages of a lane unread
+  (drop-head with nothing to do with them: no dead-letter exchange, no confirm to answer)
 
-The backing queue answers `stored(nbytes)` once it has written what `persist` gave it, and
-`persisted(msgs)` once that is synced.
+The backing queue answers `stored(nbytes)` once it has written what `persist` gave it,
+`persisted(msgs)` once that is synced, `paged_in(...)` with a page and `paged_dropped(...)` once
+it dropped what `drop_paged` asked.
 
-Paging (rabbit_variable_queue's delta): in a queue (durable or not) whose ready bodies pass
-`page_bytes`, new messages go to the index only (`paged`, counted, no Msg kept) until the queue has drained
-them again; they come back `page_size` at a time once fewer than that are in memory. Priority
-and length-limited queues do not page.
+Paging (rabbit_variable_queue's delta): in a queue whose ready bodies pass `page_bytes`, new
+messages go to the index only (counted, no Msg kept) until the queue has drained them again;
+they come back `page_size` at a time once fewer than that are in memory. Every queue type pages,
+as RabbitMQ's classic queues v2:
+- a priority queue pages each priority apart (a `Lane` each, with an index of its own in the
+  backing queue, as rabbit_priority_queue runs one backing queue per priority); a lower priority
+  is never delivered while a higher one waits for its page;
+- a length-limited queue counts its paged messages against x-max-length / x-max-length-bytes;
+  drop-head of a paged head is owed (`Lane.owed`: counted off at once, dropped or dead-lettered
+  when its page comes back), reject-publish refuses as it would in memory;
+- an x-confirm-on queue keeps who waits for each paged message's confirm (`PagedPublishers`,
+  ~20 bytes a message) since the index keeps no publisher.
 
 Times are integer milliseconds of a monotonic clock passed in by the caller.
 """
@@ -38,6 +49,7 @@ from __future__ import annotations
 
 import bisect
 import os
+from array import array
 from collections import deque
 
 from actors.core import NO_EVENTS, credit_flow
@@ -48,6 +60,83 @@ from protocol.properties import with_long_header
 
 WAIT = "wait"  # get(): the head is paged out, try again once it is read back
 STORE_BEHIND_BYTES = 16 * 1024 * 1024  # bodies on their way to storage before credit waits
+
+
+class PagedPublishers:
+    """Who waits for the confirm of each paged-out message of one lane (x-confirm-on=ack or
+    ack-lite: the index keeps no publisher), in seq_id order, in three flat arrays (about 20
+    bytes a message instead of a tuple in a dict)."""
+
+    __slots__ = ("seqs", "pub_seqs", "who", "start", "names", "ids")
+
+    def __init__(self):
+        self.seqs = array("Q")  # seq_id of each paged message that waits for a confirm
+        self.pub_seqs = array("Q")  # its publisher's confirm seq no
+        self.who = array("I")  # its publisher, an index into names
+        self.start = 0  # entries before this one are taken
+        self.names: list = []  # publisher channel addresses
+        self.ids: dict = {}  # address -> index in names
+
+    def __len__(self):
+        return len(self.seqs) - self.start
+
+    def add(self, seq_id: int, publisher: str, pub_seq: int) -> None:
+        i = self.ids.get(publisher)
+        if i is None:
+            i = self.ids[publisher] = len(self.names)
+            self.names.append(publisher)
+        self.seqs.append(seq_id)
+        self.pub_seqs.append(pub_seq)
+        self.who.append(i)
+
+    def take(self, seq_id: int):
+        """(publisher, pub_seq) of a message read back (seq_ids come in ascending order), or
+        None; entries of messages that left the index meanwhile are passed over."""
+        seqs, i, n = self.seqs, self.start, len(self.seqs)
+        while i < n and seqs[i] < seq_id:
+            i += 1
+        found = None
+        if i < n and seqs[i] == seq_id:
+            found = (self.names[self.who[i]], self.pub_seqs[i])
+            i += 1
+        self.start = i
+        if i > 4096 and i * 2 > n:  # compact
+            del self.seqs[:i], self.pub_seqs[:i], self.who[:i]
+            self.start = 0
+        return found
+
+    def discard(self, seq_ids: set) -> list:
+        """Drop the entries of these messages: their (publisher, pub_seq)."""
+        gone = [(self.names[self.who[j]], self.pub_seqs[j])
+                for j in range(self.start, len(self.seqs)) if self.seqs[j] in seq_ids]
+        keep = [j for j in range(self.start, len(self.seqs)) if self.seqs[j] not in seq_ids]
+        self.seqs = array("Q", (self.seqs[j] for j in keep))
+        self.pub_seqs = array("Q", (self.pub_seqs[j] for j in keep))
+        self.who = array("I", (self.who[j] for j in keep))
+        self.start = 0
+        return gone
+
+    def drain(self) -> list:
+        """Every (publisher, pub_seq) left; empties the table."""
+        out = [(self.names[self.who[j]], self.pub_seqs[j])
+               for j in range(self.start, len(self.seqs))]
+        self.seqs, self.pub_seqs, self.who, self.start = array("Q"), array("Q"), array("I"), 0
+        return out
+
+
+class Lane:
+    """The paged-out part of one priority (the whole queue without x-max-priority): messages
+    in the index only, all with seq_id > page_after, read back in order."""
+
+    __slots__ = ("paged", "paged_bytes", "page_after", "asked", "owed", "pubs")
+
+    def __init__(self):
+        self.paged = 0  # messages in the index only
+        self.paged_bytes = 0  # their body bytes
+        self.page_after = 0  # every message of the lane up to this seq_id is (or was) in memory
+        self.asked = False  # a page_in is on its way
+        self.owed = 0  # paged head messages drop-head took (counted off, dropped when read)
+        self.pubs = None  # PagedPublishers of an x-confirm-on queue, else None
 
 
 class Msg:
@@ -181,13 +270,11 @@ class QueueCore:
         self.store_pending = 0
         self.page_bytes = page_bytes  # ready bytes in memory past which new messages page out
         self.page_size = page_size  # messages read back per page
-        self.pageable = bool(page_bytes and not self.max_priority and
-                             self.max_length is None and self.max_bytes is None and
-                             not self.late_confirm)
-        self.paged = 0  # messages in the index only, all with seq_id > page_after
+        self.pageable = bool(page_bytes)  # every queue type pages (not a mirrored one yet)
+        self.lanes = [Lane() for _ in self.ready]  # the paged part of each priority
+        self.paged = 0  # messages in the index only, every lane
         self.paged_bytes = 0  # their body bytes
-        self.page_after = 0  # every message up to this seq_id is (or was) in memory
-        self.page_asked = False  # a page_in is on its way
+        self.owed = 0  # paged messages drop-head took, not yet read back to drop, every lane
         self.deleted = False  # the queue has been deleted
         self._batches: dict[str, tuple[list, list]] = {}  # channel -> (items, bodies) pending
         self._scheduled = 0  # the earliest tick asked for, 0 = none
@@ -217,14 +304,29 @@ class QueueCore:
                     self.out.dead_letter(Msg(0, exchange, rk, props, body, persistent,
                                              ttl=expiry), "maxlen")
                 continue
-            divert = self.pageable and (self.paged or self.ready_bytes > self.page_bytes)
+            divert = self.pageable and (
+                self.ready_bytes > self.page_bytes or
+                self.paged and self.lanes[min(priority or 0, self.max_priority)].paged)
             msg = self._enqueue(exchange, rk, props, body, persistent, priority, expiry, now,
                                 sender, pub_seq, msg_id[0] if msg_id else None, divert)
             if msg is None:
                 if pub_seq and not self.late_confirm:
                     accepted.append(pub_seq)  # expired at once (TTL 0): confirmed, as RabbitMQ
                 continue
-            if self.late_confirm:
+            if divert and self.late_confirm:
+                # paged out, its confirm still waiting for a consumer's ack: the lane keeps
+                # who waits; written, never synced (it is not confirmed, nor meant to be
+                # recovered as a confirmed message would)
+                if pub_seq and sender:
+                    lane = self.lanes[msg.priority]
+                    if lane.pubs is None:
+                        lane.pubs = PagedPublishers()
+                    lane.pubs.add(msg.seq_id, sender, pub_seq)
+                    msg.pub_seq = 0  # the lane answers for it (a sync must not confirm it)
+                msg.persistent = False  # not synced for its own sake
+                msg.stored = True
+                to_persist.append(msg)
+            elif self.late_confirm:
                 pass  # confirmed by a consumer's ack; never stored before delivery
             elif divert and not persistent:
                 # paged out though transient: stored, but confirmed now and not recovered
@@ -274,12 +376,22 @@ class QueueCore:
                 wall_now: int) -> None:
         """Start-up of a durable queue: the first messages its index kept, in order
         ([(IndexEntry, body, persistent)]; expiry times are wall-clock ms in the index), and
-        how many more it holds (paged out, read back as the queue drains)."""
+        how many more it holds (paged out, read back as the queue drains): ints for a queue
+        without priorities, else lists by priority (each lane has an index of its own)."""
         self._load(entries, now, wall_now)
         self.next_seq = max(self.next_seq, next_seq)
-        if more:
-            self.paged, self.paged_bytes = more, more_bytes
-            self.page_after = entries[-1][0].seq_id if entries else 0
+        if not isinstance(more, (list, tuple)):
+            more, more_bytes = [more], [more_bytes]
+        last = [0] * len(self.lanes)
+        for e, _, _ in entries:
+            p = min(e.priority, self.max_priority)
+            last[p] = max(last[p], e.seq_id)
+        for p, (n, nbytes) in enumerate(zip(more, more_bytes)):
+            if n and p < len(self.lanes):
+                lane = self.lanes[p]
+                lane.paged, lane.paged_bytes, lane.page_after = n, nbytes, last[p]
+                self.paged += n
+                self.paged_bytes += nbytes
         self._schedule_head()
 
     def refused(self, msgs: list) -> None:
@@ -288,9 +400,17 @@ class QueueCore:
         gone = {msg.seq_id for msg in msgs}
         self.stored(sum(len(msg.body) for msg in msgs))  # not written, but no longer pending
         if self.paged:
-            diverted = [msg for msg in msgs if msg.seq_id > self.page_after]
-            self.paged -= len(diverted)
-            self.paged_bytes -= sum(len(msg.body) for msg in diverted)
+            for msg in msgs:
+                lane = self.lanes[msg.priority]
+                if lane.paged and msg.seq_id > lane.page_after:
+                    lane.paged -= 1
+                    lane.paged_bytes -= len(msg.body)
+                    self.paged -= 1
+                    self.paged_bytes -= len(msg.body)
+            for lane in self.lanes:
+                if lane.pubs:  # x-confirm-on: lost before any consumer saw them: nack
+                    for publisher, pub_seq in lane.pubs.discard(gone):
+                        self.out.confirm(publisher, [pub_seq], False)
         for ready in self.ready:
             kept = [msg for msg in ready.items if msg.seq_id not in gone]
             if len(kept) != len(ready.items):
@@ -330,8 +450,11 @@ class QueueCore:
         if self.on_enqueue is not None:
             self.on_enqueue(msg)  # mirrored: the master sends it to its mirrors
         if divert:
-            if not self.paged:
-                self.page_after = msg.seq_id - 1
+            lane = self.lanes[msg.priority]
+            if not lane.paged:
+                lane.page_after = msg.seq_id - 1
+            lane.paged += 1
+            lane.paged_bytes += len(body)
             self.paged += 1
             self.paged_bytes += len(body)
             return msg
@@ -346,25 +469,90 @@ class QueueCore:
         out += [e[0] for e in self.unacked.values()]
         return sorted(out, key=lambda msg: msg.seq_id)
 
+    def _count(self) -> int:
+        """Messages ready, paged ones included (those drop-head took already are not)."""
+        return self.ready_count + self.paged - self.owed
+
     def _full_for(self, size: int) -> bool:
-        if self.max_length is not None and self.ready_count >= self.max_length:
+        # paged messages count (classic queues v2: the limit is the queue's, wherever its
+        # messages are); the bytes of owed ones count until they are read back and dropped
+        if self.max_length is not None and self._count() >= self.max_length:
             return True
-        if self.max_bytes is not None and self.ready_bytes + size > self.max_bytes:
+        if self.max_bytes is not None and self.ready_bytes + self.paged_bytes + size > \
+                self.max_bytes:
             return True
         return False
 
     def _over_limit(self) -> bool:
-        return bool(self.ready_count) and (
-            (self.max_length is not None and self.ready_count > self.max_length) or
-            (self.max_bytes is not None and self.ready_bytes > self.max_bytes))
+        count = self._count()
+        return count > 0 and (
+            (self.max_length is not None and count > self.max_length) or
+            (self.max_bytes is not None and self.ready_bytes + self.paged_bytes > self.max_bytes))
 
     def _enforce_max_length(self) -> None:
+        """drop-head (rabbit_amqqueue_process:maybe_drop_head): the head goes (from the highest
+        priority) until the queue is within its limits. A paged head is owed: counted off now
+        and dropped (dead-lettered) when its page is read back; over x-max-length-bytes only,
+        its size is not known before then, so the drop waits for the page."""
+        owing = set()
         while self._over_limit():
             # the head, as a consumer would see it: in a priority queue the highest-priority
             # oldest message (rabbit_priority_queue drops from its highest sub-queue; seen on
             # RabbitMQ 3.10.8)
-            msg = self._pop_head()
-            self._drop(msg, "maxlen")
+            p = self._head_lane()
+            if p is None:
+                break
+            if self.ready[p]:
+                self._drop(self._pop(p), "maxlen")
+                continue
+            lane = self.lanes[p]
+            if self.max_length is not None and self._count() > self.max_length:
+                lane.owed += 1
+                self.owed += 1
+                owing.add(p)
+                continue
+            self._ask_page(p)
+            break
+        for p in owing:
+            self._ask_owed(p)
+
+    def _ask_owed(self, p: int) -> None:
+        """Owed drops of a lane: dropped unread by the backing queue when nothing needs the
+        messages, else read back (dead-lettering, x-confirm-on nacks, the event log)."""
+        lane = self.lanes[p]
+        if not lane.owed or lane.asked:
+            return
+        if self.dlx is None and not self.late_confirm and not self.events.enabled():
+            lane.asked = True
+            self.out.drop_paged(lane.page_after, lane.owed, p)
+        else:
+            self._ask_page(p)
+
+    def paged_dropped(self, priority: int, n: int, nbytes: int, last_seq: int) -> None:
+        """The backing queue dropped the next n paged messages of a lane (nbytes, the last
+        one's seq_id), as drop_paged asked."""
+        lane = self.lanes[priority]
+        lane.asked = False
+        lane.paged -= n
+        lane.paged_bytes -= nbytes
+        self.paged -= n
+        self.paged_bytes -= nbytes
+        if not n or lane.paged < 0:  # the index holds no more: counts were off
+            self.paged -= lane.paged
+            self.paged_bytes -= lane.paged_bytes
+            lane.paged = lane.paged_bytes = 0
+        if last_seq:
+            lane.page_after = last_seq
+        done = min(n, lane.owed)
+        lane.owed -= done
+        self.owed -= done
+        if lane.owed > lane.paged:
+            self.owed -= lane.owed - lane.paged
+            lane.owed = lane.paged
+        if lane.owed:
+            self._ask_owed(priority)
+        elif self.consumers:
+            self._want_page()
 
     # --- consumers ----------------------------------------------------------------------------
     def consume(self, channel, tag, no_ack, exclusive, prefetch, channel_prefetch, now,
@@ -469,11 +657,18 @@ class QueueCore:
 
     def _deliver_ready(self, now: int, budget: int = 1000) -> bool:
         self._expire_head(now)
+        single = len(self.ready) == 1
         while self.ready_count and self.consumers and budget > 0:
+            if single:
+                p = 0  # one lane: what is in memory is its head
+            else:
+                p = self._head_lane()
+                if not self.ready[p]:
+                    break  # a higher priority is paged out: wait for its page
             c = self.cons.next()
             if c is None:
                 break
-            msg = self._pop_head()
+            msg = self._pop(p)
             if msg.expires_at and msg.expires_at <= now:
                 self._expire(msg)
                 continue
@@ -489,27 +684,92 @@ class QueueCore:
         self._schedule_head()
         return budget == 0 and self.ready_count > 0 and self._next_consumer_exists()
 
+    def _head_lane(self):
+        """The priority whose head is next (the highest with messages), in memory or paged out
+        (owed ones aside); None when the queue is empty."""
+        for p in range(len(self.ready) - 1, -1, -1):
+            if self.ready[p]:
+                return p
+            lane = self.lanes[p]
+            if lane.paged > lane.owed:
+                return p
+        return None
+
+    def _pop(self, p: int) -> Msg:
+        msg = self.ready[p].popleft()
+        self.ready_count -= 1
+        self.ready_bytes -= len(msg.body)
+        return msg
+
     def _want_page(self) -> None:
-        if not self.page_asked and self.ready_count < self.page_size:
-            self.page_asked = True
-            self.out.page_in(self.page_after, self.page_size)
+        """Read back the next page of the highest priority that has a paged part, once fewer
+        than page_size messages of that priority and above are in memory."""
+        in_memory = 0
+        for p in range(len(self.ready) - 1, -1, -1):
+            in_memory += len(self.ready[p])
+            if self.lanes[p].paged:
+                if in_memory < self.page_size:
+                    self._ask_page(p)
+                return
+
+    def _ask_page(self, p: int) -> None:
+        lane = self.lanes[p]
+        if lane.paged and not lane.asked:
+            lane.asked = True
+            self.out.page_in(lane.page_after, self.page_size, p)
 
     def paged_in(self, entries: list, dropped: int, dropped_bytes: int, now: int,
-                 wall_now: int) -> None:
-        """The backing queue read the next page: [(IndexEntry, body, persistent)] in order;
-        `dropped` entries were transient ones left from before a restart."""
-        self.page_asked = False
-        self._load(entries, now, wall_now)
+                 wall_now: int, priority: int = 0) -> None:
+        """The backing queue read the next page of a lane: [(IndexEntry, body, persistent)] in
+        order; `dropped` entries were transient ones left from before a restart. Owed ones
+        (drop-head) are dropped first."""
+        lane = self.lanes[priority]
+        lane.asked = False
+        msgs = self._msgs_of(entries, now, wall_now)
         n = len(entries) + dropped
+        nbytes = sum(len(b) for _, b, _ in entries) + dropped_bytes
+        lane.paged -= n
+        lane.paged_bytes -= nbytes
         self.paged -= n
-        self.paged_bytes -= sum(len(b) for _, b, _ in entries) + dropped_bytes
-        if not entries and not dropped or self.paged < 0:
-            self.paged = self.paged_bytes = 0  # the index holds no more: counts were off
+        self.paged_bytes -= nbytes
+        if not entries and not dropped or lane.paged < 0:
+            # the index holds no more: counts were off
+            self.paged -= lane.paged
+            self.paged_bytes -= lane.paged_bytes
+            lane.paged = lane.paged_bytes = 0
         if entries:
-            self.page_after = entries[-1][0].seq_id
+            lane.page_after = entries[-1][0].seq_id
+        owed = min(lane.owed, len(msgs))
+        lane.owed -= owed
+        self.owed -= owed
+        if lane.owed > lane.paged:  # stale entries (dropped at read) were owed ones
+            self.owed -= lane.owed - lane.paged
+            lane.owed = lane.paged
+        for msg in msgs[:owed]:
+            self._drop(msg, "maxlen")
+        ready = self.ready
+        for msg in msgs[owed:]:
+            ready[msg.priority].append(msg)
+            self.ready_count += 1
+            self.ready_bytes += len(msg.body)
+        if lane.owed:
+            self._ask_owed(priority)  # more to drop
+        if self.max_length is not None or self.max_bytes is not None:
+            self._enforce_max_length()
+        if lane.pubs is not None and not lane.paged:
+            lane.pubs = None
+        if self._answers:
+            self._flush_answers()
 
     def _load(self, entries: list, now: int, wall_now: int) -> None:
         ready = self.ready
+        for msg in self._msgs_of(entries, now, wall_now):
+            ready[msg.priority].append(msg)
+            self.ready_count += 1
+            self.ready_bytes += len(msg.body)
+
+    def _msgs_of(self, entries: list, now: int, wall_now: int) -> list:
+        out = []
         for e, body, persistent in entries:
             expires_at = 0
             if e.expires_at:
@@ -518,9 +778,13 @@ class QueueCore:
                       min(e.priority, self.max_priority), expires_at, msg_id=e.msg_id)
             msg.redelivered = e.delivered
             msg.stored = True
-            ready[msg.priority].append(msg)
-            self.ready_count += 1
-            self.ready_bytes += len(body)
+            pubs = self.lanes[msg.priority].pubs
+            if pubs is not None:
+                found = pubs.take(msg.seq_id)
+                if found is not None:
+                    msg.publisher, msg.pub_seq = found
+            out.append(msg)
+        return out
 
     def _withholding(self) -> bool:
         """Publisher credit waits: too much ready (queue_backlog_bytes, 0 = no mark) or the
@@ -607,6 +871,11 @@ class QueueCore:
             for msg in waiting:
                 if not msg.stored:
                     self._answer(msg, True)
+            for lane in self.lanes:  # paged out meanwhile: written, confirmed as enqueue's
+                if lane.pubs is not None:
+                    for publisher, pub_seq in lane.pubs.drain():
+                        self._answers.setdefault((publisher, True), []).append(pub_seq)
+                    lane.pubs = None
             self._flush_answers()
 
     # --- policies ---------------------------------------------------------------------------
@@ -615,8 +884,7 @@ class QueueCore:
         queue_settings). As rabbit_amqqueue_process:process_args_policy/1: a new message TTL
         applies to messages published from now on, a new max-length / max-length-bytes drops
         or dead-letters the head at once (drop-head) or refuses what comes next (reject-*), a
-        new expires counts from the queue's last use. A queue that becomes length-limited stops
-        paging new messages out (it never pages again before a restart)."""
+        new expires counts from the queue's last use. The limit counts paged messages too."""
         self.ttl = _int(args.get("x-message-ttl"))
         self.expires = _int(args.get("x-expires"))
         self.max_length = _int(args.get("x-max-length"))
@@ -625,7 +893,6 @@ class QueueCore:
         self.dlx = args.get("x-dead-letter-exchange")
         self.dlrk = args.get("x-dead-letter-routing-key")
         if self.max_length is not None or self.max_bytes is not None:
-            self.pageable = False
             if self.overflow == "drop-head" and self._over_limit():
                 self._enforce_max_length()
         if self.expires:
@@ -653,12 +920,13 @@ class QueueCore:
         message is paged out (ask again after `paged_in`)."""
         self.last_used = now
         self._expire_head(now)
-        if not self.ready_count:
-            if self.paged:
-                self._want_page()
-                return WAIT
+        p = self._head_lane()
+        if p is None:
             return None
-        msg = self._pop_head()
+        if not self.ready[p]:
+            self._want_page()
+            return WAIT
+        msg = self._pop(p)
         if no_ack:
             if self.late_confirm:
                 self._answer(msg, True)
@@ -682,17 +950,7 @@ class QueueCore:
         msg.redelivered = True
         if self.paged:
             self._want_page()
-        return item, msg.body, self.ready_count + self.paged
-
-    def _pop_head(self, lowest=False) -> Msg:
-        order = range(len(self.ready)) if lowest else range(len(self.ready) - 1, -1, -1)
-        for p in order:
-            if self.ready[p]:
-                msg = self.ready[p].popleft()
-                self.ready_count -= 1
-                self.ready_bytes -= len(msg.body)
-                return msg
-        raise IndexError("queue is empty")
+        return item, msg.body, self._count()
 
     # --- settlement ---------------------------------------------------------------------------
     def settle(self, channel, op, seq_ids, now) -> None:
@@ -832,19 +1090,28 @@ class QueueCore:
 
     # --- admin --------------------------------------------------------------------------------
     def info(self) -> tuple[int, int]:
-        return self.ready_count + self.paged, len(self.consumers)
+        return self._count(), len(self.consumers)
 
     def stats(self) -> dict:
         """rabbitmqctl list_queues' counters."""
-        ready, unacked = self.ready_count + self.paged, len(self.unacked)
+        ready, unacked = self._count(), len(self.unacked)
         return {"messages": ready + unacked, "messages_ready": ready,
                 "messages_unacknowledged": unacked, "consumers": len(self.consumers)}
 
     def purge(self) -> int:
-        n = self.ready_count + self.paged
+        n = self._count()
         if self.paged:
-            self.out.purge_paged(self.page_after)
-            self.paged = self.paged_bytes = 0
+            for p, lane in enumerate(self.lanes):
+                if lane.paged:
+                    self.out.purge_paged(lane.page_after, p)
+                if lane.pubs is not None:  # x-confirm-on: the paged ones are lost: nack
+                    for publisher, pub_seq in lane.pubs.drain():
+                        self._answers.setdefault((publisher, False), []).append(pub_seq)
+                    lane.pubs = None
+                lane.paged = lane.paged_bytes = lane.owed = 0
+                lane.asked = False
+            self.paged = self.paged_bytes = self.owed = 0
+            self._flush_answers()
         dropped = []
         for ready in self.ready:
             dropped.extend(ready.items)
@@ -863,9 +1130,9 @@ class QueueCore:
     def delete(self, if_unused: bool, if_empty: bool) -> int:
         if if_unused and self.consumers:
             raise ChannelError(406, f"queue '{self.name}' in vhost '{self.vhost}' in use")
-        if if_empty and (self.ready_count or self.paged):
+        if if_empty and self._count():
             raise ChannelError(406, f"queue '{self.name}' in vhost '{self.vhost}' not empty")
-        n = self.ready_count + self.paged
+        n = self._count()
         if self.late_confirm:
             # what was never acked is lost with the queue: its publishers hear it now
             for msg, _, _ in self.unacked.values():
@@ -873,6 +1140,10 @@ class QueueCore:
             for ready in self.ready:
                 for msg in ready.items:
                     self._answer(msg, False)
+            for lane in self.lanes:
+                if lane.pubs is not None:
+                    for publisher, pub_seq in lane.pubs.drain():
+                        self._answers.setdefault((publisher, False), []).append(pub_seq)
             self._flush_answers()
         for channel, tag in list(self.consumers):
             self.out.consumer_gone(channel, tag)

@@ -185,7 +185,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
             elif isinstance(msg, ReadyWorkers):
                 return [k for k, w in self.workers.items() if w.ready]
             elif isinstance(msg, DurableQueues):
-                return [key for key, q in self.queues.items() if q["durable"]
+                return [(*key, q.get("arguments") or {}) for key, q in self.queues.items()
+                        if q["durable"]
                         and self.me in (q.get("home", self.me), *(q.get("mirrors") or ()))]
         except Exception:
             log.exception("metadata failed on %r", type(msg).__name__)

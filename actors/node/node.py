@@ -45,7 +45,8 @@ from actors.ctl import ask_node
 from actors.node import definitions_json
 from actors.node.metadata import Metadata
 from actors.node.resources import ResourceMonitor
-from actors.queue.storage import Storage, queue_id
+from actors.queue.backing_queue import lane_queue_ids
+from actors.queue.storage import Storage
 from actors import secure
 from actors.transport import EXIT_RECEIVE_FAILED, Transport, make_address
 
@@ -265,7 +266,8 @@ class Node:
         """Queue indexes of queues that are not defined any more (durable exclusive queues of
         the last run, queues deleted while a worker was down) go before any queue starts, so a
         new queue of the same name starts empty."""
-        keep = {queue_id(v, n) for v, n in self.metadata.ask(DurableQueues())}
+        keep = {qid for v, n, args in self.metadata.ask(DurableQueues())
+                for qid in lane_queue_ids(v, n, args)}
         dropped = Storage.of(self.config).drop_stale(keep)
         if dropped:
             log.info("dropped the indexes of %d queues that are no longer defined", len(dropped))

@@ -29,6 +29,14 @@ RabbitMQ's classic queues v2 do: staged and written like the others, never waite
 at restart.
 A transient queue opens its index the first time it pages (and wipes what a queue of the same
 name may have left there); the node drops transient queues' indexes at boot.
+
+A priority queue keeps each priority in an index of its own (rabbit_priority_queue runs one
+backing queue per priority, named `<name>\0<priority>`): priority 0 in the queue's index,
+priority p > 0 in the index of `lane_name(name, p)`, so that a priority's paged part is read back
+in order without reading the others'. Every message names its priority (Msg.priority, PageIn,
+PurgeAfter).
+Staged writes, cancellation of a message acked before its flush, deliver records and the ack
+log all name the priority of the index a message belongs to.
 """
 
 from __future__ import annotations
@@ -42,8 +50,9 @@ import lmdb
 from pykka import ActorDeadError
 
 from actors import events
-from actors.messages import (DeleteIndex, Forget, PageIn, Paged, Persist, Persisted, PurgeAfter,
-                             RecordDelivery, Recover, Recovered, Refused, Stored)
+from actors.messages import (DeleteIndex, DropPaged, Forget, PageIn, Paged, PagedDropped, Persist,
+                             Persisted, PurgeAfter, RecordDelivery, Recover, Recovered, Refused,
+                             Stored)
 from actors.runtime import LightActor
 from actors.queue.storage import Storage, queue_id
 from protocol.properties import BasicProperties
@@ -64,30 +73,55 @@ class _IdleSync:
     __slots__ = ()
 
 
+def lane_name(name: str, priority: int) -> str:
+    """The name whose index holds a priority queue's messages of one priority (0: the queue's
+    own), as rabbit_priority_queue:mutate_name/2 names its sub-queues."""
+    return name if not priority else f"{name}\x00{chr(priority)}"
+
+
+def priorities(arguments) -> int:
+    """How many priorities (lanes) a queue with these x-arguments has (1 without
+    x-max-priority; at most 256, as the queue core clamps it)."""
+    maxp = (arguments or {}).get("x-max-priority")
+    if isinstance(maxp, bool) or not isinstance(maxp, int) or maxp <= 0:
+        return 1
+    return min(maxp, 255) + 1
+
+
+def lane_queue_ids(vhost: str, name: str, arguments) -> list:
+    """Every index id a durable queue with these arguments may use (the node keeps them)."""
+    return [queue_id(vhost, lane_name(name, p)) for p in range(priorities(arguments))]
+
+
 class BackingQueue(LightActor):
     scheduler_name = "store"  # an fsync stalls the other backing queues, never a queue
 
-    def __init__(self, queue_ref, qdef: dict, config, timers=None):
+    def __init__(self, queue_ref, qdef: dict, config, timers=None, mirror: bool = False):
         super().__init__()
         self.queue_ref = queue_ref  # the Queue actor this serves
         self.durable = qdef["durable"]  # only durable queues persist anything
         self.vhost, self.qname = qdef["vhost"], qdef["name"]  # identity (events)
         self.config = config  # node configuration (storage settings)
         self.timers = timers  # the process's timer thread (sync interval)
+        self.mirror = mirror  # a mirror's: what it staged is written at its stop (a promoted
+        #                       queue adopts the index), transient messages too
         self.storage = Storage.of(config) if self.durable else None  # the node's LMDB env
         self.index = (self.storage.queue_index(qdef["vhost"], qdef["name"])
                       if self.durable else None)  # this queue's queue_index (a transient
         #                                           queue's is opened when it first pages)
         self.qid = queue_id(qdef["vhost"], qdef["name"])  # its key in the environment
+        self.lanes = priorities(qdef.get("arguments"))  # priorities, each with its index
+        self.lane_indexes: dict = {}  # priority (> 0) -> its QueueIndex, opened on first use
         self.pending: dict = {}  # seq_id -> message given in Persist and not written yet: an
         #                          ack before the next flush cancels it (never written)
         self.pending_bytes = 0  # body bytes given in Persist since the last flush (Stored)
-        self.pending_acks: list = []  # seq_ids of written messages acked since the last flush
+        self.pending_acks: list = []  # (priority, seq_id) of written messages acked since the
+        #                               last flush
         self.delivered_pending: set = set()  # pending seq_ids delivered: the publish record
         #                                      carries the flag
-        self.delivered: set = set()  # written seq_ids delivered and not acked: their deliver
-        #                              records are written at a clean stop (after a crash every
-        #                              entry comes back redelivered anyway)
+        self.delivered: set = set()  # (priority, seq_id) written, delivered and not acked: their
+        #                              deliver records are written at a clean stop (after a
+        #                              crash every entry comes back redelivered anyway)
         self.cancelled: set = set()  # seq_ids acked before their flush since the last _sync
         self.unsynced: list = []  # persistent messages not yet confirmed to the queue
         self.staged = False  # in storage.dirty: the next flush writes what this holds
@@ -95,6 +129,7 @@ class BackingQueue(LightActor):
         self.idle_sync = False  # an _IdleSync is on its way
         self.deleted = False  # the queue was deleted (its index is gone)
         self.dirty = False  # the last run did not stop cleanly: every entry may be delivered
+        self.adopting = False  # recovering what a promoted mirror paged out: keep it all
         self.boot_seq = 0  # entries below this seq_id are from before the start: transient
         #                    ones among them (paged out, not meant to survive) are dropped
         self.stopping = False  # in on_stop: the queue is gone, nothing is told to it
@@ -116,13 +151,15 @@ class BackingQueue(LightActor):
             elif isinstance(msg, Forget):
                 self._forget(msg.msgs)
             elif isinstance(msg, Recover):
-                self.queue_ref.tell(Recovered(*self._recover(msg.limit)))
+                self.queue_ref.tell(Recovered(*self._recover(msg.limit, msg.adopt, msg.after)))
             elif isinstance(msg, PageIn):
-                self._flush()
-                self.queue_ref.tell(self._page(msg.after_seq, msg.n))
+                page = self._page(msg.after_seq, msg.n, msg.priority)
+                page.sync = msg.sync
+                self.queue_ref.tell(page)
+            elif isinstance(msg, DropPaged):
+                self.queue_ref.tell(self._drop_paged(msg.after_seq, msg.n, msg.priority))
             elif isinstance(msg, PurgeAfter):
-                self._flush()
-                self._purge_after(msg.after_seq)
+                self._purge_after(msg.after_seq, msg.priority)
             elif isinstance(msg, DeleteIndex):
                 self._delete()
         finally:
@@ -136,15 +173,59 @@ class BackingQueue(LightActor):
             if self.storage is not None:
                 self.storage.maybe_trim()
 
+    # --- the index of each priority -------------------------------------------------------------
+    def _p(self, m) -> int:
+        """The priority (lane) whose index holds a message: 0 without x-max-priority."""
+        return m.priority if self.lanes > 1 else 0
+
+    def _lane(self, priority: int):
+        """The index of a priority, opened on first use (a transient queue's is wiped then).
+        Never called inside a flush (opening an index takes a write transaction of its own):
+        Persist, Forget and the reads open what the flush will write."""
+        if not priority:
+            if self.index is None:
+                self.storage = Storage.of(self.config)
+                self.index = (self.storage.queue_index(self.vhost, self.qname) if self.adopting
+                              else self._open_transient(self.qname))
+            return self.index
+        index = self.lane_indexes.get(priority)
+        if index is None:
+            self.storage = self.storage or Storage.of(self.config)
+            name = lane_name(self.qname, priority)
+            index = (self.storage.queue_index(self.vhost, name)
+                     if self.durable or self.adopting else self._open_transient(name))
+            self.lane_indexes[priority] = index
+        return index
+
+    def _opened(self, priority: int):
+        """The index of a priority if it was opened (None: nothing of it was ever written)."""
+        return self.index if not priority else self.lane_indexes.get(priority)
+
+    def _open_transient(self, name: str):
+        """A transient queue pages (a priority of it) for the first time: the index, emptied
+        of whatever a queue of the same name left in it (one deleted while its worker was
+        down). Its own transaction: nothing of this index is staged yet."""
+        index = self.storage.queue_index(self.vhost, name)
+        store = self.storage.msg_store
+
+        def write(txn):
+            released = index.delete(txn)
+            if released:
+                store.release(txn, released)
+
+        self._write(write)
+        return index
+
     # --- writes ---------------------------------------------------------------------------------
     # Nothing is written when it arrives: Persist and Forget are staged, and one transaction per
     # flush (Storage.flush: every staged backing queue of the process at once) writes the
-    # publishes that were not acked meanwhile and the acks of messages written before. A flush
-    # happens at the sync (the 200 ms timer or the queue going idle), before any read of the
-    # index, and when FLUSH_BYTES of bodies are staged. Storage commits are durable (sync=True).
+    # publishes that were not acked meanwhile and the acks of messages written before, each in
+    # the index of its priority. A flush happens at the sync (the 200 ms timer or the queue
+    # going idle), before any read of any of the queue's indexes, and when FLUSH_BYTES of bodies
+    # are staged. Storage commits are durable (sync=True).
     def _persist(self, msgs) -> None:
-        if self.index is None:
-            self._open_transient_index()
+        for p in {self._p(m) for m in msgs}:
+            self._lane(p)  # opened now: the flush writes into it
         storage = self.storage
         incoming = sum(len(m.body) for m in msgs)
         if storage.disk_alarm(storage.staged_bytes() + incoming):
@@ -177,28 +258,40 @@ class BackingQueue(LightActor):
             self.timers.at(int(time.monotonic() * 1000) + self.config.sync_interval_ms,
                            self.actor_ref, _Sync())
 
+    def _staged(self, m):
+        """The staged (not yet written) message of m's seq_id in m's priority, or None."""
+        staged = self.pending.get(m.seq_id)
+        if staged is not None and self._p(staged) == self._p(m):
+            return staged
+        return None
+
     def _record_delivery(self, msgs) -> None:
         for m in msgs:
-            if m.seq_id in self.pending:
+            if self._staged(m) is not None:
                 self.delivered_pending.add(m.seq_id)
             else:
-                self.delivered.add(m.seq_id)
+                self.delivered.add((self._p(m), m.seq_id))
 
     def _forget(self, msgs) -> None:
-        if self.index is None:
-            return
+        if self.storage is None:
+            return  # (a transient queue that never paged: nothing of it is stored)
         pending = self.pending
         if not msgs and self.pending_acks:
             self.storage.stage(self)
         acked = []
         for m in msgs:
-            seq = m.seq_id
-            if pending.pop(seq, None) is not None:  # acked before its flush: never written
+            seq, p = m.seq_id, self._p(m)
+            if self._staged(m) is not None:  # acked before its flush: never written
+                del pending[seq]
                 self.delivered_pending.discard(seq)
                 self.cancelled.add(seq)
-            else:
-                acked.append(seq)
-                self.delivered.discard(seq)
+                continue
+            if self._opened(p) is None:
+                if not self.durable:
+                    continue  # a priority of a transient queue that never paged
+                self._lane(p)  # opened now: the flush acks in it
+            acked.append((p, seq))
+            self.delivered.discard((p, seq))
         if acked:
             self.pending_acks.extend(acked)
             self._log_acks(acked)
@@ -210,21 +303,23 @@ class BackingQueue(LightActor):
 
     # An ack of a written message waits for the next flush, like everything else; meanwhile it
     # is appended to the queue's ack log (<data_dir>/messages/acks/<queue id>, big-endian u64
-    # seq_ids; one write() to the page cache, no fsync), so that it survives kill -9 of the
-    # worker as a committed LMDB transaction did: recovery replays the log. A flush that wrote
-    # the acks truncates it. A power cut may lose the log's tail: those messages come back,
-    # redelivered (an ack needs no sync of its own; RabbitMQ's queue index journal the same).
+    # records: the priority in the top byte, the seq_id below it; one write() to the page
+    # cache, no fsync), so that it survives kill -9 of the worker as a committed LMDB
+    # transaction did: recovery replays the log. A flush that wrote the acks truncates it. A
+    # power cut may lose the log's tail: those messages come back, redelivered (an ack needs no
+    # sync of its own; RabbitMQ's queue index journal the same).
     def _ack_log_path(self) -> str:
         return os.path.join(self.storage.env.path(), "acks", self.qid.hex())
 
-    def _log_acks(self, seqs) -> None:
+    def _log_acks(self, acks) -> None:
         if not self.durable:
             return  # a transient queue's paged messages do not outlive the node anyway
         if self.ack_log is None:
             os.makedirs(os.path.dirname(self._ack_log_path()), exist_ok=True)
             self.ack_log = os.open(self._ack_log_path(),
                                    os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.write(self.ack_log, struct.pack(f">{len(seqs)}Q", *seqs))
+        os.write(self.ack_log, struct.pack(f">{len(acks)}Q",
+                                           *[(p << _LANE_SHIFT) | seq for p, seq in acks]))
         self.ack_logged = True
 
     def _replay_ack_log(self) -> None:
@@ -237,7 +332,11 @@ class BackingQueue(LightActor):
             return
         n = len(data) // 8
         if n:
-            self.pending_acks.extend(struct.unpack(f">{n}Q", data[:n * 8]))
+            for rec in struct.unpack(f">{n}Q", data[:n * 8]):
+                p = rec >> _LANE_SHIFT
+                if p < self.lanes:
+                    self._lane(p)
+                    self.pending_acks.append((p, rec & _SEQ_MASK))
             self.ack_logged = True
             self.storage.stage(self)
 
@@ -264,28 +363,35 @@ class BackingQueue(LightActor):
 
     def write_staged(self, txn, publishes: bool = True, acks: bool = True) -> None:
         """Storage.flush -> here, inside its transaction: write what this queue staged (the
-        publishes, the acks, or both)."""
-        index, store = self.index, self.storage.msg_store
+        publishes, the acks, or both), each priority into its own index."""
+        store = self.storage.msg_store
         if publishes and self.pending:
             wall_offset = int(time.time() * 1000) - int(time.monotonic() * 1000)
             delivered = self.delivered_pending
-            entries = []
+            by_lane: dict = {}
             for seq in sorted(self.pending):
                 m = self.pending[seq]
+                p = self._p(m)
+                index = self._opened(p)
                 size = len(m.body)
                 embedded = index.embeds(size)
                 if not embedded:
                     store.put(txn, m.msg_id, m.body)
-                entries.append(IndexEntry(
+                by_lane.setdefault(p, []).append(IndexEntry(
                     m.seq_id, m.msg_id, m.exchange, m.routing_key, m.props_raw,
                     m.body if embedded else None, size, m.priority,
                     m.expires_at + wall_offset if m.expires_at else 0,
                     m.redelivered or seq in delivered))
-            index.publish(txn, entries)
+            for p, entries in by_lane.items():
+                self._opened(p).publish(txn, entries)
         if acks and self.pending_acks:
-            released = index.ack(txn, self.pending_acks)
-            if released:
-                store.release(txn, released)
+            by_lane = {}
+            for p, seq in self.pending_acks:
+                by_lane.setdefault(p, []).append(seq)
+            for p, seqs in by_lane.items():
+                released = self._opened(p).ack(txn, seqs)
+                if released:
+                    store.release(txn, released)
 
     def acks_written(self) -> None:
         """Storage.flush -> here: the staged acks are on disk."""
@@ -298,16 +404,18 @@ class BackingQueue(LightActor):
         self.pending = {}
         nbytes, self.pending_bytes = self.pending_bytes, 0
         if ok:
-            self.delivered |= self.delivered_pending
+            if self.delivered_pending:
+                self.delivered.update((self._p(m), m.seq_id) for m in written
+                                      if m.seq_id in self.delivered_pending)
             self.delivered_pending = set()
             if nbytes:
                 self._tell(Stored(nbytes))
             if events.enabled():
-                index = self.index
                 for m in written:
+                    where = "index" if self._opened(self._p(m)).embeds(len(m.body)) \
+                        else "msg_store"
                     events.emit("stored", m.msg_id, actor="backing_queue", vhost=self.vhost,
-                                queue=self.qname, seq_id=m.seq_id,
-                                where="index" if index.embeds(len(m.body)) else "msg_store")
+                                queue=self.qname, seq_id=m.seq_id, where=where)
             return
         # the store is full: the publishes are refused (Refused pays their bytes back); a full
         # store cannot even delete (copy-on-write), so the acks stay staged for the next flush,
@@ -334,14 +442,6 @@ class BackingQueue(LightActor):
     def _flush(self) -> None:
         if self.staged:
             self.storage.flush()
-
-    def _open_transient_index(self) -> None:
-        """A transient queue pages for the first time: its index, emptied of whatever a
-        queue of the same name left in it (one deleted while its worker was down)."""
-        self.storage = Storage.of(self.config)
-        self.index = self.storage.queue_index(self.vhost, self.qname)
-        self._delete()
-        self.deleted = False
 
     def _write(self, fn) -> bool:
         """One LMDB write transaction (durable when it returns); False when the disk (map) is
@@ -374,17 +474,26 @@ class BackingQueue(LightActor):
 
     def on_stop(self) -> None:
         self.stopping = True  # (the queue stopped first: see Queue.on_stop)
-        if self.index is None:
-            return
+        if self.storage is None:
+            return  # (a transient queue that never paged)
         if not self.durable:
-            self._drop_staged()
+            if self.mirror:  # (what it staged after a DeleteIndex is new: written too)
+                self._flush()  # a promoted queue adopts what this mirror paged out
+            else:
+                self._drop_staged()
             return
         self._sync()
         self._close_ack_log()
         if not self.deleted:
-            delivered = sorted(self.delivered)
-            if delivered:
-                self._write(lambda txn: self.index.deliver(txn, delivered))
+            by_lane: dict = {}
+            for p, seq in sorted(self.delivered):
+                by_lane.setdefault(p, []).append(seq)
+            if by_lane:
+                def write(txn):
+                    for p, seqs in by_lane.items():
+                        self._opened(p).deliver(txn, seqs)
+
+                self._write(write)
             self.storage.mark_clean(self.qid)
 
     def _drop_staged(self) -> None:
@@ -401,54 +510,109 @@ class BackingQueue(LightActor):
         self._drop_staged()
         self._close_ack_log(unlink=True)
         self.ack_logged = False
-        if self.index is not None:
+        if self.durable:  # every priority's index, opened or not
+            indexes = [self._lane(p) for p in range(self.lanes)]
+        else:
+            indexes = [i for i in [self.index, *self.lane_indexes.values()] if i is not None]
+        if indexes:
             store = self.storage.msg_store
 
             def write(txn):
-                released = self.index.delete(txn)
-                if released:
-                    store.release(txn, released)
+                for index in indexes:
+                    released = index.delete(txn)
+                    if released:
+                        store.release(txn, released)
 
             self._write(write)
         self.unsynced = []
 
-    def _purge_after(self, after: int) -> None:
-        store = self.storage.msg_store
+    def _drop_paged(self, after: int, n: int, priority: int) -> PagedDropped:
+        """drop-head of paged messages nothing needs: settled without reaching the queue (their
+        acks staged, and logged as a consumer's are)."""
+        self._flush()
+        index = self._lane(priority)
         with self.storage.env.begin() as txn:
-            seqs = list(self.index.live_seq_ids(txn, after))
+            entries = index.read(txn, after, n)
+        if entries:
+            self._forget_entries(entries, priority, log_acks=True)
+        return PagedDropped(priority, len(entries), sum(e.body_size for e in entries),
+                            entries[-1].seq_id if entries else 0, [e.seq_id for e in entries])
+
+    def _purge_after(self, after: int, priority: int = 0) -> None:
+        self._flush()
+        store = self.storage.msg_store
+        index = self._lane(priority)
+        with self.storage.env.begin() as txn:
+            seqs = list(index.live_seq_ids(txn, after))
 
         def write(txn):
-            released = self.index.ack(txn, seqs)
+            released = index.ack(txn, seqs)
             if released:
                 store.release(txn, released)
 
         self._write(write)
 
     # --- reading back ---------------------------------------------------------------------------
-    def _recover(self, limit: int | None) -> tuple[int, list, int, int]:
+    def _recover(self, limit: int | None, adopt: bool = False, after=None) -> tuple:
         """(next seq_id, first messages [(IndexEntry, body, persistent)], how many more and
-        their bytes) of what was published and not acked."""
-        if self.index is None:
+        their bytes) of what was published and not acked; for a priority queue the first
+        page of every priority, and lists by priority of how many more. `adopt`: a promoted
+        mirror's index (what it paged out, transient messages too, all from this run); `after`:
+        per priority, the seq_id up to which the queue has the messages in memory already (the
+        mirror's, which it wrote too): read from there, counted off."""
+        self.adopting = adopt
+        if self.index is None and not adopt:
             return 1, [], 0, 0
-        self._replay_ack_log()
+        indexes = [self._lane(p) for p in range(self.lanes)]
+        self.adopting = False
+        if self.durable:
+            self._replay_ack_log()
         self._flush()
         with self.storage.env.begin() as txn:
-            rec = self.index.recover(txn)
-        self.boot_seq = rec.next_seq_id
+            recs = [index.recover(txn) for index in indexes]
+        # (a promoted mirror's transient entries are not from before a restart: kept)
+        self.boot_seq = 0 if adopt else max(rec.next_seq_id for rec in recs)
         # after a crash a deliver record may be missing for a message that did reach a client
         # (it is written behind the delivery): all may have been delivered, redelivered=true
         clean = self.storage.was_clean(self.qid)
-        self.dirty = rec.live > 0 and not clean
-        page = self._page(-1, limit or rec.live + 1)
-        more = rec.live - len(page.entries) - page.dropped
-        more_bytes = rec.live_bytes - sum(len(b) for _, b, _ in page.entries) - \
-            page.dropped_bytes
-        return max(rec.next_seq_id, 1), page.entries, max(more, 0), max(more_bytes, 0)
+        self.dirty = any(rec.live for rec in recs) and not clean and not adopt
+        entries, more, more_bytes = [], [], []
+        for p, rec in enumerate(recs):
+            if not rec.live:
+                more.append(0)
+                more_bytes.append(0)
+                continue
+            start, held, held_bytes = -1, 0, 0
+            if after and after.get(p):
+                start = after[p]
+                with self.storage.env.begin() as txn:
+                    at = -1
+                    while True:
+                        chunk = indexes[p].read(txn, at, 1024)
+                        below = [e for e in chunk if e.seq_id <= start]
+                        held += len(below)
+                        held_bytes += sum(e.body_size for e in below)
+                        if len(below) < len(chunk) or not chunk:
+                            break
+                        at = chunk[-1].seq_id
+            page = self._page(start, limit or rec.live + 1, p)
+            entries += page.entries
+            more.append(max(rec.live - held - len(page.entries) - page.dropped, 0))
+            more_bytes.append(max(rec.live_bytes - held_bytes -
+                                  sum(len(b) for _, b, _ in page.entries) -
+                                  page.dropped_bytes, 0))
+        entries.sort(key=lambda e: e[0].seq_id)
+        next_seq = max(max(rec.next_seq_id for rec in recs), 1)
+        if self.lanes == 1:
+            return next_seq, entries, more[0], more_bytes[0]
+        return next_seq, entries, more, more_bytes
 
-    def _page(self, after: int, limit: int) -> Paged:
+    def _page(self, after: int, limit: int, priority: int = 0) -> Paged:
+        self._flush()  # what is staged is in the index before it is read
         out, stale = [], []
+        index = self._lane(priority)
         with self.storage.env.begin() as txn:
-            entries = self.index.read(txn, after, limit)
+            entries = index.read(txn, after, limit)
             for e in entries:
                 persistent = _persistent(e.props_raw)
                 if not persistent and e.seq_id < self.boot_seq:
@@ -466,13 +630,22 @@ class BackingQueue(LightActor):
                     e = e._replace(delivered=True)
                 out.append((e, bytes(body), persistent))
         if stale:
-            self._forget_entries(stale)
-        return Paged(out, len(stale), sum(e.body_size for e in stale))
+            self._forget_entries(stale, priority)
+        return Paged(out, len(stale), sum(e.body_size for e in stale), priority)
 
-    def _forget_entries(self, entries) -> None:
-        """Entries dropped while paging in: acked with the next flush."""
-        self.pending_acks.extend(e.seq_id for e in entries)
+    def _forget_entries(self, entries, priority: int, log_acks: bool = False) -> None:
+        """Entries dropped while paging in (or by drop-head): acked in their priority's index
+        with the next flush."""
+        acks = [(priority, e.seq_id) for e in entries]
+        self.pending_acks.extend(acks)
+        if log_acks:
+            self._log_acks(acks)
         self.storage.stage(self)
+        self._arm_timer()
+
+
+_LANE_SHIFT = 56  # an ack log record: priority << _LANE_SHIFT | seq_id
+_SEQ_MASK = (1 << _LANE_SHIFT) - 1
 
 
 FLUSH_BYTES = 4 << 20  # staged body bytes that make a flush before the sync is due

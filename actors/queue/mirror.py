@@ -10,18 +10,26 @@ simpler shape:
 - a mirror joins by MirrorJoin and is sent everything the master holds (an eager sync, as
   ha-sync-mode: automatic); it is *synchronised* once it has acknowledged that batch, and only a
   synchronised mirror may take over (the leader promotes it, actors/node/metadata_cluster.py);
-- a mirror keeps its messages in memory (the master's disk has the persistent ones); promoted, it
-  hands them to a new master Queue actor, which stores the persistent ones of a durable queue in
-  this node's index and delivers them all with redelivered=true (any may have been delivered).
+- a mirror keeps its messages in memory (the master's disk has the persistent ones) up to
+  `queue_page_bytes` of bodies, then pages the rest out to this node's index for the queue (a
+  backing queue of its own, by priority, written and never synced, as the master pages); promoted,
+  it hands the in-memory ones to a new master Queue actor, which recovers the paged ones from the
+  same index, stores the persistent in-memory ones of a durable queue there and delivers them all
+  with redelivered=true (any may have been delivered);
+- a master with paged-out messages syncs a joining mirror by reading them back from its index a
+  page at a time (`PageIn(sync=True)`), holding everything else meanwhile, as RabbitMQ's eager
+  sync blocks the master (rabbit_mirror_queue_sync).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import deque
 
 from actors import messages as m
+from actors.core.queue import Msg
 from actors.naming import queue_actor_name
 from actors.runtime import LightActor
 from queue_index.entry import IndexEntry
@@ -74,6 +82,31 @@ class Masters:
             for addr in self.mirrors:
                 self.send(addr, m.MirrorForget(self.address, seq_ids))
 
+    def purge_paged(self, after_seq: int, priority: int) -> None:
+        """The master's paged-out messages of a priority (after after_seq) were purged."""
+        if self.mirrors:
+            self.flush()
+            for addr in self.mirrors:
+                self.send(addr, m.MirrorForget(self.address, [], after_seq, priority))
+
+    def sync_page(self, mirror: str, items: list, bodies: list) -> None:
+        """Part of a joining mirror's sync: paged-out messages read back (no batch of its own:
+        the mirror is synchronised once it acknowledges `sync_done`'s)."""
+        if mirror in self.mirrors:
+            self.send(mirror, m.MirrorPublish(self.address, self.batch, False, items, bodies))
+
+    def sync_done(self, mirror: str) -> None:
+        """Every paged-out message went to the joining mirror: one more (empty) batch for every
+        mirror, which makes the joining one synchronised once acknowledged."""
+        st = self.mirrors.get(mirror)
+        if st is None:
+            return
+        self.flush()
+        self.batch += 1
+        for addr in self.mirrors:
+            self.send(addr, m.MirrorPublish(self.address, self.batch, False, [], []))
+        st["sync_batch"] = self.batch
+
     def confirm(self, channel, seqs) -> bool:
         """True when the confirm must wait for the mirrors (it is kept here)."""
         if not self.mirrors:
@@ -84,13 +117,16 @@ class Masters:
         self.held.append((self.batch, channel, seqs))
         return True
 
-    def join(self, mirror: str, member: str, messages: list, now_ms: int) -> None:
+    def join(self, mirror: str, member: str, messages: list, now_ms: int,
+             more: bool = False) -> None:
+        """A mirror joins: it is sent what the master holds in memory; `more`: paged-out
+        messages follow (sync_page), and sync_done ends the sync."""
         self.flush()
         self.batch += 1
         items = [[x.seq_id, x.exchange, x.routing_key, x.props_raw, x.persistent, x.priority,
                   wall_ms(now_ms, x.expires_at), x.msg_id] for x in messages]
         self.mirrors[mirror] = {"member": member, "acked": self.batch - 1,
-                                "sync_batch": self.batch}
+                                "sync_batch": None if more else self.batch}
         self.send(mirror, m.MirrorPublish(self.address, self.batch, True, items,
                                           [x.body for x in messages]))
         log.info("queue %s: mirror on %s joined, syncing %d messages", self.address, member,
@@ -102,7 +138,7 @@ class Masters:
         if st is None:
             return []
         st["acked"] = max(st["acked"], batch)
-        if st["sync_batch"] and batch >= st["sync_batch"]:
+        if st["sync_batch"] and batch >= st["sync_batch"]:  # (None: still syncing)
             st["sync_batch"] = 0
             self.synced_cb(st["member"])
         return self._release()
@@ -122,6 +158,15 @@ class Masters:
         return out
 
 
+class _Stored:
+    """What BackingQueue's Forget needs of a message the mirror paged out."""
+
+    __slots__ = ("seq_id", "priority")
+
+    def __init__(self, seq_id: int, priority: int):
+        self.seq_id, self.priority = seq_id, priority
+
+
 class Mirror(LightActor):
     """One queue's mirror on this node: holds what the master holds, acknowledges batches."""
 
@@ -137,22 +182,92 @@ class Mirror(LightActor):
         self.name = queue_actor_name(self.vhost, self.qname)
         self.address = self.transport.address(self.name)
         self.master = ""  # the master we joined
-        self.msgs: dict[int, tuple] = {}  # seq_id -> (item, body), in seq_id order
+        self.msgs: dict[int, tuple] = {}  # seq_id -> (item, body) in memory, in seq_id order
+        self.mem_bytes = 0  # their body bytes
+        self.page_bytes = host.config.queue_page_bytes  # past this in memory, new ones page out
+        self.paging: set = set()  # priorities whose new messages go to the index (until reset)
+        # in-memory messages also in the index: a durable queue's persistent ones, written when
+        # their priority began paging (the index takes seq_ids in ascending order only)
+        self.written: set = set()
+        self.bq = None  # BackingQueue writing this node's index for the queue, once needed
 
     def on_start(self):
         if self.qdef["durable"]:
-            self._drop_index()  # what this node held of the queue before is not the queue
+            # what this node held of the queue before is not the queue: dropped, in order,
+            # before anything the mirror or a promotion writes there
+            self._bq().tell(m.DeleteIndex())
         self.transport.register(self.name, self.actor_ref)
         self.check_master()
 
     def on_stop(self):
         self.transport.unregister(self.name)
+        if self.bq is not None:
+            self.bq.stop(block=False)
 
-    def _drop_index(self) -> None:
-        from actors.queue.backing_queue import BackingQueue
-        bq = BackingQueue.start(self.actor_ref, self.qdef, self.host.config, self.host.timers)
-        bq.tell(m.DeleteIndex())  # in order, before anything a promotion later writes there
-        bq.stop(block=False)
+    def _bq(self):
+        if self.bq is None:
+            from actors.queue.backing_queue import BackingQueue
+            self.bq = BackingQueue.start(self.actor_ref, self.qdef, self.host.config,
+                                         self.host.timers, mirror=True)
+        return self.bq
+
+    def _take(self, items, bodies) -> None:
+        """Messages from the master: in memory, or paged out (written, not synced: the master
+        has the persistent ones on disk) once the mirror holds page_bytes."""
+        out = []
+        mono, wall = int(time.monotonic() * 1000), int(time.time() * 1000)
+
+        def stored(item, body):
+            seq, exchange, rk, props, persistent, priority, expires, msg_id = item
+            if not msg_id:
+                msg_id = item[7] = os.urandom(16)
+            msg = Msg(seq, exchange, rk, props, body, False, priority or 0,
+                      mono + (expires - wall) if expires else 0, msg_id=msg_id)
+            msg.redelivered = True  # promoted, every message may have been delivered
+            return msg
+
+        for item, body in zip(items, bodies):
+            priority = item[5] or 0
+            if self.page_bytes and (priority in self.paging or self.mem_bytes > self.page_bytes):
+                if priority not in self.paging:
+                    self.paging.add(priority)
+                    if self.qdef["durable"]:
+                        # the persistent ones in memory first (ascending seq_ids), so that a
+                        # promotion finds them in the index as the master's would be
+                        for seq, (held, held_body) in self.msgs.items():
+                            if (held[5] or 0) == priority and held[4]:
+                                self.written.add(seq)
+                                out.append(stored(held, held_body))
+                out.append(stored(item, body))
+                continue
+            self.msgs[item[0]] = (item, body)
+            self.mem_bytes += len(body)
+        if out:
+            self._bq().tell(m.Persist(out))
+
+    def _forget(self, msg) -> None:
+        gone = []
+        for seq_id in msg.seq_ids:
+            held = self.msgs.pop(seq_id, None)
+            if held is not None:
+                self.mem_bytes -= len(held[1])
+                if seq_id in self.written:
+                    self.written.discard(seq_id)
+                    gone.append(seq_id)
+            elif self.paging:
+                gone.append(seq_id)
+        if msg.purge_after >= 0:
+            p = msg.priority
+            for seq_id in [s for s, (item, _) in self.msgs.items()
+                           if s > msg.purge_after and (item[5] or 0) == p]:
+                self.mem_bytes -= len(self.msgs.pop(seq_id)[1])
+                self.written.discard(seq_id)  # (its index entry goes with PurgeAfter)
+            if p in self.paging:
+                self._bq().tell(m.PurgeAfter(msg.purge_after, p))
+        if gone:
+            # paged out (the index ignores a seq_id a priority does not hold)
+            self._bq().tell(m.Forget([_Stored(seq_id, p) for p in self.paging
+                                      for seq_id in gone]))
 
     def check_master(self) -> None:
         """(Re)join when the master's address is new (first start, or it restarted)."""
@@ -169,13 +284,16 @@ class Mirror(LightActor):
                     return
                 if msg.reset:
                     self.msgs.clear()
-                for item, body in zip(msg.items, msg.bodies):
-                    self.msgs[item[0]] = (item, body)
+                    self.mem_bytes = 0
+                    if self.paging:
+                        self._bq().tell(m.DeleteIndex())
+                        self.paging.clear()
+                        self.written.clear()
+                self._take(msg.items, msg.bodies)
                 self.transport.send(msg.master, m.MirrorAck(self.address, msg.batch))
             elif isinstance(msg, m.MirrorForget):
                 if msg.master == self.master:
-                    for seq_id in msg.seq_ids:
-                        self.msgs.pop(seq_id, None)
+                    self._forget(msg)
             elif isinstance(msg, m.CheckMaster):
                 self.check_master()
             elif isinstance(msg, m.TakeMessages):
@@ -188,6 +306,10 @@ class Mirror(LightActor):
                                                len(body), priority, expires, True), body,
                                     persistent))
                 self.transport.unregister(self.name)
-                return entries
+                paged = sorted(self.paging)
+                if self.bq is not None:
+                    bq, self.bq = self.bq, None
+                    bq.stop(block=True, timeout=30)  # its writes are in before the new master
+                return entries, paged
         except Exception:
             log.exception("mirror of queue '%s' failed on %s", self.qname, type(msg).__name__)

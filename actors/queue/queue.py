@@ -57,6 +57,11 @@ class EmitStats:
     __slots__ = ()
 
 
+# what a queue handles while it syncs a joining mirror (everything else waits): its backing
+# queue's answers, its mirrors' acks and deaths, its statistics
+_DURING_SYNC = (Stored, Persisted, Refused, m.MirrorAck, MirrorsDown, EmitStats)
+
+
 class Effects:
     """The `out` of QueueCore for one queue actor."""
 
@@ -104,11 +109,15 @@ class Effects:
         if stored:
             self.actor.bq.tell(m.Forget(stored))
 
-    def page_in(self, after_seq, n):
-        self.actor.bq.tell(m.PageIn(after_seq, n))
+    def page_in(self, after_seq, n, priority=0):
+        self.actor.bq.tell(m.PageIn(after_seq, n, priority))
 
-    def purge_paged(self, after_seq):
-        self.actor.bq.tell(m.PurgeAfter(after_seq))
+    def drop_paged(self, after_seq, n, priority=0):
+        self.actor.bq.tell(m.DropPaged(after_seq, n, priority))
+
+    def purge_paged(self, after_seq, priority=0):
+        self.actor.mirrors.purge_paged(after_seq, priority)
+        self.actor.bq.tell(m.PurgeAfter(after_seq, priority))
 
     def dead_letter(self, msg, reason):
         dead_letter_publish(self.actor, msg, reason)
@@ -125,7 +134,7 @@ class Queue(LightActor):
     scheduler_name = "queue"
 
     def __init__(self, host: "QueueHost", qdef: dict, recovered: bool, started_to: str = "",
-                 adopted: list | None = None):
+                 adopted: tuple | None = None):
         super().__init__()
         self.transport = host.transport  # this process's Transport
         self.replica = host.replica  # metadata, for dead-letter routing
@@ -151,13 +160,14 @@ class Queue(LightActor):
         self.pending_gets: list = []  # basic.get waiting for a page of paged-out messages
         self.recovered = recovered  # restarted after a crash
         self.started_to = started_to  # told QueueStarted once recovered (the node)
-        self.adopted = adopted  # a promoted mirror's messages (index entries)
+        # a promoted mirror's messages in memory (index entries), and whether it paged others
+        # out to this node's index (recovered from there)
+        self.adopted = adopted
+        self.sync: dict | None = None  # a joining mirror's sync of the paged part: its state
         self.mirrors = Masters(self.transport.send, self.address, self._mirror_synced)
         self.counters = QueueCounters()  # the management API's message counts
         self.stats_interval = host.config.collect_statistics_interval
         self.core.on_enqueue = lambda msg: self.mirrors.enqueued(msg, now_ms())
-        if host.config.clustered:
-            self.core.pageable = False  # a mirror's sync sends what the master holds in memory
 
     def _mirror_synced(self, member) -> None:
         self.transport.send(self.node, m.Rpc("", 0, "queue.synced", {
@@ -192,21 +202,36 @@ class Queue(LightActor):
     def on_start(self):
         self.core.set_confirm_on(self.confirm_on())
         self.core.set_delivery_limit(self.delivery_limit())
-        if self.durable:
-            # what the index kept (after a restart or a crash) is back before anyone is served:
-            # the queue registers its name (channels reach it) once Recovered is in; it does
-            # not wait for it (the worker's other queues keep running meanwhile)
+        adopted, paged = self.adopted or ([], False)
+        if self.durable or paged:
+            # what the index kept (after a restart or a crash, or what a promoted mirror paged
+            # out) is back before anyone is served: the queue registers its name (channels
+            # reach it) once Recovered is in; it does not wait for it (the worker's other
+            # queues keep running meanwhile)
             limit = self.core.page_size if self.core.pageable else None
-            self.bq.tell(m.Recover(limit))
+            after = {}  # per priority, where the mirror's in-memory messages end
+            for e, _, _ in adopted:
+                p = min(e.priority, self.core.max_priority)
+                after[p] = max(after.get(p, 0), e.seq_id)
+            self.bq.tell(m.Recover(limit, adopt=self.adopted is not None, after=after))
             return
+        if adopted:
+            self.core.restore(adopted[-1][0].seq_id + 1, adopted, 0, 0, now_ms(),
+                              int(time.time() * 1000))
         self._serve()
 
     def _recovered(self, msg: Recovered) -> None:
-        self.core.restore(msg.next_seq, msg.entries, msg.more, msg.more_bytes, now_ms(),
+        entries, next_seq = msg.entries, msg.next_seq
+        adopted = self.adopted[0] if self.adopted else []
+        if adopted:  # the promoted mirror's in-memory messages come before what it paged
+            entries = sorted(adopted + entries, key=lambda e: e[0].seq_id)
+            next_seq = max(next_seq, adopted[-1][0].seq_id + 1)
+        self.core.restore(next_seq, entries, msg.more, msg.more_bytes, now_ms(),
                           int(time.time() * 1000))
-        if msg.entries or msg.more:
+        more = sum(msg.more) if isinstance(msg.more, list) else msg.more  # by priority
+        if msg.entries or more:
             log.info("queue '%s' in vhost '%s': %d persistent messages recovered",
-                     self.qname, self.vhost, len(msg.entries) + msg.more)
+                     self.qname, self.vhost, len(msg.entries) + more)
         self._serve()
 
     def _serve(self) -> None:
@@ -239,28 +264,40 @@ class Queue(LightActor):
                       if info.get("up") and info.get("metadata")]
         return others or [self.node]
 
-    def _adopt(self, entries) -> None:
-        """Promoted from mirror: its messages, all redelivered; the persistent ones of a
-        durable queue go into this node's index."""
-        self.core.restore(entries[-1][0].seq_id + 1, entries, 0, 0, now_ms(),
-                          int(time.time() * 1000))
+    def _adopt(self, adopted) -> None:
+        """Promoted from mirror: its messages (restored with what it paged out), all
+        redelivered; the persistent in-memory ones of a durable queue go into this node's
+        index."""
+        entries, paged = adopted
+        mine = {e[0].seq_id for e in entries}
         store = []
         for msg in self.core.messages():
+            if msg.seq_id not in mine:
+                continue  # read back from the index: stored already
             msg.stored = bool(self.durable and msg.persistent)
+            if msg.stored and msg.priority in paged:
+                continue  # the mirror wrote it to the index when it began paging
             if msg.stored:
                 if not msg.msg_id:
                     msg.msg_id = os.urandom(16)
                 store.append(msg)
         if store:
             self.bq.tell(m.Persist(store))
-        log.warning("queue '%s' in vhost '%s': promoted from mirror with %d messages",
-                    self.qname, self.vhost, len(entries))
+        log.warning("queue '%s' in vhost '%s': promoted from mirror with %d messages in "
+                    "memory%s", self.qname, self.vhost, len(entries),
+                    " and more paged out" if paged else "")
 
     def on_stop(self):
         self.transport.unregister(self.name)
         self.bq.stop(block=False)  # after what it was told; the worker's exit waits for it
 
     def on_receive(self, msg):
+        if isinstance(msg, Paged) and msg.sync:
+            self._sync_page(msg)
+            return
+        if self.sync is not None and not isinstance(msg, _DURING_SYNC):
+            self.sync["stash"].append(msg)  # the queue waits for its mirror's sync
+            return
         core = self.core
         now = now_ms()
         # run deliveries once per drained mailbox (or every HOLD_MAX messages), not per message
@@ -286,10 +323,12 @@ class Queue(LightActor):
                 self._get(msg, now)
             elif isinstance(msg, Paged):
                 core.paged_in(msg.entries, msg.dropped, msg.dropped_bytes, now,
-                              int(time.time() * 1000))
-                gets, self.pending_gets = self.pending_gets, []
-                for get in gets:
-                    self._get(get, now)
+                              int(time.time() * 1000), msg.priority)
+                self._retry_gets(now)
+            elif isinstance(msg, m.PagedDropped):
+                core.paged_dropped(msg.priority, msg.n, msg.nbytes, msg.last_seq)
+                self.mirrors.forget(list(msg.seq_ids))
+                self._retry_gets(now)
             elif isinstance(msg, m.ChannelDown):
                 core.channel_down(msg.sender, now)
             elif isinstance(msg, m.SetLimit):
@@ -319,7 +358,7 @@ class Queue(LightActor):
             elif isinstance(msg, Run):
                 self.run_pending = False
             elif isinstance(msg, m.MirrorJoin):
-                self.mirrors.join(msg.mirror, msg.member, core.messages(), now)
+                self._join(msg, now)
             elif isinstance(msg, m.MirrorAck):
                 self._release(self.mirrors.acked(msg.mirror, msg.batch))
             elif isinstance(msg, MirrorsDown):
@@ -336,10 +375,54 @@ class Queue(LightActor):
             log.exception("queue '%s' in vhost '%s' failed on %s", self.qname, self.vhost,
                           type(msg).__name__)
 
+    def _join(self, msg: m.MirrorJoin, now) -> None:
+        """A mirror joins: what is in memory at once; the paged-out part read back from the
+        index a page at a time, everything else held meanwhile (RabbitMQ's eager sync blocks
+        its master the same way)."""
+        core = self.core
+        self.mirrors.join(msg.mirror, msg.member, core.messages(), now, more=bool(core.paged))
+        if core.paged:
+            lanes = [(p, lane.page_after) for p, lane in enumerate(core.lanes) if lane.paged]
+            self.sync = {"mirror": msg.mirror, "lanes": lanes, "stash": [], "sent": 0}
+            self._sync_next()
+
+    def _sync_next(self) -> None:
+        sync = self.sync
+        if sync["lanes"]:
+            p, after = sync["lanes"][0]
+            self.bq.tell(m.PageIn(after, self.core.page_size, p, sync=True))
+            return
+        self.mirrors.sync_done(sync["mirror"])
+        log.info("queue '%s' in vhost '%s': %d paged-out messages synced to mirror %s",
+                 self.qname, self.vhost, sync["sent"], sync["mirror"])
+        stash, self.sync = sync["stash"], None
+        for held in stash:
+            self.on_receive(held)
+
+    def _sync_page(self, msg: Paged) -> None:
+        sync = self.sync
+        if sync is None:
+            return
+        if msg.entries:
+            self.mirrors.sync_page(sync["mirror"], [
+                [e.seq_id, e.exchange, e.routing_key, e.props_raw, persistent, e.priority,
+                 e.expires_at, e.msg_id] for e, _, persistent in msg.entries],
+                [body for _, body, _ in msg.entries])
+            sync["sent"] += len(msg.entries)
+            sync["lanes"][0] = (msg.priority, msg.entries[-1][0].seq_id)
+        elif not msg.dropped:
+            sync["lanes"].pop(0)
+        self._sync_next()
+
     def _release(self, confirms) -> None:
         for channel, seqs in confirms:
             self.transport.send(channel, m.Confirm(self.address, seqs, True))
             self.counters.confirmed(self.core.confirm_on, len(seqs))
+
+    def _retry_gets(self, now) -> None:
+        gets, self.pending_gets = self.pending_gets, []
+        for get in gets:
+            self._get(get, now)
 
     def _get(self, msg: m.Get, now) -> None:
         got = self.core.get(msg.sender, msg.no_ack, now)

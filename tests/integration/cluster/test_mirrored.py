@@ -135,3 +135,49 @@ def test_kill9_of_the_masters_queue_worker_promotes_a_mirror__C6(nodes):
     assert bodies == {b"p%d" % i for i in range(100)} | {b"t%d" % i for i in range(50)}, row
     nodes.wait(lambda: "leveret@node1" in queue_row(nodes[1], "ha.mixed").get("synced", ""),
                what="the old home back as an in-sync mirror")
+
+
+def test_a_mirrored_queue_pages_and_a_promoted_mirror_delivers_everything__R1(tmp_path):
+    """Issue 12 item 1: paging is on in a cluster. The master pages past queue_page_bytes;
+    mirrors that join a master with a paged part are synced from its index, and page too;
+    kill -9 of the home node promotes a mirror whose queue delivers everything (persistent and
+    transient, in memory and paged out on the mirror) in order."""
+    from tests.integration.cluster.nodes import Nodes
+    cfg = tmp_path / "paging.toml"
+    cfg.write_text("queue_page_bytes = 65536\nqueue_page_size = 100\n")
+    nodes = Nodes(tmp_path, 3, "--config", str(cfg))
+    try:
+        pad = b"." * 994
+        with nodes[0].connection() as c:
+            ch = c.channel()
+            ch.confirm_delivery()
+            ch.queue_declare("hp.deep", durable=True)  # home: node 1, no mirror yet
+            for i in range(2000):  # 30 times queue_page_bytes: the master pages
+                ch.basic_publish("", "hp.deep", b"%06d" % i + pad,
+                                 pika.BasicProperties(delivery_mode=1 + i % 2))
+            # mirrors join now: what is paged out is synced to them from the master's index
+            nodes[0].ctl("set_policy", "ha-all", "^hp\\.", '{"ha-mode": "all"}')
+            nodes.wait(lambda: queue_row(nodes[1], "hp.deep").get("synced", "").count("node")
+                       == 2, timeout=60, what="mirrors synchronised with the paged part")
+            for i in range(2000, 3000):  # the mirrors page these (their memory is full)
+                ch.basic_publish("", "hp.deep", b"%06d" % i + pad,
+                                 pika.BasicProperties(delivery_mode=1 + i % 2))
+        nodes.kill9(0)
+        nodes.wait(lambda: queue_row(nodes[1], "hp.deep").get("node") in
+                   ("leveret@node2", "leveret@node3"), timeout=60, what="a mirror promoted")
+        assert any("more paged out" in b.log_path.read_text()  # the promoted mirror paged
+                   for b in nodes.brokers[1:])
+        with nodes[1].connection() as c:
+            ch = c.channel()
+            assert ch.queue_declare("hp.deep", durable=True, passive=True).method.\
+                message_count == 3000
+            ch.basic_qos(prefetch_count=50)
+            got = []
+            for method, _, body in ch.consume("hp.deep", inactivity_timeout=3):
+                if method is None:
+                    break
+                got.append(int(body[:6]))
+                ch.basic_ack(method.delivery_tag)
+        assert got == list(range(3000))
+    finally:
+        nodes.stop()

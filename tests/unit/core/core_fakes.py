@@ -66,7 +66,7 @@ class QueueOut:
 
     NAMES = ("deliver", "confirm", "reply", "consumer_gone", "credit", "demand", "release",
              "persist", "record_delivery", "forget", "dead_letter", "delete_self", "schedule",
-             "page_in", "purge_paged")
+             "page_in", "purge_paged", "drop_paged")
 
     def __init__(self):
         self.calls: list = []

@@ -35,7 +35,7 @@ def test_messages_past_page_bytes_stay_in_the_index_only():
     q, out = mk()
     pub(q, b"aaaaaa", b"bbbbbb", b"cccccc", b"dddddd")   # 12 bytes > 10 after the second
     assert [m.body for m in q.ready[0].items] == [b"aaaaaa", b"bbbbbb"]
-    assert (q.paged, q.paged_bytes, q.page_after) == (2, 12, 2)
+    assert (q.paged, q.paged_bytes, q.lanes[0].page_after) == (2, 12, 2)
     assert [m.body for m in stored(out)] == [b"aaaaaa", b"bbbbbb", b"cccccc", b"dddddd"]
     assert q.stats()["messages"] == 4 and q.info() == (4, 0)
 
@@ -43,13 +43,13 @@ def test_messages_past_page_bytes_stay_in_the_index_only():
 def test_pages_come_back_in_order_when_memory_runs_low():
     q, out = mk()
     pub(q, *[b"%06d" % i for i in range(8)])
-    diverted = [m for m in stored(out) if m.seq_id > q.page_after]
+    diverted = [m for m in stored(out) if m.seq_id > q.lanes[0].page_after]
     q.consume(CH1, "A", True, False, 0, 0, 0)
     q.run(0)
-    assert out.of("page_in") == [(2, 3)]          # after seq 2, 3 at a time
+    assert out.of("page_in") == [(2, 3, 0)]       # after seq 2, 3 at a time, lane 0
     q.paged_in(page_of(diverted[:3]), 0, 0, 0, 0)
     q.run(0)
-    assert out.of("page_in")[-1] == (5, 3) and q.paged == 3
+    assert out.of("page_in")[-1] == (5, 3, 0) and q.paged == 3
     q.paged_in(page_of(diverted[3:]), 0, 0, 0, 0)
     q.run(0)
     got = [d[2] for d in out.delivered()]
@@ -58,7 +58,7 @@ def test_pages_come_back_in_order_when_memory_runs_low():
 
 def test_new_messages_keep_paging_out_while_some_are_paged():
     q, out = mk(page_bytes=1000)
-    q.paged, q.paged_bytes, q.page_after = 5, 50, 0   # as after a restart
+    q.restore(1, [], 5, 50, 0, 0)   # as after a restart
     pub(q, b"x")
     assert q.ready_count == 0 and q.paged == 6
 
@@ -79,7 +79,7 @@ def test_get_waits_for_a_page():
     pub(q, b"aaaaaaaaaaa", b"b", b"c")
     assert q.get(CH1, True, 0)[1] == b"aaaaaaaaaaa"
     assert q.get(CH1, True, 0) is WAIT
-    diverted = [m for m in stored(out) if m.seq_id > q.page_after]
+    diverted = [m for m in stored(out) if m.seq_id > q.lanes[0].page_after]
     q.paged_in(page_of(diverted), 0, 0, 0, 0)
     item, body, count = q.get(CH1, True, 0)
     assert body == b"b" and count == 1
@@ -89,28 +89,21 @@ def test_purge_settles_paged_messages_too():
     q, out = mk()
     pub(q, b"aaaaaaaaaaa", b"b", b"c")
     assert q.purge() == 3
-    assert out.of("purge_paged") == [(1,)] and q.paged == 0 and q.stats()["messages"] == 0
+    assert out.of("purge_paged") == [(1, 0)] and q.paged == 0 and q.stats()["messages"] == 0
 
 
 def test_dropped_stale_entries_are_counted_off():
     q, out = mk()
-    q.paged, q.paged_bytes, q.page_after = 3, 30, 0
+    q.restore(1, [], 3, 30, 0, 0)
     q.paged_in([], 3, 30, 0, 0)
     assert (q.paged, q.paged_bytes) == (0, 0)
-
-
-def test_priority_and_bounded_queues_do_not_page():
-    for args in ({"x-max-priority": 5}, {"x-max-length": 100}, {"x-max-length-bytes": 10000}):
-        q, out = mk(args)
-        pub(q, b"aaaaaaaaaaa", b"b")
-        assert q.paged == 0 and q.ready_count == 2, args
 
 
 def test_restore_with_more_in_the_index():
     q, out = mk()
     first = [(IndexEntry(7, b"m" * 16, "x", "rk", b"", b"a", 1, 0, 0, True), b"a", True)]
     q.restore(9, first, 5, 50, 0, 0)
-    assert q.ready_count == 1 and (q.paged, q.page_after, q.next_seq) == (5, 7, 9)
+    assert q.ready_count == 1 and (q.paged, q.lanes[0].page_after, q.next_seq) == (5, 7, 9)
     assert q.ready[0].peek().redelivered is True
 
 

@@ -136,3 +136,80 @@ def test_an_ack_waiting_for_its_flush_survives_a_crash_through_the_ack_log(tmp_p
     assert [e.seq_id for e, _, _ in rec.entries] == [2]
     assert _live(s, again) == [2]
     assert os.path.getsize(again._ack_log_path()) == 0  # the flush truncated it
+
+
+# --- priority queues: an index per priority (rabbit_priority_queue's `<name>\0<p>`) ----------
+def _pq(config, name="pq"):
+    ref = _QueueRef()
+    bq = BackingQueue(ref, {"durable": True, "vhost": "/", "name": name,
+                            "arguments": {"x-max-priority": 3}}, config)
+    return bq, ref
+
+
+def _pmsg(seq, priority):
+    m = _msg(seq)
+    m.priority = priority
+    return m
+
+
+class _Stored:
+    """A Forget of a seq_id in one priority, as a mirror sends for every priority it pages."""
+
+    def __init__(self, seq_id, priority):
+        self.seq_id, self.priority = seq_id, priority
+
+
+def _lane_live(s, bq, p):
+    index = bq.index if not p else bq.lane_indexes[p]
+    with s.env.begin() as txn:
+        return [e.seq_id for e in index.read(txn, -1, 1000)]
+
+
+def test_a_priority_queue_flush_writes_each_priority_into_its_own_index(tmp_path, monkeypatch):
+    config, s = _storage(tmp_path, monkeypatch)
+    bq, ref = _pq(config)
+    bq.on_receive(Persist([_pmsg(1, 0), _pmsg(2, 3), _pmsg(3, 3), _pmsg(4, 0)]))
+    assert _lane_live(s, bq, 0) == [] and _lane_live(s, bq, 3) == []  # staged
+    bq.on_receive(_Sync())
+    assert s.flushes == 1  # both indexes in one transaction
+    assert _lane_live(s, bq, 0) == [1, 4] and _lane_live(s, bq, 3) == [2, 3]
+    bq.on_receive(Forget([_pmsg(2, 3), _pmsg(4, 0)]))
+    bq.on_receive(_Sync())
+    assert _lane_live(s, bq, 0) == [1] and _lane_live(s, bq, 3) == [3]
+    with s.env.begin() as txn:
+        assert bq.index.stats(txn)["unknown_acks"] == 0
+        assert bq.lane_indexes[3].stats(txn)["unknown_acks"] == 0
+
+
+def test_an_ack_cancels_a_staged_message_only_in_its_own_priority(tmp_path, monkeypatch):
+    config, s = _storage(tmp_path, monkeypatch)
+    bq, ref = _pq(config)
+    bq.on_receive(Persist([_pmsg(1, 3), _pmsg(2, 0)]))
+    bq.on_receive(Forget([_Stored(1, 0)]))  # seq_id 1 is not priority 0's: not cancelled
+    assert 1 in bq.pending
+    bq.on_receive(Forget([_Stored(2, 0), _Stored(2, 3)]))  # cancelled in 0, unknown in 3
+    assert 2 not in bq.pending
+    bq.on_receive(_Sync())
+    assert _lane_live(s, bq, 3) == [1] and _lane_live(s, bq, 0) == []
+    with s.env.begin() as txn:
+        assert s.msg_store.stats(txn)["bodies"] == 0
+    assert [m.seq_id for p in ref.of(Persisted) for m in p.msgs] == [1, 2]
+
+
+def test_the_ack_log_replays_acks_into_their_priority_index(tmp_path, monkeypatch):
+    """kill -9 between acks of several priorities and the next flush: recovery replays each
+    ack into the index of its priority."""
+    from actors.messages import Recover, Recovered
+    config, s = _storage(tmp_path, monkeypatch)
+    bq, _ = _pq(config)
+    msgs = [_pmsg(1, 0), _pmsg(2, 3), _pmsg(3, 1), _pmsg(4, 3)]
+    bq.on_receive(Persist(msgs))
+    bq.on_receive(_Sync())
+    bq.on_receive(Forget([msgs[1], msgs[2]]))  # staged and logged; the worker "dies"
+    assert _lane_live(s, bq, 3) == [2, 4] and _lane_live(s, bq, 1) == [3]
+    again, ref = _pq(config)
+    again.on_receive(Recover(None))
+    (rec,) = ref.of(Recovered)
+    assert sorted(e.seq_id for e, _, _ in rec.entries) == [1, 4]
+    assert _lane_live(s, again, 3) == [4] and _lane_live(s, again, 1) == []
+    assert os.path.getsize(again._ack_log_path()) == 0
