@@ -30,9 +30,13 @@ The backing queue answers `stored(nbytes)` once it has written what `persist` ga
 it dropped what `drop_paged` asked.
 
 Paging (rabbit_variable_queue's delta): in a queue whose ready bodies pass `page_bytes`, new
-messages go to the index only (counted, no Msg kept) until the queue has drained them again;
-they come back `page_size` at a time once fewer than that are in memory. Every queue type pages,
-as RabbitMQ's classic queues v2:
+messages go to the index only (counted, no Msg kept); they come back `page_size` at a time once
+fewer than that are in memory. A message that arrives while a lane has a paged part but memory
+is below `page_bytes` again waits in memory behind it, in the lane's tail (`Ready.tail`,
+rabbit_variable_queue's q1): once the paged part has been read back the tail joins the head, so
+a queue whose consumers catch up stops paging instead of writing and reading back everything
+that follows; when memory fills again the tail goes to the index first (push_alphas_to_betas),
+then the new message. Every queue type pages, as RabbitMQ's classic queues v2:
 - a priority queue pages each priority apart (a `Lane` each, with an index of its own in the
   backing queue, as rabbit_priority_queue runs one backing queue per priority); a lower priority
   is never delivered while a higher one waits for its page;
@@ -55,6 +59,7 @@ from collections import deque
 from actors.core import NO_EVENTS, credit_flow
 from actors.core.consumers import ChannelState, Consumer, QueueConsumers
 from actors.core.errors import ChannelError
+from actors.core.keep_up import KeepUp
 from actors.core.queue_args import check_consume_arguments
 from protocol.properties import with_long_header
 
@@ -168,12 +173,20 @@ class Msg:
 
 
 class Ready:
-    """Ready messages of one priority, kept in seq_id order (requeues go back in place)."""
+    """Ready messages of one priority, kept in seq_id order (requeues go back in place):
+    `items` the head, deliverable now; `tail` those that came after the lane's paged part,
+    in memory but not deliverable before the paged part has been read back (q1). len() and
+    peek() are the head's; the queue's ready_count and ready_bytes count both."""
 
-    __slots__ = ("items",)
+    __slots__ = ("items", "tail")
 
     def __init__(self):
         self.items: deque = deque()  # Msg, ascending seq_id
+        self.tail: deque = deque()  # Msg, ascending seq_id, all after the lane's paged part
+
+    def all(self) -> list:
+        """Head and tail, in seq_id order."""
+        return [*self.items, *self.tail] if self.tail else list(self.items)
 
     def __len__(self):
         return len(self.items)
@@ -268,6 +281,7 @@ class QueueCore:
         # RabbitMQ), or a publisher of transient messages, confirmed at once, would grow the
         # backing queue's mailbox without bound while the queue pages
         self.store_pending = 0
+        self.keep_up = KeepUp()  # do the consumers keep up with the publishers (credit bias)
         self.page_bytes = page_bytes  # ready bytes in memory past which new messages page out
         self.page_size = page_size  # messages read back per page
         self.pageable = bool(page_bytes)  # every queue type pages (not a mirrored one yet)
@@ -304,11 +318,17 @@ class QueueCore:
                     self.out.dead_letter(Msg(0, exchange, rk, props, body, persistent,
                                              ttl=expiry), "maxlen")
                 continue
-            divert = self.pageable and (
-                self.ready_bytes > self.page_bytes or
-                self.paged and self.lanes[min(priority or 0, self.max_priority)].paged)
+            divert = behind = False
+            if self.pageable:
+                p = min(priority or 0, self.max_priority)
+                if self.ready_bytes > self.page_bytes:
+                    divert = True  # memory is full: to the index (after the lane's tail)
+                    if self.ready[p].tail:
+                        self._spill_tail(p, to_persist)
+                elif self.paged and self.lanes[p].paged:
+                    behind = True  # in memory, behind the lane's paged part
             msg = self._enqueue(exchange, rk, props, body, persistent, priority, expiry, now,
-                                sender, pub_seq, msg_id[0] if msg_id else None, divert)
+                                sender, pub_seq, msg_id[0] if msg_id else None, divert, behind)
             if msg is None:
                 if pub_seq and not self.late_confirm:
                     accepted.append(pub_seq)  # expired at once (TTL 0): confirmed, as RabbitMQ
@@ -328,11 +348,13 @@ class QueueCore:
                 to_persist.append(msg)
             elif self.late_confirm:
                 pass  # confirmed by a consumer's ack; never stored before delivery
-            elif divert and not persistent:
-                # paged out though transient: stored, but confirmed now and not recovered
+            elif divert and not (persistent and self.durable):
+                # paged out though transient (or in a transient queue): stored, but confirmed
+                # now and not recovered
                 if pub_seq:
                     accepted.append(pub_seq)
                     msg.pub_seq = 0
+                msg.persistent = False  # written, never synced (the index keeps its mode)
                 msg.stored = True
                 to_persist.append(msg)
             elif persistent and self.durable:
@@ -354,11 +376,16 @@ class QueueCore:
             self.out.confirm(sender, accepted, True)
         if refused:
             self.out.confirm(sender, refused, False)
+        keep_up = self.keep_up
+        keep_up.roll(now)
+        keep_up.ins += len(items)
         if sender:
             due = self.credit.received(sender, len(items), sum(map(len, bodies)))
             if due is not None:
                 if self._withholding():
                     self.credit.withhold(sender, due)
+                    if keep_up.on:
+                        self._schedule(keep_up.due())  # a verdict that may end frees it
                 else:
                     self.out.credit(sender, *due)
         self.run(now)
@@ -407,19 +434,22 @@ class QueueCore:
                     lane.paged_bytes -= len(msg.body)
                     self.paged -= 1
                     self.paged_bytes -= len(msg.body)
-            for lane in self.lanes:
+            for p, lane in enumerate(self.lanes):
                 if lane.pubs:  # x-confirm-on: lost before any consumer saw them: nack
                     for publisher, pub_seq in lane.pubs.discard(gone):
                         self.out.confirm(publisher, [pub_seq], False)
+                if not lane.paged:
+                    self._join_tail(p)
         for ready in self.ready:
-            kept = [msg for msg in ready.items if msg.seq_id not in gone]
-            if len(kept) != len(ready.items):
-                for msg in ready.items:
-                    if msg.seq_id in gone:
-                        self.ready_count -= 1
-                        self.ready_bytes -= len(msg.body)
-                ready.items.clear()
-                ready.items.extend(kept)
+            for part in (ready.items, ready.tail):
+                kept = [msg for msg in part if msg.seq_id not in gone]
+                if len(kept) != len(part):
+                    for msg in part:
+                        if msg.seq_id in gone:
+                            self.ready_count -= 1
+                            self.ready_bytes -= len(msg.body)
+                    part.clear()
+                    part.extend(kept)
         by_channel: dict[str, list] = {}
         for msg in msgs:
             if msg.pub_seq:
@@ -428,7 +458,7 @@ class QueueCore:
             self.out.confirm(channel, seqs, False)
 
     def _enqueue(self, exchange, rk, props, body, persistent, priority, expiry, now, sender,
-                 pub_seq, msg_id=None, divert=False):
+                 pub_seq, msg_id=None, divert=False, behind=False):
         ttl = self.ttl
         if expiry is not None and expiry >= 0:
             ttl = expiry if ttl is None else min(ttl, expiry)
@@ -458,14 +488,53 @@ class QueueCore:
             self.paged += 1
             self.paged_bytes += len(body)
             return msg
-        self.ready[msg.priority].append(msg)
+        if behind:
+            self.ready[msg.priority].tail.append(msg)
+        else:
+            self.ready[msg.priority].append(msg)
         self.ready_count += 1
         self.ready_bytes += len(body)
         return msg
 
+    def _spill_tail(self, p: int, to_persist: list) -> None:
+        """Memory is full again while lane p has a paged part: its tail goes to the index, in
+        order, before anything newer (push_alphas_to_betas). What a paged message needs, as
+        publish() gives a diverted one: an id, the x-confirm-on waiter kept by the lane, a
+        write (a persistent message of a durable queue has had its own already)."""
+        ready, lane = self.ready[p], self.lanes[p]
+        tail, ready.tail = ready.tail, deque()
+        for msg in tail:
+            size = len(msg.body)
+            self.ready_count -= 1
+            self.ready_bytes -= size
+            lane.paged += 1
+            lane.paged_bytes += size
+            self.paged += 1
+            self.paged_bytes += size
+            if msg.stored:
+                continue  # persistent, durable: in the index since it came
+            if msg.msg_id is None:
+                msg.msg_id = self.random_bytes(16)
+            if self.late_confirm:
+                if msg.pub_seq and msg.publisher:
+                    if lane.pubs is None:
+                        lane.pubs = PagedPublishers()
+                    lane.pubs.add(msg.seq_id, msg.publisher, msg.pub_seq)
+            msg.pub_seq = 0  # confirmed when it came, or the lane answers for it
+            msg.persistent = False  # written, never synced for its own sake
+            msg.stored = True
+            to_persist.append(msg)
+
+    def _join_tail(self, p: int) -> None:
+        """Lane p's paged part has been read back: its tail is next, deliverable."""
+        ready = self.ready[p]
+        if ready.tail:
+            ready.items.extend(ready.tail)
+            ready.tail = deque()
+
     def messages(self) -> list:
         """Every message in memory, ready or unacked, in seq_id order (a mirror's sync)."""
-        out = [msg for ready in self.ready for msg in ready.items]
+        out = [msg for ready in self.ready for msg in ready.all()]
         out += [e[0] for e in self.unacked.values()]
         return sorted(out, key=lambda msg: msg.seq_id)
 
@@ -506,6 +575,13 @@ class QueueCore:
                 self._drop(self._pop(p), "maxlen")
                 continue
             lane = self.lanes[p]
+            if lane.owed >= lane.paged:
+                # every paged message is owed already: the next oldest is the tail's first
+                msg = self.ready[p].tail.popleft()
+                self.ready_count -= 1
+                self.ready_bytes -= len(msg.body)
+                self._drop(msg, "maxlen")
+                continue
             if self.max_length is not None and self._count() > self.max_length:
                 lane.owed += 1
                 self.owed += 1
@@ -549,6 +625,8 @@ class QueueCore:
         if lane.owed > lane.paged:
             self.owed -= lane.owed - lane.paged
             lane.owed = lane.paged
+        if not lane.paged:
+            self._join_tail(priority)
         if lane.owed:
             self._ask_owed(priority)
         elif self.consumers:
@@ -656,11 +734,14 @@ class QueueCore:
         return self._deliver_ready(now, budget)
 
     def _deliver_ready(self, now: int, budget: int = 1000) -> bool:
+        self.keep_up.roll(now)
         self._expire_head(now)
         single = len(self.ready) == 1
         while self.ready_count and self.consumers and budget > 0:
             if single:
-                p = 0  # one lane: what is in memory is its head
+                p = 0  # one lane: what is in memory is its head, or its tail (paged before)
+                if not self.ready[0]:
+                    break  # wait for the page
             else:
                 p = self._head_lane()
                 if not self.ready[p]:
@@ -691,7 +772,7 @@ class QueueCore:
             if self.ready[p]:
                 return p
             lane = self.lanes[p]
-            if lane.paged > lane.owed:
+            if lane.paged > lane.owed or self.ready[p].tail:
                 return p
         return None
 
@@ -752,6 +833,8 @@ class QueueCore:
             ready[msg.priority].append(msg)
             self.ready_count += 1
             self.ready_bytes += len(msg.body)
+        if not lane.paged:
+            self._join_tail(priority)
         if lane.owed:
             self._ask_owed(priority)  # more to drop
         if self.max_length is not None or self.max_bytes is not None:
@@ -790,7 +873,14 @@ class QueueCore:
         """Publisher credit waits: too much ready (queue_backlog_bytes, 0 = no mark) or the
         backing queue is behind with its writes."""
         return (self.store_pending > STORE_BEHIND_BYTES or
-                bool(self.backlog_bytes) and self.ready_bytes > self.backlog_bytes)
+                bool(self.backlog_bytes) and self.ready_bytes > self.backlog_bytes or
+                self._consumers_first())
+
+    def _consumers_first(self) -> bool:
+        """Consumers that keep up (actors/core/keep_up.py) get the queue before more
+        publishes once it holds more than its memory budget: credit waits, nothing pages."""
+        return (self.keep_up.on and self.pageable and bool(self.consumers) and
+                self.ready_bytes + self.paged_bytes > self.page_bytes)
 
     def _persist(self, msgs: list) -> None:
         self.store_pending += sum(len(msg.body) for msg in msgs)
@@ -811,6 +901,7 @@ class QueueCore:
         return self.cons.any_can_take()
 
     def _deliver(self, c: Consumer, msg: Msg) -> None:
+        self.keep_up.outs += 1
         st = self.channels[c.channel]
         self.cons.delivering(st, len(msg.body))
         items, bodies = self._batches.setdefault(c.channel, ([], []))
@@ -861,7 +952,7 @@ class QueueCore:
         self.confirm_on = mode
         self.late_confirm = mode in ("ack", "ack-lite")
         if was_late and not self.late_confirm:
-            waiting = [msg for ready in self.ready for msg in ready.items if msg.pub_seq]
+            waiting = [msg for ready in self.ready for msg in ready.all() if msg.pub_seq]
             waiting += [e[0] for e in self.unacked.values() if e[0].pub_seq]
             store = [msg for msg in waiting if msg.persistent and self.durable]
             for msg in store:
@@ -927,6 +1018,7 @@ class QueueCore:
             self._want_page()
             return WAIT
         msg = self._pop(p)
+        self.keep_up.outs += 1
         if no_ack:
             if self.late_confirm:
                 self._answer(msg, True)
@@ -1070,6 +1162,9 @@ class QueueCore:
 
     def tick(self, now) -> None:
         self._scheduled = 0
+        self.keep_up.roll(now)
+        if self.credit.owed and self.keep_up.on:
+            self._schedule(self.keep_up.due())  # judged again then
         if self.expires and not self.consumers and now - self.last_used >= self.expires:
             if not self.deleted:
                 self.out.delete_self("x-expires: unused for %d ms" % self.expires)
@@ -1114,8 +1209,9 @@ class QueueCore:
             self._flush_answers()
         dropped = []
         for ready in self.ready:
-            dropped.extend(ready.items)
+            dropped.extend(ready.all())
             ready.items.clear()
+            ready.tail.clear()
         self.ready_count = self.ready_bytes = 0
         if dropped:
             if self.late_confirm:
@@ -1138,7 +1234,7 @@ class QueueCore:
             for msg, _, _ in self.unacked.values():
                 self._answer(msg, False)
             for ready in self.ready:
-                for msg in ready.items:
+                for msg in ready.all():
                     self._answer(msg, False)
             for lane in self.lanes:
                 if lane.pubs is not None:

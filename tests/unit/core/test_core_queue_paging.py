@@ -56,11 +56,68 @@ def test_pages_come_back_in_order_when_memory_runs_low():
     assert got == [b"%06d" % i for i in range(8)] and q.paged == 0
 
 
-def test_new_messages_keep_paging_out_while_some_are_paged():
+def test_a_message_that_comes_while_some_are_paged_waits_in_memory_behind_them():
+    """rabbit_variable_queue's q1: memory is below page_bytes again, so the new message is not
+    written and read back; it is delivered after the paged part, then paging is over."""
     q, out = mk(page_bytes=1000)
-    q.restore(1, [], 5, 50, 0, 0)   # as after a restart
-    pub(q, b"x")
-    assert q.ready_count == 0 and q.paged == 6
+    q.restore(1, [], 2, 12, 0, 0)   # as after a restart: two messages in the index only
+    pub(q, b"x", persistent=False)
+    assert (q.ready_count, q.paged, len(q.ready[0]), stored(out)) == (1, 2, 0, [])
+    assert q.stats()["messages"] == 3
+    q.consume(CH1, "A", True, False, 0, 0, 0)
+    q.run(0)
+    assert out.delivered() == [] and out.of("page_in") == [(0, 3, 0)]  # the paged part first
+    paged = [IndexEntry(s, b"m" * 16, "x", "rk", b"\x00\x00", b"old%d" % s, 4, 0, 0, False)
+             for s in (1, 2)]
+    q.paged_in([(e, e.body, True) for e in paged], 0, 0, 0, 0)
+    q.run(0)
+    assert [d[2] for d in out.delivered()] == [b"old1", b"old2", b"x"]
+    assert q.paged == 0 and not q.ready[0].tail
+    pub(q, b"y", persistent=False)  # paging is over: straight to the consumer
+    q.run(0)
+    assert out.delivered()[-1][2] == b"y" and stored(out) == []
+
+
+def test_when_memory_fills_again_the_tail_goes_to_the_index_first_in_order():
+    q, out = mk(page_bytes=10)
+    q.restore(1, [], 1, 6, 0, 0)
+    pub(q, b"aaaaaa", b"bbbbbb", b"cccccc", persistent=False, seqs=[1, 2, 3])
+    # a and b wait in memory behind the paged one; then memory is past 10: both go to the
+    # index before c does
+    assert [m.body for m in stored(out)] == [b"aaaaaa", b"bbbbbb", b"cccccc"]
+    assert (q.ready_count, q.ready_bytes, q.paged, q.paged_bytes) == (0, 0, 4, 24)
+    assert all(m.stored and m.pub_seq == 0 and len(m.msg_id) == 16 for m in stored(out))
+    assert out.of("confirm") == [(PUB, [1, 2, 3], True)]  # transient: confirmed as they came
+
+
+def test_x_confirm_on_waiters_of_a_spilled_tail_are_kept_by_the_lane():
+    q, out = mk({"x-confirm-on": "ack"}, page_bytes=10)
+    q.restore(1, [], 1, 6, 0, 0)
+    pub(q, b"aaaaaa", b"bbbbbb", b"cccccc", seqs=[1, 2, 3])
+    assert out.of("confirm") == []
+    assert sorted(q.lanes[0].pubs.seqs) == [m.seq_id for m in stored(out)]
+    assert q.purge() == 4
+    assert sorted(s for (_, seqs, ok) in out.of("confirm") for s in seqs if not ok) == [1, 2, 3]
+
+
+def test_drop_head_reaches_the_tail_once_every_paged_message_is_owed():
+    q, out = mk({"x-max-length": 1}, page_bytes=1000)
+    q.restore(1, [], 1, 6, 0, 0)
+    pub(q, b"a", persistent=False)   # behind the paged one: 2 > 1, the paged head is owed
+    assert (q.lanes[0].owed, q.stats()["messages"]) == (1, 1)
+    pub(q, b"b", persistent=False)   # the paged one is owed already: a goes
+    assert q.stats()["messages"] == 1 and [m.body for m in q.ready[0].tail] == [b"b"]
+    q.paged_dropped(0, 1, 6, 1)
+    assert [m.body for m in q.ready[0].items] == [b"b"] and not q.ready[0].tail
+
+
+def test_a_persistent_message_paged_out_of_a_transient_queue_is_written():
+    """A non-durable queue never syncs: a persistent message it pages out is written like a
+    transient one (and confirmed at once), or its page would come back without it."""
+    q, out = mk(durable=False)
+    pub(q, b"aaaaaaaaaaa", b"b", persistent=True, seqs=[1, 2])
+    assert [m.body for m in stored(out)] == [b"b"] and q.paged == 1
+    assert out.of("confirm") == [(PUB, [1, 2], True)]
 
 
 def test_transient_message_paged_out_is_confirmed_at_once_and_stored():

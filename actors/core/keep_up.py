@@ -1,0 +1,51 @@
+"""Whether a queue's consumers keep up with its publishers, measured over windows of time.
+
+A queue whose consumers take at least `ratio` of what its publishers bring (over the last
+window) gives them the priority: once it holds more than its memory budget, publisher credit
+waits (credit_flow) instead of the queue paging, and what is already paged out drains before
+more comes in. Paging would cost the same worker a write and a read of every message, which
+its consumers, bound by their prefetch round trip, cannot afford: they would fall further
+behind until every message goes through the disk (the regression of issue 10's case (c)).
+Consumers that take less than that (slow ones, or none at all) leave the publishers alone:
+the queue pages, as RabbitMQ's classic queues do. A consumer that stops taking (a window with
+no deliveries) ends the priority at the window's end, so a publisher is never held by a
+consumer that does not drain.
+
+rabbit_amqqueue_process does the like by mailbox priorities (`consumer_bias`: consumers' acks
+and delivery credit before publishes while egress is below twice the ingress); here publishes
+and deliveries cross different actors and processes, so the bias is on the credit.
+
+Pure: times are integer milliseconds of a monotonic clock passed in.
+"""
+
+from __future__ import annotations
+
+WINDOW_MS = 1000  # one measurement
+RATIO = 0.5  # consumers keep up when they take at least this share of what comes in
+
+
+class KeepUp:
+    __slots__ = ("window", "ratio", "start", "ins", "outs", "on")
+
+    def __init__(self, window: int = WINDOW_MS, ratio: float = RATIO):
+        self.window = window
+        self.ratio = ratio
+        self.start = 0  # start of the current window (0: none yet)
+        self.ins = 0  # messages published in it
+        self.outs = 0  # messages delivered in it
+        self.on = False  # the last full window's verdict: consumers keep up
+
+    def roll(self, now: int) -> None:
+        """Close the window if it is over (a verdict from what it saw) and start the next."""
+        if not self.start:
+            self.start = now
+            return
+        if now - self.start < self.window:
+            return
+        self.on = self.outs > 0 and self.outs >= self.ratio * self.ins
+        # a window with no traffic at all keeps no verdict (the next one decides)
+        self.start, self.ins, self.outs = now, 0, 0
+
+    def due(self) -> int:
+        """When the current window ends (for a timer while the verdict holds credit)."""
+        return self.start + self.window
