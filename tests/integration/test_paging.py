@@ -140,6 +140,23 @@ def test_a_transient_queue_pages_and_delivers_everything_in_order__R1(node):
     conn.close()
 
 
+def test_persistent_messages_paged_out_of_a_transient_queue_all_come_back__R1(node):
+    """A non-durable queue pages persistent messages like transient ones (written, not
+    synced); they were counted as paged but never written, so the drain came back short."""
+    broker, _, _ = node
+    conn = broker.connection()
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("tpers")
+    for i in range(N):
+        ch.basic_publish("", "tpers", b"%06d" % i + b"." * 994,
+                         pika.BasicProperties(delivery_mode=2))
+    assert ch.queue_declare("tpers", passive=True).method.message_count == N
+    ch.basic_qos(prefetch_count=50)
+    assert [i for i, _ in _drain(ch, "tpers")] == list(range(N))
+    conn.close()
+
+
 def test_a_deleted_paged_transient_queue_comes_back_empty(node):
     broker, _, _ = node
     conn = broker.connection()
