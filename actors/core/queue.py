@@ -797,7 +797,9 @@ class QueueCore:
         lane = self.lanes[p]
         if lane.paged and not lane.asked:
             lane.asked = True
-            self.out.page_in(lane.page_after, self.page_size, p)
+            # never more than the paged part: the lane's tail follows it in the index too when
+            # its messages are persistent (written as they came), and is in memory already
+            self.out.page_in(lane.page_after, min(self.page_size, lane.paged), p)
 
     def paged_in(self, entries: list, dropped: int, dropped_bytes: int, now: int,
                  wall_now: int, priority: int = 0) -> None:
@@ -806,6 +808,10 @@ class QueueCore:
         (drop-head) are dropped first."""
         lane = self.lanes[priority]
         lane.asked = False
+        tail = self.ready[priority].tail
+        beyond = bool(tail and entries and entries[-1][0].seq_id >= tail[0].seq_id)
+        if beyond:  # read into the tail (counts were off): those are in memory already
+            entries = [e for e in entries if e[0].seq_id < tail[0].seq_id]
         msgs = self._msgs_of(entries, now, wall_now)
         n = len(entries) + dropped
         nbytes = sum(len(b) for _, b, _ in entries) + dropped_bytes
@@ -813,7 +819,7 @@ class QueueCore:
         lane.paged_bytes -= nbytes
         self.paged -= n
         self.paged_bytes -= nbytes
-        if not entries and not dropped or lane.paged < 0:
+        if not entries and not dropped or lane.paged < 0 or beyond:
             # the index holds no more: counts were off
             self.paged -= lane.paged
             self.paged_bytes -= lane.paged_bytes
@@ -1209,6 +1215,10 @@ class QueueCore:
             self._flush_answers()
         dropped = []
         for ready in self.ready:
+            for msg in ready.tail:
+                # its lane's paged part was purged after page_after, which settles the
+                # stored ones of the tail in the index too (they follow it there)
+                msg.stored = False
             dropped.extend(ready.all())
             ready.items.clear()
             ready.tail.clear()

@@ -382,14 +382,17 @@ class Queue(LightActor):
         core = self.core
         self.mirrors.join(msg.mirror, msg.member, core.messages(), now, more=bool(core.paged))
         if core.paged:
-            lanes = [(p, lane.page_after) for p, lane in enumerate(core.lanes) if lane.paged]
+            # each lane's paged part, up to its tail (in memory, sent above; when persistent
+            # it follows the paged part in the index too)
+            lanes = [(p, lane.page_after, core.ready[p].tail[0].seq_id if core.ready[p].tail
+                      else None) for p, lane in enumerate(core.lanes) if lane.paged]
             self.sync = {"mirror": msg.mirror, "lanes": lanes, "stash": [], "sent": 0}
             self._sync_next()
 
     def _sync_next(self) -> None:
         sync = self.sync
         if sync["lanes"]:
-            p, after = sync["lanes"][0]
+            p, after, _ = sync["lanes"][0]
             self.bq.tell(m.PageIn(after, self.core.page_size, p, sync=True))
             return
         self.mirrors.sync_done(sync["mirror"])
@@ -403,14 +406,19 @@ class Queue(LightActor):
         sync = self.sync
         if sync is None:
             return
-        if msg.entries:
+        _, _, stop = sync["lanes"][0]
+        entries = msg.entries
+        if stop is not None and entries and entries[-1][0].seq_id >= stop:
+            entries = [x for x in entries if x[0].seq_id < stop]  # the tail: sent already
+            stop = 0  # this lane is done
+        if entries:
             self.mirrors.sync_page(sync["mirror"], [
                 [e.seq_id, e.exchange, e.routing_key, e.props_raw, persistent, e.priority,
-                 e.expires_at, e.msg_id] for e, _, persistent in msg.entries],
-                [body for _, body, _ in msg.entries])
-            sync["sent"] += len(msg.entries)
-            sync["lanes"][0] = (msg.priority, msg.entries[-1][0].seq_id)
-        elif not msg.dropped:
+                 e.expires_at, e.msg_id] for e, _, persistent in entries],
+                [body for _, body, _ in entries])
+            sync["sent"] += len(entries)
+            sync["lanes"][0] = (msg.priority, entries[-1][0].seq_id, stop)
+        if stop == 0 or not entries and not msg.dropped:
             sync["lanes"].pop(0)
         self._sync_next()
 

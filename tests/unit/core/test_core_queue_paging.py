@@ -60,13 +60,13 @@ def test_a_message_that_comes_while_some_are_paged_waits_in_memory_behind_them()
     """rabbit_variable_queue's q1: memory is below page_bytes again, so the new message is not
     written and read back; it is delivered after the paged part, then paging is over."""
     q, out = mk(page_bytes=1000)
-    q.restore(1, [], 2, 12, 0, 0)   # as after a restart: two messages in the index only
+    q.restore(3, [], 2, 12, 0, 0)   # as after a restart: seq 1 and 2 in the index only
     pub(q, b"x", persistent=False)
     assert (q.ready_count, q.paged, len(q.ready[0]), stored(out)) == (1, 2, 0, [])
     assert q.stats()["messages"] == 3
     q.consume(CH1, "A", True, False, 0, 0, 0)
     q.run(0)
-    assert out.delivered() == [] and out.of("page_in") == [(0, 3, 0)]  # the paged part first
+    assert out.delivered() == [] and out.of("page_in") == [(0, 2, 0)]  # the paged part only
     paged = [IndexEntry(s, b"m" * 16, "x", "rk", b"\x00\x00", b"old%d" % s, 4, 0, 0, False)
              for s in (1, 2)]
     q.paged_in([(e, e.body, True) for e in paged], 0, 0, 0, 0)
@@ -80,7 +80,7 @@ def test_a_message_that_comes_while_some_are_paged_waits_in_memory_behind_them()
 
 def test_when_memory_fills_again_the_tail_goes_to_the_index_first_in_order():
     q, out = mk(page_bytes=10)
-    q.restore(1, [], 1, 6, 0, 0)
+    q.restore(2, [], 1, 6, 0, 0)
     pub(q, b"aaaaaa", b"bbbbbb", b"cccccc", persistent=False, seqs=[1, 2, 3])
     # a and b wait in memory behind the paged one; then memory is past 10: both go to the
     # index before c does
@@ -92,7 +92,7 @@ def test_when_memory_fills_again_the_tail_goes_to_the_index_first_in_order():
 
 def test_x_confirm_on_waiters_of_a_spilled_tail_are_kept_by_the_lane():
     q, out = mk({"x-confirm-on": "ack"}, page_bytes=10)
-    q.restore(1, [], 1, 6, 0, 0)
+    q.restore(2, [], 1, 6, 0, 0)
     pub(q, b"aaaaaa", b"bbbbbb", b"cccccc", seqs=[1, 2, 3])
     assert out.of("confirm") == []
     assert sorted(q.lanes[0].pubs.seqs) == [m.seq_id for m in stored(out)]
@@ -102,7 +102,7 @@ def test_x_confirm_on_waiters_of_a_spilled_tail_are_kept_by_the_lane():
 
 def test_drop_head_reaches_the_tail_once_every_paged_message_is_owed():
     q, out = mk({"x-max-length": 1}, page_bytes=1000)
-    q.restore(1, [], 1, 6, 0, 0)
+    q.restore(2, [], 1, 6, 0, 0)
     pub(q, b"a", persistent=False)   # behind the paged one: 2 > 1, the paged head is owed
     assert (q.lanes[0].owed, q.stats()["messages"]) == (1, 1)
     pub(q, b"b", persistent=False)   # the paged one is owed already: a goes
@@ -187,3 +187,24 @@ def test_publisher_credit_waits_while_the_backing_queue_is_behind_with_its_write
     assert len(out.of("credit")) == paid  # 20 MiB still on their way: still behind
     q.stored(20 * 1024 * 1024)
     assert len(out.of("credit")) == paid + 1 and not q.credit.owed  # caught up: paid
+
+
+def test_a_persistent_tail_is_in_the_index_too_but_never_read_back_twice():
+    """A durable queue writes a persistent message as it comes, tail or not: the page asks
+    for the paged part only, and entries of the tail that a page brings anyway are dropped
+    (they are in memory already; the kill -9 ledger test saw them delivered twice)."""
+    q, out = mk(page_bytes=1000)
+    q.restore(3, [], 2, 12, 0, 0)
+    pub(q, b"x", persistent=True, seqs=[1])
+    [x] = stored(out)
+    assert x.seq_id == 3 and q.ready[0].tail[0] is x
+    q.consume(CH1, "A", True, False, 0, 0, 0)
+    q.run(0)
+    assert out.of("page_in") == [(0, 2, 0)]  # the two paged, not the tail behind them
+    index = [IndexEntry(s, b"m" * 16, "x", "rk", b"\x00\x00", b"m%d" % s, 2, 0, 0, False)
+             for s in (1, 2)] + [IndexEntry(3, x.msg_id, "x", "rk", b"\x00\x00", b"x", 1, 0, 0,
+                                            False)]
+    q.paged_in([(e, e.body, True) for e in index], 0, 0, 0, 0)  # one too many
+    q.run(0)
+    assert [d[2] for d in out.delivered()] == [b"m1", b"m2", b"x"]
+    assert q.paged == 0 and q.stats()["messages"] == 0
