@@ -90,6 +90,12 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         self.conn_sampled: dict[str, tuple] = {}
         self.worker_totals: dict[str, dict] = {}  # conn worker endpoint -> its process totals
         self.dead_totals: dict = {}  # the last totals of connection workers that died
+        # the management API's cluster-wide counts: every worker's previous totals
+        # (endpoint -> (at_ms, totals)) for their rates, and every dead worker's last totals
+        self.prev_totals: dict[str, tuple] = {}
+        self.dead_all: dict = {}
+        # (ms, queue_churn) snapshots, at most one per interval, for the churn rates
+        self.churn_snaps: list = []
         # queue churn of the declares and deletes this node's metadata actor decided
         self.queue_churn = {"queues_declared": 0, "queues_created": 0, "queues_deleted": 0}
         self.version = 0  # metadata version: +1 per broadcast change
