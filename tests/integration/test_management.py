@@ -769,3 +769,122 @@ def test_connection_byte_counts_and_channel_rates_in_the_api(node, http):
             x.get("message_stats", {}).get("publish") == 3])[0]
         assert "rate" in chan["message_stats"]["publish_details"]
     assert http("DELETE", "/api/queues/%2F/bytesq")[0] == 204
+
+
+# --- issue 14's leftovers: exchanges, churn, channel keys, consumer use, idle_since -----------
+def test_exchange_message_stats_publish_in_and_out(node, http):
+    """publish_in: messages published into the exchange; publish_out: the copies it routed,
+    one per queue (rabbit_channel's exchange_stats / queue_exchange_stats); an unroutable
+    publish is in, not out. The overview and vhost count the unroutable ones (channel keys)."""
+    for q in ("fanq1", "fanq2"):
+        assert http("PUT", f"/api/queues/%2F/{q}", {"durable": False})[0] == 201
+    assert http("PUT", "/api/exchanges/%2F/ms-fan", {"type": "fanout"})[0] == 201
+    assert http("PUT", "/api/exchanges/%2F/ms-none", {"type": "direct"})[0] == 201
+    for q in ("fanq1", "fanq2"):
+        assert http("POST", f"/api/bindings/%2F/e/ms-fan/q/{q}", {"routing_key": ""})[0] == 201
+    before = http("GET", "/api/overview")[1]["message_stats"]
+    with node.connection() as c:
+        ch = c.channel()
+        ch.confirm_delivery()
+        for _ in range(4):
+            ch.basic_publish("ms-fan", "", b"x")
+        ch.basic_publish("ms-none", "nowhere", b"x")
+        ch.basic_publish("ms-none", "nowhere", b"x")
+        with pytest.raises(pika.exceptions.UnroutableError):
+            ch.basic_publish("ms-none", "nowhere", b"x", mandatory=True)
+
+    def stats(name):
+        return http("GET", f"/api/exchanges/%2F/{name}")[1].get("message_stats", {})
+    fan = wait_for("ms-fan's counts", lambda: stats("ms-fan").get("publish_in") == 4 and
+                   stats("ms-fan"))
+    assert fan["publish_out"] == 8 and set(fan["publish_in_details"]) == {"rate"}
+    none = wait_for("ms-none's counts", lambda: stats("ms-none").get("publish_in") == 3 and
+                    stats("ms-none"))
+    assert none["publish_out"] == 0
+    listed = {x["name"]: x for x in http("GET", "/api/exchanges/%2F")[1]}
+    assert listed["ms-fan"]["message_stats"]["publish_out"] == 8
+    assert "message_stats" not in listed["amq.headers"]  # nothing published into it
+    after = http("GET", "/api/overview")[1]["message_stats"]
+    assert after["drop_unroutable"] - before.get("drop_unroutable", 0) == 2
+    assert after["return_unroutable"] - before.get("return_unroutable", 0) == 1
+    assert after["confirm"] - before.get("confirm", 0) == 7  # (a returned one is confirmed)
+    vhost = http("GET", "/api/vhosts/%2F")[1]["message_stats"]
+    assert vhost["drop_unroutable"] == after["drop_unroutable"]
+    for q in ("fanq1", "fanq2"):
+        assert http("DELETE", f"/api/queues/%2F/{q}")[0] == 204
+
+
+def test_churn_rates_count_connections_channels_and_queues(node, http):
+    """The overview's churn_rates: connection_created (at connection.open, as rabbit_reader),
+    connection_closed, channel_created / closed, queue_declared / created / deleted."""
+    def churn():
+        return http("GET", "/api/overview")[1]["churn_rates"]
+    before = churn()
+    with node.connection() as c:
+        for _ in range(3):
+            c.channel().close()
+        ch = c.channel()
+        ch.queue_declare("churnq")
+        ch.queue_declare("churnq")  # declared again: declared, not created
+        ch.queue_delete("churnq")
+    want = {"connection_created": 1, "connection_closed": 1, "channel_created": 4,
+            "channel_closed": 4, "queue_declared": 2, "queue_created": 1, "queue_deleted": 1}
+
+    def counted():
+        now = churn()
+        return now if all(now[k] - before[k] == n for k, n in want.items()) else None
+    now = wait_for("the churn counts", counted)
+    assert all(isinstance(now[f"{k}_details"]["rate"], float) for k in want)
+    # a rate from two samples of each worker: the churn just made shows as a positive rate
+    # for a while, then falls to 0
+    wait_for("the queue churn rates to fall to 0", lambda: churn()[
+        "queue_declared_details"]["rate"] == 0.0 and churn()[
+        "channel_created_details"]["rate"] == 0.0)
+
+
+def test_queue_get_empty_consumer_utilisation_and_idle_since(node, http):
+    """get_empty counted by the queue; consumer_capacity = consumer_utilisation (3.10) falls
+    while the only consumer is blocked by its prefetch and climbs back once it acks; a queue
+    and a channel quiet for an interval show idle_since, a busy one does not."""
+    assert http("PUT", "/api/queues/%2F/useq", {"durable": False})[0] == 201
+    q = http("GET", "/api/queues/%2F/useq")[1]
+    assert q["consumer_utilisation"] is None and q["consumer_capacity"] == 0
+    with node.connection(client_properties={"connection_name": "use-test"}) as c:
+        ch = c.channel()
+        assert ch.basic_get("useq")[0] is None
+        wait_for("get_empty", lambda: http("GET", "/api/queues/%2F/useq")[1].get(
+            "message_stats", {}).get("get_empty") == 1)
+        ch.basic_qos(prefetch_count=1)
+        got = []
+        ch.basic_consume("useq", lambda c_, m, p, b: got.append(m.delivery_tag))
+        for _ in range(3):
+            ch.basic_publish("", "useq", b"x")
+        while not got:
+            c.process_data_events(time_limit=0.1)
+        # blocked: 2 ready messages, the consumer's one unacked
+        low = wait_for("utilisation to fall", lambda: (lambda x: x if x.get(
+            "consumer_utilisation") is not None and x["consumer_utilisation"] < 0.5 else None)(
+            http("GET", "/api/queues/%2F/useq")[1]))
+        assert low["consumer_capacity"] == low["consumer_utilisation"]
+        assert low["messages_ready"] == 2 and low["messages_unacknowledged"] == 1
+        while len(got) < 3:
+            ch.basic_ack(got[-1])
+            c.process_data_events(time_limit=0.1)
+        ch.basic_ack(got[-1])
+        wait_for("utilisation to climb back", lambda: (http("GET", "/api/queues/%2F/useq")[1]
+                                                       .get("consumer_utilisation") or 0) > 0.9)
+
+        def my_channel():
+            return [x for x in http("GET", "/api/channels")[1]
+                    if x["connection_details"]["name"].startswith("127.0.0.1") and
+                    x.get("message_stats", {}).get("get_empty") == 1]
+        idle = wait_for("the quiet channel's idle_since",
+                        lambda: [x for x in my_channel() if "idle_since" in x])
+        assert idle[0]["idle_since"].endswith("+00:00")
+        qi = wait_for("the quiet queue's idle_since",
+                      lambda: http("GET", "/api/queues/%2F/useq")[1].get("idle_since"))
+        assert qi[:4].isdigit() and qi[10] == "T"
+        ch.basic_publish("", "useq", b"busy")  # busy again: no idle_since until it is quiet
+        wait_for("the channel busy again", lambda: [x for x in my_channel()
+                                                    if "idle_since" not in x])
+    assert http("DELETE", "/api/queues/%2F/useq")[0] == 204
