@@ -97,10 +97,13 @@ def vhost_json(v: dict, members=(), sums: dict | None = None) -> dict:
             "tracing": False}
 
 
-def user_json(u: dict) -> dict:
+def user_json(u: dict, state: dict | None = None) -> dict:
+    """A user, with its user limits (`state["limits"]`: max-connections, max-channels)."""
+    limits = next((dict(value) for scope, name, value in (state or {}).get("limits", ())
+                   if scope == "user" and name == u["name"]), {})
     return {"name": u["name"], "password_hash": u["password_hash"],
             "hashing_algorithm": u["hashing_algorithm"], "tags": list(u["tags"]),
-            "limits": {}}
+            "limits": limits}
 
 
 def exchange_json(x: dict, policy_list, counts: dict | None = None) -> dict:

@@ -789,14 +789,14 @@ class Management:
 
     async def users(self, request):
         _, _, state, _ = await self._state(request, api.is_admin)
-        return self._reply(request, [api.user_json(u) for u in state["auth"]["users"]])
+        return self._reply(request, [api.user_json(u, state) for u in state["auth"]["users"]])
 
     async def user(self, request):
         _, _, state, _ = await self._state(request, api.is_admin)
         name = request.match_info["user"]
         for u in state["auth"]["users"]:
             if u["name"] == name:
-                return web.json_response(api.user_json(u))
+                return web.json_response(api.user_json(u, state))
         raise api.not_found()
 
     async def put_user(self, request):

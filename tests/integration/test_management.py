@@ -888,3 +888,36 @@ def test_queue_get_empty_consumer_utilisation_and_idle_since(node, http):
         wait_for("the channel busy again", lambda: [x for x in my_channel()
                                                     if "idle_since" not in x])
     assert http("DELETE", "/api/queues/%2F/useq")[0] == 204
+
+
+def test_user_limits_in_definitions_export_import_and_enforced(node, http):
+    """A definitions document's users[].limits (RabbitMQ 3.10's shape) POSTed to the API:
+    /api/user-limits and /api/users show them, the export writes them back, and the second
+    connection of a user limited to one is refused with RabbitMQ's 530."""
+    doc = {"users": [{"name": "lim-user", "password": "lim-pw", "tags": ["management"],
+                      "limits": {"max-connections": 1, "max-channels": 3}}],
+           "permissions": [{"user": "lim-user", "vhost": "/", "configure": ".*",
+                            "write": ".*", "read": ".*"}]}
+    status, body = http("POST", "/api/definitions", doc)
+    assert status in (201, 204), body
+    assert http("GET", "/api/user-limits/lim-user")[1] == [
+        {"user": "lim-user", "value": {"max-connections": 1, "max-channels": 3}}]
+    assert http("GET", "/api/users/lim-user")[1]["limits"] == {"max-connections": 1,
+                                                                "max-channels": 3}
+    exported = {u["name"]: u for u in http("GET", "/api/definitions")[1]["users"]}
+    assert exported["lim-user"]["limits"] == {"max-connections": 1, "max-channels": 3}
+    assert exported["guest"]["limits"] == {}
+    first = node.connection(user="lim-user", password="lim-pw")
+    try:
+        # (pika reports a close during the handshake as a probable access refusal)
+        with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as e:
+            node.connection(user="lim-user", password="lim-pw")
+        assert "(530) \"NOT_ALLOWED - Connection refused for user 'lim-user': user " \
+               "connection limit (1) is reached\"" in str(e.value)
+    finally:
+        first.close()
+    bad = {"users": [{"name": "lim-bad", "password": "x", "tags": [],
+                      "limits": {"max-queues": 1}}]}
+    status, body = http("POST", "/api/definitions", bad)
+    assert status == 400 and "lim-bad" in body["reason"]
+    assert http("DELETE", "/api/users/lim-user")[0] == 204
