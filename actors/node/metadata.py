@@ -176,6 +176,9 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
             elif isinstance(msg, m.ConnectionStats):
                 if not self.transport.is_dead(msg.worker):
                     self._connection_sample(msg)
+            elif isinstance(msg, m.WorkerStats):
+                if not self.transport.is_dead(msg.worker):
+                    self.worker_totals[msg.worker] = msg.totals
             elif isinstance(msg, m.QueueStats):
                 if (msg.vhost, msg.name) in self.queues:
                     self.queue_stats.put(msg.vhost, msg.name, msg.at_ms, msg.stats)

@@ -96,9 +96,9 @@ class ManagementMixin:
         """This node's statistics for Prometheus (per node, as rabbitmq_prometheus: a
         dashboard sums over the nodes): its connection workers' process totals (live and dead
         ones), their connections, channels and consumers now, this actor's queue churn (the
-        leader's, in a cluster: it decides declares and deletes) and the node process's
-        events written."""
-        own = {w.endpoint for w in self.workers.values() if w.kind == "conn"}
+        leader's, in a cluster: it decides declares and deletes) and the events written by
+        the node process and its connection and queue workers (WorkerStats)."""
+        own = {w.endpoint for w in self.workers.values()}  # (queue workers: events written)
         total = dict(self.dead_totals)
         for worker, t in self.worker_totals.items():
             if worker in own:
@@ -110,6 +110,7 @@ class ManagementMixin:
                 for k in CONFIRMS:
                     total[k] = total.get(k, 0) + entry[0][1].get(k, 0)
         total["events_written"] = total.get("events_written", 0) + events.written()
+        own = {w.endpoint for w in self.workers.values() if w.kind == "conn"}
         conns = [c for w, rows in self.conn_stats.items() if w in own for c in rows]
         channels = [ch for c in conns for ch in c["channel_list"]]
         total["now"] = {

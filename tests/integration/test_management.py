@@ -921,3 +921,47 @@ def test_user_limits_in_definitions_export_import_and_enforced(node, http):
     status, body = http("POST", "/api/definitions", bad)
     assert status == 400 and "lim-bad" in body["reason"]
     assert http("DELETE", "/api/users/lim-user")[0] == 204
+
+
+def test_events_written_counts_the_queue_workers_events(tmp_path):
+    """leveret_events_written_total is every event the node's processes wrote: the node's,
+    its connection workers' and its queue workers' (WorkerStats), the number of events in
+    the event files once they are written."""
+    from actors import events
+    metrics_port = free_port()
+    folder = tmp_path / "ev"
+    folder.mkdir()
+    (folder / "leveret.toml").write_text(f"collect_statistics_interval = {STATS_MS}\n"
+                                         "events = \"full\"\n")
+    broker = Broker.start_leveret(folder, "--management-port", "0", "--prometheus-port",
+                                  str(metrics_port), "--config", str(folder / "leveret.toml"))
+    broker.metrics_port = metrics_port
+    try:
+        with broker.connection() as c:
+            ch = c.channel()
+            ch.confirm_delivery()
+            ch.queue_declare("evq")
+            for _ in range(5):
+                ch.basic_publish("", "evq", b"x")
+            for _ in range(5):
+                m, _, _ = ch.basic_get("evq")
+                ch.basic_ack(m.delivery_tag)
+
+        def in_files():
+            by_process = {}
+            for path in sorted((broker.data_dir / "events").glob("*.events")):
+                header, evs = events.read_file(str(path))
+                by_process[header["process"]] = by_process.get(header["process"], 0) + \
+                    sum(1 for _ in evs)
+            return by_process
+
+        def matching():
+            files = in_files()
+            metric = scrape(broker, "/metrics").get(("leveret_events_written_total", ()))
+            return (files, metric) if metric == sum(files.values()) and \
+                any(p.startswith("queue") and n for p, n in files.items()) else None
+        files, metric = wait_for("the metric to count every process's events", matching)
+        assert metric > files.get("node", 0) + sum(n for p, n in files.items()
+                                                   if p.startswith("conn"))
+    finally:
+        broker.stop()
