@@ -220,3 +220,30 @@ def test_leveret_definitions_import_into_rabbitmq_3_10(leveret_answers):
         req.add_header("Authorization", "Basic " + base64.b64encode(b"cmp-user:cmp-pw").decode())
         with urllib.request.urlopen(req, timeout=30) as r:
             assert json.loads(r.read()) == {"name": "cmp-user", "tags": ["monitoring"]}
+
+
+@pytest.mark.skipif(not rabbitmq_installed(), reason="rabbitmq-server is not installed "
+                    "(apt-get install rabbitmq-server): Leveret's export is not imported into "
+                    "a real RabbitMQ here")
+@pytest.mark.timeout(300)
+def test_user_limits_of_leveret_s_export_import_into_rabbitmq_3_10(tmp_path):
+    """A user limit set in Leveret travels in its export's users[].limits, and RabbitMQ 3.10
+    imports it as its own user limit."""
+    port = free_port()
+    broker = Broker.start_leveret(tmp_path, "--management-port", str(port))
+    try:
+        http = cap.Http(port)
+        http.ok("PUT", "/api/users/lim-user", {"password": "pw", "tags": ""})
+        http.ok("PUT", "/api/user-limits/lim-user/max-connections", {"value": 3})
+        http.ok("PUT", "/api/user-limits/lim-user/max-channels", {"value": 9})
+        doc = http.ok("GET", "/api/definitions")
+    finally:
+        broker.stop()
+    assert next(u for u in doc["users"] if u["name"] == "lim-user")["limits"] == {
+        "max-connections": 3, "max-channels": 9}
+    with RabbitMQNode(management_port=0) as rmq:
+        rhttp = cap.Http(rmq.management_port)
+        status, body = rhttp("POST", "/api/definitions", doc)
+        assert status in (201, 204), body
+        assert rhttp.ok("GET", "/api/user-limits/lim-user") == [
+            {"user": "lim-user", "value": {"max-connections": 3, "max-channels": 9}}]
