@@ -35,8 +35,9 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 
 
 # the counters the management API also shows per vhost (the overview's and /api/vhosts'
-# message_stats: RabbitMQ sums its channels' fine stats per vhost for them)
-VHOST_COUNTERS = ("confirm", "return_unroutable", "drop_unroutable")
+# message_stats: RabbitMQ sums its channels' fine stats per vhost for them; `publish` is the
+# messages published into the vhost's exchanges, once however many queues they went to)
+VHOST_COUNTERS = ("publish", "confirm", "return_unroutable", "drop_unroutable")
 
 
 class ChannelCounters:

@@ -77,8 +77,7 @@ def vhost_sums(vhost: str, rows: list, message_stats: list, depth_rates: list,
         out[k] = sum(r.get(k, 0) for r in rows)
         out[f"{k}_details"] = {"rate": round(sum(
             d.get(f"{k}_details", {}).get("rate", 0.0) for d in depth_rates), 1)}
-    out["message_stats"] = sum_message_stats(message_stats + [channel_message_stats(
-        counts or {}, [vhost])])
+    out["message_stats"] = vhost_message_stats(message_stats, counts or {}, [vhost])
     for k in ("recv_oct", "send_oct"):
         out[k] = sum(c.get(k, 0) for c in connections if c["vhost"] == vhost)
         out[f"{k}_details"] = {"rate": round(sum(
@@ -324,10 +323,21 @@ def sum_message_stats(stats) -> dict:
 
 
 def channel_message_stats(counts: dict, vhosts) -> dict:
-    """The channel-level keys of the overview's and a vhost's message_stats (confirm,
-    return_unroutable, drop_unroutable), summed over `vhosts`, from cluster_counts'."""
+    """The channel-level keys of the overview's and a vhost's message_stats (publish,
+    confirm, return_unroutable, drop_unroutable), summed over `vhosts`, from
+    cluster_counts'."""
     return sum_message_stats(channel_stats.stats_with_rates(
         counts, ("vhosts", v), channel_stats.VHOST_COUNTERS) for v in vhosts)
+
+
+def vhost_message_stats(queue_stats: list, counts: dict, vhosts) -> dict:
+    """The overview's or a vhost's message_stats as rabbit_mgmt_db's vhost fine stats: the
+    channels' publish, confirm and unroutable counts (a message published once, whatever
+    number of queues it went to; an unroutable one too), the queues' deliveries, gets, acks
+    and redeliveries."""
+    from_queues = [{k: v for k, v in s.items() if k not in ("publish", "publish_details")}
+                   for s in queue_stats]
+    return sum_message_stats(from_queues + [channel_message_stats(counts, vhosts)])
 
 
 # rabbit_mgmt_db's churn_rates: (key, cluster_counts' path)

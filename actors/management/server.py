@@ -386,8 +386,8 @@ class Management:
                  connections=[c for c in state.get("connections", ())
                               if api.is_monitor(tags) or c["user"] == user]),
             rows, listeners, self.port, self._cluster_name(state),
-            api.sum_message_stats([s for (v, _), s in _stats(state).items() if v in visible]
-                                  + [api.channel_message_stats(_counts(state), visible)]),
+            api.vhost_message_stats([s for (v, _), s in _stats(state).items()
+                                     if v in visible], _counts(state), visible),
             [d for (v, _), d in _depth(state).items() if v in visible], _counts(state)))
 
     @staticmethod
