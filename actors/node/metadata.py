@@ -96,6 +96,9 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         self.dead_all: dict = {}
         # (ms, queue_churn) snapshots, at most one per interval, for the churn rates
         self.churn_snaps: list = []
+        # counts of exchanges and vhosts deleted (path -> count then): a new one of the same
+        # name starts from 0, as RabbitMQ drops an exchange's statistics with it
+        self.counts_base: dict[tuple, int] = {}
         # queue churn of the declares and deletes this node's metadata actor decided
         self.queue_churn = {"queues_declared": 0, "queues_created": 0, "queues_deleted": 0}
         self.version = 0  # metadata version: +1 per broadcast change
@@ -278,6 +281,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                 self._member_changed(c[1], old, c[2])
                 continue
             apply_change(self, c)
+            if c[0] == "router" and c[1] in ("delete_exchange", "remove_vhost"):
+                self._reset_counts(("vhosts", *c[2][:2]))
             if c[0] == "queue_put":
                 start.append((c[1]["vhost"], c[1]["name"]))
             elif c[0] == "queue_del":

@@ -47,15 +47,36 @@ class ManagementMixin:
         if totals:  # (the API's counts are the cluster's: any node's workers)
             self.dead_all = channel_stats.merge(self.dead_all, totals)
 
+    def _raw_counts(self, now_ms: int) -> dict:
+        """Every connection worker's totals added up: path -> (count, rate)."""
+        workers = {w: (self.conn_sampled.get(w, (0, None))[0], t, self.prev_totals.get(w))
+                   for w, t in self.worker_totals.items()}
+        return channel_stats.cluster_counts(workers, self.dead_all, now_ms,
+                                            self.config.collect_statistics_interval)
+
+    def _reset_counts(self, prefix: tuple) -> None:
+        """An exchange (prefix ("vhosts", vhost, name)... as the router names it) or a vhost
+        was deleted: what was counted for it so far is the base a new one starts from."""
+        if len(prefix) == 3:  # an exchange: ("vhosts", vhost, name)
+            prefix = ("vhosts", prefix[1], "exchanges", prefix[2])
+        for path, (n, _) in self._raw_counts(int(time.time() * 1000)).items():
+            if path[:len(prefix)] == prefix:
+                self.counts_base[path] = n
+
     def _cluster_counts(self, now_ms: int) -> list:
         """The management API's counts over every connection worker of the cluster (churn,
         per-vhost channel counts, exchanges' publish_in / publish_out) with their rates
         (channel_stats.cluster_counts), and this actor's queue churn with its rate between
         snapshots taken at most once per interval: [[path, count, rate], ...]."""
         interval = self.config.collect_statistics_interval
-        workers = {w: (self.conn_sampled.get(w, (0, None))[0], t, self.prev_totals.get(w))
-                   for w, t in self.worker_totals.items()}
-        counts = channel_stats.cluster_counts(workers, self.dead_all, now_ms, interval)
+        counts = self._raw_counts(now_ms)
+        for path, base in self.counts_base.items():  # deleted ones: counted from then on
+            if path in counts:
+                n, rate = counts[path]
+                counts[path] = (max(0, n - base), rate)
+        for path in [p for p in counts if len(p) == 5 and p[2] == "exchanges" and
+                     p[4] == "publish_in" and counts[p][0] == 0 and p in self.counts_base]:
+            counts.pop(path)  # nothing published into the new one yet: no message_stats
         snaps = self.churn_snaps
         if not snaps or now_ms - snaps[-1][0] >= interval:
             snaps.append((now_ms, dict(self.queue_churn)))

@@ -974,3 +974,23 @@ def test_events_written_counts_the_queue_workers_events(tmp_path):
                                                    if p.startswith("conn"))
     finally:
         broker.stop()
+
+
+def test_an_exchange_declared_again_starts_its_counts_from_zero(node, http):
+    """RabbitMQ drops an exchange's statistics when it is deleted: a new exchange of the same
+    name has no message_stats until something is published into it, then counts from 0."""
+    assert http("PUT", "/api/exchanges/%2F/again-x", {"type": "fanout"})[0] == 201
+
+    def stats():
+        return http("GET", "/api/exchanges/%2F/again-x")[1].get("message_stats", {})
+    with node.connection() as c:
+        ch = c.channel()
+        for _ in range(3):
+            ch.basic_publish("again-x", "", b"x")
+        wait_for("3 publishes counted", lambda: stats().get("publish_in") == 3)
+        assert http("DELETE", "/api/exchanges/%2F/again-x")[0] == 204
+        assert http("PUT", "/api/exchanges/%2F/again-x", {"type": "fanout"})[0] == 201
+        assert "message_stats" not in http("GET", "/api/exchanges/%2F/again-x")[1]
+        ch.basic_publish("again-x", "", b"x")
+        wait_for("1 publish counted", lambda: stats().get("publish_in") == 1)
+    assert http("DELETE", "/api/exchanges/%2F/again-x")[0] == 204
