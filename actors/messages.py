@@ -104,6 +104,15 @@ class ConnectionStats(NamedTuple):
     totals: dict = {}
 
 
+class WorkerStats(NamedTuple):
+    """Queue worker -> its node's metadata actor: the process's cumulative counts (events
+    written to its event log), every collect_statistics_interval when they changed (a
+    connection worker's come with its ConnectionStats)."""
+    worker: str  # the worker's endpoint
+    at_ms: int
+    totals: dict
+
+
 class ForceClose(NamedTuple):
     """Node -> connection worker: close one connection with 320 CONNECTION_FORCED (the
     management API's DELETE /api/connections/{name})."""
@@ -710,6 +719,7 @@ _TYPES: list[type] = [
     Deliver, GetReply, Confirm, ConsumerGone, Credit, Sent, Demand, Grant, Release,
     MetaApplied, MirrorJoin, MirrorPublish, MirrorForget, MirrorAck, PeerApplied,
     ResourceAlarm, DirectReply, ReplyCheck, QueueStats, ConnectionStats, ForceClose,
+    WorkerStats,
 ]
 _TAG = {cls: i for i, cls in enumerate(_TYPES)}
 _HAS_BODIES = {cls: cls._fields[-1] == "bodies" for cls in _TYPES}

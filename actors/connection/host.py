@@ -96,6 +96,12 @@ class ConnectionHost(WorkerHost):
         ref = Reader.start(self, conn, peer, conn_id, tls_info, over_limit, deadline)
         with self.lock:
             self.readers[conn_id] = ref
+
+    def connection_opened(self) -> None:
+        """connection.open-ok sent: counted as opened then, as rabbit_reader calls
+        rabbit_core_metrics:connection_created (closed counts every socket that ends, as
+        rabbit_reader's connection_closed: a client that never opened is closed only)."""
+        with self.lock:
             self.churn["connections_opened"] += 1
 
     def connection_closed(self, reader: Reader) -> None:

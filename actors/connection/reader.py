@@ -139,6 +139,7 @@ class Reader(LightActor):
         self.writer.tell(m.Write(data))
 
     def opened(self, heartbeat: int) -> None:
+        self.host.connection_opened()
         self.writer.tell(m.SetHeartbeat(heartbeat))
         if heartbeat:
             self.host.timers.every(max(500, heartbeat * 500), self.actor_ref, m.HeartbeatTick())

@@ -111,6 +111,25 @@ def _plain(value):
     return str(value)
 
 
+def mark_idle(rows: list, activity: dict, now_ms: int) -> dict:
+    """Set `idle_since` (wall-clock ms) on each channel of `rows` whose counts, unacked and
+    unconfirmed messages and consumers are what the previous sample saw (unchanged for a
+    whole interval): the time of the first sample that saw them so. Answer the new activity
+    table (channel name -> (signature, since ms))."""
+    out = {}
+    for c in rows:
+        for ch in c["channel_list"]:
+            sig = (tuple(sorted(ch["message_stats"].items())), ch["messages_unacknowledged"],
+                   ch["messages_unconfirmed"], ch["consumer_count"])
+            seen = activity.get(ch["name"])
+            if seen is None or seen[0] != sig:
+                seen = (sig, now_ms)
+            else:  # unchanged over a whole sampling interval
+                ch["idle_since"] = seen[1]
+            out[ch["name"]] = seen
+    return out
+
+
 def process_totals(host) -> dict:
     """The process's cumulative counts: every channel's counters (live ones read off their
     actors, closed ones from `retired`, under the lock that moves a channel from one to the
@@ -134,6 +153,9 @@ class ConnectionSampler:
         self.host = host
         self.interval = interval_ms / 1000.0
         self.last = None
+        # channel name -> (what it did so far, wall-clock ms it was first seen so): a channel
+        # unchanged for an interval shows `idle_since`, as RabbitMQ's once it hibernated
+        self.activity: dict[str, tuple] = {}
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name="conn-stats", daemon=True)
 
@@ -160,10 +182,12 @@ class ConnectionSampler:
                                                             if r.core.tls else cfg.port))
                             for r in readers if r is not None) if c is not None]
         totals = process_totals(host)
+        now = int(time.time() * 1000)
+        self.activity = mark_idle(rows, self.activity, now)
         if (rows, totals) == self.last:
             return
         self.last = (rows, totals)
-        msg = m.ConnectionStats(host.transport.endpoint, int(time.time() * 1000), rows, totals)
+        msg = m.ConnectionStats(host.transport.endpoint, now, rows, totals)
         with host.replica.lock:
             targets = [info.get("metadata") for info in host.replica.members.values()
                        if info.get("up") and info.get("metadata")]

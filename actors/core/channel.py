@@ -74,7 +74,8 @@ class ChannelCore:
                  consumer_timeout_action="close-channel", clock=None):
         self.events = events  # the event log (actors.events in the shell), injected
         self.clock = clock  # seconds, monotonic (confirm latency); None: not measured
-        self.stats = ChannelCounters()  # what the statistics sample reads (channel_stats.py)
+        # what the statistics sample reads (channel_stats.py)
+        self.stats = ChannelCounters(conn.vhost)
         self.published_at: dict[int, float] = {}  # confirm seq no -> clock() at publish
         self.random_bytes = random_bytes  # ids (msg id prefix, consumer tags), injected
         # the last publish's (raw, decoded, expiry, CC/BCC keys, raw to store, headers to route
@@ -807,6 +808,7 @@ class ChannelCore:
 
     def _route_out(self, targets, item, body, method, cmd) -> None:
         seq = item[0]
+        self.stats.published(item[1], len(targets))
         if not targets:
             if method.mandatory:
                 self.stats.return_unroutable += 1

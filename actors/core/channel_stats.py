@@ -34,17 +34,36 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
                    2.5, 5.0, 10.0)
 
 
+# the counters the management API also shows per vhost (the overview's and /api/vhosts'
+# message_stats: RabbitMQ sums its channels' fine stats per vhost for them; `publish` is the
+# messages published into the vhost's exchanges, once however many queues they went to)
+VHOST_COUNTERS = ("publish", "confirm", "return_unroutable", "drop_unroutable")
+
+
 class ChannelCounters:
-    """One channel's cumulative counts, and its confirm latency histogram."""
+    """One channel's cumulative counts, its confirm latency histogram, and what it published
+    into each exchange (rabbit_channel's exchange_stats and queue_exchange_stats)."""
 
-    __slots__ = COUNTERS + ("latency_counts", "latency_sum")
+    __slots__ = COUNTERS + ("latency_counts", "latency_sum", "vhost", "exchanges")
 
-    def __init__(self):
+    def __init__(self, vhost: str = ""):
         for name in COUNTERS:
             setattr(self, name, 0)
         # one count per bucket of LATENCY_BUCKETS, then the +Inf bucket (not cumulative)
         self.latency_counts = [0] * (len(LATENCY_BUCKETS) + 1)
         self.latency_sum = 0.0  # seconds
+        self.vhost = vhost  # the channel's virtual host (the per-vhost totals)
+        # exchange name -> [publish_in, publish_out]: messages published into it, and the
+        # copies it routed to queues (one per queue, as RabbitMQ counts publish_out)
+        self.exchanges: dict[str, list] = {}
+
+    def published(self, exchange: str, queues: int) -> None:
+        """A publish into `exchange` went to `queues` queues (0: unroutable)."""
+        counts = self.exchanges.get(exchange)
+        if counts is None:
+            counts = self.exchanges[exchange] = [0, 0]
+        counts[0] += 1
+        counts[1] += queues
 
     def confirmed_after(self, seconds: float) -> None:
         i = 0
@@ -65,17 +84,73 @@ def add_into(total: dict, c: ChannelCounters) -> None:
     for i, n in enumerate(c.latency_counts):
         counts[i] += n
     total["latency_sum"] = total.get("latency_sum", 0.0) + c.latency_sum
+    # per vhost: VHOST_COUNTERS and each exchange's publish_in / publish_out
+    v = total.setdefault("vhosts", {}).setdefault(c.vhost, {})
+    for name in VHOST_COUNTERS:
+        v[name] = v.get(name, 0) + getattr(c, name)
+    xs = v.setdefault("exchanges", {})
+    for x, (n_in, n_out) in list(c.exchanges.items()):
+        e = xs.setdefault(x, {"publish_in": 0, "publish_out": 0})
+        e["publish_in"] += n_in
+        e["publish_out"] += n_out
 
 
 def merge(a: dict, b: dict) -> dict:
-    """Two totals dicts added (ints and float added, lists added element by element)."""
+    """Two totals dicts added (ints and float added, lists added element by element, dicts
+    merged the same way)."""
     out = dict(a)
     for k, v in b.items():
-        if isinstance(v, list):
+        if isinstance(v, dict):
+            out[k] = merge(out.get(k) or {}, v)
+        elif isinstance(v, list):
             old = out.get(k) or [0] * len(v)
             out[k] = [x + y for x, y in zip(old, v)]
         elif isinstance(v, (int, float)):
             out[k] = out.get(k, 0) + v
+    return out
+
+
+def flatten(totals: dict, prefix: tuple = ()) -> dict:
+    """A totals dict's numbers by path: {("vhosts", "/", "confirm"): 3, ...} (lists left
+    out: the latency histogram is Prometheus')."""
+    out = {}
+    for k, v in totals.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, prefix + (k,)))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[prefix + (k,)] = v
+    return out
+
+
+def cluster_counts(workers: dict, dead: dict, now_ms: int, interval_ms: int) -> dict:
+    """Every connection worker's totals added up, with their rates: path -> (count, rate per
+    second). `workers`: worker -> (at_ms, totals, previous (at_ms, totals) or None); `dead`:
+    the last totals of workers that are gone (counted, no rate). A worker's rate is between
+    its last two samples, 0 once its last one is older than two intervals (it sends nothing
+    while nothing changes), as the channels' rates."""
+    counts: dict = flatten(dead)
+    rates: dict = {}
+    for at, totals, previous in workers.values():
+        now = flatten(totals)
+        for path, n in now.items():
+            counts[path] = counts.get(path, 0) + n
+        if previous is None or now_ms - at > 2 * interval_ms or at <= previous[0]:
+            continue
+        before = flatten(previous[1])
+        dt = at - previous[0]
+        for path, n in now.items():
+            rates[path] = rates.get(path, 0.0) + max(0, n - before.get(path, 0)) * 1000.0 / dt
+    return {path: (n, round(rates.get(path, 0.0), 1)) for path, n in counts.items()}
+
+
+def stats_with_rates(counts: dict, prefix: tuple, keys) -> dict:
+    """`message_stats`-style {key: count, key_details: {rate}} for `keys` under `prefix` of
+    cluster_counts' answer (a key never counted: 0, rate 0.0)."""
+    out = {}
+    for k in keys:
+        n, rate = counts.get(prefix + (k,), (0, 0.0))
+        out[k] = n
+        out[f"{k}_details"] = {"rate": rate}
     return out
 
 

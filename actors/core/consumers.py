@@ -215,6 +215,25 @@ class QueueConsumers:
             return self.active is not None and self.can_take(self.active)
         return any(self.can_take(c) for c in self.by_key.values())
 
+    def any_unblocked(self) -> bool:
+        """Some consumer could take a message now (can_take without asking for tokens)."""
+        cands = [self.active] if self.single_active else self.by_key.values()
+        for c in cands:
+            if c is None:
+                continue
+            st = self.channels[c.channel]
+            if st.in_flight >= self.delivery_window or \
+                    st.in_flight_bytes >= self.delivery_window_bytes:
+                continue
+            if c.no_ack:
+                return True
+            if c.prefetch and c.unacked >= c.prefetch:
+                continue
+            if st.limit and st.tokens <= 0:
+                continue
+            return True
+        return False
+
     def receiving(self, c: Consumer) -> bool:
         """The consumer may be given messages at all (not a waiting one of a single active
         consumer queue)."""

@@ -61,6 +61,7 @@ from actors.core.consumers import ChannelState, Consumer, QueueConsumers
 from actors.core.errors import ChannelError
 from actors.core.keep_up import KeepUp
 from actors.core.queue_args import check_consume_arguments
+from actors.core.queue_stats import ConsumerUse
 from protocol.properties import with_long_header
 
 WAIT = "wait"  # get(): the head is paged out, try again once it is read back
@@ -261,6 +262,9 @@ class QueueCore:
         self.single_active = a.get("x-single-active-consumer") is True
         self.cons = QueueConsumers(delivery_window, single_active=self.single_active)
         self.consumers = self.cons.by_key  # (channel, tag) -> Consumer, round-robin order
+        # whether a consumer could take a message at once, and since when (the management
+        # API's consumer_utilisation: rabbit_queue_consumers' `use`)
+        self.use = ConsumerUse(now)
         self.channels = self.cons.channels  # channel address -> ChannelState here
         self.limited: set = set()  # channels with a global prefetch (token holders)
         self.hold = False  # the shell defers runs until its mailbox is empty
@@ -651,6 +655,7 @@ class QueueCore:
         self._set_channel_limit(channel, channel_prefetch)
         self.had_consumer = True
         self.last_used = now
+        self.use.update(True, now)  # rabbit_queue_consumers:add/11
 
     def cancel(self, channel, tag, now) -> bool:
         c = self.cons.remove(channel, tag)
@@ -748,6 +753,7 @@ class QueueCore:
                     break  # a higher priority is paged out: wait for its page
             c = self.cons.next()
             if c is None:
+                self.use.update(False, now)  # every consumer blocked (deliver/5: undelivered)
                 break
             msg = self._pop(p)
             if msg.expires_at and msg.expires_at <= now:
@@ -763,6 +769,8 @@ class QueueCore:
         if self.paged:
             self._want_page()
         self._schedule_head()
+        if not self.use.active and self.consumers and self.cons.any_unblocked():
+            self.use.update(True, now)  # unblocked (an ack, the writer's window, a token)
         return budget == 0 and self.ready_count > 0 and self._next_consumer_exists()
 
     def _head_lane(self):

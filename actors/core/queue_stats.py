@@ -9,8 +9,14 @@ as unchanged, so rates fall to 0 once traffic stops.
 
 from __future__ import annotations
 
-COUNTERS = ("publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "ack", "redeliver")
+import math
+
+COUNTERS = ("publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "get_empty", "ack",
+            "redeliver")
 GAUGES = ("messages", "messages_ready", "messages_unacknowledged", "consumers")
+# the consumer use state (ConsumerUse.state, wall-clock ms): not a counter, not summed
+USE = "use"
+USE_HALF_LIFE_MS = 1000.0  # rabbit_queue_consumers' USE_AVG_HALF_LIFE (1 s)
 # confirms the queue sent its publishers, by the x-confirm-on mode in effect then (Leveret's
 # own, for Prometheus; not in the API's message_stats: RabbitMQ's queues have no such count)
 CONFIRM_MODES = ("enqueue", "ack")  # (ack-lite's confirms are sent by the consuming channel)
@@ -39,6 +45,10 @@ class QueueCounters:
             if it[2]:
                 self.redeliver += 1
 
+    def got_empty(self) -> None:
+        """basic.get-empty (RabbitMQ's queue get_empty count)."""
+        self.get_empty += 1
+
     def got(self, redelivered: bool, no_ack: bool) -> None:
         if no_ack:
             self.get_no_ack += 1
@@ -51,15 +61,68 @@ class QueueCounters:
         if mode in CONFIRM_MODES:
             setattr(self, f"confirmed_{mode}", getattr(self, f"confirmed_{mode}") + n)
 
-    def sample(self, gauges: dict) -> dict | None:
-        """The counters and `gauges` (queue depth and consumers) when they changed since the
-        last sample, else None (nothing to emit)."""
+    def sample(self, gauges: dict, use: tuple | None = None) -> dict | None:
+        """The counters, `gauges` (queue depth and consumers) and the consumer use state
+        (`ConsumerUse.state` in wall-clock ms: it changes only when the queue's consumers
+        become able or unable to take messages) when they changed since the last sample,
+        else None (nothing to emit)."""
         values = tuple(getattr(self, n) for n in COUNTERS + CONFIRMS) + \
-            tuple(gauges.get(g, 0) for g in GAUGES)
+            tuple(gauges.get(g, 0) for g in GAUGES) + (use,)
         if values == self.emitted:
             return None
         self.emitted = values
-        return dict(zip(COUNTERS + CONFIRMS + GAUGES, values))
+        return dict(zip(COUNTERS + CONFIRMS + GAUGES + (USE,), values))
+
+
+class ConsumerUse:
+    """rabbit_queue_consumers' `use`: whether the queue can deliver to a consumer at once
+    (active: some consumer has room) or not (inactive: every consumer is blocked by its
+    prefetch, the channel's prefetch or the delivery window), with a moving average of the
+    active fraction of time (half-life 1 s). RabbitMQ 3.10's `consumer_utilisation` and
+    `consumer_capacity` are `utilisation(state, now)` (pure; times in ms from the caller's
+    clock)."""
+
+    __slots__ = ("active", "since", "active_ms", "avg")
+
+    def __init__(self, now: int):
+        self.active = True  # rabbit_queue_consumers:new/0: {active, Now, 1.0}
+        self.since = now  # when the current state began
+        self.active_ms = 0  # inactive only: how long the active state before it lasted
+        self.avg = 1.0  # the moving average up to `since`
+
+    def update(self, active: bool, now: int) -> None:
+        """update_use/2: a change of state folds the finished active+inactive period into
+        the average."""
+        if active == self.active:
+            return
+        if not active:
+            self.active_ms, self.since, self.active = now - self.since, now, False
+        else:
+            self.avg = use_avg(self.active_ms, now - self.since, self.avg)
+            self.since, self.active_ms, self.active = now, 0, True
+
+    def state(self, offset: int = 0) -> tuple:
+        """What a sample carries: (active, since + offset, active_ms, avg); `offset` turns
+        the caller's clock into wall-clock ms (constant, so an idle queue's state is
+        unchanged from sample to sample)."""
+        return (self.active, self.since + offset, self.active_ms, self.avg)
+
+
+def use_avg(active: float, inactive: float, avg: float) -> float:
+    """rabbit_queue_consumers:use_avg/3 (rabbit_misc:moving_average/4)."""
+    if active == 0 and inactive == 0:
+        return avg
+    span = active + inactive
+    weight = math.exp(span * math.log(0.5) / USE_HALF_LIFE_MS)
+    return (active / span) * (1 - weight) + avg * weight
+
+
+def utilisation(state, now: int) -> float:
+    """rabbit_queue_consumers:capacity/1 of a sampled state at `now` (the same clock)."""
+    active, since, active_ms, avg = state
+    if active:
+        return use_avg(max(0, now - since), 0, avg)
+    return use_avg(active_ms, max(0, now - since), avg)
 
 
 class StatsTable:
@@ -100,10 +163,32 @@ class StatsTable:
         for key in COUNTERS + ("deliver_get",):
             rate = 0.0
             if prev is not None and not quiet and t1 > t0:
-                rate = round((values[key] - before[key]) * 1000.0 / (t1 - t0), 1)
-            out[key] = values[key]
+                rate = round((values.get(key, 0) - before.get(key, 0)) * 1000.0 / (t1 - t0), 1)
+            out[key] = values.get(key, 0)
             out[f"{key}_details"] = {"rate": rate}
         return out
+
+    def consumer_use(self, vhost: str, name: str, now_ms: int) -> dict:
+        """RabbitMQ 3.10's `consumer_capacity` and `consumer_utilisation` of a queue from its
+        last sample: the fraction of time (moving average, half-life 1 s) it could deliver
+        to a consumer at once (the API shows capacity 0 and utilisation null while the queue
+        has no consumer)."""
+        entry = self.samples.get((vhost, name))
+        if entry is None or entry[0][1].get(USE) is None:
+            return {}
+        u = utilisation(entry[0][1][USE], now_ms)
+        return {"consumer_capacity": u, "consumer_utilisation": u}
+
+    def idle_since(self, vhost: str, name: str, now_ms: int) -> int | None:
+        """When the queue went idle (wall-clock ms), once it has been for more than an
+        interval: the time of its last sample (it emits one per interval while anything
+        changes), as RabbitMQ shows `idle_since` once a queue process has hibernated; None
+        while it is busy."""
+        entry = self.samples.get((vhost, name))
+        if entry is None:
+            return None
+        at = entry[0][0]
+        return at if now_ms - at > self.interval_ms else None
 
     def depth_rates(self, vhost: str, name: str, now_ms: int) -> dict:
         """The rate of change of the queue's depth (`messages_details`,

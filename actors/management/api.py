@@ -9,11 +9,12 @@ them. Also the list query parameters every list endpoint takes: pagination (`pag
 from __future__ import annotations
 
 import base64
+import datetime
 import hashlib
 import re
 from urllib.parse import quote
 
-from actors.core import policies
+from actors.core import channel_stats, policies
 
 MANAGEMENT_TAGS = ("administrator", "monitoring", "policymaker", "management")
 MAX_PAGE_SIZE = 500  # rabbit_mgmt_util's ?page_size maximum
@@ -67,15 +68,16 @@ def visible_vhosts(state: dict, user: str, tags) -> set:
 
 # --- objects -----------------------------------------------------------------------------------
 def vhost_sums(vhost: str, rows: list, message_stats: list, depth_rates: list,
-               connections: list) -> dict:
+               connections: list, counts: dict | None = None) -> dict:
     """A vhost's totals as rabbit_mgmt_db adds them up: its queues' depth (with rates), their
-    message_stats summed, its connections' recv_oct / send_oct (with rates)."""
+    message_stats summed with its channels' confirm / return_unroutable / drop_unroutable
+    (`counts`: cluster_counts'), its connections' recv_oct / send_oct (with rates)."""
     out: dict = {}
     for k in ("messages", "messages_ready", "messages_unacknowledged"):
         out[k] = sum(r.get(k, 0) for r in rows)
         out[f"{k}_details"] = {"rate": round(sum(
             d.get(f"{k}_details", {}).get("rate", 0.0) for d in depth_rates), 1)}
-    out["message_stats"] = sum_message_stats(message_stats)
+    out["message_stats"] = vhost_message_stats(message_stats, counts or {}, [vhost])
     for k in ("recv_oct", "send_oct"):
         out[k] = sum(c.get(k, 0) for c in connections if c["vhost"] == vhost)
         out[f"{k}_details"] = {"rate": round(sum(
@@ -94,13 +96,18 @@ def vhost_json(v: dict, members=(), sums: dict | None = None) -> dict:
             "tracing": False}
 
 
-def user_json(u: dict) -> dict:
+def user_json(u: dict, state: dict | None = None) -> dict:
+    """A user, with its user limits (`state["limits"]`: max-connections, max-channels)."""
+    limits = next((dict(value) for scope, name, value in (state or {}).get("limits", ())
+                   if scope == "user" and name == u["name"]), {})
     return {"name": u["name"], "password_hash": u["password_hash"],
             "hashing_algorithm": u["hashing_algorithm"], "tags": list(u["tags"]),
-            "limits": {}}
+            "limits": limits}
 
 
-def exchange_json(x: dict, policy_list) -> dict:
+def exchange_json(x: dict, policy_list, counts: dict | None = None) -> dict:
+    """An exchange; `counts`: cluster_counts' (path -> (count, rate)), for its message_stats
+    (publish_in, publish_out), shown once anything was published into it, as RabbitMQ."""
     p = policies.winner(policy_list, x["vhost"], x["name"], "exchanges")
     out = {"name": x["name"], "vhost": x["vhost"], "type": x["type"],
            "durable": x["durable"], "auto_delete": x["auto_delete"],
@@ -111,15 +118,20 @@ def exchange_json(x: dict, policy_list) -> dict:
            "incoming": [], "outgoing": []}
     if p:  # (RabbitMQ leaves the key out when no policy applies)
         out["policy"] = p["name"]
+    prefix = ("vhosts", x["vhost"], "exchanges", x["name"])
+    if counts and prefix + ("publish_in",) in counts:
+        out["message_stats"] = channel_stats.stats_with_rates(counts, prefix,
+                                                              ("publish_in", "publish_out"))
     return out
 
 
 def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
                message_stats: dict | None = None, consumers: list | None = None,
-               depth_rates: dict | None = None) -> dict:
+               depth_rates: dict | None = None, use: dict | None = None) -> dict:
     """A queue; `row` is list_queues' (counts, node, mirrors) when the queue answered;
     `message_stats` what its samples say (actors/core/queue_stats.py); `consumers` its
-    consumers as /api/consumers lists them (the connection workers' samples)."""
+    consumers as /api/consumers lists them (the connection workers' samples); `use` its
+    consumer_capacity / consumer_utilisation and idle_since (ms) from its last sample."""
     row = row or {}
     p = policies.winner(policy_list, q["vhost"], q["name"], "queues")
     op = policies.winner(op_policy_list, q["vhost"], q["name"], "queues")
@@ -140,12 +152,24 @@ def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
             out[k] = row[k]
             if depth_rates and f"{k}_details" in depth_rates:
                 out[f"{k}_details"] = depth_rates[f"{k}_details"]
+    use = use or {}
     if "consumers" in row:
-        out["consumer_utilisation"] = None
+        # RabbitMQ 3.10: both, the same measure (utilisation null without consumers)
+        out["consumer_capacity"] = use.get("consumer_capacity", 0) if row["consumers"] else 0
+        out["consumer_utilisation"] = use.get("consumer_utilisation") if row["consumers"] \
+            else None
+    if use.get("idle_since") is not None:  # (absent while the queue is busy, as RabbitMQ's)
+        out["idle_since"] = iso_time(use["idle_since"])
     if row.get("mirrors"):
         out["slave_nodes"] = row["mirrors"]
         out["synchronised_slave_nodes"] = row.get("synchronised_mirrors", [])
     return out
+
+
+def iso_time(ms: int) -> str:
+    """rabbit_mgmt_format's timestamps (3.10: `idle_since`): "2026-11-24T18:58:04.028+00:00"."""
+    t = datetime.datetime.fromtimestamp(ms / 1000.0, datetime.timezone.utc)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}+00:00"
 
 
 def properties_key(routing_key: str, arguments: dict) -> str:
@@ -179,6 +203,8 @@ def connection_json(c: dict) -> dict:
 def channel_json(ch: dict, details: bool = False) -> dict:
     """A channel; `details` (GET /api/channels/{name}): with its consumer_details."""
     out = {k: v for k, v in ch.items() if k != "consumers"}
+    if out.get("idle_since") is not None:  # ms from the worker's sample
+        out["idle_since"] = iso_time(out["idle_since"])
     if details:
         out["consumer_details"] = ch["consumers"]
     return out
@@ -296,10 +322,49 @@ def sum_message_stats(stats) -> dict:
     return total
 
 
+def channel_message_stats(counts: dict, vhosts) -> dict:
+    """The channel-level keys of the overview's and a vhost's message_stats (publish,
+    confirm, return_unroutable, drop_unroutable), summed over `vhosts`, from
+    cluster_counts'."""
+    return sum_message_stats(channel_stats.stats_with_rates(
+        counts, ("vhosts", v), channel_stats.VHOST_COUNTERS) for v in vhosts)
+
+
+def vhost_message_stats(queue_stats: list, counts: dict, vhosts) -> dict:
+    """The overview's or a vhost's message_stats as rabbit_mgmt_db's vhost fine stats: the
+    channels' publish, confirm and unroutable counts (a message published once, whatever
+    number of queues it went to; an unroutable one too), the queues' deliveries, gets, acks
+    and redeliveries."""
+    from_queues = [{k: v for k, v in s.items() if k not in ("publish", "publish_details")}
+                   for s in queue_stats]
+    return sum_message_stats(from_queues + [channel_message_stats(counts, vhosts)])
+
+
+# rabbit_mgmt_db's churn_rates: (key, cluster_counts' path)
+CHURN = (("connection_created", ("connections_opened",)),
+         ("connection_closed", ("connections_closed",)),
+         ("channel_created", ("channels_opened",)), ("channel_closed", ("channels_closed",)),
+         ("queue_declared", ("queues_declared",)), ("queue_created", ("queues_created",)),
+         ("queue_deleted", ("queues_deleted",)))
+
+
+def churn_rates(counts: dict) -> dict:
+    """The overview's churn_rates: connections and channels opened and closed (every
+    connection worker's counts), queues declared, created and deleted (the metadata actor's),
+    each with its rate."""
+    out = {}
+    for key, path in CHURN:
+        n, rate = counts.get(path, (0, 0.0))
+        out[key] = n
+        out[f"{key}_details"] = {"rate": rate}
+    return out
+
+
 def overview_json(state: dict, queues: list, listeners: list, management_port: int,
                   cluster_name: str, message_stats: dict | None = None,
-                  depth_rates=()) -> dict:
-    """GET /api/overview; depth_rates: the visible queues' depth_rates."""
+                  depth_rates=(), counts: dict | None = None) -> dict:
+    """GET /api/overview; depth_rates: the visible queues' depth_rates; counts:
+    cluster_counts' (churn_rates)."""
     ready = sum(q.get("messages_ready", 0) for q in queues)
     unacked = sum(q.get("messages_unacknowledged", 0) for q in queues)
     totals = {"messages": ready + unacked, "messages_ready": ready,
@@ -321,6 +386,7 @@ def overview_json(state: dict, queues: list, listeners: list, management_port: i
                           "channels": sum(len(c["channel_list"])
                                           for c in state.get("connections", ()))},
         "queue_totals": totals,
+        "churn_rates": churn_rates(counts or {}),
         "message_stats": message_stats or {}, "statistics_db_event_queue": 0,
         "listeners": listeners,
         "contexts": [{"node": state["node"], "description": "RabbitMQ Management",

@@ -9,7 +9,9 @@ labels queue metrics with `vhost` and `queue` (and connection metrics with `vhos
 Channel, connection and churn counters are the node's own (op `mgmt_counters`: what its
 connection workers' channels counted, actors/core/channel_stats.py, sent with their
 ConnectionStats every collect_statistics_interval), so a dashboard that sums over the nodes
-counts each once; queue metrics are over every queue of the cluster (any node answers for it).
+counts each once. Queue metrics are the node's own queues' too: those whose master runs on it
+(a mirrored queue is reported by its master's node only, as rabbitmq_prometheus reads each
+node's local queue metrics), so a sum over the nodes counts every queue once.
 """
 
 from __future__ import annotations
@@ -214,7 +216,8 @@ def node_metrics(counters: dict, processes: dict, per_object: bool) -> list:
 def metrics(node: str, cluster: str, queues: list, stats: dict, status: dict,
             per_object: bool, only: set | None = None, vhosts: set | None = None,
             counters: dict | None = None, processes: dict | None = None) -> list:
-    """The metric families. queues: list_queues rows; stats: (vhost, name) -> message_stats;
+    """The metric families. queues: list_queues rows (only those whose `node`, the master's,
+    is `node` are reported); stats: (vhost, name) -> message_stats;
     status: the node's resources (`op_status`); `only`: metric names to keep (detailed);
     counters / processes: node_metrics'."""
     out = []
@@ -222,7 +225,9 @@ def metrics(node: str, cluster: str, queues: list, stats: dict, status: dict,
     def keep(name):
         return only is None or name in only
 
-    rows = [r for r in queues if vhosts is None or r["vhost"] in vhosts]
+    # the queues whose master is this node (mirrors are reported by the master's node only)
+    rows = [r for r in queues if r.get("node", node) == node and
+            (vhosts is None or r["vhost"] in vhosts)]
     if only is None:
         info = GaugeMetricFamily("rabbitmq_build_info", "RabbitMQ & Erlang/OTP version info",
                                  labels=["rabbitmq_version", "prometheus_plugin_version",

@@ -386,8 +386,9 @@ class Management:
                  connections=[c for c in state.get("connections", ())
                               if api.is_monitor(tags) or c["user"] == user]),
             rows, listeners, self.port, self._cluster_name(state),
-            api.sum_message_stats(s for (v, _), s in _stats(state).items() if v in visible),
-            [d for (v, _), d in _depth(state).items() if v in visible]))
+            api.vhost_message_stats([s for (v, _), s in _stats(state).items()
+                                     if v in visible], _counts(state), visible),
+            [d for (v, _), d in _depth(state).items() if v in visible], _counts(state)))
 
     @staticmethod
     def _cluster_name(state) -> str:
@@ -759,10 +760,11 @@ class Management:
         rows = list((await self._queue_rows()).values())
         stats, depth = _stats(state), _depth(state)
         conns = state.get("connections", ())
+        counts = _counts(state)
         return lambda vhost: api.vhost_sums(
             vhost, [r for r in rows if r["vhost"] == vhost],
             [s for (v, _), s in stats.items() if v == vhost],
-            [d for (v, _), d in depth.items() if v == vhost], conns)
+            [d for (v, _), d in depth.items() if v == vhost], conns, counts)
 
     async def _auth(self, method: str, args: list):
         method, args = hashed_auth_call(method, args)
@@ -787,14 +789,14 @@ class Management:
 
     async def users(self, request):
         _, _, state, _ = await self._state(request, api.is_admin)
-        return self._reply(request, [api.user_json(u) for u in state["auth"]["users"]])
+        return self._reply(request, [api.user_json(u, state) for u in state["auth"]["users"]])
 
     async def user(self, request):
         _, _, state, _ = await self._state(request, api.is_admin)
         name = request.match_info["user"]
         for u in state["auth"]["users"]:
             if u["name"] == name:
-                return web.json_response(api.user_json(u))
+                return web.json_response(api.user_json(u, state))
         raise api.not_found()
 
     async def put_user(self, request):
@@ -891,7 +893,8 @@ class Management:
     async def exchanges(self, request):
         _, _, state, visible = await self._state(request)
         vhost = self._vhost(request, state, visible)
-        return self._reply(request, [api.exchange_json(x, state["policies"])
+        counts = _counts(state)
+        return self._reply(request, [api.exchange_json(x, state["policies"], counts)
                                      for x in state["exchanges"] if x["vhost"] in visible and
                                      (vhost is None or x["vhost"] == vhost)])
 
@@ -901,7 +904,8 @@ class Management:
         name = _exchange_name(request.match_info["name"])
         for x in state["exchanges"]:
             if x["vhost"] == vhost and x["name"] == name:
-                return web.json_response(api.exchange_json(x, state["policies"]))
+                return web.json_response(api.exchange_json(x, state["policies"],
+                                                           _counts(state)))
         raise api.not_found()
 
     async def put_exchange(self, request):
@@ -1025,12 +1029,13 @@ class Management:
         stats = _stats(state)
         consumers = _consumers_by_queue(state)
         depth = _depth(state)
+        use = _use(state)
         return self._reply(request, [
             api.queue_json(q, rows.get((q["vhost"], q["name"])), state["policies"],
                            state.get("operator_policies", ()),
                            stats.get((q["vhost"], q["name"])),
                            consumers.get((q["vhost"], q["name"])),
-                           depth.get((q["vhost"], q["name"])))
+                           depth.get((q["vhost"], q["name"])), use.get((q["vhost"], q["name"])))
             for q in state["queues"] if q["vhost"] in visible and
             (vhost is None or q["vhost"] == vhost)])
 
@@ -1044,7 +1049,8 @@ class Management:
                                                 state.get("operator_policies", ()),
                                                 _stats(state).get((vhost, name)),
                                                 _consumers_by_queue(state).get((vhost, name)),
-                                                _depth(state).get((vhost, name))))
+                                                _depth(state).get((vhost, name)),
+                                                _use(state).get((vhost, name))))
 
     async def put_queue(self, request):
         user, _, state, visible = await self._state(request)
@@ -1264,6 +1270,17 @@ def _stats(state) -> dict:
 def _depth(state) -> dict:
     """(vhost, queue) -> the rates of change of its depth (queue_stats.depth_rates)."""
     return {(v, n): d for v, n, d in state.get("queue_depth_rates", ())}
+
+
+def _counts(state) -> dict:
+    """The cluster's counts: path tuple -> (count, rate) (metadata `_cluster_counts`)."""
+    return {tuple(path): (n, rate) for path, n, rate in state.get("counts", ())}
+
+
+def _use(state) -> dict:
+    """(vhost, queue) -> consumer_capacity, consumer_utilisation and idle_since (ms) from its
+    last sample (queue_stats.StatsTable.consumer_use, idle_since)."""
+    return {(v, n): u for v, n, u in state.get("queue_use", ())}
 
 
 def _consumers_by_queue(state) -> dict:

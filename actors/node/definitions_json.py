@@ -84,6 +84,8 @@ def export(state: dict) -> dict:
     written with their ``internal`` flag (as the management API's export does) where
     rabbitmqctl's leaves them out."""
     auth = state.get("auth") or {}
+    user_limits = {name: dict(value) for scope, name, value in state.get("limits", [])
+                   if scope == "user"}
     # an exclusive queue is not exported, nor its bindings (they could not be imported)
     exclusive = {(q["vhost"], q["name"]) for q in state.get("queues", []) if q.get("exclusive")}
     return {
@@ -93,7 +95,8 @@ def export(state: dict) -> dict:
         "product_version": PRODUCT_VERSION,
         "users": [{"name": u["name"], "password_hash": u.get("password_hash") or "",
                    "hashing_algorithm": u.get("hashing_algorithm") or MD5,
-                   "tags": list(u.get("tags") or []), "limits": {}}
+                   "tags": list(u.get("tags") or []),
+                   "limits": user_limits.get(u["name"], {})}
                   for u in auth.get("users", [])],
         "vhosts": [{"name": v["name"], "limits": [],
                     "metadata": {"description": v.get("description") or "",
@@ -250,8 +253,12 @@ def plan_import(doc, state: dict) -> Plan:
             tags = ["administrator"] if str(o["administrator"]).lower() == "true" else []
         else:  # rabbit_auth_backend_internal:put_user/3
             raise _Bad(f"{what}: tags_not_present")
-        if _opt(o, "limits", dict, {}, what):
-            raise _Bad(f"{what}: user limits are not supported")
+        limits = _opt(o, "limits", dict, {}, what)
+        if limits:  # RabbitMQ 3.10's users[].limits (rabbitmqctl set_user_limits)
+            try:
+                limits = limit_rules.validate("user", limits)
+            except ChannelError as e:
+                raise _Bad(f"{what}: {e.text}") from None
         if probe.user_exists(name):
             change = [["auth", "change_password_hash", [name, pw_hash, algo]],
                       ["auth", "set_user_tags", [name, tags]]]
@@ -259,6 +266,8 @@ def plan_import(doc, state: dict) -> Plan:
             change = [["auth", "add_user_with_hash", [name, pw_hash, algo, tags]]]
         _apply(probe, change)
         plan.changes.extend(change)
+        if limits:
+            plan.changes.append(["limits_put", "user", name, limits])
 
     def vhost(o):
         what = _describe("vhosts", o)

@@ -90,6 +90,15 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         self.conn_sampled: dict[str, tuple] = {}
         self.worker_totals: dict[str, dict] = {}  # conn worker endpoint -> its process totals
         self.dead_totals: dict = {}  # the last totals of connection workers that died
+        # the management API's cluster-wide counts: every worker's previous totals
+        # (endpoint -> (at_ms, totals)) for their rates, and every dead worker's last totals
+        self.prev_totals: dict[str, tuple] = {}
+        self.dead_all: dict = {}
+        # (ms, queue_churn) snapshots, at most one per interval, for the churn rates
+        self.churn_snaps: list = []
+        # counts of exchanges and vhosts deleted (path -> count then): a new one of the same
+        # name starts from 0, as RabbitMQ drops an exchange's statistics with it
+        self.counts_base: dict[tuple, int] = {}
         # queue churn of the declares and deletes this node's metadata actor decided
         self.queue_churn = {"queues_declared": 0, "queues_created": 0, "queues_deleted": 0}
         self.version = 0  # metadata version: +1 per broadcast change
@@ -170,6 +179,9 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
             elif isinstance(msg, m.ConnectionStats):
                 if not self.transport.is_dead(msg.worker):
                     self._connection_sample(msg)
+            elif isinstance(msg, m.WorkerStats):
+                if not self.transport.is_dead(msg.worker):
+                    self.worker_totals[msg.worker] = msg.totals
             elif isinstance(msg, m.QueueStats):
                 if (msg.vhost, msg.name) in self.queues:
                     self.queue_stats.put(msg.vhost, msg.name, msg.at_ms, msg.stats)
@@ -269,6 +281,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                 self._member_changed(c[1], old, c[2])
                 continue
             apply_change(self, c)
+            if c[0] == "router" and c[1] in ("delete_exchange", "remove_vhost"):
+                self._reset_counts(("vhosts", *c[2][:2]))
             if c[0] == "queue_put":
                 start.append((c[1]["vhost"], c[1]["name"]))
             elif c[0] == "queue_del":

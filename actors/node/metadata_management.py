@@ -30,6 +30,8 @@ class ManagementMixin:
         previous = (last[0], self.conn_stats.get(msg.worker, [])) if last else None
         self.conn_sampled[msg.worker] = (msg.at_ms, previous)
         self.conn_stats[msg.worker] = msg.connections
+        if last is not None and msg.worker in self.worker_totals:
+            self.prev_totals[msg.worker] = (last[0], self.worker_totals[msg.worker])
         self.worker_totals[msg.worker] = msg.totals
 
     def _forget_worker_stats(self, endpoint: str, own: bool = False) -> None:
@@ -39,8 +41,53 @@ class ManagementMixin:
         self.conn_stats.pop(endpoint, None)
         self.conn_sampled.pop(endpoint, None)
         totals = self.worker_totals.pop(endpoint, None)
+        self.prev_totals.pop(endpoint, None)
         if totals and own:
             self.dead_totals = channel_stats.merge(self.dead_totals, totals)
+        if totals:  # (the API's counts are the cluster's: any node's workers)
+            self.dead_all = channel_stats.merge(self.dead_all, totals)
+
+    def _raw_counts(self, now_ms: int) -> dict:
+        """Every connection worker's totals added up: path -> (count, rate)."""
+        workers = {w: (self.conn_sampled.get(w, (0, None))[0], t, self.prev_totals.get(w))
+                   for w, t in self.worker_totals.items()}
+        return channel_stats.cluster_counts(workers, self.dead_all, now_ms,
+                                            self.config.collect_statistics_interval)
+
+    def _reset_counts(self, prefix: tuple) -> None:
+        """An exchange (prefix ("vhosts", vhost, name)... as the router names it) or a vhost
+        was deleted: what was counted for it so far is the base a new one starts from."""
+        if len(prefix) == 3:  # an exchange: ("vhosts", vhost, name)
+            prefix = ("vhosts", prefix[1], "exchanges", prefix[2])
+        for path, (n, _) in self._raw_counts(int(time.time() * 1000)).items():
+            if path[:len(prefix)] == prefix:
+                self.counts_base[path] = n
+
+    def _cluster_counts(self, now_ms: int) -> list:
+        """The management API's counts over every connection worker of the cluster (churn,
+        per-vhost channel counts, exchanges' publish_in / publish_out) with their rates
+        (channel_stats.cluster_counts), and this actor's queue churn with its rate between
+        snapshots taken at most once per interval: [[path, count, rate], ...]."""
+        interval = self.config.collect_statistics_interval
+        counts = self._raw_counts(now_ms)
+        for path, base in self.counts_base.items():  # deleted ones: counted from then on
+            if path in counts:
+                n, rate = counts[path]
+                counts[path] = (max(0, n - base), rate)
+        for path in [p for p in counts if len(p) == 5 and p[2] == "exchanges" and
+                     p[4] == "publish_in" and counts[p][0] == 0 and p in self.counts_base]:
+            counts.pop(path)  # nothing published into the new one yet: no message_stats
+        snaps = self.churn_snaps
+        if not snaps or now_ms - snaps[-1][0] >= interval:
+            snaps.append((now_ms, dict(self.queue_churn)))
+            del snaps[:-2]
+        for k, n in self.queue_churn.items():
+            rate = 0.0
+            if len(snaps) == 2 and now_ms - snaps[-1][0] <= 2 * interval:
+                (t0, c0), (t1, c1) = snaps
+                rate = round(max(0, c1[k] - c0[k]) * 1000.0 / max(1, t1 - t0), 1)
+            counts[(k,)] = (n, rate)
+        return [[list(path), n, rate] for path, (n, rate) in counts.items()]
 
     def _connections_with_rates(self, now_ms: int) -> list:
         """Every connection of the samples, with recv_oct/send_oct and its channels'
@@ -70,9 +117,9 @@ class ManagementMixin:
         """This node's statistics for Prometheus (per node, as rabbitmq_prometheus: a
         dashboard sums over the nodes): its connection workers' process totals (live and dead
         ones), their connections, channels and consumers now, this actor's queue churn (the
-        leader's, in a cluster: it decides declares and deletes) and the node process's
-        events written."""
-        own = {w.endpoint for w in self.workers.values() if w.kind == "conn"}
+        leader's, in a cluster: it decides declares and deletes) and the events written by
+        the node process and its connection and queue workers (WorkerStats)."""
+        own = {w.endpoint for w in self.workers.values()}  # (queue workers: events written)
         total = dict(self.dead_totals)
         for worker, t in self.worker_totals.items():
             if worker in own:
@@ -84,6 +131,7 @@ class ManagementMixin:
                 for k in CONFIRMS:
                     total[k] = total.get(k, 0) + entry[0][1].get(k, 0)
         total["events_written"] = total.get("events_written", 0) + events.written()
+        own = {w.endpoint for w in self.workers.values() if w.kind == "conn"}
         conns = [c for w, rows in self.conn_stats.items() if w in own for c in rows]
         channels = [ch for c in conns for ch in c["channel_list"]]
         total["now"] = {
@@ -110,9 +158,14 @@ class ManagementMixin:
         now = int(time.time() * 1000)
         stats = [[v, n, self.queue_stats.message_stats(v, n, now)] for (v, n) in self.queues]
         depth = [[v, n, self.queue_stats.depth_rates(v, n, now)] for (v, n) in self.queues]
+        use = [[v, n, dict(self.queue_stats.consumer_use(v, n, now),
+                           idle_since=self.queue_stats.idle_since(v, n, now))]
+               for (v, n) in self.queues]
         return {"auth": self.auth.to_state(), "exchanges": exchanges,
                 "queue_stats": [s for s in stats if s[2]],
                 "queue_depth_rates": [d for d in depth if d[2]],
+                "queue_use": use,
+                "counts": self._cluster_counts(now),
                 "connections": self._connections_with_rates(now),
                 "bindings": list(self._all_bindings()),
                 "queues": [{k: v for k, v in q.items() if k not in ("address", "worker")}

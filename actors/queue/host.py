@@ -9,9 +9,12 @@ with mirrors died, or policies changed.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 import pykka
 
+from actors import events
 from actors import messages as m
 from actors.messages import ChannelsDown, MirrorsDown, PolicyChanged
 from actors.core.errors import amqp_text
@@ -31,7 +34,14 @@ class QueueHost(WorkerHost):
         self.queues: dict[str, pykka.ActorRef] = {}  # transport name -> Queue or Mirror actor
         transport.set_fallback(self.missing)
 
+    def start(self) -> None:
+        self.sampler = ProcessSampler(self.transport, self.node,
+                                      self.config.collect_statistics_interval)
+        self.sampler.start()
+
     def stop(self) -> None:
+        if getattr(self, "sampler", None) is not None:
+            self.sampler.stop()
         for ref in list(self.queues.values()):
             try:
                 ref.stop(timeout=5)
@@ -118,3 +128,38 @@ def _queue_of(name: str) -> tuple[str, str]:
     q, _, rest = name.partition("\x1f")
     vhost, sep, qname = rest.partition("\x1f")
     return (vhost, qname) if q == "q" and sep else ("", name)
+
+
+class ProcessSampler:
+    """A thread of the queue worker: every interval, the process's totals (events written)
+    to its node's metadata actor as WorkerStats, when they changed (Prometheus'
+    leveret_events_written_total counts every process of the node)."""
+
+    def __init__(self, transport, node: str, interval_ms: int):
+        self.transport = transport
+        self.node = node
+        self.interval = interval_ms / 1000.0
+        self.last = None
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="queue-stats", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def _run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            try:
+                self.sample()
+            except Exception:  # noqa: BLE001 - a sample must never end the worker
+                log.exception("statistics sample failed")
+
+    def sample(self) -> None:
+        totals = {"events_written": events.written()}
+        if totals == self.last:
+            return
+        self.last = totals
+        self.transport.send(self.node, m.WorkerStats(self.transport.endpoint,
+                                                     int(time.time() * 1000), totals))

@@ -167,6 +167,8 @@ class Queue(LightActor):
         self.mirrors = Masters(self.transport.send, self.address, self._mirror_synced)
         self.counters = QueueCounters()  # the management API's message counts
         self.stats_interval = host.config.collect_statistics_interval
+        # wall-clock ms minus now_ms(): the consumer use state goes out in wall-clock time
+        self.clock_offset = int(time.time() * 1000) - now_ms()
         self.core.on_enqueue = lambda msg: self.mirrors.enqueued(msg, now_ms())
 
     def _mirror_synced(self, member) -> None:
@@ -252,7 +254,8 @@ class Queue(LightActor):
     def _emit_stats(self) -> None:
         """A sample to every node's metadata actor when the counts changed (every
         collect_statistics_interval)."""
-        sample = self.counters.sample(self.core.stats())
+        sample = self.counters.sample(self.core.stats(),
+                                      self.core.use.state(self.clock_offset))
         if sample is not None:
             stats = m.QueueStats(self.vhost, self.qname, int(time.time() * 1000), sample)
             for addr in self._metadata_addresses():
@@ -438,6 +441,7 @@ class Queue(LightActor):
             self.pending_gets.append(msg)  # answered when the page is in
             return
         if got is None:
+            self.counters.got_empty()
             reply = m.GetReply(msg.req_id, self.address, None, 0, [])
         else:
             item, body, count = got

@@ -212,8 +212,9 @@ def test_message_stats_come_from_the_queues_samples(node, http):
     stats = wait_for("the queue's sample with 5 acks and 1 get", settled)
     assert (stats["publish"], stats["get"], stats["deliver_get"]) == (20, 5, 6)
     assert set(stats["publish_details"]) == {"rate"}
-    overview = http("GET", "/api/overview")[1]["message_stats"]
-    assert overview["publish"] >= 20 and "ack_details" in overview
+    overview = wait_for("the channel's publishes in the overview", lambda: (lambda o: o if o.get(
+        "publish", 0) >= 20 else None)(http("GET", "/api/overview")[1]["message_stats"]))
+    assert "ack_details" in overview
     # quiet for two intervals: rates fall to 0
     wait_for("the publish rate to fall to 0", lambda: http(
         "GET", "/api/queues/%2F/statq")[1]["message_stats"]["publish_details"] == {"rate": 0.0})
@@ -769,3 +770,227 @@ def test_connection_byte_counts_and_channel_rates_in_the_api(node, http):
             x.get("message_stats", {}).get("publish") == 3])[0]
         assert "rate" in chan["message_stats"]["publish_details"]
     assert http("DELETE", "/api/queues/%2F/bytesq")[0] == 204
+
+
+# --- issue 14's leftovers: exchanges, churn, channel keys, consumer use, idle_since -----------
+def test_exchange_message_stats_publish_in_and_out(node, http):
+    """publish_in: messages published into the exchange; publish_out: the copies it routed,
+    one per queue (rabbit_channel's exchange_stats / queue_exchange_stats); an unroutable
+    publish is in, not out. The overview and vhost count the unroutable ones (channel keys)."""
+    # in a vhost of its own: its message_stats count this test's traffic only
+    assert http("PUT", "/api/vhosts/msv")[0] == 201
+    assert http("PUT", "/api/permissions/msv/guest", {"configure": ".*", "write": ".*",
+                                                      "read": ".*"})[0] == 201
+    for q in ("fanq1", "fanq2"):
+        assert http("PUT", f"/api/queues/msv/{q}", {"durable": False})[0] == 201
+    assert http("PUT", "/api/exchanges/msv/ms-fan", {"type": "fanout"})[0] == 201
+    assert http("PUT", "/api/exchanges/msv/ms-none", {"type": "direct"})[0] == 201
+    for q in ("fanq1", "fanq2"):
+        assert http("POST", f"/api/bindings/msv/e/ms-fan/q/{q}", {"routing_key": ""})[0] == 201
+    with node.connection(virtual_host="msv") as c:
+        ch = c.channel()
+        ch.confirm_delivery()
+        for _ in range(4):
+            ch.basic_publish("ms-fan", "", b"x")
+        ch.basic_publish("ms-none", "nowhere", b"x")
+        ch.basic_publish("ms-none", "nowhere", b"x")
+        with pytest.raises(pika.exceptions.UnroutableError):
+            ch.basic_publish("ms-none", "nowhere", b"x", mandatory=True)
+
+    def stats(name):
+        return http("GET", f"/api/exchanges/msv/{name}")[1].get("message_stats", {})
+    fan = wait_for("ms-fan's counts", lambda: stats("ms-fan").get("publish_in") == 4 and
+                   stats("ms-fan"))
+    assert fan["publish_out"] == 8 and set(fan["publish_in_details"]) == {"rate"}
+    none = wait_for("ms-none's counts", lambda: stats("ms-none").get("publish_in") == 3 and
+                    stats("ms-none"))
+    assert none["publish_out"] == 0
+    listed = {x["name"]: x for x in http("GET", "/api/exchanges/msv")[1]}
+    assert listed["ms-fan"]["message_stats"]["publish_out"] == 8
+    assert "message_stats" not in listed["amq.headers"]  # nothing published into it
+    vhost = http("GET", "/api/vhosts/msv")[1]["message_stats"]
+    assert (vhost["drop_unroutable"], vhost["return_unroutable"], vhost["confirm"]) == \
+        (2, 1, 7)  # (a returned publish is confirmed too)
+    assert vhost["publish"] == 7  # the channel's publishes, once each (RabbitMQ's)
+    overview = http("GET", "/api/overview")[1]["message_stats"]
+    assert overview["drop_unroutable"] >= 2 and overview["return_unroutable"] >= 1
+    assert http("DELETE", "/api/vhosts/msv")[0] == 204
+
+
+def test_churn_rates_count_connections_channels_and_queues(node, http):
+    """The overview's churn_rates: connection_created (at connection.open, as rabbit_reader),
+    connection_closed, channel_created / closed, queue_declared / created / deleted."""
+    def churn():
+        return http("GET", "/api/overview")[1]["churn_rates"]
+
+    def settled():  # earlier tests' connections are in the workers' samples
+        first = {k: v for k, v in churn().items() if not k.endswith("_details")}
+        time.sleep(3 * STATS_MS / 1000)
+        return first if first == {k: v for k, v in churn().items()
+                                  if not k.endswith("_details")} else None
+    before = wait_for("the churn counts to settle", settled)
+    with node.connection() as c:
+        for _ in range(3):
+            c.channel().close()
+        ch = c.channel()
+        ch.queue_declare("churnq")
+        ch.queue_declare("churnq")  # declared again: declared, not created
+        ch.queue_delete("churnq")
+    want = {"connection_created": 1, "connection_closed": 1, "channel_created": 4,
+            "channel_closed": 4, "queue_declared": 2, "queue_created": 1, "queue_deleted": 1}
+
+    def counted():
+        now = churn()
+        return now if all(now[k] - before[k] == n for k, n in want.items()) else None
+    now = wait_for("the churn counts", counted)
+    assert all(isinstance(now[f"{k}_details"]["rate"], float) for k in want)
+    # a rate from two samples of each worker: the churn just made shows as a positive rate
+    # for a while, then falls to 0
+    wait_for("the queue churn rates to fall to 0", lambda: churn()[
+        "queue_declared_details"]["rate"] == 0.0 and churn()[
+        "channel_created_details"]["rate"] == 0.0)
+
+
+def test_queue_get_empty_consumer_utilisation_and_idle_since(node, http):
+    """get_empty counted by the queue; consumer_capacity = consumer_utilisation (3.10) falls
+    while the only consumer is blocked by its prefetch and climbs back once it acks; a queue
+    and a channel quiet for an interval show idle_since, a busy one does not."""
+    assert http("PUT", "/api/queues/%2F/useq", {"durable": False})[0] == 201
+    q = http("GET", "/api/queues/%2F/useq")[1]
+    assert q["consumer_utilisation"] is None and q["consumer_capacity"] == 0
+    with node.connection(client_properties={"connection_name": "use-test"}) as c:
+        ch = c.channel()
+        assert ch.basic_get("useq")[0] is None
+        wait_for("get_empty", lambda: http("GET", "/api/queues/%2F/useq")[1].get(
+            "message_stats", {}).get("get_empty") == 1)
+        ch.basic_qos(prefetch_count=1)
+        got = []
+        ch.basic_consume("useq", lambda c_, m, p, b: got.append(m.delivery_tag))
+        for _ in range(3):
+            ch.basic_publish("", "useq", b"x")
+        while not got:
+            c.process_data_events(time_limit=0.1)
+        # blocked: 2 ready messages, the consumer's one unacked
+        low = wait_for("utilisation to fall", lambda: (lambda x: x if x.get(
+            "consumer_utilisation") is not None and x["consumer_utilisation"] < 0.5 else None)(
+            http("GET", "/api/queues/%2F/useq")[1]))
+        assert low["consumer_capacity"] == low["consumer_utilisation"]
+        assert low["messages_ready"] == 2 and low["messages_unacknowledged"] == 1
+        while len(got) < 3:
+            ch.basic_ack(got[-1])
+            c.process_data_events(time_limit=0.1)
+        ch.basic_ack(got[-1])
+        wait_for("utilisation to climb back", lambda: (http("GET", "/api/queues/%2F/useq")[1]
+                                                       .get("consumer_utilisation") or 0) > 0.9)
+
+        def my_channel():
+            return [x for x in http("GET", "/api/channels")[1]
+                    if x["connection_details"]["name"].startswith("127.0.0.1") and
+                    x.get("message_stats", {}).get("get_empty") == 1]
+        idle = wait_for("the quiet channel's idle_since",
+                        lambda: [x for x in my_channel() if "idle_since" in x])
+        assert idle[0]["idle_since"].endswith("+00:00")
+        qi = wait_for("the quiet queue's idle_since",
+                      lambda: http("GET", "/api/queues/%2F/useq")[1].get("idle_since"))
+        assert qi[:4].isdigit() and qi[10] == "T"
+        ch.basic_publish("", "useq", b"busy")  # busy again: no idle_since until it is quiet
+        wait_for("the channel busy again", lambda: [x for x in my_channel()
+                                                    if "idle_since" not in x])
+    assert http("DELETE", "/api/queues/%2F/useq")[0] == 204
+
+
+def test_user_limits_in_definitions_export_import_and_enforced(node, http):
+    """A definitions document's users[].limits (RabbitMQ 3.10's shape) POSTed to the API:
+    /api/user-limits and /api/users show them, the export writes them back, and the second
+    connection of a user limited to one is refused with RabbitMQ's 530."""
+    doc = {"users": [{"name": "lim-user", "password": "lim-pw", "tags": ["management"],
+                      "limits": {"max-connections": 1, "max-channels": 3}}],
+           "permissions": [{"user": "lim-user", "vhost": "/", "configure": ".*",
+                            "write": ".*", "read": ".*"}]}
+    status, body = http("POST", "/api/definitions", doc)
+    assert status in (201, 204), body
+    assert http("GET", "/api/user-limits/lim-user")[1] == [
+        {"user": "lim-user", "value": {"max-connections": 1, "max-channels": 3}}]
+    assert http("GET", "/api/users/lim-user")[1]["limits"] == {"max-connections": 1,
+                                                                "max-channels": 3}
+    exported = {u["name"]: u for u in http("GET", "/api/definitions")[1]["users"]}
+    assert exported["lim-user"]["limits"] == {"max-connections": 1, "max-channels": 3}
+    assert exported["guest"]["limits"] == {}
+    first = node.connection(user="lim-user", password="lim-pw")
+    try:
+        # (pika reports a close during the handshake as a probable access refusal)
+        with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as e:
+            node.connection(user="lim-user", password="lim-pw")
+        assert "(530) \"NOT_ALLOWED - Connection refused for user 'lim-user': user " \
+               "connection limit (1) is reached\"" in str(e.value)
+    finally:
+        first.close()
+    bad = {"users": [{"name": "lim-bad", "password": "x", "tags": [],
+                      "limits": {"max-queues": 1}}]}
+    status, body = http("POST", "/api/definitions", bad)
+    assert status == 400 and "lim-bad" in body["reason"]
+    assert http("DELETE", "/api/users/lim-user")[0] == 204
+
+
+def test_events_written_counts_the_queue_workers_events(tmp_path):
+    """leveret_events_written_total is every event the node's processes wrote: the node's,
+    its connection workers' and its queue workers' (WorkerStats), the number of events in
+    the event files once they are written."""
+    from actors import events
+    metrics_port = free_port()
+    folder = tmp_path / "ev"
+    folder.mkdir()
+    (folder / "leveret.toml").write_text(f"collect_statistics_interval = {STATS_MS}\n"
+                                         "events = \"full\"\n")
+    broker = Broker.start_leveret(folder, "--management-port", "0", "--prometheus-port",
+                                  str(metrics_port), "--config", str(folder / "leveret.toml"))
+    broker.metrics_port = metrics_port
+    try:
+        with broker.connection() as c:
+            ch = c.channel()
+            ch.confirm_delivery()
+            ch.queue_declare("evq")
+            for _ in range(5):
+                ch.basic_publish("", "evq", b"x")
+            for _ in range(5):
+                m, _, _ = ch.basic_get("evq")
+                ch.basic_ack(m.delivery_tag)
+
+        def in_files():
+            by_process = {}
+            for path in sorted((broker.data_dir / "events").glob("*.events")):
+                header, evs = events.read_file(str(path))
+                by_process[header["process"]] = by_process.get(header["process"], 0) + \
+                    sum(1 for _ in evs)
+            return by_process
+
+        def matching():
+            files = in_files()
+            metric = scrape(broker, "/metrics").get(("leveret_events_written_total", ()))
+            return (files, metric) if metric == sum(files.values()) and \
+                any(p.startswith("queue") and n for p, n in files.items()) else None
+        files, metric = wait_for("the metric to count every process's events", matching)
+        assert metric > files.get("node", 0) + sum(n for p, n in files.items()
+                                                   if p.startswith("conn"))
+    finally:
+        broker.stop()
+
+
+def test_an_exchange_declared_again_starts_its_counts_from_zero(node, http):
+    """RabbitMQ drops an exchange's statistics when it is deleted: a new exchange of the same
+    name has no message_stats until something is published into it, then counts from 0."""
+    assert http("PUT", "/api/exchanges/%2F/again-x", {"type": "fanout"})[0] == 201
+
+    def stats():
+        return http("GET", "/api/exchanges/%2F/again-x")[1].get("message_stats", {})
+    with node.connection() as c:
+        ch = c.channel()
+        for _ in range(3):
+            ch.basic_publish("again-x", "", b"x")
+        wait_for("3 publishes counted", lambda: stats().get("publish_in") == 3)
+        assert http("DELETE", "/api/exchanges/%2F/again-x")[0] == 204
+        assert http("PUT", "/api/exchanges/%2F/again-x", {"type": "fanout"})[0] == 201
+        assert "message_stats" not in http("GET", "/api/exchanges/%2F/again-x")[1]
+        ch.basic_publish("again-x", "", b"x")
+        wait_for("1 publish counted", lambda: stats().get("publish_in") == 1)
+    assert http("DELETE", "/api/exchanges/%2F/again-x")[0] == 204

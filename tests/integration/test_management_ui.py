@@ -220,3 +220,87 @@ def _complete_json(path):
         return text
     except (OSError, ValueError):
         return None
+
+
+def logged_in(browser, node) -> None:
+    """Log in unless the session already is (when a test runs alone)."""
+    go(browser, node, "#/overview")
+    wait(browser, lambda b: b.find_element(By.ID, "login").is_displayed() or
+         b.find_element(By.ID, "app").is_displayed())
+    if browser.find_element(By.ID, "login").is_displayed():
+        login(browser, node)
+    visible(browser, "#totals")
+
+
+def _api(node, method, path, body=None):
+    import base64
+    import urllib.request
+    req = urllib.request.Request(f"http://127.0.0.1:{node.http_port}/api{path}",
+                                 data=None if body is None else json.dumps(body).encode(),
+                                 method=method)
+    req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    req.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(req, timeout=20) as r:
+        raw = r.read()
+        return json.loads(raw) if raw else None
+
+
+def test_operator_policies_vhost_and_user_limits_from_the_admin_page(node, browser):
+    """The admin page sets and clears an operator policy, a virtual host limit and a user
+    limit; what it set is what the API answers, and the operator policy applies."""
+    logged_in(browser, node)
+    go(browser, node, "#/admin")
+    visible(browser, "#add-operator-policy")
+    fill(browser, "add-operator-policy", vhost="/", name="ui-cap", pattern="^ui-capped",
+         **{"apply-to": "queues", "definition": '{"max-length": 2}', "priority": "1"})
+    text_in(browser, "#operator-policies-table", "ui-cap")
+    assert _api(node, "GET", "/operator-policies/%2F/ui-cap")["definition"] == {
+        "max-length": 2}
+    fill(browser, "set-vhost-limit", vhost="/", limit="max-queues", value="40")
+    text_in(browser, "#vhost-limits-table", "max-queues")
+    fill(browser, "set-user-limit", user="guest", limit="max-channels", value="30")
+    text_in(browser, "#user-limits-table", "max-channels")
+    assert _api(node, "GET", "/vhost-limits/%2F") == [{"vhost": "/",
+                                                       "value": {"max-queues": 40}}]
+    assert _api(node, "GET", "/user-limits/guest") == [{"user": "guest",
+                                                         "value": {"max-channels": 30}}]
+    fill(browser, "set-user-limit", user="guest", limit="max-connections", value="x")
+    text_in(browser, "#toast", "the value must be an integer")
+    shot(browser, node, "admin-limits")
+    with node.connection() as c:  # the operator policy applies to a new queue
+        ch = c.channel()
+        ch.queue_declare("ui-capped-q")
+        for _ in range(4):
+            ch.basic_publish("", "ui-capped-q", b"x")
+        ch.queue_declare("ui-capped-q", passive=True)
+    q = _api(node, "GET", "/queues/%2F/ui-capped-q")
+    assert q["operator_policy"] == "ui-cap" and q["messages"] <= 2
+    for table_id in ("operator-policies-table", "vhost-limits-table", "user-limits-table"):
+        row = [r for r in browser.find_elements(By.CSS_SELECTOR, f"#{table_id} tbody tr")][0]
+        row.find_element(By.TAG_NAME, "button").click()
+        wait(browser, lambda b, t=table_id: not b.find_elements(
+            By.CSS_SELECTOR, f"#{t} tbody tr"))
+    assert _api(node, "GET", "/operator-policies") == []
+    assert _api(node, "GET", "/vhost-limits") == [] and _api(node, "GET", "/user-limits") == []
+    _api(node, "DELETE", "/queues/%2F/ui-capped-q")
+
+
+def test_overview_churn_and_exchange_rates_and_queue_utilisation(node, browser):
+    """The overview's churn table, the exchanges' message rates in and out, a queue's
+    consumer utilisation."""
+    logged_in(browser, node)
+    with node.connection() as c:
+        ch = c.channel()
+        ch.queue_declare("ui-use-q")
+        ch.basic_consume("ui-use-q", lambda *a: None, auto_ack=True)
+        ch.basic_publish("", "ui-use-q", b"x")
+        go(browser, node, "#/overview")
+        text_in(browser, "#churn-table", "Connections")
+        go(browser, node, "#/exchanges")
+        text_in(browser, "#exchanges-table", "Message rate in")
+        go(browser, node, "#/queues/%2F/ui-use-q")
+        # (the page refreshes itself every 5 s; the queue's sample comes within 1 s)
+        wait(browser, lambda b: b.find_element(By.ID, "queue-utilisation").text.endswith("%"),
+             timeout=30)
+        shot(browser, node, "queue-utilisation")
+        ch.queue_delete("ui-use-q")

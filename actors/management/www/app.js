@@ -115,6 +115,9 @@ const PAGES = {
       h("div", { class: "charts" },
         h("div", {}, h("canvas", { id: "chart-rates" })),
         h("div", {}, h("canvas", { id: "chart-depth" }))),
+      h("h3", {}, "Churn statistics"),
+      table([["", r => r[0]], ["Created / declared", r => r[1]], ["Closed / deleted", r => r[2]]],
+            churnRows(o.churn_rates || {}), "churn-table"),
       h("h3", {}, "Listeners"),
       table([["Protocol", l => l.protocol], ["Address", l => l.ip_address],
              ["Port", l => l.port]], o.listeners || []),
@@ -158,7 +161,10 @@ const PAGES = {
              ["Name", x => h("a", { href: `#/exchanges/${enc(x.vhost)}/${enc(x.name || "amq.default")}` },
                              x.name || "(AMQP default)")],
              ["Type", x => x.type], ["Durable", x => x.durable ? "D" : ""],
-             ["Policy", x => x.policy || ""]], xs, "exchanges-table"),
+             ["Policy", x => x.policy || ""],
+             ["Message rate in", x => rate(x.message_stats, "publish_in")],
+             ["Message rate out", x => rate(x.message_stats, "publish_out")]],
+            xs, "exchanges-table"),
       h("h3", {}, "Add a new exchange"),
       form("add-exchange", [["vhost", "Virtual host", "select", vhostOptions(vhosts)],
                             ["name", "Name"],
@@ -235,9 +241,11 @@ const PAGES = {
   },
 
   async admin(page) {
-    const [users, vhosts, perms, policies] = await Promise.all([
-      api("GET", "/users"), api("GET", "/vhosts"), api("GET", "/permissions"),
-      api("GET", "/policies")]);
+    const [users, vhosts, perms, policies, opPolicies, vhostLimits, userLimits] =
+      await Promise.all([
+        api("GET", "/users"), api("GET", "/vhosts"), api("GET", "/permissions"),
+        api("GET", "/policies"), api("GET", "/operator-policies"),
+        api("GET", "/vhost-limits"), api("GET", "/user-limits")]);
     page.append(h("h2", {}, "Admin"),
       h("h3", {}, "Users"),
       table([["Name", u => u.name], ["Tags", u => u.tags.join(", ")],
@@ -288,12 +296,80 @@ const PAGES = {
                priority: parseInt(v.priority || "0", 10) });
              toast("Policy set"); render();
            }),
+      h("h3", {}, "Operator policies"),
+      h("p", {}, "Set by administrators; merged with the policy that matches, the smaller "
+                 + "value winning where both set a key (expires, message-ttl, max-length, "
+                 + "max-length-bytes)."),
+      table([["Vhost", p => p.vhost], ["Name", p => p.name], ["Pattern", p => p.pattern],
+             ["Apply to", p => p["apply-to"]], ["Definition", p => JSON.stringify(p.definition)],
+             ["Priority", p => p.priority],
+             ["", p => button("Delete", async () => {
+               await api("DELETE", `/operator-policies/${enc(p.vhost)}/${enc(p.name)}`);
+               render();
+             })]], opPolicies, "operator-policies-table"),
+      form("add-operator-policy", [["vhost", "Virtual host", "select", vhostOptions(vhosts)],
+                                   ["name", "Name"], ["pattern", "Pattern"],
+                                   ["apply-to", "Apply to", "select", ["queues", "all"]],
+                                   ["definition", "Definition (JSON)"],
+                                   ["priority", "Priority"]],
+           "Add operator policy", async v => {
+             await api("PUT", `/operator-policies/${enc(v.vhost)}/${enc(v.name)}`, {
+               pattern: v.pattern, "apply-to": v["apply-to"],
+               definition: JSON.parse(v.definition || "{}"),
+               priority: parseInt(v.priority || "0", 10) });
+             toast("Operator policy set"); render();
+           }),
+      h("h3", {}, "Virtual host limits"),
+      limitsTable(vhostLimits, "vhost", "vhost-limits", "vhost-limits-table"),
+      form("set-vhost-limit", [["vhost", "Virtual host", "select", vhostOptions(vhosts)],
+                               ["limit", "Limit", "select", ["max-connections", "max-queues"]],
+                               ["value", "Value", "number"]],
+           "Set virtual host limit", async v => {
+             await api("PUT", `/vhost-limits/${enc(v.vhost)}/${enc(v.limit)}`,
+                       { value: limitValue(v.value) });
+             toast("Virtual host limit set"); render();
+           }),
+      h("h3", {}, "User limits"),
+      limitsTable(userLimits, "user", "user-limits", "user-limits-table"),
+      form("set-user-limit", [["user", "User", "select", users.map(u => u.name)],
+                              ["limit", "Limit", "select", ["max-connections", "max-channels"]],
+                              ["value", "Value", "number"]],
+           "Set user limit", async v => {
+             await api("PUT", `/user-limits/${enc(v.user)}/${enc(v.limit)}`,
+                       { value: limitValue(v.value) });
+             toast("User limit set"); render();
+           }),
       h("h3", {}, "Definitions"),
       h("p", {}, "Import a definitions file (RabbitMQ's JSON format):"),
       h("input", { type: "file", id: "definitions-file", accept: ".json,application/json" }),
       button("Upload definitions", uploadDefinitions, { id: "definitions-upload" }));
   },
 };
+
+// the overview's churn_rates as RabbitMQ's overview shows them: counts and rates per second
+function churnRows(c) {
+  const cell = k => `${c[k] || 0} (${rate(c, k)}/s)`;
+  return [["Connections", cell("connection_created"), cell("connection_closed")],
+          ["Channels", cell("channel_created"), cell("channel_closed")],
+          ["Queues", `${cell("queue_declared")}, created ${cell("queue_created")}`,
+           cell("queue_deleted")]];
+}
+
+// one row per (vhost or user, limit): [{vhost|user, value: {limit: n}}] as the API lists them
+function limitsTable(items, who, path, id) {
+  const rows = items.flatMap(i => Object.entries(i.value).map(([limit, n]) =>
+    ({ name: i[who], limit, n })));
+  return table([[who === "vhost" ? "Virtual host" : "User", r => r.name],
+                ["Limit", r => r.limit], ["Value", r => r.n],
+                ["", r => button("Clear", async () => {
+                  await api("DELETE", `/${path}/${enc(r.name)}/${enc(r.limit)}`); render();
+                })]], rows, id);
+}
+function limitValue(text) {
+  const n = Number(text);
+  if (text === "" || !Number.isInteger(n)) { throw new Error("the value must be an integer"); }
+  return n;
+}
 
 async function exchangePage(page, arg) {
   const [vhost, name] = arg.split("/").map(decodeURIComponent);
@@ -330,7 +406,9 @@ async function queuePage(page, arg) {
       h("div", {}, h("b", { id: "queue-ready" }, q.messages_ready ?? "?"), "Ready"),
       h("div", {}, h("b", {}, q.messages_unacknowledged ?? "?"), "Unacked"),
       h("div", {}, h("b", {}, q.consumers ?? "?"), "Consumers"),
-      h("div", {}, h("b", {}, q.state), "State")),
+      h("div", {}, h("b", {}, q.state), "State"),
+      h("div", {}, h("b", { id: "queue-utilisation" }, q.consumer_utilisation == null ? "-"
+        : `${Math.round(q.consumer_utilisation * 100)}%`), "Consumer utilisation")),
     h("p", {}, `Virtual host ${q.vhost}, ${q.durable ? "durable" : "transient"}, node `
                + `${q.node}, policy ${q.policy || "none"}, arguments `
                + JSON.stringify(q.arguments)),

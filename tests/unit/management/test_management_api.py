@@ -152,3 +152,18 @@ def test_prometheus_aggregates_or_labels_per_queue_and_filters_families():
     assert 'rabbitmq_queue_messages_ready{queue="b",vhost="v"} 5.0' in per
     assert 'queue="a"' not in per and "rabbitmq_build_info" not in per
     assert "rabbitmq_queue_consumers" not in per
+
+
+def test_prometheus_reports_only_the_queues_whose_master_is_this_node():
+    """A mirrored queue is listed by every node's API with its master's node; its metrics are
+    that node's only, so a sum over the nodes counts it once."""
+    rows = [{"vhost": "/", "name": "here", "node": "n1", "messages": 3, "messages_ready": 3},
+            {"vhost": "/", "name": "there", "node": "n2", "messages": 4, "messages_ready": 4}]
+    stats = {("/", "here"): {"publish": 3}, ("/", "there"): {"publish": 4}}
+    text = prometheus.render(prometheus.metrics("n1", "c1", rows, stats, {},
+                                                per_object=False)).decode()
+    assert "rabbitmq_queue_messages 3.0" in text and "rabbitmq_queues 1.0" in text
+    assert "rabbitmq_queue_messages_published_total 3.0" in text
+    per = prometheus.render(prometheus.metrics("n2", "c1", rows, stats, {},
+                                               per_object=True)).decode()
+    assert 'queue="there"' in per and 'queue="here"' not in per

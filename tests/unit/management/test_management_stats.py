@@ -84,3 +84,122 @@ def test_runtime_parameters_of_policies_operator_policies_and_limits():
                                 "priority": 0, "apply-to": "all"}
     assert api.unknown_component("shovel").reason == \
         "Validation failed\n\ncomponent shovel not found\n"
+
+
+# --- exchanges, churn, per-vhost channel counts, consumer use, idle_since (issue 14) ----------
+def test_exchange_counts_per_vhost_survive_the_channel_and_add_up_across_workers():
+    c = cs.ChannelCounters("v")
+    c.published("fan", 2)  # routed to two queues: publish_out counts both copies
+    c.published("fan", 2)
+    c.published("", 0)  # unroutable: in, not out
+    c.confirm, c.drop_unroutable = 3, 1
+    retired: dict = {}
+    cs.add_into(retired, c)
+    assert retired["vhosts"]["v"]["exchanges"] == {
+        "fan": {"publish_in": 2, "publish_out": 4}, "": {"publish_in": 1, "publish_out": 0}}
+    assert retired["vhosts"]["v"]["confirm"] == 3
+    later = cs.merge(retired, {"vhosts": {"v": {"exchanges": {"fan": {"publish_in": 1,
+                                                                       "publish_out": 2}}}}})
+    workers = {"w1": (3000, later, (1000, retired)), "w2": (2900, retired, None)}
+    counts = cs.cluster_counts(workers, {"vhosts": {"v": {"confirm": 5}}}, 3100, 1000)
+    # w1: 1 more publish into fan over 2 s; w2 has no previous sample: no rate
+    assert counts[("vhosts", "v", "exchanges", "fan", "publish_in")] == (5, 0.5)
+    assert counts[("vhosts", "v", "exchanges", "fan", "publish_out")] == (10, 1.0)
+    assert counts[("vhosts", "v", "confirm")] == (11, 0.0)  # dead workers' 5 kept
+    x = api.exchange_json({"vhost": "v", "name": "fan", "type": "fanout", "durable": True,
+                           "auto_delete": False, "internal": False, "arguments": {}}, [],
+                          counts)
+    assert x["message_stats"] == {"publish_in": 5, "publish_in_details": {"rate": 0.5},
+                                  "publish_out": 10, "publish_out_details": {"rate": 1.0}}
+    # once w1's last sample is older than two intervals its rate is 0
+    assert cs.cluster_counts(workers, {}, 9000, 1000)[
+        ("vhosts", "v", "exchanges", "fan", "publish_in")] == (5, 0.0)
+    quiet = api.exchange_json({"vhost": "v", "name": "other", "type": "direct",
+                               "durable": True, "auto_delete": False, "internal": False,
+                               "arguments": {}}, [], counts)
+    assert "message_stats" not in quiet  # nothing published into it (as RabbitMQ)
+
+
+def test_churn_rates_and_the_channel_keys_of_the_overview():
+    counts = {("connections_opened",): (3, 0.5), ("queues_deleted",): (1, 0.0),
+              ("vhosts", "a", "confirm"): (2, 1.0), ("vhosts", "b", "confirm"): (5, 0.5)}
+    churn = api.churn_rates(counts)
+    assert churn["connection_created"] == 3 and churn["connection_created_details"] == \
+        {"rate": 0.5}
+    assert churn["queue_deleted"] == 1 and churn["channel_closed"] == 0
+    assert sorted(k for k in churn if not k.endswith("_details")) == sorted(
+        k for k, _ in api.CHURN)
+    ms = api.channel_message_stats(counts, ["a", "b"])
+    assert ms["confirm"] == 7 and ms["confirm_details"] == {"rate": 1.5}
+    assert ms["drop_unroutable"] == 0 and ms["return_unroutable_details"] == {"rate": 0.0}
+    assert api.channel_message_stats(counts, ["a"])["confirm"] == 2  # only visible vhosts
+
+
+def test_consumer_use_is_rabbitmqs_moving_average():
+    """rabbit_queue_consumers: active from the start (1.0); a period (active 1 s, then
+    blocked 1 s) weighs in with half-life 1 s; active again it climbs back; the sampled state
+    stays the same while nothing changes."""
+    from actors.core.queue_stats import ConsumerUse, use_avg, utilisation
+    use = ConsumerUse(0)
+    assert utilisation(use.state(), 5000) == 1.0
+    use.update(False, 1000)  # every consumer blocked at 1 s
+    state = use.state()
+    # 1 s active, 1 s blocked: 0.5 * (1 - 2^-2) + 1.0 * 2^-2
+    assert abs(utilisation(state, 2000) - 0.625) < 1e-9
+    assert utilisation(state, 4000) < 0.3  # (computed at read time: no new sample needed)
+    use.update(False, 1500)  # still blocked: no change
+    assert use.state() == state
+    use.update(True, 2000)
+    assert abs(use.avg - 0.625) < 1e-9
+    assert utilisation(use.state(), 3000) == use_avg(1000, 0, 0.625) == 0.8125
+    assert use.state(offset=10)[1] == 2010  # wall-clock offset applied to `since`
+
+
+def test_queue_consumer_use_and_idle_since_in_the_table_and_api():
+    from actors.core.queue_stats import ConsumerUse
+    q = QueueCounters()
+    use = ConsumerUse(0)
+    s1 = q.sample({"messages": 0, "consumers": 1}, use.state())
+    assert q.sample({"messages": 0, "consumers": 1}, use.state()) is None  # idle: nothing
+    q.got_empty()
+    s2 = q.sample({"messages": 0, "consumers": 1}, use.state())
+    assert s2["get_empty"] == 1
+    table = StatsTable(1000)
+    table.put("/", "q", 1000, s1)
+    table.put("/", "q", 2000, s2)
+    assert table.message_stats("/", "q", 2100)["get_empty_details"] == {"rate": 1.0}
+    assert table.consumer_use("/", "q", 2100) == {"consumer_capacity": 1.0,
+                                                  "consumer_utilisation": 1.0}
+    assert table.idle_since("/", "q", 2900) is None  # heard from within an interval
+    assert table.idle_since("/", "q", 3100) == 2000
+    row = {"messages": 0, "messages_ready": 0, "messages_unacknowledged": 0, "consumers": 1}
+    qdef = {"vhost": "/", "name": "q", "durable": True, "auto_delete": False,
+            "exclusive": False, "arguments": {}}
+    out = api.queue_json(qdef, row, [], use=dict(table.consumer_use("/", "q", 3100),
+                                                 idle_since=1795546684028))
+    assert out["consumer_capacity"] == out["consumer_utilisation"] == 1.0
+    assert out["idle_since"] == "2026-11-24T18:58:04.028+00:00"
+    out = api.queue_json(qdef, dict(row, consumers=0), [], use={"consumer_capacity": 1.0,
+                                                                "consumer_utilisation": 1.0})
+    assert out["consumer_capacity"] == 0 and out["consumer_utilisation"] is None
+    assert "idle_since" not in out
+
+
+def test_a_channel_is_idle_once_a_whole_sample_saw_no_change():
+    from actors.connection.stats import mark_idle
+
+    def rows(publish):
+        return [{"channel_list": [{"name": "c (1)", "message_stats": {"publish": publish},
+                                   "messages_unacknowledged": 0, "messages_unconfirmed": 0,
+                                   "consumer_count": 0}]}]
+    r1 = rows(1)
+    seen = mark_idle(r1, {}, 1000)
+    assert "idle_since" not in r1[0]["channel_list"][0]
+    r2 = rows(1)
+    seen = mark_idle(r2, seen, 2000)
+    assert r2[0]["channel_list"][0]["idle_since"] == 1000
+    r3 = rows(2)  # busy again
+    seen = mark_idle(r3, seen, 3000)
+    assert "idle_since" not in r3[0]["channel_list"][0] and seen["c (1)"][1] == 3000
+    ch = api.channel_json(dict(r2[0]["channel_list"][0], consumers=[]))
+    assert ch["idle_since"] == "1970-01-01T00:00:01.000+00:00"

@@ -319,3 +319,25 @@ def test_operator_policies_and_vhost_limits_travel_as_runtime_parameters():
                                                                  "definition": {"ha-mode": "all"}}}]},
                          {"auth": {"vhosts": [{"name": "/"}]}})
     assert bad.errors and "operator_policy" in bad.errors[0]
+
+
+def test_user_limits_travel_in_the_users_as_rabbitmq_3_10_writes_them():
+    """users[].limits (rabbit_auth_backend_internal's user limits: max-connections,
+    max-channels) are exported and imported; a key RabbitMQ refuses for a user refuses the
+    import, naming the user."""
+    state = {"auth": {"vhosts": [{"name": "/"}], "permissions": [],
+                      "users": [{"name": "bob", "password_hash": "h", "tags": []},
+                                {"name": "amy", "password_hash": "h", "tags": []}]},
+             "limits": [["user", "bob", {"max-connections": 2, "max-channels": 5}],
+                        ["vhost", "/", {"max-queues": 7}]]}
+    doc = dj.export(state)
+    assert {u["name"]: u["limits"] for u in doc["users"]} == {
+        "bob": {"max-connections": 2, "max-channels": 5}, "amy": {}}
+    plan = dj.plan_import({"users": doc["users"]}, State().durable())
+    assert plan.errors == []
+    assert ["limits_put", "user", "bob", {"max-connections": 2, "max-channels": 5}] in \
+        plan.changes
+    assert not [c for c in plan.changes if c[:3] == ["limits_put", "user", "amy"]]
+    bad = dj.plan_import({"users": [{"name": "cy", "password_hash": "", "tags": [],
+                                     "limits": {"max-queues": 1}}]}, State().durable())
+    assert bad.errors and "user 'cy'" in bad.errors[0] and "max-queues" in bad.errors[0]
