@@ -66,7 +66,7 @@ class Plan:
     drain_timeout_s: float = 90.0
     seed: int = 1
     fail_fast: bool = False    # once the run has failed (two masters delivered before the
-                               # heal, or it did not settle), probe and drain 10 s at most
+                               # heal, or it did not settle), probe and drain 5 s at most
                                # (the short run in `make test`)
 
 
@@ -250,7 +250,7 @@ def run(plan: Plan, tmp: Path, log=print) -> Result:
             if early.two_masters:
                 cut_short = (f"{len(early.two_masters)} messages delivered by two masters "
                              f"before the heal")
-                settle_wait, drain_timeout = 10.0, 10.0
+                settle_wait, drain_timeout = 5.0, 5.0
                 log(f"  {plan.nemesis} {h.now():6.1f} s: failed already ({cut_short}): "
                     f"settling and the drain cut short")
         settle_s, settle_failures = _settle(nodes, refs, h, heal_t, settle_wait)
@@ -259,7 +259,7 @@ def run(plan: Plan, tmp: Path, log=print) -> Result:
             + ("settled in %.1f s" % settle_s if settle_s is not None else
                f"not settled: {settle_failures}"))
         if plan.fail_fast and settle_s is None:
-            drain_timeout = 10.0
+            drain_timeout = 5.0
             cut_short = cut_short or "it did not settle"
         for c in clients:
             c.stop_event.set()
@@ -284,7 +284,7 @@ def run(plan: Plan, tmp: Path, log=print) -> Result:
             c.stop_event.set()
         if part is not None:
             part.close()
-        nodes.stop_all()
+        nodes.stop_all(grace=5.0)
 
 
 COLUMNS = (("nemesis", 18), ("attempted", 9), ("confirmed", 9), ("nacked", 6), ("unknown", 7),
