@@ -15,7 +15,8 @@ Nemeses (rabbitmq/jepsen's, on three nodes):
 - isolate-home: the master's node cut from the other two; healed by removing the cut.
 - majority-minority: a node other than the master's cut from the other two (the master stays
   in the majority; isolate-home is the other case).
-- bridge: the master's node and one other cannot talk; the third sees both.
+- bridge: the master's node and one other cannot talk, the Raft leader when it is another
+  node (so the leader loses the master while the third node, the bridge, sees both).
 
 `python -m tests.faults.cluster.jepsen` (`make jepsen`) runs each nemesis for 80 s of faults
 (4 cycles of 10 s of fault and 10 s healed) and prints a table; `--help` for the knobs.
@@ -136,10 +137,13 @@ class Nemesis:
             self.part.partition([names[m]], [names[j] for j in range(self.nodes.n) if j != m])
             return f"isolate {names[m]} (master {names[home]} in the majority)"
         if self.kind == "bridge":
-            far = self.rng.choice(others)
+            leader = self.nodes.leader()
+            far = names.index(leader) if leader in names and leader != names[home] \
+                else self.rng.choice(others)
             bridge = next(j for j in others if j != far)
             self.part.cut(names[home], names[far])
-            return f"cut {names[home]} (master) from {names[far]}, {names[bridge]} bridges"
+            return (f"cut {names[home]} (master) from {names[far]}, {names[bridge]} bridges "
+                    f"(leader {leader})")
         raise ValueError(self.kind)
 
     def stop(self) -> str:

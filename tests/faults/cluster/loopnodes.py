@@ -182,6 +182,16 @@ class LoopNodes:
                 votes[m] = votes.get(m, 0) + 1
         return max(votes, key=votes.get) if votes else None
 
+    def leader(self) -> str | None:
+        """The Raft leader most live nodes' cluster_status names (None if none does)."""
+        votes: dict = {}
+        for i in range(self.n):
+            for line in (self.ctl(i, "cluster_status") or "").splitlines()[2:]:
+                cells = line.split("\t")
+                if len(cells) >= 6 and cells[5] == "true":
+                    votes[cells[1]] = votes.get(cells[1], 0) + 1
+        return max(votes, key=votes.get) if votes else None
+
     def status(self, i: int) -> str:
         return self.ctl(i, "cluster_status") or "(no answer)\n"
 
