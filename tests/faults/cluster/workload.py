@@ -34,7 +34,6 @@ from tests.faults.cluster.checker import CONFIRMED, NACKED, UNKNOWN, Delivery, S
 
 ID_DIGITS = 12
 PROBE_BASE = 900 * 10**9   # ids of the settle probes' messages
-DRAIN_BASE = 950 * 10**9   # (the drain publishes nothing; kept apart for clarity)
 
 
 def body_for(ident: int, size: int) -> bytes:
