@@ -94,6 +94,7 @@ def test_cut_drops_a_nodes_links_both_ways_and_heal_restores_them():
         child.kill()
         child.wait(10)
         mine.close()
+        srv.shutdown(socket.SHUT_RDWR)  # (wakes the accept thread, which then ends)
         srv.close()
         part.close()
     tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
