@@ -1,0 +1,355 @@
+"""A Jepsen-style run against a 3-node Leveret cluster (issue 15 item 5), and `make jepsen`.
+
+One run: three nodes on 127.0.0.11-13 (loopnodes.py), an nftables table of the run's own
+(netfilter.py), a durable queue `jepsen.q` mirrored on every node (policy ha-mode all) and homed
+on node 1; six publishers with confirms (two per node) and three consumers with manual acks (one
+per node) that consume slower than the publishers publish, so the queue has a backlog when the
+faults come (workload.py). Then `cycles` times: a fault for `fault_s`, healed, `heal_s` of calm
+(none after the last). From the last heal: probes on every node until each confirms a publish
+and answers a consume (the time to settle), the clients stop, a consumer on every node drains
+the queue, and checker.py judges the history.
+
+Nemeses (rabbitmq/jepsen's, on three nodes):
+- kill9-home: kill -9 of the queue's master's node; healed by starting it again.
+- kill9-random: kill -9 of a node picked at random; healed by starting it again.
+- isolate-home: the master's node cut from the other two; healed by removing the cut.
+- majority-minority: a node other than the master's cut from the other two (the master stays
+  in the majority; isolate-home is the other case).
+- bridge: the master's node and one other cannot talk, the Raft leader when it is another
+  node (so the leader loses the master while the third node, the bridge, sees both).
+
+`python -m tests.faults.cluster.jepsen` (`make jepsen`) runs each nemesis for 80 s of faults
+(4 cycles of 10 s of fault and 10 s healed) and prints a table; `--help` for the knobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pamqp import commands
+
+if __package__ in (None, ""):  # python tests/faults/cluster/jepsen.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from tests.faults.cluster import checker, netfilter  # noqa: E402
+from tests.faults.cluster.loopnodes import LoopNodes  # noqa: E402
+from tests.faults.cluster import workload  # noqa: E402
+from tests.faults.cluster.workload import History, Node  # noqa: E402
+
+NEMESES = ("kill9-home", "kill9-random", "isolate-home", "majority-minority", "bridge")
+PARTITIONS = ("isolate-home", "majority-minority", "bridge")
+QUEUE = "jepsen.q"
+
+
+@dataclass
+class Plan:
+    nemesis: str
+    cycles: int = 1            # faults, each followed by its heal
+    fault_s: float = 5.0       # how long each fault lasts
+    heal_s: float = 5.0        # calm between two faults
+    warmup_s: float = 3.0      # workload before the first fault (the backlog grows)
+    publishers: int = 6
+    consumers: int = 3
+    pub_rate: float = 25.0     # messages a second, each publisher
+    con_rate: float = 20.0     # deliveries a second, each consumer
+    settle_limit_s: float = 30.0  # the assertion
+    settle_wait_s: float = 30.0   # how long to probe for (more than the limit: to measure)
+    drain_timeout_s: float = 90.0
+    seed: int = 1
+    fail_fast: bool = False    # once the run has failed (two masters delivered before the
+                               # heal, or it did not settle), probe and drain 5 s at most
+                               # (the short run in `make test`)
+
+
+@dataclass
+class Result:
+    plan: Plan
+    report: checker.Report
+    settle_s: float | None
+    settle_failures: dict      # node -> why its last probe failed, when it did not settle
+    drain: dict
+    problems: list
+    faults: list = field(default_factory=list)   # (t, what)
+    backlog: int | None = None                   # messages in the queue at the first fault
+    dropped: int = 0                              # packets our nftables rule dropped
+    elapsed_s: float = 0.0
+    cut_short: str = ""                          # why settling and the drain were cut short
+    notes: str = ""
+    logs: str = ""
+
+    def summary(self) -> str:
+        c = self.report.counts()
+        settle = "never" if self.settle_s is None else "%.1f s" % self.settle_s
+        lines = [f"nemesis {self.plan.nemesis} (seed {self.plan.seed}, {self.plan.cycles} x "
+                 f"{self.plan.fault_s:g} s): settled {settle} after the heal, backlog "
+                 f"{self.backlog} at the first fault, {self.dropped} packets dropped",
+                 "  " + ", ".join(f"{k} {v}" for k, v in c.items()),
+                 "  masters seen delivering: " + (", ".join(self.report.masters) or "none"),
+                 "  drain: " + json.dumps(self.drain)]
+        lines += ["  faults: " + "; ".join("%.1f %s" % f for f in self.faults)]
+        if self.settle_failures:
+            lines.append("  not settled: " + json.dumps(self.settle_failures))
+        if self.report.duplicated:
+            lines.append(f"  duplicated e.g. {self.report.duplicated[:5]}")
+        if self.report.nacked_delivered:
+            lines.append(f"  nacked yet delivered e.g. {self.report.nacked_delivered[:5]}")
+        if self.cut_short:
+            lines.append(f"  cut short: {self.cut_short}")
+        lines += [f"  FAIL: {p}" for p in self.problems] or ["  ok"]
+        return "\n".join(lines)
+
+
+class Nemesis:
+    """start() makes the fault, stop() heals it; both note what they did."""
+
+    def __init__(self, kind: str, nodes: LoopNodes, part, rng: random.Random, h: History):
+        self.kind, self.nodes, self.part, self.rng, self.h = kind, nodes, part, rng, h
+        self.killed: int | None = None
+
+    def _home(self) -> int:
+        master = self.nodes.master(QUEUE)
+        return self.nodes.index(master) if master in self.nodes.names else 0
+
+    def start(self) -> str:
+        names = self.nodes.names
+        home = self._home()
+        others = [i for i in range(self.nodes.n) if i != home]
+        if self.kind in ("kill9-home", "kill9-random"):
+            i = home if self.kind == "kill9-home" else self.rng.randrange(self.nodes.n)
+            self.nodes.kill9(i)
+            self.killed = i
+            return f"kill -9 {names[i]} (master {names[home]})"
+        if self.kind == "isolate-home":
+            self.part.partition([names[home]], [names[j] for j in others])
+            return f"isolate {names[home]} (the master)"
+        if self.kind == "majority-minority":
+            m = self.rng.choice(others)
+            self.part.partition([names[m]], [names[j] for j in range(self.nodes.n) if j != m])
+            return f"isolate {names[m]} (master {names[home]} in the majority)"
+        if self.kind == "bridge":
+            leader = self.nodes.leader()
+            far = names.index(leader) if leader in names and leader != names[home] \
+                else self.rng.choice(others)
+            bridge = next(j for j in others if j != far)
+            self.part.cut(names[home], names[far])
+            return (f"cut {names[home]} (master) from {names[far]}, {names[bridge]} bridges "
+                    f"(leader {leader})")
+        raise ValueError(self.kind)
+
+    def stop(self) -> str:
+        if self.killed is not None:
+            i, self.killed = self.killed, None
+            self.nodes.spawn(i)
+            return f"start {self.nodes.names[i]} again"
+        self.part.heal()
+        return "heal the partition"
+
+
+def _declare(node: Node) -> None:
+    c = workload._connect(node, timeout=10)
+    try:
+        c.rpc(1, commands.Queue.Declare(queue=QUEUE, durable=True), commands.Queue.DeclareOk,
+              timeout=10)
+    finally:
+        c.close()
+
+
+def _wait(cond, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out ({timeout:.0f} s) waiting for {what}")
+
+
+def _settle(nodes: LoopNodes, refs: list, h: History, heal_t: float, wait_s: float):
+    """Probe every node (in parallel) until one round passes on all; (seconds since heal_t or
+    None, {node: why} of the last round that failed)."""
+    seq = itertools.count(1)
+    failures: dict = {}
+    while True:
+        why = {}
+        threads = [threading.Thread(
+            target=lambda i=i: why.__setitem__(refs[i].name, workload.probe(
+                h, refs[i], QUEUE, seq, lambda: nodes.master_seen_by(i, QUEUE))), daemon=True)
+            for i in range(nodes.n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        failed = {k: v for k, v in why.items() if v}
+        if not failed and len(why) == nodes.n:
+            return time.monotonic() - heal_t, {}
+        failures = failed
+        if time.monotonic() - heal_t > wait_s:
+            return None, failures
+        time.sleep(0.2)
+
+
+def run(plan: Plan, tmp: Path, log=print) -> Result:
+    """One run of `plan` with its nodes and files in `tmp`."""
+    t_start = time.monotonic()
+    rng = random.Random(f"{plan.seed}:{plan.nemesis}")
+    nodes = LoopNodes(tmp)
+    part = None
+    try:
+        part = netfilter.Partitioner(nodes.net())  # before the nodes: every link gets marked
+    except netfilter.Unavailable:
+        if plan.nemesis in PARTITIONS:
+            raise
+    h = History()  # (its clock starts again with the workload)
+    clients: list = []
+    try:
+        nodes.start()
+        refs = [Node(nodes.names[i], nodes.hosts[i], nodes.amqp_ports[i]) for i in range(3)]
+        nodes[0].ctl("set_policy", "ha-all", "^jepsen\\.", '{"ha-mode": "all"}')
+        _declare(refs[0])  # its home: node 1
+        _wait(lambda: (r := nodes.queue_row(1, QUEUE)) and r["synced"].count("leveret@") == 2,
+              60, "the mirrors of jepsen.q synchronised")
+        h.t0 = time.monotonic()
+        pubs = [workload.Publisher(h, refs[i % 3], QUEUE, i, rate=plan.pub_rate)
+                for i in range(plan.publishers)]
+        cons = [workload.Consumer(h, refs[i % 3], QUEUE, i,
+                                  lambda i=i: nodes.master_seen_by(i % 3, QUEUE),
+                                  rate=plan.con_rate) for i in range(plan.consumers)]
+        clients = pubs + cons
+        for c in clients:
+            c.start()
+        time.sleep(plan.warmup_s)
+        nemesis = Nemesis(plan.nemesis, nodes, part, rng, h)
+        faults = []
+        backlog = None
+        heal_t = time.monotonic()
+        for cycle in range(plan.cycles):
+            if backlog is None:
+                backlog = workload.queue_counts(refs[0], QUEUE)
+            what = nemesis.start()
+            faults.append((h.now(), what))
+            h.note("nemesis: " + what)
+            log(f"  {plan.nemesis} {h.now():6.1f} s: {what}")
+            time.sleep(plan.fault_s)
+            heal_t = time.monotonic()
+            what = nemesis.stop()
+            faults.append((h.now(), what))
+            h.note("nemesis: " + what)
+            log(f"  {plan.nemesis} {h.now():6.1f} s: {what}")
+            if cycle < plan.cycles - 1:
+                time.sleep(plan.heal_s)
+        settle_wait, drain_timeout, cut_short = plan.settle_wait_s, plan.drain_timeout_s, ""
+        if plan.fail_fast:
+            with h.lock:
+                early = checker.check(dict(h.published), list(h.sessions), list(h.deliveries))
+            if early.two_masters:
+                cut_short = (f"{len(early.two_masters)} messages delivered by two masters "
+                             f"before the heal")
+                settle_wait, drain_timeout = 5.0, 5.0
+                log(f"  {plan.nemesis} {h.now():6.1f} s: failed already ({cut_short}): "
+                    f"settling and the drain cut short")
+        settle_s, settle_failures = _settle(nodes, refs, h, heal_t, settle_wait)
+        h.note("settled" if settle_s is not None else "did not settle")
+        log(f"  {plan.nemesis} {h.now():6.1f} s: "
+            + ("settled in %.1f s" % settle_s if settle_s is not None else
+               f"not settled: {settle_failures}"))
+        if plan.fail_fast and settle_s is None:
+            drain_timeout = 5.0
+            cut_short = cut_short or "it did not settle"
+        for c in clients:
+            c.stop_event.set()
+        for c in clients:
+            c.join(15)
+        errors = [f"{c.name}: {c.error!r}" for c in clients if c.error is not None]
+        drained = workload.drain(h, refs, QUEUE, lambda i: nodes.master_seen_by(i, QUEUE),
+                                 timeout=drain_timeout)
+        log(f"  {plan.nemesis} {h.now():6.1f} s: drained {drained}")
+        report = checker.check(dict(h.published), list(h.sessions), list(h.deliveries))
+        problems = errors + checker.verdict(report, settle_s, plan.settle_limit_s)
+        if cut_short and settle_s is None and settle_wait < plan.settle_limit_s:
+            problems = [p if "did not settle" not in p else
+                        f"settling not measured (cut short: {cut_short})" for p in problems]
+        if not drained["complete"]:
+            problems.append(f"the drain did not empty the queue: {drained['counts']}")
+        return Result(plan, report, settle_s, settle_failures, drained, problems, faults,
+                      backlog, part.dropped() if part else 0, time.monotonic() - t_start,
+                      cut_short, h.notes_text(), "" if not problems else nodes.logs(30))
+    finally:
+        for c in clients:
+            c.stop_event.set()
+        if part is not None:
+            part.close()
+        nodes.stop_all(grace=5.0)
+
+
+COLUMNS = (("nemesis", 18), ("attempted", 9), ("confirmed", 9), ("nacked", 6), ("unknown", 7),
+           ("lost", 4), ("duplicated", 10), ("two_masters", 11), ("unexpected", 10),
+           ("recovered", 9), ("nacked_delivered", 16), ("unflagged", 9), ("settle", 7),
+           ("verdict", 7))
+
+
+def table(results: list) -> str:
+    head = " | ".join(name.ljust(w) for name, w in COLUMNS)
+    rows = [head, "-|-".join("-" * w for _, w in COLUMNS)]
+    for r in results:
+        c = dict(r.report.counts(), nemesis=r.plan.nemesis,
+                 settle="never" if r.settle_s is None else "%.1f s" % r.settle_s,
+                 verdict="FAIL" if r.problems else "ok")
+        rows.append(" | ".join(str(c[name]).ljust(w) for name, w in COLUMNS))
+    return "\n".join(rows)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tests.faults.cluster.jepsen",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--nemesis", action="append", choices=NEMESES,
+                   help="run this nemesis (repeat; default: all)")
+    p.add_argument("--cycles", type=int, default=4)
+    p.add_argument("--fault-s", type=float, default=10.0)
+    p.add_argument("--heal-s", type=float, default=10.0)
+    p.add_argument("--warmup-s", type=float, default=5.0)
+    p.add_argument("--seed", type=int, default=None, help="default: random (printed)")
+    p.add_argument("--settle-wait-s", type=float, default=60.0,
+                   help="probe this long after the last heal (the assertion is 30 s)")
+    p.add_argument("--keep", action="store_true", help="keep the nodes' folders")
+    p.add_argument("--out", help="also write the table and summaries to this file")
+    a = p.parse_args(argv)
+    seed = a.seed if a.seed is not None else random.randrange(10**6)
+    why = netfilter.available()
+    if why:
+        print(f"partition nemeses cannot run: {why}", file=sys.stderr)
+    results = []
+    for name in a.nemesis or NEMESES:
+        if why and name in PARTITIONS:
+            continue
+        plan = Plan(name, cycles=a.cycles, fault_s=a.fault_s, heal_s=a.heal_s,
+                    warmup_s=a.warmup_s, seed=seed, settle_wait_s=a.settle_wait_s)
+        tmp = Path(tempfile.mkdtemp(prefix=f"leveret-jepsen-{name}-"))
+        print(f"{name}: nodes in {tmp}", flush=True)
+        try:
+            r = run(plan, tmp, log=lambda s: print(s, flush=True))
+        finally:
+            if not a.keep:
+                shutil.rmtree(tmp, ignore_errors=True)
+        results.append(r)
+        print(r.summary(), flush=True)
+        if r.problems:
+            print(r.notes, "\n", r.logs, flush=True)
+    out = table(results) + "\n\n" + "\n".join(r.summary() for r in results)
+    print("\n" + out)
+    if a.out:
+        Path(a.out).write_text(out + "\n")
+    return 1 if any(r.problems for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
