@@ -171,7 +171,7 @@ class BackingQueue(LightActor):
                 self.idle_sync = True
                 self.actor_ref.tell(_IdleSync())
             if self.storage is not None:
-                self.storage.maybe_trim()
+                self.storage.trim()
 
     # --- the index of each priority -------------------------------------------------------------
     def _p(self, m) -> int:
@@ -447,7 +447,7 @@ class BackingQueue(LightActor):
         """One LMDB write transaction (durable when it returns); False when the disk (map) is
         full."""
         try:
-            with self.storage.env.begin(write=True) as txn:
+            with self.storage.begin(write=True) as txn:
                 fn(txn)
             return True
         except lmdb.MapFullError:
@@ -531,7 +531,7 @@ class BackingQueue(LightActor):
         acks staged, and logged as a consumer's are)."""
         self._flush()
         index = self._lane(priority)
-        with self.storage.env.begin() as txn:
+        with self.storage.begin() as txn:
             entries = index.read(txn, after, n)
         if entries:
             self._forget_entries(entries, priority, log_acks=True)
@@ -542,7 +542,7 @@ class BackingQueue(LightActor):
         self._flush()
         store = self.storage.msg_store
         index = self._lane(priority)
-        with self.storage.env.begin() as txn:
+        with self.storage.begin() as txn:
             seqs = list(index.live_seq_ids(txn, after))
 
         def write(txn):
@@ -568,7 +568,7 @@ class BackingQueue(LightActor):
         if self.durable:
             self._replay_ack_log()
         self._flush()
-        with self.storage.env.begin() as txn:
+        with self.storage.begin() as txn:
             recs = [index.recover(txn) for index in indexes]
         # (a promoted mirror's transient entries are not from before a restart: kept)
         self.boot_seq = 0 if adopt else max(rec.next_seq_id for rec in recs)
@@ -585,7 +585,7 @@ class BackingQueue(LightActor):
             start, held, held_bytes = -1, 0, 0
             if after and after.get(p):
                 start = after[p]
-                with self.storage.env.begin() as txn:
+                with self.storage.begin() as txn:
                     at = -1
                     while True:
                         chunk = indexes[p].read(txn, at, 1024)
@@ -611,7 +611,7 @@ class BackingQueue(LightActor):
         self._flush()  # what is staged is in the index before it is read
         out, stale = [], []
         index = self._lane(priority)
-        with self.storage.env.begin() as txn:
+        with self.storage.begin() as txn:
             entries = index.read(txn, after, limit)
             for e in entries:
                 persistent = _persistent(e.props_raw)
