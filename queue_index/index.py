@@ -206,6 +206,40 @@ class QueueIndex:
         txn.delete(self._prefix, db=self._queues)
         return released
 
+    def delete_some(self, txn, limit: int) -> tuple[list[bytes], bool]:
+        """delete() a bounded step at a time, for a caller that commits between steps: a deep
+        queue's index is gigabytes of pages, which one transaction would hold dirty and mapped.
+        A step folds up to `limit` journal records (an ack record then takes its publish record
+        out of the segments), or, once the journal is empty, deletes up to `limit` segment
+        records. Returns the msg_ids of the live non-embedded entries it deleted (the caller
+        releases them in this txn) and whether the queue is gone (its meta record too). Between
+        steps the meta record's counters are not kept: read nothing of a queue being deleted
+        (a crash between steps leaves what delete() or delete_some() still removes)."""
+        m = self._load(txn)
+        if m.journal:
+            if not fold(txn, self._journal, self._segments, self._counts, self._prefix, m,
+                        limit):
+                m.journal = 0  # (a count without records: nothing to fold)
+            self._save(txn, m)
+            return [], False
+        released, n, plen = [], 0, len(self._prefix)
+        cur = txn.cursor(db=self._segments)
+        if cur.set_range(self._prefix):
+            key = cur.key()
+            while key[:plen] == self._prefix and n < limit:
+                if key[-1] == PUB:
+                    value = cur.value()
+                    if not value[0] & EMBEDDED:
+                        released.append(msg_id(value))
+                cur.delete()
+                n += 1
+                key = cur.key()
+        if n < limit:
+            drop_range(txn, self._counts, self._prefix)
+            txn.delete(self._prefix, db=self._queues)
+            return released, True
+        return released, False
+
     # -- reads ---------------------------------------------------------------------------------
 
     def recover(self, txn) -> Recovery:

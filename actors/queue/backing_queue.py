@@ -45,6 +45,7 @@ import logging
 import os
 import struct
 import time
+from itertools import islice
 
 import lmdb
 from pykka import ActorDeadError
@@ -206,14 +207,10 @@ class BackingQueue(LightActor):
         of whatever a queue of the same name left in it (one deleted while its worker was
         down). Its own transaction: nothing of this index is staged yet."""
         index = self.storage.queue_index(self.vhost, name)
-        store = self.storage.msg_store
-
-        def write(txn):
-            released = index.delete(txn)
-            if released:
-                store.release(txn, released)
-
-        self._write(write)
+        try:
+            self.storage.delete_index(index)
+        except lmdb.MapFullError:
+            self._map_full()
         return index
 
     # --- writes ---------------------------------------------------------------------------------
@@ -451,10 +448,13 @@ class BackingQueue(LightActor):
                 fn(txn)
             return True
         except lmdb.MapFullError:
-            log.error("message store full (storage_map_size=%d bytes in %s): refusing "
-                      "persistent messages until space is freed", self.config.storage_map_size,
-                      self.storage.env.path())
+            self._map_full()
             return False
+
+    def _map_full(self) -> None:
+        log.error("message store full (storage_map_size=%d bytes in %s): refusing "
+                  "persistent messages until space is freed", self.config.storage_map_size,
+                  self.storage.env.path())
 
     def _sync(self) -> None:
         """Flush what is staged (one durable transaction): every message given before is then
@@ -514,16 +514,11 @@ class BackingQueue(LightActor):
             indexes = [self._lane(p) for p in range(self.lanes)]
         else:
             indexes = [i for i in [self.index, *self.lane_indexes.values()] if i is not None]
-        if indexes:
-            store = self.storage.msg_store
-
-            def write(txn):
-                for index in indexes:
-                    released = index.delete(txn)
-                    if released:
-                        store.release(txn, released)
-
-            self._write(write)
+        try:
+            for index in indexes:
+                self.storage.delete_index(index)
+        except lmdb.MapFullError:
+            self._map_full()
         self.unsynced = []
 
     def _drop_paged(self, after: int, n: int, priority: int) -> PagedDropped:
@@ -539,18 +534,27 @@ class BackingQueue(LightActor):
                             entries[-1].seq_id if entries else 0, [e.seq_id for e in entries])
 
     def _purge_after(self, after: int, priority: int = 0) -> None:
+        """Ack every entry after `after`, PURGE_STEP per transaction (the map trimmed after
+        each): a deep queue's purge in one transaction held every page of its index dirty and
+        mapped."""
         self._flush()
         store = self.storage.msg_store
         index = self._lane(priority)
-        with self.storage.begin() as txn:
-            seqs = list(index.live_seq_ids(txn, after))
+        while True:
+            with self.storage.begin() as txn:
+                seqs = list(islice(index.live_seq_ids(txn, after), PURGE_STEP))
+            if not seqs:
+                return
 
-        def write(txn):
-            released = index.ack(txn, seqs)
-            if released:
-                store.release(txn, released)
+            def write(txn):
+                released = index.ack(txn, seqs)
+                if released:
+                    store.release(txn, released)
 
-        self._write(write)
+            if not self._write(write):
+                return
+            self.storage.trim()
+            after = seqs[-1]
 
     # --- reading back ---------------------------------------------------------------------------
     def _recover(self, limit: int | None, adopt: bool = False, after=None) -> tuple:
@@ -648,6 +652,7 @@ _LANE_SHIFT = 56  # an ack log record: priority << _LANE_SHIFT | seq_id
 _SEQ_MASK = (1 << _LANE_SHIFT) - 1
 
 
+PURGE_STEP = 4096  # entries acked per transaction by a purge
 FLUSH_BYTES = 4 << 20  # staged body bytes that make a flush before the sync is due
 FLUSH_ACKS = 16384  # staged acks that make a flush before the sync is due
 

@@ -391,6 +391,35 @@ def test_delete_removes_every_key_of_the_queue(node):
     assert live(node, other)[0].seq_id == 0
 
 
+def test_delete_some_deletes_a_bounded_step_per_transaction(node):
+    """Storage.delete_index's steps: the journal folded `limit` records at a time (ack records
+    take their publish records out of the segments), then `limit` segment records at a time;
+    together they release what delete() releases and leave no key of the queue behind."""
+    qi, other = node.queue(b"gone"), node.queue(b"kept")
+    with node.write() as txn:
+        publish(qi, node.ms, txn, [entry(s, 5000 if s % 2 else 10) for s in range(11)])
+        qi.deliver(txn, [1, 2])
+        ack(qi, node.ms, txn, [3, 5])  # 3 in a segment (an ack record), 5 too
+        publish(qi, node.ms, txn, [entry(s, 5000) for s in range(11, 14)])
+        publish(other, node.ms, txn, [entry(0, 10)])
+        assert qi.stats(txn)["journal"] == 2 and qi.stats(txn)["segments"] == 3
+    released, steps, done = [], 0, False
+    while not done:
+        with node.write() as txn:
+            some, done = qi.delete_some(txn, 2)
+            node.ms.release(txn, some)
+        released += some
+        steps += 1
+    assert sorted(released) == [mid(s) for s in (1, 7, 9, 11, 12, 13)]
+    assert steps > 4
+    with node.read() as txn:
+        assert node.ms.stats(txn)["bodies"] == 0
+        assert qi.recover(txn) == Recovery(0, 0, 0, 0)  # the meta record is gone too
+        assert QueueIndex.queue_ids(node.env, txn) == [b"kept"]
+    assert node.db_entries(qi) == {"journal": 1, "segments": 0, "counts": 0}  # other's publish
+    assert live(node, other)[0].seq_id == 0
+
+
 def test_aborted_transaction_changes_nothing(node):
     qi = node.queue()
     with node.write() as txn:

@@ -109,11 +109,19 @@ class StorageMachine(RuleBasedStateMachine):
         txn.abort()
 
     @precondition(lambda self: any(self.live.values()))
-    @rule(q=QUEUES)
-    def delete_queue(self, q):
-        with self.env.begin(write=True) as txn:
-            released = self.qi[q].delete(txn)
-            self.ms.release(txn, released)
+    @rule(q=QUEUES, step=st.sampled_from([None, 1, 3]))
+    def delete_queue(self, q, step):
+        if step is None:
+            with self.env.begin(write=True) as txn:
+                released = self.qi[q].delete(txn)
+                self.ms.release(txn, released)
+        else:  # a bounded step per transaction, as Storage.delete_index deletes
+            released, done = [], False
+            while not done:
+                with self.env.begin(write=True) as txn:
+                    some, done = self.qi[q].delete_some(txn, step)
+                    self.ms.release(txn, some)
+                released += some
         assert sorted(released) == sorted(e.msg_id for e in self.live[q].values()
                                           if e.body is None)
         self.live[q].clear()
