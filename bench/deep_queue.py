@@ -136,8 +136,8 @@ def run_case(messages: int, size: int, durable: bool, max_priority: int = 0,
                 "confirm": 2000 if not confirm_on else 1 << 40, "queue": queue,
                 "persistent": durable, "message_size": size,
                 "priorities": {1: 0, 2: max_priority} if max_priority else None}
-        if confirm_on:
-            done = lambda rs: rs[0].counters()["published"] >= messages  # noqa: E731
+        if confirm_on:  # (counters() counts from the last run_loop step only)
+            done = lambda rs: rs[0].conn.bytes_sent // rs[0].msg_len >= messages  # noqa: E731
         else:
             done = lambda rs: rs[0].confirmed >= messages  # noqa: E731
         roles, t_fill = phase(target, codec, [prod], done, timeout)
@@ -148,7 +148,7 @@ def run_case(messages: int, size: int, durable: bool, max_priority: int = 0,
                     time.monotonic() - t0 < timeout:
                 time.sleep(0.2)
             t_fill = time.monotonic() - t0
-            confirmed = held if not max_length else roles[0].counters()["published"]
+            confirmed = held if not max_length else roles[0].conn.bytes_sent // roles[0].msg_len
         else:
             confirmed = roles[0].confirmed
         # what the queue holds: the confirmed messages and those still unconfirmed when the
