@@ -21,8 +21,12 @@ from queue_index.keys import ACK, DEL, J, PUB, S, SEQ
 _COUNTS = struct.Struct(">QQ")  # published, acked
 
 
-def fold(txn, journal, segments, counts_db, prefix: bytes, meta) -> None:
-    """Move every journal record of the queue with key `prefix` into its segments, in `txn`."""
+def fold(txn, journal, segments, counts_db, prefix: bytes, meta,
+         limit: int | None = None) -> int:
+    """Move the journal records of the queue with key `prefix` into its segments, in `txn`:
+    every one, or (`limit`) the oldest `limit` records and the rest of the last seq_id's, so
+    that one transaction's pages stay bounded (a full journal of 1,500-byte publishes is ~50 MB
+    of pages read, copied and written). Returns how many records were folded."""
     n = meta.segment_entries
     plen = len(prefix)
     added: dict[int, list[int]] = {}  # segment -> [publishes, acks] folded by this call
@@ -40,9 +44,14 @@ def fold(txn, journal, segments, counts_db, prefix: bytes, meta) -> None:
     cur = txn.cursor(db=journal)
     cur.set_range(prefix)
     pending = None  # (seq_id, value) of a publish record whose deliver record may come next
+    folded, last = 0, None  # records folded, the seq_id of the last one
     key = cur.key()
     while key[:plen] == prefix:
         seq, kind = J.unpack_from(key, plen)
+        if limit is not None and folded >= limit and seq != last:
+            break  # (a seq_id's records are folded together)
+        last = seq
+        folded += 1  # (each turn deletes one journal record)
         if pending is not None:
             if kind == DEL and pending[0] == seq:
                 write_publish(seq, set_delivered(pending[1]))
@@ -74,7 +83,8 @@ def fold(txn, journal, segments, counts_db, prefix: bytes, meta) -> None:
             drop_range(txn, segments, prefix + SEQ.pack(seg))
         else:
             txn.put(ckey, _COUNTS.pack(pubs, acks), db=counts_db)
-    meta.journal = 0
+    meta.journal = 0 if limit is None else meta.journal - folded
+    return folded
 
 
 def drop_range(txn, db, key_prefix: bytes) -> int:

@@ -2,9 +2,11 @@
 
 Records, keyed by the queue's seq_id: publish (the entry, with the body when it is below
 embed_msgs_below bytes), deliver, ack. They go to a journal first; when it holds
-max_journal_entries records it is folded (fold.py) into segments of segment_entries seq_ids.
-A publish whose ack arrives while both are in the journal is deleted with it and never reaches a
-segment, so a queue that keeps up with its consumers only ever touches its journal.
+max_journal_entries records its oldest fold_records records are folded (fold.py) into segments
+of segment_entries seq_ids (a bounded step per write: a whole journal is tens of MB of pages in
+one transaction). A publish whose ack arrives while both are in the journal is deleted with it
+and never reaches a segment, so a queue that keeps up with its consumers only ever touches its
+journal.
 
 Sans-IO: every method takes the caller's LMDB transaction; the caller writes the msg_store side
 of a publish or an ack in the same transaction and makes it durable with env.sync(True) at group
@@ -56,15 +58,18 @@ class IndexCorrupt(ValueError):
 
 class QueueIndex:
     def __init__(self, env, queue_id: bytes, *, segment_entries: int = 16384,
-                 max_journal_entries: int = 32768, embed_msgs_below: int = 4096, txn=None):
+                 max_journal_entries: int = 32768, embed_msgs_below: int = 4096,
+                 fold_records: int = 2048, txn=None):
         """Open (create) the shared databases. Pass `txn` when the caller already holds a write
         transaction in this thread."""
-        if segment_entries < 1 or max_journal_entries < 1:
-            raise ValueError("segment_entries and max_journal_entries must be positive")
+        if segment_entries < 1 or max_journal_entries < 1 or fold_records < 1:
+            raise ValueError("segment_entries, max_journal_entries and fold_records must be "
+                             "positive")
         self.env = env  # the node's LMDB environment, shared with msg_store and other queues
         self.queue_id = queue_id  # stable key of this durable queue (caller derives it)
         self.segment_entries = segment_entries  # for a new queue; an existing one keeps its own
         self.max_journal_entries = max_journal_entries  # fold the journal when it holds this many
+        self.fold_records = fold_records  # ...its oldest this many records at a time
         self.embed_msgs_below = embed_msgs_below  # bodies shorter than this live in the index
         self._prefix = keys.prefix(queue_id)  # this queue's key prefix in every database
         self._journal = env.open_db(_JOURNAL, txn=txn)  # journal records, all queues
@@ -181,10 +186,11 @@ class QueueIndex:
         return released
 
     def fold(self, txn) -> None:
-        """Fold the journal into the segments now (the writes do it when the journal is full)."""
+        """Fold the whole journal into the segments now (the writes fold its oldest
+        fold_records records when it is full)."""
         m = self._load(txn)
         if m.journal:
-            self._fold(txn, m)
+            fold(txn, self._journal, self._segments, self._counts, self._prefix, m)
             self._save(txn, m)
 
     def delete(self, txn) -> list[bytes]:
@@ -199,6 +205,40 @@ class QueueIndex:
             drop_range(txn, db, self._prefix)
         txn.delete(self._prefix, db=self._queues)
         return released
+
+    def delete_some(self, txn, limit: int) -> tuple[list[bytes], bool]:
+        """delete() a bounded step at a time, for a caller that commits between steps: a deep
+        queue's index is gigabytes of pages, which one transaction would hold dirty and mapped.
+        A step folds up to `limit` journal records (an ack record then takes its publish record
+        out of the segments), or, once the journal is empty, deletes up to `limit` segment
+        records. Returns the msg_ids of the live non-embedded entries it deleted (the caller
+        releases them in this txn) and whether the queue is gone (its meta record too). Between
+        steps the meta record's counters are not kept: read nothing of a queue being deleted
+        (a crash between steps leaves what delete() or delete_some() still removes)."""
+        m = self._load(txn)
+        if m.journal:
+            if not fold(txn, self._journal, self._segments, self._counts, self._prefix, m,
+                        limit):
+                m.journal = 0  # (a count without records: nothing to fold)
+            self._save(txn, m)
+            return [], False
+        released, n, plen = [], 0, len(self._prefix)
+        cur = txn.cursor(db=self._segments)
+        if cur.set_range(self._prefix):
+            key = cur.key()
+            while key[:plen] == self._prefix and n < limit:
+                if key[-1] == PUB:
+                    value = cur.value()
+                    if not value[0] & EMBEDDED:
+                        released.append(msg_id(value))
+                cur.delete()
+                n += 1
+                key = cur.key()
+        if n < limit:
+            drop_range(txn, self._counts, self._prefix)
+            txn.delete(self._prefix, db=self._queues)
+            return released, True
+        return released, False
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -281,7 +321,11 @@ class QueueIndex:
         txn.put(self._prefix, m.pack(), db=self._queues)
 
     def _fold(self, txn, m: QueueMeta) -> None:
-        fold(txn, self._journal, self._segments, self._counts, self._prefix, m)
+        """The journal is full: fold its oldest fold_records records (a seq_id's records
+        together), so a write never folds more than that at once, however large
+        max_journal_entries is; the youngest records stay, where an ack still cancels them."""
+        fold(txn, self._journal, self._segments, self._counts, self._prefix, m,
+             self.fold_records)
 
 
 def _range_keys(txn, db, key_prefix: bytes):

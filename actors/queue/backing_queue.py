@@ -45,6 +45,7 @@ import logging
 import os
 import struct
 import time
+from itertools import islice
 
 import lmdb
 from pykka import ActorDeadError
@@ -171,7 +172,7 @@ class BackingQueue(LightActor):
                 self.idle_sync = True
                 self.actor_ref.tell(_IdleSync())
             if self.storage is not None:
-                self.storage.maybe_trim()
+                self.storage.trim()
 
     # --- the index of each priority -------------------------------------------------------------
     def _p(self, m) -> int:
@@ -206,14 +207,10 @@ class BackingQueue(LightActor):
         of whatever a queue of the same name left in it (one deleted while its worker was
         down). Its own transaction: nothing of this index is staged yet."""
         index = self.storage.queue_index(self.vhost, name)
-        store = self.storage.msg_store
-
-        def write(txn):
-            released = index.delete(txn)
-            if released:
-                store.release(txn, released)
-
-        self._write(write)
+        try:
+            self.storage.delete_index(index)
+        except lmdb.MapFullError:
+            self._map_full()
         return index
 
     # --- writes ---------------------------------------------------------------------------------
@@ -447,14 +444,17 @@ class BackingQueue(LightActor):
         """One LMDB write transaction (durable when it returns); False when the disk (map) is
         full."""
         try:
-            with self.storage.env.begin(write=True) as txn:
+            with self.storage.begin(write=True) as txn:
                 fn(txn)
             return True
         except lmdb.MapFullError:
-            log.error("message store full (storage_map_size=%d bytes in %s): refusing "
-                      "persistent messages until space is freed", self.config.storage_map_size,
-                      self.storage.env.path())
+            self._map_full()
             return False
+
+    def _map_full(self) -> None:
+        log.error("message store full (storage_map_size=%d bytes in %s): refusing "
+                  "persistent messages until space is freed", self.config.storage_map_size,
+                  self.storage.env.path())
 
     def _sync(self) -> None:
         """Flush what is staged (one durable transaction): every message given before is then
@@ -514,16 +514,11 @@ class BackingQueue(LightActor):
             indexes = [self._lane(p) for p in range(self.lanes)]
         else:
             indexes = [i for i in [self.index, *self.lane_indexes.values()] if i is not None]
-        if indexes:
-            store = self.storage.msg_store
-
-            def write(txn):
-                for index in indexes:
-                    released = index.delete(txn)
-                    if released:
-                        store.release(txn, released)
-
-            self._write(write)
+        try:
+            for index in indexes:
+                self.storage.delete_index(index)
+        except lmdb.MapFullError:
+            self._map_full()
         self.unsynced = []
 
     def _drop_paged(self, after: int, n: int, priority: int) -> PagedDropped:
@@ -531,7 +526,7 @@ class BackingQueue(LightActor):
         acks staged, and logged as a consumer's are)."""
         self._flush()
         index = self._lane(priority)
-        with self.storage.env.begin() as txn:
+        with self.storage.begin() as txn:
             entries = index.read(txn, after, n)
         if entries:
             self._forget_entries(entries, priority, log_acks=True)
@@ -539,18 +534,27 @@ class BackingQueue(LightActor):
                             entries[-1].seq_id if entries else 0, [e.seq_id for e in entries])
 
     def _purge_after(self, after: int, priority: int = 0) -> None:
+        """Ack every entry after `after`, PURGE_STEP per transaction (the map trimmed after
+        each): a deep queue's purge in one transaction held every page of its index dirty and
+        mapped."""
         self._flush()
         store = self.storage.msg_store
         index = self._lane(priority)
-        with self.storage.env.begin() as txn:
-            seqs = list(index.live_seq_ids(txn, after))
+        while True:
+            with self.storage.begin() as txn:
+                seqs = list(islice(index.live_seq_ids(txn, after), PURGE_STEP))
+            if not seqs:
+                return
 
-        def write(txn):
-            released = index.ack(txn, seqs)
-            if released:
-                store.release(txn, released)
+            def write(txn):
+                released = index.ack(txn, seqs)
+                if released:
+                    store.release(txn, released)
 
-        self._write(write)
+            if not self._write(write):
+                return
+            self.storage.trim()
+            after = seqs[-1]
 
     # --- reading back ---------------------------------------------------------------------------
     def _recover(self, limit: int | None, adopt: bool = False, after=None) -> tuple:
@@ -568,7 +572,7 @@ class BackingQueue(LightActor):
         if self.durable:
             self._replay_ack_log()
         self._flush()
-        with self.storage.env.begin() as txn:
+        with self.storage.begin() as txn:
             recs = [index.recover(txn) for index in indexes]
         # (a promoted mirror's transient entries are not from before a restart: kept)
         self.boot_seq = 0 if adopt else max(rec.next_seq_id for rec in recs)
@@ -585,7 +589,7 @@ class BackingQueue(LightActor):
             start, held, held_bytes = -1, 0, 0
             if after and after.get(p):
                 start = after[p]
-                with self.storage.env.begin() as txn:
+                with self.storage.begin() as txn:
                     at = -1
                     while True:
                         chunk = indexes[p].read(txn, at, 1024)
@@ -611,7 +615,7 @@ class BackingQueue(LightActor):
         self._flush()  # what is staged is in the index before it is read
         out, stale = [], []
         index = self._lane(priority)
-        with self.storage.env.begin() as txn:
+        with self.storage.begin() as txn:
             entries = index.read(txn, after, limit)
             for e in entries:
                 persistent = _persistent(e.props_raw)
@@ -648,6 +652,7 @@ _LANE_SHIFT = 56  # an ack log record: priority << _LANE_SHIFT | seq_id
 _SEQ_MASK = (1 << _LANE_SHIFT) - 1
 
 
+PURGE_STEP = 4096  # entries acked per transaction by a purge
 FLUSH_BYTES = 4 << 20  # staged body bytes that make a flush before the sync is due
 FLUSH_ACKS = 16384  # staged acks that make a flush before the sync is due
 

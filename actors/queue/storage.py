@@ -54,7 +54,7 @@ class Storage:
         self.alarm = False  # the disk alarm is on: persistent publishes are refused
         self.checked = 0.0  # monotonic time of the last usage check
         self.used = 0.0  # the last usage() seen
-        self.trimmed = 0.0  # monotonic time of the last maybe_trim
+        self.touched = False  # a transaction ran since the last trim(): map pages to drop
         self.map_range: tuple[int, int] | None = None  # (address, length) of the LMDB map
         self.dirty: list = []  # backing queues with staged writes, for the next flush()
         self.flush_lock = threading.Lock()  # one flush at a time
@@ -71,7 +71,7 @@ class Storage:
             return s
 
     def queue_index(self, vhost: str, name: str) -> QueueIndex:
-        with self.env.begin(write=True) as txn:
+        with self.begin(write=True) as txn:
             return QueueIndex(self.env, queue_id(vhost, name),
                               segment_entries=self.config.segment_entries,
                               max_journal_entries=self.config.max_journal_entries,
@@ -100,7 +100,7 @@ class Storage:
                 bq.staged = False
             acked = [bq for bq in members if bq.pending_acks]
             try:
-                with self.env.begin(write=True) as txn:
+                with self.begin(write=True) as txn:
                     for bq in members:
                         bq.write_staged(txn)
                 ok = True
@@ -111,13 +111,13 @@ class Storage:
                 # a full map: the acks alone first (deleting needs pages too, copy-on-write,
                 # but frees more than it takes), then the publishes in what they freed
                 try:
-                    with self.env.begin(write=True) as txn:
+                    with self.begin(write=True) as txn:
                         for bq in acked:
                             bq.write_staged(txn, publishes=False)
                     self.flushes += 1
                     for bq in acked:
                         bq.acks_written()
-                    with self.env.begin(write=True) as txn:
+                    with self.begin(write=True) as txn:
                         for bq in members:
                             bq.write_staged(txn, acks=False)
                     ok = True
@@ -137,7 +137,7 @@ class Storage:
 
     def usage(self) -> float:
         """Fraction of the map in use: pages of every database (free pages excluded)."""
-        with self.env.begin() as txn:
+        with self.begin() as txn:
             st = [txn.stat(db) for db in self.dbs] + [txn.stat()]
         pages = sum(s["branch_pages"] + s["leaf_pages"] + s["overflow_pages"] for s in st)
         return pages * st[-1]["psize"] / self.config.storage_map_size
@@ -168,43 +168,63 @@ class Storage:
 
     def mark_clean(self, qid: bytes) -> None:
         """The queue stopped cleanly: its deliver records are complete."""
-        with self.env.begin(write=True) as txn:  # durable at commit
+        with self.begin(write=True) as txn:  # durable at commit
             txn.put(qid, b"1", db=self.clean)
 
     def was_clean(self, qid: bytes) -> bool:
         """Whether the queue's last run ended cleanly (and forget it: this run is not over)."""
-        with self.env.begin(write=True) as txn:
+        with self.begin(write=True) as txn:
             return txn.pop(qid, db=self.clean) is not None
 
     def drop_stale(self, keep: set) -> list:
         """Delete the index of every queue whose id is not in `keep` (queues that are no longer
         defined: exclusive durable ones at a restart, deleted while down), releasing their
         bodies. Returns the ids dropped."""
-        with self.env.begin() as txn:
+        with self.begin() as txn:
             stale = [q for q in QueueIndex.queue_ids(self.env, txn) if q not in keep]
         for qid in stale:
-            with self.env.begin(write=True) as txn:
+            with self.begin(write=True) as txn:
                 index = QueueIndex(self.env, qid, txn=txn)
-                released = index.delete(txn)
-                if released:
-                    self.msg_store.release(txn, released)
                 txn.pop(qid, db=self.clean)
+            self.delete_index(index)
             try:  # its ack log (actors/queue/backing_queue.py)
                 os.unlink(os.path.join(self.env.path(), "acks", qid.hex()))
             except FileNotFoundError:
                 pass
         return stale
 
-    def maybe_trim(self) -> None:
-        """Drop this process's mapping of the LMDB file's pages (not the page cache) at most
-        every TRIM_INTERVAL_S. LMDB reads through a read-only shared map, so every page a
-        fold, an append or a page-in touched stays in the process's RSS until the kernel needs
-        the memory; a deep queue would show gigabytes of RSS that are only cache. The map is
-        read-only and file-backed: a later access faults the page back in from the cache."""
-        now = time.monotonic()
-        if now - self.trimmed < TRIM_INTERVAL_S:
+    def delete_index(self, index: QueueIndex) -> None:
+        """Delete a queue's index and release its bodies, DELETE_STEP records per transaction
+        (durable each), the map trimmed after each: a deep queue's index in one transaction
+        held every page of it dirty and mapped (a 1M-message queue's delete peaked at 2 GB
+        of RSS). A crash between steps leaves a part that the next delete removes (the node
+        drops the indexes of queues no longer defined at boot)."""
+        done = False
+        while not done:
+            with self.begin(write=True) as txn:
+                released, done = index.delete_some(txn, DELETE_STEP)
+                if released:
+                    self.msg_store.release(txn, released)
+            self.trim()
+
+    def begin(self, write: bool = False):
+        """A transaction of the environment; the map pages it touches are dropped by the next
+        trim()."""
+        self.touched = True
+        return self.env.begin(write=write)
+
+    def trim(self) -> None:
+        """Drop this process's mapping of the LMDB file's pages (not the page cache) after
+        transactions ran (the backing queue calls this after each message it handled). LMDB
+        reads through a read-only shared map, so every page a fold, an append or a page-in
+        touched stays in the process's RSS until the kernel needs the memory; a deep queue
+        would show gigabytes of RSS that are only cache, and what one transaction touches is
+        dropped before the next, so the RSS they add is bounded by one transaction's reads.
+        The map is read-only and file-backed: a later access faults the page back in from the
+        cache. About a millisecond when pages are mapped, microseconds when none are."""
+        if not self.touched:
             return
-        self.trimmed = now
+        self.touched = False
         if self.map_range is None:
             self.map_range = _mapping_of(os.path.join(self.env.path(), "data.mdb"))
         if self.map_range is not None and _libc is not None:
@@ -215,9 +235,9 @@ class Storage:
 ALARM_HIGH, ALARM_LOW = 0.6, 0.5  # disk alarm watermarks (fractions of storage_map_size):
 #   LMDB needs room beyond the pages in use (its free list, pages a reader still sees, the
 #   copy-on-write of every commit), and acks must still find pages when the alarm is on
+DELETE_STEP = 4096  # index records deleted per transaction (delete_index)
 ALARM_CHECK_S = 0.05  # usage is read at most this often per process...
 ALARM_CHECK_ALWAYS = 0.4  # ...and on every write once this much is in use
-TRIM_INTERVAL_S = 1.0
 MADV_DONTNEED = 4
 try:
     _libc = ctypes.CDLL("libc.so.6", use_errno=True)

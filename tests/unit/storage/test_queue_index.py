@@ -136,6 +136,49 @@ def test_deliver_and_ack_records_count_towards_the_fold(node):
         assert qi.stats(txn)["journal"] == 4
 
 
+def test_a_full_journal_folds_its_oldest_fold_records_records(node):
+    """A write that fills the journal folds only its oldest fold_records records (and the rest
+    of the last seq_id's), so one transaction's pages stay bounded; the younger records stay in
+    the journal, where their acks still cancel them; reads, recovery and verify see one queue."""
+    qi = node.queue(fold_records=3)
+    with node.write() as txn:
+        publish(qi, node.ms, txn, [entry(s, 5000 if s == 4 else 100) for s in range(6)])
+        qi.deliver(txn, [2])  # seq 2: publish + deliver records, folded together
+        assert qi.stats(txn)["journal"] == 7
+        publish(qi, node.ms, txn, [entry(6)])  # 8 records: fold 0, 1, 2 (+ its deliver)
+        assert qi.stats(txn)["journal"] == 4
+    assert node.db_entries(qi) == {"journal": 4, "segments": 3, "counts": 1}
+    assert [(e.seq_id, e.delivered) for e in live(node, qi)] == \
+        [(0, False), (1, False), (2, True), (3, False), (4, False), (5, False), (6, False)]
+    with node.write() as txn:
+        assert ack(qi, node.ms, txn, [5, 4]) == [mid(4)]  # still in the journal: cancelled
+        assert qi.stats(txn)["journal"] == 2
+        ack(qi, node.ms, txn, [0])  # in a segment: an ack record
+        assert qi.stats(txn)["journal"] == 3
+        assert qi.verify(txn) == qi.recover(txn) == Recovery(4, 400, 7, 1)
+    node.reopen()
+    qi = node.queue(fold_records=3)
+    with node.write() as txn:
+        # the journal: ack 0, publish 3, 6, then 7..11: at 8 records, 0's ack, 3 and 6 fold
+        publish(qi, node.ms, txn, [entry(s) for s in range(7, 12)])
+        assert qi.stats(txn)["journal"] == 5
+        assert qi.verify(txn) == qi.recover(txn)
+    assert [e.seq_id for e in live(node, qi)] == [1, 2, 3, 6, 7, 8, 9, 10, 11]
+    with node.write() as txn:
+        qi.fold(txn)  # an explicit fold folds everything
+        assert qi.stats(txn)["journal"] == 0
+        ack(qi, node.ms, txn, [1, 2, 3, 6, 7, 8, 9, 10, 11])
+        qi.fold(txn)
+        assert qi.verify(txn) == Recovery(0, 0, 12, 0)
+        assert node.ms.stats(txn)["bodies"] == 0
+    assert node.db_entries(qi) == {"journal": 0, "segments": 0, "counts": 0}
+
+
+def test_fold_records_must_be_positive(node):
+    with pytest.raises(ValueError):
+        node.queue(fold_records=0)
+
+
 def test_publish_and_ack_in_journal_cancel_out(node):
     qi = node.queue()
     for round_ in range(10):  # 40 publishes, 30 delivers, 40 acks: the journal never fills up
@@ -344,6 +387,35 @@ def test_delete_removes_every_key_of_the_queue(node):
         assert sorted(released) == [mid(s) for s in (1, 5, 7, 9)]
         node.ms.release(txn, released)
         assert node.ms.stats(txn)["bodies"] == 0
+    assert node.db_entries(qi) == {"journal": 1, "segments": 0, "counts": 0}  # other's publish
+    assert live(node, other)[0].seq_id == 0
+
+
+def test_delete_some_deletes_a_bounded_step_per_transaction(node):
+    """Storage.delete_index's steps: the journal folded `limit` records at a time (ack records
+    take their publish records out of the segments), then `limit` segment records at a time;
+    together they release what delete() releases and leave no key of the queue behind."""
+    qi, other = node.queue(b"gone"), node.queue(b"kept")
+    with node.write() as txn:
+        publish(qi, node.ms, txn, [entry(s, 5000 if s % 2 else 10) for s in range(11)])
+        qi.deliver(txn, [1, 2])
+        ack(qi, node.ms, txn, [3, 5])  # 3 in a segment (an ack record), 5 too
+        publish(qi, node.ms, txn, [entry(s, 5000) for s in range(11, 14)])
+        publish(other, node.ms, txn, [entry(0, 10)])
+        assert qi.stats(txn)["journal"] == 2 and qi.stats(txn)["segments"] == 3
+    released, steps, done = [], 0, False
+    while not done:
+        with node.write() as txn:
+            some, done = qi.delete_some(txn, 2)
+            node.ms.release(txn, some)
+        released += some
+        steps += 1
+    assert sorted(released) == [mid(s) for s in (1, 7, 9, 11, 12, 13)]
+    assert steps > 4
+    with node.read() as txn:
+        assert node.ms.stats(txn)["bodies"] == 0
+        assert qi.recover(txn) == Recovery(0, 0, 0, 0)  # the meta record is gone too
+        assert QueueIndex.queue_ids(node.env, txn) == [b"kept"]
     assert node.db_entries(qi) == {"journal": 1, "segments": 0, "counts": 0}  # other's publish
     assert live(node, other)[0].seq_id == 0
 

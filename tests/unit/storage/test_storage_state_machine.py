@@ -1,7 +1,7 @@
 """QueueIndex + MsgStore against a plain-dict model (RabbitMQ's classic_queue_prop_SUITE idea):
 publish (fanned out to one or two queues), deliver, ack, fold, aborted transactions, queue
 delete, and closing and reopening the environment, with small segment and journal sizes so that
-folds happen every few steps."""
+folds happen every few steps (queue qb folds its journal two records at a time)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from queue_index import QueueIndex, Recovery
 from storage_helpers import ack, body_for, entry, mid, open_env, publish
 
 CONFIG = {b"qa": {"segment_entries": 4, "max_journal_entries": 8},
-          b"qb": {"segment_entries": 3, "max_journal_entries": 5}}
+          b"qb": {"segment_entries": 3, "max_journal_entries": 5, "fold_records": 2}}
 SIZES = st.sampled_from([0, 7, 1500, 4095, 4096, 4097, 9000])
 QUEUES = st.sampled_from(sorted(CONFIG))
 
@@ -109,11 +109,19 @@ class StorageMachine(RuleBasedStateMachine):
         txn.abort()
 
     @precondition(lambda self: any(self.live.values()))
-    @rule(q=QUEUES)
-    def delete_queue(self, q):
-        with self.env.begin(write=True) as txn:
-            released = self.qi[q].delete(txn)
-            self.ms.release(txn, released)
+    @rule(q=QUEUES, step=st.sampled_from([None, 1, 3]))
+    def delete_queue(self, q, step):
+        if step is None:
+            with self.env.begin(write=True) as txn:
+                released = self.qi[q].delete(txn)
+                self.ms.release(txn, released)
+        else:  # a bounded step per transaction, as Storage.delete_index deletes
+            released, done = [], False
+            while not done:
+                with self.env.begin(write=True) as txn:
+                    some, done = self.qi[q].delete_some(txn, step)
+                    self.ms.release(txn, some)
+                released += some
         assert sorted(released) == sorted(e.msg_id for e in self.live[q].values()
                                           if e.body is None)
         self.live[q].clear()
