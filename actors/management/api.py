@@ -13,7 +13,7 @@ import hashlib
 import re
 from urllib.parse import quote
 
-from actors.core import policies
+from actors.core import policies, quorum
 
 MANAGEMENT_TAGS = ("administrator", "monitoring", "policymaker", "management")
 MAX_PAGE_SIZE = 500  # rabbit_mgmt_util's ?page_size maximum
@@ -125,7 +125,7 @@ def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
     op = policies.winner(op_policy_list, q["vhost"], q["name"], "queues")
     out = {"name": q["name"], "vhost": q["vhost"], "durable": q["durable"],
            "auto_delete": q["auto_delete"], "exclusive": bool(q["exclusive"]),
-           "arguments": q["arguments"], "type": "classic",
+           "arguments": q["arguments"], "type": quorum.queue_type(q["arguments"]),
            "node": row.get("node", ""), "policy": p["name"] if p else None,
            "state": "running" if "messages" in row else "down",
            "operator_policy": op["name"] if op else None,
@@ -142,7 +142,12 @@ def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
                 out[f"{k}_details"] = depth_rates[f"{k}_details"]
     if "consumers" in row:
         out["consumer_utilisation"] = None
-    if row.get("mirrors"):
+    if out["type"] == quorum.QUORUM:
+        # rabbit_quorum_queue's info keys: the leader and the members (leader first); the
+        # members listed are those that hold a replica now (a member that is down is not)
+        out["leader"] = out["node"]
+        out["members"] = out["online"] = [out["node"], *(row.get("mirrors") or [])]
+    elif row.get("mirrors"):
         out["slave_nodes"] = row["mirrors"]
         out["synchronised_slave_nodes"] = row.get("synchronised_mirrors", [])
     return out

@@ -847,7 +847,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                 403, f"queue name '{name}' contains reserved prefix 'amq.*'"))
         if user is not None:  # a client's declare (the channel checked configure): the DLX
             self.auth.check_new_queue(user, vhost, name, arguments)
-        queue_args.validate(arguments, name, vhost)
+        queue_args.validate(arguments, name, vhost, {"durable": durable, "exclusive": exclusive,
+                                                     "auto_delete": auto_delete})
         # rabbit_queue_type:declare's check_vhost_queue_limit: the definitions are the cluster's
         vlimits = self.limits.get(("vhost", vhost))
         if vlimits:

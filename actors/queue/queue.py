@@ -20,7 +20,7 @@ from actors import messages as m
 from actors.messages import (ChannelsDown, MirrorsDown, Paged, Persisted, PolicyChanged, Recovered,
                              Refused, Stored)
 from actors.queue.backing_queue import BackingQueue
-from actors.core import policies
+from actors.core import policies, quorum
 from actors.core.errors import AMQPError, ChannelError
 from actors.core.queue_stats import QueueCounters
 from actors.core.queue import WAIT, QueueCore
@@ -195,6 +195,9 @@ class Queue(LightActor):
         (rabbit_queue_type_util:args_policy_lookup with min, as quorum queues), None if
         neither is set."""
         p = self.policy()  # (with the operator policy's: the smaller wins)
+        if self.core.queue_type == quorum.QUORUM:  # default 20, negative: none
+            return quorum.delivery_limit(self.arguments.get("x-delivery-limit"),
+                                         p.get("delivery-limit"))
         found = [v for v in (self.arguments.get("x-delivery-limit"), p.get("delivery-limit"))
                  if isinstance(v, int) and not isinstance(v, bool)]
         return min(found) if found else None
