@@ -164,10 +164,22 @@ class Queue(LightActor):
         # out to this node's index (recovered from there)
         self.adopted = adopted
         self.sync: dict | None = None  # a joining mirror's sync of the paged part: its state
-        self.mirrors = Masters(self.transport.send, self.address, self._mirror_synced)
+        needed = None  # a quorum queue's confirms wait for a majority of its members
+        if quorum.is_quorum(self.arguments):
+            size = quorum.group_size(self.arguments, len(host.config.cluster_nodes or ()))
+            needed = quorum.majority(size) - 1
+        self.mirrors = Masters(self.transport.send, self.address, self._mirror_synced, needed,
+                               self._heir)
         self.counters = QueueCounters()  # the management API's message counts
         self.stats_interval = host.config.collect_statistics_interval
         self.core.on_enqueue = lambda msg: self.mirrors.enqueued(msg, now_ms())
+
+    def _heir(self):
+        """The member a promotion would pick if this master failed: the oldest synchronised
+        mirror (metadata_cluster's _promote_mirror), as this node's replica has it."""
+        q = self.replica.queue(self.vhost, self.qname) or {}
+        synced = q.get("synced") or ()
+        return next((x for x in q.get("mirrors") or () if x in synced), None)
 
     def _mirror_synced(self, member) -> None:
         self.transport.send(self.node, m.Rpc("", 0, "queue.synced", {
