@@ -228,6 +228,8 @@ class Mirror(LightActor):
         self.durably = quorum.is_quorum(qdef.get("arguments")) and qdef["durable"]
         self.held: dict[int, int] = {}  # durably: seq_id -> priority of what the index holds
         self.acks: deque = deque()  # durably: [batch, messages not yet synced] in batch order
+        self.unsynced: set = set()  # durably: id() of the Msgs given to Persist since the last
+        #                             join (a Persisted of an earlier join's must not count)
         self.broken = False  # durably: the index refused a write (disk full): no more acks
 
     def on_start(self):
@@ -322,14 +324,20 @@ class Mirror(LightActor):
                       mono + (expires - wall) if expires else 0, msg_id=msg_id)
             msg.redelivered = True  # promoted, every message may have been delivered
             msgs.append(msg)
+            self.unsynced.add(id(msg))
             self.held[seq] = priority or 0
         if msgs:
             self._bq().tell(m.Persist(msgs))
         self.acks.append([batch, len(msgs)])
-        self._synced(0)
+        self._synced(())
 
-    def _synced(self, n: int) -> None:
-        """n more messages are on disk (in Persist order): acknowledge every batch now whole."""
+    def _synced(self, msgs) -> None:
+        """These messages are on disk (in Persist order): acknowledge every batch now whole."""
+        n = 0
+        for msg in msgs:
+            if id(msg) in self.unsynced:
+                self.unsynced.discard(id(msg))
+                n += 1
         last = None
         while self.acks:
             head = self.acks[0]
@@ -368,17 +376,18 @@ class Mirror(LightActor):
                 if msg.reset:  # (re)joined: what the index held is not the queue's any more
                     self.held.clear()
                     self.acks.clear()
+                    self.unsynced.clear()
                     self.broken = False
                     self._bq().tell(m.DeleteIndex())
                 self._take_durably(msg.batch, msg.items, msg.bodies)
             elif isinstance(msg, m.Persisted) and self.durably:
-                self._synced(len(msg.msgs))
+                self._synced(msg.msgs)
             elif isinstance(msg, m.Refused) and self.durably:
                 log.error("mirror of quorum queue '%s' in vhost '%s': its index refused %d "
                           "messages (disk full): it acknowledges nothing until it rejoins",
                           self.qname, self.vhost, len(msg.msgs))
                 self.broken = True
-                self._synced(len(msg.msgs))
+                self._synced(msg.msgs)
             elif isinstance(msg, m.MirrorForget) and self.durably:
                 if msg.master == self.master:
                     self._forget_durably(msg)
