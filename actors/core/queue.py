@@ -570,6 +570,8 @@ class QueueCore:
         exclusive consumer is refused where others consume, and always on a single active
         consumer queue (exclusive_consume_unavailable, which the channel turns into 403)."""
         check_consume_arguments(arguments, self.name, self.vhost, self.queue_type)
+        if self.queue_type == quorum.QUORUM:
+            quorum.check_consume_qos(channel_prefetch, self.name, self.vhost)
         if exclusive and (self.consumers or self.single_active):
             raise ChannelError(403, f"queue '{self.name}' in vhost '{self.vhost}' in exclusive "
                                     "use")

@@ -42,7 +42,7 @@ __all__ = [
     "QUORUM", "QUORUM_TYPE", "QUORUM_QUEUE_ARGUMENTS", "QUORUM_CONSUMER_ARGUMENTS",
     "DEFAULT_GROUP_SIZE", "DEFAULT_DELIVERY_LIMIT", "queue_type", "is_quorum",
     "check_declare_arguments", "check_declare_flags", "check_consume_arguments", "group_size",
-    "majority", "delivery_limit", "confirmable_batch",
+    "majority", "delivery_limit", "confirmable_batch", "check_consume_qos", "check_delete",
 ]
 
 QUORUM = "quorum"
@@ -201,6 +201,24 @@ def check_consume_arguments(args: Mapping, queue: str, vhost: str) -> None:
         if key in ("x-cancel-on-ha-failover", "x-stream-offset"):
             raise ChannelError(406, f"invalid arg '{key}' for {rs('queue', queue, vhost)} "
                                     f"of queue type {QUORUM_TYPE}")
+
+
+def check_consume_qos(channel_prefetch: int, queue: str, vhost: str) -> None:
+    """rabbit_quorum_queue:consume/3 with the channel's limiter active (basic.qos global):
+    rabbit_channel's ``540 NOT_IMPLEMENTED - queue 'q' in vhost '/' does not support global
+    qos`` (a connection error)."""
+    if channel_prefetch:
+        raise ChannelError(540, f"{rs('queue', queue, vhost)} does not support global qos")
+
+
+def check_delete(if_unused: bool, if_empty: bool, queue: str, vhost: str) -> None:
+    """rabbit_quorum_queue:delete/4: queue.delete with if-unused or if-empty is not
+    implemented for quorum queues (540, a connection error)."""
+    for flag, name in ((if_unused, "if-unused"), (if_empty, "if-empty")):
+        if flag:
+            raise ChannelError(540, f"cannot delete {rs('queue', queue, vhost)}. queue.delete "
+                                    f"operations with {name} flag set are not supported by "
+                                    "quorum queues")
 
 
 # ------------------------------------------------------------------------ members, confirms

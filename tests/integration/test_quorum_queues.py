@@ -230,3 +230,39 @@ def test_management_api_says_quorum(tmp_path):
         assert got["qq-api"]["members"] == [got["qq-api"]["node"]]
     finally:
         node.stop()
+
+
+def test_global_qos_is_not_supported(broker):
+    """rabbit_quorum_queue:consume/3 refuses a channel with a global prefetch: 540, a
+    connection error (rabbit_channel's text)."""
+    q = unique("qqgqos")
+    with broker.connection() as c:
+        c.channel().queue_declare(q, durable=True, arguments=QQ)
+    conn = broker.connection()
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=10, global_qos=True)
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as e:
+        ch.basic_consume(q, lambda *a: None)
+    assert (e.value.reply_code, e.value.reply_text) == (
+        540, f"NOT_IMPLEMENTED - queue '{q}' in vhost '/' does not support global qos")
+    with broker.connection() as c:  # per-consumer prefetch is fine
+        ch = c.channel()
+        ch.basic_qos(prefetch_count=10)
+        ch.basic_consume(q, lambda *a: None)
+        ch.queue_delete(q)
+
+
+@pytest.mark.parametrize("flag", ["if_unused", "if_empty"])
+def test_delete_if_unused_or_empty_is_not_supported(broker, flag):
+    q = unique("qqdel")
+    conn = broker.connection()
+    ch = conn.channel()
+    ch.queue_declare(q, durable=True, arguments=QQ)
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as e:
+        ch.queue_delete(q, **{flag: True})
+    name = flag.replace("_", "-")
+    assert (e.value.reply_code, e.value.reply_text) == (
+        540, f"NOT_IMPLEMENTED - cannot delete queue '{q}' in vhost '/'. queue.delete "
+             f"operations with {name} flag set are not supported by quorum queues")
+    with broker.connection() as c:
+        c.channel().queue_delete(q)
