@@ -158,3 +158,17 @@ def test_confirmable_batch_needs_a_majority_and_the_heir():
     assert quorum.confirmable_batch({"b": 8}, "b", 2) == -1
     # one member: the master alone
     assert quorum.confirmable_batch({}, None, 0) > 10 ** 9
+
+
+def test_global_qos_and_delete_flags_are_not_implemented():
+    quorum.check_consume_qos(0, "q", "/")
+    with pytest.raises(ChannelError) as e:
+        quorum.check_consume_qos(10, "q", "/")
+    assert (e.value.reply_code, e.value.text) == (
+        540, "NOT_IMPLEMENTED - queue 'q' in vhost '/' does not support global qos")
+    quorum.check_delete(False, False, "q", "/")
+    with pytest.raises(ChannelError) as e:
+        quorum.check_delete(False, True, "q", "/")
+    assert e.value.text == ("NOT_IMPLEMENTED - cannot delete queue 'q' in vhost '/'. "
+                            "queue.delete operations with if-empty flag set are not supported "
+                            "by quorum queues")
