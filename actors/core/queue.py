@@ -56,7 +56,7 @@ import os
 from array import array
 from collections import deque
 
-from actors.core import NO_EVENTS, credit_flow
+from actors.core import NO_EVENTS, credit_flow, quorum
 from actors.core.consumers import ChannelState, Consumer, QueueConsumers
 from actors.core.errors import ChannelError
 from actors.core.keep_up import KeepUp
@@ -241,6 +241,12 @@ class QueueCore:
         # (reason delivery_limit) or dropped instead of requeued; None = no limit. The shell
         # sets it from the argument and the delivery-limit policy key (set_delivery_limit).
         self.delivery_limit = _int(a.get("x-delivery-limit"))
+        # x-queue-type: "classic" or "quorum" (actors/core/quorum.py); a quorum queue stores
+        # every message whatever its delivery mode and confirms it once stored (and, in a
+        # cluster, once a majority of its members has it: the shell's Masters), as quorum
+        # queues keep every message in their Raft log
+        self.queue_type = quorum.queue_type(a)
+        self.store_all = self.queue_type == quorum.QUORUM and durable
         confirm_on = a.get("x-confirm-on", "enqueue")
         if isinstance(confirm_on, bytes):
             confirm_on = confirm_on.decode()
@@ -307,6 +313,8 @@ class QueueCore:
         bounded = self.max_length is not None or self.max_bytes is not None
         for item, body in zip(items, bodies):
             pub_seq, exchange, rk, props, persistent, priority, expiry, *msg_id = item
+            if self.store_all:
+                persistent = True  # stored and synced before its confirm (quorum queue)
             if bounded and self.consumers and self._full_for(len(body)):
                 # what a waiting consumer takes does not count: deliver before judging, so a
                 # batch fares as the same messages one by one (storage hears of a message
@@ -643,7 +651,9 @@ class QueueCore:
         handle_call basic_consume): the arguments are checked (x-priority an integer), an
         exclusive consumer is refused where others consume, and always on a single active
         consumer queue (exclusive_consume_unavailable, which the channel turns into 403)."""
-        check_consume_arguments(arguments, self.name, self.vhost)
+        check_consume_arguments(arguments, self.name, self.vhost, self.queue_type)
+        if self.queue_type == quorum.QUORUM:
+            quorum.check_consume_qos(channel_prefetch, self.name, self.vhost)
         if exclusive and (self.consumers or self.single_active):
             raise ChannelError(403, f"queue '{self.name}' in vhost '{self.vhost}' in exclusive "
                                     "use")

@@ -23,8 +23,9 @@ print is inferred by ``amqp_type_name`` the way pika encodes Python values: ``in
 ``timestamp``, ``dict`` -> ``table``, ``list`` -> ``array``, ``None`` -> ``void``. Any Python
 int passes RabbitMQ's integer checks (it takes every integer width).
 
-Leveret differences: ``x-queue-type`` accepts only ``classic`` (``quorum``/``stream`` are refused
-with the same text RabbitMQ gives an unknown type), and Leveret's own ``x-confirm-on``
+Leveret differences: ``x-queue-type`` accepts ``classic`` and ``quorum`` (a quorum queue's
+arguments, flags and equivalence are actors/core/quorum.py's; ``stream`` is refused with the
+same text RabbitMQ gives an unknown type), and Leveret's own ``x-confirm-on``
 (``enqueue`` | ``ack`` | ``ack-lite``) is validated and compared for equivalence.
 """
 
@@ -34,6 +35,7 @@ import datetime as _dt
 import decimal as _decimal
 from typing import Any, Callable, Mapping
 
+from actors.core import quorum
 from actors.core.errors import Atom, ChannelError, erl_p, rs, resource_locked, erl_float, \
     _field_term
 
@@ -274,9 +276,10 @@ def _check_master_locator(v, _args):
 
 
 def _check_queue_type(v, _args):
-    # RabbitMQ accepts classic, quorum and stream; Leveret implements classic only and refuses
-    # the others with the text RabbitMQ gives an unknown type.
-    return _string_or(v, lambda s: None if s == "classic" else f"unsupported queue type '{s}'")
+    # RabbitMQ accepts classic, quorum and stream; Leveret implements classic and quorum and
+    # refuses stream with the text RabbitMQ gives an unknown type.
+    return _string_or(v, lambda s: None if s in ("classic", quorum.QUORUM)
+                      else f"unsupported queue type '{s}'")
 
 
 def _check_ha_mode(v, _args):
@@ -374,25 +377,40 @@ def check_dlx_arg_type(args: Mapping | None, queue: str, vhost: str) -> None:
 
 
 def check_declare_arguments(args: Mapping | None, queue: str, vhost: str) -> None:
-    """rabbit_amqqueue:check_declare_arguments/2 for a classic queue: x-queue-type first,
-    then each known argument in RabbitMQ's order, then arguments of other queue types."""
+    """rabbit_amqqueue:check_declare_arguments/2: x-queue-type first, then (classic queue)
+    each known argument in RabbitMQ's order, then arguments of other queue types; a quorum
+    queue's are quorum.check_declare_arguments'."""
     if not args:
         return
     _run((("x-queue-type", _check_queue_type),), args, queue, vhost)
+    if quorum.is_quorum(args):
+        quorum.check_declare_arguments(args, queue, vhost)
+        return
     _run(_DECLARE_VALIDATORS, args, queue, vhost)
     _check_keys(args, OTHER_QUEUE_TYPE_ARGUMENTS, queue, vhost)
 
 
-def validate(args: Mapping | None, queue: str, vhost: str) -> None:
+def validate(args: Mapping | None, queue: str, vhost: str, flags: Mapping | None = None) -> None:
     """All argument checks RabbitMQ makes when a queue.declare creates a queue (it makes none
-    when the queue exists: then only ``assert_equivalent`` applies)."""
+    when the queue exists: then only ``assert_equivalent`` applies). ``flags`` (the declare's
+    ``durable``, ``exclusive``, ``auto_delete``): a queue type's own checks of them, after the
+    arguments' (rabbit_queue_type:declare/2: a quorum queue is durable only)."""
     check_dlx_arg_type(args, queue, vhost)
     check_declare_arguments(args, queue, vhost)
+    if flags is not None and quorum.is_quorum(args):
+        exclusive = bool(flags.get("exclusive"))
+        quorum.check_declare_flags(bool(flags.get("durable")) and not exclusive, exclusive,
+                                   bool(flags.get("auto_delete")), queue, vhost)
 
 
-def check_consume_arguments(args: Mapping | None, queue: str, vhost: str) -> None:
-    """rabbit_amqqueue:check_consume_arguments/3 for a classic queue (basic.consume)."""
+def check_consume_arguments(args: Mapping | None, queue: str, vhost: str,
+                            queue_type: str = "classic") -> None:
+    """rabbit_amqqueue:check_consume_arguments/3 for a classic (or quorum) queue
+    (basic.consume)."""
     if not args:
+        return
+    if queue_type == quorum.QUORUM:
+        quorum.check_consume_arguments(args, queue, vhost)
         return
     _run(_CONSUME_VALIDATORS, args, queue, vhost)
     _check_keys(args, _OTHER_CONSUMER_ARGUMENTS, queue, vhost)
@@ -449,14 +467,18 @@ def _args_equivalence(orig: Mapping, new: Mapping, keys, kind, name, vhost) -> N
 
 def assert_equivalent(existing_args: Mapping | None, new_args: Mapping | None, queue: str,
                       vhost: str) -> None:
-    """Argument equivalence for a queue.declare of an existing classic queue. Only the
-    arguments in ``CLASSIC_QUEUE_ARGUMENTS`` are compared; others may differ freely.
+    """Argument equivalence for a queue.declare of an existing queue. Only the arguments of
+    the existing queue's type are compared (``CLASSIC_QUEUE_ARGUMENTS``, or a quorum queue's
+    ``quorum.QUORUM_QUEUE_ARGUMENTS``); others may differ freely. A different type fails on
+    x-queue-type: ``inequivalent arg 'x-queue-type' for queue 'q' in vhost '/': received
+    'quorum' but current is 'classic'``.
 
     Texts: ``inequivalent arg 'x-max-length' for queue 'q' in vhost '/': received the value
     '5' of type 'signedint' but current is none`` (one side absent) and ``... received '5' but
     current is '10'`` (both present, different)."""
-    _args_equivalence(existing_args or {}, new_args or {}, CLASSIC_QUEUE_ARGUMENTS, "queue",
-                      queue, vhost)
+    keys = quorum.QUORUM_QUEUE_ARGUMENTS if quorum.is_quorum(existing_args) \
+        else CLASSIC_QUEUE_ARGUMENTS
+    _args_equivalence(existing_args or {}, new_args or {}, keys, "queue", queue, vhost)
 
 
 def assert_flags_equivalent(existing: Mapping, new: Mapping, queue: str, vhost: str) -> None:

@@ -14,7 +14,7 @@ import hashlib
 import re
 from urllib.parse import quote
 
-from actors.core import channel_stats, policies
+from actors.core import channel_stats, policies, quorum
 
 MANAGEMENT_TAGS = ("administrator", "monitoring", "policymaker", "management")
 MAX_PAGE_SIZE = 500  # rabbit_mgmt_util's ?page_size maximum
@@ -137,7 +137,7 @@ def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
     op = policies.winner(op_policy_list, q["vhost"], q["name"], "queues")
     out = {"name": q["name"], "vhost": q["vhost"], "durable": q["durable"],
            "auto_delete": q["auto_delete"], "exclusive": bool(q["exclusive"]),
-           "arguments": q["arguments"], "type": "classic",
+           "arguments": q["arguments"], "type": quorum.queue_type(q["arguments"]),
            "node": row.get("node", ""), "policy": p["name"] if p else None,
            "state": "running" if "messages" in row else "down",
            "operator_policy": op["name"] if op else None,
@@ -160,7 +160,12 @@ def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
             else None
     if use.get("idle_since") is not None:  # (absent while the queue is busy, as RabbitMQ's)
         out["idle_since"] = iso_time(use["idle_since"])
-    if row.get("mirrors"):
+    if out["type"] == quorum.QUORUM:
+        # rabbit_quorum_queue's info keys: the leader and the members (leader first); the
+        # members listed are those that hold a replica now (a member that is down is not)
+        out["leader"] = out["node"]
+        out["members"] = out["online"] = [out["node"], *(row.get("mirrors") or [])]
+    elif row.get("mirrors"):
         out["slave_nodes"] = row["mirrors"]
         out["synchronised_slave_nodes"] = row.get("synchronised_mirrors", [])
     return out

@@ -370,7 +370,8 @@ def plan_import(doc, state: dict) -> Plan:
                     or dict(old.get("arguments") or {}) != q["arguments"]:
                 plan.warnings.append(f"{what}: exists with other properties, kept as it is")
             return
-        queue_args.validate(q["arguments"], name, vhost_)
+        queue_args.validate(q["arguments"], name, vhost_,
+                            {"durable": q["durable"], "auto_delete": q["auto_delete"]})
         queues[(vhost_, name)] = q
         plan.changes.append(["queue_new", q])
 

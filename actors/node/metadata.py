@@ -29,7 +29,7 @@ from actors import events
 from actors import messages as m
 from actors.messages import (ClusterEntry, ClusterReady, ClusterTick, CommitFailed, DurableQueues,
                              ReadyWorkers, StatsTimeout, WorkerExited)
-from actors.core import limits, policies, queue_args
+from actors.core import limits, policies, queue_args, quorum
 from actors.core.errors import ChannelError, ConnectionError_, amqp_text
 from actors.core.permissions import AuthDB, hashed_auth_call
 from actors.core.queue_stats import StatsTable
@@ -861,7 +861,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                 403, f"queue name '{name}' contains reserved prefix 'amq.*'"))
         if user is not None:  # a client's declare (the channel checked configure): the DLX
             self.auth.check_new_queue(user, vhost, name, arguments)
-        queue_args.validate(arguments, name, vhost)
+        queue_args.validate(arguments, name, vhost, {"durable": durable, "exclusive": exclusive,
+                                                     "auto_delete": auto_delete})
         # rabbit_queue_type:declare's check_vhost_queue_limit: the definitions are the cluster's
         vlimits = self.limits.get(("vhost", vhost))
         if vlimits:
@@ -892,6 +893,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         if q is None:
             return 0
         self._check_exclusive(vhost, name, owner)
+        if quorum.is_quorum(q["arguments"]):
+            quorum.check_delete(if_unused, if_empty, name, vhost)
         self._delete_queue(vhost, name, rpc, 0, if_unused=if_unused, if_empty=if_empty)
         return _DEFERRED
 

@@ -38,7 +38,7 @@ from actors import messages as m
 from actors.messages import ClusterEntry, ClusterTick, CommitFailed
 from actors.node.cluster import Cluster
 from actors.node.queue_table import QueueTable
-from actors.core import policies
+from actors.core import policies, quorum
 from actors.core.errors import amqp_text
 from actors.core.permissions import AuthDB
 from actors.core.routing import Router
@@ -512,12 +512,15 @@ class ClusterMixin:
     # --- mirrored queues ----------------------------------------------------------------------------
     def _mirrors_for(self, q) -> list:
         """Members that should hold a mirror of `q`: x-ha-mode/x-ha-params arguments, else the
-        effective policy's ha-mode/ha-params (all, or exactly N copies counting the master)."""
+        effective policy's ha-mode/ha-params (all, or exactly N copies counting the master); a
+        quorum queue's: its group size (actors/core/quorum.py) less the master."""
         if self.cluster is None:
             return []
         args = q.get("arguments") or {}
         mode, params = args.get("x-ha-mode"), args.get("x-ha-params")
-        if mode is None:
+        if quorum.is_quorum(args):  # its members: the group size, ha policies do not apply
+            mode, params = "exactly", quorum.group_size(args, len(self.config.cluster_nodes))
+        elif mode is None:
             p = policies.effective(self.policies, q["vhost"], q["name"], "queues",
                                    self.op_policies)
             mode, params = p.get("ha-mode"), p.get("ha-params")

@@ -54,6 +54,7 @@ from actors import events
 from actors.messages import (DeleteIndex, DropPaged, Forget, PageIn, Paged, PagedDropped, Persist,
                              Persisted, PurgeAfter, RecordDelivery, Recover, Recovered, Refused,
                              Stored)
+from actors.core import quorum
 from actors.runtime import LightActor
 from actors.queue.storage import Storage, queue_id
 from protocol.properties import BasicProperties
@@ -112,6 +113,8 @@ class BackingQueue(LightActor):
         #                                           queue's is opened when it first pages)
         self.qid = queue_id(qdef["vhost"], qdef["name"])  # its key in the environment
         self.lanes = priorities(qdef.get("arguments"))  # priorities, each with its index
+        # a quorum queue's messages are all kept, whatever their delivery mode
+        self.keep_all = quorum.is_quorum(qdef.get("arguments"))
         self.lane_indexes: dict = {}  # priority (> 0) -> its QueueIndex, opened on first use
         self.pending: dict = {}  # seq_id -> message given in Persist and not written yet: an
         #                          ack before the next flush cancels it (never written)
@@ -618,7 +621,7 @@ class BackingQueue(LightActor):
         with self.storage.begin() as txn:
             entries = index.read(txn, after, limit)
             for e in entries:
-                persistent = _persistent(e.props_raw)
+                persistent = self.keep_all or _persistent(e.props_raw)
                 if not persistent and e.seq_id < self.boot_seq:
                     stale.append(e)
                     continue

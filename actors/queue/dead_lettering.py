@@ -49,7 +49,8 @@ def dead_letter_publish(queue, msg, reason: str) -> None:
         qdef = replica.queue(queue.vhost, name)
         if qdef is None or not qdef.get("address"):
             continue
-        item = [0, dlx, rk, props_raw, msg.persistent, props.priority or 0,
+        # (the message's own delivery mode: a quorum queue stores every message alike)
+        item = [0, dlx, rk, props_raw, props.delivery_mode == 2, props.priority or 0,
                 _expiry(props.expiration)]
         queue.transport.send(qdef["address"], m.Publish("", [item], [msg.body]))
 

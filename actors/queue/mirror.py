@@ -19,6 +19,14 @@ simpler shape:
 - a master with paged-out messages syncs a joining mirror by reading them back from its index a
   page at a time (`PageIn(sync=True)`), holding everything else meanwhile, as RabbitMQ's eager
   sync blocks the master (rabbit_mirror_queue_sync).
+
+Quorum queues (x-queue-type=quorum, actors/core/quorum.py) are built on the same protocol with
+two differences: a quorum queue's mirror writes and syncs every message to its node's index
+before it acknowledges the batch that carried it (nothing in memory; promoted, the new master
+recovers them all from that index), and the master confirms a batch once a majority of the
+queue's members has it (its own sync and `majority - 1` synchronised mirrors' acknowledgements,
+the heir's among them: `quorum.confirmable_batch`), not every mirror; with fewer mirrors up,
+confirms wait until enough are back and synchronised.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import time
 from collections import deque
 
 from actors import messages as m
+from actors.core import quorum
 from actors.core.queue import Msg
 from actors.naming import queue_actor_name
 from actors.runtime import LightActor
@@ -48,10 +57,15 @@ class Masters:
     """The master's view of its mirrors: who they are, what each acknowledged, which confirms
     wait for them. Owned by one Queue actor; sends through `send(address, msg)`."""
 
-    def __init__(self, send, address: str, synced_cb):
+    def __init__(self, send, address: str, synced_cb, needed: int | None = None,
+                 heir=None):
         self.send = send
         self.address = address  # the master queue's address
         self.synced_cb = synced_cb  # fn(member): a mirror finished its sync
+        # a quorum queue's: the synchronised mirrors' acknowledgements a confirm needs (majority
+        # of its members - 1; 0 on a lone node); None: a mirrored classic queue's (every mirror)
+        self.needed = needed
+        self.heir = heir  # quorum: fn() -> the member a promotion would pick, or None
         self.mirrors: dict[str, dict] = {}  # mirror address -> {member, acked, sync_batch}
         self.batch = 0  # batches sent
         self.items: list = []  # enqueued, not yet sent
@@ -109,6 +123,14 @@ class Masters:
 
     def confirm(self, channel, seqs) -> bool:
         """True when the confirm must wait for the mirrors (it is kept here)."""
+        if self.needed is not None:
+            if self.needed == 0:
+                return False  # a quorum queue of one member: its own sync is the majority
+            self.flush()
+            if not self.held and self._confirmable() >= self.batch:
+                return False
+            self.held.append((self.batch, channel, seqs))
+            return True
         if not self.mirrors:
             return False
         self.flush()
@@ -116,6 +138,14 @@ class Masters:
             return False
         self.held.append((self.batch, channel, seqs))
         return True
+
+    def _confirmable(self) -> int:
+        """Quorum: the highest batch a majority of the members has (quorum.confirmable_batch
+        over the synchronised mirrors)."""
+        acked = {st["member"]: st["acked"] for st in self.mirrors.values()
+                 if st["sync_batch"] == 0}
+        return quorum.confirmable_batch(acked, self.heir() if self.heir else None,
+                                        self.needed)
 
     def join(self, mirror: str, member: str, messages: list, now_ms: int,
              more: bool = False) -> None:
@@ -150,7 +180,10 @@ class Masters:
         return self._release()
 
     def _release(self) -> list:
-        low = min((st["acked"] for st in self.mirrors.values()), default=self.batch)
+        if self.needed is not None:
+            low = self._confirmable()
+        else:
+            low = min((st["acked"] for st in self.mirrors.values()), default=self.batch)
         out = []
         while self.held and self.held[0][0] <= low:
             _, channel, seqs = self.held.popleft()
@@ -190,6 +223,14 @@ class Mirror(LightActor):
         # their priority began paging (the index takes seq_ids in ascending order only)
         self.written: set = set()
         self.bq = None  # BackingQueue writing this node's index for the queue, once needed
+        # a quorum queue's mirror: every message written and synced before its batch is
+        # acknowledged, none kept in memory
+        self.durably = quorum.is_quorum(qdef.get("arguments")) and qdef["durable"]
+        self.held: dict[int, int] = {}  # durably: seq_id -> priority of what the index holds
+        self.acks: deque = deque()  # durably: [batch, messages not yet synced] in batch order
+        self.unsynced: set = set()  # durably: id() of the Msgs given to Persist since the last
+        #                             join (a Persisted of an earlier join's must not count)
+        self.broken = False  # durably: the index refused a write (disk full): no more acks
 
     def on_start(self):
         if self.qdef["durable"]:
@@ -269,6 +310,56 @@ class Mirror(LightActor):
             self._bq().tell(m.Forget([_Stored(seq_id, p) for p in self.paging
                                       for seq_id in gone]))
 
+    # --- a quorum queue's mirror: on disk before acknowledged --------------------------------
+    def _take_durably(self, batch: int, items, bodies) -> None:
+        """Messages from the master, written to this node's index and synced (Persist); the
+        batch is acknowledged once they are (`_synced`)."""
+        mono, wall = int(time.monotonic() * 1000), int(time.time() * 1000)
+        msgs = []
+        for item, body in zip(items, bodies):
+            seq, exchange, rk, props, _, priority, expires, msg_id = item
+            if not msg_id:
+                msg_id = os.urandom(16)
+            msg = Msg(seq, exchange, rk, props, body, True, priority or 0,
+                      mono + (expires - wall) if expires else 0, msg_id=msg_id)
+            msg.redelivered = True  # promoted, every message may have been delivered
+            msgs.append(msg)
+            self.unsynced.add(id(msg))
+            self.held[seq] = priority or 0
+        if msgs:
+            self._bq().tell(m.Persist(msgs))
+        self.acks.append([batch, len(msgs)])
+        self._synced(())
+
+    def _synced(self, msgs) -> None:
+        """These messages are on disk (in Persist order): acknowledge every batch now whole."""
+        n = 0
+        for msg in msgs:
+            if id(msg) in self.unsynced:
+                self.unsynced.discard(id(msg))
+                n += 1
+        last = None
+        while self.acks:
+            head = self.acks[0]
+            take = min(n, head[1])
+            head[1] -= take
+            n -= take
+            if head[1]:
+                break
+            last = self.acks.popleft()[0]
+        if last is not None and not self.broken:
+            self.transport.send(self.master, m.MirrorAck(self.address, last))
+
+    def _forget_durably(self, msg) -> None:
+        gone = [_Stored(seq, self.held.pop(seq)) for seq in msg.seq_ids if seq in self.held]
+        if msg.purge_after >= 0:
+            for seq in [s for s, p in self.held.items()
+                        if s > msg.purge_after and p == msg.priority]:
+                del self.held[seq]
+            self._bq().tell(m.PurgeAfter(msg.purge_after, msg.priority))
+        if gone:
+            self._bq().tell(m.Forget(gone))
+
     def check_master(self) -> None:
         """(Re)join when the master's address is new (first start, or it restarted)."""
         q = self.host.replica.queue(self.vhost, self.qname)
@@ -279,7 +370,28 @@ class Mirror(LightActor):
 
     def on_receive(self, msg):
         try:
-            if isinstance(msg, m.MirrorPublish):
+            if isinstance(msg, m.MirrorPublish) and self.durably:
+                if msg.master != self.master:
+                    return
+                if msg.reset:  # (re)joined: what the index held is not the queue's any more
+                    self.held.clear()
+                    self.acks.clear()
+                    self.unsynced.clear()
+                    self.broken = False
+                    self._bq().tell(m.DeleteIndex())
+                self._take_durably(msg.batch, msg.items, msg.bodies)
+            elif isinstance(msg, m.Persisted) and self.durably:
+                self._synced(msg.msgs)
+            elif isinstance(msg, m.Refused) and self.durably:
+                log.error("mirror of quorum queue '%s' in vhost '%s': its index refused %d "
+                          "messages (disk full): it acknowledges nothing until it rejoins",
+                          self.qname, self.vhost, len(msg.msgs))
+                self.broken = True
+                self._synced(msg.msgs)
+            elif isinstance(msg, m.MirrorForget) and self.durably:
+                if msg.master == self.master:
+                    self._forget_durably(msg)
+            elif isinstance(msg, m.MirrorPublish):
                 if msg.master != self.master:
                     return
                 if msg.reset:
@@ -296,6 +408,14 @@ class Mirror(LightActor):
                     self._forget(msg)
             elif isinstance(msg, m.CheckMaster):
                 self.check_master()
+            elif isinstance(msg, m.TakeMessages) and self.durably:
+                # promotion: every message is in the index, synced (the new master recovers
+                # them all from there: nothing in memory, paged out at priority 0)
+                self.transport.unregister(self.name)
+                if self.bq is not None:
+                    bq, self.bq = self.bq, None
+                    bq.stop(block=True, timeout=30)  # its writes are in before the new master
+                return [], [0]
             elif isinstance(msg, m.TakeMessages):
                 # promotion: everything, as index entries a Queue restores from
                 entries = []

@@ -20,7 +20,7 @@ from actors import messages as m
 from actors.messages import (ChannelsDown, MirrorsDown, Paged, Persisted, PolicyChanged, Recovered,
                              Refused, Stored)
 from actors.queue.backing_queue import BackingQueue
-from actors.core import policies
+from actors.core import policies, quorum
 from actors.core.errors import AMQPError, ChannelError
 from actors.core.queue_stats import QueueCounters
 from actors.core.queue import WAIT, QueueCore
@@ -164,12 +164,24 @@ class Queue(LightActor):
         # out to this node's index (recovered from there)
         self.adopted = adopted
         self.sync: dict | None = None  # a joining mirror's sync of the paged part: its state
-        self.mirrors = Masters(self.transport.send, self.address, self._mirror_synced)
+        needed = None  # a quorum queue's confirms wait for a majority of its members
+        if quorum.is_quorum(self.arguments):
+            size = quorum.group_size(self.arguments, len(host.config.cluster_nodes or ()))
+            needed = quorum.majority(size) - 1
+        self.mirrors = Masters(self.transport.send, self.address, self._mirror_synced, needed,
+                               self._heir)
         self.counters = QueueCounters()  # the management API's message counts
         self.stats_interval = host.config.collect_statistics_interval
         # wall-clock ms minus now_ms(): the consumer use state goes out in wall-clock time
         self.clock_offset = int(time.time() * 1000) - now_ms()
         self.core.on_enqueue = lambda msg: self.mirrors.enqueued(msg, now_ms())
+
+    def _heir(self):
+        """The member a promotion would pick if this master failed: the oldest synchronised
+        mirror (metadata_cluster's _promote_mirror), as this node's replica has it."""
+        q = self.replica.queue(self.vhost, self.qname) or {}
+        synced = q.get("synced") or ()
+        return next((x for x in q.get("mirrors") or () if x in synced), None)
 
     def _mirror_synced(self, member) -> None:
         self.transport.send(self.node, m.Rpc("", 0, "queue.synced", {
@@ -197,6 +209,9 @@ class Queue(LightActor):
         (rabbit_queue_type_util:args_policy_lookup with min, as quorum queues), None if
         neither is set."""
         p = self.policy()  # (with the operator policy's: the smaller wins)
+        if self.core.queue_type == quorum.QUORUM:  # default 20, negative: none
+            return quorum.delivery_limit(self.arguments.get("x-delivery-limit"),
+                                         p.get("delivery-limit"))
         found = [v for v in (self.arguments.get("x-delivery-limit"), p.get("delivery-limit"))
                  if isinstance(v, int) and not isinstance(v, bool)]
         return min(found) if found else None

@@ -220,9 +220,9 @@ def _text(args, queue="q", vhost="/"):
      "invalid arg 'x-queue-type' for queue 'q' in vhost '/': \"unsupported queue type 'foo'\""),
     ({"x-dead-letter-exchange": 1, "x-queue-type": "foo"},
      "invalid type 'signedint' for arg 'x-dead-letter-exchange' in queue 'q' in vhost '/'"),
-    # Leveret: classic only, and x-confirm-on
-    ({"x-queue-type": "quorum"}, "invalid arg 'x-queue-type' for queue 'q' in vhost '/': "
-                                 "\"unsupported queue type 'quorum'\""),
+    # Leveret: classic and quorum only (no stream), and x-confirm-on
+    ({"x-queue-type": "stream"}, "invalid arg 'x-queue-type' for queue 'q' in vhost '/': "
+                                 "\"unsupported queue type 'stream'\""),
     ({"x-confirm-on": "sometimes"}, "invalid arg 'x-confirm-on' for queue 'q' in vhost '/': "
                                     "\"unsupported x-confirm-on value 'sometimes'\""),
     ({"x-confirm-on": 1}, "invalid arg 'x-confirm-on' for queue 'q' in vhost '/': "

@@ -82,3 +82,56 @@ def test_ha_arguments_are_validated(args, ok):
         with pytest.raises(ChannelError) as e:
             queue_args.validate(args, "q", "/")
         assert e.value.reply_code == 406
+
+
+# --- quorum queues: a majority of the members, the heir among them ------------------------------
+def quorum_masters(needed, heir=None):
+    w = Wire()
+    return w, Masters(lambda a, x: w.sent.append((a, x)), "tcp://h:1#q", w.synced.append,
+                      needed, lambda: heir)
+
+
+def test_quorum_of_one_confirms_at_once():
+    w, ms = quorum_masters(0)
+    ms.enqueued(msg(1), 0)
+    assert not ms.confirm("ch", [1])
+
+
+def test_quorum_confirm_waits_for_a_majority_C5():
+    w, ms = quorum_masters(1)  # three members: the master and one mirror
+    assert ms.confirm("ch", [1])  # no mirror at all: held
+    ms.join("tcp://a:1#q", "A", [msg(1)], 0)
+    ms.join("tcp://b:1#q", "B", [msg(1)], 0)
+    ms.enqueued(msg(2), 0)
+    assert ms.confirm("ch", [2])
+    batch = ms.batch
+    # A's acknowledgement of the last batch makes a majority with the master: both released
+    assert ms.acked("tcp://a:1#q", batch) == [("ch", [1]), ("ch", [2])]
+    ms.enqueued(msg(3), 0)
+    assert ms.confirm("ch", [3])
+    assert ms.acked("tcp://b:1#q", ms.batch) == [("ch", [3])]  # B alone is enough too
+
+
+def test_quorum_confirm_needs_the_heir():
+    w, ms = quorum_masters(1, heir="B")  # B is the mirror a promotion would pick
+    ms.join("tcp://a:1#q", "A", [], 0)
+    ms.join("tcp://b:1#q", "B", [], 0)
+    ms.acked("tcp://a:1#q", ms.batch)
+    ms.acked("tcp://b:1#q", ms.batch)
+    ms.enqueued(msg(1), 0)
+    assert ms.confirm("ch", [1])
+    assert ms.acked("tcp://a:1#q", ms.batch) == []  # a majority, but not the heir
+    assert ms.acked("tcp://b:1#q", ms.batch) == [("ch", [1])]
+    ms.enqueued(msg(2), 0)
+    assert ms.confirm("ch", [2])
+    assert ms.down("tcp://b:1") == []  # the heir died: A has not acknowledged yet
+    assert ms.acked("tcp://a:1#q", ms.batch) == [("ch", [2])]
+
+
+def test_quorum_unsynchronised_mirror_does_not_count():
+    w, ms = quorum_masters(1)
+    ms.join("tcp://a:1#q", "A", [msg(1)], 0, more=True)  # paged messages follow: syncing
+    assert ms.confirm("ch", [1])
+    assert ms.acked("tcp://a:1#q", ms.batch) == []  # still syncing
+    ms.sync_done("tcp://a:1#q")
+    assert ms.acked("tcp://a:1#q", ms.batch) == [("ch", [1])]

@@ -1,0 +1,149 @@
+"""Quorum queues in a 3-node cluster (issue 15 item 4): members on min(group size, cluster
+size) nodes; a publish is confirmed once a majority of the members has it on disk (C5 for a
+quorum queue): with one of three nodes killed confirms still come, with two killed they do not
+until one returns; no confirmed message is lost when the leader's node is killed -9."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pika
+import pytest
+
+from tests.integration.cluster.test_mirrored import queue_row
+
+pytestmark = pytest.mark.timeout(300)
+
+QQ = {"x-queue-type": "quorum"}
+
+
+def _synced(nodes, i, name, n):
+    return nodes.wait(lambda: (r := queue_row(nodes[i], name)) and
+                      r["synced"].count("leveret@node") == n and r,
+                      timeout=30, what=f"{n} synchronised members besides the leader")
+
+
+def test_members_on_group_size_nodes(nodes):
+    with nodes[0].connection() as c:
+        ch = c.channel()
+        ch.queue_declare("qq.three", durable=True, arguments=QQ)
+        ch.queue_declare("qq.two", durable=True,
+                         arguments={**QQ, "x-quorum-initial-group-size": 2})
+        ch.queue_declare("qq.seven", durable=True,
+                         arguments={**QQ, "x-quorum-initial-group-size": 7})
+    row = _synced(nodes, 1, "qq.three", 2)
+    assert row["node"] == "leveret@node1"
+    _synced(nodes, 2, "qq.seven", 2)  # at most the cluster's three nodes
+    row = _synced(nodes, 1, "qq.two", 1)
+    assert row["mirrors"].count("leveret@node") == 1
+    # an ha policy does not make a quorum queue's members (unsupported policy key)
+    nodes[0].ctl("set_policy", "ha-all", "^qq\\.", '{"ha-mode": "all"}')
+    with nodes[0].connection() as c:  # a classic queue the policy mirrors: after its entry
+        c.channel().queue_declare("qq.classic", durable=True)
+    _synced(nodes, 2, "qq.classic", 2)
+    assert queue_row(nodes[2], "qq.two")["mirrors"].count("leveret@node") == 1
+
+
+def _publish_in_thread(ch, body):
+    """basic_publish on a confirm channel in a thread: its result once the confirm came."""
+    out = {}
+
+    def run():
+        try:
+            ch.basic_publish("", "qq.majority", body, pika.BasicProperties(delivery_mode=2))
+            out["ok"] = True
+        except Exception as e:  # noqa: BLE001 - reported to the test
+            out["error"] = e
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+def test_confirms_need_a_majority__C5(nodes):
+    pub = nodes[0].connection()
+    ch = pub.channel()
+    ch.queue_declare("qq.majority", durable=True, arguments=QQ)  # leader on node 1
+    _synced(nodes, 0, "qq.majority", 2)
+    ch.confirm_delivery()
+    ch.basic_publish("", "qq.majority", b"all-up", pika.BasicProperties(delivery_mode=2))
+    # one of three down: the leader and the other member are a majority
+    nodes.kill9(2)
+    nodes.wait(lambda: not nodes.status(0)["leveret@node3"][0], what="node3 marked down")
+    ch.basic_publish("", "qq.majority", b"one-down", pika.BasicProperties(delivery_mode=2))
+    # two of three down: the leader alone is no majority, the confirm waits
+    nodes.kill9(1)
+    t, out = _publish_in_thread(ch, b"two-down")
+    t.join(3.0)
+    assert t.is_alive() and not out, "confirmed without a majority of the members"
+    # node 2 comes back: its member rejoins, syncs from the leader, and the confirm comes
+    nodes.start(1)
+    t.join(60.0)
+    assert out.get("ok"), out
+    pub.close()
+    with nodes[1].connection() as c:
+        ch = c.channel()
+        bodies = []
+        for _ in range(3):
+            method, _, body = ch.basic_get("qq.majority", auto_ack=True)
+            bodies.append(body)
+    assert bodies == [b"all-up", b"one-down", b"two-down"]
+
+
+def test_kill9_of_the_leader_loses_no_confirmed_message(nodes):
+    with nodes[0].connection() as c:
+        c.channel().queue_declare("qq.orders", durable=True, arguments=QQ)  # leader: node 1
+    _synced(nodes, 1, "qq.orders", 2)
+    cancelled = threading.Event()
+    con = nodes[2].connection()
+    cch = con.channel()
+    cch.basic_qos(prefetch_count=50)
+    cch.add_on_cancel_callback(lambda frame: cancelled.set())
+    consumed_before = set()
+
+    def on_msg(ch, method, props, body):
+        if len(consumed_before) < 100:  # then it stalls: 50 unacked, the rest ready
+            consumed_before.add(int(body))
+            ch.basic_ack(method.delivery_tag)
+    cch.basic_consume("qq.orders", on_msg)
+
+    confirmed, sent = set(), 0
+    pub = nodes[1].connection()
+    pch = pub.channel()
+    pch.confirm_delivery()
+    killed_at = None
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        con.process_data_events(0)
+        try:
+            # transient: a quorum queue keeps it all the same
+            pch.basic_publish("", "qq.orders", b"%d" % sent,
+                              pika.BasicProperties(delivery_mode=1), mandatory=True)
+            confirmed.add(sent)
+        except (pika.exceptions.NackError, pika.exceptions.UnroutableError):
+            pass  # not confirmed: the publisher would send it again
+        sent += 1
+        if sent == 300 and killed_at is None:
+            nodes.kill9(0)
+            killed_at = sent
+        if killed_at is not None and sent > killed_at + 200 and cancelled.is_set():
+            break
+    con.process_data_events(0.5)
+    assert killed_at is not None
+    assert cancelled.is_set(), "the consumer got no basic.cancel when the leader died"
+    assert len(confirmed) > 300, "nothing was confirmed after the take-over"
+    row = queue_row(nodes[1], "qq.orders")
+    assert row["node"] in ("leveret@node2", "leveret@node3")
+    pub.close()
+    con.close()
+    left = set()
+    with nodes[2].connection() as c:
+        ch = c.channel()
+        for method, props, body in ch.consume("qq.orders", inactivity_timeout=3):
+            if method is None:
+                break
+            left.add(int(body))
+            ch.basic_ack(method.delivery_tag)
+    missing = confirmed - consumed_before - left
+    assert len(left) > 150  # a backlog was there to lose
+    assert not missing, f"{len(missing)} confirmed messages lost, e.g. {sorted(missing)[:10]}"
