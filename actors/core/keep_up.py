@@ -1,6 +1,6 @@
 """Whether a queue's consumers keep up with its publishers, measured over windows of time.
 
-A queue whose consumers take at least `ratio` of what its publishers bring (over the last
+A queue whose consumers take at least `ratio` (a quarter) of what its publishers bring (over the last
 window) gives them the priority: once it holds more than its memory budget, publisher credit
 waits (credit_flow) instead of the queue paging, and what is already paged out drains before
 more comes in. Paging would cost the same worker a write and a read of every message, which
@@ -21,7 +21,12 @@ Pure: times are integer milliseconds of a monotonic clock passed in.
 from __future__ import annotations
 
 WINDOW_MS = 1000  # one measurement
-RATIO = 0.5  # consumers keep up when they take at least this share of what comes in
+# consumers keep up when they take at least this share of what comes in: measured with
+# `bench --scenarios b,c` (2026-11-24), at 0.5 a consumer that lagged in its first second (b:
+# 10.8k consumed against 29.4k published, 0.37) never got the priority and the queue paged;
+# at 0.25 both cases ran publish = consume (34.7k / 34.6k); a consumer at under a quarter of its
+# publishers' rate is a slow one, whose queue pages
+RATIO = 0.25
 
 
 class KeepUp:

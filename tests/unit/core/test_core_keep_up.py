@@ -1,5 +1,5 @@
 """Consumers that keep up get the queue first (actors/core/keep_up.py): past its memory budget
-a queue whose consumers take at least half of what comes in holds its publishers' credit
+a queue whose consumers take at least a quarter of what comes in holds its publishers' credit
 instead of paging; slow or stalled consumers, or none, leave the publishers to the paging."""
 from __future__ import annotations
 
