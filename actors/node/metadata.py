@@ -61,8 +61,11 @@ class Worker:
 class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightActor):
     scheduler_name = "node"  # embedded in the node's event loop with its transport
 
-    def __init__(self, transport, config, resources=None, secret: bytes = b""):
+    def __init__(self, transport, config, resources=None, secret: bytes = b"",
+                 paused: threading.Event | None = None):
         super().__init__()
+        # set while the node is paused (cluster, pause_minority): the node does not listen
+        self.paused_flag = paused if paused is not None else threading.Event()
         self.resources = resources  # the node's ResourceMonitor: memory and disk alarms
         self.secret = secret  # the cluster secret (a cluster member's; actors/secure.py)
         data_dir, queue_workers = config.data_dir, config.queue_workers
@@ -384,7 +387,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
 
     # --- workers --------------------------------------------------------------------------------
     def op_worker_hello(self, rpc, kind, index, endpoint, control):
-        self.transport._dead.discard(endpoint)
+        self.transport.revive(endpoint)
         if kind == "conn" and self.recovering:
             self.deferred_hellos.append((rpc, kind, index, endpoint, control))
             return {"ok": True}
@@ -466,8 +469,9 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         return min(range(n), key=lambda w: load[(home, w)] + placed.get(w, 0))
 
     def _start_queue(self, q: dict, recovered: bool) -> None:
-        """Only the queue's home node starts it, on its own queue worker."""
-        if q.get("home", self.me) != self.me:
+        """Only the queue's home node starts it, on its own queue worker (never while the node
+        is paused: it starts what the log says once it resumes)."""
+        if q.get("home", self.me) != self.me or self.paused:
             return
         w = self.workers.get(("queue", q["worker"]))
         key = (q["vhost"], q["name"])
@@ -480,12 +484,21 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
     def _queue_started(self, msg: m.QueueStarted) -> None:
         key = (msg.vhost, msg.name)
         self.starting.discard(key)
+        if self.paused:
+            return  # it was stopped with the others; it starts again once the node resumes
         if not self.leading:
             self._recovered(key)  # this node's boot waits for its own queues only
             self._forward(msg, time.monotonic() + 10)
             return
         q = self.queues.get(key)
         if q is None:
+            return
+        home = q.get("home", self.me)
+        if home != self.me and not self.members.get(home, {}).get("up"):
+            # news from a node the log lists as down (late over a healed link): its queues
+            # stopped when it paused; it starts them again once it has rejoined
+            log.info("cluster: ignoring queue '%s' in vhost '%s' started on %s, which is down",
+                     msg.name, msg.vhost, self._member_name(home))
             return
         if msg.error:
             # the queue cannot run (its storage is full): the declarers hear it, it is gone
