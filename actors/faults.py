@@ -100,5 +100,11 @@ def from_env(host: str) -> Faults | None:
     if not loopback:
         raise SystemExit(f"leveret: {ENV} is set (test-only fault injection) but the cluster "
                          f"address {host} is not a loopback address: refusing to start")
-    log.warning("fault injection enabled (%s=%s): for tests only", ENV, path)
+    global _announced
+    if not _announced:
+        _announced = True
+        log.warning("fault injection enabled (%s=%s): for tests only", ENV, path)
     return Faults(path, host)
+
+
+_announced = False  # this process logged that fault injection is on

@@ -112,6 +112,7 @@ class ClusterMixin:
         self.paused = False  # pause_minority: no clients, no queues, until the log lists us up
         self.minority_since = None  # monotonic time this node lost its majority (None: has it)
         self.rejoin_sent = False  # paused: our rejoin (member_up) is on its way to the leader
+        self.listed_at = None  # paused: (log entry, monotonic time) we saw our rejoin come back
 
     @property
     def leading(self) -> bool:
@@ -226,6 +227,8 @@ class ClusterMixin:
         if msg.seq > self.peer_seq.get(msg.member, 0):
             self.peer_seq[msg.member] = msg.seq
         self._release_visible()
+        if self.paused and self.listed_at is not None:
+            self._check_pause(self.cluster.has_majority(), time.monotonic())
 
     def _when_visible(self, seq, reply_to, reply) -> None:
         """Leader: send `reply` once every member up has applied entry `seq`."""
@@ -410,10 +413,21 @@ class ClusterMixin:
             return
         if not majority:
             return
-        if self._listed_up():
+        if not self._listed_up():
+            if not self.rejoin_sent:
+                self._rejoin()
+            return
+        if self.listed_at is None:
+            self.listed_at = (self.canonical, now)
+        # resume once every other member up and reachable has applied our rejoin (PeerApplied:
+        # its workers took our workers' endpoints back, so what ours send them is answered),
+        # or VISIBLE_WAIT_S passed (such a member is about to be marked down)
+        seq, since = self.listed_at
+        connected = self.cluster.connected()
+        lagging = [k for k, v in self.members.items() if k != self.me and v.get("up")
+                   and k in connected and self.peer_seq.get(k, 0) < seq]
+        if not lagging or now - since > VISIBLE_WAIT_S:
             self._resume()
-        elif not self.rejoin_sent:
-            self._rejoin()
 
     def _pause(self, why: str) -> None:
         log.warning("cluster: pausing this node (pause_minority): %s. Its client connections "
@@ -421,6 +435,11 @@ class ClusterMixin:
                     "and mirrors stopped, until it is a member up again", why)
         self.paused = True
         self.rejoin_sent = False
+        self.listed_at = None
+        # from now on this node is a new incarnation, which only a rejoin entry lists up: the
+        # entries it has not seen yet (it marked down, its masters' mirrors promoted) come
+        # before that one, so it never resumes on its stale copy of the log
+        self.incarnation = os.urandom(6).hex()
         self.starting.clear()  # nothing of ours runs: what the log says starts on resume
         # queues that started before the pause are stopped now: their QueueStarted must not
         # reach a leader later
@@ -435,7 +454,6 @@ class ClusterMixin:
         new incarnation (the leader marks the old one down first: its masters' mirrors take
         over, its durable queues without one wait for it, its transient ones go)."""
         self.rejoin_sent = True
-        self.incarnation = os.urandom(6).hex()
         log.info("cluster: a majority is reachable again: rejoining (incarnation %s)",
                  self.incarnation)
         workers = {f"{k}-{i}": w.endpoint for (k, i), w in self.workers.items()}

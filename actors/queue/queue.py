@@ -380,6 +380,9 @@ class Queue(LightActor):
         index a page at a time, everything else held meanwhile (RabbitMQ's eager sync blocks
         its master the same way)."""
         core = self.core
+        # a mirror that asks is alive: its process may be one this worker marked dead while
+        # its node was cut off, and not yet told is back (WorkerUp)
+        self.transport.revive(msg.mirror.partition("#")[0])
         self.mirrors.join(msg.mirror, msg.member, core.messages(), now, more=bool(core.paged))
         if core.paged:
             lanes = [(p, lane.page_after) for p, lane in enumerate(core.lanes) if lane.paged]

@@ -19,8 +19,10 @@ import time
 
 import pika
 import pytest
+from pamqp import commands
 
 from tests.integration.cluster.nodes import Nodes
+from tests.integration.rawamqp import Content, RawClient
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -169,34 +171,34 @@ def test_one_master_the_isolated_home_stops_and_rejoins_as_a_synchronised_mirror
         for i in range(sent):
             ch.basic_publish("", "ha.q", b"%d" % i, pika.BasicProperties(delivery_mode=2))
 
-    # a consumer on the home node acks 100, then holds 10 unacked
-    cancelled = []
-    con = nodes[0].connection()
-    cch = con.channel()
-    cch.basic_qos(prefetch_count=10)
-    cch.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+    # a consumer on the home node (a raw client: every frame seen, in order) acks 100, then
+    # holds 10 unacked
+    con = RawClient("127.0.0.1", nodes[0].port, timeout=10).handshake()
+    con.open_channel(1)
+    con.rpc(1, commands.Basic.Qos(prefetch_count=10), commands.Basic.QosOk)
+    con.rpc(1, commands.Basic.Consume(queue="ha.q", consumer_tag="c1"),
+            commands.Basic.ConsumeOk)
     acked, held = [], []
-
-    def on_msg(ch, method, props, body):
+    while len(held) < 10:
+        got = con.read_command()
+        assert isinstance(got, Content), got
         if len(acked) < 100:
-            acked.append(int(body))
-            ch.basic_ack(method.delivery_tag)
+            acked.append(int(got.body))
+            con.send_method(1, commands.Basic.Ack(delivery_tag=got.method.delivery_tag))
         else:
-            held.append(int(body))
-    cch.basic_consume("ha.q", on_msg)
-    while len(acked) < 100 or len(held) < 10:
-        con.process_data_events(0.1)
+            held.append(int(got.body))
     # a publish on the same channel, confirmed: the master handled the acks before it, and
-    # its mirrors the forgets before its batch
-    cch.confirm_delivery()
-    cch.basic_publish("", "ha.q", b"%d" % sent, pika.BasicProperties(delivery_mode=2))
+    # its mirrors the forgets before its batch (C5)
+    con.rpc(1, commands.Confirm.Select(), commands.Confirm.SelectOk)
+    con.publish(1, "", "ha.q", b"%d" % sent, commands.Basic.Properties(delivery_mode=2))
+    con.expect(commands.Basic.Ack, channel=1)
     sent += 1
     pub = nodes[0].connection()
     pch = pub.channel()
     pch.confirm_delivery()
 
     nodes.isolate(0)
-    late = None  # a publish to the isolated master: nacked (C6) or confirmed, never lost
+    late = None  # a publish to the isolated master: nacked (C6) or confirmed
     try:
         pch.basic_publish("", "ha.q", b"late", pika.BasicProperties(delivery_mode=2))
         late = True
@@ -205,12 +207,14 @@ def test_one_master_the_isolated_home_stops_and_rejoins_as_a_synchronised_mirror
     except pika.exceptions.AMQPError:
         late = False  # closed (320) before any confirm: not confirmed either
     # the consumer on the isolated home gets basic.cancel, then 320
-    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            con.process_data_events(0.2)
-    assert closed.value.reply_code == 320
-    assert cancelled, "the consumer on the isolated home got no basic.cancel"
+    frames = []
+    while not any(isinstance(f, commands.Connection.Close) for f in frames):
+        frames.append(con.read_frame(timeout=15)[1])
+    close = frames[-1]
+    assert (close.reply_code, close.reply_text) == (320, SHUTDOWN_TEXT)
+    assert any(isinstance(f, commands.Basic.Cancel) and f.consumer_tag == "c1"
+               for f in frames), f"no basic.cancel before the close: {frames}"
+    con.close()
     # the majority promotes a mirror: one master, on node 2 or 3
     nodes.wait(lambda: nodes.queue_status(1).get("ha.q", {}).get("master") in
                ("leveret@node2", "leveret@node3"), 20, "a mirror promoted")
@@ -244,10 +248,12 @@ def test_one_master_the_isolated_home_stops_and_rejoins_as_a_synchronised_mirror
     assert not set(numbers) & set(acked), "a message acked on the old master came back"
     assert set(numbers) | set(acked) == set(range(sent)), "a confirmed message was lost"
     assert {b"%d" % i for i in held} <= redelivered  # unacked at the cut: redelivered
-    if late is False:
-        assert b"late" not in got, "a nacked publish was delivered after the heal"
-    elif late:
-        assert b"late" in got
+    # a nack from the paused master is not proof the message went nowhere: its mirrors may
+    # have taken it just before the cut and been promoted (a nacked-yet-delivered message,
+    # which the publisher sends again, as after any nack); never twice, never lost if confirmed
+    assert got.count(b"late") <= 1
+    if late:
+        assert b"late" in got, "a confirmed publish was lost"
     every_node_serves(nodes, ["ha.q"])
 
 
