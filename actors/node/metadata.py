@@ -222,8 +222,15 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
             self._reply(rpc, True, result)
 
     def _reply(self, rpc, ok, result=None, code=0, text=""):
-        if rpc.reply_to:
-            self._send_reply(rpc.reply_to, m.RpcReply(rpc.req_id, ok, result, code, text))
+        if not rpc.reply_to:
+            return
+        reply = m.RpcReply(rpc.req_id, ok, result, code, text)
+        if rpc.op == "cluster.status":
+            # a read of this node's own view: never held behind entries not yet committed (a
+            # leader cut off from the majority must still say so, and that it is paused)
+            self._send_local(rpc.reply_to, reply._replace(version=self.canonical))
+        else:
+            self._send_reply(rpc.reply_to, reply)
 
     def _send_reply(self, reply_to, reply) -> None:
         """In a cluster the leader answers once the changes are committed; then (everywhere)
