@@ -449,8 +449,10 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         if kind == "queue":
             changes, promoted = [], False
             for q in list(self.queues.values()):
-                if q["worker"] == index and q.get("address") and \
-                        q.get("home", member) == member:
+                # (on that process only: a worker_down that waited for a leader, as while its
+                # node was paused, must not touch the queues its successor runs)
+                if q["worker"] == index and (q.get("address") or "").startswith(endpoint + "#") \
+                        and q.get("home", member) == member:
                     if events.enabled():
                         events.emit("queue_crashed", None, actor="node", vhost=q["vhost"],
                                     queue=q["name"], worker=index)
