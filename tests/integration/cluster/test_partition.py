@@ -291,3 +291,43 @@ def test_a_healed_nodes_workers_are_reachable_again_from_every_node(cluster):
             if len(bodies) == 20:
                 break
         assert sorted(int(b) for b in bodies) == list(range(20))
+
+
+def test_after_two_partitions_in_a_row_every_mirror_is_back_and_synchronised__C5(cluster):
+    """The issue's run: after two partitions the mirrored queue had no mirror left with every
+    node running. Here the home is isolated, then (after the heal) the new master's node: each
+    time a mirror takes over, and after each heal the queue has its two synchronised mirrors
+    again and nothing confirmed is lost."""
+    nodes = cluster
+    ha_all(nodes)
+    with nodes[0].connection() as c:
+        ch = c.channel()
+        ch.queue_declare("ha.twice", durable=True)
+        nodes.wait(lambda: len(json.loads(nodes.queue_status(0).get("ha.twice", {}).get(
+            "synchronised_mirrors", "[]"))) == 2, 30, "2 synchronised mirrors")
+        ch.confirm_delivery()
+        for i in range(100):
+            ch.basic_publish("", "ha.twice", b"%d" % i, pika.BasicProperties(delivery_mode=2))
+    names = ["leveret@node1", "leveret@node2", "leveret@node3"]
+    for _ in range(2):
+        master = names.index(nodes.queue_status(0)["ha.twice"]["master"])
+        observer = (master + 1) % 3
+        nodes.isolate(master)
+        nodes.wait(lambda: nodes.queue_status(observer).get("ha.twice", {}).get("master")
+                   not in (None, names[master]), 20, "a mirror promoted")
+        nodes.heal()
+        nodes.wait(lambda: sorted(json.loads(nodes.queue_status(observer)["ha.twice"][
+            "synchronised_mirrors"])) == sorted(n for n in names if n != nodes.queue_status(
+                observer)["ha.twice"]["master"]), HEAL_S, "both mirrors synchronised again")
+    for i in range(3):
+        rows = nodes.status_rows(i)
+        assert all(r["up"] == "true" and r["paused"] == "false" for r in rows.values()), rows
+    got = set()
+    with nodes[2].connection() as c:
+        ch = c.channel()
+        for method, _, body in ch.consume("ha.twice", inactivity_timeout=3):
+            if method is None:
+                break
+            got.add(int(body))
+            ch.basic_ack(method.delivery_tag)
+    assert got == set(range(100))
