@@ -179,14 +179,27 @@ def print_sampled(state: dict, what: str, items: list, vhost: str | None,
 
 
 def print_cluster(status: dict) -> int:
-    """`rabbitmqctl cluster_status`: every member, whether it is up, who leads."""
+    """`rabbitmqctl cluster_status`: every member, whether the log lists it up, whether this
+    node reaches it, who leads, whether it is paused (pause_minority; "unknown" for a member
+    this node cannot reach); then each mirrored queue's master and mirrors."""
     if not status["me"]:
         print("This node is not in a cluster.")
-    print(f"Cluster status of node {status['me'] or 'this node'} ...")
-    print("member\tname\tamqp\tup\treachable\tleader")
+    print(f"Cluster status of node {status['me'] or 'this node'} ..."
+          + (" (paused: it cannot reach a majority of the cluster)" if status.get("paused")
+             else ""))
+    print("member\tname\tamqp\tup\treachable\tleader\tpaused")
     for r in status["members"]:
-        print("\t".join(_cell(r[c]) for c in
-                        ("member", "name", "amqp", "up", "connected", "leader")))
+        paused = r.get("paused")
+        print("\t".join([*(_cell(r[c]) for c in
+                           ("member", "name", "amqp", "up", "connected", "leader")),
+                         "unknown" if paused is None else _cell(paused)]))
+    queues = status.get("queues") or []
+    if queues:
+        print("\nMirrored queues")
+        print("vhost\tname\tmaster\trunning\tmirrors\tsynchronised_mirrors")
+        for q in queues:
+            print("\t".join(_cell(q[c]) for c in ("vhost", "name", "master", "running",
+                                                   "mirrors", "synchronised_mirrors")))
     return 0
 
 

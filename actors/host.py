@@ -24,6 +24,9 @@ class WorkerHost:
     def worker_down(self, kind, endpoint) -> None:
         """Another worker process died."""
 
+    def pause(self, paused: bool) -> None:
+        """The node pauses (cluster, pause_minority) or resumes."""
+
     def metadata_changed(self, changes) -> None:
         """The replica has just applied these changes."""
 

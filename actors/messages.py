@@ -78,6 +78,21 @@ class WorkerDown(NamedTuple):
     endpoint: str
 
 
+class WorkerUp(NamedTuple):
+    """Node -> workers (cluster): a worker of another node that was marked dead (its node was
+    marked down, as in a partition) is alive again: its endpoint takes messages again."""
+    kind: str  # "queue" or "conn"
+    endpoint: str
+
+
+class Pause(NamedTuple):
+    """Node -> every worker of the node (cluster, pause_minority): `paused` true: the node cannot
+    reach a majority, or the cluster marked it down; connection workers cancel their consumers,
+    nack unconfirmed publishes and close every connection with 320 CONNECTION_FORCED, queue
+    workers stop every queue master and mirror. False: it is a member up again."""
+    paused: bool
+
+
 class ResourceAlarm(NamedTuple):
     """Node (metadata) -> connection worker: the resource alarms now on ("memory", "disk"); any
     on, publishing connections are blocked (connection.blocked), none, they are unblocked."""
@@ -391,6 +406,13 @@ class CloseConnection:
 
     def __init__(self, code: int, text: str, class_id: int = 0, method_id: int = 0):
         self.code, self.text, self.class_id, self.method_id = code, text, class_id, method_id
+
+
+class NodePaused:
+    """ConnectionHost -> Channel: the node pauses (pause_minority): cancel every consumer
+    (basic.cancel to clients that asked for consumer_cancel_notify) and nack every publish not
+    yet confirmed, before the Reader closes the connection with 320."""
+    __slots__ = ()
 
 
 class QueuesGone:
@@ -719,7 +741,7 @@ _TYPES: list[type] = [
     Deliver, GetReply, Confirm, ConsumerGone, Credit, Sent, Demand, Grant, Release,
     MetaApplied, MirrorJoin, MirrorPublish, MirrorForget, MirrorAck, PeerApplied,
     ResourceAlarm, DirectReply, ReplyCheck, QueueStats, ConnectionStats, ForceClose,
-    WorkerStats,
+    WorkerStats, WorkerUp, Pause,
 ]
 _TAG = {cls: i for i, cls in enumerate(_TYPES)}
 _HAS_BODIES = {cls: cls._fields[-1] == "bodies" for cls in _TYPES}

@@ -16,8 +16,11 @@ Owns:
   (let it crash: the node restarts a worker, systemd the node) instead of leaving it deaf;
 - one PUSH socket per (sending thread, destination endpoint): ZeroMQ sockets are not thread-safe,
   so each actor thread gets its own, created lazily in that thread;
-- the set of dead endpoints (a crashed worker's): sends to them are dropped, as a message to a
-  dead Erlang pid is.
+- the set of dead endpoints (a crashed worker's, or a worker of a node the cluster marked down):
+  sends to them are dropped, as a message to a dead Erlang pid is; an endpoint whose node comes
+  back is revived;
+- in tests only (LEVERET_FAULT_INJECTION, actors/faults.py): links to other cluster hosts a test
+  cut, whose messages are dropped.
 
 Security (docs/security.md): a tcp:// endpoint (a cluster's) is bound and connected with CURVE,
 keys derived from the cluster secret (actors/secure.py: `curve`), and a ZAP handler admits
@@ -40,7 +43,7 @@ from typing import Callable
 
 import zmq
 
-from actors import messages
+from actors import faults, messages
 from actors.wire import packb, unpackb
 
 log = logging.getLogger(__name__)
@@ -109,6 +112,9 @@ class Transport:
         self.malformed = 0  # messages received that were not ours, dropped
         self._malformed_log = LogThrottle()  # their log lines
         self._unreachable_log = LogThrottle()  # lines for sends to addresses that are not
+        # test-only partitions between cluster hosts (actors/faults.py; None: not enabled)
+        self._faults = faults.from_env(endpoint[6:].rpartition(":")[0]) \
+            if endpoint.startswith("tcp://") else None
 
     # --- registry -------------------------------------------------------------------------------
     def register(self, name: str, actor_ref) -> str:
@@ -128,6 +134,11 @@ class Transport:
     def mark_dead(self, endpoint: str) -> None:
         self._dead.add(endpoint)
 
+    def revive(self, endpoint: str) -> None:
+        """A process marked dead is alive after all (its node was marked down, as in a
+        partition, and is back): messages go to it again."""
+        self._dead.discard(endpoint)
+
     def is_dead(self, endpoint: str) -> bool:
         return endpoint in self._dead
 
@@ -139,6 +150,8 @@ class Transport:
             return
         if endpoint in self._dead:
             return
+        if self._faults is not None and self._faults.cut_endpoint(endpoint):
+            return  # a test cut the link to that node (actors/faults.py)
         loop = self._loop
         if loop is not None and loop.on_loop_thread():
             # on the event loop: into this turn's batch for that process, sent once the

@@ -69,6 +69,10 @@ class WorkerControl(LightActor):
             elif isinstance(msg, m.WorkerDown):
                 self.transport.mark_dead(msg.endpoint)
                 self.host.worker_down(msg.kind, msg.endpoint)
+            elif isinstance(msg, m.WorkerUp):
+                self.transport.revive(msg.endpoint)  # its node is back (a partition healed)
+            elif isinstance(msg, m.Pause):
+                self.host.pause(msg.paused)
             elif isinstance(msg, m.ForceClose):
                 force_close = getattr(self.host, "force_close", None)
                 if force_close is not None:

@@ -200,6 +200,23 @@ class ConnectionHost(WorkerHost):
             except pykka.ActorDeadError:
                 pass
 
+    def pause(self, paused: bool) -> None:
+        """The node pauses (pause_minority): every channel cancels its consumers and nacks
+        what it had not confirmed, then every connection is closed with RabbitMQ's 320
+        CONNECTION_FORCED - broker forced connection closure with reason 'shutdown' (the node
+        stopped listening: no new ones come until it resumes)."""
+        if not paused:
+            return
+        with self.lock:
+            readers = list(self.readers.values())
+        log.warning("node paused: closing %d client connections", len(readers))
+        self._tell_channels(m.NodePaused())  # first: their basic.cancel frames go out first
+        for ref in readers:
+            try:
+                ref.tell(m.Shutdown())
+            except pykka.ActorDeadError:
+                pass
+
     def worker_down(self, kind, endpoint) -> None:
         # every kind: a channel may wait on a queue, or on a connection worker's channel
         # (direct reply-to's check)

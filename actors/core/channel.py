@@ -394,14 +394,22 @@ class ChannelCore:
         """A worker died (or its node): what was asked of it is answered 'gone'; of a queue
         worker, nack what its queues had not confirmed and cancel their consumers."""
         prefix = endpoint + "#"
-        for req in sorted(r for r, a in self.asked.items() if a.startswith(prefix)):
+        self._gone_where(lambda address: address.startswith(prefix))
+
+    def node_paused(self) -> None:
+        """The node pauses (cluster, pause_minority; its connection is closed next): as if
+        every worker were gone, consumers are cancelled and unconfirmed publishes nacked."""
+        self._gone_where(lambda address: True)
+
+    def _gone_where(self, gone) -> None:
+        for req in sorted(r for r, a in self.asked.items() if gone(a)):
             if req in self.asked:  # (a continuation may have closed the channel meanwhile)
                 self.on_reply(self._gone(req, self.asked[req]))
-        self.confirms.reject_queues(lambda q: q.startswith(prefix), self.confirm_nacks)
-        self.credit.forget(lambda q: q.startswith(prefix))
+        self.confirms.reject_queues(gone, self.confirm_nacks)
+        self.credit.forget(gone)
         self._maybe_unblock()
         for ctag, (q, _, _) in list(self.consumers.items()):
-            if q.startswith(prefix):
+            if gone(q):
                 self.on_consumer_gone(m.ConsumerGone(q, ctag))
         self.flush()
 

@@ -28,9 +28,10 @@ import threading
 
 from cryptography.fernet import InvalidToken
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj.tcp_connection import CONNECTION_STATE
 from pysyncobj.transport import TCPTransport
 
-from actors import secure
+from actors import faults, secure
 
 from actors.node import raft_storage
 from actors.core.permissions import AuthDB
@@ -134,6 +135,11 @@ class Cluster:
                 up.add(node.id)
         return up
 
+    def has_majority(self) -> bool:
+        """This node has live raft connections to a majority of the members (itself
+        included): otherwise it is in a minority (pause_minority pauses it)."""
+        return 2 * len(self.connected()) > len(self.nodes)
+
     def close(self) -> None:
         self.raft.destroy_synchronous()
 
@@ -180,6 +186,22 @@ class SecureTransport(TCPTransport):
         self._handshaking: set = set()  # our outgoing connections waiting for the peer's key
         self._bind_failed_logged = False  # pysyncobj retries a failed bind without a word
         super().__init__(*args, **kwargs)
+        # test-only partitions (actors/faults.py): None unless LEVERET_FAULT_INJECTION is set
+        self._faults = faults.from_env(self._selfNode.host)
+
+    def _cut(self, node) -> bool:
+        return self._faults is not None and node is not None and \
+            self._faults.cut(getattr(node, "address", "").rpartition(":")[0])
+
+    def _connectIfNecessarySingle(self, node):  # noqa: N802
+        if self._cut(node):
+            return False
+        return super()._connectIfNecessarySingle(node)
+
+    def send(self, node, message):
+        if self._cut(node):
+            return False
+        return super().send(node, message)
 
     def addNode(self, node):  # noqa: N802 - pysyncobj's names
         super().addNode(node)
@@ -208,6 +230,10 @@ class SecureTransport(TCPTransport):
                              conn.encryptor.peer, what)
             self._unknownConnections.discard(conn)
             conn.disconnect()
+            return
+        if conn.sendRandKey and self._cut(self._nodeAddrToNode.get(message)):
+            self._unknownConnections.discard(conn)
+            conn.disconnect()  # a test cut the link to that member
             return
         super()._onIncomingMessageReceived(conn, message)
 
@@ -244,6 +270,10 @@ class SecureTransport(TCPTransport):
                 log.info("cluster: listening on the raft address %s", self._selfNode.address)
 
     def _onTick(self):  # noqa: N802
+        if self._faults is not None:
+            for node, conn in list(self._connections.items()):
+                if self._cut(node) and conn.state != CONNECTION_STATE.DISCONNECTED:
+                    conn.disconnect()  # a test cut the link (actors/faults.py)
         super()._onTick()
         # a peer that has not proven it holds the secret gets little of our memory: pysyncobj
         # buffers a whole frame of the length it announces before checking anything

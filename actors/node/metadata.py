@@ -61,8 +61,11 @@ class Worker:
 class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightActor):
     scheduler_name = "node"  # embedded in the node's event loop with its transport
 
-    def __init__(self, transport, config, resources=None, secret: bytes = b""):
+    def __init__(self, transport, config, resources=None, secret: bytes = b"",
+                 paused: threading.Event | None = None):
         super().__init__()
+        # set while the node is paused (cluster, pause_minority): the node does not listen
+        self.paused_flag = paused if paused is not None else threading.Event()
         self.resources = resources  # the node's ResourceMonitor: memory and disk alarms
         self.secret = secret  # the cluster secret (a cluster member's; actors/secure.py)
         data_dir, queue_workers = config.data_dir, config.queue_workers
@@ -231,8 +234,15 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
             self._reply(rpc, True, result)
 
     def _reply(self, rpc, ok, result=None, code=0, text=""):
-        if rpc.reply_to:
-            self._send_reply(rpc.reply_to, m.RpcReply(rpc.req_id, ok, result, code, text))
+        if not rpc.reply_to:
+            return
+        reply = m.RpcReply(rpc.req_id, ok, result, code, text)
+        if rpc.op == "cluster.status":
+            # a read of this node's own view: never held behind entries not yet committed (a
+            # leader cut off from the majority must still say so, and that it is paused)
+            self._send_local(rpc.reply_to, reply._replace(version=self.canonical))
+        else:
+            self._send_reply(rpc.reply_to, reply)
 
     def _send_reply(self, reply_to, reply) -> None:
         """In a cluster the leader answers once the changes are committed; then (everywhere)
@@ -398,7 +408,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
 
     # --- workers --------------------------------------------------------------------------------
     def op_worker_hello(self, rpc, kind, index, endpoint, control):
-        self.transport._dead.discard(endpoint)
+        self.transport.revive(endpoint)
         if kind == "conn" and self.recovering:
             self.deferred_hellos.append((rpc, kind, index, endpoint, control))
             return {"ok": True}
@@ -453,8 +463,10 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         if kind == "queue":
             changes, promoted = [], False
             for q in list(self.queues.values()):
-                if q["worker"] == index and q.get("address") and \
-                        q.get("home", member) == member:
+                # (on that process only: a worker_down that waited for a leader, as while its
+                # node was paused, must not touch the queues its successor runs)
+                if q["worker"] == index and (q.get("address") or "").startswith(endpoint + "#") \
+                        and q.get("home", member) == member:
                     if events.enabled():
                         events.emit("queue_crashed", None, actor="node", vhost=q["vhost"],
                                     queue=q["name"], worker=index)
@@ -480,8 +492,9 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         return min(range(n), key=lambda w: load[(home, w)] + placed.get(w, 0))
 
     def _start_queue(self, q: dict, recovered: bool) -> None:
-        """Only the queue's home node starts it, on its own queue worker."""
-        if q.get("home", self.me) != self.me:
+        """Only the queue's home node starts it, on its own queue worker (never while the node
+        is paused: it starts what the log says once it resumes)."""
+        if q.get("home", self.me) != self.me or self.paused:
             return
         w = self.workers.get(("queue", q["worker"]))
         key = (q["vhost"], q["name"])
@@ -494,12 +507,21 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
     def _queue_started(self, msg: m.QueueStarted) -> None:
         key = (msg.vhost, msg.name)
         self.starting.discard(key)
+        if self.paused:
+            return  # it was stopped with the others; it starts again once the node resumes
         if not self.leading:
             self._recovered(key)  # this node's boot waits for its own queues only
             self._forward(msg, time.monotonic() + 10)
             return
         q = self.queues.get(key)
         if q is None:
+            return
+        home = q.get("home", self.me)
+        if home != self.me and not self.members.get(home, {}).get("up"):
+            # news from a node the log lists as down (late over a healed link): its queues
+            # stopped when it paused; it starts them again once it has rejoined
+            log.info("cluster: ignoring queue '%s' in vhost '%s' started on %s, which is down",
+                     msg.name, msg.vhost, self._member_name(home))
             return
         if msg.error:
             # the queue cannot run (its storage is full): the declarers hear it, it is gone

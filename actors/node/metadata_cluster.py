@@ -15,6 +15,17 @@ minority cannot change them) with a Raft log (actors/node/cluster.py) instead of
   transaction commits on every node before rabbit_channel answers. So a queue declared on one
   node is routed to by a publish on any other the moment the client has its declare-ok.
 
+Membership is a fact of the log (pause_minority, as rabbit_node_monitor's): a node is up for the
+cluster only through a committed `member_put`; the leader marks a member down once it has been
+cut off for DOWN_AFTER_S (and only while the leader reaches a majority). A node that cannot
+reach a majority for PAUSE_AFTER_S, or that the log lists as down, PAUSES: its workers cancel
+consumers, nack unconfirmed publishes and close every client connection with 320
+CONNECTION_FORCED, the node stops listening, its queue workers stop every master and mirror.
+It resumes by itself once it reaches a majority again: it asks the leader to rejoin (a
+`cluster.member_up` with a new incarnation, which marks it down then up in the log: its old
+masters' mirrors have been promoted, its durable queues that had none wait for it), and when
+that entry comes back it starts its queues and mirrors as the log says and listens again.
+
 A new leader first commits an empty entry (a barrier): once it comes back, the leader's copy is
 the whole log and it may execute operations. A leader that loses its majority takes the log's
 state again (`_cluster_resync`): what it had applied but not committed is gone, and the
@@ -52,8 +63,14 @@ LOCAL_OPS = {"worker.hello", "worker.ready", "list", "cluster.status",  # any no
              "connection.open", "channel.open", "channel.closed"}  # its own counts (limits)
 FORWARD_WAIT_S = 5.0  # how long an operation waits for a leader before it fails
 RELAY_WAIT_S = 15.0  # how long a forwarded operation waits for the leader's answer
-DOWN_AFTER_S = 1.0  # a member whose raft connection is gone this long is down
-VISIBLE_WAIT_S = 2 * DOWN_AFTER_S  # longest an answer waits for a member to apply its entry
+# A member whose raft connection to the leader is gone this long is marked down (by the leader,
+# through the log). Longer than PAUSE_AFTER_S plus the time the minority side may need to notice
+# a silent network (pysyncobj's connectionTimeout, 2 s, is checked when a node sends: an
+# isolated follower sends at its next election, up to raftMaxTimeout later): the cut-off node
+# has paused (stopped its masters) before the majority promotes their mirrors.
+DOWN_AFTER_S = 3.0
+PAUSE_AFTER_S = 1.0  # a node without raft links to a majority this long pauses
+VISIBLE_WAIT_S = 2.0  # longest an answer waits for a connected member to apply its entry
 
 
 JOINED = ("", "member_up committed")  # a boot gate beside the durable queues to recover
@@ -91,6 +108,11 @@ class ClusterMixin:
         self.peer_seq: dict = {}  # member -> last log entry its workers have all applied
         self.visible: deque = deque()  # (seq, deadline, reply_to, RpcReply): leader's answers
         #                                waiting for every member to apply entry seq
+        self.joined = False  # the log has listed this boot up once (its first member_up)
+        self.paused = False  # pause_minority: no clients, no queues, until the log lists us up
+        self.minority_since = None  # monotonic time this node lost its majority (None: has it)
+        self.rejoin_sent = False  # paused: our rejoin (member_up) is on its way to the leader
+        self.listed_at = None  # paused: (log entry, monotonic time) we saw our rejoin come back
 
     @property
     def leading(self) -> bool:
@@ -124,13 +146,16 @@ class ClusterMixin:
         self.recovering = {k for k, q in self.queues.items()
                            if q.get("home") == me and q["durable"]}
         self.recovering.add(JOINED)  # listen once the others know this node is up
-        self._leader_op("cluster.member_up", {"member": me, "info": {
-            "name": self.config.node, "amqp": f"{self.config.host}:{self.config.port}",
-            "metadata": self.address, "queue_workers": self.n_queue_workers, "up": True,
-            "incarnation": self.incarnation, "workers": {}}})
+        self._leader_op("cluster.member_up", {"member": me, "info": self._member_info({})})
         log.info("cluster: definitions loaded (log entry %d), %d members known", seq,
                  len(self.members))
         return True
+
+    def _member_info(self, workers: dict) -> dict:
+        """What `cluster.member_up` says of this node (its current incarnation)."""
+        return {"name": self.config.node, "amqp": f"{self.config.host}:{self.config.port}",
+                "metadata": self.address, "queue_workers": self.n_queue_workers, "up": True,
+                "incarnation": self.incarnation, "workers": workers}
 
     def _load_state(self, seq, snap) -> None:
         self.router = Router.from_state(snap["router"])
@@ -202,6 +227,8 @@ class ClusterMixin:
         if msg.seq > self.peer_seq.get(msg.member, 0):
             self.peer_seq[msg.member] = msg.seq
         self._release_visible()
+        if self.paused and self.listed_at is not None:
+            self._check_pause(self.cluster.has_majority(), time.monotonic())
 
     def _when_visible(self, seq, reply_to, reply) -> None:
         """Leader: send `reply` once every member up has applied entry `seq`."""
@@ -244,7 +271,14 @@ class ClusterMixin:
         state = self.cluster.state
         with state.lock:
             seq, snap = state.snapshot()
+        before = self.members
         self._load_state(seq, snap)
+        for member in set(before) | set(self.members):
+            # what we applied ahead of the log (a member marked down, its workers dead) is
+            # undone: the log's view of each member's workers holds again
+            old, new = before.get(member), self.members.get(member)
+            if old != new:
+                self._member_changed(member, old or {}, new or {})
         self.version += 1
         snapshot = m.MetaSnapshot(self.snapshot(), self.version)
         for w in self.workers.values():
@@ -346,13 +380,98 @@ class ClusterMixin:
         self._check_relays()
         now = time.monotonic()
         connected = self.cluster.connected()
+        majority = 2 * len(connected) > len(self.cluster.nodes)
+        self._check_pause(majority, now)
         for member, info in list(self.members.items()):
             if member in connected:
                 self.last_seen[member] = now
-            elif self.leading and info.get("up") and \
+            elif self.leading and majority and info.get("up") and \
                     now - self.last_seen.setdefault(member, now) > DOWN_AFTER_S:
+                # (a leader without a majority marks nobody down: it could commit nothing,
+                # and what it applied ahead would promote mirrors on the minority's side)
                 log.warning("cluster: member %s (%s) is down", info.get("name"), member)
                 self._member_down(member, info)
+
+    # --- pause_minority -------------------------------------------------------------------------
+    def _listed_up(self) -> bool:
+        """The log lists this node up, as this incarnation."""
+        mine = self.members.get(self.me) or {}
+        return bool(mine.get("up")) and mine.get("incarnation") == self.incarnation
+
+    def _check_pause(self, majority: bool, now: float) -> None:
+        """Pause when cut from the majority for PAUSE_AFTER_S, or listed down by the log; once
+        paused, rejoin when a majority is reachable, resume once the log lists us up."""
+        if majority:
+            self.minority_since = None
+        elif self.minority_since is None:
+            self.minority_since = now
+        if not self.paused:
+            if self.minority_since is not None and now - self.minority_since > PAUSE_AFTER_S:
+                self._pause("it cannot reach a majority of the cluster's members")
+            elif self.joined and not self._listed_up():
+                self._pause("the cluster's log lists it as down")
+            return
+        if not majority:
+            return
+        if not self._listed_up():
+            if not self.rejoin_sent:
+                self._rejoin()
+            return
+        if self.listed_at is None:
+            self.listed_at = (self.canonical, now)
+        # resume once every other member up and reachable has applied our rejoin (PeerApplied:
+        # its workers took our workers' endpoints back, so what ours send them is answered),
+        # or VISIBLE_WAIT_S passed (such a member is about to be marked down)
+        seq, since = self.listed_at
+        connected = self.cluster.connected()
+        lagging = [k for k, v in self.members.items() if k != self.me and v.get("up")
+                   and k in connected and self.peer_seq.get(k, 0) < seq]
+        if not lagging or now - since > VISIBLE_WAIT_S:
+            self._resume()
+
+    def _pause(self, why: str) -> None:
+        log.warning("cluster: pausing this node (pause_minority): %s. Its client connections "
+                    "are closed (320 CONNECTION_FORCED), new ones refused, its queue masters "
+                    "and mirrors stopped, until it is a member up again", why)
+        self.paused = True
+        self.rejoin_sent = False
+        self.listed_at = None
+        # from now on this node is a new incarnation, which only a rejoin entry lists up: the
+        # entries it has not seen yet (it marked down, its masters' mirrors promoted) come
+        # before that one, so it never resumes on its stale copy of the log
+        self.incarnation = os.urandom(6).hex()
+        self.starting.clear()  # nothing of ours runs: what the log says starts on resume
+        # queues that started before the pause are stopped now: their QueueStarted must not
+        # reach a leader later
+        self.deferred = deque(d for d in self.deferred if not isinstance(d[1], m.QueueStarted))
+        self.paused_flag.set()  # the node stops listening (actors/node/node.py)
+        note = m.Pause(True)
+        for w in self.workers.values():
+            self.transport.send(w.control, note)
+
+    def _rejoin(self) -> None:
+        """Paused with a majority in reach: ask the leader to list this node up again, as a
+        new incarnation (the leader marks the old one down first: its masters' mirrors take
+        over, its durable queues without one wait for it, its transient ones go)."""
+        self.rejoin_sent = True
+        log.info("cluster: a majority is reachable again: rejoining (incarnation %s)",
+                 self.incarnation)
+        workers = {f"{k}-{i}": w.endpoint for (k, i), w in self.workers.items()}
+        self._leader_op("cluster.member_up", {"member": self.me,
+                                              "info": self._member_info(workers)})
+
+    def _resume(self) -> None:
+        """The log lists this node up again (entry applied here): start what the log says is
+        ours (masters, mirrors), then listen again."""
+        self.paused = False
+        self.minority_since = None
+        log.warning("cluster: resuming: this node is a member up again (log entry %d)",
+                    self.canonical)
+        note = m.Pause(False)
+        for w in self.workers.values():
+            self.transport.send(w.control, note)
+        self._start_own_queues()
+        self.paused_flag.clear()
 
     def _check_relays(self) -> None:
         """Forwarded operations whose leader is gone (unreachable DOWN_AFTER_S, or another
@@ -380,7 +499,10 @@ class ClusterMixin:
     def _member_changed(self, member, old, new) -> None:
         """Every node: workers of another node that are gone are dead endpoints from now on."""
         if member == self.me and new.get("incarnation") == self.incarnation and new.get("up"):
+            self.joined = True
             self._recovered(JOINED)
+            if self.paused:
+                self._check_pause(self.cluster.has_majority(), time.monotonic())
         if member == self.me or not old:
             return
         if old.get("incarnation") != new.get("incarnation") or not new.get("up"):
@@ -393,7 +515,7 @@ class ClusterMixin:
                 if relay.leader == member:
                     del self.relays[req]
                     self._forward(relay.rpc, time.monotonic() + FORWARD_WAIT_S)
-        before = dict(old.get("workers") or {})
+        before = dict(old.get("workers") or {}) if old.get("up") else {}
         after = new.get("workers") or {} if new.get("up") else {}
         for slot, endpoint in before.items():
             if after.get(slot) != endpoint:
@@ -402,8 +524,18 @@ class ClusterMixin:
                 down = m.WorkerDown(slot.split("-")[0], endpoint)
                 for w in self.workers.values():
                     self.transport.send(w.control, down)
+        for slot, endpoint in after.items():
+            if before.get(slot) != endpoint and self.transport.is_dead(endpoint):
+                # the same process, back (its node was marked down, then rejoined: a
+                # partition healed): messages go to it again, here and in every worker
+                self.transport.revive(endpoint)
+                up = m.WorkerUp(slot.split("-")[0], endpoint)
+                for w in self.workers.values():
+                    self.transport.send(w.control, up)
 
     def _start_own_queues(self) -> None:
+        if self.paused:
+            return
         for q in self.queues.values():
             if q.get("home", self.me) == self.me and q.get("address") is None:
                 self._start_queue(q, recovered=q["durable"])
@@ -440,6 +572,9 @@ class ClusterMixin:
         return None
 
     def op_cluster_status(self, rpc):
+        """`leveretctl cluster_status`: every member as the log lists it (up), whether this
+        node has a live raft link to it (connected, "reachable"), whether it is paused, who
+        leads; and each mirrored queue's master and mirrors."""
         connected = self.cluster.connected() if self.cluster else set()
         leader = self.cluster.leader() if self.cluster else self.me
         if self.cluster and leader not in connected:
@@ -450,12 +585,32 @@ class ClusterMixin:
         rows = []
         for member in (self.config.cluster_nodes or [""]):
             info = self.members.get(member, {})
+            up = bool(info.get("up", not member))
+            reachable = member in connected or not member
+            if member == self.me or not member:
+                paused = self.paused
+            elif reachable:
+                # a live node the log lists down does not serve: paused (or still booting)
+                paused = not up
+            else:
+                paused = None  # cut off from here: nobody here can tell
             rows.append({"member": member, "name": info.get("name", self.config.node
                                                              if member == self.me else ""),
-                         "amqp": info.get("amqp", ""), "up": bool(info.get("up", not member)),
-                         "connected": member in connected or not member,
-                         "leader": member == leader})
-        return {"me": self.me, "leader": leader, "members": rows}
+                         "amqp": info.get("amqp", ""), "up": up, "connected": reachable,
+                         "leader": member == leader, "paused": paused})
+        queues = []
+        for q in self.queues.values():
+            if not q.get("mirrors") and self._ha_mode(q)[0] not in ("all", "exactly"):
+                continue
+            queues.append({"vhost": q["vhost"], "name": q["name"],
+                           "master": self._member_name(q.get("home")),
+                           "running": q.get("address") is not None,
+                           "mirrors": [self._member_name(x) for x in q.get("mirrors") or []],
+                           "synchronised_mirrors": [self._member_name(x)
+                                                    for x in q.get("synced") or []]})
+        queues.sort(key=lambda r: (r["vhost"], r["name"]))
+        return {"me": self.me, "leader": leader, "paused": self.paused, "members": rows,
+                "queues": queues}
 
     def _member_down(self, member, info) -> None:
         """Leader: a member is gone: its queues move to a mirror, wait for it, or go."""
@@ -516,6 +671,17 @@ class ClusterMixin:
         quorum queue's: its group size (actors/core/quorum.py) less the master."""
         if self.cluster is None:
             return []
+        mode, params = self._ha_mode(q)
+        if mode not in ("all", "exactly"):
+            return []
+        current = [x for x in q.get("mirrors") or [] if self.members.get(x, {}).get("up")]
+        others = [x for x in self.config.cluster_nodes if x != q.get("home")
+                  and self.members.get(x, {}).get("up") and x not in current]
+        want = len(self.config.cluster_nodes) - 1 if mode == "all" else max(int(params or 1) - 1, 0)
+        return (current + others)[:want]  # the oldest mirrors stay
+
+    def _ha_mode(self, q) -> tuple:
+        """(ha-mode, ha-params) of `q`: its x-ha-* arguments, else its effective policy's."""
         args = q.get("arguments") or {}
         mode, params = args.get("x-ha-mode"), args.get("x-ha-params")
         if quorum.is_quorum(args):  # its members: the group size, ha policies do not apply
@@ -526,13 +692,7 @@ class ClusterMixin:
             mode, params = p.get("ha-mode"), p.get("ha-params")
         if isinstance(mode, bytes):
             mode = mode.decode()
-        if mode not in ("all", "exactly"):
-            return []
-        current = [x for x in q.get("mirrors") or [] if self.members.get(x, {}).get("up")]
-        others = [x for x in self.config.cluster_nodes if x != q.get("home")
-                  and self.members.get(x, {}).get("up") and x not in current]
-        want = len(self.config.cluster_nodes) - 1 if mode == "all" else max(int(params or 1) - 1, 0)
-        return (current + others)[:want]  # the oldest mirrors stay
+        return mode, params
 
     def _remirror(self) -> None:
         """Leader: bring every queue's mirror list in line with its policy and the members up."""
@@ -553,7 +713,7 @@ class ClusterMixin:
 
     def _start_mirrors(self, q) -> None:
         """This node holds a mirror of `q`: start it on the queue worker the name picks."""
-        if self.me not in (q.get("mirrors") or ()) or q.get("home") == self.me:
+        if self.paused or self.me not in (q.get("mirrors") or ()) or q.get("home") == self.me:
             return
         w = self.workers.get(("queue", mirror_worker(q, self.n_queue_workers)))
         if w is not None:

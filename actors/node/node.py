@@ -144,6 +144,10 @@ class Node:
         self.tls_sock: socket.socket | None = None  # the AMQPS listening socket (tls_port)
         self.tls_listener: Listener | None = None  # accepts on it
         self.management: Management | None = None  # the HTTP API (management_port)
+        # set by the metadata actor while the node is paused (cluster, pause_minority): the
+        # node does not listen on its AMQP ports meanwhile, as RabbitMQ stops its listeners
+        self.paused = threading.Event()
+        self.listening = False  # the AMQP (and AMQPS) listeners are open
 
     def run(self) -> int:
         cfg = self.config
@@ -174,7 +178,8 @@ class Node:
         self.dealer.start(self.loop)
         self.transport.start(self.loop)
         self.resources = ResourceMonitor(cfg, cfg.data_dir)  # memory and disk alarms
-        self.metadata = Metadata.start(self.transport, cfg, self.resources, self.secret)
+        self.metadata = Metadata.start(self.transport, cfg, self.resources, self.secret,
+                                       self.paused)
         if cfg.clustered and not self._join_cluster():
             self.metadata.stop()
             if self.run_dir_is_temp:
@@ -203,15 +208,7 @@ class Node:
             self._spawn(slot)
         self._wait_ready()
         if not self.stopping.is_set():
-            self.lsock.listen(4096)
-            self.listener = Listener(self.loop, self.lsock, self.dealer.deal)
-            log.info("accepting AMQP connections on %s:%d", cfg.host, cfg.port)
-            if self.tls_sock is not None:
-                self.tls_sock.listen(4096)
-                self.tls_listener = Listener(self.loop, self.tls_sock,
-                                             lambda s, peer: self.dealer.deal(s, peer, True))
-                log.info("accepting AMQPS (TLS) connections on %s:%d", cfg.host,
-                         cfg.tls_port)
+            self._listen()
             self.systemd.notify("READY=1")  # Type=notify: the listeners are up
         watchdog = _watchdog_interval()
         next_ping = time.monotonic()
@@ -219,6 +216,7 @@ class Node:
             while not self.stopping.is_set():
                 self._reap()
                 self._check_resources()
+                self._check_paused()
                 if watchdog and time.monotonic() >= next_ping:
                     self.systemd.notify("WATCHDOG=1")  # the supervision loop is alive
                     next_ping = time.monotonic() + watchdog
@@ -227,6 +225,46 @@ class Node:
             self.systemd.notify("STOPPING=1")
             self._shutdown()
         return self.exit_code
+
+    def _listen(self) -> None:
+        cfg = self.config
+        self.lsock.listen(4096)
+        self.listener = Listener(self.loop, self.lsock, self.dealer.deal)
+        log.info("accepting AMQP connections on %s:%d", cfg.host, cfg.port)
+        if self.tls_sock is not None:
+            self.tls_sock.listen(4096)
+            self.tls_listener = Listener(self.loop, self.tls_sock,
+                                         lambda s, peer: self.dealer.deal(s, peer, True))
+            log.info("accepting AMQPS (TLS) connections on %s:%d", cfg.host, cfg.tls_port)
+        self.listening = True
+
+    def _check_paused(self) -> None:
+        """Cluster, pause_minority: close the listeners while the node is paused (a client
+        gets "connection refused", as from a paused RabbitMQ node), open them again once it
+        resumes (bound again: a port taken meanwhile is retried, logged)."""
+        if self.paused.is_set() and self.listening:
+            for listener in (self.listener, self.tls_listener):
+                if listener is not None:
+                    listener.close()
+            self.listener = self.tls_listener = None
+            self.lsock = self.tls_sock = None
+            self.listening = False
+            log.warning("paused: not accepting AMQP connections until this node is a member "
+                        "up again")
+        elif not self.paused.is_set() and not self.listening and self.lsock is None:
+            try:
+                self.lsock = self._bind(self.config.port)
+                if self.config.tls_port:
+                    self.tls_sock = self._bind(self.config.tls_port)
+            except SystemExit as e:
+                if self.lsock is not None:
+                    self.lsock.close()
+                    self.lsock = None
+                if time.monotonic() >= getattr(self, "_bind_logged", 0):
+                    log.error("resuming: %s; retrying", e)
+                    self._bind_logged = time.monotonic() + 10
+                return
+            self._listen()
 
     def _check_resources(self) -> None:
         """Memory (this process and every worker) and disk, when due; the metadata actor

@@ -32,6 +32,7 @@ class QueueHost(WorkerHost):
     def __init__(self, config, transport, replica, node, index):
         super().__init__(config, transport, replica, node, index)
         self.queues: dict[str, pykka.ActorRef] = {}  # transport name -> Queue or Mirror actor
+        self.paused = False  # the node pauses (pause_minority): no queue runs here meanwhile
         transport.set_fallback(self.missing)
 
     def start(self) -> None:
@@ -49,7 +50,27 @@ class QueueHost(WorkerHost):
                 pass
         super().stop()
 
+    def pause(self, paused: bool) -> None:
+        """The node pauses (pause_minority): every master and mirror of this worker stops at
+        once (a master cut off from the majority must not deliver while a mirror is promoted
+        there; a mirror misses what its master does meanwhile). Durable queues keep their
+        index; when the node resumes it starts what the log then says is its (a master, a
+        mirror that syncs from scratch)."""
+        self.paused = paused
+        if not paused:
+            return
+        stopping, self.queues = list(self.queues.values()), {}
+        for ref in stopping:
+            try:
+                ref.stop(timeout=10)
+            except (pykka.ActorDeadError, pykka.Timeout):
+                pass
+        if stopping:
+            log.warning("node paused: stopped %d queue masters and mirrors", len(stopping))
+
     def start_queue(self, msg: m.StartQueue) -> None:
+        if self.paused:
+            return  # (sent before the node paused)
         q = msg.qdef
         name = queue_actor_name(q["vhost"], q["name"])
         me = self.config.cluster_address
@@ -105,6 +126,9 @@ class QueueHost(WorkerHost):
     def missing(self, name: str, msg) -> None:
         """A message for a queue that is gone: what RabbitMQ's channel sees for a dead queue."""
         t = self.transport
+        if self.paused:
+            self._paused_answer(name, msg)
+            return
         if isinstance(msg, m.Publish):
             seqs = [it[0] for it in msg.items if it[0]]
             if seqs and msg.sender:
@@ -120,6 +144,24 @@ class QueueHost(WorkerHost):
                 t.send(msg.reply_to, m.RpcReply(msg.req_id, False, None, 404, text))
             else:
                 t.send(msg.reply_to, m.RpcReply(msg.req_id, True, 0))
+
+
+    def _paused_answer(self, name: str, msg) -> None:
+        """A message for a queue while the node is paused: the queue is not gone (a publish
+        is not confirmed as if it had been deleted): nacked, or RabbitMQ's 404 for a queue
+        whose node is down."""
+        t = self.transport
+        vhost, qname = _queue_of(name)
+        text = amqp_text(404, f"home node '{self.config.node}' of durable queue '{qname}' in "
+                              f"vhost '{vhost}' is down or inaccessible")
+        if isinstance(msg, m.Publish):
+            seqs = [it[0] for it in msg.items if it[0]]
+            if seqs and msg.sender:
+                t.send(msg.sender, m.Confirm(t.address(name), seqs, False))
+        elif isinstance(msg, (m.Consume, m.Get)):
+            t.send(msg.sender, m.RpcReply(msg.req_id, False, None, 404, text))
+        elif isinstance(msg, m.QueueOp):
+            t.send(msg.reply_to, m.RpcReply(msg.req_id, False, None, 404, text))
 
 
 def _queue_of(name: str) -> tuple[str, str]:

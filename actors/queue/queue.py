@@ -398,6 +398,9 @@ class Queue(LightActor):
         index a page at a time, everything else held meanwhile (RabbitMQ's eager sync blocks
         its master the same way)."""
         core = self.core
+        # a mirror that asks is alive: its process may be one this worker marked dead while
+        # its node was cut off, and not yet told is back (WorkerUp)
+        self.transport.revive(msg.mirror.partition("#")[0])
         self.mirrors.join(msg.mirror, msg.member, core.messages(), now, more=bool(core.paged))
         if core.paged:
             # each lane's paged part, up to its tail (in memory, sent above; when persistent

@@ -3,6 +3,7 @@ its data in its own temp folder, stopped by PID (tests/conftest.py's Broker)."""
 
 from __future__ import annotations
 
+import os
 import secrets
 import subprocess
 import time
@@ -14,15 +15,20 @@ from conftest import REPO, START_TIMEOUT, Broker, _die_with_parent, _probe, free
 
 
 class Nodes:
-    def __init__(self, tmp_path: Path, n: int = 3, *extra: str, start: bool = True):
+    def __init__(self, tmp_path: Path, n: int = 3, *extra: str, start: bool = True,
+                 hosts: list[str] | None = None, env: dict | None = None):
+        """`hosts`: each node's cluster host (its Raft and ZeroMQ endpoints), 127.0.0.1 for
+        all by default; `env`: variables added to the nodes' environment."""
         self.tmp = tmp_path
         self.extra = extra
+        self.hosts = hosts or ["127.0.0.1"] * n
+        self.env = env
         ports: list[int] = []
         while len(ports) < 2 * n:  # (free_port may give a port twice: it is free again)
             port = free_port()
             if port not in ports:
                 ports.append(port)
-        self.raft = [f"127.0.0.1:{p}" for p in ports[:n]]  # raft address per node
+        self.raft = [f"{h}:{p}" for h, p in zip(self.hosts, ports[:n])]  # raft address per node
         self.ports = ports[n:]  # AMQP port per node
         self.brokers: list[Broker | None] = [None] * n
         # the secret every member shares (docs/security.md): one file, 0400, for all of them
@@ -57,7 +63,8 @@ class Nodes:
                      "--data-dir", str(folder / "data"), "--management-port", "0", "--prometheus-port", "0",
                      *self.args(i)],
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    cwd=str(folder), preexec_fn=_die_with_parent)
+                    cwd=str(folder), preexec_fn=_die_with_parent,
+                    env=None if self.env is None else {**os.environ, **self.env})
             self.brokers[i] = Broker("127.0.0.1", self.ports[i], data_dir=folder / "data",
                                      proc=proc, log_path=log_path)
 
@@ -90,9 +97,31 @@ class Nodes:
 
     def status(self, i: int) -> dict:
         """leveretctl cluster_status of node i, as {member name: (up, leader)}."""
-        out = self[i].ctl("cluster_status").stdout.splitlines()[2:]
-        rows = [line.split("\t") for line in out if line.strip()]
-        return {r[1]: (r[3] == "true", r[5] == "true") for r in rows}
+        return {name: (r["up"] == "true", r["leader"] == "true")
+                for name, r in self.status_rows(i).items()}
+
+    def status_rows(self, i: int) -> dict:
+        """leveretctl cluster_status of node i: {member id or name: {column: cell}} for the
+        members' table (by name when the member has one)."""
+        out = self[i].ctl("cluster_status").stdout.splitlines()[1:]
+        header = out[0].split("\t")
+        rows = {}
+        for line in out[1:]:
+            if not line.strip():
+                break  # the mirrored queues' table follows
+            row = dict(zip(header, line.split("\t")))
+            rows[row["name"] or row["member"]] = row
+        return rows
+
+    def queue_status(self, i: int) -> dict:
+        """The mirrored queues' table of node i's cluster_status: {name: {column: cell}}."""
+        out = self[i].ctl("cluster_status").stdout.splitlines()
+        if "Mirrored queues" not in out:
+            return {}
+        at = out.index("Mirrored queues")
+        header = out[at + 1].split("\t")
+        return {r["name"]: r for r in (dict(zip(header, line.split("\t")))
+                                       for line in out[at + 2:] if line.strip())}
 
     def leader(self, i: int, other_than: int | None = None, timeout: float = 20.0) -> int:
         """The node that node i's cluster_status names leader, once it names one (other than
