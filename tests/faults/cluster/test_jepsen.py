@@ -23,28 +23,15 @@ pytestmark = pytest.mark.timeout(240)
 
 SEED = int(os.environ.get("JEPSEN_SEED", "1"))
 
-FAILING_ON_MAIN = {
-    "isolate-home": "issue 15 items 1-3: the isolated home keeps its master (its consumers get "
-                    "no basic.cancel) while node2 promotes a mirror: hundreds of messages "
-                    "delivered twice, once by each master; after the heal node1 never "
-                    "confirms a publish again (not settled) and nacked publishes are delivered",
-    "majority-minority": "issue 15 items 1 and 3: the isolated node is marked down and stays "
-                         "down after the heal; its clients hang (no consume-ok, no confirm): "
-                         "not settled within 30 s",
-    "bridge": "issue 15 items 1-3: the leader marks the master's node down though the bridge "
-              "still sees it: a mirror is promoted while the old master goes on delivering "
-              "(two masters), and the cluster does not settle after the heal",
-}
+# the bridge (the master's node cut from one node, a third sees both) can still leave two
+# masters delivering at once for a moment: nobody lost the majority, so nobody pauses, while the
+# other side promotes a mirror (issue 15 item 2, open; docs/cluster.md "Partitions")
+BRIDGE = pytest.mark.xfail(reason="issue 15 item 2: a bridge partition can promote a mirror "
+                                  "while the old master, still in the majority, delivers")
 
 
-def _param(name):
-    marks = []
-    if name in FAILING_ON_MAIN:
-        marks.append(pytest.mark.xfail(strict=True, reason=FAILING_ON_MAIN[name]))
-    return pytest.param(name, marks=marks, id=name)
-
-
-@pytest.mark.parametrize("nemesis", [_param(n) for n in NEMESES])
+@pytest.mark.parametrize("nemesis", [pytest.param(n, marks=[BRIDGE] if n == "bridge" else [])
+                                     for n in NEMESES])
 def test_jepsen_short__C5_C8(nemesis, tmp_path):
     if nemesis in PARTITIONS and (why := netfilter.available()):
         pytest.skip(f"partitions need nftables: {why}")

@@ -71,23 +71,34 @@ def test_confirms_need_a_majority__C5(nodes):
     nodes.kill9(2)
     nodes.wait(lambda: not nodes.status(0)["leveret@node3"][0], what="node3 marked down")
     ch.basic_publish("", "qq.majority", b"one-down", pika.BasicProperties(delivery_mode=2))
-    # two of three down: the leader alone is no majority, the confirm waits
+    # two of three down: the leader alone is no majority: its node pauses (pause_minority), so
+    # the confirm never comes: a nack, or the connection closed with 320
     nodes.kill9(1)
     t, out = _publish_in_thread(ch, b"two-down")
-    t.join(3.0)
-    assert t.is_alive() and not out, "confirmed without a majority of the members"
-    # node 2 comes back: its member rejoins, syncs from the leader, and the confirm comes
+    t.join(30.0)
+    assert not t.is_alive() and "error" in out, f"confirmed without a majority: {out}"
+    # node 2 comes back: node 1 resumes, its member syncs, and publishes are confirmed again
     nodes.start(1)
-    t.join(60.0)
-    assert out.get("ok"), out
-    pub.close()
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with nodes[0].connection() as c:
+                ch = c.channel()
+                ch.confirm_delivery()
+                ch.basic_publish("", "qq.majority", b"after",
+                                 pika.BasicProperties(delivery_mode=2))
+            break
+        except (pika.exceptions.AMQPError, OSError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
     with nodes[1].connection() as c:
         ch = c.channel()
         bodies = []
-        for _ in range(3):
-            method, _, body = ch.basic_get("qq.majority", auto_ack=True)
-            bodies.append(body)
-    assert bodies == [b"all-up", b"one-down", b"two-down"]
+        while (got := ch.basic_get("qq.majority", auto_ack=True))[0] is not None:
+            bodies.append(got[2])
+    # the nacked one may be there too (a member may have taken it before the pause)
+    assert [b for b in bodies if b != b"two-down"] == [b"all-up", b"one-down", b"after"], bodies
 
 
 def test_kill9_of_the_leader_loses_no_confirmed_message(nodes):
