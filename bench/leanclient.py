@@ -192,7 +192,11 @@ class LeanConnection:
         return n
 
     def recv_commands(self, max_bytes: int = 4 * RECV_SIZE) -> list:
-        """Every command completed by the bytes available now (non-blocking)."""
+        """Every command completed by the bytes available now (non-blocking), after the
+        commands a blocking call read past its reply (`backlog`).  Those are returned even when
+        the socket has nothing new: basic.consume-ok and the first deliveries often arrive in
+        one segment, so the deliveries sit in `backlog` with the socket drained, and a loop
+        that only reads when select() reports the socket would never see them."""
         chunks = []
         got = 0
         recv = self.sock.recv
@@ -212,7 +216,8 @@ class LeanConnection:
             if len(data) < RECV_SIZE:
                 break
         if not chunks:
-            return []
+            cmds, self.backlog = self.backlog, []
+            return cmds
         cmds = self._decode(chunks[0] if len(chunks) == 1 else b"".join(chunks))
         if self.backlog:
             cmds = self.backlog + cmds
