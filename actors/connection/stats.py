@@ -9,6 +9,7 @@ attribute read (set by its actor; a sample may be one turn old, as RabbitMQ's ar
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 
@@ -133,9 +134,12 @@ def mark_idle(rows: list, activity: dict, now_ms: int) -> dict:
 def process_totals(host) -> dict:
     """The process's cumulative counts: every channel's counters (live ones read off their
     actors, closed ones from `retired`, under the lock that moves a channel from one to the
-    other), connections and channels opened and closed, events written."""
+    other), connections and channels opened and closed, events written. `retired` is copied
+    whole: add_into adds into the nested per-vhost / per-exchange dicts and the latency list,
+    which a shallow copy would share (each sample then added the live channels' counts into
+    the retired ones again)."""
     with host.lock:
-        total = dict(host.retired, **host.churn)
+        total = dict(copy.deepcopy(host.retired), **host.churn)
         for ref in host.channels.values():
             ch = _actor_of(ref)
             core = getattr(ch, "core", None)

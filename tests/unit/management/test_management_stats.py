@@ -18,9 +18,10 @@ def test_channel_counters_histogram_and_totals_that_never_go_back():
     cs.add_into(retired, c)  # the channel closed: its counts stay
     live = cs.ChannelCounters()
     live.publish = 1
-    total = dict(retired)
+    total = cs.merge({}, retired)  # a deep copy: add_into adds into nested dicts and lists
     cs.add_into(total, live)
     assert (total["publish"], total["confirm"], sum(total["latency_counts"])) == (4, 2, 3)
+    assert sum(retired["latency_counts"]) == 3
     merged = cs.merge(total, {"publish": 1, "latency_counts": [1] + [0] * 14,
                               "connections_opened": 2})
     assert (merged["publish"], merged["latency_counts"][0], merged["connections_opened"]) == \
@@ -203,3 +204,32 @@ def test_a_channel_is_idle_once_a_whole_sample_saw_no_change():
     assert "idle_since" not in r3[0]["channel_list"][0] and seen["c (1)"][1] == 3000
     ch = api.channel_json(dict(r2[0]["channel_list"][0], consumers=[]))
     assert ch["idle_since"] == "1970-01-01T00:00:01.000+00:00"
+
+
+def test_a_sample_adds_the_live_channels_into_a_copy_of_the_retired_counts():
+    """process_totals must not add the live channels' counts into the process's retired
+    totals: with a shallow copy, add_into wrote into retired's per-exchange dicts and latency
+    list, so every sample after a first channel closed counted the live ones once more (an
+    exchange's publish_in grew with each sample: test_management's again-x saw 11 for 4)."""
+    import threading
+    from types import SimpleNamespace
+    from actors.connection.stats import process_totals
+    closed = cs.ChannelCounters("/")
+    closed.published("x", 1)
+    closed.confirmed_after(0.0001)
+    retired: dict = {}
+    cs.add_into(retired, closed)
+    live = cs.ChannelCounters("/")
+    live.published("x", 1)
+    live.published("x", 1)
+    live.confirmed_after(0.0001)
+    ref = SimpleNamespace(actor_inbox=SimpleNamespace(actor=SimpleNamespace(
+        core=SimpleNamespace(stats=live))))
+    host = SimpleNamespace(lock=threading.Lock(), retired=retired, channels={"c": ref},
+                           churn={"channels_closed": 1})
+    for _ in range(3):  # every sample: the same counts
+        total = process_totals(host)
+        assert total["vhosts"]["/"]["exchanges"]["x"] == {"publish_in": 3, "publish_out": 3}
+        assert total["latency_counts"][0] == 2 and total["channels_closed"] == 1
+    assert retired["vhosts"]["/"]["exchanges"]["x"] == {"publish_in": 1, "publish_out": 1}
+    assert retired["latency_counts"][0] == 1
