@@ -347,17 +347,8 @@ class QueueCore:
                 continue
             if divert and self.late_confirm:
                 # paged out, its confirm still waiting for a consumer's ack: the lane keeps
-                # who waits; written, never synced (it is not confirmed, nor meant to be
-                # recovered as a confirmed message would)
-                if pub_seq and sender:
-                    lane = self.lanes[msg.priority]
-                    if lane.pubs is None:
-                        lane.pubs = PagedPublishers()
-                    lane.pubs.add(msg.seq_id, sender, pub_seq)
-                    msg.pub_seq = 0  # the lane answers for it (a sync must not confirm it)
-                msg.persistent = False  # not synced for its own sake
-                msg.stored = True
-                to_persist.append(msg)
+                # who waits (it is not confirmed, nor meant to be recovered as one)
+                self._write_paged(msg, to_persist)
             elif self.late_confirm:
                 pass  # confirmed by a consumer's ack; never stored before delivery
             elif divert and not (persistent and self.durable):
@@ -365,10 +356,7 @@ class QueueCore:
                 # now and not recovered
                 if pub_seq:
                     accepted.append(pub_seq)
-                    msg.pub_seq = 0
-                msg.persistent = False  # written, never synced (the index keeps its mode)
-                msg.stored = True
-                to_persist.append(msg)
+                self._write_paged(msg, to_persist)
             elif persistent and self.durable:
                 msg.stored = True
                 to_persist.append(msg)  # confirmed when the backing queue has synced it
@@ -523,19 +511,25 @@ class QueueCore:
             lane.paged_bytes += size
             self.paged += 1
             self.paged_bytes += size
-            if msg.stored:
-                continue  # persistent, durable: in the index since it came
-            if msg.msg_id is None:
-                msg.msg_id = self.random_bytes(16)
-            if self.late_confirm:
-                if msg.pub_seq and msg.publisher:
-                    if lane.pubs is None:
-                        lane.pubs = PagedPublishers()
-                    lane.pubs.add(msg.seq_id, msg.publisher, msg.pub_seq)
-            msg.pub_seq = 0  # confirmed when it came, or the lane answers for it
-            msg.persistent = False  # written, never synced for its own sake
-            msg.stored = True
-            to_persist.append(msg)
+            if not msg.stored:  # (persistent, durable: in the index since it came)
+                if msg.msg_id is None:
+                    msg.msg_id = self.random_bytes(16)
+                self._write_paged(msg, to_persist)
+
+    def _write_paged(self, msg: Msg, to_persist: list) -> None:
+        """A message that goes to the index only, not one of a durable queue's persistent
+        ones: written, never synced for its own sake (the index keeps its delivery mode).
+        Confirmed already (transient) or, x-confirm-on, its waiter kept by its lane; either
+        way a sync must not confirm it."""
+        if self.late_confirm and msg.pub_seq and msg.publisher:
+            lane = self.lanes[msg.priority]
+            if lane.pubs is None:
+                lane.pubs = PagedPublishers()
+            lane.pubs.add(msg.seq_id, msg.publisher, msg.pub_seq)
+        msg.pub_seq = 0
+        msg.persistent = False
+        msg.stored = True
+        to_persist.append(msg)
 
     def _join_tail(self, p: int) -> None:
         """Lane p's paged part has been read back: its tail is next, deliverable."""
