@@ -896,9 +896,12 @@ class QueueCore:
 
     def _consumers_first(self) -> bool:
         """Consumers that keep up (actors/core/keep_up.py) get the queue before more
-        publishes once it holds more than its memory budget: credit waits, nothing pages."""
-        return (self.keep_up.on and self.pageable and bool(self.consumers) and
-                self.ready_bytes + self.paged_bytes > self.page_bytes)
+        publishes once it holds more than they need to stay busy (or its memory budget):
+        credit waits, nothing pages, a message waits milliseconds, not the budget's worth."""
+        k = self.keep_up
+        return (k.on and self.pageable and bool(self.consumers) and
+                (self.ready_bytes + self.paged_bytes > min(self.page_bytes, k.hold_bytes) or
+                 self.ready_count > k.hold_messages))
 
     def _persist(self, msgs: list) -> None:
         self.store_pending += sum(len(msg.body) for msg in msgs)

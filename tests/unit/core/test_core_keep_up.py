@@ -72,6 +72,33 @@ def test_publishers_wait_for_consumers_that_keep_up_instead_of_paging():
     assert credits(out) == before + 5 and not q.credit.owed
 
 
+def test_consumers_that_keep_up_hold_the_publishers_at_a_few_messages_not_the_budget():
+    """Small messages: HOLD_MESSAGES bounds the wait long before the byte budget does (a queue of
+    16-byte messages held 1.3 s of them at 16 MiB)."""
+    q, out = mk(page_bytes=1 << 20)
+    q.keep_up.hold_messages = 3
+    keeping_up(q, out)
+    for t in range(1002, 1006):
+        pub(q, t, body=b"x")  # two delivered (prefetch 2), two ready
+    assert not q.credit.owed
+    pub(q, 1006, body=b"x")
+    pub(q, 1007, body=b"x")  # four ready: past hold_messages
+    assert q.credit.owed and q.paged == 0
+    q.settle(CH1, 0, [3, 4], 1008)  # two more taken: two ready, the credit is paid
+    assert not q.credit.owed
+
+
+def test_consumers_that_keep_up_hold_at_hold_bytes_below_the_budget():
+    q, out = mk(page_bytes=1 << 20)
+    q.keep_up.hold_bytes = 20
+    keeping_up(q, out)
+    for t in range(1002, 1006):
+        pub(q, t)  # two delivered, 20 bytes ready: not past hold_bytes
+    assert not q.credit.owed
+    pub(q, 1006)
+    assert q.credit.owed and q.paged == 0
+
+
 def test_a_stalled_consumer_frees_the_publishers_at_the_end_of_the_window():
     q, out = mk(page_bytes=10)
     keeping_up(q, out)
