@@ -414,8 +414,24 @@ class Conn:
             return
         except OSError:
             data = b""
-        if not data:
+        if not data or self.tls_up and self._said_goodbye(data):
             self._end_linger()
+
+    def _said_goodbye(self, raw: bytes) -> bool:
+        """Lingering with TLS: whether the client's close_notify (or a broken record) came in
+        `raw`, what else it holds decrypted and dropped. Its close_notify ends the lingering
+        as its FIN would: a client (asyncio's SSL transport, aio-pika) sends it and waits for
+        ours, up to 30 s, before it closes the socket."""
+        with self.lock:
+            self.tls_in.write(raw)
+            try:
+                while self.tls.read(READ_SIZE):
+                    pass
+                return True  # an empty read: the TLS stream ended
+            except ssl.SSLWantReadError:
+                return False  # a record not complete yet
+            except ssl.SSLError:
+                return True  # close_notify (SSLZeroReturnError) or a broken stream
 
     def _end_linger(self) -> None:
         if self.closed or not self.lingering:

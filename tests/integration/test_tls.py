@@ -311,6 +311,24 @@ def test_tls_1_2_client_is_served(node):
             assert t.recv(1)[:1] == b"\x01"  # a method frame: connection.start
 
 
+def test_client_close_notify_after_close_ok_is_answered_at_once(node):
+    """A client closing the connection: after close-ok the node lingers until the client closes
+    its socket, and a TLS client says close_notify first and waits for the node's (asyncio's SSL
+    transport, hence aio-pika, up to 30 s). The node answers it and closes: `unwrap` (a
+    bidirectional TLS shutdown) returns well within the socket's 10 s timeout, not when the
+    30 s linger ends."""
+    c = rawamqp.RawClient("127.0.0.1", node.tls_port, timeout=10)
+    c.sock = node.client_context().wrap_socket(c.sock, server_hostname="localhost")
+    try:
+        c.handshake()
+        c.send_method(0, rawamqp.commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0))
+        c.expect(rawamqp.commands.Connection.CloseOk, channel=0)
+        plain = c.sock.unwrap()  # raises socket.timeout if the node never says close_notify
+        assert plain.recv(1) == b""  # and then the node closed its end
+    finally:
+        c.close()
+
+
 # --- openssl s_client -----------------------------------------------------------------------
 def _s_client(port: int, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
