@@ -23,10 +23,9 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
-from bench import report, scenarios
+from bench import report, scenarios, scratch
 from bench.aggregate import combine_runs
 from bench.refbroker import amqp_answers, descendants, free_port, stop_leftovers
 from bench.url import AMQPTarget
@@ -113,7 +112,7 @@ class LocalCluster:
         self.stop()
 
     def start(self) -> None:
-        self.dir = tempfile.mkdtemp(prefix="leveret-bench-cluster-")
+        self.dir = scratch.make("leveret-bench-cluster-")
         self.port = free_port_run(self.nodes, self.host)
         raft = free_port_run(self.nodes, self.host,
                              avoid=range(self.port, self.port + self.nodes))

@@ -14,9 +14,9 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
+from bench import scratch
 from bench.refbroker import (amqp_answers, descendants, free_port, server_version,
                              stop_leftovers, stop_pid)
 
@@ -66,7 +66,7 @@ class LeveretNode:
     def start(self) -> None:
         if not (os.path.isfile(self.server) and os.access(self.server, os.X_OK)):
             raise NodeError(f"{self.server} does not exist (run `make venv`)")
-        self.dir = tempfile.mkdtemp(prefix="leveret-bench-node-")
+        self.dir = scratch.make("leveret-bench-node-")
         data = os.path.join(self.dir, "data")
         os.makedirs(data)
         if self.port is None:

@@ -28,9 +28,10 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.parse
+
+from bench import scratch
 
 # Debian's /usr/sbin/rabbitmq-* are wrappers that `su rabbitmq` (dropping our environment)
 # when run as root; the scripts under /usr/lib/rabbitmq/bin take the environment as given.
@@ -235,7 +236,7 @@ class RabbitMQNode:
             raise RefBrokerError("rabbitmq-server is not installed "
                                  "(apt-get install -y rabbitmq-server)")
         epmd_bin = shutil.which("epmd") or "/usr/lib/erlang/bin/epmd"
-        self.dir = tempfile.mkdtemp(prefix="leveret-bench-rmq-")
+        self.dir = scratch.make("leveret-bench-rmq-")
         d = self.dir
         for sub in ("mnesia", "log", "home"):
             os.makedirs(os.path.join(d, sub))
