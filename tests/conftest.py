@@ -265,6 +265,16 @@ def _broker_fixture(tmp_path_factory):
         broker.stop()
 
 
+@pytest.fixture(scope="session")
+def spark():
+    """One SparkSession (local[2]) for every test that runs the lifecycle job: its JVM takes
+    longer to start than a run of the job on a test's events."""
+    from spark_analysis import session
+    s = session.build("local[2]", driver_memory="1g", shuffle_partitions=4)
+    yield s
+    s.stop()
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     """One broker per test module (Leveret started for the module, or the external one)."""

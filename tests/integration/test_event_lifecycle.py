@@ -22,7 +22,7 @@ def _props(name, persistent=False):
     return pika.BasicProperties(message_id=name, delivery_mode=2 if persistent else 1)
 
 
-def test_spark_job_rebuilds_what_the_client_saw(tmp_path):
+def test_spark_job_rebuilds_what_the_client_saw(tmp_path, spark):
     broker = Broker.start_leveret(tmp_path, "--events", "full")
     try:
         conn = broker.connection()
@@ -69,15 +69,11 @@ def test_spark_job_rebuilds_what_the_client_saw(tmp_path):
     finally:
         broker.stop()                               # the node's processes flush their events
 
-    from spark_analysis import lifecycle, session
+    from spark_analysis import lifecycle
     out = broker.data_dir / "analysis"  # where `make analyze` writes (DATA/analysis)
-    spark = session.build("local[2]", driver_memory="1g", shuffle_partitions=4)
-    try:
-        args = lifecycle.parse_args(["--events", str(broker.data_dir / "events"),
-                                     "--out", str(out), "--no-progress"])
-        assert lifecycle.run(args, spark=spark) == 0
-    finally:
-        spark.stop()
+    args = lifecycle.parse_args(["--events", str(broker.data_dir / "events"),
+                                 "--out", str(out), "--no-progress"])
+    assert lifecycle.run(args, spark=spark) == 0
     rows = {r["message_id"]: r for r in pq.read_table(out / "lifecycles").to_pylist()}
     states = {k: rows[k]["final_state"] for k in rows}
     assert states == {

@@ -1,7 +1,8 @@
 """spark_analysis: the lifecycle job on synthetic logs written with actors/events.py.
 
-One SparkSession (local[2]) and one run of the job for the module: the known workload and the
-planted anomalies share one log of two nodes; the tests then read what the job wrote.
+One run of the job for the module, on the SparkSession tests/conftest.py shares: the known
+workload and the planted anomalies share one log of two nodes; the tests then read what the job
+wrote.
 """
 
 from __future__ import annotations
@@ -63,14 +64,6 @@ def test_script_entry_point_imports_without_the_package_on_the_path():
 
 
 # -- one Spark run -------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def spark():
-    from spark_analysis import session
-    s = session.build("local[2]", driver_memory="1g", shuffle_partitions=4)
-    yield s
-    s.stop()
-
-
 @pytest.fixture(scope="module")
 def job(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("events")
