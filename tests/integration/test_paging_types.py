@@ -2,7 +2,7 @@
 length-limited (drop-head with a dead-letter queue, reject-publish, max-length-bytes) and
 x-confirm-on queues take far more than queue_page_bytes without stopping their publisher,
 come back after a restart where durable, and drain in order. A node of its own with a tiny
-page size, so a few thousand messages page many times."""
+page size, so a thousand messages page many times."""
 from __future__ import annotations
 
 import os
@@ -18,14 +18,14 @@ from test_confirm_on import Publisher
 pytestmark = pytest.mark.skipif(bool(os.environ.get("LEVERET_TEST_URL")),
                                 reason="needs Leveret's paging configuration")
 
-N = 3000
-PAD = b"." * 994  # 1,000-byte bodies: 3,000 of them are 45 times queue_page_bytes
+N = 1500
+PAD = b"." * 994  # 1,000-byte bodies: 1,500 of them are 45 times queue_page_bytes
 
 
 @pytest.fixture
 def node(tmp_path):
     cfg = tmp_path / "leveret.toml"
-    cfg.write_text("queue_page_bytes = 65536\nqueue_page_size = 100\n")
+    cfg.write_text("queue_page_bytes = 32768\nqueue_page_size = 50\n")
     broker = Broker.start_leveret(tmp_path, "--config", str(cfg))
     yield broker, tmp_path, cfg
     broker.stop()
@@ -56,8 +56,7 @@ def test_a_durable_priority_queue_pages_each_priority_and_keeps_them_across_a_re
         node):
     broker, tmp_path, cfg = node
     conn = broker.connection()
-    ch = conn.channel()
-    ch.confirm_delivery()
+    ch = conn.channel()  # no confirms: the count below comes after every publish (same channel)
     ch.queue_declare("prio", durable=True, arguments={"x-max-priority": 5})
     prios = [(0, 5, 2, 0)[i % 4] for i in range(N)]
     for i, p in enumerate(prios):
@@ -96,8 +95,7 @@ def test_a_transient_priority_queue_pages_and_a_late_high_priority_goes_first__R
 def test_drop_head_counts_paged_messages_and_dead_letters_them_in_order__R1(node):
     broker, tmp_path, cfg = node
     conn = broker.connection()
-    ch = conn.channel()
-    ch.confirm_delivery()
+    ch = conn.channel()  # no confirms: a persistent publish waited for a sync each
     ch.queue_declare("dead", durable=True)
     ch.queue_declare("capped", durable=True, arguments={
         "x-max-length": 1000, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"})
@@ -157,12 +155,12 @@ def test_an_ack_mode_queue_pages_and_confirms_each_message_on_its_ack__C5(node):
     ch.queue_declare("late", arguments={"x-confirm-on": "ack"})
     pub = Publisher(broker)
     try:
-        tags = [pub.publish("late", b"%06d" % i + PAD) for i in range(2000)]
-        wait_until(lambda: _count(ch, "late") == 2000, timeout=30, message="all 2000 queued")
+        tags = [pub.publish("late", b"%06d" % i + PAD) for i in range(N)]
+        wait_until(lambda: _count(ch, "late") == N, timeout=30, message=f"all {N} queued")
         pub.settle(0.3)
         assert not pub.acked and not pub.nacked  # paged, still waiting for their consumer
         got = _drain(ch, "late")
-        assert [i for i, _ in got] == list(range(2000))
+        assert [i for i, _ in got] == list(range(N))
         pub.wait(tags, timeout=30)
         assert not pub.nacked
     finally:
