@@ -144,7 +144,7 @@ def test_a_mirrored_queue_pages_and_a_promoted_mirror_delivers_everything__R1(tm
     transient, in memory and paged out on the mirror) in order."""
     from tests.integration.cluster.nodes import Nodes
     cfg = tmp_path / "paging.toml"
-    cfg.write_text("queue_page_bytes = 65536\nqueue_page_size = 100\n")
+    cfg.write_text("queue_page_bytes = 32768\nqueue_page_size = 50\n")
     nodes = Nodes(tmp_path, 3, "--config", str(cfg))
     try:
         pad = b"." * 994
@@ -152,14 +152,14 @@ def test_a_mirrored_queue_pages_and_a_promoted_mirror_delivers_everything__R1(tm
             ch = c.channel()
             ch.confirm_delivery()
             ch.queue_declare("hp.deep", durable=True)  # home: node 1, no mirror yet
-            for i in range(2000):  # 30 times queue_page_bytes: the master pages
+            for i in range(1000):  # 30 times queue_page_bytes: the master pages
                 ch.basic_publish("", "hp.deep", b"%06d" % i + pad,
                                  pika.BasicProperties(delivery_mode=1 + i % 2))
             # mirrors join now: what is paged out is synced to them from the master's index
             nodes[0].ctl("set_policy", "ha-all", "^hp\\.", '{"ha-mode": "all"}')
             nodes.wait(lambda: queue_row(nodes[1], "hp.deep").get("synced", "").count("node")
                        == 2, timeout=60, what="mirrors synchronised with the paged part")
-            for i in range(2000, 3000):  # the mirrors page these (their memory is full)
+            for i in range(1000, 1500):  # the mirrors page these (their memory is full)
                 ch.basic_publish("", "hp.deep", b"%06d" % i + pad,
                                  pika.BasicProperties(delivery_mode=1 + i % 2))
         nodes.kill9(0)
@@ -170,7 +170,7 @@ def test_a_mirrored_queue_pages_and_a_promoted_mirror_delivers_everything__R1(tm
         with nodes[1].connection() as c:
             ch = c.channel()
             assert ch.queue_declare("hp.deep", durable=True, passive=True).method.\
-                message_count == 3000
+                message_count == 1500
             ch.basic_qos(prefetch_count=50)
             got = []
             for method, _, body in ch.consume("hp.deep", inactivity_timeout=3):
@@ -178,6 +178,6 @@ def test_a_mirrored_queue_pages_and_a_promoted_mirror_delivers_everything__R1(tm
                     break
                 got.append(int(body[:6]))
                 ch.basic_ack(method.delivery_tag)
-        assert got == list(range(3000))
+        assert got == list(range(1500))
     finally:
         nodes.stop()
