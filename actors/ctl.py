@@ -94,7 +94,8 @@ LIMIT_COMMANDS = {
 
 QUEUE_COLUMNS = ("name", "durable", "auto_delete", "exclusive", "arguments", "messages",
                  "messages_ready", "messages_unacknowledged", "consumers", "worker", "node",
-                 "mirrors", "synchronised_mirrors")
+                 "mirrors", "synchronised_mirrors", "head_message_timestamp", "disk_reads",
+                 "disk_writes")
 
 
 def print_table(rows: list, columns: list, vhost: str) -> int:
@@ -107,7 +108,8 @@ def print_table(rows: list, columns: list, vhost: str) -> int:
     print("\t".join(columns))
     for row in rows:
         if row.get("vhost") == vhost:
-            print("\t".join(_cell(row.get(c, "")) for c in columns))
+            # (a head without a timestamp: empty, as rabbitmqctl prints RabbitMQ's '')
+            print("\t".join(_cell("" if row.get(c) is None else row[c]) for c in columns))
     return 0
 
 

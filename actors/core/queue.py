@@ -62,7 +62,7 @@ from actors.core.errors import ChannelError
 from actors.core.keep_up import KeepUp
 from actors.core.queue_args import check_consume_arguments
 from actors.core.queue_stats import ConsumerUse
-from protocol.properties import with_long_header
+from protocol.properties import BasicProperties, with_long_header
 
 WAIT = "wait"  # get(): the head is paged out, try again once it is read back
 STORE_BEHIND_BYTES = 16 * 1024 * 1024  # bodies on their way to storage before credit waits
@@ -302,6 +302,8 @@ class QueueCore:
         self.deleted = False  # the queue has been deleted
         self._batches: dict[str, tuple[list, list]] = {}  # channel -> (items, bodies) pending
         self._scheduled = 0  # the earliest tick asked for, 0 = none
+        self._head_ts: dict = {}  # seq_id -> (Msg, its timestamp property) of the heads last
+        #                           sampled: a head's properties are decoded once
         if self.expires:
             self._schedule(now + self.expires)
 
@@ -1211,6 +1213,25 @@ class QueueCore:
         return {"messages": ready + unacked, "messages_ready": ready,
                 "messages_unacknowledged": unacked, "consumers": len(self.consumers)}
 
+    def head_message_timestamp(self) -> int | None:
+        """rabbit_variable_queue's head_message_timestamp: the smallest `timestamp` property
+        (epoch seconds) of the messages at the head of the queue (the next ready message of
+        each priority, in memory) and of the oldest delivery not yet acked; None when none of
+        them has one (RabbitMQ's '', null in the API). A head that is paged out has none here,
+        as RabbitMQ reads it only of messages in memory."""
+        heads = [ready.items[0] for ready in self.ready if ready.items]
+        if self.unacked:
+            heads.append(self.unacked[next(iter(self.unacked))][0])
+        known, self._head_ts = self._head_ts, {}
+        found = []
+        for msg in heads:
+            hit = known.get(msg.seq_id)
+            ts = hit[1] if hit is not None and hit[0] is msg else _timestamp(msg.props_raw)
+            self._head_ts[msg.seq_id] = (msg, ts)
+            if ts is not None:
+                found.append(ts)
+        return min(found) if found else None
+
     def purge(self) -> int:
         n = self._count()
         if self.paged:
@@ -1277,6 +1298,17 @@ def with_delivery_count(props_raw, count: int) -> bytes:
     """A redelivery's properties: x-delivery-count = the earlier returns of the message (a
     long, as rabbit_fifo_client adds it on a quorum queue's redeliveries)."""
     return with_long_header(props_raw or b"\x00\x00", "x-delivery-count", count)
+
+
+def _timestamp(props_raw) -> int | None:
+    """The `timestamp` property of a message's encoded properties (None: none, or
+    properties that do not decode)."""
+    if not props_raw:
+        return None
+    try:
+        return BasicProperties.decode(props_raw).timestamp
+    except Exception:  # noqa: BLE001 - the queue stored them as they came: never fatal here
+        return None
 
 
 def _int(v):

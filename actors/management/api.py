@@ -15,6 +15,7 @@ import re
 from urllib.parse import quote
 
 from actors.core import channel_stats, policies, quorum
+from actors.core.queue_stats import DISK
 
 MANAGEMENT_TAGS = ("administrator", "monitoring", "policymaker", "management")
 MAX_PAGE_SIZE = 500  # rabbit_mgmt_util's ?page_size maximum
@@ -128,7 +129,8 @@ def exchange_json(x: dict, policy_list, counts: dict | None = None) -> dict:
 def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
                message_stats: dict | None = None, consumers: list | None = None,
                depth_rates: dict | None = None, use: dict | None = None) -> dict:
-    """A queue; `row` is list_queues' (counts, node, mirrors) when the queue answered;
+    """A queue; `row` is its node, mirrors, state and, once the queue sampled, its depth,
+    consumers and head_message_timestamp (the metadata actor's `_sampled_queue_rows`);
     `message_stats` what its samples say (actors/core/queue_stats.py); `consumers` its
     consumers as /api/consumers lists them (the connection workers' samples); `use` its
     consumer_capacity / consumer_utilisation and idle_since (ms) from its last sample."""
@@ -139,7 +141,7 @@ def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
            "auto_delete": q["auto_delete"], "exclusive": bool(q["exclusive"]),
            "arguments": q["arguments"], "type": quorum.queue_type(q["arguments"]),
            "node": row.get("node", ""), "policy": p["name"] if p else None,
-           "state": "running" if "messages" in row else "down",
+           "state": row.get("state") or ("running" if "messages" in row else "down"),
            "operator_policy": op["name"] if op else None,
            "exclusive_consumer_tag": None, "effective_policy_definition":
                policies.merge(p["definition"] if p else None, op["definition"] if op else None),
@@ -152,6 +154,8 @@ def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
             out[k] = row[k]
             if depth_rates and f"{k}_details" in depth_rates:
                 out[f"{k}_details"] = depth_rates[f"{k}_details"]
+    if "messages" in row:  # (its sample's: RabbitMQ's null when the head has none)
+        out["head_message_timestamp"] = row.get("head_message_timestamp")
     use = use or {}
     if "consumers" in row:
         # RabbitMQ 3.10: both, the same measure (utilisation null without consumers)
@@ -335,14 +339,21 @@ def channel_message_stats(counts: dict, vhosts) -> dict:
         counts, ("vhosts", v), channel_stats.VHOST_COUNTERS) for v in vhosts)
 
 
-def vhost_message_stats(queue_stats: list, counts: dict, vhosts) -> dict:
+def vhost_message_stats(queue_stats: list, counts: dict, vhosts,
+                        disk: list | None = None) -> dict:
     """The overview's or a vhost's message_stats as rabbit_mgmt_db's vhost fine stats: the
     channels' publish, confirm and unroutable counts (a message published once, whatever
     number of queues it went to; an unroutable one too), the queues' deliveries, gets, acks
-    and redeliveries."""
+    and redeliveries. The overview's (`disk` given: each queue's queue_stats.disk_stats)
+    also has the queues' disk_reads and disk_writes, rabbit_mgmt_db's vhost_msg_rates (a
+    vhost's JSON has not, as RabbitMQ 3.10's)."""
     from_queues = [{k: v for k, v in s.items() if k not in ("publish", "publish_details")}
                    for s in queue_stats]
-    return sum_message_stats(from_queues + [channel_message_stats(counts, vhosts)])
+    out = sum_message_stats(from_queues + [channel_message_stats(counts, vhosts)])
+    if disk is not None:
+        zero = {k: v for key in DISK for k, v in ((key, 0), (f"{key}_details", {"rate": 0.0}))}
+        out.update(sum_message_stats([zero, *disk]))
+    return out
 
 
 # rabbit_mgmt_db's churn_rates: (key, cluster_counts' path)

@@ -152,9 +152,9 @@ class Management:
         return app
 
     async def metrics(self, request):
-        state, rows, status, counters = await asyncio.gather(
-            self.ask("mgmt_state"), self.ask("list", {"what": "queues"}), self.ask("status"),
-            self.ask("mgmt_counters"))
+        state, status, counters = await asyncio.gather(
+            self.ask("mgmt_state"), self.ask("status"), self.ask("mgmt_counters"))
+        rows = state["queue_rows"]  # the queues' samples: no queue is asked per scrape
         only = vhosts = None
         path = request.path
         if path == "/metrics/detailed":
@@ -366,14 +366,20 @@ class Management:
             raise api.bad_request("not_json_object")
         return body
 
-    async def _queue_rows(self) -> dict:
-        rows = await self.ask("list", {"what": "queues"})
-        return {(r["vhost"], r["name"]): r for r in rows}
+    @staticmethod
+    def _queue_rows(state) -> dict:
+        """(vhost, name) -> the queue's row: its node, mirrors, state and the depth,
+        consumers, head message timestamp and disk counts of its last sample (the metadata
+        actor's `_sampled_queue_rows`). Every list, the overview, the vhosts and a single
+        queue answer from the statistics the queues emit every collect_statistics_interval,
+        as RabbitMQ's management database does: nothing is asked of the queues per request
+        (`leveretctl list_queues` asks them, as rabbitmqctl does)."""
+        return {(r["vhost"], r["name"]): r for r in state["queue_rows"]}
 
     # --- overview and node --------------------------------------------------------------------
     async def overview(self, request):
         user, tags, state, visible = await self._state(request)
-        rows = [r for k, r in (await self._queue_rows()).items() if k[0] in visible]
+        rows = [r for k, r in self._queue_rows(state).items() if k[0] in visible]
         listeners = [{"node": state["node"], "protocol": "amqp", "ip_address": self.config.host,
                       "port": self.config.port}]
         if self.config.tls_port:
@@ -387,7 +393,8 @@ class Management:
                               if api.is_monitor(tags) or c["user"] == user]),
             rows, listeners, self.port, self._cluster_name(state),
             api.vhost_message_stats([s for (v, _), s in _stats(state).items()
-                                     if v in visible], _counts(state), visible),
+                                     if v in visible], _counts(state), visible,
+                                    [d for (v, _), d in _disk(state).items() if v in visible]),
             [d for (v, _), d in _depth(state).items() if v in visible], _counts(state)))
 
     @staticmethod
@@ -742,7 +749,7 @@ class Management:
     # --- vhosts, users, permissions -----------------------------------------------------------
     async def vhosts(self, request):
         _, _, state, visible = await self._state(request)
-        sums = await self._vhost_sums(state)
+        sums = self._vhost_sums(state)
         return self._reply(request, [api.vhost_json(v, state["members"], sums(v["name"]))
                                      for v in state["auth"]["vhosts"]
                                      if v["name"] in visible])
@@ -750,14 +757,14 @@ class Management:
     async def vhost(self, request):
         _, _, state, visible = await self._state(request)
         vhost = self._vhost(request, state, visible)
-        sums = await self._vhost_sums(state)
+        sums = self._vhost_sums(state)
         return web.json_response(api.vhost_json(
             next(v for v in state["auth"]["vhosts"] if v["name"] == vhost), state["members"],
             sums(vhost)))
 
-    async def _vhost_sums(self, state):
+    def _vhost_sums(self, state):
         """vhost -> its totals (api.vhost_sums)."""
-        rows = list((await self._queue_rows()).values())
+        rows = list(self._queue_rows(state).values())
         stats, depth = _stats(state), _depth(state)
         conns = state.get("connections", ())
         counts = _counts(state)
@@ -1025,7 +1032,7 @@ class Management:
     async def queues(self, request):
         _, _, state, visible = await self._state(request)
         vhost = self._vhost(request, state, visible)
-        rows = await self._queue_rows()
+        rows = self._queue_rows(state)
         stats = _stats(state)
         consumers = _consumers_by_queue(state)
         depth = _depth(state)
@@ -1044,7 +1051,7 @@ class Management:
         vhost = self._vhost(request, state, visible)
         name = request.match_info["name"]
         q = _find_queue(state, vhost, name)
-        rows = await self._queue_rows()
+        rows = self._queue_rows(state)  # its last sample, as every list (and RabbitMQ's)
         return web.json_response(api.queue_json(q, rows.get((vhost, name)), state["policies"],
                                                 state.get("operator_policies", ()),
                                                 _stats(state).get((vhost, name)),
@@ -1270,6 +1277,11 @@ def _stats(state) -> dict:
 def _depth(state) -> dict:
     """(vhost, queue) -> the rates of change of its depth (queue_stats.depth_rates)."""
     return {(v, n): d for v, n, d in state.get("queue_depth_rates", ())}
+
+
+def _disk(state) -> dict:
+    """(vhost, queue) -> disk_reads / disk_writes with their rates (queue_stats.disk_stats)."""
+    return {(v, n): d for v, n, d in state.get("queue_disk", ())}
 
 
 def _counts(state) -> dict:
