@@ -987,3 +987,27 @@ def test_delivery_limit_none_by_default_and_set_by_policy__S6():
     q.set_delivery_limit(2)
     q.settle(CH1, REQUEUE, [1], 0)  # its 6th return, past the policy's limit
     assert not q.unacked and q.ready_count == 0
+
+
+# --- head_message_timestamp (the management API's, rabbit_variable_queue's) -----------------
+def test_head_message_timestamp_is_the_smallest_of_the_heads_and_the_oldest_unacked():
+    from protocol.properties import BasicProperties
+
+    def item(priority, ts=None):
+        props = BasicProperties(timestamp=ts).encode() if ts is not None else b"\x00\x00"
+        return [0, "x", "rk", props, False, priority, -1]
+
+    q, out = mk({"x-max-priority": 2})
+    assert q.head_message_timestamp() is None  # empty: null
+    q.publish(PUB, [item(0)], [b"plain"], 0)
+    assert q.head_message_timestamp() is None  # a head without the property: null
+    q.publish(PUB, [item(0, 2000), item(2, 1000)], [b"later", b"urgent"], 0)
+    assert q.head_message_timestamp() == 1000  # the priority-2 head; priority 0's has none
+    consume(q, prefetch=1)
+    assert bodies(out) == [b"urgent"]
+    assert q.head_message_timestamp() == 1000  # now the oldest unacked delivery
+    q.settle(CH1, ACK, ids_of(out), 0)
+    q.run(0)
+    assert bodies(out) == [b"urgent", b"plain"]  # unacked now: no timestamp; ready: 2000
+    assert q.head_message_timestamp() == 2000
+    assert q.head_message_timestamp() == 2000  # (the heads' properties decoded once: cached)
