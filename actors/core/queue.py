@@ -262,6 +262,7 @@ class QueueCore:
         self.ready_count = 0  # messages ready
         self.ready_bytes = 0  # body bytes ready
         self.unacked: dict[int, tuple] = {}  # seq_id -> (Msg, channel, consumer tag)
+        self.unacked_bytes = 0  # body bytes of the unacked messages
         self.on_enqueue = None  # fn(Msg) for every message that enters (mirrored queues)
         # x-single-active-consumer: one consumer receives at a time (RabbitMQ takes the
         # argument when it is the boolean true, anything else is off)
@@ -948,6 +949,7 @@ class QueueCore:
             c.unacked += 1
             st.unacked += 1
             self.unacked[msg.seq_id] = (msg, c.channel, c.tag)
+            self.unacked_bytes += len(msg.body)
             msg.redelivered = True
 
     def flush(self) -> None:
@@ -1050,6 +1052,7 @@ class QueueCore:
             st = self._channel(channel)
             st.unacked += 1
             self.unacked[msg.seq_id] = (msg, channel, "")
+            self.unacked_bytes += len(msg.body)
         item = ["", msg.seq_id, msg.redelivered, msg.exchange, msg.routing_key,
                 with_delivery_count(msg.props_raw, msg.delivery_count)
                 if msg.delivery_count else msg.props_raw]
@@ -1073,6 +1076,7 @@ class QueueCore:
             if entry is None:
                 continue
             msg, ch, tag = entry
+            self.unacked_bytes -= len(msg.body)
             self._settled(ch, tag)
             if op == 1:
                 requeue.append(msg)
@@ -1129,6 +1133,7 @@ class QueueCore:
         back = [e[0] for mid, e in self.unacked.items() if e[1] == channel]
         for msg in back:
             del self.unacked[msg.seq_id]
+            self.unacked_bytes -= len(msg.body)
         self.cons.drop_channel(channel)
         self.limited.discard(channel)
         self.credit.forget(channel)
@@ -1212,6 +1217,24 @@ class QueueCore:
         ready, unacked = self._count(), len(self.unacked)
         return {"messages": ready + unacked, "messages_ready": ready,
                 "messages_unacknowledged": unacked, "consumers": len(self.consumers)}
+
+    def storage_stats(self) -> dict:
+        """rabbit_backing_queue's info items of where the messages are: body bytes ready,
+        unacked and in all (`message_bytes*`), those in memory (`messages_ram`,
+        `messages_ready_ram`, `messages_unacknowledged_ram`, `message_bytes_ram`; unacked ones
+        are always in memory) and those paged out to the index only (`messages_paged_out`,
+        `message_bytes_paged_out`; paged messages drop-head took already are not counted,
+        their bytes are until they are read back, as `_full_for` counts them)."""
+        ready_bytes = self.ready_bytes + self.paged_bytes
+        return {"message_bytes": ready_bytes + self.unacked_bytes,
+                "message_bytes_ready": ready_bytes,
+                "message_bytes_unacknowledged": self.unacked_bytes,
+                "message_bytes_ram": self.ready_bytes + self.unacked_bytes,
+                "message_bytes_paged_out": self.paged_bytes,
+                "messages_ram": self.ready_count + len(self.unacked),
+                "messages_ready_ram": self.ready_count,
+                "messages_unacknowledged_ram": len(self.unacked),
+                "messages_paged_out": self.paged - self.owed}
 
     def head_message_timestamp(self) -> int | None:
         """rabbit_variable_queue's head_message_timestamp: the smallest `timestamp` property

@@ -14,6 +14,10 @@ import math
 COUNTERS = ("publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "get_empty", "ack",
             "redeliver")
 GAUGES = ("messages", "messages_ready", "messages_unacknowledged", "consumers")
+# where the messages are (QueueCore.storage_stats: rabbit_backing_queue's info items)
+STORAGE = ("message_bytes", "message_bytes_ready", "message_bytes_unacknowledged",
+           "message_bytes_ram", "message_bytes_paged_out", "messages_ram", "messages_ready_ram",
+           "messages_unacknowledged_ram", "messages_paged_out")
 # what a sample also carries of the queue's state (None when the queue has no value for it):
 # rabbit_backing_queue's info items head_message_timestamp, disk_reads and disk_writes
 STATE = ("head_message_timestamp", "disk_reads", "disk_writes")
@@ -68,18 +72,19 @@ class QueueCounters:
             setattr(self, f"confirmed_{mode}", getattr(self, f"confirmed_{mode}") + n)
 
     def sample(self, gauges: dict, use: tuple | None = None) -> dict | None:
-        """The counters, `gauges` (queue depth and consumers, and the STATE items: the head
-        message's timestamp, disk reads and writes) and the consumer use state
+        """The counters, `gauges` (queue depth and consumers, where the messages are
+        (STORAGE), and the STATE items: the head message's timestamp, disk reads and writes)
+        and the consumer use state
         (`ConsumerUse.state` in wall-clock ms: it changes only when the queue's consumers
         become able or unable to take messages) when they changed since the last sample,
         else None (nothing to emit)."""
         values = tuple(getattr(self, n) for n in COUNTERS + CONFIRMS) + \
-            tuple(gauges.get(g, 0) for g in GAUGES) + \
+            tuple(gauges.get(g, 0) for g in GAUGES + STORAGE) + \
             tuple(gauges.get(g) for g in STATE) + (use,)
         if values == self.emitted:
             return None
         self.emitted = values
-        return dict(zip(COUNTERS + CONFIRMS + GAUGES + STATE + (USE,), values))
+        return dict(zip(COUNTERS + CONFIRMS + GAUGES + STORAGE + STATE + (USE,), values))
 
 
 class DiskCounts:

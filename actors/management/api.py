@@ -15,7 +15,7 @@ import re
 from urllib.parse import quote
 
 from actors.core import channel_stats, policies, quorum
-from actors.core.queue_stats import DISK
+from actors.core.queue_stats import DISK, STORAGE
 
 MANAGEMENT_TAGS = ("administrator", "monitoring", "policymaker", "management")
 MAX_PAGE_SIZE = 500  # rabbit_mgmt_util's ?page_size maximum
@@ -156,6 +156,7 @@ def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
                 out[f"{k}_details"] = depth_rates[f"{k}_details"]
     if "messages" in row:  # (its sample's: RabbitMQ's null when the head has none)
         out["head_message_timestamp"] = row.get("head_message_timestamp")
+        out.update((k, row.get(k, 0)) for k in STORAGE)
     use = use or {}
     if "consumers" in row:
         # RabbitMQ 3.10: both, the same measure (utilisation null without consumers)

@@ -54,6 +54,27 @@ QUEUE_COUNTERS = (
     ("rabbitmq_queue_messages_redelivered", "Total number of messages redelivered to "
      "consumers", "redeliver"),
 )
+# (metric, help, row field) for each queue: where its messages are (gauges; rabbitmq_prometheus'
+# queue_metrics)
+QUEUE_STORAGE = (
+    ("rabbitmq_queue_messages_ram", "Ready and unacknowledged messages stored in memory",
+     "messages_ram"),
+    ("rabbitmq_queue_messages_ram_bytes", "Size of ready and unacknowledged messages stored in "
+     "memory", "message_bytes_ram"),
+    ("rabbitmq_queue_messages_ready_ram", "Ready messages stored in memory",
+     "messages_ready_ram"),
+    ("rabbitmq_queue_messages_unacked_ram", "Unacknowledged messages stored in memory",
+     "messages_unacknowledged_ram"),
+    ("rabbitmq_queue_messages_bytes", "Size in bytes of ready and unacknowledged messages",
+     "message_bytes"),
+    ("rabbitmq_queue_messages_ready_bytes", "Size in bytes of ready messages",
+     "message_bytes_ready"),
+    ("rabbitmq_queue_messages_unacked_bytes", "Size in bytes of all unacknowledged messages",
+     "message_bytes_unacknowledged"),
+    ("rabbitmq_queue_messages_paged_out", "Messages paged out to disk", "messages_paged_out"),
+    ("rabbitmq_queue_messages_paged_out_bytes", "Size in bytes of messages paged out to disk",
+     "message_bytes_paged_out"),
+)
 # (metric without _total, help, row field) for each queue: its storage counters (the queue's
 # sample: rabbit_backing_queue's disk_reads / disk_writes)
 QUEUE_DISK = (
@@ -71,7 +92,7 @@ FAMILIES = {"queue_coarse_metrics": ("rabbitmq_queue_messages_ready",
                                      "rabbitmq_queue_messages"),
             "queue_consumer_count": ("rabbitmq_queue_consumers",),
             "queue_metrics": tuple(n for n, _, _ in QUEUE_GAUGES + QUEUE_COUNTERS +
-                                   QUEUE_DISK) + (HEAD_TIMESTAMP[0],)}
+                                   QUEUE_STORAGE + QUEUE_DISK) + (HEAD_TIMESTAMP[0],)}
 
 
 # (metric without _total, help, counter of the node's totals): rabbitmq_prometheus' channel
@@ -272,7 +293,7 @@ def metrics(node: str, cluster: str, queues: list, stats: dict, status: dict,
                 out.append(_gauge(name, help_, status[key]))
         out += node_metrics(counters or {}, processes or {}, per_object)
     labels = ["vhost", "queue"] if per_object else []
-    for name, help_, field in QUEUE_GAUGES:
+    for name, help_, field in QUEUE_GAUGES + QUEUE_STORAGE:
         if keep(name):
             g = GaugeMetricFamily(name, help_, labels=labels)
             _fill(g, rows, per_object, lambda r: r.get(field, 0))

@@ -12,7 +12,7 @@ import time
 from actors import events
 from actors import messages as m
 from actors.core import channel_stats
-from actors.core.queue_stats import CONFIRMS, GAUGES, STATE
+from actors.core.queue_stats import CONFIRMS, GAUGES, STATE, STORAGE
 from actors.core.errors import ChannelError, amqp_text
 from actors.transport import make_address
 
@@ -119,7 +119,8 @@ class ManagementMixin:
         """Every queue as the management API and Prometheus list it: its definition's node
         and mirrors, `state` (running once its queue process serves, down while its worker
         or node restarts it) and, from its last sample (QueueStats), its depth, consumers,
-        head message timestamp and disk reads and writes (absent before its first sample
+        where its messages are (message_bytes*, messages_ram...), head message timestamp and
+        disk reads and writes (absent before its first sample
         and while it is down, as RabbitMQ lists a queue it has no statistics of). Nothing is
         asked of the queues: the answer costs the same whatever their number."""
         rows = []
@@ -131,7 +132,7 @@ class ManagementMixin:
                    "state": "running" if q.get("address") else "down"}
             sample = self.queue_stats.last(vhost, name) if q.get("address") else None
             if sample is not None:
-                row.update((k, sample.get(k, 0)) for k in GAUGES)
+                row.update((k, sample.get(k, 0)) for k in GAUGES + STORAGE)
                 row.update((k, sample.get(k)) for k in STATE)
             rows.append(row)
         return rows

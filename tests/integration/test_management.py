@@ -276,7 +276,7 @@ def test_head_message_timestamp_and_disk_reads_and_writes(tmp_path):
     mark to its index and reads it back as consumers take it."""
     port, metrics_port = free_port(), free_port()
     (tmp_path / "leveret.toml").write_text(f"collect_statistics_interval = {STATS_MS}\n"
-                                           "queue_page_bytes = 8192\nqueue_page_size = 10\n")
+                                           "queue_page_bytes = 8192\nqueue_page_size = 4\n")
     broker = Broker.start_leveret(tmp_path, "--management-port", str(port), "--config",
                                   str(tmp_path / "leveret.toml"), "--prometheus-port",
                                   str(metrics_port))
@@ -298,15 +298,24 @@ def test_head_message_timestamp_and_disk_reads_and_writes(tmp_path):
                 r := http("GET", "/api/queues/%2F/diskq")[1]).get("messages") == 60 and r)
             assert q["head_message_timestamp"] == 1700000000  # the head's, an int (seconds)
             assert "disk_writes" not in q and "disk_reads" not in q
+            # where the messages are: the first 8 KB in memory, the rest in the index only
+            written = q["messages_paged_out"]
+            assert 0 < written < 60
+            assert (q["message_bytes"], q["message_bytes_ready"],
+                    q["message_bytes_unacknowledged"]) == (60 * 1024, 60 * 1024, 0)
+            assert (q["messages_ram"], q["messages_ready_ram"], q["message_bytes_ram"],
+                    q["message_bytes_paged_out"]) == (60 - written, 60 - written,
+                                                      (60 - written) * 1024, written * 1024)
+            # each paged message written once (at the backing queue's next sync)
             ms = wait_for("the overview's disk_writes", lambda: (
                 o := http("GET", "/api/overview")[1]["message_stats"]).get(
-                    "disk_writes", 0) > 0 and o)
-            written = ms["disk_writes"]
-            assert isinstance(written, int) and 0 < written < 60
+                    "disk_writes") == written and o)
             assert isinstance(ms["disk_writes_details"]["rate"], float)
             assert isinstance(ms["disk_reads"], int)
             per = scrape(broker, "/metrics/per-object")
             assert per[("rabbitmq_queue_disk_writes_total", labels)] == written
+            assert per[("rabbitmq_queue_messages_paged_out", labels)] == written
+            assert per[("rabbitmq_queue_messages_bytes", labels)] == 60 * 1024
             assert per[("rabbitmq_queue_head_message_timestamp", labels)] == 1700000000
             detailed = scrape(broker, "/metrics/detailed?family=queue_metrics")
             assert detailed[("rabbitmq_queue_disk_reads_total", labels)] == 0

@@ -1011,3 +1011,36 @@ def test_head_message_timestamp_is_the_smallest_of_the_heads_and_the_oldest_unac
     assert bodies(out) == [b"urgent", b"plain"]  # unacked now: no timestamp; ready: 2000
     assert q.head_message_timestamp() == 2000
     assert q.head_message_timestamp() == 2000  # (the heads' properties decoded once: cached)
+
+
+def test_storage_stats_count_bytes_ready_unacked_in_memory_and_paged_out():
+    q, out = mk(page_bytes=10, page_size=2)
+    pub(q, b"aaaa", b"bbbb", b"cccc", b"dddd")  # past 10 bytes in memory: to the index only
+    s = q.storage_stats()
+    assert s["message_bytes"] == s["message_bytes_ready"] == 16
+    assert s["messages_paged_out"] + s["messages_ram"] == 4 and s["messages_paged_out"] >= 1
+    assert s["message_bytes_paged_out"] == 4 * s["messages_paged_out"]
+    assert s["message_bytes_ram"] == 4 * s["messages_ram"]
+    q2, out2 = mk()
+
+    def unacked_bytes_match():
+        got = q2.storage_stats()
+        assert got["message_bytes_unacknowledged"] == sum(
+            len(e[0].body) for e in q2.unacked.values())
+        assert got["messages_unacknowledged_ram"] == len(q2.unacked)
+        assert got["message_bytes"] == 6  # nothing left the queue
+        return got
+
+    pub(q2, b"aaaa", b"bb")
+    consume(q2, prefetch=1)
+    assert unacked_bytes_match()["message_bytes_unacknowledged"] == 4
+    q2.settle(CH1, REQUEUE, ids_of(out2), 0)  # back in the queue (and maybe out again)
+    unacked_bytes_match()
+    q2.channel_down(CH1, 0)  # the channel's unacked go back
+    assert unacked_bytes_match()["message_bytes_unacknowledged"] == 0
+    consume(q2, ch=CH2, prefetch=5)
+    assert unacked_bytes_match()["message_bytes_unacknowledged"] == 6
+    q2.settle(CH2, ACK, ids_of(out2, CH2), 0)
+    s = q2.storage_stats()
+    assert (s["message_bytes"], s["message_bytes_unacknowledged"], s["messages_ram"]) == (
+        0, 0, 0)
