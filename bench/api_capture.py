@@ -146,7 +146,6 @@ ENDPOINTS = {
     "channels": "/api/channels",
     "vhosts": "/api/vhosts",
     "users": "/api/users",
-    "nodes": "/api/nodes",
     "health_alarms": "/api/health/checks/alarms",
     "aliveness": "/api/aliveness-test/%2F",  # (last: it declares a queue of its own)
 }

@@ -436,7 +436,7 @@ class Management:
 
     async def connections(self, request):
         user, tags, state, visible = await self._state(request)
-        return self._reply(request, [api.connection_json(c) for c in
+        return self._reply(request, [api.connection_json(c, details=False) for c in
                                      self._connections(request, user, tags, state, visible)])
 
     def _find_connection(self, request, user, tags, state, visible) -> dict:
@@ -901,7 +901,8 @@ class Management:
         _, _, state, visible = await self._state(request)
         vhost = self._vhost(request, state, visible)
         counts = _counts(state)
-        return self._reply(request, [api.exchange_json(x, state["policies"], counts)
+        return self._reply(request, [api.exchange_json(x, state["policies"], counts,
+                                                       details=False)
                                      for x in state["exchanges"] if x["vhost"] in visible and
                                      (vhost is None or x["vhost"] == vhost)])
 
@@ -1042,7 +1043,8 @@ class Management:
                            state.get("operator_policies", ()),
                            stats.get((q["vhost"], q["name"])),
                            consumers.get((q["vhost"], q["name"])),
-                           depth.get((q["vhost"], q["name"])), use.get((q["vhost"], q["name"])))
+                           depth.get((q["vhost"], q["name"])), use.get((q["vhost"], q["name"])),
+                           details=False)
             for q in state["queues"] if q["vhost"] in visible and
             (vhost is None or q["vhost"] == vhost)])
 
