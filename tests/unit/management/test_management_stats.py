@@ -310,3 +310,23 @@ def test_samples_carry_the_head_timestamp_and_disk_counts_only_when_changed():
                      "disk_writes": 1}) is None
     assert c.sample({"messages": 1, "head_message_timestamp": 5, "disk_reads": 0,
                      "disk_writes": 1})["head_message_timestamp"] == 5
+
+
+def test_list_items_leave_out_what_only_an_object_s_own_answer_has():
+    """RabbitMQ 3.10's lists (tests/data/rabbitmq-3.10-api/queues.json, exchanges.json,
+    channels.json, connections.json) against the single objects' answers."""
+    q = {"vhost": "/", "name": "q", "durable": True, "auto_delete": False, "exclusive": "",
+         "arguments": {}}
+    row = {"messages": 0, "messages_ready": 0, "messages_unacknowledged": 0, "consumers": 0}
+    listed, own = api.queue_json(q, row, [], details=False), api.queue_json(q, row, [])
+    assert set(own) - set(listed) == {"consumer_details", "incoming", "deliveries"}
+    x = {"vhost": "/", "name": "x", "type": "topic", "durable": True, "auto_delete": False,
+         "internal": False, "arguments": {}}
+    assert set(api.exchange_json(x, [])) - set(api.exchange_json(x, [], details=False)) == {
+        "incoming", "outgoing"}
+    ch = {"name": "c (1)", "publishes": [], "deliveries": [], "consumers": []}
+    assert set(api.channel_json(ch, details=True)) - set(api.channel_json(ch)) == {
+        "publishes", "deliveries", "consumer_details"}
+    conn = {"name": "c", "id": "1", "channel_list": [], "ssl_protocol": "", "ssl": False}
+    assert api.connection_json(conn)["ssl_protocol"] == ""
+    assert api.connection_json(conn, details=False)["ssl_protocol"] is None
