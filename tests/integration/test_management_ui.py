@@ -299,7 +299,7 @@ def test_overview_churn_and_exchange_rates_and_queue_utilisation(node, browser):
         go(browser, node, "#/exchanges")
         text_in(browser, "#exchanges-table", "Message rate in")
         go(browser, node, "#/queues/%2F/ui-use-q")
-        # (the page refreshes itself every 5 s; the queue's sample comes within 1 s)
+        # (the page refreshes its counts every 5 s; the queue sends a sample every 1 s)
         wait(browser, lambda b: b.find_element(By.ID, "queue-utilisation").text.endswith("%"),
              timeout=30)
         shot(browser, node, "queue-utilisation")
