@@ -206,6 +206,7 @@ class Management:
         get("/api/whoami", self.whoami)
         get("/api/cluster-name", self.cluster_name)
         get("/api/nodes", self.nodes)
+        get("/api/nodes/{node}", self.node)
         get("/api/vhosts", self.vhosts)
         get("/api/vhosts/{vhost}", self.vhost)
         put("/api/vhosts/{vhost}", self.put_vhost)
@@ -409,13 +410,23 @@ class Management:
         _, _, state, _ = await self._state(request)
         return web.json_response({"name": self._cluster_name(state)})
 
+    @staticmethod
+    def _nodes(state) -> list:
+        return [{"name": mbr["name"], "running": mbr["up"], "type": "disc",
+                 "being_drained": False, "mem_alarm": "memory" in state["alarms"],
+                 "disk_free_alarm": "disk" in state["alarms"]} for mbr in state["members"]]
+
     async def nodes(self, request):
         _, _, state, _ = await self._state(request, api.is_monitor)
-        return self._reply(request, [{"name": mbr["name"], "running": mbr["up"], "type": "disc",
-                                      "being_drained": False,
-                                      "mem_alarm": "memory" in state["alarms"],
-                                      "disk_free_alarm": "disk" in state["alarms"]}
-                                     for mbr in state["members"]])
+        return self._reply(request, self._nodes(state))
+
+    async def node(self, request):
+        """GET /api/nodes/{name}: one member, as /api/nodes lists it (404 for another name)."""
+        _, _, state, _ = await self._state(request, api.is_monitor)
+        for row in self._nodes(state):
+            if row["name"] == request.match_info["node"]:
+                return web.json_response(row)
+        raise api.not_found()
 
     async def check_alarms(self, request):
         _, _, state, _ = await self._state(request, api.is_monitor)

@@ -322,6 +322,9 @@ def test_head_message_timestamp_and_disk_reads_and_writes(tmp_path):
             table = broker.ctl("list_queues", "name", "head_message_timestamp", "disk_reads",
                                "disk_writes").stdout.splitlines()
             assert f"diskq\t1700000000\t0\t{written}" in table
+            assert json.loads(broker.ctl("list_queues", "name", "messages_paged_out",
+                                         "--formatter", "json").stdout) == [
+                {"name": "diskq", "messages_paged_out": written}]
             # a consumer takes everything: what was paged out is read back, once each
             got = []
             ch.basic_consume("diskq", lambda c_, m, p, b: got.append(b), auto_ack=True)
@@ -573,7 +576,8 @@ def test_with_amqps_configured_both_listeners_speak_https_only(tmp_path):
 def test_management_and_prometheus_hosts_and_port_0(tmp_path):
     """Issue 14 item 6: `management_host` / `prometheus_host` bind each listener apart from
     the AMQP listener's host (loopback addresses here), and `--prometheus-port 0` serves no
-    metrics at all: the protocol-listener health check then says there is none."""
+    metrics at all: the protocol-listener health check then says there is none. Also
+    GET /api/nodes/{name}."""
     port = free_port()
     (tmp_path / "hosts.toml").write_text('management_host = "127.0.0.2"\n')
     broker = Broker.start_leveret(tmp_path, "--management-port", str(port), "--config",
@@ -589,6 +593,10 @@ def test_management_and_prometheus_hosts_and_port_0(tmp_path):
         status, body = api("GET", "/api/health/checks/protocol-listener/http%2Fprometheus")
         assert status == 503 and body["status"] == "failed"
         assert api("GET", "/api/health/checks/protocol-listener/http")[0] == 200
+        node = api("GET", "/api/nodes")[1][0]
+        assert api("GET", "/api/nodes/" + urllib.parse.quote(node["name"], safe="")) == (
+            200, node)
+        assert api("GET", "/api/nodes/rabbit%40nowhere")[0] == 404
     finally:
         broker.stop()
 
