@@ -1142,11 +1142,15 @@ class Management:
 
     def _find_binding(self, request, state, visible):
         vhost, source, kind, dest = self._ends(request, state, visible)
-        props = quote(request.match_info["props"], safe="~")  # (the path arrives unquoted)
-        for b in _bindings(state):
-            if b[:4] == [vhost, source, kind, dest] and \
-                    api.properties_key(b[4], b[5]) == props:
-                return b
+        # the path arrives unquoted once: RabbitMQ's UI and rabbitmqadmin quote the properties
+        # key ("ui.%23" sent as "ui.%2523"), which then is the key itself; a client that sent
+        # the key as it is ("ui.%23") is unquoted to the routing key's characters ("ui.#")
+        given = request.match_info["props"]
+        ends = [b for b in _bindings(state) if b[:4] == [vhost, source, kind, dest]]
+        for wanted in (given, quote(given, safe="~")):  # RabbitMQ's form first
+            for b in ends:
+                if api.properties_key(b[4], b[5]) == wanted:
+                    return b
         raise api.not_found()
 
     async def binding(self, request):

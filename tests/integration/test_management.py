@@ -158,6 +158,35 @@ def test_exchange_and_binding_through_the_api_route_amqp_publishes(node, http):
     assert http("GET", "/api/exchanges/%2F/mx")[0] == 404
 
 
+def test_a_binding_by_its_properties_key_as_rabbitmq_s_clients_send_it(node, http):
+    """GET and DELETE of a binding by its properties_key as RabbitMQ's UI and rabbitmqadmin
+    send it: the key percent-quoted once more ("a.%23" as "a.%2523"), which the server
+    unquotes once (rabbit_mgmt_wm_binding); the key sent as it is still works."""
+    assert http("PUT", "/api/queues/%2F/pkq", {"durable": False})[0] == 201
+    for rk in ("a.#", "b c"):
+        assert http("POST", "/api/bindings/%2F/e/amq.topic/q/pkq", {"routing_key": rk})[0] == 201
+    keys = {b["routing_key"]: b["properties_key"]
+            for b in http("GET", "/api/bindings/%2F/e/amq.topic/q/pkq")[1]}
+    assert keys == {"a.#": "a.%23", "b c": "b%20c"}
+    quoted = urllib.parse.quote(keys["a.#"], safe="")
+    assert http("GET", f"/api/bindings/%2F/e/amq.topic/q/pkq/{quoted}")[1]["routing_key"] == \
+        "a.#"
+    assert http("DELETE", f"/api/bindings/%2F/e/amq.topic/q/pkq/{quoted}")[0] == 204
+    assert http("DELETE", "/api/bindings/%2F/e/amq.topic/q/pkq/b%20c")[0] == 204  # as it is
+    assert http("GET", "/api/bindings/%2F/e/amq.topic/q/pkq")[1] == []
+    if RABBITMQADMIN is not None:
+        base = [RABBITMQADMIN, "-H", "127.0.0.1", "-P", str(node.http_port), "-u", "guest",
+                "-p", "guest"]
+        for args in (["declare", "binding", "source=amq.topic", "destination=pkq",
+                      "routing_key=x.#"],
+                     ["delete", "binding", "source=amq.topic", "destination_type=queue",
+                      "destination=pkq", "properties_key=x.%23"]):
+            res = subprocess.run(base + args, capture_output=True, text=True, timeout=60)
+            assert res.returncode == 0, res.stdout + res.stderr
+        assert http("GET", "/api/bindings/%2F/e/amq.topic/q/pkq")[1] == []
+    assert http("DELETE", "/api/queues/%2F/pkq")[0] == 204
+
+
 def test_a_management_user_sees_only_its_vhosts_and_cannot_administer(node, http):
     assert http("PUT", "/api/vhosts/mv")[0] == 201
     assert http("PUT", "/api/users/mu", {"password": "pw", "tags": "management"})[0] == 201
