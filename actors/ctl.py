@@ -94,20 +94,30 @@ LIMIT_COMMANDS = {
 
 QUEUE_COLUMNS = ("name", "durable", "auto_delete", "exclusive", "arguments", "messages",
                  "messages_ready", "messages_unacknowledged", "consumers", "worker", "node",
-                 "mirrors", "synchronised_mirrors")
+                 "mirrors", "synchronised_mirrors", "head_message_timestamp", "disk_reads",
+                 "disk_writes", "message_bytes", "message_bytes_ready",
+                 "message_bytes_unacknowledged", "message_bytes_ram", "message_bytes_paged_out",
+                 "messages_ram", "messages_ready_ram", "messages_unacknowledged_ram",
+                 "messages_paged_out")
 
 
-def print_table(rows: list, columns: list, vhost: str) -> int:
-    """`rabbitmqctl list_queues -p VHOST col...`: a heading, then tab-separated rows."""
+def print_table(rows: list, columns: list, vhost: str, formatter: str = "table") -> int:
+    """`rabbitmqctl list_queues -p VHOST col...`: a heading, then tab-separated rows, or with
+    --formatter json a JSON array of objects with those keys."""
     unknown = [c for c in columns if c not in QUEUE_COLUMNS]
     if unknown:
         raise SystemExit(f"Error: unknown column(s) {', '.join(unknown)}; known: "
                          f"{', '.join(QUEUE_COLUMNS)}")
+    if formatter == "json":
+        print(json.dumps([{c: row.get(c) for c in columns} for row in rows
+                          if row.get("vhost") == vhost], default=str))
+        return 0
     print(f"Listing queues for vhost {vhost} ...")
     print("\t".join(columns))
     for row in rows:
         if row.get("vhost") == vhost:
-            print("\t".join(_cell(row.get(c, "")) for c in columns))
+            # (a head without a timestamp: empty, as rabbitmqctl prints RabbitMQ's '')
+            print("\t".join(_cell("" if row.get(c) is None else row[c]) for c in columns))
     return 0
 
 
@@ -365,7 +375,8 @@ def main(argv=None) -> int:
         return ctl_ops.list_definitions(call, a.data_dir, a.command[5:], a.vhost, a.args,
                                         a.formatter)
     if a.command == "list_queues" and a.args:
-        return print_table(call(a.data_dir, "list", {"what": "queues"}), a.args, a.vhost)
+        return print_table(call(a.data_dir, "list", {"what": "queues"}), a.args, a.vhost,
+                           a.formatter)
     if a.command in ("list_topic_permissions", "list_user_topic_permissions"):
         if a.command == "list_user_topic_permissions":
             if len(a.args) != 1:

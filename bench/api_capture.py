@@ -2,6 +2,7 @@
 compared with them field by field (tests/integration/test_management_compat.py).
 
     python -m bench.api_capture            # writes tests/data/rabbitmq-3.10-api/*.json
+    python -m bench.api_capture --only queues,nodes    # only these answers' files
 
 Starts Debian's rabbitmq-server on spare loopback ports with the rabbitmq_management plugin
 (bench/refbroker.py: its own temp dir, enabled_plugins and config), creates the objects of
@@ -136,6 +137,17 @@ ENDPOINTS = {
     "cluster_name": "/api/cluster-name",
     "definitions": "/api/definitions",
     "vhost_definitions": "/api/definitions/%2F",
+    # the lists: their items are not always the single object's (RabbitMQ leaves some
+    # fields out of a list)
+    "queues": "/api/queues",
+    "exchanges": "/api/exchanges",
+    "bindings": "/api/bindings",
+    "connections": "/api/connections",
+    "channels": "/api/channels",
+    "vhosts": "/api/vhosts",
+    "users": "/api/users",
+    "health_alarms": "/api/health/checks/alarms",
+    "aliveness": "/api/aliveness-test/%2F",  # (last: it declares a queue of its own)
 }
 
 
@@ -164,8 +176,17 @@ def capture(http: Http, timeout: float = 60.0) -> dict:
     return out
 
 
-def main() -> int:
+def main(argv: list | None = None) -> int:
+    import argparse
+
     from bench.refbroker import RabbitMQNode, RefBrokerError
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", default="", help="comma-separated ENDPOINTS names: write only "
+                   "these answers (the others' files stay as they are)")
+    only = {n for n in p.parse_args(argv).only.split(",") if n}
+    unknown = only - set(ENDPOINTS)
+    if unknown:
+        p.error(f"unknown endpoint(s): {', '.join(sorted(unknown))}")
     try:
         with RabbitMQNode(management_port=0, config=f"collect_statistics_interval = "
                                                     f"{STATS_INTERVAL_MS}\n") as rmq:
@@ -179,9 +200,11 @@ def main() -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     OUT.mkdir(parents=True, exist_ok=True)
+    version = answers["overview"]["rabbitmq_version"]
+    answers = {n: a for n, a in answers.items() if not only or n in only}
     for name, answer in answers.items():
         (OUT / f"{name}.json").write_text(json.dumps(answer, indent=2, sort_keys=True) + "\n")
-    print(f"wrote {len(answers)} answers of {answers['overview']['rabbitmq_version']} to {OUT}")
+    print(f"wrote {len(answers)} answers of {version} to {OUT}")
     return 0
 
 

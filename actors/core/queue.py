@@ -62,7 +62,7 @@ from actors.core.errors import ChannelError
 from actors.core.keep_up import KeepUp
 from actors.core.queue_args import check_consume_arguments
 from actors.core.queue_stats import ConsumerUse
-from protocol.properties import with_long_header
+from protocol.properties import BasicProperties, with_long_header
 
 WAIT = "wait"  # get(): the head is paged out, try again once it is read back
 STORE_BEHIND_BYTES = 16 * 1024 * 1024  # bodies on their way to storage before credit waits
@@ -262,6 +262,7 @@ class QueueCore:
         self.ready_count = 0  # messages ready
         self.ready_bytes = 0  # body bytes ready
         self.unacked: dict[int, tuple] = {}  # seq_id -> (Msg, channel, consumer tag)
+        self.unacked_bytes = 0  # body bytes of the unacked messages
         self.on_enqueue = None  # fn(Msg) for every message that enters (mirrored queues)
         # x-single-active-consumer: one consumer receives at a time (RabbitMQ takes the
         # argument when it is the boolean true, anything else is off)
@@ -302,6 +303,8 @@ class QueueCore:
         self.deleted = False  # the queue has been deleted
         self._batches: dict[str, tuple[list, list]] = {}  # channel -> (items, bodies) pending
         self._scheduled = 0  # the earliest tick asked for, 0 = none
+        self._head_ts: dict = {}  # seq_id -> (Msg, its timestamp property) of the heads last
+        #                           sampled: a head's properties are decoded once
         if self.expires:
             self._schedule(now + self.expires)
 
@@ -949,6 +952,7 @@ class QueueCore:
             c.unacked += 1
             st.unacked += 1
             self.unacked[msg.seq_id] = (msg, c.channel, c.tag)
+            self.unacked_bytes += len(msg.body)
             msg.redelivered = True
 
     def flush(self) -> None:
@@ -1051,6 +1055,7 @@ class QueueCore:
             st = self._channel(channel)
             st.unacked += 1
             self.unacked[msg.seq_id] = (msg, channel, "")
+            self.unacked_bytes += len(msg.body)
         item = ["", msg.seq_id, msg.redelivered, msg.exchange, msg.routing_key,
                 with_delivery_count(msg.props_raw, msg.delivery_count)
                 if msg.delivery_count else msg.props_raw]
@@ -1074,6 +1079,7 @@ class QueueCore:
             if entry is None:
                 continue
             msg, ch, tag = entry
+            self.unacked_bytes -= len(msg.body)
             self._settled(ch, tag)
             if op == 1:
                 requeue.append(msg)
@@ -1130,6 +1136,7 @@ class QueueCore:
         back = [e[0] for mid, e in self.unacked.items() if e[1] == channel]
         for msg in back:
             del self.unacked[msg.seq_id]
+            self.unacked_bytes -= len(msg.body)
         self.cons.drop_channel(channel)
         self.limited.discard(channel)
         self.credit.forget(channel)
@@ -1214,6 +1221,43 @@ class QueueCore:
         return {"messages": ready + unacked, "messages_ready": ready,
                 "messages_unacknowledged": unacked, "consumers": len(self.consumers)}
 
+    def storage_stats(self) -> dict:
+        """rabbit_backing_queue's info items of where the messages are: body bytes ready,
+        unacked and in all (`message_bytes*`), those in memory (`messages_ram`,
+        `messages_ready_ram`, `messages_unacknowledged_ram`, `message_bytes_ram`; unacked ones
+        are always in memory) and those paged out to the index only (`messages_paged_out`,
+        `message_bytes_paged_out`; paged messages drop-head took already are not counted,
+        their bytes are until they are read back, as `_full_for` counts them)."""
+        ready_bytes = self.ready_bytes + self.paged_bytes
+        return {"message_bytes": ready_bytes + self.unacked_bytes,
+                "message_bytes_ready": ready_bytes,
+                "message_bytes_unacknowledged": self.unacked_bytes,
+                "message_bytes_ram": self.ready_bytes + self.unacked_bytes,
+                "message_bytes_paged_out": self.paged_bytes,
+                "messages_ram": self.ready_count + len(self.unacked),
+                "messages_ready_ram": self.ready_count,
+                "messages_unacknowledged_ram": len(self.unacked),
+                "messages_paged_out": self.paged - self.owed}
+
+    def head_message_timestamp(self) -> int | None:
+        """rabbit_variable_queue's head_message_timestamp: the smallest `timestamp` property
+        (epoch seconds) of the messages at the head of the queue (the next ready message of
+        each priority, in memory) and of the oldest delivery not yet acked; None when none of
+        them has one (RabbitMQ's '', null in the API). A head that is paged out has none here,
+        as RabbitMQ reads it only of messages in memory."""
+        heads = [ready.items[0] for ready in self.ready if ready.items]
+        if self.unacked:
+            heads.append(self.unacked[next(iter(self.unacked))][0])
+        known, self._head_ts = self._head_ts, {}
+        found = []
+        for msg in heads:
+            hit = known.get(msg.seq_id)
+            ts = hit[1] if hit is not None and hit[0] is msg else _timestamp(msg.props_raw)
+            self._head_ts[msg.seq_id] = (msg, ts)
+            if ts is not None:
+                found.append(ts)
+        return min(found) if found else None
+
     def purge(self) -> int:
         n = self._count()
         if self.paged:
@@ -1280,6 +1324,17 @@ def with_delivery_count(props_raw, count: int) -> bytes:
     """A redelivery's properties: x-delivery-count = the earlier returns of the message (a
     long, as rabbit_fifo_client adds it on a quorum queue's redeliveries)."""
     return with_long_header(props_raw or b"\x00\x00", "x-delivery-count", count)
+
+
+def _timestamp(props_raw) -> int | None:
+    """The `timestamp` property of a message's encoded properties (None: none, or
+    properties that do not decode)."""
+    if not props_raw:
+        return None
+    try:
+        return BasicProperties.decode(props_raw).timestamp
+    except Exception:  # noqa: BLE001 - the queue stored them as they came: never fatal here
+        return None
 
 
 def _int(v):

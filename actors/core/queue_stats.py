@@ -14,6 +14,16 @@ import math
 COUNTERS = ("publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "get_empty", "ack",
             "redeliver")
 GAUGES = ("messages", "messages_ready", "messages_unacknowledged", "consumers")
+# where the messages are (QueueCore.storage_stats: rabbit_backing_queue's info items)
+STORAGE = ("message_bytes", "message_bytes_ready", "message_bytes_unacknowledged",
+           "message_bytes_ram", "message_bytes_paged_out", "messages_ram", "messages_ready_ram",
+           "messages_unacknowledged_ram", "messages_paged_out")
+# what a sample also carries of the queue's state (None when the queue has no value for it):
+# rabbit_backing_queue's info items head_message_timestamp, disk_reads and disk_writes
+STATE = ("head_message_timestamp", "disk_reads", "disk_writes")
+# the overview's message_stats keys that come from the queues' storage (rabbit_mgmt_db's
+# queue_msg_rates; RabbitMQ leaves them out of a queue's own JSON, format_queue_stats)
+DISK = ("disk_reads", "disk_writes")
 # the consumer use state (ConsumerUse.state, wall-clock ms): not a counter, not summed
 USE = "use"
 USE_HALF_LIFE_MS = 1000.0  # rabbit_queue_consumers' USE_AVG_HALF_LIFE (1 s)
@@ -62,16 +72,34 @@ class QueueCounters:
             setattr(self, f"confirmed_{mode}", getattr(self, f"confirmed_{mode}") + n)
 
     def sample(self, gauges: dict, use: tuple | None = None) -> dict | None:
-        """The counters, `gauges` (queue depth and consumers) and the consumer use state
+        """The counters, `gauges` (queue depth and consumers, where the messages are
+        (STORAGE), and the STATE items: the head message's timestamp, disk reads and writes)
+        and the consumer use state
         (`ConsumerUse.state` in wall-clock ms: it changes only when the queue's consumers
         become able or unable to take messages) when they changed since the last sample,
         else None (nothing to emit)."""
         values = tuple(getattr(self, n) for n in COUNTERS + CONFIRMS) + \
-            tuple(gauges.get(g, 0) for g in GAUGES) + (use,)
+            tuple(gauges.get(g, 0) for g in GAUGES + STORAGE) + \
+            tuple(gauges.get(g) for g in STATE) + (use,)
         if values == self.emitted:
             return None
         self.emitted = values
-        return dict(zip(COUNTERS + CONFIRMS + GAUGES + (USE,), values))
+        return dict(zip(COUNTERS + CONFIRMS + GAUGES + STORAGE + STATE + (USE,), values))
+
+
+class DiskCounts:
+    """rabbit_variable_queue's disk_write_count and disk_read_count of one queue: messages
+    its backing queue wrote to storage (each once, its body in the queue index or in
+    msg_store; a transient one too when the queue pages) and messages it read back from
+    storage (a page, the recovery). The BackingQueue actor is the only writer (one thread:
+    the worker's "store" scheduler); the Queue actor reads both when it samples (plain int
+    attributes, as the connection worker's sampler reads its actors')."""
+
+    __slots__ = ("writes", "reads")
+
+    def __init__(self):
+        self.writes = 0  # messages written to storage
+        self.reads = 0  # messages read back from storage
 
 
 class ConsumerUse:
@@ -142,29 +170,40 @@ class StatsTable:
     def forget(self, vhost: str, name: str) -> None:
         self.samples.pop((vhost, name), None)
 
+    def last(self, vhost: str, name: str) -> dict | None:
+        """The queue's last sample (its depth, consumers and STATE items), None before its
+        first: what the management API lists, never asked of the queue per request."""
+        entry = self.samples.get((vhost, name))
+        return entry[0][1] if entry is not None else None
+
     def message_stats(self, vhost: str, name: str, now_ms: int) -> dict:
         """RabbitMQ's `message_stats` of one queue: each counter and its `_details.rate`
         (per second, between the last two samples; 0 once the queue has been quiet for two
         intervals), with deliver_get (deliveries and gets, with and without ack)."""
+        return self._rated(vhost, name, now_ms, COUNTERS + ("deliver_get",))
+
+    def disk_stats(self, vhost: str, name: str, now_ms: int) -> dict:
+        """disk_reads and disk_writes of one queue with their `_details.rate`, as
+        message_stats' (the overview sums them: rabbit_mgmt_db's vhost_msg_rates)."""
+        return self._rated(vhost, name, now_ms, DISK)
+
+    def _rated(self, vhost: str, name: str, now_ms: int, keys: tuple) -> dict:
         entry = self.samples.get((vhost, name))
         if entry is None:
             return {}
         (t1, s1), prev = entry
         quiet = now_ms - t1 > 2 * self.interval_ms
         out = {}
-        values = dict(s1)
-        values["deliver_get"] = sum(s1[k] for k in ("deliver", "deliver_no_ack", "get",
-                                                    "get_no_ack"))
+        values = _with_deliver_get(s1)
         if prev is not None:
             t0, s0 = prev
-            before = dict(s0)
-            before["deliver_get"] = sum(s0[k] for k in ("deliver", "deliver_no_ack", "get",
-                                                        "get_no_ack"))
-        for key in COUNTERS + ("deliver_get",):
+            before = _with_deliver_get(s0)
+        for key in keys:
             rate = 0.0
             if prev is not None and not quiet and t1 > t0:
-                rate = round((values.get(key, 0) - before.get(key, 0)) * 1000.0 / (t1 - t0), 1)
-            out[key] = values.get(key, 0)
+                rate = round(((values.get(key) or 0) - (before.get(key) or 0)) * 1000.0 /
+                             (t1 - t0), 1)
+            out[key] = values.get(key) or 0
             out[f"{key}_details"] = {"rate": rate}
         return out
 
@@ -207,3 +246,11 @@ class StatsTable:
                              (t1 - prev[0]), 1)
             out[f"{key}_details"] = {"rate": rate}
         return out
+
+
+def _with_deliver_get(sample: dict) -> dict:
+    """A sample with deliver_get: deliveries and gets, with and without ack."""
+    values = dict(sample)
+    values["deliver_get"] = sum(sample.get(k, 0) for k in ("deliver", "deliver_no_ack", "get",
+                                                           "get_no_ack"))
+    return values

@@ -15,6 +15,7 @@ import re
 from urllib.parse import quote
 
 from actors.core import channel_stats, policies, quorum
+from actors.core.queue_stats import DISK, STORAGE
 
 MANAGEMENT_TAGS = ("administrator", "monitoring", "policymaker", "management")
 MAX_PAGE_SIZE = 500  # rabbit_mgmt_util's ?page_size maximum
@@ -105,9 +106,12 @@ def user_json(u: dict, state: dict | None = None) -> dict:
             "limits": limits}
 
 
-def exchange_json(x: dict, policy_list, counts: dict | None = None) -> dict:
+def exchange_json(x: dict, policy_list, counts: dict | None = None,
+                  details: bool = True) -> dict:
     """An exchange; `counts`: cluster_counts' (path -> (count, rate)), for its message_stats
-    (publish_in, publish_out), shown once anything was published into it, as RabbitMQ."""
+    (publish_in, publish_out), shown once anything was published into it, as RabbitMQ;
+    `details` False: as a list shows it (RabbitMQ 3.10's lists leave the detail-only
+    `incoming` and `outgoing` out)."""
     p = policies.winner(policy_list, x["vhost"], x["name"], "exchanges")
     out = {"name": x["name"], "vhost": x["vhost"], "type": x["type"],
            "durable": x["durable"], "auto_delete": x["auto_delete"],
@@ -118,6 +122,8 @@ def exchange_json(x: dict, policy_list, counts: dict | None = None) -> dict:
            "incoming": [], "outgoing": []}
     if p:  # (RabbitMQ leaves the key out when no policy applies)
         out["policy"] = p["name"]
+    if not details:
+        del out["incoming"], out["outgoing"]
     prefix = ("vhosts", x["vhost"], "exchanges", x["name"])
     if counts and prefix + ("publish_in",) in counts:
         out["message_stats"] = channel_stats.stats_with_rates(counts, prefix,
@@ -127,11 +133,15 @@ def exchange_json(x: dict, policy_list, counts: dict | None = None) -> dict:
 
 def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
                message_stats: dict | None = None, consumers: list | None = None,
-               depth_rates: dict | None = None, use: dict | None = None) -> dict:
-    """A queue; `row` is list_queues' (counts, node, mirrors) when the queue answered;
+               depth_rates: dict | None = None, use: dict | None = None,
+               details: bool = True) -> dict:
+    """A queue; `row` is its node, mirrors, state and, once the queue sampled, its depth,
+    consumers and head_message_timestamp (the metadata actor's `_sampled_queue_rows`);
     `message_stats` what its samples say (actors/core/queue_stats.py); `consumers` its
     consumers as /api/consumers lists them (the connection workers' samples); `use` its
-    consumer_capacity / consumer_utilisation and idle_since (ms) from its last sample."""
+    consumer_capacity / consumer_utilisation and idle_since (ms) from its last sample;
+    `details` False: as a list shows it (RabbitMQ 3.10's lists leave the detail-only
+    `consumer_details`, `incoming` and `deliveries` out)."""
     row = row or {}
     p = policies.winner(policy_list, q["vhost"], q["name"], "queues")
     op = policies.winner(op_policy_list, q["vhost"], q["name"], "queues")
@@ -139,7 +149,7 @@ def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
            "auto_delete": q["auto_delete"], "exclusive": bool(q["exclusive"]),
            "arguments": q["arguments"], "type": quorum.queue_type(q["arguments"]),
            "node": row.get("node", ""), "policy": p["name"] if p else None,
-           "state": "running" if "messages" in row else "down",
+           "state": row.get("state") or ("running" if "messages" in row else "down"),
            "operator_policy": op["name"] if op else None,
            "exclusive_consumer_tag": None, "effective_policy_definition":
                policies.merge(p["definition"] if p else None, op["definition"] if op else None),
@@ -147,11 +157,16 @@ def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
            "single_active_consumer_tag": None,
            "consumer_details": list(consumers or ()),
            "incoming": [], "deliveries": []}  # rates_mode "detailed" only (ours: "basic")
+    if not details:
+        del out["consumer_details"], out["incoming"], out["deliveries"]
     for k in ("messages", "messages_ready", "messages_unacknowledged", "consumers"):
         if k in row:
             out[k] = row[k]
             if depth_rates and f"{k}_details" in depth_rates:
                 out[f"{k}_details"] = depth_rates[f"{k}_details"]
+    if "messages" in row:  # (its sample's: RabbitMQ's null when the head has none)
+        out["head_message_timestamp"] = row.get("head_message_timestamp")
+        out.update((k, row.get(k, 0)) for k in STORAGE)
     use = use or {}
     if "consumers" in row:
         # RabbitMQ 3.10: both, the same measure (utilisation null without consumers)
@@ -199,15 +214,28 @@ def default_bindings(queues) -> list:
     return [[q["vhost"], "", "queue", q["name"], q["name"], {}] for q in queues]
 
 
-def connection_json(c: dict) -> dict:
+# a connection's TLS fields: "" on a plain TCP connection in its own JSON, null in a list (as
+# RabbitMQ 3.10 answers them)
+TLS_FIELDS = ("ssl_protocol", "ssl_cipher", "ssl_hash", "ssl_key_exchange",
+              "peer_cert_subject", "peer_cert_issuer", "peer_cert_validity")
+
+
+def connection_json(c: dict, details: bool = True) -> dict:
     """A connection as the worker sampled it (actors/connection/stats.py), minus what only
-    Leveret uses (its id, its channels' details)."""
-    return {k: v for k, v in c.items() if k not in ("id", "channel_list")}
+    Leveret uses (its id, its channels' details); `details` False: as a list shows it."""
+    out = {k: v for k, v in c.items() if k not in ("id", "channel_list")}
+    if not details:
+        for k in TLS_FIELDS:
+            if out.get(k) == "":
+                out[k] = None
+    return out
 
 
 def channel_json(ch: dict, details: bool = False) -> dict:
-    """A channel; `details` (GET /api/channels/{name}): with its consumer_details."""
-    out = {k: v for k, v in ch.items() if k != "consumers"}
+    """A channel; `details` (GET /api/channels/{name}): with its consumer_details and the
+    detail-only `publishes` and `deliveries` (RabbitMQ 3.10's lists leave them out)."""
+    out = {k: v for k, v in ch.items() if k != "consumers" and
+           (details or k not in ("publishes", "deliveries"))}
     if out.get("idle_since") is not None:  # ms from the worker's sample
         out["idle_since"] = iso_time(out["idle_since"])
     if details:
@@ -335,14 +363,21 @@ def channel_message_stats(counts: dict, vhosts) -> dict:
         counts, ("vhosts", v), channel_stats.VHOST_COUNTERS) for v in vhosts)
 
 
-def vhost_message_stats(queue_stats: list, counts: dict, vhosts) -> dict:
+def vhost_message_stats(queue_stats: list, counts: dict, vhosts,
+                        disk: list | None = None) -> dict:
     """The overview's or a vhost's message_stats as rabbit_mgmt_db's vhost fine stats: the
     channels' publish, confirm and unroutable counts (a message published once, whatever
     number of queues it went to; an unroutable one too), the queues' deliveries, gets, acks
-    and redeliveries."""
+    and redeliveries. The overview's (`disk` given: each queue's queue_stats.disk_stats)
+    also has the queues' disk_reads and disk_writes, rabbit_mgmt_db's vhost_msg_rates (a
+    vhost's JSON has not, as RabbitMQ 3.10's)."""
     from_queues = [{k: v for k, v in s.items() if k not in ("publish", "publish_details")}
                    for s in queue_stats]
-    return sum_message_stats(from_queues + [channel_message_stats(counts, vhosts)])
+    out = sum_message_stats(from_queues + [channel_message_stats(counts, vhosts)])
+    if disk is not None:
+        zero = {k: v for key in DISK for k, v in ((key, 0), (f"{key}_details", {"rate": 0.0}))}
+        out.update(sum_message_stats([zero, *disk]))
+    return out
 
 
 # rabbit_mgmt_db's churn_rates: (key, cluster_counts' path)

@@ -54,11 +54,45 @@ QUEUE_COUNTERS = (
     ("rabbitmq_queue_messages_redelivered", "Total number of messages redelivered to "
      "consumers", "redeliver"),
 )
+# (metric, help, row field) for each queue: where its messages are (gauges; rabbitmq_prometheus'
+# queue_metrics)
+QUEUE_STORAGE = (
+    ("rabbitmq_queue_messages_ram", "Ready and unacknowledged messages stored in memory",
+     "messages_ram"),
+    ("rabbitmq_queue_messages_ram_bytes", "Size of ready and unacknowledged messages stored in "
+     "memory", "message_bytes_ram"),
+    ("rabbitmq_queue_messages_ready_ram", "Ready messages stored in memory",
+     "messages_ready_ram"),
+    ("rabbitmq_queue_messages_unacked_ram", "Unacknowledged messages stored in memory",
+     "messages_unacknowledged_ram"),
+    ("rabbitmq_queue_messages_bytes", "Size in bytes of ready and unacknowledged messages",
+     "message_bytes"),
+    ("rabbitmq_queue_messages_ready_bytes", "Size in bytes of ready messages",
+     "message_bytes_ready"),
+    ("rabbitmq_queue_messages_unacked_bytes", "Size in bytes of all unacknowledged messages",
+     "message_bytes_unacknowledged"),
+    ("rabbitmq_queue_messages_paged_out", "Messages paged out to disk", "messages_paged_out"),
+    ("rabbitmq_queue_messages_paged_out_bytes", "Size in bytes of messages paged out to disk",
+     "message_bytes_paged_out"),
+)
+# (metric without _total, help, row field) for each queue: its storage counters (the queue's
+# sample: rabbit_backing_queue's disk_reads / disk_writes)
+QUEUE_DISK = (
+    ("rabbitmq_queue_disk_reads", "Total number of times queue read messages from disk",
+     "disk_reads"),
+    ("rabbitmq_queue_disk_writes", "Total number of times queue wrote messages to disk",
+     "disk_writes"),
+)
+# the timestamp property of a queue's head message (per object only: a sum of timestamps
+# means nothing; a queue whose head has none has no sample, as RabbitMQ skips '')
+HEAD_TIMESTAMP = ("rabbitmq_queue_head_message_timestamp", "Timestamp of the first message "
+                  "in the queue, if any", "head_message_timestamp")
 FAMILIES = {"queue_coarse_metrics": ("rabbitmq_queue_messages_ready",
                                      "rabbitmq_queue_messages_unacked",
                                      "rabbitmq_queue_messages"),
             "queue_consumer_count": ("rabbitmq_queue_consumers",),
-            "queue_metrics": tuple(n for n, _, _ in QUEUE_GAUGES + QUEUE_COUNTERS)}
+            "queue_metrics": tuple(n for n, _, _ in QUEUE_GAUGES + QUEUE_COUNTERS +
+                                   QUEUE_STORAGE + QUEUE_DISK) + (HEAD_TIMESTAMP[0],)}
 
 
 # (metric without _total, help, counter of the node's totals): rabbitmq_prometheus' channel
@@ -216,8 +250,9 @@ def node_metrics(counters: dict, processes: dict, per_object: bool) -> list:
 def metrics(node: str, cluster: str, queues: list, stats: dict, status: dict,
             per_object: bool, only: set | None = None, vhosts: set | None = None,
             counters: dict | None = None, processes: dict | None = None) -> list:
-    """The metric families. queues: list_queues rows (only those whose `node`, the master's,
-    is `node` are reported); stats: (vhost, name) -> message_stats;
+    """The metric families. queues: the queues' rows from their samples (the metadata
+    actor's `_sampled_queue_rows`; only those whose `node`, the master's, is `node` are
+    reported); stats: (vhost, name) -> message_stats;
     status: the node's resources (`op_status`); `only`: metric names to keep (detailed);
     counters / processes: node_metrics'."""
     out = []
@@ -258,7 +293,7 @@ def metrics(node: str, cluster: str, queues: list, stats: dict, status: dict,
                 out.append(_gauge(name, help_, status[key]))
         out += node_metrics(counters or {}, processes or {}, per_object)
     labels = ["vhost", "queue"] if per_object else []
-    for name, help_, field in QUEUE_GAUGES:
+    for name, help_, field in QUEUE_GAUGES + QUEUE_STORAGE:
         if keep(name):
             g = GaugeMetricFamily(name, help_, labels=labels)
             _fill(g, rows, per_object, lambda r: r.get(field, 0))
@@ -269,6 +304,16 @@ def metrics(node: str, cluster: str, queues: list, stats: dict, status: dict,
             _fill(c, rows, per_object,
                   lambda r: stats.get((r["vhost"], r["name"]), {}).get(key, 0))
             out.append(c)
+    for name, help_, field in QUEUE_DISK:
+        if keep(name):
+            c = CounterMetricFamily(name, help_, labels=labels)
+            _fill(c, rows, per_object, lambda r: r.get(field) or 0)
+            out.append(c)
+    name, help_, field = HEAD_TIMESTAMP
+    if per_object and keep(name):
+        g = GaugeMetricFamily(name, help_, labels=labels)
+        _fill(g, [r for r in rows if r.get(field) is not None], True, lambda r: r[field])
+        out.append(g)
     return out
 
 

@@ -152,9 +152,9 @@ class Management:
         return app
 
     async def metrics(self, request):
-        state, rows, status, counters = await asyncio.gather(
-            self.ask("mgmt_state"), self.ask("list", {"what": "queues"}), self.ask("status"),
-            self.ask("mgmt_counters"))
+        state, status, counters = await asyncio.gather(
+            self.ask("mgmt_state"), self.ask("status"), self.ask("mgmt_counters"))
+        rows = state["queue_rows"]  # the queues' samples: no queue is asked per scrape
         only = vhosts = None
         path = request.path
         if path == "/metrics/detailed":
@@ -206,6 +206,7 @@ class Management:
         get("/api/whoami", self.whoami)
         get("/api/cluster-name", self.cluster_name)
         get("/api/nodes", self.nodes)
+        get("/api/nodes/{node}", self.node)
         get("/api/vhosts", self.vhosts)
         get("/api/vhosts/{vhost}", self.vhost)
         put("/api/vhosts/{vhost}", self.put_vhost)
@@ -366,14 +367,20 @@ class Management:
             raise api.bad_request("not_json_object")
         return body
 
-    async def _queue_rows(self) -> dict:
-        rows = await self.ask("list", {"what": "queues"})
-        return {(r["vhost"], r["name"]): r for r in rows}
+    @staticmethod
+    def _queue_rows(state) -> dict:
+        """(vhost, name) -> the queue's row: its node, mirrors, state and the depth,
+        consumers, head message timestamp and disk counts of its last sample (the metadata
+        actor's `_sampled_queue_rows`). Every list, the overview, the vhosts and a single
+        queue answer from the statistics the queues emit every collect_statistics_interval,
+        as RabbitMQ's management database does: nothing is asked of the queues per request
+        (`leveretctl list_queues` asks them, as rabbitmqctl does)."""
+        return {(r["vhost"], r["name"]): r for r in state["queue_rows"]}
 
     # --- overview and node --------------------------------------------------------------------
     async def overview(self, request):
         user, tags, state, visible = await self._state(request)
-        rows = [r for k, r in (await self._queue_rows()).items() if k[0] in visible]
+        rows = [r for k, r in self._queue_rows(state).items() if k[0] in visible]
         listeners = [{"node": state["node"], "protocol": "amqp", "ip_address": self.config.host,
                       "port": self.config.port}]
         if self.config.tls_port:
@@ -387,7 +394,8 @@ class Management:
                               if api.is_monitor(tags) or c["user"] == user]),
             rows, listeners, self.port, self._cluster_name(state),
             api.vhost_message_stats([s for (v, _), s in _stats(state).items()
-                                     if v in visible], _counts(state), visible),
+                                     if v in visible], _counts(state), visible,
+                                    [d for (v, _), d in _disk(state).items() if v in visible]),
             [d for (v, _), d in _depth(state).items() if v in visible], _counts(state)))
 
     @staticmethod
@@ -402,13 +410,23 @@ class Management:
         _, _, state, _ = await self._state(request)
         return web.json_response({"name": self._cluster_name(state)})
 
+    @staticmethod
+    def _nodes(state) -> list:
+        return [{"name": mbr["name"], "running": mbr["up"], "type": "disc",
+                 "being_drained": False, "mem_alarm": "memory" in state["alarms"],
+                 "disk_free_alarm": "disk" in state["alarms"]} for mbr in state["members"]]
+
     async def nodes(self, request):
         _, _, state, _ = await self._state(request, api.is_monitor)
-        return self._reply(request, [{"name": mbr["name"], "running": mbr["up"], "type": "disc",
-                                      "being_drained": False,
-                                      "mem_alarm": "memory" in state["alarms"],
-                                      "disk_free_alarm": "disk" in state["alarms"]}
-                                     for mbr in state["members"]])
+        return self._reply(request, self._nodes(state))
+
+    async def node(self, request):
+        """GET /api/nodes/{name}: one member, as /api/nodes lists it (404 for another name)."""
+        _, _, state, _ = await self._state(request, api.is_monitor)
+        for row in self._nodes(state):
+            if row["name"] == request.match_info["node"]:
+                return web.json_response(row)
+        raise api.not_found()
 
     async def check_alarms(self, request):
         _, _, state, _ = await self._state(request, api.is_monitor)
@@ -429,7 +447,7 @@ class Management:
 
     async def connections(self, request):
         user, tags, state, visible = await self._state(request)
-        return self._reply(request, [api.connection_json(c) for c in
+        return self._reply(request, [api.connection_json(c, details=False) for c in
                                      self._connections(request, user, tags, state, visible)])
 
     def _find_connection(self, request, user, tags, state, visible) -> dict:
@@ -742,7 +760,7 @@ class Management:
     # --- vhosts, users, permissions -----------------------------------------------------------
     async def vhosts(self, request):
         _, _, state, visible = await self._state(request)
-        sums = await self._vhost_sums(state)
+        sums = self._vhost_sums(state)
         return self._reply(request, [api.vhost_json(v, state["members"], sums(v["name"]))
                                      for v in state["auth"]["vhosts"]
                                      if v["name"] in visible])
@@ -750,14 +768,14 @@ class Management:
     async def vhost(self, request):
         _, _, state, visible = await self._state(request)
         vhost = self._vhost(request, state, visible)
-        sums = await self._vhost_sums(state)
+        sums = self._vhost_sums(state)
         return web.json_response(api.vhost_json(
             next(v for v in state["auth"]["vhosts"] if v["name"] == vhost), state["members"],
             sums(vhost)))
 
-    async def _vhost_sums(self, state):
+    def _vhost_sums(self, state):
         """vhost -> its totals (api.vhost_sums)."""
-        rows = list((await self._queue_rows()).values())
+        rows = list(self._queue_rows(state).values())
         stats, depth = _stats(state), _depth(state)
         conns = state.get("connections", ())
         counts = _counts(state)
@@ -894,7 +912,8 @@ class Management:
         _, _, state, visible = await self._state(request)
         vhost = self._vhost(request, state, visible)
         counts = _counts(state)
-        return self._reply(request, [api.exchange_json(x, state["policies"], counts)
+        return self._reply(request, [api.exchange_json(x, state["policies"], counts,
+                                                       details=False)
                                      for x in state["exchanges"] if x["vhost"] in visible and
                                      (vhost is None or x["vhost"] == vhost)])
 
@@ -1025,7 +1044,7 @@ class Management:
     async def queues(self, request):
         _, _, state, visible = await self._state(request)
         vhost = self._vhost(request, state, visible)
-        rows = await self._queue_rows()
+        rows = self._queue_rows(state)
         stats = _stats(state)
         consumers = _consumers_by_queue(state)
         depth = _depth(state)
@@ -1035,7 +1054,8 @@ class Management:
                            state.get("operator_policies", ()),
                            stats.get((q["vhost"], q["name"])),
                            consumers.get((q["vhost"], q["name"])),
-                           depth.get((q["vhost"], q["name"])), use.get((q["vhost"], q["name"])))
+                           depth.get((q["vhost"], q["name"])), use.get((q["vhost"], q["name"])),
+                           details=False)
             for q in state["queues"] if q["vhost"] in visible and
             (vhost is None or q["vhost"] == vhost)])
 
@@ -1044,7 +1064,7 @@ class Management:
         vhost = self._vhost(request, state, visible)
         name = request.match_info["name"]
         q = _find_queue(state, vhost, name)
-        rows = await self._queue_rows()
+        rows = self._queue_rows(state)  # its last sample, as every list (and RabbitMQ's)
         return web.json_response(api.queue_json(q, rows.get((vhost, name)), state["policies"],
                                                 state.get("operator_policies", ()),
                                                 _stats(state).get((vhost, name)),
@@ -1122,11 +1142,15 @@ class Management:
 
     def _find_binding(self, request, state, visible):
         vhost, source, kind, dest = self._ends(request, state, visible)
-        props = quote(request.match_info["props"], safe="~")  # (the path arrives unquoted)
-        for b in _bindings(state):
-            if b[:4] == [vhost, source, kind, dest] and \
-                    api.properties_key(b[4], b[5]) == props:
-                return b
+        # the path arrives unquoted once: RabbitMQ's UI and rabbitmqadmin quote the properties
+        # key ("ui.%23" sent as "ui.%2523"), which then is the key itself; a client that sent
+        # the key as it is ("ui.%23") is unquoted to the routing key's characters ("ui.#")
+        given = request.match_info["props"]
+        ends = [b for b in _bindings(state) if b[:4] == [vhost, source, kind, dest]]
+        for wanted in (given, quote(given, safe="~")):  # RabbitMQ's form first
+            for b in ends:
+                if api.properties_key(b[4], b[5]) == wanted:
+                    return b
         raise api.not_found()
 
     async def binding(self, request):
@@ -1270,6 +1294,11 @@ def _stats(state) -> dict:
 def _depth(state) -> dict:
     """(vhost, queue) -> the rates of change of its depth (queue_stats.depth_rates)."""
     return {(v, n): d for v, n, d in state.get("queue_depth_rates", ())}
+
+
+def _disk(state) -> dict:
+    """(vhost, queue) -> disk_reads / disk_writes with their rates (queue_stats.disk_stats)."""
+    return {(v, n): d for v, n, d in state.get("queue_disk", ())}
 
 
 def _counts(state) -> dict:

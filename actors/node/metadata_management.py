@@ -1,7 +1,9 @@
 """The metadata actor's side of the management listener (actors/management/): one read of
 everything the HTTP API lists that the node's definitions hold, and the login check of HTTP
-basic auth. Queue counts come from `op_list("queues")`; writes use the operations AMQP
-channels and leveretctl already use (queue.declare, exchange.declare, bind, auth, policy...)."""
+basic auth. Queue counts come from the samples the queues emit every
+collect_statistics_interval (QueueStats), never from asking each queue per request; writes use
+the operations AMQP channels and leveretctl already use (queue.declare, exchange.declare,
+bind, auth, policy...)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import time
 from actors import events
 from actors import messages as m
 from actors.core import channel_stats
-from actors.core.queue_stats import CONFIRMS
+from actors.core.queue_stats import CONFIRMS, GAUGES, STATE, STORAGE
 from actors.core.errors import ChannelError, amqp_text
 from actors.transport import make_address
 
@@ -113,6 +115,28 @@ class ManagementMixin:
                 out.append(row)
         return out
 
+    def _sampled_queue_rows(self) -> list:
+        """Every queue as the management API and Prometheus list it: its definition's node
+        and mirrors, `state` (running once its queue process serves, down while its worker
+        or node restarts it) and, from its last sample (QueueStats), its depth, consumers,
+        where its messages are (message_bytes*, messages_ram...), head message timestamp and
+        disk reads and writes (absent before its first sample
+        and while it is down, as RabbitMQ lists a queue it has no statistics of). Nothing is
+        asked of the queues: the answer costs the same whatever their number."""
+        rows = []
+        for (vhost, name), q in self.queues.items():
+            row = {"vhost": vhost, "name": name, "node": self._member_name(q.get("home")),
+                   "mirrors": [self._member_name(x) for x in q.get("mirrors") or []],
+                   "synchronised_mirrors": [self._member_name(x)
+                                            for x in q.get("synced") or []],
+                   "state": "running" if q.get("address") else "down"}
+            sample = self.queue_stats.last(vhost, name) if q.get("address") else None
+            if sample is not None:
+                row.update((k, sample.get(k, 0)) for k in GAUGES + STORAGE)
+                row.update((k, sample.get(k)) for k in STATE)
+            rows.append(row)
+        return rows
+
     def op_mgmt_counters(self, rpc):
         """This node's statistics for Prometheus (per node, as rabbitmq_prometheus: a
         dashboard sums over the nodes): its connection workers' process totals (live and dead
@@ -158,12 +182,15 @@ class ManagementMixin:
         now = int(time.time() * 1000)
         stats = [[v, n, self.queue_stats.message_stats(v, n, now)] for (v, n) in self.queues]
         depth = [[v, n, self.queue_stats.depth_rates(v, n, now)] for (v, n) in self.queues]
+        disk = [[v, n, self.queue_stats.disk_stats(v, n, now)] for (v, n) in self.queues]
         use = [[v, n, dict(self.queue_stats.consumer_use(v, n, now),
                            idle_since=self.queue_stats.idle_since(v, n, now))]
                for (v, n) in self.queues]
         return {"auth": self.auth.to_state(), "exchanges": exchanges,
                 "queue_stats": [s for s in stats if s[2]],
                 "queue_depth_rates": [d for d in depth if d[2]],
+                "queue_disk": [d for d in disk if d[2]],
+                "queue_rows": self._sampled_queue_rows(),
                 "queue_use": use,
                 "counts": self._cluster_counts(now),
                 "connections": self._connections_with_rates(now),

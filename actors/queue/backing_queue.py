@@ -55,6 +55,7 @@ from actors.messages import (DeleteIndex, DropPaged, Forget, PageIn, Paged, Page
                              Persisted, PurgeAfter, RecordDelivery, Recover, Recovered, Refused,
                              Stored)
 from actors.core import quorum
+from actors.core.queue_stats import DiskCounts
 from actors.runtime import LightActor
 from actors.queue.storage import Storage, queue_id
 from protocol.properties import BasicProperties
@@ -98,9 +99,13 @@ def lane_queue_ids(vhost: str, name: str, arguments) -> list:
 class BackingQueue(LightActor):
     scheduler_name = "store"  # an fsync stalls the other backing queues, never a queue
 
-    def __init__(self, queue_ref, qdef: dict, config, timers=None, mirror: bool = False):
+    def __init__(self, queue_ref, qdef: dict, config, timers=None, mirror: bool = False,
+                 counts: DiskCounts | None = None):
         super().__init__()
         self.queue_ref = queue_ref  # the Queue actor this serves
+        # messages written to and read back from storage (the management API's disk_writes
+        # and disk_reads); the Queue reads them when it samples
+        self.counts = counts if counts is not None else DiskCounts()
         self.durable = qdef["durable"]  # only durable queues persist anything
         self.vhost, self.qname = qdef["vhost"], qdef["name"]  # identity (events)
         self.config = config  # node configuration (storage settings)
@@ -404,6 +409,7 @@ class BackingQueue(LightActor):
         self.pending = {}
         nbytes, self.pending_bytes = self.pending_bytes, 0
         if ok:
+            self.counts.writes += len(written)
             if self.delivered_pending:
                 self.delivered.update((self._p(m), m.seq_id) for m in written
                                       if m.seq_id in self.delivered_pending)
@@ -638,6 +644,7 @@ class BackingQueue(LightActor):
                 out.append((e, bytes(body), persistent))
         if stale:
             self._forget_entries(stale, priority)
+        self.counts.reads += len(out)
         return Paged(out, len(stale), sum(e.body_size for e in stale), priority)
 
     def _forget_entries(self, entries, priority: int, log_acks: bool = False) -> None:

@@ -22,7 +22,7 @@ from actors.messages import (ChannelsDown, MirrorsDown, Paged, Persisted, Policy
 from actors.queue.backing_queue import BackingQueue
 from actors.core import policies, quorum
 from actors.core.errors import AMQPError, ChannelError
-from actors.core.queue_stats import QueueCounters
+from actors.core.queue_stats import DiskCounts, QueueCounters
 from actors.core.queue import WAIT, QueueCore
 from actors.queue.dead_lettering import dead_letter_publish
 from actors.queue.mirror import Masters
@@ -153,8 +153,9 @@ class Queue(LightActor):
                               durable=self.durable,
                               page_bytes=host.config.queue_page_bytes,
                               page_size=host.config.queue_page_size, events=events)
-        self.bq = BackingQueue.start(self.actor_ref, qdef, host.config,
-                                     host.timers)  # storage half
+        self.disk = DiskCounts()  # messages its backing queue wrote and read back
+        self.bq = BackingQueue.start(self.actor_ref, qdef, host.config, host.timers,
+                                     counts=self.disk)  # storage half
         self.run_pending = False  # a Run message is queued
         self.held = 0  # messages handled since the last delivery run
         self.pending_gets: list = []  # basic.get waiting for a page of paged-out messages
@@ -171,6 +172,8 @@ class Queue(LightActor):
         self.mirrors = Masters(self.transport.send, self.address, self._mirror_synced, needed,
                                self._heir)
         self.counters = QueueCounters()  # the management API's message counts
+        self.last_sample: m.QueueStats | None = None  # the last sample sent
+        self.sampled_to: set = set()  # the metadata actors it went to (the nodes up then)
         self.stats_interval = host.config.collect_statistics_interval
         # wall-clock ms minus now_ms(): the consumer use state goes out in wall-clock time
         self.clock_offset = int(time.time() * 1000) - now_ms()
@@ -268,13 +271,30 @@ class Queue(LightActor):
 
     def _emit_stats(self) -> None:
         """A sample to every node's metadata actor when the counts changed (every
-        collect_statistics_interval)."""
-        sample = self.counters.sample(self.core.stats(),
-                                      self.core.use.state(self.clock_offset))
+        collect_statistics_interval); the last one, as it was, to a node that came up since
+        (its API lists every queue of the cluster from the samples it holds: an idle queue
+        would otherwise stay without figures there until it changed)."""
+        sample = self.counters.sample(self._stats(), self.core.use.state(self.clock_offset))
+        addresses = self._metadata_addresses()
         if sample is not None:
-            stats = m.QueueStats(self.vhost, self.qname, int(time.time() * 1000), sample)
-            for addr in self._metadata_addresses():
-                self.transport.send(addr, stats)
+            self.last_sample = m.QueueStats(self.vhost, self.qname, int(time.time() * 1000),
+                                            sample)
+            targets = addresses
+        else:
+            targets = [a for a in addresses if a not in self.sampled_to]
+        self.sampled_to = set(addresses)
+        if self.last_sample is not None:
+            for addr in targets:
+                self.transport.send(addr, self.last_sample)
+
+    def _stats(self) -> dict:
+        """The queue's depth and consumers (QueueCore.stats), where its messages are
+        (storage_stats), its head message's timestamp and what its backing queue wrote and
+        read back (rabbit_backing_queue's info items
+        head_message_timestamp, disk_writes, disk_reads): its samples, and list_queues'."""
+        return dict(self.core.stats(), **self.core.storage_stats(),
+                    head_message_timestamp=self.core.head_message_timestamp(),
+                    disk_reads=self.disk.reads, disk_writes=self.disk.writes)
 
     def _metadata_addresses(self) -> list:
         with self.replica.lock:
@@ -483,7 +503,7 @@ class Queue(LightActor):
             self.core.last_used = now
             out.reply(msg.reply_to, msg.req_id, True, [self.qname, count, consumers])
         elif msg.op == "stats":
-            out.reply(msg.reply_to, msg.req_id, True, self.core.stats())
+            out.reply(msg.reply_to, msg.req_id, True, self._stats())
         elif msg.op == "purge":
             out.reply(msg.reply_to, msg.req_id, True, self.core.purge())
         elif msg.op == "delete":

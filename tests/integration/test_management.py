@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -25,8 +27,8 @@ RABBITMQADMIN = shutil.which("rabbitmqadmin")
 
 
 class Api:
-    def __init__(self, port: int):
-        self.base = f"http://127.0.0.1:{port}"
+    def __init__(self, port: int, host: str = "127.0.0.1"):
+        self.base = f"http://{host}:{port}"
 
     def __call__(self, method: str, path: str, body=None, user="guest", password="guest"):
         """(status, decoded JSON or None)"""
@@ -113,8 +115,10 @@ def test_queue_put_get_delete_as_amqp_sees_it(node, http):
             ch.basic_publish("", "mq1", b"m%d" % i)
         ok = ch.queue_declare("mq1", durable=True, passive=True)
         assert ok.method.message_count == 3
-    status, q = http("GET", "/api/queues/%2F/mq1")
-    assert status == 200
+    # (a queue's figures are those of its last sample, as RabbitMQ's: up to an interval old)
+    q = wait_for("the queue's sample with 3 messages",
+                 lambda: (r := http("GET", "/api/queues/%2F/mq1"))[0] == 200 and
+                 r[1].get("messages") == 3 and r[1])
     assert (q["name"], q["vhost"], q["durable"], q["messages"], q["messages_ready"],
             q["arguments"], q["state"], q["type"]) == ("mq1", "/", True, 3, 3,
                                                        {"x-max-length": 10}, "running",
@@ -152,6 +156,35 @@ def test_exchange_and_binding_through_the_api_route_amqp_publishes(node, http):
     assert http("GET", "/api/exchanges/%2F/amq.default")[1]["name"] == ""
     assert http("DELETE", "/api/exchanges/%2F/mx")[0] == 204
     assert http("GET", "/api/exchanges/%2F/mx")[0] == 404
+
+
+def test_a_binding_by_its_properties_key_as_rabbitmq_s_clients_send_it(node, http):
+    """GET and DELETE of a binding by its properties_key as RabbitMQ's UI and rabbitmqadmin
+    send it: the key percent-quoted once more ("a.%23" as "a.%2523"), which the server
+    unquotes once (rabbit_mgmt_wm_binding); the key sent as it is still works."""
+    assert http("PUT", "/api/queues/%2F/pkq", {"durable": False})[0] == 201
+    for rk in ("a.#", "b c"):
+        assert http("POST", "/api/bindings/%2F/e/amq.topic/q/pkq", {"routing_key": rk})[0] == 201
+    keys = {b["routing_key"]: b["properties_key"]
+            for b in http("GET", "/api/bindings/%2F/e/amq.topic/q/pkq")[1]}
+    assert keys == {"a.#": "a.%23", "b c": "b%20c"}
+    quoted = urllib.parse.quote(keys["a.#"], safe="")
+    assert http("GET", f"/api/bindings/%2F/e/amq.topic/q/pkq/{quoted}")[1]["routing_key"] == \
+        "a.#"
+    assert http("DELETE", f"/api/bindings/%2F/e/amq.topic/q/pkq/{quoted}")[0] == 204
+    assert http("DELETE", "/api/bindings/%2F/e/amq.topic/q/pkq/b%20c")[0] == 204  # as it is
+    assert http("GET", "/api/bindings/%2F/e/amq.topic/q/pkq")[1] == []
+    if RABBITMQADMIN is not None:
+        base = [RABBITMQADMIN, "-H", "127.0.0.1", "-P", str(node.http_port), "-u", "guest",
+                "-p", "guest"]
+        for args in (["declare", "binding", "source=amq.topic", "destination=pkq",
+                      "routing_key=x.#"],
+                     ["delete", "binding", "source=amq.topic", "destination_type=queue",
+                      "destination=pkq", "properties_key=x.%23"]):
+            res = subprocess.run(base + args, capture_output=True, text=True, timeout=60)
+            assert res.returncode == 0, res.stdout + res.stderr
+        assert http("GET", "/api/bindings/%2F/e/amq.topic/q/pkq")[1] == []
+    assert http("DELETE", "/api/queues/%2F/pkq")[0] == 204
 
 
 def test_a_management_user_sees_only_its_vhosts_and_cannot_administer(node, http):
@@ -220,6 +253,127 @@ def test_message_stats_come_from_the_queues_samples(node, http):
         "GET", "/api/queues/%2F/statq")[1]["message_stats"]["publish_details"] == {"rate": 0.0})
 
 
+def test_lists_answer_from_the_samples_while_no_queue_could_answer(node, http):
+    """Issue 14 item 1: the queue figures of every list come from what the queues emit every
+    collect_statistics_interval, never from asking each queue per request. With every queue
+    worker stopped (SIGSTOP: no queue can answer anything), the queue lists, a single queue,
+    the overview, a vhost and a Prometheus scrape still answer with each queue's depth from
+    its last sample and the queues running (a list that asked each queue would wait out
+    list_queues' time-out and list them without counts)."""
+    want = {f"frozen-{i}": i % 3 + 1 for i in range(40)}
+    with node.connection() as c:
+        ch = c.channel()
+        ch.confirm_delivery()
+        for name, n in want.items():
+            ch.queue_declare(name)
+            for _ in range(n):
+                ch.basic_publish("", name, b"x")
+    wait_for("every queue's sample", lambda: {
+        q["name"]: q.get("messages") for q in http("GET", "/api/queues/%2F")[1]
+        if q["name"] in want} == want)
+    pids = node.queue_worker_pids()
+    assert pids
+    for pid in pids.values():
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        listed = {q["name"]: q for q in http("GET", "/api/queues")[1]}
+        assert {n: listed[n]["messages"] for n in want} == want
+        assert {listed[n]["state"] for n in want} == {"running"}
+        paged = http("GET", "/api/queues/%2F?page=1&page_size=100&name=frozen-")[1]
+        assert paged["filtered_count"] == len(want)
+        assert http("GET", "/api/queues/%2F/frozen-2")[1]["messages"] == 3
+        total = sum(want.values())
+        assert http("GET", "/api/overview")[1]["queue_totals"]["messages"] >= total
+        assert http("GET", "/api/vhosts/%2F")[1]["messages"] >= total
+        per = scrape(node, "/metrics/per-object")
+        assert per[("rabbitmq_queue_messages", (("queue", "frozen-2"), ("vhost", "/")))] == 3
+    finally:
+        for pid in pids.values():
+            os.kill(pid, signal.SIGCONT)
+    for name in want:
+        assert http("DELETE", f"/api/queues/%2F/{name}")[0] == 204
+
+
+def test_head_message_timestamp_and_disk_reads_and_writes(tmp_path):
+    """Issue 14: a queue's head_message_timestamp (the timestamp property of its head
+    message, null when it has none) and the messages its storage wrote and read back
+    (disk_writes / disk_reads, rabbit_variable_queue's counts): in the queue's JSON (the
+    timestamp), the overview's message_stats (both counts with their rates, as RabbitMQ
+    3.10's; a queue's JSON has neither, as 3.10's), Prometheus' per-object
+    rabbitmq_queue_disk_{reads,writes}_total and rabbitmq_queue_head_message_timestamp, and
+    `leveretctl list_queues`. A queue that pages (queue_page_bytes) writes what passes the
+    mark to its index and reads it back as consumers take it."""
+    port, metrics_port = free_port(), free_port()
+    (tmp_path / "leveret.toml").write_text(f"collect_statistics_interval = {STATS_MS}\n"
+                                           "queue_page_bytes = 8192\nqueue_page_size = 4\n")
+    broker = Broker.start_leveret(tmp_path, "--management-port", str(port), "--config",
+                                  str(tmp_path / "leveret.toml"), "--prometheus-port",
+                                  str(metrics_port))
+    broker.http_port, broker.metrics_port = port, metrics_port
+    http = Api(port)
+    labels = (("queue", "diskq"), ("vhost", "/"))
+    try:
+        with broker.connection() as c:
+            ch = c.channel()
+            ch.confirm_delivery()
+            ch.queue_declare("diskq")
+            q = wait_for("diskq's first sample", lambda: (
+                r := http("GET", "/api/queues/%2F/diskq")[1]) and "messages" in r and r)
+            assert q["head_message_timestamp"] is None  # empty: null, as RabbitMQ 3.10's
+            for i in range(60):  # 60 KB of bodies: past the 8 KB mark they go to the index
+                ch.basic_publish("", "diskq", b"x" * 1024, pika.BasicProperties(
+                    timestamp=1700000000 + i))
+            q = wait_for("the sample after 60 publishes", lambda: (
+                r := http("GET", "/api/queues/%2F/diskq")[1]).get("messages") == 60 and r)
+            assert q["head_message_timestamp"] == 1700000000  # the head's, an int (seconds)
+            assert "disk_writes" not in q and "disk_reads" not in q
+            # where the messages are: the first 8 KB in memory, the rest in the index only
+            written = q["messages_paged_out"]
+            assert 0 < written < 60
+            assert (q["message_bytes"], q["message_bytes_ready"],
+                    q["message_bytes_unacknowledged"]) == (60 * 1024, 60 * 1024, 0)
+            assert (q["messages_ram"], q["messages_ready_ram"], q["message_bytes_ram"],
+                    q["message_bytes_paged_out"]) == (60 - written, 60 - written,
+                                                      (60 - written) * 1024, written * 1024)
+            # each paged message written once (at the backing queue's next sync)
+            ms = wait_for("the overview's disk_writes", lambda: (
+                o := http("GET", "/api/overview")[1]["message_stats"]).get(
+                    "disk_writes") == written and o)
+            assert isinstance(ms["disk_writes_details"]["rate"], float)
+            assert isinstance(ms["disk_reads"], int)
+            per = scrape(broker, "/metrics/per-object")
+            assert per[("rabbitmq_queue_disk_writes_total", labels)] == written
+            assert per[("rabbitmq_queue_messages_paged_out", labels)] == written
+            assert per[("rabbitmq_queue_messages_bytes", labels)] == 60 * 1024
+            assert per[("rabbitmq_queue_head_message_timestamp", labels)] == 1700000000
+            detailed = scrape(broker, "/metrics/detailed?family=queue_metrics")
+            assert detailed[("rabbitmq_queue_disk_reads_total", labels)] == 0
+            table = broker.ctl("list_queues", "name", "head_message_timestamp", "disk_reads",
+                               "disk_writes").stdout.splitlines()
+            assert f"diskq\t1700000000\t0\t{written}" in table
+            assert json.loads(broker.ctl("list_queues", "name", "messages_paged_out",
+                                         "--formatter", "json").stdout) == [
+                {"name": "diskq", "messages_paged_out": written}]
+            # a consumer takes everything: what was paged out is read back, once each
+            got = []
+            ch.basic_consume("diskq", lambda c_, m, p, b: got.append(b), auto_ack=True)
+            while len(got) < 60:
+                c.process_data_events(time_limit=0.1)
+        per = wait_for("every written message read back", lambda: (
+            p := scrape(broker, "/metrics/per-object")).get(
+                ("rabbitmq_queue_disk_reads_total", labels)) == written and p)
+        assert per[("rabbitmq_queue_disk_writes_total", labels)] == written
+        assert ("rabbitmq_queue_head_message_timestamp", labels) not in per  # empty: none
+        q = wait_for("the emptied queue's sample", lambda: (
+            r := http("GET", "/api/queues/%2F/diskq")[1]).get("messages") == 0 and r)
+        assert q["head_message_timestamp"] is None
+        assert http("GET", "/api/overview")[1]["message_stats"]["disk_reads"] == written
+        table = broker.ctl("list_queues", "name", "head_message_timestamp").stdout
+        assert "diskq\t\n" in table + "\n"  # no head: empty, as rabbitmqctl's ''
+    finally:
+        broker.stop()
+
+
 def test_connections_channels_and_consumers_and_closing_one(node, http):
     assert http("PUT", "/api/queues/%2F/connq", {"durable": False})[0] == 201
     c = node.connection(client_properties={"connection_name": "mgmt-test"})
@@ -278,8 +432,9 @@ def test_rabbitmqadmin_lists_declares_and_deletes(node):
     admin("publish", "routing_key=adminq", "payload=by rabbitmqadmin")
     got = json.loads(admin("get", "queue=adminq", "count=2"))
     assert [m["payload"] for m in got] == ["via admin's binding", "by rabbitmqadmin"]
-    queues = {q["name"]: q for q in json.loads(admin("list", "queues"))}
-    assert queues["adminq"]["messages"] == 2  # get requeues
+    # get requeues (the list shows the queue's last sample: wait for the one after the get)
+    wait_for("adminq's sample with 2 messages", lambda: {
+        q["name"]: q for q in json.loads(admin("list", "queues"))}["adminq"].get("messages") == 2)
     assert any(b["source"] == "adminx" for b in json.loads(admin("list", "bindings")))
     admin("delete", "queue", "name=adminq")
     admin("delete", "exchange", "name=adminx")
@@ -304,9 +459,10 @@ def test_prometheus_metrics_with_rabbitmq_prometheus_names(node, http):
             ch.basic_publish("", "promq", b"x")
         method, _, _ = ch.basic_get("promq")  # one unacked while we scrape
         labels = (("queue", "promq"), ("vhost", "/"))
-        per = wait_for("the queue's published total in a scrape", lambda: (
+        per = wait_for("the queue's sample after the publishes and the get", lambda: (
             p := scrape(node, "/metrics/per-object")).get(
-                ("rabbitmq_queue_messages_published_total", labels)) == 4 and p)
+                ("rabbitmq_queue_messages_published_total", labels)) == 4 and p.get(
+                    ("rabbitmq_queue_messages_unacked", labels)) == 1 and p)
         assert per[("rabbitmq_queue_messages_ready", labels)] == 3
         assert per[("rabbitmq_queue_messages_unacked", labels)] == 1
         assert per[("rabbitmq_queue_messages_published_total", labels)] == 4
@@ -385,9 +541,11 @@ def test_publish_get_purge_and_aliveness_through_the_api(node, http):
                                                       "ackmode": "ack_requeue_false",
                                                       "encoding": "auto"})[1]
     assert again[0]["payload"] == "hello" and again[0]["redelivered"] is True
-    assert http("GET", "/api/queues/%2F/pubq")[1]["messages"] == 1
+    wait_for("pubq's sample with 1 message",
+             lambda: http("GET", "/api/queues/%2F/pubq")[1].get("messages") == 1)
     assert http("DELETE", "/api/queues/%2F/pubq/contents")[0] == 204
-    assert http("GET", "/api/queues/%2F/pubq")[1]["messages"] == 0
+    wait_for("pubq's sample once purged",
+             lambda: http("GET", "/api/queues/%2F/pubq")[1].get("messages") == 0)
     assert http("POST", "/api/queues/%2F/missing/get", {"count": 1, "ackmode":
                                                         "ack_requeue_true"})[0] == 404
     assert http("POST", "/api/exchanges/%2F/no-such-x/publish", {
@@ -440,6 +598,34 @@ def test_with_amqps_configured_both_listeners_speak_https_only(tmp_path):
             assert b"rabbitmq_queues" in r.read()
         with pytest.raises((urllib.error.URLError, ConnectionError)):
             urllib.request.urlopen(f"http://127.0.0.1:{http_port}/api/whoami", timeout=20)
+    finally:
+        broker.stop()
+
+
+def test_management_and_prometheus_hosts_and_port_0(tmp_path):
+    """Issue 14 item 6: `management_host` / `prometheus_host` bind each listener apart from
+    the AMQP listener's host (loopback addresses here), and `--prometheus-port 0` serves no
+    metrics at all: the protocol-listener health check then says there is none. Also
+    GET /api/nodes/{name}."""
+    port = free_port()
+    (tmp_path / "hosts.toml").write_text('management_host = "127.0.0.2"\n')
+    broker = Broker.start_leveret(tmp_path, "--management-port", str(port), "--config",
+                                  str(tmp_path / "hosts.toml"), "--prometheus-port", "0")
+    try:
+        api = Api(port, "127.0.0.2")
+        assert api("GET", "/api/whoami") == (200, {"name": "guest", "tags": ["administrator"]})
+        with pytest.raises(urllib.error.URLError):
+            Api(port)("GET", "/api/whoami")  # not on the AMQP listener's 127.0.0.1
+        ports = {(x["protocol"], x["ip_address"]) for x in
+                 api("GET", "/api/overview")[1]["listeners"]}
+        assert ("http", "127.0.0.2") in ports and ("amqp", "127.0.0.1") in ports
+        status, body = api("GET", "/api/health/checks/protocol-listener/http%2Fprometheus")
+        assert status == 503 and body["status"] == "failed"
+        assert api("GET", "/api/health/checks/protocol-listener/http")[0] == 200
+        node = api("GET", "/api/nodes")[1][0]
+        assert api("GET", "/api/nodes/" + urllib.parse.quote(node["name"], safe="")) == (
+            200, node)
+        assert api("GET", "/api/nodes/rabbit%40nowhere")[0] == 404
     finally:
         broker.stop()
 

@@ -299,8 +299,40 @@ def test_overview_churn_and_exchange_rates_and_queue_utilisation(node, browser):
         go(browser, node, "#/exchanges")
         text_in(browser, "#exchanges-table", "Message rate in")
         go(browser, node, "#/queues/%2F/ui-use-q")
-        # (the page refreshes itself every 5 s; the queue's sample comes within 1 s)
+        # (the page refreshes its counts every 5 s; the queue sends a sample every 1 s)
         wait(browser, lambda b: b.find_element(By.ID, "queue-utilisation").text.endswith("%"),
              timeout=30)
         shot(browser, node, "queue-utilisation")
         ch.queue_delete("ui-use-q")
+
+
+def test_bind_unbind_purge_and_delete_from_a_queue_s_page(node, browser):
+    """Issue 14 item 2: a queue's page binds the queue to an exchange and unbinds it, purges
+    it and deletes it; its counts are its last sample's, refreshed in place while the page is
+    open (messages published after it opened show without a reload)."""
+    logged_in(browser, node)
+    _api(node, "PUT", "/queues/%2F/ui-ops-q", {"durable": False})
+    go(browser, node, "#/queues/%2F/ui-ops-q")
+    visible(browser, "#bind")
+    fill(browser, "bind", source="amq.topic", routing_key="ui.#")
+    text_in(browser, "#queue-bindings", "ui.#")
+    assert [b["routing_key"] for b in _api(node, "GET", "/bindings/%2F/e/amq.topic/q/ui-ops-q")] \
+        == ["ui.#"]
+    with node.connection() as c:
+        ch = c.channel()
+        ch.confirm_delivery()
+        for _ in range(3):
+            ch.basic_publish("amq.topic", "ui.x", b"via the binding")
+    text_in(browser, "#queue-ready", "3", timeout=30)  # (the page was not reloaded)
+    browser.find_element(By.ID, "purge-queue").click()
+    text_in(browser, "#toast", "Queue purged")
+    text_in(browser, "#queue-ready", "0", timeout=30)
+    row = [r for r in browser.find_elements(By.CSS_SELECTOR, "#queue-bindings tbody tr")
+           if "ui.#" in r.text][0]
+    row.find_element(By.TAG_NAME, "button").click()  # unbind
+    wait(browser, lambda b: "ui.#" not in b.find_element(By.ID, "queue-bindings").text)
+    assert _api(node, "GET", "/bindings/%2F/e/amq.topic/q/ui-ops-q") == []
+    shot(browser, node, "queue-ops")
+    browser.find_element(By.ID, "delete-queue").click()
+    wait(browser, lambda b: b.current_url.endswith("#/queues"))
+    assert "ui-ops-q" not in {q["name"] for q in _api(node, "GET", "/queues")}

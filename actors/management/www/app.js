@@ -396,19 +396,32 @@ async function exchangePage(page, arg) {
     }, { id: "delete-exchange" }) : null);
 }
 
+// a queue's counts: the figures of its last statistics sample (up to an interval old),
+// refreshed in place every REFRESH_MS while its page is open (the page's forms stay as they are)
+function queueTotals(q) {
+  return h("div", { class: "totals", id: "queue-totals" },
+    h("div", {}, h("b", { id: "queue-ready" }, q.messages_ready ?? "?"), "Ready"),
+    h("div", {}, h("b", {}, q.messages_unacknowledged ?? "?"), "Unacked"),
+    h("div", {}, h("b", {}, q.consumers ?? "?"), "Consumers"),
+    h("div", {}, h("b", {}, q.state), "State"),
+    h("div", {}, h("b", { id: "queue-utilisation" }, q.consumer_utilisation == null ? "-"
+      : `${Math.round(q.consumer_utilisation * 100)}%`), "Consumer utilisation"));
+}
+
+async function refreshQueueTotals() {
+  const [, , vhost, name] = location.hash.split("/");
+  const q = await api("GET", `/queues/${vhost}/${name}`);
+  const totals = document.getElementById("queue-totals");
+  if (totals && location.hash.split("/")[3] === name) { totals.replaceWith(queueTotals(q)); }
+}
+
 async function queuePage(page, arg) {
   const [vhost, name] = arg.split("/").map(decodeURIComponent);
   const q = await api("GET", `/queues/${enc(vhost)}/${enc(name)}`);
   const bindings = await api("GET", `/queues/${enc(vhost)}/${enc(name)}/bindings`);
   const got = h("div", { id: "got-messages" });
   page.append(h("h2", {}, `Queue ${q.name}`),
-    h("div", { class: "totals" },
-      h("div", {}, h("b", { id: "queue-ready" }, q.messages_ready ?? "?"), "Ready"),
-      h("div", {}, h("b", {}, q.messages_unacknowledged ?? "?"), "Unacked"),
-      h("div", {}, h("b", {}, q.consumers ?? "?"), "Consumers"),
-      h("div", {}, h("b", {}, q.state), "State"),
-      h("div", {}, h("b", { id: "queue-utilisation" }, q.consumer_utilisation == null ? "-"
-        : `${Math.round(q.consumer_utilisation * 100)}%`), "Consumer utilisation")),
+    queueTotals(q),
     h("p", {}, `Virtual host ${q.vhost}, ${q.durable ? "durable" : "transient"}, node `
                + `${q.node}, policy ${q.policy || "none"}, arguments `
                + JSON.stringify(q.arguments)),
@@ -542,7 +555,10 @@ async function start() {
     const page = document.getElementById("page").dataset.page;
     if (["overview", "connections", "channels"].includes(page)
         || (page === "queues" && !location.hash.split("/")[2])) { render(); }
-    else { showAlarms(); }
+    else {
+      showAlarms();
+      if (page === "queues") { refreshQueueTotals().catch(() => {}); }  // (next time)
+    }
   }, REFRESH_MS);
 }
 

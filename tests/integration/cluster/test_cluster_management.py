@@ -49,6 +49,15 @@ def test_any_node_answers_for_the_whole_cluster(managed):
                                       if x["client_properties"].get("connection_name") ==
                                       "on-node2"], 30, "node3's API to list a connection of node2")
         assert conns[0]["node"] == "leveret@node2"
+    # node1 restarts: the queue (idle since: it has nothing new to sample) sends it its last
+    # sample once node1 is up again, so node1's API lists it with its counts again
+    managed.kill9(0)
+    managed.wait(lambda: not managed.status(1).get("leveret@node1", (True,))[0], 30,
+                 "node2 to see node1 down")
+    managed.start(0)
+    managed.wait(lambda: (r := apis[0]("GET", "/api/queues/%2F")[1]) and isinstance(r, list)
+                 and [q for q in r if q["name"] == "homed-on-2" and q.get("messages") == 3],
+                 60, "the restarted node1's API to list node2's idle queue with its counts")
     names = {n["name"]: n["running"] for n in apis[0]("GET", "/api/nodes")[1]}
     assert names == {"leveret@node1": True, "leveret@node2": True, "leveret@node3": True}
     assert apis[0]("GET", "/api/health/checks/node-is-quorum-critical")[0] == 200

@@ -987,3 +987,60 @@ def test_delivery_limit_none_by_default_and_set_by_policy__S6():
     q.set_delivery_limit(2)
     q.settle(CH1, REQUEUE, [1], 0)  # its 6th return, past the policy's limit
     assert not q.unacked and q.ready_count == 0
+
+
+# --- head_message_timestamp (the management API's, rabbit_variable_queue's) -----------------
+def test_head_message_timestamp_is_the_smallest_of_the_heads_and_the_oldest_unacked():
+    from protocol.properties import BasicProperties
+
+    def item(priority, ts=None):
+        props = BasicProperties(timestamp=ts).encode() if ts is not None else b"\x00\x00"
+        return [0, "x", "rk", props, False, priority, -1]
+
+    q, out = mk({"x-max-priority": 2})
+    assert q.head_message_timestamp() is None  # empty: null
+    q.publish(PUB, [item(0)], [b"plain"], 0)
+    assert q.head_message_timestamp() is None  # a head without the property: null
+    q.publish(PUB, [item(0, 2000), item(2, 1000)], [b"later", b"urgent"], 0)
+    assert q.head_message_timestamp() == 1000  # the priority-2 head; priority 0's has none
+    consume(q, prefetch=1)
+    assert bodies(out) == [b"urgent"]
+    assert q.head_message_timestamp() == 1000  # now the oldest unacked delivery
+    q.settle(CH1, ACK, ids_of(out), 0)
+    q.run(0)
+    assert bodies(out) == [b"urgent", b"plain"]  # unacked now: no timestamp; ready: 2000
+    assert q.head_message_timestamp() == 2000
+    assert q.head_message_timestamp() == 2000  # (the heads' properties decoded once: cached)
+
+
+def test_storage_stats_count_bytes_ready_unacked_in_memory_and_paged_out():
+    q, out = mk(page_bytes=10, page_size=2)
+    pub(q, b"aaaa", b"bbbb", b"cccc", b"dddd")  # past 10 bytes in memory: to the index only
+    s = q.storage_stats()
+    assert s["message_bytes"] == s["message_bytes_ready"] == 16
+    assert s["messages_paged_out"] + s["messages_ram"] == 4 and s["messages_paged_out"] >= 1
+    assert s["message_bytes_paged_out"] == 4 * s["messages_paged_out"]
+    assert s["message_bytes_ram"] == 4 * s["messages_ram"]
+    q2, out2 = mk()
+
+    def unacked_bytes_match():
+        got = q2.storage_stats()
+        assert got["message_bytes_unacknowledged"] == sum(
+            len(e[0].body) for e in q2.unacked.values())
+        assert got["messages_unacknowledged_ram"] == len(q2.unacked)
+        assert got["message_bytes"] == 6  # nothing left the queue
+        return got
+
+    pub(q2, b"aaaa", b"bb")
+    consume(q2, prefetch=1)
+    assert unacked_bytes_match()["message_bytes_unacknowledged"] == 4
+    q2.settle(CH1, REQUEUE, ids_of(out2), 0)  # back in the queue (and maybe out again)
+    unacked_bytes_match()
+    q2.channel_down(CH1, 0)  # the channel's unacked go back
+    assert unacked_bytes_match()["message_bytes_unacknowledged"] == 0
+    consume(q2, ch=CH2, prefetch=5)
+    assert unacked_bytes_match()["message_bytes_unacknowledged"] == 6
+    q2.settle(CH2, ACK, ids_of(out2, CH2), 0)
+    s = q2.storage_stats()
+    assert (s["message_bytes"], s["message_bytes_unacknowledged"], s["messages_ram"]) == (
+        0, 0, 0)

@@ -233,3 +233,100 @@ def test_a_sample_adds_the_live_channels_into_a_copy_of_the_retired_counts():
         assert total["latency_counts"][0] == 2 and total["channels_closed"] == 1
     assert retired["vhosts"]["/"]["exchanges"]["x"] == {"publish_in": 1, "publish_out": 1}
     assert retired["latency_counts"][0] == 1
+
+
+# --- the queue lists come from the samples (issue 14 item 1) ------------------------------------
+from actors.node.metadata_management import ManagementMixin  # noqa: E402
+
+
+class _Metadata(ManagementMixin):
+    """The metadata actor's state the management rows read, with a transport that records
+    every message sent (a list that asked each queue would send one per queue)."""
+
+    def __init__(self, queues: dict):
+        self.queues = queues
+        self.queue_stats = StatsTable(5000)
+        self.sent: list = []
+        self.transport = type("T", (), {"send": lambda _, *a: self.sent.append(a)})()
+
+    @staticmethod
+    def _member_name(member):
+        return member or "leveret@here"
+
+
+def test_2000_queues_are_listed_from_their_samples_without_asking_one():
+    queues = {("/", f"q{i}"): {"vhost": "/", "name": f"q{i}", "address": f"ipc://w#q{i}",
+                               "home": None, "mirrors": [], "synced": []}
+              for i in range(2000)}
+    queues[("/", "q7")]["address"] = None  # its worker restarts it: down
+    node = _Metadata(queues)
+    for i in range(1999):  # (q1999 has not sampled yet)
+        node.queue_stats.put("/", f"q{i}", 1000, {
+            "messages": i, "messages_ready": i, "messages_unacknowledged": 0, "consumers": 1,
+            "head_message_timestamp": 1700000000 if i == 3 else None, "disk_reads": 2,
+            "disk_writes": i})
+    rows = {r["name"]: r for r in node._sampled_queue_rows()}
+    assert node.sent == []  # nothing asked of any queue
+    assert len(rows) == 2000
+    assert (rows["q3"]["messages"], rows["q3"]["head_message_timestamp"],
+            rows["q3"]["disk_writes"], rows["q3"]["state"]) == (3, 1700000000, 3, "running")
+    assert rows["q4"]["head_message_timestamp"] is None and rows["q4"]["node"] == "leveret@here"
+    assert rows["q7"]["state"] == "down" and "messages" not in rows["q7"]
+    assert rows["q1999"]["state"] == "running" and "messages" not in rows["q1999"]
+    # the API's queue: the sample's figures; a queue not sampled yet shows none
+    q = api.queue_json(dict(queues[("/", "q3")], durable=True, auto_delete=False,
+                            exclusive="", arguments={}), rows["q3"], [])
+    assert (q["messages"], q["head_message_timestamp"], q["state"]) == (3, 1700000000,
+                                                                        "running")
+    assert "disk_reads" not in q  # RabbitMQ 3.10's queue JSON has none (format_queue_stats)
+    fresh = api.queue_json(dict(queues[("/", "q1999")], durable=True, auto_delete=False,
+                                exclusive="", arguments={}), rows["q1999"], [])
+    assert "messages" not in fresh and "head_message_timestamp" not in fresh
+
+
+def test_disk_reads_and_writes_with_rates_in_the_overview_only():
+    t = StatsTable(1000)
+    t.put("/", "a", 1000, {"disk_reads": 0, "disk_writes": 10})
+    t.put("/", "a", 3000, {"disk_reads": 4, "disk_writes": 30})
+    t.put("/", "b", 3000, {"disk_reads": 1, "disk_writes": None})
+    a, b = t.disk_stats("/", "a", 3100), t.disk_stats("/", "b", 3100)
+    assert a == {"disk_reads": 4, "disk_reads_details": {"rate": 2.0},
+                 "disk_writes": 30, "disk_writes_details": {"rate": 10.0}}
+    overview = api.vhost_message_stats([], {}, ["/"], [a, b])
+    assert (overview["disk_reads"], overview["disk_writes"]) == (5, 30)
+    assert overview["disk_writes_details"] == {"rate": 10.0}
+    none = api.vhost_message_stats([], {}, ["/"], [])  # no queue: 0, as RabbitMQ's
+    assert none["disk_reads"] == 0 and none["disk_reads_details"] == {"rate": 0.0}
+    assert "disk_reads" not in api.vhost_message_stats([], {}, ["/"])  # a vhost's: none
+    assert "disk_reads" not in t.message_stats("/", "a", 3100)  # a queue's: none
+
+
+def test_samples_carry_the_head_timestamp_and_disk_counts_only_when_changed():
+    c = QueueCounters()
+    s = c.sample({"messages": 1, "head_message_timestamp": None, "disk_reads": 0,
+                  "disk_writes": 1})
+    assert s["head_message_timestamp"] is None and s["disk_writes"] == 1
+    assert c.sample({"messages": 1, "head_message_timestamp": None, "disk_reads": 0,
+                     "disk_writes": 1}) is None
+    assert c.sample({"messages": 1, "head_message_timestamp": 5, "disk_reads": 0,
+                     "disk_writes": 1})["head_message_timestamp"] == 5
+
+
+def test_list_items_leave_out_what_only_an_object_s_own_answer_has():
+    """RabbitMQ 3.10's lists (tests/data/rabbitmq-3.10-api/queues.json, exchanges.json,
+    channels.json, connections.json) against the single objects' answers."""
+    q = {"vhost": "/", "name": "q", "durable": True, "auto_delete": False, "exclusive": "",
+         "arguments": {}}
+    row = {"messages": 0, "messages_ready": 0, "messages_unacknowledged": 0, "consumers": 0}
+    listed, own = api.queue_json(q, row, [], details=False), api.queue_json(q, row, [])
+    assert set(own) - set(listed) == {"consumer_details", "incoming", "deliveries"}
+    x = {"vhost": "/", "name": "x", "type": "topic", "durable": True, "auto_delete": False,
+         "internal": False, "arguments": {}}
+    assert set(api.exchange_json(x, [])) - set(api.exchange_json(x, [], details=False)) == {
+        "incoming", "outgoing"}
+    ch = {"name": "c (1)", "publishes": [], "deliveries": [], "consumers": []}
+    assert set(api.channel_json(ch, details=True)) - set(api.channel_json(ch)) == {
+        "publishes", "deliveries", "consumer_details"}
+    conn = {"name": "c", "id": "1", "channel_list": [], "ssl_protocol": "", "ssl": False}
+    assert api.connection_json(conn)["ssl_protocol"] == ""
+    assert api.connection_json(conn, details=False)["ssl_protocol"] is None
