@@ -4,12 +4,13 @@ RabbitMQ's classic queues v2 append the bodies of small messages to a per-queue 
 (rabbit_classic_queue_store_v2) and keep only a small record in the index; the file is deleted
 when every message in it is acked. Here that file is a chunk: one value in `qi.chunks` holding
 the bodies of one publish call's messages (one backing-queue flush), at most `chunk_bytes` of
-them, keyed `prefix | first seq_id u64`. A chunk larger than about 2 KB lives in LMDB overflow
-pages, which are written once, never split and never rewritten, and are freed whole when the
-chunk is deleted; the publish records that point into it are ~100 bytes and pack 30 to a page
-however the B-tree splits. Before this layout each 1.6 KB record carried its body, two to a
-leaf page, and every queue but the one whose keys sort last left pages half empty behind it
-(docs/storage.md, "Bytes written at 4-15 queues").
+them, keyed `prefix | first seq_id u64` (a call whose small bodies come to less than
+INLINE_BELOW leaves them in their records: below). A chunk, 2 KiB or more, lives in LMDB
+overflow pages, which are written once, never split and never rewritten, and are freed whole
+when the chunk is deleted; the publish records that point into it are ~60-130 bytes and pack
+30 or more to a page however the B-tree splits. Before this layout each 1.6 KB record carried
+its body, two to a leaf page, and every queue but the one whose keys sort last left pages half
+empty behind it (docs/storage.md, "Bytes written at 4-15 queues").
 
 Per chunk, `qi.chunk_live` (same key) holds (live u32, bodies u32): how many of its bodies
 belong to entries not acked yet, and how many it was written with. Every ack of a chunked entry
@@ -25,6 +26,46 @@ import struct
 from queue_index.keys import SEQ
 
 _LIVE = struct.Struct(">II")  # live bodies, bodies written
+INLINE_BELOW = 2048  # a chunk smaller than this is not written: its bodies stay in their records.
+#   LMDB keeps a value below about 2 KB (4 KiB pages) in a leaf page, as it keeps a record, so
+#   such a chunk would save no page and cost two more B-tree paths per transaction (its leaf in
+#   qi.chunks and its count's in qi.chunk_live): a publisher that waits for each confirm, one
+#   message per flush, would write three pages a message instead of one
+
+
+def plan(entries: list, below: int, chunk_bytes: int) -> tuple[list, dict]:
+    """The chunks of one publish call: ([(first seq_id, [bodies])], {index in entries:
+    (chunk, offset)}) for the non-empty bodies below `below` bytes, end to end in entry order,
+    a chunk closed before it passes chunk_bytes (a single body larger than that is a chunk of
+    its own); a chunk of less than INLINE_BELOW bytes is left out, and so are its entries.
+    Raises ValueError for an entry whose body should be here and is not (a caller bug)."""
+    out, refs = [], {}
+    first, bodies, members, filled = -1, [], [], 0  # the chunk being filled
+
+    def close():
+        if filled >= INLINE_BELOW:
+            out.append((first, bodies))
+            for i, offset in members:
+                refs[i] = (first, offset)
+
+    for i, e in enumerate(entries):
+        size = e.body_size
+        if not 0 < size < below:
+            continue
+        if e.body is None or len(e.body) != size:
+            raise ValueError(f"seq_id {e.seq_id}: an embedded entry needs its body of "
+                             f"body_size bytes")
+        if bodies and filled + size > chunk_bytes:
+            close()
+            bodies, members, filled = [], [], 0
+        if not bodies:
+            first = e.seq_id
+        members.append((i, filled))
+        bodies.append(e.body)
+        filled += size
+    if bodies:
+        close()
+    return out, refs
 
 
 def write(txn, chunks, live_db, prefix: bytes, first: int, bodies: list, append: bool) -> bool:

@@ -104,36 +104,24 @@ class QueueIndex:
 
     def publish(self, txn, entries: Iterable[IndexEntry]) -> None:
         """Journal publish records. The body of an entry that embeds() its body_size must be in
-        the entry: it is written into a chunk of this call's bodies (chunks.py; at most
-        chunk_bytes a chunk; an empty body stays in its record) and the record points at it.
-        Any other entry's body is not stored: the caller puts it into msg_store in this txn.
-        seq_ids must increase (ValueError otherwise)."""
+        the entry: the call's such bodies are written end to end into chunks of at most
+        chunk_bytes (chunks.py) and each record points at its body; a chunk that would hold
+        less than chunks.INLINE_BELOW bytes is not written, its bodies stay in their records
+        (as an empty body does). Any other entry's body is not stored: the caller puts it into
+        msg_store in this txn. seq_ids must increase (ValueError otherwise)."""
+        entries = list(entries)
+        plan, refs = chunks.plan(entries, self.embed_msgs_below, self.chunk_bytes)
         m = self._load(txn)
         p, jdb, below, limit = self._prefix, self._journal, self.embed_msgs_below, \
             self.max_journal_entries
         put, pack = txn.put, J.pack
         append = True  # a new seq_id's key is the queue's last: append while no queue follows
-        chunk_append = True  # the same for this queue's chunks
-        first, bodies, filled = -1, [], 0  # the chunk being filled: its key, bodies, bytes
-        for e in entries:
+        for i, e in enumerate(entries):
             seq = e.seq_id
             if seq < m.next_seq_id:
                 raise ValueError(f"seq_id {seq} is not above {m.next_seq_id - 1}")
-            size = e.body_size
-            if size >= below:
-                value = encode(e, False)
-            elif not size:
-                value = encode(e, True)  # (nothing to point at)
-            else:
-                if bodies and filled + size > self.chunk_bytes:
-                    chunk_append = chunks.write(txn, self._chunks, self._chunk_live, p, first,
-                                                bodies, chunk_append)
-                    bodies, filled = [], 0
-                if not bodies:
-                    first = seq
-                value = encode_chunked(e, first, filled)
-                bodies.append(e.body)
-                filled += size
+            ref = refs.get(i)
+            value = encode(e, e.body_size < below) if ref is None else encode_chunked(e, *ref)
             key = p + pack(seq, PUB)
             if not (append and put(key, value, append=True, db=jdb)):
                 append = False
@@ -147,8 +135,9 @@ class QueueIndex:
             if m.journal >= limit:
                 self._fold(txn, m)
                 append = True
-        if bodies:
-            chunks.write(txn, self._chunks, self._chunk_live, p, first, bodies, chunk_append)
+        append = True  # the same for this queue's chunks
+        for first, bodies in plan:
+            append = chunks.write(txn, self._chunks, self._chunk_live, p, first, bodies, append)
         self._save(txn, m)
 
     def deliver(self, txn, seq_ids: Iterable[int]) -> None:

@@ -56,7 +56,8 @@ def crash_plan(i: int) -> tuple[list[IndexEntry], list[int], list[int]]:
     batch, deliver the previous one, ack the one three batches back except multiples of 7
     (which stay, so segments fill and fold)."""
     b = CRASH_BATCH
-    pubs = [entry(s, 5000 if s % 3 == 0 else 300) for s in range(b * i, b * i + b)]
+    pubs = [entry(s, 5000 if s % 3 == 0 else 900) for s in range(b * i, b * i + b)]  # 900:
+    #         three or four of them in a batch, a chunk (INLINE_BELOW) in every transaction
     delivers = list(range(max(b * (i - 1), 0), b * i)) if i else []
     acks = [s for s in range(b * (i - 3), b * (i - 3) + b) if s % 7] if i >= 3 else []
     return pubs, delivers, acks

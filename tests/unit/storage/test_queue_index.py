@@ -508,13 +508,36 @@ def test_a_chunk_holds_at_most_chunk_bytes_of_bodies(node):
     es = [entry(s, 1500) for s in range(5)] + [entry(5, 3500)]
     with node.write() as txn:
         publish(qi, node.ms, txn, es)
-    # 0+1 fill one; 2+3 the next; 4 and 5 do not fit together; a body above chunk_bytes
-    # (below embed_msgs_below) is a chunk of its own
-    assert {c: len(v) for c, v in _chunks(node, qi).items()} == \
-        {0: 3000, 2: 3000, 4: 1500, 5: 3500}
+    # 0+1 fill one; 2+3 the next; 4 and 5 do not fit together, and 4 alone is below
+    # INLINE_BELOW: its body stays in its record; a body above chunk_bytes (below
+    # embed_msgs_below) is a chunk of its own
+    assert {c: len(v) for c, v in _chunks(node, qi).items()} == {0: 3000, 2: 3000, 5: 3500}
     assert live(node, qi) == es
     with pytest.raises(ValueError):
         node.queue(chunk_bytes=0)
+
+
+def test_bodies_that_would_make_a_chunk_below_inline_below_stay_in_their_records(node):
+    """A publisher waiting for each confirm flushes one message at a time: a chunk of one
+    1.5 KB body would sit in a leaf page as its record would, and cost two more B-tree paths
+    per transaction; so a call whose small bodies come to less than INLINE_BELOW (2 KiB) keeps
+    them in its records, and one that comes to more writes a chunk."""
+    qi = node.queue()
+    with node.write() as txn:
+        publish(qi, node.ms, txn, [entry(0, 1500)])
+        publish(qi, node.ms, txn, [entry(1, 1000), entry(2, 1047), entry(3, 5000)])  # 2047
+        publish(qi, node.ms, txn, [entry(4, 1000), entry(5, 1048)])  # 2048: a chunk
+        assert qi.stats(txn)["chunks"] == 1
+        assert qi.verify(txn).live == 6
+    assert {c: len(v) for c, v in _chunks(node, qi).items()} == {4: 2048}
+    # header 38 + exchange 2 + routing key 4 + props 3 = 47; + (chunk, offset) 12; + a body
+    assert sorted(len(v) for v in _records(node, qi)) == [47, 59, 59, 1047, 1094, 1547]
+    assert live(node, qi) == [entry(0, 1500), entry(1, 1000), entry(2, 1047), entry(3, 5000),
+                              entry(4, 1000), entry(5, 1048)]
+    with node.write() as txn:
+        ack(qi, node.ms, txn, range(6))
+        assert qi.verify(txn).live == 0
+    assert _all_chunk_keys(node, qi) == (0, 0)
 
 
 def test_a_chunk_is_deleted_by_the_ack_of_its_last_live_entry(node):
@@ -639,7 +662,7 @@ def test_delete_and_delete_some_remove_the_chunks_of_their_queue_only(node):
     with node.write() as txn:
         for first in range(0, 30, 3):
             publish(qi, node.ms, txn, [entry(s, 1500) for s in range(first, first + 3)])
-        publish(other, node.ms, txn, [entry(0, 1500)])
+        publish(other, node.ms, txn, [entry(0, 1500), entry(1, 1500)])
         assert qi.stats(txn)["chunks"] == 10
     released, steps, done = [], 0, False
     while not done:
@@ -649,7 +672,7 @@ def test_delete_and_delete_some_remove_the_chunks_of_their_queue_only(node):
         steps += 1
     assert released == [] and steps > 8
     assert _all_chunk_keys(node, qi) == (1, 1)  # other's
-    assert live(node, other) == [entry(0, 1500)]
+    assert live(node, other) == [entry(0, 1500), entry(1, 1500)]
     with node.write() as txn:
         assert other.delete(txn) == []
     assert _all_chunk_keys(node, qi) == (0, 0)
@@ -710,7 +733,7 @@ def test_kill_minus_9_mid_loop_keeps_every_committed_transaction(tmp_path):
             assert rec.next_seq_id in (5 * (last + 1), 5 * (last + 2))
             stored = [e for e in qi.read(txn, -1, 1 << 30) if e.body is None]
             assert ms.stats(txn)["bodies"] == len(stored)
-            assert qi.stats(txn)["chunks"] > 0  # the 300-byte bodies: verify() counted them
+            assert qi.stats(txn)["chunks"] > 0  # the 900-byte bodies: verify() counted them
             assert all(ms.get(txn, e.msg_id) == body_for(e.seq_id, 5000) for e in stored)
         with env.begin(write=True) as txn:  # and it takes writes again (the writer lock is free)
             ack(qi, ms, txn, list(got))
