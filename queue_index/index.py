@@ -76,7 +76,7 @@ class QueueIndex:
         self.max_journal_entries = max_journal_entries  # fold the journal when it holds this many
         self.fold_records = fold_records  # ...its oldest this many records at a time
         self.embed_msgs_below = embed_msgs_below  # bodies shorter than this live in the index
-        self.chunk_bytes = chunk_bytes  # a chunk is closed once it holds this many body bytes
+        self.chunk_bytes = chunk_bytes  # body bytes a chunk holds at most (a larger body alone)
         self._prefix = keys.prefix(queue_id)  # this queue's key prefix in every database
         self._journal = env.open_db(_JOURNAL, txn=txn)  # journal records, all queues
         self._segments = env.open_db(_SEGMENTS, txn=txn)  # segment records, all queues
