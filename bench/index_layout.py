@@ -19,6 +19,8 @@ Layouts:
   chunk    small index records, the bodies of a queue's flush in one value (overflow pages),
            `prefix | first seq`, deleted when its messages are acked (RabbitMQ CQv2's per-queue
            store files, in LMDB)
+  index    queue_index as built now (the chunk layout: QueueIndex.publish and ack, journal,
+           folds, chunk live counts), msg_store untouched (every body is below the embed limit)
 Needs strace. A measurement, not a test.
 """
 from __future__ import annotations
@@ -33,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 
-LAYOUTS = ("current", "time", "time2", "append", "chunk")
+LAYOUTS = ("current", "time", "time2", "append", "chunk", "index")
 BODY = b"x" * 1500
 META = b"m" * 100  # the rest of an index entry: flags, sizes, msg_id, exchange, key, props
 WARM = b"--warm--\n"
@@ -47,14 +49,16 @@ def put(txn, key, value, db) -> None:
 def simulate(layout: str, queues: int, per: int, flushes: int, lag: int, path: str) -> int:
     """Run the flushes; returns the messages published after the warm-up marker."""
     import lmdb
-    env = lmdb.open(path, map_size=8 << 30, max_dbs=4, sync=True, metasync=True,
-                    readahead=False)
+    from queue_index import IndexEntry, QueueIndex
+    env = lmdb.open(path, map_size=8 << 30, max_dbs=4 + len(QueueIndex.db_names()), sync=True,
+                    metasync=True, readahead=False)
     journal, bodies, refs = (env.open_db(n) for n in (b"journal", b"bodies", b"refs"))
     rnd = random.Random(1)
     prefixes = [struct.pack(">H", 16) + rnd.randbytes(16) for _ in range(queues)]
     channels = [[rnd.randbytes(8) for _ in range(4)] for _ in range(queues)]
     seq = [0] * queues
-    live: list[list] = []  # per flush: what its acks delete, (db, key)
+    index = [QueueIndex(env, p[2:]) for p in prefixes]  # layout "index", configured as Storage
+    live: list[list] = []  # per flush: what its acks delete, (db, key); or (q, seq_ids)
     warm = flushes // 3
     for f in range(flushes):
         if f == warm:
@@ -105,10 +109,23 @@ def simulate(layout: str, queues: int, per: int, flushes: int, lag: int, path: s
                     ckey = prefixes[q] + struct.pack(">Q", first)
                     put(txn, ckey, BODY * per, bodies)
                     dels.append((bodies, ckey))
+            elif layout == "index":
+                for q in range(queues):
+                    es = []
+                    for _ in range(per):
+                        s = seq[q]
+                        seq[q] += 1
+                        es.append(IndexEntry(s, channels[q][s % 4] + struct.pack(">Q", s),
+                                             "", "q", META[:20], BODY, len(BODY)))
+                    index[q].publish(txn, es)
+                    dels.append((q, [e.seq_id for e in es]))
             live.append(dels)
             if len(live) > lag:
-                for db, key in live.pop(0):
-                    txn.delete(key, db=db)
+                for a, b in live.pop(0):
+                    if layout == "index":
+                        index[a].ack(txn, b)
+                    else:
+                        txn.delete(b, db=a)
     env.close()
     return queues * per * (flushes - warm)
 

@@ -128,7 +128,7 @@ class Syncer:
 
 
 def run_lmdb(path: str, cls, n: int, size: int, shape: str, **config) -> dict:
-    env = lmdb.open(path, max_dbs=8, map_size=16 << 30, sync=False, metasync=False)
+    env = lmdb.open(path, max_dbs=16, map_size=16 << 30, sync=False, metasync=False)
     ms, qi = MsgStore(env), cls(env, b"/|bench", **config)
     embeds = qi.embeds(size)
     body = b"b" * size

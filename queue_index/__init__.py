@@ -1,4 +1,4 @@
-"""Per-queue index: a journal and segments in the node's LMDB environment, small bodies embedded.
+"""Per-queue index: a journal and segments in the node's LMDB environment, small bodies in chunks.
 
 Mirrors rabbit_queue_index.erl (see index.py and docs/storage.md).
 """

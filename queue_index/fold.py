@@ -7,8 +7,10 @@ record adds up publishes and acks folded in; when they are equal every message o
 is acked and the segment is dropped (its count record and any key left in its range).
 
 Unlike RabbitMQ's segment files, an ack deletes its publish record at once instead of leaving an
-ack mark until the whole segment is settled: LMDB can delete from the middle of a segment, and
-a backlog's embedded bodies (up to 16384 x 4 KiB per segment) then give their pages back early.
+ack mark until the whole segment is settled: LMDB can delete from the middle of a segment. The
+bodies are not here: a record points into a chunk (chunks.py), which the ack itself releases, so
+a fold moves ~100-byte records and never touches a body (a store written before the chunk layout
+has its bodies in the records, and folds them as it did).
 """
 
 from __future__ import annotations

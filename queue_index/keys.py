@@ -6,6 +6,8 @@ of another's and each queue's keys form one contiguous, ordered range.
     qi.segments  prefix | segment u64 | rel u32 | kind u8    -> record
     qi.counts    prefix | segment u64                        -> (published u64, acked u64)
     qi.queues    prefix                                      -> QueueMeta
+    qi.chunks    prefix | first seq_id u64                   -> bodies (chunks.py)
+    qi.chunk_live prefix | first seq_id u64                  -> (live u32, bodies u32)
 
 segment = seq_id // segment_entries, rel = seq_id % segment_entries: big-endian, so cursor
 order is queue order in both the journal and the segments, and a seq_id's records are adjacent

@@ -36,6 +36,7 @@ import rawamqp
 from amqp_helpers import safe_close, wait_until
 from conftest import Broker
 from ledger import LedgerConsumer, StreamingPublisher, check, drain
+from store_check import verify_store
 
 pytestmark = pytest.mark.skipif(bool(os.environ.get("LEVERET_TEST_URL")),
                                 reason="kills the Leveret node")
@@ -84,11 +85,14 @@ def test_node_kill9_mid_traffic_keeps_every_promise__C8_A4_A7(tmp_path, kill_aft
         pub.join(15)
         cons.join(15)
         assert not pub.is_alive() and not cons.is_alive(), "clients did not see the node die"
+        store = verify_store(tmp_path / "data")  # consistent as the kill left it
         broker = start_node(tmp_path, port=broker.port)
         conn = broker.connection()
         got = drain(conn, QUEUE)
         conn.close()
         figures = check(pub, cons, got)
+        figures["store"] = store
+        assert store["chunks"] > 0, figures  # the small bodies were in chunks
         # the kill came with something at stake: confirmed and unacked, delivered and unacked
         assert len(pub.confirmed - cons.ack_sent) >= 100, figures
         assert len(cons.acked) >= 50, figures

@@ -7,7 +7,9 @@ synced (fsync, fdatasync, msync, syncfs, sync, O_DSYNC writes). Traffic runs fro
 connections (two streaming confirm publishers on two durable queues, two manual-ack consumers
 that prove their acks, tests/faults/ledger.py); at a seeded random point the node and all its
 workers are frozen at one instant and killed; the data dir is then rewritten as the disk would
-hold it, and a node restarted on it must
+hold it; the store as rewritten must pass a check of every record (tests/faults/store_check.py:
+each queue index's verify(), its chunks' live counts included, every body where its record
+says, msg_store refcounts equal to the live entries naming them); and a node restarted on it must
 - start (the store is not corrupt) and serve every queue to the end (the drain),
 - C5/C7/C8: give back every message it confirmed and that was not acked (zero missing),
 - A4: give back an acked message only with redelivered=true (an ack may be lost with the power,
@@ -49,6 +51,7 @@ from conftest import Broker
 from ledger import LedgerConsumer, Recovered, StreamingPublisher, check, drain
 from amqp_helpers import wait_until
 import powerloss
+from store_check import verify_store
 
 pytestmark = pytest.mark.skipif(bool(os.environ.get("LEVERET_TEST_URL")),
                                 reason="kills the Leveret node")
@@ -215,11 +218,13 @@ def power_cut_run(tmp_path, shim, mode: str, seed: int, lie: bool = False) -> di
             c.join(15)
             assert not p.is_alive() and not c.is_alive(), "clients did not see the node die"
         restored = powerloss.restore(data, shadow, keys, mode, seed)
-        broker = _start(tmp_path, port=broker.port)
         figures = {"mode": mode, "seed": seed, "traffic_s": round(traffic_s, 2),
                    "syncs": len(powerloss.sync_events(shadow)),
                    "pages": (restored["pages_synced"], restored["pages_crash"]),
                    "rolled_back": len(restored["rolled_back"]), "freezes": freezes}
+        if not lie:  # the store as the disk kept it is consistent before the node touches it
+            figures["store"] = verify_store(data)   # (a lying disk kept no store to open)
+        broker = _start(tmp_path, port=broker.port)
         try:
             for (p, c), q in zip(clients, QUEUES):
                 got = _drain_or_nothing(broker, q)

@@ -14,7 +14,8 @@ import pytest
 
 from msg_store import MsgStore
 from queue_index import IndexCorrupt, IndexEntry, QueueIndex, Recovery
-from storage_helpers import ack, body_for, crash_model, entry, mid, open_env, publish
+from storage_helpers import (ack, body_for, crash_model, entry, legacy_publish, mid, open_env,
+                             publish)
 
 SMALL = {"segment_entries": 4, "max_journal_entries": 8}
 
@@ -461,6 +462,222 @@ def test_small_configuration_long_run_matches_a_model(node):
         assert node.ms.stats(txn)["bodies"] == sum(1 for s in model if s % 5 == 0)
 
 
+# -- chunks: the small bodies of one publish call in one value (issue 12 item 4) ---------------
+
+def _chunks(node, qi) -> dict[int, bytes]:
+    """This queue's chunks: first seq_id -> bytes."""
+    with node.read() as txn:
+        return {int.from_bytes(k[len(qi._prefix):], "big"): v
+                for k, v in txn.cursor(db=qi._chunks) if k.startswith(qi._prefix)}
+
+
+def _records(node, qi) -> list[bytes]:
+    """Every record value of this queue, journal and segments."""
+    with node.read() as txn:
+        return [v for db in (qi._journal, qi._segments)
+                for k, v in txn.cursor(db=db) if k.startswith(qi._prefix)]
+
+
+def _all_chunk_keys(node, qi) -> tuple[int, int]:
+    """Entries of qi.chunks and qi.chunk_live, every queue's."""
+    with node.read() as txn:
+        return txn.stat(qi._chunks)["entries"], txn.stat(qi._chunk_live)["entries"]
+
+
+def test_small_bodies_of_one_publish_share_one_chunk_and_the_records_stay_small(node):
+    """The layout: the bodies below embed_msgs_below of one publish call are one value, in
+    order; each record points into it and is ~60 bytes here (no body), so records pack many
+    to a page; a body of embed_msgs_below or more still goes to msg_store; an empty body stays
+    in its record (nothing to point at)."""
+    qi = node.queue()
+    es = [entry(s, 1500) for s in range(10)] + [entry(10, 5000), entry(11, 0), entry(12, 7)]
+    with node.write() as txn:
+        publish(qi, node.ms, txn, es)  # 13 records: the journal folds at 8, so both places
+        assert qi.stats(txn)["chunks"] == 1 and qi.stats(txn)["segments"] == 2
+        assert node.ms.stats(txn)["bodies"] == 1
+    assert _chunks(node, qi) == {0: b"".join(body_for(s, 1500) for s in range(10)) +
+                                 body_for(12, 7)}
+    assert len(_records(node, qi)) == 13 and max(map(len, _records(node, qi))) < 100
+    assert live(node, qi) == es  # every field and body back, the chunk's cut at its offsets
+    with node.read() as txn:
+        assert qi.verify(txn) == qi.recover(txn) == Recovery(13, 15000 + 5000 + 7, 13, 0)
+
+
+def test_a_chunk_holds_at_most_chunk_bytes_of_bodies(node):
+    qi = node.queue(chunk_bytes=3000)
+    es = [entry(s, 1500) for s in range(5)] + [entry(5, 3500)]
+    with node.write() as txn:
+        publish(qi, node.ms, txn, es)
+    # 0+1 fill one; 2+3 the next; 4 and 5 do not fit together, and 4 alone is below
+    # INLINE_BELOW: its body stays in its record; a body above chunk_bytes (below
+    # embed_msgs_below) is a chunk of its own
+    assert {c: len(v) for c, v in _chunks(node, qi).items()} == {0: 3000, 2: 3000, 5: 3500}
+    assert live(node, qi) == es
+    with pytest.raises(ValueError):
+        node.queue(chunk_bytes=0)
+
+
+def test_bodies_that_would_make_a_chunk_below_inline_below_stay_in_their_records(node):
+    """A publisher waiting for each confirm flushes one message at a time: a chunk of one
+    1.5 KB body would sit in a leaf page as its record would, and cost two more B-tree paths
+    per transaction; so a call whose small bodies come to less than INLINE_BELOW (2 KiB) keeps
+    them in its records, and one that comes to more writes a chunk."""
+    qi = node.queue()
+    with node.write() as txn:
+        publish(qi, node.ms, txn, [entry(0, 1500)])
+        publish(qi, node.ms, txn, [entry(1, 1000), entry(2, 1047), entry(3, 5000)])  # 2047
+        publish(qi, node.ms, txn, [entry(4, 1000), entry(5, 1048)])  # 2048: a chunk
+        assert qi.stats(txn)["chunks"] == 1
+        assert qi.verify(txn).live == 6
+    assert {c: len(v) for c, v in _chunks(node, qi).items()} == {4: 2048}
+    # header 38 + exchange 2 + routing key 4 + props 3 = 47; + (chunk, offset) 12; + a body
+    assert sorted(len(v) for v in _records(node, qi)) == [47, 59, 59, 1047, 1094, 1547]
+    assert live(node, qi) == [entry(0, 1500), entry(1, 1000), entry(2, 1047), entry(3, 5000),
+                              entry(4, 1000), entry(5, 1048)]
+    with node.write() as txn:
+        ack(qi, node.ms, txn, range(6))
+        assert qi.verify(txn).live == 0
+    assert _all_chunk_keys(node, qi) == (0, 0)
+
+
+def test_a_chunk_is_deleted_by_the_ack_of_its_last_live_entry(node):
+    """The live count per chunk: acks from the journal (cancelled publishes) and from the
+    segments (ack records) take it down; the ack that takes it to 0 deletes the chunk in its
+    own transaction, whether or not the acked records have been folded yet; an aborted ack
+    deletes nothing."""
+    qi = node.queue()
+    with node.write() as txn:
+        publish(qi, node.ms, txn, [entry(s, 1500) for s in range(4)])  # chunk 0
+        publish(qi, node.ms, txn, [entry(s, 1500) for s in range(4, 8)])  # chunk 4; folds
+        assert qi.stats(txn)["journal"] == 0
+        publish(qi, node.ms, txn, [entry(s, 1500) for s in range(8, 10)])  # chunk 8, journal
+    with node.write() as txn:
+        ack(qi, node.ms, txn, [0, 2, 9])  # 0 and 2 by ack records, 9 cancelled in the journal
+        assert qi.verify(txn).live == 7
+    assert set(_chunks(node, qi)) == {0, 4, 8}
+    txn = node.write()
+    ack(qi, node.ms, txn, [1, 3, 8])
+    txn.abort()
+    assert set(_chunks(node, qi)) == {0, 4, 8}
+    with node.write() as txn:
+        ack(qi, node.ms, txn, [1, 3, 8])
+        assert qi.stats(txn)["chunks"] == 1  # in the same transaction as the acks
+        assert qi.verify(txn).live == 4
+    assert set(_chunks(node, qi)) == {4}
+    assert [e.seq_id for e in live(node, qi)] == [4, 5, 6, 7]
+    with node.write() as txn:
+        ack(qi, node.ms, txn, [4, 5, 6, 7])
+        qi.fold(txn)
+        assert qi.verify(txn) == Recovery(0, 0, 10, 0)
+    assert _all_chunk_keys(node, qi) == (0, 0)
+    assert node.db_entries(qi) == {"journal": 0, "segments": 0, "counts": 0}
+
+
+class _CountingTxn:
+    """A transaction that counts the reads of one database."""
+
+    def __init__(self, txn, db):
+        self.txn, self.db, self.gets = txn, db, 0
+
+    def get(self, key, db=None, **kw):
+        self.gets += db is self.db
+        return self.txn.get(key, db=db, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.txn, name)
+
+
+def test_a_page_reads_each_chunk_once(node):
+    qi = node.queue()
+    with node.write() as txn:
+        for first in (0, 5, 10):  # three chunks, a msg_store body in each batch
+            publish(qi, node.ms, txn, [entry(s, 5000 if s % 5 == 2 else 1500)
+                                       for s in range(first, first + 5)])
+        ack(qi, node.ms, txn, [6])
+    with node.read() as txn:
+        counting = _CountingTxn(txn, qi._chunks)
+        page = qi.read(counting, -1, 100)
+        assert [e.seq_id for e in page] == [0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13, 14]
+        assert counting.gets == 3
+        counting = _CountingTxn(txn, qi._chunks)
+        assert [e.seq_id for e in qi.read(counting, 7, 4)] == [8, 9, 10, 11]
+        assert counting.gets == 2
+        assert all(e.body == body_for(e.seq_id, 1500) for e in page if e.body_size == 1500)
+
+
+def test_a_store_written_before_the_chunk_layout_is_read_acked_and_deleted(node):
+    """Records an older node wrote (the body inside the publish record) and new ones (bodies in
+    chunks) in one queue, across a reopen: read, deliver, fold, ack, verify, recover and delete
+    handle both (docs/storage.md: both layouts are read, nothing is converted)."""
+    qi = node.queue()
+    sizes = {s: 5000 if s % 3 == 0 else 1500 for s in range(14)}
+    with node.write() as txn:
+        legacy_publish(qi, node.ms, txn, [entry(s, sizes[s]) for s in range(10)])  # folds
+        qi.deliver(txn, [1])
+    assert all(v[0] & 2 for v in _records(node, qi) if len(v) > 1000)  # EMBEDDED, old style
+    node.reopen()
+    qi = node.queue()
+    with node.write() as txn:
+        publish(qi, node.ms, txn, [entry(s, sizes[s]) for s in range(10, 14)])
+        assert qi.stats(txn)["chunks"] == 1
+        assert qi.verify(txn) == qi.recover(txn) == Recovery(14, sum(sizes.values()), 14, 1)
+    assert live(node, qi) == [entry(s, sizes[s], delivered=s == 1) for s in range(14)]
+    with node.write() as txn:
+        assert ack(qi, node.ms, txn, [0, 1, 2, 10, 11, 13]) == [mid(0)]
+        assert qi.stats(txn)["chunks"] == 0  # 10, 11, 13 were its bodies (12 is msg_store's)
+        qi.fold(txn)
+        assert qi.verify(txn).live == 8
+    with node.write() as txn:
+        released = qi.delete(txn)
+        node.ms.release(txn, released)
+        assert sorted(released) == [mid(3), mid(6), mid(9), mid(12)]
+        assert node.ms.stats(txn)["bodies"] == 0
+    assert _all_chunk_keys(node, qi) == (0, 0)
+
+
+@pytest.mark.parametrize("damage", ["chunk deleted", "live count off", "count without chunk",
+                                    "chunk cut short", "chunk without count"])
+def test_verify_detects_a_damaged_chunk(node, damage):
+    qi = node.queue()
+    key = qi._prefix + (0).to_bytes(8, "big")
+    with node.write() as txn:
+        publish(qi, node.ms, txn, [entry(s, 1500) for s in range(3)])
+        assert qi.verify(txn).live == 3
+        if damage == "chunk deleted":
+            txn.delete(key, db=qi._chunks)
+        elif damage == "live count off":
+            txn.put(key, (2).to_bytes(4, "big") + (3).to_bytes(4, "big"), db=qi._chunk_live)
+        elif damage == "count without chunk":
+            txn.put(qi._prefix + (99).to_bytes(8, "big"), bytes(8), db=qi._chunk_live)
+        elif damage == "chunk cut short":
+            txn.put(key, b"x" * 4000, db=qi._chunks)
+        else:
+            txn.put(qi._prefix + (99).to_bytes(8, "big"), b"x", db=qi._chunks)
+    with node.read() as txn, pytest.raises(IndexCorrupt):
+        qi.verify(txn)
+
+
+def test_delete_and_delete_some_remove_the_chunks_of_their_queue_only(node):
+    qi, other = node.queue(b"gone"), node.queue(b"kept")
+    with node.write() as txn:
+        for first in range(0, 30, 3):
+            publish(qi, node.ms, txn, [entry(s, 1500) for s in range(first, first + 3)])
+        publish(other, node.ms, txn, [entry(0, 1500), entry(1, 1500)])
+        assert qi.stats(txn)["chunks"] == 10
+    released, steps, done = [], 0, False
+    while not done:
+        with node.write() as txn:
+            some, done = qi.delete_some(txn, 4)  # 30 records in 8 steps, then 10 chunks in 3
+            released += some
+        steps += 1
+    assert released == [] and steps > 8
+    assert _all_chunk_keys(node, qi) == (1, 1)  # other's
+    assert live(node, other) == [entry(0, 1500), entry(1, 1500)]
+    with node.write() as txn:
+        assert other.delete(txn) == []
+    assert _all_chunk_keys(node, qi) == (0, 0)
+
+
 # -- kill -9 in the middle of a loop of committed transactions ------------------------------
 
 CHILD = textwrap.dedent("""
@@ -516,6 +733,7 @@ def test_kill_minus_9_mid_loop_keeps_every_committed_transaction(tmp_path):
             assert rec.next_seq_id in (5 * (last + 1), 5 * (last + 2))
             stored = [e for e in qi.read(txn, -1, 1 << 30) if e.body is None]
             assert ms.stats(txn)["bodies"] == len(stored)
+            assert qi.stats(txn)["chunks"] > 0  # the 900-byte bodies: verify() counted them
             assert all(ms.get(txn, e.msg_id) == body_for(e.seq_id, 5000) for e in stored)
         with env.begin(write=True) as txn:  # and it takes writes again (the writer lock is free)
             ack(qi, ms, txn, list(got))

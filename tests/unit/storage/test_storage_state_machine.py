@@ -1,7 +1,10 @@
 """QueueIndex + MsgStore against a plain-dict model (RabbitMQ's classic_queue_prop_SUITE idea):
-publish (fanned out to one or two queues), deliver, ack, fold, aborted transactions, queue
+publish (fanned out to one or two queues; some batches written as a node before the chunk
+layout wrote them, bodies inside the records), deliver, ack, fold, aborted transactions, queue
 delete, and closing and reopening the environment, with small segment and journal sizes so that
-folds happen every few steps (queue qb folds its journal two records at a time)."""
+folds happen every few steps (queue qb folds its journal two records at a time) and small
+chunks (queue qa closes a chunk at 4000 bytes of bodies). verify() after every step checks
+each chunk's live count against the live records that point into it."""
 
 from __future__ import annotations
 
@@ -14,9 +17,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from msg_store import MsgStore
 from queue_index import QueueIndex, Recovery
-from storage_helpers import ack, body_for, entry, mid, open_env, publish
+from storage_helpers import ack, body_for, entry, legacy_publish, mid, open_env, publish
 
-CONFIG = {b"qa": {"segment_entries": 4, "max_journal_entries": 8},
+CONFIG = {b"qa": {"segment_entries": 4, "max_journal_entries": 8, "chunk_bytes": 4000},
           b"qb": {"segment_entries": 3, "max_journal_entries": 5, "fold_records": 2}}
 SIZES = st.sampled_from([0, 7, 1500, 4095, 4096, 4097, 9000])
 QUEUES = st.sampled_from(sorted(CONFIG))
@@ -53,8 +56,8 @@ class StorageMachine(RuleBasedStateMachine):
 
     @rule(dest=st.sampled_from([(b"qa",), (b"qb",), (b"qa", b"qb")]),
           sizes=st.lists(SIZES, min_size=1, max_size=7), delivered=st.booleans(),
-          gap=st.integers(0, 2))
-    def publish(self, dest, sizes, delivered, gap):
+          gap=st.integers(0, 2), legacy=st.booleans())
+    def publish(self, dest, sizes, delivered, gap, legacy):
         with self.env.begin(write=True) as txn:
             batches = {q: [] for q in dest}
             for size in sizes:
@@ -69,7 +72,7 @@ class StorageMachine(RuleBasedStateMachine):
                         self.refs[e.msg_id] = self.refs.get(e.msg_id, 0) + 1
                         self.sizes[e.msg_id] = size
             for q, entries in batches.items():
-                publish(self.qi[q], self.ms, txn, entries)
+                (legacy_publish if legacy else publish)(self.qi[q], self.ms, txn, entries)
 
     @rule(q=QUEUES, data=st.data())
     def deliver(self, q, data):
@@ -102,8 +105,8 @@ class StorageMachine(RuleBasedStateMachine):
         """Writes in a transaction the caller aborts leave no trace, in LMDB or in the objects."""
         seqs = self.pick(data, q)
         txn = self.env.begin(write=True)
-        publish(self.qi[q], self.ms, txn, [entry(self.next_seq[q] + i, 5000, msg=10 ** 6 + i)
-                                           for i in range(9)])
+        publish(self.qi[q], self.ms, txn, [entry(self.next_seq[q] + i, 1500 if i % 2 else 5000,
+                                                 msg=10 ** 6 + i) for i in range(9)])
         self.qi[q].deliver(txn, seqs)
         ack(self.qi[q], self.ms, txn, seqs)
         txn.abort()
