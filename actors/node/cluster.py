@@ -34,6 +34,7 @@ from pysyncobj.transport import TCPTransport
 from actors import faults, secure
 
 from actors.node import raft_storage
+from actors.core import pause
 from actors.core.permissions import AuthDB
 from actors.core.routing import Router
 from actors.replica import apply_change, state_lists
@@ -102,9 +103,12 @@ class Cluster:
             onReady=self.ready.set,
             onStateChanged=on_state_changed,
             appendEntriesUseBatch=False,  # definitions are few: latency over throughput
-            raftMinTimeout=0.5, raftMaxTimeout=1.2, appendEntriesPeriod=0.1,
-            connectionTimeout=2.0, connectionRetryTime=0.5,
-            leaderFallbackTimeout=2.0,  # a leader cut off from the majority steps down
+            # (the three time-outs are what actors/core/pause.py's leases are computed from)
+            raftMinTimeout=0.5, raftMaxTimeout=pause.RAFT_MAX_TIMEOUT_S,
+            appendEntriesPeriod=0.1,
+            connectionTimeout=pause.CONNECTION_TIMEOUT_S, connectionRetryTime=0.5,
+            # a leader cut off from the majority steps down
+            leaderFallbackTimeout=pause.LEADER_FALLBACK_S,
             commandsWaitLeader=False,
             useFork=False,  # never fork a process full of threads and ZeroMQ sockets
             bindAddress=me,  # cluster_address's host, not pysyncobj's default 0.0.0.0
@@ -139,6 +143,16 @@ class Cluster:
         """This node has live raft connections to a majority of the members (itself
         included): otherwise it is in a minority (pause_minority pauses it)."""
         return 2 * len(self.connected()) > len(self.nodes)
+
+    def leader_contact(self) -> bool:
+        """This node leads with live raft connections to a majority, or follows a leader it
+        has a live raft connection to (pysyncobj forgets its leader when it campaigns, at most
+        raftMaxTimeout after the leader's last append_entries). Without it a node may reach a
+        majority and still be marked down by a leader it cannot hear (actors/core/pause.py)."""
+        if self.is_leader():
+            return self.has_majority()
+        leader = self.leader()
+        return leader is not None and leader in self.connected()
 
     def close(self) -> None:
         self.raft.destroy_synchronous()

@@ -17,8 +17,11 @@ minority cannot change them) with a Raft log (actors/node/cluster.py) instead of
 
 Membership is a fact of the log (pause_minority, as rabbit_node_monitor's): a node is up for the
 cluster only through a committed `member_put`; the leader marks a member down once it has been
-cut off for DOWN_AFTER_S (and only while the leader reaches a majority). A node that cannot
-reach a majority for PAUSE_AFTER_S, or that the log lists as down, PAUSES: its workers cancel
+cut off for DOWN_AFTER_S (and only while the leader reaches a majority, and once it has led for
+LEASE_S). A node that cannot reach a majority for PAUSE_AFTER_S, or a leader for
+LEADERLESS_PAUSE_S (a bridge: it reaches a majority through a member that also reaches the
+leader), or that the log lists as down, PAUSES (actors/core/pause.py has the clocks and why they
+keep one master per queue): its workers cancel
 consumers, nack unconfirmed publishes and close every client connection with 320
 CONNECTION_FORCED, the node stops listening, its queue workers stop every master and mirror.
 It resumes by itself once it reaches a majority again: it asks the leader to rejoin (a
@@ -50,6 +53,7 @@ from actors.messages import ClusterEntry, ClusterTick, CommitFailed
 from actors.node.cluster import Cluster
 from actors.node.queue_table import QueueTable
 from actors.core import policies, quorum
+from actors.core.pause import DOWN_AFTER_S, PauseClock, may_mark_down
 from actors.core.errors import amqp_text
 from actors.core.permissions import AuthDB
 from actors.core.routing import Router
@@ -63,13 +67,8 @@ LOCAL_OPS = {"worker.hello", "worker.ready", "list", "cluster.status",  # any no
              "connection.open", "channel.open", "channel.closed"}  # its own counts (limits)
 FORWARD_WAIT_S = 5.0  # how long an operation waits for a leader before it fails
 RELAY_WAIT_S = 15.0  # how long a forwarded operation waits for the leader's answer
-# A member whose raft connection to the leader is gone this long is marked down (by the leader,
-# through the log). Longer than PAUSE_AFTER_S plus the time the minority side may need to notice
-# a silent network (pysyncobj's connectionTimeout, 2 s, is checked when a node sends: an
-# isolated follower sends at its next election, up to raftMaxTimeout later): the cut-off node
-# has paused (stopped its masters) before the majority promotes their mirrors.
-DOWN_AFTER_S = 3.0
-PAUSE_AFTER_S = 1.0  # a node without raft links to a majority this long pauses
+# (DOWN_AFTER_S, PAUSE_AFTER_S, LEADERLESS_PAUSE_S, LEASE_S: actors/core/pause.py, with why
+# the cut-off node has paused, its masters stopped, before the majority promotes their mirrors)
 VISIBLE_WAIT_S = 2.0  # longest an answer waits for a connected member to apply its entry
 
 
@@ -110,7 +109,8 @@ class ClusterMixin:
         #                                waiting for every member to apply entry seq
         self.joined = False  # the log has listed this boot up once (its first member_up)
         self.paused = False  # pause_minority: no clients, no queues, until the log lists us up
-        self.minority_since = None  # monotonic time this node lost its majority (None: has it)
+        self.pause_clock = PauseClock()  # since when we lack a majority, a leader's contact
+        self.leading_since = None  # monotonic time this node became leader (None: follows)
         self.rejoin_sent = False  # paused: our rejoin (member_up) is on its way to the leader
         self.listed_at = None  # paused: (log entry, monotonic time) we saw our rejoin come back
 
@@ -256,7 +256,7 @@ class ClusterMixin:
 
     def _cluster_resync(self) -> None:
         """Leadership lost: the log's state wins over what we applied ahead of it."""
-        self.epoch = self.barrier = None
+        self.epoch = self.barrier = self.leading_since = None
         self.tokens.clear()
         text = amqp_text(541, "cluster leadership changed before the operation was committed")
         for _, reply_to, reply in self.leader_held:
@@ -369,6 +369,8 @@ class ClusterMixin:
         is_leader = self.cluster.is_leader()
         if is_leader and self.epoch is None and self.barrier is None:
             self.barrier = os.urandom(6).hex()
+            self.leading_since = time.monotonic()  # (LEASE_S runs from here: not earlier
+            #                                         than the election)
             self.cluster.submit({"origin": self.me, "epoch": self.barrier, "token": 0,
                                  "changes": []}, lambda seq, failed: None)
         elif not is_leader and (self.epoch is not None or self.barrier is not None):
@@ -385,10 +387,11 @@ class ClusterMixin:
         for member, info in list(self.members.items()):
             if member in connected:
                 self.last_seen[member] = now
-            elif self.leading and majority and info.get("up") and \
-                    now - self.last_seen.setdefault(member, now) > DOWN_AFTER_S:
+            elif self.leading and majority and info.get("up") and may_mark_down(
+                    now, self.last_seen.setdefault(member, now), self.leading_since):
                 # (a leader without a majority marks nobody down: it could commit nothing,
-                # and what it applied ahead would promote mirrors on the minority's side)
+                # and what it applied ahead would promote mirrors on the minority's side; a
+                # new leader waits LEASE_S: a deposed leader may not know it yet, and serve)
                 log.warning("cluster: member %s (%s) is down", info.get("name"), member)
                 self._member_down(member, info)
 
@@ -399,19 +402,19 @@ class ClusterMixin:
         return bool(mine.get("up")) and mine.get("incarnation") == self.incarnation
 
     def _check_pause(self, majority: bool, now: float) -> None:
-        """Pause when cut from the majority for PAUSE_AFTER_S, or listed down by the log; once
-        paused, rejoin when a majority is reachable, resume once the log lists us up."""
-        if majority:
-            self.minority_since = None
-        elif self.minority_since is None:
-            self.minority_since = now
+        """Pause when cut from the majority for PAUSE_AFTER_S, from any leader for
+        LEADERLESS_PAUSE_S (once joined), or listed down by the log; once paused, rejoin when
+        a majority and a leader are reachable, resume once the log lists us up."""
+        contact = self.cluster.leader_contact()
+        self.pause_clock.observe(now, majority, contact or not self.joined)
         if not self.paused:
-            if self.minority_since is not None and now - self.minority_since > PAUSE_AFTER_S:
-                self._pause("it cannot reach a majority of the cluster's members")
-            elif self.joined and not self._listed_up():
-                self._pause("the cluster's log lists it as down")
+            why = self.pause_clock.why_pause(now)
+            if why is None and self.joined and not self._listed_up():
+                why = "the cluster's log lists it as down"
+            if why is not None:
+                self._pause(why)
             return
-        if not majority:
+        if not (majority and contact):
             return
         if not self._listed_up():
             if not self.rejoin_sent:
@@ -464,7 +467,7 @@ class ClusterMixin:
         """The log lists this node up again (entry applied here): start what the log says is
         ours (masters, mirrors), then listen again."""
         self.paused = False
-        self.minority_since = None
+        self.pause_clock.reset()
         log.warning("cluster: resuming: this node is a member up again (log entry %d)",
                     self.canonical)
         note = m.Pause(False)
