@@ -113,6 +113,9 @@ class ClusterMixin:
         self.leading_since = None  # monotonic time this node became leader (None: follows)
         self.rejoin_sent = False  # paused: our rejoin (member_up) is on its way to the leader
         self.listed_at = None  # paused: (log entry, monotonic time) we saw our rejoin come back
+        self.promoting: dict = {}  # token of our entry -> queues promoted here, started once
+        #                            that entry is committed
+        self.batch = None  # changes collected into one log entry (`_one_entry`), or None
 
     @property
     def leading(self) -> bool:
@@ -174,7 +177,34 @@ class ClusterMixin:
             pass
 
     # --- the log --------------------------------------------------------------------------------
+    def _start_on_commit(self, key) -> None:
+        """Leader: a mirror of ours promoted by the entry about to be submitted: its master
+        starts once the log has it (`_cluster_entry`), never on a change the log may drop."""
+        self.promoting.setdefault(self.next_token, []).append(key)
+
+    def _one_entry(self):
+        """`with self._one_entry():` the changes made inside go to the log as one entry (a
+        member marked down and its masters' mirrors promoted: the log never holds the first
+        without the second)."""
+        mixin = self
+
+        class _Batch:
+            def __enter__(self):
+                self.outer = mixin.batch is not None
+                if not self.outer:
+                    mixin.batch = []
+
+            def __exit__(self, *exc):
+                if not self.outer:
+                    changes, mixin.batch = mixin.batch, None
+                    if changes:
+                        mixin._cluster_submit(changes)
+        return _Batch()
+
     def _cluster_submit(self, changes) -> None:
+        if self.batch is not None:
+            self.batch.extend(changes)
+            return
         token = self.next_token
         self.next_token += 1
         self.tokens.append(token)
@@ -204,6 +234,10 @@ class ClusterMixin:
             # applied when it was made: release the answers that waited for it
             while self.tokens and self.tokens[0] <= entry["token"]:
                 self.tokens.popleft()
+            for key in self.promoting.pop(entry["token"], ()):
+                q = self.queues.get(key)
+                if q is not None and q.get("home") == self.me and q.get("address") is None:
+                    self._start_queue(q, recovered=q["durable"])
             while self.leader_held and self.leader_held[0][0] <= entry["token"]:
                 _, reply_to, reply = self.leader_held.popleft()
                 self._when_visible(msg.seq, reply_to, reply._replace(version=msg.seq))
@@ -258,6 +292,7 @@ class ClusterMixin:
         """Leadership lost: the log's state wins over what we applied ahead of it."""
         self.epoch = self.barrier = self.leading_since = None
         self.tokens.clear()
+        self.promoting.clear()  # (never committed: the log's master stays)
         text = amqp_text(541, "cluster leadership changed before the operation was committed")
         for _, reply_to, reply in self.leader_held:
             self._send_local(reply_to, m.RpcReply(reply.req_id, False, None, 541, text))
@@ -473,7 +508,7 @@ class ClusterMixin:
         note = m.Pause(False)
         for w in self.workers.values():
             self.transport.send(w.control, note)
-        self._start_own_queues()
+        self._start_own_queues(stale=True)
         self.paused_flag.clear()
 
     def _check_relays(self) -> None:
@@ -536,25 +571,30 @@ class ClusterMixin:
                 for w in self.workers.values():
                     self.transport.send(w.control, up)
 
-    def _start_own_queues(self) -> None:
+    def _start_own_queues(self, stale: bool = False) -> None:
+        """Start the masters the log homes here that do not run, and our mirrors. `stale`:
+        every master of ours stopped (the node paused), so an address the log still gives
+        one of them (the log may list it here with the address it had before the pause) is
+        dead: start it all the same (its QueueStarted gives the log the new address)."""
         if self.paused:
             return
         for q in self.queues.values():
-            if q.get("home", self.me) == self.me and q.get("address") is None:
+            if q.get("home", self.me) == self.me and (stale or q.get("address") is None):
                 self._start_queue(q, recovered=q["durable"])
             self._start_mirrors(q)
 
     # --- cluster operations (leader) ------------------------------------------------------------
     def op_cluster_member_up(self, rpc, member, info):
-        old = self.members.get(member)
-        if old and old.get("incarnation") != info.get("incarnation") and old.get("up"):
-            self._member_down(member, old)  # restarted before anyone saw it go
-        self._change(["member_put", member, info])
-        # what cannot outlive a restart of its node: its transient and exclusive queues
-        for q in list(self.queues.values()):
-            if q.get("home") == member and (not q["durable"] or q["exclusive"]):
-                self._drop_queue(q)
-        self._remirror()
+        with self._one_entry():  # (down, promotions, up: all or nothing in the log)
+            old = self.members.get(member)
+            if old and old.get("incarnation") != info.get("incarnation") and old.get("up"):
+                self._member_down(member, old)  # restarted before anyone saw it go
+            self._change(["member_put", member, info])
+            # what cannot outlive a restart of its node: its transient and exclusive queues
+            for q in list(self.queues.values()):
+                if q.get("home") == member and (not q["durable"] or q["exclusive"]):
+                    self._drop_queue(q)
+            self._remirror()
         return None
 
     def op_cluster_worker_up(self, rpc, member, slot, endpoint):
@@ -616,17 +656,20 @@ class ClusterMixin:
                 "queues": queues}
 
     def _member_down(self, member, info) -> None:
-        """Leader: a member is gone: its queues move to a mirror, wait for it, or go."""
-        self._change(["member_put", member, dict(info, up=False, workers={})])
-        for q in list(self.queues.values()):
-            mirrors = list(q.get("mirrors") or [])
-            if q.get("home") == member:
-                self._home_lost(q)
-            elif member in mirrors:
-                mirrors.remove(member)
-                synced = [s for s in q.get("synced") or [] if s != member]
-                self._change(["queue_put", dict(q, mirrors=mirrors, synced=synced)])
-        self._remirror()
+        """Leader: a member is gone: its queues move to a mirror, wait for it, or go (one
+        log entry: a log that listed it down with its queues still homed on it would leave
+        them there, at an address where nothing runs, once it rejoins)."""
+        with self._one_entry():
+            self._change(["member_put", member, dict(info, up=False, workers={})])
+            for q in list(self.queues.values()):
+                mirrors = list(q.get("mirrors") or [])
+                if q.get("home") == member:
+                    self._home_lost(q)
+                elif member in mirrors:
+                    mirrors.remove(member)
+                    synced = [s for s in q.get("synced") or [] if s != member]
+                    self._change(["queue_put", dict(q, mirrors=mirrors, synced=synced)])
+            self._remirror()
 
     def _member_name(self, member) -> str:
         if not member:
