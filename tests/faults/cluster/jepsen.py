@@ -215,7 +215,11 @@ class Cluster:
                 raise
         try:
             self.nodes.start()
-            self.nodes[0].ctl("set_policy", "ha-all", "^jepsen\\.", '{"ha-mode": "all"}')
+            # (right after a boot an election may still be going on: the operation waits for
+            # a leader, leveretctl may give up first; ask again)
+            _wait(lambda: self.nodes.ctl(0, "set_policy", "ha-all", "^jepsen\\.",
+                                         '{"ha-mode": "all"}', timeout=15) is not None,
+                  60, "the ha-all policy set")
         except BaseException:
             self.close()
             raise
