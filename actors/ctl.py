@@ -195,7 +195,8 @@ def print_cluster(status: dict) -> int:
     if not status["me"]:
         print("This node is not in a cluster.")
     print(f"Cluster status of node {status['me'] or 'this node'} ..."
-          + (" (paused: it cannot reach a majority of the cluster)" if status.get("paused")
+          + (" (paused: it cannot reach a majority of the cluster or a leader, or the log "
+             "lists it down)" if status.get("paused")
              else ""))
     print("member\tname\tamqp\tup\treachable\tleader\tpaused")
     for r in status["members"]:

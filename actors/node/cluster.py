@@ -34,6 +34,7 @@ from pysyncobj.transport import TCPTransport
 from actors import faults, secure
 
 from actors.node import raft_storage
+from actors.core import pause
 from actors.core.permissions import AuthDB
 from actors.core.routing import Router
 from actors.replica import apply_change, state_lists
@@ -102,9 +103,12 @@ class Cluster:
             onReady=self.ready.set,
             onStateChanged=on_state_changed,
             appendEntriesUseBatch=False,  # definitions are few: latency over throughput
-            raftMinTimeout=0.5, raftMaxTimeout=1.2, appendEntriesPeriod=0.1,
-            connectionTimeout=2.0, connectionRetryTime=0.5,
-            leaderFallbackTimeout=2.0,  # a leader cut off from the majority steps down
+            # (the three time-outs are what actors/core/pause.py's leases are computed from)
+            raftMinTimeout=0.5, raftMaxTimeout=pause.RAFT_MAX_TIMEOUT_S,
+            appendEntriesPeriod=0.1,
+            connectionTimeout=pause.CONNECTION_TIMEOUT_S, connectionRetryTime=0.5,
+            # a leader cut off from the majority steps down
+            leaderFallbackTimeout=pause.LEADER_FALLBACK_S,
             commandsWaitLeader=False,
             useFork=False,  # never fork a process full of threads and ZeroMQ sockets
             bindAddress=me,  # cluster_address's host, not pysyncobj's default 0.0.0.0
@@ -113,6 +117,11 @@ class Cluster:
         raft_storage.install()  # fsync what pysyncobj writes (actors/node/raft_storage.py)
         self.raft = SyncObj(me, others, conf=conf, consumers=[self.state],
                             transportClass=SecureTransport)
+        if not callable(getattr(self.raft, "_SyncObj__getEntries", None)) or \
+                not isinstance(getattr(self.raft, "_SyncObj__raftLastApplied", None), int):
+            self.raft.destroy()
+            raise RuntimeError("pysyncobj moved SyncObj.__getEntries or .__raftLastApplied: "
+                               "check actors/node/cluster.py skip_matching against it")
 
     def submit(self, entry: dict, callback) -> None:
         """Append an entry; `callback(seq, failed)` runs on pysyncobj's thread."""
@@ -139,6 +148,16 @@ class Cluster:
         """This node has live raft connections to a majority of the members (itself
         included): otherwise it is in a minority (pause_minority pauses it)."""
         return 2 * len(self.connected()) > len(self.nodes)
+
+    def leader_contact(self) -> bool:
+        """This node leads with live raft connections to a majority, or follows a leader it
+        has a live raft connection to (pysyncobj forgets its leader when it campaigns, at most
+        raftMaxTimeout after the leader's last append_entries). Without it a node may reach a
+        majority and still be marked down by a leader it cannot hear (actors/core/pause.py)."""
+        if self.is_leader():
+            return self.has_majority()
+        leader = self.leader()
+        return leader is not None and leader in self.connected()
 
     def close(self) -> None:
         self.raft.destroy_synchronous()
@@ -174,6 +193,40 @@ class _CheckedEncryptor:
             raise
 
 
+def skip_matching(message: dict, mine: list) -> dict:
+    """An append_entries as Raft's receiver rule reads it: "if an existing entry conflicts with
+    a new one (same index but different terms), delete the existing entry and all that follow
+    it"; pysyncobj 0.3.17 deletes everything after `prevLogIdx` whenever the follower holds
+    more, conflict or not, and logs CRITICAL "truncating already-applied log entries" when
+    those were applied. That happens without any divergence whenever a leader sends again what
+    the follower has (a node that connects late answers several heartbeats in flight with
+    "reset": the leader rewinds to it once per answer and resends the same entries).
+
+    `mine`: this node's entries from `prevLogIdx` on, as (command, index, term), as pysyncobj's
+    `__getEntries(prevLogIdx)` returns them. Returns the message with the entries this node
+    already holds (same index and term) skipped: `prevLogIdx` moved past them, and, when every
+    entry sent matched and what this node holds beyond is of the sender's term (a leader never
+    rewrites its own entries), to this node's last entry. Anything else (a conflict, a gap, a
+    large entry in parts, a snapshot) goes to pysyncobj as it came."""
+    if "prevLogIdx" not in message or "transmission" in message or len(mine) < 2:
+        return message
+    if mine[0][1] != message["prevLogIdx"] or mine[0][2] != message.get("prevLogTerm"):
+        return message  # not ours at prevLogIdx: pysyncobj asks the leader to rewind
+    entries = list(message.get("entries") or [])
+    have = mine[1:]
+    k = 0
+    while k < len(entries) and k < len(have) and entries[k][1] == have[k][1] \
+            and entries[k][2] == have[k][2]:
+        k += 1
+    if k == len(entries) and all(e[2] == message.get("term") for e in have[k:]):
+        last = have[-1]
+        return dict(message, prevLogIdx=last[1], prevLogTerm=last[2], entries=[])
+    if k == 0:
+        return message
+    last = entries[k - 1]
+    return dict(message, prevLogIdx=last[1], prevLogTerm=last[2], entries=entries[k:])
+
+
 def _conn_socket(conn):
     return getattr(conn, "_TcpConnection__socket", None)  # pysyncobj 0.3.17's private name
 
@@ -192,6 +245,20 @@ class SecureTransport(TCPTransport):
     def _cut(self, node) -> bool:
         return self._faults is not None and node is not None and \
             self._faults.cut(getattr(node, "address", "").rpartition(":")[0])
+
+    def _onMessageReceived(self, node, message):  # noqa: N802 - every member's message
+        if isinstance(message, dict) and message.get("type") == "append_entries" \
+                and "prevLogIdx" in message:
+            # (pysyncobj's thread, which owns the log: read it as its own handler would)
+            mine = self._syncObj._SyncObj__getEntries(message["prevLogIdx"])
+            sent, message = message, skip_matching(message, mine)
+            applied = self._syncObj._SyncObj__raftLastApplied
+            if message is not sent and len(mine) > 1 and sent["prevLogIdx"] < applied:
+                # (where pysyncobj would have logged CRITICAL "truncating already-applied")
+                log.info("cluster: %s sent log entries from %d again; this node holds them "
+                         "(applied up to %d): kept, not truncated", node.address,
+                         sent["prevLogIdx"] + 1, applied)
+        super()._onMessageReceived(node, message)
 
     def _connectIfNecessarySingle(self, node):  # noqa: N802
         if self._cut(node):

@@ -274,15 +274,18 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         """Apply to the authoritative state, persist durable parts (alone) or commit them to
         the cluster's log, broadcast to every worker."""
         durable = self.cluster is None and self._touches_definitions(changes)  # before applying
-        self._apply_changes(list(changes))
+        self._apply_changes(list(changes), ahead=self.cluster is not None)
         if self.cluster is None:
             if durable:
                 self._persist()  # a synced rewrite: only when what is on disk changes
         else:
             self._cluster_submit(list(changes))
 
-    def _apply_changes(self, changes) -> None:
-        """Apply changes here and on this node's workers; start what became ours to start."""
+    def _apply_changes(self, changes, ahead: bool = False) -> None:
+        """Apply changes here and on this node's workers; start what became ours to start.
+        `ahead`: the cluster leader's own changes, applied before the log commits them: a
+        mirror promoted here starts only once they are committed (`_start_on_commit`), as
+        the leader may lose its leadership first and the log keep the old master."""
         start, gone = [], []
         for c in changes:
             if c[0] == "member_put":
@@ -307,7 +310,10 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         for key in start:
             q = self.queues.get(key)
             if q is not None and q.get("address") is None:
-                self._start_queue(q, recovered=q["durable"])
+                if ahead and q.get("promoted") and q.get("home", self.me) == self.me:
+                    self._start_on_commit(key)
+                else:
+                    self._start_queue(q, recovered=q["durable"])
             if q is not None:
                 self._start_mirrors(q)
 

@@ -17,8 +17,11 @@ minority cannot change them) with a Raft log (actors/node/cluster.py) instead of
 
 Membership is a fact of the log (pause_minority, as rabbit_node_monitor's): a node is up for the
 cluster only through a committed `member_put`; the leader marks a member down once it has been
-cut off for DOWN_AFTER_S (and only while the leader reaches a majority). A node that cannot
-reach a majority for PAUSE_AFTER_S, or that the log lists as down, PAUSES: its workers cancel
+cut off for DOWN_AFTER_S (and only while the leader reaches a majority, and once it has led for
+LEASE_S). A node that cannot reach a majority for PAUSE_AFTER_S, or a leader for
+LEADERLESS_PAUSE_S (a bridge: it reaches a majority through a member that also reaches the
+leader), or that the log lists as down, PAUSES (actors/core/pause.py has the clocks and why they
+keep one master per queue): its workers cancel
 consumers, nack unconfirmed publishes and close every client connection with 320
 CONNECTION_FORCED, the node stops listening, its queue workers stop every master and mirror.
 It resumes by itself once it reaches a majority again: it asks the leader to rejoin (a
@@ -50,6 +53,7 @@ from actors.messages import ClusterEntry, ClusterTick, CommitFailed
 from actors.node.cluster import Cluster
 from actors.node.queue_table import QueueTable
 from actors.core import policies, quorum
+from actors.core.pause import DOWN_AFTER_S, PauseClock, may_mark_down
 from actors.core.errors import amqp_text
 from actors.core.permissions import AuthDB
 from actors.core.routing import Router
@@ -63,13 +67,8 @@ LOCAL_OPS = {"worker.hello", "worker.ready", "list", "cluster.status",  # any no
              "connection.open", "channel.open", "channel.closed"}  # its own counts (limits)
 FORWARD_WAIT_S = 5.0  # how long an operation waits for a leader before it fails
 RELAY_WAIT_S = 15.0  # how long a forwarded operation waits for the leader's answer
-# A member whose raft connection to the leader is gone this long is marked down (by the leader,
-# through the log). Longer than PAUSE_AFTER_S plus the time the minority side may need to notice
-# a silent network (pysyncobj's connectionTimeout, 2 s, is checked when a node sends: an
-# isolated follower sends at its next election, up to raftMaxTimeout later): the cut-off node
-# has paused (stopped its masters) before the majority promotes their mirrors.
-DOWN_AFTER_S = 3.0
-PAUSE_AFTER_S = 1.0  # a node without raft links to a majority this long pauses
+# (DOWN_AFTER_S, PAUSE_AFTER_S, LEADERLESS_PAUSE_S, LEASE_S: actors/core/pause.py, with why
+# the cut-off node has paused, its masters stopped, before the majority promotes their mirrors)
 VISIBLE_WAIT_S = 2.0  # longest an answer waits for a connected member to apply its entry
 
 
@@ -110,9 +109,13 @@ class ClusterMixin:
         #                                waiting for every member to apply entry seq
         self.joined = False  # the log has listed this boot up once (its first member_up)
         self.paused = False  # pause_minority: no clients, no queues, until the log lists us up
-        self.minority_since = None  # monotonic time this node lost its majority (None: has it)
+        self.pause_clock = PauseClock()  # since when we lack a majority, a leader's contact
+        self.leading_since = None  # monotonic time this node became leader (None: follows)
         self.rejoin_sent = False  # paused: our rejoin (member_up) is on its way to the leader
         self.listed_at = None  # paused: (log entry, monotonic time) we saw our rejoin come back
+        self.promoting: dict = {}  # token of our entry -> queues promoted here, started once
+        #                            that entry is committed
+        self.batch = None  # changes collected into one log entry (`_one_entry`), or None
 
     @property
     def leading(self) -> bool:
@@ -174,7 +177,34 @@ class ClusterMixin:
             pass
 
     # --- the log --------------------------------------------------------------------------------
+    def _start_on_commit(self, key) -> None:
+        """Leader: a mirror of ours promoted by the entry about to be submitted: its master
+        starts once the log has it (`_cluster_entry`), never on a change the log may drop."""
+        self.promoting.setdefault(self.next_token, []).append(key)
+
+    def _one_entry(self):
+        """`with self._one_entry():` the changes made inside go to the log as one entry (a
+        member marked down and its masters' mirrors promoted: the log never holds the first
+        without the second)."""
+        mixin = self
+
+        class _Batch:
+            def __enter__(self):
+                self.outer = mixin.batch is not None
+                if not self.outer:
+                    mixin.batch = []
+
+            def __exit__(self, *exc):
+                if not self.outer:
+                    changes, mixin.batch = mixin.batch, None
+                    if changes:
+                        mixin._cluster_submit(changes)
+        return _Batch()
+
     def _cluster_submit(self, changes) -> None:
+        if self.batch is not None:
+            self.batch.extend(changes)
+            return
         token = self.next_token
         self.next_token += 1
         self.tokens.append(token)
@@ -204,6 +234,10 @@ class ClusterMixin:
             # applied when it was made: release the answers that waited for it
             while self.tokens and self.tokens[0] <= entry["token"]:
                 self.tokens.popleft()
+            for key in self.promoting.pop(entry["token"], ()):
+                q = self.queues.get(key)
+                if q is not None and q.get("home") == self.me and q.get("address") is None:
+                    self._start_queue(q, recovered=q["durable"])
             while self.leader_held and self.leader_held[0][0] <= entry["token"]:
                 _, reply_to, reply = self.leader_held.popleft()
                 self._when_visible(msg.seq, reply_to, reply._replace(version=msg.seq))
@@ -256,8 +290,9 @@ class ClusterMixin:
 
     def _cluster_resync(self) -> None:
         """Leadership lost: the log's state wins over what we applied ahead of it."""
-        self.epoch = self.barrier = None
+        self.epoch = self.barrier = self.leading_since = None
         self.tokens.clear()
+        self.promoting.clear()  # (never committed: the log's master stays)
         text = amqp_text(541, "cluster leadership changed before the operation was committed")
         for _, reply_to, reply in self.leader_held:
             self._send_local(reply_to, m.RpcReply(reply.req_id, False, None, 541, text))
@@ -369,6 +404,8 @@ class ClusterMixin:
         is_leader = self.cluster.is_leader()
         if is_leader and self.epoch is None and self.barrier is None:
             self.barrier = os.urandom(6).hex()
+            self.leading_since = time.monotonic()  # (LEASE_S runs from here: not earlier
+            #                                         than the election)
             self.cluster.submit({"origin": self.me, "epoch": self.barrier, "token": 0,
                                  "changes": []}, lambda seq, failed: None)
         elif not is_leader and (self.epoch is not None or self.barrier is not None):
@@ -385,10 +422,11 @@ class ClusterMixin:
         for member, info in list(self.members.items()):
             if member in connected:
                 self.last_seen[member] = now
-            elif self.leading and majority and info.get("up") and \
-                    now - self.last_seen.setdefault(member, now) > DOWN_AFTER_S:
+            elif self.leading and majority and info.get("up") and may_mark_down(
+                    now, self.last_seen.setdefault(member, now), self.leading_since):
                 # (a leader without a majority marks nobody down: it could commit nothing,
-                # and what it applied ahead would promote mirrors on the minority's side)
+                # and what it applied ahead would promote mirrors on the minority's side; a
+                # new leader waits LEASE_S: a deposed leader may not know it yet, and serve)
                 log.warning("cluster: member %s (%s) is down", info.get("name"), member)
                 self._member_down(member, info)
 
@@ -399,19 +437,19 @@ class ClusterMixin:
         return bool(mine.get("up")) and mine.get("incarnation") == self.incarnation
 
     def _check_pause(self, majority: bool, now: float) -> None:
-        """Pause when cut from the majority for PAUSE_AFTER_S, or listed down by the log; once
-        paused, rejoin when a majority is reachable, resume once the log lists us up."""
-        if majority:
-            self.minority_since = None
-        elif self.minority_since is None:
-            self.minority_since = now
+        """Pause when cut from the majority for PAUSE_AFTER_S, from any leader for
+        LEADERLESS_PAUSE_S (once joined), or listed down by the log; once paused, rejoin when
+        a majority and a leader are reachable, resume once the log lists us up."""
+        contact = self.cluster.leader_contact()
+        self.pause_clock.observe(now, majority, contact or not self.joined)
         if not self.paused:
-            if self.minority_since is not None and now - self.minority_since > PAUSE_AFTER_S:
-                self._pause("it cannot reach a majority of the cluster's members")
-            elif self.joined and not self._listed_up():
-                self._pause("the cluster's log lists it as down")
+            why = self.pause_clock.why_pause(now)
+            if why is None and self.joined and not self._listed_up():
+                why = "the cluster's log lists it as down"
+            if why is not None:
+                self._pause(why)
             return
-        if not majority:
+        if not (majority and contact):
             return
         if not self._listed_up():
             if not self.rejoin_sent:
@@ -464,13 +502,13 @@ class ClusterMixin:
         """The log lists this node up again (entry applied here): start what the log says is
         ours (masters, mirrors), then listen again."""
         self.paused = False
-        self.minority_since = None
+        self.pause_clock.reset()
         log.warning("cluster: resuming: this node is a member up again (log entry %d)",
                     self.canonical)
         note = m.Pause(False)
         for w in self.workers.values():
             self.transport.send(w.control, note)
-        self._start_own_queues()
+        self._start_own_queues(stale=True)
         self.paused_flag.clear()
 
     def _check_relays(self) -> None:
@@ -533,25 +571,30 @@ class ClusterMixin:
                 for w in self.workers.values():
                     self.transport.send(w.control, up)
 
-    def _start_own_queues(self) -> None:
+    def _start_own_queues(self, stale: bool = False) -> None:
+        """Start the masters the log homes here that do not run, and our mirrors. `stale`:
+        every master of ours stopped (the node paused), so an address the log still gives
+        one of them (the log may list it here with the address it had before the pause) is
+        dead: start it all the same (its QueueStarted gives the log the new address)."""
         if self.paused:
             return
         for q in self.queues.values():
-            if q.get("home", self.me) == self.me and q.get("address") is None:
+            if q.get("home", self.me) == self.me and (stale or q.get("address") is None):
                 self._start_queue(q, recovered=q["durable"])
             self._start_mirrors(q)
 
     # --- cluster operations (leader) ------------------------------------------------------------
     def op_cluster_member_up(self, rpc, member, info):
-        old = self.members.get(member)
-        if old and old.get("incarnation") != info.get("incarnation") and old.get("up"):
-            self._member_down(member, old)  # restarted before anyone saw it go
-        self._change(["member_put", member, info])
-        # what cannot outlive a restart of its node: its transient and exclusive queues
-        for q in list(self.queues.values()):
-            if q.get("home") == member and (not q["durable"] or q["exclusive"]):
-                self._drop_queue(q)
-        self._remirror()
+        with self._one_entry():  # (down, promotions, up: all or nothing in the log)
+            old = self.members.get(member)
+            if old and old.get("incarnation") != info.get("incarnation") and old.get("up"):
+                self._member_down(member, old)  # restarted before anyone saw it go
+            self._change(["member_put", member, info])
+            # what cannot outlive a restart of its node: its transient and exclusive queues
+            for q in list(self.queues.values()):
+                if q.get("home") == member and (not q["durable"] or q["exclusive"]):
+                    self._drop_queue(q)
+            self._remirror()
         return None
 
     def op_cluster_worker_up(self, rpc, member, slot, endpoint):
@@ -613,17 +656,20 @@ class ClusterMixin:
                 "queues": queues}
 
     def _member_down(self, member, info) -> None:
-        """Leader: a member is gone: its queues move to a mirror, wait for it, or go."""
-        self._change(["member_put", member, dict(info, up=False, workers={})])
-        for q in list(self.queues.values()):
-            mirrors = list(q.get("mirrors") or [])
-            if q.get("home") == member:
-                self._home_lost(q)
-            elif member in mirrors:
-                mirrors.remove(member)
-                synced = [s for s in q.get("synced") or [] if s != member]
-                self._change(["queue_put", dict(q, mirrors=mirrors, synced=synced)])
-        self._remirror()
+        """Leader: a member is gone: its queues move to a mirror, wait for it, or go (one
+        log entry: a log that listed it down with its queues still homed on it would leave
+        them there, at an address where nothing runs, once it rejoins)."""
+        with self._one_entry():
+            self._change(["member_put", member, dict(info, up=False, workers={})])
+            for q in list(self.queues.values()):
+                mirrors = list(q.get("mirrors") or [])
+                if q.get("home") == member:
+                    self._home_lost(q)
+                elif member in mirrors:
+                    mirrors.remove(member)
+                    synced = [s for s in q.get("synced") or [] if s != member]
+                    self._change(["queue_put", dict(q, mirrors=mirrors, synced=synced)])
+            self._remirror()
 
     def _member_name(self, member) -> str:
         if not member:

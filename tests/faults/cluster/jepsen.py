@@ -112,17 +112,17 @@ class Result:
 class Nemesis:
     """start() makes the fault, stop() heals it; both note what they did."""
 
-    def __init__(self, kind: str, nodes: LoopNodes, part, rng: random.Random, h: History):
+    def __init__(self, kind: str, nodes: LoopNodes, part, rng: random.Random, h: History,
+                 queue: str = QUEUE):
         self.kind, self.nodes, self.part, self.rng, self.h = kind, nodes, part, rng, h
+        self.queue = queue
         self.killed: int | None = None
-
-    def _home(self) -> int:
-        master = self.nodes.master(QUEUE)
-        return self.nodes.index(master) if master in self.nodes.names else 0
 
     def start(self) -> str:
         names = self.nodes.names
-        home = self._home()
+        # (the master and the leader as most nodes name them, asked of every node at once)
+        master, leader = self.nodes.master_and_leader(self.queue)
+        home = self.nodes.index(master) if master in names else 0
         others = [i for i in range(self.nodes.n) if i != home]
         if self.kind in ("kill9-home", "kill9-random"):
             i = home if self.kind == "kill9-home" else self.rng.randrange(self.nodes.n)
@@ -137,7 +137,6 @@ class Nemesis:
             self.part.partition([names[m]], [names[j] for j in range(self.nodes.n) if j != m])
             return f"isolate {names[m]} (master {names[home]} in the majority)"
         if self.kind == "bridge":
-            leader = self.nodes.leader()
             far = names.index(leader) if leader in names and leader != names[home] \
                 else self.rng.choice(others)
             bridge = next(j for j in others if j != far)
@@ -155,10 +154,10 @@ class Nemesis:
         return "heal the partition"
 
 
-def _declare(node: Node) -> None:
+def _declare(node: Node, queue: str = QUEUE) -> None:
     c = workload._connect(node, timeout=10)
     try:
-        c.rpc(1, commands.Queue.Declare(queue=QUEUE, durable=True), commands.Queue.DeclareOk,
+        c.rpc(1, commands.Queue.Declare(queue=queue, durable=True), commands.Queue.DeclareOk,
               timeout=10)
     finally:
         c.close()
@@ -174,7 +173,8 @@ def _wait(cond, timeout: float, what: str):
     raise AssertionError(f"timed out ({timeout:.0f} s) waiting for {what}")
 
 
-def _settle(nodes: LoopNodes, refs: list, h: History, heal_t: float, wait_s: float):
+def _settle(nodes: LoopNodes, refs: list, h: History, heal_t: float, wait_s: float,
+            queue: str = QUEUE):
     """Probe every node (in parallel) until one round passes on all; (seconds since heal_t or
     None, {node: why} of the last round that failed)."""
     seq = itertools.count(1)
@@ -183,7 +183,7 @@ def _settle(nodes: LoopNodes, refs: list, h: History, heal_t: float, wait_s: flo
         why = {}
         threads = [threading.Thread(
             target=lambda i=i: why.__setitem__(refs[i].name, workload.probe(
-                h, refs[i], QUEUE, seq, lambda: nodes.master_seen_by(i, QUEUE))), daemon=True)
+                h, refs[i], queue, seq, lambda: nodes.master_seen_by(i, queue))), daemon=True)
             for i in range(nodes.n)]
         for t in threads:
             t.start()
@@ -195,46 +195,83 @@ def _settle(nodes: LoopNodes, refs: list, h: History, heal_t: float, wait_s: flo
         failures = failed
         if time.monotonic() - heal_t > wait_s:
             return None, failures
-        time.sleep(0.2)
+        time.sleep(0.1)
+
+
+class Cluster:
+    """Three nodes (loopnodes.py) and, when nftables can be used, the run's own table
+    (netfilter.py, made before the nodes start: every link gets marked). `close()` ends both.
+    One cluster may serve several runs one after the other (the short run in `make test`): each
+    run uses a queue of its own and leaves the cluster settled, or it is marked failed."""
+
+    def __init__(self, tmp: Path, need_partitions: bool = False):
+        self.nodes = LoopNodes(tmp)
+        self.part = None
+        self.failed = False  # a run on it failed: start another cluster for the next run
+        try:
+            self.part = netfilter.Partitioner(self.nodes.net())
+        except netfilter.Unavailable:
+            if need_partitions:
+                raise
+        try:
+            self.nodes.start()
+            # (right after a boot an election may still be going on: the operation waits for
+            # a leader, leveretctl may give up first; ask again)
+            _wait(lambda: self.nodes.ctl(0, "set_policy", "ha-all", "^jepsen\\.",
+                                         '{"ha-mode": "all"}', timeout=15) is not None,
+                  60, "the ha-all policy set")
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self.part is not None:
+            self.part.close()
+        self.nodes.stop_all(grace=5.0)
 
 
 def run(plan: Plan, tmp: Path, log=print) -> Result:
-    """One run of `plan` with its nodes and files in `tmp`."""
+    """One run of `plan` on a cluster of its own, its nodes and files in `tmp`."""
+    cluster = Cluster(tmp, need_partitions=plan.nemesis in PARTITIONS)
+    try:
+        return run_on(cluster, plan, QUEUE, log)
+    finally:
+        cluster.close()
+
+
+def run_on(cluster: Cluster, plan: Plan, queue: str = QUEUE, log=print) -> Result:
+    """One run of `plan` on `cluster`, with `queue` (declared here, homed on node 1)."""
     t_start = time.monotonic()
     rng = random.Random(f"{plan.seed}:{plan.nemesis}")
-    nodes = LoopNodes(tmp)
-    part = None
-    try:
-        part = netfilter.Partitioner(nodes.net())  # before the nodes: every link gets marked
-    except netfilter.Unavailable:
-        if plan.nemesis in PARTITIONS:
-            raise
+    nodes, part = cluster.nodes, cluster.part
+    if part is None and plan.nemesis in PARTITIONS:
+        raise netfilter.Unavailable(netfilter.available() or "no nftables table")
+    dropped0 = part.dropped() if part else 0  # (the table's counter counts every run)
     h = History()  # (its clock starts again with the workload)
     clients: list = []
+    nemesis = None
     try:
-        nodes.start()
         refs = [Node(nodes.names[i], nodes.hosts[i], nodes.amqp_ports[i]) for i in range(3)]
-        nodes[0].ctl("set_policy", "ha-all", "^jepsen\\.", '{"ha-mode": "all"}')
-        _declare(refs[0])  # its home: node 1
-        _wait(lambda: (r := nodes.queue_row(1, QUEUE)) and r["synced"].count("leveret@") == 2,
-              60, "the mirrors of jepsen.q synchronised")
+        _declare(refs[0], queue)  # its home: node 1
+        _wait(lambda: (r := nodes.queue_row(1, queue)) and r["synced"].count("leveret@") == 2,
+              60, f"the mirrors of {queue} synchronised")
         h.t0 = time.monotonic()
-        pubs = [workload.Publisher(h, refs[i % 3], QUEUE, i, rate=plan.pub_rate)
+        pubs = [workload.Publisher(h, refs[i % 3], queue, i, rate=plan.pub_rate)
                 for i in range(plan.publishers)]
-        cons = [workload.Consumer(h, refs[i % 3], QUEUE, i,
-                                  lambda i=i: nodes.master_seen_by(i % 3, QUEUE),
+        cons = [workload.Consumer(h, refs[i % 3], queue, i,
+                                  lambda i=i: nodes.master_seen_by(i % 3, queue),
                                   rate=plan.con_rate) for i in range(plan.consumers)]
         clients = pubs + cons
         for c in clients:
             c.start()
         time.sleep(plan.warmup_s)
-        nemesis = Nemesis(plan.nemesis, nodes, part, rng, h)
+        nemesis = Nemesis(plan.nemesis, nodes, part, rng, h, queue)
         faults = []
         backlog = None
         heal_t = time.monotonic()
         for cycle in range(plan.cycles):
             if backlog is None:
-                backlog = workload.queue_counts(refs[0], QUEUE)
+                backlog = workload.queue_counts(refs[0], queue)
             what = nemesis.start()
             faults.append((h.now(), what))
             h.note("nemesis: " + what)
@@ -257,7 +294,7 @@ def run(plan: Plan, tmp: Path, log=print) -> Result:
                 settle_wait, drain_timeout = 5.0, 5.0
                 log(f"  {plan.nemesis} {h.now():6.1f} s: failed already ({cut_short}): "
                     f"settling and the drain cut short")
-        settle_s, settle_failures = _settle(nodes, refs, h, heal_t, settle_wait)
+        settle_s, settle_failures = _settle(nodes, refs, h, heal_t, settle_wait, queue)
         h.note("settled" if settle_s is not None else "did not settle")
         log(f"  {plan.nemesis} {h.now():6.1f} s: "
             + ("settled in %.1f s" % settle_s if settle_s is not None else
@@ -270,7 +307,7 @@ def run(plan: Plan, tmp: Path, log=print) -> Result:
         for c in clients:
             c.join(15)
         errors = [f"{c.name}: {c.error!r}" for c in clients if c.error is not None]
-        drained = workload.drain(h, refs, QUEUE, lambda i: nodes.master_seen_by(i, QUEUE),
+        drained = workload.drain(h, refs, queue, lambda i: nodes.master_seen_by(i, queue),
                                  timeout=drain_timeout)
         log(f"  {plan.nemesis} {h.now():6.1f} s: drained {drained}")
         report = checker.check(dict(h.published), list(h.sessions), list(h.deliveries))
@@ -280,15 +317,21 @@ def run(plan: Plan, tmp: Path, log=print) -> Result:
                         f"settling not measured (cut short: {cut_short})" for p in problems]
         if not drained["complete"]:
             problems.append(f"the drain did not empty the queue: {drained['counts']}")
+        if problems:
+            cluster.failed = True
         return Result(plan, report, settle_s, settle_failures, drained, problems, faults,
-                      backlog, part.dropped() if part else 0, time.monotonic() - t_start,
+                      backlog, part.dropped() - dropped0 if part else 0, time.monotonic() - t_start,
                       cut_short, h.notes_text(), "" if not problems else nodes.logs(30))
+    except BaseException:
+        cluster.failed = True
+        raise
     finally:
         for c in clients:
             c.stop_event.set()
         if part is not None:
-            part.close()
-        nodes.stop_all(grace=5.0)
+            part.heal()  # (the cut of a run that raised: the next run starts healed)
+        if nemesis is not None and nemesis.killed is not None:
+            cluster.failed = True  # a node still down: the next run needs a new cluster
 
 
 COLUMNS = (("nemesis", 18), ("attempted", 9), ("confirmed", 9), ("nacked", 6), ("unknown", 7),

@@ -341,7 +341,7 @@ def drain(h: History, nodes: list, queue: str, master_of, timeout: float = 60.0,
     complete = False
     try:
         while time.monotonic() - t0 < timeout:
-            time.sleep(0.5)
+            time.sleep(0.2)
             if time.monotonic() - max(d.last_delivery for d in drainers) < quiet:
                 continue
             counts = {n.name: queue_counts(n, queue) for n in nodes}
