@@ -231,7 +231,8 @@ def test_dead_lettering_keeps_cc__S4(conn):
         headers={"CC": ["cc-key"], "BCC": ["bcc-key"]}))
     d = get(ch, src)
     ch.basic_reject(d.delivery_tag, requeue=False)
-    wait_count(conn, by_cc, 1)
+    for q in (by_rk, by_cc):  # two copies, to queues that may live on different workers
+        wait_count(conn, q, 1)
     for q in (by_rk, by_cc):
         [m] = get_all(ch, q)
         h = m.properties.headers

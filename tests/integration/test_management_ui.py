@@ -24,6 +24,7 @@ if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
                 "run as root)", pytrace=False)
 
 from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions as EC  # noqa: E402
@@ -77,7 +78,10 @@ def shot(browser, node, name: str) -> None:
 
 
 def wait(browser, cond, timeout=20):
-    return WebDriverWait(browser, timeout, poll_frequency=0.2).until(cond)
+    # a page re-renders its tables every few seconds: an element found just before is then
+    # stale, and the condition is simply asked again
+    return WebDriverWait(browser, timeout, poll_frequency=0.2,
+                         ignored_exceptions=(StaleElementReferenceException,)).until(cond)
 
 
 def visible(browser, css, timeout=20):
@@ -327,9 +331,12 @@ def test_bind_unbind_purge_and_delete_from_a_queue_s_page(node, browser):
     browser.find_element(By.ID, "purge-queue").click()
     text_in(browser, "#toast", "Queue purged")
     text_in(browser, "#queue-ready", "0", timeout=30)
-    row = [r for r in browser.find_elements(By.CSS_SELECTOR, "#queue-bindings tbody tr")
-           if "ui.#" in r.text][0]
-    row.find_element(By.TAG_NAME, "button").click()  # unbind
+    def unbind(b):  # (asked again if the table re-rendered under the row found)
+        row = [r for r in b.find_elements(By.CSS_SELECTOR, "#queue-bindings tbody tr")
+               if "ui.#" in r.text][0]
+        row.find_element(By.TAG_NAME, "button").click()
+        return True
+    wait(browser, unbind)
     wait(browser, lambda b: "ui.#" not in b.find_element(By.ID, "queue-bindings").text)
     assert _api(node, "GET", "/bindings/%2F/e/amq.topic/q/ui-ops-q") == []
     shot(browser, node, "queue-ops")
