@@ -132,7 +132,16 @@ class QueueHost(WorkerHost):
         if isinstance(msg, m.Publish):
             seqs = [it[0] for it in msg.items if it[0]]
             if seqs and msg.sender:
-                t.send(msg.sender, m.Confirm(t.address(name), seqs, True))
+                # RabbitMQ's channel confirms what it routed to a queue that was deleted (a
+                # normal exit); a queue the metadata still has lives at another address (its
+                # master moved, a node paused and resumed, the route was stale): the message
+                # reached no queue, so the publisher is told it is not safe (nack)
+                vhost, qname = _queue_of(name)
+                deleted = self.replica.queue(vhost, qname) is None
+                if not deleted:
+                    log.warning("publish for queue '%s' in vhost '%s' reached %s, where it "
+                                "does not run: nacked", qname, vhost, t.address(name))
+                t.send(msg.sender, m.Confirm(t.address(name), seqs, deleted))
         elif isinstance(msg, (m.Consume, m.Get)):
             vhost, qname = _queue_of(name)
             text = amqp_text(404, f"no queue '{qname}' in vhost '{vhost}'")
