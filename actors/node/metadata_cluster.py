@@ -246,7 +246,18 @@ class ClusterMixin:
         while self.awaiting and self.awaiting[0][0] <= self.canonical:
             _, reply_to, reply = self.awaiting.pop(0)
             self._send_local(reply_to, reply)
+        self._prune_recovering()
         self._tell_peers_applied(msg.seq)
+
+    def _prune_recovering(self) -> None:
+        """Boot waits for the durable queues the log homed here when this node loaded it; one
+        the log has since moved to a mirror elsewhere (promoted while this node was down) or
+        deleted will not start here: nothing to wait for. (Kept, the node never listened: a
+        kill -9'd node restarted while the leader promoted its queue.)"""
+        for key in [k for k in self.recovering if k != JOINED]:
+            q = self.queues.get(key)
+            if q is None or q.get("home") != self.me:
+                self._recovered(key)
 
     # --- every node has it: answers leave once each member applied their entry ------------------
     def _tell_peers_applied(self, seq) -> None:
