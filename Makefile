@@ -2,6 +2,10 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# pytest-xdist workers for `make test`: most tests wait on a broker's round trips, so two run
+# side by side on two cores (each file in one worker: its module-scoped node is shared);
+# TEST_WORKERS=0 runs them one after another in this process
+TEST_WORKERS ?= 2
 HOST ?= 127.0.0.1
 PORT ?= 5672
 DATA ?= ./var
@@ -73,7 +77,7 @@ test: venv node-clients
 	$(BROWSER_CHECK)
 	$(GO_NOTE)
 	$(NFT_NOTE)
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests -n $(TEST_WORKERS) --dist loadfile
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit

@@ -310,3 +310,24 @@ def qname():
 @pytest.fixture
 def xname():
     return unique("x")
+
+
+# --- pytest-xdist (`make test` runs two workers, --dist loadfile) -----------------------------
+TOGETHER = ("tests/integration/cluster/", "tests/faults/cluster/")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Each file runs in one worker (its module-scoped node shared), and the cluster files all
+    run in the same worker, one after another: two of them side by side (six nodes, partitions
+    timed against Raft's lease and pause times on two cores) made each other miss those times."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ClusterFilesTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith(TOGETHER):
+                return "cluster"
+            return super()._split_scope(nodeid)
+
+    return ClusterFilesTogether(config, log)
