@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import struct
 
-from queue_index.keys import SEQ
+from queue_index.keys import SEQ, by_number
 
 _LIVE = struct.Struct(">II")  # live bodies, bodies written
 INLINE_BELOW = 2048  # a chunk smaller than this is not written: its bodies stay in their records.
@@ -126,25 +126,9 @@ class Reader:
 
 def live_counts(txn, live_db, prefix: bytes) -> dict[int, tuple[int, int]]:
     """chunk -> (live, bodies) for every chunk of the queue."""
-    cur = txn.cursor(db=live_db)
-    plen, out = len(prefix), {}
-    if not cur.set_range(prefix):
-        return out
-    for key, value in cur:
-        if key[:plen] != prefix:
-            break
-        out[SEQ.unpack_from(key, plen)[0]] = _LIVE.unpack(value)
-    return out
+    return by_number(txn, live_db, prefix, _LIVE.unpack)
 
 
 def sizes(txn, chunks, prefix: bytes) -> dict[int, int]:
     """chunk -> its length in bytes, for every chunk of the queue (verify)."""
-    cur = txn.cursor(db=chunks)
-    plen, out = len(prefix), {}
-    if not cur.set_range(prefix):
-        return out
-    for key, value in cur:
-        if key[:plen] != prefix:
-            break
-        out[SEQ.unpack_from(key, plen)[0]] = len(value)
-    return out
+    return by_number(txn, chunks, prefix, len)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 
 from queue_index.entry import set_delivered
-from queue_index.keys import ACK, DEL, J, PUB, S, SEQ
+from queue_index.keys import ACK, DEL, J, PUB, S, SEQ, by_number
 
 _COUNTS = struct.Struct(">QQ")  # published, acked
 
@@ -102,12 +102,4 @@ def drop_range(txn, db, key_prefix: bytes) -> int:
 
 def segment_counts(txn, counts_db, prefix: bytes) -> dict[int, tuple[int, int]]:
     """segment -> (published, acked) for every segment of the queue still held."""
-    cur = txn.cursor(db=counts_db)
-    plen, out = len(prefix), {}
-    if not cur.set_range(prefix):
-        return out
-    for key, value in cur:
-        if key[:plen] != prefix:
-            break
-        out[SEQ.unpack_from(key, plen)[0]] = _COUNTS.unpack(value)
-    return out
+    return by_number(txn, counts_db, prefix, _COUNTS.unpack)

@@ -37,3 +37,17 @@ def prefix(queue_id: bytes) -> bytes:
 
 def queue_id(key_prefix: bytes) -> bytes:
     return key_prefix[2:]
+
+
+def by_number(txn, db, key_prefix: bytes, decode) -> dict:
+    """number -> decode(value) for every `prefix | number u64` key of the queue in `db`
+    (segment counts, chunk live counts, chunk sizes)."""
+    cur = txn.cursor(db=db)
+    plen, out = len(key_prefix), {}
+    if not cur.set_range(key_prefix):
+        return out
+    for key, value in cur:
+        if key[:plen] != key_prefix:
+            break
+        out[SEQ.unpack_from(key, plen)[0]] = decode(value)
+    return out
