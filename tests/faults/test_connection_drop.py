@@ -80,6 +80,7 @@ def test_reset_mid_frame_requeues_and_drops_partial_publish__A7(broker):
         och = observer.channel()
         q = declare(och, unique("q"))
         publish(och, q, [b"held"])
+        wait_count(observer, q, 1, timeout=10)  # (the get below comes on another connection)
         c = rawamqp.RawClient(broker.host, broker.port)
         c.handshake(user=broker.user, password=broker.password, vhost=broker.vhost)
         c.open_channel(1)
