@@ -142,6 +142,19 @@ class Nodes:
             time.sleep(0.1)
         raise AssertionError(f"timed out waiting for {what}")
 
+    def drain(self, i: int, queue: str) -> set[int]:
+        """Consume `queue` through node i until it stays empty 3 s, acking each; the bodies
+        (integers) taken."""
+        got = set()
+        with self[i].connection() as c:
+            ch = c.channel()
+            for method, _, body in ch.consume(queue, inactivity_timeout=3):
+                if method is None:
+                    break
+                got.add(int(body))
+                ch.basic_ack(method.delivery_tag)
+        return got
+
     def logs(self) -> str:
         return "\n".join(f"--- node{i + 1}\n{b.log_tail(40)}" for i, b in enumerate(self.brokers)
                          if b is not None)

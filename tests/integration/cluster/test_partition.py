@@ -325,12 +325,5 @@ def test_after_two_partitions_in_a_row_every_mirror_is_back_and_synchronised__C5
     for i in range(3):
         rows = nodes.status_rows(i)
         assert all(r["up"] == "true" and r["paused"] == "false" for r in rows.values()), rows
-    got = set()
-    with nodes[2].connection() as c:
-        ch = c.channel()
-        for method, _, body in ch.consume("ha.twice", inactivity_timeout=3):
-            if method is None:
-                break
-            got.add(int(body))
-            ch.basic_ack(method.delivery_tag)
+    got = nodes.drain(2, "ha.twice")
     assert got == set(range(100))
