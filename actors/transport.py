@@ -293,6 +293,8 @@ class Transport:
             if self.endpoint.startswith("tcp://"):
                 self._secure(sock, self.endpoint, "bind")
             sock.bind(self.endpoint)
+            if self.endpoint.endswith(":*"):  # the port the kernel gave, for every address
+                self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         except zmq.ZMQError as e:
             sock.close(0)
             failed.append(e)

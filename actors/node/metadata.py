@@ -442,6 +442,12 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
 
     def _worker_exited(self, ev: WorkerExited) -> None:
         w = self.workers.get((ev.kind, ev.index))
+        if ev.endpoint.endswith(":*"):
+            # a cluster worker picks its port when it binds: the endpoint is the one its hello
+            # gave (its successor is spawned after this message, so `w` is not a newer one)
+            if w is None:
+                return  # it died before its hello: nobody was told its endpoint
+            ev = WorkerExited(ev.kind, ev.index, w.endpoint)
         if w is not None and w.endpoint == ev.endpoint:
             del self.workers[(ev.kind, ev.index)]
             self.applied.pop((ev.kind, ev.index), None)

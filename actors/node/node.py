@@ -61,7 +61,8 @@ class Slot:
         self.index = index  # slot number
         self.gen = 0  # incarnation number, part of the endpoint so stale messages go nowhere
         self.proc: subprocess.Popen | None = None  # the running process
-        self.endpoint = ""  # ZeroMQ endpoint of the running incarnation
+        self.endpoint = ""  # ZeroMQ endpoint given to the running incarnation (tcp://host:* in a
+        # cluster: the port is the worker's own pick, told in its hello)
         self.handoff = None  # conn: the node's end of the socket pair accepted sockets go over
         self.restarts: collections.deque = collections.deque()  # times of recent restarts
 
@@ -292,13 +293,14 @@ class Node:
         return False
 
     def _endpoint(self, name: str) -> str:
-        """ipc:// inside a lone node; tcp:// (reachable from the other nodes) in a cluster."""
+        """ipc:// inside a lone node; tcp:// (reachable from the other nodes) in a cluster, on a
+        port the process's own bind picks (`tcp://host:*`, resolved by Transport): a port
+        picked here by binding and closing a socket could be taken by another process before
+        the worker binds it, which then died at boot with "Address already in use"."""
         if not self.config.clustered:
             return f"ipc://{self.run_dir}/{name}.sock"
         host = self.config.cluster_address.rpartition(":")[0]
-        with socket.socket() as s:
-            s.bind((host, 0))
-            return f"tcp://{host}:{s.getsockname()[1]}"
+        return f"tcp://{host}:*"
 
     def _drop_stale_indexes(self) -> None:
         """Queue indexes of queues that are not defined any more (durable exclusive queues of

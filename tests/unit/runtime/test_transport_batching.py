@@ -65,8 +65,8 @@ def test_a_lone_send_is_not_wrapped(tmp_path):
 
 
 def test_an_endpoint_that_cannot_be_bound_fails_the_start_instead_of_hanging(tmp_path):
-    """A cluster worker's tcp:// port can be taken between the node picking it and the worker
-    binding it: the worker must exit (and be restarted on a new port), not wait forever."""
+    """A tcp:// port that is taken (a fixed one; cluster workers bind `:*` since the node's
+    pick-then-close race): the process must exit (and be restarted), not wait forever."""
     import pytest
     import socket as socketlib
     taken = socketlib.socket()
@@ -82,3 +82,27 @@ def test_an_endpoint_that_cannot_be_bound_fails_the_start_instead_of_hanging(tmp
     with pytest.raises(zmq.ZMQError, match="cluster secret"):
         Transport(endpoint).start()
     taken.close()
+
+
+def test_a_wildcard_port_is_the_bound_one_in_every_address():
+    """A cluster worker binds `tcp://host:*` (node.py `_endpoint`): the kernel's port, never one
+    picked beforehand that another process could take. The endpoint and the addresses the
+    transport hands out are the bound port's, and messages sent to them arrive."""
+    from actors.secure import Curve
+    curve = Curve(b"s" * 32)
+    receiver = Transport("tcp://127.0.0.1:*", curve)
+    receiver.start(EventLoop("test-wildcard"))
+    port = receiver.endpoint.rpartition(":")[2]
+    assert receiver.endpoint.startswith("tcp://127.0.0.1:") and port.isdigit() and int(port) > 0
+    inbox = Inbox()
+    address = receiver.register("a", inbox)
+    assert address.startswith(receiver.endpoint + "#")
+    sender = Transport("tcp://127.0.0.1:*", curve)
+    sender.start(EventLoop("test-wildcard-sender"))
+    assert sender.endpoint != receiver.endpoint
+    for n in (1, 2, 3):
+        sender._loop.call(lambda n=n: sender.send(address, m.Sent("x#ch", n)))
+    assert inbox.done.wait(10)
+    assert [x.n for x in inbox.got] == [1, 2, 3]
+    sender.close()
+    receiver.close()
