@@ -36,7 +36,26 @@ class Replica:
         self.members: dict[str, dict] = {}  # cluster member id -> info (empty when alone)
         self.version = 0  # number of change lists applied
 
-    def load(self, state: dict) -> None:
+    def load(self, state: dict) -> list:
+        """Replace the whole state (a worker's first snapshot, or a resync after the node loaded
+        the log's snapshot); returns the changes that take the old state to the new one for
+        what hosts act on (`queue_put` of each queue whose definition changed, `queue_del` of
+        each queue gone, a `policy_put`/`op_policy_put` or `*_del` per policy that changed),
+        so that a resync reaches mirrors and channels as the entries it stands for would have."""
+        with self.lock:
+            old_queues, old_policies, old_ops = self.queues, self.policies, self.op_policies
+            self._load(state)
+            changes: list = [["queue_del", *key] for key in old_queues if key not in self.queues]
+            changes += [["queue_put", q] for key, q in self.queues.items()
+                        if old_queues.get(key) != q]
+            for put, drop, old, new in (("policy_put", "policy_del", old_policies, self.policies),
+                                        ("op_policy_put", "op_policy_del", old_ops,
+                                         self.op_policies)):
+                changes += [[drop, *key] for key in old if key not in new]
+                changes += [[put, *key, p] for key, p in new.items() if old.get(key) != p]
+            return changes
+
+    def _load(self, state: dict) -> None:
         with self.lock:
             self.router = Router.from_state(state["router"])
             self.auth = AuthDB.from_state(state["auth"])

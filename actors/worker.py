@@ -61,11 +61,13 @@ class WorkerControl(LightActor):
                 self.host.metadata_changed(msg.changes)
                 self._applied(msg.version)
             elif isinstance(msg, m.MetaSnapshot):
-                self.replica.load(msg.state)
+                implied = self.replica.load(msg.state)
                 self._applied(msg.version)
                 if not self.snapshot_seen:
                     self.snapshot_seen = True
                     self.on_ready()
+                elif implied:  # a resync: mirrors and channels learn what it changed
+                    self.host.metadata_changed(implied)
             elif isinstance(msg, m.WorkerDown):
                 self.transport.mark_dead(msg.endpoint)
                 self.host.worker_down(msg.kind, msg.endpoint)
