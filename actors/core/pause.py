@@ -35,9 +35,10 @@ from dataclasses import dataclass
 
 __all__ = ["PAUSE_AFTER_S", "LEADERLESS_PAUSE_S", "DOWN_AFTER_S", "LEASE_S", "TICK_S",
            "RAFT_MAX_TIMEOUT_S", "CONNECTION_TIMEOUT_S", "LEADER_FALLBACK_S", "PauseClock",
-           "may_mark_down", "check_leases"]
+           "RAFT_MIN_TIMEOUT_S", "may_mark_down", "ignores_vote_request", "check_leases"]
 
 # pysyncobj's settings (actors/node/cluster.py passes these very values)
+RAFT_MIN_TIMEOUT_S = 0.5  # raftMinTimeout: the shortest election time-out
 RAFT_MAX_TIMEOUT_S = 1.2  # raftMaxTimeout: a follower without news of its leader campaigns
 CONNECTION_TIMEOUT_S = 2.0  # connectionTimeout: a link silent this long is closed
 LEADER_FALLBACK_S = 2.0  # leaderFallbackTimeout: a leader without a majority's answers steps down
@@ -97,6 +98,18 @@ def may_mark_down(now: float, last_seen: float, leading_since: float | None) -> 
     led since `leading_since` (None: it does not lead)?"""
     return leading_since is not None and now - last_seen > DOWN_AFTER_S \
         and now - leading_since > LEASE_S
+
+
+def ignores_vote_request(now: float, heard_leader_at: float | None, leading: bool) -> bool:
+    """A follower that heard from its current leader at `heard_leader_at` (None: it has none)
+    ignores a vote request (neither takes its term nor votes) within the minimum election
+    time-out: Raft's rule against disruptive servers (Ongaro's thesis, 4.2.3). Without it a
+    member cut from the leader but reaching another (a bridge) deposes a working leader with
+    each campaign: its higher term makes the bridge drop the leader. A leader does take the
+    request: a member whose term went up while it was cut off would otherwise never rejoin (it
+    ignores the lower term's append_entries), so each heal of such a cut costs one election."""
+    return not leading and heard_leader_at is not None and \
+        now - heard_leader_at < RAFT_MIN_TIMEOUT_S
 
 
 check_leases()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 
 from cryptography.fernet import InvalidToken
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
@@ -104,7 +105,7 @@ class Cluster:
             onStateChanged=on_state_changed,
             appendEntriesUseBatch=False,  # definitions are few: latency over throughput
             # (the three time-outs are what actors/core/pause.py's leases are computed from)
-            raftMinTimeout=0.5, raftMaxTimeout=pause.RAFT_MAX_TIMEOUT_S,
+            raftMinTimeout=pause.RAFT_MIN_TIMEOUT_S, raftMaxTimeout=pause.RAFT_MAX_TIMEOUT_S,
             appendEntriesPeriod=0.1,
             connectionTimeout=pause.CONNECTION_TIMEOUT_S, connectionRetryTime=0.5,
             # a leader cut off from the majority steps down
@@ -238,6 +239,7 @@ class SecureTransport(TCPTransport):
     def __init__(self, *args, **kwargs):
         self._handshaking: set = set()  # our outgoing connections waiting for the peer's key
         self._bind_failed_logged = False  # pysyncobj retries a failed bind without a word
+        self._heard_leader: tuple | None = None  # (node, monotonic time): its last append_entries
         super().__init__(*args, **kwargs)
         # test-only partitions (actors/faults.py): None unless LEVERET_FAULT_INJECTION is set
         self._faults = faults.from_env(self._selfNode.host)
@@ -247,8 +249,10 @@ class SecureTransport(TCPTransport):
             self._faults.cut(getattr(node, "address", "").rpartition(":")[0])
 
     def _onMessageReceived(self, node, message):  # noqa: N802 - every member's message
-        if isinstance(message, dict) and message.get("type") == "append_entries" \
-                and "prevLogIdx" in message:
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "request_vote" and self._ignores_vote_request():
+            return  # (pysyncobj's thread: the same one that runs the handler below)
+        if kind == "append_entries" and "prevLogIdx" in message:
             # (pysyncobj's thread, which owns the log: read it as its own handler would)
             mine = self._syncObj._SyncObj__getEntries(message["prevLogIdx"])
             sent, message = message, skip_matching(message, mine)
@@ -259,6 +263,14 @@ class SecureTransport(TCPTransport):
                          "(applied up to %d): kept, not truncated", node.address,
                          sent["prevLogIdx"] + 1, applied)
         super()._onMessageReceived(node, message)
+        if kind == "append_entries" and self._syncObj._getLeader() is node:
+            self._heard_leader = (node, time.monotonic())
+
+    def _ignores_vote_request(self) -> bool:
+        heard = self._heard_leader
+        current = heard is not None and self._syncObj._getLeader() is heard[0]
+        return pause.ignores_vote_request(time.monotonic(), heard[1] if current else None,
+                                          self._syncObj._isLeader())
 
     def _connectIfNecessarySingle(self, node):  # noqa: N802
         if self._cut(node):

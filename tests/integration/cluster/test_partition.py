@@ -327,3 +327,32 @@ def test_after_two_partitions_in_a_row_every_mirror_is_back_and_synchronised__C5
         assert all(r["up"] == "true" and r["paused"] == "false" for r in rows.values()), rows
     got = nodes.drain(2, "ha.twice")
     assert got == set(range(100))
+
+
+def test_a_bridged_cut_keeps_the_leader_and_the_bridge_serving(cluster):
+    """Node A cut from the leader C, both still reach the bridge B (issue 15: each heal caused
+    3-5 elections). A loses its leader and pauses (pause_minority's view: it cannot hear one),
+    and campaigns; B, hearing C, must not take A's higher term and drop C (Raft's rule that a
+    server that has heard from a current leader within the minimum election timeout ignores
+    vote requests, Ongaro's thesis 4.2.3). So through the cut C keeps leading, B follows it and
+    serves; A pauses, and comes back after the heal."""
+    nodes = cluster
+    c = nodes.leader(0)
+    a, b = [j for j in range(3) if j != c]
+    with nodes[b].connection() as conn:
+        conn.channel().queue_declare("bridge.q", durable=True)  # home: the bridge
+    nodes.cut((a, c))
+    cut = time.monotonic()
+    seen = []
+    while time.monotonic() - cut < 8:
+        status = nodes.status(b)
+        seen.append([j for j in range(3) if status[f"leveret@node{j + 1}"][1]])
+        assert round_trip(nodes, b, "bridge.q", b"through the bridge"), \
+            f"the bridge node{b + 1} stopped serving {time.monotonic() - cut:.1f} s into the " \
+            f"cut; leaders seen from it: {seen}\n{nodes.logs()}"
+        time.sleep(0.3)
+    assert all(s == [c] for s in seen), (c, seen)
+    nodes.wait(lambda: connect(nodes, a) is None, 10, f"node{a + 1} (cut from the leader) to "
+               "pause")
+    nodes.heal()
+    every_node_serves(nodes, ["bridge.q"])

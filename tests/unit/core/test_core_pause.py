@@ -104,3 +104,12 @@ def test_a_deposed_leader_pauses_before_the_new_leader_may_mark_it_down():
 
 def test_check_leases_holds_for_the_shipped_constants():
     pause.check_leases()
+
+
+def test_a_follower_that_heard_its_leader_lately_ignores_vote_requests():
+    from actors.core.pause import RAFT_MIN_TIMEOUT_S, ignores_vote_request
+    assert ignores_vote_request(10.0, 10.0 - RAFT_MIN_TIMEOUT_S / 2, leading=False)
+    assert not ignores_vote_request(10.0, 10.0 - RAFT_MIN_TIMEOUT_S, leading=False)  # gone quiet
+    assert not ignores_vote_request(10.0, None, leading=False)  # no leader: an election is due
+    # a leader takes them: a member whose term rose while cut off rejoins only through one
+    assert not ignores_vote_request(10.0, 10.0, leading=True)
