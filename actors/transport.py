@@ -187,15 +187,19 @@ class Transport:
             sockets[endpoint] = sock
         return sock
 
-    def _secure(self, sock, endpoint: str, role: str) -> None:
-        """CURVE on a tcp:// socket, and a monitor that logs refused handshakes."""
+    def _secure(self, sock, endpoint: str, role: str, watch: bool = True) -> None:
+        """CURVE on a tcp:// socket, and (`watch`) a monitor that logs refused handshakes."""
         if self.curve is None:
             raise zmq.ZMQError(errno.EACCES, f"{endpoint}: tcp:// needs the cluster secret")
-        from actors import secure
         if role == "bind":
             self.curve.server(sock)
         else:
             self.curve.client(sock)
+        if watch:
+            self._watch(sock, role, endpoint)
+
+    def _watch(self, sock, role: str, endpoint: str) -> None:
+        from actors import secure
         secure.watcher(self.context).watch(sock, role, endpoint)
 
     def _sender(self, endpoint: str):
@@ -290,11 +294,14 @@ class Transport:
         try:
             if self.local_endpoint:  # plain (NULL) first: CURVE options apply to later binds
                 sock.bind(self.local_endpoint)
-            if self.endpoint.startswith("tcp://"):
-                self._secure(sock, self.endpoint, "bind")
+            tcp = self.endpoint.startswith("tcp://")
+            if tcp:  # (CURVE before the bind; the monitor names the bound endpoint)
+                self._secure(sock, self.endpoint, "bind", watch=False)
             sock.bind(self.endpoint)
             if self.endpoint.endswith(":*"):  # the port the kernel gave, for every address
                 self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+            if tcp:
+                self._watch(sock, "bind", self.endpoint)
         except zmq.ZMQError as e:
             sock.close(0)
             failed.append(e)

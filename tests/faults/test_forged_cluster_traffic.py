@@ -36,12 +36,36 @@ def nodes(tmp_path):
 
 
 def worker_args(broker, kind: str) -> dict:
-    """--endpoint and --node of a worker of this kind, from its command line."""
+    """The tcp:// endpoint a worker of this kind listens on (its command line says
+    `tcp://host:*`: the port is its own bind's, found here as an attacker would, by its
+    listening socket) and its --node address."""
     pid = next(iter(broker.worker_pids(kind).values()))
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         argv = f.read().decode().split("\0")
-    return {"endpoint": argv[argv.index("--endpoint") + 1],
-            "node": argv[argv.index("--node") + 1]}
+    endpoint = argv[argv.index("--endpoint") + 1]
+    host, _, port = endpoint[len("tcp://"):].rpartition(":")
+    if port == "*":
+        [port] = listening_ports(pid)
+    return {"endpoint": f"tcp://{host}:{port}", "node": argv[argv.index("--node") + 1]}
+
+
+def listening_ports(pid: int) -> list[int]:
+    """The TCP ports process `pid` listens on (/proc: its socket inodes in LISTEN state)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = []
+    with open(f"/proc/{pid}/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            cols = line.split()
+            if cols[3] == "0A" and cols[9] in inodes:  # 0A: TCP_LISTEN
+                ports.append(int(cols[1].rpartition(":")[2], 16))
+    return ports
 
 
 def login(broker, user, password) -> bool:
