@@ -331,3 +331,16 @@ def pytest_xdist_make_scheduler(config, log):
             return super()._split_scope(nodeid)
 
     return ClusterFilesTogether(config, log)
+
+
+SPARK_TIMEOUT_S = 300  # the JVM's start alone took over 120 s on a machine at load 28
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that uses the SparkSession (directly or through a fixture) may be the one that
+    starts its JVM: it gets SPARK_TIMEOUT_S instead of the suite's 120 s, unless it set its
+    own."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()) and \
+                item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SPARK_TIMEOUT_S))

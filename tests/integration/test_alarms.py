@@ -10,6 +10,7 @@ does in RabbitMQ's own tests of this."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import aio_pika
 import pika
@@ -28,6 +29,20 @@ def _blocked_events(conn: pika.BlockingConnection) -> list:
 
 def _pump_until(conn, predicate, timeout=15.0):
     wait_until(lambda: (conn.process_data_events(0.05), predicate())[1], timeout=timeout)
+
+
+def _ctl_pumping(broker, conn, *args):
+    """leveretctl while `conn` keeps reading and sending heartbeats: a 1 s heartbeat
+    connection left unserviced for a ctl's start-up (seconds on a loaded machine) is closed
+    for missed heartbeats before the test gets to block it."""
+    done = threading.Event()
+    out = []
+    worker = threading.Thread(target=lambda: (out.append(broker.ctl(*args)), done.set()))
+    worker.start()
+    while not done.is_set():
+        conn.process_data_events(0.05)
+    worker.join()
+    return out[0]
 
 
 def test_memory_alarm_blocks_publishers_and_lets_consumers_go_on__R2(tmp_path):
@@ -87,12 +102,12 @@ def test_heartbeats_are_not_enforced_while_a_connection_is_blocked__R2_E4(tmp_pa
         setup.channel().queue_declare("work")
         pub = broker.connection(heartbeat=1)
         events = _blocked_events(pub)
-        broker.ctl("set_vm_memory_high_watermark", "absolute", "1")
+        _ctl_pumping(broker, pub, "set_vm_memory_high_watermark", "absolute", "1")
         ch = _block_with_a_publish(broker, pub, events, "low on memory")
         # four heartbeat intervals with the socket unread: E4 would close it after two
         pub.process_data_events(4.0)
         assert pub.is_open
-        broker.ctl("set_vm_memory_high_watermark", "0.4")
+        _ctl_pumping(broker, pub, "set_vm_memory_high_watermark", "0.4")
         _pump_until(pub, lambda: events[-1:] == [("unblocked",)])
         ch.basic_publish("", "work", b"after")
         pub.process_data_events(2.5)  # two intervals, now read: heartbeats do arrive
