@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -560,19 +561,40 @@ def test_health_checks_and_topic_permissions(node, http):
     status, body = http("GET", "/api/health/checks/port-listener/1")
     assert status == 503 and body["reason"] == "No active listener" and node.port in \
         body["ports"]
+    assert http("GET", "/api/health/checks/port-listener/x") == (
+        400, {"error": "bad_request", "reason": "Invalid port"})
     assert http("GET", "/api/health/checks/protocol-listener/amqp")[0] == 200
+    # RabbitMQ's other names of the protocol (normalize_protocol/1)
+    assert http("GET", "/api/health/checks/protocol-listener/AMQP0-9-1") == (
+        200, {"status": "ok", "protocol": "amqp"})
     assert http("GET", "/api/health/checks/protocol-listener/amqp%2Fssl")[0] == 503
     assert http("GET", "/api/health/checks/virtual-hosts") == (200, {"status": "ok"})
-    assert http("GET", "/api/health/checks/node-is-quorum-critical") == (200,
-                                                                       {"status": "ok"})
+    assert http("GET", "/api/health/checks/node-is-quorum-critical") == (
+        200, {"status": "ok", "reason": "single node cluster"})
     node.ctl("add_user", "topic-user", "pw")
     assert http("PUT", "/api/topic-permissions/%2F/topic-user", {
         "exchange": "amq.topic", "write": "^a", "read": ".*"})[0] == 201
-    assert http("GET", "/api/topic-permissions/%2F/topic-user")[1] == [
-        {"user": "topic-user", "vhost": "/", "exchange": "amq.topic", "write": "^a",
-         "read": ".*"}]
+    assert http("PUT", "/api/topic-permissions/%2F/topic-user", {
+        "exchange": "amq.topic", "write": "^a", "read": ".*"})[0] == 204
+    assert http("PUT", "/api/topic-permissions/%2F/topic-user", {
+        "exchange": "other", "write": "", "read": "^b"})[0] == 201
+    mine = [{"user": "topic-user", "vhost": "/", "exchange": x, "write": w, "read": r}
+            for x, w, r in (("amq.topic", "^a", ".*"), ("other", "", "^b"))]
+    key = (lambda p: p["exchange"])
+    assert sorted(http("GET", "/api/topic-permissions/%2F/topic-user")[1], key=key) == mine
+    assert sorted(http("GET", "/api/users/topic-user/topic-permissions")[1], key=key) == mine
+    assert sorted([p for p in http("GET", "/api/vhosts/%2F/topic-permissions")[1]
+                   if p["user"] == "topic-user"], key=key) == mine
+    assert http("GET", "/api/users/nobody/topic-permissions")[0] == 404
+    assert http("GET", "/api/vhosts/nowhere/topic-permissions")[0] == 404
+    assert http("PUT", "/api/topic-permissions/nowhere/topic-user", {
+        "exchange": "x", "write": "", "read": ""}) == (
+        400, {"error": "bad_request", "reason": "vhost_or_user_not_found"})
+    assert http("DELETE", "/api/topic-permissions/%2F/topic-user/other")[0] == 204
+    assert http("GET", "/api/topic-permissions/%2F/topic-user")[1] == mine[:1]
     assert http("DELETE", "/api/topic-permissions/%2F/topic-user")[0] == 204
     assert http("GET", "/api/topic-permissions/%2F/topic-user")[0] == 404
+    assert http("DELETE", "/api/topic-permissions/%2F/topic-user")[0] == 404
 
 
 def test_with_amqps_configured_both_listeners_speak_https_only(tmp_path):
@@ -602,30 +624,56 @@ def test_with_amqps_configured_both_listeners_speak_https_only(tmp_path):
         broker.stop()
 
 
+def _refused(host: str, port: int) -> bool:
+    """Nothing listens on host:port (a TCP connect is refused)."""
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
 def test_management_and_prometheus_hosts_and_port_0(tmp_path):
     """Issue 14 item 6: `management_host` / `prometheus_host` bind each listener apart from
-    the AMQP listener's host (loopback addresses here), and `--prometheus-port 0` serves no
-    metrics at all: the protocol-listener health check then says there is none. Also
-    GET /api/nodes/{name}."""
-    port = free_port()
-    (tmp_path / "hosts.toml").write_text('management_host = "127.0.0.2"\n')
+    the AMQP listener's host (loopback addresses here, AMQP on 127.0.0.1): each answers on its
+    own address only, a connect to 127.0.0.1 on its port is refused. And `--prometheus-port
+    0` serves no metrics at all: the protocol-listener health check then says there is none.
+    Also GET /api/nodes/{name}."""
+    port, metrics_port = free_port(), free_port()
+    (tmp_path / "hosts.toml").write_text('management_host = "127.0.0.2"\n'
+                                         'prometheus_host = "127.0.0.3"\n')
     broker = Broker.start_leveret(tmp_path, "--management-port", str(port), "--config",
-                                  str(tmp_path / "hosts.toml"), "--prometheus-port", "0")
+                                  str(tmp_path / "hosts.toml"), "--prometheus-port",
+                                  str(metrics_port))
     try:
         api = Api(port, "127.0.0.2")
         assert api("GET", "/api/whoami") == (200, {"name": "guest", "tags": ["administrator"]})
-        with pytest.raises(urllib.error.URLError):
-            Api(port)("GET", "/api/whoami")  # not on the AMQP listener's 127.0.0.1
+        assert _refused("127.0.0.1", port)  # not on the AMQP listener's 127.0.0.1
+        with urllib.request.urlopen(f"http://127.0.0.3:{metrics_port}/metrics",
+                                    timeout=20) as r:
+            assert b"rabbitmq_identity_info" in r.read()
+        assert _refused("127.0.0.1", metrics_port) and _refused("127.0.0.2", metrics_port)
         ports = {(x["protocol"], x["ip_address"]) for x in
                  api("GET", "/api/overview")[1]["listeners"]}
         assert ("http", "127.0.0.2") in ports and ("amqp", "127.0.0.1") in ports
+        assert api("GET", "/api/health/checks/protocol-listener/http%2Fprometheus")[0] == 200
+        node = api("GET", "/api/nodes")[1][0]
+        status, one = api("GET", "/api/nodes/" + urllib.parse.quote(node["name"], safe=""))
+        assert status == 200 and (one["name"], one["running"]) == (node["name"], True)
+        assert {c["description"]: (c["ip"], c["port"]) for c in one["contexts"]} == {
+            "RabbitMQ Management": ("127.0.0.2", str(port)),
+            "RabbitMQ Prometheus": ("127.0.0.3", str(metrics_port))}
+        assert api("GET", "/api/nodes/rabbit%40nowhere")[0] == 404
+    finally:
+        broker.stop()
+    port = free_port()
+    broker = Broker.start_leveret(tmp_path / "no-metrics", "--management-port", str(port),
+                                  "--prometheus-port", "0")
+    try:
+        api = Api(port)
         status, body = api("GET", "/api/health/checks/protocol-listener/http%2Fprometheus")
         assert status == 503 and body["status"] == "failed"
         assert api("GET", "/api/health/checks/protocol-listener/http")[0] == 200
-        node = api("GET", "/api/nodes")[1][0]
-        assert api("GET", "/api/nodes/" + urllib.parse.quote(node["name"], safe="")) == (
-            200, node)
-        assert api("GET", "/api/nodes/rabbit%40nowhere")[0] == 404
     finally:
         broker.stop()
 
@@ -669,6 +717,14 @@ def test_operator_policies_and_limits_through_the_api(node, http):
     assert http("GET", "/api/user-limits/guest")[1] == [{"user": "guest",
                                                           "value": {"max-channels": 64}}]
     assert http("DELETE", "/api/user-limits/guest/max-channels")[0] == 204
+    # as RabbitMQ 3.10: none set is [], an unknown vhost or user 404, clearing a limit that
+    # is not set does nothing (204)
+    assert http("GET", "/api/user-limits/guest")[1] == []
+    assert http("DELETE", "/api/user-limits/guest/max-channels")[0] == 204
+    assert http("GET", "/api/user-limits/nobody")[0] == 404
+    assert http("GET", "/api/vhost-limits/nowhere")[0] == 404
+    assert http("PUT", "/api/vhost-limits/nowhere/max-queues", {"value": 1})[0] == 404
+    assert http("PUT", "/api/user-limits/nobody/max-channels", {"value": 1})[0] == 404
 
 
 def test_leveretctl_operational_commands(node, http):
