@@ -678,6 +678,70 @@ def test_management_and_prometheus_hosts_and_port_0(tmp_path):
         broker.stop()
 
 
+def _soft_nofile(pid: int) -> int:
+    with open(f"/proc/{pid}/limits") as f:
+        return int(next(line for line in f if line.startswith("Max open files")).split()[3])
+
+
+def test_nodes_show_the_node_s_own_figures(node, http):
+    """/api/nodes (issue 14): RabbitMQ 3.10's fields (test_management_compat compares names
+    and types) with this node's figures, from the sample it takes every interval
+    (docs/management.md, "Nodes"): its pid, files, limits, memory and disk, descriptors,
+    threads, churn, and its memory alarm while one is on."""
+    from importlib import metadata
+
+    from actors.node.resources import total_memory
+
+    def sample(cond=lambda n: True):
+        status, rows = http("GET", "/api/nodes")
+        return status == 200 and "os_pid" in rows[0] and cond(rows[0]) and rows[0]
+
+    first = wait_for("the node's sample", sample)
+    assert (first["os_pid"], first["running"], first["type"]) == (str(node.pid), True, "disc")
+    assert first["db_dir"] == str(node.data_dir)
+    assert first["config_files"] == [str(node.data_dir.parent / "leveret.toml")]
+    assert first["log_files"] == ["<stderr>"] and first["partitions"] == []
+    assert first["mem_limit"] == int(total_memory() * 0.4) and 0 < first["mem_used"]
+    assert first["disk_free_limit"] == 50_000_000 and first["disk_free"] > 0
+    assert not first["mem_alarm"] and not first["disk_free_alarm"]
+    assert first["fd_total"] == first["sockets_total"] == _soft_nofile(node.pid)
+    workers = {**node.worker_pids("queue"), **node.worker_pids("conn")}
+    assert 10 < first["fd_used"] < first["fd_total"]
+    assert first["proc_used"] > len(workers) and first["proc_total"] > first["proc_used"]
+    assert 3 <= first["sockets_used"]  # AMQP, management and Prometheus listeners at least
+    assert first["processors"] == os.cpu_count() and first["run_queue"] >= 0
+    assert [x["name"] for x in first["exchange_types"]] == ["direct", "fanout", "headers",
+                                                            "topic"]
+    assert {x["name"]: x["enabled"] for x in first["auth_mechanisms"]} == {
+        "AMQPLAIN": True, "PLAIN": True, "EXTERNAL": False}
+    assert {"name": "leveret", "description": "Leveret, an AMQP 0-9-1 broker",
+            "version": metadata.version("leveret")} in first["applications"]
+    assert [c["port"] for c in first["contexts"]] == [str(node.http_port),
+                                                      str(node.metrics_port)]
+    # a connection opened and closed: the node's churn; a later sample, its rates
+    conn = node.connection()
+    conn.close()
+    later = wait_for("a sample with the connection's churn", lambda: sample(
+        lambda n: n["connection_closed"] > first["connection_closed"] and
+        n["connection_created"] > first["connection_created"]))
+    assert later["uptime"] > first["uptime"]
+    assert later["context_switches"] >= first["context_switches"]
+    assert set(later["mem_used_details"]) == {"rate"}
+    assert later["connection_created_details"]["rate"] >= 0
+    status, one = http("GET", "/api/nodes/" + urllib.parse.quote(first["name"], safe=""))
+    assert status == 200 and one["os_pid"] == first["os_pid"]
+    # the memory alarm (R2's): this node's own, in its row and the local-alarms check
+    node.ctl("set_vm_memory_high_watermark", "0.0000001")
+    try:
+        wait_for("mem_alarm in the node's sample", lambda: sample(lambda n: n["mem_alarm"]))
+        status, body = http("GET", "/api/health/checks/local-alarms")
+        assert status == 503 and body["alarms"] == [{"node": first["name"],
+                                                     "resource": "memory"}]
+    finally:
+        node.ctl("set_vm_memory_high_watermark", "0.4")
+    wait_for("the alarm cleared in the sample", lambda: sample(lambda n: not n["mem_alarm"]))
+
+
 def test_permissions_by_vhost_and_user_and_an_exchange_s_bindings(node, http):
     assert [(p["user"], p["vhost"]) for p in http("GET", "/api/vhosts/%2F/permissions")[1]] \
         == [("guest", "/")]
