@@ -550,12 +550,15 @@ class DropPaged:
 
 class PagedDropped:
     """BackingQueue -> Queue (local only): `n` paged messages of `nbytes` dropped (their
-    seq_ids: the mirrors forget them too), the last with seq_id `last_seq` (0 if none)."""
-    __slots__ = ("priority", "n", "nbytes", "last_seq", "seq_ids")
+    seq_ids: the mirrors forget them too), the last with seq_id `last_seq` (0 if none);
+    `pers` of them persistent, of `pers_bytes` (messages_persistent)."""
+    __slots__ = ("priority", "n", "nbytes", "last_seq", "seq_ids", "pers", "pers_bytes")
 
-    def __init__(self, priority: int, n: int, nbytes: int, last_seq: int, seq_ids=()):
+    def __init__(self, priority: int, n: int, nbytes: int, last_seq: int, seq_ids=(),
+                 pers: int = 0, pers_bytes: int = 0):
         self.priority, self.n, self.nbytes, self.last_seq = priority, n, nbytes, last_seq
         self.seq_ids = seq_ids
+        self.pers, self.pers_bytes = pers, pers_bytes
 
 
 class DeleteIndex:

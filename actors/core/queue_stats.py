@@ -17,7 +17,8 @@ GAUGES = ("messages", "messages_ready", "messages_unacknowledged", "consumers")
 # where the messages are (QueueCore.storage_stats: rabbit_backing_queue's info items)
 STORAGE = ("message_bytes", "message_bytes_ready", "message_bytes_unacknowledged",
            "message_bytes_ram", "message_bytes_paged_out", "messages_ram", "messages_ready_ram",
-           "messages_unacknowledged_ram", "messages_paged_out")
+           "messages_unacknowledged_ram", "messages_paged_out", "messages_persistent",
+           "message_bytes_persistent")
 # what a sample also carries of the queue's state (None when the queue has no value for it):
 # rabbit_backing_queue's info items head_message_timestamp, disk_reads and disk_writes
 STATE = ("head_message_timestamp", "disk_reads", "disk_writes")
