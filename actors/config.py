@@ -38,6 +38,9 @@ def cpu_workers() -> int:
 
 @dataclasses.dataclass
 class Config:
+    # (not a setting: no annotation) the TOML files read, absolute (update_from_toml; the
+    # management API's config_files)
+    config_files = ()
     host: str = "127.0.0.1"  # listen address
     port: int = 5672  # AMQP port
     data_dir: str = "./var"  # definitions, message store, logs
@@ -204,6 +207,7 @@ class Config:
         """Sections are folded: [node] port = 5673 and a top-level port = 5673 mean the same."""
         with open(path, "rb") as f:
             raw = tomllib.load(f)
+        self.config_files = (*self.config_files, os.path.abspath(path))
         flat: dict = {}
         for key, value in raw.items():
             if isinstance(value, dict):

@@ -98,7 +98,7 @@ QUEUE_COLUMNS = ("name", "durable", "auto_delete", "exclusive", "arguments", "me
                  "disk_writes", "message_bytes", "message_bytes_ready",
                  "message_bytes_unacknowledged", "message_bytes_ram", "message_bytes_paged_out",
                  "messages_ram", "messages_ready_ram", "messages_unacknowledged_ram",
-                 "messages_paged_out")
+                 "messages_paged_out", "messages_persistent", "message_bytes_persistent")
 
 
 def print_table(rows: list, columns: list, vhost: str, formatter: str = "table") -> int:

@@ -128,6 +128,15 @@ class WorkerStats(NamedTuple):
     totals: dict
 
 
+class NodeStats(NamedTuple):
+    """Node (metadata) -> the metadata actor of every node up, itself included: the node's own
+    figures for /api/nodes (actors/node/node_stats.py: memory, disk, alarms, descriptors,
+    threads...), every collect_statistics_interval."""
+    node: str  # the node's name (config.node)
+    at_ms: int  # wall-clock milliseconds of the sample
+    stats: dict
+
+
 class ForceClose(NamedTuple):
     """Node -> connection worker: close one connection with 320 CONNECTION_FORCED (the
     management API's DELETE /api/connections/{name})."""
@@ -541,12 +550,15 @@ class DropPaged:
 
 class PagedDropped:
     """BackingQueue -> Queue (local only): `n` paged messages of `nbytes` dropped (their
-    seq_ids: the mirrors forget them too), the last with seq_id `last_seq` (0 if none)."""
-    __slots__ = ("priority", "n", "nbytes", "last_seq", "seq_ids")
+    seq_ids: the mirrors forget them too), the last with seq_id `last_seq` (0 if none);
+    `pers` of them persistent, of `pers_bytes` (messages_persistent)."""
+    __slots__ = ("priority", "n", "nbytes", "last_seq", "seq_ids", "pers", "pers_bytes")
 
-    def __init__(self, priority: int, n: int, nbytes: int, last_seq: int, seq_ids=()):
+    def __init__(self, priority: int, n: int, nbytes: int, last_seq: int, seq_ids=(),
+                 pers: int = 0, pers_bytes: int = 0):
         self.priority, self.n, self.nbytes, self.last_seq = priority, n, nbytes, last_seq
         self.seq_ids = seq_ids
+        self.pers, self.pers_bytes = pers, pers_bytes
 
 
 class DeleteIndex:
@@ -725,6 +737,17 @@ class AlarmsChanged:
         self.alarms = alarms
 
 
+class NodeTick:
+    """Node's supervision thread -> metadata (local only), every collect_statistics_interval:
+    what it measured of the node process and its workers (node_stats.measure), for the node's
+    sample (NodeStats)."""
+
+    __slots__ = ("figures",)
+
+    def __init__(self, figures: dict):
+        self.figures = figures
+
+
 class CommitFailed:
     """pysyncobj thread -> metadata (local only): the log entry `token` this node submitted as
     leader in `epoch` was not committed."""
@@ -741,7 +764,7 @@ _TYPES: list[type] = [
     Deliver, GetReply, Confirm, ConsumerGone, Credit, Sent, Demand, Grant, Release,
     MetaApplied, MirrorJoin, MirrorPublish, MirrorForget, MirrorAck, PeerApplied,
     ResourceAlarm, DirectReply, ReplyCheck, QueueStats, ConnectionStats, ForceClose,
-    WorkerStats, WorkerUp, Pause,
+    WorkerStats, WorkerUp, Pause, NodeStats,
 ]
 _TAG = {cls: i for i, cls in enumerate(_TYPES)}
 _HAS_BODIES = {cls: cls._fields[-1] == "bodies" for cls in _TYPES}

@@ -37,6 +37,7 @@ class Http:
 
     def __init__(self, port: int, host: str = "127.0.0.1"):
         self.base = f"http://{host}:{port}"
+        self.ctl = None  # the broker's ctl(*args), for what only it can do (an alarm)
 
     def __call__(self, method: str, path: str, body=None):
         data = None if body is None else json.dumps(body).encode()
@@ -109,6 +110,97 @@ def _channel(http: Http):
     return None
 
 
+def _answer(http: Http, path: str, method: str = "GET", body=None) -> dict:
+    """An answer whose status matters (a health check's 200 or 503): both, as
+    {"http_status": N, "body": ...}."""
+    status, answer = http(method, path, body)
+    return {"http_status": status, "body": answer}
+
+
+def _node(http: Http):
+    return http.ok("GET", "/api/nodes/" + urllib.parse.quote(
+        http.ok("GET", "/api/overview")["node"], safe=""))
+
+
+def _amqp_port(http: Http) -> int:
+    return next(x["port"] for x in http.ok("GET", "/api/overview")["listeners"]
+                if x["protocol"] == "amqp")
+
+
+def _topic_permissions(path: str):
+    """Read after setting cmp-user's topic permission on cmp-x (once)."""
+    def read(http: Http):
+        http.ok("PUT", "/api/topic-permissions/%2F/cmp-user",
+                {"exchange": "cmp-x", "write": "^a\\.", "read": ".*"})
+        return http.ok("GET", path)
+    return read
+
+
+def _user_limits(path: str):
+    def read(http: Http):
+        http.ok("PUT", "/api/user-limits/cmp-user/max-connections", {"value": 10})
+        http.ok("PUT", "/api/user-limits/cmp-user/max-channels", {"value": 20})
+        return http.ok("GET", path)
+    return read
+
+
+GET_QUEUE = "cmp-get"
+PUBLISHED = [  # what the publish endpoint sends to GET_QUEUE through the default exchange
+    {"routing_key": GET_QUEUE, "payload": "hello", "payload_encoding": "string",
+     "properties": {"delivery_mode": 2, "priority": 1, "content_type": "text/plain",
+                    "headers": {"k": "v", "n": 7}, "message_id": "m-1", "timestamp": 1700000000,
+                    "app_id": "cmp"}},
+    {"routing_key": GET_QUEUE, "payload": "/wCAgQ==", "payload_encoding": "base64",
+     "properties": {}},
+]
+
+
+def _publish(http: Http):
+    """POST .../amq.default/publish: the queue is declared first; each message's answer."""
+    http.ok("PUT", f"/api/queues/%2F/{GET_QUEUE}", {"durable": True})
+    return [_answer(http, "/api/exchanges/%2F/amq.default/publish", "POST", m)
+            for m in PUBLISHED]
+
+
+def _publish_unroutable(http: Http):
+    return _answer(http, "/api/exchanges/%2F/amq.default/publish", "POST", {
+        "routing_key": "cmp-nowhere", "payload": "x", "payload_encoding": "string",
+        "properties": {}})
+
+
+def _get(http: Http):
+    """POST .../get: the messages _publish sent, requeued, then taken for good."""
+    first = _answer(http, f"/api/queues/%2F/{GET_QUEUE}/get", "POST", {
+        "count": 5, "ackmode": "ack_requeue_true", "encoding": "auto", "truncate": 50000})
+    second = _answer(http, f"/api/queues/%2F/{GET_QUEUE}/get", "POST", {
+        "count": 5, "ackmode": "ack_requeue_false", "encoding": "base64"})
+    empty = _answer(http, f"/api/queues/%2F/{GET_QUEUE}/get", "POST", {
+        "count": 1, "ackmode": "ack_requeue_false", "encoding": "auto"})
+    return {"requeued": first, "taken": second, "empty": empty}
+
+
+def _alarm_checks(http: Http):
+    """The alarm health checks while a memory alarm is on (set with the broker's ctl,
+    `set_vm_memory_high_watermark`), and the node's answer then; the watermark is back to
+    0.4 and the alarm cleared before this returns."""
+    http.ctl("set_vm_memory_high_watermark", "0.0000001")
+    try:
+        deadline = time.monotonic() + 30
+        while http("GET", "/api/health/checks/alarms")[0] != 503:
+            if time.monotonic() > deadline:
+                raise RuntimeError("no memory alarm after set_vm_memory_high_watermark")
+            time.sleep(0.2)
+        return {"alarms": _answer(http, "/api/health/checks/alarms"),
+                "local_alarms": _answer(http, "/api/health/checks/local-alarms")}
+    finally:
+        http.ctl("set_vm_memory_high_watermark", "0.4")
+        deadline = time.monotonic() + 30
+        while http("GET", "/api/health/checks/alarms")[0] != 200:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the memory alarm did not clear")
+            time.sleep(0.2)
+
+
 def _consumer(http: Http):
     for c in http.ok("GET", "/api/consumers"):
         if c["consumer_tag"] == CONSUMER_TAG:
@@ -147,6 +239,32 @@ ENDPOINTS = {
     "vhosts": "/api/vhosts",
     "users": "/api/users",
     "health_alarms": "/api/health/checks/alarms",
+    "nodes": "/api/nodes",
+    "node": _node,
+    # what follows changes objects the answers above show: read after them
+    "health_local_alarms": lambda http: _answer(http, "/api/health/checks/local-alarms"),
+    "health_port_listener": lambda http: _answer(
+        http, f"/api/health/checks/port-listener/{_amqp_port(http)}"),
+    "health_port_listener_missing": lambda http: _answer(
+        http, "/api/health/checks/port-listener/1"),
+    "health_protocol_listener": lambda http: _answer(
+        http, "/api/health/checks/protocol-listener/amqp091"),
+    "health_protocol_listener_missing": lambda http: _answer(
+        http, "/api/health/checks/protocol-listener/stomp"),
+    "health_virtual_hosts": lambda http: _answer(http, "/api/health/checks/virtual-hosts"),
+    "health_quorum_critical": lambda http: _answer(
+        http, "/api/health/checks/node-is-quorum-critical"),
+    "topic_permissions": _topic_permissions("/api/topic-permissions"),
+    "topic_permission": _topic_permissions("/api/topic-permissions/%2F/cmp-user"),
+    "user_topic_permissions": _topic_permissions("/api/users/cmp-user/topic-permissions"),
+    "vhost_topic_permissions": _topic_permissions("/api/vhosts/%2F/topic-permissions"),
+    "user_limits": _user_limits("/api/user-limits"),
+    "user_limit": _user_limits("/api/user-limits/cmp-user"),
+    "vhost_limits_all": "/api/vhost-limits",
+    "publish": _publish,
+    "publish_unroutable": _publish_unroutable,
+    "get": _get,
+    "health_alarms_failed": _alarm_checks,
     "aliveness": "/api/aliveness-test/%2F",  # (last: it declares a queue of its own)
 }
 
@@ -162,8 +280,10 @@ def ready(http: Http) -> bool:
         _consumer(http) is not None
 
 
-def capture(http: Http, timeout: float = 60.0) -> dict:
-    """Every ENDPOINTS answer, once the statistics are in."""
+def capture(http: Http, timeout: float = 60.0, ctl=None) -> dict:
+    """Every ENDPOINTS answer, once the statistics are in; `ctl(*args)` runs the broker's
+    rabbitmqctl / leveretctl (the alarm health checks)."""
+    http.ctl = ctl
     deadline = time.monotonic() + timeout
     while not ready(http):
         if time.monotonic() > deadline:
@@ -193,7 +313,7 @@ def main(argv: list | None = None) -> int:
             http = Http(rmq.management_port)
             conn = scenario(http, rmq.host, rmq.port)
             try:
-                answers = capture(http)
+                answers = capture(http, ctl=rmq.ctl)
             finally:
                 conn.close()
     except RefBrokerError as e:

@@ -10,6 +10,8 @@ the channels of the process (a closed channel's last counts are kept in the proc
 
 from __future__ import annotations
 
+from actors.core.queue_stats import increase
+
 # rabbit_global_counters' protocol counters (names without messages_ / _total), and Leveret's
 COUNTERS = (
     "publish",            # basic.publish received (messages_received_total)
@@ -139,7 +141,7 @@ def cluster_counts(workers: dict, dead: dict, now_ms: int, interval_ms: int) -> 
         before = flatten(previous[1])
         dt = at - previous[0]
         for path, n in now.items():
-            rates[path] = rates.get(path, 0.0) + max(0, n - before.get(path, 0)) * 1000.0 / dt
+            rates[path] = rates.get(path, 0.0) + increase(before.get(path, 0), n) * 1000.0 / dt
     return {path: (n, round(rates.get(path, 0.0), 1)) for path, n in counts.items()}
 
 
@@ -179,6 +181,6 @@ def with_rates(now: dict, before: dict | None, dt_ms: int, keys) -> dict:
             continue
         rate = 0.0
         if before is not None and dt_ms > 0:
-            rate = max(0.0, (now[k] - before.get(k, 0)) * 1000.0 / dt_ms)
+            rate = increase(before.get(k, 0), now[k]) * 1000.0 / dt_ms
         out[k + "_details"] = {"rate": round(rate, 1)}
     return out

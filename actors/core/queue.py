@@ -134,11 +134,17 @@ class Lane:
     """The paged-out part of one priority (the whole queue without x-max-priority): messages
     in the index only, all with seq_id > page_after, read back in order."""
 
-    __slots__ = ("paged", "paged_bytes", "page_after", "asked", "owed", "pubs")
+    __slots__ = ("paged", "paged_bytes", "page_after", "asked", "owed", "pubs", "pers",
+                 "pers_bytes")
 
     def __init__(self):
         self.paged = 0  # messages in the index only
         self.paged_bytes = 0  # their body bytes
+        # of those, the persistent ones (Msg.pers; after a restart every message the index
+        # still holds, the previous run's transient ones too until they are read and dropped,
+        # as `paged` counts them) and their body bytes
+        self.pers = 0
+        self.pers_bytes = 0
         self.page_after = 0  # every message of the lane up to this seq_id is (or was) in memory
         self.asked = False  # a page_in is on its way
         self.owed = 0  # paged head messages drop-head took (counted off, dropped when read)
@@ -150,7 +156,7 @@ class Msg:
 
     __slots__ = ("seq_id", "exchange", "routing_key", "props_raw", "body", "persistent",
                  "priority", "expires_at", "ttl", "redelivered", "publisher", "pub_seq",
-                 "msg_id", "stored", "delivery_count")
+                 "msg_id", "stored", "delivery_count", "pers")
 
     def __init__(self, seq_id, exchange, routing_key, props_raw, body, persistent=False,
                  priority=0, expires_at=0, ttl=-1, publisher="", pub_seq=0, msg_id=None):
@@ -171,6 +177,9 @@ class Msg:
         # deliveries that ended in a requeue (x-delivery-count, x-delivery-limit); in memory
         # only: a restart starts it again from 0
         self.delivery_count = 0
+        # counted in messages_persistent (rabbit_variable_queue's IsPersistent: persistent in
+        # a durable queue), set when it enters the queue; `persistent` may change after
+        self.pers = False
 
 
 class Ready:
@@ -263,6 +272,10 @@ class QueueCore:
         self.ready_bytes = 0  # body bytes ready
         self.unacked: dict[int, tuple] = {}  # seq_id -> (Msg, channel, consumer tag)
         self.unacked_bytes = 0  # body bytes of the unacked messages
+        # messages in memory (ready or unacked) counted persistent (Msg.pers) and their body
+        # bytes; the paged ones are their lanes' (Lane.pers): messages_persistent
+        self.pers = 0
+        self.pers_bytes = 0
         self.on_enqueue = None  # fn(Msg) for every message that enters (mirrored queues)
         # x-single-active-consumer: one consumer receives at a time (RabbitMQ takes the
         # argument when it is the boolean true, anything else is off)
@@ -420,6 +433,8 @@ class QueueCore:
             if n and p < len(self.lanes):
                 lane = self.lanes[p]
                 lane.paged, lane.paged_bytes, lane.page_after = n, nbytes, last[p]
+                if self.durable:  # what the index holds of a durable queue is persistent
+                    lane.pers, lane.pers_bytes = n, nbytes  # (transient leftovers: until read)
                 self.paged += n
                 self.paged_bytes += nbytes
         self._schedule_head()
@@ -437,6 +452,9 @@ class QueueCore:
                     lane.paged_bytes -= len(msg.body)
                     self.paged -= 1
                     self.paged_bytes -= len(msg.body)
+                    if msg.pers:
+                        msg.pers = False
+                        self._lane_pers_off(lane, 1, len(msg.body))
             for p, lane in enumerate(self.lanes):
                 if lane.pubs:  # x-confirm-on: lost before any consumer saw them: nack
                     for publisher, pub_seq in lane.pubs.discard(gone):
@@ -451,6 +469,7 @@ class QueueCore:
                         if msg.seq_id in gone:
                             self.ready_count -= 1
                             self.ready_bytes -= len(msg.body)
+                            self._pers_gone([msg])
                     part.clear()
                     part.extend(kept)
         by_channel: dict[str, list] = {}
@@ -471,6 +490,10 @@ class QueueCore:
                   msg_id or (self.random_bytes(16) if (persistent and self.durable) or divert
                              else None))
         self.next_seq += 1
+        if persistent and self.durable:
+            msg.pers = True
+            self.pers += 1
+            self.pers_bytes += len(body)
         if ttl == 0:
             # TTL 0: delivered only if a consumer can take it right now (RabbitMQ's rule)
             if divert or not self._next_consumer_exists():
@@ -488,6 +511,7 @@ class QueueCore:
                 lane.page_after = msg.seq_id - 1
             lane.paged += 1
             lane.paged_bytes += len(body)
+            self._pers_to_lane(msg, lane)
             self.paged += 1
             self.paged_bytes += len(body)
             return msg
@@ -514,10 +538,42 @@ class QueueCore:
             lane.paged_bytes += size
             self.paged += 1
             self.paged_bytes += size
+            self._pers_to_lane(msg, lane)
             if not msg.stored:  # (persistent, durable: in the index since it came)
                 if msg.msg_id is None:
                     msg.msg_id = self.random_bytes(16)
                 self._write_paged(msg, to_persist)
+
+    # --- messages_persistent ------------------------------------------------------------------
+    def _pers_to_lane(self, msg: Msg, lane: Lane) -> None:
+        """A counted message went from memory to its lane's paged part."""
+        if msg.pers:
+            self.pers -= 1
+            self.pers_bytes -= len(msg.body)
+            lane.pers += 1
+            lane.pers_bytes += len(msg.body)
+
+    def _pers_gone(self, msgs) -> None:
+        """These messages (in memory) left the queue."""
+        for msg in msgs:
+            if msg.pers:
+                msg.pers = False
+                self.pers -= 1
+                self.pers_bytes -= len(msg.body)
+
+    @staticmethod
+    def _lane_pers_off(lane: Lane, n: int, nbytes: int) -> None:
+        """n counted messages of nbytes left a lane's paged part (at most what it counts; none
+        once the lane holds no more)."""
+        lane.pers = max(0, lane.pers - n)
+        lane.pers_bytes = max(0, lane.pers_bytes - nbytes)
+        if not lane.paged:
+            lane.pers = lane.pers_bytes = 0
+
+    def _forget(self, msgs) -> None:
+        """Messages that left the queue for good: uncounted, and the backing queue told."""
+        self._pers_gone(msgs)
+        self.out.forget(msgs)
 
     def _write_paged(self, msg: Msg, to_persist: list) -> None:
         """A message that goes to the index only, not one of a durable queue's persistent
@@ -613,9 +669,10 @@ class QueueCore:
         else:
             self._ask_page(p)
 
-    def paged_dropped(self, priority: int, n: int, nbytes: int, last_seq: int) -> None:
+    def paged_dropped(self, priority: int, n: int, nbytes: int, last_seq: int,
+                      pers: int = 0, pers_bytes: int = 0) -> None:
         """The backing queue dropped the next n paged messages of a lane (nbytes, the last
-        one's seq_id), as drop_paged asked."""
+        one's seq_id; `pers` of them persistent, of pers_bytes), as drop_paged asked."""
         lane = self.lanes[priority]
         lane.asked = False
         lane.paged -= n
@@ -626,6 +683,7 @@ class QueueCore:
             self.paged -= lane.paged
             self.paged_bytes -= lane.paged_bytes
             lane.paged = lane.paged_bytes = 0
+        self._lane_pers_off(lane, pers if self.durable else 0, pers_bytes if self.durable else 0)
         if last_seq:
             lane.page_after = last_seq
         done = min(n, lane.owed)
@@ -839,6 +897,10 @@ class QueueCore:
             self.paged -= lane.paged
             self.paged_bytes -= lane.paged_bytes
             lane.paged = lane.paged_bytes = 0
+        # the persistent ones read back are in memory now (counted there by _msgs_of); the
+        # dropped ones were a previous run's transient ones, counted since the restart
+        self._lane_pers_off(lane, sum(1 for msg in msgs if msg.pers) + dropped,
+                            sum(len(msg.body) for msg in msgs if msg.pers) + dropped_bytes)
         if entries:
             lane.page_after = entries[-1][0].seq_id
         owed = min(lane.owed, len(msgs))
@@ -882,6 +944,10 @@ class QueueCore:
                       min(e.priority, self.max_priority), expires_at, msg_id=e.msg_id)
             msg.redelivered = e.delivered
             msg.stored = True
+            if persistent and self.durable:
+                msg.pers = True
+                self.pers += 1
+                self.pers_bytes += len(body)
             pubs = self.lanes[msg.priority].pubs
             if pubs is not None:
                 found = pubs.take(msg.seq_id)
@@ -964,7 +1030,7 @@ class QueueCore:
             self.out.record_delivery(delivered)
         if self._forgotten:
             forgotten, self._forgotten = self._forgotten, []
-            self.out.forget(forgotten)
+            self._forget(forgotten)
         if self._answers:
             self._flush_answers()
 
@@ -1048,7 +1114,7 @@ class QueueCore:
             if self.late_confirm:
                 self._answer(msg, True)
                 self._flush_answers()
-            self.out.forget([msg])
+            self._forget([msg])
         else:
             if msg.persistent and not msg.redelivered and self.durable:
                 self.out.record_delivery([msg])
@@ -1090,7 +1156,7 @@ class QueueCore:
                 if op == 2:
                     self._dead_letter_or_drop(msg, "rejected")
         if done:
-            self.out.forget(done)
+            self._forget(done)
         if requeue:
             self._requeue(requeue)
         self.run(now)
@@ -1169,7 +1235,7 @@ class QueueCore:
         if self.late_confirm:
             self._answer(msg, False)
         self._dead_letter_or_drop(msg, "expired")
-        self.out.forget([msg])
+        self._forget([msg])
 
     def _drop(self, msg, reason) -> None:
         if msg.msg_id is not None and self.events.enabled():
@@ -1178,7 +1244,7 @@ class QueueCore:
         if self.late_confirm:
             self._answer(msg, False)
         self._dead_letter_or_drop(msg, reason)
-        self.out.forget([msg])
+        self._forget([msg])
 
     def _dead_letter_or_drop(self, msg, reason) -> None:
         if self.dlx is not None:
@@ -1237,7 +1303,10 @@ class QueueCore:
                 "messages_ram": self.ready_count + len(self.unacked),
                 "messages_ready_ram": self.ready_count,
                 "messages_unacknowledged_ram": len(self.unacked),
-                "messages_paged_out": self.paged - self.owed}
+                "messages_paged_out": self.paged - self.owed,
+                "messages_persistent": self.pers + sum(lane.pers for lane in self.lanes),
+                "message_bytes_persistent": self.pers_bytes + sum(lane.pers_bytes
+                                                                  for lane in self.lanes)}
 
     def head_message_timestamp(self) -> int | None:
         """rabbit_variable_queue's head_message_timestamp: the smallest `timestamp` property
@@ -1269,6 +1338,7 @@ class QueueCore:
                         self._answers.setdefault((publisher, False), []).append(pub_seq)
                     lane.pubs = None
                 lane.paged = lane.paged_bytes = lane.owed = 0
+                lane.pers = lane.pers_bytes = 0
                 lane.asked = False
             self.paged = self.paged_bytes = self.owed = 0
             self._flush_answers()
@@ -1287,7 +1357,7 @@ class QueueCore:
                 for msg in dropped:
                     self._answer(msg, False)
                 self._flush_answers()
-            self.out.forget(dropped)
+            self._forget(dropped)
         if self.credit.owed:
             self._pay_owed()
         return n

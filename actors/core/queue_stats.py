@@ -17,7 +17,8 @@ GAUGES = ("messages", "messages_ready", "messages_unacknowledged", "consumers")
 # where the messages are (QueueCore.storage_stats: rabbit_backing_queue's info items)
 STORAGE = ("message_bytes", "message_bytes_ready", "message_bytes_unacknowledged",
            "message_bytes_ram", "message_bytes_paged_out", "messages_ram", "messages_ready_ram",
-           "messages_unacknowledged_ram", "messages_paged_out")
+           "messages_unacknowledged_ram", "messages_paged_out", "messages_persistent",
+           "message_bytes_persistent")
 # what a sample also carries of the queue's state (None when the queue has no value for it):
 # rabbit_backing_queue's info items head_message_timestamp, disk_reads and disk_writes
 STATE = ("head_message_timestamp", "disk_reads", "disk_writes")
@@ -201,7 +202,7 @@ class StatsTable:
         for key in keys:
             rate = 0.0
             if prev is not None and not quiet and t1 > t0:
-                rate = round(((values.get(key) or 0) - (before.get(key) or 0)) * 1000.0 /
+                rate = round(increase(before.get(key) or 0, values.get(key) or 0) * 1000.0 /
                              (t1 - t0), 1)
             out[key] = values.get(key) or 0
             out[f"{key}_details"] = {"rate": rate}
@@ -246,6 +247,14 @@ class StatsTable:
                              (t1 - prev[0]), 1)
             out[f"{key}_details"] = {"rate": rate}
         return out
+
+
+def increase(before: int, now: int) -> int:
+    """How much a counter grew between two samples. One that went down was reset (its queue
+    or worker restarted and counts from 0 again): it grew by its new value, from the new
+    baseline, as rabbit_mgmt_metrics_collector takes the stats of a process it has no old
+    stats of (get_difference/3) instead of a negative difference."""
+    return now - before if now >= before else now
 
 
 def _with_deliver_get(sample: dict) -> dict:

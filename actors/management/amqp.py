@@ -76,26 +76,26 @@ def _content(conn, props_raw: bytes, body: bytes) -> bytes:
 
 def get(target: tuple, queue: str, count: int, ackmode: str) -> list:
     """POST /api/queues/{vhost}/{name}/get: up to `count` messages as (get-ok, properties,
-    body); then all of them acked (ack_requeue_false) or given back (the *_requeue_true
-    modes; reject_requeue_false drops them), as rabbit_mgmt_wm_queue_get does."""
+    body), as rabbit_mgmt_wm_queue_get takes them: ack_requeue_false with basic.get no-ack
+    (the queue counts them get_no_ack), the others acknowledging, then given back (the
+    *_requeue_true modes) or dropped (reject_requeue_false) at once."""
     conn = _connect(*target)
     M = conn.M
     out = []
+    no_ack = ackmode == "ack_requeue_false"
     try:
         last = 0
         for _ in range(count):
-            conn.send_method(1, M.BasicGet(queue=queue, no_ack=False))
+            conn.send_method(1, M.BasicGet(queue=queue, no_ack=no_ack))
             cmd = _wait_any(conn, (M.BasicGetOk, M.BasicGetEmpty))
             if type(cmd.method) is M.BasicGetEmpty:
                 break
             last = cmd.method.delivery_tag
             out.append((cmd.method, cmd.properties, cmd.body or b""))
+        if last and not no_ack:
+            conn.send_method(1, M.BasicNack(delivery_tag=last, multiple=True,
+                                            requeue=ackmode.endswith("requeue_true")))
         if last:
-            if ackmode == "ack_requeue_false":
-                conn.send_method(1, M.BasicAck(delivery_tag=last, multiple=True))
-            else:
-                conn.send_method(1, M.BasicNack(delivery_tag=last, multiple=True,
-                                                requeue=ackmode.endswith("requeue_true")))
             conn.rpc(1, M.QueueDeclare(queue=queue, passive=True), M.QueueDeclareOk)
         return out
     finally:
@@ -139,7 +139,9 @@ def message_json(get_ok, properties, body: bytes, encoding: str, truncate) -> di
     props = {k: v for k, v in _properties(properties).items() if v is not None}
     return {"payload_bytes": len(body), "redelivered": get_ok.redelivered,
             "exchange": get_ok.exchange, "routing_key": get_ok.routing_key,
-            "message_count": get_ok.message_count, "properties": props,
+            # (none set: [], as rabbit_mgmt_format:basic_properties/1 answers an empty
+            # property list)
+            "message_count": get_ok.message_count, "properties": props or [],
             "payload": text if text is not None else base64.b64encode(payload).decode(),
             "payload_encoding": "string" if text is not None else "base64"}
 

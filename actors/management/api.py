@@ -434,6 +434,56 @@ def overview_json(state: dict, queues: list, listeners: list, management_port: i
     }
 
 
+def node_json(member: dict, sample: dict | None) -> dict:
+    """One member as /api/nodes lists it (rabbit_mgmt_wm_nodes): its name, type, whether it
+    runs and, while it runs, the figures of its last sample (NodeStats, with their rates:
+    actors/node/node_stats.py) as that node measured them. A member that is down, or not
+    heard from yet, has only the first three, as RabbitMQ lists a node that is not running."""
+    out = {"name": member["name"], "type": "disc", "running": bool(member["up"])}
+    if member["up"] and sample is not None:
+        out.update(sample)
+    return out
+
+
+# --- health checks (rabbit_mgmt_wm_health_check_*) ---------------------------------------------
+# rabbit_alarm:format_as_map/1's resource names
+ALARM_RESOURCES = {"memory": "memory", "disk": "disk space"}
+# rabbit_mgmt_wm_health_check_protocol_listener:normalize_protocol/1 (the AMQP names; MQTT and
+# STOMP are no protocols of Leveret's: they keep their names, and no listener has them)
+PROTOCOL_ALIASES = {**{a: "amqp" for a in ("amqp091", "amqp0.9.1", "amqp0-9-1", "amqp0_9_1",
+                                           "amqp10", "amqp1.0", "amqp1-0", "amqp1_0")},
+                    "amqps": "amqp/ssl", "http": "http", "https": "https",
+                    "prometheus": "http/prometheus", "prometheus/ssl": "https/prometheus"}
+
+
+def alarm_json(node: str, alarm: str) -> dict:
+    """One alarm of the alarms health checks (rabbit_alarm:format_as_map/1)."""
+    return {"node": node, "resource": ALARM_RESOURCES.get(alarm, alarm)}
+
+
+def normalize_protocol(protocol: str) -> str:
+    protocol = protocol.lower()
+    return PROTOCOL_ALIASES.get(protocol, protocol)
+
+
+def quorum_critical(queues, node: str, up: set, names: dict) -> list:
+    """The quorum queues that stopping `node` would leave without a majority of their members
+    (rabbit_quorum_queue:list_with_minimum_quorum_for_cli/0: a member of the queue runs here
+    and no more than a bare majority of its members runs), as that function lists them.
+    `up`: names of the members up; `names`: member id -> name."""
+    out = []
+    for q in queues:
+        if not quorum.is_quorum(q.get("arguments")):
+            continue
+        members = [names.get(x, x) for x in [q.get("home") or "", *(q.get("mirrors") or [])]]
+        running = [x for x in members if x in up]
+        size = quorum.group_size(q.get("arguments"), len(names))
+        if node in running and len(running) <= quorum.majority(size):
+            out.append({"readable_name": f"queue '{q['name']}' in vhost '{q['vhost']}'",
+                        "name": q["name"], "virtual_host": q["vhost"], "type": "quorum"})
+    return out
+
+
 # --- definitions (rabbit_mgmt_wm_definitions) ---------------------------------------------------
 VHOST_SECTIONS = ("parameters", "policies", "queues", "exchanges", "bindings")
 

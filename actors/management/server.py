@@ -281,6 +281,10 @@ class Management:
         get("/api/topic-permissions/{vhost}/{user}", self.topic_permissions)
         put("/api/topic-permissions/{vhost}/{user}", self.put_topic_permission)
         delete("/api/topic-permissions/{vhost}/{user}", self.delete_topic_permission)
+        delete("/api/topic-permissions/{vhost}/{user}/{exchange}",
+               self.delete_topic_permission)
+        get("/api/vhosts/{vhost}/topic-permissions", self.topic_permissions)
+        get("/api/users/{user}/topic-permissions", self.topic_permissions)
         get("/api/definitions", self.definitions)
         post("/api/definitions", self.post_definitions)
         get("/api/definitions/{vhost}", self.definitions)
@@ -412,9 +416,10 @@ class Management:
 
     @staticmethod
     def _nodes(state) -> list:
-        return [{"name": mbr["name"], "running": mbr["up"], "type": "disc",
-                 "being_drained": False, "mem_alarm": "memory" in state["alarms"],
-                 "disk_free_alarm": "disk" in state["alarms"]} for mbr in state["members"]]
+        """Every member with the figures of its own last sample (its memory, disk, alarms...:
+        each node measures itself and sends its sample to every node up)."""
+        rows = state.get("node_rows") or {}
+        return [api.node_json(mbr, rows.get(mbr["name"])) for mbr in state["members"]]
 
     async def nodes(self, request):
         _, _, state, _ = await self._state(request, api.is_monitor)
@@ -429,12 +434,23 @@ class Management:
         raise api.not_found()
 
     async def check_alarms(self, request):
+        """/alarms: every member's alarms (each from its own last sample, this node's as it
+        is now); /local-alarms: this node's (rabbit_mgmt_wm_health_check_[local_]alarms)."""
         _, _, state, _ = await self._state(request, api.is_monitor)
-        if state["alarms"]:
-            return web.json_response({"status": "failed", "reason": "resource alarm(s) in "
-                                      "effect in the cluster", "alarms": [
-                                          {"node": state["node"], "resource": a}
-                                          for a in state["alarms"]]}, status=503)
+        alarms = [(state["node"], a) for a in state["alarms"]]
+        if not request.path.endswith("/local-alarms"):
+            for mbr in self._nodes(state):
+                if mbr["name"] != state["node"]:
+                    alarms += [(mbr["name"], a) for a, key in (("memory", "mem_alarm"),
+                                                              ("disk", "disk_free_alarm"))
+                               if mbr.get(key)]
+        if alarms:
+            where = "on the node" if request.path.endswith("/local-alarms") else \
+                "in the cluster"
+            return web.json_response({"status": "failed",
+                                      "reason": f"There are alarms in effect {where}",
+                                      "alarms": [api.alarm_json(node, a)
+                                                 for node, a in alarms]}, status=503)
         return web.json_response({"status": "ok"})
 
     # --- connections, channels, consumers (the workers' samples) -----------------------------
@@ -505,6 +521,10 @@ class Management:
         if self.prometheus_port:
             out.append({"node": node, "protocol": "http/prometheus",
                         "ip_address": self.prometheus_host, "port": self.prometheus_port})
+        if self.config.cluster_address:  # the Raft link's (RabbitMQ's Erlang distribution's)
+            host, _, port = self.config.cluster_address.rpartition(":")
+            out.append({"node": node, "protocol": "clustering", "ip_address": host,
+                        "port": int(port)})
         return out
 
     @staticmethod
@@ -516,7 +536,7 @@ class Management:
         try:
             port = int(request.match_info["port"])
         except ValueError:
-            raise api.bad_request("port must be an integer") from None
+            raise api.bad_request("Invalid port") from None
         ports = [x["port"] for x in self._listeners(state["node"])]
         if port not in ports:
             return self._failed("No active listener", missing=port, ports=ports)
@@ -524,7 +544,7 @@ class Management:
 
     async def check_protocol(self, request):
         _, _, state, _ = await self._state(request, api.is_monitor)
-        protocol = request.match_info["protocol"]
+        protocol = api.normalize_protocol(request.match_info["protocol"])
         protocols = [x["protocol"] for x in self._listeners(state["node"])]
         if protocol not in protocols:
             return self._failed("No active listener", missing=protocol, protocols=protocols)
@@ -535,15 +555,24 @@ class Management:
         return web.json_response({"status": "ok"})  # a vhost has no process of its own to fail
 
     async def check_quorum(self, request):
-        """Would stopping this node cost the cluster its Raft majority (the definitions could
-        no longer change)? RabbitMQ asks it of quorum queues; Leveret's Raft is the metadata's."""
+        """Would stopping this node cost a quorum queue its majority (RabbitMQ's question,
+        rabbit_quorum_queue:list_with_minimum_quorum_for_cli), or the cluster its Raft
+        majority (the definitions could no longer change: Leveret's metadata is a Raft log
+        too)?"""
         _, _, state, _ = await self._state(request, api.is_monitor)
         members = state["members"]
-        if len(members) > 1:
-            up = sum(1 for x in members if x["up"])
-            if up - 1 < len(members) // 2 + 1:
-                return self._failed("stopping this node would leave the cluster's metadata "
-                                    "without a majority", up=up, members=len(members))
+        if len(members) <= 1:
+            return web.json_response({"status": "ok", "reason": "single node cluster"})
+        up = {x["name"] for x in members if x["up"]}
+        critical = api.quorum_critical(state["queues"], state["node"], up,
+                                       {x["member"]: x["name"] for x in members
+                                        if "member" in x})
+        if critical:
+            return self._failed("There are quorum queues that would lose their quorum if "
+                                "the target node is shut down", queues=critical)
+        if len(up) - 1 < len(members) // 2 + 1:
+            return self._failed("stopping this node would leave the cluster's metadata "
+                                "without a majority", up=len(up), members=len(members))
         return web.json_response({"status": "ok"})
 
     # --- lifecycle traces of `make analyze` (actors/management/traces.py) ----------------------
@@ -575,33 +604,59 @@ class Management:
             raise api.not_found()
         return web.FileResponse(target)
 
-    # --- topic permissions --------------------------------------------------------------------
+    # --- topic permissions (rabbit_mgmt_wm_topic_permission[s][_vhost|_user]) ---------------
     async def topic_permissions(self, request):
+        """/api/topic-permissions, /api/vhosts/{vhost}/topic-permissions,
+        /api/users/{user}/topic-permissions (404 for an unknown vhost or user) and
+        /api/topic-permissions/{vhost}/{user} (404 also when it has none)."""
         _, _, state, _ = await self._state(request, api.is_admin)
         vhost, user = request.match_info.get("vhost"), request.match_info.get("user")
+        if vhost is not None and vhost not in {v["name"] for v in state["auth"]["vhosts"]}:
+            raise api.not_found()
+        if user is not None and user not in {u["name"] for u in state["auth"]["users"]}:
+            raise api.not_found()
         rows = [{"user": p["user"], "vhost": p["vhost"], "exchange": p["exchange"],
                  "write": p["write"], "read": p["read"]}
                 for p in state["auth"]["topic_permissions"]
-                if vhost is None or (p["vhost"] == vhost and p["user"] == user)]
-        if vhost is not None and not rows:
+                if vhost in (None, p["vhost"]) and user in (None, p["user"])]
+        if vhost is not None and user is not None and not rows:
             raise api.not_found()
+        rows.sort(key=lambda r: (r["vhost"], r["user"]))
         return self._reply(request, rows)
 
+    def _user_and_vhost(self, request, state) -> tuple:
+        """A topic permission's user and vhost; 400 vhost_or_user_not_found, as RabbitMQ."""
+        vhost, user = request.match_info["vhost"], request.match_info["user"]
+        if vhost not in {v["name"] for v in state["auth"]["vhosts"]} or \
+                user not in {u["name"] for u in state["auth"]["users"]}:
+            raise api.bad_request("vhost_or_user_not_found")
+        return user, vhost
+
     async def put_topic_permission(self, request):
-        await self._state(request, api.is_admin)
+        _, _, state, _ = await self._state(request, api.is_admin)
+        user, vhost = self._user_and_vhost(request, state)
         body = await self._body(request)
         missing = [k for k in ("exchange", "write", "read") if k not in body]
         if missing:
-            raise api.bad_request(f"{missing[0]} is required")
-        await self._auth("set_topic_permissions", [
-            request.match_info["user"], request.match_info["vhost"], body["exchange"],
-            body["write"], body["read"]])
-        return web.Response(status=201)
+            raise api.bad_request(f"key_missing: {missing[0]}")
+        existed = any(p["vhost"] == vhost and p["user"] == user and
+                      p["exchange"] == body["exchange"]
+                      for p in state["auth"]["topic_permissions"])
+        await self._auth("set_topic_permissions", [user, vhost, body["exchange"],
+                                                   body["write"], body["read"]])
+        return web.Response(status=204 if existed else 201)
 
     async def delete_topic_permission(self, request):
-        await self._state(request, api.is_admin)
-        await self._auth("clear_topic_permissions", [request.match_info["user"],
-                                                     request.match_info["vhost"]])
+        """DELETE .../{vhost}/{user}: all of the user's in the vhost; .../{exchange}: one."""
+        _, _, state, _ = await self._state(request, api.is_admin)
+        vhost, user = request.match_info["vhost"], request.match_info["user"]
+        exchange = request.match_info.get("exchange")
+        if not any(p["vhost"] == vhost and p["user"] == user and
+                   exchange in (None, p["exchange"])
+                   for p in state["auth"]["topic_permissions"]):
+            raise api.not_found()
+        await self._auth("clear_topic_permissions", [user, vhost] +
+                         ([exchange] if exchange is not None else []))
         return web.Response(status=204)
 
     # --- definitions (rabbit_mgmt_wm_definitions): administrator only, as RabbitMQ ----------
@@ -1228,21 +1283,36 @@ class Management:
                                   "operator": self._operator(request)})
         return web.Response(status=204)
 
-    # --- vhost and user limits (rabbit_mgmt_wm_limits, rabbit_mgmt_wm_user_limits) -----------
+    # --- vhost and user limits (rabbit_mgmt_wm_limit[s], rabbit_mgmt_wm_user_limit[s]) --------
+    @staticmethod
+    def _limit_scope(request) -> str:
+        return "vhost" if request.path.startswith("/api/vhost-limits") else "user"
+
+    @staticmethod
+    def _known(state, scope: str, name: str) -> bool:
+        table = state["auth"]["vhosts" if scope == "vhost" else "users"]
+        return name in {x["name"] for x in table}
+
     async def limits(self, request):
-        scope = "vhost" if request.path.startswith("/api/vhost-limits") else "user"
+        """A list of {vhost|user, value}; a vhost's or user's own (404 if it does not
+        exist) is [] without limits, as RabbitMQ's."""
+        scope = self._limit_scope(request)
         need = api.is_admin if scope == "user" else None
         _, _, state, visible = await self._state(request, need)
         name = request.match_info.get("name")
+        if name is not None and not self._known(state, scope, name):
+            raise api.not_found()
         rows = [{scope: n, "value": v} for s, n, v in state["limits"]
-                if s == scope and (name is None or n == name) and
+                if s == scope and v and (name is None or n == name) and
                 (scope == "user" or n in visible)]
         return self._reply(request, rows)
 
     async def put_limit(self, request):
-        scope = "vhost" if request.path.startswith("/api/vhost-limits") else "user"
+        scope = self._limit_scope(request)
         _, _, state, _ = await self._state(request, api.is_admin)
         name, key = request.match_info["name"], request.match_info["limit"]
+        if not self._known(state, scope, name):
+            raise api.not_found(f"{scope}_not_found")
         body = await self._body(request)
         if "value" not in body:
             raise api.bad_request("key_missing: value")
@@ -1252,12 +1322,14 @@ class Management:
         return web.Response(status=204)
 
     async def delete_limit(self, request):
-        scope = "vhost" if request.path.startswith("/api/vhost-limits") else "user"
+        """Clears one limit; one that is not set: nothing to do, 204 as RabbitMQ's
+        clear_limit answers."""
+        scope = self._limit_scope(request)
         _, _, state, _ = await self._state(request, api.is_admin)
         name, key = request.match_info["name"], request.match_info["limit"]
         current = next((v for s, n, v in state["limits"] if s == scope and n == name), None)
         if current is None or key not in current:
-            raise api.not_found()
+            return web.Response(status=204)
         rest = {k: v for k, v in current.items() if k != key}
         await self.ask("limits", {"method": "set" if rest else "clear", "scope": scope,
                                   "name": name, **({"value": rest} if rest else {})})

@@ -39,6 +39,7 @@ from actors.node.definitions import Definitions
 from actors.node.metadata_alarms import AlarmsMixin
 from actors.node.metadata_limits import LimitsMixin
 from actors.node.metadata_management import ManagementMixin
+from actors.node.node_stats import NodeTable
 from actors.node.metadata_cluster import ClusterMixin
 from actors.node.queue_table import QueueTable
 from actors.replica import apply_change, state_lists
@@ -87,6 +88,10 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         self.pending_purges: dict[int, m.Rpc] = {}  # node req id -> leveretctl purge_queue
         # the management API's statistics: what queues emit (actors/core/queue_stats.py)
         self.queue_stats = StatsTable(config.collect_statistics_interval)
+        # every member's last two samples of its own figures (/api/nodes: NodeStats)
+        self.node_table = NodeTable(config.collect_statistics_interval)
+        self.started = time.monotonic()  # when this node's metadata actor started (uptime)
+        self.meta_tx = {"disk": 0, "ram": 0}  # change batches applied (see _apply_changes)
         self.conn_stats: dict[str, list] = {}  # connection worker endpoint -> its connections
         # connection worker endpoint -> (at_ms, previous sample's (at_ms, rows) or None):
         # the rates of recv_oct, send_oct and the channels' message_stats come from the two
@@ -164,6 +169,10 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                 self._commit_failed(msg.epoch, msg.token)
             elif isinstance(msg, m.AlarmsChanged):
                 self._alarms_changed(msg)
+            elif isinstance(msg, m.NodeTick):
+                self._node_tick(msg)
+            elif isinstance(msg, m.NodeStats):
+                self.node_table.put(msg.node, msg.at_ms, msg.stats)
             elif not self.loaded:
                 if isinstance(msg, m.Rpc) and msg.reply_to:  # leveretctl before we joined
                     self._send_local(msg.reply_to, m.RpcReply(msg.req_id, False, None, 541,
@@ -287,6 +296,9 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         mirror promoted here starts only once they are committed (`_start_on_commit`), as
         the leader may lose its leadership first and the log keep the old master."""
         start, gone = [], []
+        # counted as RabbitMQ counts its mnesia transactions (/api/nodes): changes to the
+        # durable definitions, and the others
+        self.meta_tx["disk" if self._touches_definitions(changes) else "ram"] += 1
         for c in changes:
             if c[0] == "member_put":
                 old = self.members.get(c[1])

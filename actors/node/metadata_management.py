@@ -7,17 +7,70 @@ bind, auth, policy...)."""
 
 from __future__ import annotations
 
+import gc
+import os
+import resource
 import time
+from importlib import metadata as dists
 
 from actors import events
 from actors import messages as m
 from actors.core import channel_stats
 from actors.core.queue_stats import CONFIRMS, GAUGES, STATE, STORAGE
 from actors.core.errors import ChannelError, amqp_text
+from actors.core.routing import EXCHANGE_TYPES
+from actors.core.connection import KNOWN_MECHANISMS, PASSWORD_MECHANISMS
+from actors.core.pause import CONNECTION_TIMEOUT_S
+from actors.node.node_stats import thread_limit
 from actors.transport import make_address
 
 
 CONNECTION_RATES = ("recv_oct", "send_oct")  # rabbit_mgmt_format: the two with _details
+# the exchange types and authentication mechanisms /api/nodes lists (rabbit_registry's
+# descriptions of RabbitMQ's own, which Leveret implements as they are)
+EXCHANGE_DESCRIPTIONS = {t: f"AMQP {t} exchange, as per the AMQP specification"
+                         for t in EXCHANGE_TYPES}
+MECHANISM_DESCRIPTIONS = {
+    "AMQPLAIN": "QPid AMQPLAIN mechanism", "PLAIN": "SASL PLAIN authentication mechanism",
+    "EXTERNAL": "TLS peer verification-based authentication plugin. Used in combination "
+                "with the EXTERNAL SASL mechanism."}
+# the distributions the node runs on (its "applications": Leveret, then the libraries it
+# imports, with the versions installed)
+APPLICATIONS = (("leveret", "Leveret, an AMQP 0-9-1 broker"),
+                ("aiohttp", "HTTP server of the management and Prometheus listeners"),
+                ("pyzmq", "ZeroMQ between the node and its workers"),
+                ("lmdb", "message store and queue index"), ("msgpack", "message encoding"),
+                ("prometheus-client", "Prometheus exposition format"),
+                ("pysyncobj", "Raft log of a cluster's definitions"))
+_applications: list | None = None
+
+
+def applications() -> list:
+    """[{name, description, version}] of APPLICATIONS installed (read once)."""
+    global _applications
+    if _applications is None:
+        _applications = []
+        for name, description in APPLICATIONS:
+            try:
+                version = dists.version(name)
+            except dists.PackageNotFoundError:
+                continue
+            _applications.append({"name": name, "description": description,
+                                  "version": version})
+    return _applications
+
+
+# /api/nodes counts of RabbitMQ's storage that Leveret's has no counterpart of (LMDB maps its
+# files: no file handle cache seeking or reopening files; bodies in msg_store are not counted
+# apart from those in the index; syncs are not counted): 0
+# (docs/management.md, "/api/nodes")
+NOT_MEASURED = ("gc_bytes_reclaimed", "io_sync_count", "io_seek_count", "io_reopen_count",
+                "msg_store_read_count", "msg_store_write_count")
+# rabbit_mgmt_gc's queues of deleted objects' statistics to drop (Leveret drops them at once)
+METRICS_GC_QUEUES = ("connection_closed", "channel_closed", "consumer_deleted",
+                     "exchange_deleted", "queue_deleted", "vhost_deleted", "node_node_deleted",
+                     "channel_consumer_deleted")
+
 CHANNEL_RATES = ("publish", "confirm", "return_unroutable", "drop_unroutable", "deliver",
                  "deliver_no_ack", "get", "get_no_ack", "get_empty", "redeliver", "ack",
                  "deliver_get")
@@ -137,6 +190,114 @@ class ManagementMixin:
             rows.append(row)
         return rows
 
+    # --- the node's own figures (/api/nodes: NodeStats) -------------------------------------
+    def _node_tick(self, msg) -> None:
+        """The supervision thread measured the node (NodeTick): this node's sample goes into
+        its own table and to the metadata actor of every other member up, as queues send
+        theirs, so any node's /api/nodes shows each member's own figures."""
+        now = int(time.time() * 1000)
+        sample = self._node_sample(msg.figures)
+        self.node_table.put(self.config.node, now, sample)
+        note = m.NodeStats(self.config.node, now, sample)
+        for member, info in self.members.items():
+            if member != self.me and info.get("up") and info.get("metadata"):
+                self.transport.send(info["metadata"], note)
+
+    def _node_sample(self, figures: dict) -> dict:
+        """This node's figures, as rabbit_mgmt_external_stats gathers a RabbitMQ node's
+        (docs/management.md, "/api/nodes", says what each is here)."""
+        cfg = self.config
+        status = self.resources.status() if self.resources is not None else {}
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        own = {w.endpoint for w in self.workers.values() if w.kind == "conn"}
+        conns = sum(len(rows) for w, rows in self.conn_stats.items() if w in own)
+        listeners = 1 + bool(cfg.tls_port) + bool(cfg.management_port) + \
+            bool(cfg.prometheus_port)
+        totals = dict(self.dead_totals)
+        for worker, t in self.worker_totals.items():
+            if worker in own:
+                totals = channel_stats.merge(totals, t)
+        reads = writes = 0
+        for (v, n), entry in self.queue_stats.samples.items():
+            q = self.queues.get((v, n))
+            if q is not None and q.get("home", self.me) == self.me:
+                reads += entry[0][1].get("disk_reads") or 0
+                writes += entry[0][1].get("disk_writes") or 0
+        connected = self.cluster.connected() if getattr(self, "cluster", None) else set()
+        partitions = sorted(info.get("name", member) for member, info in self.members.items()
+                            if member != self.me and info.get("up") and
+                            member not in connected)
+        contexts = []
+        if cfg.management_port:
+            contexts.append({"description": "RabbitMQ Management", "path": "/",
+                             "port": str(cfg.management_port),
+                             "ip": cfg.management_host or cfg.host})
+        if cfg.prometheus_port:
+            contexts.append({"description": "RabbitMQ Prometheus", "path": "/",
+                             "port": str(cfg.prometheus_port),
+                             "ip": cfg.prometheus_host or cfg.host})
+        mechanisms = PASSWORD_MECHANISMS + (("EXTERNAL",) if cfg.tls_port and
+                                            cfg.ssl_verify == "verify_peer" else ())
+        alarms = set(self.alarms)
+        return {
+            "os_pid": str(os.getpid()),
+            "mem_used": status.get("memory_used", 0),
+            "mem_limit": status.get("memory_limit", 0),
+            "mem_alarm": "memory" in alarms,
+            "mem_calculation_strategy": "rss",
+            "disk_free": status.get("disk_free") or 0,
+            "disk_free_limit": status.get("disk_free_limit", 0),
+            "disk_free_alarm": "disk" in alarms,
+            "fd_used": figures.get("fd_used", 0), "fd_total": nofile,
+            "sockets_used": conns + listeners, "sockets_total": nofile,
+            "proc_used": figures.get("proc_used", 0), "proc_total": thread_limit(),
+            "run_queue": figures.get("run_queue", 0),
+            "processors": os.cpu_count() or 1,
+            "uptime": int((time.monotonic() - self.started) * 1000),
+            "context_switches": figures.get("context_switches", 0),
+            "io_read_bytes": figures.get("io_read_bytes", 0),
+            "io_write_bytes": figures.get("io_write_bytes", 0),
+            "io_read_count": figures.get("io_read_count", 0),
+            "io_write_count": figures.get("io_write_count", 0),
+            "gc_num": sum(g["collections"] for g in gc.get_stats()),
+            "queue_index_read_count": reads, "queue_index_write_count": writes,
+            "mnesia_disk_tx_count": self.meta_tx["disk"],
+            "mnesia_ram_tx_count": self.meta_tx["ram"],
+            **{k: 0 for k in NOT_MEASURED},
+            "io_read_avg_time": 0.0, "io_write_avg_time": 0.0, "io_sync_avg_time": 0.0,
+            "io_seek_avg_time": 0.0,
+            # Ra's write-ahead log is a cluster's Raft journal here (pysyncobj's, one file
+            # open while clustered); no segment writer
+            "ra_open_file_metrics": {"ra_log_wal": int(cfg.clustered),
+                                     "ra_log_segment_writer": 0},
+            "metrics_gc_queue_length": dict.fromkeys(METRICS_GC_QUEUES, 0),
+            "cluster_links": [],
+            "net_ticktime": CONNECTION_TIMEOUT_S,
+            "connection_created": totals.get("connections_opened", 0),
+            "connection_closed": totals.get("connections_closed", 0),
+            "channel_created": totals.get("channels_opened", 0),
+            "channel_closed": totals.get("channels_closed", 0),
+            "queue_declared": self.queue_churn["queues_declared"],
+            "queue_created": self.queue_churn["queues_created"],
+            "queue_deleted": self.queue_churn["queues_deleted"],
+            "partitions": partitions,
+            "rates_mode": "basic",
+            "exchange_types": [{"name": t, "description": EXCHANGE_DESCRIPTIONS[t],
+                                "enabled": True} for t in sorted(EXCHANGE_TYPES)],
+            "auth_mechanisms": [{"name": n, "description": MECHANISM_DESCRIPTIONS[n],
+                                 "enabled": n in mechanisms} for n in KNOWN_MECHANISMS],
+            "applications": applications(),
+            "contexts": contexts,
+            "log_files": ["<stderr>"],
+            "config_files": list(cfg.config_files),
+            "db_dir": os.path.abspath(cfg.data_dir),
+            "enabled_plugins": [],
+        }
+
+    def _node_rows(self, now_ms: int) -> dict:
+        """Member name -> its last sample with rates (NodeTable.row), those heard from."""
+        return {node: self.node_table.row(node, now_ms) for node in self.node_table.samples}
+
     def op_mgmt_counters(self, rpc):
         """This node's statistics for Prometheus (per node, as rabbitmq_prometheus: a
         dashboard sums over the nodes): its connection workers' process totals (live and dead
@@ -174,10 +335,11 @@ class ManagementMixin:
         exchanges = [{"vhost": v, "name": n, "type": x.type, "durable": x.durable,
                       "auto_delete": x.auto_delete, "internal": x.internal,
                       "arguments": dict(x.arguments)} for (v, n), x in self._all_exchanges()]
-        members = [{"name": info.get("name", member), "up": bool(info.get("up")),
-                    "amqp": info.get("amqp", "")} for member, info in self.members.items()]
+        members = [{"member": member, "name": info.get("name", member),
+                    "up": bool(info.get("up")), "amqp": info.get("amqp", "")}
+                   for member, info in self.members.items()]
         if not members:
-            members = [{"name": self.config.node, "up": True,
+            members = [{"member": "", "name": self.config.node, "up": True,
                         "amqp": f"{self.config.host}:{self.config.port}"}]
         now = int(time.time() * 1000)
         stats = [[v, n, self.queue_stats.message_stats(v, n, now)] for (v, n) in self.queues]
@@ -200,7 +362,7 @@ class ManagementMixin:
                 "policies": list(self.policies.values()),
                 "operator_policies": list(self.op_policies.values()),
                 "limits": [[scope, name, value] for (scope, name), value in self.limits.items()],
-                "node": self.config.node,
+                "node": self.config.node, "node_rows": self._node_rows(now),
                 "members": members, "alarms": sorted(self.alarms)}
 
     def op_mgmt_close_connection(self, rpc, name, reason):
@@ -215,7 +377,8 @@ class ManagementMixin:
 
     def op_environment(self, rpc):
         """rabbitmqctl environment: the node's settings (the cluster secret left out)."""
-        return {k: v for k, v in vars(self.config).items() if k != "cluster_secret"}
+        return {k: v for k, v in vars(self.config).items()
+                if k not in ("cluster_secret", "config_files")}
 
     def op_mgmt_login(self, rpc, user, password):
         """HTTP basic auth: the user's tags, or 401's reason."""

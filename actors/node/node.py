@@ -38,11 +38,11 @@ from actors.connection import handoff, tls
 from actors.management.server import Management
 from actors.connection.netio import Listener
 from actors import runtime
-from actors.messages import (AlarmsChanged, ClusterReady, ClusterTick, DurableQueues, ReadyWorkers,
-                             WorkerExited)
+from actors.messages import (AlarmsChanged, ClusterReady, ClusterTick, DurableQueues, NodeTick,
+                             ReadyWorkers, WorkerExited)
 from actors.runtime.eventloop import EventLoop
 from actors.ctl import ask_node
-from actors.node import definitions_json
+from actors.node import definitions_json, node_stats
 from actors.node.metadata import Metadata
 from actors.node.resources import ResourceMonitor
 from actors.queue.backing_queue import lane_queue_ids
@@ -139,6 +139,7 @@ class Node:
         self.secret = b""  # the cluster secret (a cluster member only; actors/secure.py)
         self._systemd = None  # sdnotify.SystemdNotifier, made on first use
         self.next_tick = 0.0  # when the metadata actor next looks at the cluster
+        self.next_sample = 0.0  # when the node next measures itself (/api/nodes: NodeTick)
         self.dealer = handoff.Dealer(config.connection_limit)  # hands sockets to conn workers
         self.lsock: socket.socket | None = None  # the AMQP listening socket
         self.listener: Listener | None = None  # accepts on it (after the workers are ready)
@@ -217,6 +218,7 @@ class Node:
             while not self.stopping.is_set():
                 self._reap()
                 self._check_resources()
+                self._sample_node()
                 self._check_paused()
                 if watchdog and time.monotonic() >= next_ping:
                     self.systemd.notify("WATCHDOG=1")  # the supervision loop is alive
@@ -274,6 +276,17 @@ class Node:
         alarms = self.resources.check(time.monotonic(), pids)
         if alarms is not None:
             self.metadata.tell(AlarmsChanged(alarms))
+
+    def _sample_node(self) -> None:
+        """Every collect_statistics_interval: measure the node process and its workers (file
+        descriptors, threads, context switches, storage bytes: node_stats.measure, /proc
+        reads kept off the metadata actor's thread) for the node's sample (/api/nodes)."""
+        now = time.monotonic()
+        if now < self.next_sample:
+            return
+        self.next_sample = now + self.config.collect_statistics_interval / 1000.0
+        pids = [os.getpid()] + [s.proc.pid for s in self.slots if s.proc is not None]
+        self.metadata.tell(NodeTick(node_stats.measure(pids)))
 
     def _join_cluster(self) -> bool:
         """Wait until the definitions log is loaded and caught up (needs a majority)."""

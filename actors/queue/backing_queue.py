@@ -539,8 +539,10 @@ class BackingQueue(LightActor):
             entries = index.read(txn, after, n)
         if entries:
             self._forget_entries(entries, priority, log_acks=True)
+        pers = [e for e in entries if self.keep_all or _persistent(e.props_raw)]
         return PagedDropped(priority, len(entries), sum(e.body_size for e in entries),
-                            entries[-1].seq_id if entries else 0, [e.seq_id for e in entries])
+                            entries[-1].seq_id if entries else 0, [e.seq_id for e in entries],
+                            len(pers), sum(e.body_size for e in pers))
 
     def _purge_after(self, after: int, priority: int = 0) -> None:
         """Ack every entry after `after`, PURGE_STEP per transaction (the map trimmed after

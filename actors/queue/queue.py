@@ -364,7 +364,8 @@ class Queue(LightActor):
                               int(time.time() * 1000), msg.priority)
                 self._retry_gets(now)
             elif isinstance(msg, m.PagedDropped):
-                core.paged_dropped(msg.priority, msg.n, msg.nbytes, msg.last_seq)
+                core.paged_dropped(msg.priority, msg.n, msg.nbytes, msg.last_seq, msg.pers,
+                                   msg.pers_bytes)
                 self.mirrors.forget(list(msg.seq_ids))
                 self._retry_gets(now)
             elif isinstance(msg, m.ChannelDown):

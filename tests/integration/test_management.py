@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -374,6 +375,73 @@ def test_head_message_timestamp_and_disk_reads_and_writes(tmp_path):
         broker.stop()
 
 
+def test_persistent_messages_in_the_api_prometheus_and_leveretctl(tmp_path):
+    """Issue 14: a durable queue's persistent messages (rabbit_variable_queue's
+    persistent_count: delivery mode 2 in a durable queue; transient ones and a transient
+    queue's are not) in memory and paged out: the queue's messages_persistent and
+    message_bytes_persistent, rabbitmq_prometheus' rabbitmq_queue_messages_persistent and
+    rabbitmq_queue_messages_persistent_bytes (per object, aggregated, queue_metrics family)
+    and `leveretctl list_queues`; after a restart the recovered ones, then none once
+    consumed (the previous run's transient ones dropped as they are read back)."""
+    port, metrics_port = free_port(), free_port()
+    (tmp_path / "leveret.toml").write_text(f"collect_statistics_interval = {STATS_MS}\n"
+                                           "queue_page_bytes = 8192\nqueue_page_size = 4\n")
+    args = ("--management-port", str(port), "--config", str(tmp_path / "leveret.toml"),
+            "--prometheus-port", str(metrics_port))
+    broker = Broker.start_leveret(tmp_path, *args)
+    broker.metrics_port = metrics_port
+    http = Api(port)
+    labels = (("queue", "persq"), ("vhost", "/"))
+    try:
+        with broker.connection() as c:
+            ch = c.channel()
+            ch.confirm_delivery()
+            ch.queue_declare("persq", durable=True)
+            ch.queue_declare("transq", durable=False)
+            for i in range(30):  # 30 KB: past the 8 KB mark most are paged out
+                ch.basic_publish("", "persq", b"p" * 1024,
+                                 pika.BasicProperties(delivery_mode=2))
+                ch.basic_publish("", "persq", b"t" * 100)
+                ch.basic_publish("", "transq", b"x", pika.BasicProperties(delivery_mode=2))
+        q = wait_for("persq's sample", lambda: (
+            r := http("GET", "/api/queues/%2F/persq")[1]).get("messages") == 60 and r)
+        assert q["messages_paged_out"] > 0
+        assert (q["messages_persistent"], q["message_bytes_persistent"]) == (30, 30 * 1024)
+        t = wait_for("transq's sample", lambda: (
+            r := http("GET", "/api/queues/%2F/transq")[1]).get("messages") == 30 and r)
+        assert (t["messages_persistent"], t["message_bytes_persistent"]) == (0, 0)
+        per = scrape(broker, "/metrics/per-object")
+        assert per[("rabbitmq_queue_messages_persistent", labels)] == 30
+        assert per[("rabbitmq_queue_messages_persistent_bytes", labels)] == 30 * 1024
+        assert scrape(broker, "/metrics")[("rabbitmq_queue_messages_persistent", ())] == 30
+        detailed = scrape(broker, "/metrics/detailed?family=queue_metrics")
+        assert detailed[("rabbitmq_queue_messages_persistent", labels)] == 30
+        assert {"name": "persq", "messages_persistent": 30,
+                "message_bytes_persistent": 30 * 1024} in json.loads(broker.ctl(
+                    "list_queues", "name", "messages_persistent", "message_bytes_persistent",
+                    "--formatter", "json").stdout)
+        broker.stop()
+        broker = Broker.start_leveret(tmp_path, *args, port=broker.port)  # the same node
+        broker.metrics_port = metrics_port
+        q = wait_for("persq recovered", lambda: (
+            r := http("GET", "/api/queues/%2F/persq")[1]).get("messages_persistent") and r)
+        # what the index holds is persistent, but for the transient messages it paged out in
+        # the previous run: counted (in `messages` too) until they are read back and dropped
+        assert 30 <= q["messages_persistent"] == q["messages"] < 60
+        assert q["message_bytes_persistent"] >= 30 * 1024
+        with broker.connection() as c:
+            ch = c.channel()
+            got = []
+            ch.basic_consume("persq", lambda c_, m, p, b: got.append(b), auto_ack=True)
+            while len(got) < 30:
+                c.process_data_events(time_limit=0.1)
+        wait_for("no persistent message left", lambda: (
+            r := http("GET", "/api/queues/%2F/persq")[1]).get("messages") == 0 and
+            (r["messages_persistent"], r["message_bytes_persistent"]) == (0, 0))
+    finally:
+        broker.stop()
+
+
 def test_connections_channels_and_consumers_and_closing_one(node, http):
     assert http("PUT", "/api/queues/%2F/connq", {"durable": False})[0] == 201
     c = node.connection(client_properties={"connection_name": "mgmt-test"})
@@ -560,19 +628,40 @@ def test_health_checks_and_topic_permissions(node, http):
     status, body = http("GET", "/api/health/checks/port-listener/1")
     assert status == 503 and body["reason"] == "No active listener" and node.port in \
         body["ports"]
+    assert http("GET", "/api/health/checks/port-listener/x") == (
+        400, {"error": "bad_request", "reason": "Invalid port"})
     assert http("GET", "/api/health/checks/protocol-listener/amqp")[0] == 200
+    # RabbitMQ's other names of the protocol (normalize_protocol/1)
+    assert http("GET", "/api/health/checks/protocol-listener/AMQP0-9-1") == (
+        200, {"status": "ok", "protocol": "amqp"})
     assert http("GET", "/api/health/checks/protocol-listener/amqp%2Fssl")[0] == 503
     assert http("GET", "/api/health/checks/virtual-hosts") == (200, {"status": "ok"})
-    assert http("GET", "/api/health/checks/node-is-quorum-critical") == (200,
-                                                                       {"status": "ok"})
+    assert http("GET", "/api/health/checks/node-is-quorum-critical") == (
+        200, {"status": "ok", "reason": "single node cluster"})
     node.ctl("add_user", "topic-user", "pw")
     assert http("PUT", "/api/topic-permissions/%2F/topic-user", {
         "exchange": "amq.topic", "write": "^a", "read": ".*"})[0] == 201
-    assert http("GET", "/api/topic-permissions/%2F/topic-user")[1] == [
-        {"user": "topic-user", "vhost": "/", "exchange": "amq.topic", "write": "^a",
-         "read": ".*"}]
+    assert http("PUT", "/api/topic-permissions/%2F/topic-user", {
+        "exchange": "amq.topic", "write": "^a", "read": ".*"})[0] == 204
+    assert http("PUT", "/api/topic-permissions/%2F/topic-user", {
+        "exchange": "other", "write": "", "read": "^b"})[0] == 201
+    mine = [{"user": "topic-user", "vhost": "/", "exchange": x, "write": w, "read": r}
+            for x, w, r in (("amq.topic", "^a", ".*"), ("other", "", "^b"))]
+    key = (lambda p: p["exchange"])
+    assert sorted(http("GET", "/api/topic-permissions/%2F/topic-user")[1], key=key) == mine
+    assert sorted(http("GET", "/api/users/topic-user/topic-permissions")[1], key=key) == mine
+    assert sorted([p for p in http("GET", "/api/vhosts/%2F/topic-permissions")[1]
+                   if p["user"] == "topic-user"], key=key) == mine
+    assert http("GET", "/api/users/nobody/topic-permissions")[0] == 404
+    assert http("GET", "/api/vhosts/nowhere/topic-permissions")[0] == 404
+    assert http("PUT", "/api/topic-permissions/nowhere/topic-user", {
+        "exchange": "x", "write": "", "read": ""}) == (
+        400, {"error": "bad_request", "reason": "vhost_or_user_not_found"})
+    assert http("DELETE", "/api/topic-permissions/%2F/topic-user/other")[0] == 204
+    assert http("GET", "/api/topic-permissions/%2F/topic-user")[1] == mine[:1]
     assert http("DELETE", "/api/topic-permissions/%2F/topic-user")[0] == 204
     assert http("GET", "/api/topic-permissions/%2F/topic-user")[0] == 404
+    assert http("DELETE", "/api/topic-permissions/%2F/topic-user")[0] == 404
 
 
 def test_with_amqps_configured_both_listeners_speak_https_only(tmp_path):
@@ -602,32 +691,122 @@ def test_with_amqps_configured_both_listeners_speak_https_only(tmp_path):
         broker.stop()
 
 
+def _refused(host: str, port: int) -> bool:
+    """Nothing listens on host:port (a TCP connect is refused)."""
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
 def test_management_and_prometheus_hosts_and_port_0(tmp_path):
     """Issue 14 item 6: `management_host` / `prometheus_host` bind each listener apart from
-    the AMQP listener's host (loopback addresses here), and `--prometheus-port 0` serves no
-    metrics at all: the protocol-listener health check then says there is none. Also
-    GET /api/nodes/{name}."""
-    port = free_port()
-    (tmp_path / "hosts.toml").write_text('management_host = "127.0.0.2"\n')
+    the AMQP listener's host (loopback addresses here, AMQP on 127.0.0.1): each answers on its
+    own address only, a connect to 127.0.0.1 on its port is refused. And `--prometheus-port
+    0` serves no metrics at all: the protocol-listener health check then says there is none.
+    Also GET /api/nodes/{name}."""
+    port, metrics_port = free_port(), free_port()
+    (tmp_path / "hosts.toml").write_text('management_host = "127.0.0.2"\n'
+                                         'prometheus_host = "127.0.0.3"\n')
     broker = Broker.start_leveret(tmp_path, "--management-port", str(port), "--config",
-                                  str(tmp_path / "hosts.toml"), "--prometheus-port", "0")
+                                  str(tmp_path / "hosts.toml"), "--prometheus-port",
+                                  str(metrics_port))
     try:
         api = Api(port, "127.0.0.2")
         assert api("GET", "/api/whoami") == (200, {"name": "guest", "tags": ["administrator"]})
-        with pytest.raises(urllib.error.URLError):
-            Api(port)("GET", "/api/whoami")  # not on the AMQP listener's 127.0.0.1
+        assert _refused("127.0.0.1", port)  # not on the AMQP listener's 127.0.0.1
+        with urllib.request.urlopen(f"http://127.0.0.3:{metrics_port}/metrics",
+                                    timeout=20) as r:
+            assert b"rabbitmq_identity_info" in r.read()
+        assert _refused("127.0.0.1", metrics_port) and _refused("127.0.0.2", metrics_port)
         ports = {(x["protocol"], x["ip_address"]) for x in
                  api("GET", "/api/overview")[1]["listeners"]}
         assert ("http", "127.0.0.2") in ports and ("amqp", "127.0.0.1") in ports
-        status, body = api("GET", "/api/health/checks/protocol-listener/http%2Fprometheus")
-        assert status == 503 and body["status"] == "failed"
-        assert api("GET", "/api/health/checks/protocol-listener/http")[0] == 200
+        assert api("GET", "/api/health/checks/protocol-listener/http%2Fprometheus")[0] == 200
         node = api("GET", "/api/nodes")[1][0]
-        assert api("GET", "/api/nodes/" + urllib.parse.quote(node["name"], safe="")) == (
-            200, node)
+        status, one = api("GET", "/api/nodes/" + urllib.parse.quote(node["name"], safe=""))
+        assert status == 200 and (one["name"], one["running"]) == (node["name"], True)
+        assert {c["description"]: (c["ip"], c["port"]) for c in one["contexts"]} == {
+            "RabbitMQ Management": ("127.0.0.2", str(port)),
+            "RabbitMQ Prometheus": ("127.0.0.3", str(metrics_port))}
         assert api("GET", "/api/nodes/rabbit%40nowhere")[0] == 404
     finally:
         broker.stop()
+    port = free_port()
+    broker = Broker.start_leveret(tmp_path / "no-metrics", "--management-port", str(port),
+                                  "--prometheus-port", "0")
+    try:
+        api = Api(port)
+        status, body = api("GET", "/api/health/checks/protocol-listener/http%2Fprometheus")
+        assert status == 503 and body["status"] == "failed"
+        assert api("GET", "/api/health/checks/protocol-listener/http")[0] == 200
+    finally:
+        broker.stop()
+
+
+def _soft_nofile(pid: int) -> int:
+    with open(f"/proc/{pid}/limits") as f:
+        return int(next(line for line in f if line.startswith("Max open files")).split()[3])
+
+
+def test_nodes_show_the_node_s_own_figures(node, http):
+    """/api/nodes (issue 14): RabbitMQ 3.10's fields (test_management_compat compares names
+    and types) with this node's figures, from the sample it takes every interval
+    (docs/management.md, "Nodes"): its pid, files, limits, memory and disk, descriptors,
+    threads, churn, and its memory alarm while one is on."""
+    from importlib import metadata
+
+    from actors.node.resources import total_memory
+
+    def sample(cond=lambda n: True):
+        status, rows = http("GET", "/api/nodes")
+        return status == 200 and "os_pid" in rows[0] and cond(rows[0]) and rows[0]
+
+    first = wait_for("the node's sample", sample)
+    assert (first["os_pid"], first["running"], first["type"]) == (str(node.pid), True, "disc")
+    assert first["db_dir"] == str(node.data_dir)
+    assert first["config_files"] == [str(node.data_dir.parent / "leveret.toml")]
+    assert first["log_files"] == ["<stderr>"] and first["partitions"] == []
+    assert first["mem_limit"] == int(total_memory() * 0.4) and 0 < first["mem_used"]
+    assert first["disk_free_limit"] == 50_000_000 and first["disk_free"] > 0
+    assert not first["mem_alarm"] and not first["disk_free_alarm"]
+    assert first["fd_total"] == first["sockets_total"] == _soft_nofile(node.pid)
+    workers = {**node.worker_pids("queue"), **node.worker_pids("conn")}
+    assert 10 < first["fd_used"] < first["fd_total"]
+    assert first["proc_used"] > len(workers) and first["proc_total"] > first["proc_used"]
+    assert 3 <= first["sockets_used"]  # AMQP, management and Prometheus listeners at least
+    assert first["processors"] == os.cpu_count() and first["run_queue"] >= 0
+    assert [x["name"] for x in first["exchange_types"]] == ["direct", "fanout", "headers",
+                                                            "topic"]
+    assert {x["name"]: x["enabled"] for x in first["auth_mechanisms"]} == {
+        "AMQPLAIN": True, "PLAIN": True, "EXTERNAL": False}
+    assert {"name": "leveret", "description": "Leveret, an AMQP 0-9-1 broker",
+            "version": metadata.version("leveret")} in first["applications"]
+    assert [c["port"] for c in first["contexts"]] == [str(node.http_port),
+                                                      str(node.metrics_port)]
+    # a connection opened and closed: the node's churn; a later sample, its rates
+    conn = node.connection()
+    conn.close()
+    later = wait_for("a sample with the connection's churn", lambda: sample(
+        lambda n: n["connection_closed"] > first["connection_closed"] and
+        n["connection_created"] > first["connection_created"]))
+    assert later["uptime"] > first["uptime"]
+    assert later["context_switches"] >= first["context_switches"]
+    assert set(later["mem_used_details"]) == {"rate"}
+    assert later["connection_created_details"]["rate"] >= 0
+    status, one = http("GET", "/api/nodes/" + urllib.parse.quote(first["name"], safe=""))
+    assert status == 200 and one["os_pid"] == first["os_pid"]
+    # the memory alarm (R2's): this node's own, in its row and the local-alarms check
+    node.ctl("set_vm_memory_high_watermark", "0.0000001")
+    try:
+        wait_for("mem_alarm in the node's sample", lambda: sample(lambda n: n["mem_alarm"]))
+        status, body = http("GET", "/api/health/checks/local-alarms")
+        assert status == 503 and body["alarms"] == [{"node": first["name"],
+                                                     "resource": "memory"}]
+    finally:
+        node.ctl("set_vm_memory_high_watermark", "0.4")
+    wait_for("the alarm cleared in the sample", lambda: sample(lambda n: not n["mem_alarm"]))
 
 
 def test_permissions_by_vhost_and_user_and_an_exchange_s_bindings(node, http):
@@ -669,6 +848,14 @@ def test_operator_policies_and_limits_through_the_api(node, http):
     assert http("GET", "/api/user-limits/guest")[1] == [{"user": "guest",
                                                           "value": {"max-channels": 64}}]
     assert http("DELETE", "/api/user-limits/guest/max-channels")[0] == 204
+    # as RabbitMQ 3.10: none set is [], an unknown vhost or user 404, clearing a limit that
+    # is not set does nothing (204)
+    assert http("GET", "/api/user-limits/guest")[1] == []
+    assert http("DELETE", "/api/user-limits/guest/max-channels")[0] == 204
+    assert http("GET", "/api/user-limits/nobody")[0] == 404
+    assert http("GET", "/api/vhost-limits/nowhere")[0] == 404
+    assert http("PUT", "/api/vhost-limits/nowhere/max-queues", {"value": 1})[0] == 404
+    assert http("PUT", "/api/user-limits/nobody/max-channels", {"value": 1})[0] == 404
 
 
 def test_leveretctl_operational_commands(node, http):

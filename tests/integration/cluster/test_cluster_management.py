@@ -130,3 +130,37 @@ def test_a_mirrored_queue_is_counted_once_and_stats_are_the_cluster_s(tmp_path):
         assert churn["connection_created"] >= 1 and churn["channel_created"] >= 1
     finally:
         managed.stop()
+
+
+def test_each_member_s_row_has_its_own_figures_and_alarms(managed):
+    """/api/nodes on any node: each member's row has that member's own figures (its pid, its
+    data directory) and alarms (R2's, as each member reports its own), from the sample it
+    sends every node; the alarms health check lists every member's alarms, local-alarms the
+    answering node's only."""
+    apis = [Api(p) for p in managed.http]
+
+    def rows(i=0):
+        status, nodes = apis[i]("GET", "/api/nodes")
+        return {n["name"]: n for n in nodes} if status == 200 else {}
+
+    names = [f"leveret@node{i + 1}" for i in range(3)]
+    nodes = managed.wait(lambda: (r := rows()) and all("os_pid" in r.get(n, {}) for n in names)
+                         and r, 30, "node1's API to show every member's sample")
+    for i, name in enumerate(names):
+        assert nodes[name]["os_pid"] == str(managed[i].pid)
+        assert nodes[name]["db_dir"] == str(managed[i].data_dir)
+        assert nodes[name]["mem_alarm"] is False and nodes[name]["running"] is True
+    managed[1].ctl("set_vm_memory_high_watermark", "0.0000001")
+    try:
+        nodes = managed.wait(lambda: (r := rows()) and r[names[1]]["mem_alarm"] and r, 30,
+                             "node1's API to show node2's memory alarm")
+        assert not nodes[names[0]]["mem_alarm"] and not nodes[names[2]]["mem_alarm"]
+        status, body = apis[0]("GET", "/api/health/checks/alarms")
+        assert status == 503 and body["alarms"] == [{"node": names[1], "resource": "memory"}]
+        assert apis[0]("GET", "/api/health/checks/local-alarms") == (200, {"status": "ok"})
+        status, body = apis[1]("GET", "/api/health/checks/local-alarms")
+        assert status == 503 and body["reason"] == "There are alarms in effect on the node"
+    finally:
+        managed[1].ctl("set_vm_memory_high_watermark", "0.4")
+    managed.wait(lambda: (r := rows(2)) and r[names[1]]["mem_alarm"] is False, 30,
+                 "node3's API to show node2's alarm cleared")

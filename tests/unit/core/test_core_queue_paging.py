@@ -208,3 +208,70 @@ def test_a_persistent_tail_is_in_the_index_too_but_never_read_back_twice():
     q.run(0)
     assert [d[2] for d in out.delivered()] == [b"m1", b"m2", b"x"]
     assert q.paged == 0 and q.stats()["messages"] == 0
+
+
+ACK, REQUEUE = 0, 1  # settle ops
+
+
+def _pers(q):
+    s = q.storage_stats()
+    return s["messages_persistent"], s["message_bytes_persistent"]
+
+
+def test_persistent_messages_are_counted_in_memory_and_paged_out():
+    """messages_persistent / message_bytes_persistent (rabbit_variable_queue's
+    persistent_count: persistent messages of a durable queue, ready, unacked or paged out)
+    follow each message from publish to ack, through paging, page-in, drop-head and purge."""
+    q, out = mk()
+    pub(q, b"aaaaaa", persistent=True)
+    pub(q, b"tt", persistent=False)
+    pub(q, b"bbbbbb", b"cccccc", persistent=True)  # past page_bytes: paged out
+    assert q.paged and _pers(q) == (3, 18)
+    diverted = [m for m in stored(out) if m.seq_id > q.lanes[0].page_after]
+    consume(q, prefetch=10)
+    q.paged_in(page_of(diverted), 0, 0, 0, 0)  # read back: counted in memory now
+    q.run(0)
+    assert q.paged == 0 and _pers(q) == (3, 18) and len(q.unacked) == 4
+    q.settle(CH1, REQUEUE, [1], 0)  # back in the queue: still counted
+    assert _pers(q) == (3, 18)
+    q.settle(CH1, ACK, [2, 3, 4], 0)  # one transient, two persistent
+    assert _pers(q) == (1, 6)
+    q.channel_down(CH1, 0)  # seq 1 (redelivered meanwhile) back in the queue
+    assert _pers(q) == (1, 6)
+    assert q.purge() == 1 and _pers(q) == (0, 0)
+    # a transient queue counts none (IsPersistent: persistent and durable)
+    t, _ = mk(durable=False)
+    pub(t, b"aaaaaaaaaaa", b"b", persistent=True)
+    assert _pers(t) == (0, 0)
+
+
+def consume(q, ch=CH1, prefetch=0):
+    q.consume(ch, "A", False, False, prefetch, 0, 0)
+    q.run(0)
+
+
+def test_persistent_paged_messages_dropped_unread_purged_or_restored():
+    # drop-head of paged messages the backing queue drops unread: it says how many were
+    # persistent
+    q, out = mk({"x-max-length": 1}, page_bytes=1000)
+    q.restore(2, [], 1, 6, 0, 0)  # after a restart: what the index holds is counted
+    assert _pers(q) == (1, 6)
+    pub(q, b"a", persistent=False)  # the paged head is owed
+    q.paged_dropped(0, 1, 6, 1, 1, 6)
+    assert _pers(q) == (0, 0) and q.stats()["messages"] == 1
+    # a previous run's transient entries, dropped when read: counted off
+    q2, _ = mk()
+    q2.restore(1, [], 3, 30, 0, 0)
+    q2.paged_in([], 3, 30, 0, 0)
+    assert _pers(q2) == (0, 0)
+    # purge of a paged part
+    q3, _ = mk()
+    pub(q3, b"aaaaaaaaaaa", b"b", b"c")
+    assert _pers(q3) == (3, 13)
+    q3.purge()
+    assert _pers(q3) == (0, 0)
+    # refused by the backing queue (disk full): they leave the queue
+    q4, out4 = mk()
+    pub(q4, b"aaaaaaaaaaa", b"b", b"c")
+    q4.refused(stored(out4))
+    assert _pers(q4) == (0, 0) and q4.stats()["messages"] == 0

@@ -330,3 +330,30 @@ def test_list_items_leave_out_what_only_an_object_s_own_answer_has():
     conn = {"name": "c", "id": "1", "channel_list": [], "ssl_protocol": "", "ssl": False}
     assert api.connection_json(conn)["ssl_protocol"] == ""
     assert api.connection_json(conn, details=False)["ssl_protocol"] is None
+
+
+def test_a_counter_that_went_down_was_reset_and_its_rate_is_from_the_new_baseline():
+    """A restarted queue counts from 0 again: its next sample's counters are lower than the
+    last one's. That is a reset, as rabbit_mgmt_metrics_collector's get_difference/3 takes a
+    process it has no old stats of: the rate is the new count over the interval, never
+    negative. Likewise a worker's totals and a channel's or connection's counts."""
+    table = StatsTable(1000)
+    table.put("/", "q", 1000, {"publish": 500, "deliver": 400, "ack": 400, "get_empty": 3})
+    table.put("/", "q", 3000, {"publish": 20, "deliver": 10, "ack": 0, "get_empty": 3})
+    ms = table.message_stats("/", "q", 3100)
+    assert ms["publish"] == 20 and ms["publish_details"] == {"rate": 10.0}
+    assert ms["deliver_details"] == {"rate": 5.0} and ms["ack_details"] == {"rate": 0.0}
+    assert ms["get_empty_details"] == {"rate": 0.0}  # unchanged: no growth
+    # deliver_get is derived (deliver + gets): it went down too, from 400 to 10
+    assert ms["deliver_get_details"] == {"rate": 5.0}
+    assert all(v["rate"] >= 0 for k, v in ms.items() if k.endswith("_details"))
+    # the depth may fall (a queue drains): its rates of change stay signed
+    table.put("/", "d", 1000, {"messages": 10})
+    table.put("/", "d", 2000, {"messages": 4})
+    assert table.depth_rates("/", "d", 2100)["messages_details"] == {"rate": -6.0}
+    # a worker restarted under the same endpoint, and a connection's byte counts
+    counts = cs.cluster_counts({"w": (3000, {"publish": 6}, (1000, {"publish": 90}))}, {},
+                               3100, 1000)
+    assert counts[("publish",)] == (6, 3.0)
+    assert cs.with_rates({"recv_oct": 100}, {"recv_oct": 5000}, 2000,
+                         ("recv_oct",))["recv_oct_details"] == {"rate": 50.0}
