@@ -1,8 +1,11 @@
 """The management web UI in a real headless Chromium (Debian's chromium and chromedriver,
-driven by Selenium): log in, see the overview and its charts, declare a queue, publish to it
-from the exchange page, get the message back, close a connection, see a resource alarm. The
-screenshots are saved in the test's temp folder (and in docs/img/ with
-LEVERET_UI_SCREENSHOTS=docs/img)."""
+driven by Selenium), one browser and one node for the module: every page does what an operator
+does there (log in, see the overview and its charts' data, declare a queue, publish to it from
+the exchange page, get the message back, close a connection from the connections page or from
+a channel's, see a resource alarm, set and clear users, permissions, virtual hosts, policies
+and limits, read a message's lifecycle on the Traces page), and the result is checked through
+the HTTP API or an AMQP client. The screenshots are saved in the test's temp folder (and in
+docs/img/ with LEVERET_UI_SCREENSHOTS=docs/img)."""
 
 from __future__ import annotations
 
@@ -610,8 +613,7 @@ def test_the_overview_s_queued_messages_chart_plots_published_messages(node, bro
         s = wait(browser, lambda b: (lambda s: s if max(s["data"]["Unacked"]) >=
                                      base["messages_unacknowledged"] + 3 else None)(
             _chart_series(b, "chart-depth")), timeout=30)
-        totals = _api(node, "GET", "/overview")["queue_totals"]
-        assert totals["messages_unacknowledged"] == base["messages_unacknowledged"] + 3
+        totals = _api(node, "GET", "/overview")["queue_totals"]  # (nothing changed since)
         assert s["data"]["Ready"][-1] == totals["messages_ready"]
         assert s["data"]["Unacked"][-1] == totals["messages_unacknowledged"]
         shot(browser, node, "overview-chart")
@@ -658,9 +660,26 @@ def test_the_traces_page_shows_a_make_analyze_report_and_a_message_s_lifecycle(
     go(browser, node, "#/traces")
     row = _row(browser, "analyses-table", "ui-analysis")
     assert [td.text for td in row.find_elements(By.TAG_NAME, "td")][1] == "2"
-    assert row.find_element(By.LINK_TEXT, "report.html")
     assert _http(node, "GET", "/analyses/ui-analysis/report.html")[0] == 200
-    row.find_element(By.LINK_TEXT, "ui-analysis").click()
+    assert _http(node, "GET", "/analyses/ui-analysis/report.html", auth=("guest", "x"))[0] \
+        == 401
+    # the report opens in a tab of its own, plots and all, without asking for the password
+    ui_tab = browser.current_window_handle
+    row.find_element(By.LINK_TEXT, "report.html").click()
+    tab = wait(browser, lambda b: next((w for w in b.window_handles if w != ui_tab), None))
+    browser.switch_to.window(tab)
+    try:
+        wait(browser, lambda b: b.title == "Leveret lifecycle report")
+        assert "; 2 messages" in browser.find_element(By.TAG_NAME, "body").text
+        assert wait(browser, lambda b: b.execute_script(
+            "const imgs = [...document.images];"
+            "return imgs.length >= 3 && imgs.every(i => i.complete && i.naturalWidth > 0)"))
+        shot(browser, node, "traces-report")
+    finally:
+        browser.close()
+        browser.switch_to.window(ui_tab)
+    _row(browser, "analyses-table", "ui-analysis").find_element(
+        By.LINK_TEXT, "ui-analysis").click()
     row = _row(browser, "trace-messages", "ui-traced")
     cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
     assert cells[2:4] == ["acked", "1"], cells  # final state, redeliveries

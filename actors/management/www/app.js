@@ -215,8 +215,9 @@ const PAGES = {
         found.length ? table([
           ["Analysis", a => h("a", { href: "#/traces/" + enc(a.name) }, a.name)],
           ["Messages", a => a.messages], ["Written", a => a.written_at],
-          ["Report", a => a.report ? h("a", { href: `analyses/${enc(a.name)}/report.html`,
-                                              target: "_blank" }, "report.html") : ""]],
+          ["Report", a => a.report ? h("a", {
+            href: `analyses/${enc(a.name)}/report.html`, class: "open-report",
+            onclick: ev => { ev.preventDefault(); openReport(a.name); } }, "report.html") : ""]],
           found, "analyses-table") : h("p", {}, "No analysis yet: run make analyze."));
       return;
     }
@@ -531,6 +532,41 @@ function chart(id, title, series) {
                plugins: { title: { display: true, text: title } },
                scales: { y: { beginAtZero: true } } },
   });
+}
+
+// The job's report.html in a new tab. The node serves it to monitoring users only, with the
+// API's basic auth, which a plain link would not send (the browser would ask for the password
+// again): the page and its plots are fetched as the UI fetches the API, the plots put in as
+// data: URLs, and the tab shows the result.
+async function openReport(name) {
+  const tab = window.open("", "_blank");  // (in the click itself: no popup blocker stops it)
+  if (!tab) { toast("the browser did not open a tab for the report", true); return; }
+  const get = async path => {
+    const r = await fetch(`analyses/${enc(name)}/${path}`,
+                          { headers: { Authorization: "Basic " + S.auth, "X-Leveret-UI": "1" } });
+    if (!r.ok) { throw new Error(`${path}: ${r.status} ${r.statusText}`); }
+    return r;
+  };
+  try {
+    const doc = new DOMParser().parseFromString(await (await get("report.html")).text(),
+                                                "text/html");
+    for (const img of doc.querySelectorAll("img[src]")) {
+      const src = img.getAttribute("src");
+      if (/^([a-z]+:|\/)/i.test(src)) { continue; }  // (only the report's own files)
+      const blob = await (await get(src)).blob();
+      img.setAttribute("src", await new Promise((ok, fail) => {
+        const reader = new FileReader();
+        reader.onload = () => ok(reader.result);
+        reader.onerror = () => fail(reader.error);
+        reader.readAsDataURL(blob);
+      }));
+    }
+    const html = "<!doctype html>\n" + doc.documentElement.outerHTML;
+    tab.location = URL.createObjectURL(new Blob([html], { type: "text/html" }));
+  } catch (e) {
+    tab.close();
+    toast(`report of ${name}: ${e.message}`, true);
+  }
 }
 
 async function downloadDefinitions() {
