@@ -13,6 +13,9 @@ import base64
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import urllib.error
 import urllib.parse
@@ -627,14 +630,40 @@ def test_the_overview_s_queued_messages_chart_plots_published_messages(node, bro
 
 
 # --- lifecycle traces ---------------------------------------------------------------------------
+def _analyze(events: Path, out: Path, log: Path, timeout: float) -> None:
+    """`make analyze`'s command (the Spark job in local mode, its own JVM) on `events`,
+    writing `out`. In a process of its own, not the tests' shared `spark` session: a test
+    stopped by its timeout in the middle of a py4j call leaves that session unusable for the
+    worker's later Spark tests; this process is ended by its own process group instead."""
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "spark_analysis.lifecycle", "--events", str(events),
+             "--out", str(out), "--no-progress", "--master", "local[2]",
+             "--driver-memory", "1g", "--shuffle-partitions", "4"],
+            cwd=REPO, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)  # (its JVM is in its process group)
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            pytest.fail(f"the lifecycle job took more than {timeout:.0f} s: "
+                        f"{log.read_text(errors='replace')[-2000:]}")
+        finally:
+            if proc.poll() is None:  # (the test was stopped while it ran)
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+    assert code == 0, log.read_text(errors="replace")[-4000:]
+
+
+@pytest.mark.timeout(900)  # (the Spark job: a JVM of its own, on a machine that may be busy)
 def test_the_traces_page_shows_a_make_analyze_report_and_a_message_s_lifecycle(
-        node, browser, spark, tmp_path):
+        node, browser, tmp_path):
     """Issue 14 item 7: a broker with --events full runs a workload (one message requeued
-    then acked), the Spark job (`make analyze`'s) writes its report into the UI node's data
+    then acked), `make analyze`'s Spark job writes its report into the UI node's data
     directory, and the Traces page lists it, its messages, and the message's steps, as the
-    API answers them."""
+    API answers them, and opens the job's report."""
     from amqp_helpers import wait_until
-    from spark_analysis import lifecycle
 
     traced = Broker.start_leveret(tmp_path, "--events", "full")
     try:
@@ -657,10 +686,8 @@ def test_the_traces_page_shows_a_make_analyze_report_and_a_message_s_lifecycle(
             ch.basic_ack(got[-1][0].delivery_tag)
     finally:
         traced.stop()  # its processes flush their events
-    out = node.data_dir / "ui-analysis"
-    args = lifecycle.parse_args(["--events", str(traced.data_dir / "events"), "--out",
-                                 str(out), "--no-progress"])
-    assert lifecycle.run(args, spark=spark) == 0
+    _analyze(traced.data_dir / "events", node.data_dir / "ui-analysis",
+             tmp_path / "analyze.log", timeout=780)
 
     logged_in(browser, node)
     go(browser, node, "#/traces")
