@@ -877,7 +877,10 @@ class Management:
         name = request.match_info["user"]
         body = await self._body(request)
         tags = body.get("tags", "")
-        tags = [t for t in (tags.split(",") if isinstance(tags, str) else tags) if t]
+        # "administrator, monitoring": each tag stripped, as rabbit_auth_backend_internal's
+        # tag_list_from (the web UI's and rabbitmqadmin's comma-separated string)
+        tags = [t.strip() for t in (tags.split(",") if isinstance(tags, str) else tags)
+                if t.strip()]
         exists = any(u["name"] == name for u in state["auth"]["users"])
         if "password" in body:
             if exists:

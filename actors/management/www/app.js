@@ -7,8 +7,9 @@ const S = { auth: sessionStorage.getItem("auth"), timer: null, charts: {}, histo
 const REFRESH_MS = 5000;
 
 // --- the API ---------------------------------------------------------------------------------
-async function api(method, path, body) {
-  const opts = { method, headers: { Authorization: "Basic " + S.auth, "X-Leveret-UI": "1" } };
+async function api(method, path, body, headers) {
+  const opts = { method, headers: Object.assign({ Authorization: "Basic " + S.auth,
+                                                  "X-Leveret-UI": "1" }, headers || {}) };
   if (body !== undefined) {
     opts.headers["Content-Type"] = "application/json";
     opts.body = JSON.stringify(body);
@@ -50,14 +51,14 @@ function table(columns, rows, id) {
 function form(id, fields, submit, onsubmit) {
   const inputs = {};
   const el = h("form", { class: "inline", id },
-    fields.map(([name, label, kind, options]) => {
+    fields.map(([name, label, kind, options, value]) => {  // (value: the field's default)
       let input;
       if (kind === "select") {
         input = h("select", { name }, options.map(o => h("option", { value: o }, o)));
       } else if (kind === "textarea") {
         input = h("textarea", { name, rows: 3, cols: 40 });
       } else {
-        input = h("input", { name, type: kind || "text" });
+        input = h("input", { name, type: kind || "text", value });
       }
       inputs[name] = input;
       return h("label", {}, label, input);
@@ -91,6 +92,11 @@ function rate(stats, key) {
   return d ? d.rate : 0;
 }
 function vhostOptions(vhosts) { return vhosts.map(v => v.name); }
+// a form's JSON field (a policy's definition, a queue's arguments), {} when left empty
+function jsonField(label, text) {
+  try { return JSON.parse(text || "{}"); }
+  catch (e) { throw new Error(`${label}: not valid JSON (${e.message})`); }
+}
 
 // --- pages -----------------------------------------------------------------------------------
 const PAGES = {
@@ -132,10 +138,12 @@ const PAGES = {
     };
   },
 
-  async connections(page) {
+  async connections(page, arg) {
+    if (arg) { return connectionPage(page, decodeURIComponent(arg)); }
     const conns = await api("GET", "/connections");
     page.append(h("h2", {}, `Connections (${conns.length})`),
-      table([["Name", c => c.name], ["User", c => c.user], ["Vhost", c => c.vhost],
+      table([["Name", c => h("a", { href: "#/connections/" + enc(c.name) }, c.name)],
+             ["User", c => c.user], ["Vhost", c => c.vhost],
              ["State", c => c.state], ["Channels", c => c.channels],
              ["Client", c => (c.client_properties || {}).product || ""],
              ["", c => button("Close", async () => {
@@ -147,10 +155,7 @@ const PAGES = {
   async channels(page) {
     const chans = await api("GET", "/channels");
     page.append(h("h2", {}, `Channels (${chans.length})`),
-      table([["Channel", c => c.name], ["User", c => c.user], ["Vhost", c => c.vhost],
-             ["Prefetch", c => c.prefetch_count], ["Unacked", c => c.messages_unacknowledged],
-             ["Consumers", c => c.consumer_count], ["Confirm", c => c.confirm ? "yes" : ""],
-             ["State", c => c.state]], chans, "channels-table"));
+      channelsTable(chans, "channels-table"));
   },
 
   async exchanges(page, arg) {
@@ -195,7 +200,7 @@ const PAGES = {
                          ["durable", "Durable", "select", ["true", "false"]],
                          ["arguments", "Arguments (JSON)"]],
            "Add queue", async v => {
-             const args = v.arguments ? JSON.parse(v.arguments) : {};
+             const args = jsonField("Arguments", v.arguments);
              await api("PUT", `/queues/${enc(v.vhost)}/${enc(v.name)}`,
                        { durable: v.durable === "true", arguments: args });
              toast("Queue declared"); render();
@@ -210,8 +215,9 @@ const PAGES = {
         found.length ? table([
           ["Analysis", a => h("a", { href: "#/traces/" + enc(a.name) }, a.name)],
           ["Messages", a => a.messages], ["Written", a => a.written_at],
-          ["Report", a => a.report ? h("a", { href: `analyses/${enc(a.name)}/report.html`,
-                                              target: "_blank" }, "report.html") : ""]],
+          ["Report", a => a.report ? h("a", {
+            href: `analyses/${enc(a.name)}/report.html`, class: "open-report",
+            onclick: ev => { ev.preventDefault(); openReport(a.name); } }, "report.html") : ""]],
           found, "analyses-table") : h("p", {}, "No analysis yet: run make analyze."));
       return;
     }
@@ -254,8 +260,11 @@ const PAGES = {
              })]], users, "users-table"),
       form("add-user", [["name", "Username"], ["password", "Password", "password"],
                         ["tags", "Tags (comma separated)"]], "Add user", async v => {
+        const existed = users.some(u => u.name === v.name);
         await api("PUT", "/users/" + enc(v.name), { password: v.password, tags: v.tags });
-        toast("User added"); render();
+        // (RabbitMQ's UI warns the same way when the PUT answers 204)
+        toast(existed ? `Updated an existing user: '${v.name}'` : "User added", existed);
+        render();
       }),
       h("h3", {}, "Virtual hosts"),
       table([["Name", v => v.name], ["", v => button("Delete", async () => {
@@ -292,7 +301,7 @@ const PAGES = {
            "Add policy", async v => {
              await api("PUT", `/policies/${enc(v.vhost)}/${enc(v.name)}`, {
                pattern: v.pattern, "apply-to": v["apply-to"],
-               definition: JSON.parse(v.definition || "{}"),
+               definition: jsonField("Definition", v.definition),
                priority: parseInt(v.priority || "0", 10) });
              toast("Policy set"); render();
            }),
@@ -315,7 +324,7 @@ const PAGES = {
            "Add operator policy", async v => {
              await api("PUT", `/operator-policies/${enc(v.vhost)}/${enc(v.name)}`, {
                pattern: v.pattern, "apply-to": v["apply-to"],
-               definition: JSON.parse(v.definition || "{}"),
+               definition: jsonField("Definition", v.definition),
                priority: parseInt(v.priority || "0", 10) });
              toast("Operator policy set"); render();
            }),
@@ -326,7 +335,7 @@ const PAGES = {
                                ["value", "Value", "number"]],
            "Set virtual host limit", async v => {
              await api("PUT", `/vhost-limits/${enc(v.vhost)}/${enc(v.limit)}`,
-                       { value: limitValue(v.value) });
+                       { value: limitValue(v.limit, v.value) });
              toast("Virtual host limit set"); render();
            }),
       h("h3", {}, "User limits"),
@@ -336,7 +345,7 @@ const PAGES = {
                               ["value", "Value", "number"]],
            "Set user limit", async v => {
              await api("PUT", `/user-limits/${enc(v.user)}/${enc(v.limit)}`,
-                       { value: limitValue(v.value) });
+                       { value: limitValue(v.limit, v.value) });
              toast("User limit set"); render();
            }),
       h("h3", {}, "Definitions"),
@@ -365,10 +374,54 @@ function limitsTable(items, who, path, id) {
                   await api("DELETE", `/${path}/${enc(r.name)}/${enc(r.limit)}`); render();
                 })]], rows, id);
 }
-function limitValue(text) {
+// RabbitMQ's UI refuses a limit that is not a number before sending it, with this text
+function limitValue(limit, text) {
   const n = Number(text);
-  if (text === "" || !Number.isInteger(n)) { throw new Error("the value must be an integer"); }
+  if (text === "" || !Number.isInteger(n)) {
+    throw new Error(`Validation failed\n\n${limit} should be a number, actually was "${text}"`);
+  }
   return n;
+}
+
+// channels as RabbitMQ's channels page lists them: a channel's connection links to the
+// connection's page (which closes it); mode C = confirm, T = transactional
+function channelsTable(chans, id) {
+  return table([["Channel", c => c.name],
+                ["Connection", c => {
+                  const conn = (c.connection_details || {}).name;
+                  return conn ? h("a", { href: "#/connections/" + enc(conn),
+                                         class: "channel-connection" }, conn) : "";
+                }],
+                ["User", c => c.user], ["Vhost", c => c.vhost],
+                ["Mode", c => (c.confirm ? "C" : "") + (c.transactional ? "T" : "")],
+                ["State", c => c.state], ["Unconfirmed", c => c.messages_unconfirmed ?? ""],
+                ["Prefetch", c => c.prefetch_count], ["Unacked", c => c.messages_unacknowledged],
+                ["Consumers", c => c.consumer_count],
+                ["Publish /s", c => rate(c.message_stats, "publish")],
+                ["Ack /s", c => rate(c.message_stats, "ack")]], chans, id);
+}
+
+// a connection's page: its details, its channels, and RabbitMQ's "Close this connection" with
+// the reason the client is sent (X-Reason: CONNECTION_FORCED - <reason>)
+async function connectionPage(page, name) {
+  const [c, chans] = await Promise.all([api("GET", `/connections/${enc(name)}`),
+                                        api("GET", `/connections/${enc(name)}/channels`)]);
+  const client = c.client_properties || {};
+  page.append(h("h2", {}, `Connection ${c.name}`),
+    h("p", { id: "connection-details" },
+      `User ${c.user}, virtual host ${c.vhost}, state ${c.state}, protocol ${c.protocol}, `
+      + `client ${client.product || "?"} ${client.version || ""}, channels ${c.channels}`),
+    h("h3", {}, "Channels"),
+    channelsTable(chans, "connection-channels"),
+    h("h3", {}, "Close this connection"),
+    form("close-connection", [["reason", "Reason", "text", null,
+                               "Closed via management plugin"]],
+         "Force Close", async v => {
+           await api("DELETE", `/connections/${enc(name)}`, undefined,
+                     { "X-Reason": v.reason || "Closed via management plugin" });
+           toast("Connection closed");
+           location.hash = "#/connections";
+         }));
 }
 
 async function exchangePage(page, arg) {
@@ -481,6 +534,41 @@ function chart(id, title, series) {
   });
 }
 
+// The job's report.html in a new tab. The node serves it to monitoring users only, with the
+// API's basic auth, which a plain link would not send (the browser would ask for the password
+// again): the page and its plots are fetched as the UI fetches the API, the plots put in as
+// data: URLs, and the tab shows the result.
+async function openReport(name) {
+  const tab = window.open("", "_blank");  // (in the click itself: no popup blocker stops it)
+  if (!tab) { toast("the browser did not open a tab for the report", true); return; }
+  const get = async path => {
+    const r = await fetch(`analyses/${enc(name)}/${path}`,
+                          { headers: { Authorization: "Basic " + S.auth, "X-Leveret-UI": "1" } });
+    if (!r.ok) { throw new Error(`${path}: ${r.status} ${r.statusText}`); }
+    return r;
+  };
+  try {
+    const doc = new DOMParser().parseFromString(await (await get("report.html")).text(),
+                                                "text/html");
+    for (const img of doc.querySelectorAll("img[src]")) {
+      const src = img.getAttribute("src");
+      if (/^([a-z]+:|\/)/i.test(src)) { continue; }  // (only the report's own files)
+      const blob = await (await get(src)).blob();
+      img.setAttribute("src", await new Promise((ok, fail) => {
+        const reader = new FileReader();
+        reader.onload = () => ok(reader.result);
+        reader.onerror = () => fail(reader.error);
+        reader.readAsDataURL(blob);
+      }));
+    }
+    const html = "<!doctype html>\n" + doc.documentElement.outerHTML;
+    tab.location = URL.createObjectURL(new Blob([html], { type: "text/html" }));
+  } catch (e) {
+    tab.close();
+    toast(`report of ${name}: ${e.message}`, true);
+  }
+}
+
 async function downloadDefinitions() {
   try {
     const defs = await api("GET", "/definitions");
@@ -553,8 +641,9 @@ async function start() {
   S.timer = setInterval(() => {
     // refresh what changes by itself, not the pages with forms being filled in
     const page = document.getElementById("page").dataset.page;
-    if (["overview", "connections", "channels"].includes(page)
-        || (page === "queues" && !location.hash.split("/")[2])) { render(); }
+    const detail = location.hash.split("/")[2];  // (a connection's or a queue's own page)
+    if (["overview", "channels"].includes(page)
+        || (["connections", "queues"].includes(page) && !detail)) { render(); }
     else {
       showAlarms();
       if (page === "queues") { refreshQueueTotals().catch(() => {}); }  // (next time)
