@@ -458,13 +458,14 @@ def test_connections_channels_and_consumers_and_closing_one(node, http):
         assert (conn["user"], conn["vhost"], conn["protocol"], conn["state"], conn["node"]) \
             == ("guest", "/", "AMQP 0-9-1", "running", http("GET", "/api/overview")[1]["node"])
         assert conn["name"].endswith(f"-> 127.0.0.1:{node.port}") and conn["channels"] == 1
-        channels = http("GET", "/api/connections/" + urllib.parse.quote(conn["name"], safe="")
-                        + "/channels")[1]
-        assert [(x["number"], x["prefetch_count"], x["confirm"], x["consumer_count"])
-                for x in channels] == [(1, 7, True, 1)]
-        consumers = [x for x in http("GET", "/api/consumers/%2F")[1]
-                     if x["consumer_tag"] == "ctag-1"]
-        assert consumers and consumers[0]["queue"] == {"name": "connq", "vhost": "/"}
+        def channels():  # (a sample may predate the consume: the next one has it)
+            return [(x["number"], x["prefetch_count"], x["confirm"], x["consumer_count"])
+                    for x in http("GET", "/api/connections/" +
+                                  urllib.parse.quote(conn["name"], safe="") + "/channels")[1]]
+        wait_for("the channel's sample with its consumer", lambda: channels() == [(1, 7, True, 1)])
+        consumers = wait_for("the consumer in /api/consumers", lambda: [
+            x for x in http("GET", "/api/consumers/%2F")[1] if x["consumer_tag"] == "ctag-1"])
+        assert consumers[0]["queue"] == {"name": "connq", "vhost": "/"}
         assert consumers[0]["channel_details"]["connection_name"] == conn["name"]
         status, _ = http("DELETE", "/api/connections/" + urllib.parse.quote(conn["name"],
                                                                            safe=""))
