@@ -16,8 +16,10 @@ Mirrors what RabbitMQ's ``rabbit_quorum_queue.erl`` decides outside its Raft mac
     none);
   * when a publish is safe: once a majority of the members has it on disk (``ra``'s commit
     index), here the master's own sync plus the acknowledgements of ``majority - 1`` mirrors
-    that wrote and synced it, one of which must be the mirror that would be promoted
-    (``confirmable_batch``).
+    that wrote and synced it, one of which must be the oldest synchronised mirror
+    (``confirmable_batch``);
+  * who leads when the leader is gone: Raft's vote, the member with the most up to date log
+    among a majority of the members, or nobody yet (``elect``, ``trim_logs``).
 
 How Leveret builds them (docs/cluster.md, "Quorum queues"): a quorum queue is a durable queue
 that stores every message whatever its delivery mode (quorum queues ignore it), whose mirrors
@@ -257,9 +259,10 @@ def confirmable_batch(acked: Mapping[str, int], heir: str | None, needed: int) -
     """The highest batch a quorum queue's master may confirm: ``acked`` is each synchronised
     mirror's last acknowledged batch (a mirror acknowledges a batch once it has written and
     synced it); ``needed`` the mirrors that make a majority with the master (``majority(group)
-    - 1``); ``heir`` the mirror a promotion would pick, whose acknowledgement is needed too
-    (when it is among ``acked``), so that the mirror promoted when the master fails holds
-    every confirmed message. -1 when not enough mirrors are there."""
+    - 1``); ``heir`` the oldest synchronised mirror, whose acknowledgement is needed too (when
+    it is among ``acked``): it is one the log lists as a voter of an election (``elect``),
+    where a mirror that has just finished its sync may not be listed yet. -1 when not enough
+    mirrors are there."""
     if needed <= 0:
         return 1 << 62
     ranked = sorted(acked.values(), reverse=True)

@@ -25,7 +25,7 @@ two differences: a quorum queue's mirror writes and syncs every message to its n
 before it acknowledges the batch that carried it (nothing in memory; promoted, the new master
 recovers them all from that index), and the master confirms a batch once a majority of the
 queue's members has it (its own sync and `majority - 1` synchronised mirrors' acknowledgements,
-the heir's among them: `quorum.confirmable_batch`), not every mirror; with fewer mirrors up,
+the oldest synchronised one's among them: `quorum.confirmable_batch`), not every mirror; with fewer mirrors up,
 confirms wait until enough are back and synchronised.
 
 A quorum queue's member keeps its log (its node's index for the queue) across its node's
@@ -74,7 +74,7 @@ class Masters:
         # a quorum queue's: the synchronised mirrors' acknowledgements a confirm needs (majority
         # of its members - 1; 0 on a lone node); None: a mirrored classic queue's (every mirror)
         self.needed = needed
-        self.heir = heir  # quorum: fn() -> the member a promotion would pick, or None
+        self.heir = heir  # quorum: fn() -> the oldest synchronised member, or None
         self.mirrors: dict[str, dict] = {}  # mirror address -> {member, acked, sync_batch}
         self.batch = 0  # batches sent
         self.items: list = []  # enqueued, not yet sent

@@ -183,8 +183,8 @@ class Queue(LightActor):
         self.core.on_enqueue = lambda msg: self.mirrors.enqueued(msg, now_ms())
 
     def _heir(self):
-        """The member a promotion would pick if this master failed: the oldest synchronised
-        mirror (metadata_cluster's _promote_mirror), as this node's replica has it."""
+        """The oldest synchronised mirror, as this node's replica has it (a quorum queue's
+        confirms need its acknowledgement: it is a voter of the log, quorum.confirmable_batch)."""
         q = self.replica.queue(self.vhost, self.qname) or {}
         synced = q.get("synced") or ()
         return next((x for x in q.get("mirrors") or () if x in synced), None)
