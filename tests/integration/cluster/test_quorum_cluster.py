@@ -207,3 +207,65 @@ def test_two_failures_in_a_row_lose_no_confirmed_message__C5(nodes):
     missing = confirmed - got
     assert not missing, f"{len(missing)} of {len(confirmed)} confirmed messages lost, " \
                         f"e.g. {sorted(missing)[:10]}; promoted: {queue_row(nodes[a], 'qq.heir')}"
+
+
+def test_without_a_majority_of_its_logs_a_quorum_queue_waits__C5(tmp_path):
+    """Issue 15, "heir", in a cluster larger than the queue: five nodes, a quorum queue of three
+    members, L (on the Raft leader's node), A (the oldest mirror) and B. B lags (its queue
+    worker stopped) while 300 publishes are confirmed by L and A; then A's and L's nodes are
+    killed -9 at once. The cluster keeps its majority (three of five nodes), but the queue has
+    one member of three: a Raft queue elects nobody and waits rather than come back without
+    the messages only L and A had; once A's node is back, A (the longest log) leads and every
+    confirmed message is delivered."""
+    from tests.integration.cluster.nodes import Nodes
+    nodes = Nodes(tmp_path, 5, "--conn-workers", "1", "--queue-workers", "1")
+    stopped = []
+    try:
+        leader = nodes.leader(0)
+        with nodes[leader].connection() as c:
+            c.channel().queue_declare("qq.wait", durable=True, arguments=QQ)
+        row = _synced(nodes, leader, "qq.wait", 2)
+        a, b = _members(row["mirrors"])
+        stopped = list(nodes[b].queue_worker_pids().values())
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        confirmed = set()
+        pad = b" " * (40 * 1024)
+        with nodes[leader].connection() as c:
+            ch = c.channel()
+            ch.confirm_delivery()
+            for i in range(300):
+                ch.basic_publish("", "qq.wait", b"%d" % i + pad,
+                                 pika.BasicProperties(delivery_mode=2))
+                confirmed.add(i)
+        nodes.kill9(a)
+        nodes.kill9(leader)
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+        stopped = []
+        other = next(i for i in range(5) if i not in (leader, a))
+        old = f"leveret@node{leader + 1}"
+
+        def waiting_or_served():
+            if any("quorum queue 'qq.wait' in vhost '/' has no leader and waits: 1 of its 3"
+                   in nodes[i].log_path.read_text() for i in range(5) if i not in (leader, a)):
+                return "waits"
+            r = nodes.queue_status(other).get("qq.wait")
+            return "served" if r and r["running"] == "true" and r["master"] != old else None
+        outcome = nodes.wait(waiting_or_served, timeout=60, what="qq.wait waiting or served")
+        if outcome == "served":  # it came back with one member of three: what did it keep?
+            missing = confirmed - nodes.drain(other, "qq.wait")
+            assert not missing, f"served without a majority of its logs: {len(missing)} of " \
+                                f"{len(confirmed)} confirmed messages lost"
+        r = nodes.queue_status(other)["qq.wait"]
+        assert r["running"] == "false" and r["master"] == old, r  # nobody leads it
+        nodes.start(a)  # A's log is back: A and B are a majority, A's the longer
+        nodes.wait(lambda: (r := nodes.queue_status(other).get("qq.wait")) and
+                   r["running"] == "true" and r["master"] == f"leveret@node{a + 1}",
+                   timeout=60, what="A leading qq.wait")
+        missing = confirmed - nodes.drain(other, "qq.wait")
+        assert not missing, f"{len(missing)} of {len(confirmed)} confirmed messages lost"
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+        nodes.stop()
