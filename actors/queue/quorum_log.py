@@ -42,7 +42,10 @@ def _sync_dir(path: str) -> None:
 
 def mark_complete(config, vhost: str, name: str, epoch: int) -> None:
     """This node's index of the queue holds a complete log of the leader of `epoch` (synced
-    before this returns: the acknowledgement or the start that depends on it comes after)."""
+    before this returns: the acknowledgement or the start that depends on it comes after).
+    Nothing is written when the marker says so already (a leader restarting where it was)."""
+    if epoch_of(config, vhost, name) == int(epoch):
+        return
     folder = _dir(config)
     os.makedirs(folder, mode=0o700, exist_ok=True)
     path = _path(config, vhost, name)
