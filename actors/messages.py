@@ -337,6 +337,33 @@ class MirrorPublish(NamedTuple):
     bodies: list
 
 
+class MirrorSynced(NamedTuple):
+    """Master -> a joining mirror of a quorum queue, before the batch it names: once the
+    mirror has acknowledged batch `batch` it is synchronised (its index holds the whole log:
+    it writes its complete-log marker, actors/queue/quorum_log.py)."""
+    master: str
+    batch: int
+
+
+class LogQuery(NamedTuple):
+    """Cluster leader -> a member's metadata actor: how far does this node's log of quorum
+    queue `name` go? Answered by LogPosition (an election, issue 15 "heir")."""
+    vhost: str
+    name: str
+    reply_to: str  # the leader's metadata actor
+    ref: int  # the election it is for
+
+
+class LogPosition(NamedTuple):
+    """A member's metadata actor -> the cluster leader: `position` is [epoch, last seq_id] of
+    the complete log this node holds of the queue, or None (it holds none)."""
+    vhost: str
+    name: str
+    member: str  # the answering node's member id
+    ref: int
+    position: list | None = None
+
+
 class MirrorForget(NamedTuple):
     """Master -> mirror: these messages left the queue (acked, expired, dropped, purged); with
     purge_after >= 0, so did every message of priority `priority` after that seq_id (a purge of
@@ -566,6 +593,12 @@ class DeleteIndex:
     __slots__ = ()
 
 
+class LogBarrier:
+    """Mirror -> BackingQueue -> Mirror (local only): sent back as it is, once everything told
+    to the backing queue before it is done (a quorum member's index drop, before its marker)."""
+    __slots__ = ()
+
+
 class CheckMaster:
     """QueueHost -> Mirror: the queue's definition changed; join again if its master moved."""
     __slots__ = ()
@@ -764,7 +797,7 @@ _TYPES: list[type] = [
     Deliver, GetReply, Confirm, ConsumerGone, Credit, Sent, Demand, Grant, Release,
     MetaApplied, MirrorJoin, MirrorPublish, MirrorForget, MirrorAck, PeerApplied,
     ResourceAlarm, DirectReply, ReplyCheck, QueueStats, ConnectionStats, ForceClose,
-    WorkerStats, WorkerUp, Pause, NodeStats,
+    WorkerStats, WorkerUp, Pause, NodeStats, MirrorSynced, LogQuery, LogPosition,
 ]
 _TAG = {cls: i for i, cls in enumerate(_TYPES)}
 _HAS_BODIES = {cls: cls._fields[-1] == "bodies" for cls in _TYPES}

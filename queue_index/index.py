@@ -96,6 +96,17 @@ class QueueIndex:
             return []
         return [keys.queue_id(k) for k in txn.cursor(db=db).iternext(values=False)]
 
+    @staticmethod
+    def next_seq_id_of(env, txn, queue_id: bytes) -> int:
+        """A queue's next_seq_id (max seq_id ever published + 1, 0 for none) read without
+        opening (creating) its index: any transaction, read-only included."""
+        try:
+            db = env.open_db(_QUEUES, txn=txn, create=False)
+        except lmdb.NotFoundError:
+            return 0
+        raw = txn.get(keys.prefix(queue_id), db=db)
+        return QueueMeta.unpack(raw).next_seq_id if raw is not None else 0
+
     def embeds(self, body_size: int) -> bool:
         """True when a body of this size is stored inside the publish record."""
         return body_size < self.embed_msgs_below

@@ -16,8 +16,10 @@ Mirrors what RabbitMQ's ``rabbit_quorum_queue.erl`` decides outside its Raft mac
     none);
   * when a publish is safe: once a majority of the members has it on disk (``ra``'s commit
     index), here the master's own sync plus the acknowledgements of ``majority - 1`` mirrors
-    that wrote and synced it, one of which must be the mirror that would be promoted
-    (``confirmable_batch``).
+    that wrote and synced it, one of which must be the oldest synchronised mirror
+    (``confirmable_batch``);
+  * who leads when the leader is gone: Raft's vote, the member with the most up to date log
+    among a majority of the members, or nobody yet (``elect``, ``trim_logs``).
 
 How Leveret builds them (docs/cluster.md, "Quorum queues"): a quorum queue is a durable queue
 that stores every message whatever its delivery mode (quorum queues ignore it), whose mirrors
@@ -34,7 +36,7 @@ Leveret pages every queue by ``queue_page_bytes``) and a ``x-queue-leader-locato
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from actors.core.errors import Atom, ChannelError, erl_p, rs
 
@@ -257,9 +259,10 @@ def confirmable_batch(acked: Mapping[str, int], heir: str | None, needed: int) -
     """The highest batch a quorum queue's master may confirm: ``acked`` is each synchronised
     mirror's last acknowledged batch (a mirror acknowledges a batch once it has written and
     synced it); ``needed`` the mirrors that make a majority with the master (``majority(group)
-    - 1``); ``heir`` the mirror a promotion would pick, whose acknowledgement is needed too
-    (when it is among ``acked``), so that the mirror promoted when the master fails holds
-    every confirmed message. -1 when not enough mirrors are there."""
+    - 1``); ``heir`` the oldest synchronised mirror, whose acknowledgement is needed too (when
+    it is among ``acked``): it is one the log lists as a voter of an election (``elect``),
+    where a mirror that has just finished its sync may not be listed yet. -1 when not enough
+    mirrors are there."""
     if needed <= 0:
         return 1 << 62
     ranked = sorted(acked.values(), reverse=True)
@@ -269,3 +272,55 @@ def confirmable_batch(acked: Mapping[str, int], heir: str | None, needed: int) -
     if heir is not None and heir in acked:
         batch = min(batch, acked[heir])
     return batch
+
+
+# ------------------------------------------------------------------------- choosing a leader
+# RabbitMQ's quorum queues elect their leader with Raft (ra): a candidate needs the votes of a
+# majority of the members, and a member votes only for a candidate whose log is at least as
+# up to date as its own (last term, then last index). Leveret's metadata leader plays the
+# election for the queue: it asks the members whose nodes are up for their log's end (one
+# round trip, with a time-out) and decides with these two functions. Since a confirmed message
+# is on a majority of the members, any majority of the members holds it, and the longest log
+# among such a majority holds every confirmed message.
+
+
+def elect(voters: Sequence[str], answers: Mapping[str, Any], size: int) -> str | None:
+    """The member to lead a quorum queue whose leader is gone (or None: wait, as a Raft group
+    without a majority does).
+
+    ``voters``: the members whose logs count, in order of preference on a tie (the current
+    leader first, then the other members oldest first); ``answers``: what each member that
+    answered said of its log: ``(epoch, last_seq)`` (the promotion count of the leader it
+    copied, the highest seq_id it wrote and synced), or None when it holds no complete log (a
+    resync under way, nothing on disk); ``size``: the queue's group size. None when fewer than
+    ``majority(size)`` voters answered, or none of them has a complete log."""
+    votes = [v for v in voters if v in answers]
+    if len(votes) < majority(size):
+        return None
+    best, best_pos = None, None
+    for v in votes:
+        pos = answers[v]
+        if pos is None:
+            continue
+        pos = (int(pos[0]), int(pos[1]))
+        if best_pos is None or pos > best_pos:
+            best, best_pos = v, pos
+    return best
+
+
+def trim_logs(logs: Sequence[str], home: str | None, mirrors: Sequence[str],
+              size: int) -> list:
+    """The members besides the leader whose logs count (``logs``, oldest first) once a member
+    was added: at most ``size - 1``, dropping first the oldest that is no longer a mirror (its
+    node went down and another member replaced it: that one synchronised from the leader
+    since, so it holds all the replaced one held that still counts). Never the leader."""
+    out = []
+    for x in logs:
+        if x != home and x not in out:
+            out.append(x)
+    while len(out) > max(size - 1, 0):
+        gone = next((x for x in out if x not in mirrors), None)
+        if gone is None:
+            break
+        out.remove(gone)
+    return out

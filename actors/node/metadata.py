@@ -204,14 +204,20 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
 
             elif isinstance(msg, m.PeerApplied):
                 self._peer_applied(msg)
+            elif isinstance(msg, m.LogQuery):
+                self._log_query(msg)
+            elif isinstance(msg, m.LogPosition):
+                self._log_position(msg)
             elif isinstance(msg, WorkerExited):
                 self._worker_exited(msg)
             elif isinstance(msg, ReadyWorkers):
                 return [k for k, w in self.workers.items() if w.ready]
             elif isinstance(msg, DurableQueues):
+                # (a quorum queue's member keeps its log while it counts, down or not)
                 return [(*key, q.get("arguments") or {}) for key, q in self.queues.items()
                         if q["durable"]
-                        and self.me in (q.get("home", self.me), *(q.get("mirrors") or ()))]
+                        and self.me in (q.get("home", self.me), *(q.get("mirrors") or ()),
+                                        *(q.get("logs") or ()))]
         except Exception:
             log.exception("metadata failed on %r", type(msg).__name__)
 
@@ -485,7 +491,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         queue's in-sync mirror takes over at once, as when its node dies), its connections'
         exclusive queues go."""
         if kind == "queue":
-            changes, promoted = [], False
+            changes, promoted, electing = [], False, []
             for q in list(self.queues.values()):
                 # (on that process only: a worker_down that waited for a leader, as while its
                 # node was paused, must not touch the queues its successor runs)
@@ -494,12 +500,19 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                     if events.enabled():
                         events.emit("queue_crashed", None, actor="node", vhost=q["vhost"],
                                     queue=q["name"], worker=index)
-                    if self.cluster is not None and self._promote_mirror(q):
+                    if self.cluster is not None and self._is_quorum(q):
+                        # the member with the longest log leads (this node's too: its
+                        # index is intact), chosen as a Raft election would
+                        changes.append(["queue_put", dict(q, address=None, electing=True)])
+                        electing.append((q["vhost"], q["name"]))
+                    elif self.cluster is not None and self._promote_mirror(q):
                         promoted = True
                     else:
                         changes.append(["queue_put", dict(q, address=None)])
             if changes:
                 self._change(*changes)
+            for key in electing:
+                self._elect(key)
             if promoted:
                 self._remirror()  # the old home becomes a mirror again
         else:
@@ -518,8 +531,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
     def _start_queue(self, q: dict, recovered: bool) -> None:
         """Only the queue's home node starts it, on its own queue worker (never while the node
         is paused: it starts what the log says once it resumes)."""
-        if q.get("home", self.me) != self.me or self.paused:
-            return
+        if q.get("home", self.me) != self.me or self.paused or q.get("electing"):
+            return  # (electing: a quorum queue whose leader the cluster leader is choosing)
         w = self.workers.get(("queue", q["worker"]))
         key = (q["vhost"], q["name"])
         if w is None or key in self.starting:

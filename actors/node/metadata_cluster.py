@@ -57,6 +57,7 @@ from actors.core.pause import DOWN_AFTER_S, PauseClock, may_mark_down
 from actors.core.errors import amqp_text
 from actors.core.permissions import AuthDB
 from actors.core.routing import Router
+from actors.queue import quorum_log
 
 log = logging.getLogger("leveret.cluster")
 
@@ -70,6 +71,8 @@ RELAY_WAIT_S = 15.0  # how long a forwarded operation waits for the leader's ans
 # (DOWN_AFTER_S, PAUSE_AFTER_S, LEADERLESS_PAUSE_S, LEASE_S: actors/core/pause.py, with why
 # the cut-off node has paused, its masters stopped, before the majority promotes their mirrors)
 VISIBLE_WAIT_S = 2.0  # longest an answer waits for a connected member to apply its entry
+ELECTION_WAIT_S = 2.0  # how long a quorum queue's election waits for its members' answers
+ELECTION_RETRY_S = 2.0  # an election without a majority of answers asks again after this
 
 
 JOINED = ("", "member_up committed")  # a boot gate beside the durable queues to recover
@@ -116,6 +119,8 @@ class ClusterMixin:
         self.promoting: dict = {}  # token of our entry -> queues promoted here, started once
         #                            that entry is committed
         self.batch = None  # changes collected into one log entry (`_one_entry`), or None
+        self.elections: dict = {}  # leader: quorum queue key -> Election (its leader is gone)
+        self.election_ref = 0  # the last election's number (answers name theirs)
 
     @property
     def leading(self) -> bool:
@@ -230,6 +235,9 @@ class ClusterMixin:
             self.epoch, self.barrier = self.barrier, None
             log.info("cluster: this node leads (entry %d)", msg.seq)
             self._drain_deferred()
+            for key, q in list(self.queues.items()):
+                if q.get("electing"):  # (the last leader did not finish these)
+                    self._elect(key)
         elif own and entry["epoch"] == self.epoch:
             # applied when it was made: release the answers that waited for it
             while self.tokens and self.tokens[0] <= entry["token"]:
@@ -256,8 +264,8 @@ class ClusterMixin:
         kill -9'd node restarted while the leader promoted its queue.)"""
         for key in [k for k in self.recovering if k != JOINED]:
             q = self.queues.get(key)
-            if q is None or q.get("home") != self.me:
-                self._recovered(key)
+            if q is None or q.get("home") != self.me or q.get("electing"):
+                self._recovered(key)  # (electing: it starts here if chosen, boot or not)
 
     # --- every node has it: answers leave once each member applied their entry ------------------
     def _tell_peers_applied(self, seq) -> None:
@@ -304,6 +312,7 @@ class ClusterMixin:
         self.epoch = self.barrier = self.leading_since = None
         self.tokens.clear()
         self.promoting.clear()  # (never committed: the log's master stays)
+        self.elections.clear()  # (the next leader holds them again)
         text = amqp_text(541, "cluster leadership changed before the operation was committed")
         for _, reply_to, reply in self.leader_held:
             self._send_local(reply_to, m.RpcReply(reply.req_id, False, None, 541, text))
@@ -424,6 +433,8 @@ class ClusterMixin:
             self._cluster_resync()
         if self.deferred:
             self._drain_deferred()
+        if self.elections and self.leading:
+            self._check_elections(time.monotonic())
         self._release_visible()
         self._check_relays()
         now = time.monotonic()
@@ -694,8 +705,13 @@ class ClusterMixin:
         self._auto_delete_exchanges(vhost)
 
     def _home_lost(self, q) -> None:
-        """Leader: the home node of `q` is gone. The oldest in-sync mirror that is up takes
-        over; otherwise a durable queue waits for its node and a transient one goes."""
+        """Leader: the home node of `q` is gone. A quorum queue elects the member with the
+        longest log; otherwise the oldest in-sync mirror that is up takes over, or a durable
+        queue waits for its node and a transient one goes."""
+        if self._is_quorum(q):
+            self._change(["queue_put", dict(q, address=None, electing=True)])
+            self._elect((q["vhost"], q["name"]))
+            return
         if self._promote_mirror(q):
             return
         if q["durable"] and not q["exclusive"]:
@@ -704,8 +720,10 @@ class ClusterMixin:
             self._drop_queue(q)
 
     def _promote_mirror(self, q) -> bool:
-        """Leader: the master of `q` is gone (its node, or its queue worker): the oldest in-sync
-        mirror that is up becomes the master. False when there is none."""
+        """Leader: the master of a mirrored classic queue `q` is gone (its node, or its queue
+        worker): the oldest in-sync mirror that is up becomes the master (RabbitMQ's
+        ha-promote-on-failure: when-synced; its mirrors keep nothing on disk, so only the
+        synchronised ones hold every confirmed message). False when there is none."""
         up = {k for k, v in self.members.items() if v.get("up")}
         synced = [s for s in q.get("synced") or [] if s in up]
         heir = next((x for x in q.get("mirrors") or [] if x in synced), None)
@@ -765,8 +783,145 @@ class ClusterMixin:
     def op_queue_synced(self, rpc, vhost, name, member):
         q = self.queues.get((vhost, name))
         if q and member in (q.get("mirrors") or []) and member not in (q.get("synced") or []):
-            self._change(["queue_put", dict(q, synced=[*(q.get("synced") or []), member])])
+            new = dict(q, synced=[*(q.get("synced") or []), member])
+            if self._is_quorum(q):  # its log counts from now on (until another replaces it)
+                new["logs"] = quorum.trim_logs([*self._logs(q), member], q.get("home"),
+                                               q.get("mirrors") or [], self._group_size(q))
+            self._change(["queue_put", new])
         return None
+
+    # --- quorum queues: choosing a leader (Raft's election, played by the cluster leader) ------
+    def _is_quorum(self, q) -> bool:
+        return self.cluster is not None and q["durable"] and quorum.is_quorum(q.get("arguments"))
+
+    def _group_size(self, q) -> int:
+        return quorum.group_size(q.get("arguments"), len(self.config.cluster_nodes))
+
+    @staticmethod
+    def _logs(q) -> list:
+        """The members besides the leader whose logs count, oldest first (a queue of before
+        `logs` existed: its synchronised mirrors)."""
+        logs = q.get("logs")
+        return list(q.get("synced") or []) if logs is None else list(logs)
+
+    def _voters(self, q) -> list:
+        """The members whose logs count: the leader, then the others oldest first."""
+        home = q.get("home")
+        return [home, *quorum.trim_logs(self._logs(q), home, q.get("mirrors") or [],
+                                        self._group_size(q))]
+
+    def _elect(self, key) -> None:
+        """Leader: quorum queue `key` has no leader (its node died, or its queue worker): ask
+        every member whose logs count and whose node is up for its log's end (LogQuery; one
+        round trip, ELECTION_WAIT_S at most); `_decide` once all answered or the time is up."""
+        q = self.queues.get(key)
+        if q is None or not q.get("electing") or not self.leading:
+            self.elections.pop(key, None)
+            return
+        self.election_ref += 1
+        voters = self._voters(q)
+        asked = {v for v in voters if self.members.get(v, {}).get("up")
+                 and self.members[v].get("metadata")}
+        election = {"ref": self.election_ref, "voters": voters, "asked": asked,
+                    "answers": {}, "deadline": time.monotonic() + ELECTION_WAIT_S,
+                    "retry": None, "logged": self.elections.get(key, {}).get("logged")}
+        self.elections[key] = election
+        query = m.LogQuery(key[0], key[1], self.address, self.election_ref)
+        for v in asked:
+            if v == self.me:
+                self._log_query(query)
+            else:
+                self.transport.send(self.members[v]["metadata"], query)
+        if not asked:
+            self._decide(key)
+
+    def _log_query(self, msg: m.LogQuery) -> None:
+        """Any node: the leader asks how far our log of a quorum queue goes (no answer when it
+        cannot be read: a member that does not answer does not vote)."""
+        try:
+            pos = quorum_log.position(self.config, msg.vhost, msg.name)
+        except Exception:  # noqa: BLE001 - an unreadable log is no vote
+            log.exception("cluster: could not read the log of quorum queue '%s' in vhost '%s'",
+                          msg.name, msg.vhost)
+            return
+        answer = m.LogPosition(msg.vhost, msg.name, self.me, msg.ref, pos)
+        if msg.reply_to == self.address:
+            self._log_position(answer)
+        else:
+            self.transport.send(msg.reply_to, answer)
+
+    def _log_position(self, msg: m.LogPosition) -> None:
+        key = (msg.vhost, msg.name)
+        election = self.elections.get(key)
+        if election is None or election["ref"] != msg.ref or msg.member not in election["asked"]:
+            return  # (a late answer to an election decided or asked again)
+        pos = msg.position
+        if pos is not None and not (len(pos) == 2 and all(type(x) is int for x in pos)):
+            return  # (not a position: no vote)
+        election["answers"][msg.member] = None if pos is None else (pos[0], pos[1])
+        if election["retry"] is None and set(election["answers"]) >= election["asked"]:
+            self._decide(key)
+
+    def _check_elections(self, now: float) -> None:
+        for key, election in list(self.elections.items()):
+            if election["retry"] is not None:
+                if now >= election["retry"]:
+                    self._elect(key)
+            elif now >= election["deadline"]:
+                self._decide(key)
+
+    def _decide(self, key) -> None:
+        """Leader: the answers are in (or the time is up): the member with the longest log
+        among a majority of the members leads (one log entry); without such a majority the
+        queue waits (its consumers and publishers as for a queue whose node is down) and the
+        members are asked again ELECTION_RETRY_S later."""
+        election = self.elections.get(key)
+        q = self.queues.get(key)
+        if election is None or q is None or not q.get("electing") or not self.leading:
+            self.elections.pop(key, None)
+            return
+        size = self._group_size(q)
+        winner = quorum.elect(election["voters"], election["answers"], size)
+        if winner is None or not self.members.get(winner, {}).get("up"):
+            election["retry"] = time.monotonic() + ELECTION_RETRY_S
+            said = (len(election["answers"]), sum(1 for p in election["answers"].values() if p))
+            if election.get("logged") != said:  # (once per outcome, not every retry)
+                election["logged"] = said
+                log.warning("cluster: quorum queue '%s' in vhost '%s' has no leader and waits: "
+                            "%d of its %d members answered (%d with a complete log), a "
+                            "majority (%d) with a complete log is needed", q["name"],
+                            q["vhost"], said[0], size, said[1], quorum.majority(size))
+            return
+        del self.elections[key]
+        answers = {self._member_name(k): v for k, v in election["answers"].items()}
+        with self._one_entry():
+            if winner == q.get("home"):
+                log.warning("cluster: quorum queue '%s' in vhost '%s' restarts on %s, which "
+                            "has the longest log (%s)", q["name"], q["vhost"],
+                            self._member_name(winner), answers)
+                self._change(["queue_put", dict(q, electing=False, address=None)])
+            else:
+                log.warning("cluster: quorum queue '%s' in vhost '%s' moves to its member on "
+                            "%s, which has the longest log (%s)", q["name"], q["vhost"],
+                            self._member_name(winner), answers)
+                self._promote_to(q, winner)
+            self._remirror()
+
+    def _promote_to(self, q, heir) -> None:
+        """Leader: quorum queue `q`'s member on `heir` leads, as the next epoch (its members'
+        logs of the former leader are compared below those of the new one); the former
+        leader's log still counts (it is a member that is down)."""
+        up = {k for k, v in self.members.items() if v.get("up")}
+        old = q.get("home")
+        mirrors = [x for x in q.get("mirrors") or [] if x != heir and x in up]
+        synced = [s for s in q.get("synced") or [] if s != heir and s in up]
+        logs = quorum.trim_logs([x for x in [old, *self._logs(q)] if x != heir], heir,
+                                mirrors, self._group_size(q))
+        self._change(["queue_put", dict(q, home=heir, mirrors=mirrors, synced=synced, logs=logs,
+                                        address=None, electing=False, promoted=True,
+                                        epoch=int(q.get("epoch") or 0) + 1,
+                                        worker=mirror_worker(q, self.members[heir].get(
+                                            "queue_workers", 1)))])
 
     def _start_mirrors(self, q) -> None:
         """This node holds a mirror of `q`: start it on the queue worker the name picks."""

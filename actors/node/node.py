@@ -46,6 +46,7 @@ from actors.node import definitions_json, node_stats
 from actors.node.metadata import Metadata
 from actors.node.resources import ResourceMonitor
 from actors.queue.backing_queue import lane_queue_ids
+from actors.queue import quorum_log
 from actors.queue.storage import Storage
 from actors import secure
 from actors.transport import EXIT_RECEIVE_FAILED, Transport, make_address
@@ -322,6 +323,7 @@ class Node:
         keep = {qid for v, n, args in self.metadata.ask(DurableQueues())
                 for qid in lane_queue_ids(v, n, args)}
         dropped = Storage.of(self.config).drop_stale(keep)
+        quorum_log.drop_stale(self.config, keep)  # (a quorum queue's log marker goes with it)
         if dropped:
             log.info("dropped the indexes of %d queues that are no longer defined", len(dropped))
 

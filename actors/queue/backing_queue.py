@@ -51,9 +51,10 @@ import lmdb
 from pykka import ActorDeadError
 
 from actors import events
-from actors.messages import (DeleteIndex, DropPaged, Forget, PageIn, Paged, PagedDropped, Persist,
-                             Persisted, PurgeAfter, RecordDelivery, Recover, Recovered, Refused,
-                             Stored)
+from actors.queue import quorum_log
+from actors.messages import (DeleteIndex, DropPaged, Forget, LogBarrier, PageIn, Paged, PagedDropped,
+                             Persist, Persisted, PurgeAfter, RecordDelivery, Recover, Recovered,
+                             Refused, Stored)
 from actors.core import quorum
 from actors.core.queue_stats import DiskCounts
 from actors.runtime import LightActor
@@ -171,6 +172,8 @@ class BackingQueue(LightActor):
                 self._purge_after(msg.after_seq, msg.priority)
             elif isinstance(msg, DeleteIndex):
                 self._delete()
+            elif isinstance(msg, LogBarrier):
+                self._tell(msg)  # (everything before it is done)
         finally:
             if (self.unsynced or self.pending) and not self.idle_sync and \
                     self.actor_inbox.empty():
@@ -516,6 +519,10 @@ class BackingQueue(LightActor):
 
     def _delete(self) -> None:
         self.deleted = True
+        if self.keep_all and self.durable and not self.mirror:
+            # a quorum queue leader's log: no complete one here now (a member's Mirror keeps
+            # its own marker, in order with its resync)
+            quorum_log.mark_incomplete(self.config, self.vhost, self.qname)
         self._drop_staged()
         self._close_ack_log(unlink=True)
         self.ack_logged = False

@@ -113,6 +113,11 @@ class QueueHost(WorkerHost):
                 continue
             q = c[1] if c[0] == "queue_put" else None
             if q is None or (me not in (q.get("mirrors") or ()) and q.get("home") != me):
+                if q is None or me not in (q.get("logs") or ()):
+                    # a quorum queue's member whose log no longer counts (the queue is gone,
+                    # or another member replaced it): its log goes too (a classic mirror
+                    # ignores this: its index is dropped when it starts)
+                    ref.tell(m.DeleteIndex())
                 ref.stop()  # no longer a mirror here
                 self.queues.pop(name, None)
             else:

@@ -25,8 +25,16 @@ two differences: a quorum queue's mirror writes and syncs every message to its n
 before it acknowledges the batch that carried it (nothing in memory; promoted, the new master
 recovers them all from that index), and the master confirms a batch once a majority of the
 queue's members has it (its own sync and `majority - 1` synchronised mirrors' acknowledgements,
-the heir's among them: `quorum.confirmable_batch`), not every mirror; with fewer mirrors up,
+the oldest synchronised one's among them: `quorum.confirmable_batch`), not every mirror; with fewer mirrors up,
 confirms wait until enough are back and synchronised.
+
+A quorum queue's member keeps its log (its node's index for the queue) across its node's
+restarts: it is dropped only when a live leader synchronises the member again (the reset batch
+of its join), or when the queue is deleted or the member is no longer one whose log counts. A
+marker says when the index holds a complete log (actors/queue/quorum_log.py: removed before a
+resync drops the index, written once the member has acknowledged the batch that ends its
+sync, `MirrorSynced`): a leader election (actors/node/metadata_cluster.py) promotes the member
+with the longest complete log among a majority of the members.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from collections import deque
 from actors import messages as m
 from actors.core import quorum
 from actors.core.queue import Msg
+from actors.queue import quorum_log
 from actors.naming import queue_actor_name
 from actors.runtime import LightActor
 from queue_index.entry import IndexEntry
@@ -65,7 +74,7 @@ class Masters:
         # a quorum queue's: the synchronised mirrors' acknowledgements a confirm needs (majority
         # of its members - 1; 0 on a lone node); None: a mirrored classic queue's (every mirror)
         self.needed = needed
-        self.heir = heir  # quorum: fn() -> the member a promotion would pick, or None
+        self.heir = heir  # quorum: fn() -> the oldest synchronised member, or None
         self.mirrors: dict[str, dict] = {}  # mirror address -> {member, acked, sync_batch}
         self.batch = 0  # batches sent
         self.items: list = []  # enqueued, not yet sent
@@ -117,6 +126,8 @@ class Masters:
             return
         self.flush()
         self.batch += 1
+        if self.needed is not None:  # a quorum queue's member: its log is whole from there
+            self.send(mirror, m.MirrorSynced(self.address, self.batch))
         for addr in self.mirrors:
             self.send(addr, m.MirrorPublish(self.address, self.batch, False, [], []))
         st["sync_batch"] = self.batch
@@ -157,6 +168,8 @@ class Masters:
                   wall_ms(now_ms, x.expires_at), x.msg_id] for x in messages]
         self.mirrors[mirror] = {"member": member, "acked": self.batch - 1,
                                 "sync_batch": None if more else self.batch}
+        if self.needed is not None and not more:  # (before the batch it names)
+            self.send(mirror, m.MirrorSynced(self.address, self.batch))
         self.send(mirror, m.MirrorPublish(self.address, self.batch, True, items,
                                           [x.body for x in messages]))
         log.info("queue %s: mirror on %s joined, syncing %d messages", self.address, member,
@@ -231,11 +244,20 @@ class Mirror(LightActor):
         self.unsynced: set = set()  # durably: id() of the Msgs given to Persist since the last
         #                             join (a Persisted of an earlier join's must not count)
         self.broken = False  # durably: the index refused a write (disk full): no more acks
+        self.config = host.config  # node configuration (where the log's marker lives)
+        self.epoch = 0  # durably: the promotion count of the master we joined (the log's)
+        self.sync_master = ""  # durably: the master whose MirrorSynced we hold
+        self.sync_batch = 0  # durably: acknowledging this batch completes our log (0: none)
+        self.last_acked = 0  # durably: the last batch acknowledged to the current master
+        self.dropping = 0  # durably: index drops the backing queue has not done yet (the
+        #                    marker is written only after them: LogBarrier comes back)
 
     def on_start(self):
-        if self.qdef["durable"]:
+        if self.qdef["durable"] and not self.durably:
             # what this node held of the queue before is not the queue: dropped, in order,
-            # before anything the mirror or a promotion writes there
+            # before anything the mirror or a promotion writes there (a quorum queue's member
+            # keeps it: it is its log, which a leader election may need; a live master's
+            # reset batch drops it)
             self._bq().tell(m.DeleteIndex())
         self.transport.register(self.name, self.actor_ref)
         self.check_master()
@@ -348,7 +370,26 @@ class Mirror(LightActor):
                 break
             last = self.acks.popleft()[0]
         if last is not None and not self.broken:
+            self.last_acked = last
+            self._maybe_complete()  # on disk before the acknowledgement that makes us count
             self.transport.send(self.master, m.MirrorAck(self.address, last))
+
+    def _maybe_complete(self) -> None:
+        """Once we have acknowledged the batch that ends our sync (and the index's drop of the
+        reset is done), our index holds the whole log of the master we joined: say so on
+        disk."""
+        if self.sync_batch and self.sync_master == self.master and not self.dropping \
+                and not self.broken and self.last_acked >= self.sync_batch:
+            self.sync_batch = 0
+            quorum_log.mark_complete(self.config, self.vhost, self.qname, self.epoch)
+
+    def _drop_log(self) -> None:
+        """Our log is dropped (a resync, the queue gone): no complete log here from now on (on
+        disk first), then the index."""
+        quorum_log.mark_incomplete(self.config, self.vhost, self.qname)
+        self.dropping += 1
+        self._bq().tell(m.DeleteIndex())
+        self._bq().tell(m.LogBarrier())  # comes back once the drop is done
 
     def _forget_durably(self, msg) -> None:
         gone = [_Stored(seq, self.held.pop(seq)) for seq in msg.seq_ids if seq in self.held]
@@ -366,6 +407,8 @@ class Mirror(LightActor):
         addr = q.get("address") if q else None
         if addr and addr != self.master and addr != self.address:
             self.master = addr
+            self.epoch = int(q.get("epoch") or 0)
+            self.last_acked = 0
             self.transport.send(addr, m.MirrorJoin(self.address, self.member))
 
     def on_receive(self, msg):
@@ -373,13 +416,25 @@ class Mirror(LightActor):
             if isinstance(msg, m.MirrorPublish) and self.durably:
                 if msg.master != self.master:
                     return
-                if msg.reset:  # (re)joined: what the index held is not the queue's any more
+                if msg.reset:  # (re)joined a live master: it sends us its whole log again
                     self.held.clear()
                     self.acks.clear()
                     self.unsynced.clear()
                     self.broken = False
-                    self._bq().tell(m.DeleteIndex())
+                    self.last_acked = 0
+                    if not (self.sync_master == msg.master and self.sync_batch >= msg.batch):
+                        self.sync_batch = 0  # (a MirrorSynced for this join comes first)
+                    self._drop_log()
                 self._take_durably(msg.batch, msg.items, msg.bodies)
+            elif isinstance(msg, m.MirrorSynced) and self.durably:
+                if msg.master == self.master:
+                    self.sync_master, self.sync_batch = msg.master, msg.batch
+                    self._maybe_complete()
+            elif isinstance(msg, m.LogBarrier) and self.durably:
+                self.dropping -= 1
+                self._maybe_complete()
+            elif isinstance(msg, m.DeleteIndex) and self.durably:
+                self._drop_log()  # (QueueHost: the queue is gone, or our log no longer counts)
             elif isinstance(msg, m.Persisted) and self.durably:
                 self._synced(msg.msgs)
             elif isinstance(msg, m.Refused) and self.durably:

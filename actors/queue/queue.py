@@ -21,6 +21,7 @@ from actors.messages import (ChannelsDown, MirrorsDown, Paged, Persisted, Policy
                              Refused, Stored)
 from actors.queue.backing_queue import BackingQueue
 from actors.core import policies, quorum
+from actors.queue import quorum_log
 from actors.core.errors import AMQPError, ChannelError
 from actors.core.queue_stats import DiskCounts, QueueCounters
 from actors.core.queue import WAIT, QueueCore
@@ -142,6 +143,8 @@ class Queue(LightActor):
         self.timers = host.timers  # this process's timer thread
         self.vhost, self.qname = qdef["vhost"], qdef["name"]  # identity
         self.durable = qdef["durable"]  # survives restarts (with its persistent messages)
+        self.config = host.config  # node configuration (a quorum queue's log marker)
+        self.epoch = int(qdef.get("epoch") or 0)  # quorum: promotions of the queue so far
         self.arguments = qdef["arguments"]  # x-arguments
         self.name = queue_actor_name(self.vhost, self.qname)  # transport name
         self.address = self.transport.address(self.name)  # where channels send to
@@ -180,8 +183,8 @@ class Queue(LightActor):
         self.core.on_enqueue = lambda msg: self.mirrors.enqueued(msg, now_ms())
 
     def _heir(self):
-        """The member a promotion would pick if this master failed: the oldest synchronised
-        mirror (metadata_cluster's _promote_mirror), as this node's replica has it."""
+        """The oldest synchronised mirror, as this node's replica has it (a quorum queue's
+        confirms need its acknowledgement: it is a voter of the log, quorum.confirmable_batch)."""
         q = self.replica.queue(self.vhost, self.qname) or {}
         synced = q.get("synced") or ()
         return next((x for x in q.get("mirrors") or () if x in synced), None)
@@ -220,6 +223,10 @@ class Queue(LightActor):
         return min(found) if found else None
 
     def on_start(self):
+        if self.mirrors.needed is not None and self.durable:
+            # a quorum queue's leader: its index is the queue's log, complete, of this
+            # promotion count (a leader election compares it with the members': issue 15)
+            quorum_log.mark_complete(self.config, self.vhost, self.qname, self.epoch)
         self.core.set_confirm_on(self.confirm_on())
         self.core.set_delivery_limit(self.delivery_limit())
         adopted, paged = self.adopted or ([], False)

@@ -5,6 +5,9 @@ until one returns; no confirmed message is lost when the leader's node is killed
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import threading
 import time
 
@@ -151,3 +154,129 @@ def test_kill9_of_the_leader_loses_no_confirmed_message(nodes):
     missing = confirmed - consumed_before - left
     assert len(left) > 150  # a backlog was there to lose
     assert not missing, f"{len(missing)} confirmed messages lost, e.g. {sorted(missing)[:10]}"
+
+
+def _members(cell: str) -> list[int]:
+    """Node indexes (0-based) of the member names in a list_queues cell, in its order."""
+    return [int(n) - 1 for n in re.findall(r"leveret@node(\d+)", cell)]
+
+
+def test_two_failures_in_a_row_lose_no_confirmed_message__C5(nodes):
+    """Issue 15, "heir": the member promoted is the one with the longest log, not the oldest
+    synchronised one. Three members: the leader L (on the Raft leader's node, so that killing
+    the others starts no election), A (the oldest mirror: the heir) and B. B lags: its node's
+    queue workers are stopped (SIGSTOP), so what L sends it waits in L's memory, while every
+    publish is confirmed by L and A (a majority). Then A's node is killed -9 and restarted: A
+    syncs again from L and is now the younger mirror, B (synchronised in the log, never down)
+    the oldest. Then L's node is killed -9 and B's workers continued: B never gets what L
+    held for it. A Raft queue elects the member with the longest log among a majority of
+    members (A and B answer: A), or waits; promoting the oldest synchronised mirror (B) lost
+    every confirmed message B had not received."""
+    leader = nodes.leader(0)
+    with nodes[leader].connection() as c:
+        c.channel().queue_declare("qq.heir", durable=True, arguments=QQ)  # L: the leader's node
+    row = _synced(nodes, leader, "qq.heir", 2)
+    a, b = _members(row["mirrors"])  # A: the heir (oldest), B: the other
+    stopped = list(nodes[b].queue_worker_pids().values())
+    confirmed = set()
+    try:
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        pad = b" " * (40 * 1024)  # 300 x 40 KiB: more than the kernel buffers B's socket
+        with nodes[leader].connection() as c:  # (and less than queue_page_bytes: no paging)
+            ch = c.channel()
+            ch.confirm_delivery()
+            for i in range(300):
+                ch.basic_publish("", "qq.heir", b"%d" % i + pad,
+                                 pika.BasicProperties(delivery_mode=2))
+                confirmed.add(i)
+        nodes.kill9(a)
+        nodes.start(a)  # A rejoins, syncs from L; B stays synchronised (its node is up)
+        row = nodes.wait(lambda: (r := queue_row(nodes[a], "qq.heir")) and
+                         sorted(_members(r["synced"])) == sorted([a, b]) and r,
+                         timeout=60, what="A synchronised again")
+        assert _members(row["mirrors"]) == [b, a], row  # B is now the oldest: the old rule's heir
+        nodes.kill9(leader)
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+    old = f"leveret@node{leader + 1}"
+    nodes.wait(lambda: (r := nodes.queue_status(a).get("qq.heir")) and r["master"] != old
+               and r["running"] == "true", timeout=60, what="a member of qq.heir promoted")
+    got = nodes.drain(a, "qq.heir")
+    missing = confirmed - got
+    assert not missing, f"{len(missing)} of {len(confirmed)} confirmed messages lost, " \
+                        f"e.g. {sorted(missing)[:10]}; promoted: {queue_row(nodes[a], 'qq.heir')}"
+
+
+def test_without_a_majority_of_its_logs_a_quorum_queue_waits__C5(tmp_path):
+    """Issue 15, "heir", in a cluster larger than the queue: five nodes, a quorum queue of three
+    members, L (on the Raft leader's node), A (the oldest mirror) and B. B lags (its queue
+    worker stopped) while 300 publishes are confirmed by L and A; then A's and L's nodes are
+    killed -9 at once. The cluster keeps its majority (three of five nodes), but the queue has
+    one member of three: a Raft queue elects nobody and waits rather than come back without
+    the messages only L and A had; once A's node is back, A (the longest log) leads and every
+    confirmed message is delivered."""
+    from tests.integration.cluster.nodes import Nodes
+    for attempt in range(3):
+        # (Nodes picks its ports before the nodes bind them; with five nodes' workers binding
+        # ephemeral ports meanwhile, one is now and then taken first: "Address already in
+        # use". A new cluster on new ports, in a new folder; anything else fails at once.)
+        (tmp_path / f"try{attempt}").mkdir()
+        try:
+            nodes = Nodes(tmp_path / f"try{attempt}", 5, "--conn-workers", "1",
+                          "--queue-workers", "1")
+            break
+        except pytest.fail.Exception as e:
+            if attempt == 2 or "Address already in use" not in str(e):
+                raise
+    stopped = []
+    try:
+        leader = nodes.leader(0)
+        with nodes[leader].connection() as c:
+            c.channel().queue_declare("qq.wait", durable=True, arguments=QQ)
+        row = _synced(nodes, leader, "qq.wait", 2)
+        a, b = _members(row["mirrors"])
+        stopped = list(nodes[b].queue_worker_pids().values())
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        confirmed = set()
+        pad = b" " * (40 * 1024)
+        with nodes[leader].connection() as c:
+            ch = c.channel()
+            ch.confirm_delivery()
+            for i in range(300):
+                ch.basic_publish("", "qq.wait", b"%d" % i + pad,
+                                 pika.BasicProperties(delivery_mode=2))
+                confirmed.add(i)
+        nodes.kill9(a)
+        nodes.kill9(leader)
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+        stopped = []
+        other = next(i for i in range(5) if i not in (leader, a))
+        old = f"leveret@node{leader + 1}"
+
+        def waiting_or_served():
+            if any("quorum queue 'qq.wait' in vhost '/' has no leader and waits: 1 of its 3"
+                   in nodes[i].log_path.read_text() for i in range(5) if i not in (leader, a)):
+                return "waits"
+            r = nodes.queue_status(other).get("qq.wait")
+            return "served" if r and r["running"] == "true" and r["master"] != old else None
+        outcome = nodes.wait(waiting_or_served, timeout=60, what="qq.wait waiting or served")
+        if outcome == "served":  # it came back with one member of three: what did it keep?
+            missing = confirmed - nodes.drain(other, "qq.wait")
+            assert not missing, f"served without a majority of its logs: {len(missing)} of " \
+                                f"{len(confirmed)} confirmed messages lost"
+        r = nodes.queue_status(other)["qq.wait"]
+        assert r["running"] == "false" and r["master"] == old, r  # nobody leads it
+        nodes.start(a)  # A's log is back: A and B are a majority, A's the longer
+        nodes.wait(lambda: (r := nodes.queue_status(other).get("qq.wait")) and
+                   r["running"] == "true" and r["master"] == f"leveret@node{a + 1}",
+                   timeout=60, what="A leading qq.wait")
+        missing = confirmed - nodes.drain(other, "qq.wait")
+        assert not missing, f"{len(missing)} of {len(confirmed)} confirmed messages lost"
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+        nodes.stop()

@@ -172,3 +172,44 @@ def test_global_qos_and_delete_flags_are_not_implemented():
     assert e.value.text == ("NOT_IMPLEMENTED - cannot delete queue 'q' in vhost '/'. "
                             "queue.delete operations with if-empty flag set are not supported "
                             "by quorum queues")
+
+
+def test_elect_takes_the_longest_log_among_a_majority():
+    """issue 15 "heir": Raft's vote (ra): a majority of the members must answer, and the one
+    with the most up to date log (epoch, then last seq_id) leads."""
+    voters = ["l", "a", "b"]  # the leader (gone) first, then the members oldest first
+    # the oldest synchronised member (b) lags: the longer log (a) wins
+    assert quorum.elect(voters, {"a": (0, 300), "b": (0, 120)}, 3) == "a"
+    assert quorum.elect(voters, {"a": (0, 120), "b": (0, 300)}, 3) == "b"
+    # a later epoch (a leader promoted since) wins over a longer log of an older leader
+    assert quorum.elect(voters, {"a": (1, 5), "b": (0, 900)}, 3) == "a"
+    # a tie: the voters' order (the leader, then the oldest member)
+    assert quorum.elect(voters, {"a": (0, 7), "b": (0, 7)}, 3) == "a"
+    assert quorum.elect(voters, {"l": (0, 7), "b": (0, 7)}, 3) == "l"
+    # fewer than a majority answered: wait (a Raft group without a majority elects nobody)
+    assert quorum.elect(voters, {"b": (0, 300)}, 3) is None
+    assert quorum.elect(voters, {}, 3) is None
+    # a member resynchronising (None) votes but cannot lead
+    assert quorum.elect(voters, {"a": None, "b": (0, 3)}, 3) == "b"
+    assert quorum.elect(voters, {"a": None, "b": None}, 3) is None
+    # answers of members whose logs do not count are not votes
+    assert quorum.elect(voters, {"a": (0, 3), "x": (0, 9)}, 3) is None
+    # five members: three must answer
+    five = ["l", "a", "b", "c", "d"]
+    assert quorum.elect(five, {"a": (0, 1), "b": (0, 2)}, 5) is None
+    assert quorum.elect(five, {"a": (0, 1), "b": (0, 2), "d": (0, 9)}, 5) == "d"
+    # a lone member: its own answer is the majority
+    assert quorum.elect(["l"], {"l": (0, 0)}, 1) == "l"
+
+
+def test_trim_logs_drops_replaced_members_first():
+    # three members: two besides the leader; d replaced a (down, no longer a mirror)
+    assert quorum.trim_logs(["a", "b", "d"], "l", ["b", "d"], 3) == ["b", "d"]
+    # a still a mirror (its node came back): the oldest that is not a mirror goes
+    assert quorum.trim_logs(["a", "b", "d"], "l", ["a", "d"], 3) == ["a", "d"]
+    # nothing to drop: every one is a mirror (cannot happen with at most size-1 mirrors)
+    assert quorum.trim_logs(["a", "b", "d"], "l", ["a", "b", "d"], 3) == ["a", "b", "d"]
+    # the leader and duplicates never count
+    assert quorum.trim_logs(["l", "a", "a"], "l", ["a"], 3) == ["a"]
+    assert quorum.trim_logs(["a", "b"], "l", [], 3) == ["a", "b"]
+    assert quorum.trim_logs(["a"], "l", [], 1) == []

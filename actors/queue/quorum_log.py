@@ -1,0 +1,114 @@
+"""A quorum queue member's log on this node, as a leader election reads it (issue 15, "heir").
+
+A member's log is its node's queue index for the queue (the leader's own, or what a member's
+Mirror wrote and synced: actors/queue/mirror.py), plus a marker file
+`<data_dir>/messages/quorum/<queue id>` that says the index holds a *complete* copy of the log
+of the leader of promotion count `epoch` (the queue's `epoch` in the metadata, bumped at each
+promotion): written (synced) by a leader when it starts, and by a member once it has
+acknowledged the batch that ended its synchronisation; removed (synced) before a member drops
+its index to synchronise again, and with the index. No marker: no complete log here (a resync
+under way, or nothing), so the member may vote but not lead (actors/core/quorum.py `elect`).
+
+The end of the log is the index's next_seq_id - 1: the highest seq_id ever written and synced
+there (the leader numbers messages in order, and a member writes them in that order), which
+acks do not lower. `position` is read by the node's metadata actor (a read transaction of the
+node's LMDB environment): RabbitMQ's Raft compares (last term, last index) the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from actors.queue.storage import Storage, queue_id
+from queue_index import QueueIndex
+
+
+def _dir(config) -> str:
+    return os.path.join(config.data_dir, "messages", "quorum")
+
+
+def _path(config, vhost: str, name: str) -> str:
+    return os.path.join(_dir(config), queue_id(vhost, name).hex())
+
+
+def _sync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def mark_complete(config, vhost: str, name: str, epoch: int) -> None:
+    """This node's index of the queue holds a complete log of the leader of `epoch` (synced
+    before this returns: the acknowledgement or the start that depends on it comes after).
+    Nothing is written when the marker says so already (a leader restarting where it was)."""
+    if epoch_of(config, vhost, name) == int(epoch):
+        return
+    folder = _dir(config)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    path = _path(config, vhost, name)
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, json.dumps({"epoch": int(epoch)}).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _sync_dir(folder)
+
+
+def mark_incomplete(config, vhost: str, name: str) -> None:
+    """The index is about to be dropped (a resync, the queue deleted): no complete log here
+    from now on, on disk before anything of the index goes."""
+    folder = _dir(config)
+    try:
+        os.unlink(_path(config, vhost, name))
+    except FileNotFoundError:
+        return
+    _sync_dir(folder)
+
+
+def epoch_of(config, vhost: str, name: str) -> int | None:
+    """The epoch of the complete log this node holds of the queue, None when it holds none."""
+    try:
+        with open(_path(config, vhost, name), "rb") as f:
+            return int(json.loads(f.read())["epoch"])
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return None
+
+
+def position(config, vhost: str, name: str) -> list | None:
+    """[epoch, last seq_id written and synced] of this node's complete log of the queue, or
+    None (no complete log here)."""
+    epoch = epoch_of(config, vhost, name)
+    if epoch is None:
+        return None
+    storage = Storage.of(config)
+    with storage.begin() as txn:
+        nxt = QueueIndex.next_seq_id_of(storage.env, txn, queue_id(vhost, name))
+    return [epoch, max(nxt - 1, 0)]
+
+
+def drop_stale(config, keep: set) -> list:
+    """Remove the markers of queues whose ids are not in `keep` (boot: queues no longer
+    defined here). Returns the ids removed."""
+    try:
+        names = os.listdir(_dir(config))
+    except FileNotFoundError:
+        return []
+    gone = []
+    for n in names:
+        try:
+            qid = bytes.fromhex(n.removesuffix(".tmp"))
+        except ValueError:
+            continue
+        if qid not in keep or n.endswith(".tmp"):
+            try:
+                os.unlink(os.path.join(_dir(config), n))
+            except FileNotFoundError:
+                pass
+            gone.append(qid)
+    return gone
