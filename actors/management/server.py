@@ -30,6 +30,7 @@ from actors.core.errors import AMQPError
 from actors.core.permissions import AuthDB, hashed_auth_call
 from actors.ctl import ask_node
 from actors.management import amqp, api, prometheus, traces
+from actors.node import node_stats
 from actors.management.api import ApiError
 
 log = logging.getLogger("leveret.management")
@@ -183,12 +184,7 @@ class Management:
                     pids += [int(p) for p in f.read().split()]
         except OSError:
             pass
-        open_fds = 0
-        for pid in pids:
-            try:
-                open_fds += len(os.listdir(f"/proc/{pid}/fd"))
-            except OSError:
-                pass
+        open_fds = node_stats.fds_open(pids)
         limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         listeners = 1 + bool(self.config.tls_port) + bool(self.port) + \
             bool(self.prometheus_port)

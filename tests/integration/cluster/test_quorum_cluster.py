@@ -161,6 +161,24 @@ def _members(cell: str) -> list[int]:
     return [int(n) - 1 for n in re.findall(r"leveret@node(\d+)", cell)]
 
 
+def _confirmed_while_stopped(nodes, leader: int, queue: str, stopped: list) -> set:
+    """B lags: its queue workers (`stopped`) get SIGSTOP, so what the leader L sends B waits in
+    L's memory, while 300 x 40 KiB persistent messages are published to `queue` through L with
+    confirms (more than the kernel buffers B's socket, less than queue_page_bytes: no paging).
+    The numbers of the bodies confirmed; the caller sends SIGCONT."""
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    confirmed = set()
+    pad = b" " * (40 * 1024)
+    with nodes[leader].connection() as c:
+        ch = c.channel()
+        ch.confirm_delivery()
+        for i in range(300):
+            ch.basic_publish("", queue, b"%d" % i + pad, pika.BasicProperties(delivery_mode=2))
+            confirmed.add(i)
+    return confirmed
+
+
 def test_two_failures_in_a_row_lose_no_confirmed_message__C5(nodes):
     """Issue 15, "heir": the member promoted is the one with the longest log, not the oldest
     synchronised one. Three members: the leader L (on the Raft leader's node, so that killing
@@ -178,18 +196,8 @@ def test_two_failures_in_a_row_lose_no_confirmed_message__C5(nodes):
     row = _synced(nodes, leader, "qq.heir", 2)
     a, b = _members(row["mirrors"])  # A: the heir (oldest), B: the other
     stopped = list(nodes[b].queue_worker_pids().values())
-    confirmed = set()
     try:
-        for pid in stopped:
-            os.kill(pid, signal.SIGSTOP)
-        pad = b" " * (40 * 1024)  # 300 x 40 KiB: more than the kernel buffers B's socket
-        with nodes[leader].connection() as c:  # (and less than queue_page_bytes: no paging)
-            ch = c.channel()
-            ch.confirm_delivery()
-            for i in range(300):
-                ch.basic_publish("", "qq.heir", b"%d" % i + pad,
-                                 pika.BasicProperties(delivery_mode=2))
-                confirmed.add(i)
+        confirmed = _confirmed_while_stopped(nodes, leader, "qq.heir", stopped)
         nodes.kill9(a)
         nodes.start(a)  # A rejoins, syncs from L; B stays synchronised (its node is up)
         row = nodes.wait(lambda: (r := queue_row(nodes[a], "qq.heir")) and
@@ -238,17 +246,7 @@ def test_without_a_majority_of_its_logs_a_quorum_queue_waits__C5(tmp_path):
         row = _synced(nodes, leader, "qq.wait", 2)
         a, b = _members(row["mirrors"])
         stopped = list(nodes[b].queue_worker_pids().values())
-        for pid in stopped:
-            os.kill(pid, signal.SIGSTOP)
-        confirmed = set()
-        pad = b" " * (40 * 1024)
-        with nodes[leader].connection() as c:
-            ch = c.channel()
-            ch.confirm_delivery()
-            for i in range(300):
-                ch.basic_publish("", "qq.wait", b"%d" % i + pad,
-                                 pika.BasicProperties(delivery_mode=2))
-                confirmed.add(i)
+        confirmed = _confirmed_while_stopped(nodes, leader, "qq.wait", stopped)
         nodes.kill9(a)
         nodes.kill9(leader)
         for pid in stopped:
