@@ -60,6 +60,16 @@ def _b(s: str | bytes) -> bytes:
     return s.encode("utf-8", "surrogateescape") if isinstance(s, str) else bytes(s)
 
 
+def pattern_error(pattern: str) -> str | None:
+    """Why a permission pattern is refused (RabbitMQ: ``{invalid_regexp, Regexp, Reason}``),
+    None when it compiles."""
+    try:
+        re.compile(_b(pattern or "^$"))
+    except re.error as e:
+        return f"invalid regexp {pattern!r}: {e}"
+    return None
+
+
 def hash_password(password: str | bytes, salt: bytes | None = None,
                   algorithm: str = SHA256) -> str:
     """rabbit_password:hash/2: base64 of a random 4-byte salt followed by H(salt + password)."""
@@ -325,10 +335,9 @@ class AuthDB:
         """What set_permissions and set_topic_permissions refuse: a pattern that does not
         compile (ValueError), a missing user or vhost (KeyError)."""
         for p in patterns:
-            try:
-                self._compile(p)
-            except re.error as e:
-                raise ValueError(f"invalid regexp {p!r}: {e}") from None
+            error = pattern_error(p)
+            if error:
+                raise ValueError(error)
         self._user(user)
         if vhost not in self.vhosts:
             raise KeyError(f'Virtual host "{vhost}" does not exist')

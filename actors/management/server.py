@@ -27,7 +27,7 @@ from aiohttp import web
 
 from actors.connection import tls
 from actors.core.errors import AMQPError
-from actors.core.permissions import AuthDB, hashed_auth_call
+from actors.core.permissions import AuthDB, hashed_auth_call, pattern_error
 from actors.ctl import ask_node
 from actors.management import amqp, api, prometheus, traces
 from actors.node import node_stats
@@ -635,6 +635,7 @@ class Management:
         missing = [k for k in ("exchange", "write", "read") if k not in body]
         if missing:
             raise api.bad_request(f"key_missing: {missing[0]}")
+        _refuse_bad_patterns(body["write"], body["read"])
         existed = any(p["vhost"] == vhost and p["user"] == user and
                       p["exchange"] == body["exchange"]
                       for p in state["auth"]["topic_permissions"])
@@ -949,6 +950,7 @@ class Management:
         missing = [k for k in ("configure", "write", "read") if k not in body]
         if missing:
             raise api.bad_request(f"{missing[0]} is required")
+        _refuse_bad_patterns(body["configure"], body["write"], body["read"])
         existed = any(p["vhost"] == vhost and p["user"] == user
                       for p in state["auth"]["permissions"])
         await self._auth("set_permissions", [user, vhost, body["configure"], body["write"],
@@ -1395,3 +1397,12 @@ def _consumers_by_queue(state) -> dict:
 
 def _bindings(state) -> list:
     return api.default_bindings(state["queues"]) + [list(b) for b in state["bindings"]]
+
+
+def _refuse_bad_patterns(*patterns) -> None:
+    """400, as RabbitMQ's management answers a permission whose regex does not compile (the
+    metadata actor's refusal would come back as 404)."""
+    for p in patterns:
+        error = pattern_error(p) if isinstance(p, str) else "a permission pattern is a string"
+        if error:
+            raise api.bad_request(error)

@@ -1368,3 +1368,18 @@ def test_an_exchange_declared_again_starts_its_counts_from_zero(node, http):
         ch.basic_publish("again-x", "", b"x")
         wait_for("1 publish counted", lambda: stats().get("publish_in") == 1)
     assert http("DELETE", "/api/exchanges/%2F/again-x")[0] == 204
+
+
+def test_a_permission_whose_regex_does_not_compile_is_a_400(node, http):
+    """rabbit_auth_backend_internal refuses it with {invalid_regexp, ...}, which the management
+    answers 400 bad_request; nothing is stored."""
+    for path, body in (("/api/permissions/%2F/guest",
+                        {"configure": "(", "write": ".*", "read": ".*"}),
+                       ("/api/topic-permissions/%2F/guest",
+                        {"exchange": "amq.topic", "write": ".*", "read": "[a-"})):
+        status, answer = http("PUT", path, body)
+        assert status == 400 and answer["error"] == "bad_request", (status, answer)
+        assert "invalid regexp" in answer["reason"], answer
+    perms = [p for p in http("GET", "/api/permissions")[1] if p["user"] == "guest"]
+    assert [(p["configure"], p["write"], p["read"]) for p in perms] == [(".*", ".*", ".*")]
+    assert not [p for p in http("GET", "/api/topic-permissions")[1] if p["user"] == "guest"]
