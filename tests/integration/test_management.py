@@ -1267,9 +1267,11 @@ def test_queue_get_empty_consumer_utilisation_and_idle_since(node, http):
         qi = wait_for("the quiet queue's idle_since",
                       lambda: http("GET", "/api/queues/%2F/useq")[1].get("idle_since"))
         assert qi[:4].isdigit() and qi[10] == "T"
-        ch.basic_publish("", "useq", b"busy")  # busy again: no idle_since until it is quiet
-        wait_for("the channel busy again", lambda: [x for x in my_channel()
-                                                    if "idle_since" not in x])
+        # busy again: no idle_since until it is quiet. It publishes at each look, so that it
+        # stays busy (one publish is busy for one interval only: a loaded test's polls
+        # could miss that sample)
+        wait_for("the channel busy again", lambda: (ch.basic_publish("", "useq", b"busy"), [
+            x for x in my_channel() if "idle_since" not in x])[1])
     assert http("DELETE", "/api/queues/%2F/useq")[0] == 204
 
 
