@@ -29,21 +29,7 @@ import pysyncobj.syncobj as _syncobj
 from pysyncobj.journal import FileJournal, MetaStorer
 from pysyncobj.pickle import dumps
 
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(os.path.dirname(os.path.abspath(path)) or ".", os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_replace(tmp: str, final: str) -> None:
-    """os.rename with the data and the rename on disk (pysyncobj's dump and incoming dumps)."""
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
-    fsync_dir(final)
+from actors.durable_files import atomic_replace, fsync_dir
 
 
 class DurableMetaStorer(MetaStorer):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 
+from actors.durable_files import atomic_replace, fsync_dir
 from actors.queue.storage import Storage, queue_id
 from queue_index import QueueIndex
 
@@ -30,14 +31,6 @@ def _dir(config) -> str:
 
 def _path(config, vhost: str, name: str) -> str:
     return os.path.join(_dir(config), queue_id(vhost, name).hex())
-
-
-def _sync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def mark_complete(config, vhost: str, name: str, epoch: int) -> None:
@@ -53,22 +46,20 @@ def mark_complete(config, vhost: str, name: str, epoch: int) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.write(fd, json.dumps({"epoch": int(epoch)}).encode())
-        os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(tmp, path)
-    _sync_dir(folder)
+    atomic_replace(tmp, path)
 
 
 def mark_incomplete(config, vhost: str, name: str) -> None:
     """The index is about to be dropped (a resync, the queue deleted): no complete log here
     from now on, on disk before anything of the index goes."""
-    folder = _dir(config)
+    path = _path(config, vhost, name)
     try:
-        os.unlink(_path(config, vhost, name))
+        os.unlink(path)
     except FileNotFoundError:
         return
-    _sync_dir(folder)
+    fsync_dir(path)
 
 
 def epoch_of(config, vhost: str, name: str) -> int | None:
