@@ -729,15 +729,20 @@ class ClusterMixin:
         heir = next((x for x in q.get("mirrors") or [] if x in synced), None)
         if heir is None:
             return False
-        mirrors = [x for x in q["mirrors"] if x != heir and x in up]
         log.warning("cluster: queue '%s' in vhost '%s' moves to its mirror on %s",
                     q["name"], q["vhost"], self.members[heir].get("name", heir))
-        self._change(["queue_put", dict(q, home=heir, mirrors=mirrors,
-                                        synced=[s for s in synced if s != heir], address=None,
-                                        worker=mirror_worker(q, self.members[heir].get(
-                                            "queue_workers", 1)),
-                                        promoted=True)])
+        self._change(["queue_put", self._moved_to(q, heir)])
         return True
+
+    def _moved_to(self, q, heir, **more) -> dict:
+        """`q` homed on its member `heir` (a promotion), with the other mirrors that are up,
+        on the queue worker of `heir` the name picks; `more` added."""
+        up = {k for k, v in self.members.items() if v.get("up")}
+        return dict(q, home=heir, mirrors=[x for x in q.get("mirrors") or []
+                                           if x != heir and x in up],
+                    synced=[s for s in q.get("synced") or [] if s != heir and s in up],
+                    address=None, promoted=True,
+                    worker=mirror_worker(q, self.members[heir].get("queue_workers", 1)), **more)
 
     # --- mirrored queues ----------------------------------------------------------------------------
     def _mirrors_for(self, q) -> list:
@@ -911,17 +916,11 @@ class ClusterMixin:
         """Leader: quorum queue `q`'s member on `heir` leads, as the next epoch (its members'
         logs of the former leader are compared below those of the new one); the former
         leader's log still counts (it is a member that is down)."""
-        up = {k for k, v in self.members.items() if v.get("up")}
-        old = q.get("home")
-        mirrors = [x for x in q.get("mirrors") or [] if x != heir and x in up]
-        synced = [s for s in q.get("synced") or [] if s != heir and s in up]
-        logs = quorum.trim_logs([x for x in [old, *self._logs(q)] if x != heir], heir,
-                                mirrors, self._group_size(q))
-        self._change(["queue_put", dict(q, home=heir, mirrors=mirrors, synced=synced, logs=logs,
-                                        address=None, electing=False, promoted=True,
-                                        epoch=int(q.get("epoch") or 0) + 1,
-                                        worker=mirror_worker(q, self.members[heir].get(
-                                            "queue_workers", 1)))])
+        moved = self._moved_to(q, heir, electing=False, epoch=int(q.get("epoch") or 0) + 1)
+        moved["logs"] = quorum.trim_logs([x for x in [q.get("home"), *self._logs(q)]
+                                          if x != heir], heir, moved["mirrors"],
+                                         self._group_size(q))
+        self._change(["queue_put", moved])
 
     def _start_mirrors(self, q) -> None:
         """This node holds a mirror of `q`: start it on the queue worker the name picks."""
