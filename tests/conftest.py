@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shlex
 import shutil
 import signal
@@ -40,10 +41,39 @@ START_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# Test ports come from below the kernel's ephemeral range (ip_local_port_range starts at 32768):
+# a port the kernel hands out (bind to 0, a client's own end, a cluster worker's `tcp://host:*`)
+# could otherwise take a picked port in the moment before the node binds it. Each xdist worker
+# picks from a band of its own, so two workers' nodes never pick the same port either.
+PORT_BANDS = (20000, 32000)
+
+
+def _port_band() -> range:
+    lo, hi = PORT_BANDS
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    width = (hi - lo) // count
+    return range(lo + index * width, lo + (index + 1) * width)
+
+
+def free_port(host: str = "127.0.0.1", avoid: set | None = None) -> int:
+    """A port nothing listens on at `host` now, from this worker's band; added to `avoid` (ports
+    picked for nodes not started yet) when given."""
+    band = _port_band()
+    for _ in range(1000):
+        port = random.choice(band)
+        if avoid is not None and port in avoid:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        if avoid is not None:
+            avoid.add(port)
+        return port
+    raise RuntimeError(f"no free port on {host} in {band}")
 
 
 def _probe(host: str, port: int) -> bool:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -32,17 +31,7 @@ for _p in (TESTS / "integration", TESTS):  # (tests/ first: its conftest.py)
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-from conftest import REPO, START_TIMEOUT, Broker, _die_with_parent, _probe  # noqa: E402
-
-
-def _free_port(host: str, avoid: set) -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind((host, 0))
-            port = s.getsockname()[1]
-        if port not in avoid:
-            avoid.add(port)
-            return port
+from conftest import REPO, START_TIMEOUT, Broker, _die_with_parent, _probe, free_port  # noqa: E402
 
 
 class StartFailed(Exception):
@@ -62,8 +51,8 @@ class LoopNodes:
         # (only root may run a process with another gid; without root there are no partitions)
         self.gids = [base + 1 + i if os.geteuid() == 0 else None for i in range(n)]
         taken: set = set()
-        self.amqp_ports = [_free_port(h, taken) for h in self.hosts]
-        self.raft = [f"{h}:{_free_port(h, taken)}" for h in self.hosts]
+        self.amqp_ports = [free_port(h, taken) for h in self.hosts]
+        self.raft = [f"{h}:{free_port(h, taken)}" for h in self.hosts]
         self.brokers: list = [None] * n
         self.secret_file = self.tmp / "cluster_secret"
         if not self.secret_file.exists():

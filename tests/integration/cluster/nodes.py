@@ -23,11 +23,8 @@ class Nodes:
         self.extra = extra
         self.hosts = hosts or ["127.0.0.1"] * n
         self.env = env
-        ports: list[int] = []
-        while len(ports) < 2 * n:  # (free_port may give a port twice: it is free again)
-            port = free_port()
-            if port not in ports:
-                ports.append(port)
+        taken: set[int] = set()
+        ports = [free_port(avoid=taken) for _ in range(2 * n)]
         self.raft = [f"{h}:{p}" for h, p in zip(self.hosts, ports[:n])]  # raft address per node
         self.ports = ports[n:]  # AMQP port per node
         self.brokers: list[Broker | None] = [None] * n

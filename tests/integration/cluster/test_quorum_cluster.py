@@ -226,18 +226,7 @@ def test_without_a_majority_of_its_logs_a_quorum_queue_waits__C5(tmp_path):
     the messages only L and A had; once A's node is back, A (the longest log) leads and every
     confirmed message is delivered."""
     from tests.integration.cluster.nodes import Nodes
-    for attempt in range(3):
-        # (Nodes picks its ports before the nodes bind them; with five nodes' workers binding
-        # ephemeral ports meanwhile, one is now and then taken first: "Address already in
-        # use". A new cluster on new ports, in a new folder; anything else fails at once.)
-        (tmp_path / f"try{attempt}").mkdir()
-        try:
-            nodes = Nodes(tmp_path / f"try{attempt}", 5, "--conn-workers", "1",
-                          "--queue-workers", "1")
-            break
-        except pytest.fail.Exception as e:
-            if attempt == 2 or "Address already in use" not in str(e):
-                raise
+    nodes = Nodes(tmp_path, 5, "--conn-workers", "1", "--queue-workers", "1")
     stopped = []
     try:
         leader = nodes.leader(0)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import free_port
+
 REPO = Path(__file__).resolve().parents[3]
 UNITS = REPO / "deploy" / "systemd"
 SERVER = REPO / ".venv" / "bin" / "leveret-server"
@@ -33,12 +35,6 @@ def test_units_pass_systemd_analyze_verify(tmp_path):
     assert "leveret@node1.service" not in out.stderr, out.stderr   # no warnings about it
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_node_notifies_ready_watchdog_and_stopping(tmp_path):
     path = str(tmp_path / "notify.sock")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -46,7 +42,7 @@ def test_node_notifies_ready_watchdog_and_stopping(tmp_path):
     sock.settimeout(0.5)
     env = dict(os.environ, NOTIFY_SOCKET=path, WATCHDOG_USEC="1000000")
     env.pop("WATCHDOG_PID", None)
-    proc = subprocess.Popen([str(SERVER), "--port", str(_free_port()), "--data-dir",
+    proc = subprocess.Popen([str(SERVER), "--port", str(free_port()), "--data-dir",
                              str(tmp_path / "data"), "--management-port", "0", "--prometheus-port", "0"], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     got = []

@@ -4,7 +4,6 @@ before pysyncobj acts on them, and what they hold reads back after a reopen."""
 from __future__ import annotations
 
 import os
-import socket
 import time
 
 import pytest
@@ -12,6 +11,7 @@ from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.journal import FileJournal
 
 from actors.node import raft_storage
+from conftest import free_port
 
 
 @pytest.fixture
@@ -63,12 +63,6 @@ class Counter(SyncObj):
         return self.n
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_installed_syncobj_syncs_its_log_and_dump(tmp_path, fsyncs):
     """A one-member SyncObj created after install(): its entries are synced as they are
     appended and its compaction dump is synced before the rename."""
@@ -78,7 +72,7 @@ def test_installed_syncobj_syncs_its_log_and_dump(tmp_path, fsyncs):
     conf = SyncObjConf(journalFile=journal, fullDumpFile=dump, useFork=False,
                        logCompactionMinEntries=3, logCompactionMinTime=0.01,
                        raftMinTimeout=0.4, raftMaxTimeout=0.6, appendEntriesPeriod=0.1)
-    obj = Counter(f"127.0.0.1:{_free_port()}", conf)
+    obj = Counter(f"127.0.0.1:{free_port()}", conf)
     try:
         for i in range(1, 6):
             assert obj.incr(sync=True, timeout=10) == i
