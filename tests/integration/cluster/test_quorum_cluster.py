@@ -267,3 +267,54 @@ def test_without_a_majority_of_its_logs_a_quorum_queue_waits__C5(tmp_path):
         for pid in stopped:
             os.kill(pid, signal.SIGCONT)
         nodes.stop()
+
+
+def test_members_synced_from_a_paged_leader_lead_with_every_message_in_order__C5(tmp_path):
+    """Issue 15 ("heir" asked whether seq_ids reach a member out of order): a member that joins
+    a leader whose queue has paged out is sent what the leader holds in memory first, then the
+    paged-out part from the leader's index, so its log is written out of seq_id order. Both
+    members rejoin such a leader (their nodes restarted), one after the other; then the
+    leader's node is killed -9. The member elected must hold every confirmed message and
+    deliver them in the order they were published."""
+    from tests.integration.cluster.nodes import Nodes
+    cfg = tmp_path / "paging.toml"
+    cfg.write_text("queue_page_bytes = 32768\nqueue_page_size = 50\n")
+    nodes = Nodes(tmp_path, 3, "--config", str(cfg))
+    try:
+        leader = nodes.leader(0)
+        with nodes[leader].connection() as c:
+            ch = c.channel()
+            ch.queue_declare("qq.paged", durable=True, arguments=QQ)
+            row = _synced(nodes, leader, "qq.paged", 2)
+            ch.confirm_delivery()
+            pad = b"." * 994
+            for i in range(1000):  # 30 times queue_page_bytes: the leader pages
+                ch.basic_publish("", "qq.paged", b"%06d" % i + pad,
+                                 pika.BasicProperties(delivery_mode=1 + i % 2))
+        members = _members(row["mirrors"])
+        for i in members:  # each rejoins the paged leader and syncs from memory, then its index
+            nodes.kill9(i)
+            nodes.start(i)
+            nodes.wait(lambda: sorted(_members(queue_row(nodes[leader], "qq.paged")
+                                               .get("synced", ""))) == sorted(members),
+                       timeout=90, what=f"node{i + 1}'s member synchronised again")
+        leader_log = nodes[leader].log_path.read_text()
+        joined = re.findall(r"qq\.paged.*mirror on \S+ joined, syncing (\d+) messages", leader_log)
+        assert joined and all(int(n) < 1000 for n in joined[-2:]), joined  # the rest: paged
+        nodes.kill9(leader)
+        old = f"leveret@node{leader + 1}"
+        nodes.wait(lambda: (r := nodes.queue_status(members[0]).get("qq.paged"))
+                   and r["master"] != old and r["running"] == "true", timeout=60,
+                   what="a member of qq.paged elected")
+        with nodes[members[0]].connection() as c:
+            ch = c.channel()
+            ch.basic_qos(prefetch_count=50)
+            got = []
+            for method, _, body in ch.consume("qq.paged", inactivity_timeout=3):
+                if method is None:
+                    break
+                got.append(int(body[:6]))
+                ch.basic_ack(method.delivery_tag)
+        assert got == list(range(1000)), (len(got), got[:20])
+    finally:
+        nodes.stop()
