@@ -374,6 +374,8 @@ class QueueCore:
                     accepted.append(pub_seq)
                 self._write_paged(msg, to_persist)
             elif persistent and self.durable:
+                if behind:
+                    self._write_tail_before(msg, to_persist)
                 msg.stored = True
                 to_persist.append(msg)  # confirmed when the backing queue has synced it
             elif pub_seq:
@@ -543,6 +545,24 @@ class QueueCore:
                 if msg.msg_id is None:
                     msg.msg_id = self.random_bytes(16)
                 self._write_paged(msg, to_persist)
+
+    def _write_tail_before(self, msg: Msg, to_persist: list) -> None:
+        """A persistent message of a durable queue joins its lane's tail and is written as it
+        comes: the transient ones before it in the tail are written first, as paged ones are
+        (confirmed already, never synced for their own sake). An index takes seq_ids in
+        ascending order only, so _spill_tail could not write them after it. (Scans back to the
+        last written one: every one before that is written.)"""
+        before = []
+        for x in reversed(self.ready[msg.priority].tail):
+            if x is msg:
+                continue
+            if x.stored:
+                break
+            before.append(x)
+        for x in reversed(before):
+            if x.msg_id is None:
+                x.msg_id = self.random_bytes(16)
+            self._write_paged(x, to_persist)
 
     # --- messages_persistent ------------------------------------------------------------------
     def _pers_to_lane(self, msg: Msg, lane: Lane) -> None:

@@ -90,6 +90,30 @@ def test_when_memory_fills_again_the_tail_goes_to_the_index_first_in_order():
     assert out.of("confirm") == [(PUB, [1, 2, 3], True)]  # transient: confirmed as they came
 
 
+def test_a_mixed_tail_of_a_durable_queue_reaches_the_index_in_seq_id_order__R1():
+    """A durable queue writes a persistent message of the tail as it comes; a transient one
+    before it in the tail is written first (an index takes seq_ids in ascending order only:
+    spilling it later, behind the persistent one, broke the backing queue and wedged the
+    queue's publishers). Each is confirmed once: a transient one as it came."""
+    q, out = mk(page_bytes=10)
+    q.restore(2, [], 1, 6, 0, 0)                      # seq 1 in the index only
+    pub(q, b"a", persistent=False, seqs=[1])          # the tail: in memory only
+    assert stored(out) == []
+    pub(q, b"b", persistent=True, seqs=[2])           # written, a before it
+    pub(q, b"c", persistent=False, seqs=[3])
+    pub(q, b"dddddddddddd", persistent=True, seqs=[4])
+    assert [m.body for m in q.ready[0].tail] == [b"a", b"b", b"c", b"dddddddddddd"]
+    pub(q, b"e", persistent=False, seqs=[5])          # memory is full: the tail spills
+    written = stored(out)
+    assert [m.body for m in written] == [b"a", b"b", b"c", b"dddddddddddd", b"e"]
+    assert [m.seq_id for m in written] == [2, 3, 4, 5, 6]
+    assert all(m.stored and len(m.msg_id) == 16 for m in written)
+    assert (q.ready_count, q.paged) == (0, 6)
+    q.persisted(written)
+    confirmed = sorted(s for (_, seqs, ok) in out.of("confirm") for s in seqs if ok)
+    assert confirmed == [1, 2, 3, 4, 5]               # once each
+
+
 def test_x_confirm_on_waiters_of_a_spilled_tail_are_kept_by_the_lane():
     q, out = mk({"x-confirm-on": "ack"}, page_bytes=10)
     q.restore(2, [], 1, 6, 0, 0)
