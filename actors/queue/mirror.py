@@ -84,11 +84,14 @@ class Masters:
     def __bool__(self):
         return bool(self.mirrors)
 
+    @staticmethod
+    def _item(msg, now_ms: int) -> list:
+        return [msg.seq_id, msg.exchange, msg.routing_key, msg.props_raw, msg.persistent,
+                msg.priority, wall_ms(now_ms, msg.expires_at), msg.msg_id]
+
     def enqueued(self, msg, now_ms: int) -> None:
         if self.mirrors:
-            self.items.append([msg.seq_id, msg.exchange, msg.routing_key, msg.props_raw,
-                               msg.persistent, msg.priority, wall_ms(now_ms, msg.expires_at),
-                               msg.msg_id])
+            self.items.append(self._item(msg, now_ms))
             self.bodies.append(msg.body)
 
     def flush(self) -> None:
@@ -117,6 +120,12 @@ class Masters:
         the mirror is synchronised once it acknowledges `sync_done`'s)."""
         if mirror in self.mirrors:
             self.send(mirror, m.MirrorPublish(self.address, self.batch, False, items, bodies))
+
+    def sync_messages(self, mirror: str, messages: list, now_ms: int) -> None:
+        """Part of a joining mirror's sync: messages in memory behind a lane's paged part (its
+        tail), sent once that paged part has been."""
+        self.sync_page(mirror, [self._item(x, now_ms) for x in messages],
+                       [x.body for x in messages])
 
     def sync_done(self, mirror: str) -> None:
         """Every paged-out message went to the joining mirror: one more (empty) batch for every
@@ -164,8 +173,7 @@ class Masters:
         messages follow (sync_page), and sync_done ends the sync."""
         self.flush()
         self.batch += 1
-        items = [[x.seq_id, x.exchange, x.routing_key, x.props_raw, x.persistent, x.priority,
-                  wall_ms(now_ms, x.expires_at), x.msg_id] for x in messages]
+        items = [self._item(x, now_ms) for x in messages]
         self.mirrors[mirror] = {"member": member, "acked": self.batch - 1,
                                 "sync_batch": None if more else self.batch}
         if self.needed is not None and not more:  # (before the batch it names)

@@ -429,13 +429,25 @@ class Queue(LightActor):
         # a mirror that asks is alive: its process may be one this worker marked dead while
         # its node was cut off, and not yet told is back (WorkerUp)
         self.transport.revive(msg.mirror.partition("#")[0])
-        self.mirrors.join(msg.mirror, msg.member, core.messages(), now, more=bool(core.paged))
+        # A mirror is sent each lane in seq_id order, as an index takes them (a quorum queue's
+        # member writes every message to its index; a mirror that pages, the rest): what is in
+        # memory up to a lane's paged part now, the paged part read back from the index, then
+        # what is in memory after it (the lane's tail), once that lane's paged part is sent.
+        after = {p: lane.page_after for p, lane in enumerate(core.lanes) if lane.paged}
+        first, behind = [], {}
+        for x in core.messages():
+            if x.priority in after and x.seq_id > after[x.priority]:
+                behind.setdefault(x.priority, []).append(x)
+            else:
+                first.append(x)
+        self.mirrors.join(msg.mirror, msg.member, first, now, more=bool(core.paged))
         if core.paged:
-            # each lane's paged part, up to its tail (in memory, sent above; when persistent
-            # it follows the paged part in the index too)
+            # each lane's paged part, up to its tail (in memory: `behind`; when persistent it
+            # follows the paged part in the index too)
             lanes = [(p, lane.page_after, core.ready[p].tail[0].seq_id if core.ready[p].tail
                       else None) for p, lane in enumerate(core.lanes) if lane.paged]
-            self.sync = {"mirror": msg.mirror, "lanes": lanes, "stash": [], "sent": 0}
+            self.sync = {"mirror": msg.mirror, "lanes": lanes, "stash": [], "sent": 0,
+                         "behind": behind}
             self._sync_next()
 
     def _sync_next(self) -> None:
@@ -469,6 +481,10 @@ class Queue(LightActor):
             sync["lanes"][0] = (msg.priority, entries[-1][0].seq_id, stop)
         if stop == 0 or not entries and not msg.dropped:
             sync["lanes"].pop(0)
+            tail = sync["behind"].pop(msg.priority, None)
+            if tail:
+                self.mirrors.sync_messages(sync["mirror"], tail, now_ms())
+                sync["sent"] += len(tail)
         self._sync_next()
 
     def _release(self, confirms) -> None:

@@ -137,7 +137,7 @@ def test_a_mirrored_queue_pages_and_a_promoted_mirror_delivers_everything__R1(tm
     transient, in memory and paged out on the mirror) in order."""
     from tests.integration.cluster.nodes import Nodes
     cfg = tmp_path / "paging.toml"
-    cfg.write_text("queue_page_bytes = 32768\nqueue_page_size = 50\n")
+    cfg.write_text("queue_page_bytes = 32768\nqueue_page_size = 10\n")
     nodes = Nodes(tmp_path, 3, "--config", str(cfg))
     try:
         pad = b"." * 994
@@ -148,11 +148,18 @@ def test_a_mirrored_queue_pages_and_a_promoted_mirror_delivers_everything__R1(tm
             for i in range(1000):  # 30 times queue_page_bytes: the master pages
                 ch.basic_publish("", "hp.deep", b"%06d" % i + pad,
                                  pika.BasicProperties(delivery_mode=1 + i % 2))
+            for i in range(40):  # memory below queue_page_bytes: a page read back (10)
+                method, _, body = ch.basic_get("hp.deep")
+                assert int(body[:6]) == i
+                ch.basic_ack(method.delivery_tag)
+            for i in range(1000, 1040):  # behind the paged part, in memory: the lane's tail
+                ch.basic_publish("", "hp.deep", b"%06d" % i + pad,
+                                 pika.BasicProperties(delivery_mode=1 + i % 2))
             # mirrors join now: what is paged out is synced to them from the master's index
             nodes[0].ctl("set_policy", "ha-all", "^hp\\.", '{"ha-mode": "all"}')
             nodes.wait(lambda: queue_row(nodes[1], "hp.deep").get("synced", "").count("node")
                        == 2, timeout=60, what="mirrors synchronised with the paged part")
-            for i in range(1000, 1500):  # the mirrors page these (their memory is full)
+            for i in range(1040, 1540):  # the mirrors page these (their memory is full)
                 ch.basic_publish("", "hp.deep", b"%06d" % i + pad,
                                  pika.BasicProperties(delivery_mode=1 + i % 2))
         nodes.kill9(0)
@@ -171,6 +178,6 @@ def test_a_mirrored_queue_pages_and_a_promoted_mirror_delivers_everything__R1(tm
                     break
                 got.append(int(body[:6]))
                 ch.basic_ack(method.delivery_tag)
-        assert got == list(range(1500))
+        assert got == list(range(40, 1540))
     finally:
         nodes.stop()

@@ -278,7 +278,7 @@ def test_members_synced_from_a_paged_leader_lead_with_every_message_in_order__C5
     deliver them in the order they were published."""
     from tests.integration.cluster.nodes import Nodes
     cfg = tmp_path / "paging.toml"
-    cfg.write_text("queue_page_bytes = 32768\nqueue_page_size = 50\n")
+    cfg.write_text("queue_page_bytes = 32768\nqueue_page_size = 10\n")
     nodes = Nodes(tmp_path, 3, "--config", str(cfg))
     try:
         leader = nodes.leader(0)
@@ -289,6 +289,13 @@ def test_members_synced_from_a_paged_leader_lead_with_every_message_in_order__C5
             ch.confirm_delivery()
             pad = b"." * 994
             for i in range(1000):  # 30 times queue_page_bytes: the leader pages
+                ch.basic_publish("", "qq.paged", b"%06d" % i + pad,
+                                 pika.BasicProperties(delivery_mode=1 + i % 2))
+            for i in range(40):  # memory below queue_page_bytes: a page read back (10)
+                method, _, body = ch.basic_get("qq.paged")
+                assert int(body[:6]) == i
+                ch.basic_ack(method.delivery_tag)
+            for i in range(1000, 1010):  # behind the paged part, in memory: the lane's tail
                 ch.basic_publish("", "qq.paged", b"%06d" % i + pad,
                                  pika.BasicProperties(delivery_mode=1 + i % 2))
         members = _members(row["mirrors"])
@@ -315,6 +322,6 @@ def test_members_synced_from_a_paged_leader_lead_with_every_message_in_order__C5
                     break
                 got.append(int(body[:6]))
                 ch.basic_ack(method.delivery_tag)
-        assert got == list(range(1000)), (len(got), got[:20])
+        assert got == list(range(40, 1010)), (len(got), got[:20], got[-20:])
     finally:
         nodes.stop()
