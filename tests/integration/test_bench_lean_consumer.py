@@ -24,6 +24,19 @@ PREFETCH = 100
 DEADLINE = 60.0          # s: a wedged consumer fails here instead of hanging the suite
 
 
+def _settled_count(target, codec, queue, still_s=1.0, deadline=DEADLINE):
+    """The queue's message count once two reads still_s apart agree."""
+    end = time.monotonic() + deadline
+    last = _queue_count(target, codec, queue)
+    while time.monotonic() < end:
+        time.sleep(still_s)
+        now = _queue_count(target, codec, queue)
+        if now == last:
+            return now
+        last = now
+    raise AssertionError(f"the count of {queue} kept changing for {deadline} s")
+
+
 def _run_until(roles, done, deadline=DEADLINE):
     """bench/deep_queue.py's phase(): run_loop in 0.5 s steps until done() or the deadline."""
     end = time.monotonic() + deadline
@@ -64,8 +77,10 @@ def test_deep_queue_drain_after_confirming_producer_closes_with_publishes_in_fli
     assert prod.nacked == 0
     in_flight = sum(u.outstanding for u in prod.unconfirmed.values())
     prod.conn.close()                  # with up to 2 x 2000 publishes not confirmed yet
-    # every confirmed message is in the queue (C1); the unconfirmed ones may be too
-    ready = _queue_count(target, codec, qname)
+    # every confirmed message is in the queue (C1); the unconfirmed ones may be too. Those
+    # reach the queue after the close (it does not wait for them: under load a count read at
+    # once missed 65 of them), so the count is read once it holds still
+    ready = _settled_count(target, codec, qname)
     assert prod.confirmed <= ready <= prod.confirmed + in_flight
     cons = setup_role(target, codec, _consumer_spec(qname))
     try:
