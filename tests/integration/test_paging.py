@@ -124,6 +124,43 @@ def test_paged_queue_survives_kill9_without_its_transient_messages__C8(node):
     verify_store(tmp_path / "data")
 
 
+def test_a_mixed_tail_behind_the_paged_part_is_confirmed_and_survives_kill9__R1_C8(tmp_path):
+    """Messages that come while a durable queue has a paged part but memory is low again wait
+    in memory behind it (the lane's tail); the persistent ones are written as they come. A tail
+    of transient and persistent ones used to break the backing queue once memory filled again
+    (the tail spilled its transient ones behind persistent ones already in the index, out of
+    seq_id order): the publisher's confirms stopped for good. Every publish is confirmed,
+    the queue delivers in order, and after kill -9 the persistent ones come back, the transient
+    ones do not. (Pages smaller than memory's limit: what a page brings back leaves room.)"""
+    cfg = tmp_path / "leveret.toml"
+    cfg.write_text("queue_page_bytes = 65536\nqueue_page_size = 10\n")
+    broker = Broker.start_leveret(tmp_path, "--config", str(cfg))
+    try:
+        conn = broker.connection()
+        ch = conn.channel()
+        _fill(ch, "tail", 1000)                  # 15 times queue_page_bytes: paged
+        for i in range(150):                     # memory low: pages of 10 read back
+            method, _, body = ch.basic_get("tail")
+            assert int(body[:6]) == i
+            ch.basic_ack(method.delivery_tag)
+        for i in range(1000, 1200):              # the tail, then memory full: the tail spills
+            ch.basic_publish("", "tail", b"%06d" % i + b"." * 994,
+                             pika.BasicProperties(delivery_mode=1 + i % 2))
+        assert ch.queue_declare("tail", durable=True, passive=True).method.message_count == 1050
+        broker.kill9()
+        verify_store(tmp_path / "data")
+        broker = Broker.start_leveret(tmp_path, "--config", str(cfg), port=broker.port)
+        conn = broker.connection()
+        ch = conn.channel()
+        ch.basic_qos(prefetch_count=50)
+        got = [i for i, _ in _drain(ch, "tail")]
+        assert got == list(range(150, 1000)) + [i for i in range(1000, 1200) if i % 2]
+        conn.close()
+    finally:
+        broker.stop()
+    verify_store(tmp_path / "data")
+
+
 def _fill_transient(ch, queue, n):
     ch.confirm_delivery()
     ch.queue_declare(queue)  # not durable
