@@ -98,15 +98,32 @@ class Storage:
                 return True
             for bq in members:
                 bq.staged = False
+            failed = []  # backing queues whose writes raised: taken out, refused
+            while True:
+                bq = None
+                try:
+                    if members:
+                        with self.begin(write=True) as txn:
+                            for bq in members:
+                                bq.write_staged(txn)
+                        self.flushes += 1
+                    ok = True
+                    break
+                except lmdb.MapFullError:
+                    ok = False
+                    break
+                except Exception:
+                    if bq is None:
+                        raise
+                    # an index refusing an entry (a bug, never expected): one queue's failure
+                    # must not abort the group's transaction for good and leave every queue
+                    # of the process without its confirms; the others are written again
+                    log.exception("queue '%s' in vhost '%s': its index refused this flush's "
+                                  "writes; its publishes are refused, the other queues' "
+                                  "written", bq.qname, bq.vhost)
+                    members.remove(bq)
+                    failed.append(bq)
             acked = [bq for bq in members if bq.pending_acks]
-            try:
-                with self.begin(write=True) as txn:
-                    for bq in members:
-                        bq.write_staged(txn)
-                ok = True
-                self.flushes += 1
-            except lmdb.MapFullError:
-                ok = False
             if not ok and acked:
                 # a full map: the acks alone first (deleting needs pages too, copy-on-write,
                 # but frees more than it takes), then the publishes in what they freed
@@ -133,6 +150,8 @@ class Storage:
                           self.config.storage_map_size, self.env.path())
         for bq in members:
             bq.flushed(ok)
+        for bq in failed:
+            bq.flushed(False)  # its publishes refused (nacked); its acks wait for the next flush
         return ok
 
     def usage(self) -> float:

@@ -89,6 +89,33 @@ def test_one_flush_writes_every_staged_queue_of_the_process(tmp_path, monkeypatc
     assert [m.seq_id for p in ref_b.of(Persisted) for m in p.msgs] == [1, 2]
 
 
+def test_a_queue_whose_index_refuses_a_write_is_refused_alone(tmp_path, monkeypatch):
+    """An index refuses an entry it cannot take (seq_id not above its last: a bug, as the
+    spilled tail's once was). That queue's publishes are refused (Refused: nacked); the
+    group's transaction is written again without it, so the other queues of the process get
+    their confirms. Before, the whole transaction aborted, every queue's writes were dropped
+    unanswered and the backing queue that ran the flush died."""
+    from actors.messages import Refused
+    config, s = _storage(tmp_path, monkeypatch)
+    a, ref_a = _bq(config, "a")
+    b, ref_b = _bq(config, "b")
+    a.on_receive(Persist([_msg(5)]))
+    a.on_receive(_Sync())
+    a.on_receive(Persist([_msg(3)]))   # below 5: the index raises ValueError
+    b.on_receive(Persist([_msg(1), _msg(2)]))
+    a.on_receive(_Sync())              # a runs the flush: it does not die
+    assert _live(s, b) == [1, 2] and _live(s, a) == [5]
+    flushes = s.flushes
+    b.on_receive(_Sync())              # on disk already: confirmed without a transaction
+    assert s.flushes == flushes
+    assert [m.seq_id for p in ref_b.of(Persisted) for m in p.msgs] == [1, 2]
+    assert [m.seq_id for r in ref_a.of(Refused) for m in r.msgs] == [3]
+    assert [m.seq_id for p in ref_a.of(Persisted) for m in p.msgs] == [5]
+    a.on_receive(Persist([_msg(6)]))   # and it goes on
+    a.on_receive(_Sync())
+    assert _live(s, a) == [5, 6]
+
+
 def test_an_ack_after_the_flush_is_written_with_the_next_one(tmp_path, monkeypatch):
     config, s = _storage(tmp_path, monkeypatch)
     bq, _ = _bq(config)
