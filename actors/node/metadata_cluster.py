@@ -904,7 +904,12 @@ class ClusterMixin:
                 log.warning("cluster: quorum queue '%s' in vhost '%s' restarts on %s, which "
                             "has the longest log (%s)", q["name"], q["vhost"],
                             self._member_name(winner), answers)
-                self._change(["queue_put", dict(q, electing=False, address=None)])
+                # the next epoch too: its messages from now on must compare above those a
+                # member that did not vote may hold beyond its log's end (the restarted
+                # leader numbers from its own index's end, which a member may have passed:
+                # Raft's new term for a leader elected again)
+                self._change(["queue_put", dict(q, electing=False, address=None,
+                                                epoch=int(q.get("epoch") or 0) + 1)])
             else:
                 log.warning("cluster: quorum queue '%s' in vhost '%s' moves to its member on "
                             "%s, which has the longest log (%s)", q["name"], q["vhost"],
