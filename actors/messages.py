@@ -321,9 +321,23 @@ class ReplyCheck(NamedTuple):
 
 # --- mirrored queues (actors/queue/mirror.py) -----------------------------------------------
 class MirrorJoin(NamedTuple):
-    """Mirror -> master: add me; answered with a MirrorPublish(reset=True) of everything."""
+    """Mirror -> master: add me; answered with a MirrorPublish(reset=True) of everything, or
+    (a quorum queue's member offering the log it kept, quorum_log.offer, of the master's
+    epoch) of everything after `last`, with MirrorKeep naming the kept ones it still holds."""
     mirror: str  # the mirror's address
     member: str  # its cluster member id
+    epoch: int = -1  # the offered log's epoch (-1: none offered)
+    last: int = -1  # the offered log's last seq_id
+
+
+class MirrorKeep(NamedTuple):
+    """Master -> a joining quorum member whose offered log (up to `upto`) it accepted, before
+    the reset batch and before each page of the sync: of the member's messages up to `upto`,
+    these the master still holds; the member keeps them (it deletes the others once the sync
+    is done)."""
+    master: str
+    upto: int
+    seq_ids: list
 
 
 class MirrorPublish(NamedTuple):
@@ -599,6 +613,15 @@ class LogBarrier:
     __slots__ = ()
 
 
+class KeepOnly:
+    """Mirror -> BackingQueue (local only): of the index's entries up to `upto`, delete those
+    not in `keep` (a kept log's messages its master no longer holds)."""
+    __slots__ = ("upto", "keep")
+
+    def __init__(self, upto: int, keep):
+        self.upto, self.keep = upto, keep
+
+
 class CheckMaster:
     """QueueHost -> Mirror: the queue's definition changed; join again if its master moved."""
     __slots__ = ()
@@ -798,6 +821,7 @@ _TYPES: list[type] = [
     MetaApplied, MirrorJoin, MirrorPublish, MirrorForget, MirrorAck, PeerApplied,
     ResourceAlarm, DirectReply, ReplyCheck, QueueStats, ConnectionStats, ForceClose,
     WorkerStats, WorkerUp, Pause, NodeStats, MirrorSynced, LogQuery, LogPosition,
+    MirrorKeep,
 ]
 _TAG = {cls: i for i, cls in enumerate(_TYPES)}
 _HAS_BODIES = {cls: cls._fields[-1] == "bodies" for cls in _TYPES}
@@ -884,7 +908,8 @@ def _spec(cls: type) -> tuple:
     checks = [(i + 1, _wire_type(cls.__annotations__[f])) for i, f in enumerate(cls._fields)
               if f != "bodies"]
     checks = [(i, t) for i, t in checks if t is not None]
-    ints = {Confirm: "seqs", Settle: "seq_ids", MirrorForget: "seq_ids"}.get(cls)
+    ints = {Confirm: "seqs", Settle: "seq_ids", MirrorForget: "seq_ids",
+            MirrorKeep: "seq_ids"}.get(cls)
     items = {Publish: _publish_items, Deliver: _deliver_items, MirrorPublish: _mirror_items,
              GetReply: _deliver_items, DirectReply: _one_body}.get(cls)
     return (cls, lo + 1, n + 1, tuple((i, t) for i, t in checks if i <= lo),

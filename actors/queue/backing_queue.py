@@ -52,7 +52,7 @@ from pykka import ActorDeadError
 
 from actors import events
 from actors.queue import quorum_log
-from actors.messages import (DeleteIndex, DropPaged, Forget, LogBarrier, PageIn, Paged, PagedDropped,
+from actors.messages import (DeleteIndex, DropPaged, Forget, KeepOnly, LogBarrier, PageIn, Paged, PagedDropped,
                              Persist, Persisted, PurgeAfter, RecordDelivery, Recover, Recovered,
                              Refused, Stored)
 from actors.core import quorum
@@ -172,6 +172,8 @@ class BackingQueue(LightActor):
                 self._purge_after(msg.after_seq, msg.priority)
             elif isinstance(msg, DeleteIndex):
                 self._delete()
+            elif isinstance(msg, KeepOnly):
+                self._keep_only(msg.upto, msg.keep)
             elif isinstance(msg, LogBarrier):
                 self._tell(msg)  # (everything before it is done)
         finally:
@@ -572,6 +574,32 @@ class BackingQueue(LightActor):
             if not self._write(write):
                 return
             self.storage.trim()
+            after = seqs[-1]
+
+    def _keep_only(self, upto: int, keep) -> None:
+        """A quorum member's kept log, synchronised: of the entries up to `upto`, delete those
+        not in `keep` (its master no longer holds them), PURGE_STEP per transaction."""
+        self._flush()
+        index = self._lane(0)
+        store = self.storage.msg_store
+        after = -1
+        while True:
+            with self.storage.begin() as txn:
+                seqs = list(islice(index.live_seq_ids(txn, after), PURGE_STEP))
+            if not seqs:
+                return
+            gone = [seq for seq in seqs if seq <= upto and seq not in keep]
+            if gone:
+                def write(txn, gone=gone):
+                    released = index.ack(txn, gone)
+                    if released:
+                        store.release(txn, released)
+
+                if not self._write(write):
+                    return
+                self.storage.trim()
+            if seqs[-1] >= upto:
+                return
             after = seqs[-1]
 
     # --- reading back ---------------------------------------------------------------------------

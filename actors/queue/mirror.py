@@ -115,17 +115,29 @@ class Masters:
             for addr in self.mirrors:
                 self.send(addr, m.MirrorForget(self.address, [], after_seq, priority))
 
-    def sync_page(self, mirror: str, items: list, bodies: list) -> None:
+    def sync_page(self, mirror: str, items: list, bodies: list) -> int:
         """Part of a joining mirror's sync: paged-out messages read back (no batch of its own:
-        the mirror is synchronised once it acknowledges `sync_done`'s)."""
-        if mirror in self.mirrors:
-            self.send(mirror, m.MirrorPublish(self.address, self.batch, False, items, bodies))
+        the mirror is synchronised once it acknowledges `sync_done`'s). Of a kept log's part,
+        only which ones are still here (MirrorKeep). -> how many were sent."""
+        st = self.mirrors.get(mirror)
+        if st is None:
+            return 0
+        upto = st["upto"]
+        if upto >= 0 and items and items[0][0] <= upto:
+            self.send(mirror, m.MirrorKeep(self.address, upto,
+                                           [it[0] for it in items if it[0] <= upto]))
+            bodies = [b for it, b in zip(items, bodies) if it[0] > upto]
+            items = [it for it in items if it[0] > upto]
+            if not items:
+                return 0
+        self.send(mirror, m.MirrorPublish(self.address, self.batch, False, items, bodies))
+        return len(items)
 
-    def sync_messages(self, mirror: str, messages: list, now_ms: int) -> None:
+    def sync_messages(self, mirror: str, messages: list, now_ms: int) -> int:
         """Part of a joining mirror's sync: messages in memory behind a lane's paged part (its
         tail), sent once that paged part has been."""
-        self.sync_page(mirror, [self._item(x, now_ms) for x in messages],
-                       [x.body for x in messages])
+        return self.sync_page(mirror, [self._item(x, now_ms) for x in messages],
+                              [x.body for x in messages])
 
     def sync_done(self, mirror: str) -> None:
         """Every paged-out message went to the joining mirror: one more (empty) batch for every
@@ -168,14 +180,21 @@ class Masters:
                                         self.needed)
 
     def join(self, mirror: str, member: str, messages: list, now_ms: int,
-             more: bool = False) -> None:
+             more: bool = False, upto: int = -1) -> None:
         """A mirror joins: it is sent what the master holds in memory; `more`: paged-out
-        messages follow (sync_page), and sync_done ends the sync."""
+        messages follow (sync_page), and sync_done ends the sync. `upto` >= 0: a quorum
+        member keeps its log up to that seq_id (this epoch's: what it holds there is what the
+        master sent it): of those, it is told which are still here (MirrorKeep, always sent:
+        it says the offer was taken), not sent them again."""
         self.flush()
         self.batch += 1
+        if upto >= 0:
+            self.send(mirror, m.MirrorKeep(self.address, upto,
+                                           [x.seq_id for x in messages if x.seq_id <= upto]))
+            messages = [x for x in messages if x.seq_id > upto]
         items = [self._item(x, now_ms) for x in messages]
         self.mirrors[mirror] = {"member": member, "acked": self.batch - 1,
-                                "sync_batch": None if more else self.batch}
+                                "sync_batch": None if more else self.batch, "upto": upto}
         if self.needed is not None and not more:  # (before the batch it names)
             self.send(mirror, m.MirrorSynced(self.address, self.batch))
         self.send(mirror, m.MirrorPublish(self.address, self.batch, True, items,
@@ -259,6 +278,12 @@ class Mirror(LightActor):
         self.last_acked = 0  # durably: the last batch acknowledged to the current master
         self.dropping = 0  # durably: index drops the backing queue has not done yet (the
         #                    marker is written only after them: LogBarrier comes back)
+        self.held_ack = 0  # durably: the batch ending our sync, acknowledged once the drop
+        #                    or prune before it is done and the marker written
+        self.offered = -1  # durably: last seq_id of the kept log our MirrorJoin offered
+        self.keep: set | None = None  # durably: kept seq_ids the master still holds (a
+        #                               keeping sync, until its prune)
+        self.keep_upto = -1  # durably: the end of the kept log being synchronised
 
     def on_start(self):
         if self.qdef["durable"] and not self.durably:
@@ -379,6 +404,10 @@ class Mirror(LightActor):
             last = self.acks.popleft()[0]
         if last is not None and not self.broken:
             self.last_acked = last
+            if self.dropping and self.sync_batch and self.sync_master == self.master \
+                    and last >= self.sync_batch:
+                self.held_ack = last  # (LogBarrier: the marker first, then this)
+                return
             self._maybe_complete()  # on disk before the acknowledgement that makes us count
             self.transport.send(self.master, m.MirrorAck(self.address, last))
 
@@ -395,9 +424,59 @@ class Mirror(LightActor):
         """Our log is dropped (a resync, the queue gone): no complete log here from now on (on
         disk first), then the index."""
         quorum_log.mark_incomplete(self.config, self.vhost, self.qname)
+        self.keep = None
         self.dropping += 1
         self._bq().tell(m.DeleteIndex())
         self._bq().tell(m.LogBarrier())  # comes back once the drop is done
+
+    def _reset(self, msg) -> bool:
+        """A live master (re)syncs us: its reset batch. Our log is kept when the master took
+        the one we offered (its MirrorKeep came first): complete up to the offer's end until
+        the sync is done (a partial marker), pruned then of what the master no longer holds.
+        Otherwise it is dropped. False: the master kept a log we did not offer (we cannot
+        append to what we dropped): we ask for everything again."""
+        keeping = self.keep is not None and self.keep_upto == self.offered >= 0
+        self.held.clear()
+        self.acks.clear()
+        self.unsynced.clear()
+        self.broken = False
+        self.last_acked = 0
+        self.held_ack = 0
+        if not (self.sync_master == msg.master and self.sync_batch >= msg.batch):
+            self.sync_batch = 0  # (a MirrorSynced for this join comes first)
+        self.offered = -1
+        if keeping:
+            self.held.update(dict.fromkeys(self.keep, 0))
+            quorum_log.mark_partial(self.config, self.vhost, self.qname, self.epoch,
+                                    self.keep_upto)
+            log.info("mirror of quorum queue '%s' in vhost '%s': keeps its log up to %d, "
+                     "%d messages of it still in the queue", self.qname, self.vhost,
+                     self.keep_upto, len(self.keep))
+            return True
+        wrong = self.keep is not None  # (a MirrorKeep for a log we did not offer)
+        self._drop_log()
+        if wrong:
+            self.transport.send(self.master, m.MirrorJoin(self.address, self.member))
+            return False
+        return True
+
+    def _keep(self, msg) -> None:
+        """MirrorKeep: which of our kept log's messages the master still holds."""
+        if self.keep is None or msg.upto != self.keep_upto:  # the first, before the reset
+            self.keep, self.keep_upto = set(), msg.upto
+        self.keep.update(msg.seq_ids)
+        for seq in msg.seq_ids:
+            self.held[seq] = 0  # (a quorum queue has no priorities: lane 0)
+
+    def _prune_if_synced(self, batch: int) -> None:
+        """The batch that ends a keeping sync: every MirrorKeep came before it, so what the
+        master no longer holds of our kept log goes now (the marker waits: LogBarrier)."""
+        if self.keep is not None and self.sync_master == self.master and self.sync_batch \
+                and batch >= self.sync_batch:
+            keep, self.keep = self.keep, None
+            self.dropping += 1
+            self._bq().tell(m.KeepOnly(self.keep_upto, frozenset(keep)))
+            self._bq().tell(m.LogBarrier())
 
     def _forget_durably(self, msg) -> None:
         gone = [_Stored(seq, self.held.pop(seq)) for seq in msg.seq_ids if seq in self.held]
@@ -414,26 +493,35 @@ class Mirror(LightActor):
         q = self.host.replica.queue(self.vhost, self.qname)
         addr = q.get("address") if q else None
         if addr and addr != self.master and addr != self.address:
+            fresh = not self.master and self.bq is None  # (nothing written since we started)
             self.master = addr
             self.epoch = int(q.get("epoch") or 0)
             self.last_acked = 0
-            self.transport.send(addr, m.MirrorJoin(self.address, self.member))
+            self.held_ack = 0
+            self.offered = -1
+            self.keep = None
+            if self.durably and fresh:
+                kept = quorum_log.offer(self.config, self.vhost, self.qname)
+                if kept is not None and kept[0] == self.epoch:
+                    self.offered = kept[1]  # the log we kept, of this master's epoch
+            self.transport.send(addr, m.MirrorJoin(self.address, self.member,
+                                                   self.epoch if self.offered >= 0 else -1,
+                                                   self.offered))
 
     def on_receive(self, msg):
         try:
             if isinstance(msg, m.MirrorPublish) and self.durably:
                 if msg.master != self.master:
                     return
-                if msg.reset:  # (re)joined a live master: it sends us its whole log again
-                    self.held.clear()
-                    self.acks.clear()
-                    self.unsynced.clear()
-                    self.broken = False
-                    self.last_acked = 0
-                    if not (self.sync_master == msg.master and self.sync_batch >= msg.batch):
-                        self.sync_batch = 0  # (a MirrorSynced for this join comes first)
-                    self._drop_log()
+                # (re)joined a live master: it sends us its whole log again, or what comes
+                # after the log we kept
+                if msg.reset and not self._reset(msg):
+                    return
+                self._prune_if_synced(msg.batch)
                 self._take_durably(msg.batch, msg.items, msg.bodies)
+            elif isinstance(msg, m.MirrorKeep) and self.durably:
+                if msg.master == self.master:
+                    self._keep(msg)
             elif isinstance(msg, m.MirrorSynced) and self.durably:
                 if msg.master == self.master:
                     self.sync_master, self.sync_batch = msg.master, msg.batch
@@ -441,6 +529,9 @@ class Mirror(LightActor):
             elif isinstance(msg, m.LogBarrier) and self.durably:
                 self.dropping -= 1
                 self._maybe_complete()
+                if not self.dropping and self.held_ack and not self.broken:
+                    last, self.held_ack = self.held_ack, 0
+                    self.transport.send(self.master, m.MirrorAck(self.address, last))
             elif isinstance(msg, m.DeleteIndex) and self.durably:
                 self._drop_log()  # (QueueHost: the queue is gone, or our log no longer counts)
             elif isinstance(msg, m.Persisted) and self.durably:
@@ -449,6 +540,9 @@ class Mirror(LightActor):
                 log.error("mirror of quorum queue '%s' in vhost '%s': its index refused %d "
                           "messages (disk full): it acknowledges nothing until it rejoins",
                           self.qname, self.vhost, len(msg.msgs))
+                # what it writes after them would make its log's end claim them: no complete
+                # log here (no vote to lead) until a master resyncs it
+                quorum_log.mark_incomplete(self.config, self.vhost, self.qname)
                 self.broken = True
                 self._synced(msg.msgs)
             elif isinstance(msg, m.MirrorForget) and self.durably:

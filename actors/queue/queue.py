@@ -440,7 +440,10 @@ class Queue(LightActor):
                 behind.setdefault(x.priority, []).append(x)
             else:
                 first.append(x)
-        self.mirrors.join(msg.mirror, msg.member, first, now, more=bool(core.paged))
+        # a quorum member offering the log it kept of this epoch (seq_ids this master gave)
+        upto = msg.last if self.mirrors.needed is not None and msg.epoch == self.epoch \
+            and 0 <= msg.last < core.next_seq else -1
+        self.mirrors.join(msg.mirror, msg.member, first, now, more=bool(core.paged), upto=upto)
         if core.paged:
             # each lane's paged part, up to its tail (in memory: `behind`; when persistent it
             # follows the paged part in the index too)
@@ -473,18 +476,16 @@ class Queue(LightActor):
             entries = [x for x in entries if x[0].seq_id < stop]  # the tail: sent already
             stop = 0  # this lane is done
         if entries:
-            self.mirrors.sync_page(sync["mirror"], [
+            sync["sent"] += self.mirrors.sync_page(sync["mirror"], [
                 [e.seq_id, e.exchange, e.routing_key, e.props_raw, persistent, e.priority,
                  e.expires_at, e.msg_id] for e, _, persistent in entries],
                 [body for _, body, _ in entries])
-            sync["sent"] += len(entries)
             sync["lanes"][0] = (msg.priority, entries[-1][0].seq_id, stop)
         if stop == 0 or not entries and not msg.dropped:
             sync["lanes"].pop(0)
             tail = sync["behind"].pop(msg.priority, None)
             if tail:
-                self.mirrors.sync_messages(sync["mirror"], tail, now_ms())
-                sync["sent"] += len(tail)
+                sync["sent"] += self.mirrors.sync_messages(sync["mirror"], tail, now_ms())
         self._sync_next()
 
     def _release(self, confirms) -> None:

@@ -11,7 +11,14 @@ under way, or nothing), so the member may vote but not lead (actors/core/quorum.
 
 The end of the log is the index's next_seq_id - 1: the highest seq_id ever written and synced
 there (the leader numbers messages in order, and a member writes them in that order), which
-acks do not lower. `position` is read by the node's metadata actor (a read transaction of the
+acks do not lower.
+
+A member whose node restarted offers a live leader of the same epoch the log it kept
+(`offer`); the leader then sends only what comes after it (and which of the kept messages it
+still holds), as Raft keeps a follower's log and appends what it lacks. Meanwhile the marker is
+*partial* (`mark_partial`): the index holds a complete log up to `last` only, whatever the
+sync writes after it, and that is the position the member votes with; the sync's end makes it
+complete again. `position` is read by the node's metadata actor (a read transaction of the
 node's LMDB environment): RabbitMQ's Raft compares (last term, last index) the same way.
 """
 
@@ -37,7 +44,17 @@ def mark_complete(config, vhost: str, name: str, epoch: int) -> None:
     """This node's index of the queue holds a complete log of the leader of `epoch` (synced
     before this returns: the acknowledgement or the start that depends on it comes after).
     Nothing is written when the marker says so already (a leader restarting where it was)."""
-    if epoch_of(config, vhost, name) == int(epoch):
+    _write(config, vhost, name, {"epoch": int(epoch)})
+
+
+def mark_partial(config, vhost: str, name: str, epoch: int, last: int) -> None:
+    """The index holds a complete log of the leader of `epoch` up to seq_id `last` (a kept log
+    being synchronised: what the sync writes after `last` does not count yet)."""
+    _write(config, vhost, name, {"epoch": int(epoch), "last": int(last)})
+
+
+def _write(config, vhost: str, name: str, marker: dict) -> None:
+    if _read(config, vhost, name) == marker:
         return
     folder = _dir(config)
     os.makedirs(folder, mode=0o700, exist_ok=True)
@@ -45,10 +62,22 @@ def mark_complete(config, vhost: str, name: str, epoch: int) -> None:
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.write(fd, json.dumps({"epoch": int(epoch)}).encode())
+        os.write(fd, json.dumps(marker).encode())
     finally:
         os.close(fd)
     atomic_replace(tmp, path)
+
+
+def _read(config, vhost: str, name: str) -> dict | None:
+    try:
+        with open(_path(config, vhost, name), "rb") as f:
+            marker = json.loads(f.read())
+        int(marker["epoch"])
+        if "last" in marker:
+            int(marker["last"])
+        return marker
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return None
 
 
 def mark_incomplete(config, vhost: str, name: str) -> None:
@@ -63,24 +92,46 @@ def mark_incomplete(config, vhost: str, name: str) -> None:
 
 
 def epoch_of(config, vhost: str, name: str) -> int | None:
-    """The epoch of the complete log this node holds of the queue, None when it holds none."""
-    try:
-        with open(_path(config, vhost, name), "rb") as f:
-            return int(json.loads(f.read())["epoch"])
-    except (FileNotFoundError, ValueError, KeyError, TypeError):
-        return None
+    """The epoch of the (complete or partial) log this node holds of the queue, None when it
+    holds none."""
+    marker = _read(config, vhost, name)
+    return None if marker is None else int(marker["epoch"])
 
 
-def position(config, vhost: str, name: str) -> list | None:
-    """[epoch, last seq_id written and synced] of this node's complete log of the queue, or
-    None (no complete log here)."""
-    epoch = epoch_of(config, vhost, name)
-    if epoch is None:
-        return None
+def is_partial(config, vhost: str, name: str) -> bool:
+    marker = _read(config, vhost, name)
+    return marker is not None and "last" in marker
+
+
+def _last_written(config, vhost: str, name: str) -> int:
     storage = Storage.of(config)
     with storage.begin() as txn:
         nxt = QueueIndex.next_seq_id_of(storage.env, txn, queue_id(vhost, name))
-    return [epoch, max(nxt - 1, 0)]
+    return max(nxt - 1, 0)
+
+
+def position(config, vhost: str, name: str) -> list | None:
+    """[epoch, last seq_id] of the log this node holds complete of the queue (the last written
+    and synced; a partial log's `last`), or None (no complete log here)."""
+    marker = _read(config, vhost, name)
+    if marker is None:
+        return None
+    if "last" in marker:
+        return [int(marker["epoch"]), int(marker["last"])]
+    return [int(marker["epoch"]), _last_written(config, vhost, name)]
+
+
+def offer(config, vhost: str, name: str) -> list | None:
+    """[epoch, last] of a log a leader of that epoch may append to (Mirror's join), or None: a
+    complete log, or a partial one with nothing written after its `last` (a sync that wrote
+    more and was cut short leaves an index a leader could not append to in order)."""
+    marker = _read(config, vhost, name)
+    if marker is None:
+        return None
+    last = _last_written(config, vhost, name)
+    if "last" in marker and int(marker["last"]) != last:
+        return None
+    return [int(marker["epoch"]), last]
 
 
 def drop_stale(config, keep: set) -> list:

@@ -325,3 +325,61 @@ def test_members_synced_from_a_paged_leader_lead_with_every_message_in_order__C5
         assert got == list(range(40, 1010)), (len(got), got[:20], got[-20:])
     finally:
         nodes.stop()
+
+
+def test_a_member_resyncing_after_a_restart_keeps_its_log_when_the_leader_dies__C5(tmp_path):
+    """Issue 15 (Raft keeps a follower's log): L leads, A and B are members; B lags (its queue
+    workers stopped) while 2,000 publishes are confirmed by L and A. A's node restarts and A
+    rejoins L, whose queue has paged out, so the sync takes a while (a page of one message at
+    a time); L's node is killed -9 as soon as A has taken L's answer (its complete-log marker
+    changed). A member that dropped its log to resync it could not lead (its log incomplete),
+    and B, which never got the messages, led: every one only L and A had was lost. A keeps its
+    log (it offers it; L sends only what follows it), votes with it, leads, and every
+    confirmed message is delivered."""
+    from actors.queue.storage import queue_id
+    from tests.integration.cluster.nodes import Nodes
+    cfg = tmp_path / "paging.toml"
+    cfg.write_text("queue_page_bytes = 262144\nqueue_page_size = 1\n")
+    nodes = Nodes(tmp_path, 3, "--config", str(cfg))
+    stopped = []
+    try:
+        leader = nodes.leader(0)
+        with nodes[leader].connection() as c:
+            c.channel().queue_declare("qq.keep", durable=True, arguments=QQ)
+        row = _synced(nodes, leader, "qq.keep", 2)
+        a, b = _members(row["mirrors"])
+        stopped = list(nodes[b].queue_worker_pids().values())
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        confirmed = set()
+        with nodes[leader].connection() as c:
+            ch = c.channel()
+            ch.confirm_delivery()
+            for i in range(2000):
+                ch.basic_publish("", "qq.keep", b"%d" % i + b" " * 4000,
+                                 pika.BasicProperties(delivery_mode=2))
+                confirmed.add(i)
+        marker = nodes[a].data_dir / "messages" / "quorum" / queue_id("/", "qq.keep").hex()
+        complete = marker.read_bytes()
+        nodes.kill9(a)
+        nodes.start(a)
+        # L's answer taken: the marker gone (a dropped log) or partial (a kept one)
+        deadline = time.monotonic() + 60
+        while marker.exists() and marker.read_bytes() == complete:
+            assert time.monotonic() < deadline, "A took no answer from L"
+            time.sleep(0.002)  # (L's sync of its paged part takes a while; be well inside it)
+        nodes.kill9(leader)
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+        stopped = []
+        old = f"leveret@node{leader + 1}"
+        nodes.wait(lambda: (r := nodes.queue_status(a).get("qq.keep")) and r["master"] != old
+                   and r["running"] == "true", timeout=60, what="a member of qq.keep elected")
+        got = nodes.drain(a, "qq.keep")
+        missing = confirmed - got
+        assert not missing, f"{len(missing)} of {len(confirmed)} confirmed messages lost, " \
+                            f"e.g. {sorted(missing)[:10]}; {queue_row(nodes[a], 'qq.keep')}"
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+        nodes.stop()

@@ -135,3 +135,23 @@ def test_quorum_unsynchronised_mirror_does_not_count():
     assert ms.acked("tcp://a:1#q", ms.batch) == []  # still syncing
     ms.sync_done("tcp://a:1#q")
     assert ms.acked("tcp://a:1#q", ms.batch) == [("ch", [1])]
+
+
+def test_a_kept_log_is_told_what_is_still_here_and_sent_only_what_follows():
+    """A quorum member offering its log up to seq 3 of this epoch: MirrorKeep (always, before
+    the reset batch) names the queued ones up to 3; the reset batch and the pages of a paged
+    sync carry only what follows 3 (a page wholly kept sends no MirrorPublish)."""
+    w = Wire()
+    ms = Masters(lambda a, x: w.sent.append((a, x)), "tcp://h:1#q", w.synced.append, needed=1)
+    ms.join("tcp://a:1#q", "A", [msg(2), msg(4)], 0, more=True, upto=3)
+    assert [(x.upto, x.seq_ids) for _, x in w.of(m.MirrorKeep)] == [(3, [2])]
+    [(_, reset)] = w.of(m.MirrorPublish)
+    assert reset.reset and [it[0] for it in reset.items] == [4] and reset.bodies == [b"body4"]
+    assert w.sent.index(w.of(m.MirrorKeep)[0]) < w.sent.index((_, reset))
+    ms.sync_page("tcp://a:1#q", [[1] + [0] * 7, [3] + [0] * 7], [b"1", b"3"])  # all kept
+    ms.sync_page("tcp://a:1#q", [[3] + [0] * 7, [5] + [0] * 7], [b"3", b"5"])
+    assert [x.seq_ids for _, x in w.of(m.MirrorKeep)] == [[2], [1, 3], [3]]
+    assert [[it[0] for it in x.items] for _, x in w.of(m.MirrorPublish)] == [[4], [5]]
+    assert w.of(m.MirrorPublish)[-1][1].bodies == [b"5"]
+    ms.join("tcp://b:1#q", "B", [msg(2)], 0)  # nothing offered: everything, no MirrorKeep
+    assert len(w.of(m.MirrorKeep)) == 3 and [it[0] for it in w.of(m.MirrorPublish)[-1][1].items] == [2]

@@ -142,10 +142,14 @@ def test_a_member_keeps_its_log_at_start_and_marks_it_complete_once_synced(tmp_p
     mirror.on_receive(m.MirrorPublish(MASTER, 1, True, [], []))
     assert [type(x) for x in bq.got] == [m.DeleteIndex, m.LogBarrier]
     assert quorum_log.epoch_of(config, "/", "q") is None  # gone before the index is dropped
+    # (its epoch, 2, is not the master's, 3: nothing was offered, everything is sent again)
+    assert host.transport.sent[0][1][2:] == (-1, -1)
     acks = [x for _, x in host.transport.sent if isinstance(x, m.MirrorAck)]
-    assert [a.batch for a in acks] == [1]
+    assert acks == []  # the batch that makes it count waits for its marker
     mirror.on_receive(m.LogBarrier())  # the drop is done: the log is whole (epoch 3)
     assert quorum_log.epoch_of(config, "/", "q") == 3
+    acks = [x for _, x in host.transport.sent if isinstance(x, m.MirrorAck)]
+    assert [a.batch for a in acks] == [1]
 
 
 def test_a_member_syncing_a_paged_master_is_complete_at_the_sync_done_batch(tmp_path,
@@ -176,3 +180,78 @@ def test_a_member_whose_queue_is_gone_drops_its_log(tmp_path, monkeypatch):
     mirror.on_receive(m.DeleteIndex())
     assert quorum_log.epoch_of(config, "/", "q") is None
     assert [type(x) for x in bq.got] == [m.DeleteIndex, m.LogBarrier]
+
+
+def _published(bq, seqs):
+    """What a member's backing queue was given to write and syncs: Persisted back."""
+    return [msg for x in bq.got if isinstance(x, Persist) for msg in x.msgs
+            if msg.seq_id in seqs]
+
+
+def test_a_member_of_the_masters_epoch_keeps_its_log_and_is_sent_only_what_follows(tmp_path,
+                                                                                   monkeypatch):
+    """Raft keeps a follower's log: a member whose node restarted offers the log it kept (of
+    the master's epoch, 3); the master takes it (MirrorKeep first: which of it is still
+    queued) and sends only what follows. Meanwhile the member votes with its kept log's end
+    (a partial marker); at the sync's end it prunes what the master no longer holds, and only
+    then is its log complete and its acknowledgement sent."""
+    config, host, mirror, bq = _mirror(tmp_path, monkeypatch)
+    real = BackingQueue(_Ref(), {"durable": True, "vhost": "/", "name": "q",
+                                 "arguments": QQ}, config, mirror=True)
+    real.on_receive(Persist([_msg(s) for s in (1, 2, 3, 4)]))
+    real.on_receive(_Sync())
+    quorum_log.mark_complete(config, "/", "q", 3)
+    mirror.on_start()
+    join = host.transport.sent[-1][1]
+    assert (join.epoch, join.last) == (3, 4)   # offered: its log of epoch 3, up to 4
+    mirror.on_receive(m.MirrorKeep(MASTER, 4, [2, 4]))  # 1 and 3 were acked meanwhile
+    mirror.on_receive(m.MirrorSynced(MASTER, 1))
+    item = [5, "", "q", b"", True, 0, 0, b"m" * 16]
+    mirror.on_receive(m.MirrorPublish(MASTER, 1, True, [item], [b"x"]))
+    assert not any(isinstance(x, m.DeleteIndex) for x in bq.got)  # kept
+    assert quorum_log.position(config, "/", "q") == [3, 4]  # its vote: the kept log's end
+    keep = [x for x in bq.got if isinstance(x, m.KeepOnly)]
+    assert [(k.upto, sorted(k.keep)) for k in keep] == [(4, [2, 4])]
+    for x in bq.got:  # the backing queue does what it was told, in order
+        if not isinstance(x, (m.LogBarrier, Persist)):
+            real.on_receive(x)
+    real.on_receive(Persist(_published(bq, {5})))
+    real.on_receive(_Sync())
+    with real.storage.begin() as txn:
+        assert [e.seq_id for e in real.index.read(txn, -1, 100)] == [2, 4, 5]
+    mirror.on_receive(m.LogBarrier())  # the prune is done
+    assert [x for _, x in host.transport.sent if isinstance(x, m.MirrorAck)] == []
+    assert quorum_log.is_partial(config, "/", "q")  # 5 is not on disk yet
+    mirror.on_receive(m.Persisted(_published(bq, {5})))
+    acks = [x.batch for _, x in host.transport.sent if isinstance(x, m.MirrorAck)]
+    assert acks == [1] and quorum_log.position(config, "/", "q") == [3, 5]
+    assert not quorum_log.is_partial(config, "/", "q")
+    # the master forgets a kept one: it leaves the index with the next flush
+    mirror.on_receive(m.MirrorForget(MASTER, [2]))
+    assert [x.msgs[0].seq_id for x in bq.got if isinstance(x, Forget)] == [2]
+
+
+def test_a_log_of_another_epoch_or_cut_short_is_not_offered(tmp_path, monkeypatch):
+    config, _ = _storage(tmp_path, monkeypatch)
+    bq = BackingQueue(_Ref(), {"durable": True, "vhost": "/", "name": "q", "arguments": QQ},
+                      config, mirror=True)
+    bq.on_receive(Persist([_msg(s) for s in (1, 2, 3)]))
+    bq.on_receive(_Sync())
+    assert quorum_log.offer(config, "/", "q") is None  # no marker: nothing complete
+    quorum_log.mark_partial(config, "/", "q", 3, 3)
+    assert quorum_log.offer(config, "/", "q") == [3, 3]
+    bq.on_receive(Persist([_msg(7)]))  # a keeping sync wrote past its kept log, then stopped
+    bq.on_receive(_Sync())
+    assert quorum_log.position(config, "/", "q") == [3, 3]  # its vote: still the kept end
+    assert quorum_log.offer(config, "/", "q") is None  # a master could not append after 3
+
+
+def test_a_member_told_to_keep_a_log_it_did_not_offer_drops_it_and_asks_again(tmp_path,
+                                                                              monkeypatch):
+    config, host, mirror, bq = _mirror(tmp_path, monkeypatch)
+    mirror.on_start()  # nothing kept: nothing offered
+    mirror.on_receive(m.MirrorKeep(MASTER, 9, [8]))
+    mirror.on_receive(m.MirrorPublish(MASTER, 1, True, [], []))
+    assert [type(x) for x in bq.got] == [m.DeleteIndex, m.LogBarrier]
+    joins = [x for _, x in host.transport.sent if isinstance(x, m.MirrorJoin)]
+    assert len(joins) == 2 and joins[-1][2:] == (-1, -1)
