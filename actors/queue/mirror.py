@@ -456,6 +456,9 @@ class Mirror(LightActor):
         wrong = self.keep is not None  # (a MirrorKeep for a log we did not offer)
         self._drop_log()
         if wrong:
+            # nothing acknowledged (nor marked complete) until the reset of the join we ask
+            # for again: the batches of this one lack what it did not resend
+            self.broken = True
             self.transport.send(self.master, m.MirrorJoin(self.address, self.member))
             return False
         return True

@@ -154,4 +154,5 @@ def test_a_kept_log_is_told_what_is_still_here_and_sent_only_what_follows():
     assert [[it[0] for it in x.items] for _, x in w.of(m.MirrorPublish)] == [[4], [5]]
     assert w.of(m.MirrorPublish)[-1][1].bodies == [b"5"]
     ms.join("tcp://b:1#q", "B", [msg(2)], 0)  # nothing offered: everything, no MirrorKeep
-    assert len(w.of(m.MirrorKeep)) == 3 and [it[0] for it in w.of(m.MirrorPublish)[-1][1].items] == [2]
+    assert len(w.of(m.MirrorKeep)) == 3
+    assert [it[0] for it in w.of(m.MirrorPublish)[-1][1].items] == [2]

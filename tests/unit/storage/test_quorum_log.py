@@ -255,3 +255,15 @@ def test_a_member_told_to_keep_a_log_it_did_not_offer_drops_it_and_asks_again(tm
     assert [type(x) for x in bq.got] == [m.DeleteIndex, m.LogBarrier]
     joins = [x for _, x in host.transport.sent if isinstance(x, m.MirrorJoin)]
     assert len(joins) == 2 and joins[-1][2:] == (-1, -1)
+    mirror.on_receive(m.LogBarrier())
+    mirror.on_receive(m.MirrorSynced(MASTER, 2))  # batches of the first join: no ack, no
+    item = [5, "", "q", b"", True, 0, 0, b"m" * 16]  # marker (what it skipped is missing)
+    mirror.on_receive(m.MirrorPublish(MASTER, 2, False, [item], [b"x"]))
+    mirror.on_receive(m.Persisted([x for x in bq.got if isinstance(x, Persist)][0].msgs))
+    assert not any(isinstance(x, m.MirrorAck) for _, x in host.transport.sent)
+    assert quorum_log.epoch_of(config, "/", "q") is None
+    mirror.on_receive(m.MirrorSynced(MASTER, 3))  # the join asked again: everything
+    mirror.on_receive(m.MirrorPublish(MASTER, 3, True, [], []))
+    mirror.on_receive(m.LogBarrier())
+    assert [x.batch for _, x in host.transport.sent if isinstance(x, m.MirrorAck)] == [3]
+    assert quorum_log.epoch_of(config, "/", "q") == 3
