@@ -554,9 +554,19 @@ class BackingQueue(LightActor):
                             len(pers), sum(e.body_size for e in pers))
 
     def _purge_after(self, after: int, priority: int = 0) -> None:
-        """Ack every entry after `after`, PURGE_STEP per transaction (the map trimmed after
-        each): a deep queue's purge in one transaction held every page of its index dirty and
-        mapped."""
+        """Ack every entry after `after`."""
+        self._ack_live(priority, after, lambda seqs: seqs)
+
+    def _keep_only(self, upto: int, keep) -> None:
+        """A quorum member's kept log, synchronised: of the entries up to `upto`, delete those
+        not in `keep` (its master no longer holds them)."""
+        self._ack_live(0, -1, lambda seqs: [s for s in seqs if s <= upto and s not in keep],
+                       upto)
+
+    def _ack_live(self, priority: int, after: int, pick, upto: int | None = None) -> None:
+        """Ack the live entries after `after` (up to `upto`) that `pick` takes of each step,
+        PURGE_STEP per transaction, the map trimmed after each: a deep queue's purge in one
+        transaction held every page of its index dirty and mapped."""
         self._flush()
         store = self.storage.msg_store
         index = self._lane(priority)
@@ -565,30 +575,7 @@ class BackingQueue(LightActor):
                 seqs = list(islice(index.live_seq_ids(txn, after), PURGE_STEP))
             if not seqs:
                 return
-
-            def write(txn):
-                released = index.ack(txn, seqs)
-                if released:
-                    store.release(txn, released)
-
-            if not self._write(write):
-                return
-            self.storage.trim()
-            after = seqs[-1]
-
-    def _keep_only(self, upto: int, keep) -> None:
-        """A quorum member's kept log, synchronised: of the entries up to `upto`, delete those
-        not in `keep` (its master no longer holds them), PURGE_STEP per transaction."""
-        self._flush()
-        index = self._lane(0)
-        store = self.storage.msg_store
-        after = -1
-        while True:
-            with self.storage.begin() as txn:
-                seqs = list(islice(index.live_seq_ids(txn, after), PURGE_STEP))
-            if not seqs:
-                return
-            gone = [seq for seq in seqs if seq <= upto and seq not in keep]
+            gone = pick(seqs)
             if gone:
                 def write(txn, gone=gone):
                     released = index.ack(txn, gone)
@@ -598,7 +585,7 @@ class BackingQueue(LightActor):
                 if not self._write(write):
                     return
                 self.storage.trim()
-            if seqs[-1] >= upto:
+            if upto is not None and seqs[-1] >= upto:
                 return
             after = seqs[-1]
 

@@ -130,6 +130,27 @@ def test_kill9_of_the_masters_queue_worker_promotes_a_mirror__C6(nodes):
                what="the old home back as an in-sync mirror")
 
 
+PAGING = "queue_page_bytes = 32768\nqueue_page_size = 10\n"  # (1 KB messages: 32 in memory)
+
+
+def fill_paged_with_a_tail(ch, queue: str, tail: int) -> None:
+    """Through a confirming channel, under PAGING: 1,000 messages of 1 KB numbered 0-999
+    (transient and persistent in turn), 30 times queue_page_bytes: the queue pages; 40 taken
+    back (pages of 10 read back leave memory below the budget); then `tail` more numbered
+    from 1,000, which wait in memory behind the paged part (the lane's tail)."""
+    pad = b"." * 994
+    for i in range(1000):
+        ch.basic_publish("", queue, b"%06d" % i + pad,
+                         pika.BasicProperties(delivery_mode=1 + i % 2))
+    for i in range(40):
+        method, _, body = ch.basic_get(queue)
+        assert int(body[:6]) == i
+        ch.basic_ack(method.delivery_tag)
+    for i in range(1000, 1000 + tail):
+        ch.basic_publish("", queue, b"%06d" % i + pad,
+                         pika.BasicProperties(delivery_mode=1 + i % 2))
+
+
 def test_a_mirrored_queue_pages_and_a_promoted_mirror_delivers_everything__R1(tmp_path):
     """Issue 12 item 1: paging is on in a cluster. The master pages past queue_page_bytes;
     mirrors that join a master with a paged part are synced from its index, and page too;
@@ -137,7 +158,7 @@ def test_a_mirrored_queue_pages_and_a_promoted_mirror_delivers_everything__R1(tm
     transient, in memory and paged out on the mirror) in order."""
     from tests.integration.cluster.nodes import Nodes
     cfg = tmp_path / "paging.toml"
-    cfg.write_text("queue_page_bytes = 32768\nqueue_page_size = 10\n")
+    cfg.write_text(PAGING)
     nodes = Nodes(tmp_path, 3, "--config", str(cfg))
     try:
         pad = b"." * 994
@@ -145,16 +166,7 @@ def test_a_mirrored_queue_pages_and_a_promoted_mirror_delivers_everything__R1(tm
             ch = c.channel()
             ch.confirm_delivery()
             ch.queue_declare("hp.deep", durable=True)  # home: node 1, no mirror yet
-            for i in range(1000):  # 30 times queue_page_bytes: the master pages
-                ch.basic_publish("", "hp.deep", b"%06d" % i + pad,
-                                 pika.BasicProperties(delivery_mode=1 + i % 2))
-            for i in range(40):  # memory below queue_page_bytes: a page read back (10)
-                method, _, body = ch.basic_get("hp.deep")
-                assert int(body[:6]) == i
-                ch.basic_ack(method.delivery_tag)
-            for i in range(1000, 1040):  # behind the paged part, in memory: the lane's tail
-                ch.basic_publish("", "hp.deep", b"%06d" % i + pad,
-                                 pika.BasicProperties(delivery_mode=1 + i % 2))
+            fill_paged_with_a_tail(ch, "hp.deep", 40)
             # mirrors join now: what is paged out is synced to them from the master's index
             nodes[0].ctl("set_policy", "ha-all", "^hp\\.", '{"ha-mode": "all"}')
             nodes.wait(lambda: queue_row(nodes[1], "hp.deep").get("synced", "").count("node")

@@ -14,7 +14,7 @@ import time
 import pika
 import pytest
 
-from tests.integration.cluster.test_mirrored import queue_row
+from tests.integration.cluster.test_mirrored import PAGING, fill_paged_with_a_tail, queue_row
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -161,6 +161,18 @@ def _members(cell: str) -> list[int]:
     return [int(n) - 1 for n in re.findall(r"leveret@node(\d+)", cell)]
 
 
+def _new_queue_of_three(nodes, name: str) -> tuple[int, int, int]:
+    """A quorum queue declared on the Raft leader's node (so that killing the others starts no
+    election), its two members synchronised: the node indexes of L, A (the oldest member: the
+    heir of the old rule) and B."""
+    leader = nodes.leader(0)
+    with nodes[leader].connection() as c:
+        c.channel().queue_declare(name, durable=True, arguments=QQ)
+    row = _synced(nodes, leader, name, 2)
+    a, b = _members(row["mirrors"])
+    return leader, a, b
+
+
 def _confirmed_while_stopped(nodes, leader: int, queue: str, stopped: list) -> set:
     """B lags: its queue workers (`stopped`) get SIGSTOP, so what the leader L sends B waits in
     L's memory, while 300 x 40 KiB persistent messages are published to `queue` through L with
@@ -190,11 +202,7 @@ def test_two_failures_in_a_row_lose_no_confirmed_message__C5(nodes):
     held for it. A Raft queue elects the member with the longest log among a majority of
     members (A and B answer: A), or waits; promoting the oldest synchronised mirror (B) lost
     every confirmed message B had not received."""
-    leader = nodes.leader(0)
-    with nodes[leader].connection() as c:
-        c.channel().queue_declare("qq.heir", durable=True, arguments=QQ)  # L: the leader's node
-    row = _synced(nodes, leader, "qq.heir", 2)
-    a, b = _members(row["mirrors"])  # A: the heir (oldest), B: the other
+    leader, a, b = _new_queue_of_three(nodes, "qq.heir")  # L, A (the oldest), B
     stopped = list(nodes[b].queue_worker_pids().values())
     try:
         confirmed = _confirmed_while_stopped(nodes, leader, "qq.heir", stopped)
@@ -229,11 +237,7 @@ def test_without_a_majority_of_its_logs_a_quorum_queue_waits__C5(tmp_path):
     nodes = Nodes(tmp_path, 5, "--conn-workers", "1", "--queue-workers", "1")
     stopped = []
     try:
-        leader = nodes.leader(0)
-        with nodes[leader].connection() as c:
-            c.channel().queue_declare("qq.wait", durable=True, arguments=QQ)
-        row = _synced(nodes, leader, "qq.wait", 2)
-        a, b = _members(row["mirrors"])
+        leader, a, b = _new_queue_of_three(nodes, "qq.wait")  # L, A (the oldest), B
         stopped = list(nodes[b].queue_worker_pids().values())
         confirmed = _confirmed_while_stopped(nodes, leader, "qq.wait", stopped)
         nodes.kill9(a)
@@ -278,7 +282,7 @@ def test_members_synced_from_a_paged_leader_lead_with_every_message_in_order__C5
     deliver them in the order they were published."""
     from tests.integration.cluster.nodes import Nodes
     cfg = tmp_path / "paging.toml"
-    cfg.write_text("queue_page_bytes = 32768\nqueue_page_size = 10\n")
+    cfg.write_text(PAGING)
     nodes = Nodes(tmp_path, 3, "--config", str(cfg))
     try:
         leader = nodes.leader(0)
@@ -287,17 +291,7 @@ def test_members_synced_from_a_paged_leader_lead_with_every_message_in_order__C5
             ch.queue_declare("qq.paged", durable=True, arguments=QQ)
             row = _synced(nodes, leader, "qq.paged", 2)
             ch.confirm_delivery()
-            pad = b"." * 994
-            for i in range(1000):  # 30 times queue_page_bytes: the leader pages
-                ch.basic_publish("", "qq.paged", b"%06d" % i + pad,
-                                 pika.BasicProperties(delivery_mode=1 + i % 2))
-            for i in range(40):  # memory below queue_page_bytes: a page read back (10)
-                method, _, body = ch.basic_get("qq.paged")
-                assert int(body[:6]) == i
-                ch.basic_ack(method.delivery_tag)
-            for i in range(1000, 1010):  # behind the paged part, in memory: the lane's tail
-                ch.basic_publish("", "qq.paged", b"%06d" % i + pad,
-                                 pika.BasicProperties(delivery_mode=1 + i % 2))
+            fill_paged_with_a_tail(ch, "qq.paged", 10)  # the leader pages, with a tail
         members = _members(row["mirrors"])
         for i in members:  # each rejoins the paged leader and syncs from memory, then its index
             nodes.kill9(i)
@@ -343,11 +337,7 @@ def test_a_member_resyncing_after_a_restart_keeps_its_log_when_the_leader_dies__
     nodes = Nodes(tmp_path, 3, "--config", str(cfg))
     stopped = []
     try:
-        leader = nodes.leader(0)
-        with nodes[leader].connection() as c:
-            c.channel().queue_declare("qq.keep", durable=True, arguments=QQ)
-        row = _synced(nodes, leader, "qq.keep", 2)
-        a, b = _members(row["mirrors"])
+        leader, a, b = _new_queue_of_three(nodes, "qq.keep")  # L, A (the oldest), B
         stopped = list(nodes[b].queue_worker_pids().values())
         for pid in stopped:
             os.kill(pid, signal.SIGSTOP)
