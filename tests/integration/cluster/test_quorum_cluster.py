@@ -173,6 +173,18 @@ def _new_queue_of_three(nodes, name: str) -> tuple[int, int, int]:
     return leader, a, b
 
 
+def _elected_delivers_all(nodes, leader: int, a: int, name: str, confirmed: set) -> None:
+    """Once a member other than L's (node `leader`, killed) leads `name`, every confirmed
+    message is drained through node `a`."""
+    old = f"leveret@node{leader + 1}"
+    nodes.wait(lambda: (r := nodes.queue_status(a).get(name)) and r["master"] != old
+               and r["running"] == "true", timeout=60, what=f"a member of {name} elected")
+    got = nodes.drain(a, name)
+    missing = confirmed - got
+    assert not missing, f"{len(missing)} of {len(confirmed)} confirmed messages lost, " \
+                        f"e.g. {sorted(missing)[:10]}; elected: {queue_row(nodes[a], name)}"
+
+
 def _confirmed_while_stopped(nodes, leader: int, queue: str, stopped: list) -> set:
     """B lags: its queue workers (`stopped`) get SIGSTOP, so what the leader L sends B waits in
     L's memory, while 300 x 40 KiB persistent messages are published to `queue` through L with
@@ -216,13 +228,7 @@ def test_two_failures_in_a_row_lose_no_confirmed_message__C5(nodes):
     finally:
         for pid in stopped:
             os.kill(pid, signal.SIGCONT)
-    old = f"leveret@node{leader + 1}"
-    nodes.wait(lambda: (r := nodes.queue_status(a).get("qq.heir")) and r["master"] != old
-               and r["running"] == "true", timeout=60, what="a member of qq.heir promoted")
-    got = nodes.drain(a, "qq.heir")
-    missing = confirmed - got
-    assert not missing, f"{len(missing)} of {len(confirmed)} confirmed messages lost, " \
-                        f"e.g. {sorted(missing)[:10]}; promoted: {queue_row(nodes[a], 'qq.heir')}"
+    _elected_delivers_all(nodes, leader, a, "qq.heir", confirmed)
 
 
 def test_without_a_majority_of_its_logs_a_quorum_queue_waits__C5(tmp_path):
@@ -362,13 +368,7 @@ def test_a_member_resyncing_after_a_restart_keeps_its_log_when_the_leader_dies__
         for pid in stopped:
             os.kill(pid, signal.SIGCONT)
         stopped = []
-        old = f"leveret@node{leader + 1}"
-        nodes.wait(lambda: (r := nodes.queue_status(a).get("qq.keep")) and r["master"] != old
-                   and r["running"] == "true", timeout=60, what="a member of qq.keep elected")
-        got = nodes.drain(a, "qq.keep")
-        missing = confirmed - got
-        assert not missing, f"{len(missing)} of {len(confirmed)} confirmed messages lost, " \
-                            f"e.g. {sorted(missing)[:10]}; {queue_row(nodes[a], 'qq.keep')}"
+        _elected_delivers_all(nodes, leader, a, "qq.keep", confirmed)
     finally:
         for pid in stopped:
             os.kill(pid, signal.SIGCONT)
