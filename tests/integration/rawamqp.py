@@ -221,7 +221,9 @@ class RawClient:
             ch, f = self.read_frame(timeout)
             if skip_heartbeats and isinstance(f, Heartbeat):
                 continue
-            assert isinstance(f, cls), f"expected {cls.__name__}, got {f!r} on channel {ch}"
+            if not isinstance(f, cls):
+                why = f" {f.reply_code} {f.reply_text!r}" if hasattr(f, "reply_code") else ""
+                raise AssertionError(f"expected {cls.__name__}, got {f!r}{why} on channel {ch}")
             if channel is not None:
                 assert ch == channel, f"expected channel {channel}, got {ch} for {f!r}"
             return f

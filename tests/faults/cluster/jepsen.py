@@ -322,8 +322,10 @@ def run_on(cluster: Cluster, plan: Plan, queue: str = QUEUE, log=print) -> Resul
         return Result(plan, report, settle_s, settle_failures, drained, problems, faults,
                       backlog, part.dropped() - dropped0 if part else 0, time.monotonic() - t_start,
                       cut_short, h.notes_text(), "" if not problems else nodes.logs(30))
-    except BaseException:
+    except BaseException as e:
         cluster.failed = True
+        if isinstance(e, Exception):  # (the nodes' view of what went wrong, with the error)
+            log(f"  {plan.nemesis}: {type(e).__name__}: {e}\n{nodes.logs(40)}")
         raise
     finally:
         for c in clients:
