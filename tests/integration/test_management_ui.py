@@ -172,9 +172,7 @@ def test_close_a_connection_from_the_connections_page(node, browser):
         go(browser, node, "#/connections")
         text_in(browser, "#connections-table", "ui-closable", timeout=30)
         shot(browser, node, "connections")
-        row = [r for r in browser.find_elements(By.CSS_SELECTOR, "#connections-table tbody tr")
-               if "ui-closable" in r.text][0]
-        row.find_element(By.CSS_SELECTOR, "button.close-connection").click()
+        _click_in_row(browser, "connections-table", "ui-closable", "button.close-connection")
         text_in(browser, "#toast", "Connection closed")
         with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as e:
             for _ in range(20):
@@ -340,8 +338,7 @@ def test_operator_policies_vhost_and_user_limits_from_the_admin_page(node, brows
     q = _api(node, "GET", "/queues/%2F/ui-capped-q")
     assert q["operator_policy"] == "ui-cap" and q["messages"] <= 2
     for table_id in ("operator-policies-table", "vhost-limits-table", "user-limits-table"):
-        row = [r for r in browser.find_elements(By.CSS_SELECTOR, f"#{table_id} tbody tr")][0]
-        row.find_element(By.TAG_NAME, "button").click()
+        _click_in_row(browser, table_id, "", "button")  # (its only row)
         wait(browser, lambda b, t=table_id: not b.find_elements(
             By.CSS_SELECTOR, f"#{t} tbody tr"))
     assert _api(node, "GET", "/operator-policies") == []
@@ -391,12 +388,7 @@ def test_bind_unbind_purge_and_delete_from_a_queue_s_page(node, browser):
     browser.find_element(By.ID, "purge-queue").click()
     text_in(browser, "#toast", "Queue purged")
     text_in(browser, "#queue-ready", "0", timeout=30)
-    def unbind(b):  # (asked again if the table re-rendered under the row found)
-        row = [r for r in b.find_elements(By.CSS_SELECTOR, "#queue-bindings tbody tr")
-               if "ui.#" in r.text][0]
-        row.find_element(By.TAG_NAME, "button").click()
-        return True
-    wait(browser, unbind)
+    _click_in_row(browser, "queue-bindings", "ui.#", "button")
     wait(browser, lambda b: "ui.#" not in b.find_element(By.ID, "queue-bindings").text)
     assert _api(node, "GET", "/bindings/%2F/e/amq.topic/q/ui-ops-q") == []
     shot(browser, node, "queue-ops")
