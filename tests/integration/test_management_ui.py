@@ -589,6 +589,13 @@ def _chart_series(browser, chart_id: str) -> dict:
         " data: Object.fromEntries(c.data.datasets.map(d => [d.label, d.data]))};", chart_id)
 
 
+def _chart_when(browser, chart_id: str, cond, timeout: float = 30):
+    """The chart's series once `cond` holds of them (asked again while the page redraws the
+    chart: between two draws there is none, which failed a loaded run)."""
+    return wait(browser, lambda b: (lambda s: s if s is not None and cond(s) else None)(
+        _chart_series(b, chart_id)), timeout)
+
+
 def test_the_overview_s_queued_messages_chart_plots_published_messages(node, browser):
     """Messages published and then fetched without ack show in the queued-messages chart's
     data (Chart.js' own datasets, not pixels): a point with the ready messages added, then one
@@ -604,16 +611,14 @@ def test_the_overview_s_queued_messages_chart_plots_published_messages(node, bro
         for _ in range(7):
             ch.basic_publish("", "ui-chart-q", b"charted")
         # (the queue's sample reaches the node within 1 s, the page samples every 5 s)
-        s = wait(browser, lambda b: (lambda s: s if max(s["data"]["Ready"]) >=
-                                     base["messages_ready"] + 7 else None)(
-            _chart_series(b, "chart-depth")), timeout=30)
+        s = _chart_when(browser, "chart-depth",
+                        lambda s: max(s["data"]["Ready"]) >= base["messages_ready"] + 7)
         assert s["title"] == "Queued messages"
         assert len(s["labels"]) == len(s["data"]["Ready"]) == len(s["data"]["Unacked"])
         for _ in range(3):
             assert ch.basic_get("ui-chart-q", auto_ack=False)[0] is not None
-        s = wait(browser, lambda b: (lambda s: s if max(s["data"]["Unacked"]) >=
-                                     base["messages_unacknowledged"] + 3 else None)(
-            _chart_series(b, "chart-depth")), timeout=30)
+        s = _chart_when(browser, "chart-depth", lambda s: max(s["data"]["Unacked"]) >=
+                        base["messages_unacknowledged"] + 3)
         totals = _api(node, "GET", "/overview")["queue_totals"]  # (nothing changed since)
         assert s["data"]["Ready"][-1] == totals["messages_ready"]
         assert s["data"]["Unacked"][-1] == totals["messages_unacknowledged"]
