@@ -297,6 +297,15 @@ def _click_in_row(browser, table_id: str, text: str, css: str) -> None:
     wait(browser, click)
 
 
+def _second_declare_refused(conn, allowed: str, refused: str, code: int, text: str) -> None:
+    """Through `conn`: queue `allowed` is declared, then `refused` is refused with code and
+    text (what the settings the UI made allow, and what they refuse)."""
+    conn.channel().queue_declare(allowed)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as e:
+        conn.channel().queue_declare(refused)
+    assert (e.value.reply_code, e.value.reply_text) == (code, text)
+
+
 def _no_toast(browser) -> None:
     """Once the last message has gone (it shows for 4 s)."""
     wait(browser, lambda b: not b.find_element(By.ID, "toast").is_displayed())
@@ -421,12 +430,9 @@ def test_users_and_permissions_from_the_admin_page__E3(node, browser):
     assert _api(node, "GET", "/permissions/%2F/ui-user") == {
         "user": "ui-user", "vhost": "/", "configure": "^ui-user-", "write": ".*", "read": ".*"}
     with node.connection(user="ui-user", password="ui-secret") as c:
-        c.channel().queue_declare("ui-user-q")
-        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as e:
-            c.channel().queue_declare("ui-other-q")
-        assert e.value.reply_code == 403
-        assert e.value.reply_text == ("ACCESS_REFUSED - access to queue 'ui-other-q' in vhost "
-                                      "'/' refused for user 'ui-user'")
+        _second_declare_refused(c, "ui-user-q", "ui-other-q", 403,
+                                "ACCESS_REFUSED - access to queue 'ui-other-q' in vhost '/' "
+                                "refused for user 'ui-user'")
     # a bad regex is refused with the broker's reason; the permission stays as it was
     fill(browser, "set-permission", user="ui-user", vhost="/", configure="(", write=".*",
          read=".*")
@@ -473,12 +479,9 @@ def test_a_virtual_host_its_permission_and_its_queue_limit_from_the_admin_page__
                                                             "value": {"max-queues": 1}}]
     shot(browser, node, "admin-vhosts")
     with node.connection(virtual_host="ui-vhost") as c:
-        c.channel().queue_declare("ui-vq1")
-        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as e:
-            c.channel().queue_declare("ui-vq2")
-        assert e.value.reply_code == 406
-        assert e.value.reply_text == ("PRECONDITION_FAILED - cannot declare queue 'ui-vq2': "
-                                      "queue limit in vhost 'ui-vhost' (1) is reached")
+        _second_declare_refused(c, "ui-vq1", "ui-vq2", 406,
+                                "PRECONDITION_FAILED - cannot declare queue 'ui-vq2': queue "
+                                "limit in vhost 'ui-vhost' (1) is reached")
     _click_in_row(browser, "vhosts-table", "ui-vhost", "button")
     _gone(browser, "vhosts-table", "ui-vhost")
     assert _status(node, "GET", "/vhosts/ui-vhost") == 404

@@ -8,30 +8,15 @@ Driven by calling the actors' on_receive directly (no scheduler, no sockets)."""
 from __future__ import annotations
 
 from actors import messages as m
-from actors.config import Config
 from actors.core.queue import Msg
 from actors.messages import Forget, Persist
 from actors.queue import quorum_log
 from actors.queue.backing_queue import BackingQueue, _Sync
 from actors.queue.mirror import Mirror
-from actors.queue.storage import Storage, queue_id
+from actors.queue.storage import queue_id
+from storage_fakes import Ref, storage
 
 QQ = {"x-queue-type": "quorum"}
-
-
-class _Ref:
-    def __init__(self):
-        self.got = []
-
-    def tell(self, msg):
-        self.got.append(msg)
-
-
-def _storage(tmp_path, monkeypatch):
-    config = Config(data_dir=str(tmp_path), storage_map_size=1 << 26)
-    s = Storage(config)
-    monkeypatch.setattr(Storage, "of", classmethod(lambda cls, c: s))
-    return config, s
 
 
 def _msg(seq):
@@ -39,9 +24,9 @@ def _msg(seq):
 
 
 def test_position_is_the_marker_epoch_and_the_last_seq_written(tmp_path, monkeypatch):
-    config, _ = _storage(tmp_path, monkeypatch)
+    config, _ = storage(tmp_path, monkeypatch)
     assert quorum_log.position(config, "/", "q") is None  # nothing here
-    ref = _Ref()
+    ref = Ref()
     bq = BackingQueue(ref, {"durable": True, "vhost": "/", "name": "q", "arguments": QQ},
                       config, mirror=True)
     bq.on_receive(Persist([_msg(s) for s in (1, 2, 3, 7)]))
@@ -59,9 +44,9 @@ def test_position_is_the_marker_epoch_and_the_last_seq_written(tmp_path, monkeyp
 
 def test_a_leaders_index_dropped_takes_its_marker_a_members_keeps_its_own(tmp_path,
                                                                           monkeypatch):
-    config, _ = _storage(tmp_path, monkeypatch)
+    config, _ = storage(tmp_path, monkeypatch)
     for name, mirror in (("leader", False), ("member", True)):
-        bq = BackingQueue(_Ref(), {"durable": True, "vhost": "/", "name": name,
+        bq = BackingQueue(Ref(), {"durable": True, "vhost": "/", "name": name,
                                    "arguments": QQ}, config, mirror=mirror)
         bq.on_receive(Persist([_msg(1)]))
         bq.on_receive(_Sync())
@@ -73,7 +58,7 @@ def test_a_leaders_index_dropped_takes_its_marker_a_members_keeps_its_own(tmp_pa
 
 
 def test_drop_stale_keeps_the_markers_of_queues_kept(tmp_path, monkeypatch):
-    config, _ = _storage(tmp_path, monkeypatch)
+    config, _ = storage(tmp_path, monkeypatch)
     quorum_log.mark_complete(config, "/", "kept", 1)
     quorum_log.mark_complete(config, "/", "gone", 1)
     assert quorum_log.drop_stale(config, {queue_id("/", "kept")}) == [queue_id("/", "gone")]
@@ -119,12 +104,12 @@ MASTER = "tcp://leader:1#q"
 
 
 def _mirror(tmp_path, monkeypatch):
-    config, _ = _storage(tmp_path, monkeypatch)
+    config, _ = storage(tmp_path, monkeypatch)
     qdef = {"vhost": "/", "name": "q", "durable": True, "arguments": QQ, "address": MASTER,
             "epoch": 3}
     host = _Host(config, qdef)
     mirror = Mirror(host, qdef, "me:2")
-    bq = _Ref()
+    bq = Ref()
     monkeypatch.setattr(mirror, "_bq", lambda: bq)
     return config, host, mirror, bq
 
@@ -196,7 +181,7 @@ def test_a_member_of_the_masters_epoch_keeps_its_log_and_is_sent_only_what_follo
     (a partial marker); at the sync's end it prunes what the master no longer holds, and only
     then is its log complete and its acknowledgement sent."""
     config, host, mirror, bq = _mirror(tmp_path, monkeypatch)
-    real = BackingQueue(_Ref(), {"durable": True, "vhost": "/", "name": "q",
+    real = BackingQueue(Ref(), {"durable": True, "vhost": "/", "name": "q",
                                  "arguments": QQ}, config, mirror=True)
     real.on_receive(Persist([_msg(s) for s in (1, 2, 3, 4)]))
     real.on_receive(_Sync())
@@ -232,8 +217,8 @@ def test_a_member_of_the_masters_epoch_keeps_its_log_and_is_sent_only_what_follo
 
 
 def test_a_log_of_another_epoch_or_cut_short_is_not_offered(tmp_path, monkeypatch):
-    config, _ = _storage(tmp_path, monkeypatch)
-    bq = BackingQueue(_Ref(), {"durable": True, "vhost": "/", "name": "q", "arguments": QQ},
+    config, _ = storage(tmp_path, monkeypatch)
+    bq = BackingQueue(Ref(), {"durable": True, "vhost": "/", "name": "q", "arguments": QQ},
                       config, mirror=True)
     bq.on_receive(Persist([_msg(s) for s in (1, 2, 3)]))
     bq.on_receive(_Sync())

@@ -7,36 +7,17 @@ from __future__ import annotations
 
 import os
 
-from actors.config import Config
 from actors.core.queue import Msg
 from actors.messages import Forget, Persist, Persisted, RecordDelivery, Stored
 from actors.queue.backing_queue import BackingQueue, _Sync
-from actors.queue.storage import Storage
 from protocol.properties import BasicProperties
+from storage_fakes import Ref, storage
 
 PERSISTENT = BasicProperties(delivery_mode=2).encode()
 
 
-class _QueueRef:
-    def __init__(self):
-        self.got = []
-
-    def tell(self, msg):
-        self.got.append(msg)
-
-    def of(self, kind):
-        return [m for m in self.got if isinstance(m, kind)]
-
-
-def _storage(tmp_path, monkeypatch):
-    config = Config(data_dir=str(tmp_path), storage_map_size=1 << 26)
-    s = Storage(config)
-    monkeypatch.setattr(Storage, "of", classmethod(lambda cls, c: s))
-    return config, s
-
-
 def _bq(config, name="q"):
-    ref = _QueueRef()
+    ref = Ref()
     bq = BackingQueue(ref, {"durable": True, "vhost": "/", "name": name}, config)
     return bq, ref
 
@@ -53,13 +34,13 @@ def _live(s, bq):
 
 def test_environment_is_opened_power_loss_safe(tmp_path, monkeypatch):
     """item 5: every commit syncs its data pages before the meta page that points at them."""
-    _, s = _storage(tmp_path, monkeypatch)
+    _, s = storage(tmp_path, monkeypatch)
     flags = s.env.flags()
     assert flags["sync"] and flags["metasync"] and not flags["readahead"]
 
 
 def test_a_message_acked_before_the_flush_is_never_written_but_confirmed(tmp_path, monkeypatch):
-    config, s = _storage(tmp_path, monkeypatch)
+    config, s = storage(tmp_path, monkeypatch)
     bq, ref = _bq(config)
     msgs = [_msg(i, size=5000 if i == 2 else 100) for i in (1, 2, 3)]  # 2: a msg_store body
     bq.on_receive(Persist(msgs))
@@ -76,7 +57,7 @@ def test_a_message_acked_before_the_flush_is_never_written_but_confirmed(tmp_pat
 
 
 def test_one_flush_writes_every_staged_queue_of_the_process(tmp_path, monkeypatch):
-    config, s = _storage(tmp_path, monkeypatch)
+    config, s = storage(tmp_path, monkeypatch)
     a, ref_a = _bq(config, "a")
     b, ref_b = _bq(config, "b")
     a.on_receive(Persist([_msg(1)]))
@@ -96,7 +77,7 @@ def test_a_queue_whose_index_refuses_a_write_is_refused_alone(tmp_path, monkeypa
     their confirms. Before, the whole transaction aborted, every queue's writes were dropped
     unanswered and the backing queue that ran the flush died."""
     from actors.messages import Refused
-    config, s = _storage(tmp_path, monkeypatch)
+    config, s = storage(tmp_path, monkeypatch)
     a, ref_a = _bq(config, "a")
     b, ref_b = _bq(config, "b")
     a.on_receive(Persist([_msg(5)]))
@@ -117,7 +98,7 @@ def test_a_queue_whose_index_refuses_a_write_is_refused_alone(tmp_path, monkeypa
 
 
 def test_an_ack_after_the_flush_is_written_with_the_next_one(tmp_path, monkeypatch):
-    config, s = _storage(tmp_path, monkeypatch)
+    config, s = storage(tmp_path, monkeypatch)
     bq, _ = _bq(config)
     m1, m2 = _msg(1), _msg(2)
     bq.on_receive(Persist([m1, m2]))
@@ -129,7 +110,7 @@ def test_an_ack_after_the_flush_is_written_with_the_next_one(tmp_path, monkeypat
 
 
 def test_deliver_flags_reach_the_index_by_the_publish_or_at_a_clean_stop(tmp_path, monkeypatch):
-    config, s = _storage(tmp_path, monkeypatch)
+    config, s = storage(tmp_path, monkeypatch)
     bq, _ = _bq(config)
     m1, m2 = _msg(1), _msg(2)
     bq.on_receive(Persist([m1]))
@@ -150,7 +131,7 @@ def test_an_ack_waiting_for_its_flush_survives_a_crash_through_the_ack_log(tmp_p
     """kill -9 between an ack and the next flush: the ack log (written to the page cache at
     once) is replayed at recovery, so the acked message does not come back (C8 tests)."""
     from actors.messages import Recover, Recovered
-    config, s = _storage(tmp_path, monkeypatch)
+    config, s = storage(tmp_path, monkeypatch)
     bq, _ = _bq(config)
     m1, m2 = _msg(1), _msg(2)
     bq.on_receive(Persist([m1, m2]))
@@ -167,7 +148,7 @@ def test_an_ack_waiting_for_its_flush_survives_a_crash_through_the_ack_log(tmp_p
 
 # --- priority queues: an index per priority (rabbit_priority_queue's `<name>\0<p>`) ----------
 def _pq(config, name="pq"):
-    ref = _QueueRef()
+    ref = Ref()
     bq = BackingQueue(ref, {"durable": True, "vhost": "/", "name": name,
                             "arguments": {"x-max-priority": 3}}, config)
     return bq, ref
@@ -193,7 +174,7 @@ def _lane_live(s, bq, p):
 
 
 def test_a_priority_queue_flush_writes_each_priority_into_its_own_index(tmp_path, monkeypatch):
-    config, s = _storage(tmp_path, monkeypatch)
+    config, s = storage(tmp_path, monkeypatch)
     bq, ref = _pq(config)
     bq.on_receive(Persist([_pmsg(1, 0), _pmsg(2, 3), _pmsg(3, 3), _pmsg(4, 0)]))
     assert _lane_live(s, bq, 0) == [] and _lane_live(s, bq, 3) == []  # staged
@@ -209,7 +190,7 @@ def test_a_priority_queue_flush_writes_each_priority_into_its_own_index(tmp_path
 
 
 def test_an_ack_cancels_a_staged_message_only_in_its_own_priority(tmp_path, monkeypatch):
-    config, s = _storage(tmp_path, monkeypatch)
+    config, s = storage(tmp_path, monkeypatch)
     bq, ref = _pq(config)
     bq.on_receive(Persist([_pmsg(1, 3), _pmsg(2, 0)]))
     bq.on_receive(Forget([_Stored(1, 0)]))  # seq_id 1 is not priority 0's: not cancelled
@@ -227,7 +208,7 @@ def test_the_ack_log_replays_acks_into_their_priority_index(tmp_path, monkeypatc
     """kill -9 between acks of several priorities and the next flush: recovery replays each
     ack into the index of its priority."""
     from actors.messages import Recover, Recovered
-    config, s = _storage(tmp_path, monkeypatch)
+    config, s = storage(tmp_path, monkeypatch)
     bq, _ = _pq(config)
     msgs = [_pmsg(1, 0), _pmsg(2, 3), _pmsg(3, 1), _pmsg(4, 3)]
     bq.on_receive(Persist(msgs))
