@@ -59,10 +59,18 @@ NFT_NOTE = @$(NFT_INSTALL) || echo "note: the partition nemeses of tests/faults/
 NFT_CHECK = @$(NFT_INSTALL) || { echo "make jepsen partitions loopback with nftables, as root: sudo apt-get install nftables, then sudo make jepsen"; exit 1; }
 
 # the suite runs amqplib programs (tests/clients/node, pinned by its package-lock.json) and
-# amqp091-go ones (tests/clients/go; skipped without Go and Debian's amqp091-go package)
+# amqp091-go ones (tests/clients/go, with Go and Debian's amqp091-go package)
 NODE_CLIENTS := tests/clients/node
 NODE_CHECK = @command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { echo "Node.js 18+ and npm are needed for the amqplib client tests (make test): sudo apt-get install nodejs npm"; exit 1; }
-GO_NOTE = @command -v go >/dev/null 2>&1 && test -d /usr/share/gocode/src/github.com/rabbitmq/amqp091-go || echo "note: the amqp091-go client tests will be skipped; to run them: sudo apt-get install golang-go golang-github-rabbitmq-amqp091-go-dev"
+# installed as root (as chromium is); otherwise `make test` says how and stops, so the Go client
+# tests never skip quietly
+GO_CHECK = @command -v go >/dev/null 2>&1 && test -d /usr/share/gocode/src/github.com/rabbitmq/amqp091-go || { \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing golang-go and amqp091-go for the Go client tests"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q golang-go golang-github-rabbitmq-amqp091-go-dev >/dev/null || \
+		{ apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+		  apt-get install -y -q golang-go golang-github-rabbitmq-amqp091-go-dev >/dev/null; } || exit 1; \
+	else echo "The Go client tests need Go and amqp091-go: sudo apt-get install golang-go golang-github-rabbitmq-amqp091-go-dev"; exit 1; fi; }
 
 # npm ci when node_modules is missing or older than the lock file
 $(NODE_CLIENTS)/node_modules/.package-lock.json: $(NODE_CLIENTS)/package-lock.json $(NODE_CLIENTS)/package.json
@@ -75,7 +83,7 @@ node-clients: $(NODE_CLIENTS)/node_modules/.package-lock.json
 test: venv node-clients
 	$(JAVA_CHECK)
 	$(BROWSER_CHECK)
-	$(GO_NOTE)
+	$(GO_CHECK)
 	$(NFT_NOTE)
 	$(BIN)/python -m pytest tests -n $(TEST_WORKERS) --dist loadfile
 

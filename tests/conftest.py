@@ -212,19 +212,20 @@ class Broker:
                     f"{broker.log_tail()}")
 
     def queue_worker_pids(self) -> dict[int, int]:
-        """{queue worker index: pid}, from `ps` of the node process's children."""
+        """{queue worker index: pid}, from the node's own record of its workers."""
         return self.worker_pids("queue")
 
     def worker_pids(self, kind: str) -> dict[int, int]:
-        """{index: pid} of the node's workers of this kind ("queue" or "conn")."""
-        out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(self.pid)],
-                             capture_output=True, text=True, check=True).stdout
-        pids = {}
-        for line in out.splitlines():
-            pid, _, args = line.strip().partition(" ")
-            if "actors.worker" in args and f"--kind {kind}" in args:
-                pids[int(args.split("--index")[1].split()[0])] = int(pid)
-        return pids
+        """{index: pid} of the node's running workers of this kind ("queue" or "conn"), as the
+        node records them in node.json whenever a worker starts or exits; a slot whose worker
+        is being restarted is left out."""
+        try:
+            info = json.loads((self.data_dir / "node.json").read_text())
+        except (OSError, ValueError):  # not written yet, or the node has stopped
+            return {}
+        if info.get("pid") != self.pid:
+            return {}  # an earlier incarnation's file: this node has not written its own yet
+        return {int(i): pid for i, pid in info["workers"][kind].items() if pid is not None}
 
     def kill9(self) -> None:
         """kill -9 of the node process (its workers die with it: PR_SET_PDEATHSIG)."""

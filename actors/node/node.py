@@ -10,7 +10,8 @@ listener): it owns
   netio loop and hands each client socket to a connection worker in turn
   (actors/connection/handoff.py), as ranch's acceptors do, counting the connections the workers
   hold for `max_connections`; the TLS handshake is the worker's;
-- the node file `<data_dir>/node.json` telling leveretctl where to reach the metadata actor.
+- the node file `<data_dir>/node.json` telling leveretctl where to reach the metadata actor,
+  and which process runs each worker slot now (rewritten whenever a worker starts or exits).
 """
 
 from __future__ import annotations
@@ -209,6 +210,7 @@ class Node:
                       [Slot("conn", i) for i in range(cfg.conn_workers)])
         for slot in self.slots:
             self._spawn(slot)
+        self._write_node_file()
         self._wait_ready()
         if not self.stopping.is_set():
             self._listen()
@@ -402,6 +404,7 @@ class Node:
                       describe_exit(code))
             self.metadata.tell(WorkerExited(slot.kind, slot.index, slot.endpoint))
             slot.proc = None
+            self._write_node_file()
             if slot.kind == "conn":
                 self.dealer.set(slot.index, None)  # no new connections to the dead worker
             if self.stopping.is_set():
@@ -418,6 +421,7 @@ class Node:
                 self.stopping.set()
                 return
             self._spawn(slot)
+            self._write_node_file()
 
     def _shutdown(self) -> None:
         if self.management is not None:
@@ -505,8 +509,14 @@ class Node:
                             "metadata")
 
     def _write_node_file(self) -> None:
+        """node.json, replaced atomically: where leveretctl reaches the node, and each worker
+        slot's running process ({kind: {index: pid or null}}), so tools find a worker through
+        the node's own record rather than by reading the process table."""
+        workers: dict = {"queue": {}, "conn": {}}
+        for slot in self.slots:
+            workers[slot.kind][str(slot.index)] = slot.proc.pid if slot.proc else None
         info = {"pid": os.getpid(), "host": self.config.host, "port": self.config.port,
-                "metadata": self._ctl_address(), "run_dir": self.run_dir}
+                "metadata": self._ctl_address(), "run_dir": self.run_dir, "workers": workers}
         path = os.path.join(self.config.data_dir, "node.json")
         with open(path + ".tmp", "w") as f:
             json.dump(info, f)

@@ -316,13 +316,29 @@ def test_unbind_of_missing_bindings(conn):
 
 
 # -- exchange types --------------------------------------------------------------------------------
+# each type's binding and a publish it routes: (binding key, binding arguments, routing key,
+# headers)
+_ROUTED_BY = {"direct": ("k", None, "k", None), "fanout": ("", None, "any", None),
+              "topic": ("a.*", None, "a.b", None),
+              "headers": ("", {"x-match": "all", "h": "v"}, "", {"h": "v"})}
+
+
 @pytest.mark.parametrize("kind", ["direct", "fanout", "topic", "headers"])
 def test_declare_each_built_in_type(conn, kind):
     ch = conn.channel()
     x = unique("x")
     ch.exchange_declare(x, kind, auto_delete=True)
     ch.exchange_declare(x, kind, passive=True)
+    key, args, rk, headers = _ROUTED_BY[kind]
+    q = declare(ch, unique("q"), exclusive=True)
+    ch.queue_bind(q, x, key, arguments=args)
+    ch.basic_publish(x, rk, b"routed", pika.BasicProperties(headers=headers))
+    wait_count(conn, q, 1)
+    assert get(ch, q, auto_ack=True).body == b"routed"
     ch.exchange_delete(x)
+    with pytest.raises(ChannelClosedByBroker) as ei:
+        ch.exchange_declare(x, kind, passive=True)
+    assert ei.value.reply_code == 404
 
 
 @pytest.mark.parametrize("kind", ["fanout2", "DIRECT", "x-consistent-hash", "x-random",
@@ -383,10 +399,17 @@ def test_invalid_expiration_strings(conn, value, text):
 
 @pytest.mark.parametrize("value", ["+5", "007", "0"])
 def test_expiration_strings_rabbitmq_accepts(conn, value):
+    # accepted and read as that many milliseconds: the message expires (dead-lettered, so the
+    # expiry is seen rather than inferred from an empty queue)
     ch = conn.channel()
-    q = declare(ch, unique("q"))
+    dlq = declare(ch, unique("dlq"))
+    q = declare(ch, unique("q"), arguments={"x-dead-letter-exchange": "",
+                                            "x-dead-letter-routing-key": dlq})
     ch.basic_publish("", q, b"x", pika.BasicProperties(expiration=value))
-    ch.queue_declare(q, passive=True)
+    wait_count(conn, dlq, 1)
+    assert ch.queue_declare(q, passive=True).method.message_count == 0
+    death = get(ch, dlq, auto_ack=True).properties.headers["x-death"][0]
+    assert (death["reason"], death["original-expiration"]) == ("expired", value)
 
 
 def test_per_message_ttl_expires_only_at_the_head(conn):
@@ -458,8 +481,15 @@ def test_tune_ok_above_the_server_limits_closes_the_socket__E2(broker, frame_max
 
 
 def test_tune_ok_below_the_server_limits_is_accepted(raw_factory):
+    # accepted, and the client's lower channel_max is the one the server then holds it to
     c = raw_factory(open_channel=False, frame_max=4096, channel_max=1)
     c.open_channel(1)
+    c.rpc(1, commands.Queue.Declare(queue="", exclusive=True), commands.Queue.DeclareOk)
+    c.send_method(2, commands.Channel.Open())
+    close = c.expect_connection_close()
+    assert (close.reply_code, close.reply_text) == (
+        530, "NOT_ALLOWED - number of channels opened (1) has reached the negotiated "
+             "channel_max (1)")
 
 
 def test_opening_more_channels_than_negotiated_is_530__E2(broker, raw_factory):

@@ -26,6 +26,8 @@ ERLANG = "an Erlang VM measure (process memory, reductions, garbage collector): 
 DETAILED = "not measured yet (docs/management.md, 'Not there yet'): absent rather than invented"
 STORAGE = "classic queue v1 storage internals (backing_queue_status): Leveret's storage " \
           "is not RabbitMQ's"
+QUORUM_LINKS = "a channel sends a quorum queue's publishes to its leader over the queue link " \
+               "(docs/cluster.md), not as Raft commands of its own: nothing is pending per channel"
 SAME_DOC = "/api/definitions is the document of `leveretctl export_definitions` " \
            "(docs/definitions.md: rabbitmqctl's shape), which RabbitMQ 3.10 imports (tested below)"
 
@@ -51,7 +53,7 @@ DIFFERENCES = {
     "separate recoverable list",
     **{(a, f, "missing"): ERLANG for a in ("connection", "channel") for f in (
         "garbage_collection", "reductions", "reductions_details")},
-    ("channel", "pending_raft_commands", "missing"): "no quorum queues in Leveret",
+    ("channel", "pending_raft_commands", "missing"): QUORUM_LINKS,
     # the lists: their items as the single objects', less the detail-only fields (RabbitMQ
     # 3.10 leaves them out of a list, and so does Leveret)
     **{("queues", f"[].{f}", "missing"): ERLANG for f in (
@@ -61,7 +63,7 @@ DIFFERENCES = {
     "separate recoverable list",
     **{(a, f"[].{f}", "missing"): ERLANG for a in ("connections", "channels") for f in (
         "garbage_collection", "reductions", "reductions_details")},
-    ("channels", "[].pending_raft_commands", "missing"): "no quorum queues in Leveret",
+    ("channels", "[].pending_raft_commands", "missing"): QUORUM_LINKS,
     **{("definitions", f, "extra"): SAME_DOC
        for f in ("queues[].type", "vhosts[].limits", "vhosts[].metadata")},
     ("vhost_definitions", "queues[].type", "extra"): SAME_DOC,

@@ -215,10 +215,17 @@ def test_queue_message_ttl(conn):
 
 
 def test_queue_message_ttl_zero_without_consumer_drops(conn):
+    # the dropped message is dead-lettered, which shows it reached the queue and expired there
+    # (a count of 0 alone is also what a publish that has not landed yet looks like)
     ch = conn.channel()
-    q = declare(ch, unique("q"), arguments={"x-message-ttl": 0})
+    dlq = declare(ch, unique("dlq"))
+    q = declare(ch, unique("q"), arguments={"x-message-ttl": 0, "x-dead-letter-exchange": "",
+                                            "x-dead-letter-routing-key": dlq})
     publish(ch, q, [b"a"])
-    wait_count(conn, q, 0, timeout=2)
+    wait_count(conn, dlq, 1, timeout=5)
+    assert count(ch, q) == 0 and get(ch, q) is None
+    d = get(ch, dlq, auto_ack=True)
+    assert d.body == b"a" and d.properties.headers["x-death"][0]["reason"] == "expired"
 
 
 def test_per_message_expiration(conn):

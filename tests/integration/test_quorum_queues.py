@@ -20,7 +20,7 @@ import urllib.request
 
 import pika
 import pytest
-from pika.exceptions import ChannelClosedByBroker
+from pika.exceptions import ChannelClosedByBroker, NackError
 
 from amqp_helpers import safe_close, unique, wait_until
 from conftest import Broker, free_port
@@ -98,6 +98,13 @@ def test_quorum_queue_accepts_its_arguments(ch):
         "x-delivery-limit": 3, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dl",
         "x-expires": 60000, "x-message-ttl": 60000, "x-single-active-consumer": True,
         "x-quorum-initial-group-size": 3, "x-dead-letter-strategy": "at-most-once"})
+    # accepted and in force: the eleventh publish is refused (x-max-length, reject-publish)
+    ch.confirm_delivery()
+    for i in range(10):
+        ch.basic_publish("", q, b"%d" % i)
+    with pytest.raises(NackError):
+        ch.basic_publish("", q, b"one too many")
+    assert ch.queue_declare(q, passive=True).method.message_count == 10
     ch.queue_delete(q)
 
 

@@ -194,11 +194,22 @@ def test_an_embedded_scheduler_runs_actors_on_its_event_loop_between_io_callback
     busy = Spinner.start(log)
     assert busy.ask("thread", timeout=5) == "test-loop"
     busy.tell(0)
-    time.sleep(0.05)
-    loop.call(io_done.set)  # an I/O callback while the actor is busy: it must get its turn
+    deadline = time.monotonic() + 5
+    while len(log) < 10 and time.monotonic() < deadline:  # spinning: it tells itself the next
+        time.sleep(0.001)
+    seen_by_callback = []
+
+    def io_callback():  # an I/O callback while the actor is busy: it must get its turn
+        seen_by_callback.append(len(log))
+        io_done.set()
+
+    loop.call(io_callback)
     assert io_done.wait(5), "the loop's callbacks waited for the busy actor"
-    time.sleep(0.05)
+    # the actor ran before the callback and stops after it, having handled its messages in
+    # order: an ask queues behind the last message it told itself
+    busy.ask("thread", timeout=5)
     n = len(log)
-    assert n > 1000 and log == list(range(n))  # it was busy, in order, and has stopped
+    busy.ask("thread", timeout=5)
+    assert seen_by_callback[0] >= 10 and len(log) == n and log == list(range(n))
     busy.stop()
     assert runtime.scheduler("embedded").threads == []
