@@ -4,8 +4,9 @@ running node.
 
 Talks to the node's metadata actor over ZeroMQ, at the address the node writes to
 `<data-dir>/node.json`: an ipc:// socket in the node's 0700 run folder, also for a cluster node
-(whose own endpoint is tcp:// with CURVE), so no cluster secret is needed here. Passwords leave
-this process only as salted hashes (docs/security.md).
+(whose own endpoint is tcp:// with CURVE), so no cluster secret is needed here. Passwords are
+read from standard input when not given (add_user NAME, change_password NAME) and leave this
+process only as salted hashes (docs/security.md).
 """
 
 from __future__ import annotations
