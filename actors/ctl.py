@@ -4,13 +4,15 @@ running node.
 
 Talks to the node's metadata actor over ZeroMQ, at the address the node writes to
 `<data-dir>/node.json`: an ipc:// socket in the node's 0700 run folder, also for a cluster node
-(whose own endpoint is tcp:// with CURVE), so no cluster secret is needed here. Passwords leave
-this process only as salted hashes (docs/security.md).
+(whose own endpoint is tcp:// with CURVE), so no cluster secret is needed here. Passwords are
+read from standard input when not given (add_user NAME, change_password NAME) and leave this
+process only as salted hashes (docs/security.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import sys
@@ -69,9 +71,9 @@ def ask_node(run_dir: str, metadata: str, op: str, args: dict, timeout_ms: int =
 
 COMMANDS = {
     # name: (auth method, argument names)
-    "add_user": ("add_user", ["username", "password"]),
+    "add_user": ("add_user", ["username", "password?"]),
     "delete_user": ("delete_user", ["username"]),
-    "change_password": ("change_password", ["username", "password"]),
+    "change_password": ("change_password", ["username", "password?"]),
     "set_user_tags": ("set_user_tags", ["username", "tags*"]),
     "add_vhost": ("add_vhost", ["vhost"]),
     "delete_vhost": ("delete_vhost", ["vhost"]),
@@ -80,6 +82,7 @@ COMMANDS = {
     "set_topic_permissions": ("set_topic_permissions", ["username", "exchange", "write", "read"]),
     "clear_topic_permissions": ("clear_topic_permissions", ["username", "exchange?"]),
 }
+PASSWORD_COMMANDS = ("add_user", "change_password")  # without PASSWORD: one line of stdin
 VHOST_SCOPED = ("set_permissions", "clear_permissions", "set_topic_permissions",
                 "clear_topic_permissions")  # -p VHOST goes after the user name
 
@@ -266,6 +269,20 @@ def definitions_command(data_dir: str, command: str, path: str) -> int:
     return 0
 
 
+def read_password() -> str:
+    """rabbitmqctl's add_user / change_password without PASSWORD: the first line of standard
+    input, its line end stripped (asked for without echo on a terminal), so that no password
+    has to be on a command line, where `ps` shows it to every user."""
+    if sys.stdin.isatty():
+        password = getpass.getpass("Password: ")
+    else:
+        password = sys.stdin.readline().removesuffix("\n").removesuffix("\r")
+    if not password:
+        raise SystemExit("Error: no password given (as an argument or a line on standard "
+                         "input)")
+    return password
+
+
 def _cell(value) -> str:
     if isinstance(value, bool):
         return str(value).lower()
@@ -399,6 +416,8 @@ def main(argv=None) -> int:
         if not len(required) <= len(a.args) <= len(names):
             p.error(f"{a.command} takes {' '.join(names)}")
         args = list(a.args)
+    if a.command in PASSWORD_COMMANDS and len(args) == 1:
+        args.append(read_password())
     if a.command in VHOST_SCOPED:
         args = [args[0], a.vhost] + args[1:]
     # a password leaves this process only as a salted hash (rabbit_password_hashing_sha256)

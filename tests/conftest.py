@@ -152,13 +152,16 @@ class Broker:
         """A pika BlockingConnection (heartbeat=0 unless given: tests pump I/O irregularly)."""
         return pika.BlockingConnection(self.params(**kw))
 
-    def ctl(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+    def ctl(self, *args: str, check: bool = True, timeout: float = 60,
+            input: str | None = None) -> subprocess.CompletedProcess:
+        """`input`: the command's standard input (else none)."""
         if self.external:
             cmd = list(self._ctl_prefix) + list(args)
         else:
             cmd = [str(REPO / ".venv" / "bin" / "leveretctl"), "--data-dir", str(self.data_dir),
                    *args]
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                             input=input, stdin=None if input is not None else subprocess.DEVNULL)
         if check and res.returncode != 0:
             raise AssertionError(f"{cmd} failed ({res.returncode}): {res.stdout}\n{res.stderr}")
         return res

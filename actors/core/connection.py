@@ -24,13 +24,13 @@ as it comes (protocol/frames.py CommandAssembler).
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import logging
 import platform
 
 from actors.core.channel import ConnInfo, RefusedPublish
 from actors.core.errors import AMQPError, ChannelError, ConnectionError_, amqp_text
-from actors.core.permissions import login_refused, parse_amqplain, parse_plain
+from actors.core.permissions import login_refused, loopback_refused, parse_amqplain, \
+    parse_plain
 from protocol import methods as am
 from protocol.constants import PROTOCOL_HEADER
 from protocol.errors import AMQPError as CodecError
@@ -97,13 +97,6 @@ def server_properties() -> dict:
         "capabilities": CAPABILITIES,
         "cluster_name": "leveret@" + platform.node(),
     }
-
-
-def is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _frames_of(cmd: Command) -> list:
@@ -401,7 +394,7 @@ class ConnectionCore:
             user, password = creds if creds else (None, None)
             ok = user is not None and self.replica.auth.check_password(user, password)
             why = None
-        if ok and user in self.config.loopback_users and not is_loopback(self.peer[0]):
+        if ok and loopback_refused(user, self.peer[0], self.config.loopback_users):
             log.warning("user '%s' can only connect via localhost", user)
             ok = False
         if not ok:

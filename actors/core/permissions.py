@@ -11,9 +11,10 @@ Mirrors (3.10.8):
     against the routing key after ``{username}`` / ``{vhost}`` expansion; no entry: allowed);
   * ``rabbit_password`` / ``rabbit_password_hashing_sha256`` (and ``_sha512``, ``_md5`` for
     imported hashes): the stored hash is ``base64(salt(4 bytes) + H(salt + password))``;
-  * ``rabbit_access_control``: the default exchange is checked as ``amq.default``; the refusal
-    texts (``access to queue 'q' in vhost '/' refused for user 'u'``, ``access to vhost '/'
-    refused for user 'u'``);
+  * ``rabbit_access_control``: ``check_user_loopback/2`` (``loopback_users`` log in only from
+    a loopback address, ``rabbit_net:is_loopback/1``), the default exchange is checked as
+    ``amq.default``; the refusal texts (``access to queue 'q' in vhost '/' refused for user
+    'u'``, ``access to vhost '/' refused for user 'u'``);
   * ``rabbit_auth_mechanism_plain`` / ``_amqplain``: parsing the start-ok responses;
   * ``rabbit_reader:auth_fail/5``: ``ACCESS_REFUSED - PLAIN login refused: user 'u' - invalid
     credentials``.
@@ -28,6 +29,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import ipaddress
 import os
 import re
 import struct
@@ -38,7 +40,8 @@ from actors.core.errors import Atom, ChannelError, ConnectionError_, erl_p, erl_
 
 __all__ = [
     "SHA256", "SHA512", "MD5", "AuthDB", "hash_password", "hashed_auth_call", "check_hash", "parse_plain",
-    "parse_amqplain", "login_refused", "resource_access_refused", "vhost_access_refused",
+    "parse_amqplain", "is_loopback", "loopback_refused", "login_refused",
+    "resource_access_refused", "vhost_access_refused",
     "topic_access_refused", "BLANK_PASSWORD_TEXT",
 ]
 
@@ -117,7 +120,6 @@ class AuthDB:
         self.permissions: dict[tuple[str, str], tuple[str, str, str]] = {}
         # (user, vhost, exchange) -> (write, read) regexes on routing keys of a topic exchange
         self.topic_permissions: dict[tuple[str, str, str], tuple[str, str]] = {}
-        self.loopback_users: list[str] = ["guest"]  # rabbit.loopback_users
         self._re_cache: dict[str, re.Pattern] = {}
 
     @classmethod
@@ -216,11 +218,6 @@ class AuthDB:
         if u is None or not check_hash(u["password_hash"], password, u["hashing_algorithm"]):
             return f"user '{name}' - invalid credentials"
         return None
-
-    def is_loopback_only(self, name: str) -> bool:
-        """rabbit_access_control:check_user_loopback/2: the user may connect only from a
-        loopback address ("user 'guest' can only connect via localhost")."""
-        return name in self.loopback_users
 
     # --- vhosts ----------------------------------------------------------------------------
     def add_vhost(self, name: str, description: str = "", tags: Iterable[str] | None = None) -> None:
@@ -386,8 +383,7 @@ class AuthDB:
              "users": [{"name", "password_hash", "hashing_algorithm", "tags": [...]}],
              "vhosts": [{"name", "description", "tags": [...]}],
              "permissions": [{"user", "vhost", "configure", "write", "read"}],
-             "topic_permissions": [{"user", "vhost", "exchange", "write", "read"}],
-             "loopback_users": [...]}
+             "topic_permissions": [{"user", "vhost", "exchange", "write", "read"}]}
         """
         return {
             "v": 1,
@@ -398,7 +394,6 @@ class AuthDB:
                        for n, v in self.vhosts.items()],
             "permissions": self.list_permissions(),
             "topic_permissions": self.list_topic_permissions(),
-            "loopback_users": list(self.loopback_users),
         }
 
     @classmethod
@@ -416,8 +411,6 @@ class AuthDB:
             db.permissions[(p["user"], p["vhost"])] = (p["configure"], p["write"], p["read"])
         for p in state.get("topic_permissions", []):
             db.topic_permissions[(p["user"], p["vhost"], p["exchange"])] = (p["write"], p["read"])
-        if "loopback_users" in state:
-            db.loopback_users = list(state["loopback_users"])
         return db
 
 
@@ -481,6 +474,27 @@ def _erl_table_w(table: Mapping) -> str:
         t = "longstr" if isinstance(v, (bytes, bytearray)) else amqp_type_name(v)
         terms.append((_b(k), Atom(t), _field_term(v, t)))
     return erl_w(terms)
+
+
+# ----------------------------------------------------------------------------- loopback users
+
+
+def is_loopback(host: str) -> bool:
+    """rabbit_net:is_loopback/1: 127.0.0.0/8, ::1, and 127.x mapped into IPv6 (::ffff:127.x,
+    which a dual-stack listener sees for an IPv4 loopback client)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def loopback_refused(user: str, host: str, loopback_users) -> bool:
+    """rabbit_access_control:check_user_loopback/2, for every listener (AMQP, AMQPS, the
+    management API): a user of ``loopback_users`` may log in only from a loopback address."""
+    return user in loopback_users and not is_loopback(host)
 
 
 # ----------------------------------------------------------------------------- refusals

@@ -6,7 +6,9 @@ state: each request asks the node's metadata actor over the same ipc:// socket l
 with actors/management/api.py. Writes go through the operations AMQP channels and leveretctl
 already use, so they are checked, Raft-committed in a cluster and seen by every worker the same
 way. HTTP basic auth; the user's tags and vhost permissions apply as rabbit_mgmt_util applies
-them.
+them, and `loopback_users` log in from loopback only, as over AMQP. Against cross-site
+forgery: no 401 asks the browser for credentials, bodies are JSON by their Content-Type only,
+and a state-changing request from another origin is refused (docs/security.md).
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ import resource
 import ssl
 import threading
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from aiohttp import web
 
 from actors.connection import tls
 from actors.core.errors import AMQPError
-from actors.core.permissions import AuthDB, hashed_auth_call, pattern_error
+from actors.core.permissions import AuthDB, hashed_auth_call, loopback_refused, pattern_error
 from actors.ctl import ask_node
 from actors.management import amqp, api, prometheus, traces
 from actors.node import node_stats
@@ -35,7 +37,8 @@ from actors.management.api import ApiError
 
 log = logging.getLogger("leveret.management")
 
-REALM = 'Basic realm="RabbitMQ Management"'
+# the methods that change something: a page of another origin may not send them
+STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 WWW = Path(__file__).resolve().parent / "www"  # the web UI's files
 
 
@@ -193,7 +196,7 @@ class Management:
 
     # --- the application --------------------------------------------------------------------
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._errors])
+        app = web.Application(middlewares=[self._errors, self._same_origin])
         r = app.router
         get, put, delete, post = r.add_get, r.add_put, r.add_delete, r.add_post
         get("/", self.index)  # the web UI (actors/management/www/)
@@ -302,13 +305,24 @@ class Management:
         try:
             return await handler(request)
         except ApiError as e:
-            # (not to the web UI: a browser would open its own login dialog over the page's)
-            headers = {"WWW-Authenticate": REALM} if e.status == 401 and \
-                "X-Leveret-UI" not in request.headers else None
-            return web.json_response(e.body(), status=e.status, headers=headers)
+            # a 401 never carries WWW-Authenticate: a browser that cached credentials from its
+            # own login dialog would send them with any page's forged requests
+            return web.json_response(e.body(), status=e.status)
         except AMQPError as e:
             e = _from_amqp(e.reply_code, e.text)
             return web.json_response(e.body(), status=e.status)
+
+    @web.middleware
+    async def _same_origin(self, request, handler):
+        """403 before anything is done for a state-changing request that a page of another
+        origin sent (its Origin, or without one its Referer, names another host:port)."""
+        source = request.headers.get("Origin") or request.headers.get("Referer")
+        if request.method in STATE_CHANGING and source is not None:
+            ours = _origin("//" + request.host, request.scheme)
+            if not ours or _origin(source) != ours:
+                raise ApiError(403, "forbidden", f"cross-origin request refused: {source} is "
+                                                 f"not this server ({request.host})")
+        return await handler(request)
 
     async def index(self, request):
         return web.FileResponse(WWW / "index.html")
@@ -326,6 +340,10 @@ class Management:
             tags = await self.ask("mgmt_login", {"user": user, "password": password})
         except ApiError:
             raise ApiError(401, "not_authorised", "Login failed") from None
+        if loopback_refused(user, request.remote or "", self.config.loopback_users):
+            log.warning("HTTP access denied: user '%s' can only log in via localhost (from %s)",
+                        user, request.remote)
+            raise ApiError(401, "not_authorised", "User can only log in via localhost")
         if not api.is_management(tags):
             raise ApiError(401, "not_authorised", "Not management user")
         return user, tags
@@ -357,8 +375,11 @@ class Management:
 
     @staticmethod
     async def _body(request) -> dict:
+        """The JSON object of a request; only an application/json one is read, so a page of
+        another site cannot make a browser send one (an HTML form cannot set that type)."""
         if not request.can_read_body:
             return {}
+        _require_type(request, "application/json")
         try:
             body = await request.json()
         except json.JSONDecodeError as e:
@@ -691,6 +712,10 @@ class Management:
         return web.Response(status=204)
 
     async def _definitions_body(self, request) -> dict:
+        """JSON, or the file of a multipart form (RabbitMQ's UI; cross-origin ones are
+        refused by `_same_origin`), as rabbit_mgmt_wm_definitions accepts them."""
+        if request.can_read_body:
+            _require_type(request, "application/json", "multipart/form-data")
         if request.content_type == "multipart/form-data":
             form = await request.post()
             part = form.get("file")
@@ -1335,6 +1360,25 @@ class Management:
         await self.ask("limits", {"method": "set" if rest else "clear", "scope": scope,
                                   "name": name, **({"value": rest} if rest else {})})
         return web.Response(status=204)
+
+
+def _require_type(request, *accepted: str) -> None:
+    """415, as cowboy_rest answers a body of a type the resource does not accept."""
+    if request.content_type not in accepted:
+        given = request.headers.get("Content-Type", "no Content-Type")
+        raise ApiError(415, "unsupported_media_type",
+                       f"the body must be {' or '.join(accepted)}, not {given}")
+
+
+def _origin(url: str, scheme: str = "") -> tuple:
+    """(host, port) of an Origin, a Referer or (as //host:port) a Host header, the port the
+    scheme's default when none is given; () when there is none (Origin "null")."""
+    try:
+        parts = urlsplit(url, scheme=scheme)
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        return ()
+    return (parts.hostname, port) if parts.hostname else ()
 
 
 def _flag(body: dict, key: str, default: bool) -> bool:

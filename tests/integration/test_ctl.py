@@ -89,3 +89,32 @@ def test_ctl_list_definitions_with_info_items_and_formatters(fresh_broker):
         ch.exchange_delete(x)
     finally:
         safe_close(conn)
+
+
+def _logs_in(broker, user: str, password: str) -> bool:
+    import pika
+    try:
+        broker.connection(user=user, password=password).close()
+    except pika.exceptions.ProbableAuthenticationError:
+        return False
+    return True
+
+
+def test_ctl_add_user_and_change_password_read_the_password_from_stdin__E3(fresh_broker):
+    """rabbitmqctl's form without PASSWORD: the first line of standard input, its newline
+    stripped, so that no password is ever on a command line; none there is refused."""
+    ctl = fresh_broker.ctl
+    ctl("add_user", "alice", input="s3cret\n")
+    ctl("set_permissions", "alice", ".*", ".*", ".*")
+    assert _logs_in(fresh_broker, "alice", "s3cret")
+    assert not _logs_in(fresh_broker, "alice", "s3cret\n")
+    ctl("change_password", "alice", input="n3w pass\r\nsecond line\n")
+    assert _logs_in(fresh_broker, "alice", "n3w pass")
+    assert not _logs_in(fresh_broker, "alice", "s3cret")
+    ctl("change_password", "alice", input="no-newline")  # (printf '%s' secret | ...)
+    assert _logs_in(fresh_broker, "alice", "no-newline")
+    for args in (("add_user", "bob"), ("change_password", "alice")):
+        res = ctl(*args, input="", check=False)
+        assert res.returncode != 0 and "no password given" in res.stderr, res
+    assert "bob" not in ctl("list_users").stdout
+    assert _logs_in(fresh_broker, "alice", "no-newline")

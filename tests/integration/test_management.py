@@ -34,19 +34,24 @@ class Api:
     def __call__(self, method: str, path: str, body=None, user="guest", password="guest"):
         """(status, decoded JSON or None)"""
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base + path, data=data, method=method)
+        headers = {} if data is None else {"Content-Type": "application/json"}
+        return self.send(method, path, data, headers, user, password)[:2]
+
+    def send(self, method: str, path: str, data: bytes | None = None, headers=None,
+             user="guest", password="guest") -> tuple[int, object, dict]:
+        """(status, decoded JSON or None, response headers) of a request with this body and
+        these headers as they are (a forged request's)."""
+        req = urllib.request.Request(self.base + path, data=data, method=method,
+                                     headers=headers or {})
         if user is not None:
             token = base64.b64encode(f"{user}:{password}".encode()).decode()
             req.add_header("Authorization", f"Basic {token}")
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
         try:
             with urllib.request.urlopen(req, timeout=20) as r:
-                raw = r.read()
-                return r.status, json.loads(raw) if raw else None
+                raw, status, got = r.read(), r.status, dict(r.headers)
         except urllib.error.HTTPError as e:
-            raw = e.read()
-            return e.code, json.loads(raw) if raw else None
+            raw, status, got = e.read(), e.code, dict(e.headers)
+        return status, json.loads(raw) if raw else None, got
 
 
 STATS_MS = 300  # collect_statistics_interval of the test node (RabbitMQ's is 5000)

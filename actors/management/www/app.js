@@ -8,8 +8,8 @@ const REFRESH_MS = 5000;
 
 // --- the API ---------------------------------------------------------------------------------
 async function api(method, path, body, headers) {
-  const opts = { method, headers: Object.assign({ Authorization: "Basic " + S.auth,
-                                                  "X-Leveret-UI": "1" }, headers || {}) };
+  const opts = { method,
+                 headers: Object.assign({ Authorization: "Basic " + S.auth }, headers || {}) };
   if (body !== undefined) {
     opts.headers["Content-Type"] = "application/json";
     opts.body = JSON.stringify(body);
@@ -543,7 +543,7 @@ async function openReport(name) {
   if (!tab) { toast("the browser did not open a tab for the report", true); return; }
   const get = async path => {
     const r = await fetch(`analyses/${enc(name)}/${path}`,
-                          { headers: { Authorization: "Basic " + S.auth, "X-Leveret-UI": "1" } });
+                          { headers: { Authorization: "Basic " + S.auth } });
     if (!r.ok) { throw new Error(`${path}: ${r.status} ${r.statusText}`); }
     return r;
   };
@@ -590,8 +590,7 @@ async function showAlarms() {
   const box = document.getElementById("alarms");
   try {
     const r = await fetch("api/health/checks/alarms",
-                          { headers: { Authorization: "Basic " + S.auth,
-                                       "X-Leveret-UI": "1" } });
+                          { headers: { Authorization: "Basic " + S.auth } });
     const data = await r.json();
     if (r.status === 503) {
       box.textContent = "Resource alarm in effect: " + data.alarms.map(a => a.resource)

@@ -174,7 +174,8 @@ def test_malformed_plain_response_is_syntax_error():
     assert core.user is None
 
 
-@pytest.mark.parametrize("peer", [("10.0.0.5", 1234), ("192.168.1.1", 5), ("not-an-ip", 1)])
+@pytest.mark.parametrize("peer", [("10.0.0.5", 1234), ("192.168.1.1", 5), ("not-an-ip", 1),
+                                  ("::ffff:10.0.0.5", 1), ("fe80::1", 1)])
 def test_guest_only_from_loopback__E3(peer):
     core, shell = mk(peer=peer)
     core.receive(PROTOCOL_HEADER + start_ok())
@@ -182,7 +183,8 @@ def test_guest_only_from_loopback__E3(peer):
     assert core.user is None
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "127.5.6.7", "::1"])
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.5.6.7", "::1", "::ffff:127.0.0.1",
+                                  "::ffff:127.9.8.7"])
 def test_guest_from_any_loopback_address(host):
     core, shell = mk(peer=(host, 1))
     core.receive(PROTOCOL_HEADER + start_ok())

@@ -49,7 +49,6 @@ def test_default():
     assert db.user_tags("guest") == ["administrator"]
     assert db.get_permissions("guest", "/") == (".*", ".*", ".*")
     assert db.check_vhost("guest", "/")
-    assert db.is_loopback_only("guest")
     for perm in ("configure", "write", "read"):
         assert db.check_resource("guest", "/", perm, "anything")
         assert db.check_resource("guest", "/", perm, "")
@@ -192,12 +191,10 @@ def test_state_roundtrip():
     db.add_user("u", "p", ["a", "b"])
     db.add_vhost("v", "desc")
     db.set_permissions("u", "v", "c", "w", "r")
-    db.loopback_users = []
     db2 = AuthDB.from_state(msgpack.unpackb(msgpack.packb(db.to_state())))
     assert db2.to_state() == db.to_state()
     assert db2.check_password("u", "p")
     assert db2.check_resource("u", "v", "read", "r")
-    assert not db2.is_loopback_only("guest")
     assert db2.list_vhosts() == ["/", "v"]
     # definitions-style input (tags as a string, no algorithm = md5)
     db3 = AuthDB.from_state({"users": [{"name": "x", "password_hash":
@@ -205,7 +202,6 @@ def test_state_roundtrip():
                                         "tags": "administrator"}],
                              "vhosts": ["/"], "permissions": []})
     assert db3.check_password("x", "pw") and db3.user_tags("x") == ["administrator"]
-    assert db3.is_loopback_only("guest")
 
 
 def test_empty_constructor():
