@@ -335,17 +335,30 @@ def test_declare_unknown_exchange_type_is_503(broker, raw_factory, kind):
         503, f"COMMAND_INVALID - unknown exchange type '{kind}'")
 
 
-@pytest.mark.parametrize("kind", ["foo", ""])
-def test_declare_exchange_type_that_is_an_erlang_atom_is_503(broker, raw_factory, kind):
+@pytest.mark.parametrize("kind", ["foo", "", "bar", "queue", "binding"])
+def test_declare_exchange_type_that_is_an_erlang_atom_is_invalid__E2(broker, raw_factory, kind):
     """rabbit_exchange:check_type/1 says "unknown" when the name is not an existing atom of
     RabbitMQ's VM and "invalid" when it is one (foo, the empty name) without an exchange module
-    behind it; Leveret cannot know the VM's atoms and says "unknown" for both."""
+    behind it."""
     c = raw_factory()
     c.send_method(1, commands.Exchange.Declare(exchange=unique("x"), exchange_type=kind))
     close = c.expect_connection_close()
-    assert close.reply_code == 503
-    assert close.reply_text in (f"COMMAND_INVALID - unknown exchange type '{kind}'",
-                                f"COMMAND_INVALID - invalid exchange type '{kind}'")
+    assert (close.reply_code, close.reply_text) == (
+        503, f"COMMAND_INVALID - invalid exchange type '{kind}'")
+
+
+@pytest.mark.parametrize("name", ["amq.direct", "amq.headers", "amq.no-such-exchange"])
+def test_deleting_a_system_exchange_is_403__E2(conn, name):
+    """rabbit_channel:check_exchange_deletion/1 refuses any amq.* name, existing or not."""
+    err = _closed(conn, lambda c: c.exchange_delete(name))
+    assert (err.reply_code, err.reply_text) == (
+        403, f"ACCESS_REFUSED - deletion of system exchange '{name}' in vhost '/' not allowed")
+
+
+def test_deleting_the_default_exchange_is_403__E2(conn):
+    err = _closed(conn, lambda c: c.exchange_delete(""))
+    assert (err.reply_code, err.reply_text) == (
+        403, "ACCESS_REFUSED - operation not permitted on the default exchange")
 
 
 def test_redeclare_predeclared_exchanges(conn):
