@@ -420,6 +420,30 @@ def test_per_message_ttl_expires_only_at_the_head(conn):
     wait_count(conn, q, 0)
 
 
+def test_expired_messages_reaching_the_head_after_a_get_are_dropped_at_once__A9(conn):
+    """rabbit_amqqueue_process:fetch/2 runs drop_expired_msgs after taking the head: the
+    expired messages that the get brought to the head are gone before get-ok's message-count
+    is taken, whether the get acks or not."""
+    ch = conn.channel()
+    for auto_ack in (False, True):
+        q = declare(ch, unique("q"))
+        canary = declare(ch, unique("canary"))
+        ch.basic_publish("", q, b"long", pika.BasicProperties(expiration="600000"))
+        ch.basic_publish("", q, b"short", pika.BasicProperties(expiration="50"))
+        ch.basic_publish("", q, b"short2", pika.BasicProperties(expiration="50"))
+        ch.basic_publish("", q, b"keep")
+        ch.basic_publish("", canary, b"c", pika.BasicProperties(expiration="50"))
+        wait_count(conn, canary, 0)
+        assert ch.queue_declare(q, passive=True).method.message_count == 4
+        method, _, body = ch.basic_get(q, auto_ack=auto_ack)
+        assert (body, method.message_count) == (b"long", 1)
+        assert ch.queue_declare(q, passive=True).method.message_count == 1
+        if not auto_ack:
+            ch.basic_ack(method.delivery_tag)
+        method, _, body = ch.basic_get(q, auto_ack=True)
+        assert (body, method.message_count) == (b"keep", 0)
+
+
 # -- priority queues with a length limit -----------------------------------------------------------
 def test_priority_queue_max_length_drops_the_highest_priority_head(ch):
     q = declare(ch, unique("q"), arguments={"x-max-priority": 10, "x-max-length": 2})
