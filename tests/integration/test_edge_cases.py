@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import struct
+import time
 
 import pika
 import pytest
@@ -138,6 +139,89 @@ def test_x_death_two_queues_newest_first_first_death_kept(conn):
     assert deaths[0]["routing-keys"] == [q2] and deaths[1]["routing-keys"] == [q1]
     assert (h["x-first-death-queue"], h["x-first-death-reason"],
             h["x-first-death-exchange"]) == (q1, "expired", "")
+
+
+# -- dead-lettering keeps the headers' wire types ----------------------------------------------------
+def _entry(key: str, t: str, packed: bytes) -> bytes:
+    return bytes([len(key)]) + key.encode() + t.encode() + packed
+
+
+# field types no client library picks for these values (pika would send I, l, d and S)
+_TYPED_HEADERS = [
+    ("i32", "I", struct.pack(">i", 7)), ("u8", "B", struct.pack(">B", 200)),
+    ("f32", "f", struct.pack(">f", 1.5)), ("i8", "b", struct.pack(">b", -3)),
+    ("i16", "s", struct.pack(">h", 300)), ("u16", "u", struct.pack(">H", 60000)),
+    ("u32", "i", struct.pack(">I", 4000000000)), ("i64", "l", struct.pack(">q", 5)),
+    ("dbl", "d", struct.pack(">d", 2.25)), ("ts", "T", struct.pack(">Q", 1700000000)),
+    ("dec", "D", struct.pack(">BI", 2, 150)), ("bin", "x", struct.pack(">I", 2) + b"\x00\xff"),
+    ("arr", "A", struct.pack(">I", 7) + b"I" + struct.pack(">i", 1) + b"B\x02"),
+    ("tbl", "F", struct.pack(">I", 7) + b"\x01kf" + struct.pack(">f", 0.5)),
+]
+_TYPED_EXPECTED = [
+    ("i32", "I", 7), ("u8", "B", 200), ("f32", "f", 1.5), ("i8", "b", -3), ("i16", "s", 300),
+    ("u16", "u", 60000), ("u32", "i", 4000000000), ("i64", "l", 5), ("dbl", "d", 2.25),
+    ("ts", "T", 1700000000), ("dec", "D", (2, 150)), ("bin", "x", b"\x00\xff"),
+    ("arr", "A", [("I", 1), ("B", 2)]), ("tbl", "F", [("k", "f", 0.5)]),
+]
+
+
+def _raw_get(c: rawamqp.RawClient, queue: str, timeout: float = 5.0) -> rawamqp.Content:
+    """basic.get on channel 1 until a message comes (dead-lettering is asynchronous)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        c.send_method(1, commands.Basic.Get(queue=queue))
+        got = c.read_command()
+        if isinstance(got, rawamqp.Content):
+            return got
+        assert time.monotonic() < deadline, f"nothing arrived in {queue}"
+        time.sleep(0.05)
+
+
+def test_dead_lettered_headers_keep_their_wire_types__A3(raw_factory):
+    """rabbit_binary_parser keeps each header's type and rabbit_binary_generator writes it
+    back: a dead-lettered copy carries I, B, f ... as published, and x-death's count is a long
+    (l), its time a timestamp (T), its strings longstr (S)."""
+    c = raw_factory()
+    dead, q = unique("dead"), unique("q")
+    c.rpc(1, commands.Queue.Declare(queue=dead, exclusive=True), commands.Queue.DeclareOk)
+    c.rpc(1, commands.Queue.Declare(queue=q, exclusive=True, arguments={
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead}),
+        commands.Queue.DeclareOk)
+    table = b"".join(_entry(*e) for e in _TYPED_HEADERS)
+    c.send(rawamqp.method_frame(1, commands.Basic.Publish(exchange="", routing_key=q))
+           + rawamqp.content_header_frame(1, 1, table) + rawamqp.frame(rawamqp.FRAME_BODY, 1, b"m"))
+    got = _raw_get(c, q)
+    assert rawamqp.content_headers(got.header_payload) == _TYPED_EXPECTED
+    c.send_method(1, commands.Basic.Reject(delivery_tag=got.method.delivery_tag, requeue=False))
+    headers = {k: (t, v) for k, t, v in rawamqp.content_headers(_raw_get(c, dead).header_payload)}
+    for key, t, v in _TYPED_EXPECTED:
+        assert headers[key] == (t, v), key
+    for key in ("x-first-death-reason", "x-first-death-queue", "x-first-death-exchange"):
+        assert headers[key][0] == "S", key
+    kind, [(entry_type, entry)] = headers["x-death"]
+    assert (kind, entry_type) == ("A", "F")
+    types = {k: t for k, t, _ in entry}
+    assert types == {"count": "l", "reason": "S", "queue": "S", "time": "T", "exchange": "S",
+                     "routing-keys": "A"}
+    values = {k: v for k, _, v in entry}
+    assert values["count"] == 1 and values["routing-keys"] == [("S", q.encode())]
+
+
+def test_x_death_count_stays_a_long_when_counted_again__A3(raw_factory):
+    c = raw_factory()
+    q = unique("q")
+    # rejected back into itself: the same (queue, reason) entry is counted again
+    c.rpc(1, commands.Queue.Declare(queue=q, exclusive=True, arguments={
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": q}), commands.Queue.DeclareOk)
+    c.publish(1, "", q, b"m")
+    for _ in range(2):
+        got = _raw_get(c, q)
+        c.send_method(1, commands.Basic.Reject(delivery_tag=got.method.delivery_tag,
+                                               requeue=False))
+    headers = {k: (t, v) for k, t, v in rawamqp.content_headers(_raw_get(c, q).header_payload)}
+    [(_, entry)] = headers["x-death"][1]
+    assert [(k, t) for k, t, _ in entry][0] == ("count", "l")
+    assert entry[0][2] == 2
 
 
 # -- dead-lettering with CC ------------------------------------------------------------------------
