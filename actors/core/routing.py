@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from actors.core.errors import ChannelError, ConnectionError_, erl_p
-from actors.core.queue_args import amqp_type_name, values_equal
+from actors.core.errors import Atom, ChannelError, ConnectionError_, _field_term, erl_p
+from actors.core.queue_args import amqp_type_name
 
 __all__ = [
     "EXCHANGE_TYPES", "PREDECLARED_EXCHANGES", "ExchangeDef", "Binding", "Router",
@@ -317,9 +317,23 @@ def validate_binding(exchange_type: str, arguments: Mapping | None) -> None:
             return
         raise ChannelError(406, f"Invalid x-match field value {erl_p(v.encode())}; expected "
                                 "all, any, all-with-x, or any-with-x")
-    from actors.core.errors import Atom, _field_term
     raise ChannelError(406, f"Invalid x-match field type {erl_p(Atom(t))} (value "
                             f"{erl_p(_field_term(v, t))}); expected longstr")
+
+
+def _header_term(v):
+    """The term headers_match/5 compares with ``==`` for a top-level header value: the value
+    without its type (a timestamp is its seconds, so ``T 5`` equals ``l 5``), tables and arrays
+    with the type of every element (``[{timestamp,5}]`` differs from ``[{long,5}]``), as
+    errors._field_term builds them; a boolean is tagged, as Erlang's true is no integer."""
+    if v.__class__ is str or v.__class__ is int:
+        return v.encode("utf-8", "surrogateescape") if v.__class__ is str else v
+    if isinstance(v, bool):
+        return (_BOOL, v)
+    return _field_term(v, amqp_type_name(v))
+
+
+_BOOL = Atom("bool")
 
 
 def _compile_headers(args: Mapping | None):
@@ -327,7 +341,8 @@ def _compile_headers(args: Mapping | None):
     xm = args.get("x-match")
     mode = xm if isinstance(xm, str) and xm in _X_MATCH else "all"
     with_x = mode.endswith("-with-x")
-    items = tuple((_key(k), v, v is None) for k, v in args.items()
+    items = tuple((_key(k), None if v is None else _header_term(v), v is None)
+                  for k, v in args.items()
                   if _key(k) != "x-match" and (with_x or not _key(k).startswith("x-")))
     return mode.startswith("all"), items
 
@@ -335,14 +350,14 @@ def _compile_headers(args: Mapping | None):
 def _headers_match(compiled, headers: Mapping) -> bool:
     is_all, items = compiled
     if is_all:
-        for k, v, void in items:
+        for k, term, void in items:
             if k not in headers:
                 return False
-            if not void and not values_equal(v, headers[k]):
+            if not void and term != _header_term(headers[k]):
                 return False
         return True
-    for k, v, void in items:
-        if k in headers and (void or values_equal(v, headers[k])):
+    for k, term, void in items:
+        if k in headers and (void or term == _header_term(headers[k])):
             return True
     return False
 
@@ -350,7 +365,7 @@ def _headers_match(compiled, headers: Mapping) -> bool:
 def headers_match(binding_args: Mapping | None, headers: Mapping | None) -> bool:
     """rabbit_exchange_type_headers:headers_match/2: binding keys starting with "x-" are
     ignored unless x-match is all-with-x / any-with-x; a void (None) binding value matches on
-    presence; values compare as Erlang ``==`` (see ``queue_args.values_equal``)."""
+    presence; values compare as Erlang ``==`` on the terms RabbitMQ holds (``_header_term``)."""
     return _headers_match(_compile_headers(binding_args), headers or {})
 
 
