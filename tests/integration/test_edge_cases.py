@@ -8,10 +8,11 @@ this module against it (docs/behaviour-tests.md, "Running against RabbitMQ"):
     LEVERET_TEST_URL=amqp://guest:guest@127.0.0.1:PORT/ LEVERET_TEST_RABBITMQCTL='...' \\
         .venv/bin/python -m pytest tests/integration/test_edge_cases.py
 
-x-max-length-bytes, reject-publish-dlx, x-death, CC/BCC, headers exchange, alternate exchanges,
-exchange-to-exchange bindings, exchange types, unbind, expiration strings, per-message TTL at the
-head, priority queues with a length limit, heartbeats on a channel, tune-ok limits, channel_max,
-and queue names that are not UTF-8.
+x-max-length-bytes, reject-publish-dlx, x-death, header wire types kept through dead-lettering,
+CC/BCC, headers exchange (values compared with and without their types), alternate exchanges,
+exchange-to-exchange bindings, exchange types, system exchange deletion, unbind, expiration
+strings, per-message TTL at the head (and a get's message-count), priority queues with a length
+limit, heartbeats on a channel, tune-ok limits, channel_max, and queue names that are not UTF-8.
 """
 from __future__ import annotations
 
