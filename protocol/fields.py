@@ -36,6 +36,13 @@ floats are written as ``d`` (pamqp writes a lossy ``f``), ``bytes`` and ``bytear
 written as ``x`` (pamqp only takes bytearray), and table keys keep insertion order (pamqp sorts
 them).  Encoders raise ``TypeError``/``ValueError`` for values that cannot be encoded; decoders
 raise only ``protocol.errors.SyntaxError_`` (502).
+
+``decode_table(buf, typed=True)`` keeps each value's wire type as rabbit_binary_parser does
+(``{Name, Type, Value}``): integers and 32-bit floats come back as the int/float subclasses
+below (``SignedInt(7)`` for an ``I``), a non-UTF-8 ``S`` as ``LongStr`` bytes and a timestamp past
+year 9999 as ``Timestamp``; the encoder writes each of them with its own type, so a table that
+is decoded, edited and encoded again (dead-lettering) keeps the types it came with, as
+rabbit_binary_generator does (``L`` comes back as ``l``, as RabbitMQ writes it).
 """
 
 from __future__ import annotations
@@ -60,6 +67,8 @@ __all__ = [
     "encode_longstr",
     "decode_longstr",
     "MAX_NESTING",
+    "Byte", "UnsignedByte", "Short", "UnsignedShort", "SignedInt", "UnsignedInt", "Long",
+    "Float32", "Timestamp", "LongStr",
 ]
 
 #: Deepest nesting of tables/arrays the decoder accepts (guards the Python stack).
@@ -107,6 +116,62 @@ _T_t = ord("t")
 _T_D = ord("D")
 _T_V = ord("V")
 _T_x = ord("x")
+
+
+class _TypedInt(int):
+    """An integer field value that keeps its wire type (see decode_table(typed=True))."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({int(self)})"
+
+
+class Byte(_TypedInt):
+    """b: int8."""
+
+
+class UnsignedByte(_TypedInt):
+    """B: uint8."""
+
+
+class Short(_TypedInt):
+    """s: int16."""
+
+
+class UnsignedShort(_TypedInt):
+    """u: uint16."""
+
+
+class SignedInt(_TypedInt):
+    """I: int32."""
+
+
+class UnsignedInt(_TypedInt):
+    """i: uint32."""
+
+
+class Long(_TypedInt):
+    """l (and L, read as signed 64 bits and written back as l, as RabbitMQ does)."""
+
+
+class Timestamp(_TypedInt):
+    """T: seconds past what datetime holds (year 9999); earlier ones decode to datetime."""
+
+
+class Float32(float):
+    """f: a 32-bit float."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"Float32({float(self)!r})"
+
+
+class LongStr(bytes):
+    """S whose octets are not UTF-8 (a plain str when they are), written back as S, not x."""
+
+    __slots__ = ()
 
 
 def _as_bytes(buf):
@@ -269,6 +334,12 @@ def _encode_value(value, out: list) -> None:
         out.append(_decimal_bytes(value))
     elif kind is datetime.datetime or kind is time.struct_time:
         out.append(_timestamp_bytes(value))
+    elif kind in _TYPED_PACK:
+        tag, codec = _TYPED_PACK[kind]
+        out.append(codec.pack(tag, value))
+    elif kind is LongStr:
+        out.append(_TAG_LEN.pack(b"S", len(value)))
+        out.append(bytes(value))
     # Subclasses (IntEnum, StrEnum, OrderedDict, ...): the same choices, by isinstance.
     elif isinstance(value, bool):
         out.append(b"t\x01" if value else b"t\x00")
@@ -294,6 +365,14 @@ def _encode_value(value, out: list) -> None:
         _encode_value(bytes(value), out)
     else:
         raise TypeError(f"cannot encode {type(value).__name__} {value!r} as a field value")
+
+
+#: Typed value class -> (type octet, Struct of the octet and the value).
+_TYPED_PACK = {
+    Byte: (b"b", _TAG_B), UnsignedByte: (b"B", struct.Struct(">cB")), Short: (b"s", _TAG_S),
+    UnsignedShort: (b"u", _TAG_U), SignedInt: (b"I", _TAG_BI), UnsignedInt: (b"i", _TAG_LI),
+    Long: (b"l", _TAG_L), Timestamp: (b"T", _TAG_T), Float32: (b"f", struct.Struct(">cf")),
+}
 
 
 def encode_value(value) -> bytes:
@@ -378,7 +457,34 @@ def _value(buf, offset: int, limit: int, depth: int):
     raise Malformed(f"unknown field value type {bytes((kind,))!r}")
 
 
-def _table(buf, offset: int, limit: int, depth: int = 0) -> tuple[dict, int]:
+#: Type octet -> the class a typed decode gives its number.
+_TYPED_NUMBERS = {
+    ord("b"): Byte, ord("B"): UnsignedByte, ord("s"): Short, ord("u"): UnsignedShort,
+    ord("I"): SignedInt, ord("i"): UnsignedInt, ord("l"): Long, ord("L"): Long,
+    ord("f"): Float32,
+}
+
+
+def _typed_value(buf, offset: int, limit: int, depth: int):
+    """_value, keeping the wire type of numbers, non-UTF-8 longstrs and large timestamps, and
+    reading nested tables and arrays the same way."""
+    kind = buf[offset]
+    if kind == _T_F:
+        return _table(buf, offset + 1, limit, depth + 1, _typed_value)
+    if kind == _T_A:
+        return _array(buf, offset + 1, limit, depth + 1, _typed_value)
+    value, end = _value(buf, offset, limit, depth)
+    cls = _TYPED_NUMBERS.get(kind)
+    if cls is not None:
+        return cls(value), end
+    if kind == _T_S and value.__class__ is bytes:
+        return LongStr(value), end
+    if kind == _T_T and value.__class__ is int:
+        return Timestamp(value), end
+    return value, end
+
+
+def _table(buf, offset: int, limit: int, depth: int = 0, read=_value) -> tuple[dict, int]:
     if depth > MAX_NESTING:
         raise Malformed(f"tables nested deeper than {MAX_NESTING}")
     if offset + 4 > limit:
@@ -397,11 +503,11 @@ def _table(buf, offset: int, limit: int, depth: int = 0) -> tuple[dict, int]:
             key = buf[offset + 1 : key_end].decode()
         except UnicodeDecodeError:
             raise Malformed("table key is not valid UTF-8") from None
-        result[key], offset = _value(buf, key_end, end, depth)
+        result[key], offset = read(buf, key_end, end, depth)
     return result, end
 
 
-def _array(buf, offset: int, limit: int, depth: int = 0) -> tuple[list, int]:
+def _array(buf, offset: int, limit: int, depth: int = 0, read=_value) -> tuple[list, int]:
     if depth > MAX_NESTING:
         raise Malformed(f"arrays nested deeper than {MAX_NESTING}")
     if offset + 4 > limit:
@@ -414,7 +520,7 @@ def _array(buf, offset: int, limit: int, depth: int = 0) -> tuple[list, int]:
     result = []
     append = result.append
     while offset < end:
-        value, offset = _value(buf, offset, end, depth)
+        value, offset = read(buf, offset, end, depth)
         append(value)
     return result, end
 
@@ -432,11 +538,12 @@ DECODE_ERRORS = (
 )
 
 
-def decode_table(buf, offset: int = 0) -> tuple[dict, int]:
-    """(dict, new_offset) for the field table (with its length) at offset."""
+def decode_table(buf, offset: int = 0, typed: bool = False) -> tuple[dict, int]:
+    """(dict, new_offset) for the field table (with its length) at offset; ``typed``: values
+    keep their wire types (see the module docstring)."""
     buf = _as_bytes(buf)
     try:
-        return _table(buf, offset, len(buf))
+        return _table(buf, offset, len(buf), 0, _typed_value if typed else _value)
     except DECODE_ERRORS as exc:
         raise SyntaxError_(502, f"cannot decode field table: {exc}") from None
 

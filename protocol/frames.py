@@ -27,7 +27,7 @@ frame-end octet is not 0xCE                                     501 FRAME_ERROR
 unknown frame type; method frame < 4 bytes; header frame < 12   501 FRAME_ERROR
 heartbeat with a payload                                        501 FRAME_ERROR
 payload size > frame_max (checked on the 7-byte header)         501 FRAME_ERROR
-  (text "frame size <payload size> exceeds frame_max <frame_max>")
+  (text "type <type>, all octets = <<>>: {frame_too_large,<size>,<frame_max - 8>}")
 header/body frame on channel 0, heartbeat on channel != 0       505 UNEXPECTED_FRAME
 unknown class/method id                                         540 NOT_IMPLEMENTED
 method arguments that do not parse (incl. bad UTF-8 names)      502 SYNTAX_ERROR
@@ -499,9 +499,11 @@ class FrameDecoder:
                     need = 7
                     break
                 if size > max_payload:
+                    # rabbit_reader's frame_error text; no payload was read, so its octets
+                    # are <<>>, and frame_too_large names frame_max less the 8 framing octets
                     raise _frame_error(
-                        f"frame size {size} exceeds frame_max {self.frame_max} "
-                        f"(type {ftype}, channel {channel})"
+                        f"type {ftype}, all octets = <<>>: "
+                        f"{{frame_too_large,{size},{self.frame_max - _FRAME_OVERHEAD}}}"
                     )
                 start = pos + 7
                 end = start + size

@@ -16,6 +16,7 @@ RabbitMQ, the two low flag bits (reserved and continuation) are ignored when dec
 from __future__ import annotations
 
 import datetime
+import functools
 import struct
 
 from . import fields as _fields
@@ -83,6 +84,10 @@ _DECODERS = {
     "table": _fields._table,
 }
 _DECODE_PLAN = tuple((name, flag, _DECODERS[ftype]) for name, ftype, flag in _PROPERTIES)
+# the same with the headers' wire types kept (fields.decode_table(typed=True))
+_DECODE_PLAN_TYPED = tuple(
+    (name, flag, functools.partial(_fields._table, depth=0, read=_fields._typed_value)
+     if ftype == "table" else _DECODERS[ftype]) for name, ftype, flag in _PROPERTIES)
 
 
 def _encode_timestamp(value) -> bytes:
@@ -157,8 +162,10 @@ class BasicProperties:
         return b"".join(parts)
 
     @classmethod
-    def decode(cls, buf, offset: int = 0, end: int | None = None) -> BasicProperties:
-        """Read a property list; raises SyntaxError_ (502, class 60) when malformed."""
+    def decode(cls, buf, offset: int = 0, end: int | None = None,
+               typed: bool = False) -> BasicProperties:
+        """Read a property list; raises SyntaxError_ (502, class 60) when malformed.
+        ``typed``: header values keep their wire types, so encode() writes them back alike."""
         buf = _fields._as_bytes(buf)
         if end is None:
             end = len(buf)
@@ -169,7 +176,7 @@ class BasicProperties:
                 raise _fields.Malformed("property flags truncated")
             (flags,) = _U16.unpack_from(buf, offset)
             offset += 2
-            for name, flag, decoder in _DECODE_PLAN:
+            for name, flag, decoder in _DECODE_PLAN_TYPED if typed else _DECODE_PLAN:
                 if flags & flag:
                     value, offset = decoder(buf, offset, end)
                     setattr(self, name, value)

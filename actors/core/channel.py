@@ -535,6 +535,7 @@ class ChannelCore:
                   not method.nowait)
 
     def _exchange_delete(self, method, cmd):
+        routing.check_exchange_deletion(self.conn.vhost, method.exchange)
         self._check("configure", "exchange", method.exchange)
         self.exchange_ok.pop(method.exchange, None)
         self._rpc("exchange.delete", {"vhost": self.conn.vhost, "name": method.exchange,

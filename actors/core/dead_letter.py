@@ -30,6 +30,8 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Iterable, Mapping
 
+from protocol.fields import Long
+
 __all__ = ["REASONS", "dead_letter_headers", "dead_letter_routing", "death_routing_keys",
            "is_cycle", "detect_cycles"]
 
@@ -81,7 +83,7 @@ def _group_by_queue_and_reason(tables: list) -> list:
         matches = [x for x in tables if _matches(x, q, r)]
         first = matches[0]
         if "count" not in first:
-            first = {"count": len(matches), **first}
+            first = {"count": Long(len(matches)), **first}
         if not acc:
             acc = [first]
         elif key not in seen:
@@ -110,9 +112,10 @@ def dead_letter_headers(headers: Mapping | None, queue: str, reason: str, exchan
     x-dead-letter-routing-key, when it has one the ``CC`` header is removed (as RabbitMQ
     does, so the copy is not also routed by CC).
 
-    x-death entries are dicts with ``count`` (int), ``reason``, ``queue``, ``time`` (a UTC
-    ``datetime``, an AMQP timestamp), ``exchange``, ``routing-keys`` (list of str) and
-    ``original-expiration`` when the message had a per-message TTL.
+    x-death entries are dicts with ``count`` (``fields.Long``, RabbitMQ's ``long``), ``reason``,
+    ``queue``, ``time`` (a UTC ``datetime``, an AMQP timestamp), ``exchange``, ``routing-keys``
+    (list of str) and ``original-expiration`` when the message had a per-message TTL. Pass
+    headers decoded with ``typed=True`` and the others keep their wire types.
     """
     h = dict(headers or {})
     info = {
@@ -129,7 +132,7 @@ def dead_letter_headers(headers: Mapping | None, queue: str, reason: str, exchan
         h["x-first-death-reason"] = reason
         h["x-first-death-queue"] = queue
         h["x-first-death-exchange"] = exchange
-        h["x-death"] = [{"count": 1, **info}]
+        h["x-death"] = [{"count": Long(1), **info}]
     elif isinstance(xd, (list, tuple)):
         grouped = _group_by_queue_and_reason(list(xd))
         matches = [t for t in grouped if _matches(t, queue, reason)]
@@ -137,13 +140,13 @@ def dead_letter_headers(headers: Mapping | None, queue: str, reason: str, exchan
         if matches:
             entry = dict(matches[0])
             c = entry.get("count")
-            entry["count"] = c + 1 if isinstance(c, int) and not isinstance(c, bool) else 1
+            entry["count"] = Long(c + 1 if isinstance(c, int) and not isinstance(c, bool) else 1)
         else:
-            entry = {"count": 1, **info}
+            entry = {"count": Long(1), **info}
         h["x-death"] = [_sorted_table(entry)] + others
     else:
         # "Message has invalid x-death header ... Resetting header"
-        h["x-death"] = [{"count": 1, **info}]
+        h["x-death"] = [{"count": Long(1), **info}]
     h = _sorted_table(h)
     if dlx_routing_key is not None:
         h.pop("CC", None)

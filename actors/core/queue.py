@@ -1129,6 +1129,9 @@ class QueueCore:
             self._want_page()
             return WAIT
         msg = self._pop(p)
+        # rabbit_amqqueue_process:fetch/2 drops the expired messages the fetch brought to the
+        # head before get-ok's message-count is taken
+        self._expire_head(now)
         self.keep_up.outs += 1
         if no_ack:
             if self.late_confirm:

@@ -28,15 +28,18 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal as _decimal
+import functools
+import gzip
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from actors.core.errors import ChannelError, ConnectionError_, erl_p
-from actors.core.queue_args import amqp_type_name, values_equal
+from actors.core.errors import Atom, ChannelError, ConnectionError_, _field_term, erl_p
+from actors.core.queue_args import amqp_type_name
 
 __all__ = [
     "EXCHANGE_TYPES", "PREDECLARED_EXCHANGES", "ExchangeDef", "Binding", "Router",
-    "check_exchange_type", "validate_binding", "split_topic_key", "topic_matches",
+    "check_exchange_type", "check_exchange_deletion", "validate_binding", "split_topic_key", "topic_matches",
     "headers_match", "header_routes", "pack_value", "unpack_value", "pack_table",
     "unpack_table", "change_add_vhost", "change_remove_vhost", "change_declare_exchange",
     "change_delete_exchange", "change_add_queue", "change_remove_queue", "change_bind",
@@ -61,11 +64,35 @@ _EMPTY: frozenset = frozenset()
 
 
 def check_exchange_type(type_name: str) -> str:
-    """rabbit_exchange:check_type/1: an unknown type is a connection error
-    ``COMMAND_INVALID - unknown exchange type 'x-foo'`` (503)."""
+    """rabbit_exchange:check_type/1: a type without an exchange module is a connection error
+    (503), ``COMMAND_INVALID - unknown exchange type 'x-foo'`` when the name is no atom of
+    RabbitMQ's VM (binary_to_existing_atom fails) and ``invalid exchange type 'foo'`` when it
+    is one."""
     if type_name not in EXCHANGE_TYPES:
-        raise ConnectionError_(503, f"unknown exchange type '{type_name}'")
+        kind = "invalid" if type_name in _rabbitmq_atoms() else "unknown"
+        raise ConnectionError_(503, f"{kind} exchange type '{type_name}'")
     return type_name
+
+
+@functools.cache
+def _rabbitmq_atoms() -> frozenset[str]:
+    """The atoms of a RabbitMQ 3.10.8 node (Debian's, no plugins) once booted and serving:
+    ``rabbitmqctl eval`` of ``[atom_to_binary(binary_to_term(<<131,75,I:24>>)) || I <-
+    lists:seq(0, erlang:system_info(atom_count) - 1)]``, one a line. Read only when a
+    declare names a type that does not exist."""
+    path = Path(__file__).with_name("rabbitmq_atoms.txt.gz")
+    with gzip.open(path, "rt", encoding="utf-8", errors="surrogateescape") as f:
+        return frozenset(f.read().split("\n"))
+
+
+def check_exchange_deletion(vhost: str, name: str) -> None:
+    """rabbit_channel:check_not_default_exchange/1 then check_exchange_deletion/1: both refuse
+    before any permission check, whether the exchange exists or not."""
+    if name == "":
+        raise ChannelError(403, "operation not permitted on the default exchange")
+    if name.startswith("amq."):
+        raise ChannelError(403, f"deletion of system exchange '{name}' in vhost '{vhost}' "
+                                "not allowed")
 
 
 # --------------------------------------------------------------------------------- records
@@ -290,9 +317,23 @@ def validate_binding(exchange_type: str, arguments: Mapping | None) -> None:
             return
         raise ChannelError(406, f"Invalid x-match field value {erl_p(v.encode())}; expected "
                                 "all, any, all-with-x, or any-with-x")
-    from actors.core.errors import Atom, _field_term
     raise ChannelError(406, f"Invalid x-match field type {erl_p(Atom(t))} (value "
                             f"{erl_p(_field_term(v, t))}); expected longstr")
+
+
+def _header_term(v):
+    """The term headers_match/5 compares with ``==`` for a top-level header value: the value
+    without its type (a timestamp is its seconds, so ``T 5`` equals ``l 5``), tables and arrays
+    with the type of every element (``[{timestamp,5}]`` differs from ``[{long,5}]``), as
+    errors._field_term builds them; a boolean is tagged, as Erlang's true is no integer."""
+    if v.__class__ is str or v.__class__ is int:
+        return v.encode("utf-8", "surrogateescape") if v.__class__ is str else v
+    if isinstance(v, bool):
+        return (_BOOL, v)
+    return _field_term(v, amqp_type_name(v))
+
+
+_BOOL = Atom("bool")
 
 
 def _compile_headers(args: Mapping | None):
@@ -300,7 +341,8 @@ def _compile_headers(args: Mapping | None):
     xm = args.get("x-match")
     mode = xm if isinstance(xm, str) and xm in _X_MATCH else "all"
     with_x = mode.endswith("-with-x")
-    items = tuple((_key(k), v, v is None) for k, v in args.items()
+    items = tuple((_key(k), None if v is None else _header_term(v), v is None)
+                  for k, v in args.items()
                   if _key(k) != "x-match" and (with_x or not _key(k).startswith("x-")))
     return mode.startswith("all"), items
 
@@ -308,14 +350,14 @@ def _compile_headers(args: Mapping | None):
 def _headers_match(compiled, headers: Mapping) -> bool:
     is_all, items = compiled
     if is_all:
-        for k, v, void in items:
+        for k, term, void in items:
             if k not in headers:
                 return False
-            if not void and not values_equal(v, headers[k]):
+            if not void and term != _header_term(headers[k]):
                 return False
         return True
-    for k, v, void in items:
-        if k in headers and (void or values_equal(v, headers[k])):
+    for k, term, void in items:
+        if k in headers and (void or term == _header_term(headers[k])):
             return True
     return False
 
@@ -323,7 +365,7 @@ def _headers_match(compiled, headers: Mapping) -> bool:
 def headers_match(binding_args: Mapping | None, headers: Mapping | None) -> bool:
     """rabbit_exchange_type_headers:headers_match/2: binding keys starting with "x-" are
     ignored unless x-match is all-with-x / any-with-x; a void (None) binding value matches on
-    presence; values compare as Erlang ``==`` (see ``queue_args.values_equal``)."""
+    presence; values compare as Erlang ``==`` on the terms RabbitMQ holds (``_header_term``)."""
     return _headers_match(_compile_headers(binding_args), headers or {})
 
 

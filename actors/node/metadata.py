@@ -33,7 +33,8 @@ from actors.core import limits, policies, queue_args, quorum
 from actors.core.errors import ChannelError, ConnectionError_, amqp_text
 from actors.core.permissions import AuthDB, hashed_auth_call
 from actors.core.queue_stats import StatsTable
-from actors.core.routing import Router, validate_binding
+from actors.core.routing import (Router, check_exchange_deletion, check_exchange_type,
+                                 validate_binding)
 from actors.node import definitions_json
 from actors.node.definitions import Definitions
 from actors.node.metadata_alarms import AlarmsMixin
@@ -47,7 +48,6 @@ from actors.runtime import LightActor
 
 log = logging.getLogger(__name__)
 
-EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers")
 
 
 @dataclass
@@ -799,8 +799,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         if name.startswith("amq.") and x is None:
             raise ChannelError(403, amqp_text(
                 403, f"exchange name '{name}' contains reserved prefix 'amq.*'"))
-        if type not in EXCHANGE_TYPES:
-            raise ConnectionError_(503, amqp_text(503, f"unknown exchange type '{type}'"))
+        check_exchange_type(type)
         if x is not None:
             queue_args.assert_exchange_equivalent(
                 x, dict(type=type, durable=durable, auto_delete=auto_delete, internal=internal,
@@ -813,11 +812,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         return None
 
     def op_exchange_delete(self, rpc, vhost, name, if_unused):
-        if name == "" or name.startswith("amq."):
-            raise ChannelError(403, amqp_text(403, f"operation not permitted on the default "
-                                                   f"exchange" if name == "" else
-                                              f"cannot delete exchange '{name}' in vhost "
-                                              f"'{vhost}': reserved name"))
+        check_exchange_deletion(vhost, name)
         if self.router.exchange(vhost, name) is None:
             return None
         if if_unused and self.router.has_bindings_from(vhost, name):

@@ -24,7 +24,9 @@ def dead_letter_publish(queue, msg, reason: str) -> None:
     dlx = core.dlx
     if dlx is None:
         return
-    props = BasicProperties.decode(msg.props_raw) if msg.props_raw else BasicProperties()
+    # typed: the copy's headers go out with the wire types they came with, as RabbitMQ's do
+    props = BasicProperties.decode(msg.props_raw, typed=True) if msg.props_raw else \
+        BasicProperties()
     headers = dict(props.headers or {})
     cc = headers.get("CC")
     routing_keys = [msg.routing_key] + ([k for k in cc if isinstance(k, str)]

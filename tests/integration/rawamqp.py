@@ -70,6 +70,7 @@ class Content:
     properties: commands.Basic.Properties
     body: bytes
     body_frames: list = field(default_factory=list)  # sizes of the body frames as received
+    header_payload: bytes = b""  # the content header frame's payload as it came on the wire
 
 
 def frame(frame_type: int, channel: int, payload: bytes, end: int = FRAME_END) -> bytes:
@@ -91,6 +92,70 @@ def content_frames(channel: int, body: bytes, properties=None, frame_max: int = 
     for i in range(0, len(body), chunk):
         out.append(frame(FRAME_BODY, channel, body[i:i + chunk]))
     return b"".join(out)
+
+
+def typed_value(buf: bytes, pos: int) -> tuple[tuple, int]:
+    """((type char, value), next position) for the field value at pos, as RabbitMQ's
+    rabbit_binary_parser keeps it: the wire type with the value (tables and arrays nested the
+    same way, longstr as bytes), so tests can check types that pamqp and pika normalise."""
+    t = chr(buf[pos])
+    pos += 1
+    fixed = {"b": ">b", "B": ">B", "s": ">h", "u": ">H", "I": ">i", "i": ">I", "l": ">q",
+             "L": ">q", "f": ">f", "d": ">d", "T": ">Q"}
+    if t in fixed:
+        (v,) = struct.unpack_from(fixed[t], buf, pos)
+        return (t, v), pos + struct.calcsize(fixed[t])
+    if t == "t":
+        return (t, buf[pos] != 0), pos + 1
+    if t == "V":
+        return (t, None), pos
+    if t == "D":
+        return (t, struct.unpack_from(">BI", buf, pos)), pos + 5
+    (n,) = struct.unpack_from(">I", buf, pos)
+    raw, end = buf[pos + 4:pos + 4 + n], pos + 4 + n
+    if t in "Sx":
+        return (t, raw), end
+    if t == "F":
+        return (t, typed_table(raw)), end
+    if t == "A":
+        out, p = [], 0
+        while p < len(raw):
+            v, p = typed_value(raw, p)
+            out.append(v)
+        return (t, out), end
+    raise ValueError(f"unknown field type {t!r}")
+
+
+def typed_table(raw: bytes) -> list:
+    """A field table's body (without its length) as [(key, type char, value), ...] in wire
+    order."""
+    out, pos = [], 0
+    while pos < len(raw):
+        n = raw[pos]
+        key = raw[pos + 1:pos + 1 + n].decode()
+        (t, v), pos = typed_value(raw, pos + 1 + n)
+        out.append((key, t, v))
+    return out
+
+
+def content_headers(header_payload: bytes) -> list:
+    """The headers property of a content header frame's payload, typed (typed_table), or []."""
+    (flags,) = struct.unpack_from(">H", header_payload, 12)
+    pos = 14
+    for bit in (15, 14):  # content-type, content-encoding: short strings before headers
+        if flags & (1 << bit):
+            pos += 1 + header_payload[pos]
+    if not flags & (1 << 13):
+        return []
+    (n,) = struct.unpack_from(">I", header_payload, pos)
+    return typed_table(header_payload[pos + 4:pos + 4 + n])
+
+
+def content_header_frame(channel: int, body_size: int, headers_table: bytes) -> bytes:
+    """A basic content header frame carrying only the headers property, given as an encoded
+    table body (without its length), so a test can send field types no client library picks."""
+    payload = struct.pack(">HHQHI", 60, 0, body_size, 1 << 13, len(headers_table)) + headers_table
+    return frame(FRAME_HEADER, channel, payload)
 
 
 def plain_response(user: str, password: str) -> str:
@@ -196,6 +261,7 @@ class RawClient:
         if ftype == FRAME_HEADER:
             h = header.ContentHeader()
             h.unmarshal(payload)
+            h.raw_payload = bytes(payload)  # pamqp normalises field types; tests read the wire
             return h
         if ftype == FRAME_BODY:
             return bytes(payload)
@@ -245,7 +311,7 @@ class RawClient:
                     parts.append(b)
                     sizes.append(len(b))
                     got += len(b)
-                return Content(ch, f, h.properties, b"".join(parts), sizes)
+                return Content(ch, f, h.properties, b"".join(parts), sizes, h.raw_payload)
             return ch, f
 
     # -- handshake -------------------------------------------------------------------------------

@@ -97,6 +97,20 @@ def test_frame_larger_than_small_negotiated_frame_max__E2(raw_factory):
     _assert_connection_close(c, 501)
 
 
+@pytest.mark.parametrize("ftype,channel,size,frame_max", [
+    (rawamqp.FRAME_BODY, 1, 8000, 4096), (rawamqp.FRAME_METHOD, 0, 4097, 4096),
+    (rawamqp.FRAME_HEADER, 3, 131073, 131072)])
+def test_frame_too_large_has_rabbitmq_text__E2(raw_factory, ftype, channel, size, frame_max):
+    """rabbit_reader:handle_input/3 refuses the frame on its header (no payload read yet):
+    frame_error's "type ~p, ~s octets = ~p: ~p" with {frame_too_large, Size, FrameMax - 8}."""
+    c = raw_factory(frame_max=frame_max)
+    c.send(struct.pack(">BHI", ftype, channel, size))
+    close = _assert_connection_close(c, 501)
+    assert close.reply_text == (f"FRAME_ERROR - type {ftype}, all octets = <<>>: "
+                                f"{{frame_too_large,{size},{frame_max - 8}}}")
+    assert (close.class_id, close.method_id) == (0, 0)
+
+
 def test_heartbeat_frame_with_payload_is_frame_error__E2(raw_factory):
     c = raw_factory()
     c.send(rawamqp.frame(rawamqp.FRAME_HEARTBEAT, 0, b"xx"))

@@ -166,3 +166,16 @@ def test_headers_survive_msgpack_shape():
     h = dead_letter_headers({"a": [1, 2]}, "q", "maxlen", "", ["k"], "7", 3)
     h["x-death"][0]["time"] = int(h["x-death"][0]["time"].timestamp())
     assert msgpack.unpackb(msgpack.packb(h)) == h
+
+
+def test_counts_are_longs_and_typed_headers_keep_their_types():
+    # rabbit_dead_letter writes {<<"count">>, long, N}; the other headers keep the types
+    # rabbit_binary_parser read them with (headers decoded with typed=True)
+    from protocol.fields import Long, SignedInt, UnsignedByte, decode_table, encode_table
+    h = dead_letter_headers({"i": SignedInt(7), "b": UnsignedByte(200)}, "q", "rejected", "",
+                            ["q"], None, 1)
+    assert type(h["x-death"][0]["count"]) is Long
+    assert (type(h["i"]), type(h["b"])) == (SignedInt, UnsignedByte)
+    h = dead_letter_headers(decode_table(encode_table(h), typed=True)[0], "q", "rejected", "",
+                            ["q"], None, 2)
+    assert h["x-death"][0]["count"] == 2 and type(h["x-death"][0]["count"]) is Long

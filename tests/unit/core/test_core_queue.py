@@ -1044,3 +1044,15 @@ def test_storage_stats_count_bytes_ready_unacked_in_memory_and_paged_out():
     s = q2.storage_stats()
     assert (s["message_bytes"], s["message_bytes_unacknowledged"], s["messages_ram"]) == (
         0, 0, 0)
+
+
+def test_get_drops_the_expired_messages_it_brings_to_the_head__A9():
+    # rabbit_amqqueue_process:fetch/2: drop_expired_msgs after the fetch, before the count
+    for no_ack in (False, True):
+        q, _ = mk()
+        pub(q, b"long", expiry=600000)
+        pub(q, b"short", b"short2", expiry=50)
+        pub(q, b"keep")
+        item, body, count = q.get(CH1, no_ack, 100)
+        assert (body, count) == (b"long", 1)
+        assert q.get(CH1, True, 100)[1:] == (b"keep", 0)

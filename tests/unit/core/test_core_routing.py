@@ -394,6 +394,15 @@ def test_topic_pathological_hashes_are_fast():
     ({"a": decimal.Decimal("1.5")}, {"a": decimal.Decimal("1.50")}, False),
     ({"a": datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)},
      {"a": datetime.datetime(2020, 1, 1)}, True),
+    # a timestamp is its seconds at the top level, {timestamp, S} inside an array or table
+    ({"a": datetime.datetime.fromtimestamp(5, datetime.timezone.utc)}, {"a": 5}, True),
+    ({"a": 5}, {"a": datetime.datetime.fromtimestamp(5, datetime.timezone.utc)}, True),
+    ({"a": [datetime.datetime.fromtimestamp(5, datetime.timezone.utc)]}, {"a": [5]}, False),
+    ({"a": {"k": datetime.datetime.fromtimestamp(5, datetime.timezone.utc)}}, {"a": {"k": 5}},
+     False),
+    ({"a": ["v"]}, {"a": [b"v"]}, False),  # {longstr, V} /= {binary, V}
+    ({"a": [1]}, {"a": [1.0]}, False),
+    ({"a": [True]}, {"a": [1]}, False),
 ])
 def test_headers_match(args, headers, expected):
     assert headers_match(args, headers) is expected

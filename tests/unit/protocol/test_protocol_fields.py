@@ -222,6 +222,27 @@ def test_nesting_is_bounded():
     fields.decode_value(ok)
 
 
+@pytest.mark.parametrize("kind,wire,value", DECODE_CASES)
+def test_typed_decode_encodes_back_to_the_same_wire_type(kind, wire, value):
+    # rabbit_binary_parser then rabbit_binary_generator: every type comes back as it came,
+    # except L (written as l) and a non-zero boolean octet (written as 1)
+    def table(kind, wire):
+        return table_bytes(entry(b"k", kind + wire),
+                           entry(b"a", b"A" + struct.pack(">I", 1 + len(wire)) + kind + wire))
+
+    decoded, _ = fields.decode_table(table(kind, wire), typed=True)
+    assert decoded == {"k": value, "a": [value]}
+    expected = table(b"l" if kind == b"L" else kind, b"\x01" if kind == b"t" and value else wire)
+    assert fields.encode_table(decoded) == expected
+
+
+def test_typed_values_are_their_base_values():
+    assert fields.SignedInt(7) == 7 and repr(fields.Long(2)) == "Long(2)"
+    assert fields.Long(1) + 1 == 2 and type(fields.Long(1) + 1) is int
+    assert fields.encode_value(fields.UnsignedInt(5)) == b"i\x00\x00\x00\x05"
+    assert fields.encode_value(fields.LongStr(b"\xff")) == b"S\x00\x00\x00\x01\xff"
+
+
 def test_nested_table_and_array_values():
     value = {"a": [1, {"b": [None, True, "x", b"\x00"]}], "c": {"d": {"e": 1.5}}}
     raw = fields.encode_table(value)

@@ -168,7 +168,7 @@ def test_frame_larger_than_frame_max_is_501_before_the_payload_arrives():
     with pytest.raises(FrameError) as info:
         dec.frames()
     assert info.value.reply_code == 501
-    assert "frame size 200000 exceeds frame_max 131072" in info.value.text
+    assert info.value.text == "type 3, all octets = <<>>: {frame_too_large,200000,131064}"
     # RabbitMQ's FRAME_SIZE_FUDGE: a payload of exactly frame_max is still accepted
     dec = FrameDecoder(frame_max=4096, expect_header=False)
     dec.feed(encode_frame(3, 1, b"x" * 4096))
@@ -180,7 +180,7 @@ def test_set_frame_max_after_tune():
     dec = FrameDecoder(frame_max=131072, expect_header=False)
     dec.set_frame_max(4096)
     dec.feed(struct.pack(">BHI", 3, 1, 5000))
-    with pytest.raises(FrameError, match="exceeds frame_max 4096"):
+    with pytest.raises(FrameError, match=r"\{frame_too_large,5000,4088\}"):
         dec.frames()
     dec = FrameDecoder(frame_max=0, expect_header=False)  # 0: no limit
     dec.feed(encode_frame(3, 1, b"x" * 300000))
