@@ -245,6 +245,10 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
             log.exception("bad rpc %s", rpc.op)
             self._reply(rpc, False, None, 541, amqp_text(541, f"bad request {rpc.op}: {e}"))
             return
+        except Exception as e:  # noqa: BLE001 - the caller must never wait for a lost reply
+            log.exception("rpc %s failed", rpc.op)
+            self._reply(rpc, False, None, 541, amqp_text(541, f"{rpc.op} failed: {e!r}"))
+            return
         if result is not _DEFERRED:
             self._reply(rpc, True, result)
 
