@@ -1,0 +1,86 @@
+"""Every ha-mode, by policy and by x-ha-* argument, in a 3-node cluster: the mirrors are where
+the mode says (read with list_queues' mirrors / synchronised_mirrors), not only accepted:
+ha-mode nodes mirrors on the listed members and moves the mirrors when the list changes,
+exactly N gives N - 1 mirrors, all every other node; a refused ha policy leaves nothing behind
+and the next declare is answered (docs/cluster.md, "Mirrored queues")."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.integration.cluster.test_mirrored import queue_row
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def mirrors(nodes, name, column="mirrors") -> list | None:
+    """The node names of queue `name`'s mirrors (column "synced": its synchronised mirrors),
+    sorted; None when it is not listed."""
+    cell = queue_row(nodes[0], name).get(column, "")
+    if not cell:
+        return None
+    return sorted(x.strip() for x in cell.strip("[]").replace('"', "").split(",") if x.strip())
+
+
+def wait_mirrors(nodes, name, want, column="mirrors"):
+    return nodes.wait(lambda: mirrors(nodes, name, column) == sorted(want),
+                      what=f"{column} of {name} = {want} (now {mirrors(nodes, name, column)})")
+
+
+def test_ha_mode_nodes_exactly_and_all_put_the_mirrors_where_they_say(nodes):
+    n1, n2, n3 = "leveret@node1", "leveret@node2", "leveret@node3"
+    nodes[0].ctl("set_policy", "ha-nodes", "^nodes\\.",
+                 json.dumps({"ha-mode": "nodes", "ha-params": [n2, n3],
+                             "ha-sync-mode": "automatic"}))
+    nodes[0].ctl("set_policy", "ha-exactly", "^exactly\\.",
+                 json.dumps({"ha-mode": "exactly", "ha-params": 2}))
+    with nodes[0].connection() as c:  # every queue homed on node 1
+        ch = c.channel()
+        ch.queue_declare("nodes.q", durable=True)
+        for i in range(20):
+            ch.basic_publish("", "nodes.q", b"%d" % i)
+        ch.queue_declare("exactly.q", durable=True)
+        ch.queue_declare("arg.nodes", durable=True,
+                         arguments={"x-ha-mode": "nodes", "x-ha-params": [n3, "rabbit@nowhere"]})
+        ch.queue_declare("arg.exactly", durable=True,
+                         arguments={"x-ha-mode": "exactly", "x-ha-params": 3})
+        ch.queue_declare("arg.all", durable=True, arguments={"x-ha-mode": "all"})
+        ch.queue_declare("plain.q", durable=True)
+    # nodes: exactly the listed ones, synchronised (ha-sync-mode automatic) with the messages
+    wait_mirrors(nodes, "nodes.q", [n2, n3], "synced")
+    assert queue_row(nodes[0], "nodes.q")["node"] == n1
+    wait_mirrors(nodes, "exactly.q", [n2])                # exactly 2: the master and one
+    wait_mirrors(nodes, "arg.nodes", [n3])                # a name not in the cluster: left out
+    wait_mirrors(nodes, "arg.exactly", [n2, n3])
+    wait_mirrors(nodes, "arg.all", [n2, n3])
+    assert mirrors(nodes, "plain.q") == []
+    # a new list moves the mirrors; the master, left out, stays where it is
+    nodes[1].ctl("set_policy", "ha-nodes", "^nodes\\.",
+                 json.dumps({"ha-mode": "nodes", "ha-params": [n3]}))
+    wait_mirrors(nodes, "nodes.q", [n3])
+    nodes[0].ctl("set_policy", "ha-nodes", "^nodes\\.",
+                 json.dumps({"ha-mode": "nodes", "ha-params": [n1]}))
+    wait_mirrors(nodes, "nodes.q", [])
+    assert queue_row(nodes[0], "nodes.q")["node"] == n1
+
+
+REFUSED = [
+    ({"ha-mode": "exactly", "ha-params": "banana"},
+     'ha-mode="exactly" takes an integer, <<"banana">> given'),
+    ({"ha-mode": "exactly", "ha-params": 0}, 'ha-mode="exactly" takes an integer, 0 given'),
+    ({"ha-mode": "nodes", "ha-params": []}, 'ha-mode="nodes" list must be non-empty'),
+    ({"ha-mode": "all", "ha-sync-mode": "manual"}, 'ha-sync-mode <<"manual">> is not implemented'),
+]
+
+
+def test_a_refused_ha_policy_leaves_nothing_and_declares_are_answered(nodes):
+    for definition, text in REFUSED:  # (through a follower: forwarded to the leader)
+        res = nodes[1].ctl("set_policy", "bad", "^ha\\.", json.dumps(definition), check=False)
+        assert res.returncode != 0 and "Validation failed" in res.stderr and text in res.stderr
+    assert json.loads(nodes[0].ctl("list_policies").stdout) == []
+    nodes[0].ctl("set_policy", "ha-all", "^ha\\.", '{"ha-mode": "all"}')
+    with nodes[2].connection() as c:
+        c.channel().queue_declare("ha.after", durable=True)  # answered: on main it hung
+    wait_mirrors(nodes, "ha.after", ["leveret@node1", "leveret@node2"])
