@@ -222,6 +222,17 @@ def test_policies_and_list_parameters(node, http):
     assert (p["pattern"], p["apply-to"], p["priority"]) == ("^p[ab]$", "queues", 1)
     assert http("PUT", "/api/policies/%2F/bad", {"pattern": "x", "definition": {
         "no-such-key": 1}})[0] == 400
+    for definition, text in (
+            ({"ha-mode": "exactly", "ha-params": "banana"},
+             'ha-mode="exactly" takes an integer, <<"banana">> given'),
+            ({"ha-mode": "nodes", "ha-params": []}, 'ha-mode="nodes" list must be non-empty'),
+            ({"ha-mode": "all", "ha-sync-mode": "manual"},
+             'ha-sync-mode <<"manual">> is not implemented: Leveret synchronises every new '
+             'mirror at once (ha-sync-mode "automatic")')):
+        assert http("PUT", "/api/policies/%2F/bad-ha", {"pattern": "^p", "definition":
+                                                       definition}) == (
+            400, {"error": "bad_request", "reason": f"Validation failed\n\n{text}\n"})
+    assert http("GET", "/api/policies/%2F/bad-ha")[0] == 404
     assert http("DELETE", "/api/policies/%2F/mirror-p")[0] == 204
     assert http("GET", "/api/health/checks/alarms") == (200, {"status": "ok"})
 
