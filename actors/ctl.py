@@ -409,7 +409,8 @@ def main(argv=None) -> int:
 
 
 OPS = ("await_startup", "check_running", "check_local_alarms", "check_port_connectivity",
-       "environment", "close_connection", "delete_queue", "purge_queue")
+       "environment", "close_connection", "delete_queue", "purge_queue", "sync_queue",
+       "cancel_sync_queue")
 
 
 def _op(a) -> int:
@@ -421,8 +422,8 @@ def _op(a) -> int:
     if a.command == "delete_queue":
         return ctl_ops.delete_queue(call, a.data_dir, a.vhost, a.args, a.if_empty,
                                     a.if_unused)
-    if a.command == "purge_queue":
-        return ctl_ops.purge_queue(call, a.data_dir, a.vhost, a.args)
+    if a.command in ("purge_queue", "sync_queue", "cancel_sync_queue"):
+        return getattr(ctl_ops, a.command)(call, a.data_dir, a.vhost, a.args)
     return getattr(ctl_ops, a.command)(call, a.data_dir)
 
 

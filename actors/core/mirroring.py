@@ -10,8 +10,11 @@ Leveret differences (docs/cluster.md):
 - a live master never moves: with `ha-mode: nodes` a master on a node the list leaves out stays
   where it is (RabbitMQ does so only while no mirror is synchronised) and the listed nodes hold
   its mirrors;
-- `exactly` adds mirrors in cluster order, not in RabbitMQ's random order;
-- `ha-sync-mode: manual` is refused: every new mirror is synchronised at once, as `automatic`.
+- `exactly` adds mirrors in cluster order, not in RabbitMQ's random order.
+
+`ha-sync-mode` (automatic, or manual: a new mirror gets only what enters the queue from then on
+and is synchronised once the older messages are gone or on `leveretctl sync_queue`) is the
+master's (actors/queue/queue.py, actors/queue/mirror.py).
 """
 
 from __future__ import annotations
@@ -45,13 +48,8 @@ def params_error(mode: str, params) -> tuple | None:
 
 
 def sync_mode_error(sync_mode) -> tuple | None:
-    if sync_mode is None or sync_mode == "automatic":
+    if sync_mode in (None, "automatic", "manual"):
         return None
-    if sync_mode == "manual":
-        # refused rather than accepted and ignored: Leveret has no unsynchronised-until-asked
-        # mirrors, no sync_queue and no cancel_sync_queue
-        return ('ha-sync-mode ~p is not implemented: Leveret synchronises every new mirror '
-                'at once (ha-sync-mode "automatic")', (sync_mode,))
     return 'ha-sync-mode must be "manual" or "automatic", got ~p', (sync_mode,)
 
 

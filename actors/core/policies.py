@@ -8,7 +8,7 @@ Keys (validated as rabbit_policies:validate_policy0/2 and rabbit_mirror_queue_mi
   `dead-letter-exchange`, `dead-letter-routing-key`, `queue-mode` (accepted and ignored, as
   classic queues v2 page by themselves: docs/policies.md), Leveret's `confirm-on`
   (docs/confirm-on.md), `ha-mode` / `ha-params` / `ha-sync-mode` (mirrored queues, cluster:
-  checked together by mirroring.policy_error; `ha-sync-mode: manual` is refused);
+  checked together by mirroring.policy_error);
   `delivery-limit` (S6) and `consumer-timeout` (S5), non-negative integers;
 - exchanges: `alternate-exchange`.
 

@@ -226,9 +226,8 @@ def test_policies_and_list_parameters(node, http):
             ({"ha-mode": "exactly", "ha-params": "banana"},
              'ha-mode="exactly" takes an integer, <<"banana">> given'),
             ({"ha-mode": "nodes", "ha-params": []}, 'ha-mode="nodes" list must be non-empty'),
-            ({"ha-mode": "all", "ha-sync-mode": "manual"},
-             'ha-sync-mode <<"manual">> is not implemented: Leveret synchronises every new '
-             'mirror at once (ha-sync-mode "automatic")')):
+            ({"ha-mode": "all", "ha-sync-mode": "eager"},
+             'ha-sync-mode must be "manual" or "automatic", got <<"eager">>')):
         assert http("PUT", "/api/policies/%2F/bad-ha", {"pattern": "^p", "definition":
                                                        definition}) == (
             400, {"error": "bad_request", "reason": f"Validation failed\n\n{text}\n"})

@@ -80,8 +80,8 @@ def test_policy_dead_letter_and_message_ttl_and_alternate_exchange(node):
     ('{"ha-mode": "nodes", "ha-params": "leveret@a"}',
      'ha-mode="nodes" takes a list, <<"leveret@a">> given'),
     ('{"ha-mode": "all", "ha-params": 1}', 'ha-mode="all" does not take parameters'),
-    ('{"ha-mode": "all", "ha-sync-mode": "manual"}',
-     'ha-sync-mode <<"manual">> is not implemented'),
+    ('{"ha-mode": "all", "ha-sync-mode": "eager"}',
+     'ha-sync-mode must be "manual" or "automatic", got <<"eager">>'),
 ])
 def test_invalid_policy_values_are_refused_with_rabbitmq_texts(node, definition, text):
     res = node.ctl("set_policy", "bad", ".*", definition, check=False)

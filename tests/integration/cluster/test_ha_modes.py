@@ -1,13 +1,17 @@
 """Every ha-mode, by policy and by x-ha-* argument, in a 3-node cluster: the mirrors are where
 the mode says (read with list_queues' mirrors / synchronised_mirrors), not only accepted:
 ha-mode nodes mirrors on the listed members and moves the mirrors when the list changes,
-exactly N gives N - 1 mirrors, all every other node; a refused ha policy leaves nothing behind
-and the next declare is answered (docs/cluster.md, "Mirrored queues")."""
+exactly N gives N - 1 mirrors, all every other node; ha-sync-mode manual leaves a new mirror
+unsynchronised until sync_queue, the older messages leaving, or the policy turning automatic;
+a refused ha policy leaves nothing behind and the next declare is answered (docs/cluster.md,
+"Mirrored queues")."""
 
 from __future__ import annotations
 
 import json
+import time
 
+import pika
 import pytest
 
 from tests.integration.cluster.test_mirrored import queue_row
@@ -71,7 +75,8 @@ REFUSED = [
      'ha-mode="exactly" takes an integer, <<"banana">> given'),
     ({"ha-mode": "exactly", "ha-params": 0}, 'ha-mode="exactly" takes an integer, 0 given'),
     ({"ha-mode": "nodes", "ha-params": []}, 'ha-mode="nodes" list must be non-empty'),
-    ({"ha-mode": "all", "ha-sync-mode": "manual"}, 'ha-sync-mode <<"manual">> is not implemented'),
+    ({"ha-mode": "all", "ha-sync-mode": "eager"},
+     'ha-sync-mode must be "manual" or "automatic", got <<"eager">>'),
 ]
 
 
@@ -84,3 +89,44 @@ def test_a_refused_ha_policy_leaves_nothing_and_declares_are_answered(nodes):
     with nodes[2].connection() as c:
         c.channel().queue_declare("ha.after", durable=True)  # answered: on main it hung
     wait_mirrors(nodes, "ha.after", ["leveret@node1", "leveret@node2"])
+
+
+def test_ha_sync_mode_manual_syncs_a_new_mirror_only_when_asked_or_drained(nodes):
+    n2 = "leveret@node2"
+    with nodes[0].connection() as c:  # homed on node 1, messages in before any mirror
+        ch = c.channel()
+        ch.confirm_delivery()
+        for name, n in (("man.sync", 10), ("man.drain", 3), ("man.auto", 5)):
+            ch.queue_declare(name, durable=True)
+            for i in range(n):
+                ch.basic_publish("", name, b"%d" % i, pika.BasicProperties(delivery_mode=2))
+    manual = {"ha-mode": "exactly", "ha-params": 2, "ha-sync-mode": "manual"}
+    nodes[0].ctl("set_policy", "ha-man", "^man\\.", json.dumps(manual))
+    for name in ("man.sync", "man.drain", "man.auto"):
+        wait_mirrors(nodes, name, [n2])
+    time.sleep(3)  # (an automatic mirror would be synchronised by now)
+    for name in ("man.sync", "man.drain", "man.auto"):
+        assert mirrors(nodes, name, "synced") == [], name
+    with nodes[1].connection() as c:  # confirms still wait for (and get) the new mirror
+        ch = c.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("", "man.drain", b"new", pika.BasicProperties(delivery_mode=2))
+    res = nodes[2].ctl("sync_queue", "man.sync")
+    assert "Synchronising queue 'man.sync' in vhost '/' ..." in res.stdout
+    wait_mirrors(nodes, "man.sync", [n2], "synced")
+    assert mirrors(nodes, "man.drain", "synced") == []
+    with nodes[0].connection() as c:  # the older messages leave: nothing is missing
+        ch = c.channel()
+        for _ in range(3):
+            method, _, body = ch.basic_get("man.drain")
+            assert body != b"new"
+            ch.basic_ack(method.delivery_tag)
+    wait_mirrors(nodes, "man.drain", [n2], "synced")
+    assert mirrors(nodes, "man.auto", "synced") == []
+    nodes[0].ctl("set_policy", "ha-man", "^man\\.", json.dumps(dict(manual,
+                                                                   **{"ha-sync-mode": "automatic"})))
+    wait_mirrors(nodes, "man.auto", [n2], "synced")
+    res = nodes[0].ctl("cancel_sync_queue", "man.auto")  # none under way: nothing to stop
+    assert "Stopping synchronising queue 'man.auto' in vhost '/' ..." in res.stdout
+    res = nodes[0].ctl("sync_queue", "no.such.queue", check=False)
+    assert res.returncode != 0 and "no queue 'no.such.queue' in vhost '/'" in res.stderr

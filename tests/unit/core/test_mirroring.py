@@ -38,9 +38,6 @@ def policy_refusal(definition) -> str:
      "ha-mode must be specified to specify ha-params, ha-sync-mode or ha-promote-on-shutdown"),
     ({"ha-mode": "all", "ha-sync-mode": "eager"},
      'ha-sync-mode must be "manual" or "automatic", got <<"eager">>'),
-    ({"ha-mode": "all", "ha-sync-mode": "manual"},
-     'ha-sync-mode <<"manual">> is not implemented: Leveret synchronises every new mirror at '
-     'once (ha-sync-mode "automatic")'),
     ({"ha-mode": "all", "ha-sync-batch-size": 10},
      '[{<<"ha-sync-batch-size">>,10}] are not recognised policy settings'),
     ({"ha-mode": "all", "ha-promote-on-failure": "always"},
@@ -54,6 +51,7 @@ def test_ha_policy_keys_are_refused_with_rabbitmq_texts(definition, text):
 
 @pytest.mark.parametrize("definition", [
     {"ha-mode": "all"}, {"ha-mode": "all", "ha-sync-mode": "automatic"},
+    {"ha-mode": "exactly", "ha-params": 2, "ha-sync-mode": "manual"},
     {"ha-mode": "exactly", "ha-params": 1}, {"ha-mode": "exactly", "ha-params": 3},
     {"ha-mode": "nodes", "ha-params": ["leveret@node1"]},
     {"ha-mode": "nodes", "ha-params": ["leveret@node2", "rabbit@elsewhere"]}])
