@@ -422,8 +422,11 @@ def _op(a) -> int:
     if a.command == "delete_queue":
         return ctl_ops.delete_queue(call, a.data_dir, a.vhost, a.args, a.if_empty,
                                     a.if_unused)
-    if a.command in ("purge_queue", "sync_queue", "cancel_sync_queue"):
-        return getattr(ctl_ops, a.command)(call, a.data_dir, a.vhost, a.args)
+    if a.command == "purge_queue":
+        return ctl_ops.purge_queue(call, a.data_dir, a.vhost, a.args)
+    if a.command in ("sync_queue", "cancel_sync_queue"):
+        return ctl_ops.sync_queue(call, a.data_dir, a.vhost, a.args,
+                                  cancel=a.command == "cancel_sync_queue")
     return getattr(ctl_ops, a.command)(call, a.data_dir)
 
 

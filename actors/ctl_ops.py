@@ -125,22 +125,14 @@ def purge_queue(call, data_dir: str, vhost: str, names: list) -> int:
     return 0
 
 
-def sync_queue(call, data_dir: str, vhost: str, names: list) -> int:
+def sync_queue(call, data_dir: str, vhost: str, names: list, cancel: bool = False) -> int:
     """rabbitmqctl sync_queue [-p VHOST] QUEUE: a manual-sync queue's mirrors still behind
-    are synchronised eagerly."""
+    are synchronised eagerly; cancel_sync_queue (`cancel`): the sync under way stops."""
     if len(names) != 1:
-        raise SystemExit("Error: sync_queue takes QUEUE")
-    print(f"Synchronising queue '{names[0]}' in vhost '{vhost}' ...")
-    call(data_dir, "queue.sync", {"vhost": vhost, "name": names[0]})
-    return 0
-
-
-def cancel_sync_queue(call, data_dir: str, vhost: str, names: list) -> int:
-    """rabbitmqctl cancel_sync_queue [-p VHOST] QUEUE: the sync under way stops."""
-    if len(names) != 1:
-        raise SystemExit("Error: cancel_sync_queue takes QUEUE")
-    print(f"Stopping synchronising queue '{names[0]}' in vhost '{vhost}' ...")
-    call(data_dir, "queue.sync", {"vhost": vhost, "name": names[0], "cancel": True})
+        raise SystemExit(f"Error: {'cancel_' if cancel else ''}sync_queue takes QUEUE")
+    doing = "Stopping synchronising" if cancel else "Synchronising"
+    print(f"{doing} queue '{names[0]}' in vhost '{vhost}' ...")
+    call(data_dir, "queue.sync", {"vhost": vhost, "name": names[0], "cancel": cancel})
     return 0
 
 

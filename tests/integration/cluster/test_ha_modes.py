@@ -91,7 +91,7 @@ def test_a_refused_ha_policy_leaves_nothing_and_declares_are_answered(nodes):
     wait_mirrors(nodes, "ha.after", ["leveret@node1", "leveret@node2"])
 
 
-def test_ha_sync_mode_manual_syncs_a_new_mirror_only_when_asked_or_drained(nodes):
+def test_ha_sync_mode_manual_syncs_a_new_mirror_only_when_asked_or_drained__C5(nodes):
     n2 = "leveret@node2"
     with nodes[0].connection() as c:  # homed on node 1, messages in before any mirror
         ch = c.channel()
@@ -130,3 +130,23 @@ def test_ha_sync_mode_manual_syncs_a_new_mirror_only_when_asked_or_drained(nodes
     assert "Stopping synchronising queue 'man.auto' in vhost '/' ..." in res.stdout
     res = nodes[0].ctl("sync_queue", "no.such.queue", check=False)
     assert res.returncode != 0 and "no queue 'no.such.queue' in vhost '/'" in res.stderr
+
+
+def test_an_unsynchronised_manual_mirror_is_never_promoted__C8(nodes):
+    with nodes[0].connection() as c:
+        ch = c.channel()
+        ch.confirm_delivery()
+        ch.queue_declare("man.kept", durable=True)  # homed on node 1
+        for i in range(5):
+            ch.basic_publish("", "man.kept", b"%d" % i, pika.BasicProperties(delivery_mode=2))
+    nodes[0].ctl("set_policy", "ha-man", "^man\\.", json.dumps(
+        {"ha-mode": "exactly", "ha-params": 2, "ha-sync-mode": "manual"}))
+    wait_mirrors(nodes, "man.kept", ["leveret@node2"])
+    time.sleep(2)
+    assert mirrors(nodes, "man.kept", "synced") == []
+    nodes.kill9(0)
+    nodes.wait(lambda: not nodes.status(1)["leveret@node1"][0], 30, what="node1 listed down")
+    time.sleep(3)  # (a synchronised mirror would have been promoted by now)
+    assert queue_row(nodes[1], "man.kept")["node"] == "leveret@node1"  # it waits for its node
+    nodes.start(0)
+    assert nodes.drain(0, "man.kept") == set(range(5))  # every confirmed one, from its disk
