@@ -2,8 +2,8 @@
 await_startup, check_running, check_local_alarms, check_port_connectivity, environment,
 close_connection, delete_queue, purge_queue, sync_queue, cancel_sync_queue; and the
 definitions' list_* commands (list_users, list_vhosts, list_permissions, list_exchanges,
-list_bindings) with rabbitmqctl's info items and --formatter table|json. Each returns the process exit code (0: ok; 69, RabbitMQ's
-EX_UNAVAILABLE, when a check fails)."""
+list_bindings) with rabbitmqctl's info items and --formatter table|json. Each returns the
+process exit code (0: ok; 69, RabbitMQ's EX_UNAVAILABLE, when a check fails)."""
 
 from __future__ import annotations
 

@@ -123,8 +123,8 @@ def test_ha_sync_mode_manual_syncs_a_new_mirror_only_when_asked_or_drained__C5(n
             ch.basic_ack(method.delivery_tag)
     wait_mirrors(nodes, "man.drain", [n2], "synced")
     assert mirrors(nodes, "man.auto", "synced") == []
-    nodes[0].ctl("set_policy", "ha-man", "^man\\.", json.dumps(dict(manual,
-                                                                   **{"ha-sync-mode": "automatic"})))
+    automatic = dict(manual, **{"ha-sync-mode": "automatic"})
+    nodes[0].ctl("set_policy", "ha-man", "^man\\.", json.dumps(automatic))
     wait_mirrors(nodes, "man.auto", [n2], "synced")
     res = nodes[0].ctl("cancel_sync_queue", "man.auto")  # none under way: nothing to stop
     assert "Stopping synchronising queue 'man.auto' in vhost '/' ..." in res.stdout
