@@ -24,6 +24,7 @@ from actors.core.errors import Atom
 MODES = ("all", "exactly", "nodes")
 NONE = Atom("none")  # what RabbitMQ prints for a key the policy does not set
 
+
 def _term(v):
     return NONE if v is None else v
 
