@@ -232,6 +232,12 @@ def test_policies_and_list_parameters(node, http):
                                                        definition}) == (
             400, {"error": "bad_request", "reason": f"Validation failed\n\n{text}\n"})
     assert http("GET", "/api/policies/%2F/bad-ha")[0] == 404
+    # a queue's mirrors synchronised on demand (ha-sync-mode manual): none behind here
+    for action in ("sync", "cancel_sync"):
+        assert http("POST", "/api/queues/%2F/pa/actions", {"action": action})[0] == 204
+    assert http("POST", "/api/queues/%2F/pa/actions", {"action": "eject"}) == (
+        400, {"error": "bad_request", "reason": 'unknown action "eject"'})
+    assert http("POST", "/api/queues/%2F/no-such-q/actions", {"action": "sync"})[0] == 404
     assert http("DELETE", "/api/policies/%2F/mirror-p")[0] == 204
     assert http("GET", "/api/health/checks/alarms") == (200, {"status": "ok"})
 
