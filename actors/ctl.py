@@ -428,7 +428,8 @@ def main(argv=None) -> int:
 
 
 OPS = ("await_startup", "check_running", "check_local_alarms", "check_port_connectivity",
-       "environment", "close_connection", "delete_queue", "purge_queue")
+       "environment", "close_connection", "delete_queue", "purge_queue", "sync_queue",
+       "cancel_sync_queue")
 
 
 def _op(a) -> int:
@@ -442,6 +443,9 @@ def _op(a) -> int:
                                     a.if_unused)
     if a.command == "purge_queue":
         return ctl_ops.purge_queue(call, a.data_dir, a.vhost, a.args)
+    if a.command in ("sync_queue", "cancel_sync_queue"):
+        return ctl_ops.sync_queue(call, a.data_dir, a.vhost, a.args,
+                                  cancel=a.command == "cancel_sync_queue")
     return getattr(ctl_ops, a.command)(call, a.data_dir)
 
 

@@ -1,9 +1,9 @@
 """leveretctl's operational commands, as rabbitmqctl / rabbitmq-diagnostics name them:
 await_startup, check_running, check_local_alarms, check_port_connectivity, environment,
-close_connection, delete_queue, purge_queue; and the definitions' list_* commands (list_users,
-list_vhosts, list_permissions, list_exchanges, list_bindings) with rabbitmqctl's info items and
---formatter table|json. Each returns the process exit code (0: ok; 69, RabbitMQ's
-EX_UNAVAILABLE, when a check fails)."""
+close_connection, delete_queue, purge_queue, sync_queue, cancel_sync_queue; and the
+definitions' list_* commands (list_users, list_vhosts, list_permissions, list_exchanges,
+list_bindings) with rabbitmqctl's info items and --formatter table|json. Each returns the
+process exit code (0: ok; 69, RabbitMQ's EX_UNAVAILABLE, when a check fails)."""
 
 from __future__ import annotations
 
@@ -122,6 +122,17 @@ def purge_queue(call, data_dir: str, vhost: str, names: list) -> int:
         raise SystemExit("Error: purge_queue takes QUEUE")
     print(f"Purging queue '{names[0]}' in vhost '{vhost}' ...")
     call(data_dir, "queue.purge", {"vhost": vhost, "name": names[0]})
+    return 0
+
+
+def sync_queue(call, data_dir: str, vhost: str, names: list, cancel: bool = False) -> int:
+    """rabbitmqctl sync_queue [-p VHOST] QUEUE: a manual-sync queue's mirrors still behind
+    are synchronised eagerly; cancel_sync_queue (`cancel`): the sync under way stops."""
+    if len(names) != 1:
+        raise SystemExit(f"Error: {'cancel_' if cancel else ''}sync_queue takes QUEUE")
+    doing = "Stopping synchronising" if cancel else "Synchronising"
+    print(f"{doing} queue '{names[0]}' in vhost '{vhost}' ...")
+    call(data_dir, "queue.sync", {"vhost": vhost, "name": names[0], "cancel": cancel})
     return 0
 
 

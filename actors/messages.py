@@ -223,7 +223,8 @@ class QueueOp(NamedTuple):
     """Channel or node -> queue: per-queue admin, answered by RpcReply."""
     reply_to: str
     req_id: int
-    op: str  # "purge", "info" (a declare's counts), "stats" (list_queues), "delete"
+    op: str  # "purge", "info" (a declare's counts), "stats" (list_queues), "delete", "sync",
+    #          "cancel_sync" (leveretctl sync_queue / cancel_sync_queue)
     args: dict
 
 
@@ -328,6 +329,9 @@ class MirrorJoin(NamedTuple):
     member: str  # its cluster member id
     epoch: int = -1  # the offered log's epoch (-1: none offered)
     last: int = -1  # the offered log's last seq_id
+    # ha-sync-mode manual as the mirror's node has it (it has the policy that made it a
+    # mirror, which the master's node may not have applied yet): only what enters from now on
+    manual: bool = False
 
 
 class MirrorKeep(NamedTuple):

@@ -7,7 +7,8 @@ Keys (validated as rabbit_policies:validate_policy0/2 and rabbit_mirror_queue_mi
 - queues: `message-ttl`, `expires`, `max-length`, `max-length-bytes`, `overflow`,
   `dead-letter-exchange`, `dead-letter-routing-key`, `queue-mode` (accepted and ignored, as
   classic queues v2 page by themselves: docs/policies.md), Leveret's `confirm-on`
-  (docs/confirm-on.md), `ha-mode` / `ha-params` / `ha-sync-mode` (mirrored queues, cluster);
+  (docs/confirm-on.md), `ha-mode` / `ha-params` / `ha-sync-mode` (mirrored queues, cluster:
+  checked together by mirroring.policy_error);
   `delivery-limit` (S6) and `consumer-timeout` (S5), non-negative integers;
 - exchanges: `alternate-exchange`.
 
@@ -29,7 +30,8 @@ from __future__ import annotations
 
 import re
 
-from actors.core.errors import ChannelError, erl_p
+from actors.core import mirroring
+from actors.core.errors import Atom, ChannelError, erl_p
 
 APPLY_TO = ("queues", "exchanges", "all")
 
@@ -59,14 +61,12 @@ POLICY_KEYS = {
                  "~p is not a valid overflow value"),
     # Leveret's confirm-on (docs/confirm-on.md)
     "confirm-on": (_one_of("enqueue", "ack", "ack-lite"), "~p is not a valid confirm-on value"),
-    # rabbit_mirror_queue_misc
-    "ha-mode": (_one_of("all", "exactly", "nodes"), "~p is not a valid ha-mode value"),
-    "ha-params": (lambda v: v is not None, "~p is not a valid ha-params value"),
-    "ha-sync-mode": (_one_of("manual", "automatic"), "~p is not a valid ha-sync-mode value"),
     # S6 (RabbitMQ's quorum-queue key, here on classic queues) and S5
     "delivery-limit": (_int_at_least(0), "~p is not a valid delivery limit"),
     "consumer-timeout": (_int_at_least(0), "~p is not a valid consumer timeout"),
 }
+# rabbit_mirror_queue_misc's keys, checked together (mirroring.policy_error)
+HA_KEYS = ("ha-mode", "ha-params", "ha-sync-mode")
 OPERATOR_KEYS = ("expires", "message-ttl", "max-length", "max-length-bytes", "delivery-limit")
 # rabbit_policies:merge_policy_value/3 (policy vs operator policy) and res_min/2 in
 # rabbit_amqqueue_process (argument vs policy): the smaller wins
@@ -80,8 +80,9 @@ QUEUE_KEYS = {"expires": "x-expires", "message-ttl": "x-message-ttl",
 
 
 def json_term(v):
-    """A decoded JSON value as the Erlang term rabbit_json gives (strings are binaries)."""
-    if isinstance(v, str):
+    """A decoded JSON value as the Erlang term rabbit_json gives (strings are binaries; an
+    Atom a validator names stays an atom)."""
+    if isinstance(v, str) and not isinstance(v, Atom):
         return v.encode("utf-8", "surrogateescape")
     if isinstance(v, list):
         return [json_term(x) for x in v]
@@ -90,12 +91,16 @@ def json_term(v):
     return v
 
 
+def error_text(fmt: str, *terms) -> str:
+    """io_lib:format(Fmt, Args) of a validator's {error, Fmt, Args} (Erlang terms)."""
+    for t in terms:
+        fmt = fmt.replace("~p", erl_p(t), 1)
+    return fmt
+
+
 def _refuse(fmt: str, *terms) -> ChannelError:
     # rabbitmqctl prints rabbit_runtime_parameters' {error, Fmt, Args} as "Validation failed"
-    text = fmt
-    for t in terms:
-        text = text.replace("~p", erl_p(t), 1)
-    return ChannelError(406, f"Validation failed\n\n{text}\n")
+    return ChannelError(406, f"Validation failed\n\n{error_text(fmt, *terms)}\n")
 
 
 def validate(name: str, pattern: str, definition: dict, priority: int, apply_to: str,
@@ -119,12 +124,18 @@ def validate(name: str, pattern: str, definition: dict, priority: int, apply_to:
         raise _refuse("no policy provided")
     unknown = []
     for key, value in definition.items():
-        if key not in POLICY_KEYS or (operator and key not in OPERATOR_KEYS):
+        if operator and key not in OPERATOR_KEYS:
             unknown.append((json_term(key), json_term(value)))
-            continue
-        ok, text = POLICY_KEYS[key]
-        if not ok(value):
-            raise _refuse(text, json_term(value))
+        elif key in POLICY_KEYS:
+            ok, text = POLICY_KEYS[key]
+            if not ok(value):
+                raise _refuse(text, json_term(value))
+        elif key not in HA_KEYS:
+            unknown.append((json_term(key), json_term(value)))
+    ha_error = None if operator else mirroring.policy_error(
+        definition.get("ha-mode"), definition.get("ha-params"), definition.get("ha-sync-mode"))
+    if ha_error:
+        raise _refuse(ha_error[0], *map(json_term, ha_error[1]))
     if unknown:
         raise _refuse("~p are not recognised policy settings", unknown)
 

@@ -35,7 +35,7 @@ import datetime as _dt
 import decimal as _decimal
 from typing import Any, Callable, Mapping
 
-from actors.core import quorum
+from actors.core import mirroring, policies, quorum
 from actors.core.errors import Atom, ChannelError, erl_p, rs, resource_locked, erl_float, \
     _field_term
 
@@ -282,16 +282,27 @@ def _check_queue_type(v, _args):
                       else f"unsupported queue type '{s}'")
 
 
-def _check_ha_mode(v, _args):
+def _check_ha_mode(v, args):
     # RabbitMQ 2.x's x-ha-policy as two arguments named like the ha-mode/ha-params policy keys
-    return _string_or(v, lambda s: None if s in ("all", "exactly")
-                      else f"unsupported x-ha-mode value '{s}'")
+    error = _string_or(v, lambda s: None if s in mirroring.MODES
+                       else f"unsupported x-ha-mode value '{s}'")
+    if error is None and "x-ha-params" not in args:
+        return _ha_params_error(v, None)  # (exactly and nodes need it)
+    return error
 
 
 def _check_ha_params(v, args):
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        return f"invalid arg 'x-ha-params': {v!r} is not a positive integer"
-    return None
+    if "x-ha-mode" not in args:
+        return "x-ha-mode must be specified to specify x-ha-params"
+    return _ha_params_error(args["x-ha-mode"], v)
+
+
+def _ha_params_error(mode, params):
+    # the ha-params rules and texts of the policy key (rabbit_mirror_queue_mode_*), so that an
+    # argument the mirroring cannot apply is refused at declare, never ignored
+    error = mirroring.params_error(mode, params)
+    return None if error is None else policies.error_text(
+        error[0], *map(policies.json_term, error[1]))
 
 
 def _check_confirm_on(v, _args):

@@ -237,6 +237,7 @@ class Management:
         get("/api/queues/{vhost}/{name}/bindings", self.queue_bindings)
         delete("/api/queues/{vhost}/{name}/contents", self.purge)
         post("/api/queues/{vhost}/{name}/get", self.get)
+        post("/api/queues/{vhost}/{name}/actions", self.queue_action)
         get("/api/aliveness-test/{vhost}", self.aliveness)
         get("/api/bindings", self.bindings)
         get("/api/bindings/{vhost}", self.bindings)
@@ -1113,6 +1114,19 @@ class Management:
         _, _, state, visible = await self._state(request)
         vhost = self._vhost(request, state, visible)
         await self._amqp(amqp.purge, self._target(request, vhost), request.match_info["name"])
+        return web.Response(status=204)
+
+    async def queue_action(self, request):
+        """rabbit_mgmt_wm_queue_actions (administrator): {"action": "sync"} syncs a
+        ha-sync-mode manual queue's mirrors still behind, "cancel_sync" stops a sync under way
+        (leveretctl sync_queue / cancel_sync_queue)."""
+        _, _, state, visible = await self._state(request, api.is_admin)
+        vhost = self._vhost(request, state, visible)
+        action = (await self._body(request)).get("action")
+        if action not in ("sync", "cancel_sync"):
+            raise api.bad_request(f"unknown action {json.dumps(action)}")
+        await self.ask("queue.sync", {"vhost": vhost, "name": request.match_info["name"],
+                                      "cancel": action == "cancel_sync"})
         return web.Response(status=204)
 
     async def aliveness(self, request):

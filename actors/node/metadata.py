@@ -85,7 +85,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         self.pending_ops: dict[int, tuple] = {}  # node req id -> (reply_to, req_id, vhost, name)
         self.next_req = 1  # node's own request ids (to queues)
         self.pending_stats: dict[int, tuple] = {}  # node req id -> (list_queues gather, queue)
-        self.pending_purges: dict[int, m.Rpc] = {}  # node req id -> leveretctl purge_queue
+        # node req id -> leveretctl purge_queue, sync_queue, cancel_sync_queue
+        self.pending_purges: dict[int, m.Rpc] = {}
         # the management API's statistics: what queues emit (actors/core/queue_stats.py)
         self.queue_stats = StatsTable(config.collect_statistics_interval)
         # every member's last two samples of its own figures (/api/nodes: NodeStats)
@@ -244,6 +245,10 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         except TypeError as e:
             log.exception("bad rpc %s", rpc.op)
             self._reply(rpc, False, None, 541, amqp_text(541, f"bad request {rpc.op}: {e}"))
+            return
+        except Exception as e:  # noqa: BLE001 - the caller must never wait for a lost reply
+            log.exception("rpc %s failed", rpc.op)
+            self._reply(rpc, False, None, 541, amqp_text(541, f"{rpc.op} failed: {e!r}"))
             return
         if result is not _DEFERRED:
             self._reply(rpc, True, result)
@@ -978,16 +983,32 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
 
     def op_queue_purge(self, rpc, vhost, name):
         """rabbitmqctl purge_queue: the queue drops its ready messages and answers how many."""
+        return self._ask_queue(rpc, self._running_queue(vhost, name), "purge")
+
+    def op_queue_sync(self, rpc, vhost, name, cancel=False):
+        """rabbitmqctl sync_queue / cancel_sync_queue (rabbit_mirror_queue_misc:sync_queue,
+        cancel_sync_queue): the master syncs its manual-sync mirrors still behind eagerly
+        (answers how many), or stops the sync under way (answers whether one was)."""
+        q = self._running_queue(vhost, name)
+        if quorum.is_quorum(q.get("arguments")):
+            raise ChannelError(406, amqp_text(406, "quorum_queue_not_supported"))
+        return self._ask_queue(rpc, q, "cancel_sync" if cancel else "sync")
+
+    def _running_queue(self, vhost, name) -> dict:
         q = self.queues.get((vhost, name))
         if q is None:
             raise ChannelError(404, amqp_text(404, f"no queue '{name}' in vhost '{vhost}'"))
         if q.get("address") is None:
             raise ChannelError(404, amqp_text(404, f"queue '{name}' in vhost '{vhost}' is "
                                                    "not running (its node is down)"))
+        return q
+
+    def _ask_queue(self, rpc, q, op):
+        """An admin QueueOp to the running queue `q`; its answer is relayed to the asker."""
         req = self.next_req
         self.next_req += 1
         self.pending_purges[req] = rpc
-        self.transport.send(q["address"], m.QueueOp(self.address, req, "purge", {}))
+        self.transport.send(q["address"], m.QueueOp(self.address, req, op, {}))
         return _DEFERRED
 
     def _queue_reply(self, reply: m.RpcReply) -> None:

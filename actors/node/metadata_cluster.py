@@ -52,7 +52,7 @@ from actors import messages as m
 from actors.messages import ClusterEntry, ClusterTick, CommitFailed
 from actors.node.cluster import Cluster
 from actors.node.queue_table import QueueTable
-from actors.core import policies, quorum
+from actors.core import mirroring, policies, quorum
 from actors.core.pause import DOWN_AFTER_S, PauseClock, may_mark_down
 from actors.core.errors import amqp_text
 from actors.core.permissions import AuthDB
@@ -665,7 +665,7 @@ class ClusterMixin:
                          "leader": member == leader, "paused": paused})
         queues = []
         for q in self.queues.values():
-            if not q.get("mirrors") and self._ha_mode(q)[0] not in ("all", "exactly"):
+            if not q.get("mirrors") and self._ha_mode(q)[0] not in mirroring.MODES:
                 continue
             queues.append({"vhost": q["vhost"], "name": q["name"],
                            "master": self._member_name(q.get("home")),
@@ -747,18 +747,16 @@ class ClusterMixin:
     # --- mirrored queues ----------------------------------------------------------------------------
     def _mirrors_for(self, q) -> list:
         """Members that should hold a mirror of `q`: x-ha-mode/x-ha-params arguments, else the
-        effective policy's ha-mode/ha-params (all, or exactly N copies counting the master); a
-        quorum queue's: its group size (actors/core/quorum.py) less the master."""
+        effective policy's ha-mode/ha-params (mirroring.mirror_members: all, exactly N copies
+        counting the master, or the listed nodes); a quorum queue's: its group size
+        (actors/core/quorum.py) less the master."""
         if self.cluster is None:
             return []
         mode, params = self._ha_mode(q)
-        if mode not in ("all", "exactly"):
-            return []
-        current = [x for x in q.get("mirrors") or [] if self.members.get(x, {}).get("up")]
-        others = [x for x in self.config.cluster_nodes if x != q.get("home")
-                  and self.members.get(x, {}).get("up") and x not in current]
-        want = len(self.config.cluster_nodes) - 1 if mode == "all" else max(int(params or 1) - 1, 0)
-        return (current + others)[:want]  # the oldest mirrors stay
+        up = [x for x in self.config.cluster_nodes if self.members.get(x, {}).get("up")]
+        names = {x: self.members.get(x, {}).get("name") for x in up}
+        return mirroring.mirror_members(mode, params, q.get("home"), q.get("mirrors") or [],
+                                        up, names)
 
     def _ha_mode(self, q) -> tuple:
         """(ha-mode, ha-params) of `q`: its x-ha-* arguments, else its effective policy's."""
@@ -775,12 +773,18 @@ class ClusterMixin:
         return mode, params
 
     def _remirror(self) -> None:
-        """Leader: bring every queue's mirror list in line with its policy and the members up."""
+        """Leader: bring every queue's mirror list in line with its policy and the members up
+        (one queue that cannot be worked out is logged and left as it is, not every other)."""
         for q in list(self.queues.values()):
             home = q.get("home")
             if not home or not self.members.get(home, {}).get("up"):
                 continue
-            mirrors = self._mirrors_for(q)
+            try:
+                mirrors = self._mirrors_for(q)
+            except Exception:  # noqa: BLE001 - the others still get their mirrors
+                log.exception("cluster: the mirrors of queue '%s' in vhost '%s' could not be "
+                              "worked out; left as they are", q["name"], q["vhost"])
+                continue
             if mirrors != list(q.get("mirrors") or []):
                 synced = [s for s in q.get("synced") or [] if s in mirrors]
                 self._change(["queue_put", dict(q, mirrors=mirrors, synced=synced)])

@@ -10,6 +10,8 @@ simpler shape:
 - a mirror joins by MirrorJoin and is sent everything the master holds (an eager sync, as
   ha-sync-mode: automatic); it is *synchronised* once it has acknowledged that batch, and only a
   synchronised mirror may take over (the leader promotes it, actors/node/metadata_cluster.py);
+  with ha-sync-mode: manual it is sent only what enters from then on and is synchronised once
+  every older message has left the queue, or when `leveretctl sync_queue` syncs it eagerly;
 - a mirror keeps its messages in memory (the master's disk has the persistent ones) up to
   `queue_page_bytes` of bodies, then pages the rest out to this node's index for the queue (a
   backing queue of its own, by priority, written and never synced, as the master pages); promoted,
@@ -45,7 +47,7 @@ import time
 from collections import deque
 
 from actors import messages as m
-from actors.core import quorum
+from actors.core import policies, quorum
 from actors.core.queue import Msg
 from actors.queue import quorum_log
 from actors.naming import queue_actor_name
@@ -75,7 +77,9 @@ class Masters:
         # of its members - 1; 0 on a lone node); None: a mirrored classic queue's (every mirror)
         self.needed = needed
         self.heir = heir  # quorum: fn() -> the oldest synchronised member, or None
-        self.mirrors: dict[str, dict] = {}  # mirror address -> {member, acked, sync_batch}
+        # mirror address -> {member, acked, sync_batch, upto, missing (manual sync: messages
+        # it lacks, held here with seq_id < below), below}
+        self.mirrors: dict[str, dict] = {}
         self.batch = 0  # batches sent
         self.items: list = []  # enqueued, not yet sent
         self.bodies: list = []
@@ -107,6 +111,33 @@ class Masters:
             self.flush()  # a mirror hears of a message before it hears it left
             for addr in self.mirrors:
                 self.send(addr, m.MirrorForget(self.address, seq_ids))
+            for st in self.mirrors.values():
+                if st["missing"] > 0:
+                    st["missing"] -= sum(1 for s in seq_ids if s < st["below"])
+                    if st["missing"] <= 0:
+                        self._caught_up(st)
+
+    def _caught_up(self, st) -> None:
+        """A manual-sync mirror lacks nothing any more (what it missed has left the queue): it
+        is synchronised once it has acknowledged everything sent so far."""
+        st["missing"] = 0
+        st["sync_batch"] = self.batch
+        if st["acked"] >= self.batch:
+            st["sync_batch"] = 0
+            self.synced_cb(st["member"])
+
+    def unsynchronised(self) -> list:
+        """(address, member) of the manual-sync mirrors still missing messages."""
+        return [(a, st["member"]) for a, st in self.mirrors.items() if st["missing"] > 0]
+
+    def sync_cancelled(self, mirror: str, missing: int, below: int) -> None:
+        """An eager sync of `mirror` stopped half way: it may lack any of the `missing`
+        messages held now (seq_id < `below`), as a manual-sync join does."""
+        st = self.mirrors.get(mirror)
+        if st is not None:
+            st.update(sync_batch=None, missing=missing, below=below)
+            if missing <= 0:
+                self._caught_up(st)
 
     def purge_paged(self, after_seq: int, priority: int) -> None:
         """The master's paged-out messages of a priority (after after_seq) were purged."""
@@ -180,12 +211,14 @@ class Masters:
                                         self.needed)
 
     def join(self, mirror: str, member: str, messages: list, now_ms: int,
-             more: bool = False, upto: int = -1) -> None:
+             more: bool = False, upto: int = -1, missing: int = 0, below: int = 0) -> None:
         """A mirror joins: it is sent what the master holds in memory; `more`: paged-out
         messages follow (sync_page), and sync_done ends the sync. `upto` >= 0: a quorum
         member keeps its log up to that seq_id (this epoch's: what it holds there is what the
         master sent it): of those, it is told which are still here (MirrorKeep, always sent:
-        it says the offer was taken), not sent them again."""
+        it says the offer was taken), not sent them again. `missing` > 0: ha-sync-mode manual
+        (`messages` empty): it lacks the `missing` messages held now (seq_id < `below`) and is
+        synchronised once they have left (`forget`) or an eager join sent them."""
         self.flush()
         self.batch += 1
         if upto >= 0:
@@ -194,13 +227,14 @@ class Masters:
             messages = [x for x in messages if x.seq_id > upto]
         items = [self._item(x, now_ms) for x in messages]
         self.mirrors[mirror] = {"member": member, "acked": self.batch - 1,
-                                "sync_batch": None if more else self.batch, "upto": upto}
+                                "sync_batch": None if more or missing > 0 else self.batch,
+                                "upto": upto, "missing": missing, "below": below}
         if self.needed is not None and not more:  # (before the batch it names)
             self.send(mirror, m.MirrorSynced(self.address, self.batch))
         self.send(mirror, m.MirrorPublish(self.address, self.batch, True, items,
                                           [x.body for x in messages]))
-        log.info("queue %s: mirror on %s joined, syncing %d messages", self.address, member,
-                 len(items))
+        log.info("queue %s: mirror on %s joined, syncing %d messages%s", self.address, member,
+                 len(items), f" ({missing} missing: ha-sync-mode manual)" if missing > 0 else "")
 
     def acked(self, mirror: str, batch: int) -> list:
         """-> confirms [(channel, seqs)] every live mirror has now accepted."""
@@ -284,6 +318,7 @@ class Mirror(LightActor):
         self.keep: set | None = None  # durably: kept seq_ids the master still holds (a
         #                               keeping sync, until its prune)
         self.keep_upto = -1  # durably: the end of the kept log being synchronised
+        self.joined_manual = False  # our last join asked for ha-sync-mode manual
 
     def on_start(self):
         if self.qdef["durable"] and not self.durably:
@@ -507,9 +542,26 @@ class Mirror(LightActor):
                 kept = quorum_log.offer(self.config, self.vhost, self.qname)
                 if kept is not None and kept[0] == self.epoch:
                     self.offered = kept[1]  # the log we kept, of this master's epoch
-            self.transport.send(addr, m.MirrorJoin(self.address, self.member,
-                                                   self.epoch if self.offered >= 0 else -1,
-                                                   self.offered))
+            self._join()
+
+    def _join(self) -> None:
+        self.joined_manual = not self.durably and self._manual_sync()
+        self.transport.send(self.master, m.MirrorJoin(self.address, self.member,
+                                                      self.epoch if self.offered >= 0 else -1,
+                                                      self.offered, self.joined_manual))
+
+    def _manual_sync(self) -> bool:
+        replica = self.host.replica
+        with replica.lock:
+            return policies.effective(replica.policies, self.vhost, self.qname, "queues",
+                                      replica.op_policies).get("ha-sync-mode") == "manual"
+
+    def _policy_changed(self) -> None:
+        """No longer ha-sync-mode manual: the master is asked to sync the mirrors still behind
+        (it may have joined us manual on the old policy after it saw the new one)."""
+        if self.joined_manual and self.master and not self._manual_sync():
+            self.joined_manual = False
+            self.transport.send(self.master, m.QueueOp("", 0, "sync", {}))
 
     def on_receive(self, msg):
         try:
@@ -568,6 +620,8 @@ class Mirror(LightActor):
                     self._forget(msg)
             elif isinstance(msg, m.CheckMaster):
                 self.check_master()
+            elif isinstance(msg, m.PolicyChanged):
+                self._policy_changed()
             elif isinstance(msg, m.TakeMessages) and self.durably:
                 # promotion: every message is in the index, synced (the new master recovers
                 # them all from there: nothing in memory, paged out at priority 0)

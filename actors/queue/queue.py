@@ -58,6 +58,13 @@ class EmitStats:
     __slots__ = ()
 
 
+class SyncMirrors:
+    """Queue -> itself (local only): sync the manual-sync mirrors still behind, once the
+    paged sync under way is done (one at a time)."""
+
+    __slots__ = ()
+
+
 # what a queue handles while it syncs a joining mirror (everything else waits): its backing
 # queue's answers, its mirrors' acks and deaths, its statistics
 _DURING_SYNC = (Stored, Persisted, Refused, m.MirrorAck, MirrorsDown, EmitStats)
@@ -168,6 +175,7 @@ class Queue(LightActor):
         # out to this node's index (recovered from there)
         self.adopted = adopted
         self.sync: dict | None = None  # a joining mirror's sync of the paged part: its state
+        self.stale_pages = 0  # page reads of a cancelled sync still to come back (dropped)
         needed = None  # a quorum queue's confirms wait for a majority of its members
         if quorum.is_quorum(self.arguments):
             size = quorum.group_size(self.arguments, len(host.config.cluster_nodes or ()))
@@ -338,7 +346,13 @@ class Queue(LightActor):
 
     def on_receive(self, msg):
         if isinstance(msg, Paged) and msg.sync:
+            if self.stale_pages:
+                self.stale_pages -= 1  # (the read of a cancelled sync)
+                return
             self._sync_page(msg)
+            return
+        if self.sync is not None and isinstance(msg, m.QueueOp) and msg.op == "cancel_sync":
+            self._queue_op(msg, now_ms())  # (the one operation a sync does not hold back)
             return
         if self.sync is not None and not isinstance(msg, _DURING_SYNC):
             self.sync["stash"].append(msg)  # the queue waits for its mirror's sync
@@ -395,6 +409,8 @@ class Queue(LightActor):
                 core.set_confirm_on(self.confirm_on())
                 core.set_settings(self.settings(), now)
                 core.set_delivery_limit(self.delivery_limit())
+                if not self.manual_sync():  # (rabbit_mirror_queue_misc:maybe_auto_sync)
+                    self._sync_mirrors(now)
             elif isinstance(msg, Tick):
                 core.tick(now)
             elif isinstance(msg, EmitStats):
@@ -405,6 +421,8 @@ class Queue(LightActor):
                 self.run_pending = False
             elif isinstance(msg, m.MirrorJoin):
                 self._join(msg, now)
+            elif isinstance(msg, SyncMirrors):
+                self._sync_mirrors(now)
             elif isinstance(msg, m.MirrorAck):
                 self._release(self.mirrors.acked(msg.mirror, msg.batch))
             elif isinstance(msg, MirrorsDown):
@@ -421,14 +439,51 @@ class Queue(LightActor):
             log.exception("queue '%s' in vhost '%s' failed on %s", self.qname, self.vhost,
                           type(msg).__name__)
 
-    def _join(self, msg: m.MirrorJoin, now) -> None:
+    def manual_sync(self) -> bool:
+        """ha-sync-mode manual (a classic queue's policy; quorum members always sync)."""
+        return self.mirrors.needed is None and self.policy().get("ha-sync-mode") == "manual"
+
+    def _depth(self) -> int:
+        return self.core.stats()["messages"]  # (ready, paged out or not, and unacked)
+
+    def _sync_mirrors(self, now) -> int:
+        """Eagerly sync every manual-sync mirror still missing messages (leveretctl
+        sync_queue, or the policy no longer manual) -> how many."""
+        behind = self.mirrors.unsynchronised()
+        for addr, member in behind:
+            if self.sync is not None:  # a paged sync started: the others once it is done
+                self.sync["stash"].append(SyncMirrors())
+                break
+            self._join(m.MirrorJoin(addr, member), now, eager=True)
+        return len(behind)
+
+    def _cancel_sync(self) -> bool:
+        """leveretctl cancel_sync_queue: stop the eager sync of the paged part under way (the
+        mirror stays unsynchronised, as a manual-sync one); False when none is."""
+        sync, self.sync = self.sync, None
+        if sync is None:
+            return False
+        self.stale_pages += 1  # (a sync waits for one page read at a time)
+        self.mirrors.sync_cancelled(sync["mirror"], self._depth(), self.core.next_seq)
+        log.info("queue '%s' in vhost '%s': sync of mirror %s cancelled", self.qname,
+                 self.vhost, sync["mirror"])
+        for held in sync["stash"]:
+            self.on_receive(held)
+        return True
+
+    def _join(self, msg: m.MirrorJoin, now, eager: bool = False) -> None:
         """A mirror joins: what is in memory at once; the paged-out part read back from the
         index a page at a time, everything else held meanwhile (RabbitMQ's eager sync blocks
-        its master the same way)."""
+        its master the same way). With ha-sync-mode manual (the mirror's view, unless
+        `eager`) it is sent only what enters from now on."""
         core = self.core
         # a mirror that asks is alive: its process may be one this worker marked dead while
         # its node was cut off, and not yet told is back (WorkerUp)
         self.transport.revive(msg.mirror.partition("#")[0])
+        if msg.manual and not eager and self._depth() and self.mirrors.needed is None:
+            self.mirrors.join(msg.mirror, msg.member, [], now, missing=self._depth(),
+                              below=core.next_seq)
+            return
         # A mirror is sent each lane in seq_id order, as an index takes them (a quorum queue's
         # member writes every message to its index; a mirror that pages, the rest): what is in
         # memory up to a lane's paged part now, the paged part read back from the index, then
@@ -531,6 +586,12 @@ class Queue(LightActor):
             out.reply(msg.reply_to, msg.req_id, True, self._stats())
         elif msg.op == "purge":
             out.reply(msg.reply_to, msg.req_id, True, self.core.purge())
+        elif msg.op == "sync":  # (from a mirror, after a policy change: no answer)
+            n = self._sync_mirrors(now)
+            if msg.reply_to:
+                out.reply(msg.reply_to, msg.req_id, True, n)
+        elif msg.op == "cancel_sync":
+            out.reply(msg.reply_to, msg.req_id, True, self._cancel_sync())
         elif msg.op == "delete":
             try:
                 n = self.core.delete(msg.args.get("if_unused"), msg.args.get("if_empty"))

@@ -227,6 +227,22 @@ def test_policies_and_list_parameters(node, http):
     assert (p["pattern"], p["apply-to"], p["priority"]) == ("^p[ab]$", "queues", 1)
     assert http("PUT", "/api/policies/%2F/bad", {"pattern": "x", "definition": {
         "no-such-key": 1}})[0] == 400
+    for definition, text in (
+            ({"ha-mode": "exactly", "ha-params": "banana"},
+             'ha-mode="exactly" takes an integer, <<"banana">> given'),
+            ({"ha-mode": "nodes", "ha-params": []}, 'ha-mode="nodes" list must be non-empty'),
+            ({"ha-mode": "all", "ha-sync-mode": "eager"},
+             'ha-sync-mode must be "manual" or "automatic", got <<"eager">>')):
+        assert http("PUT", "/api/policies/%2F/bad-ha", {"pattern": "^p", "definition":
+                                                       definition}) == (
+            400, {"error": "bad_request", "reason": f"Validation failed\n\n{text}\n"})
+    assert http("GET", "/api/policies/%2F/bad-ha")[0] == 404
+    # a queue's mirrors synchronised on demand (ha-sync-mode manual): none behind here
+    for action in ("sync", "cancel_sync"):
+        assert http("POST", "/api/queues/%2F/pa/actions", {"action": action})[0] == 204
+    assert http("POST", "/api/queues/%2F/pa/actions", {"action": "eject"}) == (
+        400, {"error": "bad_request", "reason": 'unknown action "eject"'})
+    assert http("POST", "/api/queues/%2F/no-such-q/actions", {"action": "sync"})[0] == 404
     assert http("DELETE", "/api/policies/%2F/mirror-p")[0] == 204
     assert http("GET", "/api/health/checks/alarms") == (200, {"status": "ok"})
 

@@ -73,6 +73,15 @@ def test_policy_dead_letter_and_message_ttl_and_alternate_exchange(node):
     ('{"queue-mode": "eager"}', '<<"eager">> is not a valid queue-mode value'),
     ('{"alternate-exchange": 1}', "1 is not a valid alternate exchange name"),
     ('{"bogus": 1}', '[{<<"bogus">>,1}] are not recognised policy settings'),
+    ('{"ha-mode": "exactly", "ha-params": "banana"}',
+     'ha-mode="exactly" takes an integer, <<"banana">> given'),
+    ('{"ha-mode": "exactly", "ha-params": 0}', 'ha-mode="exactly" takes an integer, 0 given'),
+    ('{"ha-mode": "exactly", "ha-params": -1}', 'ha-mode="exactly" takes an integer, -1 given'),
+    ('{"ha-mode": "nodes", "ha-params": "leveret@a"}',
+     'ha-mode="nodes" takes a list, <<"leveret@a">> given'),
+    ('{"ha-mode": "all", "ha-params": 1}', 'ha-mode="all" does not take parameters'),
+    ('{"ha-mode": "all", "ha-sync-mode": "eager"}',
+     'ha-sync-mode must be "manual" or "automatic", got <<"eager">>'),
 ])
 def test_invalid_policy_values_are_refused_with_rabbitmq_texts(node, definition, text):
     res = node.ctl("set_policy", "bad", ".*", definition, check=False)

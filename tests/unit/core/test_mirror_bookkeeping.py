@@ -84,6 +84,41 @@ def test_ha_arguments_are_validated(args, ok):
         assert e.value.reply_code == 406
 
 
+# --- ha-sync-mode manual: a mirror that joined without the messages held then ------------------
+def test_a_manual_sync_mirror_is_synchronised_once_the_older_messages_have_left():
+    w, ms = masters()
+    ms.join("tcp://a:1#q", "A", [], 0, missing=2, below=10)  # seq 4 and 7 are held
+    assert w.of(m.MirrorPublish)[-1][1].items == []          # (not sent them)
+    ms.enqueued(msg(10), 0)
+    ms.forget([10])                                           # newer: it has it
+    ms.acked("tcp://a:1#q", ms.batch)
+    assert w.synced == [] and ms.unsynchronised() == [("tcp://a:1#q", "A")]
+    ms.forget([4])
+    assert w.synced == []
+    ms.forget([7])                                            # the last older one left
+    assert w.synced == ["A"] and ms.unsynchronised() == []
+
+
+def test_a_manual_sync_mirror_caught_up_waits_for_its_ack_of_what_was_sent():
+    w, ms = masters()
+    ms.join("tcp://a:1#q", "A", [], 0, missing=1, below=5)
+    ms.enqueued(msg(5), 0)
+    ms.forget([3])
+    assert w.synced == []                                     # batch with seq 5 not acked yet
+    ms.acked("tcp://a:1#q", ms.batch)
+    assert w.synced == ["A"]
+
+
+def test_a_cancelled_eager_sync_leaves_the_mirror_missing_what_is_held():
+    w, ms = masters()
+    ms.join("tcp://a:1#q", "A", [msg(1)], 0, more=True)       # paged part to follow
+    ms.sync_cancelled("tcp://a:1#q", 3, 9)
+    ms.acked("tcp://a:1#q", ms.batch)
+    assert w.synced == [] and ms.unsynchronised() == [("tcp://a:1#q", "A")]
+    ms.forget([1, 2, 8])
+    assert w.synced == ["A"]
+
+
 # --- quorum queues: a majority of the members, the heir among them ------------------------------
 def quorum_masters(needed, heir=None):
     w = Wire()
