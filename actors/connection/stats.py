@@ -58,11 +58,13 @@ def sample_connection(reader, node: str, local) -> dict | None:
         details = {"name": f"{name} ({number})", "number": number,
                    "connection_name": name, "peer_host": reader.peer[0],
                    "peer_port": reader.peer[1], "user": core.user, "node": node}
-        consumers = [{"consumer_tag": tag, "queue": {"name": qname, "vhost": core.vhost},
-                      "channel_details": details, "ack_required": not no_ack,
-                      "prefetch_count": ch.prefetch, "exclusive": False, "arguments": {},
-                      "active": True, "activity_status": "up"}
-                     for tag, (_, qname, no_ack) in list(ch.consumers.items())]
+        # (active and activity_status are the queue's to say: the node sets them from the
+        # queue's sample, by the channel's address)
+        consumers = [{"consumer_tag": tag, "queue": {"name": c.queue, "vhost": core.vhost},
+                      "channel_details": details, "ack_required": not c.no_ack,
+                      "prefetch_count": ch.prefetch, "exclusive": bool(c.exclusive),
+                      "arguments": _plain(c.arguments), "channel_address": ch.address}
+                     for tag, c in list(ch.consumers.items())]
         channels.append({"name": details["name"], "number": number, "node": node,
                          "user": core.user, "vhost": core.vhost,
                          "connection_details": {"name": name, "peer_host": reader.peer[0],

@@ -20,8 +20,10 @@ STORAGE = ("message_bytes", "message_bytes_ready", "message_bytes_unacknowledged
            "messages_unacknowledged_ram", "messages_paged_out", "messages_persistent",
            "message_bytes_persistent")
 # what a sample also carries of the queue's state (None when the queue has no value for it):
-# rabbit_backing_queue's info items head_message_timestamp, disk_reads and disk_writes
-STATE = ("head_message_timestamp", "disk_reads", "disk_writes")
+# rabbit_backing_queue's info items head_message_timestamp, disk_reads and disk_writes, and
+# the consumer holding the queue (QueueConsumers.holders)
+HOLDERS = ("single_active_consumer_tag", "single_active_consumer", "exclusive_consumer_tag")
+STATE = ("head_message_timestamp", "disk_reads", "disk_writes") + HOLDERS
 # the overview's message_stats keys that come from the queues' storage (rabbit_mgmt_db's
 # queue_msg_rates; RabbitMQ leaves them out of a queue's own JSON, format_queue_stats)
 DISK = ("disk_reads", "disk_writes")

@@ -151,10 +151,13 @@ def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
            "node": row.get("node", ""), "policy": p["name"] if p else None,
            "state": row.get("state") or ("running" if "messages" in row else "down"),
            "operator_policy": op["name"] if op else None,
-           "exclusive_consumer_tag": None, "effective_policy_definition":
+           # the consumer holding the queue, from its last sample (null when none, as
+           # rabbit_mgmt_format renders rabbit_amqqueue_process' '')
+           "exclusive_consumer_tag": row.get("exclusive_consumer_tag"),
+           "effective_policy_definition":
                policies.merge(p["definition"] if p else None, op["definition"] if op else None),
            "message_stats": message_stats or {},
-           "single_active_consumer_tag": None,
+           "single_active_consumer_tag": row.get("single_active_consumer_tag"),
            "consumer_details": list(consumers or ()),
            "incoming": [], "deliveries": []}  # rates_mode "detailed" only (ours: "basic")
     if not details:

@@ -20,6 +20,7 @@ from actors.core.queue_stats import CONFIRMS, GAUGES, STATE, STORAGE
 from actors.core.errors import ChannelError, amqp_text
 from actors.core.routing import EXCHANGE_TYPES
 from actors.core.connection import KNOWN_MECHANISMS, PASSWORD_MECHANISMS
+from actors.core.consumers import activity
 from actors.core.pause import CONNECTION_TIMEOUT_S
 from actors.node.node_stats import thread_limit
 from actors.transport import make_address
@@ -163,10 +164,25 @@ class ManagementMixin:
                     dict(ch, message_stats=channel_stats.with_rates(
                         ch.get("message_stats", {}),
                         pchannels[ch["name"]].get("message_stats", {})
-                        if ch["name"] in pchannels else None, dt, CHANNEL_RATES))
+                        if ch["name"] in pchannels else None, dt, CHANNEL_RATES),
+                         consumers=[self._consumer_row(cons) for cons in ch["consumers"]])
                     for ch in c["channel_list"]]
                 out.append(row)
         return out
+
+    def _consumer_row(self, cons: dict) -> dict:
+        """A channel's consumer row with `active` and `activity_status` from its queue's last
+        sample (which consumer holds a single active consumer queue), the channel's address
+        it was matched by left out."""
+        row = {k: v for k, v in cons.items() if k != "channel_address"}
+        key = (row["queue"]["vhost"], row["queue"]["name"])
+        q = self.queues.get(key) or {}
+        sample = self.queue_stats.last(*key) or {}
+        row["active"], row["activity_status"] = activity(
+            (q.get("arguments") or {}).get("x-single-active-consumer") is True,
+            sample.get("single_active_consumer"), cons.get("channel_address"),
+            row["consumer_tag"])
+        return row
 
     def _sampled_queue_rows(self) -> list:
         """Every queue as the management API and Prometheus list it: its definition's node

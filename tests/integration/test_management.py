@@ -552,6 +552,65 @@ def test_prometheus_metrics_with_rabbitmq_prometheus_names(node, http):
     assert e.value.code == 400
 
 
+def _consumers_of(http, queue: str) -> dict:
+    """consumer tag -> its row in /api/consumers, for one queue."""
+    return {x["consumer_tag"]: x for x in http("GET", "/api/consumers/%2F")[1]
+            if x["queue"]["name"] == queue}
+
+
+def test_consumer_shows_its_exclusive_flag_and_arguments__S2(node, http):
+    """What the client asked for in basic.consume (exclusive, x-priority), not constants; the
+    queue names its exclusive consumer."""
+    with node.connection() as c:
+        ch = c.channel()
+        ch.queue_declare("excl-args-q")
+        ch.basic_consume("excl-args-q", lambda *a: None, consumer_tag="excl-1", exclusive=True,
+                         arguments={"x-priority": 5})
+        ch2 = c.channel()
+        ch2.queue_declare("plain-args-q")
+        ch2.basic_consume("plain-args-q", lambda *a: None, consumer_tag="plain-1")
+        rows = wait_for("both consumers", lambda: dict(
+            _consumers_of(http, "excl-args-q"), **_consumers_of(http, "plain-args-q"))
+            if len(_consumers_of(http, "excl-args-q")) + len(_consumers_of(
+                http, "plain-args-q")) == 2 else None)
+        excl, plain = rows["excl-1"], rows["plain-1"]
+        assert (excl["exclusive"], excl["arguments"], excl["active"],
+                excl["activity_status"]) == (True, {"x-priority": 5}, True, "up")
+        assert (plain["exclusive"], plain["arguments"]) == (False, {})
+        assert "channel_address" not in excl
+        q = wait_for("the queue's exclusive consumer", lambda: (
+            lambda q: q if q.get("exclusive_consumer_tag") else None)(
+            http("GET", "/api/queues/%2F/excl-args-q")[1]))
+        assert (q["exclusive_consumer_tag"], q["single_active_consumer_tag"]) == ("excl-1", None)
+        assert http("GET", "/api/queues/%2F/plain-args-q")[1]["exclusive_consumer_tag"] is None
+
+
+def test_single_active_consumer_is_named_and_the_others_wait__S1(node, http):
+    """x-single-active-consumer with two consumers: the first is single_active and the
+    queue's single_active_consumer_tag, the second waiting; it takes over when the first
+    cancels."""
+    with node.connection() as c:
+        ch = c.channel()
+        ch.queue_declare("sac-mgmt-q", arguments={"x-single-active-consumer": True})
+        ch.basic_consume("sac-mgmt-q", lambda *a: None, consumer_tag="sac-first")
+        ch2 = c.channel()
+        ch2.basic_consume("sac-mgmt-q", lambda *a: None, consumer_tag="sac-second")
+
+        def states():
+            rows = _consumers_of(http, "sac-mgmt-q")
+            return {t: (r["active"], r["activity_status"]) for t, r in rows.items()}
+        wait_for("one active, one waiting", lambda: states() == {
+            "sac-first": (True, "single_active"), "sac-second": (False, "waiting")})
+        q = http("GET", "/api/queues/%2F/sac-mgmt-q")[1]
+        assert (q["single_active_consumer_tag"], q["exclusive_consumer_tag"]) == \
+            ("sac-first", None)
+        ch.basic_cancel("sac-first")
+        wait_for("the second takes over", lambda: states() == {
+            "sac-second": (True, "single_active")})
+        wait_for("the queue names the new one", lambda: http(
+            "GET", "/api/queues/%2F/sac-mgmt-q")[1]["single_active_consumer_tag"] == "sac-second")
+
+
 def test_leveretctl_lists_connections_channels_and_consumers(node, http):
     assert http("PUT", "/api/queues/%2F/ctlq", {"durable": False})[0] == 201
     with node.connection(client_properties={"connection_name": "ctl-test"}) as c:
