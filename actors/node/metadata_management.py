@@ -16,7 +16,8 @@ from importlib import metadata as dists
 from actors import events
 from actors import messages as m
 from actors.core import channel_stats
-from actors.core.queue_stats import CONFIRMS, GAUGES, STATE, STORAGE
+from actors.core import quorum
+from actors.core.queue_stats import CONFIRMS, DEAD_LETTERED, GAUGES, STATE, STORAGE
 from actors.core.errors import ChannelError, amqp_text
 from actors.core.routing import EXCHANGE_TYPES
 from actors.core.connection import KNOWN_MECHANISMS, PASSWORD_MECHANISMS
@@ -326,11 +327,17 @@ class ManagementMixin:
             if worker in own:
                 total = channel_stats.merge(total, t)
         total = channel_stats.merge(total, self.queue_churn)
-        for (v, n), entry in self.queue_stats.samples.items():  # this node's queues' confirms
+        dead_lettered: dict = {}  # queue type -> DEAD_LETTERED name -> count
+        for (v, n), entry in self.queue_stats.samples.items():  # this node's queues' counts
             q = self.queues.get((v, n))
             if q is not None and q.get("home", self.me) == self.me:
                 for k in CONFIRMS:
                     total[k] = total.get(k, 0) + entry[0][1].get(k, 0)
+                by_type = dead_lettered.setdefault(
+                    quorum.queue_type(q.get("arguments") or {}), dict.fromkeys(DEAD_LETTERED, 0))
+                for k in DEAD_LETTERED:
+                    by_type[k] += entry[0][1].get(k, 0)
+        total["dead_lettered"] = dead_lettered
         total["events_written"] = total.get("events_written", 0) + events.written()
         own = {w.endpoint for w in self.workers.values() if w.kind == "conn"}
         conns = [c for w, rows in self.conn_stats.items() if w in own for c in rows]
@@ -339,6 +346,9 @@ class ManagementMixin:
             "connections": len(conns), "channels": len(channels),
             "consumers": sum(len(ch["consumers"]) for ch in channels),
             "messages_unconfirmed": sum(ch.get("messages_unconfirmed", 0) for ch in channels),
+            "channel_rows": [{"vhost": ch["vhost"], "name": ch["name"],
+                              "messages_unacknowledged": ch.get("messages_unacknowledged", 0)}
+                             for ch in channels],
             "publishers": sum(1 for ch in channels if ch.get("message_stats", {}).get("publish")),
             "connection_rows": [{k: c[k] for k in ("vhost", "name", "recv_oct", "send_oct",
                                                    "recv_cnt", "send_cnt", "channels")

@@ -300,6 +300,7 @@ class Queue(LightActor):
         read back (rabbit_backing_queue's info items
         head_message_timestamp, disk_writes, disk_reads): its samples, and list_queues'."""
         return dict(self.core.stats(), **self.core.storage_stats(), **self.core.cons.holders(),
+                    **self.core.dead_lettered,
                     head_message_timestamp=self.core.head_message_timestamp(),
                     disk_reads=self.disk.reads, disk_writes=self.disk.writes)
 

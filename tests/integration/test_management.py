@@ -519,6 +519,74 @@ def scrape(node, path: str) -> dict:
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
+def test_prometheus_channel_messages_unacked_per_channel__A2(node, http):
+    """rabbitmq_channel_messages_unacked: the deliveries a channel holds unacked, labelled by
+    its channel per object; they go once acked."""
+    with node.connection(client_properties={"connection_name": "unacked-prom"}) as c:
+        ch = c.channel()
+        ch.queue_declare("unacked-prom-q")
+        for i in range(3):
+            ch.basic_publish("", "unacked-prom-q", b"u%d" % i)
+        tags = []
+        ch.basic_consume("unacked-prom-q", lambda c_, m, p, b: tags.append(m.delivery_tag))
+        wait_for("3 deliveries", lambda: c.process_data_events(0.1) or len(tags) == 3)
+        conn = wait_for("the connection", lambda: [
+            x["name"] for x in http("GET", "/api/connections")[1]
+            if x["client_properties"].get("connection_name") == "unacked-prom"])[0]
+        key = ("rabbitmq_channel_messages_unacked",
+               (("channel", f"{conn} (1)"), ("vhost", "/")))
+        wait_for("3 unacked on the channel", lambda: scrape(
+            node, "/metrics/per-object").get(key) == 3)
+        assert scrape(node, "/metrics")[("rabbitmq_channel_messages_unacked", ())] >= 3
+        ch.basic_ack(tags[-1], multiple=True)
+        wait_for("none unacked once acked", lambda: c.process_data_events(0.1) or scrape(
+            node, "/metrics/per-object").get(key) == 0)
+
+
+def _dead_lettered(node) -> dict:
+    """(reason, strategy) -> the classic queues' rabbitmq_global_messages_dead_lettered_*."""
+    return {(name[len("rabbitmq_global_messages_dead_lettered_"):-len("_total")],
+             dict(labels)["dead_letter_strategy"]): v
+            for (name, labels), v in scrape(node, "/metrics").items()
+            if name.startswith("rabbitmq_global_messages_dead_lettered_") and
+            dict(labels)["queue_type"] == "rabbit_classic_queue"}
+
+
+def test_prometheus_dead_lettered_counts_by_reason_and_strategy__A3_S6(node, http):
+    """Each way a message dies, counted where the queue decides it: expired and maxlen
+    to a dead-letter exchange (at_most_once), rejected and past its delivery limit without
+    one (disabled)."""
+    before = _dead_lettered(node)
+    assert set(before) == {(r, s) for r in ("expired", "rejected", "maxlen", "delivery_limit")
+                           for s in ("disabled", "at_most_once")}
+    with node.connection() as c:
+        ch = c.channel()
+        ch.exchange_declare("dl-prom-x", "fanout")
+        ch.queue_declare("dl-prom-target")
+        ch.queue_bind("dl-prom-target", "dl-prom-x")
+        ch.queue_declare("dl-prom-ttl", arguments={"x-message-ttl": 1,
+                                                   "x-dead-letter-exchange": "dl-prom-x"})
+        ch.queue_declare("dl-prom-max", arguments={"x-max-length": 1,
+                                                   "x-dead-letter-exchange": "dl-prom-x"})
+        ch.queue_declare("dl-prom-rej")
+        ch.queue_declare("dl-prom-limit", arguments={"x-delivery-limit": 0})
+        for q, n in (("dl-prom-ttl", 2), ("dl-prom-max", 3), ("dl-prom-rej", 1),
+                     ("dl-prom-limit", 1)):
+            for i in range(n):
+                ch.basic_publish("", q, b"d%d" % i)
+        got = wait_for("the message to reject", lambda: ch.basic_get("dl-prom-rej")[0])
+        ch.basic_reject(got.delivery_tag, requeue=False)
+        got = wait_for("the message past its limit", lambda: ch.basic_get("dl-prom-limit")[0])
+        ch.basic_nack(got.delivery_tag, requeue=True)
+        expected = {("expired", "at_most_once"): 2, ("maxlen", "at_most_once"): 2,
+                    ("rejected", "disabled"): 1, ("delivery_limit", "disabled"): 1}
+
+        def grown():
+            now = _dead_lettered(node)
+            return {k: now[k] - before[k] for k in now if now[k] != before[k]}
+        wait_for("the dead-lettered counts", lambda: grown() == expected)
+
+
 def test_prometheus_metrics_with_rabbitmq_prometheus_names(node, http):
     assert http("PUT", "/api/queues/%2F/promq", {"durable": False})[0] == 201
     with node.connection() as c:
