@@ -92,6 +92,9 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         self.node_table = NodeTable(config.collect_statistics_interval)
         self.started = time.monotonic()  # when this node's metadata actor started (uptime)
         self.meta_tx = {"disk": 0, "ram": 0}  # change batches applied (see _apply_changes)
+        # the node's syncs (io_sync_count, io_sync_time_us) at its previous sample, for
+        # io_sync_avg_time over one interval
+        self.io_sync_seen: tuple | None = None
         self.conn_stats: dict[str, list] = {}  # connection worker endpoint -> its connections
         # connection worker endpoint -> (at_ms, previous sample's (at_ms, rows) or None):
         # the rates of recv_oct, send_oct and the channels' message_stats come from the two

@@ -21,6 +21,7 @@ from actors.core.errors import amqp_text
 from actors.host import WorkerHost
 from actors.naming import queue_actor_name
 from actors.queue.mirror import Mirror
+from actors.queue import storage
 from actors.queue.queue import Queue
 
 log = logging.getLogger("leveret.queue")
@@ -213,7 +214,7 @@ class ProcessSampler:
                 log.exception("statistics sample failed")
 
     def sample(self) -> None:
-        totals = {"events_written": events.written()}
+        totals = {"events_written": events.written(), **storage.io_totals()}
         if totals == self.last:
             return
         self.last = totals

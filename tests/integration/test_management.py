@@ -937,6 +937,53 @@ def test_nodes_show_the_node_s_own_figures(node, http):
     wait_for("the alarm cleared in the sample", lambda: sample(lambda n: not n["mem_alarm"]))
 
 
+def test_nodes_count_storage_syncs_and_msg_store_io__C5_C7(tmp_path):
+    """/api/nodes' io_sync_count, io_sync_avg_time, msg_store_write_count and
+    msg_store_read_count are what the node's storage did: confirmed persistent publishes into
+    a durable queue are synced (C5), their bodies past embed_msgs_below written to msg_store,
+    and read back from it when the queue pages them in."""
+    port = free_port()
+    (tmp_path / "leveret.toml").write_text(f"collect_statistics_interval = {STATS_MS}\n"
+                                           "queue_page_bytes = 16384\nqueue_page_size = 4\n")
+    broker = Broker.start_leveret(tmp_path, "--management-port", str(port), "--config",
+                                  str(tmp_path / "leveret.toml"))
+    http = Api(port)
+
+    def sample(cond=lambda n: True):
+        status, rows = http("GET", "/api/nodes")
+        return status == 200 and "os_pid" in rows[0] and cond(rows[0]) and rows[0]
+    try:
+        first = wait_for("the node's sample", sample)
+        with broker.connection() as c:
+            ch = c.channel()
+            ch.confirm_delivery()
+            ch.queue_declare("sync-q", durable=True)
+            body = b"s" * 8192  # past embed_msgs_below (4096): its body goes to msg_store
+            for _ in range(10):
+                ch.basic_publish("", "sync-q", body, pika.BasicProperties(delivery_mode=2))
+
+            def syncing(n):  # (the average is over an interval's syncs: keep some coming)
+                ch.basic_publish("", "sync-q", body, pika.BasicProperties(delivery_mode=2))
+                return n["io_sync_count"] >= first["io_sync_count"] + 10 and \
+                    n["io_sync_avg_time"] > 0 and \
+                    n["msg_store_write_count"] >= first["msg_store_write_count"] + 10
+            busy = wait_for("the syncs and writes in a sample", lambda: sample(syncing))
+            assert isinstance(busy["io_sync_avg_time"], float)
+            assert set(busy["io_sync_count_details"]) == {"rate"}
+            published = ch.queue_declare("sync-q", durable=True, passive=True).method \
+                .message_count
+            for _ in range(published):  # past queue_page_bytes they were paged out
+                method, _, got = ch.basic_get("sync-q", auto_ack=True)
+                assert got == body
+            wait_for("the bodies read back from msg_store", lambda: sample(
+                lambda n: n["msg_store_read_count"] > busy["msg_store_read_count"]))
+        for key in ("io_seek_count", "io_reopen_count", "io_read_avg_time",
+                    "io_write_avg_time", "io_seek_avg_time", "gc_bytes_reclaimed"):
+            assert key not in busy, key  # (not measured: left out, not a constant)
+    finally:
+        broker.stop()
+
+
 def test_permissions_by_vhost_and_user_and_an_exchange_s_bindings(node, http):
     assert [(p["user"], p["vhost"]) for p in http("GET", "/api/vhosts/%2F/permissions")[1]] \
         == [("guest", "/")]
