@@ -116,7 +116,7 @@ def exchange_json(x: dict, policy_list, counts: dict | None = None,
     out = {"name": x["name"], "vhost": x["vhost"], "type": x["type"],
            "durable": x["durable"], "auto_delete": x["auto_delete"],
            "internal": x["internal"], "arguments": x["arguments"],
-           "user_who_performed_action": "",
+           "user_who_performed_action": x.get("user", ""),  # who declared it
            # per-queue / per-exchange fine stats: RabbitMQ lists them in rates_mode "detailed"
            # only; ours is "basic"
            "incoming": [], "outgoing": []}

@@ -33,7 +33,7 @@ from actors.core import limits, policies, queue_args, quorum
 from actors.core.errors import ChannelError, ConnectionError_, amqp_text
 from actors.core.permissions import AuthDB, hashed_auth_call
 from actors.core.queue_stats import StatsTable
-from actors.core.routing import Router, validate_binding
+from actors.core.routing import INTERNAL_USER, Router, validate_binding
 from actors.node import definitions_json
 from actors.node.definitions import Definitions
 from actors.node.metadata_alarms import AlarmsMixin
@@ -394,7 +394,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         for (vhost, name), x in self._all_exchanges():
             if x.durable and not name.startswith("amq.") and name != "":
                 exchanges.append([vhost, name, x.type, x.durable, x.auto_delete, x.internal,
-                                  dict(x.arguments)])
+                                  dict(x.arguments), x.user])
         for b in self._all_bindings():
             bindings.append(b)
         queues = [s for s in map(_stored_queue, self.queues.values()) if s is not None]
@@ -812,7 +812,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         if user is not None:  # a client's declare (the channel checked configure): the AE
             self.auth.check_new_exchange(user, vhost, name, arguments)
         self._change(["router", "declare_exchange",
-                      [vhost, name, type, durable, auto_delete, internal, arguments]])
+                      [vhost, name, type, durable, auto_delete, internal, arguments,
+                       user or INTERNAL_USER]])
         return None
 
     def op_exchange_delete(self, rpc, vhost, name, if_unused):

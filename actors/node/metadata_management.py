@@ -379,7 +379,8 @@ class ManagementMixin:
         inside the node process: the listener runs in it)."""
         exchanges = [{"vhost": v, "name": n, "type": x.type, "durable": x.durable,
                       "auto_delete": x.auto_delete, "internal": x.internal,
-                      "arguments": dict(x.arguments)} for (v, n), x in self._all_exchanges()]
+                      "arguments": dict(x.arguments), "user": x.user}
+                     for (v, n), x in self._all_exchanges()]
         members = [{"member": member, "name": info.get("name", member),
                     "up": bool(info.get("up")), "amqp": info.get("amqp", "")}
                    for member, info in self.members.items()]

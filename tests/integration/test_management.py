@@ -679,6 +679,22 @@ def test_single_active_consumer_is_named_and_the_others_wait__S1(node, http):
             "GET", "/api/queues/%2F/sac-mgmt-q")[1]["single_active_consumer_tag"] == "sac-second")
 
 
+def test_exchange_names_the_user_who_declared_it(node, http):
+    """user_who_performed_action: the user of the AMQP connection or of the API request that
+    declared the exchange; rmq-internal for the predeclared ones, as RabbitMQ."""
+    node.ctl("add_user", "declarer", "pw")
+    node.ctl("set_permissions", "declarer", ".*", ".*", ".*")
+    with node.connection(user="declarer", password="pw") as c:
+        c.channel().exchange_declare("declared-by-amqp", "topic")
+    assert http("PUT", "/api/exchanges/%2F/declared-by-api", {"type": "direct"})[0] == 201
+    assert http("GET", "/api/exchanges/%2F/declared-by-amqp")[1][
+        "user_who_performed_action"] == "declarer"
+    assert http("GET", "/api/exchanges/%2F/declared-by-api")[1][
+        "user_who_performed_action"] == "guest"
+    assert http("GET", "/api/exchanges/%2F/amq.direct")[1][
+        "user_who_performed_action"] == "rmq-internal"
+
+
 def test_leveretctl_lists_connections_channels_and_consumers(node, http):
     assert http("PUT", "/api/queues/%2F/ctlq", {"durable": False})[0] == 201
     with node.connection(client_properties={"connection_name": "ctl-test"}) as c:

@@ -197,6 +197,9 @@ SAME_VALUES = [
     *[("consumer", k) for k in ("exclusive", "arguments", "active", "activity_status",
                                 "ack_required", "prefetch_count")],
     *[("queue", k) for k in ("exclusive_consumer_tag", "single_active_consumer_tag")],
+    # who declared the exchange (the scenario's guest) and the connection's user
+    ("exchange", "user_who_performed_action"), ("connection", "user_who_performed_action"),
+    ("channel", "user_who_performed_action"),
     # a plain TCP connection's TLS fields
     *[("connection", k) for k in ("ssl", "ssl_protocol", "ssl_cipher", "ssl_hash",
                                   "ssl_key_exchange", "peer_cert_subject", "peer_cert_issuer",
