@@ -292,7 +292,6 @@ class ManagementMixin:
             "ra_open_file_metrics": {"ra_log_wal": int(cfg.clustered),
                                      "ra_log_segment_writer": 0},
             "metrics_gc_queue_length": dict.fromkeys(METRICS_GC_QUEUES, 0),
-            "cluster_links": [],
             "net_ticktime": CONNECTION_TIMEOUT_S,
             "connection_created": totals.get("connections_opened", 0),
             "connection_closed": totals.get("connections_closed", 0),
@@ -313,6 +312,9 @@ class ManagementMixin:
             "config_files": list(cfg.config_files),
             "db_dir": os.path.abspath(cfg.data_dir),
             "enabled_plugins": [],
+            # a lone node has no links to list; a clustered one's Raft links are not
+            # measured, so it leaves the field out rather than claim none
+            **({} if cfg.clustered else {"cluster_links": []}),
         }
 
     def _storage_io(self) -> dict:
@@ -409,7 +411,10 @@ class ManagementMixin:
                 "operator_policies": list(self.op_policies.values()),
                 "limits": [[scope, name, value] for (scope, name), value in self.limits.items()],
                 "node": self.config.node, "node_rows": self._node_rows(now),
-                "members": members, "alarms": sorted(self.alarms)}
+                "members": members, "alarms": sorted(self.alarms),
+                # the statistics collector's backlog (RabbitMQ's statistics_db_event_queue:
+                # its collectors' message queues): what waits in this actor's mailbox now
+                "statistics_db_event_queue": len(self.actor_inbox)}
 
     def op_mgmt_close_connection(self, rpc, name, reason):
         """DELETE /api/connections/{name}: the worker holding it closes it (any node's)."""
