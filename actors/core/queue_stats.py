@@ -83,7 +83,8 @@ class QueueCounters:
 
     def sample(self, gauges: dict, use: tuple | None = None) -> dict | None:
         """The counters, `gauges` (queue depth and consumers, where the messages are
-        (STORAGE), and the STATE items: the head message's timestamp, disk reads and writes)
+        (STORAGE), what was dead-lettered (DEAD_LETTERED), and the STATE items: the head
+        message's timestamp, disk reads and writes, the consumer holding the queue)
         and the consumer use state
         (`ConsumerUse.state` in wall-clock ms: it changes only when the queue's consumers
         become able or unable to take messages) when they changed since the last sample,

@@ -188,9 +188,10 @@ def _queue_of(name: str) -> tuple[str, str]:
 
 
 class ProcessSampler:
-    """A thread of the queue worker: every interval, the process's totals (events written)
-    to its node's metadata actor as WorkerStats, when they changed (Prometheus'
-    leveret_events_written_total counts every process of the node)."""
+    """A thread of the queue worker: every interval, the process's totals (events written,
+    its storage's syncs and msg_store reads and writes) to its node's metadata actor as
+    WorkerStats, when they changed (Prometheus' leveret_events_written_total and /api/nodes'
+    io_sync_* and msg_store_* count every process of the node)."""
 
     def __init__(self, transport, node: str, interval_ms: int):
         self.transport = transport
