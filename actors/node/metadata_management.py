@@ -231,11 +231,8 @@ class ManagementMixin:
         conns = sum(len(rows) for w, rows in self.conn_stats.items() if w in own)
         listeners = 1 + bool(cfg.tls_port) + bool(cfg.management_port) + \
             bool(cfg.prometheus_port)
-        totals = dict(self.dead_totals)
-        for worker, t in self.worker_totals.items():
-            if worker in own:
-                totals = channel_stats.merge(totals, t)
-        io = self._storage_io()
+        totals = self._own_totals()
+        io = self._storage_io(totals)
         reads = writes = 0
         for (v, n), entry in self.queue_stats.samples.items():
             q = self.queues.get((v, n))
@@ -317,16 +314,22 @@ class ManagementMixin:
             **({} if cfg.clustered else {"cluster_links": []}),
         }
 
-    def _storage_io(self) -> dict:
-        """The node's syncs (its own: the Raft journal's; its workers': the message store's
-        commits, the quorum logs') and msg_store reads and writes, the dead workers' last
-        counts included (a counter never goes back while the node runs); remembers the syncs
-        for the next sample's io_sync_avg_time."""
+    def _own_totals(self) -> dict:
+        """The cumulative counts of this node's own workers, live and dead (a counter never
+        goes back while the node runs): the connection workers' channel counts and churn,
+        every worker's events written and storage io."""
         own = {w.endpoint for w in self.workers.values()}
-        total = channel_stats.merge(dict(self.dead_totals), SYNCS.totals())
+        total = dict(self.dead_totals)
         for worker, t in self.worker_totals.items():
             if worker in own:
                 total = channel_stats.merge(total, t)
+        return total
+
+    def _storage_io(self, own_totals: dict) -> dict:
+        """The node's syncs (its own: the Raft journal's; its workers' in `own_totals`: the
+        message store's commits, the quorum logs') and msg_store reads and writes; remembers
+        the syncs for the next sample's io_sync_avg_time."""
+        total = channel_stats.merge(own_totals, SYNCS.totals())
         io = {k: total.get(k, 0) for k in STORAGE_IO}
         before, self.io_sync_seen = self.io_sync_seen, (io["io_sync_count"],
                                                         io["io_sync_time_us"])
@@ -342,12 +345,7 @@ class ManagementMixin:
         ones), their connections, channels and consumers now, this actor's queue churn (the
         leader's, in a cluster: it decides declares and deletes) and the events written by
         the node process and its connection and queue workers (WorkerStats)."""
-        own = {w.endpoint for w in self.workers.values()}  # (queue workers: events written)
-        total = dict(self.dead_totals)
-        for worker, t in self.worker_totals.items():
-            if worker in own:
-                total = channel_stats.merge(total, t)
-        total = channel_stats.merge(total, self.queue_churn)
+        total = channel_stats.merge(self._own_totals(), self.queue_churn)
         dead_lettered: dict = {}  # queue type -> DEAD_LETTERED name -> count
         for (v, n), entry in self.queue_stats.samples.items():  # this node's queues' counts
             q = self.queues.get((v, n))
