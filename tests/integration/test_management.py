@@ -683,9 +683,12 @@ def test_exchange_names_the_user_who_declared_it(node, http):
     """user_who_performed_action: the user of the AMQP connection or of the API request that
     declared the exchange; rmq-internal for the predeclared ones, as RabbitMQ."""
     node.ctl("add_user", "declarer", "pw")
-    node.ctl("set_permissions", "declarer", ".*", ".*", ".*")
-    with node.connection(user="declarer", password="pw") as c:
-        c.channel().exchange_declare("declared-by-amqp", "topic")
+    try:  # (the module's node: its other tests list the users and permissions)
+        node.ctl("set_permissions", "declarer", ".*", ".*", ".*")
+        with node.connection(user="declarer", password="pw") as c:
+            c.channel().exchange_declare("declared-by-amqp", "topic")
+    finally:
+        node.ctl("delete_user", "declarer")
     assert http("PUT", "/api/exchanges/%2F/declared-by-api", {"type": "direct"})[0] == 201
     assert http("GET", "/api/exchanges/%2F/declared-by-amqp")[1][
         "user_who_performed_action"] == "declarer"
