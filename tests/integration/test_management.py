@@ -22,6 +22,7 @@ import pika
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from amqp_helpers import consume_single_active
 from conftest import Broker, free_port
 
 RABBITMQADMIN = shutil.which("rabbitmqadmin")
@@ -658,11 +659,7 @@ def test_single_active_consumer_is_named_and_the_others_wait__S1(node, http):
     queue's single_active_consumer_tag, the second waiting; it takes over when the first
     cancels."""
     with node.connection() as c:
-        ch = c.channel()
-        ch.queue_declare("sac-mgmt-q", arguments={"x-single-active-consumer": True})
-        ch.basic_consume("sac-mgmt-q", lambda *a: None, consumer_tag="sac-first")
-        ch2 = c.channel()
-        ch2.basic_consume("sac-mgmt-q", lambda *a: None, consumer_tag="sac-second")
+        ch, _ = consume_single_active(c, "sac-mgmt-q", ["sac-first", "sac-second"])
 
         def states():
             rows = _consumers_of(http, "sac-mgmt-q")
@@ -897,6 +894,12 @@ def _soft_nofile(pid: int) -> int:
         return int(next(line for line in f if line.startswith("Max open files")).split()[3])
 
 
+def node_row(http, cond=lambda n: True):
+    """This node's /api/nodes row once it has a sample that meets `cond`; False before."""
+    status, rows = http("GET", "/api/nodes")
+    return status == 200 and "os_pid" in rows[0] and cond(rows[0]) and rows[0]
+
+
 def test_nodes_show_the_node_s_own_figures(node, http):
     """/api/nodes (issue 14): RabbitMQ 3.10's fields (test_management_compat compares names
     and types) with this node's figures, from the sample it takes every interval
@@ -906,11 +909,7 @@ def test_nodes_show_the_node_s_own_figures(node, http):
 
     from actors.node.resources import total_memory
 
-    def sample(cond=lambda n: True):
-        status, rows = http("GET", "/api/nodes")
-        return status == 200 and "os_pid" in rows[0] and cond(rows[0]) and rows[0]
-
-    first = wait_for("the node's sample", sample)
+    first = wait_for("the node's sample", lambda: node_row(http))
     assert (first["os_pid"], first["running"], first["type"]) == (str(node.pid), True, "disc")
     assert first["db_dir"] == str(node.data_dir)
     assert first["config_files"] == [str(node.data_dir.parent / "leveret.toml")]
@@ -935,8 +934,8 @@ def test_nodes_show_the_node_s_own_figures(node, http):
     # a connection opened and closed: the node's churn; a later sample, its rates
     conn = node.connection()
     conn.close()
-    later = wait_for("a sample with the connection's churn", lambda: sample(
-        lambda n: n["connection_closed"] > first["connection_closed"] and
+    later = wait_for("a sample with the connection's churn", lambda: node_row(
+        http, lambda n: n["connection_closed"] > first["connection_closed"] and
         n["connection_created"] > first["connection_created"]))
     assert later["uptime"] > first["uptime"]
     assert later["context_switches"] >= first["context_switches"]
@@ -947,13 +946,15 @@ def test_nodes_show_the_node_s_own_figures(node, http):
     # the memory alarm (R2's): this node's own, in its row and the local-alarms check
     node.ctl("set_vm_memory_high_watermark", "0.0000001")
     try:
-        wait_for("mem_alarm in the node's sample", lambda: sample(lambda n: n["mem_alarm"]))
+        wait_for("mem_alarm in the node's sample",
+                 lambda: node_row(http, lambda n: n["mem_alarm"]))
         status, body = http("GET", "/api/health/checks/local-alarms")
         assert status == 503 and body["alarms"] == [{"node": first["name"],
                                                      "resource": "memory"}]
     finally:
         node.ctl("set_vm_memory_high_watermark", "0.4")
-    wait_for("the alarm cleared in the sample", lambda: sample(lambda n: not n["mem_alarm"]))
+    wait_for("the alarm cleared in the sample",
+             lambda: node_row(http, lambda n: not n["mem_alarm"]))
 
 
 def test_nodes_count_storage_syncs_and_msg_store_io__C5_C7(tmp_path):
@@ -968,11 +969,8 @@ def test_nodes_count_storage_syncs_and_msg_store_io__C5_C7(tmp_path):
                                   str(tmp_path / "leveret.toml"))
     http = Api(port)
 
-    def sample(cond=lambda n: True):
-        status, rows = http("GET", "/api/nodes")
-        return status == 200 and "os_pid" in rows[0] and cond(rows[0]) and rows[0]
     try:
-        first = wait_for("the node's sample", sample)
+        first = wait_for("the node's sample", lambda: node_row(http))
         with broker.connection() as c:
             ch = c.channel()
             ch.confirm_delivery()
@@ -986,7 +984,7 @@ def test_nodes_count_storage_syncs_and_msg_store_io__C5_C7(tmp_path):
                 return n["io_sync_count"] >= first["io_sync_count"] + 10 and \
                     n["io_sync_avg_time"] > 0 and \
                     n["msg_store_write_count"] >= first["msg_store_write_count"] + 10
-            busy = wait_for("the syncs and writes in a sample", lambda: sample(syncing))
+            busy = wait_for("the syncs and writes in a sample", lambda: node_row(http, syncing))
             assert isinstance(busy["io_sync_avg_time"], float)
             assert set(busy["io_sync_count_details"]) == {"rate"}
             published = ch.queue_declare("sync-q", durable=True, passive=True).method \
@@ -994,8 +992,8 @@ def test_nodes_count_storage_syncs_and_msg_store_io__C5_C7(tmp_path):
             for _ in range(published):  # past queue_page_bytes they were paged out
                 method, _, got = ch.basic_get("sync-q", auto_ack=True)
                 assert got == body
-            wait_for("the bodies read back from msg_store", lambda: sample(
-                lambda n: n["msg_store_read_count"] > busy["msg_store_read_count"]))
+            wait_for("the bodies read back from msg_store", lambda: node_row(
+                http, lambda n: n["msg_store_read_count"] > busy["msg_store_read_count"]))
         for key in ("io_seek_count", "io_reopen_count", "io_read_avg_time",
                     "io_write_avg_time", "io_seek_avg_time", "gc_bytes_reclaimed"):
             assert key not in busy, key  # (not measured: left out, not a constant)

@@ -12,13 +12,13 @@ import base64
 import json
 import re
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 
 import pika
 import pytest
 
+from amqp_helpers import consume_single_active, wait_until
 from bench import api_capture as cap
 from bench.refbroker import RabbitMQNode, rabbitmq_installed
 from conftest import Broker, free_port
@@ -281,14 +281,10 @@ def _reference(name: str, path: str):
     return _at(json.loads((cap.OUT / f"{name}.json").read_text()), path)
 
 
-def _until(what: str, fn, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(cap.STATS_INTERVAL_MS / 1000 / 2)
-    raise AssertionError(f"timed out waiting for {what}")
+def _until(what: str, fn):
+    """fn() once true, polled every half statistics interval for 30 s."""
+    return wait_until(fn, timeout=30.0, interval=cap.STATS_INTERVAL_MS / 1000 / 2,
+                      message=what)
 
 
 def _consumers(http, queue: str) -> dict:
@@ -307,10 +303,7 @@ def test_fixed_fields_follow_what_the_client_did__S1_S2(leveret):
         ch.queue_declare("cmp-excl")
         ch.basic_consume("cmp-excl", lambda *a: None, consumer_tag="cmp-excl-c",
                          exclusive=True, arguments={"x-priority": 5})
-        ch.queue_declare("cmp-sac", arguments={"x-single-active-consumer": True})
-        ch.basic_consume("cmp-sac", lambda *a: None, consumer_tag="cmp-sac-1")
-        ch2 = conn.channel()
-        ch2.basic_consume("cmp-sac", lambda *a: None, consumer_tag="cmp-sac-2")
+        consume_single_active(conn, "cmp-sac", ["cmp-sac-1", "cmp-sac-2"])
         excl = _until("the exclusive consumer", lambda: _consumers(http, "cmp-excl"))
         assert {k: excl["cmp-excl-c"][k] for k in ("exclusive", "arguments", "active",
                                                    "activity_status")} == {
