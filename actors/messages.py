@@ -121,8 +121,9 @@ class ConnectionStats(NamedTuple):
 
 class WorkerStats(NamedTuple):
     """Queue worker -> its node's metadata actor: the process's cumulative counts (events
-    written to its event log), every collect_statistics_interval when they changed (a
-    connection worker's come with its ConnectionStats)."""
+    written to its event log; its syncs and their time, its msg_store reads and writes:
+    storage.io_totals), every collect_statistics_interval when they changed (a connection
+    worker's come with its ConnectionStats)."""
     worker: str  # the worker's endpoint
     at_ms: int
     totals: dict

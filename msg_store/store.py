@@ -47,12 +47,17 @@ class MsgStore:
         self._bodies = env.open_db(_BODIES, txn=txn)  # msg_id -> body
         self._refs = env.open_db(_REFS, txn=txn)  # msg_id -> _REF(refcount, size)
         self._meta = env.open_db(_META, txn=txn)  # counters (_BYTES, _UNKNOWN)
+        # bodies written (each put, a new body or one more reference) and read (each get), for
+        # the node's msg_store_write_count / msg_store_read_count
+        self.writes = 0
+        self.reads = 0
 
     db_names = staticmethod(db_names)
 
     def put(self, txn, msg_id: bytes, body: bytes) -> None:
         """Store `body` with refcount 1, or add one reference if msg_id is already stored (a body
         routed to n durable queues is written once and counted n times)."""
+        self.writes += 1
         if txn.put(msg_id, _REF.pack(1, len(body)), overwrite=False, db=self._refs):
             txn.put(msg_id, body, db=self._bodies)
             self._add(txn, _BYTES, len(body))
@@ -64,6 +69,7 @@ class MsgStore:
         """put() for each (msg_id, body) pair, with one update of the byte counter."""
         refs, bodies, added = self._refs, self._bodies, 0
         for msg_id, body in items:
+            self.writes += 1
             if txn.put(msg_id, _REF.pack(1, len(body)), overwrite=False, db=refs):
                 txn.put(msg_id, body, db=bodies)
                 added += len(body)
@@ -96,6 +102,7 @@ class MsgStore:
             self._add(txn, _UNKNOWN, unknown)
 
     def get(self, txn, msg_id: bytes) -> bytes | None:
+        self.reads += 1
         return txn.get(msg_id, db=self._bodies)
 
     def refcount(self, txn, msg_id: bytes) -> int:

@@ -16,6 +16,7 @@ import time
 from actors import events
 from actors import messages as m
 from actors.core import channel_stats
+from actors.management.api import TLS_FIELDS
 
 
 def connection_name(peer, local) -> str:
@@ -45,11 +46,7 @@ def sample_connection(reader, node: str, local) -> dict | None:
     props = conn["client_properties"]
     if isinstance(props.get("connection_name"), str):
         conn["user_provided_name"] = props["connection_name"]
-    tls = core.tls  # rabbit_mgmt_format: "" for each on a plain TCP connection
-    conn.update(ssl_protocol=tls.version if tls else "", ssl_cipher=tls.cipher if tls else "",
-                ssl_key_exchange="", ssl_hash="",
-                peer_cert_subject=_subject(tls.peer_subject) if tls else "",
-                peer_cert_issuer="", peer_cert_validity="")
+    conn.update(tls_fields(core.tls))
     channels = []
     for number, ref in list(reader.channels.items()):
         ch = getattr(_actor_of(ref), "core", None)
@@ -58,11 +55,13 @@ def sample_connection(reader, node: str, local) -> dict | None:
         details = {"name": f"{name} ({number})", "number": number,
                    "connection_name": name, "peer_host": reader.peer[0],
                    "peer_port": reader.peer[1], "user": core.user, "node": node}
-        consumers = [{"consumer_tag": tag, "queue": {"name": qname, "vhost": core.vhost},
-                      "channel_details": details, "ack_required": not no_ack,
-                      "prefetch_count": ch.prefetch, "exclusive": False, "arguments": {},
-                      "active": True, "activity_status": "up"}
-                     for tag, (_, qname, no_ack) in list(ch.consumers.items())]
+        # (active and activity_status are the queue's to say: the node sets them from the
+        # queue's sample, by the channel's address)
+        consumers = [{"consumer_tag": tag, "queue": {"name": c.queue, "vhost": core.vhost},
+                      "channel_details": details, "ack_required": not c.no_ack,
+                      "prefetch_count": ch.prefetch, "exclusive": bool(c.exclusive),
+                      "arguments": _plain(c.arguments), "channel_address": ch.address}
+                     for tag, c in list(ch.consumers.items())]
         channels.append({"name": details["name"], "number": number, "node": node,
                          "user": core.user, "vhost": core.vhost,
                          "connection_details": {"name": name, "peer_host": reader.peer[0],
@@ -87,11 +86,16 @@ def sample_connection(reader, node: str, local) -> dict | None:
     return conn
 
 
-def _subject(subject) -> str:
-    """A certificate subject as RabbitMQ prints it: "CN=alice,O=..." (empty when none)."""
-    short = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU",
-             "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST"}
-    return ",".join(f"{short.get(k, k)}={v}" for rdn in subject or () for k, v in rdn)
+def tls_fields(tls) -> dict:
+    """A connection's TLS fields as rabbit_reader's info items give them (the protocol as
+    Erlang names it, the suite's parts, the client certificate's): "" for each on a plain TCP
+    connection and for the certificate's when the client sent none."""
+    if tls is None:
+        return dict.fromkeys(TLS_FIELDS, "")
+    return {"ssl_protocol": tls.version.lower(), "ssl_cipher": tls.cipher_name,
+            "ssl_key_exchange": tls.key_exchange, "ssl_hash": tls.hash,
+            "peer_cert_subject": tls.cert_subject, "peer_cert_issuer": tls.cert_issuer,
+            "peer_cert_validity": tls.cert_validity}
 
 
 def _actor_of(ref):

@@ -17,6 +17,10 @@ runs each handshake on its event loop (netio.Conn.start_tls). `ssl_options` map 
 from __future__ import annotations
 
 import ssl
+from typing import NamedTuple
+
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 
 from actors.core.connection import TlsInfo
 
@@ -63,8 +67,50 @@ def info(sslobj: ssl.SSLObject) -> TlsInfo:
     otherwise, and always under verify_none)."""
     cert = sslobj.getpeercert() or {}
     cipher = sslobj.cipher()
+    suite = suite_parts(sslobj.context, cipher[0] if cipher else "")
     return TlsInfo(version=sslobj.version() or "", cipher=cipher[0] if cipher else "",
-                   peer_subject=cert.get("subject"))
+                   peer_subject=cert.get("subject"), key_exchange=suite.key_exchange,
+                   cipher_name=suite.cipher, hash=suite.mac,
+                   **cert_fields(sslobj.getpeercert(binary_form=True)))
+
+
+class SuiteParts(NamedTuple):
+    """A cipher suite as Erlang's ssl:connection_information names its parts (what
+    rabbit_net:ssl_info gives RabbitMQ's ssl_key_exchange, ssl_cipher and ssl_hash)."""
+    key_exchange: str  # "ecdhe_ecdsa", "ecdhe_rsa"; "any" for a TLS 1.3 suite
+    cipher: str  # "aes_256_gcm", "chacha20_poly1305"
+    mac: str  # "aead", else the digest ("sha384")
+
+
+def suite_parts(ctx: ssl.SSLContext, name: str) -> SuiteParts:
+    """The negotiated suite's parts, from OpenSSL's description of it in `ctx`."""
+    for c in ctx.get_ciphers():
+        if c["name"] == name:
+            kea, auth = c["kea"].removeprefix("kx-"), c["auth"].removeprefix("auth-")
+            return SuiteParts("any" if kea == "any" else f"{kea}_{auth}",
+                              (c["symmetric"] or "").replace("-", "_"),
+                              "aead" if c["aead"] else (c["digest"] or ""))
+    return SuiteParts("", "", "")
+
+
+# rabbit_cert_info's attribute names where RFC 4514 has none (cryptography prints the OID)
+_RDN_NAMES = {NameOID.SURNAME: "SN", NameOID.GIVEN_NAME: "GIVENNAME",
+              NameOID.INITIALS: "INITIALS", NameOID.GENERATION_QUALIFIER: "GENERATIONQUALIFIER",
+              NameOID.TITLE: "TITLE", NameOID.SERIAL_NUMBER: "SERIALNUMBER",
+              NameOID.PSEUDONYM: "PSEUDONYM", NameOID.EMAIL_ADDRESS: "EMAILADDRESS"}
+
+
+def cert_fields(der: bytes | None) -> dict:
+    """The client certificate's subject, issuer and validity as rabbit_ssl's
+    peer_cert_subject / peer_cert_issuer / peer_cert_validity print them (RFC 4514, last RDN
+    first; "notBefore - notAfter" as "YYYY-MM-DDTHH:MM:SSZ"); "" each without one."""
+    if not der:
+        return {}
+    cert = x509.load_der_x509_certificate(der)
+    return {"cert_subject": cert.subject.rfc4514_string(_RDN_NAMES),
+            "cert_issuer": cert.issuer.rfc4514_string(_RDN_NAMES),
+            "cert_validity": f"{cert.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ} - "
+                             f"{cert.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}"}
 
 
 def _why(e: Exception) -> str:

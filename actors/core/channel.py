@@ -23,6 +23,7 @@ import os
 import re
 import struct
 from collections import OrderedDict, deque
+from typing import NamedTuple
 
 from actors.core import NO_EVENTS, credit_flow, direct_reply, policies, routing, sender_selected
 from actors.core.channel_stats import ChannelCounters
@@ -38,6 +39,16 @@ from protocol.frames import deliver_parts, encode_content, encode_deliver, encod
 from protocol.properties import BasicProperties, with_reply_to
 
 CONFIRM_FLUSH = object()
+
+
+class ChannelConsumer(NamedTuple):
+    """One basic.consume of the channel, as rabbit_channel's consumer_mapping keeps it (the
+    management API's consumer rows read it)."""
+    queue_addr: str  # the consumed queue's address
+    queue: str  # the queue's name
+    no_ack: bool  # basic.consume no-ack
+    exclusive: bool = False  # basic.consume exclusive
+    arguments: dict = {}  # the consume arguments (x-priority, x-cancel-on-ha-failover...)
 
 
 class ConnInfo:
@@ -115,7 +126,7 @@ class ChannelCore:
         self.check_at = 0  # when consumer_timeout_check should run next (ms), 0 = not needed
         self.now = 0  # ms: the time of the message being handled (on_deliver, on_reply)
         self.lite_confirms: dict[tuple, list] = {}  # (publisher, queue) -> seq nos acked
-        self.consumers: dict[str, tuple] = {}  # consumer tag -> (queue address, qname, no_ack)
+        self.consumers: dict[str, ChannelConsumer] = {}  # consumer tag -> its consume
         self.prefetch = 0  # basic.qos global=false: limit for consumers created afterwards
         self.limiter = Limiter()  # basic.qos global=true: the channel's limit and its tokens
         # rabbit_limiter's role for global=true: queues ask for tokens (Demand), the channel
@@ -328,9 +339,13 @@ class ChannelCore:
         if self.limiter.granted.get(queue):
             # a queue spends a token on each delivery to a consumer that acks
             self.limiter.spent(queue, sum(1 for it in msg.items
-                                          if not self.consumers.get(it[0], (0, 0, False))[2]))
+                                          if not self._no_ack(it[0])))
         self.out.write(b"".join(parts), [(queue, len(msg.items))])
         self.flush()
+
+    def _no_ack(self, ctag: str) -> bool:
+        c = self.consumers.get(ctag)
+        return c is not None and c.no_ack
 
     def on_demand(self, msg: m.Demand) -> None:
         if self.state == "open":
@@ -408,9 +423,9 @@ class ChannelCore:
         self.confirms.reject_queues(gone, self.confirm_nacks)
         self.credit.forget(gone)
         self._maybe_unblock()
-        for ctag, (q, _, _) in list(self.consumers.items()):
-            if gone(q):
-                self.on_consumer_gone(m.ConsumerGone(q, ctag))
+        for ctag, c in list(self.consumers.items()):
+            if gone(c.queue_addr):
+                self.on_consumer_gone(m.ConsumerGone(c.queue_addr, ctag))
         self.flush()
 
     # --- end of turn --------------------------------------------------------------------------
@@ -863,7 +878,7 @@ class ChannelCore:
     def _set_global_prefetch(self, n: int) -> None:
         if not self.limiter.set_limit(n):
             return
-        for q in self.queues_used | {c[0] for c in self.consumers.values()}:
+        for q in self.queues_used | {c.queue_addr for c in self.consumers.values()}:
             self.out.send(q, m.SetLimit(self.address, n))
         self._grant()
 
@@ -880,7 +895,8 @@ class ChannelCore:
             raise ConnectionError_(530, f"attempt to reuse consumer tag '{tag}'")
         addr = q["address"]
         self.queue_timeouts[addr] = self._queue_timeout(q)
-        self.consumers[tag] = (addr, queue, method.no_ack)
+        self.consumers[tag] = ChannelConsumer(addr, queue, method.no_ack, method.exclusive,
+                                              dict(method.arguments or {}))
         self.queues_used.add(addr)
 
         def cont(reply):
@@ -994,7 +1010,7 @@ class ChannelCore:
             if not method.nowait:
                 self.out.write(encode_method(self.number, am.BasicCancelOk(consumer_tag=tag)))
 
-        self._ask(c[0], lambda req: m.Cancel(self.address, req, tag), cont, True)
+        self._ask(c.queue_addr, lambda req: m.Cancel(self.address, req, tag), cont, True)
 
     def _get(self, method, cmd):
         queue = self._queue_name(method.queue)
@@ -1114,7 +1130,7 @@ class ChannelCore:
         """cancel-consumer: the queue drops the consumer, the client gets basic.cancel, and
         every delivery of that consumer still unacked goes back to its queue (redelivered
         next time); its tags are remembered so that a late ack of one is harmless."""
-        addr = self.consumers.pop(ctag)[0]
+        addr = self.consumers.pop(ctag).queue_addr
         self._ask(addr, lambda req: m.Cancel(self.address, req, ctag), lambda reply: None,
                   False)
         self.out.write(encode_method(self.number, am.BasicCancel(consumer_tag=ctag,

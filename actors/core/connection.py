@@ -67,6 +67,15 @@ class TlsInfo:
     cipher: str  # the negotiated cipher suite's name
     peer_subject: tuple | None  # the verified client certificate's subject, as
     # ssl.getpeercert() gives it: ((("commonName", "alice"),), ...); None without one
+    # what the management API shows of the session, in RabbitMQ's forms (tls.py): the
+    # suite's parts as Erlang's ssl names them, and the client certificate's subject, issuer
+    # and validity as rabbit_ssl prints them ("" without a certificate)
+    key_exchange: str = ""  # "ecdhe_rsa"; "any" under TLS 1.3
+    cipher_name: str = ""  # "aes_256_gcm"
+    hash: str = ""  # "aead", "sha384"
+    cert_subject: str = ""  # "CN=alice,O=Example"
+    cert_issuer: str = ""
+    cert_validity: str = ""  # "2026-11-29T07:00:00Z - 2026-12-01T07:00:00Z"
 
 
 def common_name(subject) -> str | None:

@@ -60,6 +60,17 @@ class ChannelState:
         self.sizes: deque | None = None  # their body sizes, oldest first (made on first use)
 
 
+def activity(single_active_queue: bool, holder, channel: str, tag: str) -> tuple:
+    """A consumer's (active, activity_status) as rabbit_queue_consumers reports it: on a
+    single active consumer queue the holder ([channel, tag], from the queue's last sample)
+    is (True, "single_active") and every other one (False, "waiting"); elsewhere (True, "up")."""
+    if not single_active_queue:
+        return True, "up"
+    if holder is not None and list(holder) == [channel, tag]:
+        return True, "single_active"
+    return False, "waiting"
+
+
 class QueueConsumers:
     __slots__ = ("by_key", "channels", "delivery_window", "delivery_window_bytes", "levels",
                  "buckets", "single_active", "active", "next")
@@ -105,6 +116,16 @@ class QueueConsumers:
         if self.single_active and self.active is None:
             self.active = c
         return c
+
+    def holders(self) -> dict:
+        """rabbit_amqqueue_process' info items of the consumer that holds the queue: the
+        single active consumer's tag and [channel, tag] (to mark it among the channels'
+        consumer rows), and the exclusive consumer's tag; None where there is none."""
+        active = self.active if self.single_active else None
+        exclusive = next((c for c in self.by_key.values() if c.exclusive), None)
+        return {"single_active_consumer_tag": active.tag if active else None,
+                "single_active_consumer": [active.channel, active.tag] if active else None,
+                "exclusive_consumer_tag": exclusive.tag if exclusive else None}
 
     def remove(self, channel, tag) -> Consumer | None:
         c = self.by_key.pop((channel, tag), None)

@@ -61,7 +61,7 @@ from actors.core.consumers import ChannelState, Consumer, QueueConsumers
 from actors.core.errors import ChannelError
 from actors.core.keep_up import KeepUp
 from actors.core.queue_args import check_consume_arguments
-from actors.core.queue_stats import ConsumerUse
+from actors.core.queue_stats import DEAD_LETTERED, ConsumerUse
 from protocol.properties import BasicProperties, with_long_header
 
 WAIT = "wait"  # get(): the head is paged out, try again once it is read back
@@ -277,6 +277,8 @@ class QueueCore:
         self.pers = 0
         self.pers_bytes = 0
         self.on_enqueue = None  # fn(Msg) for every message that enters (mirrored queues)
+        # messages dead-lettered or dropped, by reason and strategy (queue_stats.DEAD_LETTERED)
+        self.dead_lettered = dict.fromkeys(DEAD_LETTERED, 0)
         # x-single-active-consumer: one consumer receives at a time (RabbitMQ takes the
         # argument when it is the boolean true, anything else is off)
         self.single_active = a.get("x-single-active-consumer") is True
@@ -343,6 +345,7 @@ class QueueCore:
                 if pub_seq:
                     refused.append(pub_seq)
                 if self.overflow == "reject-publish-dlx" and self.dlx is not None:
+                    self._count_dead_letter("maxlen")
                     self.out.dead_letter(Msg(0, exchange, rk, props, body, persistent,
                                              ttl=expiry), "maxlen")
                 continue
@@ -1269,7 +1272,14 @@ class QueueCore:
         self._dead_letter_or_drop(msg, reason)
         self._forget([msg])
 
+    def _count_dead_letter(self, reason: str) -> None:
+        """One message dead-lettered for `reason`, to the dead-letter exchange or dropped
+        without one (Prometheus' messages_dead_lettered_* by dead_letter_strategy)."""
+        strategy = "at_most_once" if self.dlx is not None else "disabled"
+        self.dead_lettered[f"dead_lettered_{reason}_{strategy}"] += 1
+
     def _dead_letter_or_drop(self, msg, reason) -> None:
+        self._count_dead_letter(reason)
         if self.dlx is not None:
             if msg.msg_id is not None and self.events.enabled():
                 self.events.emit("dead_lettered", msg.msg_id, actor="queue", vhost=self.vhost,

@@ -20,11 +20,20 @@ STORAGE = ("message_bytes", "message_bytes_ready", "message_bytes_unacknowledged
            "messages_unacknowledged_ram", "messages_paged_out", "messages_persistent",
            "message_bytes_persistent")
 # what a sample also carries of the queue's state (None when the queue has no value for it):
-# rabbit_backing_queue's info items head_message_timestamp, disk_reads and disk_writes
-STATE = ("head_message_timestamp", "disk_reads", "disk_writes")
+# rabbit_backing_queue's info items head_message_timestamp, disk_reads and disk_writes, and
+# the consumer holding the queue (QueueConsumers.holders)
+HOLDERS = ("single_active_consumer_tag", "single_active_consumer", "exclusive_consumer_tag")
+STATE = ("head_message_timestamp", "disk_reads", "disk_writes") + HOLDERS
 # the overview's message_stats keys that come from the queues' storage (rabbit_mgmt_db's
 # queue_msg_rates; RabbitMQ leaves them out of a queue's own JSON, format_queue_stats)
 DISK = ("disk_reads", "disk_writes")
+# messages dead-lettered, by reason and by where they went (rabbit_global_counters'
+# messages_dead_lettered_*: "at_most_once" to the queue's dead-letter exchange, "disabled"
+# dropped for want of one): counted by the queue core where it decides, for Prometheus
+DEAD_LETTER_REASONS = ("expired", "rejected", "maxlen", "delivery_limit")
+DEAD_LETTER_STRATEGIES = ("disabled", "at_most_once")
+DEAD_LETTERED = tuple(f"dead_lettered_{reason}_{strategy}" for reason in DEAD_LETTER_REASONS
+                      for strategy in DEAD_LETTER_STRATEGIES)
 # the consumer use state (ConsumerUse.state, wall-clock ms): not a counter, not summed
 USE = "use"
 USE_HALF_LIFE_MS = 1000.0  # rabbit_queue_consumers' USE_AVG_HALF_LIFE (1 s)
@@ -74,18 +83,20 @@ class QueueCounters:
 
     def sample(self, gauges: dict, use: tuple | None = None) -> dict | None:
         """The counters, `gauges` (queue depth and consumers, where the messages are
-        (STORAGE), and the STATE items: the head message's timestamp, disk reads and writes)
+        (STORAGE), what was dead-lettered (DEAD_LETTERED), and the STATE items: the head
+        message's timestamp, disk reads and writes, the consumer holding the queue)
         and the consumer use state
         (`ConsumerUse.state` in wall-clock ms: it changes only when the queue's consumers
         become able or unable to take messages) when they changed since the last sample,
         else None (nothing to emit)."""
         values = tuple(getattr(self, n) for n in COUNTERS + CONFIRMS) + \
-            tuple(gauges.get(g, 0) for g in GAUGES + STORAGE) + \
+            tuple(gauges.get(g, 0) for g in GAUGES + STORAGE + DEAD_LETTERED) + \
             tuple(gauges.get(g) for g in STATE) + (use,)
         if values == self.emitted:
             return None
         self.emitted = values
-        return dict(zip(COUNTERS + CONFIRMS + GAUGES + STORAGE + STATE + (USE,), values))
+        return dict(zip(COUNTERS + CONFIRMS + GAUGES + STORAGE + DEAD_LETTERED + STATE + (USE,),
+                        values))
 
 
 class DiskCounts:

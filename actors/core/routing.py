@@ -38,8 +38,9 @@ from actors.core.errors import Atom, ChannelError, ConnectionError_, _field_term
 from actors.core.queue_args import amqp_type_name
 
 __all__ = [
-    "EXCHANGE_TYPES", "PREDECLARED_EXCHANGES", "ExchangeDef", "Binding", "Router",
-    "check_exchange_type", "check_exchange_deletion", "validate_binding", "split_topic_key", "topic_matches",
+    "EXCHANGE_TYPES", "INTERNAL_USER", "PREDECLARED_EXCHANGES", "ExchangeDef", "Binding",
+    "Router", "check_exchange_type", "check_exchange_deletion", "validate_binding",
+    "split_topic_key", "topic_matches",
     "headers_match", "header_routes", "pack_value", "unpack_value", "pack_table",
     "unpack_table", "change_add_vhost", "change_remove_vhost", "change_declare_exchange",
     "change_delete_exchange", "change_add_queue", "change_remove_queue", "change_bind",
@@ -98,6 +99,9 @@ def check_exchange_deletion(vhost: str, name: str) -> None:
 # --------------------------------------------------------------------------------- records
 
 
+INTERNAL_USER = "rmq-internal"  # rabbit's ?INTERNAL_USER: the broker acting on its own
+
+
 @dataclass(frozen=True)
 class ExchangeDef:
     vhost: str
@@ -108,6 +112,9 @@ class ExchangeDef:
     internal: bool = False
     arguments: dict = field(default_factory=dict, hash=False, compare=True)
     alternate_exchange: str | None = None
+    # who declared it (RabbitMQ's exchange options' user: the management API's
+    # user_who_performed_action); the predeclared ones and those of older logs: rmq-internal
+    user: str = field(default=INTERNAL_USER, compare=False)
 
 
 @dataclass(frozen=True)
@@ -540,7 +547,7 @@ class Router:
     # --- exchanges -------------------------------------------------------------------------
     def declare_exchange(self, vhost: str, name: str, type: str, durable: bool = True,
                          auto_delete: bool = False, internal: bool = False,
-                         arguments: Mapping | None = None) -> bool:
+                         arguments: Mapping | None = None, user: str = INTERNAL_USER) -> bool:
         """Create an exchange; False (and no change) if one of that name exists: equivalence
         is the caller's (queue_args.assert_exchange_equivalent). ValueError on a type outside
         EXCHANGE_TYPES (see check_exchange_type for the AMQP error)."""
@@ -551,7 +558,7 @@ class Router:
             raise ValueError(f"unknown exchange type '{type}'")
         args = unpack_table(arguments) if isinstance(arguments, list) else dict(arguments or {})
         x = ExchangeDef(vhost, name, type, bool(durable), bool(auto_delete), bool(internal),
-                        args, _alternate(args))
+                        args, _alternate(args), user or INTERNAL_USER)
         vh.sources[name] = _Source(x)
         vh.cache.clear()
         return True
@@ -812,7 +819,8 @@ class Router:
         """Everything, as plain msgpack-able data::
 
             {"v": 1, "vhosts": {vhost: {
-                "exchanges": [[name, type, durable, auto_delete, internal, packed_args], ...],
+                "exchanges": [[name, type, durable, auto_delete, internal, packed_args,
+                               user], ...],
                 "queues": [name, ...],
                 "bindings": [[source, dest_kind, dest, routing_key, packed_args], ...]}}}
         """
@@ -820,7 +828,8 @@ class Router:
         for vhost, vh in self._vhosts.items():
             out[vhost] = {
                 "exchanges": [[s.x.name, s.x.type, s.x.durable, s.x.auto_delete, s.x.internal,
-                               pack_table(s.x.arguments)] for s in vh.sources.values()],
+                               pack_table(s.x.arguments), s.x.user]
+                              for s in vh.sources.values()],
                 "queues": sorted(vh.queues),
                 "bindings": [[b.source, b.dest_kind, b.dest, b.routing_key,
                               pack_table(b.arguments)]
@@ -833,10 +842,12 @@ class Router:
         r = cls()
         for vhost, d in (state.get("vhosts") or {}).items():
             vh = r._vhosts[vhost] = _VHost()
-            for name, type_, durable, auto_delete, internal, args in d.get("exchanges", []):
+            for name, type_, durable, auto_delete, internal, args, *user in d.get(
+                    "exchanges", []):
                 args = unpack_table(args)
                 vh.sources[name] = _Source(ExchangeDef(vhost, name, type_, durable, auto_delete,
-                                                       internal, args, _alternate(args)))
+                                                       internal, args, _alternate(args),
+                                                       *user))
             vh.queues.update(d.get("queues", []))
             for source, kind, dest, key, args in d.get("bindings", []):
                 r.bind(vhost, source, kind, dest, key, unpack_table(args))
@@ -852,9 +863,10 @@ class Router:
         return f(self, *change[1:])
 
 
-def _apply_declare(r, vhost, name, type_, durable, auto_delete, internal, args):
+def _apply_declare(r, vhost, name, type_, durable, auto_delete, internal, args,
+                   user=INTERNAL_USER):
     return r.declare_exchange(vhost, name, type_, durable, auto_delete, internal,
-                              unpack_table(args))
+                              unpack_table(args), user)
 
 
 _APPLY = {
@@ -881,9 +893,10 @@ def change_remove_vhost(vhost: str) -> list:
 
 def change_declare_exchange(vhost: str, name: str, type: str, durable: bool = True,
                             auto_delete: bool = False, internal: bool = False,
-                            arguments: Mapping | None = None) -> list:
+                            arguments: Mapping | None = None,
+                            user: str = INTERNAL_USER) -> list:
     return ["declare_exchange", vhost, name, type, bool(durable), bool(auto_delete),
-            bool(internal), pack_table(arguments)]
+            bool(internal), pack_table(arguments), user]
 
 
 def change_delete_exchange(vhost: str, name: str) -> list:

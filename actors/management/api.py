@@ -116,7 +116,7 @@ def exchange_json(x: dict, policy_list, counts: dict | None = None,
     out = {"name": x["name"], "vhost": x["vhost"], "type": x["type"],
            "durable": x["durable"], "auto_delete": x["auto_delete"],
            "internal": x["internal"], "arguments": x["arguments"],
-           "user_who_performed_action": "",
+           "user_who_performed_action": x.get("user", ""),  # who declared it
            # per-queue / per-exchange fine stats: RabbitMQ lists them in rates_mode "detailed"
            # only; ours is "basic"
            "incoming": [], "outgoing": []}
@@ -151,10 +151,13 @@ def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
            "node": row.get("node", ""), "policy": p["name"] if p else None,
            "state": row.get("state") or ("running" if "messages" in row else "down"),
            "operator_policy": op["name"] if op else None,
-           "exclusive_consumer_tag": None, "effective_policy_definition":
+           # the consumer holding the queue, from its last sample (null when none, as
+           # rabbit_mgmt_format renders rabbit_amqqueue_process' '')
+           "exclusive_consumer_tag": row.get("exclusive_consumer_tag"),
+           "effective_policy_definition":
                policies.merge(p["definition"] if p else None, op["definition"] if op else None),
            "message_stats": message_stats or {},
-           "single_active_consumer_tag": None,
+           "single_active_consumer_tag": row.get("single_active_consumer_tag"),
            "consumer_details": list(consumers or ()),
            "incoming": [], "deliveries": []}  # rates_mode "detailed" only (ours: "basic")
     if not details:
@@ -427,7 +430,8 @@ def overview_json(state: dict, queues: list, listeners: list, management_port: i
                                           for c in state.get("connections", ()))},
         "queue_totals": totals,
         "churn_rates": churn_rates(counts or {}),
-        "message_stats": message_stats or {}, "statistics_db_event_queue": 0,
+        "message_stats": message_stats or {},
+        "statistics_db_event_queue": state["statistics_db_event_queue"],
         "listeners": listeners,
         "contexts": [{"node": state["node"], "description": "RabbitMQ Management",
                       "path": "/", "port": str(management_port)}],

@@ -21,7 +21,8 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
                                    HistogramMetricFamily)
 
 from actors.core.channel_stats import LATENCY_BUCKETS
-from actors.core.queue_stats import CONFIRM_MODES
+from actors.core.queue_stats import CONFIRM_MODES, DEAD_LETTER_STRATEGIES
+from actors.core.quorum import QUORUM, QUORUM_TYPE
 
 from actors.management.api import VERSION
 
@@ -170,6 +171,17 @@ GLOBAL_COUNTERS = (
     ("rabbitmq_global_messages_acknowledged", "Total number of messages acknowledged by "
      "consumers", lambda t: t.get("ack", 0)),
 )
+# rabbit_global_counters' dead-letter counters (labels queue_type, dead_letter_strategy):
+# (reason, help); counted by each queue where it dead-letters or drops (queue_stats)
+DEAD_LETTER_COUNTERS = (
+    ("expired", "Total number of messages dead-lettered due to message TTL exceeded"),
+    ("rejected", "Total number of messages dead-lettered due to basic.reject or basic.nack"),
+    ("maxlen", "Total number of messages dead-lettered due to overflow drop-head or "
+     "reject-publish-dlx"),
+    ("delivery_limit", "Total number of messages dead-lettered due to delivery-limit "
+     "exceeded"),
+)
+QUEUE_TYPE_MODULES = {"classic": "rabbit_classic_queue", QUORUM: QUORUM_TYPE}
 # (metric without _total, help, connection row field): rabbitmq_prometheus' connection metrics
 CONNECTION_COUNTERS = (
     ("rabbitmq_connection_incoming_bytes", "Total number of bytes received on a connection",
@@ -194,7 +206,9 @@ def node_metrics(counters: dict, processes: dict, per_object: bool) -> list:
            _gauge("rabbitmq_channel_consumers", "Consumers on a channel",
                   now.get("consumers", 0)),
            _gauge("rabbitmq_channel_messages_unconfirmed", "Published but not yet confirmed "
-                  "messages", now.get("messages_unconfirmed", 0))]
+                  "messages", now.get("messages_unconfirmed", 0)),
+           _channel_unacked(now.get("channel_rows", []), per_object),
+           *_dead_lettered(counters.get("dead_lettered") or {})]
     for name, help_, key in CHANNEL_COUNTERS:
         c = CounterMetricFamily(name, help_)
         c.add_metric([], counters.get(key, 0))
@@ -247,6 +261,35 @@ def node_metrics(counters: dict, processes: dict, per_object: bool) -> list:
                             "log by the node's processes (docs/events.md)")
     c.add_metric([], counters.get("events_written", 0))
     out.append(c)
+    return out
+
+
+def _channel_unacked(rows: list, per_object: bool) -> GaugeMetricFamily:
+    """rabbitmq_channel_messages_unacked: each channel's deliveries not yet acked (labelled
+    by vhost and channel in /metrics/per-object, summed in /metrics)."""
+    g = GaugeMetricFamily("rabbitmq_channel_messages_unacked", "Delivered but not yet "
+                          "acknowledged messages", labels=["vhost", "channel"] if per_object
+                          else [])
+    if per_object:
+        for r in rows:
+            g.add_metric([r["vhost"], r["name"]], r["messages_unacknowledged"])
+    else:
+        g.add_metric([], sum(r["messages_unacknowledged"] for r in rows))
+    return g
+
+
+def _dead_lettered(by_type: dict) -> list:
+    """rabbitmq_global_messages_dead_lettered_<reason>_total for each queue type and strategy
+    (`by_type`: queue type -> queue_stats.DEAD_LETTERED name -> count), 0 where none was."""
+    out = []
+    for reason, help_ in DEAD_LETTER_COUNTERS:
+        c = CounterMetricFamily(f"rabbitmq_global_messages_dead_lettered_{reason}", help_,
+                                labels=["queue_type", "dead_letter_strategy"])
+        for qtype, module in QUEUE_TYPE_MODULES.items():
+            for strategy in DEAD_LETTER_STRATEGIES:
+                c.add_metric([module, strategy], (by_type.get(qtype) or {}).get(
+                    f"dead_lettered_{reason}_{strategy}", 0))
+        out.append(c)
     return out
 
 

@@ -33,8 +33,8 @@ from actors.core import limits, policies, queue_args, quorum
 from actors.core.errors import ChannelError, ConnectionError_, amqp_text
 from actors.core.permissions import AuthDB, hashed_auth_call
 from actors.core.queue_stats import StatsTable
-from actors.core.routing import (Router, check_exchange_deletion, check_exchange_type,
-                                 validate_binding)
+from actors.core.routing import (INTERNAL_USER, Router, check_exchange_deletion,
+                                 check_exchange_type, validate_binding)
 from actors.node import definitions_json
 from actors.node.definitions import Definitions
 from actors.node.metadata_alarms import AlarmsMixin
@@ -93,6 +93,9 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         self.node_table = NodeTable(config.collect_statistics_interval)
         self.started = time.monotonic()  # when this node's metadata actor started (uptime)
         self.meta_tx = {"disk": 0, "ram": 0}  # change batches applied (see _apply_changes)
+        # the node's syncs (io_sync_count, io_sync_time_us) at its previous sample, for
+        # io_sync_avg_time over one interval
+        self.io_sync_seen: tuple | None = None
         self.conn_stats: dict[str, list] = {}  # connection worker endpoint -> its connections
         # connection worker endpoint -> (at_ms, previous sample's (at_ms, rows) or None):
         # the rates of recv_oct, send_oct and the channels' message_stats come from the two
@@ -396,7 +399,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         for (vhost, name), x in self._all_exchanges():
             if x.durable and not name.startswith("amq.") and name != "":
                 exchanges.append([vhost, name, x.type, x.durable, x.auto_delete, x.internal,
-                                  dict(x.arguments)])
+                                  dict(x.arguments), x.user])
         for b in self._all_bindings():
             bindings.append(b)
         queues = [s for s in map(_stored_queue, self.queues.values()) if s is not None]
@@ -813,7 +816,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         if user is not None:  # a client's declare (the channel checked configure): the AE
             self.auth.check_new_exchange(user, vhost, name, arguments)
         self._change(["router", "declare_exchange",
-                      [vhost, name, type, durable, auto_delete, internal, arguments]])
+                      [vhost, name, type, durable, auto_delete, internal, arguments,
+                       user or INTERNAL_USER]])
         return None
 
     def op_exchange_delete(self, rpc, vhost, name, if_unused):

@@ -16,12 +16,15 @@ from importlib import metadata as dists
 from actors import events
 from actors import messages as m
 from actors.core import channel_stats
-from actors.core.queue_stats import CONFIRMS, GAUGES, STATE, STORAGE
+from actors.core import quorum
+from actors.core.queue_stats import CONFIRMS, DEAD_LETTERED, GAUGES, STATE, STORAGE
 from actors.core.errors import ChannelError, amqp_text
 from actors.core.routing import EXCHANGE_TYPES
 from actors.core.connection import KNOWN_MECHANISMS, PASSWORD_MECHANISMS
+from actors.core.consumers import activity
 from actors.core.pause import CONNECTION_TIMEOUT_S
-from actors.node.node_stats import thread_limit
+from actors.durable_files import SYNCS
+from actors.node.node_stats import sync_avg_ms, thread_limit
 from actors.transport import make_address
 
 
@@ -60,12 +63,12 @@ def applications() -> list:
     return _applications
 
 
-# /api/nodes counts of RabbitMQ's storage that Leveret's has no counterpart of (LMDB maps its
-# files: no file handle cache seeking or reopening files; bodies in msg_store are not counted
-# apart from those in the index; syncs are not counted): 0
-# (docs/management.md, "/api/nodes")
-NOT_MEASURED = ("gc_bytes_reclaimed", "io_sync_count", "io_seek_count", "io_reopen_count",
-                "msg_store_read_count", "msg_store_write_count")
+# what the node's processes count of their storage (durable_files.SYNCS, storage.io_totals),
+# summed for /api/nodes; RabbitMQ's other file handle cache figures (io_seek_*, io_reopen_count,
+# io_read_avg_time, io_write_avg_time) and gc_bytes_reclaimed have no counterpart here and are
+# left out of the answer (docs/management.md, "/api/nodes")
+STORAGE_IO = ("io_sync_count", "io_sync_time_us", "msg_store_read_count",
+              "msg_store_write_count")
 # rabbit_mgmt_gc's queues of deleted objects' statistics to drop (Leveret drops them at once)
 METRICS_GC_QUEUES = ("connection_closed", "channel_closed", "consumer_deleted",
                      "exchange_deleted", "queue_deleted", "vhost_deleted", "node_node_deleted",
@@ -163,10 +166,25 @@ class ManagementMixin:
                     dict(ch, message_stats=channel_stats.with_rates(
                         ch.get("message_stats", {}),
                         pchannels[ch["name"]].get("message_stats", {})
-                        if ch["name"] in pchannels else None, dt, CHANNEL_RATES))
+                        if ch["name"] in pchannels else None, dt, CHANNEL_RATES),
+                         consumers=[self._consumer_row(cons) for cons in ch["consumers"]])
                     for ch in c["channel_list"]]
                 out.append(row)
         return out
+
+    def _consumer_row(self, cons: dict) -> dict:
+        """A channel's consumer row with `active` and `activity_status` from its queue's last
+        sample (which consumer holds a single active consumer queue), the channel's address
+        it was matched by left out."""
+        row = {k: v for k, v in cons.items() if k != "channel_address"}
+        key = (row["queue"]["vhost"], row["queue"]["name"])
+        q = self.queues.get(key) or {}
+        sample = self.queue_stats.last(*key) or {}
+        row["active"], row["activity_status"] = activity(
+            (q.get("arguments") or {}).get("x-single-active-consumer") is True,
+            sample.get("single_active_consumer"), cons.get("channel_address"),
+            row["consumer_tag"])
+        return row
 
     def _sampled_queue_rows(self) -> list:
         """Every queue as the management API and Prometheus list it: its definition's node
@@ -213,10 +231,8 @@ class ManagementMixin:
         conns = sum(len(rows) for w, rows in self.conn_stats.items() if w in own)
         listeners = 1 + bool(cfg.tls_port) + bool(cfg.management_port) + \
             bool(cfg.prometheus_port)
-        totals = dict(self.dead_totals)
-        for worker, t in self.worker_totals.items():
-            if worker in own:
-                totals = channel_stats.merge(totals, t)
+        totals = self._own_totals()
+        io = self._storage_io(totals)
         reads = writes = 0
         for (v, n), entry in self.queue_stats.samples.items():
             q = self.queues.get((v, n))
@@ -263,15 +279,16 @@ class ManagementMixin:
             "queue_index_read_count": reads, "queue_index_write_count": writes,
             "mnesia_disk_tx_count": self.meta_tx["disk"],
             "mnesia_ram_tx_count": self.meta_tx["ram"],
-            **{k: 0 for k in NOT_MEASURED},
-            "io_read_avg_time": 0.0, "io_write_avg_time": 0.0, "io_sync_avg_time": 0.0,
-            "io_seek_avg_time": 0.0,
+            "io_sync_count": io["io_sync_count"],
+            "io_sync_avg_time": sync_avg_ms(io["before"], io["io_sync_count"],
+                                            io["io_sync_time_us"]),
+            "msg_store_read_count": io["msg_store_read_count"],
+            "msg_store_write_count": io["msg_store_write_count"],
             # Ra's write-ahead log is a cluster's Raft journal here (pysyncobj's, one file
             # open while clustered); no segment writer
             "ra_open_file_metrics": {"ra_log_wal": int(cfg.clustered),
                                      "ra_log_segment_writer": 0},
             "metrics_gc_queue_length": dict.fromkeys(METRICS_GC_QUEUES, 0),
-            "cluster_links": [],
             "net_ticktime": CONNECTION_TIMEOUT_S,
             "connection_created": totals.get("connections_opened", 0),
             "connection_closed": totals.get("connections_closed", 0),
@@ -292,7 +309,31 @@ class ManagementMixin:
             "config_files": list(cfg.config_files),
             "db_dir": os.path.abspath(cfg.data_dir),
             "enabled_plugins": [],
+            # a lone node has no links to list; a clustered one's Raft links are not
+            # measured, so it leaves the field out rather than claim none
+            **({} if cfg.clustered else {"cluster_links": []}),
         }
+
+    def _own_totals(self) -> dict:
+        """The cumulative counts of this node's own workers, live and dead (a counter never
+        goes back while the node runs): the connection workers' channel counts and churn,
+        every worker's events written and storage io."""
+        own = {w.endpoint for w in self.workers.values()}
+        total = dict(self.dead_totals)
+        for worker, t in self.worker_totals.items():
+            if worker in own:
+                total = channel_stats.merge(total, t)
+        return total
+
+    def _storage_io(self, own_totals: dict) -> dict:
+        """The node's syncs (its own: the Raft journal's; its workers' in `own_totals`: the
+        message store's commits, the quorum logs') and msg_store reads and writes; remembers
+        the syncs for the next sample's io_sync_avg_time."""
+        total = channel_stats.merge(own_totals, SYNCS.totals())
+        io = {k: total.get(k, 0) for k in STORAGE_IO}
+        before, self.io_sync_seen = self.io_sync_seen, (io["io_sync_count"],
+                                                        io["io_sync_time_us"])
+        return dict(io, before=before)
 
     def _node_rows(self, now_ms: int) -> dict:
         """Member name -> its last sample with rates (NodeTable.row), those heard from."""
@@ -304,17 +345,18 @@ class ManagementMixin:
         ones), their connections, channels and consumers now, this actor's queue churn (the
         leader's, in a cluster: it decides declares and deletes) and the events written by
         the node process and its connection and queue workers (WorkerStats)."""
-        own = {w.endpoint for w in self.workers.values()}  # (queue workers: events written)
-        total = dict(self.dead_totals)
-        for worker, t in self.worker_totals.items():
-            if worker in own:
-                total = channel_stats.merge(total, t)
-        total = channel_stats.merge(total, self.queue_churn)
-        for (v, n), entry in self.queue_stats.samples.items():  # this node's queues' confirms
+        total = channel_stats.merge(self._own_totals(), self.queue_churn)
+        dead_lettered: dict = {}  # queue type -> DEAD_LETTERED name -> count
+        for (v, n), entry in self.queue_stats.samples.items():  # this node's queues' counts
             q = self.queues.get((v, n))
             if q is not None and q.get("home", self.me) == self.me:
                 for k in CONFIRMS:
                     total[k] = total.get(k, 0) + entry[0][1].get(k, 0)
+                by_type = dead_lettered.setdefault(
+                    quorum.queue_type(q.get("arguments") or {}), dict.fromkeys(DEAD_LETTERED, 0))
+                for k in DEAD_LETTERED:
+                    by_type[k] += entry[0][1].get(k, 0)
+        total["dead_lettered"] = dead_lettered
         total["events_written"] = total.get("events_written", 0) + events.written()
         own = {w.endpoint for w in self.workers.values() if w.kind == "conn"}
         conns = [c for w, rows in self.conn_stats.items() if w in own for c in rows]
@@ -323,6 +365,9 @@ class ManagementMixin:
             "connections": len(conns), "channels": len(channels),
             "consumers": sum(len(ch["consumers"]) for ch in channels),
             "messages_unconfirmed": sum(ch.get("messages_unconfirmed", 0) for ch in channels),
+            "channel_rows": [{"vhost": ch["vhost"], "name": ch["name"],
+                              "messages_unacknowledged": ch.get("messages_unacknowledged", 0)}
+                             for ch in channels],
             "publishers": sum(1 for ch in channels if ch.get("message_stats", {}).get("publish")),
             "connection_rows": [{k: c[k] for k in ("vhost", "name", "recv_oct", "send_oct",
                                                    "recv_cnt", "send_cnt", "channels")
@@ -334,7 +379,8 @@ class ManagementMixin:
         inside the node process: the listener runs in it)."""
         exchanges = [{"vhost": v, "name": n, "type": x.type, "durable": x.durable,
                       "auto_delete": x.auto_delete, "internal": x.internal,
-                      "arguments": dict(x.arguments)} for (v, n), x in self._all_exchanges()]
+                      "arguments": dict(x.arguments), "user": x.user}
+                     for (v, n), x in self._all_exchanges()]
         members = [{"member": member, "name": info.get("name", member),
                     "up": bool(info.get("up")), "amqp": info.get("amqp", "")}
                    for member, info in self.members.items()]
@@ -363,7 +409,10 @@ class ManagementMixin:
                 "operator_policies": list(self.op_policies.values()),
                 "limits": [[scope, name, value] for (scope, name), value in self.limits.items()],
                 "node": self.config.node, "node_rows": self._node_rows(now),
-                "members": members, "alarms": sorted(self.alarms)}
+                "members": members, "alarms": sorted(self.alarms),
+                # the statistics collector's backlog (RabbitMQ's statistics_db_event_queue:
+                # its collectors' message queues): what waits in this actor's mailbox now
+                "statistics_db_event_queue": len(self.actor_inbox)}
 
     def op_mgmt_close_connection(self, rpc, name, reason):
         """DELETE /api/connections/{name}: the worker holding it closes it (any node's)."""

@@ -96,6 +96,15 @@ def io_counts(pids) -> dict:
     return out
 
 
+def sync_avg_ms(before: tuple | None, count: int, time_us: int) -> float:
+    """io_sync_avg_time: milliseconds per sync over the syncs since the previous sample
+    (`before`: its (count, time_us)), as rabbit_mgmt_external_stats divides the time's growth
+    by the count's; 0.0 when none was done since."""
+    done = count - (before[0] if before else 0)
+    took = time_us - (before[1] if before else 0)
+    return round(took / done / 1000.0, 3) if done > 0 and took >= 0 else 0.0
+
+
 def thread_limit() -> int:
     """How many threads the node's user may run: RLIMIT_NPROC (Linux counts threads), or the
     kernel's threads-max when that is unlimited."""

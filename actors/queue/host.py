@@ -21,6 +21,7 @@ from actors.core.errors import amqp_text
 from actors.host import WorkerHost
 from actors.naming import queue_actor_name
 from actors.queue.mirror import Mirror
+from actors.queue import storage
 from actors.queue.queue import Queue
 
 log = logging.getLogger("leveret.queue")
@@ -187,9 +188,10 @@ def _queue_of(name: str) -> tuple[str, str]:
 
 
 class ProcessSampler:
-    """A thread of the queue worker: every interval, the process's totals (events written)
-    to its node's metadata actor as WorkerStats, when they changed (Prometheus'
-    leveret_events_written_total counts every process of the node)."""
+    """A thread of the queue worker: every interval, the process's totals (events written,
+    its storage's syncs and msg_store reads and writes) to its node's metadata actor as
+    WorkerStats, when they changed (Prometheus' leveret_events_written_total and /api/nodes'
+    io_sync_* and msg_store_* count every process of the node)."""
 
     def __init__(self, transport, node: str, interval_ms: int):
         self.transport = transport
@@ -213,7 +215,7 @@ class ProcessSampler:
                 log.exception("statistics sample failed")
 
     def sample(self) -> None:
-        totals = {"events_written": events.written()}
+        totals = {"events_written": events.written(), **storage.io_totals()}
         if totals == self.last:
             return
         self.last = totals

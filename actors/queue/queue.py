@@ -304,10 +304,12 @@ class Queue(LightActor):
 
     def _stats(self) -> dict:
         """The queue's depth and consumers (QueueCore.stats), where its messages are
-        (storage_stats), its head message's timestamp and what its backing queue wrote and
-        read back (rabbit_backing_queue's info items
+        (storage_stats), which consumer holds it (single active / exclusive), what it
+        dead-lettered or dropped by reason, its head message's timestamp and what its backing
+        queue wrote and read back (rabbit_backing_queue's info items
         head_message_timestamp, disk_writes, disk_reads): its samples, and list_queues'."""
-        return dict(self.core.stats(), **self.core.storage_stats(),
+        return dict(self.core.stats(), **self.core.storage_stats(), **self.core.cons.holders(),
+                    **self.core.dead_lettered,
                     head_message_timestamp=self.core.head_message_timestamp(),
                     disk_reads=self.disk.reads, disk_writes=self.disk.writes)
 

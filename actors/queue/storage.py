@@ -18,6 +18,7 @@ staged in one transaction (group commit; docs/storage.md has the measurements).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -28,6 +29,7 @@ import logging
 
 import lmdb
 
+from actors.durable_files import SYNCS
 from msg_store import MsgStore
 from queue_index import QueueIndex
 
@@ -228,9 +230,15 @@ class Storage:
 
     def begin(self, write: bool = False):
         """A transaction of the environment; the map pages it touches are dropped by the next
-        trim()."""
+        trim(). A write transaction's commit is counted as a sync (durable_files.SYNCS)."""
         self.touched = True
-        return self.env.begin(write=write)
+        return _durable(self.env) if write else self.env.begin()
+
+    def io_totals(self) -> dict:
+        """Message bodies this process read from and wrote to msg_store (RabbitMQ's
+        msg_store_read_count / msg_store_write_count)."""
+        return {"msg_store_read_count": self.msg_store.reads,
+                "msg_store_write_count": self.msg_store.writes}
 
     def trim(self) -> None:
         """Drop this process's mapping of the LMDB file's pages (not the page cache) after
@@ -249,6 +257,36 @@ class Storage:
         if self.map_range is not None and _libc is not None:
             start, length = self.map_range
             _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), MADV_DONTNEED)
+
+
+@contextlib.contextmanager
+def _durable(env):
+    """A write transaction whose commit, when it wrote anything (LMDB then fdatasyncs the data
+    and writes the meta page synchronously: sync=True, metasync=True), is one sync in
+    durable_files.SYNCS, timed; an exception aborts it as lmdb's own context manager does."""
+    txn = env.begin(write=True)
+    try:
+        yield txn
+    except BaseException:
+        txn.abort()
+        raise
+    mine = txn.id()
+    t0 = time.perf_counter()
+    txn.commit()
+    if env.info()["last_txnid"] >= mine:  # (a commit that wrote nothing syncs nothing)
+        SYNCS.add(time.perf_counter() - t0)
+
+
+def io_totals() -> dict:
+    """This process's storage counts: its syncs and their time, its msg_store reads and
+    writes (what its statistics sampler sends the node)."""
+    out = dict(SYNCS.totals(), msg_store_read_count=0, msg_store_write_count=0)
+    with _lock:
+        opened = list(_opened.values())
+    for s in opened:
+        for k, v in s.io_totals().items():
+            out[k] += v
+    return out
 
 
 ALARM_HIGH, ALARM_LOW = 0.6, 0.5  # disk alarm watermarks (fractions of storage_map_size):

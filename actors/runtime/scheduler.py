@@ -285,6 +285,10 @@ class Mailbox:
             self.scheduled = True
         self._actor._scheduler.enqueue(self._actor)
 
+    def __len__(self) -> int:
+        """Messages waiting (any thread may ask: one atomic read of the deque)."""
+        return len(self._q)
+
     def get(self):
         return self._q.popleft()
 

@@ -31,6 +31,19 @@ def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02, message:
         time.sleep(interval)
 
 
+def consume_single_active(conn, queue: str, tags) -> list:
+    """Declare `queue` with x-single-active-consumer and consume from it with each of `tags`
+    in turn, each on a channel of its own (the first is the active one, S1): the channels."""
+    channels = []
+    for tag in tags:
+        ch = conn.channel()
+        if not channels:
+            ch.queue_declare(queue, arguments={"x-single-active-consumer": True})
+        ch.basic_consume(queue, lambda *a: None, consumer_tag=tag)
+        channels.append(ch)
+    return channels
+
+
 @dataclass
 class Delivery:
     consumer_tag: str

@@ -22,6 +22,7 @@ import pika
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from amqp_helpers import consume_single_active
 from conftest import Broker, free_port
 
 RABBITMQADMIN = shutil.which("rabbitmqadmin")
@@ -540,6 +541,74 @@ def scrape(node, path: str) -> dict:
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
+def test_prometheus_channel_messages_unacked_per_channel__A2(node, http):
+    """rabbitmq_channel_messages_unacked: the deliveries a channel holds unacked, labelled by
+    its channel per object; they go once acked."""
+    with node.connection(client_properties={"connection_name": "unacked-prom"}) as c:
+        ch = c.channel()
+        ch.queue_declare("unacked-prom-q")
+        for i in range(3):
+            ch.basic_publish("", "unacked-prom-q", b"u%d" % i)
+        tags = []
+        ch.basic_consume("unacked-prom-q", lambda c_, m, p, b: tags.append(m.delivery_tag))
+        wait_for("3 deliveries", lambda: c.process_data_events(0.1) or len(tags) == 3)
+        conn = wait_for("the connection", lambda: [
+            x["name"] for x in http("GET", "/api/connections")[1]
+            if x["client_properties"].get("connection_name") == "unacked-prom"])[0]
+        key = ("rabbitmq_channel_messages_unacked",
+               (("channel", f"{conn} (1)"), ("vhost", "/")))
+        wait_for("3 unacked on the channel", lambda: scrape(
+            node, "/metrics/per-object").get(key) == 3)
+        assert scrape(node, "/metrics")[("rabbitmq_channel_messages_unacked", ())] >= 3
+        ch.basic_ack(tags[-1], multiple=True)
+        wait_for("none unacked once acked", lambda: c.process_data_events(0.1) or scrape(
+            node, "/metrics/per-object").get(key) == 0)
+
+
+def _dead_lettered(node) -> dict:
+    """(reason, strategy) -> the classic queues' rabbitmq_global_messages_dead_lettered_*."""
+    return {(name[len("rabbitmq_global_messages_dead_lettered_"):-len("_total")],
+             dict(labels)["dead_letter_strategy"]): v
+            for (name, labels), v in scrape(node, "/metrics").items()
+            if name.startswith("rabbitmq_global_messages_dead_lettered_") and
+            dict(labels)["queue_type"] == "rabbit_classic_queue"}
+
+
+def test_prometheus_dead_lettered_counts_by_reason_and_strategy__A3_S6(node, http):
+    """Each way a message dies, counted where the queue decides it: expired and maxlen
+    to a dead-letter exchange (at_most_once), rejected and past its delivery limit without
+    one (disabled)."""
+    before = _dead_lettered(node)
+    assert set(before) == {(r, s) for r in ("expired", "rejected", "maxlen", "delivery_limit")
+                           for s in ("disabled", "at_most_once")}
+    with node.connection() as c:
+        ch = c.channel()
+        ch.exchange_declare("dl-prom-x", "fanout")
+        ch.queue_declare("dl-prom-target")
+        ch.queue_bind("dl-prom-target", "dl-prom-x")
+        ch.queue_declare("dl-prom-ttl", arguments={"x-message-ttl": 1,
+                                                   "x-dead-letter-exchange": "dl-prom-x"})
+        ch.queue_declare("dl-prom-max", arguments={"x-max-length": 1,
+                                                   "x-dead-letter-exchange": "dl-prom-x"})
+        ch.queue_declare("dl-prom-rej")
+        ch.queue_declare("dl-prom-limit", arguments={"x-delivery-limit": 0})
+        for q, n in (("dl-prom-ttl", 2), ("dl-prom-max", 3), ("dl-prom-rej", 1),
+                     ("dl-prom-limit", 1)):
+            for i in range(n):
+                ch.basic_publish("", q, b"d%d" % i)
+        got = wait_for("the message to reject", lambda: ch.basic_get("dl-prom-rej")[0])
+        ch.basic_reject(got.delivery_tag, requeue=False)
+        got = wait_for("the message past its limit", lambda: ch.basic_get("dl-prom-limit")[0])
+        ch.basic_nack(got.delivery_tag, requeue=True)
+        expected = {("expired", "at_most_once"): 2, ("maxlen", "at_most_once"): 2,
+                    ("rejected", "disabled"): 1, ("delivery_limit", "disabled"): 1}
+
+        def grown():
+            now = _dead_lettered(node)
+            return {k: now[k] - before[k] for k in now if now[k] != before[k]}
+        wait_for("the dead-lettered counts", lambda: grown() == expected)
+
+
 def test_prometheus_metrics_with_rabbitmq_prometheus_names(node, http):
     assert http("PUT", "/api/queues/%2F/promq", {"durable": False})[0] == 201
     with node.connection() as c:
@@ -571,6 +640,80 @@ def test_prometheus_metrics_with_rabbitmq_prometheus_names(node, http):
     with pytest.raises(urllib.error.HTTPError) as e:
         scrape(node, "/metrics/detailed?family=nope")
     assert e.value.code == 400
+
+
+def _consumers_of(http, queue: str) -> dict:
+    """consumer tag -> its row in /api/consumers, for one queue."""
+    return {x["consumer_tag"]: x for x in http("GET", "/api/consumers/%2F")[1]
+            if x["queue"]["name"] == queue}
+
+
+def test_consumer_shows_its_exclusive_flag_and_arguments__S2(node, http):
+    """What the client asked for in basic.consume (exclusive, x-priority), not constants; the
+    queue names its exclusive consumer."""
+    with node.connection() as c:
+        ch = c.channel()
+        ch.queue_declare("excl-args-q")
+        ch.basic_consume("excl-args-q", lambda *a: None, consumer_tag="excl-1", exclusive=True,
+                         arguments={"x-priority": 5})
+        ch2 = c.channel()
+        ch2.queue_declare("plain-args-q")
+        ch2.basic_consume("plain-args-q", lambda *a: None, consumer_tag="plain-1")
+        rows = wait_for("both consumers", lambda: dict(
+            _consumers_of(http, "excl-args-q"), **_consumers_of(http, "plain-args-q"))
+            if len(_consumers_of(http, "excl-args-q")) + len(_consumers_of(
+                http, "plain-args-q")) == 2 else None)
+        excl, plain = rows["excl-1"], rows["plain-1"]
+        assert (excl["exclusive"], excl["arguments"], excl["active"],
+                excl["activity_status"]) == (True, {"x-priority": 5}, True, "up")
+        assert (plain["exclusive"], plain["arguments"]) == (False, {})
+        assert "channel_address" not in excl
+        q = wait_for("the queue's exclusive consumer", lambda: (
+            lambda q: q if q.get("exclusive_consumer_tag") else None)(
+            http("GET", "/api/queues/%2F/excl-args-q")[1]))
+        assert (q["exclusive_consumer_tag"], q["single_active_consumer_tag"]) == ("excl-1", None)
+        assert http("GET", "/api/queues/%2F/plain-args-q")[1]["exclusive_consumer_tag"] is None
+
+
+def test_single_active_consumer_is_named_and_the_others_wait__S1(node, http):
+    """x-single-active-consumer with two consumers: the first is single_active and the
+    queue's single_active_consumer_tag, the second waiting; it takes over when the first
+    cancels."""
+    with node.connection() as c:
+        ch, _ = consume_single_active(c, "sac-mgmt-q", ["sac-first", "sac-second"])
+
+        def states():
+            rows = _consumers_of(http, "sac-mgmt-q")
+            return {t: (r["active"], r["activity_status"]) for t, r in rows.items()}
+        wait_for("one active, one waiting", lambda: states() == {
+            "sac-first": (True, "single_active"), "sac-second": (False, "waiting")})
+        q = http("GET", "/api/queues/%2F/sac-mgmt-q")[1]
+        assert (q["single_active_consumer_tag"], q["exclusive_consumer_tag"]) == \
+            ("sac-first", None)
+        ch.basic_cancel("sac-first")
+        wait_for("the second takes over", lambda: states() == {
+            "sac-second": (True, "single_active")})
+        wait_for("the queue names the new one", lambda: http(
+            "GET", "/api/queues/%2F/sac-mgmt-q")[1]["single_active_consumer_tag"] == "sac-second")
+
+
+def test_exchange_names_the_user_who_declared_it(node, http):
+    """user_who_performed_action: the user of the AMQP connection or of the API request that
+    declared the exchange; rmq-internal for the predeclared ones, as RabbitMQ."""
+    node.ctl("add_user", "declarer", "pw")
+    try:  # (the module's node: its other tests list the users and permissions)
+        node.ctl("set_permissions", "declarer", ".*", ".*", ".*")
+        with node.connection(user="declarer", password="pw") as c:
+            c.channel().exchange_declare("declared-by-amqp", "topic")
+    finally:
+        node.ctl("delete_user", "declarer")
+    assert http("PUT", "/api/exchanges/%2F/declared-by-api", {"type": "direct"})[0] == 201
+    assert http("GET", "/api/exchanges/%2F/declared-by-amqp")[1][
+        "user_who_performed_action"] == "declarer"
+    assert http("GET", "/api/exchanges/%2F/declared-by-api")[1][
+        "user_who_performed_action"] == "guest"
+    assert http("GET", "/api/exchanges/%2F/amq.direct")[1][
+        "user_who_performed_action"] == "rmq-internal"
 
 
 def test_leveretctl_lists_connections_channels_and_consumers(node, http):
@@ -772,6 +915,12 @@ def _soft_nofile(pid: int) -> int:
         return int(next(line for line in f if line.startswith("Max open files")).split()[3])
 
 
+def node_row(http, cond=lambda n: True):
+    """This node's /api/nodes row once it has a sample that meets `cond`; False before."""
+    status, rows = http("GET", "/api/nodes")
+    return status == 200 and "os_pid" in rows[0] and cond(rows[0]) and rows[0]
+
+
 def test_nodes_show_the_node_s_own_figures(node, http):
     """/api/nodes (issue 14): RabbitMQ 3.10's fields (test_management_compat compares names
     and types) with this node's figures, from the sample it takes every interval
@@ -781,11 +930,7 @@ def test_nodes_show_the_node_s_own_figures(node, http):
 
     from actors.node.resources import total_memory
 
-    def sample(cond=lambda n: True):
-        status, rows = http("GET", "/api/nodes")
-        return status == 200 and "os_pid" in rows[0] and cond(rows[0]) and rows[0]
-
-    first = wait_for("the node's sample", sample)
+    first = wait_for("the node's sample", lambda: node_row(http))
     assert (first["os_pid"], first["running"], first["type"]) == (str(node.pid), True, "disc")
     assert first["db_dir"] == str(node.data_dir)
     assert first["config_files"] == [str(node.data_dir.parent / "leveret.toml")]
@@ -810,8 +955,8 @@ def test_nodes_show_the_node_s_own_figures(node, http):
     # a connection opened and closed: the node's churn; a later sample, its rates
     conn = node.connection()
     conn.close()
-    later = wait_for("a sample with the connection's churn", lambda: sample(
-        lambda n: n["connection_closed"] > first["connection_closed"] and
+    later = wait_for("a sample with the connection's churn", lambda: node_row(
+        http, lambda n: n["connection_closed"] > first["connection_closed"] and
         n["connection_created"] > first["connection_created"]))
     assert later["uptime"] > first["uptime"]
     assert later["context_switches"] >= first["context_switches"]
@@ -822,13 +967,59 @@ def test_nodes_show_the_node_s_own_figures(node, http):
     # the memory alarm (R2's): this node's own, in its row and the local-alarms check
     node.ctl("set_vm_memory_high_watermark", "0.0000001")
     try:
-        wait_for("mem_alarm in the node's sample", lambda: sample(lambda n: n["mem_alarm"]))
+        wait_for("mem_alarm in the node's sample",
+                 lambda: node_row(http, lambda n: n["mem_alarm"]))
         status, body = http("GET", "/api/health/checks/local-alarms")
         assert status == 503 and body["alarms"] == [{"node": first["name"],
                                                      "resource": "memory"}]
     finally:
         node.ctl("set_vm_memory_high_watermark", "0.4")
-    wait_for("the alarm cleared in the sample", lambda: sample(lambda n: not n["mem_alarm"]))
+    wait_for("the alarm cleared in the sample",
+             lambda: node_row(http, lambda n: not n["mem_alarm"]))
+
+
+def test_nodes_count_storage_syncs_and_msg_store_io__C5_C7(tmp_path):
+    """/api/nodes' io_sync_count, io_sync_avg_time, msg_store_write_count and
+    msg_store_read_count are what the node's storage did: confirmed persistent publishes into
+    a durable queue are synced (C5), their bodies past embed_msgs_below written to msg_store,
+    and read back from it when the queue pages them in."""
+    port = free_port()
+    (tmp_path / "leveret.toml").write_text(f"collect_statistics_interval = {STATS_MS}\n"
+                                           "queue_page_bytes = 16384\nqueue_page_size = 4\n")
+    broker = Broker.start_leveret(tmp_path, "--management-port", str(port), "--config",
+                                  str(tmp_path / "leveret.toml"))
+    http = Api(port)
+
+    try:
+        first = wait_for("the node's sample", lambda: node_row(http))
+        with broker.connection() as c:
+            ch = c.channel()
+            ch.confirm_delivery()
+            ch.queue_declare("sync-q", durable=True)
+            body = b"s" * 8192  # past embed_msgs_below (4096): its body goes to msg_store
+            for _ in range(10):
+                ch.basic_publish("", "sync-q", body, pika.BasicProperties(delivery_mode=2))
+
+            def syncing(n):  # (the average is over an interval's syncs: keep some coming)
+                ch.basic_publish("", "sync-q", body, pika.BasicProperties(delivery_mode=2))
+                return n["io_sync_count"] >= first["io_sync_count"] + 10 and \
+                    n["io_sync_avg_time"] > 0 and \
+                    n["msg_store_write_count"] >= first["msg_store_write_count"] + 10
+            busy = wait_for("the syncs and writes in a sample", lambda: node_row(http, syncing))
+            assert isinstance(busy["io_sync_avg_time"], float)
+            assert set(busy["io_sync_count_details"]) == {"rate"}
+            published = ch.queue_declare("sync-q", durable=True, passive=True).method \
+                .message_count
+            for _ in range(published):  # past queue_page_bytes they were paged out
+                method, _, got = ch.basic_get("sync-q", auto_ack=True)
+                assert got == body
+            wait_for("the bodies read back from msg_store", lambda: node_row(
+                http, lambda n: n["msg_store_read_count"] > busy["msg_store_read_count"]))
+        for key in ("io_seek_count", "io_reopen_count", "io_read_avg_time",
+                    "io_write_avg_time", "io_seek_avg_time", "gc_bytes_reclaimed"):
+            assert key not in busy, key  # (not measured: left out, not a constant)
+    finally:
+        broker.stop()
 
 
 def test_permissions_by_vhost_and_user_and_an_exchange_s_bindings(node, http):

@@ -6,6 +6,8 @@ refused, and the plain port working beside it."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import os
 import select
 import socket
@@ -14,10 +16,12 @@ import subprocess
 import tempfile
 import time
 import urllib.parse
+import urllib.request
 import warnings
 from pathlib import Path
 
 import aio_pika
+from cryptography import x509
 import pika
 import pytest
 from pamqp import commands
@@ -83,11 +87,16 @@ def certs(tmp_path_factory):
     return Certs(tmp_path_factory.mktemp("certs"))
 
 
+STATS_MS = 300  # collect_statistics_interval of the nodes (the management API's samples)
+
+
 def _start(tmp_path_factory, certs: Certs, *ssl_args: str) -> tuple[Broker, int]:
     tls_port = free_port()
     tmp = Path(tempfile.mkdtemp(prefix="leveret-tls-", dir=tmp_path_factory.getbasetemp()))
+    (tmp / "leveret.toml").write_text(f"collect_statistics_interval = {STATS_MS}\n")
     broker = Broker.start_leveret(
-        tmp, "--tls-port", str(tls_port), "--ssl-certfile", certs.server.cert,
+        tmp, "--config", str(tmp / "leveret.toml"),
+        "--tls-port", str(tls_port), "--ssl-certfile", certs.server.cert,
         "--ssl-keyfile", certs.server.key, "--ssl-cacertfile", certs.factory.ca.cert,
         *ssl_args)
     return broker, tls_port
@@ -96,7 +105,10 @@ def _start(tmp_path_factory, certs: Certs, *ssl_args: str) -> tuple[Broker, int]
 @pytest.fixture(scope="module")
 def node(tmp_path_factory, certs):
     """verify_peer, fail_if_no_peer_cert false: clients with and without certificates."""
-    broker, tls_port = _start(tmp_path_factory, certs, "--ssl-verify", "verify_peer")
+    http_port = free_port()
+    broker, tls_port = _start(tmp_path_factory, certs, "--ssl-verify", "verify_peer",
+                              "--management-port", str(http_port))
+    broker.http_port = http_port
     broker.ctl("add_user", "alice", "not-used-by-external")
     broker.ctl("set_permissions", "alice", ".*", ".*", ".*")
     broker.ctl("add_user", "nobody", "not-used-by-external")
@@ -425,3 +437,54 @@ def test_unusable_tls_settings_stop_the_node_at_start(tmp_path, certs, args, say
         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert res.returncode != 0
     assert says in res.stderr, res.stderr
+
+
+# --- what the management API shows of a TLS connection --------------------------------------
+def _api_connection(node, name: str):
+    """This connection's JSON (GET /api/connections/{name}, over HTTPS: the management
+    listener speaks TLS when AMQPS is configured), once sampled; None before."""
+    ctx = node.client_context()
+    token = base64.b64encode(b"guest:guest").decode()
+    base = f"https://localhost:{node.broker.http_port}/api/connections"
+    req = urllib.request.Request(base, headers={"Authorization": f"Basic {token}"})
+    with urllib.request.urlopen(req, context=ctx, timeout=20) as r:
+        names = [c["name"] for c in json.loads(r.read())
+                 if c["client_properties"].get("connection_name") == name]
+    if not names:
+        return None
+    req = urllib.request.Request(f"{base}/{urllib.parse.quote(names[0], safe='')}",
+                                 headers={"Authorization": f"Basic {token}"})
+    with urllib.request.urlopen(req, context=ctx, timeout=20) as r:
+        return json.loads(r.read())
+
+
+def _rabbit_validity(pem: str) -> str:
+    cert = x509.load_pem_x509_certificate(Path(pem).read_bytes())
+    return f"{cert.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ} - " \
+           f"{cert.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}"
+
+
+def test_management_shows_the_client_certificate_and_the_suite__E3(node):
+    """peer_cert_subject / _issuer / _validity are the certificate the client presented, in
+    rabbit_ssl's formats; ssl_* are the negotiated session's, in Erlang's names; a client
+    without a certificate shows "" for the certificate's."""
+    with_cert = node.connect(node.certs.alice, client_properties={
+        "connection_name": "tls-with-cert"})
+    without = node.connect(client_properties={"connection_name": "tls-without-cert"})
+    try:
+        mine = wait_until(lambda: _api_connection(node, "tls-with-cert"), timeout=20)
+        assert (mine["peer_cert_subject"], mine["peer_cert_issuer"],
+                mine["peer_cert_validity"]) == ("CN=alice", "CN=leveret-test-ca",
+                                                _rabbit_validity(node.certs.alice.cert))
+        assert mine["ssl"] is True and mine["ssl_protocol"] in ("tlsv1.3", "tlsv1.2")
+        assert mine["ssl_cipher"] in ("aes_256_gcm", "aes_128_gcm", "chacha20_poly1305")
+        assert mine["ssl_hash"] == "aead"
+        assert mine["ssl_key_exchange"] == ("any" if mine["ssl_protocol"] == "tlsv1.3"
+                                            else "ecdhe_ecdsa")
+        other = wait_until(lambda: _api_connection(node, "tls-without-cert"), timeout=20)
+        assert (other["peer_cert_subject"], other["peer_cert_issuer"],
+                other["peer_cert_validity"]) == ("", "", "")
+        assert other["ssl_cipher"] == mine["ssl_cipher"]
+    finally:
+        safe_close(with_cert)
+        safe_close(without)

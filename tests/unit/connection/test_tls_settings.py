@@ -131,3 +131,48 @@ def test_context_key_that_does_not_match_the_certificate(certs):
     other = f.leaf("other", "other", server=True)
     with pytest.raises(tls.TlsConfigError, match="cannot load ssl_certfile"):
         tls.server_context(tls_config(certs, ssl_keyfile=other.key))
+
+
+# --- what the management API shows of a session (tls.info) ---------------------------------
+def _self_signed(subject: list) -> bytes:
+    """A DER certificate whose subject and issuer are `subject` ([(oid, value)], first RDN
+    first), valid 2026-11-29 00:00 to 2026-12-01 12:30:05 UTC."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(oid, value) for oid, value in subject])
+    utc = datetime.timezone.utc
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(7)
+            .not_valid_before(datetime.datetime(2026, 11, 29, tzinfo=utc))
+            .not_valid_after(datetime.datetime(2026, 12, 1, 12, 30, 5, tzinfo=utc))
+            .sign(key, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.DER)
+
+
+def test_peer_certificate_fields_as_rabbit_ssl_prints_them__E3():
+    """RFC 4514, last RDN first, RabbitMQ's names for the attributes RFC 4514 has none for;
+    validity "notBefore - notAfter"; nothing without a certificate."""
+    from cryptography.x509.oid import NameOID
+
+    der = _self_signed([(NameOID.COUNTRY_NAME, "GB"), (NameOID.ORGANIZATION_NAME, "Acme, Ltd"),
+                        (NameOID.EMAIL_ADDRESS, "a@example.com"),
+                        (NameOID.COMMON_NAME, "alice")])
+    fields = tls.cert_fields(der)
+    assert fields["cert_subject"] == \
+        "CN=alice,EMAILADDRESS=a@example.com,O=Acme\\, Ltd,C=GB"
+    assert fields["cert_issuer"] == fields["cert_subject"]  # (self-signed)
+    assert fields["cert_validity"] == "2026-11-29T00:00:00Z - 2026-12-01T12:30:05Z"
+    assert tls.cert_fields(None) == {} and tls.cert_fields(b"") == {}
+
+
+def test_suite_parts_as_erlang_names_them():
+    ctx = ssl.create_default_context()
+    assert tls.suite_parts(ctx, "TLS_AES_256_GCM_SHA384") == ("any", "aes_256_gcm", "aead")
+    assert tls.suite_parts(ctx, "ECDHE-RSA-AES128-GCM-SHA256") == ("ecdhe_rsa", "aes_128_gcm",
+                                                                   "aead")
+    assert tls.suite_parts(ctx, "no-such-suite") == ("", "", "")

@@ -5,7 +5,9 @@ import pytest
 
 from actors.core.errors import ChannelError
 from actors.core.credit_flow import MORE as FLOW_MORE, MORE_BYTES
+from actors.core.consumers import activity
 from actors.core.queue import Msg, QueueCore
+from actors.core.queue_stats import DEAD_LETTERED
 from core_fakes import QueueOut
 
 CH1, CH2, PUB = "w1#ch/1/1/1", "w1#ch/1/2/2", "w1#ch/9/1/3"
@@ -259,6 +261,23 @@ def test_get_ignores_prefetch_and_counts__A9():
 
 
 # --- TTL ------------------------------------------------------------------------------------
+def test_dead_lettered_counts_by_reason_and_strategy__A3():
+    """What Prometheus' messages_dead_lettered_* count, where the queue decides: with a
+    dead-letter exchange at_most_once, without one disabled."""
+    q, _ = mk({"x-dead-letter-exchange": "dlx", "x-max-length": 1})
+    pub(q, b"a", b"b")  # drop-head: a
+    consume(q)
+    q.settle(CH1, DISCARD, [2], 0)
+    assert {k: n for k, n in q.dead_lettered.items() if n} == {
+        "dead_lettered_maxlen_at_most_once": 1, "dead_lettered_rejected_at_most_once": 1}
+    q, _ = mk({"x-message-ttl": 100})
+    pub(q, b"a")
+    q.tick(200)
+    assert {k: n for k, n in q.dead_lettered.items() if n} == {
+        "dead_lettered_expired_disabled": 1}
+    assert set(q.dead_lettered) == set(DEAD_LETTERED)
+
+
 def test_message_ttl_expires_on_tick_and_dead_letters():
     q, out = mk({"x-message-ttl": 100, "x-dead-letter-exchange": "dlx"})
     pub(q, b"a", now=0)
@@ -860,6 +879,29 @@ def test_single_active_consumer_channel_down_requeues_to_the_next__S1_A7():
     q.channel_down(CH1, 0)
     assert out.delivered(CH2) == [(CH2, "B", b"2", True), (CH2, "B", b"3", True)]
     assert q.cons.active.tag == "B"
+
+
+def test_the_queue_names_its_single_active_and_exclusive_consumer__S1():
+    """QueueConsumers.holders (the sample's single_active_consumer_tag /
+    exclusive_consumer_tag) and consumers.activity (each consumer row's active and
+    activity_status) follow the queue's state."""
+    q, _ = mk(SAC)
+    assert q.cons.holders() == {"single_active_consumer_tag": None,
+                                "single_active_consumer": None, "exclusive_consumer_tag": None}
+    consume(q, ch=CH1, tag="A")
+    consume(q, ch=CH2, tag="A")  # the same tag on another channel: not the holder
+    holder = q.cons.holders()["single_active_consumer"]
+    assert q.cons.holders()["single_active_consumer_tag"] == "A" and holder == [CH1, "A"]
+    assert activity(True, holder, CH1, "A") == (True, "single_active")
+    assert activity(True, holder, CH2, "A") == (False, "waiting")
+    assert activity(False, None, CH2, "A") == (True, "up")
+    q.cancel(CH1, "A", 0)
+    assert q.cons.holders()["single_active_consumer"] == [CH2, "A"]
+    plain, _ = mk()
+    consume(plain, ch=CH1, tag="X", exclusive=True)
+    assert plain.cons.holders() == {"single_active_consumer_tag": None,
+                                    "single_active_consumer": None,
+                                    "exclusive_consumer_tag": "X"}
 
 
 def test_single_active_consumer_refuses_exclusive_consume__S1():

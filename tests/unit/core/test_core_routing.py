@@ -13,8 +13,8 @@ import pytest
 
 from actors.core.errors import ChannelError, ConnectionError_
 from actors.core.routing import (
-    PREDECLARED_EXCHANGES, Binding, Router, change_add_queue, change_add_vhost, change_bind,
-    change_declare_exchange, change_delete_exchange, change_remove_queue, change_remove_vhost,
+    INTERNAL_USER, PREDECLARED_EXCHANGES, Binding, Router, change_add_queue, change_add_vhost,
+    change_bind, change_declare_exchange, change_delete_exchange, change_remove_queue, change_remove_vhost,
     change_unbind, check_exchange_type, header_routes, headers_match, pack_table,
     split_topic_key, topic_matches, unpack_table, validate_binding)
 
@@ -635,6 +635,19 @@ def test_apply_changes_through_msgpack():
     assert dst.apply(change_remove_vhost("/")) is True
     with pytest.raises(ValueError):
         dst.apply(["frobnicate", "/"])
+
+
+def test_an_exchange_keeps_who_declared_it_through_changes_and_state():
+    """user_who_performed_action: the declaring user rides the change list (a change of an
+    older log, without it, and a predeclared exchange are rmq-internal's) and the state."""
+    r = make()
+    r.apply(change_declare_exchange("/", "by-alice", "direct", user="alice"))
+    r.apply(["declare_exchange", "/", "older", "fanout", True, False, False, []])
+    assert r.exchange("/", "by-alice").user == "alice"
+    assert r.exchange("/", "older").user == INTERNAL_USER == "rmq-internal"
+    assert r.exchange("/", "amq.direct").user == INTERNAL_USER
+    copy = Router.from_state(msgpack.unpackb(msgpack.packb(r.to_state())))
+    assert copy.exchange("/", "by-alice").user == "alice"
 
 
 def test_change_lists_are_plain_data():

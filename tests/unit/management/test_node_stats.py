@@ -90,3 +90,36 @@ def test_health_check_names_and_quorum_critical_queues():
     assert api.quorum_critical([dict(qq, mirrors=["a:2"], arguments={
         "x-queue-type": "quorum", "x-quorum-initial-group-size": 2})], "n3", {"n1", "n3"},
         names) == []
+
+
+def test_io_sync_avg_time_is_over_the_interval_s_syncs():
+    """Milliseconds per sync between two samples; 0.0 when none was done in between."""
+    assert node_stats.sync_avg_ms(None, 4, 8000) == 2.0
+    assert node_stats.sync_avg_ms((4, 8000), 6, 8500) == 0.25
+    assert node_stats.sync_avg_ms((6, 8500), 6, 8500) == 0.0
+
+
+def test_prometheus_unacked_per_channel_and_dead_lettered_by_type_and_strategy():
+    from actors.management import prometheus
+
+    counters = {"now": {"channel_rows": [
+        {"vhost": "/", "name": "c1 (1)", "messages_unacknowledged": 3},
+        {"vhost": "/", "name": "c1 (2)", "messages_unacknowledged": 2}]},
+        "dead_lettered": {"classic": {"dead_lettered_expired_at_most_once": 4,
+                                      "dead_lettered_rejected_disabled": 1}}}
+
+    def samples(per_object):
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for f in prometheus.node_metrics(counters, {}, per_object) for s in f.samples}
+    agg, per = samples(False), samples(True)
+    assert agg[("rabbitmq_channel_messages_unacked", ())] == 5
+    assert per[("rabbitmq_channel_messages_unacked",
+                (("channel", "c1 (2)"), ("vhost", "/")))] == 2
+
+    def dead(reason, qtype, strategy):
+        return agg[(f"rabbitmq_global_messages_dead_lettered_{reason}_total",
+                    (("dead_letter_strategy", strategy), ("queue_type", qtype)))]
+    assert dead("expired", "rabbit_classic_queue", "at_most_once") == 4
+    assert dead("rejected", "rabbit_classic_queue", "disabled") == 1
+    assert dead("maxlen", "rabbit_quorum_queue", "at_most_once") == 0
+    assert dead("delivery_limit", "rabbit_classic_queue", "disabled") == 0

@@ -59,6 +59,20 @@ def test_messages_from_one_sender_arrive_in_order_after_on_start():
     ref.stop()
 
 
+def test_a_mailbox_says_how_many_messages_wait():
+    """len(actor_inbox): the backlog the metadata actor reports as
+    statistics_db_event_queue."""
+    A = make("backlog")
+    ref = A.start()
+    ref.tell(("sleep", 0.3))
+    for i in range(5):
+        ref.tell(i)
+    assert len(ref.actor_inbox) >= 4  # (the sleep is running; what follows waits)
+    assert ref.ask("end", timeout=5) == "end"
+    assert len(ref.actor_inbox) == 0
+    ref.stop()
+
+
 def test_a_flooded_actor_does_not_starve_the_others_on_its_scheduler():
     A = make("fair")
     log = []
