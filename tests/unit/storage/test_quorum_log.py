@@ -128,7 +128,7 @@ def test_a_member_keeps_its_log_at_start_and_marks_it_complete_once_synced(tmp_p
     assert [type(x) for x in bq.got] == [m.DeleteIndex, m.LogBarrier]
     assert quorum_log.epoch_of(config, "/", "q") is None  # gone before the index is dropped
     # (its epoch, 2, is not the master's, 3: nothing was offered, everything is sent again)
-    assert host.transport.sent[0][1][2:] == (-1, -1)
+    assert (host.transport.sent[0][1].epoch, host.transport.sent[0][1].last) == (-1, -1)
     acks = [x for _, x in host.transport.sent if isinstance(x, m.MirrorAck)]
     assert acks == []  # the batch that makes it count waits for its marker
     mirror.on_receive(m.LogBarrier())  # the drop is done: the log is whole (epoch 3)
@@ -239,7 +239,7 @@ def test_a_member_told_to_keep_a_log_it_did_not_offer_drops_it_and_asks_again(tm
     mirror.on_receive(m.MirrorPublish(MASTER, 1, True, [], []))
     assert [type(x) for x in bq.got] == [m.DeleteIndex, m.LogBarrier]
     joins = [x for _, x in host.transport.sent if isinstance(x, m.MirrorJoin)]
-    assert len(joins) == 2 and joins[-1][2:] == (-1, -1)
+    assert len(joins) == 2 and (joins[-1].epoch, joins[-1].last) == (-1, -1)
     mirror.on_receive(m.LogBarrier())
     mirror.on_receive(m.MirrorSynced(MASTER, 2))  # batches of the first join: no ack, no
     item = [5, "", "q", b"", True, 0, 0, b"m" * 16]  # marker (what it skipped is missing)
