@@ -69,6 +69,7 @@ PROCESS_KINDS = ("queue_crashed", "queue_started", "channel_closed",
                  "connection_closed", "process_crashed")  # no msg_id
 LOG_KINDS = ("process_start", "heartbeat", "events_dropped", "process_stop")  # the log's own
 KINDS = MESSAGE_KINDS + COPY_KINDS + PUBLISHER_KINDS + PROCESS_KINDS + LOG_KINDS
+_LOG_KIND_SET = frozenset(LOG_KINDS)
 
 FLUSH_INTERVAL = 0.2  # seconds between background writes
 HEARTBEAT_INTERVAL = 1.0  # seconds between heartbeat events: how long a silent crash can hide
@@ -157,7 +158,7 @@ class EventLog:
         self.file_no = -1  # n in the file name
         self.file_bytes = 0  # bytes in the current file
         self.paths: list[str] = []  # every file this log wrote, oldest first
-        self.written = 0  # events written so far
+        self.written = 0  # events written so far, the log's own markers left out
         self.lock = threading.Lock()  # one drain at a time (writer thread or flush())
         self.wake = threading.Event()  # flush()/close() wake the writer early
         self.closed = False  # close() was called
@@ -234,7 +235,9 @@ class EventLog:
             for i in range(0, n, BATCH):
                 self._write_batch(chunk[i:i + BATCH])
             self.file.flush()
-            self.written += n
+            # the log's own markers are not counted: a heartbeat every second would keep the
+            # metric moving on an idle node
+            self.written += n - sum(1 for e in chunk if e[1] is None and e[0] in _LOG_KIND_SET)
 
     def _write_batch(self, batch: list) -> None:
         """Encode events as one msgpack array and drop the array's header: what remains is the
@@ -388,7 +391,8 @@ def emit(kind: str, msg_id: bytes | None = None, **fields) -> None:
 
 
 def written() -> int:
-    """Events this process's log has written to its files so far (0 when off)."""
+    """Events this process's log has written to its files so far, its own markers (LOG_KINDS)
+    left out (0 when off)."""
     lg = _log
     return lg.written if lg is not None else 0
 

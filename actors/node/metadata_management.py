@@ -298,6 +298,18 @@ class ManagementMixin:
         """Member name -> its last sample with rates (NodeTable.row), those heard from."""
         return {node: self.node_table.row(node, now_ms) for node in self.node_table.samples}
 
+    def _events_totals(self, workers: dict | None = None) -> dict:
+        """Events written and dropped by this node's processes: `workers`, its workers' totals
+        merged (live and dead ones), plus the node process's own log."""
+        if workers is None:
+            own = {w.endpoint for w in self.workers.values()}
+            workers = dict(self.dead_totals)
+            for worker, t in self.worker_totals.items():
+                if worker in own:
+                    workers = channel_stats.merge(workers, t)
+        return {"events_written": workers.get("events_written", 0) + events.written(),
+                "events_dropped": workers.get("events_dropped", 0) + events.dropped()}
+
     def op_mgmt_counters(self, rpc):
         """This node's statistics for Prometheus (per node, as rabbitmq_prometheus: a
         dashboard sums over the nodes): its connection workers' process totals (live and dead
@@ -315,7 +327,7 @@ class ManagementMixin:
             if q is not None and q.get("home", self.me) == self.me:
                 for k in CONFIRMS:
                     total[k] = total.get(k, 0) + entry[0][1].get(k, 0)
-        total["events_written"] = total.get("events_written", 0) + events.written()
+        total.update(self._events_totals(total))
         own = {w.endpoint for w in self.workers.values() if w.kind == "conn"}
         conns = [c for w, rows in self.conn_stats.items() if w in own for c in rows]
         channels = [ch for c in conns for ch in c["channel_list"]]

@@ -187,7 +187,8 @@ def _queue_of(name: str) -> tuple[str, str]:
 
 
 class ProcessSampler:
-    """A thread of the queue worker: every interval, the process's totals (events written)
+    """A thread of the queue worker: every interval, the process's totals (events written and
+    dropped)
     to its node's metadata actor as WorkerStats, when they changed (Prometheus'
     leveret_events_written_total counts every process of the node)."""
 
@@ -213,7 +214,7 @@ class ProcessSampler:
                 log.exception("statistics sample failed")
 
     def sample(self) -> None:
-        totals = {"events_written": events.written()}
+        totals = {"events_written": events.written(), "events_dropped": events.dropped()}
         if totals == self.last:
             return
         self.last = totals
