@@ -5,6 +5,9 @@ broker's msg_id."""
 from __future__ import annotations
 
 import os
+import signal
+import threading
+import time
 
 import pika
 import pyarrow.parquet as pq
@@ -121,3 +124,89 @@ def _get(ch, queue):
 
 def _nonempty(got):
     return got if got[0] is not None else None
+
+
+def test_kill_9_of_a_queue_worker_mid_traffic_leaves_no_confirmed_message_lost(tmp_path, spark):
+    """A publisher (confirms) and a consumer (acks) run against a durable queue while its queue
+    worker is killed -9: the worker's last buffered events are gone, its log has no
+    process_stop. Every message the publisher saw confirmed must come out of the job `acked`
+    or `unknown` with the gap as the reason, never `lost`, and the gap must be reported."""
+    broker = Broker.start_leveret(tmp_path, "--events", "full", "--queue-workers", "1")
+    confirmed, consumed = set(), set()
+    stop_publishing, stop_consuming = threading.Event(), threading.Event()
+
+    def publish():
+        i = 0
+        while not stop_publishing.is_set():
+            try:
+                with broker.connection() as conn:
+                    ch = conn.channel()
+                    ch.confirm_delivery()
+                    while not stop_publishing.is_set():
+                        name = f"m{i}"
+                        i += 1
+                        ch.basic_publish("", "work", name.encode(), _props(name, True))
+                        confirmed.add(name)  # basic_publish returns once it is confirmed
+            except pika.exceptions.AMQPError:
+                time.sleep(0.2)  # a nack or a closed channel while the worker restarts
+
+    def consume():
+        while not stop_consuming.is_set():
+            try:
+                with broker.connection() as conn:
+                    ch = conn.channel()
+                    while not stop_consuming.is_set():
+                        m, props, _ = ch.basic_get("work", auto_ack=False)
+                        if m is None:
+                            time.sleep(0.01)
+                            continue
+                        ch.basic_ack(m.delivery_tag)
+                        consumed.add(props.message_id)
+            except pika.exceptions.AMQPError:
+                time.sleep(0.2)
+
+    try:
+        with broker.connection() as conn:
+            conn.channel().queue_declare("work", durable=True)
+        threads = [threading.Thread(target=publish), threading.Thread(target=consume)]
+        for t in threads:
+            t.start()
+        wait_until(lambda: len(confirmed) >= 300 and len(consumed) >= 100, timeout=60)
+        [victim] = broker.queue_worker_pids().values()
+        os.kill(victim, signal.SIGKILL)
+        wait_until(lambda: broker.queue_worker_pids() and
+                   victim not in broker.queue_worker_pids().values(), timeout=30)
+        after = len(confirmed)
+        wait_until(lambda: len(confirmed) >= after + 200, timeout=60)
+        stop_publishing.set()
+        threads[0].join(30)
+        with broker.connection() as conn:
+            ch = conn.channel()
+            wait_until(lambda: confirmed <= consumed and ch.queue_declare(
+                "work", durable=True, passive=True).method.message_count == 0, timeout=60,
+                message="the consumer to take every confirmed message")
+        stop_consuming.set()
+        threads[1].join(30)
+    finally:
+        stop_publishing.set()
+        stop_consuming.set()
+        broker.stop()
+
+    from spark_analysis import lifecycle
+    out = tmp_path / "analysis"
+    args = lifecycle.parse_args(["--events", str(broker.data_dir / "events"),
+                                 "--out", str(out), "--no-progress"])
+    assert lifecycle.run(args, spark=spark) == 0
+    rows = {r["message_id"]: r for r in pq.read_table(out / "lifecycles").to_pylist()}
+    lost = {a["message_id"] for a in pq.read_table(out / "anomalies").to_pylist()
+            if a["kind"] == "lost"}
+    assert not lost & confirmed, sorted(lost & confirmed)[:10]
+    for name in confirmed:
+        r = rows[name]
+        assert r["final_state"] in ("acked", "unknown"), (name, r["final_state"])
+        if r["final_state"] == "unknown":
+            assert r["log_gap"].startswith("log gap in "), r["log_gap"]
+    gaps = pq.read_table(out / "gaps").to_pylist()
+    killed = [g for g in gaps if g["process"] == "queue-0" and g["pid"] == victim]
+    assert [g["kind"] for g in killed] == ["no_stop"], gaps
+    assert "killed by signal SIGKILL" in killed[0]["reason"]  # the node saw it die
