@@ -146,8 +146,7 @@ class EventLog:
         self.clock = clock  # () -> (wall_ns, mono_ns) of the log's own markers
         self.pid = os.getpid()  # in the file name and header
         self.buf: list = []  # (kind, msg_id, wall_ns, mono_ns, fields, seq) tuples, not encoded
-        self.append = self.buf.append  # bound once: the hot path's calls
-        self.buffered = self.buf.__len__  # checked against max_buffered before each append
+        self.append = self.buf.append  # bound once: the hot path's call
         self.max_buffered = max(1, max_buffered)  # the buffer's bound, in events
         self.next_seq = itertools.count().__next__  # every event's number, kept or dropped
         self.dropped = 0  # events dropped on a full buffer so far
@@ -178,7 +177,7 @@ class EventLog:
                fields: dict) -> None:
         """An event with given times (replays and synthetic logs: bench/events_scale.py)."""
         seq = self.next_seq()
-        if self.buffered() < self.max_buffered:
+        if len(self.buf) < self.max_buffered:
             self.append((kind, msg_id, wall_ns, mono_ns, fields, seq))
         else:
             self.overflow()
@@ -339,7 +338,8 @@ def read_file(path: str):
 _log: EventLog | None = None  # this process's log, None when off
 _sample = 0  # 0 off, 1 full, N sampled:N -- read by emit()
 _append = _drop = lambda event: None  # the log's buf.append while on
-_next_seq = _buffered = _overflow = lambda: 0  # the log's seq numbers, length, drop count
+_next_seq = _overflow = lambda: 0  # the log's sequence numbers and drop counter while on
+_buf: list = []  # the log's buffer while on (len() of it is cheaper than a bound __len__)
 _max_buffered = 0  # the log's bound while on
 _crc32, _wall, _mono = zlib.crc32, time.time_ns, time.monotonic_ns
 _run = (0, "")  # (pid, run id): a forked child is a new run
@@ -357,7 +357,7 @@ def run_id() -> str:
 
 def configure(config, process: str, node: str) -> None:
     """Start this process's log from `config.events` (closing one started before)."""
-    global _log, _sample, _append, _next_seq, _buffered, _max_buffered, _overflow
+    global _log, _sample, _append, _next_seq, _buf, _max_buffered, _overflow
     close()
     sample = parse_level(getattr(config, "events", "off"))
     if not sample:
@@ -367,7 +367,7 @@ def configure(config, process: str, node: str) -> None:
     max_buffered = int(getattr(config, "events_max_buffered", DEFAULT_MAX_BUFFERED))
     _log = EventLog(directory, node, process, sample, max_bytes, max_buffered=max_buffered,
                     run_id=run_id())
-    _append, _next_seq, _buffered = _log.append, _log.next_seq, _log.buffered
+    _append, _next_seq, _buf = _log.append, _log.next_seq, _log.buf
     _max_buffered, _overflow = _log.max_buffered, _log.overflow
     _sample = sample
 
@@ -384,7 +384,7 @@ def emit(kind: str, msg_id: bytes | None = None, **fields) -> None:
         if not _sample or (msg_id is not None and _crc32(msg_id) % _sample):
             return
     seq = _next_seq()
-    if _buffered() < _max_buffered:
+    if len(_buf) < _max_buffered:
         _append((kind, msg_id, _wall(), _mono(), fields, seq))
     else:
         _overflow()
