@@ -210,3 +210,7 @@ def test_kill_9_of_a_queue_worker_mid_traffic_leaves_no_confirmed_message_lost(t
     killed = [g for g in gaps if g["process"] == "queue-0" and g["pid"] == victim]
     assert [g["kind"] for g in killed] == ["no_stop"], gaps
     assert "killed by signal SIGKILL" in killed[0]["reason"]  # the node saw it die
+    # connection ids carry their worker's run id: none can be taken for another run's
+    ev = pq.read_table(out / "events", columns=["kind", "run_id", "connection"]).to_pylist()
+    published = [e for e in ev if e["kind"] == "publish_received"]
+    assert published and all(f"/{e['run_id']}." in e["connection"] for e in published)
