@@ -240,28 +240,42 @@ def _job_says_no_confirmed_message_is_lost(events_dir, out, spark,
     return gaps
 
 
-def test_kill_9_of_a_queue_worker_mid_traffic_leaves_no_confirmed_message_lost(tmp_path, spark):
-    """A publisher (confirms) and a consumer (acks) run against a durable queue while its queue
-    worker is killed -9: the worker's last buffered events are gone, its log has no
-    process_stop. Every message the publisher saw confirmed must come out of the job `acked`
-    or `unknown` with the gap as the reason, never `lost`, and the gap must be reported."""
-    broker = Broker.start_leveret(tmp_path, "--events", "full", "--queue-workers", "1")
+def _gaps_after_a_kill(tmp_path, spark, kill, *extra: str) -> list[dict]:
+    """Traffic on a node started with events on and `extra`, `kill(broker)` in the middle of
+    it (it returns the broker that serves afterwards), every confirmed message consumed, then
+    the job and its checks (_job_says_no_confirmed_message_is_lost); returns the gaps."""
+    broker = Broker.start_leveret(tmp_path, "--events", "full", *extra)
     traffic = Traffic(broker)
     try:
         traffic.start()
         traffic.wait_for(confirmed=300, consumed=100)
-        [victim] = broker.queue_worker_pids().values()
-        os.kill(victim, signal.SIGKILL)
-        wait_until(lambda: broker.queue_worker_pids() and
-                   victim not in broker.queue_worker_pids().values(), timeout=30)
+        broker = kill(broker)
         traffic.wait_for(confirmed=len(traffic.confirmed) + 200)
         traffic.drain()
     finally:
         traffic.stop()
         broker.stop()
-    gaps = _job_says_no_confirmed_message_is_lost(broker.data_dir / "events",
+    return _job_says_no_confirmed_message_is_lost(broker.data_dir / "events",
                                                   tmp_path / "analysis", spark, traffic)
-    killed = [g for g in gaps if g["process"] == "queue-0" and g["pid"] == victim]
+
+
+def test_kill_9_of_a_queue_worker_mid_traffic_leaves_no_confirmed_message_lost(tmp_path, spark):
+    """A publisher (confirms) and a consumer (acks) run against a durable queue while its queue
+    worker is killed -9: the worker's last buffered events are gone, its log has no
+    process_stop. Every message the publisher saw confirmed must come out of the job `acked`
+    or `unknown` with the gap as the reason, never `lost`, and the gap must be reported."""
+    victims = []
+
+    def kill(broker):
+        [victim] = broker.queue_worker_pids().values()
+        victims.append(victim)
+        os.kill(victim, signal.SIGKILL)
+        wait_until(lambda: broker.queue_worker_pids() and
+                   victim not in broker.queue_worker_pids().values(), timeout=30)
+        return broker
+
+    gaps = _gaps_after_a_kill(tmp_path, spark, kill, "--queue-workers", "1")
+    killed = [g for g in gaps if g["process"] == "queue-0" and g["pid"] == victims[0]]
     assert [g["kind"] for g in killed] == ["no_stop"], gaps
     assert "killed by signal SIGKILL" in killed[0]["reason"]  # the node saw it die
 
@@ -270,21 +284,14 @@ def test_kill_9_of_the_node_mid_traffic_leaves_no_confirmed_message_lost(tmp_pat
     """The same traffic while the whole node is killed -9 (its workers die with it) and
     started again on its data: no process of the first boot wrote process_stop, and nothing
     saw them die; the job ends each of their gaps where the process started again."""
-    broker = Broker.start_leveret(tmp_path, "--events", "full")
-    traffic = Traffic(broker)
-    try:
-        traffic.start()
-        traffic.wait_for(confirmed=300, consumed=100)
-        first_pid = broker.pid
-        broker = broker.restart(tmp_path, "kill9", "--events", "full")
-        traffic.wait_for(confirmed=len(traffic.confirmed) + 200)
-        traffic.drain()
-    finally:
-        traffic.stop()
-        broker.stop()
-    gaps = _job_says_no_confirmed_message_is_lost(broker.data_dir / "events",
-                                                  tmp_path / "analysis", spark, traffic)
-    node = [g for g in gaps if g["process"] == "node" and g["pid"] == first_pid]
+    first = []
+
+    def kill(broker):
+        first.append(broker.pid)
+        return broker.restart(tmp_path, "kill9", "--events", "full")
+
+    gaps = _gaps_after_a_kill(tmp_path, spark, kill)
+    node = [g for g in gaps if g["process"] == "node" and g["pid"] == first[0]]
     assert [g["kind"] for g in node] == ["no_stop"], gaps
     assert "the process started again" in node[0]["reason"]
     assert {g["process"] for g in gaps if g["kind"] == "no_stop"} >= {"node", "queue-0",
