@@ -74,6 +74,7 @@ class Config:
     queue_page_size: int = 2048  # messages read back from the index at a time
     events: str = "off"  # lifecycle event log: off | sampled:N | full (docs/events.md)
     events_max_bytes: int = 64 * 1024 * 1024  # event files rotate at this size
+    events_max_buffered: int = 250_000  # events held between writes; more are dropped, counted
     node_name: str = ""  # this node's name in events and clusters; "" = leveret@HOST:PORT
     cluster_nodes: tuple = ()  # raft addresses HOST:PORT of every cluster member; () = alone
     cluster_address: str = ""  # this node's raft address, one of cluster_nodes

@@ -231,6 +231,12 @@ def print_status(status: dict) -> int:
     print("\nFree Disk Space\n")
     print(f"Low free disk space watermark: {status['disk_free_limit']} bytes")
     print(f"Free disk space: {status['disk_free']} bytes")
+    ev = status.get("events")
+    if ev is not None:
+        print("\nEvent log\n")
+        print(f"Level: {ev['level']}")
+        print(f"Events written: {ev['events_written']}")
+        print(f"Events dropped (buffer full): {ev['events_dropped']}")
     return 0
 
 

@@ -7,17 +7,22 @@ dropped, ...) with the time it happened, and spark_analysis/ joins the logs of e
 every node per message.
 
 What it owns, per OS process:
-- one buffer (a list) that `emit()` appends a tuple to: no lock, no encoding, no IO on the hot
-  path (list.append is atomic under the GIL, so any thread may emit);
+- a run id (random 64 bits, new at every start of the process) and a sequence number that every
+  event takes, kept or not: a missing number in a run's files is a hole the analysis reports;
+- one bounded buffer (a list) that `emit()` appends a tuple to: no lock, no encoding, no IO on
+  the hot path (list.append and next() of itertools.count are atomic under the GIL, so any
+  thread may emit); an event that finds it full is counted as dropped;
 - one background thread that, every FLUSH_INTERVAL seconds or on `flush()`, takes what is in the
   buffer (a slice, then `del` of that slice: appends that race with it land after the slice),
   encodes each event as one msgpack array and appends them to
   `<data_dir>/events/<node>-<process>-<pid>-<n>.events`, starting file n+1 when the next event
-  would take the file past `events_max_bytes`.
+  would take the file past `events_max_bytes`; it also writes the log's own markers:
+  `process_start` first, a `heartbeat` every HEARTBEAT_INTERVAL, `events_dropped` after events
+  were dropped, `process_stop` last on a clean close (a run without it ended in a crash).
 
 File format: a msgpack stream. The first object of every file is a header map (schema, node,
 process, pid, file number, boot id, wall and monotonic clocks read together); every following
-object is one event `[kind, msg_id, wall_ns, mono_ns, fields]`. A stream needs no framing, and a
+object is one event `[kind, msg_id, wall_ns, mono_ns, fields, seq]`. A stream needs no framing, and a
 file cut short by kill -9 decodes up to its last whole event (bench/events_speed.py measured it
 against length-prefixed records: docs/events.md).
 
@@ -37,6 +42,7 @@ Usage (the actors):
 from __future__ import annotations
 
 import atexit
+import itertools
 import logging
 import os
 import socket
@@ -47,8 +53,8 @@ import zlib
 import msgpack
 
 __all__ = ["SCHEMA", "KINDS", "MESSAGE_KINDS", "COPY_KINDS", "PUBLISHER_KINDS", "PROCESS_KINDS",
-           "EventLog",
-           "configure", "enabled", "emit", "written", "flush", "close", "parse_level", "read_file"]
+           "LOG_KINDS", "EventLog", "configure", "enabled", "emit", "written", "dropped",
+           "run_id", "flush", "close", "parse_level", "read_file"]
 
 log = logging.getLogger("leveret.events")
 
@@ -60,10 +66,14 @@ COPY_KINDS = ("enqueued", "stored", "synced", "delivered", "fetched", "acked", "
               "rejected", "requeued", "expired", "dead_lettered", "dropped")  # one queue's copy
 PUBLISHER_KINDS = ("confirmed", "nacked_to_publisher")  # the answer to the publisher
 PROCESS_KINDS = ("queue_crashed", "queue_started", "channel_closed",
-                 "connection_closed")  # no msg_id
-KINDS = MESSAGE_KINDS + COPY_KINDS + PUBLISHER_KINDS + PROCESS_KINDS
+                 "connection_closed", "process_crashed")  # no msg_id
+LOG_KINDS = ("process_start", "heartbeat", "events_dropped", "process_stop")  # the log's own
+KINDS = MESSAGE_KINDS + COPY_KINDS + PUBLISHER_KINDS + PROCESS_KINDS + LOG_KINDS
+_LOG_KIND_SET = frozenset(LOG_KINDS)
 
 FLUSH_INTERVAL = 0.2  # seconds between background writes
+HEARTBEAT_INTERVAL = 1.0  # seconds between heartbeat events: how long a silent crash can hide
+DEFAULT_MAX_BUFFERED = 250_000  # events held between writes before emit() drops (~0.1 GB)
 BATCH = 1024  # events encoded by one Packer.pack call
 DEFAULT_MAX_BYTES = 64 << 20  # rotate files at this size unless config.events_max_bytes says
 
@@ -107,30 +117,53 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "@._-" else "_" for c in name)
 
 
+def new_run_id() -> str:
+    """64 random bits as hex: names one run of one process, never reused after a restart."""
+    return os.urandom(8).hex()
+
+
+def _clock() -> tuple[int, int]:
+    return time.time_ns(), time.monotonic_ns()
+
+
 class EventLog:
-    """One process's log: the buffer, the background writer thread and the current file."""
+    """One process run's log: the bounded buffer, the sequence numbers, the background writer
+    thread and the current file."""
 
     def __init__(self, directory: str, node: str, process: str, sample: int = 1,
-                 max_bytes: int = DEFAULT_MAX_BYTES, flush_interval: float = FLUSH_INTERVAL):
+                 max_bytes: int = DEFAULT_MAX_BYTES, flush_interval: float = FLUSH_INTERVAL,
+                 max_buffered: int = DEFAULT_MAX_BUFFERED,
+                 heartbeat_interval: float = HEARTBEAT_INTERVAL, run_id: str | None = None,
+                 clock=_clock):
         self.directory = directory  # <data_dir>/events
         self.node = node  # node name, in the header and the file names
         self.process = process  # "node", "conn-0", "queue-1", ...
+        self.run_id = run_id or new_run_id()  # this run of the process, in every header
         self.sample = max(1, sample)  # keep messages with crc32(msg_id) % sample == 0
         self.max_bytes = max(1024, max_bytes)  # rotate before a file passes this size
         self.flush_interval = flush_interval  # seconds between background writes
+        self.heartbeat_interval = heartbeat_interval  # seconds between heartbeats, 0: none
+        self.clock = clock  # () -> (wall_ns, mono_ns) of the log's own markers
         self.pid = os.getpid()  # in the file name and header
-        self.buf: list = []  # (kind, msg_id, wall_ns, mono_ns, fields) tuples, not yet encoded
-        self.append = self.buf.append  # bound once: the hot path's only call
+        self.buf: list = []  # (kind, msg_id, wall_ns, mono_ns, fields, seq) tuples, not encoded
+        self.append = self.buf.append  # bound once: the hot path's call
+        self.max_buffered = max(1, max_buffered)  # the buffer's bound, in events
+        self.next_seq = itertools.count().__next__  # every event's number, kept or dropped
+        self.dropped = 0  # events dropped on a full buffer so far
+        self.dropped_noted = 0  # of those, how many an events_dropped event has reported
+        self.drop_lock = threading.Lock()  # guards `dropped` (taken on the full-buffer path only)
         self.packer = msgpack.Packer(default=_default)  # used by the writer thread only
         self.file = None  # the open .events file
         self.file_no = -1  # n in the file name
         self.file_bytes = 0  # bytes in the current file
         self.paths: list[str] = []  # every file this log wrote, oldest first
-        self.written = 0  # events written so far
+        self.written = 0  # events written so far, the log's own markers left out
         self.lock = threading.Lock()  # one drain at a time (writer thread or flush())
         self.wake = threading.Event()  # flush()/close() wake the writer early
         self.closed = False  # close() was called
+        self.next_heartbeat = time.monotonic() + heartbeat_interval  # when the writer beats
         os.makedirs(directory, exist_ok=True)
+        self.mark("process_start", {})
         self.thread = threading.Thread(target=self._run, name="leveret-events", daemon=True)
         self.thread.start()
 
@@ -138,25 +171,59 @@ class EventLog:
     def emit(self, kind: str, msg_id: bytes | None, fields: dict) -> None:
         if self.sample > 1 and msg_id is not None and zlib.crc32(msg_id) % self.sample:
             return
-        self.append((kind, msg_id, time.time_ns(), time.monotonic_ns(), fields))
+        self.record(kind, msg_id, time.time_ns(), time.monotonic_ns(), fields)
 
     def record(self, kind: str, msg_id: bytes | None, wall_ns: int, mono_ns: int,
                fields: dict) -> None:
         """An event with given times (replays and synthetic logs: bench/events_scale.py)."""
-        self.append((kind, msg_id, wall_ns, mono_ns, fields))
+        seq = self.next_seq()
+        if len(self.buf) < self.max_buffered:
+            self.append((kind, msg_id, wall_ns, mono_ns, fields, seq))
+        else:
+            self.overflow()
+
+    def overflow(self) -> None:
+        """An event found the buffer full: its sequence number is spent, so the hole shows."""
+        with self.drop_lock:
+            self.dropped += 1
+
+    def mark(self, kind: str, fields: dict) -> None:
+        """One of the log's own events (LOG_KINDS): past the bound, so a full buffer cannot
+        hide a heartbeat or the report of its own drops."""
+        wall, mono = self.clock()
+        self.append((kind, None, wall, mono, fields, self.next_seq()))
+
+    def heartbeat(self) -> None:
+        self.mark("heartbeat", {"dropped": self.dropped})
 
     # -- writer ------------------------------------------------------------------------------
     def _run(self) -> None:
         while not self.closed:
-            self.wake.wait(self.flush_interval)
+            wait = self.flush_interval
+            if self.heartbeat_interval:
+                wait = min(wait, max(0.0, self.next_heartbeat - time.monotonic()))
+            self.wake.wait(wait)
             self.wake.clear()
+            if self.closed:
+                break
+            if self.heartbeat_interval and time.monotonic() >= self.next_heartbeat:
+                self.next_heartbeat = time.monotonic() + self.heartbeat_interval
+                self.heartbeat()
             try:
                 self._drain()
             except Exception:
                 log.exception("event log: write failed; events of this round are lost")
 
+    def _note_drops(self) -> None:
+        dropped = self.dropped
+        if dropped != self.dropped_noted:
+            self.mark("events_dropped", {"count": dropped - self.dropped_noted,
+                                         "dropped": dropped})
+            self.dropped_noted = dropped
+
     def _drain(self) -> None:
         with self.lock:
+            self._note_drops()
             n = len(self.buf)
             if not n and self.file is not None:
                 return
@@ -167,7 +234,9 @@ class EventLog:
             for i in range(0, n, BATCH):
                 self._write_batch(chunk[i:i + BATCH])
             self.file.flush()
-            self.written += n
+            # the log's own markers are not counted: a heartbeat every second would keep the
+            # metric moving on an idle node
+            self.written += n - sum(1 for e in chunk if e[1] is None and e[0] in _LOG_KIND_SET)
 
     def _write_batch(self, batch: list) -> None:
         """Encode events as one msgpack array and drop the array's header: what remains is the
@@ -217,7 +286,8 @@ class EventLog:
         header = self.packer.pack({
             "schema": SCHEMA, "node": self.node, "process": self.process, "pid": self.pid,
             "file_no": self.file_no, "host": socket.gethostname(), "boot_id": _boot_id(),
-            "wall_ns": time.time_ns(), "mono_ns": time.monotonic_ns(), "sample": self.sample})
+            "wall_ns": time.time_ns(), "mono_ns": time.monotonic_ns(), "sample": self.sample,
+            "run_id": self.run_id})
         self.file.write(header)
         self.file_bytes = self.header_bytes = len(header)
 
@@ -232,6 +302,8 @@ class EventLog:
         self.closed = True
         self.wake.set()
         self.thread.join(timeout=5)
+        self._drain()
+        self.mark("process_stop", {"dropped": self.dropped})  # the run ended cleanly
         self._drain()
         with self.lock:
             if self.file is not None:
@@ -266,20 +338,37 @@ def read_file(path: str):
 _log: EventLog | None = None  # this process's log, None when off
 _sample = 0  # 0 off, 1 full, N sampled:N -- read by emit()
 _append = _drop = lambda event: None  # the log's buf.append while on
+_next_seq = _overflow = lambda: 0  # the log's sequence numbers and drop counter while on
+_buf: list = []  # the log's buffer while on (len() of it is cheaper than a bound __len__)
+_max_buffered = 0  # the log's bound while on
 _crc32, _wall, _mono = zlib.crc32, time.time_ns, time.monotonic_ns
+_run = (0, "")  # (pid, run id): a forked child is a new run
+
+
+def run_id() -> str:
+    """This process run's id, with events on or off: connection ids carry it, so ids from two
+    runs of one node never meet (the log's headers name the same run)."""
+    global _run
+    pid = os.getpid()
+    if _run[0] != pid:
+        _run = (pid, new_run_id())
+    return _run[1]
 
 
 def configure(config, process: str, node: str) -> None:
     """Start this process's log from `config.events` (closing one started before)."""
-    global _log, _sample, _append
+    global _log, _sample, _append, _next_seq, _buf, _max_buffered, _overflow
     close()
     sample = parse_level(getattr(config, "events", "off"))
     if not sample:
         return
     directory = os.path.join(getattr(config, "data_dir", "./var"), "events")
     max_bytes = int(getattr(config, "events_max_bytes", DEFAULT_MAX_BYTES))
-    _log = EventLog(directory, node, process, sample, max_bytes)
-    _append = _log.append
+    max_buffered = int(getattr(config, "events_max_buffered", DEFAULT_MAX_BUFFERED))
+    _log = EventLog(directory, node, process, sample, max_bytes, max_buffered=max_buffered,
+                    run_id=run_id())
+    _append, _next_seq, _buf = _log.append, _log.next_seq, _log.buf
+    _max_buffered, _overflow = _log.max_buffered, _log.overflow
     _sample = sample
 
 
@@ -288,18 +377,30 @@ def enabled() -> bool:
 
 
 def emit(kind: str, msg_id: bytes | None = None, **fields) -> None:
-    """Append one event (wall and monotonic time taken here); encoding and IO happen later on
-    the log's thread. Field values: str, int, float, bool, bytes, None, lists/tuples of them."""
+    """Append one event (wall and monotonic time and the next sequence number taken here);
+    encoding and IO happen later on the log's thread. Field values: str, int, float, bool,
+    bytes, None, lists/tuples of them. A full buffer drops the event and counts it."""
     if _sample != 1:
         if not _sample or (msg_id is not None and _crc32(msg_id) % _sample):
             return
-    _append((kind, msg_id, _wall(), _mono(), fields))
+    seq = _next_seq()
+    if len(_buf) < _max_buffered:
+        _append((kind, msg_id, _wall(), _mono(), fields, seq))
+    else:
+        _overflow()
 
 
 def written() -> int:
-    """Events this process's log has written to its files so far (0 when off)."""
+    """Events this process's log has written to its files so far, its own markers (LOG_KINDS)
+    left out (0 when off)."""
     lg = _log
     return lg.written if lg is not None else 0
+
+
+def dropped() -> int:
+    """Events this process's log dropped on a full buffer so far (0 when off)."""
+    lg = _log
+    return lg.dropped if lg is not None else 0
 
 
 def flush() -> None:
@@ -309,8 +410,9 @@ def flush() -> None:
 
 
 def close() -> None:
-    """Write what is buffered and close the file; emit() is a no-op afterwards. Call it before
-    os._exit (atexit does not run then); kill -9 loses at most FLUSH_INTERVAL of events."""
+    """Write what is buffered, then the `process_stop` marker, and close the file; emit() is
+    a no-op afterwards. Call it before os._exit (atexit does not run then); kill -9 loses at
+    most FLUSH_INTERVAL of events, and the run's missing stop marker says so."""
     global _log, _sample, _append
     _sample = 0
     _append = _drop

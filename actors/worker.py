@@ -147,6 +147,7 @@ def main(argv=None) -> int:
                                   ready.set, host)
     while not ready.wait(0.2):
         if stop.is_set():
+            events.close()  # a clean stop: the log's process_stop marker says so
             os._exit(0)  # actor threads would keep the process alive
     host.start()
     transport.send(args.node, m.Rpc(transport.address("control"), 0, "worker.ready",

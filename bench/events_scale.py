@@ -37,8 +37,10 @@ class Gen:
 
     def __init__(self, directory: str, k: int, rate: float, start_mono: int, offset: int):
         node = f"leveret@n{k}"
-        self.chan = EventLog(directory, node, f"conn-{k}", flush_interval=3600)
-        self.queue = EventLog(directory, node, f"queue-{k}", flush_interval=3600)
+        # virtual time: no timed heartbeats; a bound far above the 20 000 messages per flush
+        opts = dict(flush_interval=3600, heartbeat_interval=0, max_buffered=1 << 21)
+        self.chan = EventLog(directory, node, f"conn-{k}", **opts)
+        self.queue = EventLog(directory, node, f"queue-{k}", **opts)
         self.rng = random.Random(k)
         self.gap = int(1e9 / rate)  # ns between two publishes of this worker
         self.start = start_mono  # virtual monotonic time of the first publish

@@ -9,7 +9,10 @@
 - confirmed_before_synced: a persistent message's copy in a durable queue, enqueued before the
   confirm, confirmed before that copy was synced to disk (unless it had already left the queue:
   acked before the sync);
-- redelivery_loop: a copy redelivered more than `redelivery_threshold` times.
+- redelivery_loop: a copy redelivered more than `redelivery_threshold` times;
+- unknown: a message that would be lost or confirmed_before_synced, but a log gap (gaps.py)
+  could hold the event that clears it (the ack, the enqueue, the sync): the detail says what it
+  would be and names the gap. A verdict over a gap is never `lost`, and never silently fine.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 KINDS = ("lost", "acked_twice", "delivered_after_ack", "confirmed_before_synced",
-         "redelivery_loop")
+         "redelivery_loop", "unknown")
 
 COLUMNS = ("kind", "msg_id", "message_id", "vhost", "queue", "final_state", "t", "detail")
 
@@ -29,13 +32,27 @@ def _row(df: DataFrame, kind: str, queue: Column, t: Column, detail: Column) -> 
                      detail.alias("detail"))
 
 
+def _unless_gap(df: DataFrame, kind: str, queue: Column, t: Column,
+                detail: Column) -> DataFrame:
+    """A `kind` row, or an `unknown` one when a log gap could hide what would clear it."""
+    gap = F.col("log_gap")
+    return df.select(F.when(gap.isNull(), F.lit(kind)).otherwise(F.lit("unknown"))
+                     .alias("kind"), "msg_id", "message_id", "vhost", queue.alias("queue"),
+                     "final_state", t.alias("t"),
+                     F.when(gap.isNull(), detail).otherwise(F.concat(
+                         F.lit(f"would be {kind} ("), detail, F.lit("), but "), gap))
+                     .alias("detail"))
+
+
 def find(lifecycles: DataFrame, redelivery_threshold: int = 10) -> DataFrame:
     """The anomalies DataFrame (COLUMNS) of a lifecycles DataFrame (lifecycles.build)."""
     confirmed = F.col("t_confirmed_ns").isNotNull()
     vanished = F.filter("copies", lambda c: c.getField("state") == "vanished")
-    lost = lifecycles.where(confirmed & ((F.size(vanished) > 0) |
-                                         (F.col("final_state") == "not_enqueued")))
-    lost = _row(lost, "lost",
+    never_enqueued = (F.col("final_state") == "not_enqueued") | (
+        (F.col("final_state") == "unknown") & (F.size("copies") == 0) &
+        (F.size(F.coalesce("routed_queues", F.array())) > 0))
+    lost = lifecycles.where(confirmed & ((F.size(vanished) > 0) | never_enqueued))
+    lost = _unless_gap(lost, "lost",
                 F.when(F.size(vanished) > 0, F.array_join(F.transform(
                     vanished, lambda c: c.getField("queue")), ","))
                 .otherwise(F.array_join(F.col("routed_queues"), ",")),
@@ -62,13 +79,17 @@ def find(lifecycles: DataFrame, redelivery_threshold: int = 10) -> DataFrame:
              #                                          not what the confirm promised
              ~F.coalesce(c.getField("t_removed_ns") <= conf, F.lit(False)) &
              (synced.isNull() | (synced > conf)))
-    before_synced = _row(copies.where(early), "confirmed_before_synced", cq, F.col("t_confirmed"),
-                         F.when(synced.isNull(), F.lit("confirmed, never synced"))
-                         .otherwise(F.format_string("confirmed %.3f ms before the sync",
-                                                    (synced - conf) / F.lit(1e6))))
+    # a sync logged after the confirm is proof; a sync not logged at all may be in a gap
+    before_synced = _row(copies.where(early & synced.isNotNull()), "confirmed_before_synced",
+                         cq, F.col("t_confirmed"),
+                         F.format_string("confirmed %.3f ms before the sync",
+                                         (synced - conf) / F.lit(1e6)))
+    never_synced = _unless_gap(copies.where(early & synced.isNull()),
+                               "confirmed_before_synced", cq, F.col("t_confirmed"),
+                               F.lit("confirmed, never synced"))
     loop = _row(copies.where(c.getField("redeliveries") > redelivery_threshold),
                 "redelivery_loop", cq, c.getField("t_last_delivered"),
                 F.format_string("redelivered %d times (threshold %d)",
                                 c.getField("redeliveries"), F.lit(redelivery_threshold)))
     return (lost.unionByName(acked_twice).unionByName(after_ack).unionByName(before_synced)
-            .unionByName(loop))
+            .unionByName(never_synced).unionByName(loop))

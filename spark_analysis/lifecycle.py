@@ -7,6 +7,9 @@
 DIR holds the .events files of one or many nodes (searched recursively; several directories may
 be given, comma-separated). Writes, under OUT:
     events/              Parquet, every event decoded, one row each (reader.py, schema.py)
+    runs/                Parquet, one row per process run: the span its log covers (gaps.py)
+    gaps/                Parquet, one row per log gap: a hole in a run's sequence numbers, or
+                         a run that ended without process_stop
     lifecycles/          Parquet, one row per message (lifecycles.py)
     anomalies/           Parquet, one row per anomaly, `kind` column (anomalies.py)
     latency/by_queue/    Parquet, percentiles per metric and queue (latency.py)
@@ -31,7 +34,7 @@ if __package__ in (None, ""):  # run as a script (spark-submit spark_analysis/li
 from spark_analysis import reader, report  # noqa: E402
 from spark_analysis import schema as S  # noqa: E402
 
-STEPS = ["start Spark", "read events", "lifecycles", "anomalies", "latencies",
+STEPS = ["start Spark", "read events", "log gaps", "lifecycles", "anomalies", "latencies",
          "throughput and timeline", "report"]
 
 
@@ -73,7 +76,7 @@ def run(args: argparse.Namespace, spark=None) -> int:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from spark_analysis import anomalies, latency, lifecycles, session
+    from spark_analysis import anomalies, gaps, latency, lifecycles, session
     from spark_analysis.progress import Progress
 
     files = reader.list_files(args.events)
@@ -102,12 +105,21 @@ def run(args: argparse.Namespace, spark=None) -> int:
         no_id = 0
         for r in by_kind:
             events_by_kind[r["kind"]] = events_by_kind.get(r["kind"], 0) + r["count"]
-            if r["no_id"] and r["kind"] not in S.PROCESS_KINDS:
+            if r["no_id"] and r["kind"] not in S.PROCESS_KINDS + S.LOG_KINDS:
                 no_id += r["count"]
+
+        prog.begin("log gaps")
+        run_list, gap_list = gaps.collect(events)
+        gaps.runs_frame(spark, run_list, gap_list).write.mode("overwrite").parquet(
+            os.path.join(out, "runs"))
+        gap_df = gaps.gaps_frame(spark, gap_list)
+        gap_df.write.mode("overwrite").parquet(os.path.join(out, "gaps"))
+        # a complete log pays nothing for the gap rule: no join unless there is a gap
+        msg_gaps = gaps.message_gaps(events, gap_df) if gap_list else None
 
         prog.begin("lifecycles")
         lc_dir = os.path.join(out, "lifecycles")
-        lifecycles.build(events).write.mode("overwrite").parquet(lc_dir)
+        lifecycles.build(events, msg_gaps).write.mode("overwrite").parquet(lc_dir)
         lc = spark.read.parquet(lc_dir)
         final_states = {r["final_state"]: r["count"] for r in
                         _rows(lc.groupBy("final_state").count())}
@@ -164,7 +176,11 @@ def run(args: argparse.Namespace, spark=None) -> int:
             final_states=final_states, anomaly_counts=anomaly_counts, anomalies=anomaly_rows,
             latency_by_queue=by_queue_rows, latency_by_minute=by_minute_rows,
             latency_samples=hist, throughput=throughput, bucket_seconds=bucket,
-            timeline_msg=chosen, timeline=timeline)
+            timeline_msg=chosen, timeline=timeline,
+            runs=[dict(vars(r), t_first=gaps.iso(r.t_first_ns), t_last=gaps.iso(r.t_last_ns))
+                  for r in run_list],
+            gaps=[dict(vars(g), t_from=gaps.iso(g.t_from_ns), t_to=gaps.iso(g.t_to_ns))
+                  for g in gap_list])
         prog.close()
         data.seconds = prog.elapsed
         data.steps = prog.timings

@@ -26,6 +26,11 @@ from spark_analysis import schema as S
 # dead-letter exchange), expired, dead_lettered, dropped, vanished (see copy_states).
 COPY_STATES = ("queued", "unacked", "acked", "discarded", "expired", "dead_lettered", "dropped",
                "vanished", "not_enqueued")  # not_enqueued: stored/synced, never enqueued
+# Copy states that a missing event could change (an ack, a requeue, an enqueue the log lost)
+# and message states with no copy that a missing enqueue could explain: with a log gap over
+# the message (gaps.py) its final_state is `unknown` instead, the gap in `log_gap`.
+UNSETTLED_STATES = ("queued", "unacked", "vanished", "not_enqueued")
+UNSETTLED_FINAL = ("published", "not_enqueued")
 
 
 def ns_to_ts(col: Column) -> Column:
@@ -208,9 +213,10 @@ PUBLISH_TIMES = ("t_published", "t_routed", "t_unroutable", "t_returned", "t_con
                  "t_nacked_to_publisher")
 
 
-def assemble(rows: DataFrame) -> DataFrame:
+def assemble(rows: DataFrame, msg_gaps: DataFrame | None = None) -> DataFrame:
     """Shuffle 2: one row per message. Copy columns are finished on the flat copy rows first,
-    so each copy struct is built once (no rewriting of nested arrays afterwards)."""
+    so each copy struct is built once (no rewriting of nested arrays afterwards). `msg_gaps`:
+    gaps.message_gaps, when the logs have gaps."""
     pub = F.col("copy_queue").isNull()
     rows = rows.withColumn("time_in_queue_ms", _ms(F.col("t_removed_ns"),
                                                    F.col("t_enqueued_ns")))
@@ -254,6 +260,12 @@ def assemble(rows: DataFrame) -> DataFrame:
                                   "requeues")],
         F.array_sort(F.collect_list(F.when(~pub, copy))).alias("copies"),
     )
+    if msg_gaps is None:
+        msgs = msgs.withColumn("log_gap", F.lit(None).cast("string")).withColumn(
+            "log_gaps", F.lit(0).cast("bigint"))
+    else:
+        msgs = msgs.join(msg_gaps, "msg_id", "left").withColumn(
+            "log_gaps", F.coalesce(F.col("log_gaps"), F.lit(0).cast("bigint")))
     return finish(msgs)
 
 
@@ -279,12 +291,17 @@ def final_state(states: Column, dl_queues: Column, routed: Column) -> Column:
 def finish(msgs: DataFrame) -> DataFrame:
     """Final columns: hex ids, timestamps, latencies in ms, counts, final_state."""
     published = F.col("t_published_ns")
+    state = final_state(F.col("queue_state_list"),
+                        F.coalesce(F.col("dead_letter_queues"), F.array()),
+                        F.coalesce(F.col("routed_queues"), F.array()))
+    open_copy = F.exists("queue_state_list",
+                         lambda c: c.getField("state").isin(*UNSETTLED_STATES))
+    hidden = F.col("log_gap").isNotNull() & (open_copy | state.isin(*UNSETTLED_FINAL))
     return msgs.select(
         F.lower(F.hex("msg_id")).alias("msg_id"),
         "message_id", "vhost", "exchange", "routing_key", "persistent", "mandatory",
-        final_state(F.col("queue_state_list"),
-                    F.coalesce(F.col("dead_letter_queues"), F.array()),
-                    F.coalesce(F.col("routed_queues"), F.array())).alias("final_state"),
+        F.when(hidden, F.lit("unknown")).otherwise(state).alias("final_state"),
+        "log_gap", "log_gaps",
         "queues", "routed_queues", "dead_letter_queues",
         F.map_from_entries("queue_state_list").alias("queue_states"),
         *[ns_to_ts(F.col(f"{t}_ns")).alias(t) for t in PUBLISH_TIMES],
@@ -299,7 +316,8 @@ def finish(msgs: DataFrame) -> DataFrame:
     )
 
 
-def build(events: DataFrame) -> DataFrame:
+def build(events: DataFrame, msg_gaps: DataFrame | None = None) -> DataFrame:
     """The lifecycles DataFrame (one row per msg_id) of an events DataFrame: two shuffles, one
-    pass over each (write it out, then read it back, rather than caching it)."""
-    return assemble(copy_states(group_rows(events), events))
+    pass over each (write it out, then read it back, rather than caching it). `msg_gaps`
+    (gaps.message_gaps) turns the unsettled verdicts a log gap could hide into `unknown`."""
+    return assemble(copy_states(group_rows(events), events), msg_gaps)

@@ -149,11 +149,13 @@ def decode(data: bytes, path: str, offset: int | None,
         offset = int(header.get("wall_ns", 0)) - int(header.get("mono_ns", 0))
     node, process = str(header.get("node", "")), str(header.get("process", ""))
     pid, name = int(header.get("pid", 0) or 0), os.path.basename(path)
+    run_id = header.get("run_id")
+    run_id = str(run_id) if run_id else None
     nfields, index = len(FIELD_NAMES), FIELD_INDEX
     it = iter(unpacker)
     done = False
     while not done:
-        kinds, mids, walls, monos = [], [], [], []
+        kinds, mids, walls, monos, seqs = [], [], [], [], []
         cols = [[None] * batch_size for _ in range(nfields)]
         extras: list = [None] * batch_size
         i = 0
@@ -166,6 +168,7 @@ def decode(data: bytes, path: str, offset: int | None,
                 mids.append(mid)
                 walls.append(wall)
                 monos.append(mono)
+                seqs.append(rec[5] if len(rec) > 5 else None)
                 if fields:
                     extra = None
                     for k, v in fields.items():
@@ -206,6 +209,8 @@ def decode(data: bytes, path: str, offset: int | None,
             t_ns,
             wall_arr,
             mono_arr,
+            pa.array([run_id] * i, pa.string()),
+            _array(seqs, pa.int64()),
         ]
         arrays += [_array(c, typ) for c, typ in zip(cols, FIELD_TYPES)]
         arrays.append(pa.array(extras, pa.string()))

@@ -42,6 +42,8 @@ class ReportData:
     timeline: list[dict]  # its events: t_ns, kind, queue, node, process, actor, ...
     seconds: float = 0.0  # job run time
     steps: list[tuple[str, float]] = field(default_factory=list)  # (step, seconds)
+    runs: list[dict] = field(default_factory=list)  # gaps.Run rows: the spans the logs cover
+    gaps: list[dict] = field(default_factory=list)  # gaps.Gap rows
 
 
 def _fmt_ms(v) -> str:
@@ -158,9 +160,15 @@ def summary_text(data: ReportData) -> str:
                      f"(left out of the lifecycles)")
     lines.append("  final states: " + ", ".join(
         f"{k} {v}" for k, v in sorted(data.final_states.items(), key=lambda kv: -kv[1])))
-    total = sum(data.anomaly_counts.values())
+    found = {k: v for k, v in data.anomaly_counts.items() if k != "unknown"}
+    total = sum(found.values())
     lines.append(f"  anomalies: {total}" + (" (" + ", ".join(
-        f"{k} {v}" for k, v in sorted(data.anomaly_counts.items())) + ")" if total else ""))
+        f"{k} {v}" for k, v in sorted(found.items())) + ")" if total else ""))
+    broken = len({g["run_id"] for g in data.gaps})
+    lines.append(f"  log: {len(data.runs)} process runs, {len(data.gaps)} gaps in {broken} "
+                 f"of them; unknown verdicts: {data.anomaly_counts.get('unknown', 0)}")
+    for g in data.gaps[:5]:
+        lines.append(f"    {g['reason']}")
     for r in data.latency_by_queue:
         if r.get("queue") == ALL:
             lines.append(f"  {r['metric']:<26} n={r['count']:<9} p50 {_fmt_ms(r['p50_ms'])} ms"
@@ -203,6 +211,15 @@ pre {{ background: #f6f6f6; padding: 1em; }}
 {_table([{"kind": k, "rows": v} for k, v in sorted(data.anomaly_counts.items())],
         ["kind", "rows"])}
 {_table(data.anomalies, an_cols) if data.anomalies else "<p>None.</p>"}
+<h2>Log coverage</h2>
+<p>One row per process run: the span its log covers. A gap is a hole in a run's sequence
+numbers or a run that ended without <code>process_stop</code>; a verdict that a gap could change
+is <code>unknown</code>, never <code>lost</code>.</p>
+{_table(data.runs, ["node", "process", "run_id", "pid", "t_first", "t_last", "first_seq",
+                    "last_seq", "events", "stopped", "dropped"])}
+<h3>Gaps</h3>
+{_table(data.gaps, ["node", "process", "run_id", "pid", "kind", "seq_from", "seq_to",
+                    "t_from", "t_to", "reason"]) if data.gaps else "<p>None.</p>"}
 <h2>Latencies</h2>
 <img src="plots/latency.png" alt="latency distributions">
 <h3>Per queue</h3>

@@ -14,7 +14,8 @@ KIND_ORDER = (
     "publish_received", "routed", "unroutable", "returned", "enqueued", "stored", "synced",
     "confirmed", "nacked_to_publisher", "delivered", "fetched", "acked", "nacked", "rejected",
     "requeued", "expired", "dead_lettered", "dropped",
-    "queue_crashed", "queue_started", "channel_closed", "connection_closed",
+    "queue_crashed", "queue_started", "channel_closed", "connection_closed", "process_crashed",
+    "process_start", "heartbeat", "events_dropped", "process_stop",
 )
 RANK = {kind: i for i, kind in enumerate(KIND_ORDER)}
 
@@ -22,7 +23,11 @@ MESSAGE_KINDS = ("publish_received", "routed", "unroutable", "returned")
 PUBLISHER_KINDS = ("confirmed", "nacked_to_publisher")
 COPY_KINDS = ("enqueued", "stored", "synced", "delivered", "fetched", "acked", "nacked",
               "rejected", "requeued", "expired", "dead_lettered", "dropped")
-PROCESS_KINDS = ("queue_crashed", "queue_started", "channel_closed", "connection_closed")
+PROCESS_KINDS = ("queue_crashed", "queue_started", "channel_closed", "connection_closed",
+                 "process_crashed")
+# The log's own events: where a process run's log starts, that it is alive, what it dropped,
+# that it ended cleanly (the gaps between them are the job's "log gaps", gaps.py).
+LOG_KINDS = ("process_start", "heartbeat", "events_dropped", "process_stop")
 
 DELIVERY_KINDS = ("delivered", "fetched")
 # Kinds that change where a queue's copy of a message is; the last one decides its state.
@@ -61,6 +66,10 @@ FIELD_COLUMNS = (
     ("size", "bigint"),  # publish_received: body bytes
     ("paged", "boolean"),  # enqueued straight to disk (deep durable queue)
     ("worker", "bigint"),  # queue_crashed: the queue worker that died
+    ("dropped", "bigint"),  # heartbeat, events_dropped, process_stop: the run's drops so far
+    ("crashed_process", "string"),  # process_crashed: the worker ("queue-0") that died
+    ("crashed_pid", "bigint"),  # process_crashed: its pid
+    ("exit_status", "string"),  # process_crashed: how it ended
 )
 
 # Columns every row gets from its file's header and the event record itself.
@@ -75,6 +84,8 @@ RECORD_COLUMNS = (
     ("t_ns", "bigint"),  # monotonic time mapped onto the wall clock of its boot (reader.py)
     ("wall_ns", "bigint"),
     ("mono_ns", "bigint"),
+    ("run_id", "string"),  # the process run (file header): seq numbers are per run
+    ("seq", "bigint"),  # the event's number in its run; null in files of older writers
 )
 
 COLUMNS = RECORD_COLUMNS + FIELD_COLUMNS + (("extra", "string"),)

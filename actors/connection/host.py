@@ -17,6 +17,7 @@ import time
 
 import pykka
 
+from actors import events
 from actors import messages as m
 from actors.connection import tls
 from actors.connection.handoff import Receiver
@@ -92,7 +93,9 @@ class ConnectionHost(WorkerHost):
 
     def _start_reader(self, conn: Conn, peer, tls_info, over_limit: bool,
                       deadline: float) -> None:
-        conn_id = f"{self.transport.endpoint}/{next(self.ids)}"
+        # the run id: the endpoint and the numbers repeat after a restart, and the event log
+        # (and exclusive queues' owners) must never take a new connection for an old one
+        conn_id = f"{self.transport.endpoint}/{events.run_id()}.{next(self.ids)}"
         ref = Reader.start(self, conn, peer, conn_id, tls_info, over_limit, deadline)
         with self.lock:
             self.readers[conn_id] = ref

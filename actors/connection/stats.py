@@ -150,6 +150,7 @@ def process_totals(host) -> dict:
             if core is not None:
                 channel_stats.add_into(total, core.stats)
     total["events_written"] = events.written()
+    total["events_dropped"] = events.dropped()
     return total
 
 

@@ -261,6 +261,11 @@ def node_metrics(counters: dict, processes: dict, per_object: bool) -> list:
                             "log by the node's processes (docs/events.md)")
     c.add_metric([], counters.get("events_written", 0))
     out.append(c)
+    c = CounterMetricFamily("leveret_events_dropped", "Lifecycle events dropped because the "
+                            "event log's buffer was full (each leaves a hole in its process's "
+                            "sequence numbers that the analysis reports as a gap)")
+    c.add_metric([], counters.get("events_dropped", 0))
+    out.append(c)
     return out
 
 

@@ -41,6 +41,7 @@ class AlarmsMixin:
     def op_status(self, rpc):
         status = self.resources.status() if self.resources is not None else {}
         status["alarms"] = sorted(self.alarms)
+        status["events"] = dict(self._events_totals(), level=self.config.events)
         return status
 
     def op_set_vm_memory_high_watermark(self, rpc, value, absolute=False):

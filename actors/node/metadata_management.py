@@ -339,6 +339,14 @@ class ManagementMixin:
         """Member name -> its last sample with rates (NodeTable.row), those heard from."""
         return {node: self.node_table.row(node, now_ms) for node in self.node_table.samples}
 
+    def _events_totals(self, workers: dict | None = None) -> dict:
+        """Events written and dropped by this node's processes: `workers`, its workers' totals
+        merged (by default `_own_totals`: live and dead ones), plus the node process's own."""
+        if workers is None:
+            workers = self._own_totals()
+        return {"events_written": workers.get("events_written", 0) + events.written(),
+                "events_dropped": workers.get("events_dropped", 0) + events.dropped()}
+
     def op_mgmt_counters(self, rpc):
         """This node's statistics for Prometheus (per node, as rabbitmq_prometheus: a
         dashboard sums over the nodes): its connection workers' process totals (live and dead
@@ -357,7 +365,7 @@ class ManagementMixin:
                 for k in DEAD_LETTERED:
                     by_type[k] += entry[0][1].get(k, 0)
         total["dead_lettered"] = dead_lettered
-        total["events_written"] = total.get("events_written", 0) + events.written()
+        total.update(self._events_totals(total))
         own = {w.endpoint for w in self.workers.values() if w.kind == "conn"}
         conns = [c for w, rows in self.conn_stats.items() if w in own for c in rows]
         channels = [ch for c in conns for ch in c["channel_list"]]

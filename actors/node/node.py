@@ -402,6 +402,10 @@ class Node:
                 continue
             log.error("%s worker %d (pid %d) exited: %s", slot.kind, slot.index, slot.proc.pid,
                       describe_exit(code))
+            if events.enabled():  # the dead worker's own log ends where it died, unmarked
+                events.emit("process_crashed", None, actor="node",
+                            crashed_process=f"{slot.kind}-{slot.index}",
+                            crashed_pid=slot.proc.pid, exit_status=describe_exit(code))
             self.metadata.tell(WorkerExited(slot.kind, slot.index, slot.endpoint))
             slot.proc = None
             self._write_node_file()

@@ -188,10 +188,10 @@ def _queue_of(name: str) -> tuple[str, str]:
 
 
 class ProcessSampler:
-    """A thread of the queue worker: every interval, the process's totals (events written,
-    its storage's syncs and msg_store reads and writes) to its node's metadata actor as
-    WorkerStats, when they changed (Prometheus' leveret_events_written_total and /api/nodes'
-    io_sync_* and msg_store_* count every process of the node)."""
+    """A thread of the queue worker: every interval, the process's totals (events written
+    and dropped, its storage's syncs and msg_store reads and writes) to its node's metadata
+    actor as WorkerStats, when they changed (Prometheus' leveret_events_written_total and
+    /api/nodes' io_sync_* and msg_store_* count every process of the node)."""
 
     def __init__(self, transport, node: str, interval_ms: int):
         self.transport = transport
@@ -215,7 +215,8 @@ class ProcessSampler:
                 log.exception("statistics sample failed")
 
     def sample(self) -> None:
-        totals = {"events_written": events.written(), **storage.io_totals()}
+        totals = {"events_written": events.written(), "events_dropped": events.dropped(),
+                  **storage.io_totals()}
         if totals == self.last:
             return
         self.last = totals

@@ -5,6 +5,9 @@ broker's msg_id."""
 from __future__ import annotations
 
 import os
+import signal
+import threading
+import time
 
 import pika
 import pyarrow.parquet as pq
@@ -121,3 +124,175 @@ def _get(ch, queue):
 
 def _nonempty(got):
     return got if got[0] is not None else None
+
+
+class Traffic:
+    """A confirming publisher and an acking consumer on the durable queue `work`, each in a
+    thread of its own that reconnects after any error (a killed worker or node): what the
+    client saw is in `confirmed` (basic_publish returned: the broker confirmed it) and
+    `consumed` (acked by the consumer)."""
+
+    def __init__(self, broker: Broker):
+        self.broker = broker  # host and port stay the same across a restart of the node
+        self.confirmed: set[str] = set()  # message ids the publisher saw confirmed
+        self.confirmed_at: dict[str, int] = {}  # message id -> wall clock ns of its confirm
+        self.consumed: set[str] = set()  # message ids the consumer acked
+        self.publishing = threading.Event()  # cleared: the publisher stops
+        self.consuming = threading.Event()  # cleared: the consumer stops
+        self.threads = [threading.Thread(target=self._publish),
+                        threading.Thread(target=self._consume)]
+
+    def start(self) -> None:
+        with self.broker.connection() as conn:
+            conn.channel().queue_declare("work", durable=True)
+        self.publishing.set()
+        self.consuming.set()
+        for t in self.threads:
+            t.start()
+
+    def _publish(self) -> None:
+        i = 0
+        while self.publishing.is_set():
+            try:
+                with self.broker.connection() as conn:
+                    ch = conn.channel()
+                    ch.confirm_delivery()
+                    while self.publishing.is_set():
+                        name = f"m{i}"
+                        i += 1
+                        ch.basic_publish("", "work", name.encode(), _props(name, True))
+                        self.confirmed_at[name] = time.time_ns()
+                        self.confirmed.add(name)
+            except pika.exceptions.AMQPError:
+                time.sleep(0.2)  # a nack, or a connection closed by the kill
+
+    def _consume(self) -> None:
+        while self.consuming.is_set():
+            try:
+                with self.broker.connection() as conn:
+                    ch = conn.channel()
+                    while self.consuming.is_set():
+                        m, props, _ = ch.basic_get("work", auto_ack=False)
+                        if m is None:
+                            time.sleep(0.01)
+                            continue
+                        ch.basic_ack(m.delivery_tag)
+                        self.consumed.add(props.message_id)
+            except pika.exceptions.AMQPError:
+                time.sleep(0.2)
+
+    def wait_for(self, confirmed: int, consumed: int = 0) -> None:
+        wait_until(lambda: len(self.confirmed) >= confirmed and len(self.consumed) >= consumed,
+                   timeout=60, message=f"{confirmed} confirmed, {consumed} consumed")
+
+    def drain(self) -> None:
+        """Stop publishing; consume until every confirmed message is acked and none is left."""
+        self.publishing.clear()
+        self.threads[0].join(30)
+        with self.broker.connection() as conn:
+            ch = conn.channel()
+            wait_until(lambda: self.confirmed <= self.consumed and ch.queue_declare(
+                "work", durable=True, passive=True).method.message_count == 0, timeout=60,
+                message="the consumer to take every confirmed message")
+        self.stop()
+
+    def stop(self) -> None:
+        self.publishing.clear()
+        self.consuming.clear()
+        for t in self.threads:
+            if t.is_alive():
+                t.join(30)
+
+
+def _job_says_no_confirmed_message_is_lost(events_dir, out, spark,
+                                           traffic: Traffic) -> list[dict]:
+    """Runs the job; every confirmed message is acked, or unknown with a log gap as the
+    reason, and none is lost; one whose every event was in the killed processes' buffers (its
+    whole life within their last flush interval) is not in the lifecycles at all, and then a
+    gap of a connection worker (which would have logged its publish and confirm) must span
+    the moment of its confirm. Returns the gaps table."""
+    from spark_analysis import lifecycle
+    args = lifecycle.parse_args(["--events", str(events_dir), "--out", str(out),
+                                 "--no-progress"])
+    assert lifecycle.run(args, spark=spark) == 0
+    rows = {r["message_id"]: r for r in pq.read_table(out / "lifecycles").to_pylist()}
+    # the consumer took every message in the end: no lost verdict can be right, whether or
+    # not the client saw its confirm (one confirmed as its connection died)
+    lost = [a for a in pq.read_table(out / "anomalies").to_pylist() if a["kind"] == "lost"]
+    assert not lost, lost[:5]
+    confirmed = traffic.confirmed
+    gaps = pq.read_table(out / "gaps").to_pylist()
+    slack = 100_000_000  # the client's clock read against the broker's events: 0.1 s
+    for name in confirmed - set(rows):
+        t = traffic.confirmed_at[name]
+        assert any(g["process"].startswith("conn-") and
+                   g["t_from_ns"] - slack <= t <= g["t_to_ns"] + slack for g in gaps), \
+            (name, t, gaps)
+    for name in confirmed & set(rows):
+        r = rows[name]
+        assert r["final_state"] in ("acked", "unknown"), (name, r["final_state"])
+        if r["final_state"] == "unknown":
+            assert r["log_gap"].startswith("log gap in "), r["log_gap"]
+    # connection ids carry their worker's run id: none can be taken for another run's
+    ev = pq.read_table(out / "events", columns=["kind", "run_id", "connection"]).to_pylist()
+    published = [e for e in ev if e["kind"] == "publish_received"]
+    assert published and all(f"/{e['run_id']}." in e["connection"] for e in published)
+    return gaps
+
+
+def _gaps_after_a_kill(tmp_path, spark, kill, *extra: str) -> list[dict]:
+    """Traffic on a node started with events on and `extra`, `kill(broker)` in the middle of
+    it (it returns the broker that serves afterwards), every confirmed message consumed, then
+    the job and its checks (_job_says_no_confirmed_message_is_lost); returns the gaps."""
+    broker = Broker.start_leveret(tmp_path, "--events", "full", *extra)
+    traffic = Traffic(broker)
+    try:
+        traffic.start()
+        traffic.wait_for(confirmed=300, consumed=100)
+        broker = kill(broker)
+        traffic.wait_for(confirmed=len(traffic.confirmed) + 200)
+        traffic.drain()
+    finally:
+        traffic.stop()
+        broker.stop()
+    return _job_says_no_confirmed_message_is_lost(broker.data_dir / "events",
+                                                  tmp_path / "analysis", spark, traffic)
+
+
+def test_kill_9_of_a_queue_worker_mid_traffic_leaves_no_confirmed_message_lost(tmp_path, spark):
+    """A publisher (confirms) and a consumer (acks) run against a durable queue while its queue
+    worker is killed -9: the worker's last buffered events are gone, its log has no
+    process_stop. Every message the publisher saw confirmed must come out of the job `acked`
+    or `unknown` with the gap as the reason, never `lost`, and the gap must be reported."""
+    victims = []
+
+    def kill(broker):
+        [victim] = broker.queue_worker_pids().values()
+        victims.append(victim)
+        os.kill(victim, signal.SIGKILL)
+        wait_until(lambda: broker.queue_worker_pids() and
+                   victim not in broker.queue_worker_pids().values(), timeout=30)
+        return broker
+
+    gaps = _gaps_after_a_kill(tmp_path, spark, kill, "--queue-workers", "1")
+    killed = [g for g in gaps if g["process"] == "queue-0" and g["pid"] == victims[0]]
+    assert [g["kind"] for g in killed] == ["no_stop"], gaps
+    assert "killed by signal SIGKILL" in killed[0]["reason"]  # the node saw it die
+
+
+def test_kill_9_of_the_node_mid_traffic_leaves_no_confirmed_message_lost(tmp_path, spark):
+    """The same traffic while the whole node is killed -9 (its workers die with it) and
+    started again on its data: no process of the first boot wrote process_stop, and nothing
+    saw them die; the job ends each of their gaps where the process started again."""
+    first = []
+
+    def kill(broker):
+        first.append(broker.pid)
+        return broker.restart(tmp_path, "kill9", "--events", "full")
+
+    gaps = _gaps_after_a_kill(tmp_path, spark, kill)
+    node = [g for g in gaps if g["process"] == "node" and g["pid"] == first[0]]
+    assert [g["kind"] for g in node] == ["no_stop"], gaps
+    assert "the process started again" in node[0]["reason"]
+    assert {g["process"] for g in gaps if g["kind"] == "no_stop"} >= {"node", "queue-0",
+                                                                      "conn-0"}

@@ -1298,7 +1298,8 @@ def test_prometheus_has_every_overview_dashboard_series_from_emitted_statistics(
                     "rabbitmq_connection_incoming_bytes_total",
                     "rabbitmq_connection_outgoing_bytes_total",
                     "leveret_confirm_latency_seconds", "leveret_confirms_total",
-                    "leveret_events_written_total") if n not in names]
+                    "leveret_events_written_total", "leveret_events_dropped_total")
+                   if n not in names]
         assert not missing, missing
         assert want(agg, "rabbitmq_channel_messages_published_total") == 8
         assert want(agg, "rabbitmq_channel_messages_confirmed_total") == 8
@@ -1549,7 +1550,7 @@ def test_events_written_counts_the_queue_workers_events(tmp_path):
             for path in sorted((broker.data_dir / "events").glob("*.events")):
                 header, evs = events.read_file(str(path))
                 by_process[header["process"]] = by_process.get(header["process"], 0) + \
-                    sum(1 for _ in evs)
+                    sum(1 for e in evs if e[0] not in events.LOG_KINDS)
             return by_process
 
         def matching():
@@ -1560,6 +1561,9 @@ def test_events_written_counts_the_queue_workers_events(tmp_path):
         files, metric = wait_for("the metric to count every process's events", matching)
         assert metric > files.get("node", 0) + sum(n for p, n in files.items()
                                                    if p.startswith("conn"))
+        assert scrape(broker, "/metrics")[("leveret_events_dropped_total", ())] == 0
+        status = broker.ctl("status").stdout
+        assert "Events dropped (buffer full): 0" in status and "Level: full" in status
     finally:
         broker.stop()
 

@@ -5,7 +5,9 @@ channel process (conn-0: publishes, routing, confirms, deliveries, acks, channel
 the queue process (queue-0: enqueues, stores, syncs, requeues, expiry, dead-lettering, drops,
 restarts). Events get a virtual clock: each one 1 ms after the previous, so latencies are known
 exactly. `known_workload` and `planted_anomalies` write the scenarios the tests check and return
-what the job must find.
+what the job must find; `gap_workload` writes the same journeys into complete logs and into logs
+with gaps (a queue process killed -9, a queue process that dropped events on a full buffer).
+The logs are the real writer's: sequence numbers, run ids and markers included.
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ VHOST = "/"
 
 
 class Sim:
-    def __init__(self, root: str):
-        self.chan = EventLog(os.path.join(root, "nodeA", "events"), "leveret@a", "conn-0",
-                             flush_interval=3600)
-        self.queue = EventLog(os.path.join(root, "nodeB", "events"), "leveret@b", "queue-0",
-                              flush_interval=3600)
+    def __init__(self, root: str, chan_node: str = "leveret@a", queue_node: str = "leveret@b",
+                 queue_buffer: int = 1 << 20):
         self.mono = time.monotonic_ns()  # virtual monotonic clock
         self.offset = time.time_ns() - time.monotonic_ns()  # wall = mono + offset
+        self.root = root
+        self.queue_node = queue_node
+        self.chan = self._log(chan_node, "conn-0")
+        self.queue = self._log(queue_node, "queue-0", max_buffered=queue_buffer)
+        self.node: EventLog | None = None  # the queue node's node process, once it speaks
         self.prefix = os.urandom(8)
         self.counter = 0
         self.seq = 0  # publisher confirm sequence numbers
@@ -36,14 +40,37 @@ class Sim:
         self.counter += 1
         return self.prefix + self.counter.to_bytes(8, "big")
 
+    def _log(self, node: str, process: str, **kw) -> EventLog:
+        """A process run's log on the virtual clock (its markers too), no timed heartbeats."""
+        folder = os.path.join(self.root, node.replace("@", "_"), "events")
+        return EventLog(folder, node, process, flush_interval=3600, heartbeat_interval=0,
+                        clock=self.now, **kw)
+
+    def now(self) -> tuple[int, int]:
+        return self.mono + self.offset, self.mono
+
+    def kill_queue_process(self) -> None:
+        """What kill -9 of the queue process leaves: its files as last flushed, no
+        process_stop; the node logs process_crashed and starts a new run of it."""
+        dead = self.queue
+        dead.closed = True  # the writer thread ends without writing what is buffered
+        dead.wake.set()
+        dead.thread.join()
+        if self.node is None:
+            self.node = self._log(self.queue_node, "node")
+        self._emit(self.node, "process_crashed", None, actor="node", crashed_process="queue-0",
+                   crashed_pid=dead.pid, exit_status="killed by signal SIGKILL")
+        self.queue = self._log(self.queue_node, "queue-0")
+
     def _emit(self, log: EventLog, kind: str, mid, **fields) -> None:
         self.mono += 1_000_000  # every event 1 ms after the previous one
         fields.setdefault("vhost", VHOST)
         log.record(kind, mid, self.mono + self.offset, self.mono, fields)
 
     def close(self) -> None:
-        self.chan.close()
-        self.queue.close()
+        for lg in (self.chan, self.queue, self.node):
+            if lg is not None:
+                lg.close()
 
     # -- channel side ---------------------------------------------------------------------------
     def publish(self, mid, queues, persistent=False, mandatory=False, message_id=None,
@@ -310,3 +337,64 @@ def planted_anomalies(sim: Sim) -> list[tuple[str, str]]:
         if n > 10:
             planted.append(("redelivery_loop", mid.hex()))
     return planted
+
+
+def gap_workload(root: str) -> dict[str, tuple[str, set[str]]]:
+    """The same journeys with complete logs and with log gaps: {message_id: (final_state,
+    anomaly kinds)} the job must report. Queue names differ per pair of runs, so a gap
+    of one pair's queue process says nothing of the other's messages."""
+    expect: dict[str, tuple[str, set[str]]] = {}
+
+    def journeys(sim: Sim, p: str, q: str) -> dict[str, bytes]:
+        """Four confirmed messages; the events of the queue process come last, so a crash
+        (or a full buffer) of it takes them: enqueued, synced, the queue's restart."""
+        sim.queue_started(q, durable=True)
+        ids = {name: sim.new_id() for name in ("vanished", "never-enqueued", "never-synced",
+                                                "acked")}
+        for name, mid in ids.items():
+            seq = sim.publish(mid, [q], persistent=name == "never-synced",
+                              message_id=f"{p}-{name}")
+            if name != "never-enqueued":
+                sim.enqueue(mid, q)
+            if name == "never-synced":
+                sim.stored(mid, q)
+            sim.confirm(mid, seq)
+        tag = sim.deliver(ids["acked"], q)
+        sim.settle("acked", ids["acked"], q, tag)
+        return ids
+
+    # complete logs: the verdicts stand
+    sim = Sim(root, "leveret@c", "leveret@c2")
+    journeys(sim, "complete", "q-complete")
+    sim.queue_restart("q-complete")
+    sim.close()
+    expect.update({"complete-vanished": ("vanished", {"lost"}),
+                   "complete-never-enqueued": ("not_enqueued", {"lost"}),
+                   "complete-never-synced": ("vanished", {"lost", "confirmed_before_synced"}),
+                   "complete-acked": ("acked", set())})
+
+    # the queue process killed -9 after its last flush: what came after is a gap
+    sim = Sim(root, "leveret@k", "leveret@k2")
+    sim.queue.flush()
+    ids = journeys(sim, "killed", "q-killed")
+    sim.queue.flush()
+    sim.synced(ids["never-synced"], "q-killed")  # buffered, never written
+    sim.kill_queue_process()
+    sim.queue_restart("q-killed")
+    sim.close()
+    expect.update({"killed-vanished": ("unknown", {"unknown"}),
+                   "killed-never-enqueued": ("unknown", {"unknown"}),
+                   "killed-never-synced": ("unknown", {"unknown"}),
+                   "killed-acked": ("acked", set())})
+
+    # the queue process's buffer full: the enqueues it dropped are a hole in its numbers
+    sim = Sim(root, "leveret@d", "leveret@d2", queue_buffer=1)
+    sim.queue.flush()
+    sim.queue_started("q-dropped", durable=True)
+    mid = sim.new_id()
+    seq = sim.publish(mid, ["q-dropped"], message_id="dropped-enqueue")
+    sim.enqueue(mid, "q-dropped")  # the buffer holds one event: dropped
+    sim.confirm(mid, seq)
+    sim.close()
+    expect["dropped-enqueue"] = ("unknown", {"unknown"})
+    return expect

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from actors import events as writer
-from analysis_workload import Sim, known_workload, planted_anomalies
+from analysis_workload import Sim, gap_workload, known_workload, planted_anomalies
 from spark_analysis import lifecycle, reader
 from spark_analysis import schema as S
 
@@ -30,6 +30,7 @@ def test_reader_schema_is_the_writers():
     assert S.COPY_KINDS == writer.COPY_KINDS and S.PROCESS_KINDS == writer.PROCESS_KINDS
     assert S.MESSAGE_KINDS == writer.MESSAGE_KINDS
     assert S.PUBLISHER_KINDS == writer.PUBLISHER_KINDS
+    assert S.LOG_KINDS == writer.LOG_KINDS
 
 
 def test_reader_decodes_what_the_writer_wrote(tmp_path):
@@ -41,7 +42,10 @@ def test_reader_decodes_what_the_writer_wrote(tmp_path):
     lg.record("queue_crashed", None, 2_000_000_500, 1_500, dict(queue="q", channel="7"))
     lg.close()
     rows = reader.read_dir(str(tmp_path)).to_pylist()
-    assert [r["kind"] for r in rows] == ["delivered", "queue_crashed"]
+    assert [(r["kind"], r["seq"]) for r in rows] == [
+        ("process_start", 0), ("delivered", 1), ("queue_crashed", 2), ("process_stop", 3)]
+    assert {r["run_id"] for r in rows} == {lg.run_id}
+    rows = rows[1:3]
     r = rows[0]
     assert (r["node"], r["process"], r["msg_id"], r["queue"], r["channel"]) == \
         ("n1", "queue-0", mid, "q", 3)
@@ -152,3 +156,54 @@ def test_report_and_plots(job):
     assert "requeued" in html and job["known"]["requeued"] in html  # the chosen timeline
     assert f"anomalies: {len(job['planted'])}" in html
     assert (out / "latency" / "by_minute").is_dir()
+
+
+# -- log gaps: a second run, on logs with and without gaps ---------------------------------------
+@pytest.fixture(scope="module")
+def gap_job(spark, tmp_path_factory):
+    root = tmp_path_factory.mktemp("gap-events")
+    expect = gap_workload(str(root))
+    out = tmp_path_factory.mktemp("gap-out")
+    args = lifecycle.parse_args(["--events", str(root), "--out", str(out), "--no-progress"])
+    assert lifecycle.run(args, spark=spark) == 0
+    return dict(expect=expect, out=out,
+                lifecycles={r["message_id"]: r for r in
+                            pq.read_table(out / "lifecycles").to_pylist()},
+                anomalies=pq.read_table(out / "anomalies").to_pylist(),
+                gaps=pq.read_table(out / "gaps").to_pylist(),
+                runs=pq.read_table(out / "runs").to_pylist())
+
+
+def test_a_gap_turns_lost_into_unknown_and_a_complete_log_still_says_lost(gap_job):
+    lc = gap_job["lifecycles"]
+    found: dict[str, set] = {}
+    for a in gap_job["anomalies"]:
+        found.setdefault(a["message_id"], set()).add(a["kind"])
+    for name, (state, kinds) in gap_job["expect"].items():
+        assert (name, lc[name]["final_state"], found.get(name, set())) == (name, state, kinds)
+        if name.startswith("complete"):
+            assert lc[name]["log_gap"] is None
+    unknown = [a for a in gap_job["anomalies"] if a["kind"] == "unknown"]
+    killed = [a for a in unknown if a["message_id"] == "killed-vanished"]
+    assert killed[0]["detail"].startswith("would be lost (confirmed, then vanished")
+    assert "log gap in leveret@k2/queue-0 from " in killed[0]["detail"]
+    assert "killed by signal SIGKILL" in killed[0]["detail"]
+    dropped = lc["dropped-enqueue"]["log_gap"]
+    assert dropped.startswith("log gap in leveret@d2/queue-0 from ") and \
+        dropped.endswith("(1 events missing)")
+
+
+def test_gaps_and_runs_tables(gap_job):
+    gaps = {(g["node"], g["process"], g["kind"]): g for g in gap_job["gaps"]}
+    assert set(gaps) == {("leveret@k2", "queue-0", "no_stop"),
+                         ("leveret@d2", "queue-0", "missing_events")}
+    k = gaps[("leveret@k2", "queue-0", "no_stop")]
+    assert k["seq_to"] is None and k["t_to_ns"] > k["t_from_ns"]
+    d = gaps[("leveret@d2", "queue-0", "missing_events")]
+    assert (d["seq_from"], d["seq_to"]) == (2, 2)
+    runs = gap_job["runs"]
+    assert len(runs) == 8  # 3 pairs of runs, a restarted queue process and a node process
+    assert sum(not r["stopped"] for r in runs) == 1
+    assert {r["run_id"] for r in runs if r["gaps"]} == {k["run_id"], d["run_id"]}
+    html = (gap_job["out"] / "report.html").read_text()
+    assert "Log coverage" in html and k["reason"] in html

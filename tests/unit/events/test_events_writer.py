@@ -1,9 +1,11 @@
-"""actors/events.py: the per-process event writer (buffering, rotation, sampling, schema, threads)."""
+"""actors/events.py: the per-process event writer (buffering, rotation, sampling, schema, threads,
+sequence numbers, run ids, heartbeats, the bound and its drop counter)."""
 
 from __future__ import annotations
 
 import glob
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -29,8 +31,10 @@ def _read_dir(directory):
     return out
 
 
-def _all_events(directory):
-    return [e for _, evs in _read_dir(directory) for e in evs]
+def _all_events(directory, markers=False):
+    """Every event of every file; without the log's own markers (LOG_KINDS) unless asked."""
+    return [e for _, evs in _read_dir(directory) for e in evs
+            if markers or e[0] not in events.LOG_KINDS]
 
 
 @pytest.fixture(autouse=True)
@@ -71,8 +75,11 @@ def test_module_api_round_trip_and_file_name(tmp_path):
     assert header["schema"] == "leveret-events v1"
     assert (header["node"], header["process"], header["pid"]) == ("leveret@h1", "queue-1",
                                                                    os.getpid())
-    [ev] = list(evs)
-    kind, msg_id, wall, mono, fields = ev
+    assert header["run_id"] == events.run_id() and len(header["run_id"]) == 16
+    start, ev, stop = list(evs)
+    kind, msg_id, wall, mono, fields, seq = ev
+    assert (start[0], start[5], seq, stop[0], stop[5]) == ("process_start", 0, 1,
+                                                           "process_stop", 2)
     assert (kind, msg_id) == ("enqueued", mid)
     assert fields == {"actor": "queue", "vhost": "/", "queue": "q1", "seq_no": 7}
     assert abs(wall - time.time_ns()) < 10 * 10 ** 9
@@ -84,7 +91,7 @@ def test_emit_buffers_until_flush(tmp_path):
     for i in range(100):
         lg.emit("delivered", i.to_bytes(16, "big"), {"delivery_tag": i})
     assert _all_events(str(tmp_path)) == []  # nothing written: the writer sleeps, emit never writes
-    assert len(lg.buf) == 100
+    assert len(lg.buf) == 101  # and the process_start marker
     lg.flush()
     got = _all_events(str(tmp_path))
     assert [e[4]["delivery_tag"] for e in got] == list(range(100))
@@ -114,7 +121,7 @@ def test_rotation_by_size_keeps_every_event_in_order(tmp_path):
     assert [h["file_no"] for h, _ in files] == list(range(len(files)))
     for path in glob.glob(str(tmp_path / "events" / "*.events")):
         assert os.path.getsize(path) <= max_bytes
-    tags = [e[4]["delivery_tag"] for _, evs in files for e in evs]
+    tags = [e[4]["delivery_tag"] for _, evs in files for e in evs if e[0] == "delivered"]
     assert tags == list(range(2000))
 
 
@@ -145,7 +152,7 @@ def test_schema_round_trip_of_every_kind(tmp_path):
     events.configure(_cfg(tmp_path, "full"), "conn-0", "n1")
     sent = []
     for i, kind in enumerate(events.KINDS):
-        mid = None if kind in events.PROCESS_KINDS else os.urandom(16)
+        mid = None if kind in events.PROCESS_KINDS + events.LOG_KINDS else os.urandom(16)
         fields = dict(actor="channel", vhost="/v", queue=f"q{i}", connection="127.0.0.1:5000",
                       channel=1, seq_no=i, delivery_tag=i + 1, consumer_tag="c", message_id="m",
                       requeue=bool(i % 2), redelivered=False, reason=None, count=i,
@@ -154,7 +161,7 @@ def test_schema_round_trip_of_every_kind(tmp_path):
         sent.append((kind, mid, fields))
         events.emit(kind, mid, **fields)
     events.close()
-    got = _all_events(str(tmp_path / "events"))
+    got = _all_events(str(tmp_path / "events"), markers=True)[1:-1]  # start, ..., stop
     assert len(got) == len(sent)
     last_wall = last_mono = 0
     for (kind, mid, fields), ev in zip(sent, got):
@@ -163,7 +170,7 @@ def test_schema_round_trip_of_every_kind(tmp_path):
         assert ev[2] >= last_wall and ev[3] >= last_mono
         last_wall, last_mono = ev[2], ev[3]
     assert set(events.KINDS) == {s[0] for s in sent}
-    assert len(events.KINDS) == 22
+    assert len(events.KINDS) == 27
 
 
 def test_values_msgpack_cannot_encode(tmp_path):
@@ -184,13 +191,14 @@ def test_truncated_file_reads_up_to_its_last_whole_event(tmp_path):
     lg = events.EventLog(str(tmp_path), "n", "p", flush_interval=3600)
     for i in range(10):
         lg.emit("acked", i.to_bytes(16, "big"), {"delivery_tag": i})
-    lg.close()
+    lg.flush()  # as kill -9 would leave it: no process_stop marker after the last event
     [path] = lg.paths
     size = os.path.getsize(path)
     with open(path, "r+b") as f:
         f.truncate(size - 3)
     _, evs = events.read_file(path)
-    assert [e[4]["delivery_tag"] for e in evs] == list(range(9))
+    assert [e[4]["delivery_tag"] for e in evs if e[0] == "acked"] == list(range(9))
+    lg.close()
 
 
 @pytest.fixture
@@ -242,3 +250,99 @@ def test_module_emit_from_many_threads(tmp_path):
     got = _all_events(str(tmp_path / "events"))
     assert sorted((e[4]["thread"], e[4]["i"]) for e in got) == \
         [(t, i) for t in range(threads) for i in range(per)]
+
+
+# -- completeness: sequence numbers, run ids, heartbeats, the bound ----------------------------
+def test_every_event_has_the_next_sequence_number_across_files(tmp_path):
+    events.configure(_cfg(tmp_path, "full", events_max_bytes=2048), "conn-0", "n1")
+    for i in range(500):
+        events.emit("acked", i.to_bytes(16, "big"), delivery_tag=i)
+    events.close()
+    files = _read_dir(str(tmp_path / "events"))
+    assert len(files) > 5 and len({h["run_id"] for h, _ in files}) == 1
+    got = [e for _, evs in files for e in evs]
+    assert [e[5] for e in got] == list(range(len(got)))
+    assert got[0][0] == "process_start" and got[-1][0] == "process_stop"
+
+
+def test_run_ids_differ_between_logs_and_processes(tmp_path):
+    a = events.EventLog(str(tmp_path / "a"), "n", "p", flush_interval=3600)
+    b = events.EventLog(str(tmp_path / "b"), "n", "p", flush_interval=3600)
+    assert a.run_id != b.run_id
+    a.close()
+    b.close()
+    assert events.run_id() == events.run_id()
+    child = os.fork()
+    if child == 0:  # a forked child is a run of its own
+        os._exit(0 if events.run_id() != _parent_run else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+_parent_run = events.run_id()
+
+
+def test_heartbeats_while_idle(tmp_path):
+    lg = events.EventLog(str(tmp_path), "n", "p", flush_interval=3600, heartbeat_interval=0.05)
+    deadline = time.monotonic() + 10
+    beats = []
+    while time.monotonic() < deadline:
+        try:
+            beats = [e for e in _all_events(str(tmp_path), markers=True) if e[0] == "heartbeat"]
+        except ValueError:  # read between the file's creation and its header's write
+            pass
+        if len(beats) >= 3:
+            break
+        time.sleep(0.05)
+    assert len(beats) >= 3  # written by the writer thread itself: no flush() asked for them
+    assert [b[5] for b in beats] == sorted(b[5] for b in beats)
+    assert all(b[4] == {"dropped": 0} and b[1] is None for b in beats)
+    lg.close()
+
+
+def test_a_full_buffer_drops_counts_and_leaves_a_hole_in_the_numbers(tmp_path):
+    lg = events.EventLog(str(tmp_path), "n", "p", flush_interval=3600, heartbeat_interval=0,
+                         max_buffered=10)
+    for i in range(25):
+        lg.emit("acked", i.to_bytes(16, "big"), {"delivery_tag": i})
+    assert len(lg.buf) == 10 and lg.dropped == 16  # process_start took one place
+    lg.flush()
+    lg.emit("acked", b"z" * 16, {"delivery_tag": 99})
+    lg.close()
+    got = _all_events(str(tmp_path), markers=True)
+    assert [(e[0], e[5]) for e in got] == [("process_start", 0)] + [
+        ("acked", i) for i in range(1, 10)] + [("events_dropped", 26), ("acked", 27),
+                                                ("process_stop", 28)]
+    assert got[10][4] == {"count": 16, "dropped": 16}
+    assert got[-1][4] == {"dropped": 16}
+
+
+def test_module_bound_and_drop_counter(tmp_path):
+    events.configure(_cfg(tmp_path, "full", events_max_buffered=5), "conn-0", "n1")
+    events.flush()
+    for i in range(1000):  # no writer round can come in between: it sleeps 0.2 s
+        events.emit("acked", None, i=i)
+    assert 0 < events.dropped() <= 1000 - 5 + 1
+    dropped = events.dropped()
+    events.close()
+    got = _all_events(str(tmp_path / "events"), markers=True)
+    assert sum(e[4]["count"] for e in got if e[0] == "events_dropped") == dropped
+    kept = [e for e in got if e[0] == "acked"]
+    assert len(kept) + dropped == 1000
+    assert max(e[5] for e in got) == len(got) - 1 + dropped  # every drop spent a number
+    assert events.dropped() == 0  # after close: no log
+
+
+def test_kill_9_leaves_a_run_without_its_stop_marker(tmp_path):
+    code = ("import os, signal, types\n"
+            "from actors import events\n"
+            f"events.configure(types.SimpleNamespace(data_dir={str(tmp_path)!r}, events='full'),"
+            " 'queue-0', 'n1')\n"
+            "events.emit('enqueued', b'a' * 16, queue='q')\n"
+            "events.flush()\n"
+            "events.emit('acked', b'a' * 16, queue='q')  # still in the buffer at the kill\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert out.returncode == -9, out.stderr
+    got = _all_events(str(tmp_path / "events"), markers=True)
+    assert [(e[0], e[5]) for e in got] == [("process_start", 0), ("enqueued", 1)]
