@@ -284,15 +284,15 @@ def _cells(browser, table_id: str, text: str) -> list:
          if text in r.text), None))
 
 
-def _click_in_row(browser, table_id: str, text: str, css: str) -> None:
-    """Clicks `css` in the row showing `text` (found again if the table re-rendered under
-    the row found)."""
+def _click_in_row(browser, table_id: str, text: str, css: str, by=By.CSS_SELECTOR) -> None:
+    """Clicks `css` (or what `by` finds by that value) in the row showing `text` (found again
+    if the table re-rendered under the row found)."""
     def click(b):
         row = next((r for r in b.find_elements(By.CSS_SELECTOR, f"#{table_id} tbody tr")
                     if text in r.text), None)
         if row is None:
             return False
-        row.find_element(By.CSS_SELECTOR, css).click()
+        row.find_element(by, css).click()
         return True
     wait(browser, click)
 
@@ -691,14 +691,13 @@ def test_the_traces_page_shows_a_make_analyze_report_and_a_message_s_lifecycle(
 
     logged_in(browser, node)
     go(browser, node, "#/traces")
-    row = _row(browser, "analyses-table", "ui-analysis")
-    assert [td.text for td in row.find_elements(By.TAG_NAME, "td")][1] == "2"
+    assert _cells(browser, "analyses-table", "ui-analysis")[1] == "2"
     assert _http(node, "GET", "/analyses/ui-analysis/report.html")[0] == 200
     assert _http(node, "GET", "/analyses/ui-analysis/report.html", auth=("guest", "x"))[0] \
         == 401
     # the report opens in a tab of its own, plots and all, without asking for the password
     ui_tab = browser.current_window_handle
-    row.find_element(By.LINK_TEXT, "report.html").click()
+    _click_in_row(browser, "analyses-table", "ui-analysis", "report.html", By.LINK_TEXT)
     tab = wait(browser, lambda b: next((w for w in b.window_handles if w != ui_tab), None))
     browser.switch_to.window(tab)
     try:
@@ -711,16 +710,14 @@ def test_the_traces_page_shows_a_make_analyze_report_and_a_message_s_lifecycle(
     finally:
         browser.close()
         browser.switch_to.window(ui_tab)
-    _row(browser, "analyses-table", "ui-analysis").find_element(
-        By.LINK_TEXT, "ui-analysis").click()
-    row = _row(browser, "trace-messages", "ui-traced")
-    cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
+    _click_in_row(browser, "analyses-table", "ui-analysis", "ui-analysis", By.LINK_TEXT)
+    cells = _cells(browser, "trace-messages", "ui-traced")
     assert cells[2:4] == ["acked", "1"], cells  # final state, redeliveries
     listed = {m["message_id"]: m for m in
               _api(node, "GET", "/leveret/analyses/ui-analysis/messages")}
     assert listed["ui-left"]["final_state"] == "queued"
     shot(browser, node, "traces-messages")
-    row.find_element(By.TAG_NAME, "a").click()  # by its msg_id
+    _click_in_row(browser, "trace-messages", "ui-traced", "a", By.TAG_NAME)  # by its msg_id
     visible(browser, "#trace-steps")
     trace = _api(node, "GET", "/leveret/analyses/ui-analysis/messages/ui-traced")
     assert browser.current_url.endswith("/" + trace["msg_id"])
@@ -728,11 +725,12 @@ def test_the_traces_page_shows_a_make_analyze_report_and_a_message_s_lifecycle(
     def kinds(b):
         return [r.find_elements(By.TAG_NAME, "td")[1].text
                 for r in b.find_elements(By.CSS_SELECTOR, "#trace-steps tbody tr")]
-    shown = kinds(browser)
+    shown = wait(browser, lambda b: kinds(b) or None)
     assert shown == [s["kind"] for s in trace["steps"]]
     assert shown[0] == "publish_received" and shown[-1] == "acked" and "requeued" in shown
-    nodes = {r.find_elements(By.TAG_NAME, "td")[3].text
-             for r in browser.find_elements(By.CSS_SELECTOR, "#trace-steps tbody tr")}
+    nodes = wait(browser, lambda b: {
+        r.find_elements(By.TAG_NAME, "td")[3].text
+        for r in b.find_elements(By.CSS_SELECTOR, "#trace-steps tbody tr")} or None)
     assert nodes == {s["node"] for s in trace["steps"]} and "" not in nodes
     shot(browser, node, "traces")
     # the analysis' page finds a message by the publisher's message_id too
