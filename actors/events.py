@@ -47,6 +47,7 @@ import zlib
 import msgpack
 
 __all__ = ["SCHEMA", "KINDS", "MESSAGE_KINDS", "COPY_KINDS", "PUBLISHER_KINDS", "PROCESS_KINDS",
+           "DEAD_LETTER_KINDS", "REMOVAL_KINDS", "TX_KINDS",
            "EventLog",
            "configure", "enabled", "emit", "written", "flush", "close", "parse_level", "read_file"]
 
@@ -61,7 +62,14 @@ COPY_KINDS = ("enqueued", "stored", "synced", "delivered", "fetched", "acked", "
 PUBLISHER_KINDS = ("confirmed", "nacked_to_publisher")  # the answer to the publisher
 PROCESS_KINDS = ("queue_crashed", "queue_started", "channel_closed",
                  "connection_closed")  # no msg_id
-KINDS = MESSAGE_KINDS + COPY_KINDS + PUBLISHER_KINDS + PROCESS_KINDS
+# A dead-lettered copy's first event, under its own msg_id: parent, reason, DLX, target queues.
+DEAD_LETTER_KINDS = ("dead_letter_published",)
+# No msg_id: one event per purge or delete names every copy it removed (seq_below, time).
+REMOVAL_KINDS = ("purged", "queue_deleted")
+# No msg_id: a transaction's end, its publishes as a list (msg_ids).
+TX_KINDS = ("tx_committed", "tx_rolled_back")
+KINDS = (MESSAGE_KINDS + COPY_KINDS + PUBLISHER_KINDS + PROCESS_KINDS + DEAD_LETTER_KINDS +
+         REMOVAL_KINDS + TX_KINDS)
 
 FLUSH_INTERVAL = 0.2  # seconds between background writes
 BATCH = 1024  # events encoded by one Packer.pack call

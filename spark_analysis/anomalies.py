@@ -9,7 +9,8 @@
 - confirmed_before_synced: a persistent message's copy in a durable queue, enqueued before the
   confirm, confirmed before that copy was synced to disk (unless it had already left the queue:
   acked before the sync);
-- redelivery_loop: a copy redelivered more than `redelivery_threshold` times.
+- redelivery_loop: a copy redelivered more than `redelivery_threshold` times;
+- partial_enqueue: routed to N queues, enqueued in some of them but not all.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 KINDS = ("lost", "acked_twice", "delivered_after_ack", "confirmed_before_synced",
-         "redelivery_loop")
+         "redelivery_loop", "partial_enqueue")
 
 COLUMNS = ("kind", "msg_id", "message_id", "vhost", "queue", "final_state", "t", "detail")
 
@@ -71,4 +72,18 @@ def find(lifecycles: DataFrame, redelivery_threshold: int = 10) -> DataFrame:
                 F.format_string("redelivered %d times (threshold %d)",
                                 c.getField("redeliveries"), F.lit(redelivery_threshold)))
     return (lost.unionByName(acked_twice).unionByName(after_ack).unionByName(before_synced)
-            .unionByName(loop))
+            .unionByName(loop).unionByName(partial_enqueue(lifecycles)))
+
+
+def partial_enqueue(lifecycles: DataFrame) -> DataFrame:
+    """Routed to queues of which some hold a copy and others none (with no copy at all it is
+    `not_enqueued`, `rolled_back` or `nacked_to_publisher`, and `lost` when confirmed)."""
+    held = F.transform(F.filter("copies", lambda c: c.getField("state") != "not_enqueued"),
+                       lambda c: c.getField("queue"))
+    routed = F.coalesce(F.col("routed_queues"), F.array())
+    missing = F.array_except(routed, held)
+    rows = lifecycles.where((F.size(missing) > 0) & (F.size(F.array_intersect(routed, held)) > 0))
+    return _row(rows, "partial_enqueue", F.array_join(F.array_sort(missing), ","),
+                F.coalesce(F.col("t_routed"), F.col("t_published")),
+                F.format_string("routed to %d queues, enqueued in %d", F.size(routed),
+                                F.size(F.array_intersect(routed, held))))

@@ -20,12 +20,17 @@ from spark_analysis import schema as S
 
 # final_state of a message: the state shared by the copies in the queues it was routed to (a
 # dead-letter queue's copy keeps its own state in `copies`), "mixed" when they differ, or, with
-# no copy at all: returned, unroutable, nacked_to_publisher, not_enqueued (routed, never
-# enqueued), published (nothing after publish_received). A copy's state: queued, unacked,
+# no copy at all: returned, unroutable, nacked_to_publisher, rolled_back (tx.rollback),
+# not_enqueued (routed, never enqueued), published (nothing after publish_received). A
+# dead-lettered copy is a message of its own (msg_id new, parent_msg_id its parent's), routed
+# to the DLX's target queues. A copy's state: queued, unacked,
 # acked (by the consumer, or a no_ack delivery), discarded (nack/reject without requeue and no
 # dead-letter exchange), expired, dead_lettered, dropped, vanished (see copy_states).
 COPY_STATES = ("queued", "unacked", "acked", "discarded", "expired", "dead_lettered", "dropped",
                "vanished", "not_enqueued")  # not_enqueued: stored/synced, never enqueued
+# A copy's fate decided by a per-queue event rather than its own (removed_by): purged (ready
+# when its queue was purged), deleted (ready or unacked when its queue was deleted).
+REMOVED_STATES = ("purged", "deleted")
 
 
 def ns_to_ts(col: Column) -> Column:
@@ -97,10 +102,10 @@ def group_rows(events: DataFrame) -> DataFrame:
         F.first("message_id", ignorenulls=True).alias("message_id"),
         F.first("vhost", ignorenulls=True).alias("vhost"),
         # publish side
-        F.first(F.when(_is("publish_received"), F.col("exchange")), ignorenulls=True)
-        .alias("exchange"),
-        F.first(F.when(_is("publish_received"), F.col("routing_key")), ignorenulls=True)
-        .alias("routing_key"),
+        F.first(F.when(_is("publish_received", *S.DEAD_LETTER_KINDS), F.col("exchange")),
+                ignorenulls=True).alias("exchange"),
+        F.first(F.when(_is("publish_received", *S.DEAD_LETTER_KINDS), F.col("routing_key")),
+                ignorenulls=True).alias("routing_key"),
         F.max("persistent").alias("persistent"),
         F.max(F.when(_is("publish_received", "unroutable"), F.col("mandatory")))
         .alias("mandatory"),
@@ -110,7 +115,13 @@ def group_rows(events: DataFrame) -> DataFrame:
                        F.col("seq_no")), ignorenulls=True).alias("seq_no"),
         _t_min("publish_received").alias("t_published_ns"),
         _t_min("routed").alias("t_routed_ns"),
-        _union_lists(F.when(_is("routed"), F.col("queues"))).alias("routed_queues"),
+        # a dead-lettered copy is routed by its DLX: its target queues
+        _union_lists(F.when(_is("routed", *S.DEAD_LETTER_KINDS), F.col("queues")))
+        .alias("routed_queues"),
+        F.first("parent_msg_id", ignorenulls=True).alias("parent_msg_id"),
+        F.first(F.when(_is(*S.DEAD_LETTER_KINDS), F.col("reason")), ignorenulls=True)
+        .alias("dead_letter_reason"),
+        _t_min("tx_rolled_back").alias("t_rolled_back_ns"),
         _t_min("unroutable").alias("t_unroutable_ns"),
         _t_min("returned").alias("t_returned_ns"),
         _t_min("confirmed").alias("t_confirmed_ns"),
@@ -153,6 +164,7 @@ def copy_states(rows: DataFrame, events: DataFrame) -> DataFrame:
                           (s.getField("t_ns") <= acked_at))
     rows = (rows
             .withColumn("state", F.when(is_copy, copy_state(last)))
+            .withColumn("t_last_state_ns", last.getField("t_ns"))
             .withColumn("last_connection", last.getField("connection"))
             .withColumn("last_channel", last.getField("channel"))
             .withColumn("delivery_to_ack_ms", _ms(acked_at, F.try_element_at(
@@ -172,6 +184,7 @@ def copy_states(rows: DataFrame, events: DataFrame) -> DataFrame:
                       rows.vhost.eqNullSafe(restarts.r_vhost), "left")
             .withColumn("durable", F.when(is_copy, F.coalesce(
                 F.col("durable"), F.col("q_durable"), F.col("t_stored_ns").isNotNull()))))
+    rows = removed_by(rows, events)
     # A channel (or its connection) closed after a copy was delivered on it, and no requeue
     # since. Latest close per channel and per connection: one row per key, so the joins keep
     # one row per copy (channel numbers are reused: only a close after the delivery counts).
@@ -195,7 +208,28 @@ def copy_states(rows: DataFrame, events: DataFrame) -> DataFrame:
     return (rows.withColumn("state", F.when(gone, F.lit("vanished")).otherwise(F.col("state")))
             .drop("r_vhost", "r_queue", "t_restart_ns", "q_durable", "cc_connection",
                   "cc_channel", "t_ch_close_ns", "k_connection", "t_conn_close_ns",
-                  "last_connection", "last_channel"))
+                  "last_connection", "last_channel", "t_last_state_ns"))
+
+
+def removed_by(rows: DataFrame, events: DataFrame) -> DataFrame:
+    """Copies a purge or a queue deletion removed: the first `purged` (copy ready) or
+    `queue_deleted` (ready or unacked) event of its queue at or after the copy's last state
+    step. One row per queue (its removals, sorted), broadcast: no shuffle of the copy rows."""
+    removals = (events.where(_is(*S.REMOVAL_KINDS) & F.col("queue").isNotNull())
+                .groupBy(F.col("vhost").alias("rm_vhost"), F.col("queue").alias("rm_queue"))
+                .agg(F.array_sort(F.collect_list(F.struct("t_ns", "kind"))).alias("removals")))
+    rows = rows.join(F.broadcast(removals), (rows.copy_queue == removals.rm_queue) &
+                     rows.vhost.eqNullSafe(removals.rm_vhost), "left")
+    state = F.col("state")
+    hit = F.try_element_at(F.filter(F.coalesce("removals", F.array()), lambda r: (
+        r.getField("t_ns") >= F.col("t_last_state_ns")) & (
+        (state == "queued") | ((state == "unacked") & (r.getField("kind") == "queue_deleted")))),
+        F.lit(1))
+    return (rows
+            .withColumn("state", F.when(hit.isNull(), state).when(
+                hit.getField("kind") == "purged", F.lit("purged")).otherwise(F.lit("deleted")))
+            .withColumn("t_removed_ns", F.coalesce("t_removed_ns", hit.getField("t_ns")))
+            .drop("rm_vhost", "rm_queue", "removals"))
 
 
 COPY_FIELDS = ("state", "durable", "persistent", "deliveries", "redeliveries", "acks",
@@ -205,7 +239,7 @@ COPY_FIELDS = ("state", "durable", "persistent", "deliveries", "redeliveries", "
 COPY_TIMES = ("t_enqueued", "t_stored", "t_synced", "t_first_delivered", "t_last_delivered",
               "t_first_acked", "t_removed", "t_last_event")
 PUBLISH_TIMES = ("t_published", "t_routed", "t_unroutable", "t_returned", "t_confirmed",
-                 "t_nacked_to_publisher")
+                 "t_nacked_to_publisher", "t_rolled_back")
 
 
 def assemble(rows: DataFrame) -> DataFrame:
@@ -236,7 +270,7 @@ def assemble(rows: DataFrame) -> DataFrame:
         F.first("message_id", ignorenulls=True).alias("message_id"),
         F.first("vhost", ignorenulls=True).alias("vhost"),
         side("exchange"), side("routing_key"), side("mandatory"), side("publisher_connection"),
-        side("seq_no"), side("routed_queues"),
+        side("seq_no"), side("routed_queues"), side("parent_msg_id"), side("dead_letter_reason"),
         *[side(f"{t}_ns") for t in PUBLISH_TIMES],
         F.max("persistent").alias("persistent"),
         F.sum("n_events").alias("n_events"),
@@ -270,6 +304,7 @@ def final_state(states: Column, dl_queues: Column, routed: Column) -> Column:
                    F.when(F.col("t_returned_ns").isNotNull(), "returned")
                    .when(F.col("t_unroutable_ns").isNotNull(), "unroutable")
                    .when(F.col("t_nacked_to_publisher_ns").isNotNull(), "nacked_to_publisher")
+                   .when(F.col("t_rolled_back_ns").isNotNull(), "rolled_back")
                    .when(F.size(routed) > 0, "not_enqueued")
                    .otherwise("published"))
             .when(F.size(distinct) == 1, distinct.getItem(0))
@@ -294,6 +329,7 @@ def finish(msgs: DataFrame) -> DataFrame:
         _ms(F.col("t_confirmed_ns"), published).alias("publish_to_confirm_ms"),
         _ms(F.col("t_first_delivered_ns"), published).alias("publish_to_first_delivery_ms"),
         F.lower(F.hex("dead_lettered_to")).alias("dead_lettered_to"),
+        F.lower(F.hex("parent_msg_id")).alias("parent_msg_id"), "dead_letter_reason",
         "seq_no", "publisher_connection", "n_events", "nodes", "copies",
         *[f"{t}_ns" for t in PUBLISH_TIMES],  # exact times (the anomaly checks use them)
     )
@@ -302,4 +338,12 @@ def finish(msgs: DataFrame) -> DataFrame:
 def build(events: DataFrame) -> DataFrame:
     """The lifecycles DataFrame (one row per msg_id) of an events DataFrame: two shuffles, one
     pass over each (write it out, then read it back, rather than caching it)."""
-    return assemble(copy_states(group_rows(events), events))
+    return assemble(copy_states(group_rows(with_rolled_back(events)), events))
+
+
+def with_rolled_back(events: DataFrame) -> DataFrame:
+    """The events plus one `tx_rolled_back` row per publish a rollback discarded (the event
+    lists them in `msg_ids`), so the rollback groups with the message's other events."""
+    return events.unionByName(
+        events.where(_is("tx_rolled_back") & (F.size("msg_ids") > 0))
+        .withColumn("msg_id", F.explode("msg_ids")))

@@ -1224,6 +1224,8 @@ class ChannelCore:
             raise ChannelError(406, "channel is not transactional")
         publishes, self.tx_publishes = self.tx_publishes, []
         settles, self.tx_settles = self.tx_settles, []
+        if self.events.enabled():
+            self._event_tx("tx_committed", publishes, settles)
         for targets, item, body, pmethod, pcmd in publishes:
             self._route_out(targets, item, body, pmethod, pcmd)
         self.tx = False
@@ -1235,6 +1237,8 @@ class ChannelCore:
     def _tx_rollback(self, method, cmd):
         if not self.tx:
             raise ChannelError(406, "channel is not transactional")
+        if self.events.enabled():
+            self._event_tx("tx_rolled_back", self.tx_publishes, self.tx_settles)
         self.tx_publishes = []
         for entries, _, _ in self.tx_settles:
             for tag, entry in entries:
@@ -1247,6 +1251,16 @@ class ChannelCore:
                     break
         self.tx_settles = []
         self.out.write(encode_method(self.number, am.TxRollbackOk()))
+
+    def _event_tx(self, kind, publishes, settles) -> None:
+        """One event per commit or rollback, naming the publishes it settles by msg_id (a
+        transaction's publishes are all in memory here, so the list costs nothing to build);
+        held acks are emitted one by one only when a commit applies them."""
+        c = self.conn
+        self.events.emit(kind, None, actor="channel", vhost=c.vhost, connection=c.owner,
+                         channel=self.number, publishes=len(publishes),
+                         settles=sum(len(entries) for entries, _, _ in settles),
+                         msg_ids=[p[1][7] for p in publishes if len(p[1]) > 7])
 
 
 _U64 = struct.Struct(">Q")

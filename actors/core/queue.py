@@ -17,7 +17,8 @@ and carries out what it asks through `out`, an object with:
 - `persist(msgs)`                     hand persistent messages to the backing queue
 - `record_delivery(msgs)`              persistent messages handed out for the first time
 - `forget(msgs)`                      tell the backing queue these are settled
-- `dead_letter(msg, reason)`          re-publish a message to the dead-letter exchange
+- `dead_letter(msg, reason[, new_msg_id])` re-publish a message to the dead-letter exchange
+  (new_msg_id, with events on: the copy's msg_id in the event log)
 - `delete_self(reason)`               ask the node to delete this queue
 - `schedule(at_ms)`                   call `tick` again at (monotonic) time at_ms
 - `page_in(after_seq, n, priority)`   read the next n paged-out messages of a priority's lane
@@ -504,7 +505,8 @@ class QueueCore:
             msg.expires_at = 0
         if msg.msg_id is not None and self.events.enabled():
             self.events.emit("enqueued", msg.msg_id, actor="queue", vhost=self.vhost,
-                             queue=self.name, seq_id=msg.seq_id, paged=divert)
+                             queue=self.name, seq_id=msg.seq_id, paged=divert,
+                             durable=self.durable)
         if self.on_enqueue is not None:
             self.on_enqueue(msg)  # mirrored: the master sends it to its mirrors
         if divert:
@@ -1272,9 +1274,13 @@ class QueueCore:
     def _dead_letter_or_drop(self, msg, reason) -> None:
         if self.dlx is not None:
             if msg.msg_id is not None and self.events.enabled():
+                # the copy gets an id of its own, named here so parent and child link both ways
+                child = self.random_bytes(16)
                 self.events.emit("dead_lettered", msg.msg_id, actor="queue", vhost=self.vhost,
                                  queue=self.name, seq_id=msg.seq_id, reason=reason,
-                                 exchange=self.dlx)
+                                 exchange=self.dlx, new_msg_id=child)
+                self.out.dead_letter(msg, reason, child)
+                return
             self.out.dead_letter(msg, reason)
 
     def tick(self, now) -> None:
@@ -1352,6 +1358,8 @@ class QueueCore:
 
     def purge(self) -> int:
         n = self._count()
+        if not self.deleted and self.events.enabled():
+            self._emit_removal("purged", n)
         if self.paged:
             for p, lane in enumerate(self.lanes):
                 if lane.paged:
@@ -1385,12 +1393,16 @@ class QueueCore:
             self._pay_owed()
         return n
 
-    def delete(self, if_unused: bool, if_empty: bool) -> int:
+    def delete(self, if_unused: bool, if_empty: bool, reason: str = "delete") -> int:
+        """reason: what asked for it ("delete" a client or admin, "x-expires", "auto_delete",
+        "exclusive" the owning connection went), for the event log."""
         if if_unused and self.consumers:
             raise ChannelError(406, f"queue '{self.name}' in vhost '{self.vhost}' in use")
         if if_empty and self._count():
             raise ChannelError(406, f"queue '{self.name}' in vhost '{self.vhost}' not empty")
         n = self._count()
+        if self.events.enabled():
+            self._emit_removal("queue_deleted", n, reason=reason, unacked=len(self.unacked))
         if self.late_confirm:
             # what was never acked is lost with the queue: its publishers hear it now
             for msg, _, _ in self.unacked.values():
@@ -1408,6 +1420,14 @@ class QueueCore:
         self.cons.clear()
         self.deleted = True
         return n
+
+    def _emit_removal(self, kind: str, n: int, **fields) -> None:
+        """One event for every copy a purge or a delete removes, however many: the copies are
+        those of this queue with seq_id < seq_below still queued (and, for a delete, unacked)
+        when it happened, which the job knows from their own events; paged copies are never
+        read back to be named."""
+        self.events.emit(kind, None, actor="queue", vhost=self.vhost, queue=self.name,
+                         count=n, seq_below=self.next_seq, **fields)
 
 
 
