@@ -221,15 +221,16 @@ def removed_by(rows: DataFrame, events: DataFrame) -> DataFrame:
     rows = rows.join(F.broadcast(removals), (rows.copy_queue == removals.rm_queue) &
                      rows.vhost.eqNullSafe(removals.rm_vhost), "left")
     state = F.col("state")
-    hit = F.try_element_at(F.filter(F.coalesce("removals", F.array()), lambda r: (
+    first = F.try_element_at(F.filter(F.coalesce("removals", F.array()), lambda r: (
         r.getField("t_ns") >= F.col("t_last_state_ns")) & (
         (state == "queued") | ((state == "unacked") & (r.getField("kind") == "queue_deleted")))),
         F.lit(1))
-    return (rows
+    hit = F.col("removal")  # computed once: the state it is judged by changes below
+    return (rows.withColumn("removal", first)
             .withColumn("state", F.when(hit.isNull(), state).when(
                 hit.getField("kind") == "purged", F.lit("purged")).otherwise(F.lit("deleted")))
             .withColumn("t_removed_ns", F.coalesce("t_removed_ns", hit.getField("t_ns")))
-            .drop("rm_vhost", "rm_queue", "removals"))
+            .drop("rm_vhost", "rm_queue", "removals", "removal"))
 
 
 COPY_FIELDS = ("state", "durable", "persistent", "deliveries", "redeliveries", "acks",
