@@ -122,6 +122,8 @@ def group_rows(events: DataFrame) -> DataFrame:
         F.first(F.when(_is(*S.DEAD_LETTER_KINDS), F.col("reason")), ignorenulls=True)
         .alias("dead_letter_reason"),
         _t_min("tx_rolled_back").alias("t_rolled_back_ns"),
+        F.first(F.when(_is("nacked_to_publisher"), F.col("reason")), ignorenulls=True)
+        .alias("nack_reason"),
         _t_min("unroutable").alias("t_unroutable_ns"),
         _t_min("returned").alias("t_returned_ns"),
         _t_min("confirmed").alias("t_confirmed_ns"),
@@ -272,6 +274,7 @@ def assemble(rows: DataFrame) -> DataFrame:
         F.first("vhost", ignorenulls=True).alias("vhost"),
         side("exchange"), side("routing_key"), side("mandatory"), side("publisher_connection"),
         side("seq_no"), side("routed_queues"), side("parent_msg_id"), side("dead_letter_reason"),
+        side("nack_reason"),
         *[side(f"{t}_ns") for t in PUBLISH_TIMES],
         F.max("persistent").alias("persistent"),
         F.sum("n_events").alias("n_events"),
@@ -331,6 +334,7 @@ def finish(msgs: DataFrame) -> DataFrame:
         _ms(F.col("t_first_delivered_ns"), published).alias("publish_to_first_delivery_ms"),
         F.lower(F.hex("dead_lettered_to")).alias("dead_lettered_to"),
         F.lower(F.hex("parent_msg_id")).alias("parent_msg_id"), "dead_letter_reason",
+        "nack_reason",
         "seq_no", "publisher_connection", "n_events", "nodes", "copies",
         *[f"{t}_ns" for t in PUBLISH_TIMES],  # exact times (the anomaly checks use them)
     )

@@ -8,7 +8,8 @@ ordering) and rabbit_priority_queue.erl. The actor shell (actors/queue/queue.py)
 and carries out what it asks through `out`, an object with:
 
 - `deliver(channel, items, bodies)`  a batch of deliveries to one channel
-- `confirm(channel, seqs, ok)`        publisher confirms (ok) or nacks (not ok)
+- `confirm(channel, seqs, ok[, reason])` publisher confirms (ok) or nacks (not ok, reason as
+  messages.Confirm says)
 - `reply(addr, req_id, ok, result, code, text)`
 - `consumer_gone(channel, ctag)`      the broker cancelled a consumer
 - `credit(channel, n, nbytes)`        credit_flow bump for a publishing channel
@@ -394,7 +395,7 @@ class QueueCore:
         if accepted:
             self.out.confirm(sender, accepted, True)
         if refused:
-            self.out.confirm(sender, refused, False)
+            self._nack(sender, refused, "reject-publish")
         keep_up = self.keep_up
         keep_up.roll(now)
         keep_up.ins += len(items)
@@ -461,7 +462,7 @@ class QueueCore:
             for p, lane in enumerate(self.lanes):
                 if lane.pubs:  # x-confirm-on: lost before any consumer saw them: nack
                     for publisher, pub_seq in lane.pubs.discard(gone):
-                        self.out.confirm(publisher, [pub_seq], False)
+                        self._nack(publisher, [pub_seq], "disk")
                 if not lane.paged:
                     self._join_tail(p)
         for ready in self.ready:
@@ -480,7 +481,7 @@ class QueueCore:
             if msg.pub_seq:
                 by_channel.setdefault(msg.publisher, []).append(msg.pub_seq)
         for channel, seqs in by_channel.items():
-            self.out.confirm(channel, seqs, False)
+            self._nack(channel, seqs, "disk")
 
     def _enqueue(self, exchange, rk, props, body, persistent, priority, expiry, now, sender,
                  pub_seq, msg_id=None, divert=False, behind=False):
@@ -1112,7 +1113,17 @@ class QueueCore:
     def _flush_answers(self) -> None:
         answers, self._answers = self._answers, {}
         for (publisher, ok), seqs in answers.items():
-            self.out.confirm(publisher, seqs, ok)
+            if ok:
+                self.out.confirm(publisher, seqs, ok)
+            else:  # x-confirm-on: the message left the queue before any consumer acked it
+                self._nack(publisher, seqs, "lost")
+
+    def _nack(self, publisher, seqs, reason) -> None:
+        """basic.nack to a publisher; the reason travels only for the event log."""
+        if self.events.enabled():
+            self.out.confirm(publisher, seqs, False, reason)
+        else:
+            self.out.confirm(publisher, seqs, False)
 
     def sent(self, channel, n, now) -> None:
         """The channel's writer put n deliveries on the wire: more may follow."""

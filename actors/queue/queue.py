@@ -75,9 +75,9 @@ class Effects:
         self.actor.counters.delivered(channel, items, self.actor.core.consumers)
         self.t.send(channel, m.Deliver(self.addr, self.actor.qname, items, bodies))
 
-    def confirm(self, channel, seqs, ok):
+    def confirm(self, channel, seqs, ok, reason=""):
         if channel and not (ok and self.actor.mirrors.confirm(channel, seqs)):
-            self.t.send(channel, m.Confirm(self.addr, seqs, ok))
+            self.t.send(channel, m.Confirm(self.addr, seqs, ok, reason))
             if ok:
                 self.actor.counters.confirmed(self.actor.core.confirm_on, len(seqs))
 

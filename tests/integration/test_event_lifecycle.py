@@ -178,6 +178,10 @@ def test_spark_job_sees_every_fate_the_client_caused(tmp_path, spark):
         ch.queue_bind("takes-it", "both")
         ch.queue_bind("refuses-it", "both")
         ch.basic_publish("both", "", b"p", _props("partial"))
+        confirming = conn.channel()
+        confirming.confirm_delivery()
+        with pytest.raises(pika.exceptions.NackError):
+            confirming.basic_publish("", "refuses-it", b"n", _props("nacked"))
 
         wait_until(lambda: ch.queue_declare("takes-it", passive=True).method.message_count == 1)
         wait_until(lambda: ch.queue_declare("tx-q", passive=True).method.message_count == 1)
@@ -201,7 +205,9 @@ def test_spark_job_sees_every_fate_the_client_caused(tmp_path, spark):
         "deleted-ready": "deleted", "deleted-unacked": "deleted",
         "expired-queue": "deleted", "exclusive-owner-gone": "deleted",
         "rolled-back": "rolled_back", "committed": "queued",
-        "rejected-to-dlx": "dead_lettered", "partial": "queued"}
+        "rejected-to-dlx": "dead_lettered", "partial": "queued",
+        "nacked": "nacked_to_publisher"}
+    assert rows["nacked"]["nack_reason"] == "reject-publish"
     (child,) = [r for r in every if r["parent_msg_id"] is not None]
     parent = rows["rejected-to-dlx"]
     assert child["parent_msg_id"] == parent["msg_id"] == \

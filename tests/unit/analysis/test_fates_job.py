@@ -71,6 +71,9 @@ def workload(directory) -> None:
         # last: the channel stays transactional after tx.select
         _send(w, am.TxSelect(), publish("tx", message_id="rolled-back"), am.TxRollback(),
               publish("tx", message_id="committed"), am.TxCommit())
+
+        confirming = Wire(QUEUES, events=events)  # a second channel, in confirm mode
+        _send(confirming, am.ConfirmSelect(), publish("refuses", message_id="nacked"))
         w.run()
     finally:
         events.close()
@@ -87,7 +90,8 @@ def job(spark, tmp_path_factory):
     every = pq.read_table(out / "lifecycles").to_pylist()
     return types.SimpleNamespace(
         every=every, rows={r["message_id"]: r for r in every if r["parent_msg_id"] is None},
-        anomalies=pq.read_table(out / "anomalies").to_pylist())
+        anomalies=pq.read_table(out / "anomalies").to_pylist(),
+        events=pq.read_table(out / "events", columns=["kind", "durable"]).to_pylist())
 
 
 def test_final_states(job):
@@ -95,7 +99,14 @@ def test_final_states(job):
         "purged-1": "purged", "purged-2": "purged", "after-purge": "queued",
         "deleted-unacked": "deleted", "deleted-ready": "deleted",
         "rolled-back": "rolled_back", "committed": "queued",
-        "rejected": "dead_lettered", "partial": "queued"}
+        "rejected": "dead_lettered", "partial": "queued", "nacked": "nacked_to_publisher"}
+    assert job.rows["nacked"]["nack_reason"] == "reject-publish"
+    assert {r["nack_reason"] for r in job.every} == {None, "reject-publish"}
+
+
+def test_enqueue_events_say_durable(job):
+    enqueued = [r for r in job.events if r["kind"] == "enqueued"]
+    assert enqueued and {r["durable"] for r in enqueued} == {False}
 
 
 def test_purged_and_deleted_copies_have_a_removal_time(job):
