@@ -207,7 +207,7 @@ class _WireQueueOut(QueueOut):
             if name == "deliver":
                 wire.post(args[0], m.Deliver(q, self.name, args[1], args[2]))
             elif name == "confirm" and args[0]:
-                wire.post(args[0], m.Confirm(q, args[1], args[2]))
+                wire.post(args[0], m.Confirm(q, *args[1:]))  # (ok, reason when given)
             elif name == "reply":
                 wire.post(args[0], m.RpcReply(args[1], args[2], *args[3:]))
             elif name == "consumer_gone":
