@@ -345,8 +345,10 @@ class QueueCore:
                 if pub_seq:
                     refused.append(pub_seq)
                 if self.overflow == "reject-publish-dlx" and self.dlx is not None:
-                    self.out.dead_letter(Msg(0, exchange, rk, props, body, persistent,
-                                             ttl=expiry), "maxlen")
+                    # (its msg_id, for the event log's link from the refused publish to its copy)
+                    self._dead_letter_or_drop(Msg(0, exchange, rk, props, body, persistent,
+                                                  ttl=expiry, msg_id=msg_id[0] if msg_id else None),
+                                              "maxlen")
                 continue
             divert = behind = False
             if self.pageable:

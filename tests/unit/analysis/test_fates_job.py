@@ -27,6 +27,8 @@ QUEUES = {
     "purged": {}, "deleted": {}, "tx": {}, "dead": {}, "takes": {},
     "work": {"x-dead-letter-exchange": "dlx"},
     "refuses": {"x-max-length": 0, "x-overflow": "reject-publish"},
+    "refuses-dlx": {"x-max-length": 0, "x-overflow": "reject-publish-dlx",
+                    "x-dead-letter-exchange": "dlx"},
 }
 
 
@@ -67,6 +69,7 @@ def workload(directory) -> None:
         _send(w, am.BasicAck(delivery_tag=_get(w, "dead")))  # the child, acked
 
         _send(w, publish("takes", exchange="both", message_id="partial"))
+        _send(w, publish("refuses-dlx", message_id="refused-to-dlx"))  # dead-lettered at once
 
         # last: the channel stays transactional after tx.select
         _send(w, am.TxSelect(), publish("tx", message_id="rolled-back"), am.TxRollback(),
@@ -99,7 +102,8 @@ def test_final_states(job):
         "purged-1": "purged", "purged-2": "purged", "after-purge": "queued",
         "deleted-unacked": "deleted", "deleted-ready": "deleted",
         "rolled-back": "rolled_back", "committed": "queued",
-        "rejected": "dead_lettered", "partial": "queued", "nacked": "nacked_to_publisher"}
+        "rejected": "dead_lettered", "partial": "queued", "nacked": "nacked_to_publisher",
+        "refused-to-dlx": "dead_lettered"}
     assert job.rows["nacked"]["nack_reason"] == "reject-publish"
     assert {r["nack_reason"] for r in job.every} == {None, "reject-publish"}
 
@@ -115,15 +119,28 @@ def test_purged_and_deleted_copies_have_a_removal_time(job):
         assert copy["t_removed"] is not None and copy["time_in_queue_ms"] >= 0
 
 
+def _child(job, parent):
+    (child,) = [r for r in job.every if r["parent_msg_id"] == parent["msg_id"]]
+    return child
+
+
 def test_dead_lettered_child_links_to_its_parent(job):
-    (child,) = [r for r in job.every if r["parent_msg_id"] is not None]
     parent = job.rows["rejected"]
+    child = _child(job, parent)
     assert child["parent_msg_id"] == parent["msg_id"]
     assert parent["dead_lettered_to"] == child["msg_id"]
     assert (child["final_state"], child["dead_letter_reason"], child["exchange"],
             child["routed_queues"], child["message_id"]) == (
         "acked", "rejected", "dlx", ["dead"], "rejected")
     assert [c["queue"] for c in parent["copies"]] == ["work"]
+
+
+def test_a_publish_refused_to_the_dlx_links_to_its_copy(job):
+    parent = job.rows["refused-to-dlx"]
+    child = _child(job, parent)
+    assert parent["dead_lettered_to"] == child["msg_id"]
+    assert (child["final_state"], child["dead_letter_reason"], child["routed_queues"]) == (
+        "queued", "maxlen", ["dead"])
 
 
 def test_partial_enqueue_is_the_only_anomaly(job):
