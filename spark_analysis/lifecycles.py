@@ -4,9 +4,11 @@ Two shuffles:
 1. group the events by (msg_id, queue of copy events): one row for the publish side of a
    message (publish_received, routed, unroutable, returned, confirmed, nacked_to_publisher) and
    one per queue that held a copy of it (enqueued ... acked / expired / dead_lettered / dropped);
-   a copy's state is decided by its last step (`copy_state`), then a copy that was queued or
+   a copy's state is decided by its last step (`copy_state`), then a copy a later purge or queue
+   deletion removed becomes `purged` / `deleted` (`removed_by`), then a copy that was queued or
    unacked and then disappeared -- its queue restarted, or its consumer's channel closed without
-   a requeue -- becomes `vanished`;
+   a requeue -- becomes `vanished`; a publish a tx.rollback discarded gets that event under its
+   msg_id first (`with_rolled_back`);
 2. group those rows by msg_id into the lifecycle row: publish-side timestamps, the copies (one
    struct each, with their steps), counts, latencies, `final_state`.
 """
