@@ -115,6 +115,13 @@ def _traces_in_the_management_api(tmp_path):
         by_id = http("GET", f"/api/leveret/analyses/analysis/messages/{trace['msg_id']}")[1]
         assert by_id["steps"] == trace["steps"]
         assert http("GET", "/api/leveret/analyses/analysis/messages/nope")[0] == 404
+        # a dead-lettered message's client id names it, not its copy; the copy is one link away
+        status, parent = http("GET", "/api/leveret/analyses/analysis/messages/rejected-to-dlx")
+        assert status == 200, parent
+        (dl,) = [s for s in parent["steps"] if s["kind"] == "dead_lettered"]
+        child = http("GET", f"/api/leveret/analyses/analysis/messages/{dl['new_msg_id']}")[1]
+        assert child["steps"][0]["kind"] == "dead_letter_published"
+        assert child["steps"][0]["parent_msg_id"] == parent["msg_id"]
         assert http("GET", "/api/leveret/analyses/..%2Fdata/messages")[0] in (400, 404)
     finally:
         broker.stop()
