@@ -218,23 +218,37 @@ def copy_states(rows: DataFrame, events: DataFrame) -> DataFrame:
 def removed_by(rows: DataFrame, events: DataFrame) -> DataFrame:
     """Copies a purge or a queue deletion removed: the first `purged` (copy ready) or
     `queue_deleted` (ready or unacked) event of its queue at or after the copy's last state
-    step. One row per queue (its removals, sorted), broadcast: no shuffle of the copy rows."""
-    removals = (events.where(_is(*S.REMOVAL_KINDS) & F.col("queue").isNotNull())
-                .groupBy(F.col("vhost").alias("rm_vhost"), F.col("queue").alias("rm_queue"))
-                .agg(F.array_sort(F.collect_list(F.struct("t_ns", "kind"))).alias("removals")))
-    rows = rows.join(F.broadcast(removals), (rows.copy_queue == removals.rm_queue) &
-                     rows.vhost.eqNullSafe(removals.rm_vhost), "left")
-    state = F.col("state")
-    first = F.try_element_at(F.filter(F.coalesce("removals", F.array()), lambda r: (
-        r.getField("t_ns") >= F.col("t_last_state_ns")) & (
-        (state == "queued") | ((state == "unacked") & (r.getField("kind") == "queue_deleted")))),
-        F.lit(1))
+    step -- unless a restart of the queue came first that the copy did not survive (not synced
+    before it): that copy vanished then, and a later deletion must not hide it. One row per
+    queue (its removals and restarts, sorted), broadcast: no shuffle of the copy rows."""
+    marks = (events.where(_is(*S.REMOVAL_KINDS, "queue_crashed", "queue_started") &
+                          F.col("queue").isNotNull())
+             .groupBy(F.col("vhost").alias("rm_vhost"), F.col("queue").alias("rm_queue"))
+             .agg(F.array_sort(F.collect_list(F.struct("t_ns", "kind"))).alias("marks")))
+    # (a queue without a purge or deletion keeps its copies' states: no need to look further)
+    marks = marks.where(F.exists("marks", lambda r: r.getField("kind").isin(
+        list(S.REMOVAL_KINDS))))
+    rows = rows.join(F.broadcast(marks), (rows.copy_queue == marks.rm_queue) &
+                     rows.vhost.eqNullSafe(marks.rm_vhost), "left")
+    state, synced = F.col("state"), F.col("t_synced_ns")
+
+    def matters(r):
+        kind = r.getField("kind")
+        removes = (state == "queued") | ((state == "unacked") & (kind == "queue_deleted"))
+        survives = F.coalesce(synced <= r.getField("t_ns"), F.lit(False))
+        return (r.getField("t_ns") >= F.col("t_last_state_ns")) & F.when(
+            kind.isin(list(S.REMOVAL_KINDS)), removes).otherwise(
+            state.isin("queued", "unacked") & ~survives)
+
+    first = F.try_element_at(F.filter(F.coalesce("marks", F.array()), matters), F.lit(1))
     hit = F.col("removal")  # computed once: the state it is judged by changes below
+    kind = hit.getField("kind")
     return (rows.withColumn("removal", first)
-            .withColumn("state", F.when(hit.isNull(), state).when(
-                hit.getField("kind") == "purged", F.lit("purged")).otherwise(F.lit("deleted")))
-            .withColumn("t_removed_ns", F.coalesce("t_removed_ns", hit.getField("t_ns")))
-            .drop("rm_vhost", "rm_queue", "removals", "removal"))
+            .withColumn("state", F.when(kind == "purged", F.lit("purged"))
+                        .when(kind == "queue_deleted", F.lit("deleted")).otherwise(state))
+            .withColumn("t_removed_ns", F.when(kind.isin(list(S.REMOVAL_KINDS)), F.coalesce(
+                "t_removed_ns", hit.getField("t_ns"))).otherwise(F.col("t_removed_ns")))
+            .drop("rm_vhost", "rm_queue", "marks", "removal"))
 
 
 COPY_FIELDS = ("state", "durable", "persistent", "deliveries", "redeliveries", "acks",

@@ -24,7 +24,7 @@ from core_fakes import Wire, cmd, publish  # noqa: E402
 from spark_analysis import lifecycle  # noqa: E402
 
 QUEUES = {
-    "purged": {}, "deleted": {}, "tx": {}, "dead": {}, "takes": {},
+    "purged": {}, "deleted": {}, "crashed": {}, "tx": {}, "dead": {}, "takes": {},
     "work": {"x-dead-letter-exchange": "dlx"},
     "refuses": {"x-max-length": 0, "x-overflow": "reject-publish"},
     "refuses-dlx": {"x-max-length": 0, "x-overflow": "reject-publish-dlx",
@@ -72,6 +72,12 @@ def workload(directory) -> None:
         _send(w, publish("refuses-dlx", message_id="refused-to-dlx"))  # dead-lettered at once
 
         # last: the channel stays transactional after tx.select
+        # a copy lost in a crash stays lost when its queue is deleted later (the queue_crashed
+        # event as the node's metadata actor emits it)
+        _send(w, publish("crashed", message_id="lost-in-crash"))
+        events.emit("queue_crashed", None, actor="node", vhost="/", queue="crashed", worker=0)
+        w.q("crashed").delete(False, False, "delete")
+
         _send(w, am.TxSelect(), publish("tx", message_id="rolled-back"), am.TxRollback(),
               publish("tx", message_id="committed"), am.TxCommit())
 
@@ -103,7 +109,7 @@ def test_final_states(job):
         "deleted-unacked": "deleted", "deleted-ready": "deleted",
         "rolled-back": "rolled_back", "committed": "queued",
         "rejected": "dead_lettered", "partial": "queued", "nacked": "nacked_to_publisher",
-        "refused-to-dlx": "dead_lettered"}
+        "refused-to-dlx": "dead_lettered", "lost-in-crash": "vanished"}
     assert job.rows["nacked"]["nack_reason"] == "reject-publish"
     assert {r["nack_reason"] for r in job.every} == {None, "reject-publish"}
 
