@@ -1277,7 +1277,7 @@ class ChannelCore:
         self.events.emit(kind, None, actor="channel", vhost=c.vhost, connection=c.owner,
                          channel=self.number, publishes=len(publishes),
                          settles=sum(len(entries) for entries, _, _ in settles),
-                         msg_ids=[p[1][7] for p in publishes if len(p[1]) > 7])
+                         msg_ids=[item[7] for _, item, *_ in publishes if len(item) > 7])
 
 
 _U64 = struct.Struct(">Q")

@@ -1407,8 +1407,8 @@ class QueueCore:
         return n
 
     def delete(self, if_unused: bool, if_empty: bool, reason: str = "delete") -> int:
-        """reason: what asked for it ("delete" a client or admin, "x-expires", "auto_delete",
-        "exclusive" the owning connection went), for the event log."""
+        """reason: what asked for it ("delete" a client or admin, "x-expires", "auto-delete",
+        "exclusive" the owning connection went, "vhost_deleted"), for the event log."""
         if if_unused and self.consumers:
             raise ChannelError(406, f"queue '{self.name}' in vhost '{self.vhost}' in use")
         if if_empty and self._count():
