@@ -973,6 +973,9 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         self.next_req += 1
         self.pending_ops[req] = (rpc, vhost, name)
         if q.get("address") is None:
+            if events.enabled():  # no queue process to say it: the copies it kept on disk go
+                events.emit("queue_deleted", None, actor="node", vhost=vhost, queue=name,
+                            reason=reason)
             self._finish_delete(req, m.RpcReply(req, True, 0))
             return
         self.transport.send(q["address"], m.QueueOp(
