@@ -53,8 +53,9 @@ import zlib
 import msgpack
 
 __all__ = ["SCHEMA", "KINDS", "MESSAGE_KINDS", "COPY_KINDS", "PUBLISHER_KINDS", "PROCESS_KINDS",
-           "LOG_KINDS", "EventLog", "configure", "enabled", "emit", "written", "dropped",
-           "run_id", "flush", "close", "parse_level", "read_file"]
+           "LOG_KINDS", "DEAD_LETTER_KINDS", "REMOVAL_KINDS", "TX_KINDS", "EventLog",
+           "configure", "enabled", "emit", "written", "dropped", "run_id", "flush", "close",
+           "parse_level", "read_file"]
 
 log = logging.getLogger("leveret.events")
 
@@ -68,7 +69,14 @@ PUBLISHER_KINDS = ("confirmed", "nacked_to_publisher")  # the answer to the publ
 PROCESS_KINDS = ("queue_crashed", "queue_started", "channel_closed",
                  "connection_closed", "process_crashed")  # no msg_id
 LOG_KINDS = ("process_start", "heartbeat", "events_dropped", "process_stop")  # the log's own
-KINDS = MESSAGE_KINDS + COPY_KINDS + PUBLISHER_KINDS + PROCESS_KINDS + LOG_KINDS
+# A dead-lettered copy's first event, under its own msg_id: parent, reason, DLX, target queues.
+DEAD_LETTER_KINDS = ("dead_letter_published",)
+# No msg_id: one event per purge or delete names every copy it removed (seq_below, time).
+REMOVAL_KINDS = ("purged", "queue_deleted")
+# No msg_id: a transaction's end, its publishes as a list (msg_ids).
+TX_KINDS = ("tx_committed", "tx_rolled_back")
+KINDS = (MESSAGE_KINDS + COPY_KINDS + PUBLISHER_KINDS + PROCESS_KINDS + LOG_KINDS +
+         DEAD_LETTER_KINDS + REMOVAL_KINDS + TX_KINDS)
 _LOG_KIND_SET = frozenset(LOG_KINDS)
 
 FLUSH_INTERVAL = 0.2  # seconds between background writes

@@ -256,6 +256,10 @@ class Confirm(NamedTuple):
     queue: str
     seqs: list
     ok: bool
+    # why refused (the event log's nack reason): "reject-publish" (overflow), "disk" (the
+    # store could not write it), "queue_down", "lost" (x-confirm-on: gone before any ack);
+    # "" = not said ("internal" in the log)
+    reason: str = ""
 
 
 class ConsumerGone(NamedTuple):

@@ -13,6 +13,7 @@
 - unknown: a message that would be lost or confirmed_before_synced, but a log gap (gaps.py)
   could hold the event that clears it (the ack, the enqueue, the sync): the detail says what it
   would be and names the gap. A verdict over a gap is never `lost`, and never silently fine.
+- partial_enqueue: routed to N queues, enqueued in some of them but not all.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 KINDS = ("lost", "acked_twice", "delivered_after_ack", "confirmed_before_synced",
-         "redelivery_loop", "unknown")
+         "redelivery_loop", "unknown", "partial_enqueue")
 
 COLUMNS = ("kind", "msg_id", "message_id", "vhost", "queue", "final_state", "t", "detail")
 
@@ -92,4 +93,19 @@ def find(lifecycles: DataFrame, redelivery_threshold: int = 10) -> DataFrame:
                 F.format_string("redelivered %d times (threshold %d)",
                                 c.getField("redeliveries"), F.lit(redelivery_threshold)))
     return (lost.unionByName(acked_twice).unionByName(after_ack).unionByName(before_synced)
-            .unionByName(never_synced).unionByName(loop))
+            .unionByName(never_synced).unionByName(loop)
+            .unionByName(partial_enqueue(lifecycles)))
+
+
+def partial_enqueue(lifecycles: DataFrame) -> DataFrame:
+    """Routed to queues of which some hold a copy and others none (with no copy at all it is
+    `not_enqueued`, `rolled_back` or `nacked_to_publisher`, and `lost` when confirmed)."""
+    held = F.transform(F.filter("copies", lambda c: c.getField("state") != "not_enqueued"),
+                       lambda c: c.getField("queue"))
+    routed = F.coalesce(F.col("routed_queues"), F.array())
+    missing = F.array_except(routed, held)
+    rows = lifecycles.where((F.size(missing) > 0) & (F.size(F.array_intersect(routed, held)) > 0))
+    return _row(rows, "partial_enqueue", F.array_join(F.array_sort(missing), ","),
+                F.coalesce(F.col("t_routed"), F.col("t_published")),
+                F.format_string("routed to %d queues, enqueued in %d", F.size(routed),
+                                F.size(F.array_intersect(routed, held))))

@@ -105,7 +105,8 @@ def run(args: argparse.Namespace, spark=None) -> int:
         no_id = 0
         for r in by_kind:
             events_by_kind[r["kind"]] = events_by_kind.get(r["kind"], 0) + r["count"]
-            if r["no_id"] and r["kind"] not in S.PROCESS_KINDS + S.LOG_KINDS:
+            if r["no_id"] and r["kind"] not in (S.PROCESS_KINDS + S.LOG_KINDS + S.REMOVAL_KINDS
+                                                + S.TX_KINDS):
                 no_id += r["count"]
 
         prog.begin("log gaps")

@@ -4,9 +4,11 @@ Two shuffles:
 1. group the events by (msg_id, queue of copy events): one row for the publish side of a
    message (publish_received, routed, unroutable, returned, confirmed, nacked_to_publisher) and
    one per queue that held a copy of it (enqueued ... acked / expired / dead_lettered / dropped);
-   a copy's state is decided by its last step (`copy_state`), then a copy that was queued or
+   a copy's state is decided by its last step (`copy_state`), then a copy a later purge or queue
+   deletion removed becomes `purged` / `deleted` (`removed_by`), then a copy that was queued or
    unacked and then disappeared -- its queue restarted, or its consumer's channel closed without
-   a requeue -- becomes `vanished`;
+   a requeue -- becomes `vanished`; a publish a tx.rollback discarded gets that event under its
+   msg_id first (`with_rolled_back`);
 2. group those rows by msg_id into the lifecycle row: publish-side timestamps, the copies (one
    struct each, with their steps), counts, latencies, `final_state`.
 """
@@ -20,8 +22,10 @@ from spark_analysis import schema as S
 
 # final_state of a message: the state shared by the copies in the queues it was routed to (a
 # dead-letter queue's copy keeps its own state in `copies`), "mixed" when they differ, or, with
-# no copy at all: returned, unroutable, nacked_to_publisher, not_enqueued (routed, never
-# enqueued), published (nothing after publish_received). A copy's state: queued, unacked,
+# no copy at all: returned, unroutable, nacked_to_publisher, rolled_back (tx.rollback),
+# not_enqueued (routed, never enqueued), published (nothing after publish_received). A
+# dead-lettered copy is a message of its own (msg_id new, parent_msg_id its parent's), routed
+# to the DLX's target queues. A copy's state: queued, unacked,
 # acked (by the consumer, or a no_ack delivery), discarded (nack/reject without requeue and no
 # dead-letter exchange), expired, dead_lettered, dropped, vanished (see copy_states).
 COPY_STATES = ("queued", "unacked", "acked", "discarded", "expired", "dead_lettered", "dropped",
@@ -31,6 +35,9 @@ COPY_STATES = ("queued", "unacked", "acked", "discarded", "expired", "dead_lette
 # the message (gaps.py) its final_state is `unknown` instead, the gap in `log_gap`.
 UNSETTLED_STATES = ("queued", "unacked", "vanished", "not_enqueued")
 UNSETTLED_FINAL = ("published", "not_enqueued")
+# A copy's fate decided by a per-queue event rather than its own (removed_by): purged (ready
+# when its queue was purged), deleted (ready or unacked when its queue was deleted).
+REMOVED_STATES = ("purged", "deleted")
 
 
 def ns_to_ts(col: Column) -> Column:
@@ -102,10 +109,10 @@ def group_rows(events: DataFrame) -> DataFrame:
         F.first("message_id", ignorenulls=True).alias("message_id"),
         F.first("vhost", ignorenulls=True).alias("vhost"),
         # publish side
-        F.first(F.when(_is("publish_received"), F.col("exchange")), ignorenulls=True)
-        .alias("exchange"),
-        F.first(F.when(_is("publish_received"), F.col("routing_key")), ignorenulls=True)
-        .alias("routing_key"),
+        F.first(F.when(_is("publish_received", *S.DEAD_LETTER_KINDS), F.col("exchange")),
+                ignorenulls=True).alias("exchange"),
+        F.first(F.when(_is("publish_received", *S.DEAD_LETTER_KINDS), F.col("routing_key")),
+                ignorenulls=True).alias("routing_key"),
         F.max("persistent").alias("persistent"),
         F.max(F.when(_is("publish_received", "unroutable"), F.col("mandatory")))
         .alias("mandatory"),
@@ -115,7 +122,15 @@ def group_rows(events: DataFrame) -> DataFrame:
                        F.col("seq_no")), ignorenulls=True).alias("seq_no"),
         _t_min("publish_received").alias("t_published_ns"),
         _t_min("routed").alias("t_routed_ns"),
-        _union_lists(F.when(_is("routed"), F.col("queues"))).alias("routed_queues"),
+        # a dead-lettered copy is routed by its DLX: its target queues
+        _union_lists(F.when(_is("routed", *S.DEAD_LETTER_KINDS), F.col("queues")))
+        .alias("routed_queues"),
+        F.first("parent_msg_id", ignorenulls=True).alias("parent_msg_id"),
+        F.first(F.when(_is(*S.DEAD_LETTER_KINDS), F.col("reason")), ignorenulls=True)
+        .alias("dead_letter_reason"),
+        _t_min("tx_rolled_back").alias("t_rolled_back_ns"),
+        F.first(F.when(_is("nacked_to_publisher"), F.col("reason")), ignorenulls=True)
+        .alias("nack_reason"),
         _t_min("unroutable").alias("t_unroutable_ns"),
         _t_min("returned").alias("t_returned_ns"),
         _t_min("confirmed").alias("t_confirmed_ns"),
@@ -158,6 +173,7 @@ def copy_states(rows: DataFrame, events: DataFrame) -> DataFrame:
                           (s.getField("t_ns") <= acked_at))
     rows = (rows
             .withColumn("state", F.when(is_copy, copy_state(last)))
+            .withColumn("t_last_state_ns", last.getField("t_ns"))
             .withColumn("last_connection", last.getField("connection"))
             .withColumn("last_channel", last.getField("channel"))
             .withColumn("delivery_to_ack_ms", _ms(acked_at, F.try_element_at(
@@ -177,6 +193,7 @@ def copy_states(rows: DataFrame, events: DataFrame) -> DataFrame:
                       rows.vhost.eqNullSafe(restarts.r_vhost), "left")
             .withColumn("durable", F.when(is_copy, F.coalesce(
                 F.col("durable"), F.col("q_durable"), F.col("t_stored_ns").isNotNull()))))
+    rows = removed_by(rows, events)
     # A channel (or its connection) closed after a copy was delivered on it, and no requeue
     # since. Latest close per channel and per connection: one row per key, so the joins keep
     # one row per copy (channel numbers are reused: only a close after the delivery counts).
@@ -200,7 +217,43 @@ def copy_states(rows: DataFrame, events: DataFrame) -> DataFrame:
     return (rows.withColumn("state", F.when(gone, F.lit("vanished")).otherwise(F.col("state")))
             .drop("r_vhost", "r_queue", "t_restart_ns", "q_durable", "cc_connection",
                   "cc_channel", "t_ch_close_ns", "k_connection", "t_conn_close_ns",
-                  "last_connection", "last_channel"))
+                  "last_connection", "last_channel", "t_last_state_ns"))
+
+
+def removed_by(rows: DataFrame, events: DataFrame) -> DataFrame:
+    """Copies a purge or a queue deletion removed: the first `purged` (copy ready) or
+    `queue_deleted` (ready or unacked) event of its queue at or after the copy's last state
+    step -- unless a restart of the queue came first that the copy did not survive (not synced
+    before it): that copy vanished then, and a later deletion must not hide it. One row per
+    queue (its removals and restarts, sorted), broadcast: no shuffle of the copy rows."""
+    marks = (events.where(_is(*S.REMOVAL_KINDS, "queue_crashed", "queue_started") &
+                          F.col("queue").isNotNull())
+             .groupBy(F.col("vhost").alias("rm_vhost"), F.col("queue").alias("rm_queue"))
+             .agg(F.array_sort(F.collect_list(F.struct("t_ns", "kind"))).alias("marks")))
+    # (a queue without a purge or deletion keeps its copies' states: no need to look further)
+    marks = marks.where(F.exists("marks", lambda r: r.getField("kind").isin(
+        list(S.REMOVAL_KINDS))))
+    rows = rows.join(F.broadcast(marks), (rows.copy_queue == marks.rm_queue) &
+                     rows.vhost.eqNullSafe(marks.rm_vhost), "left")
+    state, synced = F.col("state"), F.col("t_synced_ns")
+
+    def matters(r):
+        kind = r.getField("kind")
+        removes = (state == "queued") | ((state == "unacked") & (kind == "queue_deleted"))
+        survives = F.coalesce(synced <= r.getField("t_ns"), F.lit(False))
+        return (r.getField("t_ns") >= F.col("t_last_state_ns")) & F.when(
+            kind.isin(list(S.REMOVAL_KINDS)), removes).otherwise(
+            state.isin("queued", "unacked") & ~survives)
+
+    first = F.try_element_at(F.filter(F.coalesce("marks", F.array()), matters), F.lit(1))
+    hit = F.col("removal")  # computed once: the state it is judged by changes below
+    kind = hit.getField("kind")
+    return (rows.withColumn("removal", first)
+            .withColumn("state", F.when(kind == "purged", F.lit("purged"))
+                        .when(kind == "queue_deleted", F.lit("deleted")).otherwise(state))
+            .withColumn("t_removed_ns", F.when(kind.isin(list(S.REMOVAL_KINDS)), F.coalesce(
+                "t_removed_ns", hit.getField("t_ns"))).otherwise(F.col("t_removed_ns")))
+            .drop("rm_vhost", "rm_queue", "marks", "removal"))
 
 
 COPY_FIELDS = ("state", "durable", "persistent", "deliveries", "redeliveries", "acks",
@@ -210,7 +263,7 @@ COPY_FIELDS = ("state", "durable", "persistent", "deliveries", "redeliveries", "
 COPY_TIMES = ("t_enqueued", "t_stored", "t_synced", "t_first_delivered", "t_last_delivered",
               "t_first_acked", "t_removed", "t_last_event")
 PUBLISH_TIMES = ("t_published", "t_routed", "t_unroutable", "t_returned", "t_confirmed",
-                 "t_nacked_to_publisher")
+                 "t_nacked_to_publisher", "t_rolled_back")
 
 
 def assemble(rows: DataFrame, msg_gaps: DataFrame | None = None) -> DataFrame:
@@ -242,7 +295,8 @@ def assemble(rows: DataFrame, msg_gaps: DataFrame | None = None) -> DataFrame:
         F.first("message_id", ignorenulls=True).alias("message_id"),
         F.first("vhost", ignorenulls=True).alias("vhost"),
         side("exchange"), side("routing_key"), side("mandatory"), side("publisher_connection"),
-        side("seq_no"), side("routed_queues"),
+        side("seq_no"), side("routed_queues"), side("parent_msg_id"), side("dead_letter_reason"),
+        side("nack_reason"),
         *[side(f"{t}_ns") for t in PUBLISH_TIMES],
         F.max("persistent").alias("persistent"),
         F.sum("n_events").alias("n_events"),
@@ -282,6 +336,7 @@ def final_state(states: Column, dl_queues: Column, routed: Column) -> Column:
                    F.when(F.col("t_returned_ns").isNotNull(), "returned")
                    .when(F.col("t_unroutable_ns").isNotNull(), "unroutable")
                    .when(F.col("t_nacked_to_publisher_ns").isNotNull(), "nacked_to_publisher")
+                   .when(F.col("t_rolled_back_ns").isNotNull(), "rolled_back")
                    .when(F.size(routed) > 0, "not_enqueued")
                    .otherwise("published"))
             .when(F.size(distinct) == 1, distinct.getItem(0))
@@ -311,6 +366,8 @@ def finish(msgs: DataFrame) -> DataFrame:
         _ms(F.col("t_confirmed_ns"), published).alias("publish_to_confirm_ms"),
         _ms(F.col("t_first_delivered_ns"), published).alias("publish_to_first_delivery_ms"),
         F.lower(F.hex("dead_lettered_to")).alias("dead_lettered_to"),
+        F.lower(F.hex("parent_msg_id")).alias("parent_msg_id"), "dead_letter_reason",
+        "nack_reason",
         "seq_no", "publisher_connection", "n_events", "nodes", "copies",
         *[f"{t}_ns" for t in PUBLISH_TIMES],  # exact times (the anomaly checks use them)
     )
@@ -320,4 +377,12 @@ def build(events: DataFrame, msg_gaps: DataFrame | None = None) -> DataFrame:
     """The lifecycles DataFrame (one row per msg_id) of an events DataFrame: two shuffles, one
     pass over each (write it out, then read it back, rather than caching it). `msg_gaps`
     (gaps.message_gaps) turns the unsettled verdicts a log gap could hide into `unknown`."""
-    return assemble(copy_states(group_rows(events), events), msg_gaps)
+    return assemble(copy_states(group_rows(with_rolled_back(events)), events), msg_gaps)
+
+
+def with_rolled_back(events: DataFrame) -> DataFrame:
+    """The events plus one `tx_rolled_back` row per publish a rollback discarded (the event
+    lists them in `msg_ids`), so the rollback groups with the message's other events."""
+    return events.unionByName(
+        events.where(_is("tx_rolled_back") & (F.size("msg_ids") > 0))
+        .withColumn("msg_id", F.explode("msg_ids")))

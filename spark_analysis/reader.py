@@ -32,7 +32,8 @@ import pyarrow.compute as pc
 from spark_analysis import schema as S
 
 _ARROW = {"string": pa.string(), "bigint": pa.int64(), "int": pa.int32(), "boolean": pa.bool_(),
-          "binary": pa.binary(), "array<string>": pa.list_(pa.string())}
+          "binary": pa.binary(), "array<string>": pa.list_(pa.string()),
+          "array<binary>": pa.list_(pa.binary())}
 ARROW_SCHEMA = pa.schema([(name, _ARROW[typ]) for name, typ in S.COLUMNS])
 FIELD_NAMES = [name for name, _ in S.FIELD_COLUMNS]
 FIELD_TYPES = [_ARROW[typ] for _, typ in S.FIELD_COLUMNS]
@@ -114,9 +115,9 @@ def _coerce(value, typ: pa.DataType):
         if typ == pa.binary():
             return bytes(value) if isinstance(value, (bytes, bytearray)) else \
                 str(value).encode()
-        if typ == pa.list_(pa.string()):
+        if typ == pa.list_(pa.string()) or typ == pa.list_(pa.binary()):
             items = value if isinstance(value, (list, tuple)) else [value]
-            return [_coerce(v, pa.string()) for v in items]
+            return [_coerce(v, typ.value_type) for v in items]
     except (TypeError, ValueError):
         return None
     return None

@@ -17,6 +17,11 @@ KIND_ORDER = (
     "queue_crashed", "queue_started", "channel_closed", "connection_closed", "process_crashed",
     "process_start", "heartbeat", "events_dropped", "process_stop",
 )
+# Kinds where a message's fate changes outside its copy events (after the others on a tie).
+DEAD_LETTER_KINDS = ("dead_letter_published",)  # the child's first event, msg_id its own
+REMOVAL_KINDS = ("purged", "queue_deleted")  # no msg_id: every copy of the queue it removed
+TX_KINDS = ("tx_committed", "tx_rolled_back")  # no msg_id: `msg_ids` lists the publishes
+KIND_ORDER = KIND_ORDER + DEAD_LETTER_KINDS + REMOVAL_KINDS + TX_KINDS
 RANK = {kind: i for i, kind in enumerate(KIND_ORDER)}
 
 MESSAGE_KINDS = ("publish_received", "routed", "unroutable", "returned")
@@ -70,6 +75,10 @@ FIELD_COLUMNS = (
     ("crashed_process", "string"),  # process_crashed: the worker ("queue-0") that died
     ("crashed_pid", "bigint"),  # process_crashed: its pid
     ("exit_status", "string"),  # process_crashed: how it ended
+    ("seq_below", "bigint"),  # purged, queue_deleted: removed copies have a smaller seq_id
+    ("parent_msg_id", "binary"),  # dead_letter_published: the message it is a copy of
+    ("source_queue", "string"),  # dead_letter_published: the queue it was dead-lettered from
+    ("msg_ids", "array<binary>"),  # tx_committed, tx_rolled_back: the publishes it ended
 )
 
 # Columns every row gets from its file's header and the event record itself.

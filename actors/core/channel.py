@@ -145,6 +145,7 @@ class ChannelCore:
         self.msg_id_prefix = random_bytes(8)  # msg ids: this prefix + a counter, unique node-wide
         self.msg_counter = 0  # persistent messages published on this channel
         self.seq_msg: dict[int, bytes] = {}  # confirm seq no -> msg_id (event log only)
+        self.nack_reason: dict[int, str] = {}  # confirm seq no -> why nacked (event log only)
         self.exchange_ok: dict[str, object] = {}  # exchange name -> ExchangeDef (write checked)
         # (exchange, routing key) -> (queue names, their addresses: None where unset); valid
         # while the replica has the version `routes_version` (exchange_ok too)
@@ -367,8 +368,16 @@ class ChannelCore:
         if msg.ok:
             self.confirms.confirm(msg.seqs, msg.queue, self.confirm_acks)
         else:
+            if self.seq_msg:
+                self._nack_reasons(msg.seqs, msg.reason or "internal")
             self.confirms.reject(msg.seqs, self.confirm_nacks)
         self.flush()
+
+    def _nack_reasons(self, seqs, reason) -> None:
+        """Why these publishes are nacked, for their nacked_to_publisher events (events on)."""
+        for s in seqs:
+            if s in self.seq_msg:
+                self.nack_reason[s] = reason
 
     def on_credit(self, msg: m.Credit) -> None:
         self.credit.bump(msg.queue, msg.n, msg.nbytes)
@@ -420,7 +429,10 @@ class ChannelCore:
         for req in sorted(r for r, a in self.asked.items() if gone(a)):
             if req in self.asked:  # (a continuation may have closed the channel meanwhile)
                 self.on_reply(self._gone(req, self.asked[req]))
+        before = len(self.confirm_nacks)
         self.confirms.reject_queues(gone, self.confirm_nacks)
+        if self.seq_msg:
+            self._nack_reasons(self.confirm_nacks[before:], "queue_down")
         self.credit.forget(gone)
         self._maybe_unblock()
         for ctag, c in list(self.consumers.items()):
@@ -479,12 +491,15 @@ class ChannelCore:
                 published_at.pop(s, None)
         if self.seq_msg:
             c = self.conn
-            for seqs, kind in ((self.confirm_acks, "confirmed"),
-                               (self.confirm_nacks, "nacked_to_publisher")):
-                for s in seqs:
-                    self.events.emit(kind, self.seq_msg.pop(s, None), actor="channel",
-                                     vhost=c.vhost, connection=c.owner, channel=self.number,
-                                     seq_no=s)
+            for s in self.confirm_acks:
+                self.events.emit("confirmed", self.seq_msg.pop(s, None), actor="channel",
+                                 vhost=c.vhost, connection=c.owner, channel=self.number,
+                                 seq_no=s)
+            for s in self.confirm_nacks:
+                self.events.emit("nacked_to_publisher", self.seq_msg.pop(s, None),
+                                 actor="channel", vhost=c.vhost, connection=c.owner,
+                                 channel=self.number, seq_no=s,
+                                 reason=self.nack_reason.pop(s, "internal"))
         self.confirm_acks = []
         self.confirm_nacks = []
         self.out.write(b"".join(out))
@@ -753,6 +768,8 @@ class ChannelCore:
             if not addr or self.out.is_dead(addr):
                 if seq:
                     self.confirm_nacks.append(seq)
+                    if ev:
+                        self._nack_reasons([seq], "queue_down")
                     seq = item[0] = 0
                 continue
             targets.append(addr)
@@ -1240,6 +1257,8 @@ class ChannelCore:
             raise ChannelError(406, "channel is not transactional")
         publishes, self.tx_publishes = self.tx_publishes, []
         settles, self.tx_settles = self.tx_settles, []
+        if self.events.enabled():
+            self._event_tx("tx_committed", publishes, settles)
         for targets, item, body, pmethod, pcmd in publishes:
             self._route_out(targets, item, body, pmethod, pcmd)
         self.tx = False
@@ -1251,6 +1270,8 @@ class ChannelCore:
     def _tx_rollback(self, method, cmd):
         if not self.tx:
             raise ChannelError(406, "channel is not transactional")
+        if self.events.enabled():
+            self._event_tx("tx_rolled_back", self.tx_publishes, self.tx_settles)
         self.tx_publishes = []
         for entries, _, _ in self.tx_settles:
             for tag, entry in entries:
@@ -1263,6 +1284,16 @@ class ChannelCore:
                     break
         self.tx_settles = []
         self.out.write(encode_method(self.number, am.TxRollbackOk()))
+
+    def _event_tx(self, kind, publishes, settles) -> None:
+        """One event per commit or rollback, naming the publishes it settles by msg_id (a
+        transaction's publishes are all in memory here, so the list costs nothing to build);
+        held acks are emitted one by one only when a commit applies them."""
+        c = self.conn
+        self.events.emit(kind, None, actor="channel", vhost=c.vhost, connection=c.owner,
+                         channel=self.number, publishes=len(publishes),
+                         settles=sum(len(entries) for entries, _, _ in settles),
+                         msg_ids=[item[7] for _, item, *_ in publishes if len(item) > 7])
 
 
 _U64 = struct.Struct(">Q")

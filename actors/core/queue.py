@@ -8,7 +8,8 @@ ordering) and rabbit_priority_queue.erl. The actor shell (actors/queue/queue.py)
 and carries out what it asks through `out`, an object with:
 
 - `deliver(channel, items, bodies)`  a batch of deliveries to one channel
-- `confirm(channel, seqs, ok)`        publisher confirms (ok) or nacks (not ok)
+- `confirm(channel, seqs, ok[, reason])` publisher confirms (ok) or nacks (not ok, reason as
+  messages.Confirm says)
 - `reply(addr, req_id, ok, result, code, text)`
 - `consumer_gone(channel, ctag)`      the broker cancelled a consumer
 - `credit(channel, n, nbytes)`        credit_flow bump for a publishing channel
@@ -17,7 +18,8 @@ and carries out what it asks through `out`, an object with:
 - `persist(msgs)`                     hand persistent messages to the backing queue
 - `record_delivery(msgs)`              persistent messages handed out for the first time
 - `forget(msgs)`                      tell the backing queue these are settled
-- `dead_letter(msg, reason)`          re-publish a message to the dead-letter exchange
+- `dead_letter(msg, reason[, new_msg_id])` re-publish a message to the dead-letter exchange
+  (new_msg_id, with events on: the copy's msg_id in the event log)
 - `delete_self(reason)`               ask the node to delete this queue
 - `schedule(at_ms)`                   call `tick` again at (monotonic) time at_ms
 - `page_in(after_seq, n, priority)`   read the next n paged-out messages of a priority's lane
@@ -345,9 +347,10 @@ class QueueCore:
                 if pub_seq:
                     refused.append(pub_seq)
                 if self.overflow == "reject-publish-dlx" and self.dlx is not None:
-                    self._count_dead_letter("maxlen")
-                    self.out.dead_letter(Msg(0, exchange, rk, props, body, persistent,
-                                             ttl=expiry), "maxlen")
+                    # (its msg_id, for the event log's link from the refused publish to its copy)
+                    self._dead_letter_or_drop(Msg(0, exchange, rk, props, body, persistent,
+                                                  ttl=expiry, msg_id=msg_id[0] if msg_id else None),
+                                              "maxlen")
                 continue
             divert = behind = False
             if self.pageable:
@@ -396,7 +399,7 @@ class QueueCore:
         if accepted:
             self.out.confirm(sender, accepted, True)
         if refused:
-            self.out.confirm(sender, refused, False)
+            self._nack(sender, refused, "reject-publish")
         keep_up = self.keep_up
         keep_up.roll(now)
         keep_up.ins += len(items)
@@ -463,7 +466,7 @@ class QueueCore:
             for p, lane in enumerate(self.lanes):
                 if lane.pubs:  # x-confirm-on: lost before any consumer saw them: nack
                     for publisher, pub_seq in lane.pubs.discard(gone):
-                        self.out.confirm(publisher, [pub_seq], False)
+                        self._nack(publisher, [pub_seq], "disk")
                 if not lane.paged:
                     self._join_tail(p)
         for ready in self.ready:
@@ -482,7 +485,7 @@ class QueueCore:
             if msg.pub_seq:
                 by_channel.setdefault(msg.publisher, []).append(msg.pub_seq)
         for channel, seqs in by_channel.items():
-            self.out.confirm(channel, seqs, False)
+            self._nack(channel, seqs, "disk")
 
     def _enqueue(self, exchange, rk, props, body, persistent, priority, expiry, now, sender,
                  pub_seq, msg_id=None, divert=False, behind=False):
@@ -507,7 +510,8 @@ class QueueCore:
             msg.expires_at = 0
         if msg.msg_id is not None and self.events.enabled():
             self.events.emit("enqueued", msg.msg_id, actor="queue", vhost=self.vhost,
-                             queue=self.name, seq_id=msg.seq_id, paged=divert)
+                             queue=self.name, seq_id=msg.seq_id, paged=divert,
+                             durable=self.durable)
         if self.on_enqueue is not None:
             self.on_enqueue(msg)  # mirrored: the master sends it to its mirrors
         if divert:
@@ -1113,7 +1117,17 @@ class QueueCore:
     def _flush_answers(self) -> None:
         answers, self._answers = self._answers, {}
         for (publisher, ok), seqs in answers.items():
-            self.out.confirm(publisher, seqs, ok)
+            if ok:
+                self.out.confirm(publisher, seqs, ok)
+            else:  # x-confirm-on: the message left the queue before any consumer acked it
+                self._nack(publisher, seqs, "lost")
+
+    def _nack(self, publisher, seqs, reason) -> None:
+        """basic.nack to a publisher; the reason travels only for the event log."""
+        if self.events.enabled():
+            self.out.confirm(publisher, seqs, False, reason)
+        else:
+            self.out.confirm(publisher, seqs, False)
 
     def sent(self, channel, n, now) -> None:
         """The channel's writer put n deliveries on the wire: more may follow."""
@@ -1282,9 +1296,13 @@ class QueueCore:
         self._count_dead_letter(reason)
         if self.dlx is not None:
             if msg.msg_id is not None and self.events.enabled():
+                # the copy gets an id of its own, named here so parent and child link both ways
+                child = self.random_bytes(16)
                 self.events.emit("dead_lettered", msg.msg_id, actor="queue", vhost=self.vhost,
                                  queue=self.name, seq_id=msg.seq_id, reason=reason,
-                                 exchange=self.dlx)
+                                 exchange=self.dlx, new_msg_id=child)
+                self.out.dead_letter(msg, reason, child)
+                return
             self.out.dead_letter(msg, reason)
 
     def tick(self, now) -> None:
@@ -1362,6 +1380,8 @@ class QueueCore:
 
     def purge(self) -> int:
         n = self._count()
+        if not self.deleted and self.events.enabled():
+            self._emit_removal("purged", n)
         if self.paged:
             for p, lane in enumerate(self.lanes):
                 if lane.paged:
@@ -1395,12 +1415,16 @@ class QueueCore:
             self._pay_owed()
         return n
 
-    def delete(self, if_unused: bool, if_empty: bool) -> int:
+    def delete(self, if_unused: bool, if_empty: bool, reason: str = "delete") -> int:
+        """reason: what asked for it ("delete" a client or admin, "x-expires", "auto-delete",
+        "exclusive" the owning connection went, "vhost_deleted"), for the event log."""
         if if_unused and self.consumers:
             raise ChannelError(406, f"queue '{self.name}' in vhost '{self.vhost}' in use")
         if if_empty and self._count():
             raise ChannelError(406, f"queue '{self.name}' in vhost '{self.vhost}' not empty")
         n = self._count()
+        if self.events.enabled():
+            self._emit_removal("queue_deleted", n, reason=reason, unacked=len(self.unacked))
         if self.late_confirm:
             # what was never acked is lost with the queue: its publishers hear it now
             for msg, _, _ in self.unacked.values():
@@ -1418,6 +1442,14 @@ class QueueCore:
         self.cons.clear()
         self.deleted = True
         return n
+
+    def _emit_removal(self, kind: str, n: int, **fields) -> None:
+        """One event for every copy a purge or a delete removes, however many: the copies are
+        those of this queue with seq_id < seq_below still queued (and, for a delete, unacked)
+        when it happened, which the job knows from their own events; paged copies are never
+        read back to be named."""
+        self.events.emit(kind, None, actor="queue", vhost=self.vhost, queue=self.name,
+                         count=n, seq_below=self.next_seq, **fields)
 
 
 

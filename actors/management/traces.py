@@ -20,7 +20,7 @@ LIST_COLUMNS = ("msg_id", "message_id", "vhost", "exchange", "routing_key", "fin
                 "redeliveries", "n_events", "persistent")
 STEP_FIELDS = ("queue", "connection", "channel", "delivery_tag", "consumer_tag", "exchange",
                "routing_key", "redelivered", "requeue", "reason", "where", "no_ack", "count",
-               "queues")
+               "queues", "new_msg_id", "parent_msg_id")
 
 
 def analyses(data_dir: str) -> list:
@@ -69,7 +69,9 @@ def lifecycle(path: Path, ref: str) -> dict:
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
     events = ds.dataset(path / "events", format="parquet")
-    conds = [pc.field("message_id") == ref]
+    # a publisher's message_id names its own message, not the copies dead-lettering made of it
+    # (they carry it too, and are found by their msg_id, which their parent's trace shows)
+    conds = [(pc.field("message_id") == ref) & (pc.field("kind") != "dead_letter_published")]
     try:
         conds.append(pc.field("msg_id") == bytes.fromhex(ref))
     except ValueError:

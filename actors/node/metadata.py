@@ -527,7 +527,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
             prefix = endpoint + "/"
             for q in list(self.queues.values()):
                 if q["exclusive"] and q["exclusive"].startswith(prefix):
-                    self._delete_queue(q["vhost"], q["name"], None, 0)
+                    self._delete_queue(q["vhost"], q["name"], None, 0, reason="exclusive")
 
     def _place(self, home: str = "", placed: dict | None = None) -> int:
         """The least loaded queue worker of the queue's home node (`placed`: queues already
@@ -613,7 +613,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         elif method == "delete_vhost":
             for (vhost, name) in list(self.queues):
                 if vhost == args[0]:
-                    self._delete_queue(vhost, name, None, 0)
+                    self._delete_queue(vhost, name, None, 0, reason="vhost_deleted")
             changes.append(["router", "remove_vhost", [args[0]]])
             changes.extend(["policy_del", v, n] for (v, n) in self.policies if v == args[0])
             changes.extend(["op_policy_del", v, n] for (v, n) in self.op_policies
@@ -965,25 +965,31 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         """A queue asks to be deleted: auto-delete, x-expires, exclusive owner gone."""
         if (vhost, name) in self.queues:
             log.info("deleting queue '%s' in vhost '%s': %s", name, vhost, reason)
-            self._delete_queue(vhost, name, None, 0)
+            # the event log's reason: "x-expires", "auto-delete" (the text before the colon)
+            self._delete_queue(vhost, name, None, 0, reason=reason.partition(":")[0] or "self")
         return None
 
     def op_connection_closed(self, rpc, owner):
         for q in list(self.queues.values()):
             if q["exclusive"] == owner:
-                self._delete_queue(q["vhost"], q["name"], None, 0)
+                self._delete_queue(q["vhost"], q["name"], None, 0, reason="exclusive")
         return None
 
-    def _delete_queue(self, vhost, name, rpc, _unused, if_unused=False, if_empty=False):
+    def _delete_queue(self, vhost, name, rpc, _unused, if_unused=False, if_empty=False,
+                      reason="delete"):
         q = self.queues[(vhost, name)]
         req = self.next_req
         self.next_req += 1
         self.pending_ops[req] = (rpc, vhost, name)
         if q.get("address") is None:
+            if events.enabled():  # no queue process to say it: the copies it kept on disk go
+                events.emit("queue_deleted", None, actor="node", vhost=vhost, queue=name,
+                            reason=reason)
             self._finish_delete(req, m.RpcReply(req, True, 0))
             return
         self.transport.send(q["address"], m.QueueOp(
-            self.address, req, "delete", {"if_unused": if_unused, "if_empty": if_empty}))
+            self.address, req, "delete", {"if_unused": if_unused, "if_empty": if_empty,
+                                          "reason": reason}))
 
     def op_queue_purge(self, rpc, vhost, name):
         """rabbitmqctl purge_queue: the queue drops its ready messages and answers how many."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 
+from actors import events
 from actors import messages as m
 from actors.core.dead_letter import dead_letter_headers, detect_cycles
 from protocol.properties import BasicProperties
@@ -18,8 +19,10 @@ from protocol.properties import BasicProperties
 log = logging.getLogger("leveret.dead_letter")
 
 
-def dead_letter_publish(queue, msg, reason: str) -> None:
-    """queue: the Queue actor (vhost, qname, transport, replica, core.dlx, core.dlrk)."""
+def dead_letter_publish(queue, msg, reason: str, new_msg_id: bytes | None = None) -> None:
+    """queue: the Queue actor (vhost, qname, transport, replica, core.dlx, core.dlrk);
+    new_msg_id (events on): the copy's msg_id, sent with it to the target queues so their
+    events name it, transient or not."""
     core = queue.core
     dlx = core.dlx
     if dlx is None:
@@ -47,14 +50,24 @@ def dead_letter_publish(queue, msg, reason: str) -> None:
                                     replica.route(queue.vhost, dlx, keys, headers))
     for cycle in cycles:
         log.warning("Message dropped. Dead-letter queues cycle detected: %s", cycle)
+    running = []  # (name, address) of the targets that run somewhere
     for name in targets:
         qdef = replica.queue(queue.vhost, name)
-        if qdef is None or not qdef.get("address"):
-            continue
+        if qdef is not None and qdef.get("address"):
+            running.append((name, qdef["address"]))
+    if new_msg_id is not None:
+        # the child's first event, before any target can enqueue it: its link to the parent
+        events.emit("dead_letter_published", new_msg_id, actor="queue", vhost=queue.vhost,
+                    parent_msg_id=msg.msg_id, reason=reason, exchange=dlx, routing_key=rk,
+                    queues=sorted(name for name, _ in running), source_queue=queue.qname,
+                    persistent=props.delivery_mode == 2, message_id=props.message_id)
+    for _, address in running:
         # (the message's own delivery mode: a quorum queue stores every message alike)
         item = [0, dlx, rk, props_raw, props.delivery_mode == 2, props.priority or 0,
                 _expiry(props.expiration)]
-        queue.transport.send(qdef["address"], m.Publish("", [item], [msg.body]))
+        if new_msg_id is not None:
+            item.append(new_msg_id)
+        queue.transport.send(address, m.Publish("", [item], [msg.body]))
 
 
 def _expiry(expiration) -> int:

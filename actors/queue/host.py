@@ -147,7 +147,8 @@ class QueueHost(WorkerHost):
                 if not deleted:
                     log.warning("publish for queue '%s' in vhost '%s' reached %s, where it "
                                 "does not run: nacked", qname, vhost, t.address(name))
-                t.send(msg.sender, m.Confirm(t.address(name), seqs, deleted))
+                t.send(msg.sender, m.Confirm(t.address(name), seqs, deleted,
+                                             "" if deleted else "queue_down"))
         elif isinstance(msg, (m.Consume, m.Get)):
             vhost, qname = _queue_of(name)
             text = amqp_text(404, f"no queue '{qname}' in vhost '{vhost}'")
@@ -172,7 +173,7 @@ class QueueHost(WorkerHost):
         if isinstance(msg, m.Publish):
             seqs = [it[0] for it in msg.items if it[0]]
             if seqs and msg.sender:
-                t.send(msg.sender, m.Confirm(t.address(name), seqs, False))
+                t.send(msg.sender, m.Confirm(t.address(name), seqs, False, "queue_down"))
         elif isinstance(msg, (m.Consume, m.Get)):
             t.send(msg.sender, m.RpcReply(msg.req_id, False, None, 404, text))
         elif isinstance(msg, m.QueueOp):

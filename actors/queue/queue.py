@@ -82,9 +82,9 @@ class Effects:
         self.actor.counters.delivered(channel, items, self.actor.core.consumers)
         self.t.send(channel, m.Deliver(self.addr, self.actor.qname, items, bodies))
 
-    def confirm(self, channel, seqs, ok):
+    def confirm(self, channel, seqs, ok, reason=""):
         if channel and not (ok and self.actor.mirrors.confirm(channel, seqs)):
-            self.t.send(channel, m.Confirm(self.addr, seqs, ok))
+            self.t.send(channel, m.Confirm(self.addr, seqs, ok, reason))
             if ok:
                 self.actor.counters.confirmed(self.actor.core.confirm_on, len(seqs))
 
@@ -127,8 +127,8 @@ class Effects:
         self.actor.mirrors.purge_paged(after_seq, priority)
         self.actor.bq.tell(m.PurgeAfter(after_seq, priority))
 
-    def dead_letter(self, msg, reason):
-        dead_letter_publish(self.actor, msg, reason)
+    def dead_letter(self, msg, reason, new_msg_id=None):
+        dead_letter_publish(self.actor, msg, reason, new_msg_id)
 
     def delete_self(self, reason):
         self.t.send(self.actor.node, m.Rpc(self.addr, 0, "queue.delete_self", {
@@ -596,7 +596,8 @@ class Queue(LightActor):
             out.reply(msg.reply_to, msg.req_id, True, self._cancel_sync())
         elif msg.op == "delete":
             try:
-                n = self.core.delete(msg.args.get("if_unused"), msg.args.get("if_empty"))
+                n = self.core.delete(msg.args.get("if_unused"), msg.args.get("if_empty"),
+                                     msg.args.get("reason") or "delete")
             except ChannelError as e:
                 out.reply(msg.reply_to, msg.req_id, False, None, e.reply_code, e.text)
                 return

@@ -31,6 +31,8 @@ def test_reader_schema_is_the_writers():
     assert S.MESSAGE_KINDS == writer.MESSAGE_KINDS
     assert S.PUBLISHER_KINDS == writer.PUBLISHER_KINDS
     assert S.LOG_KINDS == writer.LOG_KINDS
+    assert S.DEAD_LETTER_KINDS == writer.DEAD_LETTER_KINDS
+    assert S.REMOVAL_KINDS == writer.REMOVAL_KINDS and S.TX_KINDS == writer.TX_KINDS
 
 
 def test_reader_decodes_what_the_writer_wrote(tmp_path):

@@ -10,13 +10,16 @@ token/credit protocols that need both sides.
 from __future__ import annotations
 
 from collections import deque
+from types import SimpleNamespace
 
 from actors import messages as m
 from actors.config import Config
+from actors.core import NO_EVENTS
 from actors.core.channel import ChannelCore, ConnInfo
 from actors.core.permissions import AuthDB
 from actors.naming import queue_actor_name
 from actors.core.queue import QueueCore
+from actors.queue.dead_lettering import dead_letter_publish
 from actors.replica import Replica
 from protocol import methods as am
 from protocol.frames import (BodyFrame, Command, CommandAssembler, FrameDecoder, HeaderFrame,
@@ -204,7 +207,7 @@ class _WireQueueOut(QueueOut):
             if name == "deliver":
                 wire.post(args[0], m.Deliver(q, self.name, args[1], args[2]))
             elif name == "confirm" and args[0]:
-                wire.post(args[0], m.Confirm(q, args[1], args[2]))
+                wire.post(args[0], m.Confirm(q, *args[1:]))  # (ok, reason when given)
             elif name == "reply":
                 wire.post(args[0], m.RpcReply(args[1], args[2], *args[3:]))
             elif name == "consumer_gone":
@@ -215,6 +218,12 @@ class _WireQueueOut(QueueOut):
                 wire.post(args[0], m.Demand(q))
             elif name == "release":
                 wire.post(args[0], m.Release(q, args[1]))
+            elif name == "dead_letter" and wire.dead_letters:
+                # the shell's own re-publish, through the wire's replica and mailbox
+                core = wire.q(self.name)
+                dead_letter_publish(SimpleNamespace(
+                    core=core, vhost=core.vhost, qname=self.name, replica=wire.replica,
+                    transport=SimpleNamespace(send=wire.post)), *args)
         return effect
 
 
@@ -239,19 +248,23 @@ class Wire:
     actors/connection/channel.py and actors/queue/queue.py do. `run()` delivers until nothing is
     left."""
 
-    def __init__(self, queues: dict, auto_sent=True):
+    def __init__(self, queues: dict, auto_sent=True, events=NO_EVENTS, dead_letters=False):
+        """events: the cores' event log (actors.events to write a real one); dead_letters:
+        carry out the queues' dead_letter effects as the shell does (dead_lettering.py)."""
         self.mail: deque = deque()
         self.now = 1000
         self.auto_sent = auto_sent
+        self.dead_letters = dead_letters
         self.out = _WireChannelOut(self)
         conn = ConnInfo(OWNER, "guest", "/", 131072, {"consumer_cancel_notify": True}, NODE)
-        self.channel = ChannelCore(1, CH, conn, make_replica(*queues), self.out)
+        self.replica = make_replica(*queues)
+        self.channel = ChannelCore(1, CH, conn, self.replica, self.out, events=events)
         self.queues = {}
         self.qouts = {}
         for name, args in queues.items():
             qo = _WireQueueOut(self, name)
             self.qouts[name] = qo
-            self.queues[qaddr(name)] = QueueCore("/", name, args, qo, self.now)
+            self.queues[qaddr(name)] = QueueCore("/", name, args, qo, self.now, events=events)
 
     def q(self, name) -> QueueCore:
         return self.queues[qaddr(name)]

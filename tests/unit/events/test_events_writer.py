@@ -152,7 +152,8 @@ def test_schema_round_trip_of_every_kind(tmp_path):
     events.configure(_cfg(tmp_path, "full"), "conn-0", "n1")
     sent = []
     for i, kind in enumerate(events.KINDS):
-        mid = None if kind in events.PROCESS_KINDS + events.LOG_KINDS else os.urandom(16)
+        mid = None if kind in (events.PROCESS_KINDS + events.LOG_KINDS + events.REMOVAL_KINDS
+                               + events.TX_KINDS) else os.urandom(16)
         fields = dict(actor="channel", vhost="/v", queue=f"q{i}", connection="127.0.0.1:5000",
                       channel=1, seq_no=i, delivery_tag=i + 1, consumer_tag="c", message_id="m",
                       requeue=bool(i % 2), redelivered=False, reason=None, count=i,
@@ -170,7 +171,7 @@ def test_schema_round_trip_of_every_kind(tmp_path):
         assert ev[2] >= last_wall and ev[3] >= last_mono
         last_wall, last_mono = ev[2], ev[3]
     assert set(events.KINDS) == {s[0] for s in sent}
-    assert len(events.KINDS) == 27
+    assert len(events.KINDS) == 32
 
 
 def test_values_msgpack_cannot_encode(tmp_path):
