@@ -17,7 +17,9 @@ Every message carries a unique id in its body (12 digits). Everything they see g
   basic.cancel, a channel or connection close, it consumes again on a new connection.
 - `probe` (is the cluster settled?): on one node, a new connection publishes one message with
   confirms and consumes (consume-ok), each answered within `timeout`.
-- `drain`: a consumer on every node until every node counts the queue empty.
+- `drain`: a consumer on every node until every node counts the queue empty, each drainer
+  reading (its session recorded) and none delivered anything for `quiet` s, and still empty
+  once the drainers have left (what they held unacked is back in the queue by then).
 """
 
 from __future__ import annotations
@@ -203,6 +205,10 @@ class Consumer(threading.Thread):
         self.sessions = 0
         self.cancels = 0
         self.last_delivery = time.monotonic()
+        # in a session that reads what comes: not while it connects, consumes and records its
+        # master (`master_of` runs leveretctl: seconds under load), when the queue may have
+        # delivered it `prefetch` messages already, unacked, which no message_count shows
+        self.reading = False
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -227,7 +233,8 @@ class Consumer(threading.Thread):
                   commands.Basic.ConsumeOk, timeout=self.consume_timeout)
             self.sessions += 1
             sid = self.h.session(self.node.name, self.master_of())
-            next_at = time.monotonic()
+            next_at = self.last_delivery = time.monotonic()  # (a quiet spell starts here)
+            self.reading = True
             while not self.stop_event.is_set():
                 try:
                     got = c.read_command(timeout=0.2)
@@ -249,6 +256,7 @@ class Consumer(threading.Thread):
                 if isinstance(f, (commands.Channel.Close, commands.Connection.Close)):
                     raise rawamqp.Closed(f"{type(f).__name__} {f.reply_code} {f.reply_text}")
         finally:
+            self.reading = False
             c.close()
 
 
@@ -330,27 +338,38 @@ def queue_counts(node: Node, queue: str, timeout: float = 3.0) -> int | None:
 
 def drain(h: History, nodes: list, queue: str, master_of, timeout: float = 60.0,
           quiet: float = 1.0) -> dict:
-    """Consume through every node until each counts the queue empty and nothing has come for
-    `quiet` s. Returns {"complete": bool, "counts": {node: last count}, "seconds": float}."""
+    """Consume through every node until each counts the queue empty, every drainer reading and
+    none delivered anything for `quiet` s; complete once the queue still counts empty after the
+    drainers left (else new drainers, until `timeout`). queue.declare's message_count is the
+    ready messages only: what a drainer was delivered and has not read (its session records
+    its master first) is not in it. Returns {"complete": bool, "counts": {node: last count},
+    "seconds": float}."""
     t0 = time.monotonic()
-    drainers = [Consumer(h, n, queue, 100 + i, lambda i=i: master_of(i), rate=None,
-                         prefetch=200) for i, n in enumerate(nodes)]
-    for d in drainers:
-        d.start()
     counts: dict = {}
     complete = False
-    try:
-        while time.monotonic() - t0 < timeout:
-            time.sleep(0.2)
-            if time.monotonic() - max(d.last_delivery for d in drainers) < quiet:
-                continue
+    while not complete and time.monotonic() - t0 < timeout:
+        drainers = [Consumer(h, n, queue, 100 + i, lambda i=i: master_of(i), rate=None,
+                             prefetch=200) for i, n in enumerate(nodes)]
+        for d in drainers:
+            d.start()
+        emptied = False
+        try:
+            while time.monotonic() - t0 < timeout:
+                time.sleep(0.2)
+                if not all(d.reading for d in drainers) or \
+                        time.monotonic() - max(d.last_delivery for d in drainers) < quiet:
+                    continue
+                counts = {n.name: queue_counts(n, queue) for n in nodes}
+                if all(v == 0 for v in counts.values()):
+                    emptied = True
+                    break
+        finally:
+            for d in drainers:
+                d.stop_event.set()
+            for d in drainers:
+                d.join(10)
+        if emptied:
+            time.sleep(0.2)  # (the drainers' connections closed: the broker requeues)
             counts = {n.name: queue_counts(n, queue) for n in nodes}
-            if all(v == 0 for v in counts.values()):
-                complete = True
-                break
-    finally:
-        for d in drainers:
-            d.stop_event.set()
-        for d in drainers:
-            d.join(10)
+            complete = all(v == 0 for v in counts.values())
     return {"complete": complete, "counts": counts, "seconds": time.monotonic() - t0}
