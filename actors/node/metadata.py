@@ -235,6 +235,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                 rpc.args.get("doc"))))  # likewise
         if self._route_rpc(rpc):
             return
+        self._remember_redo(rpc)
         handler = getattr(self, "op_" + rpc.op.replace(".", "_"), None)
         if handler is None:
             self._reply(rpc, False, None, 540, amqp_text(540, f"unknown operation {rpc.op}"))
@@ -275,6 +276,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         self._send_local(reply_to, reply._replace(version=self.canonical))
 
     def _send_local(self, reply_to, reply) -> None:
+        self._answered(reply_to, reply)
         if self.held or any(v < self.version for v in self.applied.values()):
             self.held.append((self.version, reply_to, reply))
         else:

@@ -68,6 +68,11 @@ LOCAL_OPS = {"worker.hello", "worker.ready", "list", "cluster.status",  # any no
              "connection.open", "channel.open", "channel.closed"}  # its own counts (limits)
 FORWARD_WAIT_S = 5.0  # how long an operation waits for a leader before it fails
 RELAY_WAIT_S = 15.0  # how long a forwarded operation waits for the leader's answer
+# Operations that give the same answer when carried out twice. A leader that loses its
+# leadership before its entry is committed cannot tell whether the next leader keeps that
+# entry; these it hands to the next leader instead of failing the client (Raft's clients
+# retry with the new leader), the rest are answered 541 as before.
+REDO_OPS = frozenset({"queue.declare", "exchange.declare", "exchange.delete", "bind", "unbind"})
 # (DOWN_AFTER_S, PAUSE_AFTER_S, LEADERLESS_PAUSE_S, LEASE_S: actors/core/pause.py, with why
 # the cut-off node has paused, its masters stopped, before the majority promotes their mirrors)
 VISIBLE_WAIT_S = 2.0  # longest an answer waits for a connected member to apply its entry
@@ -100,6 +105,7 @@ class ClusterMixin:
         self.next_token = 1  # entries committed in this epoch
         self.tokens: deque = deque()  # our entries not yet back from the log
         self.leader_held: deque = deque()  # (token, reply_to, RpcReply) waiting for commit
+        self.redoable: dict = {}  # leader: (reply_to, req_id) -> a REDO_OPS Rpc not answered yet
         self.canonical = 0  # seq of the last log entry applied here
         self.awaiting: list = []  # (seq, reply_to, RpcReply) relayed, waiting for that entry
         self.relays: dict = {}  # our req id -> Relay, a forwarded operation
@@ -314,15 +320,24 @@ class ClusterMixin:
         self.promoting.clear()  # (never committed: the log's master stays)
         self.elections.clear()  # (the next leader holds them again)
         text = amqp_text(541, "cluster leadership changed before the operation was committed")
-        for _, reply_to, reply in self.leader_held:
-            self._send_local(reply_to, m.RpcReply(reply.req_id, False, None, 541, text))
+        redo = self.redoable
+        self.redoable = {}
+        uncommitted = [(reply_to, reply.req_id) for _, reply_to, reply in self.leader_held]
         self.leader_held.clear()
         while self.visible:  # committed: answered as they are
             self._send_local(*self.visible.popleft()[2:])
         for waiters in self.pending_start.values():
-            for reply_to, req_id, _ in waiters:
-                self._send_local(reply_to, m.RpcReply(req_id, False, None, 541, text))
+            uncommitted.extend((reply_to, req_id) for reply_to, req_id, _ in waiters)
         self.pending_start.clear()
+        deadline = time.monotonic() + FORWARD_WAIT_S
+        for reply_to, req_id in uncommitted:
+            rpc = redo.get((reply_to, req_id))
+            if rpc is not None:
+                log.info("cluster: %s not committed before leadership changed: asking the next "
+                         "leader", rpc.op)
+                self.deferred.append((deadline, rpc))
+            else:
+                self._send_local(reply_to, m.RpcReply(req_id, False, None, 541, text))
         state = self.cluster.state
         with state.lock:
             seq, snap = state.snapshot()
@@ -367,6 +382,15 @@ class ClusterMixin:
             args.setdefault("origin", self.me)
             msg = m.Rpc(self.address, req, msg.op, args)
         self.transport.send(target, msg)
+
+    def _remember_redo(self, rpc: m.Rpc) -> None:
+        """Leader: keep a client's REDO_OPS request until it is answered (`_answered`)."""
+        if self.cluster is not None and rpc.reply_to and rpc.op in REDO_OPS:
+            self.redoable[(rpc.reply_to, rpc.req_id)] = rpc
+
+    def _answered(self, reply_to, reply) -> None:
+        if self.redoable and isinstance(reply, m.RpcReply):
+            self.redoable.pop((reply_to, reply.req_id), None)
 
     def _leader_op(self, op: str, args: dict) -> None:
         """An operation this node itself needs the leader to carry out (answer ignored)."""

@@ -4,11 +4,15 @@ for may be lost (definitions: behaviour D1; confirmed persistent messages: C8)."
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
 import pika
 import pytest
+
+from actors.core import pause
 
 
 pytestmark = pytest.mark.timeout(240)
@@ -148,3 +152,46 @@ def test_declare_while_a_restarted_home_recovers_its_queue_counts_what_it_recove
     nodes.wait_up(1)
     assert refused and counts, (refused, counts, nodes.logs())
     assert set(counts) == {n}, counts
+
+
+def test_leader_paused_past_its_election_timeout_still_answers_declares__D1(nodes):
+    """The leader's node process is stopped (SIGSTOP) for longer than the election time-out
+    while a client connected to it declares queues in a loop, as a busy machine can starve it:
+    the followers elect another leader, and the declares the old leader had not committed are
+    carried out by the new one. Every declare is answered declare-ok (none 541 "leadership
+    changed"), and every queue exists on all three nodes."""
+    leader = nodes.leader(0)
+    pid = nodes[leader].proc.pid
+    answered, failed = [], []
+    stop = threading.Event()
+
+    def declare_loop():
+        with nodes[leader].connection() as conn:
+            ch = conn.channel()
+            i = 0
+            while not stop.is_set():
+                try:
+                    ch.queue_declare(f"p-{i}", durable=True)
+                    answered.append(f"p-{i}")
+                except pika.exceptions.AMQPError as e:
+                    failed.append((f"p-{i}", repr(e)))
+                    return
+                i += 1
+
+    client = threading.Thread(target=declare_loop)
+    client.start()
+    try:
+        nodes.wait(lambda: len(answered) >= 20, what="declares before the pause")
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(2 * pause.RAFT_MAX_TIMEOUT_S)  # a follower campaigns after at most this
+        os.kill(pid, signal.SIGCONT)
+        nodes.leader((leader + 1) % 3, other_than=leader)
+        seen = len(answered)
+        nodes.wait(lambda: len(answered) > seen + 20 or failed, what="declares after the pause")
+    finally:
+        stop.set()
+        client.join(60)
+    assert not failed, (failed, nodes.logs())
+    for i in range(3):
+        missing = [q for q in answered if not declared(nodes[i], q)]
+        assert not missing, (i, missing)

@@ -32,6 +32,9 @@ class Node:
     def _route_rpc(self, rpc):
         return False
 
+    def _remember_redo(self, rpc):
+        pass
+
     def _reply(self, rpc, ok, result=None, code=0, text=""):
         self.replies.append((ok, code, text))
 
