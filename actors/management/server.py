@@ -57,8 +57,9 @@ log = logging.getLogger("leveret.management")
 
 # --- the dispatch table: which resource modules each listener serves -------------------------
 # Registering a resource: write its module under resources/ (a docstring naming the RabbitMQ
-# module it mirrors, `ROUTES` of routes.Route with `async def handler(mgmt, request)`), import
-# it above and add it here, one line (docs/management.md, "Where the code is").
+# module it mirrors, `ROUTES` of routes.Route with `async def handler(mgmt, request)`), then
+# one line importing it above and one line adding it here; the order does not matter, no two
+# routes match one request (docs/management.md, "Where the code is").
 API_RESOURCES = (
     ui,  # / and /static: the web UI
     whoami,  # /api/whoami, /api/extensions
