@@ -120,10 +120,10 @@ bench-paper: venv
 	$(BIN)/python -m bench.paper $(BENCH_ARGS)
 
 # 10^6 generated AMQP frame sequences against a node it starts, a witness connection served
-# throughout (bench/fuzz.py; issue 11): not part of `make test`. FUZZ_ARGS="--sequences 100000"
+# throughout (tools/fuzz.py; issue 11): not part of `make test`. FUZZ_ARGS="--sequences 100000"
 # for a shorter run; the summary goes to bench/results/fuzz.txt.
 fuzz: venv
-	$(BIN)/python -m bench.fuzz $(FUZZ_ARGS)
+	$(BIN)/python -m tools.fuzz $(FUZZ_ARGS)
 
 # Lifecycle analysis of event logs (leveret-server --events full; docs/events.md): a PySpark job,
 # local[*]; ANALYZE_ARGS="--message ID --master URL ..." for more.

@@ -73,6 +73,36 @@ def split_address(address: str) -> tuple[str, str]:
     return endpoint, name
 
 
+def unframe(parts: list) -> list:
+    """The messages of one multipart as `[(actor name, message)]`, whatever its form (one
+    message, a batch, a stamped batch: the stamp is observed), for a socket read outside a
+    Transport (leveretctl's reply socket). Raises messages.Malformed on anything else."""
+    first = parts[0]
+    if first != _BATCH and first != _STAMPED:
+        if len(parts) not in (2, 3):
+            raise messages.Malformed(f"{len(parts)} frames")
+        return [(first.decode("utf-8", "surrogateescape"), messages.decode(parts[1], parts[2:]))]
+    try:
+        header = unpackb(parts[1])
+    except Exception as e:  # noqa: BLE001 - arbitrary bytes: any of msgpack's refusals
+        raise messages.Malformed("an undecodable batch header") from e
+    if first == _STAMPED:
+        if type(header) is not list or len(header) != 2 or type(header[0]) is not int:
+            raise messages.Malformed("a stamped batch with an undecodable header")
+        hlc.clock().observe(header[0])
+        header = header[1]
+    if type(header) is not list or not header or \
+            any(type(n) is not int or not 2 <= n <= 3 for n in header) or \
+            sum(header) != len(parts) - 2:
+        raise messages.Malformed("a batch whose counts do not match its frames")
+    out, at = [], 2
+    for n in header:
+        out.append((parts[at].decode("utf-8", "surrogateescape"),
+                    messages.decode(parts[at + 1], parts[at + 2:at + n])))
+        at += n
+    return out
+
+
 class LogThrottle:
     """At most `burst` log lines per `period` seconds; the others are counted and the count
     goes with the next line logged."""

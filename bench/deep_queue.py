@@ -23,11 +23,11 @@ import subprocess
 import threading
 import time
 
-from bench import codec as codec_mod
+from amqpclient import codec as codec_mod
 from bench.loadgen import run_loop, setup_role
 from bench.node import LeveretNode
 from bench.procio import delta, disk_bytes, tree_write_bytes
-from bench.url import parse_url
+from amqpclient.url import parse_url
 
 
 def rss_kb(pid: int, field: str = "VmRSS") -> int:

@@ -57,9 +57,9 @@ import time
 import traceback
 from array import array
 
-from bench import codec as codec_mod
-from bench.leanclient import AMQPClosed, LeanConnection
-from bench.url import AMQPTarget
+from amqpclient import codec as codec_mod
+from amqpclient.connection import AMQPClosed, LeanConnection
+from amqpclient.url import AMQPTarget
 
 HIGH_WATER = 256 * 1024          # bytes of pending output before a producer stops adding
 BATCH = 64                       # messages per producer write

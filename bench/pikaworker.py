@@ -14,7 +14,7 @@ import traceback
 from array import array
 
 from bench.loadgen import BATCH, HIGH_WATER, _Unconfirmed, cpu_seconds, make_body
-from bench.url import AMQPTarget
+from amqpclient.url import AMQPTarget
 
 _TS = struct.Struct(">q")
 

@@ -481,7 +481,7 @@ def test_publish_bad_expiration_406():
 
 
 @pytest.mark.parametrize("expiration, reason", [
-    # found by bench.fuzz (the channel crashed sending it to a queue); texts seen on 3.10.8,
+    # found by tools.fuzz (the channel crashed sending it to a queue); texts seen on 3.10.8,
     # the long one wrapped by Erlang's ~p
     ("99999999999999999999", "{value_too_large,\n" + " " * 44 + "99999999999999999999}"),
     ("315360000001", "{value_too_large,315360000001}"),

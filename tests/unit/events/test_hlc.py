@@ -98,3 +98,17 @@ def test_sends_are_stamped_and_receives_observe_while_events_are_on(tmp_path, mo
     assert got == [m.Sent("x#ch", 7)]
     assert hlc.clock().at(0) > stamp + 10**12
     raw.close(0)
+
+
+def test_a_reply_read_outside_a_transport_is_unframed_in_every_form():
+    """leveretctl reads the metadata actor's reply on a socket of its own: a stamped batch of
+    one while the node's events are on (it failed with 'unknown tag' on the stamp)."""
+    from actors.transport import unframe
+    reply = m.RpcReply(1, True, {"x": 1})
+    payload, frames = m.encode(reply)
+    assert unframe([b"ctl", payload]) == [("ctl", reply)]
+    assert unframe([b"", packb([2]), b"ctl", payload]) == [("ctl", reply)]
+    assert unframe([b"\0", packb([5, [2]]), b"ctl", payload]) == [("ctl", reply)]
+    import pytest
+    with pytest.raises(m.Malformed):
+        unframe([b"\0", packb([5, [3]]), b"ctl", payload])
