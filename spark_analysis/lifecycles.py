@@ -194,6 +194,7 @@ def copy_states(rows: DataFrame, events: DataFrame) -> DataFrame:
             .withColumn("durable", F.when(is_copy, F.coalesce(
                 F.col("durable"), F.col("q_durable"), F.col("t_stored_ns").isNotNull()))))
     rows = removed_by(rows, events)
+    rows = census_verdicts(rows, events)
     # A channel (or its connection) closed after a copy was delivered on it, and no requeue
     # since. Latest close per channel and per connection: one row per key, so the joins keep
     # one row per copy (channel numbers are reused: only a close after the delivery counts).
@@ -212,12 +213,72 @@ def copy_states(rows: DataFrame, events: DataFrame) -> DataFrame:
     closed_under_it = F.greatest("t_ch_close_ns", "t_conn_close_ns") > F.col("t_last_event_ns")
     restarted = ((F.col("t_restart_ns") > F.col("t_last_event_ns")) &
                  ~F.coalesce(F.col("t_synced_ns") <= F.col("t_restart_ns"), F.lit(False)))
-    gone = (F.col("state").isin("queued", "unacked") & F.coalesce(restarted, F.lit(False))) | (
-        (F.col("state") == "unacked") & F.coalesce(closed_under_it, F.lit(False)))
+    # (a copy a census after its last step judged is not guessed about: the census said)
+    gone = ~F.col("census_judged") & (
+        (F.col("state").isin("queued", "unacked") & F.coalesce(restarted, F.lit(False))) | (
+            (F.col("state") == "unacked") & F.coalesce(closed_under_it, F.lit(False))))
     return (rows.withColumn("state", F.when(gone, F.lit("vanished")).otherwise(F.col("state")))
             .drop("r_vhost", "r_queue", "t_restart_ns", "q_durable", "cc_connection",
                   "cc_channel", "t_ch_close_ns", "k_connection", "t_conn_close_ns",
-                  "last_connection", "last_channel", "t_last_state_ns"))
+                  "last_connection", "last_channel", "t_last_state_ns", "census_judged"))
+
+
+def census_verdicts(rows: DataFrame, events: DataFrame) -> DataFrame:
+    """Copies still queued or unacked, judged by the `queue_census` events of their queue
+    taken after their last state step (and naming seq_ids below theirs): absent from one, the
+    copy is `vanished` then (`census_missing` says which census: `started` after a restart,
+    `stopped`, `requested`); held by all of them, it is confirmed there (`t_census_ns`, the
+    latest), and an unacked copy that a restart's census holds is `queued` again (recovery
+    requeues it). `census_judged` says a census decided, so the guesses from restarts and
+    closed channels stay out. Censuses are per queue (one broadcast row per queue with their
+    times); which censuses hold which seq_id is one join on (vhost, queue, seq_id) of the
+    census ranges, expanded, with the copies to judge."""
+    open_copy = F.col("state").isin("queued", "unacked")
+    seq = F.try_element_at(F.filter("steps", lambda s: s.getField("seq_id").isNotNull()),
+                           F.lit(1)).getField("seq_id")
+    rows = rows.withColumn("copy_seq_id", F.when(F.col("copy_queue").isNotNull(), seq))
+    cen = events.where(_is("queue_census") & F.col("queue").isNotNull())
+    marks = (cen.groupBy(F.col("vhost").alias("cn_vhost"), F.col("queue").alias("cn_queue"))
+             .agg(F.array_sort(F.collect_list(F.struct("t_ns", "reason", "seq_below")))
+                  .alias("censuses")))
+    rows = rows.join(F.broadcast(marks), (rows.copy_queue == marks.cn_queue) &
+                     rows.vhost.eqNullSafe(marks.cn_vhost), "left")
+    rows = rows.withColumn("census_after", F.filter(
+        F.coalesce("censuses", F.array()),
+        lambda c: open_copy & (c.getField("t_ns") > F.col("t_last_state_ns")) &
+        (F.col("copy_seq_id") < c.getField("seq_below"))))
+    pairs = F.sequence(F.lit(0), (F.size("seq_ranges") / 2 - 1).cast("int"))
+    held_seqs = (cen.where(F.size("seq_ranges") >= 2)
+                 .select(F.col("vhost").alias("h_vhost"), F.col("queue").alias("h_queue"),
+                         F.col("t_ns").alias("h_t_ns"), "seq_ranges",
+                         F.explode(pairs).alias("i"))
+                 .select("h_vhost", "h_queue", "h_t_ns", F.explode(F.sequence(
+                     F.element_at("seq_ranges", F.col("i") * 2 + 1),
+                     F.element_at("seq_ranges", F.col("i") * 2 + 2))).alias("h_seq_id")))
+    to_judge = rows.where(F.size("census_after") > 0).select(
+        "msg_id", "copy_queue", "vhost", "copy_seq_id")
+    held = (to_judge.join(held_seqs, (to_judge.copy_queue == held_seqs.h_queue) &
+                          to_judge.vhost.eqNullSafe(held_seqs.h_vhost) &
+                          (to_judge.copy_seq_id == held_seqs.h_seq_id))
+            .groupBy(F.col("msg_id").alias("hd_msg_id"), F.col("copy_queue").alias("hd_queue"))
+            .agg(F.collect_set("h_t_ns").alias("held_at")))
+    rows = rows.join(held, (rows.msg_id == held.hd_msg_id) &
+                     (rows.copy_queue == held.hd_queue), "left")
+    held_at = F.coalesce(F.col("held_at"), F.array())
+    missing = F.try_element_at(F.filter("census_after", lambda c: ~F.array_contains(
+        held_at, c.getField("t_ns"))), F.lit(1))
+    after_restart = F.exists("census_after", lambda c: c.getField("reason") == "started")
+    judged = F.size("census_after") > 0
+    return (rows.withColumn("census_missing", missing.getField("reason"))
+            .withColumn("census_judged", judged)
+            .withColumn("t_census_ns", F.when(judged & missing.isNull(), F.array_max(
+                F.transform("census_after", lambda c: c.getField("t_ns")))))
+            .withColumn("state", F.when(judged & missing.isNotNull(), F.lit("vanished"))
+                        .when(judged & after_restart & (F.col("state") == "unacked"),
+                              F.lit("queued"))
+                        .otherwise(F.col("state")))
+            .drop("cn_vhost", "cn_queue", "censuses", "census_after", "hd_msg_id", "hd_queue",
+                  "held_at", "copy_seq_id"))
 
 
 def removed_by(rows: DataFrame, events: DataFrame) -> DataFrame:
@@ -259,9 +320,10 @@ def removed_by(rows: DataFrame, events: DataFrame) -> DataFrame:
 COPY_FIELDS = ("state", "durable", "persistent", "deliveries", "redeliveries", "acks",
                "auto_acks", "nacks",
                "rejects", "requeues", "expirations", "dead_letterings", "drops",
-               "delivery_to_ack_ms", "delivered_after_ack", "dead_letter_queues")
+               "delivery_to_ack_ms", "delivered_after_ack", "dead_letter_queues",
+               "census_missing")
 COPY_TIMES = ("t_enqueued", "t_stored", "t_synced", "t_first_delivered", "t_last_delivered",
-              "t_first_acked", "t_removed", "t_last_event")
+              "t_first_acked", "t_removed", "t_last_event", "t_census")
 PUBLISH_TIMES = ("t_published", "t_routed", "t_unroutable", "t_returned", "t_confirmed",
                  "t_nacked_to_publisher", "t_rolled_back")
 
@@ -316,7 +378,8 @@ def assemble(rows: DataFrame, msg_gaps: DataFrame | None = None) -> DataFrame:
     )
     if msg_gaps is None:
         msgs = msgs.withColumn("log_gap", F.lit(None).cast("string")).withColumn(
-            "log_gaps", F.lit(0).cast("bigint"))
+            "log_gaps", F.lit(0).cast("bigint")).withColumn(
+            "log_gap_until_ns", F.lit(None).cast("bigint"))
     else:
         msgs = msgs.join(msg_gaps, "msg_id", "left").withColumn(
             "log_gaps", F.coalesce(F.col("log_gaps"), F.lit(0).cast("bigint")))
@@ -349,8 +412,9 @@ def finish(msgs: DataFrame) -> DataFrame:
     state = final_state(F.col("queue_state_list"),
                         F.coalesce(F.col("dead_letter_queues"), F.array()),
                         F.coalesce(F.col("routed_queues"), F.array()))
-    open_copy = F.exists("queue_state_list",
-                         lambda c: c.getField("state").isin(*UNSETTLED_STATES))
+    # a copy a census held after every gap that counts for the message is settled there
+    open_copy = F.exists("copies", lambda c: c.getField("state").isin(*UNSETTLED_STATES) & ~(
+        F.coalesce(c.getField("t_census_ns") > F.col("log_gap_until_ns"), F.lit(False))))
     hidden = F.col("log_gap").isNotNull() & (open_copy | state.isin(*UNSETTLED_FINAL))
     return msgs.select(
         F.lower(F.hex("msg_id")).alias("msg_id"),
