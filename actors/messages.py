@@ -313,6 +313,7 @@ class DirectReply(NamedTuple):
     routing_key: str  # the publish's routing key (basic.deliver's)
     props_raw: bytes  # the encoded properties (BCC removed)
     bodies: list  # [the body]
+    msg_id: bytes | None = None  # the event log's id of the message (None: events off)
 
 
 class ReplyCheck(NamedTuple):

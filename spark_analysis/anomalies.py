@@ -39,9 +39,10 @@ def _row(df: DataFrame, kind: str, queue: Column, t: Column, detail: Column) -> 
 
 
 def _unless_gap(df: DataFrame, kind: str, queue: Column, t: Column,
-                detail: Column) -> DataFrame:
-    """A `kind` row, or an `unknown` one when a log gap could hide what would clear it."""
-    gap = F.col("log_gap")
+                detail: Column, gap: Column | None = None) -> DataFrame:
+    """A `kind` row, or an `unknown` one when a log gap (`gap`, else the message's) could
+    hide what would clear it."""
+    gap = F.col("log_gap") if gap is None else gap
     return df.select(F.when(gap.isNull(), F.lit(kind)).otherwise(F.lit("unknown"))
                      .alias("kind"), "msg_id", "message_id", "vhost", queue.alias("queue"),
                      "final_state", t.alias("t"),
@@ -53,7 +54,10 @@ def _unless_gap(df: DataFrame, kind: str, queue: Column, t: Column,
 def find(lifecycles: DataFrame, redelivery_threshold: int = 10) -> DataFrame:
     """The anomalies DataFrame (COLUMNS) of a lifecycles DataFrame (lifecycles.build)."""
     confirmed = F.col("t_confirmed_ns").isNotNull()
-    vanished = F.filter("copies", lambda c: c.getField("state") == "vanished")
+    # (a transient copy a restart's census does not hold went as RabbitMQ's rule says)
+    vanished = F.filter("copies", lambda c: (c.getField("state") == "vanished") & ~(
+        (F.coalesce(c.getField("census_missing"), F.lit("")) == "started") &
+        ~F.coalesce(c.getField("persistent"), F.col("persistent"), F.lit(False))))
     never_enqueued = (F.col("final_state") == "not_enqueued") | (
         (F.col("final_state") == "unknown") & (F.size("copies") == 0) &
         (F.size(F.coalesce("routed_queues", F.array())) > 0))
@@ -76,7 +80,9 @@ def find(lifecycles: DataFrame, redelivery_threshold: int = 10) -> DataFrame:
                     F.when(confirmed, F.lit("confirmed")).otherwise(F.lit("synced")),
                     F.try_element_at(missed, F.lit(1)).getField("census_missing")))
                 .when(F.size(vanished) > 0, F.lit("confirmed, then vanished from its queue"))
-                .otherwise(F.lit("confirmed, routed, never enqueued")))
+                .otherwise(F.lit("confirmed, routed, never enqueued")),
+                # (a census that held its copies after the gaps leaves them nothing to hide)
+                F.when(~F.col("census_settled"), F.col("log_gap")))
 
     copies = lifecycles.select("*", F.explode("copies").alias("c"))
     c = F.col("c")
@@ -115,7 +121,8 @@ def find(lifecycles: DataFrame, redelivery_threshold: int = 10) -> DataFrame:
         copies.where(c.getField("census_missing").isin("stopped", "requested") & ~confirmed),
         "missing_from_census", cq, c.getField("t_last_event"),
         F.format_string("queued in the job's view, absent from its queue's census (%s)",
-                        c.getField("census_missing")))
+                        c.getField("census_missing")),
+        F.when(~F.col("census_settled"), F.col("log_gap")))
     return (lost.unionByName(acked_twice).unionByName(after_ack).unionByName(before_synced)
             .unionByName(never_synced).unionByName(loop).unionByName(missing)
             .unionByName(partial_enqueue(lifecycles)))

@@ -120,6 +120,10 @@ def group_rows(events: DataFrame) -> DataFrame:
         .alias("publisher_connection"),
         F.first(F.when(_is("publish_received", "confirmed", "nacked_to_publisher"),
                        F.col("seq_no")), ignorenulls=True).alias("seq_no"),
+        F.first(F.when(_is("publish_received"), F.col("traceparent")), ignorenulls=True)
+        .alias("traceparent"),
+        _union_lists(F.when(_is("routed", "unroutable"), F.col("alternate_exchanges")))
+        .alias("alternate_exchanges"),
         _t_min("publish_received").alias("t_published_ns"),
         _t_min("routed").alias("t_routed_ns"),
         # a dead-lettered copy is routed by its DLX: its target queues
@@ -227,9 +231,10 @@ def census_verdicts(rows: DataFrame, events: DataFrame) -> DataFrame:
     """Copies still queued or unacked, judged by the `queue_census` events of their queue
     taken after their last state step (and naming seq_ids below theirs): absent from one, the
     copy is `vanished` then (`census_missing` says which census: `started` after a restart,
-    `stopped`, `requested`); held by all of them, it is confirmed there (`t_census_ns`, the
-    latest), and an unacked copy that a restart's census holds is `queued` again (recovery
-    requeues it). `census_judged` says a census decided, so the guesses from restarts and
+    `stopped`, `requested`); held by all of them, it is confirmed there, and an unacked copy
+    that a restart's census holds is `queued` again (recovery requeues it). `t_census_ns`:
+    the latest census that held it (before one that did not): what a log gap ending before it
+    hid cannot change the copy's fate (finish). `census_judged` says a census decided, so the guesses from restarts and
     closed channels stay out. Censuses are per queue (one broadcast row per queue with their
     times); which censuses hold which seq_id is one join on (vhost, queue, seq_id) of the
     census ranges, expanded, with the copies to judge."""
@@ -269,10 +274,13 @@ def census_verdicts(rows: DataFrame, events: DataFrame) -> DataFrame:
         held_at, c.getField("t_ns"))), F.lit(1))
     after_restart = F.exists("census_after", lambda c: c.getField("reason") == "started")
     judged = F.size("census_after") > 0
+    held_before = F.filter("census_after", lambda c: F.array_contains(
+        held_at, c.getField("t_ns")) & F.coalesce(c.getField("t_ns") < missing.getField(
+            "t_ns"), F.lit(True)))
     return (rows.withColumn("census_missing", missing.getField("reason"))
             .withColumn("census_judged", judged)
-            .withColumn("t_census_ns", F.when(judged & missing.isNull(), F.array_max(
-                F.transform("census_after", lambda c: c.getField("t_ns")))))
+            .withColumn("t_census_ns", F.array_max(
+                F.transform(held_before, lambda c: c.getField("t_ns"))))
             .withColumn("state", F.when(judged & missing.isNotNull(), F.lit("vanished"))
                         .when(judged & after_restart & (F.col("state") == "unacked"),
                               F.lit("queued"))
@@ -358,7 +366,7 @@ def assemble(rows: DataFrame, msg_gaps: DataFrame | None = None) -> DataFrame:
         F.first("vhost", ignorenulls=True).alias("vhost"),
         side("exchange"), side("routing_key"), side("mandatory"), side("publisher_connection"),
         side("seq_no"), side("routed_queues"), side("parent_msg_id"), side("dead_letter_reason"),
-        side("nack_reason"),
+        side("nack_reason"), side("traceparent"), side("alternate_exchanges"),
         *[side(f"{t}_ns") for t in PUBLISH_TIMES],
         F.max("persistent").alias("persistent"),
         F.sum("n_events").alias("n_events"),
@@ -412,15 +420,21 @@ def finish(msgs: DataFrame) -> DataFrame:
     state = final_state(F.col("queue_state_list"),
                         F.coalesce(F.col("dead_letter_queues"), F.array()),
                         F.coalesce(F.col("routed_queues"), F.array()))
-    # a copy a census held after every gap that counts for the message is settled there
-    open_copy = F.exists("copies", lambda c: c.getField("state").isin(*UNSETTLED_STATES) & ~(
-        F.coalesce(c.getField("t_census_ns") > F.col("log_gap_until_ns"), F.lit(False))))
+    # a copy a census held after every gap that counts for the message ends: what the gaps
+    # hid happened before the census, and the copy's fate since is all in the log
+    def held_after_gap(c):
+        return F.coalesce(c.getField("t_census_ns") > F.col("log_gap_until_ns"), F.lit(False))
+
+    open_copy = F.exists("copies", lambda c: c.getField("state").isin(*UNSETTLED_STATES) &
+                         ~held_after_gap(c))
     hidden = F.col("log_gap").isNotNull() & (open_copy | state.isin(*UNSETTLED_FINAL))
+    census_settled = (F.col("log_gap").isNotNull() & ~hidden &
+                      F.exists("copies", held_after_gap))
     return msgs.select(
         F.lower(F.hex("msg_id")).alias("msg_id"),
         "message_id", "vhost", "exchange", "routing_key", "persistent", "mandatory",
         F.when(hidden, F.lit("unknown")).otherwise(state).alias("final_state"),
-        "log_gap", "log_gaps",
+        "log_gap", "log_gaps", census_settled.alias("census_settled"),
         "queues", "routed_queues", "dead_letter_queues",
         F.map_from_entries("queue_state_list").alias("queue_states"),
         *[ns_to_ts(F.col(f"{t}_ns")).alias(t) for t in PUBLISH_TIMES],
@@ -431,7 +445,7 @@ def finish(msgs: DataFrame) -> DataFrame:
         _ms(F.col("t_first_delivered_ns"), published).alias("publish_to_first_delivery_ms"),
         F.lower(F.hex("dead_lettered_to")).alias("dead_lettered_to"),
         F.lower(F.hex("parent_msg_id")).alias("parent_msg_id"), "dead_letter_reason",
-        "nack_reason",
+        "nack_reason", "traceparent", "alternate_exchanges",
         "seq_no", "publisher_connection", "n_events", "nodes", "copies",
         *[f"{t}_ns" for t in PUBLISH_TIMES],  # exact times (the anomaly checks use them)
     )

@@ -82,6 +82,8 @@ FIELD_COLUMNS = (
     ("msg_ids", "array<binary>"),  # tx_committed, tx_rolled_back: the publishes it ended
     # queue_census: the seq_ids the queue held, inclusive ranges [first, last, first, last...]
     ("seq_ranges", "array<bigint>"),
+    ("traceparent", "string"),  # publish_received: the W3C trace context header, when sent
+    ("alternate_exchanges", "array<string>"),  # routed, unroutable: the AEs it went through
 )
 
 # Columns every row gets from its file's header and the event record itself.

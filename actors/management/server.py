@@ -31,7 +31,7 @@ from actors.connection import tls
 from actors.core.errors import AMQPError
 from actors.core.permissions import AuthDB, hashed_auth_call, loopback_refused, pattern_error
 from actors.ctl import ask_node
-from actors.management import amqp, api, prometheus, traces
+from actors.management import amqp, api, census, prometheus, traces
 from actors.node import node_stats
 from actors.management.api import ApiError
 
@@ -273,6 +273,7 @@ class Management:
         get("/api/health/checks/protocol-listener/{protocol}", self.check_protocol)
         get("/api/health/checks/virtual-hosts", self.check_vhosts)
         get("/api/health/checks/node-is-quorum-critical", self.check_quorum)
+        census.register(r, self)  # POST /api/leveret/census/{vhost}[/{name}]
         get("/api/leveret/analyses", self.analyses)
         get("/api/leveret/analyses/{analysis}/messages", self.analysis_messages)
         get("/api/leveret/analyses/{analysis}/messages/{ref}", self.analysis_message)

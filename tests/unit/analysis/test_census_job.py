@@ -86,6 +86,7 @@ def workload(directory) -> None:
         _send(w, publish("recovered", delivery_mode=2, message_id="recovered"),
               publish("recovered", delivery_mode=2, message_id="confirmed-not-recovered"),
               publish("recovered", delivery_mode=2, message_id="unacked-recovered"),
+              publish("recovered", delivery_mode=1, message_id="confirmed-transient"),
               publish("running", message_id="held-by-census"),
               publish("running", message_id="confirmed-gone-from-running"))
         _sync(w, "recovered")
@@ -129,6 +130,7 @@ def test_census_decides_the_copies_it_judges(job):
         "confirmed-not-recovered": "vanished",
         "synced-not-recovered": "vanished",
         "transient-not-recovered": "vanished",
+        "confirmed-transient": "vanished",
         "held-by-census": "queued",
         "gone-from-running": "vanished",
         "confirmed-gone-from-running": "vanished",
@@ -154,7 +156,8 @@ def test_what_a_census_misses_is_lost_or_missing(job):
          "synced, then missing from its queue's census (started)"),
         ("missing_from_census", "gone-from-running", "running",
          "queued in the job's view, absent from its queue's census (requested)"),
-    ]  # (a transient message that did not come back after a restart is no anomaly)
+    ]  # (a transient message that did not come back after a restart, confirmed or not, is no
+    #    anomaly: RabbitMQ's rule)
 
 
 # -- the census itself, without Spark ---------------------------------------------------------
