@@ -830,7 +830,7 @@ class ChannelCore:
             if not direct_reply.endpoint_ok(endpoint, own, self.replica.members) \
                     or self.out.is_dead(address):
                 continue
-            self.out.send(address, m.DirectReply(key, "", rk, props_raw, [body], msg_id))
+            self.out.send(address, m.DirectReply(key, "", rk, props_raw, msg_id, [body]))
             sent.append(name)
         return sent
 
