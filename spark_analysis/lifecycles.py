@@ -234,10 +234,10 @@ def census_verdicts(rows: DataFrame, events: DataFrame) -> DataFrame:
     `stopped`, `requested`); held by all of them, it is confirmed there, and an unacked copy
     that a restart's census holds is `queued` again (recovery requeues it). `t_census_ns`:
     the latest census that held it (before one that did not): what a log gap ending before it
-    hid cannot change the copy's fate (finish). `census_judged` says a census decided, so the guesses from restarts and
-    closed channels stay out. Censuses are per queue (one broadcast row per queue with their
-    times); which censuses hold which seq_id is one join on (vhost, queue, seq_id) of the
-    census ranges, expanded, with the copies to judge."""
+    hid cannot change the copy's fate (finish). `census_judged` says a census decided, so the
+    guesses from restarts and closed channels stay out. Censuses are per queue (one
+    broadcast row per queue with their times); which censuses hold which seq_id is one join
+    on (vhost, queue, seq_id) of the census ranges, expanded, with the copies to judge."""
     open_copy = F.col("state").isin("queued", "unacked")
     seq = F.try_element_at(F.filter("steps", lambda s: s.getField("seq_id").isNotNull()),
                            F.lit(1)).getField("seq_id")

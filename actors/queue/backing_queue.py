@@ -59,7 +59,7 @@ from actors.core import quorum
 from actors.core.queue_stats import DiskCounts
 from actors.runtime import LightActor
 from actors.queue.storage import Storage, queue_id
-from protocol.properties import BasicProperties
+from protocol.properties import BasicProperties, delivery_mode
 from queue_index import IndexEntry
 from queue_index.entry import props_raw as entry_props
 
@@ -661,7 +661,7 @@ class BackingQueue(LightActor):
                     if index is not None:
                         paged.append([s for s, value in index.live_records(txn, after)
                                       if s >= self.boot_seq or self.keep_all or
-                                      _persistent(entry_props(value))])
+                                      delivery_mode(entry_props(value)) == 2])
         census.emit(events, self.vhost, self.qname, msg, paged, self.durable)
 
     def _page(self, after: int, limit: int, priority: int = 0) -> Paged:
