@@ -5,9 +5,10 @@ of R runs, on this machine:
 
 * the Queue's half: ``census.snapshot`` of a QueueCore holding N ready messages (in memory);
 * the BackingQueue's half for a paged-out queue: the live index entries after the in-memory
-  part read back with ``QueueIndex.live_records`` (N entries of 1 KB bodies, embedded), with
-  and without the persistence check of a previous run's entries (after a restart: each
-  entry's properties decoded), and ``census.emit`` (ranges, count, the event) into a real
+  part read back (N entries of 1 KB bodies, embedded): by their keys alone
+  (``QueueIndex.live_seq_ids``, the entries of the queue's own run), and with their values
+  and the persistence check of a previous run's entries (after a restart:
+  ``QueueIndex.live_records`` and ``delivery_mode`` of each); and ``census.emit`` (ranges, count, the event) into a real
   event log with events full;
 * the event's size on disk.
 
@@ -78,6 +79,8 @@ def main(argv=None) -> None:
             best, med, seqs = _timed(lambda: [s for s, _ in index.live_records(txn, -1)],
                                      a.runs)
             rows.append(("BackingQueue: paged part read back (keys and values)", best, med))
+            best, med, _ = _timed(lambda: list(index.live_seq_ids(txn, -1)), a.runs)
+            rows.append(("  keys only (entries of the queue's own run)", best, med))
             best, med, _ = _timed(lambda: [s for s, v in index.live_records(txn, -1)
                                            if delivery_mode(props_raw(v)) == 2], a.runs)
             rows.append(("  the same, each entry's persistence checked (after a restart)",
