@@ -80,6 +80,7 @@ def test_the_broker_writes_every_kind_the_job_reads(tmp_path):
         tx.close()  # channel_closed
         ch.queue_purge("work")
         conn.close()  # connection_closed
+        time.sleep(1)  # written (a flush every 0.2 s) before the kill takes the buffer
         [victim] = broker.queue_worker_pids().values()
         os.kill(victim, signal.SIGKILL)  # process_crashed, queue_crashed; queue_started again
         wait_until(lambda: broker.queue_worker_pids() and
