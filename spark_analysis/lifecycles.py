@@ -238,11 +238,15 @@ def census_verdicts(rows: DataFrame, events: DataFrame) -> DataFrame:
     guesses from restarts and closed channels stay out. Censuses are per queue (one
     broadcast row per queue with their times); which censuses hold which seq_id is one join
     on (vhost, queue, seq_id) of the census ranges, expanded, with the copies to judge."""
+    cen = events.where(_is("queue_census") & F.col("queue").isNotNull())
+    if cen.isEmpty():  # (a log without censuses: no join, the job costs what it did)
+        return (rows.withColumn("census_missing", F.lit(None).cast("string"))
+                .withColumn("census_judged", F.lit(False))
+                .withColumn("t_census_ns", F.lit(None).cast("bigint")))
     open_copy = F.col("state").isin("queued", "unacked")
     seq = F.try_element_at(F.filter("steps", lambda s: s.getField("seq_id").isNotNull()),
                            F.lit(1)).getField("seq_id")
     rows = rows.withColumn("copy_seq_id", F.when(F.col("copy_queue").isNotNull(), seq))
-    cen = events.where(_is("queue_census") & F.col("queue").isNotNull())
     marks = (cen.groupBy(F.col("vhost").alias("cn_vhost"), F.col("queue").alias("cn_queue"))
              .agg(F.array_sort(F.collect_list(F.struct("t_ns", "reason", "seq_below")))
                   .alias("censuses")))
