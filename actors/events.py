@@ -22,7 +22,9 @@ What it owns, per OS process:
 
 File format: a msgpack stream. The first object of every file is a header map (schema, node,
 process, pid, file number, boot id, wall and monotonic clocks read together); every following
-object is one event `[kind, msg_id, wall_ns, mono_ns, fields, seq]`. A stream needs no framing, and a
+object is one event `[kind, msg_id, wall_ns, mono_ns, fields, seq, hlc_ns]` (hlc_ns: the
+process's hybrid logical clock, actors/hlc.py, which orders events across processes and hosts).
+A stream needs no framing, and a
 file cut short by kill -9 decodes up to its last whole event (bench/events_speed.py measured it
 against length-prefixed records: docs/events.md).
 
@@ -51,6 +53,8 @@ import time
 import zlib
 
 import msgpack
+
+from actors import faults, hlc
 
 __all__ = ["SCHEMA", "KINDS", "MESSAGE_KINDS", "COPY_KINDS", "PUBLISHER_KINDS", "PROCESS_KINDS",
            "LOG_KINDS", "DEAD_LETTER_KINDS", "REMOVAL_KINDS", "TX_KINDS", "EventLog",
@@ -134,6 +138,10 @@ def _clock() -> tuple[int, int]:
     return time.time_ns(), time.monotonic_ns()
 
 
+def _stamp(mono_ns: int) -> int:
+    return hlc.clock().at(mono_ns)
+
+
 class EventLog:
     """One process run's log: the bounded buffer, the sequence numbers, the background writer
     thread and the current file."""
@@ -142,7 +150,7 @@ class EventLog:
                  max_bytes: int = DEFAULT_MAX_BYTES, flush_interval: float = FLUSH_INTERVAL,
                  max_buffered: int = DEFAULT_MAX_BUFFERED,
                  heartbeat_interval: float = HEARTBEAT_INTERVAL, run_id: str | None = None,
-                 clock=_clock):
+                 clock=_clock, boot_id: str | None = None):
         self.directory = directory  # <data_dir>/events
         self.node = node  # node name, in the header and the file names
         self.process = process  # "node", "conn-0", "queue-1", ...
@@ -152,8 +160,9 @@ class EventLog:
         self.flush_interval = flush_interval  # seconds between background writes
         self.heartbeat_interval = heartbeat_interval  # seconds between heartbeats, 0: none
         self.clock = clock  # () -> (wall_ns, mono_ns) of the log's own markers
+        self.boot_id = _boot_id() if boot_id is None else boot_id  # names the monotonic clock
         self.pid = os.getpid()  # in the file name and header
-        self.buf: list = []  # (kind, msg_id, wall_ns, mono_ns, fields, seq) tuples, not encoded
+        self.buf: list = []  # (kind, msg_id, wall_ns, mono_ns, fields, seq, hlc) tuples
         self.append = self.buf.append  # bound once: the hot path's call
         self.max_buffered = max(1, max_buffered)  # the buffer's bound, in events
         self.next_seq = itertools.count().__next__  # every event's number, kept or dropped
@@ -179,14 +188,16 @@ class EventLog:
     def emit(self, kind: str, msg_id: bytes | None, fields: dict) -> None:
         if self.sample > 1 and msg_id is not None and zlib.crc32(msg_id) % self.sample:
             return
-        self.record(kind, msg_id, time.time_ns(), time.monotonic_ns(), fields)
+        mono = time.monotonic_ns()
+        self.record(kind, msg_id, time.time_ns(), mono, fields, _stamp(mono))
 
     def record(self, kind: str, msg_id: bytes | None, wall_ns: int, mono_ns: int,
-               fields: dict) -> None:
-        """An event with given times (replays and synthetic logs: bench/events_scale.py)."""
+               fields: dict, hlc_ns: int | None = None) -> None:
+        """An event with given times (replays and synthetic logs: bench/events_scale.py; without
+        `hlc_ns` the analysis orders it by its monotonic time)."""
         seq = self.next_seq()
         if len(self.buf) < self.max_buffered:
-            self.append((kind, msg_id, wall_ns, mono_ns, fields, seq))
+            self.append((kind, msg_id, wall_ns, mono_ns, fields, seq, hlc_ns))
         else:
             self.overflow()
 
@@ -199,7 +210,7 @@ class EventLog:
         """One of the log's own events (LOG_KINDS): past the bound, so a full buffer cannot
         hide a heartbeat or the report of its own drops."""
         wall, mono = self.clock()
-        self.append((kind, None, wall, mono, fields, self.next_seq()))
+        self.append((kind, None, wall, mono, fields, self.next_seq(), _stamp(mono)))
 
     def heartbeat(self) -> None:
         self.mark("heartbeat", {"dropped": self.dropped})
@@ -291,10 +302,11 @@ class EventLog:
             except FileExistsError:
                 continue
         self.paths.append(path)
+        mono = time.monotonic_ns()
         header = self.packer.pack({
             "schema": SCHEMA, "node": self.node, "process": self.process, "pid": self.pid,
-            "file_no": self.file_no, "host": socket.gethostname(), "boot_id": _boot_id(),
-            "wall_ns": time.time_ns(), "mono_ns": time.monotonic_ns(), "sample": self.sample,
+            "file_no": self.file_no, "host": socket.gethostname(), "boot_id": self.boot_id,
+            "wall_ns": mono + hlc.clock().offset, "mono_ns": mono, "sample": self.sample,
             "run_id": self.run_id})
         self.file.write(header)
         self.file_bytes = self.header_bytes = len(header)
@@ -351,6 +363,7 @@ _buf: list = []  # the log's buffer while on (len() of it is cheaper than a boun
 _max_buffered = 0  # the log's bound while on
 _crc32, _wall, _mono = zlib.crc32, time.time_ns, time.monotonic_ns
 _run = (0, "")  # (pid, run id): a forked child is a new run
+_at = hlc.clock().at  # this process's hybrid clock (replaced by a test-only skew)
 
 
 def run_id() -> str:
@@ -365,7 +378,7 @@ def run_id() -> str:
 
 def configure(config, process: str, node: str) -> None:
     """Start this process's log from `config.events` (closing one started before)."""
-    global _log, _sample, _append, _next_seq, _buf, _max_buffered, _overflow
+    global _log, _sample, _append, _next_seq, _buf, _max_buffered, _overflow, _at
     close()
     sample = parse_level(getattr(config, "events", "off"))
     if not sample:
@@ -373,10 +386,18 @@ def configure(config, process: str, node: str) -> None:
     directory = os.path.join(getattr(config, "data_dir", "./var"), "events")
     max_bytes = int(getattr(config, "events_max_bytes", DEFAULT_MAX_BYTES))
     max_buffered = int(getattr(config, "events_max_buffered", DEFAULT_MAX_BUFFERED))
+    boot_id = None
+    skew = faults.clock_skew_ns(process, getattr(config, "host", ""))
+    if skew:
+        # a process standing for another host: its own clock, which the analysis may not map
+        # through this machine's monotonic clock
+        hlc.set_skew(skew)
+        boot_id = f"{_boot_id()}+skew:{process}"
     _log = EventLog(directory, node, process, sample, max_bytes, max_buffered=max_buffered,
-                    run_id=run_id())
+                    run_id=run_id(), boot_id=boot_id)
     _append, _next_seq, _buf = _log.append, _log.next_seq, _log.buf
     _max_buffered, _overflow = _log.max_buffered, _log.overflow
+    _at = hlc.clock().at
     _sample = sample
 
 
@@ -393,7 +414,8 @@ def emit(kind: str, msg_id: bytes | None = None, **fields) -> None:
             return
     seq = _next_seq()
     if len(_buf) < _max_buffered:
-        _append((kind, msg_id, _wall(), _mono(), fields, seq))
+        mono = _mono()
+        _append((kind, msg_id, _wall(), mono, fields, seq, _at(mono)))
     else:
         _overflow()
 

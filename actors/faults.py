@@ -15,6 +15,14 @@ file, heals them. A process notices within CHECK_S.
 
 A process started with the variable set logs that it is, and refuses to start when its cluster
 address is not a loopback address: no production node can be partitioned by a stray variable.
+
+The same file may skew the clock of some processes, to stand for hosts whose clocks disagree
+(the lifecycle events' hybrid clock must order their events all the same, actors/hlc.py):
+
+    {"clock_skew_ms": {"queue": -5000}}
+
+keys are process names or their kind ("queue" for queue-0, queue-1, ...); read once, when the
+process starts its event log, and only when the node listens on a loopback address.
 """
 
 from __future__ import annotations
@@ -105,6 +113,25 @@ def from_env(host: str) -> Faults | None:
         _announced = True
         log.warning("fault injection enabled (%s=%s): for tests only", ENV, path)
     return Faults(path, host)
+
+
+def clock_skew_ns(process: str, host: str) -> int:
+    """The test-only clock skew of this process (0 when LEVERET_FAULT_INJECTION is not set or
+    names none for it). SystemExit when one is set and `host` is not a loopback address."""
+    path = os.environ.get(ENV, "")
+    if not path:
+        return 0
+    try:
+        with open(path) as f:
+            skews = json.load(f).get("clock_skew_ms") or {}
+    except (OSError, ValueError):
+        return 0
+    ms = skews.get(process, skews.get(process.partition("-")[0]))
+    if not ms:
+        return 0
+    from_env(host)  # (the loopback check, and the warning that faults are on)
+    log.warning("fault injection: this process's clock runs %+d ms off", ms)
+    return int(ms) * 1_000_000
 
 
 _announced = False  # this process logged that fault injection is on

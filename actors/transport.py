@@ -29,7 +29,11 @@ the node's run folder (0700): only the broker's OS user reaches them. In a clust
 socket is also bound at `local_endpoint` (ipc://), which leveretctl uses without the secret.
 
 Wire format: multipart `[actor_name, msgpack([tag, *fields]), bodies]`; message bodies travel
-joined in one frame of their own, never inside msgpack (see actors/messages.py).
+joined in one frame of their own, never inside msgpack (see actors/messages.py). Several
+messages for one process in one turn travel as one batch `[b"", msgpack(counts), ...]`. While
+lifecycle events are on, every send is a stamped batch `[b"\0", msgpack([hlc, counts]), ...]`
+carrying the sender's hybrid clock (actors/hlc.py), which the receiver observes: the events of
+two processes or hosts are then ordered by cause, whatever their clocks say.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from typing import Callable
 
 import zmq
 
-from actors import faults, messages
+from actors import events, faults, hlc, messages
 from actors.wire import packb, unpackb
 
 log = logging.getLogger(__name__)
@@ -52,6 +56,7 @@ SEND_LINGER_MS = 5000  # how long a closed socket keeps trying to deliver what i
 INBOUND_BATCH = 512  # on an event loop: messages read per turn before the loop's other work
 _SNDMORE = int(zmq.SNDMORE)
 _BATCH = b""  # first frame of a batch (no actor name is empty)
+_STAMPED = b"\0"  # first frame of a batch carrying the sender's hybrid clock (no actor name)
 EXIT_RECEIVE_FAILED = 70  # exit status of a process whose receive loop failed (EX_SOFTWARE)
 MALFORMED_LOG_BURST = 20  # malformed messages logged per period; the others are counted
 MALFORMED_LOG_PERIOD = 60.0  # seconds
@@ -223,6 +228,9 @@ class Transport:
         send = self._sender(endpoint)
         if send is None:
             return
+        if events.enabled():
+            send(_STAMPED, _SNDMORE)
+            send(packb([hlc.clock().send(), [2 + len(frames)]]), _SNDMORE)
         send(name, _SNDMORE)
         if frames:
             send(payload, _SNDMORE)
@@ -235,6 +243,7 @@ class Transport:
         `[b"", msgpack([frames per message]), name, payload, (bodies), name, ...]`."""
         self._flush_armed = False
         outbox, self._outbox = self._outbox, {}
+        stamped = events.enabled()
         for endpoint, box in outbox.items():
             if endpoint in self._dead:
                 continue
@@ -244,8 +253,13 @@ class Transport:
             send = self._sender(endpoint)
             if send is None:
                 continue
-            send(_BATCH, _SNDMORE)
-            send(packb([2 + len(frames) for _, _, frames in box]), _SNDMORE)
+            counts = [2 + len(frames) for _, _, frames in box]
+            if stamped:
+                send(_STAMPED, _SNDMORE)
+                send(packb([hlc.clock().send(), counts]), _SNDMORE)
+            else:
+                send(_BATCH, _SNDMORE)
+                send(packb(counts), _SNDMORE)
             last = len(box) - 1
             for i, (name, payload, frames) in enumerate(box):
                 send(name, _SNDMORE)
@@ -342,7 +356,8 @@ class Transport:
         """One multipart off the PULL socket: a message `[name, payload, (bodies)]` or a batch
         `[b"", counts, name, payload, (bodies), name, ...]`. What is not one of ours is logged
         and dropped; each message of a well-framed batch is checked on its own."""
-        if parts[0] != _BATCH:
+        first = parts[0]
+        if first != _BATCH and first != _STAMPED:
             if len(parts) in (2, 3):
                 self._receive_one(parts)
             else:
@@ -352,6 +367,12 @@ class Transport:
             counts = unpackb(parts[1]) if len(parts) > 1 else None
         except Exception:  # noqa: BLE001 - arbitrary bytes: any of msgpack's refusals
             counts = None
+        if first == _STAMPED:
+            if type(counts) is not list or len(counts) != 2 or type(counts[0]) is not int:
+                self._malformed("a stamped batch with an undecodable header", parts)
+                return
+            stamp, counts = counts
+            hlc.clock().observe(stamp)
         if type(counts) is not list or not counts:
             self._malformed("a batch with an undecodable header", parts)
             return
@@ -389,7 +410,7 @@ class Transport:
         unlogged = self._malformed_log.allow()
         if unlogged is None:
             return
-        payload = parts[1] if len(parts) > 1 and parts[0] != _BATCH else b""
+        payload = parts[1] if len(parts) > 1 and parts[0] not in (_BATCH, _STAMPED) else b""
         sender = messages.claimed_sender(payload) if payload else ""
         first = b"|".join(bytes(p[:24]) for p in parts[:4])
         log.warning("malformed message dropped at %s: %s; claimed sender %s; %d frames, "

@@ -44,6 +44,7 @@ class Run:
     events: int  # events read (numbers between first_seq and last_seq that are there)
     stopped: bool  # it wrote process_stop
     dropped: int  # events it dropped on a full buffer (its last report of them)
+    clock_lead_ns: int  # how far its hybrid clock ran ahead of its own clock (skew relied on)
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ GAP_COLUMNS = ("node string, process string, run_id string, pid bigint, kind str
                "seq_from bigint, seq_to bigint, t_from_ns bigint, t_to_ns bigint, reason string")
 RUN_COLUMNS = ("node string, process string, run_id string, pid bigint, t_first_ns bigint, "
                "t_last_ns bigint, first_seq bigint, last_seq bigint, events bigint, "
-               "stopped boolean, dropped bigint, gaps bigint")
+               "stopped boolean, dropped bigint, clock_lead_ns bigint, gaps bigint")
 
 
 def iso(t_ns: int) -> str:
@@ -107,7 +108,8 @@ def runs(events: DataFrame) -> DataFrame:
                 F.min("seq").alias("first_seq"), F.max("seq").alias("last_seq"),
                 F.count(F.lit(1)).alias("events"),
                 F.max(kind == "process_stop").alias("stopped"),
-                F.coalesce(F.max("dropped"), F.lit(0)).alias("dropped")))
+                F.coalesce(F.max("dropped"), F.lit(0)).alias("dropped"),
+                F.coalesce(F.max("clock_lead_ns"), F.lit(0)).alias("clock_lead_ns")))
 
 
 def jumps(events: DataFrame, run_ids: list[str]) -> DataFrame:

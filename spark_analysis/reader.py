@@ -7,11 +7,15 @@ and hands Spark Arrow record batches of up to `batchSize` events (no pickled row
 copy of the raw bytes: measured in docs/events.md). A file cut short by kill -9 is read up to
 its last whole event; a file without a v1 header is skipped.
 
-Times: every event carries wall and monotonic nanoseconds taken together. CLOCK_MONOTONIC is
-one clock for every process of one boot of one host, so the reader maps monotonic time onto the
-wall clock once per boot (`t_ns = mono_ns + offset[boot_id]`, offset = median of wall - mono over
-the file headers of that boot): latencies between processes of one host are exact, whatever NTP
-did to the wall clock meanwhile, and events of different hosts are ordered by their wall clocks.
+Times: every event carries wall and monotonic nanoseconds taken together, and its process's
+hybrid logical clock (actors/hlc.py). `t_ns` is the hybrid clock: its process's monotonic time
+mapped onto the wall clock, pushed forward where a message from a process whose clock ran ahead
+arrived first, so an event caused by another (through any chain of messages, across hosts) is
+always later, and latencies between processes of one host stay exact to the microsecond.
+`clock_lead_ns` is how far the hybrid clock ran ahead of the process's own mapped time there:
+the clock skew that event's ordering relied on (the report gives the largest). Files of older
+writers (no hybrid clock) map monotonic time onto the wall clock once per boot (`mono_ns +
+offset[boot_id]`, offset = median of wall - mono over the file headers of that boot).
 
 The decoding functions (`list_files`, `read_header`, `clock_offsets`, `decode`) import neither
 pyspark nor anything of Leveret; the data source classes need pyspark >= 4.0.
@@ -156,7 +160,7 @@ def decode(data: bytes, path: str, offset: int | None,
     it = iter(unpacker)
     done = False
     while not done:
-        kinds, mids, walls, monos, seqs = [], [], [], [], []
+        kinds, mids, walls, monos, seqs, hlcs = [], [], [], [], [], []
         cols = [[None] * batch_size for _ in range(nfields)]
         extras: list = [None] * batch_size
         i = 0
@@ -170,6 +174,7 @@ def decode(data: bytes, path: str, offset: int | None,
                 walls.append(wall)
                 monos.append(mono)
                 seqs.append(rec[5] if len(rec) > 5 else None)
+                hlcs.append(rec[6] if len(rec) > 6 else None)
                 if fields:
                     extra = None
                     for k, v in fields.items():
@@ -197,7 +202,9 @@ def decode(data: bytes, path: str, offset: int | None,
         kind_arr = _array(kinds, pa.string())
         mono_arr = _array(monos, pa.int64())
         wall_arr = _array(walls, pa.int64())
-        t_ns = pc.coalesce(pc.add(mono_arr, pa.scalar(offset, pa.int64())), wall_arr)
+        mapped = pc.coalesce(pc.add(mono_arr, pa.scalar(offset, pa.int64())), wall_arr)
+        hlc_arr = _array(hlcs, pa.int64())
+        t_ns = pc.coalesce(hlc_arr, mapped)
         ranks = pc.fill_null(pc.index_in(kind_arr, value_set=_KIND_SET), len(S.KIND_ORDER))
         arrays = [
             pa.array([node] * i, pa.string()),
@@ -212,6 +219,7 @@ def decode(data: bytes, path: str, offset: int | None,
             mono_arr,
             pa.array([run_id] * i, pa.string()),
             _array(seqs, pa.int64()),
+            pc.subtract(hlc_arr, mapped),
         ]
         arrays += [_array(c, typ) for c, typ in zip(cols, FIELD_TYPES)]
         arrays.append(pa.array(extras, pa.string()))

@@ -169,6 +169,11 @@ def summary_text(data: ReportData) -> str:
                  f"of them; unknown verdicts: {data.anomaly_counts.get('unknown', 0)}")
     for g in data.gaps[:5]:
         lines.append(f"    {g['reason']}")
+    lead = max(data.runs, key=lambda r: r.get("clock_lead_ns") or 0, default=None)
+    if lead is not None:
+        lines.append(f"  clock skew relied on: {(lead.get('clock_lead_ns') or 0) / 1e6:.3f} ms at "
+                     f"most ({lead['node']}/{lead['process']}: the hybrid clock ordered its "
+                     f"events that far ahead of its own clock)")
     for r in data.latency_by_queue:
         if r.get("queue") == ALL:
             lines.append(f"  {r['metric']:<26} n={r['count']:<9} p50 {_fmt_ms(r['p50_ms'])} ms"
@@ -214,9 +219,12 @@ pre {{ background: #f6f6f6; padding: 1em; }}
 <h2>Log coverage</h2>
 <p>One row per process run: the span its log covers. A gap is a hole in a run's sequence
 numbers or a run that ended without <code>process_stop</code>; a verdict that a gap could change
-is <code>unknown</code>, never <code>lost</code>.</p>
+is <code>unknown</code>, never <code>lost</code>. Events are ordered by a hybrid logical clock
+carried on every message between processes and nodes; <code>clock_lead_ns</code> is how far a
+run's clock was pushed ahead of its own by messages from a process whose clock ran ahead: the
+clock skew the ordering relied on.</p>
 {_table(data.runs, ["node", "process", "run_id", "pid", "t_first", "t_last", "first_seq",
-                    "last_seq", "events", "stopped", "dropped"])}
+                    "last_seq", "events", "stopped", "dropped", "clock_lead_ns"])}
 <h3>Gaps</h3>
 {_table(data.gaps, ["node", "process", "run_id", "pid", "kind", "seq_from", "seq_to",
                     "t_from", "t_to", "reason"]) if data.gaps else "<p>None.</p>"}

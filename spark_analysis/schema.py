@@ -95,11 +95,12 @@ RECORD_COLUMNS = (
     ("kind", "string"),
     ("rank", "int"),
     ("msg_id", "binary"),
-    ("t_ns", "bigint"),  # monotonic time mapped onto the wall clock of its boot (reader.py)
+    ("t_ns", "bigint"),  # the hybrid clock: causal order across processes and hosts (reader.py)
     ("wall_ns", "bigint"),
     ("mono_ns", "bigint"),
     ("run_id", "string"),  # the process run (file header): seq numbers are per run
     ("seq", "bigint"),  # the event's number in its run; null in files of older writers
+    ("clock_lead_ns", "bigint"),  # t_ns minus the process's own clock: the skew relied on
 )
 
 COLUMNS = RECORD_COLUMNS + FIELD_COLUMNS + (("extra", "string"),)

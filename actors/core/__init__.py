@@ -1,8 +1,11 @@
 """Sans-IO broker logic (no pykka, zmq or socket here).
 
-RabbitMQ-mirroring modules: errors (reply codes and texts), routing (exchanges, bindings,
-routing), queue_args (declare argument checks and equivalence), dead_letter (x-death),
-permissions (users, vhosts, permissions, SASL responses).
+RabbitMQ-mirroring modules: errors (reply codes and texts), erl_terms (Erlang terms: field
+values as RabbitMQ holds them, io_lib printing), routing (exchanges, bindings, routing),
+declare_args (the argument checks every queue type shares), queue_args (classic declare
+argument checks and equivalence), quorum (quorum queues' rules), dead_letter (x-death),
+permissions (users, vhosts, permissions, SASL responses). They import each other without a
+cycle (tests/unit/core/test_core_imports.py).
 """
 
 

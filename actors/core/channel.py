@@ -30,8 +30,9 @@ from actors.core.channel_stats import ChannelCounters
 from actors.core.confirms import Confirms
 from actors.core.limiter import Limiter
 from actors import messages as m
-from actors.core.errors import (AMQPError, Atom, ChannelError, ConnectionError_, amqp_text,
-                                erl_p, is_hard_error)
+from actors.core.erl_terms import Atom, erl_p
+from actors.core.errors import (AMQPError, ChannelError, ConnectionError_, amqp_text,
+                                is_hard_error, resource_locked)
 from actors.core.permissions import topic_access_refused
 from protocol import methods as am
 from protocol.errors import AMQPError as CodecError
@@ -689,7 +690,6 @@ class ChannelCore:
         if q is None:
             raise ChannelError(404, f"no queue '{name}' in vhost '{self.conn.vhost}'")
         if q["exclusive"] and q["exclusive"] != self.conn.owner:
-            from actors.core.errors import resource_locked
             raise resource_locked("queue", name, self.conn.vhost)
         if not q.get("address"):
             raise ChannelError(404, f"queue '{name}' in vhost '{self.conn.vhost}' is "

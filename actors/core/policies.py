@@ -31,7 +31,8 @@ from __future__ import annotations
 import re
 
 from actors.core import mirroring
-from actors.core.errors import Atom, ChannelError, erl_p
+from actors.core.erl_terms import Atom, erl_p
+from actors.core.errors import ChannelError
 
 APPLY_TO = ("queues", "exchanges", "all")
 

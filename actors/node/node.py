@@ -33,7 +33,7 @@ import tempfile
 import threading
 import time
 
-from actors import events
+from actors import events, hlc
 from actors.config import Config
 from actors.connection import handoff, tls
 from actors.management.server import Management
@@ -170,6 +170,7 @@ class Node:
                 raise
         self.run_dir, self.run_dir_is_temp = short_run_dir(cfg.data_dir)
         events.configure(cfg, process="node", node=cfg.node)
+        hlc.share_offset()  # the workers' event stamps on this node's clock
         curve, local = None, ""
         if cfg.clustered:
             self.secret = secure.load_secret(cfg)  # SystemExit when it cannot be used

@@ -551,7 +551,8 @@ class BackingQueue(LightActor):
             entries = index.read(txn, after, n)
         if entries:
             self._forget_entries(entries, priority, log_acks=True)
-        pers = [e for e in entries if self.keep_all or _persistent(e.props_raw)]
+        pers = [e for e in entries
+                if self.keep_all or _persistent(e.props_raw, self._where(), e.seq_id)]
         return PagedDropped(priority, len(entries), sum(e.body_size for e in entries),
                             entries[-1].seq_id if entries else 0, [e.seq_id for e in entries],
                             len(pers), sum(e.body_size for e in pers))
@@ -677,7 +678,7 @@ class BackingQueue(LightActor):
         with self.storage.begin() as txn:
             entries = index.read(txn, after, limit)
             for e in entries:
-                persistent = self.keep_all or _persistent(e.props_raw)
+                persistent = self.keep_all or _persistent(e.props_raw, self._where(), e.seq_id)
                 if not persistent and e.seq_id < self.boot_seq:
                     stale.append(e)
                     continue
@@ -696,6 +697,9 @@ class BackingQueue(LightActor):
             self._forget_entries(stale, priority)
         self.counts.reads += len(out)
         return Paged(out, len(stale), sum(e.body_size for e in stale), priority)
+
+    def _where(self) -> str:
+        return f"queue '{self.qname}' in vhost '{self.vhost}'"
 
     def _forget_entries(self, entries, priority: int, log_acks: bool = False) -> None:
         """Entries dropped while paging in (or by drop-head): acked in their priority's index
@@ -717,8 +721,13 @@ FLUSH_BYTES = 4 << 20  # staged body bytes that make a flush before the sync is 
 FLUSH_ACKS = 16384  # staged acks that make a flush before the sync is due
 
 
-def _persistent(props_raw: bytes) -> bool:
+def _persistent(props_raw: bytes, where: str = "", seq_id: int | None = None) -> bool:
+    """Whether a stored entry is persistent. Properties that cannot be decoded are a damaged
+    record: logged, and kept as persistent (taken for transient, a page-in after a restart
+    would drop the message without a word)."""
     try:
         return BasicProperties.decode(props_raw).delivery_mode == 2 if props_raw else False
-    except Exception:  # noqa: BLE001 - an undecodable record: treat as transient
-        return False
+    except Exception as e:  # noqa: BLE001 - whatever the decoder refuses
+        log.error("%s: stored properties of message %s cannot be decoded (%s): kept as "
+                  "persistent", where or "queue index", seq_id, e)
+        return True

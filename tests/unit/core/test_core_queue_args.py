@@ -11,9 +11,9 @@ import pickle
 import pytest
 
 from actors.core import queue_args as qa
-from actors.core.errors import (AMQPError, Atom, ChannelError, ConnectionError_, amqp_error,
-                                amqp_text, code_name, erl_float, erl_p, erl_value_p, erl_w,
-                                is_hard_error, not_found, resource_locked, rs)
+from actors.core.erl_terms import Atom, erl_float, erl_p, erl_value_p, erl_w
+from actors.core.errors import (AMQPError, ChannelError, ConnectionError_, amqp_error, amqp_text,
+                                code_name, is_hard_error, not_found, resource_locked, rs)
 
 PF = "PRECONDITION_FAILED - "
 

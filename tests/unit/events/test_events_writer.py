@@ -14,7 +14,7 @@ import zlib
 
 import pytest
 
-from actors import events
+from actors import events, hlc
 
 
 def _cfg(tmp_path, level, **extra):
@@ -77,13 +77,15 @@ def test_module_api_round_trip_and_file_name(tmp_path):
                                                                    os.getpid())
     assert header["run_id"] == events.run_id() and len(header["run_id"]) == 16
     start, ev, stop = list(evs)
-    kind, msg_id, wall, mono, fields, seq = ev
+    kind, msg_id, wall, mono, fields, seq, stamp = ev
     assert (start[0], start[5], seq, stop[0], stop[5]) == ("process_start", 0, 1,
                                                            "process_stop", 2)
     assert (kind, msg_id) == ("enqueued", mid)
     assert fields == {"actor": "queue", "vhost": "/", "queue": "q1", "seq_no": 7}
     assert abs(wall - time.time_ns()) < 10 * 10 ** 9
     assert 0 < mono <= time.monotonic_ns()
+    # the hybrid clock: this process's monotonic time on the wall clock, unless pushed ahead
+    assert start[6] <= stamp <= stop[6] and stamp >= mono + hlc.clock().offset
 
 
 def test_emit_buffers_until_flush(tmp_path):
