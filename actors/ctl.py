@@ -25,6 +25,7 @@ from actors import messages as m
 from actors.core.permissions import hashed_auth_call
 from actors.node import definitions_json
 from actors.transport import make_address, split_address
+from actors.wire import unpackb
 
 
 def call(data_dir: str, op: str, args: dict, timeout_ms: int = 10000):
@@ -59,6 +60,12 @@ def ask_node(run_dir: str, metadata: str, op: str, args: dict, timeout_ms: int =
         if not pull.poll(timeout_ms):
             return None
         parts = pull.recv_multipart()
+        if parts[0] in (b"", b"\0"):
+            # a batch, or (events on) a batch stamped with the node's hybrid clock: the reply
+            # is its first message (actors/transport.py, wire format)
+            head = unpackb(parts[1])
+            counts = head[1] if parts[0] == b"\0" else head
+            parts = parts[2:2 + counts[0]]
         return m.decode(parts[1], parts[2:])
     finally:
         pull.close(0)
