@@ -235,52 +235,44 @@ def census_verdicts(rows: DataFrame, events: DataFrame) -> DataFrame:
     that a restart's census holds is `queued` again (recovery requeues it). `t_census_ns`:
     the latest census that held it (before one that did not): what a log gap ending before it
     hid cannot change the copy's fate (finish). `census_judged` says a census decided, so the
-    guesses from restarts and closed channels stay out. Censuses are per queue (one
-    broadcast row per queue with their times); which censuses hold which seq_id is one join
-    on (vhost, queue, seq_id) of the census ranges, expanded, with the copies to judge."""
+    guesses from restarts and closed channels stay out. The censuses of a queue are one
+    broadcast row (their times and ranges, split into starts and ends); whether one holds a
+    copy's seq_id is a binary search of its starts: no shuffle, no join of the copy rows."""
     cen = events.where(_is("queue_census") & F.col("queue").isNotNull())
-    if cen.isEmpty():  # (a log without censuses: no join, the job costs what it did)
+    if cen.isEmpty():  # (a log without censuses: the job costs what it did)
         return (rows.withColumn("census_missing", F.lit(None).cast("string"))
                 .withColumn("census_judged", F.lit(False))
                 .withColumn("t_census_ns", F.lit(None).cast("bigint")))
-    open_copy = F.col("state").isin("queued", "unacked")
+    pairs = F.when(F.size("seq_ranges") >= 2, F.sequence(
+        F.lit(0), (F.size("seq_ranges") / 2 - 1).cast("int"))).otherwise(F.array())
+    census = F.struct(
+        "t_ns", "reason", "seq_below",
+        F.transform(pairs, lambda i: F.element_at("seq_ranges", i * 2 + 1)).alias("starts"),
+        F.transform(pairs, lambda i: F.element_at("seq_ranges", i * 2 + 2)).alias("ends"))
+    marks = (cen.groupBy(F.col("vhost").alias("cn_vhost"), F.col("queue").alias("cn_queue"))
+             .agg(F.array_sort(F.collect_list(census)).alias("censuses")))
     seq = F.try_element_at(F.filter("steps", lambda s: s.getField("seq_id").isNotNull()),
                            F.lit(1)).getField("seq_id")
-    rows = rows.withColumn("copy_seq_id", F.when(F.col("copy_queue").isNotNull(), seq))
-    marks = (cen.groupBy(F.col("vhost").alias("cn_vhost"), F.col("queue").alias("cn_queue"))
-             .agg(F.array_sort(F.collect_list(F.struct("t_ns", "reason", "seq_below")))
-                  .alias("censuses")))
-    rows = rows.join(F.broadcast(marks), (rows.copy_queue == marks.cn_queue) &
-                     rows.vhost.eqNullSafe(marks.cn_vhost), "left")
+    rows = (rows.withColumn("copy_seq_id", F.when(F.col("copy_queue").isNotNull(), seq))
+            .join(F.broadcast(marks), (rows.copy_queue == marks.cn_queue) &
+                  rows.vhost.eqNullSafe(marks.cn_vhost), "left"))
+    open_copy = F.col("state").isin("queued", "unacked")
+    copy_seq = F.col("copy_seq_id")
     rows = rows.withColumn("census_after", F.filter(
         F.coalesce("censuses", F.array()),
         lambda c: open_copy & (c.getField("t_ns") > F.col("t_last_state_ns")) &
-        (F.col("copy_seq_id") < c.getField("seq_below"))))
-    pairs = F.sequence(F.lit(0), (F.size("seq_ranges") / 2 - 1).cast("int"))
-    held_seqs = (cen.where(F.size("seq_ranges") >= 2)
-                 .select(F.col("vhost").alias("h_vhost"), F.col("queue").alias("h_queue"),
-                         F.col("t_ns").alias("h_t_ns"), "seq_ranges",
-                         F.explode(pairs).alias("i"))
-                 .select("h_vhost", "h_queue", "h_t_ns", F.explode(F.sequence(
-                     F.element_at("seq_ranges", F.col("i") * 2 + 1),
-                     F.element_at("seq_ranges", F.col("i") * 2 + 2))).alias("h_seq_id")))
-    to_judge = rows.where(F.size("census_after") > 0).select(
-        "msg_id", "copy_queue", "vhost", "copy_seq_id")
-    held = (to_judge.join(held_seqs, (to_judge.copy_queue == held_seqs.h_queue) &
-                          to_judge.vhost.eqNullSafe(held_seqs.h_vhost) &
-                          (to_judge.copy_seq_id == held_seqs.h_seq_id))
-            .groupBy(F.col("msg_id").alias("hd_msg_id"), F.col("copy_queue").alias("hd_queue"))
-            .agg(F.collect_set("h_t_ns").alias("held_at")))
-    rows = rows.join(held, (rows.msg_id == held.hd_msg_id) &
-                     (rows.copy_queue == held.hd_queue), "left")
-    held_at = F.coalesce(F.col("held_at"), F.array())
-    missing = F.try_element_at(F.filter("census_after", lambda c: ~F.array_contains(
-        held_at, c.getField("t_ns"))), F.lit(1))
+        (copy_seq < c.getField("seq_below"))))
+
+    def holds(c):
+        return _in_ranges(c.getField("starts"), c.getField("ends"), copy_seq)
+
+    missing = F.try_element_at(F.filter("census_after", lambda c: ~holds(c)), F.lit(1))
+    rows = rows.withColumn("missing", missing)
+    missing = F.col("missing")
+    held_before = F.filter("census_after", lambda c: holds(c) & F.coalesce(
+        c.getField("t_ns") < missing.getField("t_ns"), F.lit(True)))
     after_restart = F.exists("census_after", lambda c: c.getField("reason") == "started")
     judged = F.size("census_after") > 0
-    held_before = F.filter("census_after", lambda c: F.array_contains(
-        held_at, c.getField("t_ns")) & F.coalesce(c.getField("t_ns") < missing.getField(
-            "t_ns"), F.lit(True)))
     return (rows.withColumn("census_missing", missing.getField("reason"))
             .withColumn("census_judged", judged)
             .withColumn("t_census_ns", F.array_max(
@@ -289,8 +281,25 @@ def census_verdicts(rows: DataFrame, events: DataFrame) -> DataFrame:
                         .when(judged & after_restart & (F.col("state") == "unacked"),
                               F.lit("queued"))
                         .otherwise(F.col("state")))
-            .drop("cn_vhost", "cn_queue", "censuses", "census_after", "hd_msg_id", "hd_queue",
-                  "held_at", "copy_seq_id"))
+            .drop("cn_vhost", "cn_queue", "censuses", "census_after", "missing",
+                  "copy_seq_id"))
+
+
+def _in_ranges(starts: Column, ends: Column, seq: Column) -> Column:
+    """Whether seq is in one of the inclusive ranges (starts[i], ends[i]), starts ascending:
+    a binary search for the last start <= seq (40 halvings: far more than any census)."""
+    n = F.size(starts)
+
+    def halve(acc, _):
+        lo, hi = acc.getField("lo"), acc.getField("hi")
+        mid = ((lo + hi) / 2).cast("int")
+        right = F.element_at(starts, mid + 1) <= seq
+        return F.when(lo < hi, F.when(right, F.struct((mid + 1).alias("lo"), hi.alias("hi")))
+                      .otherwise(F.struct(lo.alias("lo"), mid.alias("hi")))).otherwise(acc)
+
+    found = F.aggregate(F.sequence(F.lit(1), F.lit(40)),
+                        F.struct(F.lit(0).alias("lo"), n.alias("hi")), halve).getField("lo")
+    return F.coalesce(F.when(found > 0, F.element_at(ends, found) >= seq), F.lit(False))
 
 
 def removed_by(rows: DataFrame, events: DataFrame) -> DataFrame:

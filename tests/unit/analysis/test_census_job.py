@@ -188,3 +188,17 @@ def test_emit_merges_memory_and_paged_parts_below_the_snapshot():
     assert (kind, mid, n) == ("queue_census", None, 6)
     assert fields == dict(actor="backing_queue", vhost="/", queue="q", reason="requested",
                           seq_ranges=[1, 5, 9, 9], count=6, seq_below=12, durable=True)
+
+
+def test_the_jobs_range_search_agrees_with_the_census_module(spark):
+    from pyspark.sql import functions as F
+
+    from spark_analysis.lifecycles import _in_ranges
+    cases = [[], [4, 4], [1, 3, 5, 5, 8, 10, 20, 30], list(range(0, 2000, 2))]  # 1000 ranges
+    rows = [(i, r, s) for i, r in enumerate(cases) for s in range(-1, 2002)]
+    df = spark.createDataFrame(rows, "case int, ranges array<bigint>, seq bigint")
+    starts = F.filter("ranges", lambda x, i: i % 2 == 0)
+    ends = F.filter("ranges", lambda x, i: i % 2 == 1)
+    got = {(r["case"], r["seq"]): r["held"] for r in df.select(
+        "case", "seq", _in_ranges(starts, ends, F.col("seq")).alias("held")).collect()}
+    assert got == {(i, s): census.holds(r, s) for i, r, s in rows}
