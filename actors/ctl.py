@@ -435,7 +435,7 @@ def main(argv=None) -> int:
 
 OPS = ("await_startup", "check_running", "check_local_alarms", "check_port_connectivity",
        "environment", "close_connection", "delete_queue", "purge_queue", "sync_queue",
-       "cancel_sync_queue")
+       "cancel_sync_queue", "census")
 
 
 def _op(a) -> int:
@@ -449,6 +449,8 @@ def _op(a) -> int:
                                     a.if_unused)
     if a.command == "purge_queue":
         return ctl_ops.purge_queue(call, a.data_dir, a.vhost, a.args)
+    if a.command == "census":
+        return ctl_ops.census(call, a.data_dir, a.vhost, a.args)
     if a.command in ("sync_queue", "cancel_sync_queue"):
         return ctl_ops.sync_queue(call, a.data_dir, a.vhost, a.args,
                                   cancel=a.command == "cancel_sync_queue")

@@ -70,7 +70,7 @@ MESSAGE_KINDS = ("publish_received", "routed", "unroutable", "returned")  # the 
 COPY_KINDS = ("enqueued", "stored", "synced", "delivered", "fetched", "acked", "nacked",
               "rejected", "requeued", "expired", "dead_lettered", "dropped")  # one queue's copy
 PUBLISHER_KINDS = ("confirmed", "nacked_to_publisher")  # the answer to the publisher
-PROCESS_KINDS = ("queue_crashed", "queue_started", "channel_closed",
+PROCESS_KINDS = ("queue_crashed", "queue_started", "queue_census", "channel_closed",
                  "connection_closed", "process_crashed")  # no msg_id
 LOG_KINDS = ("process_start", "heartbeat", "events_dropped", "process_stop")  # the log's own
 # A dead-lettered copy's first event, under its own msg_id: parent, reason, DLX, target queues.

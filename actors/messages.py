@@ -312,6 +312,9 @@ class DirectReply(NamedTuple):
     exchange: str  # the exchange published to ("")
     routing_key: str  # the publish's routing key (basic.deliver's)
     props_raw: bytes  # the encoded properties (BCC removed)
+    # the event log's id of the message (None: events off); before `bodies`, which a message
+    # that carries bodies ends with
+    msg_id: bytes | None
     bodies: list  # [the body]
 
 
@@ -863,7 +866,7 @@ class Malformed(ValueError):
 # takes an int too: a truth value; None: not checked)
 _WIRE_TYPES: dict[str, Any] = {
     "str": str, "int": int, "bool": int, "dict": dict, "list": list, "bytes": bytes,
-    "list | None": (list, type(None)), "Any": None,
+    "list | None": (list, type(None)), "bytes | None": (bytes, type(None)), "Any": None,
 }
 _INTS = frozenset((int,))
 _new = tuple.__new__

@@ -14,6 +14,11 @@
   could hold the event that clears it (the ack, the enqueue, the sync): the detail says what it
   would be and names the gap. A verdict over a gap is never `lost`, and never silently fine.
 - partial_enqueue: routed to N queues, enqueued in some of them but not all.
+- missing_from_census: a copy queued (or unacked) in the job's view that a census of its
+  running queue (at a clean stop, or on demand) does not hold, of a message not confirmed
+  (a confirmed one is `lost`).
+A copy that the census its queue took after a restart does not hold has vanished: `lost` when
+confirmed, or when it had been synced (recovery should have brought it back).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 KINDS = ("lost", "acked_twice", "delivered_after_ack", "confirmed_before_synced",
-         "redelivery_loop", "unknown", "partial_enqueue")
+         "redelivery_loop", "unknown", "partial_enqueue", "missing_from_census")
 
 COLUMNS = ("kind", "msg_id", "message_id", "vhost", "queue", "final_state", "t", "detail")
 
@@ -34,9 +39,10 @@ def _row(df: DataFrame, kind: str, queue: Column, t: Column, detail: Column) -> 
 
 
 def _unless_gap(df: DataFrame, kind: str, queue: Column, t: Column,
-                detail: Column) -> DataFrame:
-    """A `kind` row, or an `unknown` one when a log gap could hide what would clear it."""
-    gap = F.col("log_gap")
+                detail: Column, gap: Column | None = None) -> DataFrame:
+    """A `kind` row, or an `unknown` one when a log gap (`gap`, else the message's) could
+    hide what would clear it."""
+    gap = F.col("log_gap") if gap is None else gap
     return df.select(F.when(gap.isNull(), F.lit(kind)).otherwise(F.lit("unknown"))
                      .alias("kind"), "msg_id", "message_id", "vhost", queue.alias("queue"),
                      "final_state", t.alias("t"),
@@ -48,18 +54,35 @@ def _unless_gap(df: DataFrame, kind: str, queue: Column, t: Column,
 def find(lifecycles: DataFrame, redelivery_threshold: int = 10) -> DataFrame:
     """The anomalies DataFrame (COLUMNS) of a lifecycles DataFrame (lifecycles.build)."""
     confirmed = F.col("t_confirmed_ns").isNotNull()
-    vanished = F.filter("copies", lambda c: c.getField("state") == "vanished")
+    # (a transient copy a restart's census does not hold went as RabbitMQ's rule says)
+    vanished = F.filter("copies", lambda c: (c.getField("state") == "vanished") & ~(
+        (F.coalesce(c.getField("census_missing"), F.lit("")) == "started") &
+        ~F.coalesce(c.getField("persistent"), F.col("persistent"), F.lit(False))))
     never_enqueued = (F.col("final_state") == "not_enqueued") | (
         (F.col("final_state") == "unknown") & (F.size("copies") == 0) &
         (F.size(F.coalesce("routed_queues", F.array())) > 0))
-    lost = lifecycles.where(confirmed & ((F.size(vanished) > 0) | never_enqueued))
+    # synced to disk, and the census its queue took after a restart does not hold it:
+    # recovery lost it, confirmed or not
+    not_recovered = F.filter("copies", lambda c: (c.getField("state") == "vanished") &
+                             (c.getField("census_missing") == "started") &
+                             c.getField("t_synced_ns").isNotNull())
+    counted = F.when(confirmed, vanished).otherwise(not_recovered)
+    missed = F.filter(counted, lambda c: c.getField("census_missing").isNotNull())
+    lost = lifecycles.where((confirmed & ((F.size(vanished) > 0) | never_enqueued)) |
+                            (F.size(not_recovered) > 0))
     lost = _unless_gap(lost, "lost",
-                F.when(F.size(vanished) > 0, F.array_join(F.transform(
-                    vanished, lambda c: c.getField("queue")), ","))
+                F.when(F.size(counted) > 0, F.array_join(F.transform(
+                    counted, lambda c: c.getField("queue")), ","))
                 .otherwise(F.array_join(F.col("routed_queues"), ",")),
-                F.col("t_confirmed"),
-                F.when(F.size(vanished) > 0, F.lit("confirmed, then vanished from its queue"))
-                .otherwise(F.lit("confirmed, routed, never enqueued")))
+                F.coalesce(F.col("t_confirmed"), F.col("t_published")),
+                F.when(F.size(missed) > 0, F.format_string(
+                    "%s, then missing from its queue's census (%s)",
+                    F.when(confirmed, F.lit("confirmed")).otherwise(F.lit("synced")),
+                    F.try_element_at(missed, F.lit(1)).getField("census_missing")))
+                .when(F.size(vanished) > 0, F.lit("confirmed, then vanished from its queue"))
+                .otherwise(F.lit("confirmed, routed, never enqueued")),
+                # (a census that held its copies after the gaps leaves them nothing to hide)
+                F.when(~F.col("census_settled"), F.col("log_gap")))
 
     copies = lifecycles.select("*", F.explode("copies").alias("c"))
     c = F.col("c")
@@ -92,8 +115,16 @@ def find(lifecycles: DataFrame, redelivery_threshold: int = 10) -> DataFrame:
                 "redelivery_loop", cq, c.getField("t_last_delivered"),
                 F.format_string("redelivered %d times (threshold %d)",
                                 c.getField("redeliveries"), F.lit(redelivery_threshold)))
+    # gone from a running queue (a census at its stop or on demand does not hold it): never
+    # a rule's doing; `lost` already counts a confirmed (or synced, at a restart) message
+    missing = _unless_gap(
+        copies.where(c.getField("census_missing").isin("stopped", "requested") & ~confirmed),
+        "missing_from_census", cq, c.getField("t_last_event"),
+        F.format_string("queued in the job's view, absent from its queue's census (%s)",
+                        c.getField("census_missing")),
+        F.when(~F.col("census_settled"), F.col("log_gap")))
     return (lost.unionByName(acked_twice).unionByName(after_ack).unionByName(before_synced)
-            .unionByName(never_synced).unionByName(loop)
+            .unionByName(never_synced).unionByName(loop).unionByName(missing)
             .unionByName(partial_enqueue(lifecycles)))
 
 

@@ -190,8 +190,9 @@ def runs_frame(spark: SparkSession, run_list: list[Run], gaps: list[Gap]) -> Dat
 
 
 def message_gaps(events: DataFrame, gaps: DataFrame) -> DataFrame:
-    """(msg_id, log_gap, log_gaps): for every message that a gap could hide events of, the
-    earliest such gap's reason and how many there are. A gap counts for a message when it is
+    """(msg_id, log_gap, log_gaps, log_gap_until_ns): for every message that a gap could
+    hide events of, the earliest such gap's reason, how many there are and when the last of
+    them ends (a census after that settles a copy: lifecycles.finish). A gap counts for a message when it is
     in a run that wrote one of its events or hosts a queue it was routed to (whose enqueued
     event the gap could have taken), and ends after the message's first event."""
     ev = events.where(F.col("msg_id").isNotNull())
@@ -212,5 +213,6 @@ def message_gaps(events: DataFrame, gaps: DataFrame) -> DataFrame:
            .where(F.col("t_to_ns") >= F.col("t_first_ns")))
     return hit.groupBy("msg_id").agg(
         F.min_by("reason", F.struct("t_from_ns", "reason")).alias("log_gap"),
-        F.count(F.lit(1)).alias("log_gaps"))
+        F.count(F.lit(1)).alias("log_gaps"),
+        F.max("t_to_ns").alias("log_gap_until_ns"))  # (a census after it settles a copy)
 

@@ -120,6 +120,10 @@ def group_rows(events: DataFrame) -> DataFrame:
         .alias("publisher_connection"),
         F.first(F.when(_is("publish_received", "confirmed", "nacked_to_publisher"),
                        F.col("seq_no")), ignorenulls=True).alias("seq_no"),
+        F.first(F.when(_is("publish_received"), F.col("traceparent")), ignorenulls=True)
+        .alias("traceparent"),
+        _union_lists(F.when(_is("routed", "unroutable"), F.col("alternate_exchanges")))
+        .alias("alternate_exchanges"),
         _t_min("publish_received").alias("t_published_ns"),
         _t_min("routed").alias("t_routed_ns"),
         # a dead-lettered copy is routed by its DLX: its target queues
@@ -194,6 +198,7 @@ def copy_states(rows: DataFrame, events: DataFrame) -> DataFrame:
             .withColumn("durable", F.when(is_copy, F.coalesce(
                 F.col("durable"), F.col("q_durable"), F.col("t_stored_ns").isNotNull()))))
     rows = removed_by(rows, events)
+    rows = census_verdicts(rows, events)
     # A channel (or its connection) closed after a copy was delivered on it, and no requeue
     # since. Latest close per channel and per connection: one row per key, so the joins keep
     # one row per copy (channel numbers are reused: only a close after the delivery counts).
@@ -212,12 +217,89 @@ def copy_states(rows: DataFrame, events: DataFrame) -> DataFrame:
     closed_under_it = F.greatest("t_ch_close_ns", "t_conn_close_ns") > F.col("t_last_event_ns")
     restarted = ((F.col("t_restart_ns") > F.col("t_last_event_ns")) &
                  ~F.coalesce(F.col("t_synced_ns") <= F.col("t_restart_ns"), F.lit(False)))
-    gone = (F.col("state").isin("queued", "unacked") & F.coalesce(restarted, F.lit(False))) | (
-        (F.col("state") == "unacked") & F.coalesce(closed_under_it, F.lit(False)))
+    # (a copy a census after its last step judged is not guessed about: the census said)
+    gone = ~F.col("census_judged") & (
+        (F.col("state").isin("queued", "unacked") & F.coalesce(restarted, F.lit(False))) | (
+            (F.col("state") == "unacked") & F.coalesce(closed_under_it, F.lit(False))))
     return (rows.withColumn("state", F.when(gone, F.lit("vanished")).otherwise(F.col("state")))
             .drop("r_vhost", "r_queue", "t_restart_ns", "q_durable", "cc_connection",
                   "cc_channel", "t_ch_close_ns", "k_connection", "t_conn_close_ns",
-                  "last_connection", "last_channel", "t_last_state_ns"))
+                  "last_connection", "last_channel", "t_last_state_ns", "census_judged"))
+
+
+def census_verdicts(rows: DataFrame, events: DataFrame) -> DataFrame:
+    """Copies still queued or unacked, judged by the `queue_census` events of their queue
+    taken after their last state step (and naming seq_ids below theirs): absent from one, the
+    copy is `vanished` then (`census_missing` says which census: `started` after a restart,
+    `stopped`, `requested`); held by all of them, it is confirmed there, and an unacked copy
+    that a restart's census holds is `queued` again (recovery requeues it). `t_census_ns`:
+    the latest census that held it (before one that did not): what a log gap ending before it
+    hid cannot change the copy's fate (finish). `census_judged` says a census decided, so the
+    guesses from restarts and closed channels stay out. The censuses of a queue are one
+    broadcast row (their times and ranges, split into starts and ends); whether one holds a
+    copy's seq_id is a binary search of its starts: no shuffle, no join of the copy rows."""
+    cen = events.where(_is("queue_census") & F.col("queue").isNotNull())
+    if cen.isEmpty():  # (a log without censuses: the job costs what it did)
+        return (rows.withColumn("census_missing", F.lit(None).cast("string"))
+                .withColumn("census_judged", F.lit(False))
+                .withColumn("t_census_ns", F.lit(None).cast("bigint")))
+    pairs = F.when(F.size("seq_ranges") >= 2, F.sequence(
+        F.lit(0), (F.size("seq_ranges") / 2 - 1).cast("int"))).otherwise(F.array())
+    census = F.struct(
+        "t_ns", "reason", "seq_below",
+        F.transform(pairs, lambda i: F.element_at("seq_ranges", i * 2 + 1)).alias("starts"),
+        F.transform(pairs, lambda i: F.element_at("seq_ranges", i * 2 + 2)).alias("ends"))
+    marks = (cen.groupBy(F.col("vhost").alias("cn_vhost"), F.col("queue").alias("cn_queue"))
+             .agg(F.array_sort(F.collect_list(census)).alias("censuses")))
+    seq = F.try_element_at(F.filter("steps", lambda s: s.getField("seq_id").isNotNull()),
+                           F.lit(1)).getField("seq_id")
+    rows = (rows.withColumn("copy_seq_id", F.when(F.col("copy_queue").isNotNull(), seq))
+            .join(F.broadcast(marks), (rows.copy_queue == marks.cn_queue) &
+                  rows.vhost.eqNullSafe(marks.cn_vhost), "left"))
+    open_copy = F.col("state").isin("queued", "unacked")
+    copy_seq = F.col("copy_seq_id")
+    rows = rows.withColumn("census_after", F.filter(
+        F.coalesce("censuses", F.array()),
+        lambda c: open_copy & (c.getField("t_ns") > F.col("t_last_state_ns")) &
+        (copy_seq < c.getField("seq_below"))))
+
+    def holds(c):
+        return _in_ranges(c.getField("starts"), c.getField("ends"), copy_seq)
+
+    missing = F.try_element_at(F.filter("census_after", lambda c: ~holds(c)), F.lit(1))
+    rows = rows.withColumn("missing", missing)
+    missing = F.col("missing")
+    held_before = F.filter("census_after", lambda c: holds(c) & F.coalesce(
+        c.getField("t_ns") < missing.getField("t_ns"), F.lit(True)))
+    after_restart = F.exists("census_after", lambda c: c.getField("reason") == "started")
+    judged = F.size("census_after") > 0
+    return (rows.withColumn("census_missing", missing.getField("reason"))
+            .withColumn("census_judged", judged)
+            .withColumn("t_census_ns", F.array_max(
+                F.transform(held_before, lambda c: c.getField("t_ns"))))
+            .withColumn("state", F.when(judged & missing.isNotNull(), F.lit("vanished"))
+                        .when(judged & after_restart & (F.col("state") == "unacked"),
+                              F.lit("queued"))
+                        .otherwise(F.col("state")))
+            .drop("cn_vhost", "cn_queue", "censuses", "census_after", "missing",
+                  "copy_seq_id"))
+
+
+def _in_ranges(starts: Column, ends: Column, seq: Column) -> Column:
+    """Whether seq is in one of the inclusive ranges (starts[i], ends[i]), starts ascending:
+    a binary search for the last start <= seq (40 halvings: far more than any census)."""
+    n = F.size(starts)
+
+    def halve(acc, _):
+        lo, hi = acc.getField("lo"), acc.getField("hi")
+        mid = ((lo + hi) / 2).cast("int")
+        right = F.element_at(starts, mid + 1) <= seq
+        return F.when(lo < hi, F.when(right, F.struct((mid + 1).alias("lo"), hi.alias("hi")))
+                      .otherwise(F.struct(lo.alias("lo"), mid.alias("hi")))).otherwise(acc)
+
+    found = F.aggregate(F.sequence(F.lit(1), F.lit(40)),
+                        F.struct(F.lit(0).alias("lo"), n.alias("hi")), halve).getField("lo")
+    return F.coalesce(F.when(found > 0, F.element_at(ends, found) >= seq), F.lit(False))
 
 
 def removed_by(rows: DataFrame, events: DataFrame) -> DataFrame:
@@ -259,9 +341,10 @@ def removed_by(rows: DataFrame, events: DataFrame) -> DataFrame:
 COPY_FIELDS = ("state", "durable", "persistent", "deliveries", "redeliveries", "acks",
                "auto_acks", "nacks",
                "rejects", "requeues", "expirations", "dead_letterings", "drops",
-               "delivery_to_ack_ms", "delivered_after_ack", "dead_letter_queues")
+               "delivery_to_ack_ms", "delivered_after_ack", "dead_letter_queues",
+               "census_missing")
 COPY_TIMES = ("t_enqueued", "t_stored", "t_synced", "t_first_delivered", "t_last_delivered",
-              "t_first_acked", "t_removed", "t_last_event")
+              "t_first_acked", "t_removed", "t_last_event", "t_census")
 PUBLISH_TIMES = ("t_published", "t_routed", "t_unroutable", "t_returned", "t_confirmed",
                  "t_nacked_to_publisher", "t_rolled_back")
 
@@ -296,7 +379,7 @@ def assemble(rows: DataFrame, msg_gaps: DataFrame | None = None) -> DataFrame:
         F.first("vhost", ignorenulls=True).alias("vhost"),
         side("exchange"), side("routing_key"), side("mandatory"), side("publisher_connection"),
         side("seq_no"), side("routed_queues"), side("parent_msg_id"), side("dead_letter_reason"),
-        side("nack_reason"),
+        side("nack_reason"), side("traceparent"), side("alternate_exchanges"),
         *[side(f"{t}_ns") for t in PUBLISH_TIMES],
         F.max("persistent").alias("persistent"),
         F.sum("n_events").alias("n_events"),
@@ -316,7 +399,8 @@ def assemble(rows: DataFrame, msg_gaps: DataFrame | None = None) -> DataFrame:
     )
     if msg_gaps is None:
         msgs = msgs.withColumn("log_gap", F.lit(None).cast("string")).withColumn(
-            "log_gaps", F.lit(0).cast("bigint"))
+            "log_gaps", F.lit(0).cast("bigint")).withColumn(
+            "log_gap_until_ns", F.lit(None).cast("bigint"))
     else:
         msgs = msgs.join(msg_gaps, "msg_id", "left").withColumn(
             "log_gaps", F.coalesce(F.col("log_gaps"), F.lit(0).cast("bigint")))
@@ -349,14 +433,21 @@ def finish(msgs: DataFrame) -> DataFrame:
     state = final_state(F.col("queue_state_list"),
                         F.coalesce(F.col("dead_letter_queues"), F.array()),
                         F.coalesce(F.col("routed_queues"), F.array()))
-    open_copy = F.exists("queue_state_list",
-                         lambda c: c.getField("state").isin(*UNSETTLED_STATES))
+    # a copy a census held after every gap that counts for the message ends: what the gaps
+    # hid happened before the census, and the copy's fate since is all in the log
+    def held_after_gap(c):
+        return F.coalesce(c.getField("t_census_ns") > F.col("log_gap_until_ns"), F.lit(False))
+
+    open_copy = F.exists("copies", lambda c: c.getField("state").isin(*UNSETTLED_STATES) &
+                         ~held_after_gap(c))
     hidden = F.col("log_gap").isNotNull() & (open_copy | state.isin(*UNSETTLED_FINAL))
+    census_settled = (F.col("log_gap").isNotNull() & ~hidden &
+                      F.exists("copies", held_after_gap))
     return msgs.select(
         F.lower(F.hex("msg_id")).alias("msg_id"),
         "message_id", "vhost", "exchange", "routing_key", "persistent", "mandatory",
         F.when(hidden, F.lit("unknown")).otherwise(state).alias("final_state"),
-        "log_gap", "log_gaps",
+        "log_gap", "log_gaps", census_settled.alias("census_settled"),
         "queues", "routed_queues", "dead_letter_queues",
         F.map_from_entries("queue_state_list").alias("queue_states"),
         *[ns_to_ts(F.col(f"{t}_ns")).alias(t) for t in PUBLISH_TIMES],
@@ -367,7 +458,7 @@ def finish(msgs: DataFrame) -> DataFrame:
         _ms(F.col("t_first_delivered_ns"), published).alias("publish_to_first_delivery_ms"),
         F.lower(F.hex("dead_lettered_to")).alias("dead_lettered_to"),
         F.lower(F.hex("parent_msg_id")).alias("parent_msg_id"), "dead_letter_reason",
-        "nack_reason",
+        "nack_reason", "traceparent", "alternate_exchanges",
         "seq_no", "publisher_connection", "n_events", "nodes", "copies",
         *[f"{t}_ns" for t in PUBLISH_TIMES],  # exact times (the anomaly checks use them)
     )

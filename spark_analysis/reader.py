@@ -37,7 +37,7 @@ from spark_analysis import schema as S
 
 _ARROW = {"string": pa.string(), "bigint": pa.int64(), "int": pa.int32(), "boolean": pa.bool_(),
           "binary": pa.binary(), "array<string>": pa.list_(pa.string()),
-          "array<binary>": pa.list_(pa.binary())}
+          "array<binary>": pa.list_(pa.binary()), "array<bigint>": pa.list_(pa.int64())}
 ARROW_SCHEMA = pa.schema([(name, _ARROW[typ]) for name, typ in S.COLUMNS])
 FIELD_NAMES = [name for name, _ in S.FIELD_COLUMNS]
 FIELD_TYPES = [_ARROW[typ] for _, typ in S.FIELD_COLUMNS]
@@ -119,7 +119,7 @@ def _coerce(value, typ: pa.DataType):
         if typ == pa.binary():
             return bytes(value) if isinstance(value, (bytes, bytearray)) else \
                 str(value).encode()
-        if typ == pa.list_(pa.string()) or typ == pa.list_(pa.binary()):
+        if typ in (pa.list_(pa.string()), pa.list_(pa.binary()), pa.list_(pa.int64())):
             items = value if isinstance(value, (list, tuple)) else [value]
             return [_coerce(v, typ.value_type) for v in items]
     except (TypeError, ValueError):

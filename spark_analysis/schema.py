@@ -14,7 +14,8 @@ KIND_ORDER = (
     "publish_received", "routed", "unroutable", "returned", "enqueued", "stored", "synced",
     "confirmed", "nacked_to_publisher", "delivered", "fetched", "acked", "nacked", "rejected",
     "requeued", "expired", "dead_lettered", "dropped",
-    "queue_crashed", "queue_started", "channel_closed", "connection_closed", "process_crashed",
+    "queue_crashed", "queue_started", "queue_census", "channel_closed", "connection_closed",
+    "process_crashed",
     "process_start", "heartbeat", "events_dropped", "process_stop",
 )
 # Kinds where a message's fate changes outside its copy events (after the others on a tie).
@@ -28,8 +29,8 @@ MESSAGE_KINDS = ("publish_received", "routed", "unroutable", "returned")
 PUBLISHER_KINDS = ("confirmed", "nacked_to_publisher")
 COPY_KINDS = ("enqueued", "stored", "synced", "delivered", "fetched", "acked", "nacked",
               "rejected", "requeued", "expired", "dead_lettered", "dropped")
-PROCESS_KINDS = ("queue_crashed", "queue_started", "channel_closed", "connection_closed",
-                 "process_crashed")
+PROCESS_KINDS = ("queue_crashed", "queue_started", "queue_census", "channel_closed",
+                 "connection_closed", "process_crashed")
 # The log's own events: where a process run's log starts, that it is alive, what it dropped,
 # that it ended cleanly (the gaps between them are the job's "log gaps", gaps.py).
 LOG_KINDS = ("process_start", "heartbeat", "events_dropped", "process_stop")
@@ -79,6 +80,10 @@ FIELD_COLUMNS = (
     ("parent_msg_id", "binary"),  # dead_letter_published: the message it is a copy of
     ("source_queue", "string"),  # dead_letter_published: the queue it was dead-lettered from
     ("msg_ids", "array<binary>"),  # tx_committed, tx_rolled_back: the publishes it ended
+    # queue_census: the seq_ids the queue held, inclusive ranges [first, last, first, last...]
+    ("seq_ranges", "array<bigint>"),
+    ("traceparent", "string"),  # publish_received: the W3C trace context header, when sent
+    ("alternate_exchanges", "array<string>"),  # routed, unroutable: the AEs it went through
 )
 
 # Columns every row gets from its file's header and the event record itself.

@@ -740,10 +740,6 @@ class ChannelCore:
                 names = self.replica.route(self.conn.vhost, exchange, rk, None)
                 hit = self.routes[(exchange, rk)] = (names, self._addresses(names))
             names, addresses = hit
-        if not exchange and (extra or rk.startswith(direct_reply.PREFIX)):
-            # rabbit_exchange:route: a reply name on the default exchange is no queue, the
-            # message goes to the consuming channel (in a transaction too: at routing time)
-            self._send_replies([rk, *extra], rk, out_raw, body)
         seq = 0
         stats = self.stats
         stats.publish += 1
@@ -761,8 +757,15 @@ class ChannelCore:
             # and the message in the event log
             self.msg_counter += 1
             item.append(self.msg_id_prefix + _U64.pack(self.msg_counter))
+        replies = ()
+        if not exchange and (extra or rk.startswith(direct_reply.PREFIX)):
+            # rabbit_exchange:route: a reply name on the default exchange is no queue, the
+            # message goes to the consuming channel (in a transaction too: at routing time)
+            replies = self._send_replies([rk, *extra], rk, out_raw, body,
+                                         item[7] if ev else None)
         if ev:
-            self._event_publish(item, props, method, names, len(body))
+            self._event_publish(item, props, method, names, len(body), replies,
+                                [rk, *extra] if extra else rk, headers)
         targets = []
         for addr in addresses:
             if not addr or self.out.is_dead(addr):
@@ -811,11 +814,13 @@ class ChannelCore:
         self.last_props = (raw, props, expiry, extra, out_raw, headers) if cache else _NO_PROPS
         return props, expiry, extra, out_raw, headers
 
-    def _send_replies(self, keys, rk, props_raw, body) -> None:
+    def _send_replies(self, keys, rk, props_raw, body, msg_id=None) -> list:
         """Hand a message to the channels its reply names (among `keys`) belong to, each once
-        (rabbit_channel:deliver_reply). A name that does not decode, or names no connection
-        worker of ours, is dropped, as one whose channel is gone (its process drops it)."""
+        (rabbit_channel:deliver_reply) -> the names it was handed to. A name that does not
+        decode, or names no connection worker of ours, is dropped, as one whose channel is
+        gone (its process drops it)."""
         own = self.address.partition("#")[0]
+        sent = []
         for name in sorted({k for k in keys if k.startswith(direct_reply.PREFIX)}):
             decoded = direct_reply.decode_name(name)
             if decoded is None:
@@ -825,20 +830,31 @@ class ChannelCore:
             if not direct_reply.endpoint_ok(endpoint, own, self.replica.members) \
                     or self.out.is_dead(address):
                 continue
-            self.out.send(address, m.DirectReply(key, "", rk, props_raw, [body]))
+            self.out.send(address, m.DirectReply(key, "", rk, props_raw, msg_id, [body]))
+            sent.append(name)
+        return sent
 
-    def _event_publish(self, item, props, method, names, size) -> None:
+    def _event_publish(self, item, props, method, names, size, replies=(), keys="",
+                       headers=None) -> None:
         msg_id, seq = item[7], item[0]
         c = self.conn
+        trace = headers.get("traceparent") if headers else None  # W3C trace context
         self.events.emit("publish_received", msg_id, actor="channel", vhost=c.vhost,
                          connection=c.owner, channel=self.number, seq_no=seq,
                          exchange=method.exchange, routing_key=method.routing_key,
-                         message_id=props.message_id, persistent=item[4], size=size)
-        if names:
-            self.events.emit("routed", msg_id, actor="channel", vhost=c.vhost, queues=sorted(names))
+                         message_id=props.message_id, persistent=item[4], size=size,
+                         **({"traceparent": trace} if trace is not None else {}))
+        # the alternate exchanges it went through, when any (the field is left out else)
+        aes = self.replica.router.alternates(c.vhost, method.exchange, keys, headers) \
+            if method.exchange else None
+        hops = {"alternate_exchanges": aes} if aes else {}
+        if names or replies:
+            # (a direct reply goes to its consumer's channel, named by its reply-to name)
+            self.events.emit("routed", msg_id, actor="channel", vhost=c.vhost,
+                             queues=sorted([*names, *replies]), **hops)
         else:
             self.events.emit("unroutable", msg_id, actor="channel", vhost=c.vhost,
-                             mandatory=method.mandatory)
+                             mandatory=method.mandatory, **hops)
             if method.mandatory:
                 self.events.emit("returned", msg_id, actor="channel", vhost=c.vhost)
         if seq:
@@ -960,6 +976,12 @@ class ChannelCore:
         self.out.write(encode_deliver(self.number, rc[0], self.next_tag, False, msg.exchange,
                                       msg.routing_key, msg.props_raw, msg.bodies[0],
                                       self.conn.frame_max))
+        if msg.msg_id is not None and self.events.enabled():
+            # a copy of its own: "queue" the reply name, settled as it is sent (no_ack)
+            self.events.emit("delivered", msg.msg_id, actor="channel", vhost=self.conn.vhost,
+                             queue=rc[1], connection=self.conn.owner, channel=self.number,
+                             consumer_tag=rc[0], delivery_tag=self.next_tag,
+                             redelivered=False, no_ack=True)
 
     def on_reply_check(self, msg: m.ReplyCheck) -> None:
         """Another channel declares our reply name (rabbit_channel's declare_fast_reply_to

@@ -814,6 +814,37 @@ class Router:
             vh.cache[ck] = result
         return result
 
+    def alternates(self, vhost: str, exchange: str, routing_key: str | list[str],
+                   headers: Mapping | None = None) -> list[str]:
+        """The alternate exchanges a message published to ``exchange`` passes through on its
+        way (route's walk, uncached: the event log asks, not the hot path), in order."""
+        vh = self._vhosts.get(vhost)
+        src = vh.sources.get(exchange) if vh is not None and exchange else None
+        if src is None:
+            return []
+        keys = [routing_key] if isinstance(routing_key, str) else list(routing_key)
+        used: list[str] = []
+        seen = {exchange}
+        work = [src]
+        while work:
+            s = work.pop()
+            dests = s.route(keys, headers)
+            if not dests:
+                ae = s.x.alternate_exchange
+                if ae is None:
+                    ae = vh.policy_ae.get(s.x.name)
+                if ae is not None:
+                    if ae not in seen:
+                        used.append(ae)
+                    dests = (("exchange", ae),)
+            for kind, name in dests:
+                if kind != "queue" and name not in seen:
+                    seen.add(name)
+                    nxt = vh.sources.get(name)
+                    if nxt is not None:
+                        work.append(nxt)
+        return used
+
     # --- replication -----------------------------------------------------------------------
     def to_state(self) -> dict:
         """Everything, as plain msgpack-able data::

@@ -37,6 +37,7 @@ from actors.management import amqp, api, routes
 from actors.management.api import ApiError
 from actors.management.resources import analyses
 from actors.management.resources import bindings
+from actors.management.resources import census
 from actors.management.resources import connections
 from actors.management.resources import definitions
 from actors.management.resources import exchanges
@@ -68,6 +69,7 @@ API_RESOURCES = (
     connections,  # /api/connections, /api/channels, /api/consumers
     exchanges,  # /api/exchanges (and publish)
     queues,  # /api/queues (and purge, get, actions)
+    census,  # /api/leveret/census: a queue_census event on demand
     bindings,  # /api/bindings, an exchange's or a queue's bindings
     vhosts,  # /api/vhosts
     limits,  # /api/vhost-limits, /api/user-limits

@@ -997,6 +997,19 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         """rabbitmqctl purge_queue: the queue drops its ready messages and answers how many."""
         return self._ask_queue(rpc, self._running_queue(vhost, name), "purge")
 
+    def op_queue_census(self, rpc, vhost=None, name=None):
+        """leveretctl census: the queue's backing queue writes a `queue_census` event (what it
+        holds) and the queue answers its depth; without a name every running queue of the
+        vhost (every vhost: None) writes one, and the answer is their names."""
+        if name is not None:
+            return self._ask_queue(rpc, self._running_queue(vhost, name), "census")
+        asked = []
+        for (v, n), q in sorted(self.queues.items()):
+            if (vhost is None or v == vhost) and q.get("address") is not None:
+                self.transport.send(q["address"], m.QueueOp("", 0, "census", {}))
+                asked.append([v, n])
+        return asked
+
     def op_queue_sync(self, rpc, vhost, name, cancel=False):
         """rabbitmqctl sync_queue / cancel_sync_queue (rabbit_mirror_queue_misc:sync_queue,
         cancel_sync_queue): the master syncs its manual-sync mirrors still behind eagerly

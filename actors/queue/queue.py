@@ -21,7 +21,7 @@ from actors.messages import (ChannelsDown, MirrorsDown, Paged, Persisted, Policy
                              Refused, Stored)
 from actors.queue.backing_queue import BackingQueue
 from actors.core import policies, quorum
-from actors.queue import quorum_log
+from actors.queue import census, quorum_log
 from actors.core.errors import AMQPError, ChannelError
 from actors.core.queue_stats import DiskCounts, QueueCounters
 from actors.core.queue import WAIT, QueueCore
@@ -176,6 +176,8 @@ class Queue(LightActor):
         self.adopted = adopted
         self.sync: dict | None = None  # a joining mirror's sync of the paged part: its state
         self.stale_pages = 0  # page reads of a cancelled sync still to come back (dropped)
+        # recovered and serving, not deleted: what it holds is what a census would say
+        self.serving = False
         needed = None  # a quorum queue's confirms wait for a majority of its members
         if quorum.is_quorum(self.arguments):
             size = quorum.group_size(self.arguments, len(host.config.cluster_nodes or ()))
@@ -280,9 +282,16 @@ class Queue(LightActor):
         if self.started_to:
             self.transport.send(self.started_to, m.QueueStarted(self.vhost, self.qname,
                                                                 self.address))
+        self.serving = True
         if events.enabled():
             events.emit("queue_started", None, actor="queue", vhost=self.vhost,
                         queue=self.qname, recovered=self.recovered)
+            self._census("started")
+
+    def _census(self, reason: str) -> None:
+        """Its backing queue writes the census of what this queue holds now (census.py)."""
+        if events.enabled():
+            self.bq.tell(census.snapshot(self.core, reason))
 
     def _emit_stats(self) -> None:
         """A sample to every node's metadata actor when the counts changed (every
@@ -343,6 +352,8 @@ class Queue(LightActor):
                     " and more paged out" if paged else "")
 
     def on_stop(self):
+        if self.serving:
+            self._census("stopped")
         self.transport.unregister(self.name)
         self.bq.stop(block=False)  # after what it was told; the worker's exit waits for it
 
@@ -594,6 +605,11 @@ class Queue(LightActor):
                 out.reply(msg.reply_to, msg.req_id, True, n)
         elif msg.op == "cancel_sync":
             out.reply(msg.reply_to, msg.req_id, True, self._cancel_sync())
+        elif msg.op == "census":  # (leveretctl census: the queue's messages now, in its log)
+            if self.serving:
+                self._census("requested")
+            if msg.reply_to:
+                out.reply(msg.reply_to, msg.req_id, True, self._depth())
         elif msg.op == "delete":
             try:
                 n = self.core.delete(msg.args.get("if_unused"), msg.args.get("if_empty"),
@@ -602,6 +618,7 @@ class Queue(LightActor):
                 out.reply(msg.reply_to, msg.req_id, False, None, e.reply_code, e.text)
                 return
             self.core.purge()
+            self.serving = False
             self.bq.tell(m.DeleteIndex())
             out.reply(msg.reply_to, msg.req_id, True, n)
             self.transport.unregister(self.name)
