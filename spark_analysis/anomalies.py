@@ -1,6 +1,7 @@
 """Lifecycles -> anomalies, one row per (kind, message[, queue]) (docs/events.md, "Anomalies").
 
-- lost: confirmed to the publisher, yet neither acked, nor still queued (or unacked) at the end of
+- lost: confirmed to the publisher (or a dead-lettered copy, the broker's once its parent left
+  its queue for it), yet neither acked, nor still queued (or unacked) at the end of
   the log, nor removed by a rule (expiry, overflow, dead-lettering, a reject/nack without
   requeue): a copy that vanished (its queue restarted, or its consumer's channel closed and no
   requeue followed), or routed but never enqueued anywhere;
@@ -52,14 +53,18 @@ def find(lifecycles: DataFrame, redelivery_threshold: int = 10) -> DataFrame:
     never_enqueued = (F.col("final_state") == "not_enqueued") | (
         (F.col("final_state") == "unknown") & (F.size("copies") == 0) &
         (F.size(F.coalesce("routed_queues", F.array())) > 0))
-    lost = lifecycles.where(confirmed & ((F.size(vanished) > 0) | never_enqueued))
+    # a dead-lettered copy is the broker's as soon as its parent has left its queue for it
+    owned = confirmed | F.col("parent_msg_id").isNotNull()
+    lost = lifecycles.where(owned & ((F.size(vanished) > 0) | never_enqueued))
     lost = _unless_gap(lost, "lost",
                 F.when(F.size(vanished) > 0, F.array_join(F.transform(
                     vanished, lambda c: c.getField("queue")), ","))
                 .otherwise(F.array_join(F.col("routed_queues"), ",")),
-                F.col("t_confirmed"),
-                F.when(F.size(vanished) > 0, F.lit("confirmed, then vanished from its queue"))
-                .otherwise(F.lit("confirmed, routed, never enqueued")))
+                F.coalesce(F.col("t_confirmed"), F.col("t_last_event")),
+                F.concat(F.when(confirmed, F.lit("confirmed")).otherwise(
+                    F.lit("dead-lettered copy")), F.when(
+                    F.size(vanished) > 0, F.lit(", then vanished from its queue"))
+                    .otherwise(F.lit(", routed, never enqueued"))))
 
     copies = lifecycles.select("*", F.explode("copies").alias("c"))
     c = F.col("c")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 
-from actors import events
+from actors import events, faults
 from actors import messages as m
 from actors.core.dead_letter import dead_letter_headers, detect_cycles
 from protocol.properties import BasicProperties
@@ -61,6 +61,8 @@ def dead_letter_publish(queue, msg, reason: str, new_msg_id: bytes | None = None
                     parent_msg_id=msg.msg_id, reason=reason, exchange=dlx, routing_key=rk,
                     queues=sorted(name for name, _ in running), source_queue=queue.qname,
                     persistent=props.delivery_mode == 2, message_id=props.message_id)
+    if faults.bug("lose_dead_lettered_copy", queue.qname, queue.config.host):
+        return  # a test-only bug (actors/faults.py): announced, never sent
     for _, address in running:
         # (the message's own delivery mode: a quorum queue stores every message alike)
         item = [0, dlx, rk, props_raw, props.delivery_mode == 2, props.priority or 0,

@@ -15,9 +15,13 @@ What the client saw decides what the job must say:
 - unconfirmed and never delivered (nacked, or no answer before the publisher gave up): the job
   must not say `acked`; any other verdict, or no lifecycle at all (the publish may never have
   reached the broker), agrees.
-- duplicated (read twice or more): the job must count two deliveries or more. The job may count
-  more deliveries than a client read (one in flight to a consumer whose connection died): that
-  is counted (`job_only_duplicates`), not a disagreement.
+- duplicated (read twice or more): the job must count two deliveries or more, unless a log gap
+  counts for the message (a delivery event may be in it). The job may count more deliveries
+  than a client read (one in flight to a consumer whose connection died): that is counted
+  (`job_only_duplicates`), not a disagreement.
+- after a complete drain (the queue empty on every node at the end) no message is still in it:
+  a `queued` or `unacked` verdict on a message no client got is counted (`stale`) and listed,
+  not failed: no client's promise rests on it, but the job's final state is wrong.
 - a delivered or confirmed message with no lifecycle at all agrees only when a log gap spans the
   moment its publish was attempted (its events died in a killed process's buffer).
 """
@@ -85,6 +89,8 @@ class Audit:
     rows: list = field(default_factory=list)                 # [Row], by ident
     pairs: Counter = field(default_factory=Counter)          # (client, job) -> messages
     job_only_duplicates: list = field(default_factory=list)  # idents
+    stale: list = field(default_factory=list)                # idents: still in the queue
+    #                                                          for the job after the drain
 
     @property
     def messages(self) -> int:
@@ -115,7 +121,8 @@ class Audit:
                 "false_lost": len(self.false_lost), "missed_losses": len(self.missed_losses),
                 "client_duplicates": sum(1 for r in self.rows if r.client_deliveries > 1),
                 "duplicates_unseen": len(self.duplicates_unseen),
-                "job_only_duplicates": len(self.job_only_duplicates)}
+                "job_only_duplicates": len(self.job_only_duplicates),
+                "stale": len(self.stale)}
 
     def summary(self, limit: int = 10) -> str:
         c = self.counts()
@@ -124,6 +131,9 @@ class Audit:
                      f"{a}->{b} {n}" for (a, b), n in sorted(self.pairs.items()))]
         lines += [f"  DISAGREE {r.ident}: client {r.client} x{r.client_deliveries}, job "
                   f"{r.job} x{r.job_deliveries}: {r.why}" for r in self.of(DISAGREE)[:limit]]
+        if self.stale:
+            lines.append(f"  stale (the job's queued/unacked after the drain): "
+                         f"{self.stale[:limit]}")
         return "\n".join(lines)
 
 
@@ -188,14 +198,18 @@ def judge(t: Truth, v: JobView | None, gaps: list = (), slack_ns: int = 500_000_
         agreement = DISAGREE if job == "acked" else EXACT
         why = "never delivered to a client, job says acked" if agreement == DISAGREE else ""
     if agreement != DISAGREE and t.deliveries > 1 and v.deliveries < 2:
-        agreement = DISAGREE
-        why = f"the client read it {t.deliveries} times, the job counts {v.deliveries}"
+        if v.log_gap:
+            agreement, why = GAP, f"read {t.deliveries} times, {v.deliveries} logged: {v.log_gap}"
+        else:
+            agreement = DISAGREE
+            why = f"the client read it {t.deliveries} times, the job counts {v.deliveries}"
     return Row(t.ident, client, t.deliveries, job, v.deliveries, agreement, why)
 
 
-def compare(truths: list, views: dict, gaps: list = (),
-            slack_ns: int = 500_000_000) -> Audit:
-    """truths: [Truth] of every publish attempted; views: {ident: JobView}; gaps: [Gap]."""
+def compare(truths: list, views: dict, gaps: list = (), slack_ns: int = 500_000_000,
+            drained: bool = False) -> Audit:
+    """truths: [Truth] of every publish attempted; views: {ident: JobView}; gaps: [Gap];
+    drained: the run ended with the queue empty on every node."""
     audit = Audit()
     for t in sorted(truths, key=lambda t: t.ident):
         v = views.get(t.ident)
@@ -204,6 +218,8 @@ def compare(truths: list, views: dict, gaps: list = (),
         audit.pairs[(row.client, row.job)] += 1
         if v is not None and v.deliveries > 1 and t.deliveries == 1:
             audit.job_only_duplicates.append(t.ident)
+        if drained and row.job in ("queued", "unacked") and row.client != DELIVERED:
+            audit.stale.append(t.ident)
     return audit
 
 

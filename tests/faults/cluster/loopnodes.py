@@ -74,13 +74,16 @@ class LoopNodes:
             folder = self.tmp / f"node{i + 1}"
             (folder / "data").mkdir(parents=True, exist_ok=True)
             log_path = folder / "leveret-server.log"
+            # (one node alone is a standalone node: no cluster at all)
+            cluster = [] if self.n == 1 else [
+                "--cluster-nodes", ",".join(self.raft), "--cluster-address", self.raft[i],
+                "--cluster-secret-file", str(self.secret_file)]
             with open(log_path, "ab") as log:
                 proc = subprocess.Popen(
                     [str(server), "--host", self.hosts[i], "--port", str(self.amqp_ports[i]),
                      "--data-dir", str(folder / "data"), "--management-port", "0",
-                     "--prometheus-port", "0", "--node-name", self.names[i],
-                     "--cluster-nodes", ",".join(self.raft), "--cluster-address", self.raft[i],
-                     "--cluster-secret-file", str(self.secret_file), *self.extra],
+                     "--prometheus-port", "0", "--node-name", self.names[i], *cluster,
+                     *self.extra],
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     cwd=str(folder), preexec_fn=_die_with_parent, group=self.gids[i])
             self.brokers[i] = Broker(self.hosts[i], self.amqp_ports[i], data_dir=folder / "data",

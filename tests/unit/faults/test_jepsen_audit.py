@@ -71,6 +71,18 @@ def test_duplicates_must_agree_one_way():
     assert [r.ident for r in audit.duplicates_unseen] == [2]
     c = audit.counts()
     assert (c["client_duplicates"], c["duplicates_unseen"], c["job_only_duplicates"]) == (1, 1, 1)
+    # a delivery event the job misses may be in a log gap that counts for the message
+    r = judge(Truth(1, CONFIRMED, 2), _v("acked", 1, log_gap=GAP_TEXT))
+    assert r.agreement == GAP and GAP_TEXT in r.why
+
+
+def test_after_a_complete_drain_a_queued_verdict_is_stale():
+    truths = [Truth(1, NACKED, 0), Truth(2, UNKNOWN, 0), Truth(3, NACKED, 0)]
+    views = {1: _v("queued", 0), 2: _v("unacked", 1), 3: _v("nacked_to_publisher", 0)}
+    assert compare(truths, views, drained=True).stale == [1, 2]
+    assert compare(truths, views).stale == []  # (no drain: it may still be there)
+    audit = compare(truths, views, drained=True)
+    assert audit.counts()["disagree"] == 0 and "stale" in audit.summary()
 
 
 def test_counts_and_pairs_of_a_run():
@@ -85,7 +97,7 @@ def test_counts_and_pairs_of_a_run():
     assert audit.counts() == {"messages": 5, "exact": 4, "gap": 1, "disagree": 0,
                               "agree_pct": 100.0, "false_lost": 0, "missed_losses": 0,
                               "client_duplicates": 1, "duplicates_unseen": 0,
-                              "job_only_duplicates": 0}
+                              "job_only_duplicates": 0, "stale": 0}
     assert audit.pairs[(DELIVERED, "acked")] == 2 and audit.pairs[(UNCONFIRMED, ABSENT)] == 1
     assert audit.pairs[(LOST, "unknown")] == 1
     assert "DISAGREE" not in audit.summary()
