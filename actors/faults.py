@@ -167,7 +167,8 @@ class _Bugs:
                                          f"(known: {', '.join(BUGS)})")
                     planted[name] = frozenset(queues)
             if planted != self.planted:
-                log.warning("fault injection: bugs planted: %s", planted or "none")
+                log.warning("fault injection: bugs planted: %s", "; ".join(
+                    f"{b} in {', '.join(sorted(q))}" for b, q in planted.items()) or "none")
             self.planted = planted
             return planted
 
