@@ -259,14 +259,16 @@ def run(plan: Plan, tmp: Path, log=print, spark=None) -> Result:
     the lifecycle job then runs on the stopped nodes' logs and is audited (audit_job.py)."""
     cluster = Cluster(tmp, need_partitions=plan.nemesis in PARTITIONS, events=spark is not None,
                       n=plan.nodes)
+    # (the ha-all policy matches `jepsen.`: a quorum queue's name stays out of it)
+    queue = QUEUE if plan.queue_type == "mirrored" else "quorum.q"
     try:
-        result = run_on(cluster, plan, QUEUE, log)
+        result = run_on(cluster, plan, queue, log)
     finally:
         cluster.close()
     if spark is not None:
         job = audit_job.analyse(audit_job.events_dirs(cluster.node_folders()), tmp / "analysis",
                                 spark)
-        result.audit = audit_job.audit_run(job, result.history, QUEUE,
+        result.audit = audit_job.audit_run(job, result.history, queue,
                                            drained=result.drain.get("complete", False))
         result.problems += audit_job.problems(result.audit)
         log(f"  {plan.nemesis}: lifecycle job: {job.summary}; {result.audit.counts()}")
@@ -407,6 +409,8 @@ def main(argv=None) -> int:
                    help="probe this long after the last heal (the assertion is 30 s)")
     p.add_argument("--queue-type", action="append", choices=QUEUE_TYPES,
                    help="the queue under test (repeat for both; default: mirrored)")
+    p.add_argument("--nodes", type=int, choices=(1, 3), default=3,
+                   help="1: a single node, no cluster (the kill -9 nemeses only)")
     p.add_argument("--no-audit", action="store_true",
                    help="events off, no lifecycle job (default: the job's verdicts are held "
                    "against the clients', message by message)")
@@ -422,11 +426,11 @@ def main(argv=None) -> int:
     try:
         for queue_type, name in itertools.product(a.queue_type or ["mirrored"],
                                                   a.nemesis or NEMESES):
-            if why and name in PARTITIONS:
+            if name in PARTITIONS and (why or a.nodes == 1):
                 continue
             plan = Plan(name, cycles=a.cycles, fault_s=a.fault_s, heal_s=a.heal_s,
                         warmup_s=a.warmup_s, seed=seed, settle_wait_s=a.settle_wait_s,
-                        queue_type=queue_type)
+                        queue_type=queue_type, nodes=a.nodes)
             tmp = Path(tempfile.mkdtemp(prefix=f"leveret-jepsen-{name}-"))
             print(f"{name} ({queue_type}): nodes in {tmp}", flush=True)
             try:
