@@ -22,8 +22,9 @@ Partitions need nftables and root (netfilter.py); without them those nemeses ski
 
 The nodes write their event logs (`--events full`), and the last test stops the cluster, runs
 the lifecycle job once over every node's logs and holds its verdict on each message of each run
-against what that run's clients saw (audit.py): no disagreement at all. One more run puts a
-quorum queue's home behind a partition.
+against what that run's clients saw (audit.py): no disagreement at all. Two more runs: a
+quorum queue's home behind a partition (on the shared cluster), and a single node killed -9 (a
+node of its own, no cluster).
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ def test_jepsen_short__C5_C8(nemesis, queue_type, n, clusters):
     assert not r.problems, f"{r.summary()}\n{r.notes}\n{r.logs}"
 
 
+@pytest.mark.timeout(480)  # (Spark's JVM may start here; the job takes long on a loaded machine)
 def test_jepsen_short_lifecycle_job_agrees_with_the_clients__C5_C8(clusters, spark, tmp_path):
     """The job's verdict on every message of every run above against the run's history:
     acked where the clients got it, lost (or unknown over a log gap) where they lost it, never
