@@ -21,8 +21,9 @@ import pytest
 from conftest import Broker
 from tests.faults.cluster import audit
 
-pytestmark = pytest.mark.skipif(bool(os.environ.get("LEVERET_TEST_URL")),
-                                reason="plants bugs in Leveret's own node")
+pytestmark = [pytest.mark.skipif(bool(os.environ.get("LEVERET_TEST_URL")),
+                                 reason="plants bugs in Leveret's own node"),
+              pytest.mark.timeout(480)]  # (the first test runs the node and the job)
 
 BUGS = {"drop_synced_at_recovery": ["b.recovery"], "confirm_before_sync": ["b.early"],
         "deliver_twice": ["b.twice"], "lose_dead_lettered_copy": ["b.dl"]}
