@@ -20,7 +20,8 @@ log = logging.getLogger("leveret.dead_letter")
 
 
 def dead_letter_publish(queue, msg, reason: str, new_msg_id: bytes | None = None) -> None:
-    """queue: the Queue actor (vhost, qname, transport, replica, core.dlx, core.dlrk);
+    """queue: the Queue actor (vhost, qname, transport, replica, core.dlx, core.dlrk, and
+    config.host for the test-only fault hook);
     new_msg_id (events on): the copy's msg_id, sent with it to the target queues so their
     events name it, transient or not."""
     core = queue.core
