@@ -85,11 +85,12 @@ def find(lifecycles: DataFrame, redelivery_threshold: int = 10) -> DataFrame:
              #                                          not what the confirm promised
              ~F.coalesce(c.getField("t_removed_ns") <= conf, F.lit(False)) &
              (synced.isNull() | (synced > conf)))
-    # a sync logged after the confirm is proof; a sync not logged at all may be in a gap
-    before_synced = _row(copies.where(early & synced.isNotNull()), "confirmed_before_synced",
-                         cq, F.col("t_confirmed"),
-                         F.format_string("confirmed %.3f ms before the sync",
-                                         (synced - conf) / F.lit(1e6)))
+    # the first sync logged after the confirm is proof only on a complete log: a gap may hold
+    # an earlier one (a master killed -9 synced it; its promoted mirror's write is logged)
+    before_synced = _unless_gap(copies.where(early & synced.isNotNull()),
+                                "confirmed_before_synced", cq, F.col("t_confirmed"),
+                                F.format_string("confirmed %.3f ms before the sync",
+                                                (synced - conf) / F.lit(1e6)))
     never_synced = _unless_gap(copies.where(early & synced.isNull()),
                                "confirmed_before_synced", cq, F.col("t_confirmed"),
                                F.lit("confirmed, never synced"))

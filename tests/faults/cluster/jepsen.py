@@ -225,7 +225,9 @@ class Cluster:
     def __init__(self, tmp: Path, need_partitions: bool = False, events: bool = True,
                  n: int = 3):
         # every node writes its event log (the lifecycle job's input: audit_job.py)
-        self.nodes = LoopNodes(tmp, n=n, extra=("--events", "full") if events else ())
+        # (a single node is named apart: one analysis may read its logs beside a cluster's)
+        self.nodes = LoopNodes(tmp, n=n, extra=("--events", "full") if events else (),
+                               prefix="node" if n > 1 else "single")
         self.part = None
         self.failed = False  # a run on it failed: start another cluster for the next run
         try:

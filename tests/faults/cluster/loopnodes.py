@@ -39,13 +39,14 @@ class StartFailed(Exception):
 
 
 class LoopNodes:
-    """n nodes: node i (0-based) is `leveret@node<i+1>` on 127.0.0.<first_octet + i>."""
+    """n nodes: node i (0-based) is `leveret@<prefix><i+1>` on 127.0.0.<first_octet + i>."""
 
-    def __init__(self, tmp: Path, n: int = 3, first_octet: int = 11, extra: tuple = ()):
+    def __init__(self, tmp: Path, n: int = 3, first_octet: int = 11, extra: tuple = (),
+                 prefix: str = "node"):
         self.tmp = Path(tmp)
         self.n = n
         self.extra = tuple(extra)
-        self.names = [f"leveret@node{i + 1}" for i in range(n)]
+        self.names = [f"leveret@{prefix}{i + 1}" for i in range(n)]
         self.hosts = [f"127.0.0.{first_octet + i}" for i in range(n)]
         base = 40000 + (os.getpid() % 5000) * 4  # gids of our nodes, apart from other runs'
         # (only root may run a process with another gid; without root there are no partitions)
