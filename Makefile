@@ -98,11 +98,13 @@ faults: venv
 	$(BIN)/python -m pytest tests/faults
 
 # The long Jepsen-style run (issue 15): three nodes on 127.0.0.11-13, each nemesis for 80 s of
-# faults (4 x 10 s, 10 s healed between), then settle, drain and the checker's table
+# faults (4 x 10 s, 10 s healed between), then settle, drain and the checker's table, and the
+# lifecycle job on the nodes' event logs held against it (Java, for Spark)
 # (tests/faults/cluster/jepsen.py). Root, for nftables. JEPSEN_ARGS="--nemesis bridge --seed 7"
 # for one nemesis, --help for the rest; the table also goes to bench/results/jepsen.txt.
 jepsen: venv
 	$(NFT_CHECK)
+	$(JAVA_CHECK)
 	@mkdir -p bench/results
 	$(BIN)/python -m tests.faults.cluster.jepsen --out bench/results/jepsen.txt $(JEPSEN_ARGS)
 

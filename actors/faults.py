@@ -23,6 +23,24 @@ The same file may skew the clock of some processes, to stand for hosts whose clo
 
 keys are process names or their kind ("queue" for queue-0, queue-1, ...); read once, when the
 process starts its event log, and only when the node listens on a loopback address.
+
+The same file can plant bugs, each in the queues it names, so that a test can show the
+lifecycle job (spark_analysis/) naming them:
+
+    {"bugs": {"drop_synced_at_recovery": ["q1"], "confirm_before_sync": ["q2"],
+              "deliver_twice": ["q3"], "lose_dead_lettered_copy": ["q4"]}}
+
+- drop_synced_at_recovery: the backing queue's recovery leaves out the first message it read
+  back from before the restart (synced, confirmed: a durability bug);
+- confirm_before_sync: the backing queue confirms a persistent message as soon as it is given
+  it, before any sync (and never reports it synced);
+- deliver_twice: the queue hands a message to its consumer twice, the second time without the
+  redelivered flag;
+- lose_dead_lettered_copy: a dead-lettered copy is announced (`dead_letter_published`) and
+  never sent to its target queues.
+
+`bug(name, queue, host)` answers for the process (host: the node's listen address); it
+refuses to run (SystemExit) when the variable is set and that host is not a loopback address.
 """
 
 from __future__ import annotations
@@ -135,3 +153,62 @@ def clock_skew_ns(process: str, host: str) -> int:
 
 
 _announced = False  # this process logged that fault injection is on
+
+BUGS = ("drop_synced_at_recovery", "confirm_before_sync", "deliver_twice",
+        "lose_dead_lettered_copy")
+
+
+class _Bugs:
+    """The bugs the fault file plants (name -> queue names), read again when it changes."""
+
+    def __init__(self):
+        self.path = ""  # the file read last
+        self.mtime = None  # its mtime_ns then
+        self.checked = -CHECK_S  # monotonic time of the last look at it
+        self.planted: dict = {}  # bug -> frozenset of queue names
+        self.lock = threading.Lock()
+
+    def get(self, path: str) -> dict:
+        now = time.monotonic()
+        with self.lock:
+            if path == self.path and now - self.checked < CHECK_S:
+                return self.planted
+            self.checked = now
+            try:
+                mtime = os.stat(path).st_mtime_ns
+            except OSError:
+                mtime = None
+            if path == self.path and mtime == self.mtime:
+                return self.planted
+            self.path, self.mtime, planted = path, mtime, {}
+            if mtime is not None:
+                try:
+                    with open(path) as f:
+                        wanted = json.load(f).get("bugs", {})
+                except (OSError, ValueError) as e:
+                    log.warning("fault injection: cannot read %s: %s", path, e)
+                    wanted = {}
+                for name, queues in wanted.items():
+                    if name not in BUGS:
+                        raise SystemExit(f"leveret: unknown bug {name!r} in {path} "
+                                         f"(known: {', '.join(BUGS)})")
+                    planted[name] = frozenset(queues)
+            if planted != self.planted:
+                log.warning("fault injection: bugs planted: %s", "; ".join(
+                    f"{b} in {', '.join(sorted(q))}" for b, q in planted.items()) or "none")
+            self.planted = planted
+            return planted
+
+
+_bugs = _Bugs()
+_PATH = os.environ.get(ENV, "")  # read once: `bug` is asked on the delivery path
+
+
+def bug(name: str, queue: str, host: str) -> bool:
+    """Is the test-only bug `name` planted in `queue`? False unless LEVERET_FAULT_INJECTION is
+    set; SystemExit when it is and `host` (the node's listen address) is not loopback."""
+    path = _PATH
+    if not path:
+        return False
+    from_env(host)  # (refuses a node that is not on loopback)
+    return queue in _bugs.get(path).get(name, ())

@@ -1,6 +1,7 @@
 """Lifecycles -> anomalies, one row per (kind, message[, queue]) (docs/events.md, "Anomalies").
 
-- lost: confirmed to the publisher, yet neither acked, nor still queued (or unacked) at the end of
+- lost: confirmed to the publisher (or a dead-lettered copy, the broker's once its parent left
+  its queue for it), yet neither acked, nor still queued (or unacked) at the end of
   the log, nor removed by a rule (expiry, overflow, dead-lettering, a reject/nack without
   requeue): a copy that vanished (its queue restarted, or its consumer's channel closed and no
   requeue followed), or routed but never enqueued anywhere;
@@ -66,21 +67,25 @@ def find(lifecycles: DataFrame, redelivery_threshold: int = 10) -> DataFrame:
     not_recovered = F.filter("copies", lambda c: (c.getField("state") == "vanished") &
                              (c.getField("census_missing") == "started") &
                              c.getField("t_synced_ns").isNotNull())
-    counted = F.when(confirmed, vanished).otherwise(not_recovered)
+    # a dead-lettered copy is the broker's as soon as its parent has left its queue for it
+    dead_lettered = F.col("parent_msg_id").isNotNull()
+    owned = confirmed | dead_lettered
+    whose = F.when(confirmed, F.lit("confirmed")).when(dead_lettered, F.lit("dead-lettered copy"))
+    counted = F.when(owned, vanished).otherwise(not_recovered)
     missed = F.filter(counted, lambda c: c.getField("census_missing").isNotNull())
-    lost = lifecycles.where((confirmed & ((F.size(vanished) > 0) | never_enqueued)) |
+    lost = lifecycles.where((owned & ((F.size(vanished) > 0) | never_enqueued)) |
                             (F.size(not_recovered) > 0))
     lost = _unless_gap(lost, "lost",
                 F.when(F.size(counted) > 0, F.array_join(F.transform(
                     counted, lambda c: c.getField("queue")), ","))
                 .otherwise(F.array_join(F.col("routed_queues"), ",")),
-                F.coalesce(F.col("t_confirmed"), F.col("t_published")),
+                F.coalesce(F.col("t_confirmed"), F.col("t_published"), F.col("t_last_event")),
                 F.when(F.size(missed) > 0, F.format_string(
                     "%s, then missing from its queue's census (%s)",
-                    F.when(confirmed, F.lit("confirmed")).otherwise(F.lit("synced")),
+                    whose.otherwise(F.lit("synced")),
                     F.try_element_at(missed, F.lit(1)).getField("census_missing")))
-                .when(F.size(vanished) > 0, F.lit("confirmed, then vanished from its queue"))
-                .otherwise(F.lit("confirmed, routed, never enqueued")),
+                .when(F.size(vanished) > 0, F.concat(whose, F.lit(", then vanished from its queue")))
+                .otherwise(F.concat(whose, F.lit(", routed, never enqueued"))),
                 # (a census that held its copies after the gaps leaves them nothing to hide)
                 F.when(~F.col("census_settled"), F.col("log_gap")))
 
@@ -103,11 +108,12 @@ def find(lifecycles: DataFrame, redelivery_threshold: int = 10) -> DataFrame:
              #                                          not what the confirm promised
              ~F.coalesce(c.getField("t_removed_ns") <= conf, F.lit(False)) &
              (synced.isNull() | (synced > conf)))
-    # a sync logged after the confirm is proof; a sync not logged at all may be in a gap
-    before_synced = _row(copies.where(early & synced.isNotNull()), "confirmed_before_synced",
-                         cq, F.col("t_confirmed"),
-                         F.format_string("confirmed %.3f ms before the sync",
-                                         (synced - conf) / F.lit(1e6)))
+    # the first sync logged after the confirm is proof only on a complete log: a gap may hold
+    # an earlier one (a master killed -9 synced it; its promoted mirror's write is logged)
+    before_synced = _unless_gap(copies.where(early & synced.isNotNull()),
+                                "confirmed_before_synced", cq, F.col("t_confirmed"),
+                                F.format_string("confirmed %.3f ms before the sync",
+                                                (synced - conf) / F.lit(1e6)))
     never_synced = _unless_gap(copies.where(early & synced.isNull()),
                                "confirmed_before_synced", cq, F.col("t_confirmed"),
                                F.lit("confirmed, never synced"))

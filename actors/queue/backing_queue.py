@@ -50,7 +50,7 @@ from itertools import islice
 import lmdb
 from pykka import ActorDeadError
 
-from actors import events
+from actors import events, faults
 from actors.queue import census, quorum_log
 from actors.messages import (DeleteIndex, DropPaged, Forget, KeepOnly, LogBarrier, PageIn, Paged, PagedDropped,
                              Persist, Persisted, PurgeAfter, RecordDelivery, Recover, Recovered,
@@ -251,10 +251,13 @@ class BackingQueue(LightActor):
                 return
         pending = self.pending
         nbytes = 0
+        early = faults.bug("confirm_before_sync", self.qname, self.config.host)
+        if early:  # a test-only bug (actors/faults.py): confirmed before it is on disk
+            self._tell(Persisted([m for m in msgs if m.persistent]))
         for m in msgs:
             pending[m.seq_id] = m
             nbytes += len(m.body)
-            if m.persistent:
+            if m.persistent and not early:
                 # only persistent messages wait for a sync: a paged-out transient one was
                 # confirmed when the queue took it, and is not meant to outlive the node
                 self.unsynced.append(m)
@@ -643,6 +646,9 @@ class BackingQueue(LightActor):
                                   sum(len(b) for _, b, _ in page.entries) -
                                   page.dropped_bytes, 0))
         entries.sort(key=lambda e: e[0].seq_id)
+        if entries and not adopt and entries[0][0].seq_id < self.boot_seq and \
+                faults.bug("drop_synced_at_recovery", self.qname, self.config.host):
+            entries = entries[1:]  # a test-only bug (actors/faults.py): never comes back
         next_seq = max(max(rec.next_seq_id for rec in recs), 1)
         if self.lanes == 1:
             return next_seq, entries, more[0], more_bytes[0]

@@ -15,7 +15,7 @@ import logging
 import os
 import time
 
-from actors import events
+from actors import events, faults
 from actors import messages as m
 from actors.messages import (ChannelsDown, MirrorsDown, Paged, Persisted, PolicyChanged, Recovered,
                              Refused, Stored)
@@ -81,6 +81,9 @@ class Effects:
     def deliver(self, channel, items, bodies):
         self.actor.counters.delivered(channel, items, self.actor.core.consumers)
         self.t.send(channel, m.Deliver(self.addr, self.actor.qname, items, bodies))
+        if faults.bug("deliver_twice", self.actor.qname, self.actor.config.host):
+            # a test-only bug (actors/faults.py): the same messages, flags and all, again
+            self.t.send(channel, m.Deliver(self.addr, self.actor.qname, items, bodies))
 
     def confirm(self, channel, seqs, ok, reason=""):
         if channel and not (ok and self.actor.mirrors.confirm(channel, seqs)):

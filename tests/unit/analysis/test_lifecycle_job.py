@@ -106,8 +106,13 @@ def test_counts_and_columns_of_the_known_workload(job):
         (2, 1, 1, 1, 1)
     assert r["message_id"] == "requeued-once" and r["queues"] == ["q-work"]
     d = lc[known["dead_lettered"]]
-    assert dict(d["queue_states"]) == {"q-work": "dead_lettered", "q-dlq": "queued"}
-    assert d["dead_letter_queues"] == ["q-dlq"] and d["rejects"] == 1
+    assert dict(d["queue_states"]) == {"q-work": "dead_lettered"} and d["rejects"] == 1
+    # the dead-lettered copy is a message of its own, linked both ways
+    child = lc[known["dead_letter_copy"]]
+    assert d["dead_lettered_to"] == child["msg_id"] and child["parent_msg_id"] == d["msg_id"]
+    assert (child["routed_queues"], dict(child["queue_states"]), child["dead_letter_reason"],
+            child["message_id"]) == (["q-dlq"], {"q-dlq": "queued"}, "rejected",
+                                     "dead-lettered")
     for msg_id in known["closed"]:
         c = lc[msg_id]
         assert (c["deliveries"], c["acks"], c["requeues"]) == (1, 0, 1)

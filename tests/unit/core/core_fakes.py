@@ -223,7 +223,8 @@ class _WireQueueOut(QueueOut):
                 core = wire.q(self.name)
                 dead_letter_publish(SimpleNamespace(
                     core=core, vhost=core.vhost, qname=self.name, replica=wire.replica,
-                    transport=SimpleNamespace(send=wire.post)), *args)
+                    transport=SimpleNamespace(send=wire.post),
+                    config=SimpleNamespace(host="127.0.0.1")), *args)
         return effect
 
 
