@@ -79,6 +79,7 @@ FIELD_COLUMNS = (
     ("parent_msg_id", "binary"),  # dead_letter_published: the message it is a copy of
     ("source_queue", "string"),  # dead_letter_published: the queue it was dead-lettered from
     ("msg_ids", "array<binary>"),  # tx_committed, tx_rolled_back: the publishes it ended
+    ("correlation_id", "string"),  # publish_received: the publisher's property
 )
 
 # Columns every row gets from its file's header and the event record itself.

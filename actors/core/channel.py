@@ -833,7 +833,8 @@ class ChannelCore:
         self.events.emit("publish_received", msg_id, actor="channel", vhost=c.vhost,
                          connection=c.owner, channel=self.number, seq_no=seq,
                          exchange=method.exchange, routing_key=method.routing_key,
-                         message_id=props.message_id, persistent=item[4], size=size)
+                         message_id=props.message_id, persistent=item[4], size=size,
+                         correlation_id=props.correlation_id)
         if names:
             self.events.emit("routed", msg_id, actor="channel", vhost=c.vhost, queues=sorted(names))
         else:
