@@ -9,6 +9,9 @@ Writes, under the job's output folder:
     lookup/keys/   one row per (key, value, msg_id): where a message is found by something a
                    client or an operator knows, with the time it first had that value
                    (t_first_ns) and its vhost; sorted by (key, value, t_first_ns)
+    lookup/times/  one row per published message (the lifecycles' msg_id, message_id, vhost,
+                   final_state, t_first_ns = t_published_ns), sorted by t_first_ns: the
+                   messages of a time range are a few consecutive row groups
 
 The keys (KEYS): the publisher's message_id, correlation_id and traceparent (publish_received;
 a dead-lettered copy is found through its parent, as the traces page shows it), the routing
@@ -71,8 +74,20 @@ def keys(events):
             .sortWithinPartitions("key", "value", "t_first_ns", "msg_id"))
 
 
+def times(lifecycles):
+    """The times DataFrame: the published messages in the order they were published."""
+    from pyspark.sql import functions as F
+    return (lifecycles.where(F.col("t_published_ns").isNotNull())
+            .select(F.col("t_published_ns").alias("t_first_ns"), "msg_id", "message_id",
+                    "vhost", "final_state")
+            .orderBy("t_first_ns", "msg_id"))
+
+
 def write(events, out: str) -> None:
-    """Write lookup/steps and lookup/keys of `events` under the job's output `out`."""
-    for name, frame in (("steps", steps(events)), ("keys", keys(events))):
+    """Write lookup/steps, lookup/keys and lookup/times under the job's output `out`, from
+    `events` and the lifecycles already written there."""
+    lifecycles = events.sparkSession.read.parquet(_under(out, "lifecycles"))
+    for name, frame in (("steps", steps(events)), ("keys", keys(events)),
+                        ("times", times(lifecycles))):
         (frame.write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES)
          .parquet(_under(out, "lookup", name)))

@@ -14,6 +14,7 @@ of them) when the analysis has one, else by a scan of `events/`.
 from __future__ import annotations
 
 import datetime
+import decimal
 import os
 from pathlib import Path
 
@@ -119,24 +120,32 @@ def find(path: Path, key: str, value: str, t_from_ns: int | None = None,
 
 def published_between(path: Path, t_from_ns: int | None, t_to_ns: int | None,
                       limit: int = 100) -> list:
-    """The messages published between the two times (the lifecycles' t_published_ns), earliest
-    first: [{msg_id, message_id, vhost, final_state, t_first, t_first_ns}], at most `limit`."""
+    """The messages published between the two times (the lifecycles' t_published_ns; a
+    dead-lettered copy is found through its parent), earliest first: [{msg_id, message_id,
+    vhost, final_state, t_first, t_first_ns}], at most `limit`."""
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
-    data = ds.dataset(path / "lifecycles", format="parquet")
-    cond = pc.field("t_published_ns").is_valid()
+    sorted_ = (path / "lookup" / "times").is_dir()
+    # the lookup's times are the lifecycles' publish times, in order (older analyses: unsorted)
+    t = "t_first_ns" if sorted_ else "t_published_ns"
+    data = ds.dataset(path / "lookup" / "times" if sorted_ else path / "lifecycles",
+                      format="parquet")
+    cond = pc.field(t).is_valid()
     if t_from_ns is not None:
-        cond = cond & (pc.field("t_published_ns") >= t_from_ns)
+        cond = cond & (pc.field(t) >= t_from_ns)
     if t_to_ns is not None:
-        cond = cond & (pc.field("t_published_ns") < t_to_ns)
-    table = data.to_table(columns=["msg_id", "message_id", "vhost", "final_state",
-                                   "t_published_ns"], filter=cond)
-    order = pc.sort_indices(table, sort_keys=[("t_published_ns", "ascending"),
-                                              ("msg_id", "ascending")])
-    rows = table.take(order[:limit]).to_pylist()
+        cond = cond & (pc.field(t) < t_to_ns)
+    columns = ["msg_id", "message_id", "vhost", "final_state", t]
+    if sorted_:
+        rows = _head(data, cond, columns, limit)
+    else:
+        table = data.to_table(columns=columns, filter=cond)
+        rows = table.take(pc.sort_indices(table, sort_keys=[(t, "ascending")])[:limit]) \
+            .to_pylist()
+    rows.sort(key=lambda r: (r[t], r["msg_id"]))
     return [{"msg_id": r["msg_id"], "message_id": r["message_id"], "vhost": r["vhost"],
-             "final_state": r["final_state"], "t_first": _iso(r["t_published_ns"]),
-             "t_first_ns": r["t_published_ns"]} for r in rows]
+             "final_state": r["final_state"], "t_first": _iso(r[t]), "t_first_ns": r[t]}
+            for r in rows[:limit]]
 
 
 def message_path(path: Path, msg_id: str, missing_ok: bool = False) -> dict | None:
@@ -218,8 +227,8 @@ def parse_time(text: str | None) -> int | None:
     if text is None or text == "":
         return None
     try:
-        return int(float(text) * 1e9)
-    except ValueError:
+        return int(decimal.Decimal(text) * 1_000_000_000)  # (exact to the ns, as t_first_ns)
+    except (decimal.InvalidOperation, ValueError):
         pass
     try:
         t = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))

@@ -92,6 +92,9 @@ def test_lookup_layout_is_sorted_with_statistics_per_row_group(job):
     assert [(k["key"], k["value"]) for k in keys] == sorted((k["key"], k["value"])
                                                             for k in keys)
     assert {k["key"] for k in keys} == {"message_id", "correlation_id", "routing_key", "queue"}
+    times = pq.read_table(job["out"] / "lookup" / "times").to_pylist()
+    assert [t["t_first_ns"] for t in times] == sorted(t["t_first_ns"] for t in times)
+    assert len(times) == 5  # the published messages; the dead-lettered copy is its parent's
 
 
 def test_find_by_each_key(job, analysis):
