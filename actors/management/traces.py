@@ -196,7 +196,9 @@ def message_path(path: Path, msg_id: str, missing_ok: bool = False) -> dict | No
 def _head(data, cond, columns: list, limit: int) -> list:
     """The first `limit` rows of `data` matching `cond`, reading no further than needed."""
     rows: list = []
-    for batch in data.scanner(columns=columns, filter=cond).to_batches():
+    # (no read-ahead: the rows wanted are in the first row groups that match, in file order)
+    for batch in data.scanner(columns=columns, filter=cond, batch_readahead=0,
+                              fragment_readahead=0).to_batches():
         rows.extend(batch.to_pylist())
         if len(rows) >= limit:
             break
