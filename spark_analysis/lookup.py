@@ -89,5 +89,9 @@ def write(events, out: str) -> None:
     lifecycles = events.sparkSession.read.parquet(_under(out, "lifecycles"))
     for name, frame in (("steps", steps(events)), ("keys", keys(events)),
                         ("times", times(lifecycles))):
-        (frame.write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES)
-         .parquet(_under(out, "lookup", name)))
+        write_sorted(frame, _under(out, "lookup", name))
+
+
+def write_sorted(frame, path: str) -> None:
+    """`frame` as Parquet at `path`, in row groups of about ROW_GROUP_BYTES."""
+    frame.write.mode("overwrite").option("parquet.block.size", ROW_GROUP_BYTES).parquet(path)
