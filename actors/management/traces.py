@@ -199,7 +199,7 @@ def _head(data, cond, columns: list, limit: int) -> list:
     # (no read-ahead: the rows wanted are in the first row groups that match, in file order)
     for batch in data.scanner(columns=columns, filter=cond, batch_readahead=0,
                               fragment_readahead=0).to_batches():
-        rows.extend(batch.to_pylist())
+        rows.extend(batch.slice(0, limit - len(rows)).to_pylist())
         if len(rows) >= limit:
             break
     return rows
