@@ -732,6 +732,14 @@ def test_the_traces_page_shows_a_make_analyze_report_and_a_message_s_lifecycle(
         r.find_elements(By.TAG_NAME, "td")[3].text
         for r in b.find_elements(By.CSS_SELECTOR, "#trace-steps tbody tr")} or None)
     assert nodes == {s["node"] for s in trace["steps"]} and "" not in nodes
+    # the same path as lanes: a column per node and process, the step in its own lane
+    lanes = wait(browser, lambda b: [th.text for th in b.find_elements(
+        By.CSS_SELECTOR, "#trace-lanes thead th")][1:] or None)
+    assert lanes == list(dict.fromkeys(f"{s['node']} {s['process']}" for s in trace["steps"]))
+    lane_rows = [[td.text for td in r.find_elements(By.TAG_NAME, "td")]
+                 for r in browser.find_elements(By.CSS_SELECTOR, "#trace-lanes tbody tr")]
+    assert [r[1 + lanes.index(f"{s['node']} {s['process']}")].split()[0]
+            for r, s in zip(lane_rows, trace["steps"])] == shown
     shot(browser, node, "traces")
     # the analysis' page finds a message by the publisher's message_id too
     go(browser, node, "#/traces/ui-analysis")

@@ -74,6 +74,16 @@ function form(id, fields, submit, onsubmit) {
   });
   return el;
 }
+// A message's path across nodes and processes: one lane (column) per node and process, in the
+// order the message reached them, one row per step at its time.
+function laneChart(steps) {
+  const lanes = [...new Set(steps.map(s => `${s.node} ${s.process}`))];
+  return h("table", { id: "trace-lanes", class: "lanes" },
+    h("thead", {}, h("tr", {}, h("th", {}, "+ms"), lanes.map(l => h("th", {}, l)))),
+    h("tbody", {}, steps.map(s => h("tr", {}, h("td", { class: "num" }, s.after_ms),
+      lanes.map(l => h("td", {}, l === `${s.node} ${s.process}`
+        ? `${s.kind}${s.queue ? " " + s.queue : ""}` : ""))))));
+}
 function toast(text, bad) {
   const t = document.getElementById("toast");
   t.textContent = text;
@@ -267,6 +277,7 @@ const PAGES = {
                             link(t.parent_msg_id)) : null,
         (t.dead_lettered_to || []).length ? h("p", { id: "trace-copies" },
           "Dead-lettered as ", t.dead_lettered_to.map(link)) : null),
+      laneChart(t.steps),
       table([["+ms", s => s.after_ms], ["Step", s => s.kind], ["Actor", s => s.actor],
              ["Node", s => s.node], ["Process", s => `${s.process} (${s.pid})`],
              ["Time", s => s.time], ["Queue", s => s.queue || ""],
