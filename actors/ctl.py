@@ -1,6 +1,7 @@
 """`leveretctl`: rabbitmqctl's user, vhost, permission, policy, operator policy, limits,
 status, alarm and definitions (export_definitions, import_definitions) commands against a
-running node.
+running node; and `trace` (actors/ctl_trace.py), which reads an analysis in the data directory
+without one.
 
 Talks to the node's metadata actor over ZeroMQ, at the address the node writes to
 `<data-dir>/node.json`: an ipc:// socket in the node's 0700 run folder, also for a cluster node
@@ -20,11 +21,12 @@ import uuid
 
 import zmq
 
-from actors import ctl_ops
+from actors import ctl_ops, ctl_trace
 from actors import messages as m
 from actors.core.permissions import hashed_auth_call
 from actors.node import definitions_json
 from actors.transport import make_address, split_address, unframe
+from spark_analysis import lookup
 
 
 def call(data_dir: str, op: str, args: dict, timeout_ms: int = 10000):
@@ -324,9 +326,17 @@ def main(argv=None) -> int:
         "clear_user_limits", "list_user_limits", "cluster_status", "status",
         "set_vm_memory_high_watermark", "set_disk_free_limit", "list_connections",
         "list_channels", "list_consumers", "export_definitions", "import_definitions",
-        "list_permissions", *OPS])
+        "list_permissions", "trace", *OPS])
+    p.add_argument("--analysis", default="analysis",
+                   help="trace: the analysis folder in the data directory")
+    p.add_argument("--by", default="message_id", choices=("msg_id", *lookup.KEYS),
+                   help="trace: what MESSAGE_ID is")
     p.add_argument("args", nargs="*")
     a = p.parse_intermixed_args(argv)
+    if a.command == "trace":
+        if len(a.args) != 1:
+            p.error("trace takes MESSAGE_ID")
+        return ctl_trace.trace(a.data_dir, a.args[0], a.analysis, a.by)
     if a.command in OPS:
         return _op(a)
     if a.command in ("set_policy", "set_operator_policy"):

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace, spark=None) -> int:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from spark_analysis import anomalies, gaps, latency, lifecycles, session
+    from spark_analysis import anomalies, gaps, latency, lifecycles, lookup, session
     from spark_analysis.progress import Progress
 
     files = reader.list_files(args.events)
@@ -121,6 +121,7 @@ def run(args: argparse.Namespace, spark=None) -> int:
         prog.begin("lifecycles")
         lc_dir = os.path.join(out, "lifecycles")
         lifecycles.build(events, msg_gaps).write.mode("overwrite").parquet(lc_dir)
+        lookup.write(events, out)  # lookup/: the layout traces read one message from
         lc = spark.read.parquet(lc_dir)
         final_states = {r["final_state"]: r["count"] for r in
                         _rows(lc.groupBy("final_state").count())}

@@ -84,6 +84,7 @@ FIELD_COLUMNS = (
     ("seq_ranges", "array<bigint>"),
     ("traceparent", "string"),  # publish_received: the W3C trace context header, when sent
     ("alternate_exchanges", "array<string>"),  # routed, unroutable: the AEs it went through
+    ("correlation_id", "string"),  # publish_received: the publisher's property
 )
 
 # Columns every row gets from its file's header and the event record itself.

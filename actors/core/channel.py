@@ -843,6 +843,7 @@ class ChannelCore:
                          connection=c.owner, channel=self.number, seq_no=seq,
                          exchange=method.exchange, routing_key=method.routing_key,
                          message_id=props.message_id, persistent=item[4], size=size,
+                         correlation_id=props.correlation_id,
                          **({"traceparent": trace} if trace is not None else {}))
         # the alternate exchanges it went through, when any (the field is left out else)
         aes = self.replica.router.alternates(c.vhost, method.exchange, keys, headers) \

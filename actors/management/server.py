@@ -43,6 +43,7 @@ from actors.management.resources import definitions
 from actors.management.resources import exchanges
 from actors.management.resources import health
 from actors.management.resources import limits
+from actors.management.resources import message_traces
 from actors.management.resources import metrics
 from actors.management.resources import overview
 from actors.management.resources import parameters
@@ -79,6 +80,7 @@ API_RESOURCES = (
     parameters,  # /api/parameters, /api/global-parameters
     definitions,  # /api/definitions
     analyses,  # /api/leveret/analyses, /analyses (the lifecycle traces)
+    message_traces,  # /api/traces: find a message in an analysis, follow its path
 )
 PROMETHEUS_RESOURCES = (
     metrics,  # /metrics, /metrics/per-object, /metrics/detailed

@@ -732,6 +732,14 @@ def test_the_traces_page_shows_a_make_analyze_report_and_a_message_s_lifecycle(
         r.find_elements(By.TAG_NAME, "td")[3].text
         for r in b.find_elements(By.CSS_SELECTOR, "#trace-steps tbody tr")} or None)
     assert nodes == {s["node"] for s in trace["steps"]} and "" not in nodes
+    # the same path as lanes: a column per node and process, the step in its own lane
+    lanes = wait(browser, lambda b: [th.text for th in b.find_elements(
+        By.CSS_SELECTOR, "#trace-lanes thead th")][1:] or None)
+    assert lanes == list(dict.fromkeys(f"{s['node']} {s['process']}" for s in trace["steps"]))
+    lane_rows = [[td.text for td in r.find_elements(By.TAG_NAME, "td")]
+                 for r in browser.find_elements(By.CSS_SELECTOR, "#trace-lanes tbody tr")]
+    assert [r[1 + lanes.index(f"{s['node']} {s['process']}")].split()[0]
+            for r, s in zip(lane_rows, trace["steps"])] == shown
     shot(browser, node, "traces")
     # the analysis' page finds a message by the publisher's message_id too
     go(browser, node, "#/traces/ui-analysis")
@@ -740,3 +748,24 @@ def test_the_traces_page_shows_a_make_analyze_report_and_a_message_s_lifecycle(
     wait(browser, lambda b: b.current_url.endswith("/ui-traced"))
     text_in(browser, "#page h2", "Lifecycle of ui-traced")
     wait(browser, lambda b: kinds(b) == shown)
+    # where did my message go: the search finds messages by a key (here the queue they went
+    # to), as /api/traces answers, and opens a message's path
+    go(browser, node, "#/traces/ui-analysis")
+    visible(browser, "#trace-search")
+    fill(browser, "trace-search", by="queue", value="ui-traced-q")
+    found = _api(node, "GET", "/traces/ui-analysis?queue=ui-traced-q")
+    assert [r["msg_id"] for r in found] == [trace["msg_id"], listed["ui-left"]["msg_id"]]
+
+    def rows(b):
+        return [[td.text for td in r.find_elements(By.TAG_NAME, "td")]
+                for r in b.find_elements(By.CSS_SELECTOR, "#trace-found tbody tr")]
+    shown_found = wait(browser, lambda b: rows(b) or None)
+    assert [r[0] for r in shown_found] == [r["msg_id"] for r in found]
+    assert [r[1] for r in shown_found] == [r["t_first"] for r in found]
+    assert shown_found[0][3] == "queue = ui-traced-q"
+    fill(browser, "trace-search", by="message_id", value="ui-left")
+    wait(browser, lambda b: [r[0] for r in rows(b)] == [listed["ui-left"]["msg_id"]])
+    _click_in_row(browser, "trace-found", listed["ui-left"]["msg_id"], "a", By.TAG_NAME)
+    wait(browser, lambda b: b.current_url.endswith("/" + listed["ui-left"]["msg_id"]))
+    text_in(browser, "#page h2", "Lifecycle of ui-left")
+    assert wait(browser, lambda b: kinds(b) or None)[0] == "publish_received"

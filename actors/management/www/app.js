@@ -74,6 +74,16 @@ function form(id, fields, submit, onsubmit) {
   });
   return el;
 }
+// A message's path across nodes and processes: one lane (column) per node and process, in the
+// order the message reached them, one row per step at its time.
+function laneChart(steps) {
+  const lanes = [...new Set(steps.map(s => `${s.node} ${s.process}`))];
+  return h("table", { id: "trace-lanes", class: "lanes" },
+    h("thead", {}, h("tr", {}, h("th", {}, "+ms"), lanes.map(l => h("th", {}, l)))),
+    h("tbody", {}, steps.map(s => h("tr", {}, h("td", { class: "num" }, s.after_ms),
+      lanes.map(l => h("td", {}, l === `${s.node} ${s.process}`
+        ? `${s.kind}${s.queue ? " " + s.queue : ""}` : ""))))));
+}
 function toast(text, bad) {
   const t = document.getElementById("toast");
   t.textContent = text;
@@ -224,10 +234,31 @@ const PAGES = {
     const [name, ref] = arg.split("/").map(decodeURIComponent);
     if (!ref) {
       const msgs = await api("GET", `/leveret/analyses/${enc(name)}/messages`);
+      const found = h("div", { id: "trace-found-box" });
       page.append(h("h2", {}, `Analysis ${name}: ${msgs.length} messages`),
         form("find-message", [["ref", "msg_id or message_id"]], "Show lifecycle", async v => {
           location.hash = `#/traces/${enc(name)}/${enc(v.ref)}`;
         }),
+        // where did my message go: by any key the lookup layout indexes, or a time range
+        form("trace-search", [
+          ["by", "Find by", "select", ["message_id", "msg_id", "correlation_id", "traceparent",
+                                       "routing_key", "queue", "time range only"]],
+          ["value", "Value"], ["from", "From (ISO or Unix s)"], ["to", "To"]],
+          "Find", async v => {
+            const q = new URLSearchParams();
+            if (v.by !== "time range only") { q.set(v.by, v.value); }
+            if (v.from) { q.set("from", v.from); }
+            if (v.to) { q.set("to", v.to); }
+            const rows = await api("GET", `/traces/${enc(name)}?${q}`);
+            found.replaceChildren(
+              h("p", {}, `${rows.length} found${rows.length >= 100 ? " (the first 100)" : ""}`),
+              table([["Message", r => h("a", { href: `#/traces/${enc(name)}/${enc(r.msg_id)}` },
+                                        r.message_id || r.msg_id)],
+                     ["First seen", r => r.t_first], ["Vhost", r => r.vhost],
+                     ["Matched", r => r.key ? `${r.key} = ${r.value}` : r.final_state]],
+                    rows, "trace-found"));
+          }),
+        found,
         table([["Message", m => h("a", { href: `#/traces/${enc(name)}/${enc(m.msg_id)}` },
                                   m.message_id || m.msg_id)],
                ["Vhost", m => m.vhost], ["Final state", m => m.final_state],
@@ -236,14 +267,23 @@ const PAGES = {
       return;
     }
     const t = await api("GET", `/leveret/analyses/${enc(name)}/messages/${enc(ref)}`);
+    const link = id => h("a", { href: `#/traces/${enc(name)}/${enc(id)}` }, id);
     page.append(h("h2", {}, `Lifecycle of ${t.message_id || t.msg_id}`),
-      h("p", {}, `msg_id ${t.msg_id}, analysis ${name}`),
+      h("p", {}, `msg_id ${t.msg_id}, analysis ${name}`,
+        t.correlation_id ? `, correlation_id ${t.correlation_id}` : "",
+        t.traceparent ? `, traceparent ${t.traceparent}` : ""),
+      h("div", { id: "trace-links" },  // (h skips the nulls)
+        t.parent_msg_id ? h("p", { id: "trace-parent" }, "A dead-lettered copy of ",
+                            link(t.parent_msg_id)) : null,
+        (t.dead_lettered_to || []).length ? h("p", { id: "trace-copies" },
+          "Dead-lettered as ", t.dead_lettered_to.map(link)) : null),
+      laneChart(t.steps),
       table([["+ms", s => s.after_ms], ["Step", s => s.kind], ["Actor", s => s.actor],
              ["Node", s => s.node], ["Process", s => `${s.process} (${s.pid})`],
              ["Time", s => s.time], ["Queue", s => s.queue || ""],
              ["Details", s => JSON.stringify(Object.fromEntries(Object.entries(s).filter(
                ([k]) => !["after_ms", "kind", "actor", "node", "process", "pid", "time",
-                          "queue"].includes(k))))]], t.steps, "trace-steps"));
+                          "queue", "t_ns", "vhost"].includes(k))))]], t.steps, "trace-steps"));
   },
 
   async admin(page) {

@@ -80,11 +80,12 @@ class Sim:
 
     # -- channel side ---------------------------------------------------------------------------
     def publish(self, mid, queues, persistent=False, mandatory=False, message_id=None,
-                confirm=True, conn="c1", ch=1) -> int:
+                confirm=True, conn="c1", ch=1, routing_key="rk", correlation_id=None) -> int:
         self.seq += 1
         self._emit(self.chan, "publish_received", mid, actor="channel", connection=conn,
                    channel=ch, seq_no=self.seq if confirm else 0, exchange="amq.direct",
-                   routing_key="rk", persistent=persistent, message_id=message_id, size=10)
+                   routing_key=routing_key, persistent=persistent, message_id=message_id,
+                   size=10, correlation_id=correlation_id)
         if queues:
             self._emit(self.chan, "routed", mid, actor="channel", queues=list(queues))
         else:
