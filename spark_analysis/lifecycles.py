@@ -65,7 +65,9 @@ def _n(cond: Column) -> Column:
 
 
 def _union_lists(col: Column) -> Column:
-    return F.array_distinct(F.flatten(F.collect_list(col)))
+    """The distinct items of the lists, sorted: the same whatever order the rows arrive in (on a
+    cluster that order is the shuffle's)."""
+    return F.array_sort(F.array_distinct(F.flatten(F.collect_list(col))))
 
 
 def _discard() -> Column:
@@ -306,8 +308,9 @@ def assemble(rows: DataFrame, msg_gaps: DataFrame | None = None) -> DataFrame:
         _union_lists(F.col("dead_letter_queues")).alias("dead_letter_queues"),
         F.first("dead_lettered_to", ignorenulls=True).alias("dead_lettered_to"),
         F.array_sort(F.collect_list(F.when(~pub, F.col("copy_queue")))).alias("queues"),
-        F.collect_list(F.when(~pub, F.struct(F.col("copy_queue").alias("queue"),
-                                             F.col("state")))).alias("queue_state_list"),
+        F.array_sort(F.collect_list(F.when(~pub, F.struct(F.col("copy_queue").alias("queue"),
+                                                          F.col("state")))))
+        .alias("queue_state_list"),
         copies_min("t_enqueued_ns", "t_first_enqueued_ns"),
         copies_min("t_first_delivered_ns", "t_first_delivered_ns"),
         copies_min("t_first_acked_ns", "t_first_acked_ns"),
