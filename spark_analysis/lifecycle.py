@@ -131,8 +131,12 @@ def run(args: argparse.Namespace, spark=None) -> int:
             reader.load(spark, read_paths, offsets, plan.skip).write.mode(
                 "overwrite" if plan.full else "append").parquet(events_dir)
         events = spark.read.parquet(events_dir)
+        # one pass for the counts per kind and per file and the log's time span
         by_file = _rows(events.groupBy("file", "kind", F.col("msg_id").isNull().alias("no_id"))
-                        .count())
+                        .agg(F.count(F.lit(1)).alias("count"), F.min("t_ns").alias("t_min"),
+                             F.max("t_ns").alias("t_max")))
+        t_first = min((r["t_min"] for r in by_file if r["t_min"] is not None), default=0)
+        t_last = max((r["t_max"] for r in by_file if r["t_max"] is not None), default=0)
         events_by_kind: dict[str, int] = {}
         per_file: dict[str, int] = {}
         no_id = 0
@@ -192,8 +196,7 @@ def run(args: argparse.Namespace, spark=None) -> int:
         samples.unpersist()
 
         prog.begin("throughput and timeline")
-        span = events.agg(F.min("t_ns").alias("a"), F.max("t_ns").alias("b")).first()
-        seconds = max(1.0, ((span["b"] or 0) - (span["a"] or 0)) / 1e9)
+        seconds = max(1.0, (t_last - t_first) / 1e9)
         bucket = float(max(1, math.ceil(seconds / 600)))
         thr = (events.groupBy((F.floor(F.col("t_ns") / F.lit(1e9 * bucket)) * F.lit(bucket))
                               .alias("s"), "kind").count().collect())
