@@ -110,10 +110,14 @@ def run(args: argparse.Namespace, spark=None) -> int:
         if previous is not None and not storage.exists(spark, events_dir):
             previous = None  # (OUT/events/ was removed by hand: start again)
         plan = manifest.plan(previous, listing, ",".join(inputs), layout)
+        new_headers = reader.headers(spark, [f.path for f in plan.read])
+        why = manifest.replaced(plan, new_headers)
+        if why:  # a file under a recorded name is another file: start again
+            run = plan.run
+            plan = manifest.plan(None, listing, ",".join(inputs), layout)
+            plan.run, plan.why = run, why
+            new_headers = reader.headers(spark, [f.path for f in plan.read])
         read_paths = [f.path for f in plan.read]
-        # headers of the files not read before (a grown file's is in the manifest)
-        new_headers = reader.headers(spark, [p for p in read_paths if not (
-            p in plan.previous and plan.previous[p].valid)])
         clock_of = {p: reader.clock_key(h, p) for p, h in new_headers.items()}
         known = manifest.offsets(plan, {})
         offsets = manifest.offsets(plan, reader.clock_offsets(

@@ -6,7 +6,8 @@ size limit), so against the previous run's manifest a file is
 - unchanged (same length and modification time): its events are in OUT/events/, not read again;
 - new: decoded;
 - grown (longer than recorded): decoded, skipping the `events` already stored (a file is a
-  stream of whole events, so the stored ones are exactly its first `events` records);
+  stream of whole events, so the stored ones are exactly its first `events` records) -- once
+  its header shows it is the file recorded (`replaced`), not a new one under the same name;
 - anything else (shorter, rewritten at the same length, gone, the inputs or the column layout
   changed, two files with one name): OUT/events/ cannot be patched, every file is decoded again.
 
@@ -19,11 +20,11 @@ clock: later files of the same boot are mapped with it, so stored times never mo
 from __future__ import annotations
 
 import posixpath
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 COLUMNS = ("path string, length bigint, modified_ms bigint, valid boolean, clock string, "
-           "offset bigint, node string, events bigint, run bigint, inputs string, "
-           "layout string")
+           "offset bigint, node string, opened_ns bigint, events bigint, run bigint, "
+           "inputs string, layout string")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class Entry:
     clock: str | None  # reader.clock_key of its header
     offset: int | None  # the wall - mono offset its events were mapped with
     node: str | None  # its header's node
+    opened_ns: int | None  # its header's wall clock: which file this is, whatever its name
     events: int  # its rows in OUT/events/: the records a later run skips when it has grown
     run: int  # the run that last decoded it
     inputs: str  # the job's --events, qualified and comma-joined
@@ -107,6 +109,17 @@ def offsets(p: Plan, new_offsets: dict[str, int]) -> dict[str, int]:
     return {**new_offsets, **known}
 
 
+def replaced(p: Plan, headers: dict[str, dict]) -> str | None:
+    """Why a grown file is not the one recorded (its header is gone or another file's), or
+    None. `headers`: path -> header of the files read."""
+    for path in p.skip:
+        e = p.previous[path]
+        h = headers.get(path)
+        if e.valid and (h is None or h.get("wall_ns") != e.opened_ns):
+            return f"{posixpath.basename(path)} was replaced since the earlier run"
+    return None
+
+
 def entries(p: Plan, headers: dict[str, dict], clock_of: dict[str, str],
             offs: dict[str, int], counts: dict[str, int], inputs: str,
             layout: str) -> list[Entry]:
@@ -115,16 +128,12 @@ def entries(p: Plan, headers: dict[str, dict], clock_of: dict[str, str],
     file name -> its rows in OUT/events/ now)."""
     out = list(p.kept)
     for f in p.read:
-        e = p.previous.get(f.path)
         h = headers.get(f.path)
-        if h is None and e is not None and e.valid:  # grown: its header was read before
-            out.append(replace(e, length=f.length, modified_ms=f.modified_ms, run=p.run,
-                               events=counts.get(posixpath.basename(f.path), 0)))
-            continue
         clock = clock_of.get(f.path)
         out.append(Entry(f.path, f.length, f.modified_ms, h is not None, clock,
                          offs.get(clock) if clock is not None else None,
                          str(h.get("node")) if h is not None else None,
+                         h.get("wall_ns") if h is not None else None,
                          counts.get(posixpath.basename(f.path), 0) if h is not None else 0,
                          p.run, inputs, layout))
     return sorted(out, key=lambda e: e.path)

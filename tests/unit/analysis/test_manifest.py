@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spark_analysis.manifest import Entry, FileStat, entries, offsets, plan
+from spark_analysis.manifest import Entry, FileStat, entries, offsets, plan, replaced
 
 INPUTS = "file:/logs"
 LAYOUT = "`kind` string"
@@ -11,7 +11,7 @@ LAYOUT = "`kind` string"
 def _entry(path, length, modified_ms=1000, events=10, run=1, valid=True, clock="boot-1",
            offset=77, inputs=INPUTS, layout=LAYOUT):
     return Entry(path, length, modified_ms, valid, clock, offset, "leveret@a" if valid else None,
-                 events, run, inputs, layout)
+                 5 if valid else None, events, run, inputs, layout)
 
 
 def test_first_run_reads_everything():
@@ -37,9 +37,12 @@ def test_unchanged_files_are_kept_new_ones_read_grown_ones_read_past_what_is_sto
     assert p.skip == {"file:/logs/b.events": 3, "file:/logs/c.events": 0}
     # the known clock keeps its recorded offset; a new clock gets the fresh one
     assert offsets(p, {"boot-1": 99, "boot-2": 5}) == {"boot-1": 77, "boot-2": 5}
-    after = entries(p, {"file:/logs/c.events": {"node": "leveret@c"},
-                        "file:/logs/d.events": {"node": "leveret@d"}},
-                    {"file:/logs/c.events": "boot-2", "file:/logs/d.events": "boot-2"},
+    headers = {"file:/logs/b.events": {"node": "leveret@a", "wall_ns": 5},
+               "file:/logs/c.events": {"node": "leveret@c", "wall_ns": 6},
+               "file:/logs/d.events": {"node": "leveret@d", "wall_ns": 7}}
+    assert replaced(p, headers) is None
+    after = entries(p, headers, {"file:/logs/b.events": "boot-1", "file:/logs/c.events": "boot-2",
+                                 "file:/logs/d.events": "boot-2"},
                     {"boot-1": 77, "boot-2": 5}, {"a.events": 7, "b.events": 9, "c.events": 4,
                                                   "d.events": 6}, INPUTS, LAYOUT)
     got = {e.path.rsplit("/", 1)[1]: (e.run, e.events, e.length, e.valid, e.clock, e.offset)
@@ -66,3 +69,12 @@ def test_anything_that_cannot_be_patched_means_a_full_read():
         p = plan(before, files, inputs, layout)
         assert p.full and p.run == 2, name
         assert sorted(f.path for f in p.read) == sorted(f.path for f in files), name
+
+
+def test_a_longer_file_under_a_recorded_name_that_is_another_file_is_not_taken_for_grown():
+    before = [_entry("file:/logs/a.events", 100, events=7)]
+    p = plan(before, [FileStat("file:/logs/a.events", 150, 2000)], INPUTS, LAYOUT)
+    assert p.skip == {"file:/logs/a.events": 7}
+    assert replaced(p, {"file:/logs/a.events": {"wall_ns": 5}}) is None  # the same file
+    assert "a.events was replaced" in replaced(p, {"file:/logs/a.events": {"wall_ns": 9}})
+    assert "a.events was replaced" in replaced(p, {})  # no header any more
