@@ -89,20 +89,28 @@ def _same_output(out, local_out) -> None:
     assert _rows(out, "gaps", by_gap) == _rows(local_out, "gaps", by_gap)
 
 
-def _ran_on_both_workers(cluster, app_name: str = "leveret-lifecycle") -> None:
-    done = [a for a in cluster.state().get("completedapps", []) if a.get("name") == app_name]
-    assert done, cluster.state()
-    for work in cluster.work_dirs:  # each worker ran an executor of the job's applications
-        assert any(p.name.startswith("app-") for p in work.iterdir()), work
+def _apps(cluster) -> set[str]:
+    """The job's applications the master knows (finished, or still being unregistered)."""
+    state = cluster.state()
+    return {a["id"] for a in state.get("completedapps", []) + state.get("activeapps", [])
+            if a.get("name") == "leveret-lifecycle"}
+
+
+def _ran_on_both_workers(cluster, before: set[str]) -> None:
+    """One new application of the job finished, with an executor on each worker."""
+    (app,) = _apps(cluster) - before
+    for work in cluster.work_dirs:
+        assert (work / app).is_dir(), (work, sorted(p.name for p in work.iterdir()))
 
 
 def test_make_analyze_on_a_standalone_cluster_gives_the_local_output(
         cluster, logs, local_out, tmp_path):
     out = tmp_path / "cluster-out"
+    before = _apps(cluster)
     _run(["make", "--no-print-directory", "analyze", f"MASTER={cluster.url}",
           f"EVENTS={logs[0]}", f"OUT={out}", "ANALYZE_ARGS=--no-progress --driver-memory 1g"],
          tmp_path / "make-analyze.log")
-    _ran_on_both_workers(cluster)
+    _ran_on_both_workers(cluster, before)
     _same_output(out, local_out)
     found = sorted((a["kind"], a["msg_id"]) for a in pq.read_table(out / "anomalies")
                    .to_pylist() if a["kind"] != "unknown")
@@ -113,9 +121,10 @@ def test_make_analyze_on_a_standalone_cluster_gives_the_local_output(
 def test_spark_submit_on_a_standalone_cluster_gives_the_local_output(
         cluster, logs, local_out, tmp_path):
     out = tmp_path / "submit-out"
+    before = _apps(cluster)
     _run([os.path.join(VENV_BIN, "spark-submit"), "--master", cluster.url,
           "--driver-memory", "1g", os.path.join(REPO, "spark_analysis", "lifecycle.py"),
           "--events", f"file://{logs[0]}", "--out", f"file://{out}", "--no-progress"],
          tmp_path / "spark-submit.log")
-    _ran_on_both_workers(cluster)
+    _ran_on_both_workers(cluster, before)
     _same_output(out, local_out)
