@@ -128,12 +128,15 @@ fuzz: venv
 	$(BIN)/python -m tools.fuzz $(FUZZ_ARGS)
 
 # Lifecycle analysis of event logs (leveret-server --events full; docs/events.md): a PySpark job,
-# local[*]; ANALYZE_ARGS="--message ID --master URL ..." for more.
+# local[*] unless MASTER=spark://HOST:PORT (a standalone cluster; the job ships itself). EVENTS
+# and OUT may be file://, hdfs:// or s3a:// URIs; a second run into the same OUT reads only the
+# new files. ANALYZE_ARGS="--message ID --full ..." for more.
 EVENTS ?= $(DATA)/events
 OUT ?= $(DATA)/analysis
+MASTER ?=
 analyze: venv
 	$(JAVA_CHECK)
-	$(BIN)/python -m spark_analysis.lifecycle --events $(EVENTS) --out $(OUT) $(ANALYZE_ARGS)
+	$(BIN)/python -m spark_analysis.lifecycle --events $(EVENTS) --out $(OUT) $(if $(MASTER),--master $(MASTER)) $(ANALYZE_ARGS)
 
 clean:
 	rm -rf $(VENV) var $(NODE_CLIENTS)/node_modules

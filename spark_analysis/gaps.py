@@ -205,10 +205,10 @@ def message_gaps(events: DataFrame, gaps: DataFrame) -> DataFrame:
                           F.col("run_id").isNotNull())
              .select(F.col("vhost").alias("h_vhost"), F.col("queue").alias("h_queue"),
                      "run_id").distinct())
-    hosted = (queues.join(F.broadcast(hosts), (queues.q == hosts.h_queue) &
+    hosted = (queues.join(hosts, (queues.q == hosts.h_queue) &
                           queues.vhost.eqNullSafe(hosts.h_vhost))
               .select("msg_id", "run_id"))
-    g = F.broadcast(gaps.select("run_id", "t_from_ns", "t_to_ns", "reason"))
+    g = gaps.select("run_id", "t_from_ns", "t_to_ns", "reason")
     hit = (wrote.unionByName(hosted).distinct().join(g, "run_id").join(first, "msg_id")
            .where(F.col("t_to_ns") >= F.col("t_first_ns")))
     return hit.groupBy("msg_id").agg(

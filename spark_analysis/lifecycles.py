@@ -65,7 +65,9 @@ def _n(cond: Column) -> Column:
 
 
 def _union_lists(col: Column) -> Column:
-    return F.array_distinct(F.flatten(F.collect_list(col)))
+    """The distinct items of the lists, sorted: the same whatever order the rows arrive in (on a
+    cluster that order is the shuffle's)."""
+    return F.array_sort(F.array_distinct(F.flatten(F.collect_list(col))))
 
 
 def _discard() -> Column:
@@ -193,7 +195,7 @@ def copy_states(rows: DataFrame, events: DataFrame) -> DataFrame:
                 .groupBy("vhost", "queue").agg(F.max("t_ns").alias("t_restart_ns"),
                                                F.max("durable").alias("q_durable"))
                 .withColumnRenamed("vhost", "r_vhost").withColumnRenamed("queue", "r_queue"))
-    rows = (rows.join(F.broadcast(restarts), (rows.copy_queue == restarts.r_queue) &
+    rows = (rows.join(restarts, (rows.copy_queue == restarts.r_queue) &
                       rows.vhost.eqNullSafe(restarts.r_vhost), "left")
             .withColumn("durable", F.when(is_copy, F.coalesce(
                 F.col("durable"), F.col("q_durable"), F.col("t_stored_ns").isNotNull()))))
@@ -202,6 +204,8 @@ def copy_states(rows: DataFrame, events: DataFrame) -> DataFrame:
     # A channel (or its connection) closed after a copy was delivered on it, and no requeue
     # since. Latest close per channel and per connection: one row per key, so the joins keep
     # one row per copy (channel numbers are reused: only a close after the delivery counts).
+    # No broadcast hint: the closes grow with the clients, so Spark (adaptive execution, from
+    # the sizes it measures) chooses how to join them.
     ch_closes = (events.where(_is("channel_closed") & F.col("connection").isNotNull())
                  .groupBy(F.col("connection").alias("cc_connection"),
                           F.col("channel").alias("cc_channel"))
@@ -210,9 +214,9 @@ def copy_states(rows: DataFrame, events: DataFrame) -> DataFrame:
                    .groupBy(F.col("connection").alias("k_connection"))
                    .agg(F.max("t_ns").alias("t_conn_close_ns")))
     rows = (rows
-            .join(F.broadcast(ch_closes), (rows.last_connection == ch_closes.cc_connection) &
+            .join(ch_closes, (rows.last_connection == ch_closes.cc_connection) &
                   (rows.last_channel == ch_closes.cc_channel), "left")
-            .join(F.broadcast(conn_closes), rows.last_connection == conn_closes.k_connection,
+            .join(conn_closes, rows.last_connection == conn_closes.k_connection,
                   "left"))
     closed_under_it = F.greatest("t_ch_close_ns", "t_conn_close_ns") > F.col("t_last_event_ns")
     restarted = ((F.col("t_restart_ns") > F.col("t_last_event_ns")) &
@@ -307,7 +311,7 @@ def removed_by(rows: DataFrame, events: DataFrame) -> DataFrame:
     `queue_deleted` (ready or unacked) event of its queue at or after the copy's last state
     step -- unless a restart of the queue came first that the copy did not survive (not synced
     before it): that copy vanished then, and a later deletion must not hide it. One row per
-    queue (its removals and restarts, sorted), broadcast: no shuffle of the copy rows."""
+    queue (its removals and restarts, sorted), joined as Spark chooses."""
     marks = (events.where(_is(*S.REMOVAL_KINDS, "queue_crashed", "queue_started") &
                           F.col("queue").isNotNull())
              .groupBy(F.col("vhost").alias("rm_vhost"), F.col("queue").alias("rm_queue"))
@@ -315,7 +319,7 @@ def removed_by(rows: DataFrame, events: DataFrame) -> DataFrame:
     # (a queue without a purge or deletion keeps its copies' states: no need to look further)
     marks = marks.where(F.exists("marks", lambda r: r.getField("kind").isin(
         list(S.REMOVAL_KINDS))))
-    rows = rows.join(F.broadcast(marks), (rows.copy_queue == marks.rm_queue) &
+    rows = rows.join(marks, (rows.copy_queue == marks.rm_queue) &
                      rows.vhost.eqNullSafe(marks.rm_vhost), "left")
     state, synced = F.col("state"), F.col("t_synced_ns")
 
@@ -387,8 +391,9 @@ def assemble(rows: DataFrame, msg_gaps: DataFrame | None = None) -> DataFrame:
         _union_lists(F.col("dead_letter_queues")).alias("dead_letter_queues"),
         F.first("dead_lettered_to", ignorenulls=True).alias("dead_lettered_to"),
         F.array_sort(F.collect_list(F.when(~pub, F.col("copy_queue")))).alias("queues"),
-        F.collect_list(F.when(~pub, F.struct(F.col("copy_queue").alias("queue"),
-                                             F.col("state")))).alias("queue_state_list"),
+        F.array_sort(F.collect_list(F.when(~pub, F.struct(F.col("copy_queue").alias("queue"),
+                                                          F.col("state")))))
+        .alias("queue_state_list"),
         copies_min("t_enqueued_ns", "t_first_enqueued_ns"),
         copies_min("t_first_delivered_ns", "t_first_delivered_ns"),
         copies_min("t_first_acked_ns", "t_first_acked_ns"),

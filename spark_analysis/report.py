@@ -1,13 +1,16 @@
 """OUT/report.html with PNG plots (OUT/plots/), and the short summary printed on stdout.
 
 Takes only small, already collected data (plain lists and dicts, see `ReportData`): no Spark
-here, so the layout can be tested and changed without a JVM.
+here, so the layout can be tested and changed without a JVM. `render` returns the files as
+bytes (the job writes them through Hadoop's FileSystem, storage.py); `write` puts them on the
+local disk.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import html
+import io
 import math
 import os
 from dataclasses import dataclass, field
@@ -44,6 +47,7 @@ class ReportData:
     steps: list[tuple[str, float]] = field(default_factory=list)  # (step, seconds)
     runs: list[dict] = field(default_factory=list)  # gaps.Run rows: the spans the logs cover
     gaps: list[dict] = field(default_factory=list)  # gaps.Gap rows
+    files_read: int | None = None  # files this run decoded, when it added to an earlier run's
 
 
 def _fmt_ms(v) -> str:
@@ -52,7 +56,7 @@ def _fmt_ms(v) -> str:
     return f"{v:.3f}" if v < 10 else f"{v:.1f}"
 
 
-def plot_latencies(data: ReportData, path: str) -> None:
+def plot_latencies(data: ReportData, path: "str | io.BytesIO") -> None:
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))
     for ax, metric in zip(axes.flat, METRICS):
         vals = [v for v in data.latency_samples.get(metric, []) if v is not None and v > 0]
@@ -70,11 +74,11 @@ def plot_latencies(data: ReportData, path: str) -> None:
         ax.set_ylabel("messages")
     fig.suptitle("Latency distributions")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, format="png")
     plt.close(fig)
 
 
-def plot_throughput(data: ReportData, path: str) -> None:
+def plot_throughput(data: ReportData, path: "str | io.BytesIO") -> None:
     fig, ax = plt.subplots(figsize=(11, 4))
     kinds = ("publish_received", "confirmed", "delivered", "fetched", "acked", "requeued",
              "expired", "dead_lettered", "dropped")
@@ -94,11 +98,11 @@ def plot_throughput(data: ReportData, path: str) -> None:
     if series:
         ax.legend(fontsize=8, ncol=3)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, format="png")
     plt.close(fig)
 
 
-def plot_timeline(data: ReportData, path: str) -> None:
+def plot_timeline(data: ReportData, path: "str | io.BytesIO") -> None:
     fig, ax = plt.subplots(figsize=(11, 4.5))
     evs = data.timeline
     if not evs:
@@ -126,7 +130,7 @@ def plot_timeline(data: ReportData, path: str) -> None:
         m = data.timeline_msg or {}
         ax.set_title(f"Message {m.get('msg_id', '')} ({m.get('final_state', '')})")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, format="png")
     plt.close(fig)
 
 
@@ -155,6 +159,9 @@ def summary_text(data: ReportData) -> str:
     lines = [f"leveret lifecycle analysis of {data.events_dir}",
              f"  {data.events} events in {data.files} files from {len(data.nodes)} node(s) "
              f"({', '.join(data.nodes)}); {data.messages} messages"]
+    if data.files_read is not None:
+        lines.append(f"  this run read {data.files_read} new or grown file(s); the others' "
+                     f"events were in OUT/events from earlier runs")
     if data.events_without_msg_id:
         lines.append(f"  {data.events_without_msg_id} message events had no msg_id "
                      f"(left out of the lifecycles)")
@@ -182,13 +189,17 @@ def summary_text(data: ReportData) -> str:
     return "\n".join(lines)
 
 
-def write(data: ReportData, out_dir: str) -> str:
-    """Writes OUT/plots/*.png and OUT/report.html; returns the report's path."""
-    plots = os.path.join(out_dir, "plots")
-    os.makedirs(plots, exist_ok=True)
-    plot_latencies(data, os.path.join(plots, "latency.png"))
-    plot_throughput(data, os.path.join(plots, "throughput.png"))
-    plot_timeline(data, os.path.join(plots, "timeline.png"))
+def _png(plot, data: ReportData) -> bytes:
+    buf = io.BytesIO()
+    plot(data, buf)
+    return buf.getvalue()
+
+
+def render(data: ReportData) -> dict[str, bytes]:
+    """{name under OUT: bytes}: report.html and plots/*.png."""
+    files = {"plots/latency.png": _png(plot_latencies, data),
+             "plots/throughput.png": _png(plot_throughput, data),
+             "plots/timeline.png": _png(plot_timeline, data)}
     lat_cols = ["metric", "queue", "count", "p50_ms", "p90_ms", "p99_ms", "p999_ms", "mean_ms",
                 "max_ms"]
     minute_rows = [dict(r, minute=str(r.get("minute"))) for r in data.latency_by_minute]
@@ -246,7 +257,16 @@ clock skew the ordering relied on.</p>
 {_table([{"step": s, "seconds": f"{t:.1f}"} for s, t in data.steps], ["step", "seconds"])}
 </body></html>
 """
-    path = os.path.join(out_dir, "report.html")
-    with open(path, "w") as f:
-        f.write(page)
-    return path
+    files["report.html"] = page.encode()
+    return files
+
+
+def write(data: ReportData, out_dir: str) -> str:
+    """Writes OUT/plots/*.png and OUT/report.html on the local disk; returns the report's
+    path."""
+    for name, blob in render(data).items():
+        path = os.path.join(out_dir, *name.split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(blob)
+    return os.path.join(out_dir, "report.html")
