@@ -140,13 +140,14 @@ class Sim:
         self._emit(self.queue, kind, mid, actor="queue", queue=q,
                    seq_id=self.seq_ids[(mid, q)], **fields)
 
-    def dead_letter(self, mid, q, reason, dlx, targets, message_id=None) -> bytes:
+    def dead_letter(self, mid, q, reason, dlx, targets, message_id=None,
+                    routing_key="rk") -> bytes:
         """The queue dead-letters its copy to `dlx`: the copy gets an id of its own, announced
         with its parent, then enqueued in the targets; returns the copy's id."""
         child = self.new_id()
         self.queue_event("dead_lettered", mid, q, reason=reason, exchange=dlx, new_msg_id=child)
         self._emit(self.queue, "dead_letter_published", child, actor="queue", parent_msg_id=mid,
-                   reason=reason, exchange=dlx, routing_key="rk", queues=list(targets),
+                   reason=reason, exchange=dlx, routing_key=routing_key, queues=list(targets),
                    source_queue=q, persistent=False, message_id=message_id)
         for t in targets:
             self.enqueue(child, t)

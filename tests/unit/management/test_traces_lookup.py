@@ -53,13 +53,10 @@ def job(spark, tmp_path_factory):
     sim.requeue(ids["order-2"], "q-orders")
     tag = sim.deliver(ids["order-2"], "q-orders", redelivered=True)
     sim.settle("rejected", ids["order-2"], "q-orders", tag, requeue=False)
-    child = ids["child"] = sim.new_id()
-    sim.queue_event("dead_lettered", ids["order-2"], "q-orders", reason="rejected",
-                    queues=["q-dead"], new_msg_id=child)
-    sim.queue_event("dead_letter_published", child, "q-orders", parent_msg_id=ids["order-2"],
-                    reason="rejected", exchange="dlx", routing_key="orders.new",
-                    queues=["q-dead"], source_queue="q-orders", message_id="order-2")
-    sim.enqueue(child, "q-dead")
+    # (as the broker logs it: the copy has an id of its own, announced with its parent)
+    child = ids["child"] = sim.dead_letter(ids["order-2"], "q-orders", "rejected", "dlx",
+                                           ["q-dead"], message_id="order-2",
+                                           routing_key="orders.new")  # (enqueued in q-dead)
     sim.close()
     data_dir = tmp_path_factory.mktemp("data")
     out = data_dir / "analysis"
