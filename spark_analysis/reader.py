@@ -76,15 +76,7 @@ def read_header(path: str) -> dict | None:
             head = f.read(4096)
     except OSError:
         return None
-    unpacker = _unpacker(len(head) + 1)
-    unpacker.feed(head)
-    try:
-        header = next(unpacker)
-    except (StopIteration, ValueError, msgpack.UnpackException):
-        return None
-    if not isinstance(header, dict) or header.get("schema") != S.SCHEMA:
-        return None
-    return header
+    return _header_of(head)
 
 
 def clock_key(header: dict, path: str) -> str:
