@@ -73,34 +73,45 @@ def split_address(address: str) -> tuple[str, str]:
     return endpoint, name
 
 
-def unframe(parts: list) -> list:
-    """The messages of one multipart as `[(actor name, message)]`, whatever its form (one
-    message, a batch, a stamped batch: the stamp is observed), for a socket read outside a
-    Transport (leveretctl's reply socket). Raises messages.Malformed on anything else."""
+def frames_of(parts: list) -> list:
+    """The frame slices `[name, payload, (bodies)]` of each message of one multipart, whatever
+    its form (one message, a batch, a stamped batch: the stamp is observed). Raises
+    messages.Malformed, saying why, on a framing that is not ours."""
     first = parts[0]
     if first != _BATCH and first != _STAMPED:
         if len(parts) not in (2, 3):
             raise messages.Malformed(f"{len(parts)} frames")
-        return [(first.decode("utf-8", "surrogateescape"), messages.decode(parts[1], parts[2:]))]
+        return [parts]
     try:
-        header = unpackb(parts[1])
-    except Exception as e:  # noqa: BLE001 - arbitrary bytes: any of msgpack's refusals
-        raise messages.Malformed("an undecodable batch header") from e
+        counts = unpackb(parts[1]) if len(parts) > 1 else None
+    except Exception:  # noqa: BLE001 - arbitrary bytes: any of msgpack's refusals
+        counts = None
     if first == _STAMPED:
-        if type(header) is not list or len(header) != 2 or type(header[0]) is not int:
+        if type(counts) is not list or len(counts) != 2 or type(counts[0]) is not int:
             raise messages.Malformed("a stamped batch with an undecodable header")
-        hlc.clock().observe(header[0])
-        header = header[1]
-    if type(header) is not list or not header or \
-            any(type(n) is not int or not 2 <= n <= 3 for n in header) or \
-            sum(header) != len(parts) - 2:
-        raise messages.Malformed("a batch whose counts do not match its frames")
+        stamp, counts = counts
+        hlc.clock().observe(stamp)
+    if type(counts) is not list or not counts:
+        raise messages.Malformed("a batch with an undecodable header")
+    at = 2
+    for n in counts:
+        if type(n) is not int or not 2 <= n <= 3:
+            raise messages.Malformed(f"a batch announcing a message of {n!r:.20} frames")
+        at += n
+    if at != len(parts):
+        raise messages.Malformed(f"a batch announcing {at} frames in {len(parts)}")
     out, at = [], 2
-    for n in header:
-        out.append((parts[at].decode("utf-8", "surrogateescape"),
-                    messages.decode(parts[at + 1], parts[at + 2:at + n])))
+    for n in counts:
+        out.append(parts[at:at + n])
         at += n
     return out
+
+
+def unframe(parts: list) -> list:
+    """The messages of one multipart as `[(actor name, message)]` (`frames_of`), for a socket
+    read outside a Transport (leveretctl's reply socket)."""
+    return [(f[0].decode("utf-8", "surrogateescape"), messages.decode(f[1], f[2:]))
+            for f in frames_of(parts)]
 
 
 class LogThrottle:
@@ -386,39 +397,13 @@ class Transport:
         """One multipart off the PULL socket: a message `[name, payload, (bodies)]` or a batch
         `[b"", counts, name, payload, (bodies), name, ...]`. What is not one of ours is logged
         and dropped; each message of a well-framed batch is checked on its own."""
-        first = parts[0]
-        if first != _BATCH and first != _STAMPED:
-            if len(parts) in (2, 3):
-                self._receive_one(parts)
-            else:
-                self._malformed(f"{len(parts)} frames", parts)
-            return
         try:
-            counts = unpackb(parts[1]) if len(parts) > 1 else None
-        except Exception:  # noqa: BLE001 - arbitrary bytes: any of msgpack's refusals
-            counts = None
-        if first == _STAMPED:
-            if type(counts) is not list or len(counts) != 2 or type(counts[0]) is not int:
-                self._malformed("a stamped batch with an undecodable header", parts)
-                return
-            stamp, counts = counts
-            hlc.clock().observe(stamp)
-        if type(counts) is not list or not counts:
-            self._malformed("a batch with an undecodable header", parts)
+            found = frames_of(parts)
+        except messages.Malformed as e:
+            self._malformed(str(e), parts)
             return
-        at = 2
-        for n in counts:
-            if type(n) is not int or not 2 <= n <= 3:
-                self._malformed(f"a batch announcing a message of {n!r:.20} frames", parts)
-                return
-            at += n
-        if at != len(parts):
-            self._malformed(f"a batch announcing {at} frames in {len(parts)}", parts)
-            return
-        at = 2
-        for n in counts:
-            self._receive_one(parts[at:at + n])
-            at += n
+        for frames in found:
+            self._receive_one(frames)
 
     def _receive_one(self, parts: list) -> None:
         try:
