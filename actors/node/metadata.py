@@ -85,8 +85,9 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         self.pending_ops: dict[int, tuple] = {}  # node req id -> (reply_to, req_id, vhost, name)
         self.next_req = 1  # node's own request ids (to queues)
         self.pending_stats: dict[int, tuple] = {}  # node req id -> (list_queues gather, queue)
-        # node req id -> leveretctl purge_queue, sync_queue, cancel_sync_queue
-        self.pending_purges: dict[int, m.Rpc] = {}
+        # node req id -> the rpc of leveretctl purge_queue, sync_queue, cancel_sync_queue,
+        # census (a vhost's census: one _Gather for all its queues)
+        self.pending_asks: dict[int, m.Rpc | _Gather] = {}
         # the management API's statistics: what queues emit (actors/core/queue_stats.py)
         self.queue_stats = StatsTable(config.collect_statistics_interval)
         # every member's last two samples of its own figures (/api/nodes: NodeStats)
@@ -1003,12 +1004,18 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         vhost (every vhost: None) writes one, and the answer is their names."""
         if name is not None:
             return self._ask_queue(rpc, self._running_queue(vhost, name), "census")
-        asked = []
-        for (v, n), q in sorted(self.queues.items()):
-            if (vhost is None or v == vhost) and q.get("address") is not None:
-                self.transport.send(q["address"], m.QueueOp("", 0, "census", {}))
-                asked.append([v, n])
-        return asked
+        running = [((v, n), q) for (v, n), q in sorted(self.queues.items())
+                   if (vhost is None or v == vhost) and q.get("address") is not None]
+        if not running:
+            return []
+        # answered once every queue has taken its census, so a stop that follows the answer
+        # finds each census in its queue's log
+        gather = _Gather(rpc, [[v, n] for (v, n), _ in running])
+        for _, q in running:
+            req = self._ask_id()
+            self.pending_asks[req] = gather
+            self.transport.send(q["address"], m.QueueOp(self.address, req, "census", {}))
+        return _DEFERRED
 
     def op_queue_sync(self, rpc, vhost, name, cancel=False):
         """rabbitmqctl sync_queue / cancel_sync_queue (rabbit_mirror_queue_misc:sync_queue,
@@ -1028,17 +1035,28 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                                                    "not running (its node is down)"))
         return q
 
-    def _ask_queue(self, rpc, q, op):
-        """An admin QueueOp to the running queue `q`; its answer is relayed to the asker."""
+    def _ask_id(self) -> int:
         req = self.next_req
         self.next_req += 1
-        self.pending_purges[req] = rpc
+        return req
+
+    def _ask_queue(self, rpc, q, op):
+        """An admin QueueOp to the running queue `q`; its answer is relayed to the asker."""
+        req = self._ask_id()
+        self.pending_asks[req] = rpc
         self.transport.send(q["address"], m.QueueOp(self.address, req, op, {}))
         return _DEFERRED
 
     def _queue_reply(self, reply: m.RpcReply) -> None:
-        if reply.req_id in self.pending_purges:
-            rpc = self.pending_purges.pop(reply.req_id)
+        if reply.req_id in self.pending_asks:
+            asker = self.pending_asks.pop(reply.req_id)
+            if isinstance(asker, _Gather):
+                asker.left -= 1
+                if asker.left:
+                    return
+                rpc, reply = asker.rpc, m.RpcReply(0, True, asker.result)
+            else:
+                rpc = asker
             self._send_reply(rpc.reply_to, m.RpcReply(rpc.req_id, reply.ok, reply.result,
                                                          reply.code, reply.text))
         elif reply.req_id in self.pending_ops:
@@ -1079,6 +1097,18 @@ def locked_text(name, vhost) -> str:
 
 
 STATS_TIMEOUT_S = 5.0  # list_queues: how long to wait for a queue's counts
+class _Gather:
+    """One rpc answered once several queues have answered (a vhost's census); its result is
+    fixed when asked, the queues' answers only count down."""
+
+    __slots__ = ("rpc", "result", "left")
+
+    def __init__(self, rpc, result):
+        self.rpc = rpc
+        self.result = result
+        self.left = len(result)
+
+
 _DEFERRED = object()  # the reply comes later (from a queue, or when the queue has started)
 
 
