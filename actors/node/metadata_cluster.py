@@ -52,6 +52,7 @@ from actors import messages as m
 from actors.messages import ClusterEntry, ClusterTick, CommitFailed
 from actors.node.cluster import Cluster
 from actors.node.queue_table import QueueTable
+from actors.replica import parameters_of
 from actors.core import mirroring, policies, quorum
 from actors.core.pause import DOWN_AFTER_S, PauseClock, may_mark_down
 from actors.core.errors import amqp_text
@@ -156,6 +157,7 @@ class ClusterMixin:
             state.listener = self._on_entry
         self._load_state(seq, snap)
         self.loaded = True
+        self._sync_shovels()
         me = self.me
         self.recovering = {k for k, q in self.queues.items()
                            if q.get("home") == me and q["durable"]}
@@ -178,6 +180,7 @@ class ClusterMixin:
         self.policies = {(p["vhost"], p["name"]): p for p in snap["policies"]}
         self.op_policies = {(p["vhost"], p["name"]): p for p in snap.get("op_policies", [])}
         self.limits = {(x["scope"], x["name"]): x["value"] for x in snap.get("limits", [])}
+        self.parameters = parameters_of(snap)
         self.members = snap["members"]
         self.canonical = seq
 
@@ -349,6 +352,7 @@ class ClusterMixin:
             old, new = before.get(member), self.members.get(member)
             if old != new:
                 self._member_changed(member, old or {}, new or {})
+        self._sync_shovels()
         self.version += 1
         snapshot = m.MetaSnapshot(self.snapshot(), self.version)
         for w in self.workers.values():
@@ -529,6 +533,7 @@ class ClusterMixin:
         # reach a leader later
         self.deferred = deque(d for d in self.deferred if not isinstance(d[1], m.QueueStarted))
         self.paused_flag.set()  # the node stops listening (actors/node/node.py)
+        self._sync_shovels()  # and runs no shovel
         note = m.Pause(True)
         for w in self.workers.values():
             self.transport.send(w.control, note)
@@ -556,6 +561,7 @@ class ClusterMixin:
             self.transport.send(w.control, note)
         self._start_own_queues(stale=True)
         self.paused_flag.clear()
+        self._sync_shovels()
 
     def _check_relays(self) -> None:
         """Forwarded operations whose leader is gone (unreachable DOWN_AFTER_S, or another

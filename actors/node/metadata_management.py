@@ -217,6 +217,7 @@ class ManagementMixin:
         sample = self._node_sample(msg.figures)
         self.node_table.put(self.config.node, now, sample)
         note = m.NodeStats(self.config.node, now, sample)
+        self._shovel_tick(now)
         for member, info in self.members.items():
             if member != self.me and info.get("up") and info.get("metadata"):
                 self.transport.send(info["metadata"], note)
