@@ -66,7 +66,8 @@ LOCAL_OPS = {"worker.hello", "worker.ready", "list", "cluster.status",  # any no
              "mgmt_state", "mgmt_login", "mgmt_close_connection", "environment",
              "mgmt_counters",  # (a password never leaves the node it reached)
              "status", "set_vm_memory_high_watermark", "set_disk_free_limit",  # its own
-             "connection.open", "channel.open", "channel.closed"}  # its own counts (limits)
+             "connection.open", "channel.open", "channel.closed",  # its own counts (limits)
+             "shovel.status", "shovel.restart"}  # the shovels it runs (and hears of)
 FORWARD_WAIT_S = 5.0  # how long an operation waits for a leader before it fails
 RELAY_WAIT_S = 15.0  # how long a forwarded operation waits for the leader's answer
 # Operations that give the same answer when carried out twice. A leader that loses its

@@ -417,6 +417,8 @@ class ManagementMixin:
                 "policies": list(self.policies.values()),
                 "operator_policies": list(self.op_policies.values()),
                 "limits": [[scope, name, value] for (scope, name), value in self.limits.items()],
+                "parameters": [[v, c, n, value]
+                               for (v, c, n), value in self.parameters.items()],
                 "node": self.config.node, "node_rows": self._node_rows(now),
                 "members": members, "alarms": sorted(self.alarms),
                 # the statistics collector's backlog (RabbitMQ's statistics_db_event_queue:

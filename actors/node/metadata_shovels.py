@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from actors import messages as m
+from actors.core.errors import ChannelError, amqp_text
 from actors.shovel.supervisor import ShovelSupervisor
 
 SHOVEL_CHANGES = ("param_put", "param_del", "member_put")
@@ -65,3 +66,11 @@ class ShovelsMixin:
         rows = [r for r in rows if vhost is None or r["vhost"] == vhost]
         rows.sort(key=lambda r: (r["vhost"], r["name"]))
         return rows
+
+    def op_shovel_restart(self, rpc, vhost, name):
+        """DELETE /api/shovels/vhost/{vhost}/{name}/restart (rabbit_shovel_util:
+        restart_shovel/2): stop it and start it again, on the node that runs it."""
+        if not self.shovels.restart((vhost, name)):
+            raise ChannelError(404, amqp_text(404, f"shovel '{name}' in vhost '{vhost}' does "
+                                                   "not run on this node"))
+        return None

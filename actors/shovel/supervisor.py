@@ -56,6 +56,15 @@ class ShovelSupervisor:
             if entry is not None and not entry[1].stopping.is_set():
                 self.statuses[key] = status
 
+    def restart(self, key) -> bool:
+        """Stop the shovel's runner and start a new one (False: it does not run here)."""
+        entry = self.runners.get(key)
+        if entry is None:
+            return False
+        self._stop(key)
+        self._start(key, entry[0])
+        return True
+
     def rows(self) -> list[dict]:
         """This node's shovels as GET /api/shovels lists them."""
         with self.lock:
