@@ -475,6 +475,9 @@ def parameter_command(p, a) -> int:
         print(f"Listing runtime parameters for vhost \"{a.vhost}\" ...")
         return _print_rows(rows, ["component", "name", "value"], a.formatter)
     print("Shovel status on node ...")
+    if a.formatter == "json":  # every field, as rabbitmqctl shovel_status --formatter json
+        print(json.dumps(call(a.data_dir, "shovel.status", {})))
+        return 0
     return _print_rows(call(a.data_dir, "shovel.status", {}),
                        ["name", "vhost", "type", "state", "src_uri", "dest_uri", "node",
                         "timestamp", "reason"], a.formatter)
