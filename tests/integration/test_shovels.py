@@ -50,32 +50,50 @@ def wait_for(what, fn, timeout=20.0, every=0.05):
 
 
 def count(broker_params, queue) -> int:
+    """The queue's ready messages; -1 while it does not exist (the shovel declares it)."""
     with pika.BlockingConnection(broker_params) as c:
-        return c.channel().queue_declare(queue, passive=True).method.message_count
+        try:
+            return c.channel().queue_declare(queue, passive=True).method.message_count
+        except pika.exceptions.ChannelClosedByBroker as e:
+            if e.reply_code == 404:
+                return -1
+            raise
 
 
 def publish(params, queue, n, start=0, declare=True) -> None:
-    """n persistent messages whose bodies are their numbers, confirmed."""
+    """n persistent messages whose bodies are their numbers, all in the queue on return:
+    with `declare` (no shovel takes from it yet) its count grown by n (a confirm per
+    message would cost a round trip each), else each publish confirmed."""
     with pika.BlockingConnection(params) as c:
         ch = c.channel()
         if declare:
-            ch.queue_declare(queue, durable=True)
-        ch.confirm_delivery()
+            before = ch.queue_declare(queue, durable=True).method.message_count
+        else:
+            ch.confirm_delivery()
         for i in range(start, start + n):
             ch.basic_publish("", queue, str(i).encode(),
                              pika.BasicProperties(delivery_mode=2, message_id=f"m{i}"))
+    if declare:
+        wait_for(f"{n} messages in {queue}", lambda: count(params, queue) >= before + n)
 
 
 def drain(params, queue) -> list[int]:
-    """Every message of the queue (acked), as numbers."""
+    """Every message of the queue (consumed without acks), as numbers."""
     out = []
     with pika.BlockingConnection(params) as c:
         ch = c.channel()
-        while True:
-            _, _, body = ch.basic_get(queue, auto_ack=True)
+        left = ch.queue_declare(queue, passive=True).method.message_count
+        if not left:
+            return out
+        for _, _, body in ch.consume(queue, auto_ack=True, inactivity_timeout=2.0):
             if body is None:
-                return out
+                break
             out.append(int(body))
+            left -= 1
+            if left == 0:
+                break
+        ch.cancel()
+    return out
 
 
 def shovel(node, name, value, vhost="/"):
