@@ -158,7 +158,6 @@ class ClusterMixin:
             state.listener = self._on_entry
         self._load_state(seq, snap)
         self.loaded = True
-        self._sync_shovels()
         me = self.me
         self.recovering = {k for k, q in self.queues.items()
                            if q.get("home") == me and q["durable"]}
@@ -184,6 +183,7 @@ class ClusterMixin:
         self.parameters = parameters_of(snap)
         self.members = snap["members"]
         self.canonical = seq
+        self._sync_shovels()  # the log's shovels and members hold from here
 
     def _on_entry(self, seq, entry) -> None:  # pysyncobj's thread
         try:
@@ -353,7 +353,6 @@ class ClusterMixin:
             old, new = before.get(member), self.members.get(member)
             if old != new:
                 self._member_changed(member, old or {}, new or {})
-        self._sync_shovels()
         self.version += 1
         snapshot = m.MetaSnapshot(self.snapshot(), self.version)
         for w in self.workers.values():
