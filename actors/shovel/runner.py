@@ -101,14 +101,19 @@ class _Attempt:
 
     # --- the loop -------------------------------------------------------------------------
     def run(self) -> str:
-        self.dest = self._connect(self.dest_ep, self._dest_open)
-        self.ioloop.start()
-        self.ioloop.close()
+        try:
+            self.dest = self._connect(self.dest_ep, self._dest_open)
+            self.ioloop.start()
+        finally:
+            self.ioloop.close()
         return self.reason or "stopped"
 
     def stop(self, reason: str) -> None:
         """From any thread."""
-        self.ioloop.add_callback_threadsafe(lambda: self._end(reason))
+        try:
+            self.ioloop.add_callback_threadsafe(lambda: self._end(reason))
+        except Exception:  # noqa: BLE001 - the loop has closed: the attempt is over anyway
+            pass
 
     def _end(self, reason: str) -> None:
         if self.reason is None:

@@ -12,22 +12,40 @@ import time
 import uuid
 from pathlib import Path
 
+from types import SimpleNamespace
+
 import pika
 import pytest
 
 from bench.refbroker import RabbitMQNode, rabbitmq_installed
 from conftest import Broker, free_port
 from test_management import Api
+from tlscerts import CertFactory
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory):
-    port = free_port()
+def certs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("certs")
+    factory = CertFactory(folder)
+    return SimpleNamespace(ca=factory.ca.cert, server=factory.leaf("server", "localhost",
+                                                                   server=True),
+                           client=factory.leaf("shovel", "shovel"),
+                           rogue_ca=CertFactory(folder / "rogue", name="rogue-ca").ca.cert)
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory, certs):
+    """The module's node, with an AMQPS port too (`tls_port`: verify_peer, certificates
+    optional)."""
+    port, tls_port = free_port(), free_port()
     folder = Path(tempfile.mkdtemp(prefix="leveret-", dir=tmp_path_factory.getbasetemp()))
     (folder / "leveret.toml").write_text("collect_statistics_interval = 300\n")
     broker = Broker.start_leveret(folder, "--management-port", str(port), "--config",
-                                  str(folder / "leveret.toml"))
-    broker.http_port = port
+                                  str(folder / "leveret.toml"), "--tls-port", str(tls_port),
+                                  "--ssl-certfile", certs.server.cert, "--ssl-keyfile",
+                                  certs.server.key, "--ssl-cacertfile", certs.ca,
+                                  "--ssl-verify", "verify_peer")
+    broker.http_port, broker.tls_port = port, tls_port
     try:
         yield broker
     finally:
@@ -247,6 +265,38 @@ def test_terminated_shows_the_reason_and_delay_zero_is_not_restarted(node, http)
         assert status(node, name)["state"] == "terminated"
         [api_row] = http("GET", f"/api/shovels/vhost/%2F/{name}")[1]
         assert api_row["state"] == "terminated" and api_row["reason"] == row["reason"]
+    finally:
+        node.ctl("clear_parameter", "shovel", name)
+
+
+def test_amqps_with_rabbitmq_tls_query_keys(node, certs):
+    """amqps:// with cacertfile, certfile, keyfile, verify_peer and server_name_indication:
+    the shovel connects over TLS with its client certificate; the same URI with a CA that did
+    not sign the server's certificate fails verification (the option is used, not ignored)
+    and verify_none connects anyway."""
+    src, dst, name = names()
+    base = f"amqps://guest:guest@127.0.0.1:{node.tls_port}/%2F?server_name_indication=localhost"
+    good = (f"{base}&verify=verify_peer&cacertfile={certs.ca}&certfile={certs.client.cert}"
+            f"&keyfile={certs.client.key}")
+    publish(node.params(), src, 10)
+    shovel(node, name, {"src-uri": good, "src-queue": src, "dest-uri": node.url,
+                        "dest-queue": dst})
+    try:
+        wait_for("moved over TLS", lambda: count(node.params(), dst) == 10)
+        row = status(node, name)
+        assert row["src_uri"].startswith(f"amqps://127.0.0.1:{node.tls_port}/")
+        assert "guest" not in row["src_uri"]
+        shovel(node, name, {"src-uri": f"{base}&verify=verify_peer&cacertfile={certs.rogue_ca}",
+                            "src-queue": src, "dest-uri": node.url, "dest-queue": dst,
+                            "reconnect-delay": 0})
+        row = wait_for("terminated", lambda: (status(node, name) or {}).get(
+            "state") == "terminated" and status(node, name))
+        assert "source connection failed" in row["reason"]
+        assert "CERTIFICATE_VERIFY_FAILED" in row["reason"], row["reason"]
+        publish(node.params(), src, 5, start=10, declare=False)
+        shovel(node, name, {"src-uri": f"{base}&verify=verify_none&cacertfile={certs.rogue_ca}",
+                            "src-queue": src, "dest-uri": node.url, "dest-queue": dst})
+        wait_for("moved with verify_none", lambda: count(node.params(), dst) == 15)
     finally:
         node.ctl("clear_parameter", "shovel", name)
 
