@@ -15,7 +15,8 @@ from actors.shovel.status import STARTING, ShovelStatus
 
 
 class ShovelSupervisor:
-    def __init__(self, node: str, cluster_name: str, on_autodelete):
+    def __init__(self, node: str, cluster_name: str, on_autodelete, runner=ShovelRunner):
+        self.runner = runner  # the runner class (ShovelRunner; tests give a fake)
         self.node = node  # this node's node_name (statuses)
         self.cluster_name = cluster_name  # x-shovelled's shovelled-by
         self.on_autodelete = on_autodelete  # fn(vhost, name), any thread: clear the parameter
@@ -37,8 +38,8 @@ class ShovelSupervisor:
 
     def _start(self, key, value) -> None:
         spec = params.parse(key[0], key[1], value)
-        runner = ShovelRunner(spec, self.node, self.cluster_name, self._report,
-                              lambda s: self.on_autodelete(s.vhost, s.name))
+        runner = self.runner(spec, self.node, self.cluster_name, self._report,
+                             lambda s: self.on_autodelete(s.vhost, s.name))
         self.runners[key] = (value, runner)
         self._report(ShovelStatus(key[0], key[1], STARTING, self.node))
         runner.start()
