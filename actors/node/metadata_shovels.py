@@ -8,8 +8,6 @@ GET /api/shovels (`ShovelStates`).
 
 from __future__ import annotations
 
-import time
-
 from actors import messages as m
 from actors.core.errors import ChannelError, amqp_text
 from actors.shovel.supervisor import ShovelSupervisor
