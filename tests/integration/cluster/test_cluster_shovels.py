@@ -70,8 +70,12 @@ def test_a_shovel_runs_on_one_node_and_moves_when_it_is_killed(nodes, tmp_path):
                     break
                 got.add(int(body))
         assert got == set(range(80))
-        # still one runner, and the API of a live node lists it there
+        # still one runner, and the other live node lists it there too (ShovelStates, every
+        # statistics interval)
         assert running_on(nodes, alive, "cs") == moved
+        [other] = [i for i in alive if f"leveret@node{i + 1}" not in moved]
+        nodes.wait(lambda: [(r["node"], r["state"]) for r in shovel_rows(nodes, other, "cs")]
+                   == [(next(iter(moved)), "running")], 15, "the owner's status elsewhere")
         nodes[alive[0]].ctl("clear_parameter", "shovel", "cs")
         nodes.wait(lambda: not running_on(nodes, alive, "cs"), 20, "the shovel stopped")
     finally:
