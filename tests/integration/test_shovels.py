@@ -317,6 +317,17 @@ def test_leveretctl_texts_and_refusals(node):
     res = node.ctl("-p", "no-such-vhost", "set_parameter", "shovel", name, json.dumps({
         "src-uri": node.url, "src-queue": "a", "dest-uri": node.url}), check=False)
     assert res.returncode != 0 and "no vhost 'no-such-vhost'" in res.stderr
+    # a shovel of a vhost goes with it (its source is gone: it never ran)
+    node.ctl("add_vhost", "shovel-vh")
+    node.ctl("-p", "shovel-vh", "set_parameter", "shovel", name, json.dumps({
+        "src-uri": node.url_for(vhost="shovel-vh"), "src-queue": "a", "dest-uri": node.url,
+        "reconnect-delay": 0}))
+    listed = lambda: node.ctl("-p", "shovel-vh", "list_parameters").stdout  # noqa: E731
+    assert name in listed()
+    node.ctl("delete_vhost", "shovel-vh")
+    node.ctl("add_vhost", "shovel-vh")
+    assert name not in listed()
+    node.ctl("delete_vhost", "shovel-vh")
 
 
 def test_management_api_parameters_and_shovels(node, http):
