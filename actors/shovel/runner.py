@@ -33,8 +33,9 @@ from actors.shovel.acks import NO_ACK, ON_CONFIRM, AckBook
 from actors.shovel.countdown import Countdown
 
 log = logging.getLogger(__name__)
-# pika logs every connection step at INFO: the node's log keeps the shovel's own lines
-logging.getLogger("pika").setLevel(logging.WARNING)
+# pika logs every connection step, and a refused connection as six ERROR lines: the node's
+# log keeps the shovel's own line with the reason
+logging.getLogger("pika").setLevel(logging.CRITICAL)
 
 PROPERTY_NAMES = ("content_type", "content_encoding", "headers", "delivery_mode", "priority",
                   "correlation_id", "reply_to", "expiration", "message_id", "timestamp",

@@ -34,18 +34,13 @@ def certs(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory, certs):
-    """The module's node, with an AMQPS port too (`tls_port`: verify_peer, certificates
-    optional)."""
-    port, tls_port = free_port(), free_port()
+def node(tmp_path_factory):
+    port = free_port()
     folder = Path(tempfile.mkdtemp(prefix="leveret-", dir=tmp_path_factory.getbasetemp()))
     (folder / "leveret.toml").write_text("collect_statistics_interval = 300\n")
     broker = Broker.start_leveret(folder, "--management-port", str(port), "--config",
-                                  str(folder / "leveret.toml"), "--tls-port", str(tls_port),
-                                  "--ssl-certfile", certs.server.cert, "--ssl-keyfile",
-                                  certs.server.key, "--ssl-cacertfile", certs.ca,
-                                  "--ssl-verify", "verify_peer")
-    broker.http_port, broker.tls_port = port, tls_port
+                                  str(folder / "leveret.toml"))
+    broker.http_port = port
     try:
         yield broker
     finally:
@@ -53,21 +48,28 @@ def node(tmp_path_factory, certs):
 
 
 class Second:
-    """A second node for the module: the two-node test and the kill -9 tests (which restart
-    it: `broker` is its current incarnation)."""
+    """A second node for the module: the two-node, TLS and kill -9 tests (which restart it:
+    `broker` is its current incarnation). It has an AMQPS port too (`tls_port`: verify_peer,
+    client certificates optional)."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, certs):
         self.folder = folder  # its tmp dir (data dir and log), kept across restarts
-        self.broker = Broker.start_leveret(folder)
+        taken: set = set()  # (two ports picked before either is bound)
+        self.tls_port, port = free_port(avoid=taken), free_port(avoid=taken)
+        self.args = ("--tls-port", str(self.tls_port), "--ssl-certfile", certs.server.cert,
+                     "--ssl-keyfile", certs.server.key, "--ssl-cacertfile", certs.ca,
+                     "--ssl-verify", "verify_peer")  # (its management port would be HTTPS)
+        self.broker = Broker.start_leveret(folder, *self.args, port=port)
 
     def restart(self) -> Broker:
-        self.broker = self.broker.restart(self.folder, how="kill9")
+        self.broker = self.broker.restart(self.folder, "kill9", *self.args)
         return self.broker
 
 
 @pytest.fixture(scope="module")
-def second(tmp_path_factory):
-    s = Second(Path(tempfile.mkdtemp(prefix="leveret-", dir=tmp_path_factory.getbasetemp())))
+def second(tmp_path_factory, certs):
+    s = Second(Path(tempfile.mkdtemp(prefix="leveret-", dir=tmp_path_factory.getbasetemp())),
+               certs)
     try:
         yield s
     finally:
@@ -269,22 +271,23 @@ def test_terminated_shows_the_reason_and_delay_zero_is_not_restarted(node, http)
         node.ctl("clear_parameter", "shovel", name)
 
 
-def test_amqps_with_rabbitmq_tls_query_keys(node, certs):
+def test_amqps_with_rabbitmq_tls_query_keys(node, second, certs):
     """amqps:// with cacertfile, certfile, keyfile, verify_peer and server_name_indication:
     the shovel connects over TLS with its client certificate; the same URI with a CA that did
     not sign the server's certificate fails verification (the option is used, not ignored)
     and verify_none connects anyway."""
     src, dst, name = names()
-    base = f"amqps://guest:guest@127.0.0.1:{node.tls_port}/%2F?server_name_indication=localhost"
+    base = (f"amqps://guest:guest@127.0.0.1:{second.tls_port}/%2F"
+            "?server_name_indication=localhost")
     good = (f"{base}&verify=verify_peer&cacertfile={certs.ca}&certfile={certs.client.cert}"
             f"&keyfile={certs.client.key}")
-    publish(node.params(), src, 10)
+    publish(second.broker.params(), src, 10)
     shovel(node, name, {"src-uri": good, "src-queue": src, "dest-uri": node.url,
                         "dest-queue": dst})
     try:
         wait_for("moved over TLS", lambda: count(node.params(), dst) == 10)
         row = status(node, name)
-        assert row["src_uri"].startswith(f"amqps://127.0.0.1:{node.tls_port}/")
+        assert row["src_uri"].startswith(f"amqps://127.0.0.1:{second.tls_port}/")
         assert "guest" not in row["src_uri"]
         shovel(node, name, {"src-uri": f"{base}&verify=verify_peer&cacertfile={certs.rogue_ca}",
                             "src-queue": src, "dest-uri": node.url, "dest-queue": dst,
@@ -293,7 +296,7 @@ def test_amqps_with_rabbitmq_tls_query_keys(node, certs):
             "state") == "terminated" and status(node, name))
         assert "source connection failed" in row["reason"]
         assert "CERTIFICATE_VERIFY_FAILED" in row["reason"], row["reason"]
-        publish(node.params(), src, 5, start=10, declare=False)
+        publish(second.broker.params(), src, 5, start=10, declare=False)
         shovel(node, name, {"src-uri": f"{base}&verify=verify_none&cacertfile={certs.rogue_ca}",
                             "src-queue": src, "dest-uri": node.url, "dest-queue": dst})
         wait_for("moved with verify_none", lambda: count(node.params(), dst) == 15)
