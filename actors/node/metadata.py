@@ -41,12 +41,12 @@ from actors.node.metadata_alarms import AlarmsMixin
 from actors.node.metadata_limits import LimitsMixin
 from actors.node.metadata_management import ManagementMixin
 from actors.node.metadata_shovels import ShovelsMixin
-from actors.shovel import params as shovel_params
 from actors.node.node_stats import NodeTable
 from actors.node.metadata_cluster import ClusterMixin
 from actors.node.queue_table import QueueTable
 from actors.replica import apply_change, parameters_of, state_lists
 from actors.runtime import LightActor
+from actors.shovel import params as shovel_params
 
 log = logging.getLogger(__name__)
 
