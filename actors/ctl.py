@@ -327,7 +327,7 @@ def main(argv=None) -> int:
         "set_vm_memory_high_watermark", "set_disk_free_limit", "list_connections",
         "list_channels", "list_consumers", "export_definitions", "import_definitions",
         "list_permissions", "set_parameter", "clear_parameter", "list_parameters",
-        "shovel_status", "trace", *OPS])
+        "shovel_status", "delete_shovel", "restart_shovel", "trace", *OPS])
     p.add_argument("--analysis", default="analysis",
                    help="trace: the analysis folder in the data directory")
     p.add_argument("--by", default="message_id", choices=("msg_id", *lookup.KEYS),
@@ -340,7 +340,8 @@ def main(argv=None) -> int:
         return ctl_trace.trace(a.data_dir, a.args[0], a.analysis, a.by)
     if a.command in OPS:
         return _op(a)
-    if a.command in ("set_parameter", "clear_parameter", "list_parameters", "shovel_status"):
+    if a.command in ("set_parameter", "clear_parameter", "list_parameters", "shovel_status",
+                     "delete_shovel", "restart_shovel"):
         return parameter_command(p, a)
     if a.command in ("set_policy", "set_operator_policy"):
         if len(a.args) != 3:
@@ -448,7 +449,8 @@ def main(argv=None) -> int:
 
 def parameter_command(p, a) -> int:
     """rabbitmqctl set_parameter [-p VHOST] COMPONENT NAME VALUE, clear_parameter [-p VHOST]
-    COMPONENT NAME, list_parameters [-p VHOST], and the shovel plugin's shovel_status."""
+    COMPONENT NAME, list_parameters [-p VHOST], and the shovel plugin's shovel_status,
+    delete_shovel [-p VHOST] NAME and restart_shovel [-p VHOST] NAME."""
     if a.command == "set_parameter":
         if len(a.args) != 3:
             p.error("set_parameter takes COMPONENT NAME VALUE (a JSON object)")
@@ -474,6 +476,25 @@ def parameter_command(p, a) -> int:
                 for r in call(a.data_dir, "list", {"what": "parameters", "vhost": a.vhost})]
         print(f"Listing runtime parameters for vhost \"{a.vhost}\" ...")
         return _print_rows(rows, ["component", "name", "value"], a.formatter)
+    if a.command in ("delete_shovel", "restart_shovel"):
+        # the shovel plugin's commands: a shovel some node reports, by its name in -p VHOST
+        if len(a.args) != 1:
+            p.error(f"{a.command} takes NAME")
+        name = a.args[0]
+        if a.command == "delete_shovel":
+            print(f"Deleting shovel {name} in vhost {a.vhost}")
+        else:
+            print(f"Restarting dynamic Shovel {name} in virtual host {a.vhost}")
+        if not any(r["vhost"] == a.vhost and r["name"] == name
+                   for r in call(a.data_dir, "shovel.status", {})):
+            raise SystemExit("Error: Shovel with the given name was not found on the target "
+                             f"node and / or virtual host '{a.vhost}'")
+        if a.command == "delete_shovel":
+            call(a.data_dir, "parameter", {"method": "clear", "vhost": a.vhost,
+                                           "component": "shovel", "name": name})
+        else:
+            call(a.data_dir, "shovel.restart", {"vhost": a.vhost, "name": name})
+        return 0
     print("Shovel status on node ...")
     if a.formatter == "json":  # every field, as rabbitmqctl shovel_status --formatter json
         print(json.dumps(call(a.data_dir, "shovel.status", {})))

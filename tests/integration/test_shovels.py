@@ -304,6 +304,27 @@ def test_amqps_with_rabbitmq_tls_query_keys(node, second, certs):
         node.ctl("clear_parameter", "shovel", name)
 
 
+def test_leveretctl_restart_shovel_and_delete_shovel(node):
+    src, dst, name = names()
+    shovel(node, name, {"src-uri": node.url, "src-queue": src, "dest-uri": node.url,
+                        "dest-queue": dst})
+    try:
+        wait_for("running", lambda: (status(node, name) or {}).get("state") == "running")
+        before = status(node, name)["timestamp"]
+        out = node.ctl("restart_shovel", name).stdout
+        assert out.startswith(f"Restarting dynamic Shovel {name} in virtual host /")
+        wait_for("running again", lambda: (status(node, name) or {}).get("state") ==
+                 "running")
+        assert status(node, name)["timestamp"] >= before
+        out = node.ctl("delete_shovel", name).stdout
+        assert out.startswith(f"Deleting shovel {name} in vhost /")
+        assert status(node, name) is None
+        res = node.ctl("delete_shovel", name, check=False)
+        assert res.returncode != 0 and "Shovel with the given name was not found" in res.stderr
+    finally:
+        node.ctl("clear_parameter", "shovel", name, check=False)
+
+
 def test_leveretctl_texts_and_refusals(node):
     _, _, name = names()
     res = node.ctl("set_parameter", "shovel", name, json.dumps({
