@@ -1,6 +1,7 @@
 """`leveretctl`: rabbitmqctl's user, vhost, permission, policy, operator policy, limits,
-status, alarm and definitions (export_definitions, import_definitions) commands against a
-running node; and `trace` (actors/ctl_trace.py), which reads an analysis in the data directory
+runtime parameter (set_parameter, clear_parameter, list_parameters), shovel (shovel_status,
+restart_shovel, delete_shovel), status, alarm and definitions (export_definitions,
+import_definitions) commands against a running node; and `trace` (actors/ctl_trace.py), which reads an analysis in the data directory
 without one.
 
 Talks to the node's metadata actor over ZeroMQ, at the address the node writes to
