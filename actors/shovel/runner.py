@@ -249,6 +249,8 @@ class _Attempt:
             self._end(backoff.AUTODELETE)
 
     def _send_acks(self, acks) -> None:
+        if not acks or self.src_ch is None or not self.src_ch.is_open:
+            return  # (a closed source has requeued them: an ack there would mean nothing)
         for a in acks:
             if a.ok:
                 self.src_ch.basic_ack(a.tag, multiple=a.multiple)
