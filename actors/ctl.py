@@ -1,6 +1,7 @@
 """`leveretctl`: rabbitmqctl's user, vhost, permission, policy, operator policy, limits,
-status, alarm and definitions (export_definitions, import_definitions) commands against a
-running node; and `trace` (actors/ctl_trace.py), which reads an analysis in the data directory
+runtime parameter (set_parameter, clear_parameter, list_parameters), shovel (shovel_status,
+restart_shovel, delete_shovel), status, alarm and definitions (export_definitions,
+import_definitions) commands against a running node; and `trace` (actors/ctl_trace.py), which reads an analysis in the data directory
 without one.
 
 Talks to the node's metadata actor over ZeroMQ, at the address the node writes to
@@ -326,7 +327,8 @@ def main(argv=None) -> int:
         "clear_user_limits", "list_user_limits", "cluster_status", "status",
         "set_vm_memory_high_watermark", "set_disk_free_limit", "list_connections",
         "list_channels", "list_consumers", "export_definitions", "import_definitions",
-        "list_permissions", "trace", *OPS])
+        "list_permissions", "set_parameter", "clear_parameter", "list_parameters",
+        "shovel_status", "delete_shovel", "restart_shovel", "trace", *OPS])
     p.add_argument("--analysis", default="analysis",
                    help="trace: the analysis folder in the data directory")
     p.add_argument("--by", default="message_id", choices=("msg_id", *lookup.KEYS),
@@ -339,6 +341,9 @@ def main(argv=None) -> int:
         return ctl_trace.trace(a.data_dir, a.args[0], a.analysis, a.by)
     if a.command in OPS:
         return _op(a)
+    if a.command in ("set_parameter", "clear_parameter", "list_parameters", "shovel_status",
+                     "delete_shovel", "restart_shovel"):
+        return parameter_command(p, a)
     if a.command in ("set_policy", "set_operator_policy"):
         if len(a.args) != 3:
             p.error(f"{a.command} takes NAME PATTERN DEFINITION (a JSON object)")
@@ -440,6 +445,73 @@ def main(argv=None) -> int:
     method, args = hashed_auth_call(method, args)
     call(a.data_dir, "auth", {"method": method, "args": args})
     print(f"{a.command} done")
+    return 0
+
+
+def parameter_command(p, a) -> int:
+    """rabbitmqctl set_parameter [-p VHOST] COMPONENT NAME VALUE, clear_parameter [-p VHOST]
+    COMPONENT NAME, list_parameters [-p VHOST], and the shovel plugin's shovel_status,
+    delete_shovel [-p VHOST] NAME and restart_shovel [-p VHOST] NAME."""
+    if a.command == "set_parameter":
+        if len(a.args) != 3:
+            p.error("set_parameter takes COMPONENT NAME VALUE (a JSON object)")
+        component, name = a.args[0], a.args[1]
+        value = _json_arg(p, a.args[2], "value")
+        print(f"Setting runtime parameter \"{name}\" for component \"{component}\" to "
+              f"\"{a.args[2]}\" in vhost \"{a.vhost}\" ...")
+        call(a.data_dir, "parameter", {"method": "set", "vhost": a.vhost,
+                                       "component": component, "name": name, "value": value})
+        return 0
+    if a.command == "clear_parameter":
+        if len(a.args) != 2:
+            p.error("clear_parameter takes COMPONENT NAME")
+        component, name = a.args
+        print(f"Clearing runtime parameter \"{name}\" for component \"{component}\" on "
+              f"vhost \"{a.vhost}\" ...")
+        call(a.data_dir, "parameter", {"method": "clear", "vhost": a.vhost,
+                                       "component": component, "name": name})
+        return 0
+    if a.command == "list_parameters":
+        rows = [{"component": r["component"], "name": r["name"],
+                 "value": json.dumps(r["value"], separators=(",", ":"))}
+                for r in call(a.data_dir, "list", {"what": "parameters", "vhost": a.vhost})]
+        print(f"Listing runtime parameters for vhost \"{a.vhost}\" ...")
+        return _print_rows(rows, ["component", "name", "value"], a.formatter)
+    if a.command in ("delete_shovel", "restart_shovel"):
+        # the shovel plugin's commands: a shovel some node reports, by its name in -p VHOST
+        if len(a.args) != 1:
+            p.error(f"{a.command} takes NAME")
+        name = a.args[0]
+        if a.command == "delete_shovel":
+            print(f"Deleting shovel {name} in vhost {a.vhost}")
+        else:
+            print(f"Restarting dynamic Shovel {name} in virtual host {a.vhost}")
+        if not any(r["vhost"] == a.vhost and r["name"] == name
+                   for r in call(a.data_dir, "shovel.status", {})):
+            raise SystemExit("Error: Shovel with the given name was not found on the target "
+                             f"node and / or virtual host '{a.vhost}'")
+        if a.command == "delete_shovel":
+            call(a.data_dir, "parameter", {"method": "clear", "vhost": a.vhost,
+                                           "component": "shovel", "name": name})
+        else:
+            call(a.data_dir, "shovel.restart", {"vhost": a.vhost, "name": name})
+        return 0
+    print("Shovel status on node ...")
+    if a.formatter == "json":  # every field, as rabbitmqctl shovel_status --formatter json
+        print(json.dumps(call(a.data_dir, "shovel.status", {})))
+        return 0
+    return _print_rows(call(a.data_dir, "shovel.status", {}),
+                       ["name", "vhost", "type", "state", "src_uri", "dest_uri", "node",
+                        "timestamp", "reason"], a.formatter)
+
+
+def _print_rows(rows: list, columns: list, formatter: str) -> int:
+    if formatter == "json":
+        print(json.dumps([{c: r.get(c) for c in columns} for r in rows], default=str))
+        return 0
+    print("\t".join(columns))
+    for r in rows:
+        print("\t".join(_cell("" if r.get(c) is None else r[c]) for c in columns))
     return 0
 
 

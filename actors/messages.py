@@ -138,6 +138,15 @@ class NodeStats(NamedTuple):
     stats: dict
 
 
+class ShovelStates(NamedTuple):
+    """Node (metadata) -> the metadata actor of every other node up: the statuses of the
+    dynamic shovels this node runs (actors/shovel/status.py rows), every
+    collect_statistics_interval, for any node's GET /api/shovels."""
+    node: str  # the node's name (config.node)
+    at_ms: int  # wall-clock milliseconds of the statuses
+    rows: list  # ShovelStatus.row() of each shovel this node runs
+
+
 class ForceClose(NamedTuple):
     """Node -> connection worker: close one connection with 320 CONNECTION_FORCED (the
     management API's DELETE /api/connections/{name})."""
@@ -833,7 +842,7 @@ _TYPES: list[type] = [
     MetaApplied, MirrorJoin, MirrorPublish, MirrorForget, MirrorAck, PeerApplied,
     ResourceAlarm, DirectReply, ReplyCheck, QueueStats, ConnectionStats, ForceClose,
     WorkerStats, WorkerUp, Pause, NodeStats, MirrorSynced, LogQuery, LogPosition,
-    MirrorKeep,
+    MirrorKeep, ShovelStates,
 ]
 _TAG = {cls: i for i, cls in enumerate(_TYPES)}
 _HAS_BODIES = {cls: cls._fields[-1] == "bodies" for cls in _TYPES}

@@ -50,6 +50,7 @@ from actors.management.resources import parameters
 from actors.management.resources import permissions
 from actors.management.resources import policies
 from actors.management.resources import queues
+from actors.management.resources import shovels
 from actors.management.resources import ui
 from actors.management.resources import users
 from actors.management.resources import vhosts
@@ -78,6 +79,7 @@ API_RESOURCES = (
     permissions,  # /api/permissions, /api/topic-permissions
     policies,  # /api/policies, /api/operator-policies
     parameters,  # /api/parameters, /api/global-parameters
+    shovels,  # /api/shovels (rabbitmq_shovel_management)
     definitions,  # /api/definitions
     analyses,  # /api/leveret/analyses, /analyses (the lifecycle traces)
     message_traces,  # /api/traces: find a message in an analysis, follow its path

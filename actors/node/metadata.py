@@ -40,11 +40,13 @@ from actors.node.definitions import Definitions
 from actors.node.metadata_alarms import AlarmsMixin
 from actors.node.metadata_limits import LimitsMixin
 from actors.node.metadata_management import ManagementMixin
+from actors.node.metadata_shovels import ShovelsMixin
 from actors.node.node_stats import NodeTable
 from actors.node.metadata_cluster import ClusterMixin
 from actors.node.queue_table import QueueTable
-from actors.replica import apply_change, state_lists
+from actors.replica import apply_change, parameters_of, state_lists
 from actors.runtime import LightActor
+from actors.shovel import params as shovel_params
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +61,8 @@ class Worker:
     ready: bool = False  # a connection worker is listening
 
 
-class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightActor):
+class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsMixin,
+               LightActor):
     scheduler_name = "node"  # embedded in the node's event loop with its transport
 
     def __init__(self, transport, config, resources=None, secret: bytes = b"",
@@ -78,6 +81,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         self.policies: dict[tuple[str, str], dict] = {}  # (vhost, policy name) -> policy
         self.op_policies: dict[tuple[str, str], dict] = {}  # (vhost, name) -> operator policy
         self.limits: dict[tuple[str, str], dict] = {}  # ("vhost"|"user", name) -> limits
+        # (vhost, component, name) -> value: runtime parameters kept as given (shovels)
+        self.parameters: dict[tuple[str, str, str], dict] = {}
         self.defs = Definitions(os.path.join(data_dir, "definitions"))  # durable store
         self.n_queue_workers = queue_workers  # number of queue worker slots
         self.workers: dict[tuple[str, int], Worker] = {}  # live workers by (kind, index)
@@ -123,6 +128,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         self.members: dict = {}  # cluster members (actors/node/metadata_cluster.py); empty alone
         self._limits_init()
         self._cluster_init(config)
+        self._shovels_init(config)
 
     # --- start-up -------------------------------------------------------------------------------
     def on_start(self) -> None:
@@ -152,13 +158,17 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                 self.op_policies[(p["vhost"], p["name"])] = p
         for x in stored.get("limits", []):
             self.limits[(x["scope"], x["name"])] = x["value"]
+        self.parameters = {k: v for k, v in parameters_of(stored).items()
+                           if k[0] in self.auth.list_vhosts()}
         self._persist()
+        self._sync_shovels()
         # RabbitMQ's boot recovers durable queues before it starts its listeners: connection
         # workers get their snapshot (and start listening) once every recovered queue is up
         self.recovering = {key for key in self.queues}
 
     # --- message dispatch -------------------------------------------------------------------------
     def on_stop(self) -> None:
+        self.shovels.stop_all()
         if self.cluster is not None:
             self.cluster.close()
 
@@ -178,6 +188,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                 self._node_tick(msg)
             elif isinstance(msg, m.NodeStats):
                 self.node_table.put(msg.node, msg.at_ms, msg.stats)
+            elif isinstance(msg, m.ShovelStates):
+                self._shovel_states(msg)
             elif not self.loaded:
                 if isinstance(msg, m.Rpc) and msg.reply_to:  # leveretctl before we joined
                     self._send_local(msg.reply_to, m.RpcReply(msg.req_id, False, None, 541,
@@ -331,6 +343,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                 gone.append((c[1], c[2]))
                 self.queue_stats.forget(c[1], c[2])
         self.version += 1
+        self._shovels_changed(changes)
         msg = m.MetaChange(list(changes), self.version)
         for w in self.workers.values():
             self.transport.send(w.control, msg)
@@ -623,6 +636,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                            if v == args[0])
             if ("vhost", args[0]) in self.limits:
                 changes.append(["limits_del", "vhost", args[0]])
+            changes.extend(["param_del", *key] for key in self.parameters if key[0] == args[0])
         elif method == "delete_user" and ("user", args[0]) in self.limits:
             changes.append(["limits_del", "user", args[0]])
         self._change(*changes)
@@ -671,6 +685,24 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
             raise ChannelError(406, f"unknown limits method {method!r}")
         return None
 
+    def op_parameter(self, rpc, method, vhost, component, name, value=None):
+        """rabbitmqctl set_parameter / clear_parameter (rabbit_runtime_parameters:set/5,
+        clear/4) of the components kept as runtime parameters (`shovel`)."""
+        if component not in shovel_params.COMPONENTS:
+            raise ChannelError(406, shovel_params.unknown_component(component))
+        if vhost not in self.auth.list_vhosts():
+            raise ChannelError(404, amqp_text(404, f"no vhost '{vhost}'"))
+        if method == "set":
+            shovel_params.validate(name, value)
+            self._change(["param_put", vhost, component, name, value])
+        elif method == "clear":
+            if (vhost, component, name) not in self.parameters:
+                raise ChannelError(404, "Parameter does not exist")
+            self._change(["param_del", vhost, component, name])
+        else:
+            raise ChannelError(406, f"unknown parameter method {method!r}")
+        return None
+
     # --- definitions export / import (rabbitmqctl export_definitions, import_definitions) ----
     def op_definitions_export(self, rpc):
         return definitions_json.export(self._definitions_state())
@@ -683,6 +715,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         return {"auth": self.auth.to_state(), "policies": list(self.policies.values()),
                 "op_policies": list(self.op_policies.values()),
                 "limits": [[scope, name, value] for (scope, name), value in self.limits.items()],
+                "parameters": [[v, c, n, value] for (v, c, n), value in self.parameters.items()],
                 "exchanges": exchanges, "bindings": list(self._all_bindings()),
                 "queues": [{k: v for k, v in q.items() if k not in ("address", "worker")}
                            for q in self.queues.values()]}
@@ -737,6 +770,10 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
             return list(self.policies.values())
         if what == "operator_policies":
             return list(self.op_policies.values())
+        if what == "parameters":
+            return [{"vhost": v, "component": c, "name": n, "value": value}
+                    for (v, c, n), value in sorted(self.parameters.items())
+                    if vhost in (None, v)]
         if what in ("vhost_limits", "user_limits"):
             scope = what[:-7]
             return [{scope: n, "limits": v} for (s, n), v in sorted(self.limits.items())

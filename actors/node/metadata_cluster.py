@@ -52,6 +52,7 @@ from actors import messages as m
 from actors.messages import ClusterEntry, ClusterTick, CommitFailed
 from actors.node.cluster import Cluster
 from actors.node.queue_table import QueueTable
+from actors.replica import parameters_of
 from actors.core import mirroring, policies, quorum
 from actors.core.pause import DOWN_AFTER_S, PauseClock, may_mark_down
 from actors.core.errors import amqp_text
@@ -65,7 +66,8 @@ LOCAL_OPS = {"worker.hello", "worker.ready", "list", "cluster.status",  # any no
              "mgmt_state", "mgmt_login", "mgmt_close_connection", "environment",
              "mgmt_counters",  # (a password never leaves the node it reached)
              "status", "set_vm_memory_high_watermark", "set_disk_free_limit",  # its own
-             "connection.open", "channel.open", "channel.closed"}  # its own counts (limits)
+             "connection.open", "channel.open", "channel.closed",  # its own counts (limits)
+             "shovel.status", "shovel.restart"}  # the shovels it runs (and hears of)
 FORWARD_WAIT_S = 5.0  # how long an operation waits for a leader before it fails
 RELAY_WAIT_S = 15.0  # how long a forwarded operation waits for the leader's answer
 # Operations that give the same answer when carried out twice. A leader that loses its
@@ -178,8 +180,10 @@ class ClusterMixin:
         self.policies = {(p["vhost"], p["name"]): p for p in snap["policies"]}
         self.op_policies = {(p["vhost"], p["name"]): p for p in snap.get("op_policies", [])}
         self.limits = {(x["scope"], x["name"]): x["value"] for x in snap.get("limits", [])}
+        self.parameters = parameters_of(snap)
         self.members = snap["members"]
         self.canonical = seq
+        self._sync_shovels()  # the log's shovels and members hold from here
 
     def _on_entry(self, seq, entry) -> None:  # pysyncobj's thread
         try:
@@ -529,6 +533,7 @@ class ClusterMixin:
         # reach a leader later
         self.deferred = deque(d for d in self.deferred if not isinstance(d[1], m.QueueStarted))
         self.paused_flag.set()  # the node stops listening (actors/node/node.py)
+        self._sync_shovels()  # and runs no shovel
         note = m.Pause(True)
         for w in self.workers.values():
             self.transport.send(w.control, note)
@@ -556,6 +561,7 @@ class ClusterMixin:
             self.transport.send(w.control, note)
         self._start_own_queues(stale=True)
         self.paused_flag.clear()
+        self._sync_shovels()
 
     def _check_relays(self) -> None:
         """Forwarded operations whose leader is gone (unreachable DOWN_AFTER_S, or another

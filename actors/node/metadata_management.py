@@ -217,6 +217,7 @@ class ManagementMixin:
         sample = self._node_sample(msg.figures)
         self.node_table.put(self.config.node, now, sample)
         note = m.NodeStats(self.config.node, now, sample)
+        self._shovel_tick(now)
         for member, info in self.members.items():
             if member != self.me and info.get("up") and info.get("metadata"):
                 self.transport.send(info["metadata"], note)
@@ -416,6 +417,8 @@ class ManagementMixin:
                 "policies": list(self.policies.values()),
                 "operator_policies": list(self.op_policies.values()),
                 "limits": [[scope, name, value] for (scope, name), value in self.limits.items()],
+                "parameters": [[v, c, n, value]
+                               for (v, c, n), value in self.parameters.items()],
                 "node": self.config.node, "node_rows": self._node_rows(now),
                 "members": members, "alarms": sorted(self.alarms),
                 # the statistics collector's backlog (RabbitMQ's statistics_db_event_queue:

@@ -534,6 +534,40 @@ def test_policies_from_the_admin_page_and_rabbitmq_s_error_for_a_bad_definition(
     assert _api(node, "GET", "/policies") == []
 
 
+def test_a_shovel_from_the_shovels_page_moves_messages_and_shows_its_status(node, browser):
+    """The Shovels page's form sets a shovel parameter; the status table shows it running on
+    this node and its messages move; RabbitMQ's validation text shows for a bad value; the
+    Delete button clears it."""
+    url = f"amqp://guest:guest@127.0.0.1:{node.port}/%2F"
+    with node.connection() as c:
+        ch = c.channel()
+        ch.confirm_delivery()
+        ch.queue_declare("ui-shovel-in", durable=True)
+        for i in range(5):
+            ch.basic_publish("", "ui-shovel-in", str(i).encode())
+    logged_in(browser, node)
+    go(browser, node, "#/shovels")
+    visible(browser, "#add-shovel")
+    fill(browser, "add-shovel", vhost="/", name="ui-sh", **{
+        "src-uri": url, "src-queue": "ui-shovel-in", "dest-uri": url,
+        "dest-queue": "ui-shovel-out", "ack-mode": "on-confirm"})
+    text_in(browser, "#toast", "Shovel added")
+    text_in(browser, "#shovel-parameters-table", "ui-sh")
+    go(browser, node, "#/overview")
+    go(browser, node, "#/shovels")
+    text_in(browser, "#shovels-table", "running")
+    shot(browser, node, "shovels")
+    with node.connection() as c:
+        ch = c.channel()
+        assert ch.queue_declare("ui-shovel-out", passive=True).method.message_count == 5
+    fill(browser, "add-shovel", vhost="/", name="ui-bad", **{
+        "src-uri": "http://nowhere", "src-queue": "q", "dest-uri": url})
+    text_in(browser, "#toast", 'not a valid URI: {{unexpected_uri_scheme,"http"}')
+    _click_in_row(browser, "shovel-parameters-table", "ui-sh", "button")
+    _gone(browser, "shovel-parameters-table", "ui-sh")
+    assert _api(node, "GET", "/parameters/shovel") == []
+
+
 # --- channels and their connection --------------------------------------------------------------
 def test_channels_page_and_closing_a_channel_s_connection_with_a_reason(node, browser):
     """The channels page lists a client's channels (prefetch, confirm mode) as the API does;

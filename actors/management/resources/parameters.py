@@ -2,7 +2,7 @@
 
 Mirrors ``rabbit_mgmt_wm_parameters`` / ``rabbit_mgmt_wm_parameter`` (the components
 Leveret has: ``operator_policy`` and ``vhost-limits``, set through the operations their own
-endpoints use; ``policy`` is listed by /api/policies and refused here, as
+endpoints use, and ``shovel``, set as leveretctl set_parameter sets it; ``policy`` is listed by /api/policies and refused here, as
 rabbit_runtime_parameters refuses it; a component no plugin registered is refused as
 RabbitMQ refuses it) and ``rabbit_mgmt_wm_global_parameters`` / ``_global_parameter``
 (``cluster_name`` only, read-only: it is the first node's node_name).
@@ -58,6 +58,12 @@ async def put_parameter(mgmt, request):
     value = body["value"]
     if not isinstance(value, dict):
         raise api.bad_request(f"Validation failed\n\n{value!r} is not a JSON object\n")
+    if component == "shovel":  # (rabbit_mgmt_wm_parameter: the policymaker's)
+        existed = any((p["vhost"], p["component"], p["name"]) == (vhost, component, name)
+                      for p in api.parameters(state))
+        await mgmt.ask("parameter", {"method": "set", "vhost": vhost, "component": component,
+                                     "name": name, "value": value})
+        return web.Response(status=204 if existed else 201)
     if not api.is_admin(tags):  # (operator policies and limits are the administrator's)
         raise ApiError(401, "not_authorised", "Not administrator user")
     if component == "operator_policy":
@@ -92,6 +98,10 @@ async def delete_parameter(mgmt, request):
     if not any((p["vhost"], p["component"], p["name"]) == (vhost, component, name)
                for p in api.parameters(state)):
         raise api.not_found()
+    if component == "shovel":
+        await mgmt.ask("parameter", {"method": "clear", "vhost": vhost, "component": component,
+                                     "name": name})
+        return web.Response(status=204)
     if not api.is_admin(tags):
         raise ApiError(401, "not_authorised", "Not administrator user")
     if component == "operator_policy":

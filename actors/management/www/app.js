@@ -286,6 +286,53 @@ const PAGES = {
                           "queue", "t_ns", "vhost"].includes(k))))]], t.steps, "trace-steps"));
   },
 
+  // dynamic shovels (rabbitmq_shovel_management's page): their statuses from every node,
+  // their parameters, and a form that sets one as `leveretctl set_parameter shovel` does
+  async shovels(page) {
+    const [rows, params, vhosts] = await Promise.all([
+      api("GET", "/shovels"), api("GET", "/parameters/shovel"), api("GET", "/vhosts")]);
+    const running = new Set(rows.map(r => `${r.vhost}\u0000${r.name}`));
+    page.append(h("h2", {}, "Shovel status"),
+      table([["Name", r => r.name], ["Vhost", r => r.vhost], ["State", r => r.state],
+             ["Source", r => r.src_uri ? `${r.src_uri} ${r.src_queue || r.src_exchange || ""}`
+                                       : ""],
+             ["Destination", r => r.dest_uri
+               ? `${r.dest_uri} ${r.dest_queue || r.dest_exchange || ""}` : ""],
+             ["Node", r => r.node], ["Since", r => r.timestamp], ["Reason", r => r.reason || ""],
+             ["", r => button("Restart", async () => {
+               await api("DELETE", `/shovels/vhost/${enc(r.vhost)}/${enc(r.name)}/restart`);
+               toast("Shovel restarted"); render();
+             })]], rows, "shovels-table"),
+      h("h3", {}, "Dynamic shovels"),
+      table([["Vhost", p => p.vhost], ["Name", p => p.name],
+             ["Definition", p => JSON.stringify(p.value)],
+             ["Runs", p => running.has(`${p.vhost}\u0000${p.name}`) ? "yes" : "no"],
+             ["", p => button("Delete", async () => {
+               await api("DELETE", `/parameters/shovel/${enc(p.vhost)}/${enc(p.name)}`);
+               render();
+             })]], params, "shovel-parameters-table"),
+      h("h3", {}, "Add a shovel"),
+      form("add-shovel", [["vhost", "Virtual host", "select", vhostOptions(vhosts)],
+                          ["name", "Name"], ["src-uri", "Source URI"],
+                          ["src-queue", "Source queue"],
+                          ["dest-uri", "Destination URI"], ["dest-queue", "Destination queue"],
+                          ["ack-mode", "Ack mode", "select",
+                           ["on-confirm", "on-publish", "no-ack"]],
+                          ["src-delete-after", "Delete after", "select",
+                           ["never", "queue-length"]],
+                          ["more", "More keys (JSON)"]],
+           "Add shovel", async v => {
+             const value = Object.assign({ "src-uri": v["src-uri"], "src-queue": v["src-queue"],
+                                           "dest-uri": v["dest-uri"],
+                                           "dest-queue": v["dest-queue"],
+                                           "ack-mode": v["ack-mode"],
+                                           "src-delete-after": v["src-delete-after"] },
+                                         jsonField("More keys", v.more));
+             await api("PUT", `/parameters/shovel/${enc(v.vhost)}/${enc(v.name)}`, { value });
+             toast("Shovel added"); render();
+           }));
+  },
+
   async admin(page) {
     const [users, vhosts, perms, policies, opPolicies, vhostLimits, userLimits] =
       await Promise.all([
