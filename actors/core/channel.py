@@ -25,7 +25,8 @@ import struct
 from collections import OrderedDict, deque
 from typing import NamedTuple
 
-from actors.core import NO_EVENTS, credit_flow, direct_reply, policies, routing, sender_selected
+from actors.core import (NO_EVENTS, credit_flow, direct_reply, policies, routing,
+                         sender_selected, stream)
 from actors.core.channel_stats import ChannelCounters
 from actors.core.confirms import Confirms
 from actors.core.limiter import Limiter
@@ -133,6 +134,9 @@ class ChannelCore:
         # rabbit_limiter's role for global=true: queues ask for tokens (Demand), the channel
         # grants what the limit leaves free; a token becomes an unacked delivery or comes back
         self.queues_used: set = set()  # queues with our consumers or unacked deliveries
+        # streams consumed on this channel: address -> name (their deliveries cannot be
+        # nacked or rejected, actors/core/stream.py settle_refused)
+        self.streams: dict = {}
         self.publish_batches: dict[str, tuple[list, list]] = {}  # queue -> (items, bodies)
         self.settle_batches: dict[tuple, list] = {}  # (queue, op) -> msg ids
         # credit_flow's sending half: messages and body bytes each queue may still be sent
@@ -929,6 +933,8 @@ class ChannelCore:
             raise ConnectionError_(530, f"attempt to reuse consumer tag '{tag}'")
         addr = q["address"]
         self.queue_timeouts[addr] = self._queue_timeout(q)
+        if stream.is_stream(q.get("arguments")):
+            self.streams[addr] = queue
         self.consumers[tag] = ChannelConsumer(addr, queue, method.no_ack, method.exclusive,
                                               dict(method.arguments or {}))
         self.queues_used.add(addr)
@@ -1243,11 +1249,20 @@ class ChannelCore:
 
     def _nack(self, method, cmd):
         entries = self._collect(method.delivery_tag, method.multiple)
+        self._refuse_stream_settle(entries)
         self._settle(entries, m.REQUEUE if method.requeue else m.DISCARD, "nacked")
 
     def _reject(self, method, cmd):
         entries = self._collect(method.delivery_tag, False)
+        self._refuse_stream_settle(entries)
         self._settle(entries, m.REQUEUE if method.requeue else m.DISCARD, "rejected")
+
+    def _refuse_stream_settle(self, entries) -> None:
+        """A stream keeps every message: nacking or rejecting its delivery closes the
+        connection with 540 (RabbitMQ 3.10's answer), whatever the requeue flag."""
+        for _, (q, *_) in entries:
+            if q in self.streams:
+                raise stream.settle_refused(self.streams[q], self.conn.vhost)
 
     def _recover(self, method, cmd):
         if not method.requeue:
