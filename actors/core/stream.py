@@ -34,7 +34,7 @@ from typing import Mapping, NamedTuple, Sequence
 
 from actors.core import declare_args as da
 from actors.core.declare_args import CLASSIC_QUEUE_ARGUMENTS, OTHER_QUEUE_TYPE_ARGUMENTS
-from actors.core.erl_terms import Atom, amqp_type_name
+from actors.core.erl_terms import Atom, amqp_type_name, field_term
 from actors.core.errors import ChannelError, ConnectionError_, rs
 from protocol.properties import with_long_header
 
@@ -197,8 +197,9 @@ def check_consume_arguments(args: Mapping | None, queue: str, vhost: str) -> Non
             parse_offset(args["x-stream-offset"], 0)  # (validity does not depend on now)
         except ValueError:
             v = args["x-stream-offset"]
+            t = amqp_type_name(v)
             raise da.invalid_arg(queue, vhost, "x-stream-offset", (
-                Atom("invalid_stream_offset_arg"), (Atom(amqp_type_name(v)), v)))
+                Atom("invalid_stream_offset_arg"), (Atom(t), field_term(v, t))))
     if "x-credit" in args:
         raise da.invalid_arg(queue, vhost, "x-credit", da.check_credit(args["x-credit"], args))
     if "x-stream-filter" in args and _filter_values(args["x-stream-filter"]) is None:
