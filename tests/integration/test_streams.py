@@ -17,7 +17,7 @@ import pytest
 from pika.exceptions import ConnectionClosedByBroker
 
 from amqp_helpers import safe_close, unique, wait_until
-from conftest import Broker
+from conftest import Broker, free_port
 
 S = {"x-queue-type": "stream"}
 
@@ -144,6 +144,52 @@ def test_stream_survives_kill9__C8(tmp_path):
         _publish(ch, q, 1, start=5)
         _, got = _consume(conn, q, 6, "first")
         assert [o for _, o, _ in got] == list(range(6))
+    finally:
+        safe_close(conn)
+        broker.stop()
+
+
+@pytest.mark.skipif(bool(os.environ.get("LEVERET_TEST_URL")), reason="starts its own node")
+def test_management_api_prometheus_and_definitions(tmp_path):
+    """The API says type stream, lists its segments and each consumer's offset; Prometheus
+    counts its messages; definitions export and import it with its arguments."""
+    from test_management import STATS_MS, Api, scrape, wait_for
+    port, metrics_port = free_port(), free_port()
+    (tmp_path / "leveret.toml").write_text(f"collect_statistics_interval = {STATS_MS}\n")
+    broker = Broker.start_leveret(tmp_path, "--management-port", str(port), "--config",
+                                  str(tmp_path / "leveret.toml"), "--prometheus-port",
+                                  str(metrics_port))
+    broker.metrics_port = metrics_port
+    http = Api(port)
+    conn = broker.connection()
+    try:
+        ch = conn.channel()
+        ch.queue_declare("s-api", durable=True, arguments=dict(
+            S, **{"x-stream-max-segment-size-bytes": 2000, "x-max-age": "7D"}))
+        _publish(ch, "s-api", 10, size=1000)
+        _consume(conn, "s-api", 3, "first", prefetch=3, ack=False, **{})
+        q = wait_for("the stream's sample", lambda: (
+            r := http("GET", "/api/queues/%2F/s-api")[1]).get("consumers") == 1 and r)
+        assert (q["type"], q["messages"], q["messages_unacknowledged"]) == ("stream", 10, 3)
+        assert q["leader"] == q["node"] and q["members"] == [q["node"]]
+        st = q["stream"]
+        assert [(s["first_offset"], s["last_offset"]) for s in st["segments"]] == [
+            (0, 1), (2, 3), (4, 5), (6, 7), (8, 9)]
+        assert st["committed_offset"] == 9 and st["first_offset"] == 0
+        assert [(r["offset"], r["unacked"]) for r in st["readers"]] == [(3, 3)]
+        per = scrape(broker, "/metrics/per-object")
+        assert per[("rabbitmq_queue_messages", (("queue", "s-api"), ("vhost", "/")))] == 10
+        status, defs = http("GET", "/api/definitions")
+        mine = [x for x in defs["queues"] if x["name"] == "s-api"]
+        assert mine and mine[0]["arguments"]["x-queue-type"] == "stream"
+        mine[0]["name"] = "s-imported"
+        status, _ = http("POST", "/api/definitions", {"queues": mine})
+        assert status in (200, 201, 204)
+        ch.queue_declare("s-imported", durable=True, arguments=dict(
+            S, **{"x-stream-max-segment-size-bytes": 2000, "x-max-age": "7D"}))
+        _publish(ch, "s-imported", 1)
+        _, got = _consume(conn, "s-imported", 1, "first")
+        assert got[0][1] == 0
     finally:
         safe_close(conn)
         broker.stop()
