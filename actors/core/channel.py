@@ -320,10 +320,12 @@ class ChannelCore:
                 continue
             lite = (rest[0], rest[1]) if rest and rest[0] else None
             if len(rest) > 2:  # the event log's message id
+                # (a stream's delivery also names its offset: one message, many readers)
+                extra = {"offset": seq_id} if queue in self.streams else {}
                 self.events.emit("delivered", rest[2], actor="channel", vhost=self.conn.vhost,
                                  queue=msg.qname, connection=self.conn.owner, channel=n,
                                  consumer_tag=ctag, delivery_tag=tag, redelivered=redelivered,
-                                 no_ack=c[2])
+                                 no_ack=c[2], **extra)
             if c[2]:
                 self.stats.deliver_no_ack += 1
             else:
@@ -1228,9 +1230,11 @@ class ChannelCore:
             self.stats.ack += len(entries)
         for tag, (q, seq_id, _, lite, msg16, _) in entries:
             if msg16 is not None:
+                extra = {"offset": seq_id} if q in self.streams else {}
                 self.events.emit(kind, msg16, actor="channel", vhost=self.conn.vhost,
                                  queue=q.rpartition("\x1f")[2], connection=self.conn.owner,
-                                 channel=self.number, delivery_tag=tag, requeue=op == m.REQUEUE)
+                                 channel=self.number, delivery_tag=tag, requeue=op == m.REQUEUE,
+                                 **extra)
             key = (q, op)
             ids = self.settle_batches.get(key)
             if ids is None:

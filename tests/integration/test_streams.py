@@ -193,3 +193,33 @@ def test_management_api_prometheus_and_definitions(tmp_path):
     finally:
         safe_close(conn)
         broker.stop()
+
+
+@pytest.mark.skipif(bool(os.environ.get("LEVERET_TEST_URL")), reason="reads Leveret's event log")
+def test_lifecycle_events_carry_the_offset(tmp_path):
+    """A stream's message is enqueued and synced once, at its offset; each consumer's delivery
+    and ack are events of their own naming that offset."""
+    import glob
+    from actors import events
+    broker = Broker.start_leveret(tmp_path, "--events", "full")
+    try:
+        conn = broker.connection()
+        ch = conn.channel()
+        q = _declare(ch)
+        _publish(ch, q, 2)
+        _consume(conn, q, 2, "first")
+        _consume(conn, q, 2, "first")
+        safe_close(conn)
+    finally:
+        broker.stop()
+    seen = []
+    for path in glob.glob(os.path.join(broker.data_dir / "events", "*.events")):
+        _, it = events.read_file(path)
+        seen += [(e[0], e[4]) for e in it if isinstance(e[4], dict) and e[4].get("queue") == q]
+    by_kind = {}
+    for kind, fields in seen:
+        by_kind.setdefault(kind, []).append(fields.get("offset"))
+    assert sorted(by_kind["enqueued"]) == [0, 1]
+    assert sorted(by_kind["synced"]) == [0, 1]
+    assert sorted(by_kind["delivered"]) == [0, 0, 1, 1]
+    assert sorted(by_kind["acked"]) == [0, 0, 1, 1]
