@@ -113,6 +113,23 @@ def test_retention_drops_whole_segments_by_size(conn):
     assert first % 5 == 0 and 40 - first <= 15 and first > 0
 
 
+def test_retention_from_a_policy(broker, conn):
+    """The policy's max-length-bytes and stream-max-segment-size-bytes apply as the
+    arguments would (rabbit_stream_queue: the policy's value wins)."""
+    name = unique("spol")
+    broker.ctl("set_policy", name, f"^{name}", json.dumps(
+        {"max-length-bytes": 12000, "stream-max-segment-size-bytes": 5000}),
+        "--apply-to", "queues")
+    try:
+        ch = conn.channel()
+        ch.queue_declare(name, durable=True, arguments=S)
+        _publish(ch, name, 40, size=1000)
+        _, got = _consume(conn, name, 1, "first")
+        assert got[0][1] % 5 == 0 and 0 < got[0][1] and 40 - got[0][1] <= 15
+    finally:
+        broker.ctl("clear_policy", name)
+
+
 def test_filter_skips_chunks_without_the_value(conn):
     ch = conn.channel()
     q = _declare(ch)
