@@ -141,7 +141,8 @@ def _get(p: Probe) -> dict:
 
 
 def _settle(p: Probe, how: str) -> dict:
-    """A delivery settled by basic.nack(requeue) / basic.reject: what the client sees."""
+    """A delivery settled by basic.nack(requeue) / basic.reject / basic.recover: what the
+    client sees."""
     q = p.q("settle-" + how)
 
     def body(ch):
@@ -157,6 +158,8 @@ def _settle(p: Probe, how: str) -> dict:
                 c.basic_nack(method.delivery_tag, requeue=True)
             elif how == "nack":
                 c.basic_nack(method.delivery_tag, requeue=False)
+            elif how == "recover":
+                c.basic_recover(requeue=True)
             else:
                 c.basic_reject(method.delivery_tag, requeue=True)
         ch.basic_consume(q, on, arguments={"x-stream-offset": "first"})
@@ -248,6 +251,7 @@ def probes(p: Probe) -> dict:
         "nack_requeue": _settle(p, "nack-requeue"),
         "nack": _settle(p, "nack"),
         "reject_requeue": _settle(p, "reject-requeue"),
+        "recover": _settle(p, "recover"),
     }
 
 

@@ -1272,6 +1272,7 @@ class ChannelCore:
         if not method.requeue:
             raise ConnectionError_(540, "requeue=false")
         entries = list(self.unacked.items())
+        self._refuse_stream_settle(entries)
         self.unacked.clear()
         for _, (q, seq_id, *_) in entries:
             self.settle_batches.setdefault((q, m.REQUEUE), []).append(seq_id)

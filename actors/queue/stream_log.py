@@ -89,7 +89,7 @@ class StreamLog:
     # --- recovery --------------------------------------------------------------------------
     def _load(self) -> None:
         """The segment table and the log's end, from what is on disk (no message read)."""
-        with self.env.begin() as txn:
+        with self.begin() as txn:
             cur = txn.cursor(self.segs)
             if cur.set_range(self.qid):
                 for key, val in cur:
@@ -126,7 +126,7 @@ class StreamLog:
         seg = next((s for s in self.segments if s.last_ts >= ts), None)
         if seg is None:
             return
-        with self.env.begin() as txn:
+        with self.begin() as txn:
             cur = txn.cursor(self.chunks)
             if not cur.set_range(self._key(seg.first)):
                 return
@@ -145,7 +145,7 @@ class StreamLog:
         pos = max(offset, self.first)
         if pos >= self.next:
             return out, pos
-        with self.env.begin() as txn:
+        with self.begin() as txn:
             chunks = txn.cursor(self.chunks)
             msgs = txn.cursor(self.msgs)
             # the chunk holding `pos`: the last one whose first offset is at or below it

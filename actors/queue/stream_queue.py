@@ -20,6 +20,7 @@ import time
 from typing import NamedTuple
 
 import lmdb
+import pykka
 
 from actors import events
 from actors import messages as m
@@ -121,7 +122,7 @@ class StreamWriter(LightActor):
             self.settings = msg.settings
             self.log.segment_bytes = msg.settings.segment_bytes
             if self._retain():
-                self.queue_ref.tell(LogChanged(_state(self.log)))
+                self._tell(LogChanged(_state(self.log)))
         elif isinstance(msg, DeleteLog):
             self.log.delete()
             self.storage.trim()
@@ -145,8 +146,13 @@ class StreamWriter(LightActor):
         if ok and len(self.log.segments) > segments:
             self._retain()  # osiris evaluates retention when a segment rolls
         self.storage.trim()
-        self.queue_ref.tell(Appended(first, ok, msg.confirms, msg.senders, msg_ids,
-                                     _state(self.log)))
+        self._tell(Appended(first, ok, msg.confirms, msg.senders, msg_ids, _state(self.log)))
+
+    def _tell(self, msg) -> None:
+        try:
+            self.queue_ref.tell(msg)
+        except pykka.ActorDeadError:
+            pass  # the stream was deleted meanwhile: its DeleteLog follows
 
     def _retain(self) -> list:
         s = self.settings
@@ -175,7 +181,7 @@ class StreamQueue(LightActor):
         self.address = self.transport.address(self.name)  # where channels send to
         self.started_to = started_to  # told QueueStarted once serving (the node)
         self.settings = stream.settings(self.arguments, self.policy())  # retention, layout
-        storage = Storage.of(host.config)
+        storage = self.storage = Storage.of(host.config)  # the worker's LMDB environment
         qid = queue_id(self.vhost, self.qname)
         self.log = StreamLog(storage.env, storage.stream_dbs, qid, storage.begin,
                              self.settings.segment_bytes)  # the readers' view of the log
@@ -226,14 +232,19 @@ class StreamQueue(LightActor):
 
     # --- the mailbox -----------------------------------------------------------------------
     def on_receive(self, msg):
-        try:
-            self._handle(msg)
-        except Exception:
-            log.exception("stream '%s' in vhost '%s' failed on %s", self.qname, self.vhost,
-                          type(msg).__name__)
-            raise
+        self._handle(msg)
         if self.actor_inbox.empty():
             self._flush()
+
+    def on_failure(self, exc_type, exc_value, traceback):
+        """Let it crash: the stream stops with its writer; channels then meet it as a queue
+        that is gone (QueueHost.missing) until its worker restarts it from its log."""
+        log.error("stream '%s' in vhost '%s' failed: %s: %s", self.qname, self.vhost,
+                  getattr(exc_type, "__name__", exc_type), exc_value)
+        if self.serving:
+            self.transport.unregister(self.name)
+        if self.writer.is_alive():
+            self.writer.stop(block=False)
 
     def _handle(self, msg) -> None:
         if isinstance(msg, m.Publish):
@@ -379,6 +390,10 @@ class StreamQueue(LightActor):
         for ch, (items, bodies) in batches.items():
             self.counters.delivered(ch, items, self.readers.by_key)
             self.transport.send(ch, m.Deliver(self.address, self.qname, items, bodies))
+        if batches:
+            # the map pages these reads touched leave the process's RSS (they stay in the
+            # page cache): a reader of a long backlog costs one batch, not the log
+            self.storage.trim()
         return more
 
     # --- admin -----------------------------------------------------------------------------
