@@ -1261,18 +1261,19 @@ class ChannelCore:
         self._refuse_stream_settle(entries)
         self._settle(entries, m.REQUEUE if method.requeue else m.DISCARD, "rejected")
 
-    def _refuse_stream_settle(self, entries) -> None:
-        """A stream keeps every message: nacking or rejecting its delivery closes the
-        connection with 540 (RabbitMQ 3.10's answer), whatever the requeue flag."""
+    def _refuse_stream_settle(self, entries, method="basic.nack and basic.reject") -> None:
+        """A stream keeps every message: nacking, rejecting or recovering its delivery
+        closes the connection with 540 (RabbitMQ 3.10's answer to nack and reject),
+        whatever the requeue flag."""
         for _, (q, *_) in entries:
             if q in self.streams:
-                raise stream.settle_refused(self.streams[q], self.conn.vhost)
+                raise stream.settle_refused(self.streams[q], self.conn.vhost, method)
 
     def _recover(self, method, cmd):
         if not method.requeue:
             raise ConnectionError_(540, "requeue=false")
         entries = list(self.unacked.items())
-        self._refuse_stream_settle(entries)
+        self._refuse_stream_settle(entries, "basic.recover")
         self.unacked.clear()
         for _, (q, seq_id, *_) in entries:
             self.settle_batches.setdefault((q, m.REQUEUE), []).append(seq_id)

@@ -242,10 +242,12 @@ def purge_refused(queue: str, vhost: str) -> ConnectionError_:
                                  f"{rs('queue', queue, vhost)}")
 
 
-def settle_refused(queue: str, vhost: str) -> ConnectionError_:
+def settle_refused(queue: str, vhost: str,
+                   method: str = "basic.nack and basic.reject") -> ConnectionError_:
     """rabbit_stream_queue:settle/4 for requeue and discard: a stream keeps every message,
-    so a nack or reject is refused whatever its requeue flag."""
-    return ConnectionError_(540, "basic.nack and basic.reject not supported by stream "
+    so a nack or reject is refused whatever its requeue flag (and basic.recover, on which
+    RabbitMQ 3.10.8's channel crashes, with the same words)."""
+    return ConnectionError_(540, f"{method} not supported by stream "
                                  f"queues {rs('queue', queue, vhost)}")
 
 

@@ -24,6 +24,12 @@ KNOWN = {
         "closed": "channel", "code": 406,
         "text": "PRECONDITION_FAILED - invalid arg 'x-stream-offset' for queue "
                 "'probe-c4' in vhost '/': {invalid_stream_offset_arg,{longstr,<<\"abc\">>}}"},
+    # RabbitMQ 3.10.8's channel crashes on basic.recover of a stream's delivery (541, the
+    # connection closed); Leveret closes it with the 540 it gives nack and reject
+    "recover": {
+        "closed": "connection", "code": 540,
+        "text": "NOT_IMPLEMENTED - basic.recover not supported by stream queues queue "
+                "'probe-settle-recover' in vhost '/'"},
 }
 
 
