@@ -41,6 +41,8 @@ log = logging.getLogger("leveret.stream")
 READ_BATCH = 256  # messages read from the log per reader per turn
 READ_BATCH_BYTES = 1 << 20  # ...and about this many body bytes
 RETENTION_CHECK_MS = 10_000  # how often age retention looks at the oldest segment
+HOLD_MAX = 64  # at most this many messages handled between two chunks written (a mailbox
+#                that never empties still has its publishes written and confirmed)
 
 
 def wall_ms() -> int:
@@ -194,6 +196,7 @@ class StreamQueue(LightActor):
         self.confirms: list = []  # their (channel, seq_no) to confirm once written
         self.senders: dict = {}  # channel -> [messages, body bytes] of this drain
         self.writing = 0  # chunks handed to the writer and not yet back
+        self.held = 0  # messages handled since the last _flush
         self.run_pending = False  # a Run is queued
         self.counters = QueueCounters()  # the management API's message counts
         self.disk_writes = 0  # messages written (rabbit_backing_queue's disk_writes)
@@ -233,7 +236,9 @@ class StreamQueue(LightActor):
     # --- the mailbox -----------------------------------------------------------------------
     def on_receive(self, msg):
         self._handle(msg)
-        if self.actor_inbox.empty():
+        self.held += 1
+        if self.held >= HOLD_MAX or self.actor_inbox.empty():
+            self.held = 0
             self._flush()
 
     def on_failure(self, exc_type, exc_value, traceback):
