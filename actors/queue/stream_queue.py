@@ -195,7 +195,6 @@ class StreamQueue(LightActor):
         self.entries: list = []  # publishes of this mailbox drain, written as one chunk
         self.confirms: list = []  # their (channel, seq_no) to confirm once written
         self.senders: dict = {}  # channel -> [messages, body bytes] of this drain
-        self.writing = 0  # chunks handed to the writer and not yet back
         self.held = 0  # messages handled since the last _flush
         self.run_pending = False  # a Run is queued
         self.counters = QueueCounters()  # the management API's message counts
@@ -224,7 +223,7 @@ class StreamQueue(LightActor):
                                                                 self.address))
         if events.enabled():
             events.emit("queue_started", None, actor="queue", vhost=self.vhost,
-                        queue=self.qname, recovered=False, durable=True)
+                        queue=self.qname, recovered=self.log.count, durable=True)
         self._emit_stats()
 
     def on_stop(self):
@@ -242,8 +241,9 @@ class StreamQueue(LightActor):
             self._flush()
 
     def on_failure(self, exc_type, exc_value, traceback):
-        """Let it crash: the stream stops with its writer; channels then meet it as a queue
-        that is gone (QueueHost.missing) until its worker restarts it from its log."""
+        """Let it crash: the stream stops with its writer, and channels meet it as a queue
+        that is gone (QueueHost.missing: 404, publishes nacked) until its queue worker or
+        the node restarts, when it starts again from its log."""
         log.error("stream '%s' in vhost '%s' failed: %s: %s", self.qname, self.vhost,
                   getattr(exc_type, "__name__", exc_type), exc_value)
         if self.serving:
@@ -299,7 +299,6 @@ class StreamQueue(LightActor):
         if self.entries:
             self.writer.tell(Append(self.entries, self.confirms,
                                     [(ch, n, b) for ch, (n, b) in self.senders.items()]))
-            self.writing += 1
             self.entries, self.confirms, self.senders = [], [], {}
         if not self.run_pending and self._deliver():
             self.run_pending = True
@@ -325,7 +324,6 @@ class StreamQueue(LightActor):
     def _appended(self, msg: Appended) -> None:
         """A chunk is written and synced: confirm it, give its publishers credit back,
         let the readers see it."""
-        self.writing -= 1
         self._adopt(msg.state)
         by_channel: dict = {}
         for ch, seq in msg.confirms:
