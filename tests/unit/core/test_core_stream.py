@@ -208,3 +208,14 @@ def test_drop_channels_of_a_dead_worker():
     rs.add(Reader("w2#c1", "b", 0, 1))
     assert [r.tag for r in rs.drop_channels("w1#")] == ["a"]
     assert len(rs) == 1
+
+
+def test_filter_size_is_16_to_255_and_sizes_the_chunk_filter():
+    stream.check_declare_arguments({"x-queue-type": "stream",
+                                    "x-stream-filter-size-bytes": 255}, "s", "/")
+    with pytest.raises(ChannelError) as e:
+        stream.check_declare_arguments({"x-queue-type": "stream",
+                                        "x-stream-filter-size-bytes": 8}, "s", "/")
+    assert e.value.text.endswith("{value_out_of_range,8}")
+    assert stream.settings({"x-stream-filter-size-bytes": 64}).filter_size == 64
+    assert len(chunk_filter(["a"], 64)) == 64
