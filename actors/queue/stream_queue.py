@@ -371,6 +371,8 @@ class StreamQueue(LightActor):
         """One batch to every reader behind the log's end with room -> whether some reader
         may take more now (another turn after the mailbox's other messages)."""
         batches: dict = {}
+        headed: dict = {}  # offset -> its properties with the header: readers at the same
+        #                    place share one encoding
         more = False
         for r in self.readers.wanting(self.log.next):
             room = self.readers.room(r)
@@ -382,7 +384,9 @@ class StreamQueue(LightActor):
             self.disk_reads += len(msgs)
             items, bodies = batches.setdefault(r.channel, ([], []))
             for x in msgs:
-                props = stream.with_offset_header(x.props_raw, x.offset)
+                props = headed.get(x.offset)
+                if props is None:
+                    props = headed[x.offset] = stream.with_offset_header(x.props_raw, x.offset)
                 item = [r.tag, x.offset, False, x.exchange, x.routing_key, props]
                 if x.msg_id is not None:
                     item += [None, 0, x.msg_id]
