@@ -166,9 +166,11 @@ class LeanConnection:
     def confirm_select(self, channel: int) -> None:
         self.rpc(channel, self.M.ConfirmSelect(), self.M.ConfirmSelectOk)
 
-    def basic_consume(self, channel: int, queue: str, no_ack: bool, consumer_tag: str = "") -> str:
+    def basic_consume(self, channel: int, queue: str, no_ack: bool, consumer_tag: str = "",
+                      arguments: dict | None = None) -> str:
         ok = self.rpc(channel, self.M.BasicConsume(queue=queue, consumer_tag=consumer_tag,
-                                                   no_ack=no_ack), self.M.BasicConsumeOk)
+                                                   no_ack=no_ack, arguments=arguments or {}),
+                      self.M.BasicConsumeOk)
         tag = ok.consumer_tag
         return tag.decode() if isinstance(tag, (bytes, bytearray)) else tag
 

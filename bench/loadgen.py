@@ -401,7 +401,8 @@ class Consumer(Role):
         M = self.M
         for ch in self.channels:
             self.conn.out += self.encode_method(ch, M.BasicConsume(
-                queue=self.spec["queue"], consumer_tag="", no_ack=self.no_ack))
+                queue=self.spec["queue"], consumer_tag="", no_ack=self.no_ack,
+                arguments=self.spec.get("arguments") or {}))
         self.conn.flush()
         self.joined_ns = now_ns
 
@@ -492,7 +493,8 @@ def setup_role(target: AMQPTarget, codec, spec: dict) -> Role:
             if spec["prefetch"]:
                 conn.basic_qos(ch, spec["prefetch"])
             if not spec.get("start_delay"):
-                conn.basic_consume(ch, spec["queue"], spec["no_ack"])
+                conn.basic_consume(ch, spec["queue"], spec["no_ack"],
+                                   arguments=spec.get("arguments"))
     return role_class(spec)(conn, spec, codec)
 
 

@@ -103,6 +103,7 @@ class _PikaRole:
         else:
             def consume(_f=None, ch=ch, n=n):
                 ch.basic_consume(spec["queue"], self._on_message, auto_ack=spec["no_ack"],
+                                 arguments=spec.get("arguments"),
                                  callback=lambda _f: self._channel_ready(n))
             if spec["prefetch"]:
                 ch.basic_qos(prefetch_count=spec["prefetch"], callback=consume)

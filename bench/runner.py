@@ -101,7 +101,8 @@ def role_specs(scenario: Scenario, queues: list[str],
             specs.append({"kind": "consumer", "queue": q,
                           "channels": list(range(1, scenario.consumer_channels + 1)),
                           "no_ack": scenario.no_ack, "prefetch": scenario.prefetch,
-                          "ack_every": scenario.ack_every})
+                          "ack_every": scenario.ack_every,
+                          "arguments": dict(scenario.consumer_arguments)})
             if scenario.consumer_start_delay:
                 specs[-1]["start_delay"] = scenario.consumer_start_delay
             if consume_target is not None:

@@ -7,6 +7,7 @@
   requeue followed), or routed but never enqueued anywhere;
 - acked_twice: a queue's copy acked more than once;
 - delivered_after_ack: a copy delivered (or fetched) again after its first ack;
+  (neither for a stream's copy: every consumer reads and acks it, docs/streams.md)
 - confirmed_before_synced: a persistent message's copy in a durable queue, enqueued before the
   confirm, confirmed before that copy was synced to disk (unless it had already left the queue:
   acked before the sync);
@@ -92,10 +93,12 @@ def find(lifecycles: DataFrame, redelivery_threshold: int = 10) -> DataFrame:
     copies = lifecycles.select("*", F.explode("copies").alias("c"))
     c = F.col("c")
     cq = c.getField("queue")
-    acked_twice = _row(copies.where(c.getField("acks") > 1), "acked_twice", cq,
+    queue_copy = ~F.coalesce(c.getField("stream"), F.lit(False))
+    acked_twice = _row(copies.where(queue_copy & (c.getField("acks") > 1)), "acked_twice", cq,
                        c.getField("t_first_acked"),
                        F.format_string("acked %d times", c.getField("acks")))
-    after_ack = _row(copies.where(F.coalesce(c.getField("delivered_after_ack"), F.lit(False))),
+    after_ack = _row(copies.where(queue_copy & F.coalesce(c.getField("delivered_after_ack"),
+                                                          F.lit(False))),
                      "delivered_after_ack", cq, c.getField("t_last_delivered"),
                      F.format_string("delivered %d times, first ack at %s",
                                      c.getField("deliveries"),

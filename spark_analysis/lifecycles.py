@@ -143,6 +143,9 @@ def group_rows(events: DataFrame) -> DataFrame:
         _t_min("nacked_to_publisher").alias("t_nacked_to_publisher_ns"),
         # copy side
         F.max(F.when(_is(*S.COPY_KINDS), F.col("durable"))).alias("durable"),
+        # a stream's copy (its events name an offset): read by every consumer, never removed
+        # by an ack (docs/streams.md)
+        F.max(F.when(_is(*S.COPY_KINDS), F.col("offset").isNotNull())).alias("stream"),
         _t_min("enqueued").alias("t_enqueued_ns"),
         _t_min("stored").alias("t_stored_ns"),
         _t_min("synced").alias("t_synced_ns"),
@@ -346,7 +349,7 @@ COPY_FIELDS = ("state", "durable", "persistent", "deliveries", "redeliveries", "
                "auto_acks", "nacks",
                "rejects", "requeues", "expirations", "dead_letterings", "drops",
                "delivery_to_ack_ms", "delivered_after_ack", "dead_letter_queues",
-               "census_missing")
+               "census_missing", "stream")
 COPY_TIMES = ("t_enqueued", "t_stored", "t_synced", "t_first_delivered", "t_last_delivered",
               "t_first_acked", "t_removed", "t_last_event", "t_census")
 PUBLISH_TIMES = ("t_published", "t_routed", "t_unroutable", "t_returned", "t_confirmed",

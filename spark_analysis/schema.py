@@ -85,6 +85,8 @@ FIELD_COLUMNS = (
     ("traceparent", "string"),  # publish_received: the W3C trace context header, when sent
     ("alternate_exchanges", "array<string>"),  # routed, unroutable: the AEs it went through
     ("correlation_id", "string"),  # publish_received: the publisher's property
+    # a stream's message (enqueued, synced, delivered, acked): its offset in the stream
+    ("offset", "bigint"),
 )
 
 # Columns every row gets from its file's header and the event record itself.

@@ -25,7 +25,8 @@ import struct
 from collections import OrderedDict, deque
 from typing import NamedTuple
 
-from actors.core import NO_EVENTS, credit_flow, direct_reply, policies, routing, sender_selected
+from actors.core import (NO_EVENTS, credit_flow, direct_reply, policies, routing,
+                         sender_selected, stream)
 from actors.core.channel_stats import ChannelCounters
 from actors.core.confirms import Confirms
 from actors.core.limiter import Limiter
@@ -133,6 +134,9 @@ class ChannelCore:
         # rabbit_limiter's role for global=true: queues ask for tokens (Demand), the channel
         # grants what the limit leaves free; a token becomes an unacked delivery or comes back
         self.queues_used: set = set()  # queues with our consumers or unacked deliveries
+        # streams consumed on this channel: address -> name (their deliveries cannot be
+        # nacked or rejected, actors/core/stream.py settle_refused)
+        self.streams: dict = {}
         self.publish_batches: dict[str, tuple[list, list]] = {}  # queue -> (items, bodies)
         self.settle_batches: dict[tuple, list] = {}  # (queue, op) -> msg ids
         # credit_flow's sending half: messages and body bytes each queue may still be sent
@@ -316,10 +320,12 @@ class ChannelCore:
                 continue
             lite = (rest[0], rest[1]) if rest and rest[0] else None
             if len(rest) > 2:  # the event log's message id
+                # (a stream's delivery also names its offset: one message, many readers)
+                extra = {"offset": seq_id} if queue in self.streams else {}
                 self.events.emit("delivered", rest[2], actor="channel", vhost=self.conn.vhost,
                                  queue=msg.qname, connection=self.conn.owner, channel=n,
                                  consumer_tag=ctag, delivery_tag=tag, redelivered=redelivered,
-                                 no_ack=c[2])
+                                 no_ack=c[2], **extra)
             if c[2]:
                 self.stats.deliver_no_ack += 1
             else:
@@ -929,6 +935,8 @@ class ChannelCore:
             raise ConnectionError_(530, f"attempt to reuse consumer tag '{tag}'")
         addr = q["address"]
         self.queue_timeouts[addr] = self._queue_timeout(q)
+        if stream.is_stream(q.get("arguments")):
+            self.streams[addr] = queue
         self.consumers[tag] = ChannelConsumer(addr, queue, method.no_ack, method.exclusive,
                                               dict(method.arguments or {}))
         self.queues_used.add(addr)
@@ -1222,9 +1230,11 @@ class ChannelCore:
             self.stats.ack += len(entries)
         for tag, (q, seq_id, _, lite, msg16, _) in entries:
             if msg16 is not None:
+                extra = {"offset": seq_id} if q in self.streams else {}
                 self.events.emit(kind, msg16, actor="channel", vhost=self.conn.vhost,
                                  queue=q.rpartition("\x1f")[2], connection=self.conn.owner,
-                                 channel=self.number, delivery_tag=tag, requeue=op == m.REQUEUE)
+                                 channel=self.number, delivery_tag=tag, requeue=op == m.REQUEUE,
+                                 **extra)
             key = (q, op)
             ids = self.settle_batches.get(key)
             if ids is None:
@@ -1243,16 +1253,27 @@ class ChannelCore:
 
     def _nack(self, method, cmd):
         entries = self._collect(method.delivery_tag, method.multiple)
+        self._refuse_stream_settle(entries)
         self._settle(entries, m.REQUEUE if method.requeue else m.DISCARD, "nacked")
 
     def _reject(self, method, cmd):
         entries = self._collect(method.delivery_tag, False)
+        self._refuse_stream_settle(entries)
         self._settle(entries, m.REQUEUE if method.requeue else m.DISCARD, "rejected")
+
+    def _refuse_stream_settle(self, entries, method="basic.nack and basic.reject") -> None:
+        """A stream keeps every message: nacking, rejecting or recovering its delivery
+        closes the connection with 540 (RabbitMQ 3.10's answer to nack and reject),
+        whatever the requeue flag."""
+        for _, (q, *_) in entries:
+            if q in self.streams:
+                raise stream.settle_refused(self.streams[q], self.conn.vhost, method)
 
     def _recover(self, method, cmd):
         if not method.requeue:
             raise ConnectionError_(540, "requeue=false")
         entries = list(self.unacked.items())
+        self._refuse_stream_settle(entries, "basic.recover")
         self.unacked.clear()
         for _, (q, seq_id, *_) in entries:
             self.settle_batches.setdefault((q, m.REQUEUE), []).append(seq_id)

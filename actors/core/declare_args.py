@@ -7,9 +7,8 @@ order), ``rabbit_amqqueue``'s ``invalid arg`` text, and the argument lists of
 refuses on a queue of another type. A validator takes the value and the whole argument table
 and returns None when the value is good, else the Erlang error term RabbitMQ prints.
 
-Leveret's queue types are ``classic`` and ``quorum``; ``stream`` is refused with the text
-RabbitMQ gives an unknown type. Imports only errors.py and erl_terms.py, so that both queue
-types' modules can build on it.
+Leveret's queue types are RabbitMQ's: ``classic``, ``quorum`` and ``stream``. Imports only
+errors.py and erl_terms.py, so that every queue type's module can build on it.
 """
 
 from __future__ import annotations
@@ -20,14 +19,14 @@ from actors.core.errors import ChannelError, rs
 from actors.core.erl_terms import INT_TYPES, Atom, amqp_type_name, erl_p
 
 __all__ = [
-    "CLASSIC", "QUORUM", "QUEUE_TYPES", "MAX_EXPIRY", "CLASSIC_QUEUE_ARGUMENTS",
+    "CLASSIC", "QUORUM", "STREAM", "QUEUE_TYPES", "MAX_EXPIRY", "CLASSIC_QUEUE_ARGUMENTS",
     "OTHER_QUEUE_TYPE_ARGUMENTS", "Check", "invalid_arg", "check_int", "check_bool",
     "check_non_neg_int", "check_expires", "check_message_ttl", "string_or", "check_dlxname",
     "check_dlxrk", "check_queue_type", "check_credit",
 ]
 
-CLASSIC, QUORUM = "classic", "quorum"
-QUEUE_TYPES = (CLASSIC, QUORUM)  # the x-queue-type values Leveret implements
+CLASSIC, QUORUM, STREAM = "classic", "quorum", "stream"
+QUEUE_TYPES = (CLASSIC, QUORUM, STREAM)  # the x-queue-type values Leveret implements
 
 # rabbit_misc:check_expiry/1: ten years in milliseconds.
 MAX_EXPIRY = 315360000000
@@ -113,8 +112,7 @@ def check_dlxrk(v, args):
 
 
 def check_queue_type(v, _args):
-    # RabbitMQ accepts classic, quorum and stream; Leveret implements classic and quorum and
-    # refuses stream with the text RabbitMQ gives an unknown type.
+    # RabbitMQ 3.10 accepts classic, quorum and stream, as Leveret does
     return string_or(v, lambda s: None if s in QUEUE_TYPES
                      else f"unsupported queue type '{s}'")
 

@@ -21,9 +21,9 @@ print is erl_terms.amqp_type_name's. Any Python int passes RabbitMQ's integer ch
 every integer width). The validators and argument lists the quorum queue type shares are
 declare_args.py's.
 
-Leveret differences: ``x-queue-type`` accepts ``classic`` and ``quorum`` (a quorum queue's
-arguments, flags and equivalence are actors/core/quorum.py's; ``stream`` is refused with the
-same text RabbitMQ gives an unknown type), and Leveret's own ``x-confirm-on``
+Leveret differences: ``x-queue-type`` accepts ``classic``, ``quorum`` and ``stream`` (a quorum
+queue's arguments, flags and equivalence are actors/core/quorum.py's, a stream's
+actors/core/stream.py's), and Leveret's own ``x-confirm-on``
 (``enqueue`` | ``ack`` | ``ack-lite``) is validated and compared for equivalence.
 """
 
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from actors.core import mirroring, policies, quorum
+from actors.core import mirroring, policies, quorum, stream
 from actors.core.declare_args import (CLASSIC_QUEUE_ARGUMENTS, OTHER_QUEUE_TYPE_ARGUMENTS, Check,
                                       check_bool, check_credit, check_dlxname, check_dlxrk,
                                       check_expires, check_int, check_message_ttl,
@@ -226,6 +226,9 @@ def check_declare_arguments(args: Mapping | None, queue: str, vhost: str) -> Non
     if quorum.is_quorum(args):
         quorum.check_declare_arguments(args, queue, vhost)
         return
+    if stream.is_stream(args):
+        stream.check_declare_arguments(args, queue, vhost)
+        return
     _run(_DECLARE_VALIDATORS, args, queue, vhost)
     _check_keys(args, OTHER_QUEUE_TYPE_ARGUMENTS, queue, vhost)
 
@@ -241,16 +244,23 @@ def validate(args: Mapping | None, queue: str, vhost: str, flags: Mapping | None
         exclusive = bool(flags.get("exclusive"))
         quorum.check_declare_flags(bool(flags.get("durable")) and not exclusive, exclusive,
                                    bool(flags.get("auto_delete")), queue, vhost)
+    if flags is not None and stream.is_stream(args):
+        exclusive = bool(flags.get("exclusive"))
+        stream.check_declare_flags(bool(flags.get("durable")) and not exclusive, exclusive,
+                                   bool(flags.get("auto_delete")), args, queue, vhost)
 
 
 def check_consume_arguments(args: Mapping | None, queue: str, vhost: str,
                             queue_type: str = "classic") -> None:
-    """rabbit_amqqueue:check_consume_arguments/3 for a classic (or quorum) queue
+    """rabbit_amqqueue:check_consume_arguments/3 for a classic, quorum or stream queue
     (basic.consume)."""
     if not args:
         return
     if queue_type == quorum.QUORUM:
         quorum.check_consume_arguments(args, queue, vhost)
+        return
+    if queue_type == stream.STREAM:
+        stream.check_consume_arguments(args, queue, vhost)
         return
     _run(_CONSUME_VALIDATORS, args, queue, vhost)
     _check_keys(args, _OTHER_CONSUMER_ARGUMENTS, queue, vhost)
@@ -317,6 +327,7 @@ def assert_equivalent(existing_args: Mapping | None, new_args: Mapping | None, q
     '5' of type 'signedint' but current is none`` (one side absent) and ``... received '5' but
     current is '10'`` (both present, different)."""
     keys = quorum.QUORUM_QUEUE_ARGUMENTS if quorum.is_quorum(existing_args) \
+        else stream.STREAM_QUEUE_ARGUMENTS if stream.is_stream(existing_args) \
         else CLASSIC_QUEUE_ARGUMENTS
     _args_equivalence(existing_args or {}, new_args or {}, keys, "queue", queue, vhost)
 

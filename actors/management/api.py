@@ -183,6 +183,14 @@ def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
         # members listed are those that hold a replica now (a member that is down is not)
         out["leader"] = out["node"]
         out["members"] = out["online"] = [out["node"], *(row.get("mirrors") or [])]
+    elif out["type"] == "stream":
+        # rabbit_stream_queue's info keys (one member: Leveret does not replicate streams),
+        # and Leveret's own figures of the log: offsets, segments, consumers' positions
+        out["leader"] = out["node"]
+        out["members"] = out["online"] = [out["node"]]
+        if row.get("stream") is not None:
+            out["stream"] = row["stream"]
+            out["committed_offset"] = row["stream"]["committed_offset"]
     elif row.get("mirrors"):
         out["slave_nodes"] = row["mirrors"]
         out["synchronised_slave_nodes"] = row.get("synchronised_mirrors", [])

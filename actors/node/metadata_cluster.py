@@ -53,7 +53,7 @@ from actors.messages import ClusterEntry, ClusterTick, CommitFailed
 from actors.node.cluster import Cluster
 from actors.node.queue_table import QueueTable
 from actors.replica import parameters_of
-from actors.core import mirroring, policies, quorum
+from actors.core import mirroring, policies, quorum, stream
 from actors.core.pause import DOWN_AFTER_S, PauseClock, may_mark_down
 from actors.core.errors import amqp_text
 from actors.core.permissions import AuthDB
@@ -794,6 +794,8 @@ class ClusterMixin:
         mode, params = args.get("x-ha-mode"), args.get("x-ha-params")
         if quorum.is_quorum(args):  # its members: the group size, ha policies do not apply
             mode, params = "exactly", quorum.group_size(args, len(self.config.cluster_nodes))
+        elif stream.is_stream(args):  # a stream lives on its node only (docs/streams.md)
+            return None, None
         elif mode is None:
             p = policies.effective(self.policies, q["vhost"], q["name"], "queues",
                                    self.op_policies)

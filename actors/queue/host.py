@@ -1,6 +1,7 @@
 """QueueHost: the queue-worker process's own part.
 
-It starts queues (a Queue actor and its BackingQueue) and mirrors when the node says so, promotes
+It starts queues (a Queue actor and its BackingQueue, or a StreamQueue and its StreamWriter for
+a stream) and mirrors when the node says so, promotes
 a mirror when its queue comes home here, answers messages for queues that no longer exist the way
 RabbitMQ's channel sees a dead queue, and tells queues when a connection worker or a queue worker
 with mirrors died, or policies changed.
@@ -22,7 +23,9 @@ from actors.host import WorkerHost
 from actors.naming import queue_actor_name
 from actors.queue.mirror import Mirror
 from actors.queue import storage
+from actors.core import stream
 from actors.queue.queue import Queue
+from actors.queue.stream_queue import StreamQueue
 
 log = logging.getLogger("leveret.queue")
 
@@ -90,7 +93,10 @@ class QueueHost(WorkerHost):
             old.stop()
         try:
             # the Queue tells the node itself once it has recovered (Queue.on_start)
-            self.queues[name] = Queue.start(self, q, msg.recovered, msg.reply_to, adopted)
+            if stream.is_stream(q.get("arguments")):
+                self.queues[name] = StreamQueue.start(self, q, msg.reply_to)
+            else:
+                self.queues[name] = Queue.start(self, q, msg.recovered, msg.reply_to, adopted)
         except Exception as e:  # noqa: BLE001 - e.g. lmdb.MapFullError opening its index
             log.exception("queue '%s' in vhost '%s' could not start", q["name"], q["vhost"])
             self.transport.send(msg.reply_to, m.QueueStarted(
@@ -99,7 +105,7 @@ class QueueHost(WorkerHost):
     def worker_down(self, kind, endpoint) -> None:
         notice = ChannelsDown(endpoint + "#") if kind == "conn" else MirrorsDown(endpoint)
         for ref in list(self.queues.values()):
-            if ref.is_alive() and ref.actor_class is Queue:
+            if ref.is_alive() and ref.actor_class in (Queue, StreamQueue):
                 ref.tell(notice)
 
     def metadata_changed(self, changes) -> None:

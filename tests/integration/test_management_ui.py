@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -404,6 +405,37 @@ def test_bind_unbind_purge_and_delete_from_a_queue_s_page(node, browser):
     browser.find_element(By.ID, "delete-queue").click()
     wait(browser, lambda b: b.current_url.endswith("#/queues"))
     assert "ui-ops-q" not in {q["name"] for q in _api(node, "GET", "/queues")}
+
+
+def test_a_stream_s_page_shows_its_segments_and_consumers_offsets(node, browser):
+    """A stream's page (docs/streams.md): its type, its segments and where each consumer is."""
+    logged_in(browser, node)
+    with node.connection() as c:
+        ch = c.channel()
+        ch.queue_declare("ui-stream", durable=True, arguments={
+            "x-queue-type": "stream", "x-stream-max-segment-size-bytes": 300})
+        ch.confirm_delivery()
+        for i in range(6):
+            ch.basic_publish("", "ui-stream", b"s" * 100)
+        ch.basic_qos(prefetch_count=4)
+        ch.basic_consume("ui-stream", lambda *a: None, consumer_tag="ui-reader",
+                         arguments={"x-stream-offset": 2})
+        c.process_data_events(0.5)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            q = _api(node, "GET", "/queues/%2F/ui-stream")
+            if (q.get("stream") or {}).get("readers"):
+                break
+            c.process_data_events(0.3)
+        go(browser, node, "#/queues/%2F/ui-stream")
+        text_in(browser, "#stream-offsets", "Offsets 0 to 5 in 2 segments")
+        text_in(browser, "#stream-segments", "300")
+        text_in(browser, "#stream-readers", "ui-reader")
+        row = [r for r in browser.find_elements(By.CSS_SELECTOR, "#stream-readers tr")
+               if "ui-reader" in r.text][0]
+        assert row.text.split()[1:] == ["6", "0", "4"]  # next offset 6, no credit, 4 unacked
+        shot(browser, node, "stream")
+    _api(node, "DELETE", "/queues/%2F/ui-stream")
 
 
 # --- the admin forms: users, permissions, virtual hosts, policies -------------------------------

@@ -555,6 +555,21 @@ async function refreshQueueTotals() {
   if (totals && location.hash.split("/")[3] === name) { totals.replaceWith(queueTotals(q)); }
 }
 
+// a stream's log: its offsets, its segments and each consumer's position (docs/streams.md)
+function streamSection(s) {
+  return h("div", { id: "stream" },
+    h("h3", {}, "Stream"),
+    h("p", { id: "stream-offsets" }, `Offsets ${s.first_offset} to ${s.committed_offset} `
+                                    + `in ${s.segments.length} segments`),
+    table([["Segment", g => g.number], ["First offset", g => g.first_offset],
+           ["Last offset", g => g.last_offset], ["Bytes", g => g.bytes]],
+          s.segments, "stream-segments"),
+    h("h4", {}, "Consumers' positions"),
+    table([["Consumer tag", r => r.consumer_tag], ["Next offset", r => r.offset],
+           ["Credit", r => r.credit], ["Unacked", r => r.unacked]],
+          s.readers, "stream-readers"));
+}
+
 async function queuePage(page, arg) {
   const [vhost, name] = arg.split("/").map(decodeURIComponent);
   const q = await api("GET", `/queues/${enc(vhost)}/${enc(name)}`);
@@ -562,9 +577,11 @@ async function queuePage(page, arg) {
   const got = h("div", { id: "got-messages" });
   page.append(h("h2", {}, `Queue ${q.name}`),
     queueTotals(q),
-    h("p", {}, `Virtual host ${q.vhost}, ${q.durable ? "durable" : "transient"}, node `
+    h("p", {}, `Virtual host ${q.vhost}, type ${q.type}, `
+               + `${q.durable ? "durable" : "transient"}, node `
                + `${q.node}, policy ${q.policy || "none"}, arguments `
                + JSON.stringify(q.arguments)),
+    q.stream ? streamSection(q.stream) : null,
     h("h3", {}, "Bindings"),
     table([["From", b => b.source || "(AMQP default)"], ["Routing key", b => b.routing_key],
            ["", b => b.source ? button("Unbind", async () => {

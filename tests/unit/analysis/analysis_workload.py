@@ -98,10 +98,12 @@ class Sim:
         self._emit(self.chan, "confirmed", mid, actor="channel", connection=conn, channel=ch,
                    seq_no=seq)
 
-    def settle(self, kind, mid, q, tag, conn="c2", ch=1, requeue=None):
+    def settle(self, kind, mid, q, tag, conn="c2", ch=1, requeue=None, offset=None):
         fields = dict(actor="channel", queue=q, connection=conn, channel=ch, delivery_tag=tag)
         if requeue is not None:
             fields["requeue"] = requeue
+        if offset is not None:  # a stream's delivery
+            fields["offset"] = offset
         self._emit(self.chan, kind, mid, **fields)
 
     def channel_closed(self, conn, ch, unacked):
@@ -109,10 +111,12 @@ class Sim:
                    channel=ch, unacked=unacked)
 
     def deliver(self, mid, q, conn="c2", ch=1, redelivered=False, kind="delivered",
-                no_ack=False) -> int:
+                no_ack=False, offset=None) -> int:
         tag = self.tags.get((conn, ch), 0) + 1
         self.tags[(conn, ch)] = tag
         extra = {} if kind == "fetched" else {"consumer_tag": "ctag"}
+        if offset is not None:  # a stream's delivery
+            extra["offset"] = offset
         self._emit(self.chan, kind, mid, actor="channel", queue=q, connection=conn, channel=ch,
                    delivery_tag=tag, redelivered=redelivered, no_ack=no_ack, **extra)
         return tag
@@ -310,6 +314,16 @@ def planted_anomalies(sim: Sim) -> list[tuple[str, str]]:
     sim.settle("acked", mid, "q-anom", tag)
     sim.settle("acked", mid, "q-anom", tag)
     planted.append(("acked_twice", mid.hex()))
+
+    # not an anomaly: a stream's message read and acked by two consumers (docs/streams.md)
+    mid = sim.new_id()
+    seq = sim.publish(mid, ["s-stream"], message_id="stream-read-twice")
+    sim._emit(sim.queue, "enqueued", mid, actor="queue", queue="s-stream", seq_id=0, offset=0,
+              paged=False, durable=True)
+    sim.confirm(mid, seq)
+    for conn in ("c2", "c3"):
+        tag = sim.deliver(mid, "s-stream", conn=conn, offset=0)
+        sim.settle("acked", mid, "s-stream", tag, conn=conn, offset=0)
 
     # delivered_after_ack
     mid = sim.new_id()

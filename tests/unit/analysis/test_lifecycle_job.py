@@ -92,7 +92,7 @@ def test_final_states_of_the_known_workload(job):
     lc = job["lifecycles"]
     for msg_id, state in job["known"]["final_states"].items():
         assert lc[msg_id]["final_state"] == state, (msg_id, lc[msg_id]["message_id"])
-    assert len(lc) == job["messages"] == len(job["known"]["final_states"]) + 13
+    assert len(lc) == job["messages"] == len(job["known"]["final_states"]) + 14
     by_message_id = {r["message_id"]: r for r in lc.values()}
     assert by_message_id["recovered"]["final_state"] == "queued"
     assert by_message_id["recovered-silently"]["final_state"] == "queued"
@@ -135,6 +135,9 @@ def test_planted_anomalies_found_and_nothing_else(job):
                                           "confirmed_before_synced", "redelivery_loop"}
     lost = [a for a in job["anomalies"] if a["kind"] == "lost"][0]
     assert lost["queue"] == "q-crash" and lost["message_id"] == "lost"
+    # a stream's copy, read and acked by two consumers: no anomaly, marked as a stream's
+    s = [r for r in job["lifecycles"].values() if r["message_id"] == "stream-read-twice"][0]
+    assert [(c["stream"], c["acks"], c["deliveries"]) for c in s["copies"]] == [(True, 2, 2)]
 
 
 def test_latencies_per_queue(job):
