@@ -25,7 +25,7 @@ from actors.queue import census, quorum_log
 from actors.core.errors import AMQPError, ChannelError
 from actors.core.queue_stats import DiskCounts, QueueCounters
 from actors.core.queue import WAIT, QueueCore
-from actors.queue.dead_lettering import dead_letter_publish
+from actors.queue.dead_letter_publish import dead_letter_publish
 from actors.queue.mirror import Masters
 from actors.naming import queue_actor_name
 from actors.runtime import LightActor
