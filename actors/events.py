@@ -57,7 +57,7 @@ import msgpack
 from actors import faults, hlc
 
 __all__ = ["SCHEMA", "KINDS", "MESSAGE_KINDS", "COPY_KINDS", "PUBLISHER_KINDS", "PROCESS_KINDS",
-           "LOG_KINDS", "DEAD_LETTER_KINDS", "REMOVAL_KINDS", "TX_KINDS", "EventLog",
+           "LOG_KINDS", "DEAD_LETTER_KINDS", "REMOVAL_KINDS", "TX_KINDS", "REPLICA_KINDS", "EventLog",
            "configure", "enabled", "emit", "written", "dropped", "run_id", "flush", "close",
            "parse_level", "read_file"]
 
@@ -79,8 +79,12 @@ DEAD_LETTER_KINDS = ("dead_letter_published",)
 REMOVAL_KINDS = ("purged", "queue_deleted")
 # No msg_id: a transaction's end, its publishes as a list (msg_ids).
 TX_KINDS = ("tx_committed", "tx_rolled_back")
+# A queue's mirrors and quorum members: a message taken from the master and settled (msg_id,
+# queue), all it held dropped, a sync finished, a replica promoted to master (no msg_id).
+REPLICA_KINDS = ("replica_enqueued", "replica_settled", "replica_dropped", "replica_synced",
+                 "promoted")
 KINDS = (MESSAGE_KINDS + COPY_KINDS + PUBLISHER_KINDS + PROCESS_KINDS + LOG_KINDS +
-         DEAD_LETTER_KINDS + REMOVAL_KINDS + TX_KINDS)
+         DEAD_LETTER_KINDS + REMOVAL_KINDS + TX_KINDS + REPLICA_KINDS)
 _LOG_KIND_SET = frozenset(LOG_KINDS)
 
 FLUSH_INTERVAL = 0.2  # seconds between background writes

@@ -46,10 +46,12 @@ import os
 import time
 from collections import deque
 
+from actors import events
 from actors import messages as m
 from actors.core import policies, quorum
 from actors.core.queue import Msg
 from actors.queue import quorum_log
+from actors.queue.replica_log import MEMBER, MIRROR, ReplicaLog
 from actors.naming import queue_actor_name
 from actors.runtime import LightActor
 from queue_index.entry import IndexEntry
@@ -319,8 +321,16 @@ class Mirror(LightActor):
         #                               keeping sync, until its prune)
         self.keep_upto = -1  # durably: the end of the kept log being synchronised
         self.joined_manual = False  # our last join asked for ha-sync-mode manual
+        # what this replica says in the event log (and the msg_ids it holds, events on)
+        self.rlog = ReplicaLog(events, self.vhost, self.qname,
+                               MEMBER if self.durably else MIRROR)
+        self.promoted = False  # handed its messages to a new master (TakeMessages)
 
     def on_start(self):
+        if not self.durably:
+            # a classic mirror starts empty: whatever this node held of the queue before (in
+            # an earlier mirror's memory, or its index) is not held any more
+            self.rlog.dropped("restart", int(self.qdef.get("epoch") or 0))
         if self.qdef["durable"] and not self.durably:
             # what this node held of the queue before is not the queue: dropped, in order,
             # before anything the mirror or a promotion writes there (a quorum queue's member
@@ -331,6 +341,8 @@ class Mirror(LightActor):
         self.check_master()
 
     def on_stop(self):
+        if not self.durably and not self.promoted:
+            self.rlog.dropped("stopped", self.epoch)  # (a quorum member's log stays on disk)
         self.transport.unregister(self.name)
         if self.bq is not None:
             self.bq.stop(block=False)
@@ -347,6 +359,7 @@ class Mirror(LightActor):
         has the persistent ones on disk) once the mirror holds page_bytes."""
         out = []
         mono, wall = int(time.monotonic() * 1000), int(time.time() * 1000)
+        self.rlog.took(items, self.epoch)
 
         def stored(item, body):
             seq, exchange, rk, props, persistent, priority, expires, msg_id = item
@@ -377,6 +390,7 @@ class Mirror(LightActor):
             self._bq().tell(m.Persist(out))
 
     def _forget(self, msg) -> None:
+        self.rlog.settled(msg.seq_ids)
         gone = []
         for seq_id in msg.seq_ids:
             held = self.msgs.pop(seq_id, None)
@@ -395,6 +409,7 @@ class Mirror(LightActor):
                 self.written.discard(seq_id)  # (its index entry goes with PurgeAfter)
             if p in self.paging:
                 self._bq().tell(m.PurgeAfter(msg.purge_after, p))
+            self.rlog.purged(msg.purge_after, p, self.epoch)
         if gone:
             # paged out (the index ignores a seq_id a priority does not hold)
             self._bq().tell(m.Forget([_Stored(seq_id, p) for p in self.paging
@@ -405,6 +420,7 @@ class Mirror(LightActor):
         """Messages from the master, written to this node's index and synced (Persist); the
         batch is acknowledged once they are (`_synced`)."""
         mono, wall = int(time.monotonic() * 1000), int(time.time() * 1000)
+        self.rlog.took(items, self.epoch)
         msgs = []
         for item, body in zip(items, bodies):
             seq, exchange, rk, props, _, priority, expires, msg_id = item
@@ -455,9 +471,10 @@ class Mirror(LightActor):
             self.sync_batch = 0
             quorum_log.mark_complete(self.config, self.vhost, self.qname, self.epoch)
 
-    def _drop_log(self) -> None:
-        """Our log is dropped (a resync, the queue gone): no complete log here from now on (on
-        disk first), then the index."""
+    def _drop_log(self, reason: str) -> None:
+        """Our log is dropped (`reason`: `resync`, or `removed`: the queue gone, or our log no
+        longer counts): no complete log here from now on (on disk first), then the index."""
+        self.rlog.dropped(reason, self.epoch)
         quorum_log.mark_incomplete(self.config, self.vhost, self.qname)
         self.keep = None
         self.dropping += 1
@@ -489,7 +506,7 @@ class Mirror(LightActor):
                      self.keep_upto, len(self.keep))
             return True
         wrong = self.keep is not None  # (a MirrorKeep for a log we did not offer)
-        self._drop_log()
+        self._drop_log("resync")
         if wrong:
             # nothing acknowledged (nor marked complete) until the reset of the join we ask
             # for again: the batches of this one lack what it did not resend
@@ -517,12 +534,14 @@ class Mirror(LightActor):
             self._bq().tell(m.LogBarrier())
 
     def _forget_durably(self, msg) -> None:
+        self.rlog.settled(msg.seq_ids)
         gone = [_Stored(seq, self.held.pop(seq)) for seq in msg.seq_ids if seq in self.held]
         if msg.purge_after >= 0:
             for seq in [s for s, p in self.held.items()
                         if s > msg.purge_after and p == msg.priority]:
                 del self.held[seq]
             self._bq().tell(m.PurgeAfter(msg.purge_after, msg.priority))
+            self.rlog.purged(msg.purge_after, msg.priority, self.epoch)
         if gone:
             self._bq().tell(m.Forget(gone))
 
@@ -588,7 +607,8 @@ class Mirror(LightActor):
                     last, self.held_ack = self.held_ack, 0
                     self.transport.send(self.master, m.MirrorAck(self.address, last))
             elif isinstance(msg, m.DeleteIndex) and self.durably:
-                self._drop_log()  # (QueueHost: the queue is gone, or our log no longer counts)
+                self._drop_log("removed")  # (QueueHost: the queue is gone, or our log no
+                #                            longer counts)
             elif isinstance(msg, m.Persisted) and self.durably:
                 self._synced(msg.msgs)
             elif isinstance(msg, m.Refused) and self.durably:
@@ -607,6 +627,7 @@ class Mirror(LightActor):
                 if msg.master != self.master:
                     return
                 if msg.reset:
+                    self.rlog.dropped("resync", self.epoch)
                     self.msgs.clear()
                     self.mem_bytes = 0
                     if self.paging:
@@ -625,6 +646,7 @@ class Mirror(LightActor):
             elif isinstance(msg, m.TakeMessages) and self.durably:
                 # promotion: every message is in the index, synced (the new master recovers
                 # them all from there: nothing in memory, paged out at priority 0)
+                self.promoted = True
                 self.transport.unregister(self.name)
                 if self.bq is not None:
                     bq, self.bq = self.bq, None
@@ -632,6 +654,7 @@ class Mirror(LightActor):
                 return [], [0]
             elif isinstance(msg, m.TakeMessages):
                 # promotion: everything, as index entries a Queue restores from
+                self.promoted = True
                 entries = []
                 for seq_id in sorted(self.msgs):
                     item, body = self.msgs[seq_id]

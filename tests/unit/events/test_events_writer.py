@@ -173,7 +173,7 @@ def test_schema_round_trip_of_every_kind(tmp_path):
         assert ev[2] >= last_wall and ev[3] >= last_mono
         last_wall, last_mono = ev[2], ev[3]
     assert set(events.KINDS) == {s[0] for s in sent}
-    assert len(events.KINDS) == 33
+    assert len(events.KINDS) == 38
 
 
 def test_values_msgpack_cannot_encode(tmp_path):
