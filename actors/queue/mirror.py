@@ -460,6 +460,7 @@ class Mirror(LightActor):
                 self.held_ack = last  # (LogBarrier: the marker first, then this)
                 return
             self._maybe_complete()  # on disk before the acknowledgement that makes us count
+            events.sync()  # (events_sync: our replica_enqueued before the confirm they back)
             self.transport.send(self.master, m.MirrorAck(self.address, last))
 
     def _maybe_complete(self) -> None:
@@ -605,6 +606,7 @@ class Mirror(LightActor):
                 self._maybe_complete()
                 if not self.dropping and self.held_ack and not self.broken:
                     last, self.held_ack = self.held_ack, 0
+                    events.sync()
                     self.transport.send(self.master, m.MirrorAck(self.address, last))
             elif isinstance(msg, m.DeleteIndex) and self.durably:
                 self._drop_log("removed")  # (QueueHost: the queue is gone, or our log no
@@ -635,6 +637,7 @@ class Mirror(LightActor):
                         self.paging.clear()
                         self.written.clear()
                 self._take(msg.items, msg.bodies)
+                events.sync()  # (events_sync: our replica_enqueued before the confirm they back)
                 self.transport.send(msg.master, m.MirrorAck(self.address, msg.batch))
             elif isinstance(msg, m.MirrorForget):
                 if msg.master == self.master:

@@ -87,6 +87,7 @@ class Effects:
 
     def confirm(self, channel, seqs, ok, reason=""):
         if channel and not (ok and self.actor.mirrors.confirm(channel, seqs)):
+            events.sync()  # (events_sync: this process's events before the confirm they back)
             self.t.send(channel, m.Confirm(self.addr, seqs, ok, reason))
             if ok:
                 self.actor.counters.confirmed(self.actor.core.confirm_on, len(seqs))
@@ -574,6 +575,8 @@ class Queue(LightActor):
         self._sync_next()
 
     def _release(self, confirms) -> None:
+        if confirms:
+            events.sync()  # (events_sync: this process's events before the confirms they back)
         for channel, seqs in confirms:
             self.transport.send(channel, m.Confirm(self.address, seqs, True))
             self.counters.confirmed(self.core.confirm_on, len(seqs))
