@@ -335,14 +335,13 @@ class EventLog:
         (a power cut cannot either)."""
         n = len(self.buf)
         self._drain()
-        if fsync:
-            with self.lock:
-                if self.unsynced and self.file is not None:
-                    os.fsync(self.file.fileno())
-                    self.unsynced = False
-                    n = n or 1
-        if n:
-            self.syncs += 1
+        with self.lock:  # (scheduler threads of one process sync at once)
+            if fsync and self.unsynced and self.file is not None:
+                os.fsync(self.file.fileno())
+                self.unsynced = False
+                n = n or 1
+            if n:
+                self.syncs += 1
 
     def close(self) -> None:
         if self.closed:
