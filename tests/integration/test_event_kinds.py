@@ -122,9 +122,10 @@ def test_a_clusters_replicas_write_every_replica_kind__C5(tmp_path):
     and settle (replica_settled) each message, drop what they held when they (re)join
     (replica_dropped), finish their sync (replica_synced), and one is promoted (promoted) when
     the master's queue worker is killed -9; the promoted mirror had announced every message
-    its queue then holds."""
+    its queue then holds. With events_sync the killed master's `enqueued` events were all
+    written before their confirms (the kill comes right after the last one)."""
     from tests.integration.cluster.nodes import Nodes
-    nodes = Nodes(tmp_path, 3, "--events", "full")
+    nodes = Nodes(tmp_path, 3, "--events", "full", "--events-sync", "write")
     try:
         nodes[0].ctl("set_policy", "ha-all", "^ha\\.", '{"ha-mode": "all"}')
         with nodes[0].connection() as c:
@@ -132,14 +133,14 @@ def test_a_clusters_replicas_write_every_replica_kind__C5(tmp_path):
             ch.queue_declare("ha.kinds", durable=True)  # home: node 1
             nodes.wait(lambda: _queue_node(nodes[1], "ha.kinds")[1].count("node") == 2,
                        what="mirrors synchronised")
+            master = nodes[0].queue_worker_pids()[int(_queue_node(nodes[0], "ha.kinds")[2])]
             ch.confirm_delivery()
             for i in range(20):
                 ch.basic_publish("", "ha.kinds", b"%d" % i, pika.BasicProperties(delivery_mode=2))
-            method, _, _ = ch.basic_get("ha.kinds")
-            ch.basic_ack(method.delivery_tag)  # the mirrors forget it: replica_settled
-        time.sleep(0.5)  # (the master's events written before its process is killed)
-        worker = int(_queue_node(nodes[0], "ha.kinds")[2])
-        os.kill(nodes[0].queue_worker_pids()[worker], signal.SIGKILL)
+                if i == 9:
+                    method, _, _ = ch.basic_get("ha.kinds")
+                    ch.basic_ack(method.delivery_tag)  # the mirrors forget it: replica_settled
+            os.kill(master, signal.SIGKILL)  # (right after the last confirm)
         home = nodes.wait(lambda: (n := _queue_node(nodes[2], "ha.kinds")[0]) not in
                           (None, "leveret@node1") and n, what="a mirror promoted")
         with nodes[2].connection() as c:
