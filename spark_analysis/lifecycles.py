@@ -241,8 +241,8 @@ def promotion_verdicts(rows: DataFrame, events: DataFrame) -> DataFrame:
     copy lives on only where the promoted replica held it -- a `replica_enqueued` of it on
     the promoted node before the promotion, and no `replica_dropped` of that node's replica
     between the two. Otherwise it went with the deposed master (it had it, the new one never
-    did): `vanished`, `census_missing` "promoted" (the promotion judges it as a census
-    would), and a census of an earlier epoch no longer counts for it. The promotions and drops
+    did): `vanished`, `census_missing` "promoted" (census_verdicts: the promotion judged it as
+    a census would). The promotions and drops
     of a queue are one broadcast row: no shuffle of the copy rows."""
     marks_ev = events.where(_is("promoted", "replica_dropped") & F.col("queue").isNotNull())
     if marks_ev.where(_is("promoted")).isEmpty():  # (no promotion: nothing to judge)
@@ -266,11 +266,11 @@ def promotion_verdicts(rows: DataFrame, events: DataFrame) -> DataFrame:
                     (s.getField("t_ns") < p.getField("t_ns")) & ~dropped_since)
         return F.exists("steps", held)
 
-    lost_at = F.try_element_at(F.filter(
+    ended_by = F.try_element_at(F.filter(
         F.coalesce("pm_marks", F.array()),
         lambda p: open_copy & (p.getField("kind") == "promoted") &
         (p.getField("epoch") > F.col("copy_epoch")) & ~carried(p)), F.lit(1))
-    gone = lost_at.isNotNull()
+    gone = ended_by.isNotNull()
     return (rows.withColumn("promotion_gone", gone)
             .withColumn("state", F.when(F.col("promotion_gone"), F.lit("vanished"))
                         .otherwise(F.col("state")))
@@ -286,8 +286,10 @@ def census_verdicts(rows: DataFrame, events: DataFrame) -> DataFrame:
     the latest census that held it (before one that did not): what a log gap ending before it
     hid cannot change the copy's fate (finish). `census_judged` says a census decided, so the
     guesses from restarts and closed channels stay out. The censuses of a queue are one
-    broadcast row (their times and ranges, split into starts and ends); whether one holds a
-    copy's seq_id is a binary search of its starts: no shuffle, no join of the copy rows."""
+    broadcast row (their times, epochs and ranges, split into starts and ends); whether one
+    holds a copy's seq_id is a binary search of its starts: no shuffle, no join of the copy
+    rows. A census of an epoch before the copy's master's does not judge it (seq_ids are a
+    master's log's), and a copy the promotion rule ended is `census_missing` "promoted"."""
     cen = events.where(_is("queue_census") & F.col("queue").isNotNull())
     promoted = F.col("promotion_gone")
     if cen.isEmpty():  # (a log without censuses: the job costs what it did)
