@@ -448,6 +448,8 @@ class ChannelCore:
             for q, (items, bodies) in batches.items():
                 self.out.send(q, m.Publish(self.address, items, bodies))
         if self.settle_batches:
+            # (events_sync: a queue with x-confirm-on=ack confirms on these acks)
+            self.events.sync()
             batches, self.settle_batches = self.settle_batches, {}
             for (q, op), ids in batches.items():
                 self.out.send(q, m.Settle(self.address, op, ids))
