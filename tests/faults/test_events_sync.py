@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import urllib.request
 
 import pika
@@ -72,3 +73,54 @@ def test_events_sync_is_checked_at_start(tmp_path):
                          capture_output=True, text=True, timeout=30)
     assert res.returncode != 0
     assert "events_sync must be one of off, write, fsync, not 'always'" in res.stderr
+
+
+def test_an_ack_a_confirm_rests_on_is_written_before_the_confirm__C5(tmp_path):
+    """x-confirm-on=ack: the confirm follows the consumer's ack, which another connection
+    worker logged; with events_sync that worker's `delivered` and `acked` are in its file
+    before the ack reaches the queue, so a kill -9 right after the confirm keeps them."""
+    broker = Broker.start_leveret(tmp_path, "--events", "full", "--events-sync", "write",
+                                  "--conn-workers", "2", "--queue-workers", "1")
+    done = threading.Event()
+
+    def consume():
+        c = broker.connection()
+        ch = c.channel()
+        ch.basic_consume("ack-q", lambda ch, m, p, b: ch.basic_ack(m.delivery_tag))
+        try:
+            while not done.is_set():
+                c.process_data_events(0.05)
+        except pika.exceptions.AMQPError:
+            pass  # (the node was killed under it)
+
+    try:
+        pub = broker.connection()  # (the workers take connections in turn: another one)
+        ch = pub.channel()
+        ch.queue_declare("ack-q", arguments={"x-confirm-on": "ack"})
+        consumer = threading.Thread(target=consume, daemon=True)
+        consumer.start()
+        ch.confirm_delivery()
+        for i in range(10):  # each confirmed once the consumer acked it
+            ch.basic_publish("", "ack-q", b"x", pika.BasicProperties(message_id=f"a{i}"))
+        broker.kill9()
+        done.set()
+        consumer.join(5)
+    finally:
+        done.set()
+        broker.stop()
+    by_msg: dict = {}
+    names = {}
+    for path in (broker.data_dir / "events").glob("*.events"):
+        header, evs = events.read_file(str(path))
+        for e in evs:
+            if e[1] is not None:
+                by_msg.setdefault(e[1], set()).add((e[0], header["process"]))
+                if e[0] == "publish_received":
+                    names[e[1]] = e[4]["message_id"]
+    assert sorted(names.values()) == [f"a{i}" for i in range(10)]
+    for mid in names:
+        kinds = {k for k, _ in by_msg[mid]}
+        assert {"delivered", "acked", "confirmed"} <= kinds, (names[mid], by_msg[mid])
+        # (the ack and the confirm were written by two connection workers)
+        assert {p for k, p in by_msg[mid] if k == "acked"} != \
+            {p for k, p in by_msg[mid] if k == "confirmed"}
