@@ -324,7 +324,6 @@ class Mirror(LightActor):
         # what this replica says in the event log (and the msg_ids it holds, events on)
         self.rlog = ReplicaLog(events, self.vhost, self.qname,
                                MEMBER if self.durably else MIRROR)
-        self.promoted = False  # handed its messages to a new master (TakeMessages)
 
     def on_start(self):
         if not self.durably:
@@ -341,8 +340,9 @@ class Mirror(LightActor):
         self.check_master()
 
     def on_stop(self):
-        if not self.durably and not self.promoted:
-            self.rlog.dropped("stopped", self.epoch)  # (a quorum member's log stays on disk)
+        # (no replica_dropped here: a stopped mirror is never promoted, and the next one on
+        # this node says `restart` before it takes anything, while this stop may be logged
+        # after that one's first messages)
         self.transport.unregister(self.name)
         if self.bq is not None:
             self.bq.stop(block=False)
@@ -649,7 +649,6 @@ class Mirror(LightActor):
             elif isinstance(msg, m.TakeMessages) and self.durably:
                 # promotion: every message is in the index, synced (the new master recovers
                 # them all from there: nothing in memory, paged out at priority 0)
-                self.promoted = True
                 self.transport.unregister(self.name)
                 if self.bq is not None:
                     bq, self.bq = self.bq, None
@@ -657,7 +656,6 @@ class Mirror(LightActor):
                 return [], [0]
             elif isinstance(msg, m.TakeMessages):
                 # promotion: everything, as index entries a Queue restores from
-                self.promoted = True
                 entries = []
                 for seq_id in sorted(self.msgs):
                     item, body = self.msgs[seq_id]

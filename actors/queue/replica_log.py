@@ -1,7 +1,8 @@
 """What a queue's mirror (classic mirrored queue) or member (quorum queue) writes to the event
 log: each message it takes from its master (`replica_enqueued`), each one the master tells it
 left the queue (`replica_settled`), and every time it discards what it holds at once
-(`replica_dropped`: a resync, a restart, a purge, the queue or the member gone).
+(`replica_dropped`: a resync, a classic mirror's start, a purge, the queue or the member
+gone).
 
 RabbitMQ's mirrors log nothing per message; Leveret's analysis needs to know which messages a
 promoted replica held (docs/events.md, "Replicas and promotions"): a copy its master had and
@@ -61,8 +62,8 @@ class ReplicaLog:
                          epoch=epoch)
 
     def dropped(self, reason: str, epoch: int) -> None:
-        """Everything this replica held is gone (`reason`: `resync`, `restart`, `stopped`,
-        `removed`): a later promotion of it holds none of what it took before."""
+        """Everything this replica held is gone (`reason`: `resync`, `restart`, `removed`): a
+        later promotion of it holds none of what it took before."""
         if not self.events.enabled():
             return
         n = len(self.ids)

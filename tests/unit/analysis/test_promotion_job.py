@@ -167,5 +167,5 @@ def test_replica_log_costs_nothing_with_events_off():
     r = ReplicaLog(log, "/", Q, MEMBER)
     r.took([_item(1, b"m1")], 0)
     r.settled([1])
-    r.dropped("stopped", 0)
+    r.dropped("restart", 0)
     assert log.got == [] and r.ids == {}
