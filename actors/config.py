@@ -14,6 +14,7 @@ MAX_DEFAULT_WORKERS = 8  # the CPU-sized default stops here; --*-workers go beyo
 TLS_VERSIONS = ("tlsv1.2", "tlsv1.3")  # ssl_versions values (RabbitMQ's ssl_options.versions)
 OLD_TLS_VERSIONS = ("sslv3", "tlsv1", "tlsv1.1")  # known, and refused
 CONSUMER_TIMEOUT_ACTIONS = ("close-channel", "cancel-consumer")  # consumer_timeout_action values
+EVENTS_SYNC_MODES = ("off", "write", "fsync")  # events_sync values (actors/events.py)
 
 
 def max_message_size_error(value) -> str | None:
@@ -75,6 +76,9 @@ class Config:
     events: str = "off"  # lifecycle event log: off | sampled:N | full (docs/events.md)
     events_max_bytes: int = 64 * 1024 * 1024  # event files rotate at this size
     events_max_buffered: int = 250_000  # events held between writes; more are dropped, counted
+    # before a publisher confirm leaves a process, the events it wrote so far are: not waited
+    # for (off), written to the file (write), or written and fsync'd (fsync) (docs/events.md)
+    events_sync: str = "off"
     node_name: str = ""  # this node's name in events and clusters; "" = leveret@HOST:PORT
     cluster_nodes: tuple = ()  # raft addresses HOST:PORT of every cluster member; () = alone
     cluster_address: str = ""  # this node's raft address, one of cluster_nodes
@@ -133,6 +137,9 @@ class Config:
         if isinstance(ct, bool) or not isinstance(ct, int) or ct < 0:
             errors.append(f"consumer_timeout must be a non-negative integer of milliseconds "
                           f"(0 = no timeout), not {ct!r}")
+        if self.events_sync not in EVENTS_SYNC_MODES:
+            errors.append(f"events_sync must be one of {', '.join(EVENTS_SYNC_MODES)}, not "
+                          f"{self.events_sync!r}")
         if self.consumer_timeout_action not in CONSUMER_TIMEOUT_ACTIONS:
             errors.append(f"consumer_timeout_action must be one of "
                           f"{', '.join(CONSUMER_TIMEOUT_ACTIONS)}, not "

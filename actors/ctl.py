@@ -240,6 +240,8 @@ def print_status(status: dict) -> int:
         print(f"Level: {ev['level']}")
         print(f"Events written: {ev['events_written']}")
         print(f"Events dropped (buffer full): {ev['events_dropped']}")
+        print(f"Sync before confirms (events_sync): {ev.get('events_sync', 'off')}")
+        print(f"Syncs before confirms: {ev.get('events_syncs', 0)}")
     return 0
 
 

@@ -57,8 +57,9 @@ import msgpack
 from actors import faults, hlc
 
 __all__ = ["SCHEMA", "KINDS", "MESSAGE_KINDS", "COPY_KINDS", "PUBLISHER_KINDS", "PROCESS_KINDS",
-           "LOG_KINDS", "DEAD_LETTER_KINDS", "REMOVAL_KINDS", "TX_KINDS", "EventLog",
+           "LOG_KINDS", "DEAD_LETTER_KINDS", "REMOVAL_KINDS", "TX_KINDS", "REPLICA_KINDS", "EventLog",
            "configure", "enabled", "emit", "written", "dropped", "run_id", "flush", "close",
+           "sync", "syncs", "SYNC_MODES",
            "parse_level", "read_file"]
 
 log = logging.getLogger("leveret.events")
@@ -79,11 +80,16 @@ DEAD_LETTER_KINDS = ("dead_letter_published",)
 REMOVAL_KINDS = ("purged", "queue_deleted")
 # No msg_id: a transaction's end, its publishes as a list (msg_ids).
 TX_KINDS = ("tx_committed", "tx_rolled_back")
+# A queue's mirrors and quorum members: a message taken from the master and settled (msg_id,
+# queue), all it held dropped, a sync finished, a replica promoted to master (no msg_id).
+REPLICA_KINDS = ("replica_enqueued", "replica_settled", "replica_dropped", "replica_synced",
+                 "promoted")
 KINDS = (MESSAGE_KINDS + COPY_KINDS + PUBLISHER_KINDS + PROCESS_KINDS + LOG_KINDS +
-         DEAD_LETTER_KINDS + REMOVAL_KINDS + TX_KINDS)
+         DEAD_LETTER_KINDS + REMOVAL_KINDS + TX_KINDS + REPLICA_KINDS)
 _LOG_KIND_SET = frozenset(LOG_KINDS)
 
 FLUSH_INTERVAL = 0.2  # seconds between background writes
+SYNC_MODES = ("off", "write", "fsync")  # config.events_sync: what sync() does before a confirm
 HEARTBEAT_INTERVAL = 1.0  # seconds between heartbeat events: how long a silent crash can hide
 DEFAULT_MAX_BUFFERED = 250_000  # events held between writes before emit() drops (~0.1 GB)
 BATCH = 1024  # events encoded by one Packer.pack call
@@ -178,6 +184,9 @@ class EventLog:
         self.lock = threading.Lock()  # one drain at a time (writer thread or flush())
         self.wake = threading.Event()  # flush()/close() wake the writer early
         self.closed = False  # close() was called
+        self.fsync_files = False  # events_sync fsync: a file rotated out is fsync'd first
+        self.unsynced = False  # bytes written since the last fsync
+        self.syncs = 0  # sync() calls that wrote or fsync'd something (events_sync)
         self.next_heartbeat = time.monotonic() + heartbeat_interval  # when the writer beats
         os.makedirs(directory, exist_ok=True)
         self.mark("process_start", {})
@@ -288,9 +297,13 @@ class EventLog:
     def _write(self, data) -> None:
         self.file.write(data)
         self.file_bytes += len(data)
+        self.unsynced = True
 
     def _open_next(self) -> None:
         if self.file is not None:
+            if self.fsync_files:
+                self.file.flush()
+                os.fsync(self.file.fileno())
             self.file.close()
         while True:
             self.file_no += 1
@@ -315,6 +328,20 @@ class EventLog:
     def flush(self) -> None:
         """Write everything emitted so far (by this thread) before returning."""
         self._drain()
+
+    def sync(self, fsync: bool) -> None:
+        """events_sync: everything emitted so far written to the file (a kill -9 of this
+        process cannot take it: it is in the kernel's page cache), and with `fsync` on disk
+        (a power cut cannot either)."""
+        n = len(self.buf)
+        self._drain()
+        with self.lock:  # (scheduler threads of one process sync at once)
+            if fsync and self.unsynced and self.file is not None:
+                os.fsync(self.file.fileno())
+                self.unsynced = False
+                n = n or 1
+            if n:
+                self.syncs += 1
 
     def close(self) -> None:
         if self.closed:
@@ -357,6 +384,7 @@ def read_file(path: str):
 # -- the process-wide log: module functions the actors call -------------------------------------
 _log: EventLog | None = None  # this process's log, None when off
 _sample = 0  # 0 off, 1 full, N sampled:N -- read by emit()
+_sync_mode = 0  # events_sync: 0 off, 1 write, 2 fsync -- read by sync()
 _append = _drop = lambda event: None  # the log's buf.append while on
 _next_seq = _overflow = lambda: 0  # the log's sequence numbers and drop counter while on
 _buf: list = []  # the log's buffer while on (len() of it is cheaper than a bound __len__)
@@ -378,11 +406,14 @@ def run_id() -> str:
 
 def configure(config, process: str, node: str) -> None:
     """Start this process's log from `config.events` (closing one started before)."""
-    global _log, _sample, _append, _next_seq, _buf, _max_buffered, _overflow, _at
+    global _log, _sample, _append, _next_seq, _buf, _max_buffered, _overflow, _at, _sync_mode
     close()
     sample = parse_level(getattr(config, "events", "off"))
     if not sample:
         return
+    mode = getattr(config, "events_sync", "off")
+    if mode not in SYNC_MODES:
+        raise ValueError(f"events_sync must be one of {', '.join(SYNC_MODES)}, not {mode!r}")
     directory = os.path.join(getattr(config, "data_dir", "./var"), "events")
     max_bytes = int(getattr(config, "events_max_bytes", DEFAULT_MAX_BYTES))
     max_buffered = int(getattr(config, "events_max_buffered", DEFAULT_MAX_BUFFERED))
@@ -399,6 +430,8 @@ def configure(config, process: str, node: str) -> None:
     _max_buffered, _overflow = _log.max_buffered, _log.overflow
     _at = hlc.clock().at
     _sample = sample
+    _sync_mode = SYNC_MODES.index(mode)
+    _log.fsync_files = mode == "fsync"
 
 
 def enabled() -> bool:
@@ -439,12 +472,28 @@ def flush() -> None:
         _log.flush()
 
 
+def sync() -> None:
+    """Called where a publisher confirm leaves this process (the queue's Confirm to the
+    channel, a mirror's acknowledgement to its master, the channel's basic.ack): with
+    `events_sync` on, the events emitted so far are written (`write`) or fsync'd (`fsync`)
+    first; off, nothing (one global read)."""
+    if _sync_mode and _log is not None:
+        _log.sync(_sync_mode == 2)
+
+
+def syncs() -> int:
+    """How many sync() calls had events to write (0 when off)."""
+    lg = _log
+    return lg.syncs if lg is not None else 0
+
+
 def close() -> None:
     """Write what is buffered, then the `process_stop` marker, and close the file; emit() is
     a no-op afterwards. Call it before os._exit (atexit does not run then); kill -9 loses at
     most FLUSH_INTERVAL of events, and the run's missing stop marker says so."""
-    global _log, _sample, _append
+    global _log, _sample, _append, _sync_mode
     _sample = 0
+    _sync_mode = 0
     _append = _drop
     if _log is not None:
         lg, _log = _log, None

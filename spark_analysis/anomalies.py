@@ -81,10 +81,14 @@ def find(lifecycles: DataFrame, redelivery_threshold: int = 10) -> DataFrame:
                     counted, lambda c: c.getField("queue")), ","))
                 .otherwise(F.array_join(F.col("routed_queues"), ",")),
                 F.coalesce(F.col("t_confirmed"), F.col("t_published"), F.col("t_last_event")),
-                F.when(F.size(missed) > 0, F.format_string(
+                F.when(F.size(missed) > 0, F.when(F.try_element_at(missed, F.lit(1)).getField(
+                    "census_missing") == "promoted", F.concat(
+                        whose.otherwise(F.lit("synced")),
+                        F.lit(", then not held by the replica promoted to master"))).otherwise(
+                    F.format_string(
                     "%s, then missing from its queue's census (%s)",
                     whose.otherwise(F.lit("synced")),
-                    F.try_element_at(missed, F.lit(1)).getField("census_missing")))
+                    F.try_element_at(missed, F.lit(1)).getField("census_missing"))))
                 .when(F.size(vanished) > 0, F.concat(whose, F.lit(", then vanished from its queue")))
                 .otherwise(F.concat(whose, F.lit(", routed, never enqueued"))),
                 # (a census that held its copies after the gaps leaves them nothing to hide)

@@ -149,7 +149,7 @@ def run(args: argparse.Namespace, spark=None) -> int:
             events_by_kind[r["kind"]] = events_by_kind.get(r["kind"], 0) + r["count"]
             per_file[r["file"]] = per_file.get(r["file"], 0) + r["count"]
             if r["no_id"] and r["kind"] not in (S.PROCESS_KINDS + S.LOG_KINDS + S.REMOVAL_KINDS
-                                                + S.TX_KINDS):
+                                                + S.TX_KINDS + S.REPLICA_KINDS):
                 no_id += r["count"]
         recorded = manifest.entries(plan, new_headers, clock_of, offsets, per_file,
                                     ",".join(inputs), layout)

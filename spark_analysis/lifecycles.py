@@ -97,7 +97,7 @@ def copy_state(last: Column) -> Column:
 def group_rows(events: DataFrame) -> DataFrame:
     """Shuffle 1: one row per (msg_id, queue) -- queue null for the publish side."""
     ev = events.where(F.col("msg_id").isNotNull()).withColumn(
-        "copy_queue", F.when(_is(*S.COPY_KINDS), F.col("queue")))
+        "copy_queue", F.when(_is(*S.COPY_STEP_KINDS), F.col("queue")))
     step = F.struct(
         F.col("t_ns"), F.col("rank"), F.col("kind"), ns_to_ts(F.col("t_ns")).alias("t"),
         F.col("node"), F.col("actor"),
@@ -147,6 +147,8 @@ def group_rows(events: DataFrame) -> DataFrame:
         # by an ack (docs/streams.md)
         F.max(F.when(_is(*S.COPY_KINDS), F.col("offset").isNotNull())).alias("stream"),
         _t_min("enqueued").alias("t_enqueued_ns"),
+        # the promotions of its queue before the master that enqueued it (promotion_verdicts)
+        F.min(F.when(_is("enqueued"), F.col("epoch"))).alias("copy_epoch"),
         _t_min("stored").alias("t_stored_ns"),
         _t_min("synced").alias("t_synced_ns"),
         _t_min(*S.DELIVERY_KINDS).alias("t_first_delivered_ns"),
@@ -168,7 +170,7 @@ def group_rows(events: DataFrame) -> DataFrame:
         _union_lists(F.when(_is("dead_lettered"), F.col("queues"))).alias("dead_letter_queues"),
         F.first(F.when(_is("dead_lettered"), F.col("new_msg_id")), ignorenulls=True)
         .alias("dead_lettered_to"),
-        F.array_sort(F.collect_list(F.when(_is(*S.COPY_KINDS), step))).alias("steps"),
+        F.array_sort(F.collect_list(F.when(_is(*S.COPY_STEP_KINDS), step))).alias("steps"),
     )
 
 
@@ -202,6 +204,7 @@ def copy_states(rows: DataFrame, events: DataFrame) -> DataFrame:
                       rows.vhost.eqNullSafe(restarts.r_vhost), "left")
             .withColumn("durable", F.when(is_copy, F.coalesce(
                 F.col("durable"), F.col("q_durable"), F.col("t_stored_ns").isNotNull()))))
+    rows = promotion_verdicts(rows, events)
     rows = removed_by(rows, events)
     rows = census_verdicts(rows, events)
     # A channel (or its connection) closed after a copy was delivered on it, and no requeue
@@ -231,7 +234,50 @@ def copy_states(rows: DataFrame, events: DataFrame) -> DataFrame:
     return (rows.withColumn("state", F.when(gone, F.lit("vanished")).otherwise(F.col("state")))
             .drop("r_vhost", "r_queue", "t_restart_ns", "q_durable", "cc_connection",
                   "cc_channel", "t_ch_close_ns", "k_connection", "t_conn_close_ns",
-                  "last_connection", "last_channel", "t_last_state_ns", "census_judged"))
+                  "last_connection", "last_channel", "t_last_state_ns", "census_judged",
+                  "copy_epoch", "promotion_gone"))
+
+
+def promotion_verdicts(rows: DataFrame, events: DataFrame) -> DataFrame:
+    """Copies still queued or unacked when a mirror or quorum member of their queue was
+    promoted to master (`promoted`, of a later epoch than the master that enqueued them): a
+    copy lives on only where the promoted replica held it -- a `replica_enqueued` of it on
+    the promoted node before the promotion, and no `replica_dropped` of that node's replica
+    between the two. Otherwise it went with the deposed master (it had it, the new one never
+    did): `vanished`, `census_missing` "promoted" (census_verdicts: the promotion judged it as
+    a census would). The promotions and drops
+    of a queue are one broadcast row: no shuffle of the copy rows."""
+    marks_ev = events.where(_is("promoted", "replica_dropped") & F.col("queue").isNotNull())
+    if marks_ev.where(_is("promoted")).isEmpty():  # (no promotion: nothing to judge)
+        return rows.withColumn("promotion_gone", F.lit(False))
+    mark = F.struct("t_ns", "kind", "node", "epoch")
+    marks = (marks_ev.groupBy(F.col("vhost").alias("pm_vhost"), F.col("queue").alias("pm_queue"))
+             .agg(F.array_sort(F.collect_list(mark)).alias("pm_marks")))
+    rows = rows.join(F.broadcast(marks), (rows.copy_queue == marks.pm_queue) &
+                     rows.vhost.eqNullSafe(marks.pm_vhost), "left")
+    open_copy = F.col("state").isin("queued", "unacked") & F.col("copy_epoch").isNotNull()
+
+    def carried(p):
+        def held(s):
+            dropped_since = F.exists("pm_marks", lambda d: (d.getField("kind") ==
+                                                            "replica_dropped") &
+                                     (d.getField("node") == p.getField("node")) &
+                                     (d.getField("t_ns") > s.getField("t_ns")) &
+                                     (d.getField("t_ns") < p.getField("t_ns")))
+            return ((s.getField("kind") == "replica_enqueued") &
+                    (s.getField("node") == p.getField("node")) &
+                    (s.getField("t_ns") < p.getField("t_ns")) & ~dropped_since)
+        return F.exists("steps", held)
+
+    ended_by = F.try_element_at(F.filter(
+        F.coalesce("pm_marks", F.array()),
+        lambda p: open_copy & (p.getField("kind") == "promoted") &
+        (p.getField("epoch") > F.col("copy_epoch")) & ~carried(p)), F.lit(1))
+    gone = ended_by.isNotNull()
+    return (rows.withColumn("promotion_gone", gone)
+            .withColumn("state", F.when(F.col("promotion_gone"), F.lit("vanished"))
+                        .otherwise(F.col("state")))
+            .drop("pm_vhost", "pm_queue", "pm_marks"))
 
 
 def census_verdicts(rows: DataFrame, events: DataFrame) -> DataFrame:
@@ -243,17 +289,21 @@ def census_verdicts(rows: DataFrame, events: DataFrame) -> DataFrame:
     the latest census that held it (before one that did not): what a log gap ending before it
     hid cannot change the copy's fate (finish). `census_judged` says a census decided, so the
     guesses from restarts and closed channels stay out. The censuses of a queue are one
-    broadcast row (their times and ranges, split into starts and ends); whether one holds a
-    copy's seq_id is a binary search of its starts: no shuffle, no join of the copy rows."""
+    broadcast row (their times, epochs and ranges, split into starts and ends); whether one
+    holds a copy's seq_id is a binary search of its starts: no shuffle, no join of the copy
+    rows. A census of an epoch before the copy's master's does not judge it (seq_ids are a
+    master's log's), and a copy the promotion rule ended is `census_missing` "promoted"."""
     cen = events.where(_is("queue_census") & F.col("queue").isNotNull())
+    promoted = F.col("promotion_gone")
     if cen.isEmpty():  # (a log without censuses: the job costs what it did)
-        return (rows.withColumn("census_missing", F.lit(None).cast("string"))
-                .withColumn("census_judged", F.lit(False))
+        return (rows.withColumn("census_missing", F.when(promoted, F.lit("promoted"))
+                                .cast("string"))
+                .withColumn("census_judged", promoted)
                 .withColumn("t_census_ns", F.lit(None).cast("bigint")))
     pairs = F.when(F.size("seq_ranges") >= 2, F.sequence(
         F.lit(0), (F.size("seq_ranges") / 2 - 1).cast("int"))).otherwise(F.array())
     census = F.struct(
-        "t_ns", "reason", "seq_below",
+        "t_ns", "reason", "seq_below", "epoch",
         F.transform(pairs, lambda i: F.element_at("seq_ranges", i * 2 + 1)).alias("starts"),
         F.transform(pairs, lambda i: F.element_at("seq_ranges", i * 2 + 2)).alias("ends"))
     marks = (cen.groupBy(F.col("vhost").alias("cn_vhost"), F.col("queue").alias("cn_queue"))
@@ -268,7 +318,10 @@ def census_verdicts(rows: DataFrame, events: DataFrame) -> DataFrame:
     rows = rows.withColumn("census_after", F.filter(
         F.coalesce("censuses", F.array()),
         lambda c: open_copy & (c.getField("t_ns") > F.col("t_last_state_ns")) &
-        (copy_seq < c.getField("seq_below"))))
+        (copy_seq < c.getField("seq_below")) &
+        # (an earlier master's seq_ids are not this copy's: a new master numbers on from
+        # its own log, past which a deposed one may have numbered others)
+        F.coalesce(c.getField("epoch") >= F.col("copy_epoch"), F.lit(True))))
 
     def holds(c):
         return _in_ranges(c.getField("starts"), c.getField("ends"), copy_seq)
@@ -280,8 +333,9 @@ def census_verdicts(rows: DataFrame, events: DataFrame) -> DataFrame:
         c.getField("t_ns") < missing.getField("t_ns"), F.lit(True)))
     after_restart = F.exists("census_after", lambda c: c.getField("reason") == "started")
     judged = F.size("census_after") > 0
-    return (rows.withColumn("census_missing", missing.getField("reason"))
-            .withColumn("census_judged", judged)
+    return (rows.withColumn("census_missing", F.when(promoted, F.lit("promoted"))
+                            .otherwise(missing.getField("reason")))
+            .withColumn("census_judged", judged | promoted)
             .withColumn("t_census_ns", F.array_max(
                 F.transform(held_before, lambda c: c.getField("t_ns"))))
             .withColumn("state", F.when(judged & missing.isNotNull(), F.lit("vanished"))

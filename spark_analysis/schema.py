@@ -22,13 +22,19 @@ KIND_ORDER = (
 DEAD_LETTER_KINDS = ("dead_letter_published",)  # the child's first event, msg_id its own
 REMOVAL_KINDS = ("purged", "queue_deleted")  # no msg_id: every copy of the queue it removed
 TX_KINDS = ("tx_committed", "tx_rolled_back")  # no msg_id: `msg_ids` lists the publishes
-KIND_ORDER = KIND_ORDER + DEAD_LETTER_KINDS + REMOVAL_KINDS + TX_KINDS
+# A queue's mirrors and quorum members (replica_log.py): per message, what a replica took from
+# its master and was told left; no msg_id: all it held dropped, a sync done, a promotion.
+REPLICA_COPY_KINDS = ("replica_enqueued", "replica_settled")
+REPLICA_KINDS = REPLICA_COPY_KINDS + ("replica_dropped", "replica_synced", "promoted")
+KIND_ORDER = KIND_ORDER + DEAD_LETTER_KINDS + REMOVAL_KINDS + TX_KINDS + REPLICA_KINDS
 RANK = {kind: i for i, kind in enumerate(KIND_ORDER)}
 
 MESSAGE_KINDS = ("publish_received", "routed", "unroutable", "returned")
 PUBLISHER_KINDS = ("confirmed", "nacked_to_publisher")
 COPY_KINDS = ("enqueued", "stored", "synced", "delivered", "fetched", "acked", "nacked",
               "rejected", "requeued", "expired", "dead_lettered", "dropped")
+# The steps of a queue's copy: its own events and what the queue's replicas did with it.
+COPY_STEP_KINDS = COPY_KINDS + REPLICA_COPY_KINDS
 PROCESS_KINDS = ("queue_crashed", "queue_started", "queue_census", "channel_closed",
                  "connection_closed", "process_crashed")
 # The log's own events: where a process run's log starts, that it is alive, what it dropped,
@@ -87,6 +93,8 @@ FIELD_COLUMNS = (
     ("correlation_id", "string"),  # publish_received: the publisher's property
     # a stream's message (enqueued, synced, delivered, acked): its offset in the stream
     ("offset", "bigint"),
+    ("epoch", "bigint"),  # enqueued, queue_census, replica_*, promoted: the master's promotions
+    ("role", "string"),  # replica_*, promoted: "mirror" (classic) or "member" (quorum)
 )
 
 # Columns every row gets from its file's header and the event record itself.

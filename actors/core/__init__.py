@@ -11,7 +11,7 @@ cycle (tests/unit/core/test_core_imports.py).
 
 class NoEvents:
     """The event log a core gets when its shell gives none: off. Shells pass actors.events
-    (the writer), which has the same two functions; cores never import it."""
+    (the writer), which has the same three functions; cores never import it."""
 
     @staticmethod
     def enabled() -> bool:
@@ -19,6 +19,10 @@ class NoEvents:
 
     @staticmethod
     def emit(kind, msg_id=None, **fields) -> None:
+        pass
+
+    @staticmethod
+    def sync() -> None:
         pass
 
 

@@ -454,10 +454,13 @@ class ChannelCore:
             for q, (items, bodies) in batches.items():
                 self.out.send(q, m.Publish(self.address, items, bodies))
         if self.settle_batches:
+            # (events_sync: a queue with x-confirm-on=ack confirms on these acks)
+            self.events.sync()
             batches, self.settle_batches = self.settle_batches, {}
             for (q, op), ids in batches.items():
                 self.out.send(q, m.Settle(self.address, op, ids))
         if self.lite_confirms:
+            self.events.sync()  # (events_sync: the acks this confirm rests on are written)
             confirms, self.lite_confirms = self.lite_confirms, {}
             for (publisher, q), seqs in confirms.items():
                 if publisher == self.address:
@@ -509,6 +512,7 @@ class ChannelCore:
                                  reason=self.nack_reason.pop(s, "internal"))
         self.confirm_acks = []
         self.confirm_nacks = []
+        self.events.sync()  # (events_sync: this process's events are written before the confirm)
         self.out.write(b"".join(out))
 
     # --- channel class ------------------------------------------------------------------------

@@ -232,8 +232,11 @@ class QueueCore:
                  auto_delete=False, delivery_window=2000, credit_more=credit_flow.MORE,
                  credit_more_bytes=credit_flow.MORE_BYTES, backlog_bytes=0, durable=False,
                  page_bytes=0, page_size=2048,
-                 events=NO_EVENTS, random_bytes=os.urandom):
+                 events=NO_EVENTS, random_bytes=os.urandom, epoch=0):
         self.events = events  # the event log (actors.events in the shell), injected
+        # promotions of the queue before this master (the metadata's `epoch`): its events
+        # name it, so the analysis can tell this master's copies from a deposed one's
+        self.epoch = epoch
         self.random_bytes = random_bytes  # msg ids of stored messages that came without one
         self.vhost, self.name = vhost, name  # identity
         self.durable = durable  # persistent messages go to the backing queue's storage
@@ -511,7 +514,7 @@ class QueueCore:
         if msg.msg_id is not None and self.events.enabled():
             self.events.emit("enqueued", msg.msg_id, actor="queue", vhost=self.vhost,
                              queue=self.name, seq_id=msg.seq_id, paged=divert,
-                             durable=self.durable)
+                             durable=self.durable, epoch=self.epoch)
         if self.on_enqueue is not None:
             self.on_enqueue(msg)  # mirrored: the master sends it to its mirrors
         if divert:

@@ -761,7 +761,10 @@ class ClusterMixin:
             return False
         log.warning("cluster: queue '%s' in vhost '%s' moves to its mirror on %s",
                     q["name"], q["vhost"], self.members[heir].get("name", heir))
-        self._change(["queue_put", self._moved_to(q, heir)])
+        # the next epoch, as a quorum queue's promotion: the event log tells this master's
+        # copies from the deposed one's by it (a classic master keeps no log to compare)
+        self._change(["queue_put", self._moved_to(q, heir,
+                                                  epoch=int(q.get("epoch") or 0) + 1)])
         return True
 
     def _moved_to(self, q, heir, **more) -> dict:

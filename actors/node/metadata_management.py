@@ -346,7 +346,10 @@ class ManagementMixin:
         if workers is None:
             workers = self._own_totals()
         return {"events_written": workers.get("events_written", 0) + events.written(),
-                "events_dropped": workers.get("events_dropped", 0) + events.dropped()}
+                "events_dropped": workers.get("events_dropped", 0) + events.dropped(),
+                "events_syncs": workers.get("events_syncs", 0) + events.syncs(),
+                "events_sync": self.config.events_sync if self.config.events != "off"
+                else "off"}
 
     def op_mgmt_counters(self, rpc):
         """This node's statistics for Prometheus (per node, as rabbitmq_prometheus: a

@@ -29,13 +29,14 @@ REASONS = ("started", "stopped", "requested")  # after recovery, at a clean stop
 class Census:
     """Queue -> BackingQueue (local only): emit the queue's census."""
 
-    __slots__ = ("reason", "held", "paged", "below")
+    __slots__ = ("reason", "held", "paged", "below", "epoch")
 
-    def __init__(self, reason: str, held: list, paged: dict, below: int):
+    def __init__(self, reason: str, held: list, paged: dict, below: int, epoch: int = 0):
         self.reason = reason  # one of REASONS
         self.held = held  # sorted seq_ids in the Queue's memory (ready and unacked)
         self.paged = paged  # priority -> page_after of each lane with a paged part
         self.below = below  # the queue's next seq_id at the snapshot: the census is of those below
+        self.epoch = epoch  # the master's promotion count: seq_ids are this log's
 
 
 def snapshot(core, reason: str) -> Census:
@@ -43,7 +44,7 @@ def snapshot(core, reason: str) -> Census:
     held = sorted([msg.seq_id for ready in core.ready for msg in ready.all()] +
                   list(core.unacked))
     paged = {p: lane.page_after for p, lane in enumerate(core.lanes) if lane.paged}
-    return Census(reason, held, paged, core.next_seq)
+    return Census(reason, held, paged, core.next_seq, core.epoch)
 
 
 def seq_ranges(seq_ids: Iterable[int]) -> list:
@@ -72,7 +73,7 @@ def emit(events, vhost: str, queue: str, census: Census, paged: Iterable[Iterabl
     if events.enabled():
         events.emit("queue_census", None, actor="backing_queue", vhost=vhost, queue=queue,
                     reason=census.reason, seq_ranges=ranges, count=n, seq_below=below,
-                    durable=durable)
+                    durable=durable, epoch=census.epoch)
     return n
 
 

@@ -223,6 +223,7 @@ class ProcessSampler:
 
     def sample(self) -> None:
         totals = {"events_written": events.written(), "events_dropped": events.dropped(),
+                  "events_syncs": events.syncs(),
                   **storage.io_totals()}
         if totals == self.last:
             return

@@ -87,6 +87,7 @@ class Effects:
 
     def confirm(self, channel, seqs, ok, reason=""):
         if channel and not (ok and self.actor.mirrors.confirm(channel, seqs)):
+            events.sync()  # (events_sync: this process's events before the confirm they back)
             self.t.send(channel, m.Confirm(self.addr, seqs, ok, reason))
             if ok:
                 self.actor.counters.confirmed(self.actor.core.confirm_on, len(seqs))
@@ -165,7 +166,8 @@ class Queue(LightActor):
                               backlog_bytes=host.config.queue_backlog_bytes,
                               durable=self.durable,
                               page_bytes=host.config.queue_page_bytes,
-                              page_size=host.config.queue_page_size, events=events)
+                              page_size=host.config.queue_page_size, events=events,
+                              epoch=int(qdef.get("epoch") or 0))
         self.disk = DiskCounts()  # messages its backing queue wrote and read back
         self.bq = BackingQueue.start(self.actor_ref, qdef, host.config, host.timers,
                                      counts=self.disk)  # storage half
@@ -203,6 +205,12 @@ class Queue(LightActor):
         return next((x for x in q.get("mirrors") or () if x in synced), None)
 
     def _mirror_synced(self, member) -> None:
+        if events.enabled():
+            # its per-message replica_enqueued events said what the sync sent; this says that
+            # the replica now holds everything this master holds
+            events.emit("replica_synced", None, actor="queue", vhost=self.vhost,
+                        queue=self.qname, member=member, epoch=self.epoch,
+                        role="member" if self.mirrors.needed is not None else "mirror")
         self.transport.send(self.node, m.Rpc("", 0, "queue.synced", {
             "vhost": self.vhost, "name": self.qname, "member": member}))
 
@@ -287,6 +295,13 @@ class Queue(LightActor):
                                                                 self.address))
         self.serving = True
         if events.enabled():
+            if self.adopted is not None:
+                # a mirror or member became this master: it held what it said it took
+                # (replica_enqueued), and no copy of an earlier master it did not hold lives on
+                events.emit("promoted", None, actor="queue", vhost=self.vhost,
+                            queue=self.qname, epoch=self.epoch,
+                            role="member" if self.mirrors.needed is not None else "mirror",
+                            count=self.core.stats()["messages"])
             events.emit("queue_started", None, actor="queue", vhost=self.vhost,
                         queue=self.qname, recovered=self.recovered)
             self._census("started")
@@ -560,6 +575,8 @@ class Queue(LightActor):
         self._sync_next()
 
     def _release(self, confirms) -> None:
+        if confirms:
+            events.sync()  # (events_sync: this process's events before the confirms they back)
         for channel, seqs in confirms:
             self.transport.send(channel, m.Confirm(self.address, seqs, True))
             self.counters.confirmed(self.core.confirm_on, len(seqs))

@@ -328,6 +328,8 @@ class StreamQueue(LightActor):
         by_channel: dict = {}
         for ch, seq in msg.confirms:
             by_channel.setdefault(ch, []).append(seq)
+        if by_channel:
+            events.sync()  # (events_sync: this process's events before the confirms they back)
         for ch, seqs in by_channel.items():
             self.transport.send(ch, m.Confirm(self.address, seqs, msg.ok,
                                               "" if msg.ok else "disk"))

@@ -95,5 +95,65 @@ def test_the_broker_writes_every_kind_the_job_reads(tmp_path):
     finally:
         broker.stop()  # process_stop
     seen = _kinds(broker.data_dir / "events")
-    assert set(events.KINDS) - seen == set()
-    assert set(schema.KIND_ORDER) - seen == set()
+    # (a queue's replicas need a cluster: the test below)
+    assert set(events.KINDS) - set(events.REPLICA_KINDS) - seen == set()
+    assert set(schema.KIND_ORDER) - set(schema.REPLICA_KINDS) - seen == set()
+
+
+def _queue_node(broker, name) -> str:
+    out = broker.ctl("list_queues", "name", "node", "synchronised_mirrors",
+                     "worker").stdout.splitlines()[2:]
+    return next((line.split("\t")[1:] for line in out if line.split("\t")[0] == name),
+                [None, "", None])
+
+
+def _events_of(folders) -> list:
+    got = []
+    for folder in folders:
+        for path in glob.glob(os.path.join(folder, "*.events")):
+            header, it = events.read_file(path)
+            got += [(header["node"], e) for e in it]
+    return got
+
+
+@pytest.mark.timeout(180)
+def test_a_clusters_replicas_write_every_replica_kind__C5(tmp_path):
+    """A mirrored queue on three nodes with events full: its mirrors take (replica_enqueued)
+    and settle (replica_settled) each message, drop what they held when they (re)join
+    (replica_dropped), finish their sync (replica_synced), and one is promoted (promoted) when
+    the master's queue worker is killed -9; the promoted mirror had announced every message
+    its queue then holds. With events_sync the killed master's `enqueued` events were all
+    written before their confirms (the kill comes right after the last one)."""
+    from tests.integration.cluster.nodes import Nodes
+    nodes = Nodes(tmp_path, 3, "--events", "full", "--events-sync", "write")
+    try:
+        nodes[0].ctl("set_policy", "ha-all", "^ha\\.", '{"ha-mode": "all"}')
+        with nodes[0].connection() as c:
+            ch = c.channel()
+            ch.queue_declare("ha.kinds", durable=True)  # home: node 1
+            nodes.wait(lambda: _queue_node(nodes[1], "ha.kinds")[1].count("node") == 2,
+                       what="mirrors synchronised")
+            master = nodes[0].queue_worker_pids()[int(_queue_node(nodes[0], "ha.kinds")[2])]
+            ch.confirm_delivery()
+            for i in range(20):
+                ch.basic_publish("", "ha.kinds", b"%d" % i, pika.BasicProperties(delivery_mode=2))
+                if i == 9:
+                    method, _, _ = ch.basic_get("ha.kinds")
+                    ch.basic_ack(method.delivery_tag)  # the mirrors forget it: replica_settled
+            os.kill(master, signal.SIGKILL)  # (right after the last confirm)
+        home = nodes.wait(lambda: (n := _queue_node(nodes[2], "ha.kinds")[0]) not in
+                          (None, "leveret@node1") and n, what="a mirror promoted")
+        with nodes[2].connection() as c:
+            assert c.channel().queue_declare("ha.kinds", passive=True).method.message_count == 19
+        time.sleep(0.5)
+    finally:
+        nodes.stop()
+    got = _events_of(tmp_path / f"node{i + 1}" / "data" / "events" for i in range(3))
+    assert set(events.REPLICA_KINDS) - {e[0] for _, e in got} == set()
+    (promoted,) = [(node, e) for node, e in got if e[0] == "promoted"]
+    assert promoted[0] == home and promoted[1][4]["epoch"] == 1
+    assert promoted[1][4]["role"] == "mirror" and promoted[1][4]["count"] == 19
+    enqueued = {e[1] for _, e in got if e[0] == "enqueued" and e[4]["queue"] == "ha.kinds"}
+    held = {e[1] for node, e in got if node == home and e[0] == "replica_enqueued"}
+    settled = {e[1] for node, e in got if node == home and e[0] == "replica_settled"}
+    assert len(enqueued) == 20 and enqueued <= held and len(settled) == 1

@@ -187,7 +187,8 @@ def test_emit_merges_memory_and_paged_parts_below_the_snapshot():
     (kind, mid, fields), = log.got
     assert (kind, mid, n) == ("queue_census", None, 6)
     assert fields == dict(actor="backing_queue", vhost="/", queue="q", reason="requested",
-                          seq_ranges=[1, 5, 9, 9], count=6, seq_below=12, durable=True)
+                          seq_ranges=[1, 5, 9, 9], count=6, seq_below=12, durable=True,
+                          epoch=0)
 
 
 def test_the_jobs_range_search_agrees_with_the_census_module(spark):

@@ -33,6 +33,7 @@ def test_reader_schema_is_the_writers():
     assert S.LOG_KINDS == writer.LOG_KINDS
     assert S.DEAD_LETTER_KINDS == writer.DEAD_LETTER_KINDS
     assert S.REMOVAL_KINDS == writer.REMOVAL_KINDS and S.TX_KINDS == writer.TX_KINDS
+    assert S.REPLICA_KINDS == writer.REPLICA_KINDS
 
 
 def test_reader_decodes_what_the_writer_wrote(tmp_path):

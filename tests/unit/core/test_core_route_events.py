@@ -20,6 +20,7 @@ class Recorder:
 
     def __init__(self):
         self.got: list = []
+        self.synced_at: list = []  # len(got) at each sync()
 
     @staticmethod
     def enabled() -> bool:
@@ -27,6 +28,10 @@ class Recorder:
 
     def emit(self, kind, msg_id=None, **fields) -> None:
         self.got.append((kind, msg_id, fields))
+
+    def sync(self) -> None:
+        """events_sync's seam: how many events had been emitted at each call."""
+        self.synced_at.append(len(self.got))
 
     def of(self, kind) -> list:
         return [(mid, f) for k, mid, f in self.got if k == kind]

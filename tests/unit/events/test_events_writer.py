@@ -173,7 +173,7 @@ def test_schema_round_trip_of_every_kind(tmp_path):
         assert ev[2] >= last_wall and ev[3] >= last_mono
         last_wall, last_mono = ev[2], ev[3]
     assert set(events.KINDS) == {s[0] for s in sent}
-    assert len(events.KINDS) == 33
+    assert len(events.KINDS) == 38
 
 
 def test_values_msgpack_cannot_encode(tmp_path):
@@ -349,3 +349,35 @@ def test_kill_9_leaves_a_run_without_its_stop_marker(tmp_path):
     assert out.returncode == -9, out.stderr
     got = _all_events(str(tmp_path / "events"), markers=True)
     assert [(e[0], e[5]) for e in got] == [("process_start", 0), ("enqueued", 1)]
+
+
+@pytest.mark.parametrize("mode", ["off", "write", "fsync"])
+def test_sync_writes_what_was_emitted_before_a_kill_9(tmp_path, mode):
+    """events_sync: events.sync() (called where a confirm leaves a process) puts everything
+    emitted so far in the file, where a kill -9 right after cannot take it; off, it does
+    nothing and the kill takes the buffer."""
+    code = ("import os, signal, types\n"
+            "from actors import events\n"
+            f"events.configure(types.SimpleNamespace(data_dir={str(tmp_path)!r}, events='full',"
+            f" events_sync={mode!r}), 'queue-0', 'n1')\n"
+            "events._log.flush_interval = 3600  # (the writer thread stays out of it)\n"
+            "events.flush()\n"
+            "events.emit('enqueued', b'a' * 16, queue='q')\n"
+            "events.sync()\n"
+            "assert events.syncs() == (0 if events._sync_mode == 0 else 1)\n"
+            "events.sync()  # (nothing new: not counted)\n"
+            "assert events.syncs() == (0 if events._sync_mode == 0 else 1)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert out.returncode == -9, out.stderr
+    got = [e[0] for e in _all_events(str(tmp_path / "events"))]
+    assert got == ([] if mode == "off" else ["enqueued"])
+
+
+def test_an_unknown_events_sync_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="events_sync must be one of off, write, fsync"):
+        events.configure(_cfg(tmp_path, "full", events_sync="yes"), "conn-0", "n1")
+    from actors.config import Config
+    assert Config(events_sync="yes").check() == [
+        "events_sync must be one of off, write, fsync, not 'yes'"]
+    assert Config().check() == []
