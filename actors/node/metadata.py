@@ -29,7 +29,7 @@ from actors import events
 from actors import messages as m
 from actors.messages import (ClusterEntry, ClusterReady, ClusterTick, CommitFailed, DurableQueues,
                              ReadyWorkers, StatsTimeout, WorkerExited)
-from actors.core import limits, policies, queue_args, quorum, stream
+from actors.core import limits, policies, queue_args, quorum
 from actors.core.errors import ChannelError, ConnectionError_, amqp_text
 from actors.core.permissions import AuthDB, hashed_auth_call
 from actors.core.queue_stats import StatsTable
@@ -966,9 +966,6 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
             self.auth.check_new_queue(user, vhost, name, arguments)
         queue_args.validate(arguments, name, vhost, {"durable": durable, "exclusive": exclusive,
                                                      "auto_delete": auto_delete})
-        if stream.is_stream(arguments):
-            stream.check_cluster_size(arguments, len(self.config.cluster_nodes or ())
-                                      if self.cluster is not None else 1, name, vhost)
         # rabbit_queue_type:declare's check_vhost_queue_limit: the definitions are the cluster's
         vlimits = self.limits.get(("vhost", vhost))
         if vlimits:

@@ -53,12 +53,13 @@ from actors.messages import ClusterEntry, ClusterTick, CommitFailed
 from actors.node.cluster import Cluster
 from actors.node.queue_table import QueueTable
 from actors.replica import parameters_of
-from actors.core import mirroring, policies, quorum, stream
+from actors.core import mirroring, policies, quorum, stream, stream_replication
 from actors.core.pause import DOWN_AFTER_S, PauseClock, may_mark_down
 from actors.core.errors import amqp_text
 from actors.core.permissions import AuthDB
 from actors.core.routing import Router
 from actors.queue import quorum_log
+from actors.queue.stream_position import log_position as stream_log_position
 
 log = logging.getLogger("leveret.cluster")
 
@@ -794,8 +795,9 @@ class ClusterMixin:
         mode, params = args.get("x-ha-mode"), args.get("x-ha-params")
         if quorum.is_quorum(args):  # its members: the group size, ha policies do not apply
             mode, params = "exactly", quorum.group_size(args, len(self.config.cluster_nodes))
-        elif stream.is_stream(args):  # a stream lives on its node only (docs/streams.md)
-            return None, None
+        elif stream.is_stream(args):  # its members: the initial cluster size (docs/streams.md)
+            mode, params = "exactly", stream_replication.cluster_size(
+                args, len(self.config.cluster_nodes))
         elif mode is None:
             p = policies.effective(self.policies, q["vhost"], q["name"], "queues",
                                    self.op_policies)
@@ -833,9 +835,15 @@ class ClusterMixin:
 
     # --- quorum queues: choosing a leader (Raft's election, played by the cluster leader) ------
     def _is_quorum(self, q) -> bool:
-        return self.cluster is not None and q["durable"] and quorum.is_quorum(q.get("arguments"))
+        """A queue whose leader is elected: a quorum queue, or a (replicated) stream."""
+        args = q.get("arguments")
+        return self.cluster is not None and q["durable"] and (
+            quorum.is_quorum(args) or stream.is_stream(args))
 
     def _group_size(self, q) -> int:
+        if stream.is_stream(q.get("arguments")):
+            return stream_replication.cluster_size(q.get("arguments"),
+                                                   len(self.config.cluster_nodes))
         return quorum.group_size(q.get("arguments"), len(self.config.cluster_nodes))
 
     @staticmethod
@@ -880,7 +888,11 @@ class ClusterMixin:
         """Any node: the leader asks how far our log of a quorum queue goes (no answer when it
         cannot be read: a member that does not answer does not vote)."""
         try:
-            pos = quorum_log.position(self.config, msg.vhost, msg.name)
+            q = self.queues.get((msg.vhost, msg.name))
+            if q is not None and stream.is_stream(q.get("arguments")):
+                pos = stream_log_position(self.config, msg.vhost, msg.name)
+            else:
+                pos = quorum_log.position(self.config, msg.vhost, msg.name)
         except Exception:  # noqa: BLE001 - an unreadable log is no vote
             log.exception("cluster: could not read the log of quorum queue '%s' in vhost '%s'",
                           msg.name, msg.vhost)

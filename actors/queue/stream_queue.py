@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from typing import NamedTuple
 
 import lmdb
@@ -24,13 +25,14 @@ import pykka
 
 from actors import events
 from actors import messages as m
-from actors.core import credit_flow, policies, stream
+from actors.core import credit_flow, policies, stream, stream_replication
 from actors.core.errors import AMQPError
 from actors.core.queue_args import check_consume_arguments
 from actors.core.queue_stats import QueueCounters
 from actors.core.stream_readers import Reader, StreamReaders
 from actors.messages import ChannelsDown, PolicyChanged
 from actors.naming import queue_actor_name
+from actors.queue import quorum_log
 from actors.queue.storage import Storage, queue_id
 from actors.queue.stream_log import Entry, StreamLog
 from actors.runtime import LightActor
@@ -43,6 +45,8 @@ READ_BATCH_BYTES = 1 << 20  # ...and about this many body bytes
 RETENTION_CHECK_MS = 10_000  # how often age retention looks at the oldest segment
 HOLD_MAX = 64  # at most this many messages handled between two chunks written (a mailbox
 #                that never empties still has its publishes written and confirmed)
+REPLICATE_BYTES = 1 << 20  # about this many body bytes of chunks per StreamChunks sent
+REPLICATE_WINDOW = 20_000  # offsets sent to a member and not yet acknowledged, at most
 
 
 def wall_ms() -> int:
@@ -89,6 +93,19 @@ class DeleteLog(NamedTuple):
     """StreamQueue -> StreamWriter: the stream is deleted, its log goes."""
 
 
+class Member:
+    """The leader's view of one member of a replicated stream."""
+
+    __slots__ = ("member", "start", "sent", "acked", "synced")
+
+    def __init__(self, member: str, sent: int):
+        self.member = member  # its cluster member id
+        self.start = sent  # where its log matched ours when it joined
+        self.sent = sent  # the offset the next chunk sent to it starts at
+        self.acked = -1  # the end of its log it acknowledged (-1: nothing yet)
+        self.synced = False  # the node was told it caught up (queue.synced)
+
+
 class Run(NamedTuple):
     """StreamQueue -> itself: readers still behind, carry on after other messages."""
 
@@ -108,8 +125,10 @@ def _state(lg: StreamLog) -> LogState:
 class StreamWriter(LightActor):
     scheduler_name = "store"  # a sync stalls other writers and backing queues, never a queue
 
-    def __init__(self, queue_ref, storage: Storage, qid: bytes, settings, vhost, qname):
+    def __init__(self, queue_ref, storage: Storage, qid: bytes, settings, vhost, qname,
+                 epoch: int = 0):
         super().__init__()
+        self.epoch = epoch  # the stream's epoch: every chunk it writes carries it
         self.queue_ref = queue_ref  # the StreamQueue this writes for
         self.storage = storage  # the worker's LMDB environment
         self.settings = settings  # retention and layout (stream.StreamSettings)
@@ -133,7 +152,8 @@ class StreamWriter(LightActor):
     def _append(self, msg: Append) -> None:
         segments = len(self.log.segments)
         try:
-            first = self.log.append(msg.entries, wall_ms(), self.settings.filter_size).first
+            first = self.log.append(msg.entries, wall_ms(), self.settings.filter_size,
+                                    self.epoch).first
             ok = True
         except lmdb.MapFullError:
             log.error("stream '%s' in vhost '%s': message store full, %d messages refused",
@@ -187,8 +207,18 @@ class StreamQueue(LightActor):
         qid = queue_id(self.vhost, self.qname)
         self.log = StreamLog(storage.env, storage.stream_dbs, qid, storage.begin,
                              self.settings.segment_bytes)  # the readers' view of the log
+        self.epoch = int(qdef.get("epoch") or 0)  # promotions so far (replication)
         self.writer = StreamWriter.start(self.actor_ref, storage, qid, self.settings,
-                                         self.vhost, self.qname)  # the log's one writer
+                                         self.vhost, self.qname, self.epoch)  # its one writer
+        # members holding the stream (leader included): 1 unless replicated in a cluster
+        self.size = stream_replication.cluster_size(
+            self.arguments, len(host.config.cluster_nodes)) if host.config.cluster_nodes else 1
+        self.members: dict[str, Member] = {}  # member address -> what it holds
+        self.overview = self.log.overview() if self.size > 1 else []  # [[epoch, last]...]
+        # the end of the log a majority holds: consumers read below it, publishes below it
+        # are confirmed (a lone member's is its log's end)
+        self.committed = self.log.next if self.size == 1 else 0
+        self.waiting: deque = deque()  # (end offset, {channel: [seq_no]}) for a majority
         self.readers = StreamReaders()  # the consumers and their positions
         self.credit = credit_flow.ReceiverCredit(host.config.credit_more,
                                                  host.config.credit_more_bytes)  # publishers'
@@ -210,6 +240,9 @@ class StreamQueue(LightActor):
 
     # --- lifecycle -----------------------------------------------------------------------
     def on_start(self):
+        if self.size > 1:
+            # this log is the stream's of this epoch: a member of ours votes with its epoch
+            quorum_log.mark_complete(self.config, self.vhost, self.qname, self.epoch)
         self.transport.register(self.name, self.actor_ref)
         self.serving = True
         self.timers.every(self.config.collect_statistics_interval, self.actor_ref, EmitStats())
@@ -273,6 +306,13 @@ class StreamQueue(LightActor):
         elif isinstance(msg, m.Get):
             e = stream.get_refused(self.qname, self.vhost)
             self._reply(msg.sender, msg.req_id, False, None, e.reply_code, e.text)
+        elif isinstance(msg, m.StreamAck):
+            self._member_acked(msg)
+        elif isinstance(msg, m.StreamJoin):
+            self._member_join(msg)
+        elif isinstance(msg, m.MirrorsDown):
+            for addr in [a for a in self.members if a.startswith(msg.endpoint + "#")]:
+                del self.members[addr]
         elif isinstance(msg, m.ChannelDown):
             self.readers.drop_channel(msg.sender)
             self.credit.forget(msg.sender)
@@ -300,7 +340,8 @@ class StreamQueue(LightActor):
             self.writer.tell(Append(self.entries, self.confirms,
                                     [(ch, n, b) for ch, (n, b) in self.senders.items()]))
             self.entries, self.confirms, self.senders = [], [], {}
-        if not self.run_pending and self._deliver():
+        more = self._replicate() if self.members else False
+        if not self.run_pending and (self._deliver() or more):
             self.run_pending = True
             self.actor_ref.tell(Run())
 
@@ -328,11 +369,17 @@ class StreamQueue(LightActor):
         by_channel: dict = {}
         for ch, seq in msg.confirms:
             by_channel.setdefault(ch, []).append(seq)
-        for ch, seqs in by_channel.items():
-            self.transport.send(ch, m.Confirm(self.address, seqs, msg.ok,
-                                              "" if msg.ok else "disk"))
-            if msg.ok:
-                self.counters.confirmed("enqueue", len(seqs))
+        if msg.ok and self.size > 1:
+            end = msg.first + len(msg.msg_ids)
+            if self.overview and self.overview[-1][0] == self.epoch:
+                self.overview[-1][1] = end - 1
+            else:
+                self.overview.append([self.epoch, end - 1])
+            if by_channel:
+                self.waiting.append((end, by_channel))
+            self._commit()
+        else:
+            self._confirm(by_channel, msg.ok)
         for ch, n, nbytes in msg.senders:
             due = self.credit.received(ch, n, nbytes)
             if due is not None:
@@ -346,9 +393,78 @@ class StreamQueue(LightActor):
                                     queue=self.qname, seq_id=msg.first + i,
                                     offset=msg.first + i, paged=False, durable=True)
 
+    def _confirm(self, by_channel: dict, ok: bool) -> None:
+        for ch, seqs in by_channel.items():
+            self.transport.send(ch, m.Confirm(self.address, seqs, ok, "" if ok else "disk"))
+            if ok:
+                self.counters.confirmed("enqueue", len(seqs))
+
     def _adopt(self, state: LogState) -> None:
         self.log.next, self.log.last_chunk = state.next, state.last_chunk
         self.log.segments = list(state.segments)
+        if self.size == 1:
+            self.committed = self.log.next
+
+    # --- replication (a stream with members on other nodes) --------------------------------
+    def _commit(self) -> None:
+        """The end a majority holds moved: confirm what is below it, let readers see it."""
+        acked = {a: st.acked for a, st in self.members.items() if st.acked >= 0}
+        end = stream_replication.committed_offset(self.log.next, acked, self.size)
+        if end <= self.committed:
+            return
+        self.committed = end
+        while self.waiting and self.waiting[0][0] <= end:
+            self._confirm(self.waiting.popleft()[1], True)
+
+    def _member_join(self, msg: m.StreamJoin) -> None:
+        """A member (re)joins: it keeps the prefix of its log that matches ours, then is sent
+        our chunks from there."""
+        keep = min(stream_replication.common_prefix(msg.overview, self.overview),
+                   self.log.next)
+        if keep < self.log.first:
+            keep = 0  # what matches is gone here (retention): it drops its whole log
+        self.members[msg.member_addr] = Member(msg.member, max(keep, self.log.first))
+        log.info("stream '%s' in vhost '%s': member on %s joined at offset %d (log %d-%d)",
+                 self.qname, self.vhost, msg.member, keep, self.log.first, self.log.next - 1)
+        self.transport.send(msg.member_addr, m.StreamChunks(self.address, self.epoch, keep,
+                                                            [], [], []))
+
+    def _member_acked(self, msg: m.StreamAck) -> None:
+        st = self.members.get(msg.member_addr)
+        if st is None or msg.epoch != self.epoch:
+            return
+        st.acked = max(st.acked, msg.next)
+        if not st.synced and st.acked >= self.log.next:
+            # caught up: its log counts in an election from now on (the node's `logs`)
+            st.synced = True
+            self.transport.send(self.node, m.Rpc("", 0, "queue.synced", {
+                "vhost": self.vhost, "name": self.qname, "member": st.member}))
+        self._commit()
+
+    def _replicate(self) -> bool:
+        """Send each member the chunks it lacks, within its window -> whether one may take
+        more now (another turn after the mailbox's other messages)."""
+        more = read = False
+        for addr, st in self.members.items():
+            if st.sent >= self.log.next or st.sent - max(st.acked, st.start) >= REPLICATE_WINDOW:
+                continue
+            chunks = self.log.read_chunks(st.sent, REPLICATE_BYTES)
+            read = True
+            if not chunks:
+                continue
+            heads, items, bodies = [], [], []
+            for c, entries in chunks:
+                heads.append([c.first, c.count, c.ts, c.epoch, c.bloom])
+                for e in entries:
+                    items.append([e.exchange, e.routing_key, e.props_raw, e.msg_id])
+                    bodies.append(e.body)
+            st.sent = chunks[-1][0].first + chunks[-1][0].count
+            self.transport.send(addr, m.StreamChunks(self.address, self.epoch, -1, heads,
+                                                     items, bodies))
+            more = more or st.sent < self.log.next
+        if read:
+            self.storage.trim()
+        return more
 
     # --- consuming -------------------------------------------------------------------------
     def _consume(self, msg: m.Consume) -> None:
@@ -374,10 +490,10 @@ class StreamQueue(LightActor):
         headed: dict = {}  # offset -> its properties with the header: readers at the same
         #                    place share one encoding
         more = False
-        for r in self.readers.wanting(self.log.next):
+        for r in self.readers.wanting(self.committed):
             room = self.readers.room(r)
             msgs, pos = self.log.read(r.position, min(room, READ_BATCH), READ_BATCH_BYTES,
-                                      r.filters, r.match_unfiltered)
+                                      r.filters, r.match_unfiltered, self.committed)
             r.position = pos
             if not msgs:
                 continue
@@ -393,7 +509,7 @@ class StreamQueue(LightActor):
                 items.append(item)
                 bodies.append(x.body)
             self.readers.delivered(r, [x.offset for x in msgs])
-            more = more or (r.position < self.log.next and self.readers.room(r) > 0)
+            more = more or (r.position < self.committed and self.readers.room(r) > 0)
         for ch, (items, bodies) in batches.items():
             self.counters.delivered(ch, items, self.readers.by_key)
             self.transport.send(ch, m.Deliver(self.address, self.qname, items, bodies))
@@ -454,7 +570,7 @@ class StreamQueue(LightActor):
     def stream_info(self) -> dict:
         """The stream's own figures for the management API: its offsets, segments and each
         consumer's position."""
-        return {"first_offset": self.log.first, "committed_offset": self.log.next - 1,
+        return {"first_offset": self.log.first, "committed_offset": self.committed - 1,
                 "segments": [{"number": s.number, "first_offset": s.first,
                               "last_offset": s.last, "bytes": s.nbytes}
                              for s in self.log.segments],

@@ -1,0 +1,49 @@
+"""actors/core/stream_replication.py: members, the committed offset, a joining member's
+matching prefix."""
+from __future__ import annotations
+
+from actors.core.quorum import elect
+from actors.core.stream_replication import cluster_size, committed_offset, common_prefix
+
+
+def test_cluster_size_defaults_to_every_node_as_rabbitmq():
+    assert cluster_size({}, 3) == 3
+    assert cluster_size({"x-initial-cluster-size": 2}, 3) == 2
+    assert cluster_size({"x-initial-cluster-size": 7}, 3) == 3  # at most the cluster
+    assert cluster_size({}, 0) == 1  # a lone node
+    assert cluster_size({"x-initial-cluster-size": True}, 3) == 3
+
+
+def test_committed_offset_is_what_a_majority_holds():
+    # three members: the leader and one member make a majority
+    assert committed_offset(10, {}, 3) == -1
+    assert committed_offset(10, {"a": 4}, 3) == 4
+    assert committed_offset(10, {"a": 4, "b": 7}, 3) == 7
+    assert committed_offset(10, {"a": 10, "b": 7}, 3) == 10
+    # five members: three ends needed
+    assert committed_offset(10, {"a": 9, "b": 3}, 5) == 3
+    assert committed_offset(10, {"a": 9, "b": 3, "c": 8}, 5) == 8
+    assert committed_offset(10, {}, 1) == 10  # a lone member's log is committed
+
+
+def test_common_prefix_keeps_what_matches_the_leaders_log():
+    leader = [[0, 9], [1, 14], [3, 20]]
+    assert common_prefix([], leader) == 0  # an empty log keeps nothing
+    assert common_prefix([[0, 9]], leader) == 10  # a prefix: all of it
+    assert common_prefix([[0, 9], [1, 12]], leader) == 13
+    # an unconfirmed tail of epoch 1 the new leader (epoch 3) never had: cut at epoch 1's end
+    assert common_prefix([[0, 9], [1, 17]], leader) == 15
+    # a tail of an epoch the leader never saw (a leader of epoch 2 that wrote alone)
+    assert common_prefix([[0, 9], [1, 14], [2, 30]], leader) == 15
+    # a member longer in the leader's own epoch cannot be (it copies it), but is cut anyway
+    assert common_prefix([[0, 9], [1, 14], [3, 25]], leader) == 21
+    assert common_prefix([[0, 3]], [[0, 9]]) == 4
+
+
+def test_the_election_promotes_the_latest_epoch_then_the_longest_log():
+    # answers are [epoch of the leader whose log it is a prefix of, last offset]
+    voters = ["leader", "a", "b"]
+    assert elect(voters, {"a": (2, 10), "b": (2, 14)}, 3) == "b"
+    assert elect(voters, {"a": (3, 5), "b": (2, 14)}, 3) == "a"  # joined the newer leader
+    assert elect(voters, {"a": (2, 10)}, 3) is None  # no majority answered
+    assert elect(voters, {"a": None, "b": (1, 0)}, 3) == "b"  # never joined: votes only
