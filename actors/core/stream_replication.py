@@ -25,14 +25,19 @@ from actors.core.quorum import majority
 __all__ = ["cluster_size", "committed_offset", "common_prefix"]
 
 
-def cluster_size(args: Mapping | None, cluster_nodes: int) -> int:
-    """A stream's members (leader included): x-initial-cluster-size, else every node of the
-    cluster (RabbitMQ's default), at most the cluster's node count (1 on a lone node)."""
+def cluster_size(args: Mapping | None, cluster_nodes: int,
+                 policy: Mapping | None = None) -> int:
+    """A stream's members (leader included) when it is declared: the policy's
+    ``initial-cluster-size``, else x-initial-cluster-size (rabbit_stream_queue's
+    policy_precedence/2), else every node of the cluster (RabbitMQ's default), at least 1
+    and at most the cluster's node count (1 on a lone node)."""
     nodes = max(1, cluster_nodes)
-    n = (args or {}).get("x-initial-cluster-size")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+    n = (policy or {}).get("initial-cluster-size")
+    if isinstance(n, bool) or not isinstance(n, int):
+        n = (args or {}).get("x-initial-cluster-size")
+    if isinstance(n, bool) or not isinstance(n, int):
         n = nodes
-    return min(n, nodes)
+    return max(1, min(n, nodes))
 
 
 def committed_offset(leader_next: int, acked: Mapping[str, int], size: int) -> int:

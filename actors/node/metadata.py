@@ -29,7 +29,7 @@ from actors import events
 from actors import messages as m
 from actors.messages import (ClusterEntry, ClusterReady, ClusterTick, CommitFailed, DurableQueues,
                              ReadyWorkers, StatsTimeout, WorkerExited)
-from actors.core import limits, policies, queue_args, quorum
+from actors.core import limits, policies, queue_args, quorum, stream, stream_replication
 from actors.core.errors import ChannelError, ConnectionError_, amqp_text
 from actors.core.permissions import AuthDB, hashed_auth_call
 from actors.core.queue_stats import StatsTable
@@ -976,6 +976,11 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
              "exclusive": owner if exclusive else "", "auto_delete": bool(auto_delete),
              "arguments": arguments, "worker": self._place(home), "address": None,
              "home": home, "mirrors": [], "synced": []}
+        if self.cluster is not None and stream.is_stream(arguments):
+            # "initial": the members a stream is declared with stay its members' count
+            q["stream_size"] = stream_replication.cluster_size(
+                arguments, len(self.config.cluster_nodes), policies.effective(
+                    self.policies, vhost, name, "queues", self.op_policies))
         q["mirrors"] = self._mirrors_for(q)
         self.queue_churn["queues_created"] += 1
         self.pending_start.setdefault(key, []).append((rpc.reply_to, rpc.req_id, [name, 0, 0]))

@@ -796,8 +796,7 @@ class ClusterMixin:
         if quorum.is_quorum(args):  # its members: the group size, ha policies do not apply
             mode, params = "exactly", quorum.group_size(args, len(self.config.cluster_nodes))
         elif stream.is_stream(args):  # its members: the initial cluster size (docs/streams.md)
-            mode, params = "exactly", stream_replication.cluster_size(
-                args, len(self.config.cluster_nodes))
+            mode, params = "exactly", self._group_size(q)
         elif mode is None:
             p = policies.effective(self.policies, q["vhost"], q["name"], "queues",
                                    self.op_policies)
@@ -842,8 +841,8 @@ class ClusterMixin:
 
     def _group_size(self, q) -> int:
         if stream.is_stream(q.get("arguments")):
-            return stream_replication.cluster_size(q.get("arguments"),
-                                                   len(self.config.cluster_nodes))
+            return q.get("stream_size") or stream_replication.cluster_size(
+                q.get("arguments"), len(self.config.cluster_nodes))
         return quorum.group_size(q.get("arguments"), len(self.config.cluster_nodes))
 
     @staticmethod

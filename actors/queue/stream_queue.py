@@ -211,8 +211,8 @@ class StreamQueue(LightActor):
         self.writer = StreamWriter.start(self.actor_ref, storage, qid, self.settings,
                                          self.vhost, self.qname, self.epoch)  # its one writer
         # members holding the stream (leader included): 1 unless replicated in a cluster
-        self.size = stream_replication.cluster_size(
-            self.arguments, len(host.config.cluster_nodes)) if host.config.cluster_nodes else 1
+        self.size = (qdef.get("stream_size") or stream_replication.cluster_size(
+            self.arguments, len(host.config.cluster_nodes))) if host.config.cluster_nodes else 1
         self.members: dict[str, Member] = {}  # member address -> what it holds
         self.overview = self.log.overview() if self.size > 1 else []  # [[epoch, last]...]
         # the end of the log a majority holds: consumers read below it, publishes below it

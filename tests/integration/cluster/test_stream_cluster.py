@@ -59,11 +59,13 @@ def _pump(conn, cond, timeout=30.0):
 
 
 def test_initial_cluster_size_places_members_and_the_api_shows_them(managed):
+    managed[0].ctl("set_policy", "streams-of-two", "^s\\.pol", '{"initial-cluster-size": 2}')
     with managed[1].connection() as c:
         ch = c.channel()
         ch.queue_declare("s.two", durable=True,
                          arguments={**S, "x-initial-cluster-size": 2})
         ch.queue_declare("s.all", durable=True, arguments=S)
+        ch.queue_declare("s.pol", durable=True, arguments={**S, "x-initial-cluster-size": 3})
     row = _api_row(managed, 0, "s.two", lambda q: len(q.get("members", [])) == 2,
                    "two members of s.two")
     assert row["type"] == "stream" and row["leader"] == "leveret@node2"
@@ -72,6 +74,10 @@ def test_initial_cluster_size_places_members_and_the_api_shows_them(managed):
                    "three members of s.all (the default: every node)")
     assert sorted(row["members"]) == ["leveret@node1", "leveret@node2", "leveret@node3"]
     assert row["leader"] == "leveret@node2"
+    # the policy's initial-cluster-size wins over the argument, as RabbitMQ's
+    row = _api_row(managed, 0, "s.pol", lambda q: len(q.get("members", [])) >= 2,
+                   "the members of s.pol")
+    assert len(row["members"]) == 2
 
 
 def test_leader_killed_keeps_every_confirmed_message_at_its_offset__C5(managed):

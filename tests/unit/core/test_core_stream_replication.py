@@ -12,6 +12,10 @@ def test_cluster_size_defaults_to_every_node_as_rabbitmq():
     assert cluster_size({"x-initial-cluster-size": 7}, 3) == 3  # at most the cluster
     assert cluster_size({}, 0) == 1  # a lone node
     assert cluster_size({"x-initial-cluster-size": True}, 3) == 3
+    # the policy's initial-cluster-size wins over the argument (policy_precedence/2)
+    assert cluster_size({"x-initial-cluster-size": 3}, 3, {"initial-cluster-size": 2}) == 2
+    assert cluster_size({}, 3, {"initial-cluster-size": 0}) == 1  # (RabbitMQ accepts 0)
+    assert cluster_size({"x-initial-cluster-size": 2}, 3, {"max-age": "1D"}) == 2
 
 
 def test_committed_offset_is_what_a_majority_holds():
