@@ -18,11 +18,12 @@ actors/queue/stream_member.py (the others).
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Mapping, Sequence
 
 from actors.core.quorum import majority
 
-__all__ = ["cluster_size", "committed_offset", "common_prefix"]
+__all__ = ["cluster_size", "committed_offset", "common_prefix", "Member", "Replicas"]
 
 
 def cluster_size(args: Mapping | None, cluster_nodes: int,
@@ -65,3 +66,89 @@ def common_prefix(mine: Sequence, leader: Sequence) -> int:
         if int(e) in theirs:
             best = min(int(last), theirs[int(e)]) + 1
     return best
+
+
+class Member:
+    """The leader's view of one member of a replicated stream."""
+
+    __slots__ = ("member", "start", "sent", "acked", "caught_up_at", "synced")
+
+    def __init__(self, member: str, start: int, caught_up_at: int):
+        self.member = member  # its cluster member id
+        self.start = start  # where its log matched ours when it joined
+        self.sent = start  # the offset the next chunk sent to it starts at
+        self.acked = -1  # the end of its log it acknowledged (-1: nothing yet)
+        self.caught_up_at = caught_up_at  # our log's end when it joined: once it holds that
+        self.synced = False  # it holds what we held when it joined (told once)
+
+
+class Replicas:
+    """A replicated stream's leader side: its members, what each was sent and holds, the
+    committed offset, and the confirms waiting for it. ``size`` is the stream's member count
+    (leader included); the leader's own log end is passed in, never kept here."""
+
+    def __init__(self, size: int, epoch: int, overview: list, committed: int):
+        self.size = size  # members, the leader included
+        self.epoch = epoch  # the leader's epoch: chunks it writes carry it
+        self.overview = overview  # our log's [[epoch, last offset], ...]
+        self.committed = committed  # the end a majority holds
+        self.members: dict[str, Member] = {}  # member address -> its state
+        self.waiting: deque = deque()  # (end offset, what to confirm) for a majority
+
+    def __bool__(self):
+        return bool(self.members)
+
+    def join(self, addr: str, member: str, overview: Sequence, first: int, end: int) -> int:
+        """A member (re)joins with its log's overview; our log holds [first, end). -> the
+        offset it keeps its log below (0: all of it goes, what matched is gone here)."""
+        keep = min(common_prefix(overview, self.overview), end)
+        if keep < first:
+            keep = 0
+        self.members[addr] = Member(member, max(keep, first), end)
+        return keep
+
+    def gone(self, endpoint: str) -> None:
+        """The members in a process that died are no longer sent anything."""
+        for addr in [a for a in self.members if a.startswith(endpoint + "#")]:
+            del self.members[addr]
+
+    def due(self, end: int, window: int) -> list:
+        """[(address, offset)] of the members to send chunks from ``offset`` now: behind our
+        log's ``end``, with fewer than ``window`` offsets sent and not acknowledged."""
+        return [(a, st.sent) for a, st in self.members.items()
+                if st.sent < end and st.sent - max(st.acked, st.start) < window]
+
+    def sent(self, addr: str, upto: int) -> None:
+        self.members[addr].sent = upto
+
+    def written(self, first: int, end: int, confirms) -> None:
+        """Our log took [first, end) in this epoch; ``confirms`` wait for a majority."""
+        if self.overview and self.overview[-1][0] == self.epoch:
+            self.overview[-1][1] = end - 1
+        else:
+            self.overview.append([self.epoch, end - 1])
+        if confirms:
+            self.waiting.append((end, confirms))
+
+    def acked(self, addr: str, epoch: int, upto: int) -> str | None:
+        """A member holds our log below ``upto`` -> its member id the first time it holds all
+        our log held when it joined (its log counts in an election from then on), else None."""
+        st = self.members.get(addr)
+        if st is None or epoch != self.epoch:
+            return None
+        st.acked = max(st.acked, upto)
+        if not st.synced and st.acked >= st.caught_up_at:
+            st.synced = True
+            return st.member
+        return None
+
+    def commit(self, end: int) -> list:
+        """Our log's end is ``end``: move the committed offset -> the confirms now due."""
+        acked = {a: st.acked for a, st in self.members.items() if st.acked >= 0}
+        upto = committed_offset(end, acked, self.size)
+        out = []
+        if upto > self.committed:
+            self.committed = upto
+            while self.waiting and self.waiting[0][0] <= upto:
+                out.append(self.waiting.popleft()[1])
+        return out

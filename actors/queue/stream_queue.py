@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from typing import NamedTuple
 
 import lmdb
@@ -91,19 +90,6 @@ class Retain(NamedTuple):
 
 class DeleteLog(NamedTuple):
     """StreamQueue -> StreamWriter: the stream is deleted, its log goes."""
-
-
-class Member:
-    """The leader's view of one member of a replicated stream."""
-
-    __slots__ = ("member", "start", "sent", "acked", "synced")
-
-    def __init__(self, member: str, sent: int):
-        self.member = member  # its cluster member id
-        self.start = sent  # where its log matched ours when it joined
-        self.sent = sent  # the offset the next chunk sent to it starts at
-        self.acked = -1  # the end of its log it acknowledged (-1: nothing yet)
-        self.synced = False  # the node was told it caught up (queue.synced)
 
 
 class Run(NamedTuple):
@@ -213,12 +199,11 @@ class StreamQueue(LightActor):
         # members holding the stream (leader included): 1 unless replicated in a cluster
         self.size = (qdef.get("stream_size") or stream_replication.cluster_size(
             self.arguments, len(host.config.cluster_nodes))) if host.config.cluster_nodes else 1
-        self.members: dict[str, Member] = {}  # member address -> what it holds
-        self.overview = self.log.overview() if self.size > 1 else []  # [[epoch, last]...]
-        # the end of the log a majority holds: consumers read below it, publishes below it
-        # are confirmed (a lone member's is its log's end)
-        self.committed = self.log.next if self.size == 1 else 0
-        self.waiting: deque = deque()  # (end offset, {channel: [seq_no]}) for a majority
+        # the members, what each holds, the end of the log a majority holds (consumers read
+        # below it, publishes below it are confirmed) and the confirms waiting for it
+        self.replicas = stream_replication.Replicas(
+            self.size, self.epoch, self.log.overview() if self.size > 1 else [],
+            self.log.next if self.size == 1 else 0)
         self.readers = StreamReaders()  # the consumers and their positions
         self.credit = credit_flow.ReceiverCredit(host.config.credit_more,
                                                  host.config.credit_more_bytes)  # publishers'
@@ -311,8 +296,7 @@ class StreamQueue(LightActor):
         elif isinstance(msg, m.StreamJoin):
             self._member_join(msg)
         elif isinstance(msg, m.MirrorsDown):
-            for addr in [a for a in self.members if a.startswith(msg.endpoint + "#")]:
-                del self.members[addr]
+            self.replicas.gone(msg.endpoint)
         elif isinstance(msg, m.ChannelDown):
             self.readers.drop_channel(msg.sender)
             self.credit.forget(msg.sender)
@@ -340,7 +324,7 @@ class StreamQueue(LightActor):
             self.writer.tell(Append(self.entries, self.confirms,
                                     [(ch, n, b) for ch, (n, b) in self.senders.items()]))
             self.entries, self.confirms, self.senders = [], [], {}
-        more = self._replicate() if self.members else False
+        more = self._replicate() if self.replicas else False
         if not self.run_pending and (self._deliver() or more):
             self.run_pending = True
             self.actor_ref.tell(Run())
@@ -370,13 +354,7 @@ class StreamQueue(LightActor):
         for ch, seq in msg.confirms:
             by_channel.setdefault(ch, []).append(seq)
         if msg.ok and self.size > 1:
-            end = msg.first + len(msg.msg_ids)
-            if self.overview and self.overview[-1][0] == self.epoch:
-                self.overview[-1][1] = end - 1
-            else:
-                self.overview.append([self.epoch, end - 1])
-            if by_channel:
-                self.waiting.append((end, by_channel))
+            self.replicas.written(msg.first, msg.first + len(msg.msg_ids), by_channel)
             self._commit()
         else:
             self._confirm(by_channel, msg.ok)
@@ -403,52 +381,40 @@ class StreamQueue(LightActor):
         self.log.next, self.log.last_chunk = state.next, state.last_chunk
         self.log.segments = list(state.segments)
         if self.size == 1:
-            self.committed = self.log.next
+            self.replicas.committed = self.log.next
 
     # --- replication (a stream with members on other nodes) --------------------------------
     def _commit(self) -> None:
         """The end a majority holds moved: confirm what is below it, let readers see it."""
-        acked = {a: st.acked for a, st in self.members.items() if st.acked >= 0}
-        end = stream_replication.committed_offset(self.log.next, acked, self.size)
-        if end <= self.committed:
-            return
-        self.committed = end
-        while self.waiting and self.waiting[0][0] <= end:
-            self._confirm(self.waiting.popleft()[1], True)
+        for by_channel in self.replicas.commit(self.log.next):
+            self._confirm(by_channel, True)
 
     def _member_join(self, msg: m.StreamJoin) -> None:
         """A member (re)joins: it keeps the prefix of its log that matches ours, then is sent
         our chunks from there."""
-        keep = min(stream_replication.common_prefix(msg.overview, self.overview),
-                   self.log.next)
-        if keep < self.log.first:
-            keep = 0  # what matches is gone here (retention): it drops its whole log
-        self.members[msg.member_addr] = Member(msg.member, max(keep, self.log.first))
+        keep = self.replicas.join(msg.member_addr, msg.member, msg.overview, self.log.first,
+                                  self.log.next)
         log.info("stream '%s' in vhost '%s': member on %s joined at offset %d (log %d-%d)",
                  self.qname, self.vhost, msg.member, keep, self.log.first, self.log.next - 1)
         self.transport.send(msg.member_addr, m.StreamChunks(self.address, self.epoch, keep,
                                                             [], [], []))
 
     def _member_acked(self, msg: m.StreamAck) -> None:
-        st = self.members.get(msg.member_addr)
-        if st is None or msg.epoch != self.epoch:
-            return
-        st.acked = max(st.acked, msg.next)
-        if not st.synced and st.acked >= self.log.next:
-            # caught up: its log counts in an election from now on (the node's `logs`)
-            st.synced = True
+        member = self.replicas.acked(msg.member_addr, msg.epoch, msg.next)
+        if member is not None:
+            # it holds what we held when it joined: its log counts in an election from now
+            # on (the queue's `logs` in the metadata)
             self.transport.send(self.node, m.Rpc("", 0, "queue.synced", {
-                "vhost": self.vhost, "name": self.qname, "member": st.member}))
+                "vhost": self.vhost, "name": self.qname, "member": member}))
         self._commit()
 
     def _replicate(self) -> bool:
         """Send each member the chunks it lacks, within its window -> whether one may take
         more now (another turn after the mailbox's other messages)."""
         more = read = False
-        for addr, st in self.members.items():
-            if st.sent >= self.log.next or st.sent - max(st.acked, st.start) >= REPLICATE_WINDOW:
-                continue
-            chunks = self.log.read_chunks(st.sent, REPLICATE_BYTES)
+        end = self.log.next
+        for addr, offset in self.replicas.due(end, REPLICATE_WINDOW):
+            chunks = self.log.read_chunks(offset, REPLICATE_BYTES)
             read = True
             if not chunks:
                 continue
@@ -458,10 +424,11 @@ class StreamQueue(LightActor):
                 for e in entries:
                     items.append([e.exchange, e.routing_key, e.props_raw, e.msg_id])
                     bodies.append(e.body)
-            st.sent = chunks[-1][0].first + chunks[-1][0].count
+            upto = chunks[-1][0].first + chunks[-1][0].count
+            self.replicas.sent(addr, upto)
             self.transport.send(addr, m.StreamChunks(self.address, self.epoch, -1, heads,
                                                      items, bodies))
-            more = more or st.sent < self.log.next
+            more = more or upto < end
         if read:
             self.storage.trim()
         return more
@@ -490,10 +457,11 @@ class StreamQueue(LightActor):
         headed: dict = {}  # offset -> its properties with the header: readers at the same
         #                    place share one encoding
         more = False
-        for r in self.readers.wanting(self.committed):
+        committed = self.replicas.committed
+        for r in self.readers.wanting(committed):
             room = self.readers.room(r)
             msgs, pos = self.log.read(r.position, min(room, READ_BATCH), READ_BATCH_BYTES,
-                                      r.filters, r.match_unfiltered, self.committed)
+                                      r.filters, r.match_unfiltered, committed)
             r.position = pos
             if not msgs:
                 continue
@@ -509,7 +477,7 @@ class StreamQueue(LightActor):
                 items.append(item)
                 bodies.append(x.body)
             self.readers.delivered(r, [x.offset for x in msgs])
-            more = more or (r.position < self.committed and self.readers.room(r) > 0)
+            more = more or (r.position < committed and self.readers.room(r) > 0)
         for ch, (items, bodies) in batches.items():
             self.counters.delivered(ch, items, self.readers.by_key)
             self.transport.send(ch, m.Deliver(self.address, self.qname, items, bodies))
@@ -570,7 +538,8 @@ class StreamQueue(LightActor):
     def stream_info(self) -> dict:
         """The stream's own figures for the management API: its offsets, segments and each
         consumer's position."""
-        return {"first_offset": self.log.first, "committed_offset": self.committed - 1,
+        return {"first_offset": self.log.first,
+                "committed_offset": self.replicas.committed - 1,
                 "segments": [{"number": s.number, "first_offset": s.first,
                               "last_offset": s.last, "bytes": s.nbytes}
                              for s in self.log.segments],
