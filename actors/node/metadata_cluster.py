@@ -939,17 +939,17 @@ class ClusterMixin:
             said = (len(election["answers"]), sum(1 for p in election["answers"].values() if p))
             if election.get("logged") != said:  # (once per outcome, not every retry)
                 election["logged"] = said
-                log.warning("cluster: quorum queue '%s' in vhost '%s' has no leader and waits: "
+                log.warning("cluster: %s '%s' in vhost '%s' has no leader and waits: "
                             "%d of its %d members answered (%d with a complete log), a "
-                            "majority (%d) with a complete log is needed", q["name"],
+                            "majority (%d) with a complete log is needed", _kind(q), q["name"],
                             q["vhost"], said[0], size, said[1], quorum.majority(size))
             return
         del self.elections[key]
         answers = {self._member_name(k): v for k, v in election["answers"].items()}
         with self._one_entry():
             if winner == q.get("home"):
-                log.warning("cluster: quorum queue '%s' in vhost '%s' restarts on %s, which "
-                            "has the longest log (%s)", q["name"], q["vhost"],
+                log.warning("cluster: %s '%s' in vhost '%s' restarts on %s, which "
+                            "has the longest log (%s)", _kind(q), q["name"], q["vhost"],
                             self._member_name(winner), answers)
                 # the next epoch too: its messages from now on must compare above those a
                 # member that did not vote may hold beyond its log's end (the restarted
@@ -958,8 +958,8 @@ class ClusterMixin:
                 self._change(["queue_put", dict(q, electing=False, address=None,
                                                 epoch=int(q.get("epoch") or 0) + 1)])
             else:
-                log.warning("cluster: quorum queue '%s' in vhost '%s' moves to its member on "
-                            "%s, which has the longest log (%s)", q["name"], q["vhost"],
+                log.warning("cluster: %s '%s' in vhost '%s' moves to its member on "
+                            "%s, which has the longest log (%s)", _kind(q), q["name"], q["vhost"],
                             self._member_name(winner), answers)
                 self._promote_to(q, winner)
             self._remirror()
@@ -982,6 +982,11 @@ class ClusterMixin:
         if w is not None:
             qdef = {k: v for k, v in q.items() if k != "address"}
             self.transport.send(w.control, m.StartQueue(qdef, self.address, False))
+
+
+def _kind(q) -> str:
+    """What the logs call a queue whose leader is elected."""
+    return "stream" if stream.is_stream(q.get("arguments")) else "quorum queue"
 
 
 def mirror_worker(q, n_workers: int) -> int:
