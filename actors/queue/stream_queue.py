@@ -225,8 +225,9 @@ class StreamQueue(LightActor):
 
     # --- lifecycle -----------------------------------------------------------------------
     def on_start(self):
-        if self.size > 1:
-            # this log is the stream's of this epoch: a member of ours votes with its epoch
+        if self.config.cluster_nodes:
+            # this log is the stream's of this epoch: an election (even of a stream of one
+            # member, whose node came back) reads its position with this epoch
             quorum_log.mark_complete(self.config, self.vhost, self.qname, self.epoch)
         self.transport.register(self.name, self.actor_ref)
         self.serving = True

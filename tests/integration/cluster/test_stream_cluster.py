@@ -66,6 +66,7 @@ def test_initial_cluster_size_places_members_and_the_api_shows_them(managed):
                          arguments={**S, "x-initial-cluster-size": 2})
         ch.queue_declare("s.all", durable=True, arguments=S)
         ch.queue_declare("s.pol", durable=True, arguments={**S, "x-initial-cluster-size": 3})
+        ch.queue_declare("s.one", durable=True, arguments={**S, "x-initial-cluster-size": 1})
     row = _api_row(managed, 0, "s.two", lambda q: len(q.get("members", [])) == 2,
                    "two members of s.two")
     assert row["type"] == "stream" and row["leader"] == "leveret@node2"
@@ -78,6 +79,8 @@ def test_initial_cluster_size_places_members_and_the_api_shows_them(managed):
     row = _api_row(managed, 0, "s.pol", lambda q: len(q.get("members", [])) >= 2,
                    "the members of s.pol")
     assert len(row["members"]) == 2
+    row = _api_row(managed, 2, "s.one", lambda q: q.get("members"), "the members of s.one")
+    assert row["members"] == ["leveret@node2"]
 
 
 def test_leader_killed_keeps_every_confirmed_message_at_its_offset__C5(managed):
