@@ -71,7 +71,8 @@ def common_prefix(mine: Sequence, leader: Sequence) -> int:
 class Member:
     """The leader's view of one member of a replicated stream."""
 
-    __slots__ = ("member", "start", "sent", "acked", "caught_up_at", "synced")
+    __slots__ = ("member", "start", "sent", "acked", "caught_up_at", "synced", "inflight",
+                 "inflight_bytes")
 
     def __init__(self, member: str, start: int, caught_up_at: int):
         self.member = member  # its cluster member id
@@ -80,6 +81,8 @@ class Member:
         self.acked = -1  # the end of its log it acknowledged (-1: nothing yet)
         self.caught_up_at = caught_up_at  # our log's end when it joined: once it holds that
         self.synced = False  # it holds what we held when it joined (told once)
+        self.inflight: deque = deque()  # (end offset, body bytes) of what was sent, not acked
+        self.inflight_bytes = 0  # their body bytes
 
 
 class Replicas:
@@ -112,14 +115,19 @@ class Replicas:
         for addr in [a for a in self.members if a.startswith(endpoint + "#")]:
             del self.members[addr]
 
-    def due(self, end: int, window: int) -> list:
+    def due(self, end: int, window: int, window_bytes: int) -> list:
         """[(address, offset)] of the members to send chunks from ``offset`` now: behind our
-        log's ``end``, with fewer than ``window`` offsets sent and not acknowledged."""
+        log's ``end``, with fewer than ``window`` offsets and ``window_bytes`` body bytes
+        sent and not acknowledged."""
         return [(a, st.sent) for a, st in self.members.items()
-                if st.sent < end and st.sent - max(st.acked, st.start) < window]
+                if st.sent < end and st.sent - max(st.acked, st.start) < window
+                and st.inflight_bytes < window_bytes]
 
-    def sent(self, addr: str, upto: int) -> None:
-        self.members[addr].sent = upto
+    def sent(self, addr: str, upto: int, nbytes: int) -> None:
+        st = self.members[addr]
+        st.sent = upto
+        st.inflight.append((upto, nbytes))
+        st.inflight_bytes += nbytes
 
     def written(self, first: int, end: int, confirms) -> None:
         """Our log took [first, end) in this epoch; ``confirms`` wait for a majority."""
@@ -137,6 +145,8 @@ class Replicas:
         if st is None or epoch != self.epoch:
             return None
         st.acked = max(st.acked, upto)
+        while st.inflight and st.inflight[0][0] <= st.acked:
+            st.inflight_bytes -= st.inflight.popleft()[1]
         if not st.synced and st.acked >= st.caught_up_at:
             st.synced = True
             return st.member

@@ -45,7 +45,8 @@ RETENTION_CHECK_MS = 10_000  # how often age retention looks at the oldest segme
 HOLD_MAX = 64  # at most this many messages handled between two chunks written (a mailbox
 #                that never empties still has its publishes written and confirmed)
 REPLICATE_BYTES = 1 << 20  # about this many body bytes of chunks per StreamChunks sent
-REPLICATE_WINDOW = 20_000  # offsets sent to a member and not yet acknowledged, at most
+REPLICATE_WINDOW = 20_000  # offsets sent to a member and not yet acknowledged, at most,
+REPLICATE_WINDOW_BYTES = 16 << 20  # ...and body bytes (a member's link holds no more)
 
 
 def wall_ms() -> int:
@@ -414,7 +415,7 @@ class StreamQueue(LightActor):
         more now (another turn after the mailbox's other messages)."""
         more = read = False
         end = self.log.next
-        for addr, offset in self.replicas.due(end, REPLICATE_WINDOW):
+        for addr, offset in self.replicas.due(end, REPLICATE_WINDOW, REPLICATE_WINDOW_BYTES):
             chunks = self.log.read_chunks(offset, REPLICATE_BYTES)
             read = True
             if not chunks:
@@ -426,7 +427,7 @@ class StreamQueue(LightActor):
                     items.append([e.exchange, e.routing_key, e.props_raw, e.msg_id])
                     bodies.append(e.body)
             upto = chunks[-1][0].first + chunks[-1][0].count
-            self.replicas.sent(addr, upto)
+            self.replicas.sent(addr, upto, sum(map(len, bodies)))
             self.transport.send(addr, m.StreamChunks(self.address, self.epoch, -1, heads,
                                                      items, bodies))
             more = more or upto < end

@@ -60,9 +60,9 @@ def test_replicas_confirm_once_a_majority_holds_a_chunk():
     r.written(0, 5, {"ch": [1, 2]})
     r.written(5, 8, {"ch": [3]})
     assert r.commit(8) == []  # the leader alone is no majority
-    assert r.due(8, 100) == [("n2#q", 0), ("n3#q", 0)]
-    r.sent("n2#q", 8)
-    assert r.due(8, 100) == [("n3#q", 0)]
+    assert r.due(8, 100, 1000) == [("n2#q", 0), ("n3#q", 0)]
+    r.sent("n2#q", 8, 80)
+    assert r.due(8, 100, 1000) == [("n3#q", 0)]
     assert r.acked("n2#q", 1, 5) == "b"  # it holds what we held when it joined (nothing)
     assert r.commit(8) == [{"ch": [1, 2]}] and r.committed == 5
     assert r.acked("n2#q", 0, 8) is None  # an acknowledgement of another epoch's leader
@@ -75,14 +75,18 @@ def test_replicas_confirm_once_a_majority_holds_a_chunk():
 def test_replicas_window_and_a_member_that_went_away():
     r = Replicas(3, 0, [[0, 99]], 0)
     r.join("w1#q", "b", [[0, 39]], 0, 100)  # it keeps its 40 matching offsets
-    assert r.due(100, 50) == [("w1#q", 40)]
-    r.sent("w1#q", 90)
-    assert r.due(100, 50) == []  # 50 sent past where it matched, none acknowledged yet
+    assert r.due(100, 50, 1000) == [("w1#q", 40)]
+    r.sent("w1#q", 90, 500)
+    assert r.due(100, 50, 1000) == []  # 50 sent past where it matched, none acknowledged yet
     assert r.acked("w1#q", 0, 60) is None  # not yet what we held when it joined (100)
-    assert r.due(100, 50) == [("w1#q", 90)]
+    assert r.due(100, 50, 1000) == [("w1#q", 90)]
     assert r.acked("w1#q", 0, 100) == "b"
+    r.sent("w1#q", 100, 1000)  # a window's bytes: nothing more until acknowledged
+    assert r.due(200, 50, 1000) == []
+    r.acked("w1#q", 0, 100)
+    assert r.due(200, 50, 1000) == [("w1#q", 100)]
     r.gone("w1")
-    assert not r and r.due(100, 50) == []
+    assert not r and r.due(100, 50, 1000) == []
 
 
 def test_replicas_join_keeps_the_matching_prefix_within_our_log():
