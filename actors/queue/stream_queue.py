@@ -518,6 +518,8 @@ class StreamQueue(LightActor):
                             seq_below=self.log.next,
                             reason=msg.args.get("reason") or "delete")
             self.readers = StreamReaders()
+            if self.config.cluster_nodes:  # no log of this name here any more
+                quorum_log.mark_incomplete(self.config, self.vhost, self.qname)
             self.writer.tell(DeleteLog())
             self._reply(msg.reply_to, msg.req_id, True, n)
             self.transport.unregister(self.name)
