@@ -383,7 +383,7 @@ class StreamQueue(LightActor):
         self.log.next, self.log.last_chunk = state.next, state.last_chunk
         self.log.segments = list(state.segments)
         if self.size == 1:
-            self.replicas.committed = self.log.next
+            self.replicas.commit(self.log.next)  # a lone member's log is all committed
 
     # --- replication (a stream with members on other nodes) --------------------------------
     def _commit(self) -> None:

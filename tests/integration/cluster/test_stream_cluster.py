@@ -6,6 +6,8 @@ same offsets through a member elected leader. One cluster for the module."""
 
 from __future__ import annotations
 
+import time
+
 import pika
 import pytest
 
@@ -42,14 +44,13 @@ def _read(conn, name, n, offset="first"):
         got.append((b, p.headers["x-stream-offset"]))
         c.basic_ack(m.delivery_tag)
     tag = ch.basic_consume(name, on, arguments={"x-stream-offset": offset})
-    deadline_ok = _pump(conn, lambda: len(got) >= n)
+    done = _pump(conn, lambda: len(got) >= n)
     ch.basic_cancel(tag)
-    assert deadline_ok, f"{len(got)} of {n} deliveries"
+    assert done, f"{len(got)} of {n} deliveries"
     return got[:n]
 
 
 def _pump(conn, cond, timeout=30.0):
-    import time
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         conn.process_data_events(0.1)
