@@ -415,6 +415,36 @@ class MirrorAck(NamedTuple):
     batch: int
 
 
+# --- replicated streams (actors/queue/stream_queue.py, actors/queue/stream_member.py) --------
+class StreamJoin(NamedTuple):
+    """Stream member -> its leader: add me; my log's overview is `overview` ([[epoch, last
+    offset], ...], StreamLog.overview). Answered by a StreamChunks with `truncate` set."""
+    member_addr: str  # the member's address
+    member: str  # its cluster member id
+    overview: list
+
+
+class StreamChunks(NamedTuple):
+    """Stream leader -> member: `truncate` >= 0 (the answer to a join): keep your log below
+    that offset only, then take chunks from there; then whole chunks of the leader's log in
+    order, `chunks` [[first, count, ts, epoch, bloom], ...] and their messages' `items`
+    [[exchange, routing_key, props_raw, msg_id], ...] in offset order."""
+    leader: str
+    epoch: int  # the leader's epoch (the queue's in the metadata)
+    truncate: int
+    chunks: list
+    items: list
+    bodies: list
+
+
+class StreamAck(NamedTuple):
+    """Stream member -> leader: my log holds, written and synced, every offset below `next`
+    (a prefix of the leader's log of `epoch`)."""
+    member_addr: str
+    epoch: int
+    next: int
+
+
 # --- local only: inside one worker process, never encoded ------------------------------------
 # Plain slotted classes (NamedTuples cost more to build on the per-read path); `_TYPES` leaves
 # them out, so `encode` refuses them.
@@ -842,7 +872,7 @@ _TYPES: list[type] = [
     MetaApplied, MirrorJoin, MirrorPublish, MirrorForget, MirrorAck, PeerApplied,
     ResourceAlarm, DirectReply, ReplyCheck, QueueStats, ConnectionStats, ForceClose,
     WorkerStats, WorkerUp, Pause, NodeStats, MirrorSynced, LogQuery, LogPosition,
-    MirrorKeep, ShovelStates,
+    MirrorKeep, ShovelStates, StreamJoin, StreamChunks, StreamAck,
 ]
 _TAG = {cls: i for i, cls in enumerate(_TYPES)}
 _HAS_BODIES = {cls: cls._fields[-1] == "bodies" for cls in _TYPES}
@@ -913,6 +943,14 @@ def _mirror_items(items: list) -> bool:
     return True
 
 
+def _stream_items(items: list) -> bool:
+    """[exchange, routing_key, props_raw, msg_id]"""
+    for it in items:
+        if type(it) is not list or len(it) != 4:
+            return False
+    return True
+
+
 def _wire_type(annotation):
     """The types a field annotated so may have on the wire (a NamedTuple keeps its annotations
     as written: strings, under `from __future__ import annotations`)."""
@@ -932,7 +970,8 @@ def _spec(cls: type) -> tuple:
     ints = {Confirm: "seqs", Settle: "seq_ids", MirrorForget: "seq_ids",
             MirrorKeep: "seq_ids"}.get(cls)
     items = {Publish: _publish_items, Deliver: _deliver_items, MirrorPublish: _mirror_items,
-             GetReply: _deliver_items, DirectReply: _one_body}.get(cls)
+             GetReply: _deliver_items, DirectReply: _one_body,
+             StreamChunks: _stream_items}.get(cls)
     return (cls, lo + 1, n + 1, tuple((i, t) for i, t in checks if i <= lo),
             tuple((i, t) for i, t in checks if i > lo),
             1 + cls._fields.index(ints) if ints else 0, _HAS_BODIES[cls], items)

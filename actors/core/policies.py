@@ -10,7 +10,8 @@ Keys (validated as rabbit_policies:validate_policy0/2 and rabbit_mirror_queue_mi
   (docs/confirm-on.md), `ha-mode` / `ha-params` / `ha-sync-mode` (mirrored queues, cluster:
   checked together by mirroring.policy_error);
   `delivery-limit` (S6) and `consumer-timeout` (S5), non-negative integers; streams'
-  `max-age` and `stream-max-segment-size-bytes` (docs/streams.md);
+  `max-age`, `stream-max-segment-size-bytes` and `initial-cluster-size`, and
+  `queue-leader-locator` (`client-local` only) (docs/streams.md);
 - exchanges: `alternate-exchange`.
 
 Operator policies (`operator_policy`) take only `expires`, `message-ttl`, `max-length`,
@@ -71,6 +72,12 @@ POLICY_KEYS = {
     "stream-max-segment-size-bytes": (
         lambda v: _int_at_least(0)(v) and v <= stream.MAX_SEGMENT_SIZE,
         "~p is not a valid segment size"),
+    # a stream's members when it is declared (actors/core/stream_replication.py)
+    "initial-cluster-size": (_int_at_least(0), "~p is not a valid cluster size"),
+    # Leveret places every leader client-local: the other locators are refused, not ignored
+    "queue-leader-locator": (_one_of("client-local"),
+                             "~p is not a valid queue leader locator value (Leveret places "
+                             "leaders client-local only)"),
 }
 # rabbit_mirror_queue_misc's keys, checked together (mirroring.policy_error)
 HA_KEYS = ("ha-mode", "ha-params", "ha-sync-mode")

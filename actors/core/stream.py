@@ -41,7 +41,7 @@ from protocol.properties import with_long_header
 __all__ = [
     "STREAM", "STREAM_TYPE", "STREAM_QUEUE_ARGUMENTS", "STREAM_CONSUMER_ARGUMENTS",
     "MAX_SEGMENT_SIZE", "DEFAULT_SEGMENT_SIZE", "DEFAULT_FILTER_SIZE", "is_stream",
-    "check_max_age", "check_declare_arguments", "check_declare_flags", "check_cluster_size",
+    "check_max_age", "check_declare_arguments", "check_declare_flags",
     "check_consume",
     "check_consume_arguments", "get_refused", "purge_refused", "settle_refused",
     "OffsetSpec", "parse_offset", "ConsumeSpec", "consume_spec", "LogView", "start_offset",
@@ -170,18 +170,6 @@ def check_declare_flags(durable: bool, exclusive: bool, auto_delete: bool, args:
     seg = args.get("x-stream-max-segment-size-bytes")
     if isinstance(seg, int) and not isinstance(seg, bool) and seg > MAX_SEGMENT_SIZE:
         raise ChannelError(406, "Exceeded max value for x-stream-max-segment-size-bytes")
-
-
-def check_cluster_size(args: Mapping, cluster_nodes: int, queue: str, vhost: str) -> None:
-    """A stream's members: x-initial-cluster-size, else every node (RabbitMQ's default),
-    at most the cluster's size. Leveret keeps a stream on one node: a declare that asks for
-    more members than one is refused rather than accepted and left unreplicated."""
-    n = args.get("x-initial-cluster-size")
-    size = n if isinstance(n, int) and not isinstance(n, bool) else cluster_nodes
-    if min(size, max(cluster_nodes, 1)) > 1:
-        raise ChannelError(406, f"cannot declare {rs('queue', queue, vhost)} with "
-                                f"{min(size, cluster_nodes)} members: Leveret's streams are "
-                                "not replicated; declare it with x-initial-cluster-size 1")
 
 
 # ------------------------------------------------------------------------ consuming

@@ -184,10 +184,11 @@ def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
         out["leader"] = out["node"]
         out["members"] = out["online"] = [out["node"], *(row.get("mirrors") or [])]
     elif out["type"] == "stream":
-        # rabbit_stream_queue's info keys (one member: Leveret does not replicate streams),
-        # and Leveret's own figures of the log: offsets, segments, consumers' positions
+        # rabbit_stream_queue's info keys (the leader first; a member that is down is not
+        # listed), and Leveret's own figures of the log: offsets, segments, consumers'
+        # positions (the leader's)
         out["leader"] = out["node"]
-        out["members"] = out["online"] = [out["node"]]
+        out["members"] = out["online"] = [out["node"], *(row.get("mirrors") or [])]
         if row.get("stream") is not None:
             out["stream"] = row["stream"]
             out["committed_offset"] = row["stream"]["committed_offset"]

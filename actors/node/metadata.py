@@ -29,7 +29,7 @@ from actors import events
 from actors import messages as m
 from actors.messages import (ClusterEntry, ClusterReady, ClusterTick, CommitFailed, DurableQueues,
                              ReadyWorkers, StatsTimeout, WorkerExited)
-from actors.core import limits, policies, queue_args, quorum, stream
+from actors.core import limits, policies, queue_args, quorum, stream, stream_replication
 from actors.core.errors import ChannelError, ConnectionError_, amqp_text
 from actors.core.permissions import AuthDB, hashed_auth_call
 from actors.core.queue_stats import StatsTable
@@ -966,9 +966,6 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
             self.auth.check_new_queue(user, vhost, name, arguments)
         queue_args.validate(arguments, name, vhost, {"durable": durable, "exclusive": exclusive,
                                                      "auto_delete": auto_delete})
-        if stream.is_stream(arguments):
-            stream.check_cluster_size(arguments, len(self.config.cluster_nodes or ())
-                                      if self.cluster is not None else 1, name, vhost)
         # rabbit_queue_type:declare's check_vhost_queue_limit: the definitions are the cluster's
         vlimits = self.limits.get(("vhost", vhost))
         if vlimits:
@@ -979,6 +976,11 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
              "exclusive": owner if exclusive else "", "auto_delete": bool(auto_delete),
              "arguments": arguments, "worker": self._place(home), "address": None,
              "home": home, "mirrors": [], "synced": []}
+        if self.cluster is not None and stream.is_stream(arguments):
+            # "initial": the members a stream is declared with stay its members' count
+            q["stream_size"] = stream_replication.cluster_size(
+                arguments, len(self.config.cluster_nodes), policies.effective(
+                    self.policies, vhost, name, "queues", self.op_policies))
         q["mirrors"] = self._mirrors_for(q)
         self.queue_churn["queues_created"] += 1
         self.pending_start.setdefault(key, []).append((rpc.reply_to, rpc.req_id, [name, 0, 0]))

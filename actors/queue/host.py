@@ -25,6 +25,7 @@ from actors.queue.mirror import Mirror
 from actors.queue import storage
 from actors.core import stream
 from actors.queue.queue import Queue
+from actors.queue.stream_member import StreamMember
 from actors.queue.stream_queue import StreamQueue
 
 log = logging.getLogger("leveret.queue")
@@ -81,9 +82,14 @@ class QueueHost(WorkerHost):
         old = self.queues.get(name)
         if q.get("home", me) != me:  # a mirror of a queue homed elsewhere
             if old is None or not old.is_alive():
-                self.queues[name] = Mirror.start(self, q, me)
+                self.queues[name] = (StreamMember if stream.is_stream(q.get("arguments"))
+                                     else Mirror).start(self, q, me)
             return
         adopted = None
+        if old is not None and old.is_alive() and old.actor_class is StreamMember:
+            # promotion: the member's log is the leader's from now on (read from disk)
+            old.stop(block=True, timeout=30)
+            old = None
         if old is not None and old.is_alive():
             if old.actor_class is not Mirror:
                 self.transport.send(msg.reply_to, m.QueueStarted(
@@ -116,7 +122,8 @@ class QueueHost(WorkerHost):
             name = queue_actor_name(*(c[1]["vhost"], c[1]["name"]) if c[0] == "queue_put"
                                     else (c[1], c[2]))
             ref = self.queues.get(name)
-            if ref is None or not ref.is_alive() or ref.actor_class is not Mirror:
+            if ref is None or not ref.is_alive() or ref.actor_class not in (Mirror,
+                                                                             StreamMember):
                 continue
             q = c[1] if c[0] == "queue_put" else None
             if q is None or (me not in (q.get("mirrors") or ()) and q.get("home") != me):

@@ -60,6 +60,7 @@ class Chunk(NamedTuple):
     nbytes: int
     bloom: bytes | None
     segment: int
+    epoch: int = 0  # the stream's epoch when its leader took these publishes (replication)
 
 
 class StreamLog:
@@ -136,14 +137,16 @@ class StreamLog:
                 yield self._num(key), msgpack.unpackb(val)[1]
 
     def read(self, offset: int, max_msgs: int, max_bytes: int, filters=(),
-             match_unfiltered=False) -> tuple[list, int]:
+             match_unfiltered=False, end: int | None = None) -> tuple[list, int]:
         """Messages from ``offset`` on, at most ``max_msgs`` and about ``max_bytes`` of body
-        (at least one), skipping the chunks a filter rules out -> (messages, the offset to
-        read from next). An offset below the log's first reads from the first."""
+        (at least one), below ``end`` (the committed offset; default the log's end), skipping
+        the chunks a filter rules out -> (messages, the offset to read from next). An offset
+        below the log's first reads from the first."""
         out: list[Message] = []
         nbytes = 0
         pos = max(offset, self.first)
-        if pos >= self.next:
+        limit = self.next if end is None else min(end, self.next)
+        if pos >= limit:
             return out, pos
         with self.begin() as txn:
             chunks = txn.cursor(self.chunks)
@@ -154,18 +157,19 @@ class StreamLog:
                 if not (chunks.prev() if found else chunks.last()) or \
                         not self._mine(chunks.key()):
                     chunks.set_range(self.qid)
-            while pos < self.next:
+            while pos < limit:
                 key = chunks.key()
                 if not self._mine(key):
                     break
                 first = self._num(key)
-                count, _, _, bloom, _ = msgpack.unpackb(chunks.value())
+                rec = msgpack.unpackb(chunks.value())
+                count, bloom = rec[0], rec[3]
                 end = first + count
                 if end > pos and chunk_matches(bloom, filters, match_unfiltered):
                     pos = max(pos, first)
                     if msgs.set_key(self._key(pos)):
                         for mkey, val in msgs:
-                            if not self._mine(mkey) or self._num(mkey) >= end:
+                            if not self._mine(mkey) or self._num(mkey) >= min(end, limit):
                                 break
                             ex, rk, props, body, msg_id = msgpack.unpackb(val)
                             out.append(Message(self._num(mkey), ex, rk, props, body, msg_id))
@@ -179,17 +183,28 @@ class StreamLog:
         return out, pos
 
     # --- the writer --------------------------------------------------------------------------
-    def append(self, entries: list, now_ms: int, filter_size: int) -> Chunk:
+    def append(self, entries: list, now_ms: int, filter_size: int, epoch: int = 0) -> Chunk:
         """Write one chunk (durable when this returns: one transaction, synced) and roll the
         segment first when this chunk would take it past ``segment_bytes``."""
-        first = self.next
+        bloom = chunk_filter([e.filter_value for e in entries], filter_size)
+        return self._write(self.next, now_ms, epoch, bloom, entries)
+
+    def append_chunk(self, first: int, ts: int, epoch: int, bloom: bytes | None,
+                     entries: list) -> Chunk:
+        """A member's copy of one of the leader's chunks, at the leader's offset, time and
+        epoch (the member's log is a prefix of the leader's: ``first`` is its end, or above
+        an empty log's end when the leader's retention removed what came before)."""
+        if first != self.next and not (first > self.next and not self.segments):
+            raise ValueError(f"chunk at {first} does not follow the log's end {self.next}")
+        return self._write(first, ts, epoch, bloom, entries)
+
+    def _write(self, first: int, now_ms: int, epoch: int, bloom, entries: list) -> Chunk:
         nbytes = sum(len(e.body) for e in entries)
         seg = self.segments[-1] if self.segments else None
         if seg is None or (seg.nbytes and seg.nbytes + nbytes > self.segment_bytes):
             seg = Segment(seg.number + 1 if seg else 0, first, first - 1, 0, now_ms)
             self.segments.append(seg)
-        bloom = chunk_filter([e.filter_value for e in entries], filter_size)
-        chunk = Chunk(first, len(entries), now_ms, nbytes, bloom, seg.number)
+        chunk = Chunk(first, len(entries), now_ms, nbytes, bloom, seg.number, epoch)
         seg = seg._replace(last=first + len(entries) - 1, nbytes=seg.nbytes + nbytes,
                            last_ts=now_ms)
         with self.begin(write=True) as txn:
@@ -204,6 +219,94 @@ class StreamLog:
         self.next = first + len(entries)
         self.last_chunk = first
         return chunk
+
+    # --- replication -------------------------------------------------------------------------
+    def _chunk(self, key, val) -> Chunk:
+        rec = msgpack.unpackb(val)
+        return Chunk(self._num(key), rec[0], rec[1], rec[2], rec[3], rec[4],
+                     rec[5] if len(rec) > 5 else 0)
+
+    def read_chunks(self, offset: int, max_bytes: int) -> list:
+        """Whole chunks from the one that starts at ``offset`` (a chunk boundary, or below
+        the log's first: from the first) -> [(Chunk, [Entry...])], at least one chunk when
+        there is one, about ``max_bytes`` of bodies."""
+        out: list = []
+        nbytes = 0
+        if max(offset, self.first) >= self.next:
+            return out
+        with self.begin() as txn:
+            chunks = txn.cursor(self.chunks)
+            msgs = txn.cursor(self.msgs)
+            if not chunks.set_range(self._key(max(offset, self.first))):
+                return out
+            for key, val in chunks:
+                if not self._mine(key):
+                    break
+                c = self._chunk(key, val)
+                entries = []
+                if c.count and msgs.set_key(self._key(c.first)):
+                    for mkey, mval in msgs:
+                        if not self._mine(mkey) or self._num(mkey) >= c.first + c.count:
+                            break
+                        ex, rk, props, body, msg_id = msgpack.unpackb(mval)
+                        entries.append(Entry(ex, rk, props, body, msg_id, None))
+                out.append((c, entries))
+                nbytes += c.nbytes
+                if nbytes >= max_bytes:
+                    break
+        return out
+
+    def overview(self) -> list:
+        """[[epoch, last offset of that epoch's chunks], ...] in log order (osiris'
+        overview): what a joining member tells the leader of its log."""
+        out: list = []
+        with self.begin() as txn:
+            cur = txn.cursor(self.chunks)
+            if not cur.set_range(self.qid):
+                return out
+            for key, val in cur:
+                if not self._mine(key):
+                    break
+                c = self._chunk(key, val)
+                last = c.first + c.count - 1
+                if out and out[-1][0] == c.epoch:
+                    out[-1][1] = last
+                else:
+                    out.append([c.epoch, last])
+        return out
+
+    def truncate(self, end: int) -> None:
+        """Keep the log below offset ``end`` only (a member whose tail the leader does not
+        hold); an ``end`` below the log's first empties it, and the next chunk it takes may
+        start anywhere (the leader's first)."""
+        if end >= self.next:
+            return
+        self._delete_range(end, self.next)
+        kept = [s for s in self.segments if s.first < end]
+        gone = [s for s in self.segments if s.first >= end]
+        last_chunk, tail = 0, None
+        if kept:
+            seg = kept[-1]
+            nbytes, last_ts = 0, seg.last_ts
+            with self.begin() as txn:
+                cur = txn.cursor(self.chunks)
+                if cur.set_range(self._key(seg.first)):
+                    for key, val in cur:
+                        if not self._mine(key) or self._num(key) >= end:
+                            break
+                        c = self._chunk(key, val)
+                        nbytes, last_ts, last_chunk = nbytes + c.nbytes, c.ts, c.first
+            tail = seg._replace(last=end - 1, nbytes=nbytes, last_ts=last_ts)
+            kept[-1] = tail
+        with self.begin(write=True) as txn:
+            for s in gone:
+                txn.delete(self._key(s.number), db=self.segs)
+            if tail is not None:
+                txn.put(self._key(tail.number), msgpack.packb(
+                    [tail.first, tail.last, tail.nbytes, tail.last_ts]), db=self.segs)
+        self.segments = kept
+        self.next = end if kept else max(end, 0)
+        self.last_chunk = last_chunk if kept else self.next
 
     def retain(self, max_bytes: int | None, max_age_ms: int | None, now_ms: int) -> list:
         """Apply retention: delete the segments it names -> the Segments deleted."""

@@ -24,13 +24,14 @@ import pykka
 
 from actors import events
 from actors import messages as m
-from actors.core import credit_flow, policies, stream
+from actors.core import credit_flow, policies, stream, stream_replication
 from actors.core.errors import AMQPError
 from actors.core.queue_args import check_consume_arguments
 from actors.core.queue_stats import QueueCounters
 from actors.core.stream_readers import Reader, StreamReaders
 from actors.messages import ChannelsDown, PolicyChanged
 from actors.naming import queue_actor_name
+from actors.queue import quorum_log
 from actors.queue.storage import Storage, queue_id
 from actors.queue.stream_log import Entry, StreamLog
 from actors.runtime import LightActor
@@ -43,6 +44,9 @@ READ_BATCH_BYTES = 1 << 20  # ...and about this many body bytes
 RETENTION_CHECK_MS = 10_000  # how often age retention looks at the oldest segment
 HOLD_MAX = 64  # at most this many messages handled between two chunks written (a mailbox
 #                that never empties still has its publishes written and confirmed)
+REPLICATE_BYTES = 1 << 20  # about this many body bytes of chunks per StreamChunks sent
+REPLICATE_WINDOW = 20_000  # offsets sent to a member and not yet acknowledged, at most,
+REPLICATE_WINDOW_BYTES = 16 << 20  # ...and body bytes (a member's link holds no more)
 
 
 def wall_ms() -> int:
@@ -108,8 +112,10 @@ def _state(lg: StreamLog) -> LogState:
 class StreamWriter(LightActor):
     scheduler_name = "store"  # a sync stalls other writers and backing queues, never a queue
 
-    def __init__(self, queue_ref, storage: Storage, qid: bytes, settings, vhost, qname):
+    def __init__(self, queue_ref, storage: Storage, qid: bytes, settings, vhost, qname,
+                 epoch: int = 0):
         super().__init__()
+        self.epoch = epoch  # the stream's epoch: every chunk it writes carries it
         self.queue_ref = queue_ref  # the StreamQueue this writes for
         self.storage = storage  # the worker's LMDB environment
         self.settings = settings  # retention and layout (stream.StreamSettings)
@@ -133,7 +139,8 @@ class StreamWriter(LightActor):
     def _append(self, msg: Append) -> None:
         segments = len(self.log.segments)
         try:
-            first = self.log.append(msg.entries, wall_ms(), self.settings.filter_size).first
+            first = self.log.append(msg.entries, wall_ms(), self.settings.filter_size,
+                                    self.epoch).first
             ok = True
         except lmdb.MapFullError:
             log.error("stream '%s' in vhost '%s': message store full, %d messages refused",
@@ -187,8 +194,17 @@ class StreamQueue(LightActor):
         qid = queue_id(self.vhost, self.qname)
         self.log = StreamLog(storage.env, storage.stream_dbs, qid, storage.begin,
                              self.settings.segment_bytes)  # the readers' view of the log
+        self.epoch = int(qdef.get("epoch") or 0)  # promotions so far (replication)
         self.writer = StreamWriter.start(self.actor_ref, storage, qid, self.settings,
-                                         self.vhost, self.qname)  # the log's one writer
+                                         self.vhost, self.qname, self.epoch)  # its one writer
+        # members holding the stream (leader included): 1 unless replicated in a cluster
+        self.size = (qdef.get("stream_size") or stream_replication.cluster_size(
+            self.arguments, len(host.config.cluster_nodes))) if host.config.cluster_nodes else 1
+        # the members, what each holds, the end of the log a majority holds (consumers read
+        # below it, publishes below it are confirmed) and the confirms waiting for it
+        self.replicas = stream_replication.Replicas(
+            self.size, self.epoch, self.log.overview() if self.size > 1 else [],
+            self.log.next if self.size == 1 else 0)
         self.readers = StreamReaders()  # the consumers and their positions
         self.credit = credit_flow.ReceiverCredit(host.config.credit_more,
                                                  host.config.credit_more_bytes)  # publishers'
@@ -210,6 +226,10 @@ class StreamQueue(LightActor):
 
     # --- lifecycle -----------------------------------------------------------------------
     def on_start(self):
+        if self.config.cluster_nodes:
+            # this log is the stream's of this epoch: an election (even of a stream of one
+            # member, whose node came back) reads its position with this epoch
+            quorum_log.mark_complete(self.config, self.vhost, self.qname, self.epoch)
         self.transport.register(self.name, self.actor_ref)
         self.serving = True
         self.timers.every(self.config.collect_statistics_interval, self.actor_ref, EmitStats())
@@ -273,6 +293,12 @@ class StreamQueue(LightActor):
         elif isinstance(msg, m.Get):
             e = stream.get_refused(self.qname, self.vhost)
             self._reply(msg.sender, msg.req_id, False, None, e.reply_code, e.text)
+        elif isinstance(msg, m.StreamAck):
+            self._member_acked(msg)
+        elif isinstance(msg, m.StreamJoin):
+            self._member_join(msg)
+        elif isinstance(msg, m.MirrorsDown):
+            self.replicas.gone(msg.endpoint)
         elif isinstance(msg, m.ChannelDown):
             self.readers.drop_channel(msg.sender)
             self.credit.forget(msg.sender)
@@ -300,7 +326,8 @@ class StreamQueue(LightActor):
             self.writer.tell(Append(self.entries, self.confirms,
                                     [(ch, n, b) for ch, (n, b) in self.senders.items()]))
             self.entries, self.confirms, self.senders = [], [], {}
-        if not self.run_pending and self._deliver():
+        more = self._replicate() if self.replicas else False
+        if not self.run_pending and (self._deliver() or more):
             self.run_pending = True
             self.actor_ref.tell(Run())
 
@@ -328,13 +355,11 @@ class StreamQueue(LightActor):
         by_channel: dict = {}
         for ch, seq in msg.confirms:
             by_channel.setdefault(ch, []).append(seq)
-        if by_channel:
-            events.sync()  # (events_sync: this process's events before the confirms they back)
-        for ch, seqs in by_channel.items():
-            self.transport.send(ch, m.Confirm(self.address, seqs, msg.ok,
-                                              "" if msg.ok else "disk"))
-            if msg.ok:
-                self.counters.confirmed("enqueue", len(seqs))
+        if msg.ok and self.size > 1:
+            self.replicas.written(msg.first, msg.first + len(msg.msg_ids), by_channel)
+            self._commit()
+        else:
+            self._confirm(by_channel, msg.ok)
         for ch, n, nbytes in msg.senders:
             due = self.credit.received(ch, n, nbytes)
             if due is not None:
@@ -348,9 +373,69 @@ class StreamQueue(LightActor):
                                     queue=self.qname, seq_id=msg.first + i,
                                     offset=msg.first + i, paged=False, durable=True)
 
+    def _confirm(self, by_channel: dict, ok: bool) -> None:
+        if by_channel:
+            events.sync()  # (events_sync: this process's events before the confirms they back)
+        for ch, seqs in by_channel.items():
+            self.transport.send(ch, m.Confirm(self.address, seqs, ok, "" if ok else "disk"))
+            if ok:
+                self.counters.confirmed("enqueue", len(seqs))
+
     def _adopt(self, state: LogState) -> None:
         self.log.next, self.log.last_chunk = state.next, state.last_chunk
         self.log.segments = list(state.segments)
+        if self.size == 1:
+            self.replicas.commit(self.log.next)  # a lone member's log is all committed
+
+    # --- replication (a stream with members on other nodes) --------------------------------
+    def _commit(self) -> None:
+        """The end a majority holds moved: confirm what is below it, let readers see it."""
+        for by_channel in self.replicas.commit(self.log.next):
+            self._confirm(by_channel, True)
+
+    def _member_join(self, msg: m.StreamJoin) -> None:
+        """A member (re)joins: it keeps the prefix of its log that matches ours, then is sent
+        our chunks from there."""
+        keep = self.replicas.join(msg.member_addr, msg.member, msg.overview, self.log.first,
+                                  self.log.next)
+        log.info("stream '%s' in vhost '%s': member on %s joined at offset %d (log %d-%d)",
+                 self.qname, self.vhost, msg.member, keep, self.log.first, self.log.next - 1)
+        self.transport.send(msg.member_addr, m.StreamChunks(self.address, self.epoch, keep,
+                                                            [], [], []))
+
+    def _member_acked(self, msg: m.StreamAck) -> None:
+        member = self.replicas.acked(msg.member_addr, msg.epoch, msg.next)
+        if member is not None:
+            # it holds what we held when it joined: its log counts in an election from now
+            # on (the queue's `logs` in the metadata)
+            self.transport.send(self.node, m.Rpc("", 0, "queue.synced", {
+                "vhost": self.vhost, "name": self.qname, "member": member}))
+        self._commit()
+
+    def _replicate(self) -> bool:
+        """Send each member the chunks it lacks, within its window -> whether one may take
+        more now (another turn after the mailbox's other messages)."""
+        more = read = False
+        end = self.log.next
+        for addr, offset in self.replicas.due(end, REPLICATE_WINDOW, REPLICATE_WINDOW_BYTES):
+            chunks = self.log.read_chunks(offset, REPLICATE_BYTES)
+            read = True
+            if not chunks:
+                continue
+            heads, items, bodies = [], [], []
+            for c, entries in chunks:
+                heads.append([c.first, c.count, c.ts, c.epoch, c.bloom])
+                for e in entries:
+                    items.append([e.exchange, e.routing_key, e.props_raw, e.msg_id])
+                    bodies.append(e.body)
+            upto = chunks[-1][0].first + chunks[-1][0].count
+            self.replicas.sent(addr, upto, sum(map(len, bodies)))
+            self.transport.send(addr, m.StreamChunks(self.address, self.epoch, -1, heads,
+                                                     items, bodies))
+            more = more or upto < end
+        if read:
+            self.storage.trim()
+        return more
 
     # --- consuming -------------------------------------------------------------------------
     def _consume(self, msg: m.Consume) -> None:
@@ -376,10 +461,11 @@ class StreamQueue(LightActor):
         headed: dict = {}  # offset -> its properties with the header: readers at the same
         #                    place share one encoding
         more = False
-        for r in self.readers.wanting(self.log.next):
+        committed = self.replicas.committed
+        for r in self.readers.wanting(committed):
             room = self.readers.room(r)
             msgs, pos = self.log.read(r.position, min(room, READ_BATCH), READ_BATCH_BYTES,
-                                      r.filters, r.match_unfiltered)
+                                      r.filters, r.match_unfiltered, committed)
             r.position = pos
             if not msgs:
                 continue
@@ -395,7 +481,7 @@ class StreamQueue(LightActor):
                 items.append(item)
                 bodies.append(x.body)
             self.readers.delivered(r, [x.offset for x in msgs])
-            more = more or (r.position < self.log.next and self.readers.room(r) > 0)
+            more = more or (r.position < committed and self.readers.room(r) > 0)
         for ch, (items, bodies) in batches.items():
             self.counters.delivered(ch, items, self.readers.by_key)
             self.transport.send(ch, m.Deliver(self.address, self.qname, items, bodies))
@@ -434,6 +520,8 @@ class StreamQueue(LightActor):
                             seq_below=self.log.next,
                             reason=msg.args.get("reason") or "delete")
             self.readers = StreamReaders()
+            if self.config.cluster_nodes:  # no log of this name here any more
+                quorum_log.mark_incomplete(self.config, self.vhost, self.qname)
             self.writer.tell(DeleteLog())
             self._reply(msg.reply_to, msg.req_id, True, n)
             self.transport.unregister(self.name)
@@ -456,7 +544,8 @@ class StreamQueue(LightActor):
     def stream_info(self) -> dict:
         """The stream's own figures for the management API: its offsets, segments and each
         consumer's position."""
-        return {"first_offset": self.log.first, "committed_offset": self.log.next - 1,
+        return {"first_offset": self.log.first,
+                "committed_offset": self.replicas.committed - 1,
                 "segments": [{"number": s.number, "first_offset": s.first,
                               "last_offset": s.last, "bytes": s.nbytes}
                              for s in self.log.segments],

@@ -156,14 +156,6 @@ def test_consume_refusals_in_rabbitmqs_order():
     stream.check_consume(10, False, 0, "s", "/")
 
 
-def test_cluster_size_one_is_the_only_one_accepted_on_a_cluster():
-    stream.check_cluster_size({}, 1, "s", "/")  # a lone node: size 1
-    stream.check_cluster_size({"x-initial-cluster-size": 1}, 3, "s", "/")
-    for args in ({}, {"x-initial-cluster-size": 2}):
-        with pytest.raises(ChannelError):
-            stream.check_cluster_size(args, 3, "s", "/")
-
-
 def test_settings_policy_wins_over_arguments():
     s = stream.settings({"x-max-length-bytes": 10, "x-max-age": "1h"}, {"max-age": "2h"})
     assert (s.max_bytes, s.max_age_ms, s.segment_bytes) == (10, 7_200_000, 500_000_000)

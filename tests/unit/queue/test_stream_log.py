@@ -82,3 +82,46 @@ def test_streams_do_not_see_each_other_and_delete_is_complete(tmp_path, monkeypa
     assert [m.offset for m in b.read(0, 10, 1 << 20)[0]] == [0, 1]
     assert s.drop_stale(set()) == [queue_id("/", "b")]
     assert _log(s, "b").count == 0
+
+
+def test_a_member_copies_chunks_at_the_leaders_offsets_and_epochs(tmp_path, monkeypatch):
+    _, s = storage(tmp_path, monkeypatch)
+    leader, member = _log(s, "leader"), _log(s, "member")
+    leader.append(_entries(3), 1000, 16, epoch=0)
+    leader.append(_entries(2, start=3, fv="x"), 2000, 16, epoch=0)
+    leader.append(_entries(4, start=5), 3000, 16, epoch=2)
+    assert leader.overview() == [[0, 4], [2, 8]]
+    for c, entries in leader.read_chunks(0, 1 << 20):
+        member.append_chunk(c.first, c.ts, c.epoch, c.bloom, entries)
+    assert member.overview() == leader.overview()
+    assert (member.next, member.last_chunk) == (9, 5)
+    got, _ = member.read(0, 100, 1 << 20)
+    want, _ = leader.read(0, 100, 1 << 20)
+    assert got == want
+    assert [m.offset for m in member.read(0, 100, 1 << 20, ("x",))[0]] == [3, 4]
+    # a chunk that does not follow the end is refused (the member joins again)
+    try:
+        member.append_chunk(20, 4000, 2, None, _entries(1))
+        raise AssertionError("a gap was accepted")
+    except ValueError:
+        pass
+
+
+def test_truncate_keeps_a_prefix_and_reopens_there(tmp_path, monkeypatch):
+    _, s = storage(tmp_path, monkeypatch)
+    lg = _log(s, segment_bytes=25)
+    for i in range(5):
+        lg.append(_entries(2, start=2 * i), 1000 + i, 16, epoch=i // 3)
+    assert len(lg.segments) > 1
+    lg.truncate(6)
+    assert (lg.next, lg.last_chunk) == (6, 4)
+    assert lg.overview() == [[0, 5]]
+    assert [m.offset for m in lg.read(0, 100, 1 << 20)[0]] == list(range(6))
+    again = _log(s, segment_bytes=25)
+    assert (again.next, again.last_chunk, again.segments) == (6, 4, lg.segments)
+    lg.append(_entries(1, start=6), 2000, 16, epoch=5)
+    assert lg.overview() == [[0, 5], [5, 6]]
+    lg.truncate(0)  # nothing matches: an empty log that takes a chunk anywhere
+    assert (lg.first, lg.next, lg.segments) == (0, 0, [])
+    lg.append_chunk(40, 3000, 5, None, _entries(2))
+    assert (lg.first, lg.next) == (40, 42)
