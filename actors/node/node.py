@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 
+import pykka
 import sdnotify
 import sys
 import shutil
@@ -221,10 +222,16 @@ class Node:
         next_ping = time.monotonic()
         try:
             while not self.stopping.is_set():
-                self._reap()
-                self._check_resources()
-                self._sample_node()
-                self._check_paused()
+                try:
+                    self._reap()
+                    self._check_resources()
+                    self._sample_node()
+                    self._check_paused()
+                except pykka.ActorDeadError:
+                    pass  # (the metadata actor ended meanwhile: just below)
+                if not self.metadata.is_alive():
+                    self._metadata_crashed()
+                    break
                 if watchdog and time.monotonic() >= next_ping:
                     self.systemd.notify("WATCHDOG=1")  # the supervision loop is alive
                     next_ping = time.monotonic() + watchdog
@@ -233,6 +240,16 @@ class Node:
             self.systemd.notify("STOPPING=1")
             self._shutdown()
         return self.exit_code
+
+    def _metadata_crashed(self) -> None:
+        """The metadata actor crashed (its exception is logged where it ended): the node
+        stops with status 1 so that systemd (Restart=on-failure) starts it again from the
+        definitions on disk (or the Raft log), as an Erlang node whose rabbit application
+        exits; in place it would serve definitions a handler left half-applied."""
+        log.error("the metadata actor crashed: stopping the node (its supervisor, systemd, "
+                  "restarts it from its durable definitions)")
+        self.exit_code = 1
+        self.stopping.set()
 
     def _listen(self) -> None:
         cfg = self.config
@@ -450,7 +467,10 @@ class Node:
                             slot.proc.pid)
                 slot.proc.kill()
                 slot.proc.wait()
-        self.metadata.stop()
+        try:
+            self.metadata.stop()
+        except pykka.ActorDeadError:
+            pass  # (it crashed: the reason the node stops)
         try:
             os.unlink(os.path.join(self.config.data_dir, "node.json"))
         except OSError:

@@ -241,15 +241,20 @@ class StreamQueue(LightActor):
             self._flush()
 
     def on_failure(self, exc_type, exc_value, traceback):
-        """Let it crash: the stream stops with its writer, and channels meet it as a queue
-        that is gone (QueueHost.missing: 404, publishes nacked) until its queue worker or
-        the node restarts, when it starts again from its log."""
+        """Let it crash: the stream stops with its writer (a writer that crashed makes the
+        stream's next tell to it fail, so the stream crashes too), channels meet it as a
+        queue that is gone (QueueHost.missing: 404, publishes nacked) and QueueHost, its
+        monitor, starts it again from its log within the restart intensity."""
         log.error("stream '%s' in vhost '%s' failed: %s: %s", self.qname, self.vhost,
                   getattr(exc_type, "__name__", exc_type), exc_value)
         if self.serving:
             self.transport.unregister(self.name)
         if self.writer.is_alive():
-            self.writer.stop(block=False)
+            try:  # (one writer of the log at a time: the restarted stream starts its own)
+                self.writer.stop(block=True, timeout=30)
+            except pykka.Timeout:
+                log.warning("stream '%s' in vhost '%s': its writer did not stop in time",
+                            self.qname, self.vhost)
 
     def _handle(self, msg) -> None:
         if isinstance(msg, m.Publish):
