@@ -219,3 +219,44 @@ def test_metadata_crash_stops_the_node_which_restarts_from_disk(tmp_path):
         assert _message_count(broker, "meta-q") == 1
     finally:
         broker.stop()
+
+
+def _queue_row(broker, name) -> dict:
+    out = broker.ctl("list_queues", "name", "messages", "mirrors",
+                     "synchronised_mirrors").stdout.splitlines()[2:]
+    for line in out:
+        cells = line.split("\t")
+        if cells[0] == name:
+            return dict(zip(("name", "messages", "mirrors", "synced"), cells))
+    return {}
+
+
+def test_mirror_crash_restarts_it_and_confirms_go_on__C5(tmp_path):
+    """A mirror that crashes (on a message from its master) is started again by its queue
+    worker: it rejoins its master and syncs; the master's confirm, which waits for every
+    mirror (C5), comes once the new mirror has the message (an ack, not a nack: the queue's
+    own process did not crash)."""
+    from tests.integration.cluster.nodes import Nodes
+    fault_file = tmp_path / "faults.json"
+    _plant(fault_file)
+    nodes = Nodes(tmp_path, 2, env={"LEVERET_FAULT_INJECTION": str(fault_file)})
+    try:
+        nodes[0].ctl("set_policy", "ha-all", "^ha\\.", '{"ha-mode": "all"}')
+        with nodes[0].connection() as c:
+            c.channel().queue_declare("ha.crash", durable=True)  # home: node 1
+        nodes.wait(lambda: "leveret@node2" in _queue_row(nodes[0], "ha.crash").get("synced", ""),
+                   what="the mirror on node 2 synchronised")
+        _plant(fault_file, {"actor": "mirror", "vhost": "/", "name": "ha.crash", "times": 1,
+                            "on": "MirrorPublish"})
+        time.sleep(0.3)
+        with nodes[0].connection() as c:
+            ch = c.channel()
+            ch.confirm_delivery()
+            ch.basic_publish("", "ha.crash", b"m1", PERSISTENT)  # acked once mirrored again
+            ch.basic_publish("", "ha.crash", b"m2", PERSISTENT)
+        assert "mirror of queue 'ha.crash' in vhost '/' crashed" in nodes[1].log_tail(400)
+        nodes.wait(lambda: "leveret@node2" in _queue_row(nodes[0], "ha.crash").get("synced", ""),
+                   what="the restarted mirror synchronised")
+        assert _queue_row(nodes[1], "ha.crash")["messages"] == "2"
+    finally:
+        nodes.stop()
