@@ -174,15 +174,24 @@ class QueueHost(WorkerHost):
                   q["vhost"], msg.reason)
         current = dict(self.replica.queue(q["vhost"], q["name"]) or q)
         current.pop("address", None)
-        if child.kind == "mirror":
-            self._supervise(Mirror.start(self, current, self.config.cluster_address),
-                            Child(child.name, "mirror", current, ""))
-        elif child.kind == "stream":
-            self._supervise(StreamQueue.start(self, current, child.started_to),
-                            Child(child.name, "stream", current, child.started_to))
-        else:
-            self._supervise(Queue.start(self, current, True, child.started_to),
-                            Child(child.name, "queue", current, child.started_to))
+        try:
+            if child.kind == "mirror":
+                self._supervise(Mirror.start(self, current, self.config.cluster_address),
+                                Child(child.name, "mirror", current, ""))
+            elif child.kind == "stream":
+                self._supervise(StreamQueue.start(self, current, child.started_to),
+                                Child(child.name, "stream", current, child.started_to))
+            else:
+                self._supervise(Queue.start(self, current, True, child.started_to),
+                                Child(child.name, "queue", current, child.started_to))
+        except Exception:  # noqa: BLE001 - e.g. lmdb.MapFullError opening its index
+            log.exception("%s '%s' in vhost '%s' could not be restarted: giving up on it",
+                          what, q["name"], q["vhost"])
+            if child.kind != "mirror":
+                self.crashed[child.name] = q
+                self.transport.send(self.node, m.Rpc("", 0, "queue.crashed", {
+                    "vhost": q["vhost"], "name": q["name"],
+                    "address": self.transport.address(child.name), "gave_up": True}))
 
     def _drop_crashed(self, name: str) -> None:
         """A queue given up on was deleted: what its index kept goes with it (RabbitMQ's
