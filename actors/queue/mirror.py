@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections import deque
 
@@ -324,6 +325,14 @@ class Mirror(LightActor):
         self.joined_manual = False  # our last join asked for ha-sync-mode manual
 
     def on_start(self):
+        try:
+            self._start()
+        except Exception:
+            # (the runtime calls on_failure only for on_receive: its storage half stops too)
+            self.on_failure(*sys.exc_info())
+            raise
+
+    def _start(self) -> None:
         if self.qdef["durable"] and not self.durably:
             # what this node held of the queue before is not the queue: dropped, in order,
             # before anything the mirror or a promotion writes there (a quorum queue's member
