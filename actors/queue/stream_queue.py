@@ -22,7 +22,7 @@ from typing import NamedTuple
 import lmdb
 import pykka
 
-from actors import events
+from actors import events, faults
 from actors import messages as m
 from actors.core import credit_flow, policies, stream
 from actors.core.errors import AMQPError
@@ -234,6 +234,7 @@ class StreamQueue(LightActor):
 
     # --- the mailbox -----------------------------------------------------------------------
     def on_receive(self, msg):
+        faults.crash("queue", self.vhost, self.qname, msg, self.config.host)
         self._handle(msg)
         self.held += 1
         if self.held >= HOLD_MAX or self.actor_inbox.empty():

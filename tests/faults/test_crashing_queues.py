@@ -146,6 +146,38 @@ def test_crashing_transient__C6(node):
         assert _message_count(node, "crashing-t") == 1
 
 
+def test_crashing_stream_restarts_from_its_log__C6(node):
+    """A stream's actor that crashes is started again from its log (it used to stay down
+    until its worker restarted): the crashing publish nacked, what was confirmed still there,
+    a consumer reading from the first offset gets it."""
+    args = {"x-queue-type": "stream"}
+    with node.connection() as c:
+        ch = c.channel()
+        ch.confirm_delivery()
+        ch.queue_declare("crashing-s", durable=True, arguments=args)
+        ch.basic_publish("", "crashing-s", b"s1", PERSISTENT)
+        ch.basic_publish("", "crashing-s", b"s2", PERSISTENT)
+    _plant(node.fault_file, {"actor": "queue", "vhost": "/", "name": "crashing-s", "times": 1,
+                             "on": "Publish"})
+    time.sleep(0.2)
+    with node.connection() as c:
+        ch = c.channel()
+        ch.confirm_delivery()
+        with pytest.raises(pika.exceptions.NackError):
+            ch.basic_publish("", "crashing-s", b"crash", PERSISTENT)
+    assert _message_count(node, "crashing-s") == 2
+    with node.connection() as c:
+        ch = c.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("", "crashing-s", b"s3", PERSISTENT)
+        ch.basic_qos(prefetch_count=10)
+        got = []
+        ch.basic_consume("crashing-s", lambda _c, m, p, body: got.append(body),
+                         arguments={"x-stream-offset": "first"})
+        _wait(lambda: c.process_data_events(0.1) or len(got) >= 3, what="3 deliveries")
+        assert got == [b"s1", b"s2", b"s3"]
+
+
 def test_give_up_after_repeated_crashes__C6(node):
     """give_up_after_repeated_crashes: a queue crashing at every restart is given up on after
     max_restarts (5) in restart_period: declare (passive or not) gets 404 "has crashed and
