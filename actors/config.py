@@ -52,7 +52,9 @@ class Config:
     channel_max: int = 2047  # proposed in connection.tune
     # largest message body accepted (RabbitMQ 3.10's default, 128 MiB; at most 512 MiB)
     max_message_size: int = 134217728
-    max_restarts: int = 5  # per worker slot within restart_period, then the node stops
+    # per worker slot within restart_period, then the node stops; and per queue (or mirror)
+    # of a queue worker, then its QueueHost gives up on it (the queue is marked crashed)
+    max_restarts: int = 5
     restart_period: float = 10.0  # seconds
     loopback_users: tuple = ("guest",)  # users allowed to log in only from loopback
     credit_initial: int = 400  # credit_flow: messages a channel may send a queue unasked

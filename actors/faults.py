@@ -39,6 +39,15 @@ lifecycle job (spark_analysis/) naming them:
 - lose_dead_lettered_copy: a dead-lettered copy is announced (`dead_letter_published`) and
   never sent to its target queues.
 
+The same file can crash actors on purpose, as RabbitMQ's crashing_queues_SUITE kills queue
+processes, so that a test sees their supervisor restart them (or give up):
+
+    {"crash": [{"actor": "queue", "vhost": "/", "name": "q1", "times": 1, "on": "Publish"}]}
+
+each entry crashes the named actor ("queue": a Queue actor, "mirror": a Mirror, "metadata":
+the node's metadata actor, which names no queue) with `InjectedCrash` when it handles a
+message (of the class named by `on`, when given), `times` times in all in this process.
+
 `bug(name, queue, host)` answers for the process (host: the node's listen address); it
 refuses to run (SystemExit) when the variable is set and that host is not a loopback address.
 """
@@ -154,6 +163,13 @@ def clock_skew_ns(process: str, host: str) -> int:
 
 _announced = False  # this process logged that fault injection is on
 
+CRASHABLE = ("queue", "mirror", "metadata")
+
+
+class InjectedCrash(Exception):
+    """A test-only crash planted by the fault file: the actor's supervisor must handle it."""
+
+
 BUGS = ("drop_synced_at_recovery", "confirm_before_sync", "deliver_twice",
         "lose_dead_lettered_copy")
 
@@ -166,25 +182,36 @@ class _Bugs:
         self.mtime = None  # its mtime_ns then
         self.checked = -CHECK_S  # monotonic time of the last look at it
         self.planted: dict = {}  # bug -> frozenset of queue names
+        self.crash: list = []  # the file's crash entries (dicts)
+        self.crashed: dict = {}  # (actor, vhost, name) -> crashes injected in this process
         self.lock = threading.Lock()
 
     def get(self, path: str) -> dict:
+        self._load(path)
+        return self.planted
+
+    def crashes(self, path: str) -> list:
+        self._load(path)
+        return self.crash
+
+    def _load(self, path: str) -> None:
         now = time.monotonic()
         with self.lock:
             if path == self.path and now - self.checked < CHECK_S:
-                return self.planted
+                return
             self.checked = now
             try:
                 mtime = os.stat(path).st_mtime_ns
             except OSError:
                 mtime = None
             if path == self.path and mtime == self.mtime:
-                return self.planted
-            self.path, self.mtime, planted = path, mtime, {}
+                return
+            self.path, self.mtime, planted, crash = path, mtime, {}, []
             if mtime is not None:
                 try:
                     with open(path) as f:
-                        wanted = json.load(f).get("bugs", {})
+                        doc = json.load(f)
+                    wanted, crash = doc.get("bugs", {}), list(doc.get("crash", []))
                 except (OSError, ValueError) as e:
                     log.warning("fault injection: cannot read %s: %s", path, e)
                     wanted = {}
@@ -196,8 +223,14 @@ class _Bugs:
             if planted != self.planted:
                 log.warning("fault injection: bugs planted: %s", "; ".join(
                     f"{b} in {', '.join(sorted(q))}" for b, q in planted.items()) or "none")
+            for c in crash:
+                if c.get("actor") not in CRASHABLE:
+                    raise SystemExit(f"leveret: unknown actor {c.get('actor')!r} to crash in "
+                                     f"{path} (known: {', '.join(CRASHABLE)})")
+            if crash != self.crash:
+                log.warning("fault injection: crashes planted: %s", crash or "none")
             self.planted = planted
-            return planted
+            self.crash = crash
 
 
 _bugs = _Bugs()
@@ -212,3 +245,30 @@ def bug(name: str, queue: str, host: str) -> bool:
         return False
     from_env(host)  # (refuses a node that is not on loopback)
     return queue in _bugs.get(path).get(name, ())
+
+
+def crash(actor: str, vhost: str, name: str, msg, host: str) -> None:
+    """Raise InjectedCrash when the fault file plants a crash of this actor (`actor`, and for
+    a queue or mirror its `vhost` and `name`) on `msg` that has not yet been used up; nothing
+    unless LEVERET_FAULT_INJECTION is set. SystemExit when it is and `host` is not loopback."""
+    path = _PATH
+    if not path:
+        return
+    entries = _bugs.crashes(path)
+    if not entries:
+        return
+    kind = type(msg).__name__
+    for c in entries:
+        if c.get("actor") != actor or c.get("on", kind) != kind:
+            continue
+        if actor != "metadata" and (c.get("vhost", "/"), c.get("name")) != (vhost, name):
+            continue
+        key = (actor, vhost, name)
+        with _bugs.lock:
+            done = _bugs.crashed.get(key, 0)
+            if done >= int(c.get("times", 1)):
+                return
+            _bugs.crashed[key] = done + 1
+        from_env(host)  # (refuses a node that is not on loopback)
+        raise InjectedCrash(f"injected crash {done + 1} of {actor} "
+                            f"{name or ''} on {kind} (test-only fault file)")

@@ -78,6 +78,18 @@ class WorkerDown(NamedTuple):
     endpoint: str
 
 
+class QueueDown(NamedTuple):
+    """A queue's process crashed (rabbit_channel's 'DOWN' of a queue pid with an abnormal exit):
+    the node's metadata actor -> every connection worker of the node, and -> the other nodes'
+    metadata actors, which tell theirs; a connection worker's host -> its channels. Channels
+    nack what they had not had confirmed by the queue at `address`, cancel its consumers
+    (basic.cancel to clients with consumer_cancel_notify) and forget their unacked deliveries
+    from it (their acks no longer reach a queue: the restarted one redelivers them)."""
+    address: str  # the crashed queue's address (a restarted one serves at the same address)
+    vhost: str
+    name: str
+
+
 class WorkerUp(NamedTuple):
     """Node -> workers (cluster): a worker of another node that was marked dead (its node was
     marked down, as in a partition) is alive again: its endpoint takes messages again."""
@@ -872,7 +884,7 @@ _TYPES: list[type] = [
     MetaApplied, MirrorJoin, MirrorPublish, MirrorForget, MirrorAck, PeerApplied,
     ResourceAlarm, DirectReply, ReplyCheck, QueueStats, ConnectionStats, ForceClose,
     WorkerStats, WorkerUp, Pause, NodeStats, MirrorSynced, LogQuery, LogPosition,
-    MirrorKeep, ShovelStates, StreamJoin, StreamChunks, StreamAck,
+    MirrorKeep, ShovelStates, StreamJoin, StreamChunks, StreamAck, QueueDown,
 ]
 _TAG = {cls: i for i, cls in enumerate(_TYPES)}
 _HAS_BODIES = {cls: cls._fields[-1] == "bodies" for cls in _TYPES}

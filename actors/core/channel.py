@@ -427,6 +427,17 @@ class ChannelCore:
         prefix = endpoint + "#"
         self._gone_where(lambda address: address.startswith(prefix))
 
+    def queue_down(self, address: str) -> None:
+        """A queue's process crashed (rabbit_channel's handle_publishing_queue_down with an
+        abnormal exit, then handle_consuming_queue_down_or_eol): what it had not confirmed
+        is nacked, its consumers are cancelled; its unacked deliveries stay unacked for the
+        client (acking them is no error) but their settlements go nowhere, as to a dead
+        pid: the restarted queue at the same address redelivers what it recovered."""
+        for tag, entry in self.unacked.items():
+            if entry[0] == address:
+                self.unacked[tag] = ("",) + tuple(entry[1:])  # ("": settled to no queue)
+        self._gone_where(lambda a: a == address)
+
     def node_paused(self) -> None:
         """The node pauses (cluster, pause_minority; its connection is closed next): as if
         every worker were gone, consumers are cancelled and unconfirmed publishes nacked."""
@@ -458,7 +469,8 @@ class ChannelCore:
             self.events.sync()
             batches, self.settle_batches = self.settle_batches, {}
             for (q, op), ids in batches.items():
-                self.out.send(q, m.Settle(self.address, op, ids))
+                if q:  # (not a crashed queue's orphaned deliveries: `queue_down`)
+                    self.out.send(q, m.Settle(self.address, op, ids))
         if self.lite_confirms:
             self.events.sync()  # (events_sync: the acks this confirm rests on are written)
             confirms, self.lite_confirms = self.lite_confirms, {}

@@ -1184,9 +1184,10 @@ class QueueCore:
         """op: 0 ack, 1 requeue, 2 discard (dead-letter when configured)."""
         done, requeue = [], []
         for seq_id in seq_ids:
-            entry = self.unacked.pop(seq_id, None)
-            if entry is None:
-                continue
+            entry = self.unacked.get(seq_id)
+            if entry is None or entry[1] != channel:
+                continue  # (not this channel's: meant for an earlier incarnation's delivery)
+            del self.unacked[seq_id]
             msg, ch, tag = entry
             self.unacked_bytes -= len(msg.body)
             self._settled(ch, tag)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import pykka
 
-from actors import events
+from actors import events, faults
 from actors import messages as m
 from actors.messages import (ClusterEntry, ClusterReady, ClusterTick, CommitFailed, DurableQueues,
                              ReadyWorkers, StatsTimeout, WorkerExited)
@@ -145,6 +145,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
             self.router.declare_exchange(*x)
         for q in stored.get("queues", []):
             q = dict(q, address=None, worker=self._place())
+            q.pop("crashed", None)  # (a node's restart starts a queue given up on again)
             self.queues[(q["vhost"], q["name"])] = q
             self.router.add_queue(q["vhost"], q["name"])
         for b in stored.get("bindings", []):
@@ -173,70 +174,73 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
             self.cluster.close()
 
     def on_receive(self, msg):
-        try:
-            if isinstance(msg, ClusterEntry):
-                self._cluster_entry(msg)
-            elif isinstance(msg, ClusterTick):
-                self._cluster_tick()
-            elif isinstance(msg, ClusterReady):
-                return self._cluster_load()
-            elif isinstance(msg, CommitFailed):
-                self._commit_failed(msg.epoch, msg.token)
-            elif isinstance(msg, m.AlarmsChanged):
-                self._alarms_changed(msg)
-            elif isinstance(msg, m.NodeTick):
-                self._node_tick(msg)
-            elif isinstance(msg, m.NodeStats):
-                self.node_table.put(msg.node, msg.at_ms, msg.stats)
-            elif isinstance(msg, m.ShovelStates):
-                self._shovel_states(msg)
-            elif not self.loaded:
-                if isinstance(msg, m.Rpc) and msg.reply_to:  # leveretctl before we joined
-                    self._send_local(msg.reply_to, m.RpcReply(msg.req_id, False, None, 541,
-                                     amqp_text(541, "this node has not joined its cluster yet")))
-            elif isinstance(msg, m.Rpc):
-                self._rpc(msg)
-            elif isinstance(msg, m.QueueStarted):
-                self._queue_started(msg)
-            elif isinstance(msg, m.RpcReply):
-                if self._relay(msg):
-                    pass
-                elif msg.req_id in self.pending_stats:
-                    self._stats_reply(msg)
-                else:
-                    self._queue_reply(msg)
-            elif isinstance(msg, m.ConnectionStats):
-                if not self.transport.is_dead(msg.worker):
-                    self._connection_sample(msg)
-            elif isinstance(msg, m.WorkerStats):
-                if not self.transport.is_dead(msg.worker):
-                    self.worker_totals[msg.worker] = msg.totals
-            elif isinstance(msg, m.QueueStats):
-                if (msg.vhost, msg.name) in self.queues:
-                    self.queue_stats.put(msg.vhost, msg.name, msg.at_ms, msg.stats)
-            elif isinstance(msg, StatsTimeout):
-                self._finish_stats(msg.gather)
-            elif isinstance(msg, m.MetaApplied):
-                self._meta_applied(msg)
+        # no catch-all: an exception here ends the actor as it is, and the node, its
+        # supervisor, stops (systemd restarts it from the definitions on disk or the Raft
+        # log) rather than serving from state a handler left half-applied
+        faults.crash("metadata", "", "", msg, self.config.host)
+        if isinstance(msg, ClusterEntry):
+            self._cluster_entry(msg)
+        elif isinstance(msg, ClusterTick):
+            self._cluster_tick()
+        elif isinstance(msg, ClusterReady):
+            return self._cluster_load()
+        elif isinstance(msg, CommitFailed):
+            self._commit_failed(msg.epoch, msg.token)
+        elif isinstance(msg, m.AlarmsChanged):
+            self._alarms_changed(msg)
+        elif isinstance(msg, m.NodeTick):
+            self._node_tick(msg)
+        elif isinstance(msg, m.NodeStats):
+            self.node_table.put(msg.node, msg.at_ms, msg.stats)
+        elif isinstance(msg, m.ShovelStates):
+            self._shovel_states(msg)
+        elif not self.loaded:
+            if isinstance(msg, m.Rpc) and msg.reply_to:  # leveretctl before we joined
+                self._send_local(msg.reply_to, m.RpcReply(msg.req_id, False, None, 541,
+                                 amqp_text(541, "this node has not joined its cluster yet")))
+        elif isinstance(msg, m.Rpc):
+            self._rpc(msg)
+        elif isinstance(msg, m.QueueStarted):
+            self._queue_started(msg)
+        elif isinstance(msg, m.QueueDown):  # (from the node that handled a crash)
+            self._queue_down(msg)
+        elif isinstance(msg, m.RpcReply):
+            if self._relay(msg):
+                pass
+            elif msg.req_id in self.pending_stats:
+                self._stats_reply(msg)
+            else:
+                self._queue_reply(msg)
+        elif isinstance(msg, m.ConnectionStats):
+            if not self.transport.is_dead(msg.worker):
+                self._connection_sample(msg)
+        elif isinstance(msg, m.WorkerStats):
+            if not self.transport.is_dead(msg.worker):
+                self.worker_totals[msg.worker] = msg.totals
+        elif isinstance(msg, m.QueueStats):
+            if (msg.vhost, msg.name) in self.queues:
+                self.queue_stats.put(msg.vhost, msg.name, msg.at_ms, msg.stats)
+        elif isinstance(msg, StatsTimeout):
+            self._finish_stats(msg.gather)
+        elif isinstance(msg, m.MetaApplied):
+            self._meta_applied(msg)
 
-            elif isinstance(msg, m.PeerApplied):
-                self._peer_applied(msg)
-            elif isinstance(msg, m.LogQuery):
-                self._log_query(msg)
-            elif isinstance(msg, m.LogPosition):
-                self._log_position(msg)
-            elif isinstance(msg, WorkerExited):
-                self._worker_exited(msg)
-            elif isinstance(msg, ReadyWorkers):
-                return [k for k, w in self.workers.items() if w.ready]
-            elif isinstance(msg, DurableQueues):
-                # (a quorum queue's member keeps its log while it counts, down or not)
-                return [(*key, q.get("arguments") or {}) for key, q in self.queues.items()
-                        if q["durable"]
-                        and self.me in (q.get("home", self.me), *(q.get("mirrors") or ()),
-                                        *(q.get("logs") or ()))]
-        except Exception:
-            log.exception("metadata failed on %r", type(msg).__name__)
+        elif isinstance(msg, m.PeerApplied):
+            self._peer_applied(msg)
+        elif isinstance(msg, m.LogQuery):
+            self._log_query(msg)
+        elif isinstance(msg, m.LogPosition):
+            self._log_position(msg)
+        elif isinstance(msg, WorkerExited):
+            self._worker_exited(msg)
+        elif isinstance(msg, ReadyWorkers):
+            return [k for k, w in self.workers.items() if w.ready]
+        elif isinstance(msg, DurableQueues):
+            # (a quorum queue's member keeps its log while it counts, down or not)
+            return [(*key, q.get("arguments") or {}) for key, q in self.queues.items()
+                    if q["durable"]
+                    and self.me in (q.get("home", self.me), *(q.get("mirrors") or ()),
+                                    *(q.get("logs") or ()))]
 
     def _rpc(self, rpc: m.Rpc) -> None:
         if rpc.op == "auth" and isinstance(rpc.args, dict):
@@ -555,8 +559,11 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
     def _start_queue(self, q: dict, recovered: bool) -> None:
         """Only the queue's home node starts it, on its own queue worker (never while the node
         is paused: it starts what the log says once it resumes)."""
-        if q.get("home", self.me) != self.me or self.paused or q.get("electing"):
-            return  # (electing: a quorum queue whose leader the cluster leader is choosing)
+        if q.get("home", self.me) != self.me or self.paused or q.get("electing") or \
+                q.get("crashed"):
+            # (electing: a quorum queue whose leader the cluster leader is choosing; crashed:
+            # its queue worker gave up restarting it, it stays down until deleted)
+            return
         w = self.workers.get(("queue", q["worker"]))
         key = (q["vhost"], q["name"])
         if w is None or key in self.starting:
@@ -941,6 +948,9 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
             self.queue_churn["queues_declared"] += 1
         if q is not None:
             self._check_exclusive(vhost, name, owner)
+            if q.get("crashed"):  # (rabbit_amqqueue:priv_absent of a crashed queue)
+                raise ChannelError(404, amqp_text(404, f"queue '{name}' in vhost '{vhost}' "
+                                                       "has crashed and failed to restart"))
             if not passive:
                 queue_args.assert_flags_equivalent(
                     {"durable": q["durable"], "exclusive": bool(q["exclusive"]),
@@ -1013,6 +1023,25 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
             # the event log's reason: "x-expires", "auto-delete" (the text before the colon)
             self._delete_queue(vhost, name, None, 0, reason=reason.partition(":")[0] or "self")
         return None
+
+    def op_queue_crashed(self, rpc, vhost, name, address, gave_up):
+        """A queue worker's supervisor saw a queue crash (actors/queue/host.py): every channel
+        of the cluster hears QueueDown (nacks, basic.cancel); a queue it gave up on is marked
+        crashed (declares get 404, the management API says "crashed") until it is deleted."""
+        self._queue_down(m.QueueDown(address, vhost, name))
+        for info in self.members.values():
+            if info.get("up") and info.get("metadata") and info.get("metadata") != self.address:
+                self.transport.send(info["metadata"], m.QueueDown(address, vhost, name))
+        q = self.queues.get((vhost, name))
+        if gave_up and q is not None and q.get("address") in (address, None):
+            self._change(["queue_put", dict(q, address=None, crashed=True)])
+        return None
+
+    def _queue_down(self, down: m.QueueDown) -> None:
+        """To every connection worker of this node (their channels)."""
+        for (kind, _), w in self.workers.items():
+            if kind == "conn":
+                self.transport.send(w.control, down)
 
     def op_connection_closed(self, rpc, owner):
         for q in list(self.queues.values()):
@@ -1158,5 +1187,5 @@ def _stored_queue(q: dict | None) -> dict | None:
     """What _persist keeps of a queue definition (None: nothing, it is transient or exclusive)."""
     if q is None or not q["durable"] or q["exclusive"]:
         return None
-    return {k: v for k, v in q.items() if k not in ("address", "worker")}
+    return {k: v for k, v in q.items() if k not in ("address", "worker", "crashed")}
 

@@ -200,7 +200,8 @@ class ManagementMixin:
                    "mirrors": [self._member_name(x) for x in q.get("mirrors") or []],
                    "synchronised_mirrors": [self._member_name(x)
                                             for x in q.get("synced") or []],
-                   "state": "running" if q.get("address") else "down"}
+                   "state": "running" if q.get("address") else
+                   "crashed" if q.get("crashed") else "down"}
             sample = self.queue_stats.last(vhost, name) if q.get("address") else None
             if sample is not None:
                 row.update((k, sample.get(k, 0)) for k in GAUGES + STORAGE)

@@ -43,10 +43,13 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections import deque
 
-from actors import events
+import pykka
+
+from actors import events, faults
 from actors import messages as m
 from actors.core import policies, quorum
 from actors.core.queue import Msg
@@ -326,6 +329,14 @@ class Mirror(LightActor):
                                MEMBER if self.durably else MIRROR)
 
     def on_start(self):
+        try:
+            self._start()
+        except Exception:
+            # (the runtime calls on_failure only for on_receive: its storage half stops too)
+            self.on_failure(*sys.exc_info())
+            raise
+
+    def _start(self) -> None:
         if not self.durably:
             # a classic mirror starts empty: whatever this node held of the queue before (in
             # an earlier mirror's memory, or its index) is not held any more
@@ -583,91 +594,101 @@ class Mirror(LightActor):
             self.joined_manual = False
             self.transport.send(self.master, m.QueueOp("", 0, "sync", {}))
 
+    def on_failure(self, exc_type, exc_value, tb):
+        """An exception in on_receive ends the mirror (a slave's crash in RabbitMQ): its name
+        leaves the transport and its backing queue stops; QueueHost, its monitor, starts a
+        new one, which joins its master and syncs from scratch."""
+        self.transport.unregister(self.name)
+        if self.bq is not None:
+            try:  # (before the new mirror drops the index)
+                self.bq.stop(block=True, timeout=30)
+            except (pykka.ActorDeadError, pykka.Timeout):
+                log.warning("mirror of queue '%s': its backing queue did not stop in time",
+                            self.qname)
+
     def on_receive(self, msg):
-        try:
-            if isinstance(msg, m.MirrorPublish) and self.durably:
-                if msg.master != self.master:
-                    return
-                # (re)joined a live master: it sends us its whole log again, or what comes
-                # after the log we kept
-                if msg.reset and not self._reset(msg):
-                    return
-                self._prune_if_synced(msg.batch)
-                self._take_durably(msg.batch, msg.items, msg.bodies)
-            elif isinstance(msg, m.MirrorKeep) and self.durably:
-                if msg.master == self.master:
-                    self._keep(msg)
-            elif isinstance(msg, m.MirrorSynced) and self.durably:
-                if msg.master == self.master:
-                    self.sync_master, self.sync_batch = msg.master, msg.batch
-                    self._maybe_complete()
-            elif isinstance(msg, m.LogBarrier) and self.durably:
-                self.dropping -= 1
+        faults.crash("mirror", self.vhost, self.qname, msg, self.config.host)
+        if isinstance(msg, m.MirrorPublish) and self.durably:
+            if msg.master != self.master:
+                return
+            # (re)joined a live master: it sends us its whole log again, or what comes
+            # after the log we kept
+            if msg.reset and not self._reset(msg):
+                return
+            self._prune_if_synced(msg.batch)
+            self._take_durably(msg.batch, msg.items, msg.bodies)
+        elif isinstance(msg, m.MirrorKeep) and self.durably:
+            if msg.master == self.master:
+                self._keep(msg)
+        elif isinstance(msg, m.MirrorSynced) and self.durably:
+            if msg.master == self.master:
+                self.sync_master, self.sync_batch = msg.master, msg.batch
                 self._maybe_complete()
-                if not self.dropping and self.held_ack and not self.broken:
-                    last, self.held_ack = self.held_ack, 0
-                    events.sync()
-                    self.transport.send(self.master, m.MirrorAck(self.address, last))
-            elif isinstance(msg, m.DeleteIndex) and self.durably:
-                self._drop_log("removed")  # (QueueHost: the queue is gone, or our log no
-                #                            longer counts)
-            elif isinstance(msg, m.Persisted) and self.durably:
-                self._synced(msg.msgs)
-            elif isinstance(msg, m.Refused) and self.durably:
-                log.error("mirror of quorum queue '%s' in vhost '%s': its index refused %d "
-                          "messages (disk full): it acknowledges nothing until it rejoins",
-                          self.qname, self.vhost, len(msg.msgs))
-                # what it writes after them would make its log's end claim them: no complete
-                # log here (no vote to lead) until a master resyncs it
-                quorum_log.mark_incomplete(self.config, self.vhost, self.qname)
-                self.broken = True
-                self._synced(msg.msgs)
-            elif isinstance(msg, m.MirrorForget) and self.durably:
-                if msg.master == self.master:
-                    self._forget_durably(msg)
-            elif isinstance(msg, m.MirrorPublish):
-                if msg.master != self.master:
-                    return
-                if msg.reset:
-                    self.rlog.dropped("resync", self.epoch)
-                    self.msgs.clear()
-                    self.mem_bytes = 0
-                    if self.paging:
-                        self._bq().tell(m.DeleteIndex())
-                        self.paging.clear()
-                        self.written.clear()
-                self._take(msg.items, msg.bodies)
-                events.sync()  # (events_sync: our replica_enqueued before the confirm they back)
-                self.transport.send(msg.master, m.MirrorAck(self.address, msg.batch))
-            elif isinstance(msg, m.MirrorForget):
-                if msg.master == self.master:
-                    self._forget(msg)
-            elif isinstance(msg, m.CheckMaster):
-                self.check_master()
-            elif isinstance(msg, m.PolicyChanged):
-                self._policy_changed()
-            elif isinstance(msg, m.TakeMessages) and self.durably:
-                # promotion: every message is in the index, synced (the new master recovers
-                # them all from there: nothing in memory, paged out at priority 0)
-                self.transport.unregister(self.name)
-                if self.bq is not None:
-                    bq, self.bq = self.bq, None
-                    bq.stop(block=True, timeout=30)  # its writes are in before the new master
-                return [], [0]
-            elif isinstance(msg, m.TakeMessages):
-                # promotion: everything, as index entries a Queue restores from
-                entries = []
-                for seq_id in sorted(self.msgs):
-                    item, body = self.msgs[seq_id]
-                    seq, exchange, rk, props, persistent, priority, expires, msg_id = item
-                    entries.append((IndexEntry(seq, msg_id or b"", exchange, rk, props, None,
-                                               len(body), priority, expires, True), body,
-                                    persistent))
-                self.transport.unregister(self.name)
-                paged = sorted(self.paging)
-                if self.bq is not None:
-                    bq, self.bq = self.bq, None
-                    bq.stop(block=True, timeout=30)  # its writes are in before the new master
-                return entries, paged
-        except Exception:
-            log.exception("mirror of queue '%s' failed on %s", self.qname, type(msg).__name__)
+        elif isinstance(msg, m.LogBarrier) and self.durably:
+            self.dropping -= 1
+            self._maybe_complete()
+            if not self.dropping and self.held_ack and not self.broken:
+                last, self.held_ack = self.held_ack, 0
+                events.sync()
+                self.transport.send(self.master, m.MirrorAck(self.address, last))
+        elif isinstance(msg, m.DeleteIndex) and self.durably:
+            self._drop_log("removed")  # (QueueHost: the queue is gone, or our log no longer
+            #                            counts)
+        elif isinstance(msg, m.Persisted) and self.durably:
+            self._synced(msg.msgs)
+        elif isinstance(msg, m.Refused) and self.durably:
+            log.error("mirror of quorum queue '%s' in vhost '%s': its index refused %d "
+                      "messages (disk full): it acknowledges nothing until it rejoins",
+                      self.qname, self.vhost, len(msg.msgs))
+            # what it writes after them would make its log's end claim them: no complete
+            # log here (no vote to lead) until a master resyncs it
+            quorum_log.mark_incomplete(self.config, self.vhost, self.qname)
+            self.broken = True
+            self._synced(msg.msgs)
+        elif isinstance(msg, m.MirrorForget) and self.durably:
+            if msg.master == self.master:
+                self._forget_durably(msg)
+        elif isinstance(msg, m.MirrorPublish):
+            if msg.master != self.master:
+                return
+            if msg.reset:
+                self.rlog.dropped("resync", self.epoch)
+                self.msgs.clear()
+                self.mem_bytes = 0
+                if self.paging:
+                    self._bq().tell(m.DeleteIndex())
+                    self.paging.clear()
+                    self.written.clear()
+            self._take(msg.items, msg.bodies)
+            events.sync()  # (events_sync: our replica_enqueued before the confirm they back)
+            self.transport.send(msg.master, m.MirrorAck(self.address, msg.batch))
+        elif isinstance(msg, m.MirrorForget):
+            if msg.master == self.master:
+                self._forget(msg)
+        elif isinstance(msg, m.CheckMaster):
+            self.check_master()
+        elif isinstance(msg, m.PolicyChanged):
+            self._policy_changed()
+        elif isinstance(msg, m.TakeMessages) and self.durably:
+            # promotion: every message is in the index, synced (the new master recovers
+            # them all from there: nothing in memory, paged out at priority 0)
+            self.transport.unregister(self.name)
+            if self.bq is not None:
+                bq, self.bq = self.bq, None
+                bq.stop(block=True, timeout=30)  # its writes are in before the new master
+            return [], [0]
+        elif isinstance(msg, m.TakeMessages):
+            # promotion: everything, as index entries a Queue restores from
+            entries = []
+            for seq_id in sorted(self.msgs):
+                item, body = self.msgs[seq_id]
+                seq, exchange, rk, props, persistent, priority, expires, msg_id = item
+                entries.append((IndexEntry(seq, msg_id or b"", exchange, rk, props, None,
+                                           len(body), priority, expires, True), body,
+                                persistent))
+            self.transport.unregister(self.name)
+            paged = sorted(self.paging)
+            if self.bq is not None:
+                bq, self.bq = self.bq, None
+                bq.stop(block=True, timeout=30)  # its writes are in before the new master
+            return entries, paged

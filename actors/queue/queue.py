@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
+
+import pykka
 
 from actors import events, faults
 from actors import messages as m
@@ -244,6 +247,14 @@ class Queue(LightActor):
         return min(found) if found else None
 
     def on_start(self):
+        try:
+            self._start()
+        except Exception:
+            # (the runtime calls on_failure only for on_receive: its storage half stops too)
+            self.on_failure(*sys.exc_info())
+            raise
+
+    def _start(self) -> None:
         if self.mirrors.needed is not None and self.durable:
             # a quorum queue's leader: its index is the queue's log, complete, of this
             # promotion count (a leader election compares it with the members': issue 15)
@@ -375,7 +386,22 @@ class Queue(LightActor):
         self.transport.unregister(self.name)
         self.bq.stop(block=False)  # after what it was told; the worker's exit waits for it
 
+    def on_failure(self, exc_type, exc_value, tb):
+        """An exception in on_receive ends the queue as it is (rabbit_amqqueue_process crashes
+        and its supervisor restarts it from disk): nothing half-applied goes on running. Its
+        name leaves the transport (what is sent meanwhile gets the missing queue's answers:
+        nacks, 404) and its backing queue stops with it, after what it was told, so that the
+        restarted queue recovers what the index holds; QueueHost, its monitor, decides."""
+        self.serving = False
+        self.transport.unregister(self.name)
+        try:  # (its writes are in before the restarted queue reads the index back)
+            self.bq.stop(block=True, timeout=30)
+        except (pykka.ActorDeadError, pykka.Timeout):
+            log.warning("queue '%s' in vhost '%s': its backing queue did not stop in time",
+                        self.qname, self.vhost)
+
     def on_receive(self, msg):
+        faults.crash("queue", self.vhost, self.qname, msg, self.config.host)
         if isinstance(msg, Paged) and msg.sync:
             if self.stale_pages:
                 self.stale_pages -= 1  # (the read of a cancelled sync)
@@ -393,82 +419,78 @@ class Queue(LightActor):
         # run deliveries once per drained mailbox (or every HOLD_MAX messages), not per message
         self.held += 1
         core.hold = self.held < HOLD_MAX and not self.actor_inbox.empty()
-        try:
-            if isinstance(msg, m.Publish):
-                self.counters.publish += len(msg.items)
-                core.publish(msg.sender, msg.items, msg.bodies, now)
-            elif isinstance(msg, m.Settle):
-                if msg.op == m.ACK:
-                    self.counters.ack += len(msg.seq_ids)
-                core.settle(msg.sender, msg.op, msg.seq_ids, now)
-            elif isinstance(msg, m.Sent):
-                core.sent(msg.channel, msg.n, now)
-            elif isinstance(msg, m.Consume):
-                self._consume(msg, now)
-            elif isinstance(msg, m.Cancel):
-                ok = core.cancel(msg.sender, msg.consumer_tag, now)
-                if msg.req_id:
-                    core.out.reply(msg.sender, msg.req_id, True, ok)
-            elif isinstance(msg, m.Get):
-                self._get(msg, now)
-            elif isinstance(msg, Paged):
-                core.paged_in(msg.entries, msg.dropped, msg.dropped_bytes, now,
-                              int(time.time() * 1000), msg.priority)
-                self._retry_gets(now)
-            elif isinstance(msg, m.PagedDropped):
-                core.paged_dropped(msg.priority, msg.n, msg.nbytes, msg.last_seq, msg.pers,
-                                   msg.pers_bytes)
-                self.mirrors.forget(list(msg.seq_ids))
-                self._retry_gets(now)
-            elif isinstance(msg, m.ChannelDown):
-                core.channel_down(msg.sender, now)
-            elif isinstance(msg, m.SetLimit):
-                core.set_limit(msg.sender, msg.channel_prefetch, now)
-            elif isinstance(msg, m.Grant):
-                core.grant(msg.channel, msg.n, now)
-            elif isinstance(msg, m.QueueOp):
-                self._queue_op(msg, now)
-            elif isinstance(msg, Stored):
-                core.stored(msg.nbytes)
-            elif isinstance(msg, Persisted):
-                core.persisted(msg.msgs)
-            elif isinstance(msg, Refused):
-                core.refused(msg.msgs)
-            elif isinstance(msg, Recovered):
-                self._recovered(msg)
-            elif isinstance(msg, PolicyChanged):
-                core.set_confirm_on(self.confirm_on())
-                core.set_settings(self.settings(), now)
-                core.set_delivery_limit(self.delivery_limit())
-                if not self.manual_sync():  # (rabbit_mirror_queue_misc:maybe_auto_sync)
-                    self._sync_mirrors(now)
-            elif isinstance(msg, Tick):
-                core.tick(now)
-            elif isinstance(msg, EmitStats):
-                self._emit_stats()
-            elif isinstance(msg, ChannelsDown):
-                core.channels_down(msg.prefix, now)
-            elif isinstance(msg, Run):
-                self.run_pending = False
-            elif isinstance(msg, m.MirrorJoin):
-                self._join(msg, now)
-            elif isinstance(msg, SyncMirrors):
+        if isinstance(msg, m.Publish):
+            self.counters.publish += len(msg.items)
+            core.publish(msg.sender, msg.items, msg.bodies, now)
+        elif isinstance(msg, m.Settle):
+            if msg.op == m.ACK:
+                self.counters.ack += len(msg.seq_ids)
+            core.settle(msg.sender, msg.op, msg.seq_ids, now)
+        elif isinstance(msg, m.Sent):
+            core.sent(msg.channel, msg.n, now)
+        elif isinstance(msg, m.Consume):
+            self._consume(msg, now)
+        elif isinstance(msg, m.Cancel):
+            ok = core.cancel(msg.sender, msg.consumer_tag, now)
+            if msg.req_id:
+                core.out.reply(msg.sender, msg.req_id, True, ok)
+        elif isinstance(msg, m.Get):
+            self._get(msg, now)
+        elif isinstance(msg, Paged):
+            core.paged_in(msg.entries, msg.dropped, msg.dropped_bytes, now,
+                          int(time.time() * 1000), msg.priority)
+            self._retry_gets(now)
+        elif isinstance(msg, m.PagedDropped):
+            core.paged_dropped(msg.priority, msg.n, msg.nbytes, msg.last_seq, msg.pers,
+                               msg.pers_bytes)
+            self.mirrors.forget(list(msg.seq_ids))
+            self._retry_gets(now)
+        elif isinstance(msg, m.ChannelDown):
+            core.channel_down(msg.sender, now)
+        elif isinstance(msg, m.SetLimit):
+            core.set_limit(msg.sender, msg.channel_prefetch, now)
+        elif isinstance(msg, m.Grant):
+            core.grant(msg.channel, msg.n, now)
+        elif isinstance(msg, m.QueueOp):
+            self._queue_op(msg, now)
+        elif isinstance(msg, Stored):
+            core.stored(msg.nbytes)
+        elif isinstance(msg, Persisted):
+            core.persisted(msg.msgs)
+        elif isinstance(msg, Refused):
+            core.refused(msg.msgs)
+        elif isinstance(msg, Recovered):
+            self._recovered(msg)
+        elif isinstance(msg, PolicyChanged):
+            core.set_confirm_on(self.confirm_on())
+            core.set_settings(self.settings(), now)
+            core.set_delivery_limit(self.delivery_limit())
+            if not self.manual_sync():  # (rabbit_mirror_queue_misc:maybe_auto_sync)
                 self._sync_mirrors(now)
-            elif isinstance(msg, m.MirrorAck):
-                self._release(self.mirrors.acked(msg.mirror, msg.batch))
-            elif isinstance(msg, MirrorsDown):
-                self._release(self.mirrors.down(msg.endpoint))
-            if core.hold:
-                return
-            self.mirrors.flush()
-            self.held = 0
-            if not self.run_pending and (core.run_due or (core.ready_count and core.consumers)):
-                if core.run(now):
-                    self.run_pending = True
-                    self.actor_ref.tell(Run())
-        except Exception:
-            log.exception("queue '%s' in vhost '%s' failed on %s", self.qname, self.vhost,
-                          type(msg).__name__)
+        elif isinstance(msg, Tick):
+            core.tick(now)
+        elif isinstance(msg, EmitStats):
+            self._emit_stats()
+        elif isinstance(msg, ChannelsDown):
+            core.channels_down(msg.prefix, now)
+        elif isinstance(msg, Run):
+            self.run_pending = False
+        elif isinstance(msg, m.MirrorJoin):
+            self._join(msg, now)
+        elif isinstance(msg, SyncMirrors):
+            self._sync_mirrors(now)
+        elif isinstance(msg, m.MirrorAck):
+            self._release(self.mirrors.acked(msg.mirror, msg.batch))
+        elif isinstance(msg, MirrorsDown):
+            self._release(self.mirrors.down(msg.endpoint))
+        if core.hold:
+            return
+        self.mirrors.flush()
+        self.held = 0
+        if not self.run_pending and (core.run_due or (core.ready_count and core.consumers)):
+            if core.run(now):
+                self.run_pending = True
+                self.actor_ref.tell(Run())
 
     def manual_sync(self) -> bool:
         """ha-sync-mode manual (a classic queue's policy; quorum members always sync)."""

@@ -68,6 +68,13 @@ class StreamMember(LightActor):
     def on_stop(self):
         self.transport.unregister(self.name)
 
+    def on_failure(self, exc_type, exc_value, traceback):
+        """Let it crash: QueueHost, its monitor, starts it again from its log (it rejoins the
+        leader from where its log stops)."""
+        log.error("stream member of '%s' in vhost '%s' failed: %s: %s", self.qname, self.vhost,
+                  getattr(exc_type, "__name__", exc_type), exc_value)
+        self.transport.unregister(self.name)
+
     def check_leader(self) -> None:
         """(Re)join when the leader's address is new (first start, or it moved)."""
         q = self.host.replica.queue(self.vhost, self.qname)

@@ -22,7 +22,7 @@ from typing import NamedTuple
 import lmdb
 import pykka
 
-from actors import events
+from actors import events, faults
 from actors import messages as m
 from actors.core import credit_flow, policies, stream, stream_replication
 from actors.core.errors import AMQPError
@@ -254,6 +254,7 @@ class StreamQueue(LightActor):
 
     # --- the mailbox -----------------------------------------------------------------------
     def on_receive(self, msg):
+        faults.crash("queue", self.vhost, self.qname, msg, self.config.host)
         self._handle(msg)
         self.held += 1
         if self.held >= HOLD_MAX or self.actor_inbox.empty():
@@ -261,15 +262,20 @@ class StreamQueue(LightActor):
             self._flush()
 
     def on_failure(self, exc_type, exc_value, traceback):
-        """Let it crash: the stream stops with its writer, and channels meet it as a queue
-        that is gone (QueueHost.missing: 404, publishes nacked) until its queue worker or
-        the node restarts, when it starts again from its log."""
+        """Let it crash: the stream stops with its writer (a writer that crashed makes the
+        stream's next tell to it fail, so the stream crashes too), channels meet it as a
+        queue that is gone (QueueHost.missing: 404, publishes nacked) and QueueHost, its
+        monitor, starts it again from its log within the restart intensity."""
         log.error("stream '%s' in vhost '%s' failed: %s: %s", self.qname, self.vhost,
                   getattr(exc_type, "__name__", exc_type), exc_value)
         if self.serving:
             self.transport.unregister(self.name)
         if self.writer.is_alive():
-            self.writer.stop(block=False)
+            try:  # (one writer of the log at a time: the restarted stream starts its own)
+                self.writer.stop(block=True, timeout=30)
+            except pykka.Timeout:
+                log.warning("stream '%s' in vhost '%s': its writer did not stop in time",
+                            self.qname, self.vhost)
 
     def _handle(self, msg) -> None:
         if isinstance(msg, m.Publish):
