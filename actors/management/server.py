@@ -249,7 +249,9 @@ class Management:
             raise ApiError(401, "not_authorised", "Not_Authorized") from None
         try:
             tags = await self.ask("mgmt_login", {"user": user, "password": password})
-        except ApiError:
+        except ApiError as e:
+            if e.status >= 500:
+                raise  # (the node did not answer: no verdict on the password, no 401)
             raise ApiError(401, "not_authorised", "Login failed") from None
         if loopback_refused(user, request.remote or "", self.config.loopback_users):
             log.warning("HTTP access denied: user '%s' can only log in via localhost (from %s)",
