@@ -13,9 +13,6 @@ import base64
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -696,35 +693,18 @@ def test_the_overview_s_queued_messages_chart_plots_published_messages(node, bro
 
 
 # --- lifecycle traces ---------------------------------------------------------------------------
-def _analyze(events: Path, out: Path, log: Path, timeout: float) -> None:
-    """`make analyze`'s command (the Spark job in local mode, its own JVM) on `events`,
-    writing `out`. In a process of its own, not the tests' shared `spark` session: a test
-    stopped by its timeout in the middle of a py4j call leaves that session unusable for the
-    worker's later Spark tests; this process is ended by its own process group instead."""
-    with open(log, "wb") as f:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "spark_analysis.lifecycle", "--events", str(events),
-             "--out", str(out), "--no-progress", "--master", "local[2]",
-             "--driver-memory", "1g", "--shuffle-partitions", "4"],
-            cwd=REPO, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)  # (its JVM is in its process group)
-        try:
-            code = proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-            pytest.fail(f"the lifecycle job took more than {timeout:.0f} s: "
-                        f"{log.read_text(errors='replace')[-2000:]}")
-        finally:
-            if proc.poll() is None:  # (the test was stopped while it ran)
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
-    assert code == 0, log.read_text(errors="replace")[-4000:]
+def _analyze(spark, events: Path, out: Path) -> None:
+    """`make analyze`'s job (spark_analysis.lifecycle) on `events`, writing `out`, in the
+    tests' shared SparkSession (a JVM of its own would cost the suite its start and warm-up;
+    the command line itself runs in test_spark_standalone.py)."""
+    from spark_analysis import lifecycle
+
+    args = lifecycle.parse_args(["--events", str(events), "--out", str(out), "--no-progress"])
+    assert lifecycle.run(args, spark=spark) == 0
 
 
-@pytest.mark.timeout(900)  # (the Spark job: a JVM of its own, on a machine that may be busy)
 def test_the_traces_page_shows_a_make_analyze_report_and_a_message_s_lifecycle(
-        node, browser, tmp_path):
+        node, browser, tmp_path, spark):
     """Issue 14 item 7: a broker with --events full runs a workload (one message requeued
     then acked), `make analyze`'s Spark job writes its report into the UI node's data
     directory, and the Traces page lists it, its messages, and the message's steps, as the
@@ -752,8 +732,7 @@ def test_the_traces_page_shows_a_make_analyze_report_and_a_message_s_lifecycle(
             ch.basic_ack(got[-1][0].delivery_tag)
     finally:
         traced.stop()  # its processes flush their events
-    _analyze(traced.data_dir / "events", node.data_dir / "ui-analysis",
-             tmp_path / "analyze.log", timeout=780)
+    _analyze(spark, traced.data_dir / "events", node.data_dir / "ui-analysis")
 
     logged_in(browser, node)
     go(browser, node, "#/traces")
