@@ -54,6 +54,22 @@ def invalid_arg(queue: str, vhost: str, key: str, term) -> ChannelError:
     return ChannelError(406, f"invalid arg '{key}' for {rs('queue', queue, vhost)}: {erl_p(term)}")
 
 
+def check_type_arguments(args: Mapping, queue: str, vhost: str, validators, others,
+                         queue_type: str) -> None:
+    """rabbit_amqqueue:check_declare_arguments/2 for a queue type other than classic
+    (x-queue-type was checked already): each of its validators in order, then `others`, the
+    arguments of other queue types, refused by name."""
+    for key, fun in validators:
+        if key in args:
+            err = fun(args[key], args)
+            if err is not None:
+                raise invalid_arg(queue, vhost, key, err)
+    for key in args:
+        if key in others:
+            raise ChannelError(406, f"invalid arg '{key}' for {rs('queue', queue, vhost)} "
+                                    f"of queue type {queue_type}")
+
+
 def check_int(v, _args):
     t = amqp_type_name(v)
     if t in INT_TYPES:

@@ -146,15 +146,7 @@ _OTHER_TYPES_ARGUMENTS = (frozenset(CLASSIC_QUEUE_ARGUMENTS) | OTHER_QUEUE_TYPE_
 def check_declare_arguments(args: Mapping, queue: str, vhost: str) -> None:
     """rabbit_amqqueue:check_declare_arguments/2 for a stream (x-queue-type was checked
     already): each validator in order, then the arguments of other queue types."""
-    for key, fun in _VALIDATORS:
-        if key in args:
-            err = fun(args[key], args)
-            if err is not None:
-                raise da.invalid_arg(queue, vhost, key, err)
-    for key in args:
-        if key in _OTHER_TYPES_ARGUMENTS:
-            raise ChannelError(406, f"invalid arg '{key}' for {rs('queue', queue, vhost)} "
-                                    f"of queue type {STREAM_TYPE}")
+    da.check_type_arguments(args, queue, vhost, _VALIDATORS, _OTHER_TYPES_ARGUMENTS, STREAM_TYPE)
 
 
 def check_declare_flags(durable: bool, exclusive: bool, auto_delete: bool, args: Mapping,
