@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import time
 from collections import deque
 
@@ -329,14 +328,6 @@ class Mirror(LightActor):
                                MEMBER if self.durably else MIRROR)
 
     def on_start(self):
-        try:
-            self._start()
-        except Exception:
-            # (the runtime calls on_failure only for on_receive: its storage half stops too)
-            self.on_failure(*sys.exc_info())
-            raise
-
-    def _start(self) -> None:
         if not self.durably:
             # a classic mirror starts empty: whatever this node held of the queue before (in
             # an earlier mirror's memory, or its index) is not held any more

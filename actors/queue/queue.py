@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import time
 
 import pykka
@@ -247,14 +246,6 @@ class Queue(LightActor):
         return min(found) if found else None
 
     def on_start(self):
-        try:
-            self._start()
-        except Exception:
-            # (the runtime calls on_failure only for on_receive: its storage half stops too)
-            self.on_failure(*sys.exc_info())
-            raise
-
-    def _start(self) -> None:
         if self.mirrors.needed is not None and self.durable:
             # a quorum queue's leader: its index is the queue's log, complete, of this
             # promotion count (a leader election compares it with the members': issue 15)
