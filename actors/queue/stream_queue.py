@@ -41,6 +41,7 @@ log = logging.getLogger("leveret.stream")
 
 READ_BATCH = 256  # messages read from the log per reader per turn
 READ_BATCH_BYTES = 1 << 20  # ...and about this many body bytes
+TRIM_AFTER_BYTES = 16 << 20  # bodies read between two trims of the map (its RSS bound)
 RETENTION_CHECK_MS = 10_000  # how often age retention looks at the oldest segment
 HOLD_MAX = 64  # at most this many messages handled between two chunks written (a mailbox
 #                that never empties still has its publishes written and confirmed)
@@ -216,6 +217,7 @@ class StreamQueue(LightActor):
         self.counters = QueueCounters()  # the management API's message counts
         self.disk_writes = 0  # messages written (rabbit_backing_queue's disk_writes)
         self.disk_reads = 0  # messages read back for deliveries
+        self.unmapped_bytes = 0  # bodies read since the map was last trimmed
         self.last_sample: m.QueueStats | None = None  # the last sample sent
         self.serving = False  # registered and answering
 
@@ -468,14 +470,30 @@ class StreamQueue(LightActor):
         #                    place share one encoding
         more = False
         committed = self.replicas.committed
-        for r in self.readers.wanting(committed):
+        wanting = list(self.readers.wanting(committed))
+        # readers at the same place (and filter) share one read of the log: a fan-out of ten
+        # consumers reads and decodes each message once, not ten times
+        rooms: dict = {}
+        for r in wanting:
+            place = (r.position, r.filters, r.match_unfiltered)
+            rooms[place] = max(rooms.get(place, 0), self.readers.room(r))
+        reads: dict = {}
+        for r in wanting:
+            place = (r.position, r.filters, r.match_unfiltered)
+            got = reads.get(place)
+            if got is None:
+                got = reads[place] = self.log.read(r.position, min(rooms[place], READ_BATCH),
+                                                   READ_BATCH_BYTES, r.filters,
+                                                   r.match_unfiltered, committed)
+                self.disk_reads += len(got[0])
+            msgs, pos = got
             room = self.readers.room(r)
-            msgs, pos = self.log.read(r.position, min(room, READ_BATCH), READ_BATCH_BYTES,
-                                      r.filters, r.match_unfiltered, committed)
+            if len(msgs) > room:  # (a reader with less room than another at its place)
+                msgs = msgs[:room]
+                pos = msgs[-1].offset + 1
             r.position = pos
             if not msgs:
                 continue
-            self.disk_reads += len(msgs)
             items, bodies = batches.setdefault(r.channel, ([], []))
             for x in msgs:
                 props = headed.get(x.offset)
@@ -491,9 +509,13 @@ class StreamQueue(LightActor):
         for ch, (items, bodies) in batches.items():
             self.counters.delivered(ch, items, self.readers.by_key)
             self.transport.send(ch, m.Deliver(self.address, self.qname, items, bodies))
-        if batches:
+        self.unmapped_bytes += sum(len(x.body) for msgs, _ in reads.values() for x in msgs)
+        if self.unmapped_bytes >= TRIM_AFTER_BYTES or (batches and not more):
             # the map pages these reads touched leave the process's RSS (they stay in the
-            # page cache): a reader of a long backlog costs one batch, not the log
+            # page cache): a reader of a long backlog costs a few batches, not the log; not
+            # after every turn, as dropping the map costs about a millisecond and the next
+            # turn's reads fault the same pages back in
+            self.unmapped_bytes = 0
             self.storage.trim()
         return more
 
