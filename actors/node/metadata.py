@@ -21,10 +21,12 @@ import os
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pykka
 
+from actors import metadata_ops as ops
+from actors.node.metadata_dispatch import build_table, handles
 from actors import events, faults
 from actors import messages as m
 from actors.messages import (ClusterEntry, ClusterReady, ClusterTick, CommitFailed, DurableQueues,
@@ -243,29 +245,28 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
                                     *(q.get("logs") or ()))]
 
     def _rpc(self, rpc: m.Rpc) -> None:
-        if rpc.op == "auth" and isinstance(rpc.args, dict):
-            rpc = _hash_password(rpc)  # before it is forwarded, logged or committed
-        if rpc.op == "connection.closed" and isinstance(rpc.args, dict):
-            self._untrack(rpc.args.get("owner", ""))  # this node's count, before forwarding
-        elif rpc.op == "definitions.import" and isinstance(rpc.args, dict):
-            rpc = rpc._replace(args=dict(rpc.args, doc=definitions_json.hash_plain_passwords(
-                rpc.args.get("doc"))))  # likewise
-        if self._route_rpc(rpc):
-            return
-        self._remember_redo(rpc)
-        handler = getattr(self, "op_" + rpc.op.replace(".", "_"), None)
-        if handler is None:
-            self._reply(rpc, False, None, 540, amqp_text(540, f"unknown operation {rpc.op}"))
-            return
-        args = {k: v for k, v in rpc.args.items() if k != "origin"}  # origin: for declare
         try:
-            result = handler(rpc, **args)
+            op = ops.decode(rpc.op, rpc.args)
+        except ops.OpError as e:  # refused here, never forwarded to a leader
+            log.warning("refused rpc from %s: %s", rpc.reply_to or "this node", e.text)
+            self._reply(rpc, False, None, e.reply_code, amqp_text(e.reply_code, e.text))
+            return
+        if isinstance(op, ops.Auth):
+            op = _hash_password(op)  # before it is forwarded, logged or committed
+        elif isinstance(op, ops.ConnectionClosed):
+            self._untrack(op.owner)  # this node's count, before forwarding
+        elif isinstance(op, ops.DefinitionsImport):
+            op = replace(op, doc=definitions_json.hash_plain_passwords(op.doc))  # likewise
+        # what is forwarded, remembered or logged is the decoded record (and its origin)
+        origin = {ops.ORIGIN: rpc.args[ops.ORIGIN]} if ops.ORIGIN in rpc.args else {}
+        rpc = rpc._replace(args={**ops.args_of(op), **origin})
+        if self._route_rpc(rpc, op):
+            return
+        self._remember_redo(rpc, op)
+        try:
+            result = HANDLERS[type(op)](self, rpc, **ops.args_of(op))
         except (ChannelError, ConnectionError_) as e:
             self._reply(rpc, False, None, e.reply_code, e.text)
-            return
-        except TypeError as e:
-            log.exception("bad rpc %s", rpc.op)
-            self._reply(rpc, False, None, 541, amqp_text(541, f"bad request {rpc.op}: {e}"))
             return
         except Exception as e:  # noqa: BLE001 - the caller must never wait for a lost reply
             log.exception("rpc %s failed", rpc.op)
@@ -278,7 +279,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
         if not rpc.reply_to:
             return
         reply = m.RpcReply(rpc.req_id, ok, result, code, text)
-        if rpc.op == "cluster.status":
+        if rpc.op == ops.ClusterStatus.NAME:
             # a read of this node's own view: never held behind entries not yet committed (a
             # leader cut off from the majority must still say so, and that it is paused)
             self._send_local(rpc.reply_to, reply._replace(version=self.canonical))
@@ -459,6 +460,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
                 "members": self.members}
 
     # --- workers --------------------------------------------------------------------------------
+    @handles(ops.WorkerHello)
     def op_worker_hello(self, rpc, kind, index, endpoint, control):
         self.transport.revive(endpoint)
         if kind == "conn" and self.recovering:
@@ -476,10 +478,10 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
                 elif self.cluster is not None:
                     self._start_mirrors(q)
         if self.cluster is not None:
-            self._leader_op("cluster.worker_up", {"member": self.me, "slot": f"{kind}-{index}",
-                                                  "endpoint": endpoint})
+            self._leader_op(ops.ClusterWorkerUp(self.me, f"{kind}-{index}", endpoint))
         return {"ok": True}
 
+    @handles(ops.WorkerReady)
     def op_worker_ready(self, rpc, kind, index):
         w = self.workers.get((kind, index))
         if w is not None:
@@ -509,8 +511,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
             if q.get("worker") == ev.index and q.get("home", self.me) == self.me:
                 self.starting.discard(key)
         if self.cluster is not None:
-            self._leader_op("cluster.worker_down", {"member": self.me, "kind": ev.kind,
-                                                    "index": ev.index, "endpoint": ev.endpoint})
+            self._leader_op(ops.ClusterWorkerDown(self.me, ev.kind, ev.index, ev.endpoint))
         else:
             self._worker_gone(self.me, ev.kind, ev.index, ev.endpoint)
 
@@ -618,6 +619,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
                     self.op_worker_hello(rpc, kind, index, endpoint, control)
 
     # --- vhosts, users, permissions (leveretctl) -----------------------------------------------
+    @handles(ops.Auth)
     def op_auth(self, rpc, method, args):
         # add_user / change_password arrive as their hashed forms (`_hash_password`)
         allowed = {"add_user_with_hash", "delete_user", "change_password_hash", "set_user_tags",
@@ -649,6 +651,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
         self._change(*changes)
         return None
 
+    @handles(ops.Policy)
     def op_policy(self, rpc, method, vhost, name, pattern="", definition=None, priority=0,
                   apply_to="all", operator=False):
         """rabbitmqctl set_policy / clear_policy (set_operator_policy / clear_operator_policy
@@ -671,6 +674,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
             raise ChannelError(404, amqp_text(404, f"no {kind} '{name}' in vhost '{vhost}'"))
         return None
 
+    @handles(ops.Limits)
     def op_limits(self, rpc, method, scope, name, value=None):
         """rabbitmqctl set_vhost_limits / clear_vhost_limits / set_user_limits /
         clear_user_limits (rabbit_vhost_limit, rabbit_auth_backend_internal's user limits)."""
@@ -692,6 +696,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
             raise ChannelError(406, f"unknown limits method {method!r}")
         return None
 
+    @handles(ops.Parameter)
     def op_parameter(self, rpc, method, vhost, component, name, value=None):
         """rabbitmqctl set_parameter / clear_parameter (rabbit_runtime_parameters:set/5,
         clear/4) of the components kept as runtime parameters (`shovel`)."""
@@ -711,6 +716,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
         return None
 
     # --- definitions export / import (rabbitmqctl export_definitions, import_definitions) ----
+    @handles(ops.DefinitionsExport)
     def op_definitions_export(self, rpc):
         return definitions_json.export(self._definitions_state())
 
@@ -727,6 +733,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
                 "queues": [{k: v for k, v in q.items() if k not in ("address", "worker")}
                            for q in self.queues.values()]}
 
+    @handles(ops.DefinitionsImport)
     def op_definitions_import(self, rpc, doc, content_hash=None, skip_if_unchanged=False):
         """Every object of a RabbitMQ definitions document as one change (one Raft entry in a
         cluster), or none of them: a refusal lists every object that failed validation.
@@ -764,6 +771,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
             self.defs.save_hash(content_hash)
         return {"skipped": False, "warnings": plan.warnings, "changes": len(changes)}
 
+    @handles(ops.List)
     def op_list(self, rpc, what, vhost=None, user=None):
         if what == "topic_permissions":
             return self.auth.list_topic_permissions(vhost, user)
@@ -844,6 +852,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
         gather["rpc"] = None
 
     # --- exchanges --------------------------------------------------------------------------------
+    @handles(ops.ExchangeDeclare)
     def op_exchange_declare(self, rpc, vhost, name, type, passive, durable, auto_delete,
                             internal, arguments, user=None):
         x = self.router.exchange(vhost, name)
@@ -867,6 +876,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
                        user or INTERNAL_USER]])
         return None
 
+    @handles(ops.ExchangeDelete)
     def op_exchange_delete(self, rpc, vhost, name, if_unused):
         check_exchange_deletion(vhost, name)
         if self.router.exchange(vhost, name) is None:
@@ -902,6 +912,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
             raise ChannelError(403, amqp_text(403, "operation not permitted on the default "
                                                    "exchange"))
 
+    @handles(ops.Bind)
     def op_bind(self, rpc, vhost, source, kind, dest, routing_key, arguments, owner=""):
         self._binding_ends(vhost, source, kind, dest)
         self._check_exclusive(vhost, dest, owner, kind)
@@ -911,6 +922,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
         self._change(["router", "bind", [vhost, source, kind, dest, routing_key, arguments]])
         return None
 
+    @handles(ops.Unbind)
     def op_unbind(self, rpc, vhost, source, kind, dest, routing_key, arguments, owner=""):
         if source == "" or (kind == "exchange" and dest == ""):
             raise ChannelError(403, amqp_text(403, "operation not permitted on the default "
@@ -935,6 +947,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
             raise ChannelError(405, amqp_text(405, locked_text(name, vhost)))
 
     # --- queues -----------------------------------------------------------------------------------
+    @handles(ops.QueueDeclare)
     def op_queue_declare(self, rpc, vhost, name, passive, durable, exclusive, auto_delete,
                          arguments, owner, user=None):
         generated = name == "" and not passive
@@ -981,7 +994,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
         if vlimits:
             limits.check_queue_limit(vlimits, sum(1 for (v, _) in self.queues if v == vhost),
                                      name, vhost)
-        home = rpc.args.get("origin") or self.me  # the declaring client's node, as RabbitMQ
+        home = rpc.args.get(ops.ORIGIN) or self.me  # the declaring client's node, as RabbitMQ
         q = {"vhost": vhost, "name": name, "durable": bool(durable),
              "exclusive": owner if exclusive else "", "auto_delete": bool(auto_delete),
              "arguments": arguments, "worker": self._place(home), "address": None,
@@ -1006,6 +1019,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
                 404, f"home node '{node}' of durable queue '{q['name']}' in vhost "
                      f"'{q['vhost']}' is down or inaccessible"))
 
+    @handles(ops.QueueDelete)
     def op_queue_delete(self, rpc, vhost, name, if_unused=False, if_empty=False, owner=""):
         q = self.queues.get((vhost, name))
         if q is None:
@@ -1016,6 +1030,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
         self._delete_queue(vhost, name, rpc, 0, if_unused=if_unused, if_empty=if_empty)
         return _DEFERRED
 
+    @handles(ops.QueueDeleteSelf)
     def op_queue_delete_self(self, rpc, vhost, name, reason=""):
         """A queue asks to be deleted: auto-delete, x-expires, exclusive owner gone."""
         if (vhost, name) in self.queues:
@@ -1024,6 +1039,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
             self._delete_queue(vhost, name, None, 0, reason=reason.partition(":")[0] or "self")
         return None
 
+    @handles(ops.QueueCrashed)
     def op_queue_crashed(self, rpc, vhost, name, address, gave_up):
         """A queue worker's supervisor saw a queue crash (actors/queue/host.py): every channel
         of the cluster hears QueueDown (nacks, basic.cancel); a queue it gave up on is marked
@@ -1043,6 +1059,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
             if kind == "conn":
                 self.transport.send(w.control, down)
 
+    @handles(ops.ConnectionClosed)
     def op_connection_closed(self, rpc, owner):
         for q in list(self.queues.values()):
             if q["exclusive"] == owner:
@@ -1065,10 +1082,12 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
             self.address, req, "delete", {"if_unused": if_unused, "if_empty": if_empty,
                                           "reason": reason}))
 
+    @handles(ops.QueuePurge)
     def op_queue_purge(self, rpc, vhost, name):
         """rabbitmqctl purge_queue: the queue drops its ready messages and answers how many."""
         return self._ask_queue(rpc, self._running_queue(vhost, name), "purge")
 
+    @handles(ops.QueueCensus)
     def op_queue_census(self, rpc, vhost=None, name=None):
         """leveretctl census: the queue's backing queue writes a `queue_census` event (what it
         holds) and the queue answers its depth; without a name every running queue of the
@@ -1088,6 +1107,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
             self.transport.send(q["address"], m.QueueOp(self.address, req, "census", {}))
         return _DEFERRED
 
+    @handles(ops.QueueSync)
     def op_queue_sync(self, rpc, vhost, name, cancel=False):
         """rabbitmqctl sync_queue / cancel_sync_queue (rabbit_mirror_queue_misc:sync_queue,
         cancel_sync_queue): the master syncs its manual-sync mirrors still behind eagerly
@@ -1148,17 +1168,16 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsM
                                                          reply.code, reply.text))
 
 
-def _hash_password(rpc: m.Rpc) -> m.Rpc:
+def _hash_password(op: ops.Auth) -> ops.Auth:
     """add_user / change_password with a plaintext password (an older leveretctl, a client of
     our own) become their hashed forms here, at the first node that hears them: only the
     hash reaches the leader, the Raft log, the definitions file and the workers."""
-    method, args = rpc.args.get("method"), rpc.args.get("args")
-    if not isinstance(method, str) or not isinstance(args, list):
-        return rpc
-    hashed_method, hashed_args = hashed_auth_call(method, args)
-    if hashed_method == method:
-        return rpc
-    return rpc._replace(args=dict(rpc.args, method=hashed_method, args=hashed_args))
+    if not isinstance(op.method, str) or not isinstance(op.args, list):
+        return op
+    hashed_method, hashed_args = hashed_auth_call(op.method, op.args)
+    if hashed_method == op.method:
+        return op
+    return replace(op, method=hashed_method, args=hashed_args)
 
 
 def locked_text(name, vhost) -> str:
@@ -1188,4 +1207,7 @@ def _stored_queue(q: dict | None) -> dict | None:
     if q is None or not q["durable"] or q["exclusive"]:
         return None
     return {k: v for k, v in q.items() if k not in ("address", "worker", "crashed")}
+
+
+HANDLERS = build_table(Metadata)  # operation record -> its handler, checked here at import
 

@@ -48,6 +48,8 @@ import zlib
 from collections import deque
 from typing import NamedTuple
 
+from actors import metadata_ops as ops
+from actors.node.metadata_dispatch import handles
 from actors import messages as m
 from actors.messages import ClusterEntry, ClusterTick, CommitFailed
 from actors.node.cluster import Cluster
@@ -63,19 +65,8 @@ from actors.queue.stream_position import log_position as stream_log_position
 
 log = logging.getLogger("leveret.cluster")
 
-LOCAL_OPS = {"worker.hello", "worker.ready", "list", "cluster.status",  # any node answers
-             "mgmt_state", "mgmt_login", "mgmt_close_connection", "environment",
-             "mgmt_counters",  # (a password never leaves the node it reached)
-             "status", "set_vm_memory_high_watermark", "set_disk_free_limit",  # its own
-             "connection.open", "channel.open", "channel.closed",  # its own counts (limits)
-             "shovel.status", "shovel.restart"}  # the shovels it runs (and hears of)
 FORWARD_WAIT_S = 5.0  # how long an operation waits for a leader before it fails
 RELAY_WAIT_S = 15.0  # how long a forwarded operation waits for the leader's answer
-# Operations that give the same answer when carried out twice. A leader that loses its
-# leadership before its entry is committed cannot tell whether the next leader keeps that
-# entry; these it hands to the next leader instead of failing the client (Raft's clients
-# retry with the new leader), the rest are answered 541 as before.
-REDO_OPS = frozenset({"queue.declare", "exchange.declare", "exchange.delete", "bind", "unbind"})
 # (DOWN_AFTER_S, PAUSE_AFTER_S, LEADERLESS_PAUSE_S, LEASE_S: actors/core/pause.py, with why
 # the cut-off node has paused, its masters stopped, before the majority promotes their mirrors)
 VISIBLE_WAIT_S = 2.0  # longest an answer waits for a connected member to apply its entry
@@ -108,7 +99,7 @@ class ClusterMixin:
         self.next_token = 1  # entries committed in this epoch
         self.tokens: deque = deque()  # our entries not yet back from the log
         self.leader_held: deque = deque()  # (token, reply_to, RpcReply) waiting for commit
-        self.redoable: dict = {}  # leader: (reply_to, req_id) -> a REDO_OPS Rpc not answered yet
+        self.redoable: dict = {}  # leader: (reply_to, req_id) -> an Rpc of an Op.REDO operation, not answered yet
         self.canonical = 0  # seq of the last log entry applied here
         self.awaiting: list = []  # (seq, reply_to, RpcReply) relayed, waiting for that entry
         self.relays: dict = {}  # our req id -> Relay, a forwarded operation
@@ -163,7 +154,7 @@ class ClusterMixin:
         self.recovering = {k for k, q in self.queues.items()
                            if q.get("home") == me and q["durable"]}
         self.recovering.add(JOINED)  # listen once the others know this node is up
-        self._leader_op("cluster.member_up", {"member": me, "info": self._member_info({})})
+        self._leader_op(ops.ClusterMemberUp(me, self._member_info({})))
         log.info("cluster: definitions loaded (log entry %d), %d members known", seq,
                  len(self.members))
         return True
@@ -361,11 +352,11 @@ class ClusterMixin:
         self._start_own_queues()
 
     # --- operations -----------------------------------------------------------------------------
-    def _route_rpc(self, rpc: m.Rpc) -> bool:
+    def _route_rpc(self, rpc: m.Rpc, op: ops.Op) -> bool:
         """True when this node must not execute `rpc` itself (it is forwarded or deferred)."""
-        if self.cluster is None or rpc.op in LOCAL_OPS or self.leading:
+        if self.cluster is None or op.LOCAL or self.leading:
             return False
-        if rpc.args.get("passive") and rpc.op in ("queue.declare", "exchange.declare"):
+        if isinstance(op, (ops.QueueDeclare, ops.ExchangeDeclare)) and op.passive:
             return False  # a read: this node's copy answers it
         self._forward(rpc, time.monotonic() + FORWARD_WAIT_S)
         return True
@@ -384,22 +375,23 @@ class ClusterMixin:
             self.relays[req] = Relay(msg.reply_to, msg.req_id, time.monotonic() + RELAY_WAIT_S,
                                      leader, msg)
             args = dict(msg.args)
-            args.setdefault("origin", self.me)
+            args.setdefault(ops.ORIGIN, self.me)
             msg = m.Rpc(self.address, req, msg.op, args)
         self.transport.send(target, msg)
 
-    def _remember_redo(self, rpc: m.Rpc) -> None:
-        """Leader: keep a client's REDO_OPS request until it is answered (`_answered`)."""
-        if self.cluster is not None and rpc.reply_to and rpc.op in REDO_OPS:
+    def _remember_redo(self, rpc: m.Rpc, op: ops.Op) -> None:
+        """Leader: keep a client's request whose op may be redone (`Op.REDO`) until it is
+        answered (`_answered`)."""
+        if self.cluster is not None and rpc.reply_to and op.REDO:
             self.redoable[(rpc.reply_to, rpc.req_id)] = rpc
 
     def _answered(self, reply_to, reply) -> None:
         if self.redoable and isinstance(reply, m.RpcReply):
             self.redoable.pop((reply_to, reply.req_id), None)
 
-    def _leader_op(self, op: str, args: dict) -> None:
+    def _leader_op(self, op: ops.Op) -> None:
         """An operation this node itself needs the leader to carry out (answer ignored)."""
-        self._rpc(m.Rpc("", 0, op, args))
+        self._rpc(ops.rpc("", 0, op))
 
     def _drain_deferred(self) -> None:
         now = time.monotonic()
@@ -547,8 +539,7 @@ class ClusterMixin:
         log.info("cluster: a majority is reachable again: rejoining (incarnation %s)",
                  self.incarnation)
         workers = {f"{k}-{i}": w.endpoint for (k, i), w in self.workers.items()}
-        self._leader_op("cluster.member_up", {"member": self.me,
-                                              "info": self._member_info(workers)})
+        self._leader_op(ops.ClusterMemberUp(self.me, self._member_info(workers)))
 
     def _resume(self) -> None:
         """The log lists this node up again (entry applied here): start what the log says is
@@ -637,6 +628,7 @@ class ClusterMixin:
             self._start_mirrors(q)
 
     # --- cluster operations (leader) ------------------------------------------------------------
+    @handles(ops.ClusterMemberUp)
     def op_cluster_member_up(self, rpc, member, info):
         with self._one_entry():  # (down, promotions, up: all or nothing in the log)
             old = self.members.get(member)
@@ -650,6 +642,7 @@ class ClusterMixin:
             self._remirror()
         return None
 
+    @handles(ops.ClusterWorkerUp)
     def op_cluster_worker_up(self, rpc, member, slot, endpoint):
         info = self.members.get(member)
         if info is None:
@@ -659,6 +652,7 @@ class ClusterMixin:
         self._change(["member_put", member, dict(info, workers=workers)])
         return None
 
+    @handles(ops.ClusterWorkerDown)
     def op_cluster_worker_down(self, rpc, member, kind, index, endpoint):
         info = self.members.get(member)
         if info is not None:
@@ -667,6 +661,7 @@ class ClusterMixin:
         self._worker_gone(member, kind, index, endpoint)
         return None
 
+    @handles(ops.ClusterStatus)
     def op_cluster_status(self, rpc):
         """`leveretctl cluster_status`: every member as the log lists it (up), whether this
         node has a live raft link to it (connected, "reachable"), whether it is paused, who
@@ -825,6 +820,7 @@ class ClusterMixin:
                 synced = [s for s in q.get("synced") or [] if s in mirrors]
                 self._change(["queue_put", dict(q, mirrors=mirrors, synced=synced)])
 
+    @handles(ops.QueueSynced)
     def op_queue_synced(self, rpc, vhost, name, member):
         q = self.queues.get((vhost, name))
         if q and member in (q.get("mirrors") or []) and member not in (q.get("synced") or []):

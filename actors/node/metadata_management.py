@@ -13,6 +13,8 @@ import resource
 import time
 from importlib import metadata as dists
 
+from actors import metadata_ops as ops
+from actors.node.metadata_dispatch import handles
 from actors import events
 from actors import messages as m
 from actors.core import channel_stats
@@ -352,6 +354,7 @@ class ManagementMixin:
                 "events_sync": self.config.events_sync if self.config.events != "off"
                 else "off"}
 
+    @handles(ops.MgmtCounters)
     def op_mgmt_counters(self, rpc):
         """This node's statistics for Prometheus (per node, as rabbitmq_prometheus: a
         dashboard sums over the nodes): its connection workers' process totals (live and dead
@@ -387,6 +390,7 @@ class ManagementMixin:
                                  if k in c} for c in conns]}
         return total
 
+    @handles(ops.MgmtState)
     def op_mgmt_state(self, rpc):
         """Definitions as the management API lists them (plain data; the password hashes stay
         inside the node process: the listener runs in it)."""
@@ -429,6 +433,7 @@ class ManagementMixin:
                 # its collectors' message queues): what waits in this actor's mailbox now
                 "statistics_db_event_queue": len(self.actor_inbox)}
 
+    @handles(ops.MgmtCloseConnection)
     def op_mgmt_close_connection(self, rpc, name, reason):
         """DELETE /api/connections/{name}: the worker holding it closes it (any node's)."""
         for worker, rows in self.conn_stats.items():
@@ -439,11 +444,13 @@ class ManagementMixin:
                     return None
         raise ChannelError(404, amqp_text(404, f"no connection '{name}'"))
 
+    @handles(ops.Environment)
     def op_environment(self, rpc):
         """rabbitmqctl environment: the node's settings (the cluster secret left out)."""
         return {k: v for k, v in vars(self.config).items()
                 if k not in ("cluster_secret", "config_files")}
 
+    @handles(ops.MgmtLogin)
     def op_mgmt_login(self, rpc, user, password):
         """HTTP basic auth: the user's tags, or 401's reason."""
         refused = self.auth.check_login(user, password)
