@@ -17,6 +17,7 @@ import time
 
 import pykka
 
+from actors import metadata_ops as ops
 from actors import events
 from actors import messages as m
 from actors.connection.channel import Channel
@@ -146,13 +147,11 @@ class Reader(LightActor):
 
     def track_connection(self, vhost: str, user: str, wait: bool) -> None:
         """Counted by the node for vhost/user limits (wait: connection.open-ok waits)."""
-        self.host.track(self.actor_ref, "connection.open",
-                        {"conn": self.conn_id, "vhost": vhost, "user": user}, 0, wait)
+        self.host.track(self.actor_ref, ops.ConnectionOpen(self.conn_id, vhost, user), 0, wait)
 
     def track_channel(self, number: int, wait: bool) -> None:
         """Counted by the node for the user's max-channels (wait: channel.open-ok waits)."""
-        self.host.track(self.actor_ref, "channel.open",
-                        {"conn": self.conn_id, "number": number}, number, wait)
+        self.host.track(self.actor_ref, ops.ChannelOpen(self.conn_id, number), number, wait)
 
     def open_channel(self, number: int, info) -> None:
         self.channels[number] = Channel.start(self.host, number, info, self.actor_ref,
@@ -171,8 +170,8 @@ class Reader(LightActor):
         ref = self.channels.pop(number, None)
         if ref is not None:
             self.finishing[ref.actor_urn] = ref
-            self.host.track(self.actor_ref, "channel.closed",
-                            {"conn": self.conn_id, "number": number}, number, False)
+            self.host.track(self.actor_ref, ops.ChannelClosed(self.conn_id, number), number,
+                            False)
 
     def channel_open(self, number: int) -> bool:
         return number in self.channels

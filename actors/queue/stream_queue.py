@@ -22,6 +22,7 @@ from typing import NamedTuple
 import lmdb
 import pykka
 
+from actors import metadata_ops as ops
 from actors import events, faults
 from actors import messages as m
 from actors.core import credit_flow, policies, stream, stream_replication
@@ -416,8 +417,8 @@ class StreamQueue(LightActor):
         if member is not None:
             # it holds what we held when it joined: its log counts in an election from now
             # on (the queue's `logs` in the metadata)
-            self.transport.send(self.node, m.Rpc("", 0, "queue.synced", {
-                "vhost": self.vhost, "name": self.qname, "member": member}))
+            self.transport.send(self.node, ops.rpc("", 0, ops.QueueSynced(
+                self.vhost, self.qname, member)))
         self._commit()
 
     def _replicate(self) -> bool:
