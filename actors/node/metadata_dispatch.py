@@ -16,6 +16,7 @@ from typing import Callable, Iterable
 from actors.metadata_ops import OPS, Op
 
 HANDLES = "_handles_op"  # the attribute `handles` marks a handler with
+DEFERRED = object()  # a handler's result when the reply comes later (from a queue, a start)
 
 
 def handles(op: type[Op]) -> Callable:
