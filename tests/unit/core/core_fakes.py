@@ -16,6 +16,7 @@ from actors import messages as m
 from actors.config import Config
 from actors.core import NO_EVENTS
 from actors.core.channel import ChannelCore, ConnInfo
+from actors.core.connection import ConnectionPort
 from actors.core.permissions import AuthDB
 from actors.naming import queue_actor_name
 from actors.core.queue import QueueCore
@@ -353,15 +354,10 @@ class Wire:
 
 
 # --- connection core ------------------------------------------------------------------------
-class _Host:
-    node = NODE
-
-
 class FakeShell:
-    """What ConnectionCore calls on its Reader."""
+    """What ConnectionCore calls on its Reader, recorded; `port()` is what the core gets."""
 
     def __init__(self):
-        self.host = _Host()
         self.events: list = []
         self.channels: dict = {}  # number -> ConnInfo
         self.tracked: list = []  # (what, args, wait): counts told to the node (limits)
@@ -403,6 +399,9 @@ class FakeShell:
 
     def terminate(self, why, linger=0.0):
         self.events.append(("terminate", why) if not linger else ("terminate", why, linger))
+
+    def port(self) -> ConnectionPort:
+        return ConnectionPort.of(self, NODE)
 
     # --- reading back ---
     def written(self) -> bytes:
