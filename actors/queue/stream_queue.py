@@ -281,53 +281,41 @@ class StreamQueue(LightActor):
                             self.qname, self.vhost)
 
     def _handle(self, msg) -> None:
-        if isinstance(msg, m.Publish):
-            self._publish(msg)
-        elif isinstance(msg, Appended):
-            self._appended(msg)
-        elif isinstance(msg, m.Settle):
-            if msg.op == m.ACK:
-                self.counters.ack += len(msg.seq_ids)
-            # a hand-back (a cancelled consumer's deliveries) frees the credit as an ack does:
-            # a stream keeps every message, nothing goes back anywhere
-            self.readers.settle(msg.sender, msg.seq_ids)
-        elif isinstance(msg, m.Sent):
-            self.readers.sent(msg.channel, msg.n)
-        elif isinstance(msg, m.Consume):
-            self._consume(msg)
-        elif isinstance(msg, m.Cancel):
-            ok = self.readers.remove(msg.sender, msg.consumer_tag) is not None
-            if msg.req_id:
-                self._reply(msg.sender, msg.req_id, True, ok)
-        elif isinstance(msg, m.Get):
-            e = stream.get_refused(self.qname, self.vhost)
-            self._reply(msg.sender, msg.req_id, False, None, e.reply_code, e.text)
-        elif isinstance(msg, m.StreamAck):
-            self._member_acked(msg)
-        elif isinstance(msg, m.StreamJoin):
-            self._member_join(msg)
-        elif isinstance(msg, m.MirrorsDown):
-            self.replicas.gone(msg.endpoint)
-        elif isinstance(msg, m.ChannelDown):
-            self.readers.drop_channel(msg.sender)
-            self.credit.forget(msg.sender)
-        elif isinstance(msg, ChannelsDown):
-            for r in self.readers.drop_channels(msg.prefix):
-                self.credit.forget(r.channel)
-        elif isinstance(msg, m.QueueOp):
-            self._queue_op(msg)
-        elif isinstance(msg, LogChanged):
-            self._adopt(msg.state)
-        elif isinstance(msg, EmitStats):
-            self._emit_stats()
-        elif isinstance(msg, RetentionTick):
-            self.writer.tell(Retain(self.settings))
-        elif isinstance(msg, PolicyChanged):
-            self.settings = stream.settings(self.arguments, self.policy())
-            self.writer.tell(Retain(self.settings))
-        elif isinstance(msg, Run):
-            self.run_pending = False
+        handler = _HANDLERS.get(type(msg))
+        if handler is not None:
+            handler(self, msg)
         # SetLimit, Grant: a stream refuses consumers on a channel with a global prefetch
+
+    def _settle(self, msg: m.Settle) -> None:
+        if msg.op == m.ACK:
+            self.counters.ack += len(msg.seq_ids)
+        # a hand-back (a cancelled consumer's deliveries) frees the credit as an ack does:
+        # a stream keeps every message, nothing goes back anywhere
+        self.readers.settle(msg.sender, msg.seq_ids)
+
+    def _cancel(self, msg: m.Cancel) -> None:
+        ok = self.readers.remove(msg.sender, msg.consumer_tag) is not None
+        if msg.req_id:
+            self._reply(msg.sender, msg.req_id, True, ok)
+
+    def _get(self, msg: m.Get) -> None:
+        e = stream.get_refused(self.qname, self.vhost)
+        self._reply(msg.sender, msg.req_id, False, None, e.reply_code, e.text)
+
+    def _channel_down(self, msg: m.ChannelDown) -> None:
+        self.readers.drop_channel(msg.sender)
+        self.credit.forget(msg.sender)
+
+    def _channels_down(self, msg: ChannelsDown) -> None:
+        for r in self.readers.drop_channels(msg.prefix):
+            self.credit.forget(r.channel)
+
+    def _run(self, msg: Run) -> None:
+        self.run_pending = False  # the turn it asked for came: _flush may ask again
+
+    def _policy_changed(self, msg: PolicyChanged) -> None:
+        self.settings = stream.settings(self.arguments, self.policy())
+        self.writer.tell(Retain(self.settings))
 
     def _flush(self) -> None:
         """End of a mailbox drain: write what was published as one chunk; deliver."""
@@ -596,3 +584,26 @@ def _headers(props_raw: bytes) -> dict:
         return BasicProperties.decode(props_raw).headers or {}
     except Exception:  # noqa: BLE001 - the properties came as the client sent them
         return {}
+
+
+# message type -> StreamQueue's handler (its one dispatch table)
+_HANDLERS = {
+    m.Publish: StreamQueue._publish,
+    Appended: StreamQueue._appended,
+    m.Settle: StreamQueue._settle,
+    m.Sent: lambda sq, msg: sq.readers.sent(msg.channel, msg.n),
+    m.Consume: StreamQueue._consume,
+    m.Cancel: StreamQueue._cancel,
+    m.Get: StreamQueue._get,
+    m.StreamAck: StreamQueue._member_acked,
+    m.StreamJoin: StreamQueue._member_join,
+    m.MirrorsDown: lambda sq, msg: sq.replicas.gone(msg.endpoint),
+    m.ChannelDown: StreamQueue._channel_down,
+    ChannelsDown: StreamQueue._channels_down,
+    m.QueueOp: StreamQueue._queue_op,
+    LogChanged: lambda sq, msg: sq._adopt(msg.state),
+    EmitStats: lambda sq, msg: sq._emit_stats(),
+    RetentionTick: lambda sq, msg: sq.writer.tell(Retain(sq.settings)),
+    PolicyChanged: StreamQueue._policy_changed,
+    Run: StreamQueue._run,
+}
