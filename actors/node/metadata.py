@@ -178,69 +178,45 @@ class Metadata(QueuesMixin, ExchangesMixin, DefinitionsMixin, WorkersMixin, Alar
         # supervisor, stops (systemd restarts it from the definitions on disk or the Raft
         # log) rather than serving from state a handler left half-applied
         faults.crash("metadata", "", "", msg, self.config.host)
-        if isinstance(msg, ClusterEntry):
-            self._cluster_entry(msg)
-        elif isinstance(msg, ClusterTick):
-            self._cluster_tick()
-        elif isinstance(msg, ClusterReady):
-            return self._cluster_load()
-        elif isinstance(msg, CommitFailed):
-            self._commit_failed(msg.epoch, msg.token)
-        elif isinstance(msg, m.AlarmsChanged):
-            self._alarms_changed(msg)
-        elif isinstance(msg, m.NodeTick):
-            self._node_tick(msg)
-        elif isinstance(msg, m.NodeStats):
-            self.node_table.put(msg.node, msg.at_ms, msg.stats)
-        elif isinstance(msg, m.ShovelStates):
-            self._shovel_states(msg)
-        elif not self.loaded:
+        handler = _ANY_TIME.get(type(msg))
+        if handler is not None:
+            return handler(self, msg)
+        if not self.loaded:
             if isinstance(msg, m.Rpc) and msg.reply_to:  # leveretctl before we joined
                 self._send_local(msg.reply_to, m.RpcReply(msg.req_id, False, None, 541,
                                  amqp_text(541, "this node has not joined its cluster yet")))
-        elif isinstance(msg, m.Rpc):
-            self._rpc(msg)
-        elif isinstance(msg, m.QueueStarted):
-            self._queue_started(msg)
-        elif isinstance(msg, m.QueueDown):  # (from the node that handled a crash)
-            self._queue_down(msg)
-        elif isinstance(msg, m.RpcReply):
-            if self._relay(msg):
-                pass
-            elif msg.req_id in self.pending_stats:
-                self._stats_reply(msg)
-            else:
-                self._queue_reply(msg)
-        elif isinstance(msg, m.ConnectionStats):
-            if not self.transport.is_dead(msg.worker):
-                self._connection_sample(msg)
-        elif isinstance(msg, m.WorkerStats):
-            if not self.transport.is_dead(msg.worker):
-                self.worker_totals[msg.worker] = msg.totals
-        elif isinstance(msg, m.QueueStats):
-            if (msg.vhost, msg.name) in self.queues:
-                self.queue_stats.put(msg.vhost, msg.name, msg.at_ms, msg.stats)
-        elif isinstance(msg, StatsTimeout):
-            self._finish_stats(msg.gather)
-        elif isinstance(msg, m.MetaApplied):
-            self._meta_applied(msg)
+            return None
+        handler = _LOADED.get(type(msg))
+        return handler(self, msg) if handler is not None else None
 
-        elif isinstance(msg, m.PeerApplied):
-            self._peer_applied(msg)
-        elif isinstance(msg, m.LogQuery):
-            self._log_query(msg)
-        elif isinstance(msg, m.LogPosition):
-            self._log_position(msg)
-        elif isinstance(msg, WorkerExited):
-            self._worker_exited(msg)
-        elif isinstance(msg, ReadyWorkers):
-            return [k for k, w in self.workers.items() if w.ready]
-        elif isinstance(msg, DurableQueues):
-            # (a quorum queue's member keeps its log while it counts, down or not)
-            return [(*key, q.get("arguments") or {}) for key, q in self.queues.items()
-                    if q["durable"]
-                    and self.me in (q.get("home", self.me), *(q.get("mirrors") or ()),
-                                    *(q.get("logs") or ()))]
+    def _rpc_reply(self, msg: m.RpcReply) -> None:
+        """An answer to a request of ours: a relayed operation, a queue's counts, or a
+        queue's answer to an admin op or a delete."""
+        if self._relay(msg):
+            pass
+        elif msg.req_id in self.pending_stats:
+            self._stats_reply(msg)
+        else:
+            self._queue_reply(msg)
+
+    def _connection_stats(self, msg: m.ConnectionStats) -> None:
+        if not self.transport.is_dead(msg.worker):
+            self._connection_sample(msg)
+
+    def _worker_stats(self, msg: m.WorkerStats) -> None:
+        if not self.transport.is_dead(msg.worker):
+            self.worker_totals[msg.worker] = msg.totals
+
+    def _queue_stats(self, msg: m.QueueStats) -> None:
+        if (msg.vhost, msg.name) in self.queues:
+            self.queue_stats.put(msg.vhost, msg.name, msg.at_ms, msg.stats)
+
+    def _durable_queues(self, msg: DurableQueues) -> list:
+        # (a quorum queue's member keeps its log while it counts, down or not)
+        return [(*key, q.get("arguments") or {}) for key, q in self.queues.items()
+                if q["durable"]
+                and self.me in (q.get("home", self.me), *(q.get("mirrors") or ()),
+                                *(q.get("logs") or ()))]
 
     def _rpc(self, rpc: m.Rpc) -> None:
         try:
@@ -478,4 +454,34 @@ def _stored_queue(q: dict | None) -> dict | None:
 
 
 HANDLERS = build_table(Metadata)  # operation record -> its handler, checked here at import
+
+# message type -> handler (an ask's answer is what it returns): these at any time, cluster
+# traffic included; _LOADED only once the definitions are loaded (in a cluster: caught up)
+_ANY_TIME = {
+    ClusterEntry: Metadata._cluster_entry,
+    ClusterTick: lambda md, msg: md._cluster_tick(),
+    ClusterReady: lambda md, msg: md._cluster_load(),
+    CommitFailed: lambda md, msg: md._commit_failed(msg.epoch, msg.token),
+    m.AlarmsChanged: Metadata._alarms_changed,
+    m.NodeTick: Metadata._node_tick,
+    m.NodeStats: lambda md, msg: md.node_table.put(msg.node, msg.at_ms, msg.stats),
+    m.ShovelStates: Metadata._shovel_states,
+}
+_LOADED = {
+    m.Rpc: Metadata._rpc,
+    m.QueueStarted: Metadata._queue_started,
+    m.QueueDown: Metadata._queue_down,  # (from the node that handled a crash)
+    m.RpcReply: Metadata._rpc_reply,
+    m.ConnectionStats: Metadata._connection_stats,
+    m.WorkerStats: Metadata._worker_stats,
+    m.QueueStats: Metadata._queue_stats,
+    StatsTimeout: lambda md, msg: md._finish_stats(msg.gather),
+    m.MetaApplied: Metadata._meta_applied,
+    m.PeerApplied: Metadata._peer_applied,
+    m.LogQuery: Metadata._log_query,
+    m.LogPosition: Metadata._log_position,
+    WorkerExited: Metadata._worker_exited,
+    ReadyWorkers: lambda md, msg: [k for k, w in md.workers.items() if w.ready],
+    DurableQueues: Metadata._durable_queues,
+}
 

@@ -187,3 +187,41 @@ def test_local_and_redo_flags():
     assert ops.MgmtLogin.LOCAL and ops.ClusterStatus.LOCAL and not ops.QueueDeclare.LOCAL
     assert {c.NAME for c in ops.OPS.values() if c.REDO} == {
         "queue.declare", "exchange.declare", "exchange.delete", "bind", "unbind"}
+
+
+# --- the actor's message table -------------------------------------------------------------------
+def test_messages_before_loading_only_cluster_traffic_and_an_answer_to_requests():
+    from actors.node import metadata
+    assert not set(metadata._ANY_TIME) & set(metadata._LOADED)
+    assert m.Rpc in metadata._LOADED and m.ClusterEntry in metadata._ANY_TIME
+
+    class Unloaded:
+        on_receive = Metadata.on_receive
+        loaded = False
+        config = type("Config", (), {"host": "h"})()
+
+        def __init__(self):
+            self.sent = []
+
+        def _send_local(self, reply_to, reply):
+            self.sent.append((reply_to, reply))
+    node = Unloaded()
+    assert node.on_receive(m.Rpc("tcp://ctl#x", 9, "list", {"what": "vhosts"})) is None
+    assert node.on_receive(m.QueueStats("/", "q", 1, {})) is None  # dropped until loaded
+    [(to, reply)] = node.sent
+    assert (to, reply.req_id, reply.ok, reply.code) == ("tcp://ctl#x", 9, False, 541)
+    assert reply.text == "INTERNAL_ERROR - this node has not joined its cluster yet"
+
+
+def test_an_ask_gets_its_handlers_answer():
+    class Loaded:
+        on_receive = Metadata.on_receive
+        loaded = True
+        config = type("Config", (), {"host": "h"})()
+        workers = {("conn", 0): SimpleWorker(True), ("queue", 0): SimpleWorker(False)}
+    assert Loaded().on_receive(m.ReadyWorkers()) == [("conn", 0)]
+
+
+class SimpleWorker:
+    def __init__(self, ready):
+        self.ready = ready
