@@ -19,7 +19,8 @@ persists and broadcasts. The handlers live by concern: metadata_queues.py,
 metadata_exchanges.py, metadata_definitions.py (users, vhosts, policies, limits, parameters,
 definitions JSON), metadata_workers.py (worker hellos and exits, placement, queue starts),
 metadata_limits.py, metadata_alarms.py, metadata_management.py, metadata_shovels.py and, in a
-cluster, metadata_cluster.py.
+cluster, metadata_cluster.py (the log, leadership, members) and metadata_replicas.py (mirrors,
+promotion, quorum elections).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from actors.node.definitions import Definitions
 from actors.node.metadata_alarms import AlarmsMixin
 from actors.node.metadata_definitions import DefinitionsMixin
 from actors.node.metadata_exchanges import ExchangesMixin
+from actors.node.metadata_replicas import ReplicasMixin
 from actors.node.metadata_queues import Gather, QueuesMixin
 from actors.node.metadata_workers import Worker, WorkersMixin
 from actors.node.metadata_limits import LimitsMixin
@@ -62,7 +64,8 @@ log = logging.getLogger(__name__)
 
 
 class Metadata(QueuesMixin, ExchangesMixin, DefinitionsMixin, WorkersMixin, AlarmsMixin,
-               ClusterMixin, ManagementMixin, LimitsMixin, ShovelsMixin, LightActor):
+               ClusterMixin, ReplicasMixin, ManagementMixin, LimitsMixin, ShovelsMixin,
+               LightActor):
     scheduler_name = "node"  # embedded in the node's event loop with its transport
 
     def __init__(self, transport, config, resources=None, secret: bytes = b"",
