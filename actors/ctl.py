@@ -22,9 +22,9 @@ import uuid
 
 import zmq
 
-from actors import metadata_ops as ops
 from actors import ctl_ops, ctl_trace
 from actors import messages as m
+from actors import metadata_ops as ops
 from actors.core.permissions import hashed_auth_call
 from actors.node import definitions_json
 from actors.transport import make_address, split_address, unframe

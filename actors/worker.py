@@ -18,7 +18,6 @@ import threading
 
 import pykka
 
-from actors import metadata_ops as ops
 from actors import messages as m
 from actors.cli import private_umask, raise_fd_limit, setup_logging
 from actors.config import Config
@@ -26,6 +25,7 @@ from actors.replica import Replica
 from actors.runtime import ActorDown, LightActor
 from actors import runtime
 from actors import events
+from actors import metadata_ops as ops
 from actors import secure
 from actors.transport import Transport
 

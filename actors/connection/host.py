@@ -17,9 +17,9 @@ import time
 
 import pykka
 
-from actors import metadata_ops as ops
 from actors import events
 from actors import messages as m
+from actors import metadata_ops as ops
 from actors.connection import tls
 from actors.connection.handoff import Receiver
 from actors.connection.netio import Conn

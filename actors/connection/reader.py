@@ -17,9 +17,9 @@ import time
 
 import pykka
 
-from actors import metadata_ops as ops
 from actors import events
 from actors import messages as m
+from actors import metadata_ops as ops
 from actors.connection.channel import Channel
 from actors.connection.writer import Writer
 from actors.core import connection as core_connection

@@ -32,11 +32,9 @@ import time
 from collections import deque
 from dataclasses import replace
 
-
-from actors import metadata_ops as ops
-from actors.node.metadata_dispatch import DEFERRED, build_table
 from actors import faults
 from actors import messages as m
+from actors import metadata_ops as ops
 from actors.messages import (ClusterEntry, ClusterReady, ClusterTick, CommitFailed, DurableQueues,
                              ReadyWorkers, StatsTimeout, WorkerExited)
 from actors.core.errors import ChannelError, ConnectionError_, amqp_text
@@ -46,16 +44,17 @@ from actors.core.routing import Router
 from actors.node import definitions_json
 from actors.node.definitions import Definitions
 from actors.node.metadata_alarms import AlarmsMixin
+from actors.node.metadata_cluster import ClusterMixin
 from actors.node.metadata_definitions import DefinitionsMixin
+from actors.node.metadata_dispatch import DEFERRED, build_table
 from actors.node.metadata_exchanges import ExchangesMixin
-from actors.node.metadata_replicas import ReplicasMixin
-from actors.node.metadata_queues import Gather, QueuesMixin
-from actors.node.metadata_workers import Worker, WorkersMixin
 from actors.node.metadata_limits import LimitsMixin
 from actors.node.metadata_management import ManagementMixin
+from actors.node.metadata_queues import Gather, QueuesMixin
+from actors.node.metadata_replicas import ReplicasMixin
 from actors.node.metadata_shovels import ShovelsMixin
+from actors.node.metadata_workers import Worker, WorkersMixin
 from actors.node.node_stats import NodeTable
-from actors.node.metadata_cluster import ClusterMixin
 from actors.node.queue_table import QueueTable
 from actors.replica import apply_change, parameters_of, state_lists
 from actors.runtime import LightActor

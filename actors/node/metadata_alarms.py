@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import time
 
-from actors import metadata_ops as ops
-from actors.node.metadata_dispatch import handles
 from actors import messages as m
+from actors import metadata_ops as ops
 from actors.core.errors import ChannelError
+from actors.node.metadata_dispatch import handles
 from actors.node.resources import parse_bytes
 
 ALARM_OPS = {"status", "set_vm_memory_high_watermark", "set_disk_free_limit"}  # node-local

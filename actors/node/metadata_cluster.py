@@ -47,11 +47,11 @@ import time
 from collections import deque
 from typing import NamedTuple
 
-from actors import metadata_ops as ops
-from actors.node.metadata_dispatch import handles
 from actors import messages as m
+from actors import metadata_ops as ops
 from actors.messages import ClusterEntry, ClusterTick, CommitFailed
 from actors.node.cluster import Cluster
+from actors.node.metadata_dispatch import handles
 from actors.node.queue_table import QueueTable
 from actors.replica import parameters_of
 from actors.core import mirroring

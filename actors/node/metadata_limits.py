@@ -14,8 +14,8 @@ each node admits up to the limit, where RabbitMQ counts cluster-wide (docs/polic
 from __future__ import annotations
 
 from actors import metadata_ops as ops
-from actors.node.metadata_dispatch import handles
 from actors.core import limits
+from actors.node.metadata_dispatch import handles
 
 
 class LimitsMixin:

@@ -13,10 +13,9 @@ import resource
 import time
 from importlib import metadata as dists
 
-from actors import metadata_ops as ops
-from actors.node.metadata_dispatch import handles
 from actors import events
 from actors import messages as m
+from actors import metadata_ops as ops
 from actors.core import channel_stats
 from actors.core import quorum
 from actors.core.queue_stats import CONFIRMS, DEAD_LETTERED, GAUGES, STATE, STORAGE
@@ -26,6 +25,7 @@ from actors.core.connection import KNOWN_MECHANISMS, PASSWORD_MECHANISMS
 from actors.core.consumers import activity
 from actors.core.pause import CONNECTION_TIMEOUT_S
 from actors.durable_files import SYNCS
+from actors.node.metadata_dispatch import handles
 from actors.node.node_stats import sync_avg_ms, thread_limit
 from actors.transport import make_address
 

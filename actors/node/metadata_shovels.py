@@ -8,10 +8,10 @@ GET /api/shovels (`ShovelStates`).
 
 from __future__ import annotations
 
-from actors import metadata_ops as ops
-from actors.node.metadata_dispatch import handles
 from actors import messages as m
+from actors import metadata_ops as ops
 from actors.core.errors import ChannelError, amqp_text
+from actors.node.metadata_dispatch import handles
 from actors.shovel.supervisor import ShovelSupervisor
 
 SHOVEL_CHANGES = ("param_put", "param_del", "member_put")

@@ -33,8 +33,8 @@ import tempfile
 import threading
 import time
 
-from actors import metadata_ops as ops
 from actors import events, hlc
+from actors import metadata_ops as ops
 from actors.config import Config
 from actors.connection import handoff, tls
 from actors.management.server import Management

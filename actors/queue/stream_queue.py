@@ -22,9 +22,9 @@ from typing import NamedTuple
 import lmdb
 import pykka
 
-from actors import metadata_ops as ops
 from actors import events, faults
 from actors import messages as m
+from actors import metadata_ops as ops
 from actors.core import credit_flow, policies, stream, stream_replication
 from actors.core.errors import AMQPError
 from actors.core.queue_args import check_consume_arguments
