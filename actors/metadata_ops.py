@@ -3,7 +3,7 @@
 
 The exported functions of rabbit_amqqueue, rabbit_exchange, rabbit_binding, rabbit_vhost,
 rabbit_policy and rabbit_runtime_parameters that channels and rabbitmqctl call, as records:
-a sender builds one (`rpc`, `request`), the node decodes the wire form back into one
+a sender builds one and sends it (`rpc`), the node decodes the wire form back into one
 (`decode`), and actors/node/metadata_dispatch.py maps each record type to its handler.
 Shared by every process that asks the node (workers, leveretctl, the management listener).
 """
