@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from actors import messages as m
 from actors.config import Config
 from actors.core import NO_EVENTS
+from actors.core import channel_dispatch
 from actors.core.channel import ChannelCore, ConnInfo
 from actors.core.connection import ConnectionPort
 from actors.core.permissions import AuthDB
@@ -289,23 +290,8 @@ class Wire:
         assert not self.mail, "message loop did not settle"
 
     def _to_channel(self, msg):
-        c = self.channel
-        if isinstance(msg, m.Commands):
-            c.handle_commands(msg.commands)
-        elif isinstance(msg, m.Deliver):
-            c.on_deliver(msg)
-        elif isinstance(msg, m.Confirm):
-            c.on_confirm(msg)
-        elif isinstance(msg, (m.RpcReply, m.GetReply)):
-            c.on_reply(msg)
-        elif isinstance(msg, m.Credit):
-            c.on_credit(msg)
-        elif isinstance(msg, m.Demand):
-            c.on_demand(msg)
-        elif isinstance(msg, m.Release):
-            c.on_release(msg)
-        elif isinstance(msg, m.ConsumerGone):
-            c.on_consumer_gone(msg)
+        # the Channel actor's own table (its clock: 0, as the wire's cores run at time 0)
+        channel_dispatch.handle(self.channel, msg, lambda: 0)
 
     def _to_queue(self, core: QueueCore, msg):
         now = self.now
