@@ -47,14 +47,19 @@ def write_bytes(pid: int) -> int | None:
     return None
 
 
-def tree_write_bytes(root: int) -> dict[int, int]:
-    """pid -> write_bytes for root and every live descendant it could read."""
+def _tree(root: int, read) -> dict:
+    """pid -> read(pid) for root and every live descendant it could read (not None)."""
     out = {}
     for pid in [root] + [p for p, _ in descendants(root)]:
-        v = write_bytes(pid)
+        v = read(pid)
         if v is not None:
             out[pid] = v
     return out
+
+
+def tree_write_bytes(root: int) -> dict[int, int]:
+    """pid -> write_bytes for root and every live descendant it could read."""
+    return _tree(root, write_bytes)
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -73,12 +78,7 @@ def cpu_seconds(pid: int) -> float | None:
 
 def tree_cpu_seconds(root: int) -> dict[int, float]:
     """pid -> CPU seconds for root and every live descendant it could read."""
-    out = {}
-    for pid in [root] + [p for p, _ in descendants(root)]:
-        v = cpu_seconds(pid)
-        if v is not None:
-            out[pid] = v
-    return out
+    return _tree(root, cpu_seconds)
 
 
 def disk_bytes(path: str | None = None) -> int | None:
