@@ -35,6 +35,7 @@ from actors.naming import queue_actor_name
 from actors.queue import quorum_log
 from actors.queue.storage import Storage, queue_id
 from actors.queue.stream_log import Entry, StreamLog
+from actors.queue.stream_recent import RecentReads
 from actors.runtime import LightActor
 from protocol.properties import BasicProperties
 
@@ -43,6 +44,7 @@ log = logging.getLogger("leveret.stream")
 READ_BATCH = 256  # messages read from the log per reader per turn
 READ_BATCH_BYTES = 1 << 20  # ...and about this many body bytes
 TRIM_AFTER_BYTES = 16 << 20  # bodies read between two trims of the map (its RSS bound)
+RECENT_BYTES = 32 << 20  # body bytes of the messages read lately kept for the other readers
 RETENTION_CHECK_MS = 10_000  # how often age retention looks at the oldest segment
 HOLD_MAX = 64  # at most this many messages handled between two chunks written (a mailbox
 #                that never empties still has its publishes written and confirmed)
@@ -219,6 +221,7 @@ class StreamQueue(LightActor):
         self.disk_writes = 0  # messages written (rabbit_backing_queue's disk_writes)
         self.disk_reads = 0  # messages read back for deliveries
         self.unmapped_bytes = 0  # bodies read since the map was last trimmed
+        self.recent = RecentReads(RECENT_BYTES, stream.with_offset_header)
         self.last_sample: m.QueueStats | None = None  # the last sample sent
         self.serving = False  # registered and answering
 
@@ -455,50 +458,60 @@ class StreamQueue(LightActor):
         """One batch to every reader behind the log's end with room -> whether some reader
         may take more now (another turn after the mailbox's other messages)."""
         batches: dict = {}
-        headed: dict = {}  # offset -> its properties with the header: readers at the same
-        #                    place share one encoding
+        recent = self.recent
         more = False
         committed = self.replicas.committed
         wanting = list(self.readers.wanting(committed))
-        # readers at the same place (and filter) share one read of the log: a fan-out of ten
-        # consumers reads and decodes each message once, not ten times
+        # readers at the same place (and filter) share one read of the log, and a reader
+        # without a filter takes what another read lately from `recent`: a fan-out of ten
+        # consumers reads, decodes and heads each message once, not ten times
         rooms: dict = {}
         for r in wanting:
             place = (r.position, r.filters, r.match_unfiltered)
             rooms[place] = max(rooms.get(place, 0), self.readers.room(r))
         reads: dict = {}
+        read_bytes = 0
         for r in wanting:
-            place = (r.position, r.filters, r.match_unfiltered)
-            got = reads.get(place)
-            if got is None:
-                got = reads[place] = self.log.read(r.position, min(rooms[place], READ_BATCH),
-                                                   READ_BATCH_BYTES, r.filters,
-                                                   r.match_unfiltered, committed)
-                self.disk_reads += len(got[0])
-            msgs, pos = got
             room = self.readers.room(r)
-            if len(msgs) > room:  # (a reader with less room than another at its place)
-                msgs = msgs[:room]
-                pos = msgs[-1].offset + 1
-            r.position = pos
-            if not msgs:
+            # (a reader below the log's first offset reads from the first: retention dropped
+            # what it would have found held)
+            got = [] if r.filters or r.position < self.log.first else recent.take(
+                r.position, committed, min(room, READ_BATCH), READ_BATCH_BYTES)
+            if not got:
+                place = (r.position, r.filters, r.match_unfiltered)
+                got = reads.get(place)
+                if got is None:
+                    msgs, after = self.log.read(r.position, min(rooms[place], READ_BATCH),
+                                                READ_BATCH_BYTES, r.filters,
+                                                r.match_unfiltered, committed)
+                    self.disk_reads += len(msgs)
+                    read_bytes += sum(len(x.body) for x in msgs)
+                    got = reads[place] = (recent.add(msgs), after)
+                got, pos = got
+                if len(got) > room:  # (a reader with less room than another at its place)
+                    got = got[:room]
+                    pos = got[-1][0].offset + 1
+                r.position = pos
+            else:
+                r.position = got[-1][0].offset + 1
+            if not got:
                 continue
             items, bodies = batches.setdefault(r.channel, ([], []))
-            for x in msgs:
-                props = headed.get(x.offset)
-                if props is None:
-                    props = headed[x.offset] = stream.with_offset_header(x.props_raw, x.offset)
+            for x, props in got:
                 item = [r.tag, x.offset, False, x.exchange, x.routing_key, props]
                 if x.msg_id is not None:
                     item += [None, 0, x.msg_id]
                 items.append(item)
                 bodies.append(x.body)
-            self.readers.delivered(r, [x.offset for x in msgs])
+            self.readers.delivered(r, [x.offset for x, _ in got])
             more = more or (r.position < committed and self.readers.room(r) > 0)
+        if recent:
+            by_key = self.readers.by_key
+            recent.forget(min(r.position for r in by_key.values()) if by_key else None)
         for ch, (items, bodies) in batches.items():
             self.counters.delivered(ch, items, self.readers.by_key)
             self.transport.send(ch, m.Deliver(self.address, self.qname, items, bodies))
-        self.unmapped_bytes += sum(len(x.body) for msgs, _ in reads.values() for x in msgs)
+        self.unmapped_bytes += read_bytes
         if self.unmapped_bytes >= TRIM_AFTER_BYTES or (batches and not more):
             # the map pages these reads touched leave the process's RSS (they stay in the
             # page cache): a reader of a long backlog costs a few batches, not the log; not
