@@ -3,7 +3,8 @@
 // nodes and textContent, never innerHTML.
 "use strict";
 
-const S = { auth: sessionStorage.getItem("auth"), timer: null, charts: {}, history: [] };
+const S = { auth: sessionStorage.getItem("auth"), timer: null, charts: {}, history: [],
+            renders: 0 };
 const REFRESH_MS = 5000;
 
 // --- the API ---------------------------------------------------------------------------------
@@ -707,6 +708,9 @@ async function showAlarms() {
 }
 
 async function render() {
+  // renders overlap (a navigation while a refresh or the previous page still waits for the
+  // API): only the latest may put its page in, or a slower earlier one would overwrite it
+  const mine = ++S.renders;
   const [name, ...rest] = (location.hash.replace(/^#\//, "") || "overview").split("/");
   const pageName = PAGES[name] ? name : "overview";
   document.querySelectorAll("nav a").forEach(a =>
@@ -720,6 +724,7 @@ async function render() {
   } catch (e) {
     page.append(h("p", { class: "error" }, e.message));
   }
+  if (mine !== S.renders) { return; }
   document.getElementById("page").replaceWith(page);
   if (S.after) { S.after(); }
   showAlarms();
