@@ -51,6 +51,43 @@ class ChannelConsumer(NamedTuple):
     arguments: dict = {}  # the consume arguments (x-priority, x-cancel-on-ha-failover...)
 
 
+class Unacked(NamedTuple):
+    """A delivery the client has not settled yet (rabbit_channel's unacked_message_q entry;
+    the queue keeps its own side, actors/core/queue.py PendingAck)."""
+    queue: str  # the queue's address: where its Settle goes
+    seq_id: int  # its position in that queue
+    consumer_tag: str  # the consumer it went to; "": basic.get
+    # x-confirm-on=ack-lite: the publishing channel this one confirms to on ack, and that
+    # publisher's seq_no ("", 0: none)
+    publisher: str
+    seq_no: int
+    msg_id: bytes | None  # the event log's message id (events on), else None
+    delivered_at: int  # ms, the caller's clock: the consumer timeout counts from here
+
+
+class ReplyConsumer(NamedTuple):
+    """The channel's consumer on amq.rabbitmq.reply-to (actors/core/direct_reply.py)."""
+    consumer_tag: str
+    name: str  # the generated reply-to name its requests carry
+    key: str  # the random part of that name, which a DirectReply must match
+
+
+class HeldPublish(NamedTuple):
+    """A publish of a transaction, routed at publish time, sent to its queues at tx.commit."""
+    targets: list  # the addresses of the queues it goes to
+    item: m.PublishItem
+    body: bytes
+    method: am.BasicPublish
+    cmd: object  # the protocol.frames.Command it came in
+
+
+class HeldSettle(NamedTuple):
+    """An ack, nack or reject of a transaction, applied at tx.commit (or undone by rollback)."""
+    entries: list  # [(delivery tag, Unacked)] it settles
+    op: int  # messages.ACK, REQUEUE or DISCARD
+    kind: str  # its event: "acked", "nacked" or "rejected"
+
+
 class ConnInfo:
     """What the channel knows of its connection."""
 
@@ -91,7 +128,7 @@ class ChannelCore:
         self.random_bytes = random_bytes  # ids (msg id prefix, consumer tags), injected
         # the last publish's (raw, decoded, expiry, CC/BCC keys, raw to store, headers to route
         # by): a publisher repeats its properties, they are decoded and checked once
-        self.last_props: tuple = _NO_PROPS
+        self.last_props: _Props = _NO_PROPS
         self.number = number  # channel number
         self.address = address  # this channel's transport address
         self.conn = conn  # connection facts
@@ -100,18 +137,15 @@ class ChannelCore:
         self.state = "open"  # open | closing (sent channel.close) | closed
         self.confirm = False  # confirm.select seen
         self.tx = False  # tx.select seen
-        self.tx_publishes: list = []  # (queues, item, body) held until tx.commit
-        self.tx_settles: list = []  # (op, tags/entries) held until tx.commit
+        self.tx_publishes: list[HeldPublish] = []  # held until tx.commit
+        self.tx_settles: list[HeldSettle] = []  # held until tx.commit
         self.next_seq = 1  # next publish seq no (confirm mode)
         self.confirms = Confirms()  # seq no -> queue addresses still to confirm
         self.nacked: set = set()  # seq nos refused by some queue, confirmed as nack
         self.confirm_acks: list = []  # seq nos to ack at the end of this turn
         self.confirm_nacks: list = []  # seq nos to nack at the end of this turn
         self.next_tag = 1  # next delivery tag
-        # tag -> (queue address, seq_id, consumer tag, lite, msg16, delivered_at): lite is
-        # (publisher channel, seq no) for a message of an x-confirm-on=ack-lite queue, whose
-        # confirm this channel sends; delivered_at (ms, the caller's clock) for the timeout
-        self.unacked: OrderedDict = OrderedDict()
+        self.unacked: OrderedDict[int, Unacked] = OrderedDict()  # delivery tag -> its delivery
         # S5 consumer timeout (rabbit_channel's consumer_timeout): the node's default in ms
         # (0 = none), each queue's own (x-consumer-timeout / policy, else the default), the
         # time of the next check (0 = none due) and the last time the caller passed in
@@ -133,7 +167,7 @@ class ChannelCore:
         # grants what the limit leaves free; a token becomes an unacked delivery or comes back
         self.queues_used: set = set()  # queues with our consumers or unacked deliveries
         self.publish_batches: dict[str, tuple[list, list]] = {}  # queue -> (items, bodies)
-        self.settle_batches: dict[tuple, list] = {}  # (queue, op) -> msg ids
+        self.settle_batches: dict[tuple, list] = {}  # (queue, op) -> seq_ids
         # credit_flow's sending half: messages and body bytes each queue may still be sent
         self.credit = credit_flow.SenderCredit(credit_initial, credit_initial_bytes)
         self.blocked = False  # the reader was told to stop
@@ -153,7 +187,7 @@ class ChannelCore:
         self.routes_version = replica.version
         # direct reply-to (actors/core/direct_reply.py): (consumer tag, generated name, key) of
         # the channel's consumer on amq.rabbitmq.reply-to, or None
-        self.reply_consumer: tuple | None = None
+        self.reply_consumer: ReplyConsumer | None = None
         # basic.cancel notifications that came while a reply was awaited (sync_wait): sent
         # after that reply, as rabbit_channel handles its mailbox after its call returns
         self.held_cancels: list[str] = []
@@ -306,41 +340,42 @@ class ChannelCore:
         tag = self.next_tag
         queue = msg.queue
         names: dict = {}  # str -> its UTF-8 (a batch repeats its tags, exchanges and keys)
-        for item, body in zip(msg.items, msg.bodies):
-            ctag, seq_id, redelivered, exchange, rk, props, *rest = item
+        d: m.Delivery
+        for d, body in zip(msg.items, msg.bodies):
+            ctag = d.consumer_tag
             c = self.consumers.get(ctag)
             if c is None:
                 # cancelled meanwhile: hand it back
-                self.settle_batches.setdefault((queue, m.REQUEUE), []).append(seq_id)
+                self.settle_batches.setdefault((queue, m.REQUEUE), []).append(d.seq_id)
                 continue
-            lite = (rest[0], rest[1]) if rest and rest[0] else None
-            if len(rest) > 2:  # the event log's message id
-                self.events.emit("delivered", rest[2], actor="channel", vhost=self.conn.vhost,
+            if d.msg_id is not None:  # events on
+                self.events.emit("delivered", d.msg_id, actor="channel", vhost=self.conn.vhost,
                                  queue=msg.qname, connection=self.conn.owner, channel=n,
-                                 consumer_tag=ctag, delivery_tag=tag, redelivered=redelivered,
-                                 no_ack=c[2])
-            if c[2]:
+                                 consumer_tag=ctag, delivery_tag=tag, redelivered=d.redelivered,
+                                 no_ack=c.no_ack)
+            if c.no_ack:
                 self.stats.deliver_no_ack += 1
             else:
                 self.stats.deliver += 1
-            if redelivered:
-                self.stats.redeliver += 1
-            if not c[2]:
-                self.unacked[tag] = (queue, seq_id, ctag, lite,
-                                     rest[2] if len(rest) > 2 else None, now)
+                self.unacked[tag] = Unacked(queue, d.seq_id, ctag, d.publisher, d.seq_no,
+                                            d.msg_id, now)
                 self.limiter.delivered(tag)
+            if d.redelivered:
+                self.stats.redeliver += 1
+            exchange, rk = d.exchange, d.routing_key
             b_ctag = names.get(ctag) or names.setdefault(ctag, ctag.encode())
             b_exchange = names.get(exchange) or names.setdefault(exchange, exchange.encode())
             b_rk = names.get(rk) or names.setdefault(rk, rk.encode())
-            deliver_parts(parts, n, b_ctag, tag, redelivered, b_exchange, b_rk, props, body, fm)
+            deliver_parts(parts, n, b_ctag, tag, d.redelivered, b_exchange, b_rk, d.props_raw,
+                          body, fm)
             tag += 1
         self.next_tag = tag
         if not self.check_at and self.unacked:
             self._arm_timeout_check(queue)
         if self.limiter.granted.get(queue):
             # a queue spends a token on each delivery to a consumer that acks
-            self.limiter.spent(queue, sum(1 for it in msg.items
-                                          if not self._no_ack(it[0])))
+            self.limiter.spent(queue, sum(1 for d in msg.items
+                                          if not self._no_ack(d.consumer_tag)))
         self.out.write(b"".join(parts), [(queue, len(msg.items))])
         self.flush()
 
@@ -721,7 +756,7 @@ class ChannelCore:
             self._check_topic("write", exchange, rk)
         raw = cmd.properties_raw
         lp = self.last_props
-        if raw == lp[0]:  # a publisher repeats its properties: decode them once
+        if raw == lp.raw:  # a publisher repeats its properties: decode them once
             _, props, expiry, extra, out_raw, headers = lp
         else:
             props, expiry, extra, out_raw, headers = self._check_props(raw, cmd.properties)
@@ -754,27 +789,30 @@ class ChannelCore:
             if self.clock is not None:
                 self.published_at[seq] = self.clock()
         persistent = props.delivery_mode == 2
-        item = [seq, exchange, rk, out_raw, persistent, props.priority or 0, expiry]
+        msg_id = None
         ev = self.events.enabled()
         if persistent or ev:
             # names the body in msg_store (written once however many durable queues get it)
             # and the message in the event log
             self.msg_counter += 1
-            item.append(self.msg_id_prefix + _U64.pack(self.msg_counter))
+            msg_id = self.msg_id_prefix + _U64.pack(self.msg_counter)
         if ev:
-            self._event_publish(item, props, method, names, len(body))
+            self._event_publish(seq, msg_id, persistent, props, method, names, len(body))
         targets = []
         for addr in addresses:
             if not addr or self.out.is_dead(addr):
                 if seq:
+                    # nacked now: the queues it does reach are not asked for a confirm
                     self.confirm_nacks.append(seq)
                     if ev:
                         self._nack_reasons([seq], "queue_down")
-                    seq = item[0] = 0
+                    seq = 0
                 continue
             targets.append(addr)
+        item = m.PublishItem(seq, exchange, rk, out_raw, persistent, props.priority or 0, expiry,
+                             msg_id)
         if self.tx:
-            self.tx_publishes.append((targets, item, body, method, cmd))
+            self.tx_publishes.append(HeldPublish(targets, item, body, method, cmd))
             return
         self._route_out(targets, item, body, method, cmd)
 
@@ -796,7 +834,7 @@ class ChannelCore:
             # rabbit_channel:maybe_set_fast_reply_to
             if self.reply_consumer is None:
                 raise ChannelError(406, "fast reply consumer does not exist")
-            out_raw = with_reply_to(raw, self.reply_consumer[1])
+            out_raw = with_reply_to(raw, self.reply_consumer.name)
             cache = False
         if props.user_id is not None and props.user_id != self.conn.user:
             raise ChannelError(406, f"user_id property set to '{props.user_id}' but "
@@ -808,7 +846,8 @@ class ChannelCore:
         headers = props.headers
         if headers and ("CC" in headers or "BCC" in headers):
             extra, out_raw, headers = sender_selected.routes(headers, out_raw)
-        self.last_props = (raw, props, expiry, extra, out_raw, headers) if cache else _NO_PROPS
+        self.last_props = _Props(raw, props, expiry, extra, out_raw, headers) if cache \
+            else _NO_PROPS
         return props, expiry, extra, out_raw, headers
 
     def _send_replies(self, keys, rk, props_raw, body) -> None:
@@ -827,13 +866,12 @@ class ChannelCore:
                 continue
             self.out.send(address, m.DirectReply(key, "", rk, props_raw, [body]))
 
-    def _event_publish(self, item, props, method, names, size) -> None:
-        msg_id, seq = item[7], item[0]
+    def _event_publish(self, seq, msg_id, persistent, props, method, names, size) -> None:
         c = self.conn
         self.events.emit("publish_received", msg_id, actor="channel", vhost=c.vhost,
                          connection=c.owner, channel=self.number, seq_no=seq,
                          exchange=method.exchange, routing_key=method.routing_key,
-                         message_id=props.message_id, persistent=item[4], size=size)
+                         message_id=props.message_id, persistent=persistent, size=size)
         if names:
             self.events.emit("routed", msg_id, actor="channel", vhost=c.vhost, queues=sorted(names))
         else:
@@ -847,9 +885,9 @@ class ChannelCore:
     def _refused(self, method, cmd):
         raise method.error
 
-    def _route_out(self, targets, item, body, method, cmd) -> None:
-        seq = item[0]
-        self.stats.published(item[1], len(targets))
+    def _route_out(self, targets, item: m.PublishItem, body, method, cmd) -> None:
+        seq = item.seq_no
+        self.stats.published(item.exchange, len(targets))
         if not targets:
             if method.mandatory:
                 self.stats.return_unroutable += 1
@@ -859,7 +897,7 @@ class ChannelCore:
                 self.out.write(encode_method(self.number, am.BasicReturn(
                     reply_code=312, reply_text="NO_ROUTE", exchange=method.exchange,
                     routing_key=method.routing_key)) + encode_content(
-                    self.number, 60, item[3], body, self.conn.frame_max))
+                    self.number, 60, item.props_raw, body, self.conn.frame_max))
             if seq:
                 self.confirm_acks.append(seq)
             return
@@ -871,8 +909,9 @@ class ChannelCore:
             batch = self.publish_batches.get(addr)
             if batch is None:
                 batch = self.publish_batches[addr] = ([], [])
-            batch[0].append(item)
-            batch[1].append(body)
+            items, bodies = batch
+            items.append(item)
+            bodies.append(body)
             if self.credit.spend(addr, len(body)):
                 block = True
         if block and not self.blocked:
@@ -945,7 +984,7 @@ class ChannelCore:
             raise ChannelError(541, f"INTERNAL_ERROR - the reply-to name of this channel would "
                                     f"be {len(name)} bytes long, more than 255 (the channel's "
                                     f"address is too long: {self.address})")
-        self.reply_consumer = (tag, name, key)
+        self.reply_consumer = ReplyConsumer(tag, name, key)
         if not method.nowait:
             self.out.write(encode_method(self.number, am.BasicConsumeOk(consumer_tag=tag)))
 
@@ -955,17 +994,17 @@ class ChannelCore:
         RabbitMQ (handle_cast deliver_reply), the delivery tag is the next one, not used up:
         the consumer does not ack."""
         rc = self.reply_consumer
-        if self.state != "open" or rc is None or not direct_reply.same_key(msg.key, rc[2]):
+        if self.state != "open" or rc is None or not direct_reply.same_key(msg.key, rc.key):
             return
-        self.out.write(encode_deliver(self.number, rc[0], self.next_tag, False, msg.exchange,
-                                      msg.routing_key, msg.props_raw, msg.bodies[0],
-                                      self.conn.frame_max))
+        self.out.write(encode_deliver(self.number, rc.consumer_tag, self.next_tag, False,
+                                      msg.exchange, msg.routing_key, msg.props_raw,
+                                      msg.bodies[0], self.conn.frame_max))
 
     def on_reply_check(self, msg: m.ReplyCheck) -> None:
         """Another channel declares our reply name (rabbit_channel's declare_fast_reply_to
         call): does it still reach our reply consumer?"""
         rc = self.reply_consumer
-        ok = rc is not None and direct_reply.same_key(msg.key, rc[2])
+        ok = rc is not None and direct_reply.same_key(msg.key, rc.key)
         self.out.send(msg.reply_to, m.RpcReply(msg.req_id, ok))
 
     def _declare_reply(self, method, name: str) -> None:
@@ -997,7 +1036,7 @@ class ChannelCore:
             raise not_found()
         if address == self.address:
             rc = self.reply_consumer
-            if rc is None or not direct_reply.same_key(key, rc[2]):
+            if rc is None or not direct_reply.same_key(key, rc.key):
                 raise not_found()
             exists()
             return
@@ -1012,7 +1051,7 @@ class ChannelCore:
     def _cancel(self, method, cmd):
         tag = method.consumer_tag
         rc = self.reply_consumer
-        if rc is not None and rc[0] == tag:
+        if rc is not None and rc.consumer_tag == tag:
             self.reply_consumer = None
             if not method.nowait:
                 self.out.write(encode_method(self.number, am.BasicCancelOk(consumer_tag=tag)))
@@ -1044,7 +1083,8 @@ class ChannelCore:
                 self.stats.get_empty += 1
                 self.out.write(encode_method(self.number, am.BasicGetEmpty()))
                 return
-            _, seq_id, redelivered, exchange, rk, props, *rest = reply.item
+            d: m.Delivery = reply.item
+            redelivered = d.redelivered
             if method.no_ack:
                 self.stats.get_no_ack += 1
             else:
@@ -1053,20 +1093,19 @@ class ChannelCore:
                 self.stats.redeliver += 1
             tag = self.next_tag
             self.next_tag += 1
-            lite = (rest[0], rest[1]) if rest and rest[0] else None
-            msg16 = rest[2] if len(rest) > 2 else None
-            if msg16 is not None:
-                self.events.emit("fetched", msg16, actor="channel", vhost=self.conn.vhost,
+            if d.msg_id is not None:  # events on
+                self.events.emit("fetched", d.msg_id, actor="channel", vhost=self.conn.vhost,
                                  queue=queue, connection=self.conn.owner, channel=self.number,
                                  delivery_tag=tag, redelivered=redelivered, no_ack=method.no_ack)
             if not method.no_ack:
-                self.unacked[tag] = (addr, seq_id, "", lite, msg16, self.now)
+                self.unacked[tag] = Unacked(addr, d.seq_id, "", d.publisher, d.seq_no,
+                                            d.msg_id, self.now)
                 if not self.check_at:
                     self._arm_timeout_check(addr)
             self.out.write(encode_method(self.number, am.BasicGetOk(
-                delivery_tag=tag, redelivered=redelivered, exchange=exchange, routing_key=rk,
-                message_count=reply.message_count)) + encode_content(
-                self.number, 60, props, reply.bodies[0], self.conn.frame_max))
+                delivery_tag=tag, redelivered=redelivered, exchange=d.exchange,
+                routing_key=d.routing_key, message_count=reply.message_count)) + encode_content(
+                self.number, 60, d.props_raw, reply.bodies[0], self.conn.frame_max))
 
         self._ask(addr, lambda req: m.Get(self.address, req, method.no_ack, self.conn.owner),
                   cont, True)
@@ -1108,12 +1147,12 @@ class ChannelCore:
         interval = 0
         expired: dict[str, int] = {}  # consumer tag -> the timeout it passed
         for entry in self.unacked.values():
-            t = timeouts.get(entry[0], self.consumer_timeout)
+            t = timeouts.get(entry.queue, self.consumer_timeout)
             if not t:
                 continue
-            if now - entry[5] > t:
-                if self._cancel_on_timeout(entry[2]):
-                    expired.setdefault(entry[2], t)
+            if now - entry.delivered_at > t:
+                if self._cancel_on_timeout(entry.consumer_tag):
+                    expired.setdefault(entry.consumer_tag, t)
                     continue
                 self.error(ChannelError(406, f"delivery acknowledgement on channel "
                                              f"{self.number} timed out. Timeout value used: "
@@ -1127,7 +1166,7 @@ class ChannelCore:
         if expired:
             # what is left unacked sets the next check
             for entry in self.unacked.values():
-                t = timeouts.get(entry[0], self.consumer_timeout)
+                t = timeouts.get(entry.queue, self.consumer_timeout)
                 if t:
                     interval = min(interval, t) if interval else t
             self.flush()
@@ -1152,10 +1191,10 @@ class ChannelCore:
                   False)
         self.out.write(encode_method(self.number, am.BasicCancel(consumer_tag=ctag,
                                                                  nowait=True)))
-        tags = [tag for tag, e in self.unacked.items() if e[2] == ctag]
+        tags = [tag for tag, e in self.unacked.items() if e.consumer_tag == ctag]
         for tag in tags:
-            q, seq_id = self.unacked.pop(tag)[:2]
-            self.settle_batches.setdefault((q, m.REQUEUE), []).append(seq_id)
+            e = self.unacked.pop(tag)
+            self.settle_batches.setdefault((e.queue, m.REQUEUE), []).append(e.seq_id)
             self.timed_out_tags.add(tag)
         if self.limiter.settled(iter(tags)):
             self._grant()
@@ -1193,24 +1232,26 @@ class ChannelCore:
 
     def _settle(self, entries, op, kind="acked") -> None:
         if self.tx:
-            self.tx_settles.append((entries, op, kind))
+            self.tx_settles.append(HeldSettle(entries, op, kind))
             return
         if op == m.ACK:
             self.stats.ack += len(entries)
-        for tag, (q, seq_id, _, lite, msg16, _) in entries:
-            if msg16 is not None:
-                self.events.emit(kind, msg16, actor="channel", vhost=self.conn.vhost,
+        e: Unacked
+        for tag, e in entries:
+            q = e.queue
+            if e.msg_id is not None:
+                self.events.emit(kind, e.msg_id, actor="channel", vhost=self.conn.vhost,
                                  queue=q.rpartition("\x1f")[2], connection=self.conn.owner,
                                  channel=self.number, delivery_tag=tag, requeue=op == m.REQUEUE)
             key = (q, op)
             ids = self.settle_batches.get(key)
             if ids is None:
                 ids = self.settle_batches[key] = []
-            ids.append(seq_id)
-            if lite is not None and op == m.ACK and lite[1]:
+            ids.append(e.seq_id)
+            if e.seq_no and e.publisher and op == m.ACK:
                 # ack-lite: this channel, not the queue, tells the publisher (seed 003, opt. 2);
                 # a reject is not reported (the publisher resends after its time-out)
-                self.lite_confirms.setdefault((lite[0], q), []).append(lite[1])
+                self.lite_confirms.setdefault((e.publisher, q), []).append(e.seq_no)
                 self.stats.confirm_lite += 1
         if self.limiter.settled(tag for tag, _ in entries):
             self._grant()
@@ -1231,8 +1272,8 @@ class ChannelCore:
             raise ConnectionError_(540, "requeue=false")
         entries = list(self.unacked.items())
         self.unacked.clear()
-        for _, (q, seq_id, *_) in entries:
-            self.settle_batches.setdefault((q, m.REQUEUE), []).append(seq_id)
+        for _, e in entries:
+            self.settle_batches.setdefault((e.queue, m.REQUEUE), []).append(e.seq_id)
         self.limiter.limited.clear()
         self._grant()
         if isinstance(method, am.BasicRecover):
@@ -1259,11 +1300,11 @@ class ChannelCore:
         settles, self.tx_settles = self.tx_settles, []
         if self.events.enabled():
             self._event_tx("tx_committed", publishes, settles)
-        for targets, item, body, pmethod, pcmd in publishes:
-            self._route_out(targets, item, body, pmethod, pcmd)
+        for p in publishes:
+            self._route_out(p.targets, p.item, p.body, p.method, p.cmd)
         self.tx = False
-        for entries, op, kind in settles:
-            self._settle(entries, op, kind)
+        for held in settles:
+            self._settle(held.entries, held.op, held.kind)
         self.tx = True
         self.out.write(encode_method(self.number, am.TxCommitOk()))
 
@@ -1273,13 +1314,13 @@ class ChannelCore:
         if self.events.enabled():
             self._event_tx("tx_rolled_back", self.tx_publishes, self.tx_settles)
         self.tx_publishes = []
-        for entries, _, _ in self.tx_settles:
-            for tag, entry in entries:
+        for held in self.tx_settles:
+            for tag, entry in held.entries:
                 self.unacked[tag] = entry
         self.unacked = OrderedDict(sorted(self.unacked.items()))
         if not self.check_at:  # the restored deliveries are waited for again (S5)
             for entry in self.unacked.values():
-                self._arm_timeout_check(entry[0])
+                self._arm_timeout_check(entry.queue)
                 if self.check_at:
                     break
         self.tx_settles = []
@@ -1292,8 +1333,8 @@ class ChannelCore:
         c = self.conn
         self.events.emit(kind, None, actor="channel", vhost=c.vhost, connection=c.owner,
                          channel=self.number, publishes=len(publishes),
-                         settles=sum(len(entries) for entries, _, _ in settles),
-                         msg_ids=[item[7] for _, item, *_ in publishes if len(item) > 7])
+                         settles=sum(len(held.entries) for held in settles),
+                         msg_ids=[p.item.msg_id for p in publishes if p.item.msg_id is not None])
 
 
 _U64 = struct.Struct(">Q")
@@ -1301,7 +1342,19 @@ _U64 = struct.Struct(">Q")
 # shorter timeout is checked every `timeout` ms, so a delivery times out between T and 2T
 # (T <= 60 s) or T and T + 60 s after it was sent
 TIMEOUT_CHECK_MAX = 60000
-_NO_PROPS = (None, None, -1, (), None, None)  # no properties cached
+
+
+class _Props(NamedTuple):
+    """A publish's properties as the channel checked them (ChannelCore.last_props)."""
+    raw: bytes | None  # as they came
+    props: BasicProperties | None  # decoded
+    expiry: int  # the expiration property in ms, -1: none
+    extra: tuple  # CC/BCC routing keys
+    out_raw: bytes | None  # what the queues store (BCC removed, a direct reply-to name set)
+    headers: dict | None  # the headers to route by
+
+
+_NO_PROPS = _Props(None, None, -1, (), None, None)  # no properties cached
 ROUTES_CACHED = 1024  # (exchange, routing key) pairs a channel remembers the queues of
 
 

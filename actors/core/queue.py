@@ -7,7 +7,7 @@ decisions) together with the in-memory part of rabbit_variable_queue.erl (q4 and
 ordering) and rabbit_priority_queue.erl. The actor shell (actors/queue/queue.py) feeds it messages
 and carries out what it asks through `out`, an object with:
 
-- `deliver(channel, items, bodies)`  a batch of deliveries to one channel
+- `deliver(channel, items, bodies)`  a batch of deliveries (messages.Delivery) to one channel
 - `confirm(channel, seqs, ok[, reason])` publisher confirms (ok) or nacks (not ok, reason as
   messages.Confirm says)
 - `reply(addr, req_id, ok, result, code, text)`
@@ -57,6 +57,7 @@ import bisect
 import os
 from array import array
 from collections import deque
+from typing import NamedTuple
 
 from actors.core import NO_EVENTS, credit_flow, quorum
 from actors.core.consumers import ChannelState, Consumer, QueueConsumers
@@ -64,6 +65,7 @@ from actors.core.errors import ChannelError
 from actors.core.keep_up import KeepUp
 from actors.core.queue_args import check_consume_arguments
 from actors.core.queue_stats import DEAD_LETTERED, ConsumerUse
+from actors.messages import Delivery, PublishItem
 from protocol.properties import BasicProperties, with_long_header
 
 WAIT = "wait"  # get(): the head is paged out, try again once it is read back
@@ -184,6 +186,14 @@ class Msg:
         self.pers = False
 
 
+class PendingAck(NamedTuple):
+    """A message delivered and not yet settled (rabbit_variable_queue's #pending_ack{}, with
+    the consumer rabbit_queue_consumers keeps for it): QueueCore.unacked, by seq_id."""
+    msg: Msg
+    channel: str  # the address of the channel it went to
+    consumer_tag: str  # the consumer it went to; "": basic.get
+
+
 class Ready:
     """Ready messages of one priority, kept in seq_id order (requeues go back in place):
     `items` the head, deliverable now; `tail` those that came after the lane's paged part,
@@ -272,7 +282,7 @@ class QueueCore:
         self.ready = [Ready() for _ in range(self.max_priority + 1)]  # by priority
         self.ready_count = 0  # messages ready
         self.ready_bytes = 0  # body bytes ready
-        self.unacked: dict[int, tuple] = {}  # seq_id -> (Msg, channel, consumer tag)
+        self.unacked: dict[int, PendingAck] = {}  # seq_id -> what it waits for
         self.unacked_bytes = 0  # body bytes of the unacked messages
         # messages in memory (ready or unacked) counted persistent (Msg.pers) and their body
         # bytes; the paged ones are their lanes' (Lane.pers): messages_persistent
@@ -326,13 +336,12 @@ class QueueCore:
             self._schedule(now + self.expires)
 
     # --- publishing -------------------------------------------------------------------------
-    def publish(self, sender: str, items: list, bodies: list, now: int) -> None:
-        """items: [seq_no, exchange, routing_key, props_raw, persistent, priority, expiry_ms,
-        msg_id]; msg_id (16 bytes, or None for a transient message) may be left out."""
+    def publish(self, sender: str, items: list[PublishItem], bodies: list, now: int) -> None:
+        """A Publish batch from `sender` (a channel, or "": a dead-lettering queue)."""
         accepted, refused, to_persist = [], [], []
         bounded = self.max_length is not None or self.max_bytes is not None
         for item, body in zip(items, bodies):
-            pub_seq, exchange, rk, props, persistent, priority, expiry, *msg_id = item
+            pub_seq, persistent, msg_id = item.seq_no, item.persistent, item.msg_id
             if self.store_all:
                 persistent = True  # stored and synced before its confirm (quorum queue)
             if bounded and self.consumers and self._full_for(len(body)):
@@ -348,21 +357,22 @@ class QueueCore:
                     refused.append(pub_seq)
                 if self.overflow == "reject-publish-dlx" and self.dlx is not None:
                     # (its msg_id, for the event log's link from the refused publish to its copy)
-                    self._dead_letter_or_drop(Msg(0, exchange, rk, props, body, persistent,
-                                                  ttl=expiry, msg_id=msg_id[0] if msg_id else None),
-                                              "maxlen")
+                    self._dead_letter_or_drop(Msg(0, item.exchange, item.routing_key,
+                                                  item.props_raw, body, persistent,
+                                                  ttl=item.expiry_ms, msg_id=msg_id), "maxlen")
                 continue
             divert = behind = False
             if self.pageable:
-                p = min(priority or 0, self.max_priority)
+                p = min(item.priority or 0, self.max_priority)
                 if self.ready_bytes > self.page_bytes:
                     divert = True  # memory is full: to the index (after the lane's tail)
                     if self.ready[p].tail:
                         self._spill_tail(p, to_persist)
                 elif self.paged and self.lanes[p].paged:
                     behind = True  # in memory, behind the lane's paged part
-            msg = self._enqueue(exchange, rk, props, body, persistent, priority, expiry, now,
-                                sender, pub_seq, msg_id[0] if msg_id else None, divert, behind)
+            msg = self._enqueue(item.exchange, item.routing_key, item.props_raw, body,
+                                persistent, item.priority, item.expiry_ms, now, sender, pub_seq,
+                                msg_id, divert, behind)
             if msg is None:
                 if pub_seq and not self.late_confirm:
                     accepted.append(pub_seq)  # expired at once (TTL 0): confirmed, as RabbitMQ
@@ -627,7 +637,7 @@ class QueueCore:
     def messages(self) -> list:
         """Every message in memory, ready or unacked, in seq_id order (a mirror's sync)."""
         out = [msg for ready in self.ready for msg in ready.all()]
-        out += [e[0] for e in self.unacked.values()]
+        out += [e.msg for e in self.unacked.values()]
         return sorted(out, key=lambda msg: msg.seq_id)
 
     def _count(self) -> int:
@@ -1022,16 +1032,7 @@ class QueueCore:
         st = self.channels[c.channel]
         self.cons.delivering(st, len(msg.body))
         items, bodies = self._batches.setdefault(c.channel, ([], []))
-        item = [c.tag, msg.seq_id, msg.redelivered, msg.exchange, msg.routing_key,
-                with_delivery_count(msg.props_raw, msg.delivery_count)
-                if msg.delivery_count else msg.props_raw]
-        if self.confirm_on == "ack-lite" and msg.pub_seq and not c.no_ack:
-            item += (msg.publisher, msg.pub_seq)  # the consuming channel confirms on ack
-        if msg.msg_id is not None and self.events.enabled():
-            if len(item) == 6:
-                item += (None, 0)
-            item.append(msg.msg_id)  # the event log's message id, for the channel's events
-        items.append(item)
+        items.append(self._delivery(msg, c.tag, c.no_ack))
         bodies.append(msg.body)
         if c.no_ack:
             if self.late_confirm:
@@ -1044,9 +1045,20 @@ class QueueCore:
                 st.tokens -= 1
             c.unacked += 1
             st.unacked += 1
-            self.unacked[msg.seq_id] = (msg, c.channel, c.tag)
+            self.unacked[msg.seq_id] = PendingAck(msg, c.channel, c.tag)
             self.unacked_bytes += len(msg.body)
             msg.redelivered = True
+
+    def _delivery(self, msg: Msg, ctag: str, no_ack: bool) -> Delivery:
+        """What the channel is told of a message it gets (ctag "": basic.get)."""
+        lite = self.confirm_on == "ack-lite" and msg.pub_seq and not no_ack
+        return Delivery(ctag, msg.seq_id, msg.redelivered, msg.exchange, msg.routing_key,
+                        with_delivery_count(msg.props_raw, msg.delivery_count)
+                        if msg.delivery_count else msg.props_raw,
+                        # the consuming channel confirms on ack
+                        msg.publisher if lite else "", msg.pub_seq if lite else 0,
+                        # the event log's message id, for the channel's events
+                        msg.msg_id if self.events.enabled() else None)
 
     def flush(self) -> None:
         batches, self._batches = self._batches, {}
@@ -1071,7 +1083,7 @@ class QueueCore:
         self.late_confirm = mode in ("ack", "ack-lite")
         if was_late and not self.late_confirm:
             waiting = [msg for ready in self.ready for msg in ready.all() if msg.pub_seq]
-            waiting += [e[0] for e in self.unacked.values() if e[0].pub_seq]
+            waiting += [e.msg for e in self.unacked.values() if e.msg.pub_seq]
             store = [msg for msg in waiting if msg.persistent and self.durable]
             for msg in store:
                 msg.stored = True
@@ -1135,8 +1147,8 @@ class QueueCore:
             self.run(now)
 
     def get(self, channel, no_ack, now):
-        """basic.get -> (item, body, message_count), None when empty, or WAIT when the next
-        message is paged out (ask again after `paged_in`)."""
+        """basic.get -> (Delivery, body, message_count), None when empty, or WAIT when the
+        next message is paged out (ask again after `paged_in`)."""
         self.last_used = now
         self._expire_head(now)
         p = self._head_lane()
@@ -1160,17 +1172,9 @@ class QueueCore:
                 self.out.record_delivery([msg])
             st = self._channel(channel)
             st.unacked += 1
-            self.unacked[msg.seq_id] = (msg, channel, "")
+            self.unacked[msg.seq_id] = PendingAck(msg, channel, "")
             self.unacked_bytes += len(msg.body)
-        item = ["", msg.seq_id, msg.redelivered, msg.exchange, msg.routing_key,
-                with_delivery_count(msg.props_raw, msg.delivery_count)
-                if msg.delivery_count else msg.props_raw]
-        if self.confirm_on == "ack-lite" and msg.pub_seq and not no_ack:
-            item += (msg.publisher, msg.pub_seq)
-        if msg.msg_id is not None and self.events.enabled():
-            if len(item) == 6:
-                item += (None, 0)
-            item.append(msg.msg_id)
+        item = self._delivery(msg, "", no_ack)
         msg.redelivered = True
         if self.paged:
             self._want_page()
@@ -1239,7 +1243,7 @@ class QueueCore:
 
     def channel_down(self, channel, now) -> None:
         """The channel closed or its connection died: requeue its unacked, drop its consumers."""
-        back = [e[0] for mid, e in self.unacked.items() if e[1] == channel]
+        back = [e.msg for e in self.unacked.values() if e.channel == channel]
         for msg in back:
             del self.unacked[msg.seq_id]
             self.unacked_bytes -= len(msg.body)
@@ -1254,8 +1258,8 @@ class QueueCore:
 
     def channels_down(self, endpoint_prefix: str, now) -> None:
         """Every channel of a dead connection worker."""
-        for ch in {e[1] for e in self.unacked.values()} | {k[0] for k in self.consumers} | set(
-                self.channels):
+        for ch in {e.channel for e in self.unacked.values()} | \
+                {ch for ch, _ in self.consumers} | set(self.channels):
             if ch.startswith(endpoint_prefix):
                 self.channel_down(ch, now)
 
@@ -1367,7 +1371,7 @@ class QueueCore:
         as RabbitMQ reads it only of messages in memory."""
         heads = [ready.items[0] for ready in self.ready if ready.items]
         if self.unacked:
-            heads.append(self.unacked[next(iter(self.unacked))][0])
+            heads.append(self.unacked[next(iter(self.unacked))].msg)
         known, self._head_ts = self._head_ts, {}
         found = []
         for msg in heads:

@@ -54,15 +54,15 @@ class QueueCounters:
         self.emitted: tuple | None = None  # what the last sample said (None: never)
 
     def delivered(self, channel, items: list, consumers: dict) -> None:
-        """Deliveries to one channel (Deliver items: [ctag, seq_id, redelivered, ...]);
-        consumers: (channel, tag) -> Consumer, for each one's ack mode."""
-        for it in items:
-            c = consumers.get((channel, it[0]))
+        """Deliveries to one channel (messages.Delivery); consumers: (channel, tag) ->
+        Consumer, for each one's ack mode."""
+        for d in items:
+            c = consumers.get((channel, d.consumer_tag))
             if c is not None and c.no_ack:
                 self.deliver_no_ack += 1
             else:
                 self.deliver += 1
-            if it[2]:
+            if d.redelivered:
                 self.redeliver += 1
 
     def got_empty(self) -> None:

@@ -534,8 +534,8 @@ class Queue(LightActor):
             stop = 0  # this lane is done
         if entries:
             sync["sent"] += self.mirrors.sync_page(sync["mirror"], [
-                [e.seq_id, e.exchange, e.routing_key, e.props_raw, persistent, e.priority,
-                 e.expires_at, e.msg_id] for e, _, persistent in entries],
+                m.MirrorItem(e.seq_id, e.exchange, e.routing_key, e.props_raw, persistent,
+                             e.priority, e.expires_at, e.msg_id) for e, _, persistent in entries],
                 [body for _, body, _ in entries])
             sync["lanes"][0] = (msg.priority, entries[-1][0].seq_id, stop)
         if stop == 0 or not entries and not msg.dropped:
@@ -565,7 +565,7 @@ class Queue(LightActor):
             reply = m.GetReply(msg.req_id, self.address, None, 0, [])
         else:
             item, body, count = got
-            self.counters.got(item[2], msg.no_ack)
+            self.counters.got(item.redelivered, msg.no_ack)
             reply = m.GetReply(msg.req_id, self.address, item, count, [body])
         self.transport.send(msg.sender, reply)
 

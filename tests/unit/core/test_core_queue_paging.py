@@ -3,6 +3,7 @@ messages in its index only and reads them back a page at a time, in order."""
 from __future__ import annotations
 
 from actors.core.queue import WAIT, QueueCore
+from actors.messages import PublishItem
 from core_fakes import QueueOut
 from queue_index import IndexEntry
 
@@ -16,7 +17,7 @@ def mk(args=None, page_bytes=10, page_size=3, durable=True):
 
 
 def pub(q, *bodies, persistent=True, seqs=None):
-    items = [[(seqs[i] if seqs else 0), "x", "rk", b"\x00\x00", persistent, 0, -1]
+    items = [PublishItem((seqs[i] if seqs else 0), "x", "rk", b"\x00\x00", persistent, 0, -1)
              for i in range(len(bodies))]
     q.publish(PUB, items, list(bodies), 0)
 
