@@ -507,7 +507,7 @@ def test_publish_expiration_limits(expiration, ms):
     core, out = ch()
     send(core, publish("q1", expiration=expiration))
     [p] = out.sent(m.Publish)
-    assert p.items[0][6] == ms
+    assert p.items[0].expiry_ms == ms
 
 
 def test_publish_to_missing_exchange_404():
@@ -528,7 +528,7 @@ def test_confirm_numbering_starts_at_select__C1():
     send(core, publish("q1"), am.ConfirmSelect(), publish("q1"), publish("q2"),
          am.ConfirmSelect(nowait=True), publish("q1"))
     assert out.methods() == [am.ConfirmSelectOk()]  # the nowait select is not answered
-    assert [it[0] for p in out.sent(m.Publish) for it in p.items] == [0, 1, 3, 2]
+    assert [it.seq_no for p in out.sent(m.Publish) for it in p.items] == [0, 1, 3, 2]
     assert core.confirms.unconfirmed == {1: {Q1}, 2: {Q2}, 3: {Q1}}
 
 
@@ -593,7 +593,7 @@ def test_publish_to_dead_queue_is_nacked__C6():
     send(core, am.ConfirmSelect(), publish("", exchange="fan"))
     assert acks(out) == [("BasicNack", 1, False)]
     [p] = out.sent(m.Publish)  # q1 still gets its copy, with no confirm wanted
-    assert p.items[0][0] == 0 and out.sends()[0][0] == Q1
+    assert p.items[0].seq_no == 0 and out.sends()[0][0] == Q1
     assert core.confirms.unconfirmed == {}
 
 

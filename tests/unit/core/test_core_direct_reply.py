@@ -51,7 +51,7 @@ def published(out, queue):
     """[(routing key, BasicProperties, body)] of the Publish batches sent to `queue`."""
     got = []
     for msg in out.sent(m.Publish, to=qaddr(queue)):
-        got += [(it[2], BasicProperties.decode(it[3]), body)
+        got += [(it.routing_key, BasicProperties.decode(it.props_raw), body)
                 for it, body in zip(msg.items, msg.bodies)]
     return got
 
@@ -287,7 +287,7 @@ def test_bcc_routes_and_is_removed__S4():
         [(rk, props, _)] = published(aout, q)
         assert rk == "q1"
         assert props.headers == {"CC": ["q2"], "n": 4000000000}
-    raw = aout.sent(m.Publish, to=qaddr("q3"))[0].items[0][3]
+    raw = aout.sent(m.Publish, to=qaddr("q3"))[0].items[0].props_raw
     assert header_types(raw) == {"CC": "A", "n": "i"}  # wire types kept
 
 

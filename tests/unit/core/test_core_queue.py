@@ -255,7 +255,7 @@ def test_get_ignores_prefetch_and_counts__A9():
     item, body, count = q.get(CH1, False, 0)
     assert (item, body, count) == (Delivery("", 1, False, "x", "rk", b"\x00\x00"), b"a", 1)
     item, body, count = q.get(CH1, True, 0)
-    assert (item[1], body, count) == (2, b"b", 0)
+    assert (item.seq_id, body, count) == (2, b"b", 0)
     assert q.get(CH1, False, 0) is None
     assert q.stats()["messages_unacknowledged"] == 1  # the no_ack get is settled
     assert [[m.body for m in msgs] for (msgs,) in out.of("forget")] == [[b"b"]]
@@ -993,7 +993,7 @@ def test_redelivery_carries_x_delivery_count__S6():
     q.channel_down(CH1, 0)  # a consumer on another channel gets it the third time
     consume(q, ch=CH2, tag="B")
     items = [it for _, its, _ in out.of("deliver") for it in its]
-    assert [(_delivery_count(it[5]), it[2]) for it in items] == [
+    assert [(_delivery_count(d.props_raw), d.redelivered) for d in items] == [
         (None, False), (1, True), (2, True)]
 
 

@@ -74,7 +74,7 @@ def test_forget_flushes_what_entered_first():
     ms.forget([7])
     kinds = [type(x).__name__ for _, x in w.sent]
     assert kinds == ["MirrorPublish", "MirrorPublish", "MirrorForget"]
-    assert w.sent[1][1].items[0][0] == 7
+    assert w.sent[1][1].items[0].seq_id == 7
 
 
 @pytest.mark.parametrize("args,ok", [
@@ -196,4 +196,4 @@ def test_a_kept_log_is_told_what_is_still_here_and_sent_only_what_follows():
     assert w.of(m.MirrorPublish)[-1][1].bodies == [b"5"]
     ms.join("tcp://b:1#q", "B", [msg(2)], 0)  # nothing offered: everything, no MirrorKeep
     assert len(w.of(m.MirrorKeep)) == 3
-    assert [it[0] for it in w.of(m.MirrorPublish)[-1][1].items] == [2]
+    assert [it.seq_id for it in w.of(m.MirrorPublish)[-1][1].items] == [2]

@@ -38,8 +38,9 @@ def host():
 def publish(h, t, qname):
     t.sent.clear()
     h.missing(queue_actor_name("/", qname),
-              m.Publish("w1#ch/1/1/1", [[7, "", qname, b"", True, 0, -1],
-                                         [0, "", qname, b"", False, 0, -1]], [b"a", b"b"]))
+              m.Publish("w1#ch/1/1/1", [m.PublishItem(7, "", qname, b"", True, 0, -1),
+                                         m.PublishItem(0, "", qname, b"", False, 0, -1)],
+                        [b"a", b"b"]))
     return t.sent
 
 

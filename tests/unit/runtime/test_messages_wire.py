@@ -12,8 +12,8 @@ from actors import messages as m
 
 @given(st.lists(st.binary(max_size=3000), max_size=40))
 def test_publish_round_trips_with_any_bodies(bodies):
-    msg = m.Publish("ipc:///x#ch/1/1/1", [[i, "ex", "rk", b"", False, 0, -1] for i in
-                                          range(len(bodies))], bodies)
+    msg = m.Publish("ipc:///x#ch/1/1/1", [m.PublishItem(i, "ex", "rk", b"", False, 0, -1)
+                                          for i in range(len(bodies))], bodies)
     payload, frames = m.encode(msg)
     assert len(frames) == (1 if bodies else 0)
     back = m.decode(payload, list(frames))
