@@ -340,34 +340,33 @@ class ChannelCore:
         tag = self.next_tag
         queue = msg.queue
         names: dict = {}  # str -> its UTF-8 (a batch repeats its tags, exchanges and keys)
-        d: m.Delivery
         for d, body in zip(msg.items, msg.bodies):
-            ctag = d.consumer_tag
+            # every field of the Delivery, in its order (one step on the per-message path)
+            ctag, seq_id, redelivered, exchange, rk, props_raw, publisher, seq_no, msg_id = d
             c = self.consumers.get(ctag)
             if c is None:
                 # cancelled meanwhile: hand it back
-                self.settle_batches.setdefault((queue, m.REQUEUE), []).append(d.seq_id)
+                self.settle_batches.setdefault((queue, m.REQUEUE), []).append(seq_id)
                 continue
-            if d.msg_id is not None:  # events on
-                self.events.emit("delivered", d.msg_id, actor="channel", vhost=self.conn.vhost,
+            if msg_id is not None:  # events on
+                self.events.emit("delivered", msg_id, actor="channel", vhost=self.conn.vhost,
                                  queue=msg.qname, connection=self.conn.owner, channel=n,
-                                 consumer_tag=ctag, delivery_tag=tag, redelivered=d.redelivered,
+                                 consumer_tag=ctag, delivery_tag=tag, redelivered=redelivered,
                                  no_ack=c.no_ack)
             if c.no_ack:
                 self.stats.deliver_no_ack += 1
             else:
                 self.stats.deliver += 1
-                self.unacked[tag] = Unacked(queue, d.seq_id, ctag, d.publisher, d.seq_no,
-                                            d.msg_id, now)
+                self.unacked[tag] = _new(Unacked, (queue, seq_id, ctag, publisher, seq_no,
+                                                   msg_id, now))
                 self.limiter.delivered(tag)
-            if d.redelivered:
+            if redelivered:
                 self.stats.redeliver += 1
-            exchange, rk = d.exchange, d.routing_key
             b_ctag = names.get(ctag) or names.setdefault(ctag, ctag.encode())
             b_exchange = names.get(exchange) or names.setdefault(exchange, exchange.encode())
             b_rk = names.get(rk) or names.setdefault(rk, rk.encode())
-            deliver_parts(parts, n, b_ctag, tag, d.redelivered, b_exchange, b_rk, d.props_raw,
-                          body, fm)
+            deliver_parts(parts, n, b_ctag, tag, redelivered, b_exchange, b_rk, props_raw, body,
+                          fm)
             tag += 1
         self.next_tag = tag
         if not self.check_at and self.unacked:
@@ -809,8 +808,8 @@ class ChannelCore:
                     seq = 0
                 continue
             targets.append(addr)
-        item = m.PublishItem(seq, exchange, rk, out_raw, persistent, props.priority or 0, expiry,
-                             msg_id)
+        item = _new(m.PublishItem, (seq, exchange, rk, out_raw, persistent, props.priority or 0,
+                                    expiry, msg_id))
         if self.tx:
             self.tx_publishes.append(HeldPublish(targets, item, body, method, cmd))
             return
@@ -1236,22 +1235,22 @@ class ChannelCore:
             return
         if op == m.ACK:
             self.stats.ack += len(entries)
-        e: Unacked
         for tag, e in entries:
-            q = e.queue
-            if e.msg_id is not None:
-                self.events.emit(kind, e.msg_id, actor="channel", vhost=self.conn.vhost,
+            # every field of the Unacked, in its order (one step on the per-message path)
+            q, seq_id, _, publisher, seq_no, msg_id, _ = e
+            if msg_id is not None:
+                self.events.emit(kind, msg_id, actor="channel", vhost=self.conn.vhost,
                                  queue=q.rpartition("\x1f")[2], connection=self.conn.owner,
                                  channel=self.number, delivery_tag=tag, requeue=op == m.REQUEUE)
             key = (q, op)
             ids = self.settle_batches.get(key)
             if ids is None:
                 ids = self.settle_batches[key] = []
-            ids.append(e.seq_id)
-            if e.seq_no and e.publisher and op == m.ACK:
+            ids.append(seq_id)
+            if seq_no and publisher and op == m.ACK:
                 # ack-lite: this channel, not the queue, tells the publisher (seed 003, opt. 2);
                 # a reject is not reported (the publisher resends after its time-out)
-                self.lite_confirms.setdefault((e.publisher, q), []).append(e.seq_no)
+                self.lite_confirms.setdefault((publisher, q), []).append(seq_no)
                 self.stats.confirm_lite += 1
         if self.limiter.settled(tag for tag, _ in entries):
             self._grant()
@@ -1338,6 +1337,9 @@ class ChannelCore:
 
 
 _U64 = struct.Struct(">Q")
+# builds a record on the per-message path from all its fields, in order, without NamedTuple's
+# argument handling (measured: a fifth of a NamedTuple call's cost)
+_new = tuple.__new__
 # S5: the longest time between two consumer-timeout checks (RabbitMQ's channel tick, 60 s); a
 # shorter timeout is checked every `timeout` ms, so a delivery times out between T and 2T
 # (T <= 60 s) or T and T + 60 s after it was sent
