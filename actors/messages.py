@@ -673,12 +673,26 @@ class CheckMaster:
 
 
 class TakeMessages:
-    """QueueHost -> Mirror (ask): promotion; the answer is every message the mirror holds in
-    memory, as [(IndexEntry, body, persistent)] a Queue restores from, and the priorities it
-    paged out to this node's index for the queue (written before the answer; the persistent
-    in-memory ones of those priorities of a durable queue are in the index too), as a tuple;
-    the mirror leaves the transport."""
+    """QueueHost -> Mirror (ask): promotion; the answer is an Adopted; the mirror leaves the
+    transport."""
     __slots__ = ()
+
+
+class StoredMessage(NamedTuple):
+    """A message read back from a queue's index (Paged, Recovered) or handed over by a promoted
+    mirror (Adopted), as QueueCore restores it."""
+    entry: Any  # its queue_index.IndexEntry (seq_id, msg_id, exchange, ...)
+    body: bytes
+    persistent: bool  # its delivery mode is 2 (or its queue stores every message)
+
+
+class Adopted(NamedTuple):
+    """A promoted mirror's answer to TakeMessages, which the new master Queue restores from."""
+    messages: list  # [StoredMessage] the mirror held in memory, in seq_id order
+    # the priorities it paged out to this node's index for the queue (written before the
+    # answer; the persistent in-memory ones of those priorities of a durable queue are there
+    # too)
+    paged: list
 
 
 # --- local only: queue worker (backing queue and host -> queue) ------------------------------
@@ -712,8 +726,7 @@ class Refused:
 
 class Paged:
     """BackingQueue -> Queue (local only): the next page of paged-out messages of one
-    priority's lane, [(IndexEntry, body, persistent)], and how many stale transient entries
-    were dropped."""
+    priority's lane, [StoredMessage], and how many stale transient entries were dropped."""
 
     __slots__ = ("entries", "dropped", "dropped_bytes", "priority", "sync")
 
@@ -725,8 +738,8 @@ class Paged:
 
 class Recovered:
     """BackingQueue -> Queue (local only): what the index kept: the next seq_id, the first
-    page of messages [(IndexEntry, body, persistent)], how many more and their bytes (lists
-    by priority for a priority queue: each priority has an index of its own)."""
+    page of messages [StoredMessage], how many more and their bytes (lists by priority for a
+    priority queue: each priority has an index of its own)."""
 
     __slots__ = ("next_seq", "entries", "more", "more_bytes")
 

@@ -921,9 +921,9 @@ class QueueCore:
         lane = self.lanes[priority]
         lane.asked = False
         tail = self.ready[priority].tail
-        beyond = bool(tail and entries and entries[-1][0].seq_id >= tail[0].seq_id)
+        beyond = bool(tail and entries and entries[-1].entry.seq_id >= tail[0].seq_id)
         if beyond:  # read into the tail (counts were off): those are in memory already
-            entries = [e for e in entries if e[0].seq_id < tail[0].seq_id]
+            entries = [x for x in entries if x.entry.seq_id < tail[0].seq_id]
         msgs = self._msgs_of(entries, now, wall_now)
         n = len(entries) + dropped
         nbytes = sum(len(b) for _, b, _ in entries) + dropped_bytes
@@ -941,7 +941,7 @@ class QueueCore:
         self._lane_pers_off(lane, sum(1 for msg in msgs if msg.pers) + dropped,
                             sum(len(msg.body) for msg in msgs if msg.pers) + dropped_bytes)
         if entries:
-            lane.page_after = entries[-1][0].seq_id
+            lane.page_after = entries[-1].entry.seq_id
         owed = min(lane.owed, len(msgs))
         lane.owed -= owed
         self.owed -= owed

@@ -657,21 +657,21 @@ class Mirror(LightActor):
                 if self.bq is not None:
                     bq, self.bq = self.bq, None
                     bq.stop(block=True, timeout=30)  # its writes are in before the new master
-                return [], [0]
+                return m.Adopted([], [0])
             elif isinstance(msg, m.TakeMessages):
                 # promotion: everything, as index entries a Queue restores from
                 entries = []
                 for seq_id in sorted(self.msgs):
                     item, body = self.msgs[seq_id]
-                    entries.append((IndexEntry(seq_id, item.msg_id or b"", item.exchange,
-                                               item.routing_key, item.props_raw, None, len(body),
-                                               item.priority, item.expires_at_wall_ms, True),
-                                    body, item.persistent))
+                    entries.append(m.StoredMessage(
+                        IndexEntry(seq_id, item.msg_id or b"", item.exchange, item.routing_key,
+                                   item.props_raw, None, len(body), item.priority,
+                                   item.expires_at_wall_ms, True), body, item.persistent))
                 self.transport.unregister(self.name)
                 paged = sorted(self.paging)
                 if self.bq is not None:
                     bq, self.bq = self.bq, None
                     bq.stop(block=True, timeout=30)  # its writes are in before the new master
-                return entries, paged
+                return m.Adopted(entries, paged)
         except Exception:
             log.exception("mirror of queue '%s' failed on %s", self.qname, type(msg).__name__)

@@ -142,7 +142,7 @@ class Queue(LightActor):
     scheduler_name = "queue"
 
     def __init__(self, host: "QueueHost", qdef: dict, recovered: bool, started_to: str = "",
-                 adopted: tuple | None = None):
+                 adopted: m.Adopted | None = None):
         super().__init__()
         self.transport = host.transport  # this process's Transport
         self.replica = host.replica  # metadata, for dead-letter routing
@@ -237,7 +237,8 @@ class Queue(LightActor):
             quorum_log.mark_complete(self.config, self.vhost, self.qname, self.epoch)
         self.core.set_confirm_on(self.confirm_on())
         self.core.set_delivery_limit(self.delivery_limit())
-        adopted, paged = self.adopted or ([], False)
+        adopted = self.adopted.messages if self.adopted else []
+        paged = self.adopted.paged if self.adopted else []
         if self.durable or paged:
             # what the index kept (after a restart or a crash, or what a promoted mirror paged
             # out) is back before anyone is served: the queue registers its name (channels
@@ -245,22 +246,22 @@ class Queue(LightActor):
             # queues keep running meanwhile)
             limit = self.core.page_size if self.core.pageable else None
             after = {}  # per priority, where the mirror's in-memory messages end
-            for e, _, _ in adopted:
-                p = min(e.priority, self.core.max_priority)
-                after[p] = max(after.get(p, 0), e.seq_id)
+            for x in adopted:
+                p = min(x.entry.priority, self.core.max_priority)
+                after[p] = max(after.get(p, 0), x.entry.seq_id)
             self.bq.tell(m.Recover(limit, adopt=self.adopted is not None, after=after))
             return
         if adopted:
-            self.core.restore(adopted[-1][0].seq_id + 1, adopted, 0, 0, now_ms(),
+            self.core.restore(adopted[-1].entry.seq_id + 1, adopted, 0, 0, now_ms(),
                               int(time.time() * 1000))
         self._serve()
 
     def _recovered(self, msg: Recovered) -> None:
         entries, next_seq = msg.entries, msg.next_seq
-        adopted = self.adopted[0] if self.adopted else []
+        adopted = self.adopted.messages if self.adopted else []
         if adopted:  # the promoted mirror's in-memory messages come before what it paged
-            entries = sorted(adopted + entries, key=lambda e: e[0].seq_id)
-            next_seq = max(next_seq, adopted[-1][0].seq_id + 1)
+            entries = sorted(adopted + entries, key=lambda x: x.entry.seq_id)
+            next_seq = max(next_seq, adopted[-1].entry.seq_id + 1)
         self.core.restore(next_seq, entries, msg.more, msg.more_bytes, now_ms(),
                           int(time.time() * 1000))
         more = sum(msg.more) if isinstance(msg.more, list) else msg.more  # by priority
@@ -323,8 +324,8 @@ class Queue(LightActor):
         """Promoted from mirror: its messages (restored with what it paged out), all
         redelivered; the persistent in-memory ones of a durable queue go into this node's
         index."""
-        entries, paged = adopted
-        mine = {e[0].seq_id for e in entries}
+        mine = {x.entry.seq_id for x in adopted.messages}
+        paged = adopted.paged
         store = []
         for msg in self.core.messages():
             if msg.seq_id not in mine:
@@ -529,15 +530,15 @@ class Queue(LightActor):
             return
         _, _, stop = sync["lanes"][0]
         entries = msg.entries
-        if stop is not None and entries and entries[-1][0].seq_id >= stop:
-            entries = [x for x in entries if x[0].seq_id < stop]  # the tail: sent already
+        if stop is not None and entries and entries[-1].entry.seq_id >= stop:
+            entries = [x for x in entries if x.entry.seq_id < stop]  # the tail: sent already
             stop = 0  # this lane is done
         if entries:
             sync["sent"] += self.mirrors.sync_page(sync["mirror"], [
                 m.MirrorItem(e.seq_id, e.exchange, e.routing_key, e.props_raw, persistent,
                              e.priority, e.expires_at, e.msg_id) for e, _, persistent in entries],
                 [body for _, body, _ in entries])
-            sync["lanes"][0] = (msg.priority, entries[-1][0].seq_id, stop)
+            sync["lanes"][0] = (msg.priority, entries[-1].entry.seq_id, stop)
         if stop == 0 or not entries and not msg.dropped:
             sync["lanes"].pop(0)
             tail = sync["behind"].pop(msg.priority, None)

@@ -7,7 +7,7 @@ and answers `page_in` from it, as actors/queue/backing_queue.py does from the in
 from __future__ import annotations
 
 from actors.core.queue import WAIT, QueueCore
-from actors.messages import PublishItem
+from actors.messages import PublishItem, StoredMessage
 from core_fakes import QueueOut
 from queue_index import IndexEntry
 
@@ -45,9 +45,10 @@ class Disk:
                     self.q.paged_dropped(p, len(page), sum(len(m.body) for m in page),
                                          page[-1].seq_id if page else 0)
                     continue
-                self.q.paged_in([(IndexEntry(m.seq_id, m.msg_id, m.exchange, m.routing_key,
-                                             m.props_raw, m.body, len(m.body), m.priority,
-                                             0, False), m.body, m.persistent) for m in page],
+                self.q.paged_in([StoredMessage(IndexEntry(m.seq_id, m.msg_id, m.exchange,
+                                                          m.routing_key, m.props_raw, m.body,
+                                                          len(m.body), m.priority, 0, False),
+                                               m.body, m.persistent) for m in page],
                                 0, 0, 0, 0, p)
 
 
