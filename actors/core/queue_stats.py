@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+from actors.core import samples
+
 COUNTERS = ("publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "get_empty", "ack",
             "redeliver")
 GAUGES = ("messages", "messages_ready", "messages_unacknowledged", "consumers")
@@ -170,14 +172,10 @@ class StatsTable:
 
     def __init__(self, interval_ms: int):
         self.interval_ms = interval_ms
-        self.samples: dict[tuple, tuple] = {}  # (vhost, name) -> ((ms, sample), previous)
+        self.samples: dict[tuple, samples.Sampled] = {}  # (vhost, name) -> its last two
 
     def put(self, vhost: str, name: str, at_ms: int, sample: dict) -> None:
-        key = (vhost, name)
-        last = self.samples.get(key)
-        if last is not None and at_ms <= last[0][0]:
-            return  # late or repeated
-        self.samples[key] = ((at_ms, sample), last[0] if last else None)
+        samples.put(self.samples, (vhost, name), at_ms, sample)
 
     def forget(self, vhost: str, name: str) -> None:
         self.samples.pop((vhost, name), None)
@@ -186,7 +184,7 @@ class StatsTable:
         """The queue's last sample (its depth, consumers and STATE items), None before its
         first: what the management API lists, never asked of the queue per request."""
         entry = self.samples.get((vhost, name))
-        return entry[0][1] if entry is not None else None
+        return entry.last.stats if entry is not None else None
 
     def message_stats(self, vhost: str, name: str, now_ms: int) -> dict:
         """RabbitMQ's `message_stats` of one queue: each counter and its `_details.rate`
@@ -203,13 +201,13 @@ class StatsTable:
         entry = self.samples.get((vhost, name))
         if entry is None:
             return {}
-        (t1, s1), prev = entry
+        (t1, s1), prev = entry.last, entry.previous
         quiet = now_ms - t1 > 2 * self.interval_ms
         out = {}
         values = _with_deliver_get(s1)
         if prev is not None:
-            t0, s0 = prev
-            before = _with_deliver_get(s0)
+            t0 = prev.at_ms
+            before = _with_deliver_get(prev.stats)
         for key in keys:
             rate = 0.0
             if prev is not None and not quiet and t1 > t0:
@@ -225,9 +223,9 @@ class StatsTable:
         to a consumer at once (the API shows capacity 0 and utilisation null while the queue
         has no consumer)."""
         entry = self.samples.get((vhost, name))
-        if entry is None or entry[0][1].get(USE) is None:
+        if entry is None or entry.last.stats.get(USE) is None:
             return {}
-        u = utilisation(entry[0][1][USE], now_ms)
+        u = utilisation(entry.last.stats[USE], now_ms)
         return {"consumer_capacity": u, "consumer_utilisation": u}
 
     def idle_since(self, vhost: str, name: str, now_ms: int) -> int | None:
@@ -238,7 +236,7 @@ class StatsTable:
         entry = self.samples.get((vhost, name))
         if entry is None:
             return None
-        at = entry[0][0]
+        at = entry.last.at_ms
         return at if now_ms - at > self.interval_ms else None
 
     def depth_rates(self, vhost: str, name: str, now_ms: int) -> dict:
@@ -248,14 +246,14 @@ class StatsTable:
         entry = self.samples.get((vhost, name))
         if entry is None:
             return {}
-        (t1, s1), prev = entry
+        (t1, s1), prev = entry.last, entry.previous
         quiet = now_ms - t1 > 2 * self.interval_ms
         out = {}
         for key in ("messages", "messages_ready", "messages_unacknowledged"):
             rate = 0.0
-            if prev is not None and not quiet and t1 > prev[0]:
-                rate = round((s1.get(key, 0) - prev[1].get(key, 0)) * 1000.0 /
-                             (t1 - prev[0]), 1)
+            if prev is not None and not quiet and t1 > prev.at_ms:
+                rate = round((s1.get(key, 0) - prev.stats.get(key, 0)) * 1000.0 /
+                             (t1 - prev.at_ms), 1)
             out[f"{key}_details"] = {"rate": rate}
         return out
 
