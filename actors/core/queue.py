@@ -1380,8 +1380,9 @@ class QueueCore:
         known, self._head_ts = self._head_ts, {}
         found = []
         for msg in heads:
-            hit = known.get(msg.seq_id)
-            ts = hit[1] if hit is not None and hit[0] is msg else _timestamp(msg.props_raw)
+            seen, ts = known.get(msg.seq_id, (None, None))
+            if seen is not msg:
+                ts = _timestamp(msg.props_raw)
             self._head_ts[msg.seq_id] = (msg, ts)
             if ts is not None:
                 found.append(ts)

@@ -568,8 +568,9 @@ class Mirror(LightActor):
             self.keep = None
             if self.durably and fresh:
                 kept = quorum_log.offer(self.config, self.vhost, self.qname)
-                if kept is not None and kept[0] == self.epoch:
-                    self.offered = kept[1]  # the log we kept, of this master's epoch
+                kept_epoch, kept_last = kept if kept is not None else (None, -1)
+                if kept_epoch == self.epoch:
+                    self.offered = kept_last  # the log we kept, of this master's epoch
             self._join()
 
     def _join(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import NamedTuple
 
 from actors import events
 from actors import messages as m
@@ -56,6 +57,14 @@ class EmitStats:
     """Timer -> queue (local only): time for a statistics sample (management API)."""
 
     __slots__ = ()
+
+
+class _SyncLane(NamedTuple):
+    """One priority's paged part still to send a joining mirror (Queue.sync["lanes"])."""
+    priority: int
+    after: int  # read from the index after this seq_id
+    stop: int | None  # the seq_id of the lane's tail in memory (sent apart), None: no tail;
+    #                   0: the lane is done
 
 
 class SyncMirrors:
@@ -505,8 +514,9 @@ class Queue(LightActor):
         if core.paged:
             # each lane's paged part, up to its tail (in memory: `behind`; when persistent it
             # follows the paged part in the index too)
-            lanes = [(p, lane.page_after, core.ready[p].tail[0].seq_id if core.ready[p].tail
-                      else None) for p, lane in enumerate(core.lanes) if lane.paged]
+            lanes = [_SyncLane(p, lane.page_after, core.ready[p].tail[0].seq_id
+                               if core.ready[p].tail else None)
+                     for p, lane in enumerate(core.lanes) if lane.paged]
             self.sync = {"mirror": msg.mirror, "lanes": lanes, "stash": [], "sent": 0,
                          "behind": behind}
             self._sync_next()
@@ -514,8 +524,8 @@ class Queue(LightActor):
     def _sync_next(self) -> None:
         sync = self.sync
         if sync["lanes"]:
-            p, after, _ = sync["lanes"][0]
-            self.bq.tell(m.PageIn(after, self.core.page_size, p, sync=True))
+            lane = sync["lanes"][0]
+            self.bq.tell(m.PageIn(lane.after, self.core.page_size, lane.priority, sync=True))
             return
         self.mirrors.sync_done(sync["mirror"])
         log.info("queue '%s' in vhost '%s': %d paged-out messages synced to mirror %s",
@@ -528,7 +538,7 @@ class Queue(LightActor):
         sync = self.sync
         if sync is None:
             return
-        _, _, stop = sync["lanes"][0]
+        stop = sync["lanes"][0].stop
         entries = msg.entries
         if stop is not None and entries and entries[-1].entry.seq_id >= stop:
             entries = [x for x in entries if x.entry.seq_id < stop]  # the tail: sent already
@@ -538,7 +548,7 @@ class Queue(LightActor):
                 m.MirrorItem(e.seq_id, e.exchange, e.routing_key, e.props_raw, persistent,
                              e.priority, e.expires_at, e.msg_id) for e, _, persistent in entries],
                 [body for _, body, _ in entries])
-            sync["lanes"][0] = (msg.priority, entries[-1].entry.seq_id, stop)
+            sync["lanes"][0] = _SyncLane(msg.priority, entries[-1].entry.seq_id, stop)
         if stop == 0 or not entries and not msg.dropped:
             sync["lanes"].pop(0)
             tail = sync["behind"].pop(msg.priority, None)
