@@ -279,7 +279,7 @@ class Confirm(NamedTuple):
     """Queue -> publishing channel (or, for x-confirm-on=ack-lite, the consuming channel ->
     the publishing one): seq_nos now accepted (ok) or refused (not ok)."""
     queue: str
-    seqs: list
+    seq_nos: list  # the publisher's seq_nos (PublishItem.seq_no)
     ok: bool
     # why refused (the event log's nack reason): "reject-publish" (overflow), "disk" (the
     # store could not write it), "queue_down", "lost" (x-confirm-on: gone before any ack);
@@ -975,7 +975,7 @@ def _spec(cls: type) -> tuple:
     checks = [(i + 1, _wire_type(cls.__annotations__[f])) for i, f in enumerate(cls._fields)
               if f != "bodies"]
     checks = [(i, t) for i, t in checks if t is not None]
-    ints = {Confirm: "seqs", Settle: "seq_ids", MirrorForget: "seq_ids",
+    ints = {Confirm: "seq_nos", Settle: "seq_ids", MirrorForget: "seq_ids",
             MirrorKeep: "seq_ids"}.get(cls)
     items = {Publish: _publish_items, Deliver: _deliveries, MirrorPublish: _mirror_items,
              GetReply: _deliveries, DirectReply: _one_body}.get(cls)

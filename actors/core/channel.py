@@ -400,11 +400,11 @@ class ChannelCore:
 
     def on_confirm(self, msg: m.Confirm) -> None:
         if msg.ok:
-            self.confirms.confirm(msg.seqs, msg.queue, self.confirm_acks)
+            self.confirms.confirm(msg.seq_nos, msg.queue, self.confirm_acks)
         else:
             if self.seq_msg:
-                self._nack_reasons(msg.seqs, msg.reason or "internal")
-            self.confirms.reject(msg.seqs, self.confirm_nacks)
+                self._nack_reasons(msg.seq_nos, msg.reason or "internal")
+            self.confirms.reject(msg.seq_nos, self.confirm_nacks)
         self.flush()
 
     def _nack_reasons(self, seqs, reason) -> None:

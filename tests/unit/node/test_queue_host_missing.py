@@ -47,11 +47,11 @@ def publish(h, t, qname):
 def test_a_publish_to_a_deleted_queue_is_confirmed():
     h, t, _ = host()
     [(to, confirm)] = publish(h, t, "gone")
-    assert to == "w1#ch/1/1/1" and confirm.seqs == [7] and confirm.ok
+    assert to == "w1#ch/1/1/1" and confirm.seq_nos == [7] and confirm.ok
 
 
 def test_a_publish_to_a_queue_living_elsewhere_is_nacked__C5():
     h, t, replica = host()
     replica.queues[("/", "moved")] = {"vhost": "/", "name": "moved", "home": "n2"}
     [(_, confirm)] = publish(h, t, "moved")
-    assert confirm.seqs == [7] and not confirm.ok
+    assert confirm.seq_nos == [7] and not confirm.ok
