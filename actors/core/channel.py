@@ -126,8 +126,8 @@ class ChannelCore:
         self.stats = ChannelCounters(conn.vhost)
         self.published_at: dict[int, float] = {}  # confirm seq no -> clock() at publish
         self.random_bytes = random_bytes  # ids (msg id prefix, consumer tags), injected
-        # the last publish's (raw, decoded, expiry, CC/BCC keys, raw to store, headers to route
-        # by): a publisher repeats its properties, they are decoded and checked once
+        # the last publish's properties as checked: a publisher repeats its properties, they
+        # are decoded and checked once
         self.last_props: _Props = _NO_PROPS
         self.number = number  # channel number
         self.address = address  # this channel's transport address
@@ -185,8 +185,8 @@ class ChannelCore:
         # while the replica has the version `routes_version` (exchange_ok too)
         self.routes: dict[tuple, tuple] = {}
         self.routes_version = replica.version
-        # direct reply-to (actors/core/direct_reply.py): (consumer tag, generated name, key) of
-        # the channel's consumer on amq.rabbitmq.reply-to, or None
+        # direct reply-to (actors/core/direct_reply.py): the channel's consumer on
+        # amq.rabbitmq.reply-to, or None
         self.reply_consumer: ReplyConsumer | None = None
         # basic.cancel notifications that came while a reply was awaited (sync_wait): sent
         # after that reply, as rabbit_channel handles its mailbox after its call returns
