@@ -741,11 +741,11 @@ class Recovered:
     page of messages [StoredMessage], how many more and their bytes (lists by priority for a
     priority queue: each priority has an index of its own)."""
 
-    __slots__ = ("next_seq", "entries", "more", "more_bytes")
+    __slots__ = ("next_seq_id", "entries", "more", "more_bytes")
 
-    def __init__(self, next_seq, entries, more, more_bytes):
-        self.next_seq, self.entries, self.more, self.more_bytes = \
-            next_seq, entries, more, more_bytes
+    def __init__(self, next_seq_id, entries, more, more_bytes):
+        self.next_seq_id, self.entries, self.more, self.more_bytes = \
+            next_seq_id, entries, more, more_bytes
 
 
 class ChannelsDown:

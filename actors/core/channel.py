@@ -139,7 +139,7 @@ class ChannelCore:
         self.tx = False  # tx.select seen
         self.tx_publishes: list[HeldPublish] = []  # held until tx.commit
         self.tx_settles: list[HeldSettle] = []  # held until tx.commit
-        self.next_seq = 1  # next publish seq no (confirm mode)
+        self.next_seq_no = 1  # next publish seq_no (confirm mode)
         self.confirms = Confirms()  # seq no -> queue addresses still to confirm
         self.nacked: set = set()  # seq nos refused by some queue, confirmed as nack
         self.confirm_acks: list = []  # seq nos to ack at the end of this turn
@@ -782,8 +782,8 @@ class ChannelCore:
         stats = self.stats
         stats.publish += 1
         if self.confirm:
-            seq = self.next_seq
-            self.next_seq += 1
+            seq = self.next_seq_no
+            self.next_seq_no += 1
             stats.publish_confirm += 1
             if self.clock is not None:
                 self.published_at[seq] = self.clock()

@@ -306,7 +306,7 @@ class QueueCore:
         self.limited: set = set()  # channels with a global prefetch (token holders)
         self.hold = False  # the shell defers runs until its mailbox is empty
         self.run_due = False  # a run was asked for while held
-        self.next_seq = 1  # next seq_id
+        self.next_seq_id = 1  # the seq_id the next message gets
         self.auto_delete = auto_delete  # delete when the last consumer goes
         self.had_consumer = False  # auto-delete applies only after a first consumer
         self.last_used = now  # for x-expires
@@ -435,14 +435,14 @@ class QueueCore:
         for channel, seqs in by_channel.items():
             self.out.confirm(channel, seqs, True)
 
-    def restore(self, next_seq: int, entries: list, more: int, more_bytes: int, now: int,
+    def restore(self, next_seq_id: int, entries: list, more: int, more_bytes: int, now: int,
                 wall_now: int) -> None:
         """Start-up of a durable queue: the first messages its index kept, in order
         ([(IndexEntry, body, persistent)]; expiry times are wall-clock ms in the index), and
         how many more it holds (paged out, read back as the queue drains): ints for a queue
         without priorities, else lists by priority (each lane has an index of its own)."""
         self._load(entries, now, wall_now)
-        self.next_seq = max(self.next_seq, next_seq)
+        self.next_seq_id = max(self.next_seq_id, next_seq_id)
         if not isinstance(more, (list, tuple)):
             more, more_bytes = [more], [more_bytes]
         last = [0] * len(self.lanes)
@@ -504,12 +504,12 @@ class QueueCore:
         ttl = self.ttl
         if expiry is not None and expiry >= 0:
             ttl = expiry if ttl is None else min(ttl, expiry)
-        msg = Msg(self.next_seq, exchange, rk, props, body, persistent,
+        msg = Msg(self.next_seq_id, exchange, rk, props, body, persistent,
                   min(priority or 0, self.max_priority), now + ttl if ttl is not None else 0,
                   expiry if expiry is not None else -1, sender, pub_seq,
                   msg_id or (self.random_bytes(16) if (persistent and self.durable) or divert
                              else None))
-        self.next_seq += 1
+        self.next_seq_id += 1
         if persistent and self.durable:
             msg.pers = True
             self.pers += 1
@@ -1459,7 +1459,7 @@ class QueueCore:
         when it happened, which the job knows from their own events; paged copies are never
         read back to be named."""
         self.events.emit(kind, None, actor="queue", vhost=self.vhost, queue=self.name,
-                         count=n, seq_below=self.next_seq, **fields)
+                         count=n, seq_below=self.next_seq_id, **fields)
 
 
 

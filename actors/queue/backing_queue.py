@@ -639,10 +639,10 @@ class BackingQueue(LightActor):
                                   sum(len(x.body) for x in page.entries) -
                                   page.dropped_bytes, 0))
         entries.sort(key=lambda x: x.entry.seq_id)
-        next_seq = max(max(rec.next_seq_id for rec in recs), 1)
+        next_seq_id = max(max(rec.next_seq_id for rec in recs), 1)
         if self.lanes == 1:
-            return next_seq, entries, more[0], more_bytes[0]
-        return next_seq, entries, more, more_bytes
+            return next_seq_id, entries, more[0], more_bytes[0]
+        return next_seq_id, entries, more, more_bytes
 
     def _page(self, after: int, limit: int, priority: int = 0) -> Paged:
         self._flush()  # what is staged is in the index before it is read

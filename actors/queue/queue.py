@@ -266,12 +266,12 @@ class Queue(LightActor):
         self._serve()
 
     def _recovered(self, msg: Recovered) -> None:
-        entries, next_seq = msg.entries, msg.next_seq
+        entries, next_seq_id = msg.entries, msg.next_seq_id
         adopted = self.adopted.messages if self.adopted else []
         if adopted:  # the promoted mirror's in-memory messages come before what it paged
             entries = sorted(adopted + entries, key=lambda x: x.entry.seq_id)
-            next_seq = max(next_seq, adopted[-1].entry.seq_id + 1)
-        self.core.restore(next_seq, entries, msg.more, msg.more_bytes, now_ms(),
+            next_seq_id = max(next_seq_id, adopted[-1].entry.seq_id + 1)
+        self.core.restore(next_seq_id, entries, msg.more, msg.more_bytes, now_ms(),
                           int(time.time() * 1000))
         more = sum(msg.more) if isinstance(msg.more, list) else msg.more  # by priority
         if msg.entries or more:
@@ -476,7 +476,7 @@ class Queue(LightActor):
         if sync is None:
             return False
         self.stale_pages += 1  # (a sync waits for one page read at a time)
-        self.mirrors.sync_cancelled(sync["mirror"], self._depth(), self.core.next_seq)
+        self.mirrors.sync_cancelled(sync["mirror"], self._depth(), self.core.next_seq_id)
         log.info("queue '%s' in vhost '%s': sync of mirror %s cancelled", self.qname,
                  self.vhost, sync["mirror"])
         for held in sync["stash"]:
@@ -494,7 +494,7 @@ class Queue(LightActor):
         self.transport.revive(msg.mirror.partition("#")[0])
         if msg.manual and not eager and self._depth() and self.mirrors.needed is None:
             self.mirrors.join(msg.mirror, msg.member, [], now, missing=self._depth(),
-                              below=core.next_seq)
+                              below=core.next_seq_id)
             return
         # A mirror is sent each lane in seq_id order, as an index takes them (a quorum queue's
         # member writes every message to its index; a mirror that pages, the rest): what is in
@@ -509,7 +509,7 @@ class Queue(LightActor):
                 first.append(x)
         # a quorum member offering the log it kept of this epoch (seq_ids this master gave)
         upto = msg.last if self.mirrors.needed is not None and msg.epoch == self.epoch \
-            and 0 <= msg.last < core.next_seq else -1
+            and 0 <= msg.last < core.next_seq_id else -1
         self.mirrors.join(msg.mirror, msg.member, first, now, more=bool(core.paged), upto=upto)
         if core.paged:
             # each lane's paged part, up to its tail (in memory: `behind`; when persistent it
