@@ -349,7 +349,7 @@ class Queue(LightActor):
         if store:
             self.bq.tell(m.Persist(store))
         log.warning("queue '%s' in vhost '%s': promoted from mirror with %d messages in "
-                    "memory%s", self.qname, self.vhost, len(entries),
+                    "memory%s", self.qname, self.vhost, len(adopted.messages),
                     " and more paged out" if paged else "")
 
     def on_stop(self):
