@@ -98,11 +98,13 @@ faults: venv
 	$(BIN)/python -m pytest tests/faults
 
 # The long Jepsen-style run (issue 15): three nodes on 127.0.0.11-13, each nemesis for 80 s of
-# faults (4 x 10 s, 10 s healed between), then settle, drain and the checker's table
+# faults (4 x 10 s, 10 s healed between), then settle, drain and the checker's table, and the
+# lifecycle job on the nodes' event logs held against it (Java, for Spark)
 # (tests/faults/cluster/jepsen.py). Root, for nftables. JEPSEN_ARGS="--nemesis bridge --seed 7"
 # for one nemesis, --help for the rest; the table also goes to bench/results/jepsen.txt.
 jepsen: venv
 	$(NFT_CHECK)
+	$(JAVA_CHECK)
 	@mkdir -p bench/results
 	$(BIN)/python -m tests.faults.cluster.jepsen --out bench/results/jepsen.txt $(JEPSEN_ARGS)
 
@@ -120,18 +122,21 @@ bench-paper: venv
 	$(BIN)/python -m bench.paper $(BENCH_ARGS)
 
 # 10^6 generated AMQP frame sequences against a node it starts, a witness connection served
-# throughout (bench/fuzz.py; issue 11): not part of `make test`. FUZZ_ARGS="--sequences 100000"
+# throughout (tools/fuzz.py; issue 11): not part of `make test`. FUZZ_ARGS="--sequences 100000"
 # for a shorter run; the summary goes to bench/results/fuzz.txt.
 fuzz: venv
-	$(BIN)/python -m bench.fuzz $(FUZZ_ARGS)
+	$(BIN)/python -m tools.fuzz $(FUZZ_ARGS)
 
 # Lifecycle analysis of event logs (leveret-server --events full; docs/events.md): a PySpark job,
-# local[*]; ANALYZE_ARGS="--message ID --master URL ..." for more.
+# local[*] unless MASTER=spark://HOST:PORT (a standalone cluster; the job ships itself). EVENTS
+# and OUT may be file://, hdfs:// or s3a:// URIs; a second run into the same OUT reads only the
+# new files. ANALYZE_ARGS="--message ID --full ..." for more.
 EVENTS ?= $(DATA)/events
 OUT ?= $(DATA)/analysis
+MASTER ?=
 analyze: venv
 	$(JAVA_CHECK)
-	$(BIN)/python -m spark_analysis.lifecycle --events $(EVENTS) --out $(OUT) $(ANALYZE_ARGS)
+	$(BIN)/python -m spark_analysis.lifecycle --events $(EVENTS) --out $(OUT) $(if $(MASTER),--master $(MASTER)) $(ANALYZE_ARGS)
 
 clean:
 	rm -rf $(VENV) var $(NODE_CLIENTS)/node_modules

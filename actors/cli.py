@@ -26,6 +26,8 @@ def parse_args(argv=None) -> Config:
     p.add_argument("--max-message-size", type=int, metavar="BYTES",
                    help="largest message body accepted (default 134217728, at most 536870912)")
     p.add_argument("--events", help="lifecycle event log: off, sampled:N or full")
+    p.add_argument("--events-sync", help="before a publisher confirm leaves a process, its "
+                   "events so far are: off (not waited for), write (written), fsync (on disk)")
     p.add_argument("--node-name", help="this node's name (default leveret@HOST:PORT)")
     p.add_argument("--cluster-nodes", metavar="H:P,H:P,...",
                    help="raft addresses of every cluster member (docs/cluster.md)")
@@ -75,7 +77,7 @@ def parse_args(argv=None) -> Config:
     if args.config:
         cfg.update_from_toml(args.config)
     for name in ("host", "port", "data_dir", "conn_workers", "queue_workers", "log_level",
-                 "events", "node_name", "cluster_address", "handshake_timeout",
+                 "events", "events_sync", "node_name", "cluster_address", "handshake_timeout",
                  "max_connections", "tls_port", "management_port", "prometheus_port", "ssl_certfile", "ssl_keyfile",
                  "ssl_cacertfile", "ssl_verify", "ssl_fail_if_no_peer_cert",
                  "cluster_secret_file", "max_message_size", "consumer_timeout",

@@ -14,6 +14,7 @@ MAX_DEFAULT_WORKERS = 8  # the CPU-sized default stops here; --*-workers go beyo
 TLS_VERSIONS = ("tlsv1.2", "tlsv1.3")  # ssl_versions values (RabbitMQ's ssl_options.versions)
 OLD_TLS_VERSIONS = ("sslv3", "tlsv1", "tlsv1.1")  # known, and refused
 CONSUMER_TIMEOUT_ACTIONS = ("close-channel", "cancel-consumer")  # consumer_timeout_action values
+EVENTS_SYNC_MODES = ("off", "write", "fsync")  # events_sync values (actors/events.py)
 
 
 def max_message_size_error(value) -> str | None:
@@ -51,7 +52,9 @@ class Config:
     channel_max: int = 2047  # proposed in connection.tune
     # largest message body accepted (RabbitMQ 3.10's default, 128 MiB; at most 512 MiB)
     max_message_size: int = 134217728
-    max_restarts: int = 5  # per worker slot within restart_period, then the node stops
+    # per worker slot within restart_period, then the node stops; and per queue (or mirror)
+    # of a queue worker, then its QueueHost gives up on it (the queue is marked crashed)
+    max_restarts: int = 5
     restart_period: float = 10.0  # seconds
     loopback_users: tuple = ("guest",)  # users allowed to log in only from loopback
     credit_initial: int = 400  # credit_flow: messages a channel may send a queue unasked
@@ -75,6 +78,9 @@ class Config:
     events: str = "off"  # lifecycle event log: off | sampled:N | full (docs/events.md)
     events_max_bytes: int = 64 * 1024 * 1024  # event files rotate at this size
     events_max_buffered: int = 250_000  # events held between writes; more are dropped, counted
+    # before a publisher confirm leaves a process, the events it wrote so far are: not waited
+    # for (off), written to the file (write), or written and fsync'd (fsync) (docs/events.md)
+    events_sync: str = "off"
     node_name: str = ""  # this node's name in events and clusters; "" = leveret@HOST:PORT
     cluster_nodes: tuple = ()  # raft addresses HOST:PORT of every cluster member; () = alone
     cluster_address: str = ""  # this node's raft address, one of cluster_nodes
@@ -133,6 +139,9 @@ class Config:
         if isinstance(ct, bool) or not isinstance(ct, int) or ct < 0:
             errors.append(f"consumer_timeout must be a non-negative integer of milliseconds "
                           f"(0 = no timeout), not {ct!r}")
+        if self.events_sync not in EVENTS_SYNC_MODES:
+            errors.append(f"events_sync must be one of {', '.join(EVENTS_SYNC_MODES)}, not "
+                          f"{self.events_sync!r}")
         if self.consumer_timeout_action not in CONSUMER_TIMEOUT_ACTIONS:
             errors.append(f"consumer_timeout_action must be one of "
                           f"{', '.join(CONSUMER_TIMEOUT_ACTIONS)}, not "

@@ -1,6 +1,8 @@
 """`leveretctl`: rabbitmqctl's user, vhost, permission, policy, operator policy, limits,
-status, alarm and definitions (export_definitions, import_definitions) commands against a
-running node.
+runtime parameter (set_parameter, clear_parameter, list_parameters), shovel (shovel_status,
+restart_shovel, delete_shovel), status, alarm and definitions (export_definitions,
+import_definitions) commands against a running node; and `trace` (actors/ctl_trace.py), which reads an analysis in the data directory
+without one.
 
 Talks to the node's metadata actor over ZeroMQ, at the address the node writes to
 `<data-dir>/node.json`: an ipc:// socket in the node's 0700 run folder, also for a cluster node
@@ -20,11 +22,12 @@ import uuid
 
 import zmq
 
-from actors import ctl_ops
+from actors import ctl_ops, ctl_trace
 from actors import messages as m
 from actors.core.permissions import hashed_auth_call
 from actors.node import definitions_json
-from actors.transport import make_address, split_address
+from actors.transport import make_address, split_address, unframe
+from spark_analysis import lookup
 
 
 def call(data_dir: str, op: str, args: dict, timeout_ms: int = 10000):
@@ -58,8 +61,8 @@ def ask_node(run_dir: str, metadata: str, op: str, args: dict, timeout_ms: int =
     try:
         if not pull.poll(timeout_ms):
             return None
-        parts = pull.recv_multipart()
-        return m.decode(parts[1], parts[2:])
+        # (a stamped batch of one while the node's events are on: actors/transport.py)
+        return unframe(pull.recv_multipart())[-1][1]
     finally:
         pull.close(0)
         push.close()
@@ -237,6 +240,8 @@ def print_status(status: dict) -> int:
         print(f"Level: {ev['level']}")
         print(f"Events written: {ev['events_written']}")
         print(f"Events dropped (buffer full): {ev['events_dropped']}")
+        print(f"Sync before confirms (events_sync): {ev.get('events_sync', 'off')}")
+        print(f"Syncs before confirms: {ev.get('events_syncs', 0)}")
     return 0
 
 
@@ -324,11 +329,23 @@ def main(argv=None) -> int:
         "clear_user_limits", "list_user_limits", "cluster_status", "status",
         "set_vm_memory_high_watermark", "set_disk_free_limit", "list_connections",
         "list_channels", "list_consumers", "export_definitions", "import_definitions",
-        "list_permissions", *OPS])
+        "list_permissions", "set_parameter", "clear_parameter", "list_parameters",
+        "shovel_status", "delete_shovel", "restart_shovel", "trace", *OPS])
+    p.add_argument("--analysis", default="analysis",
+                   help="trace: the analysis folder in the data directory")
+    p.add_argument("--by", default="message_id", choices=("msg_id", *lookup.KEYS),
+                   help="trace: what MESSAGE_ID is")
     p.add_argument("args", nargs="*")
     a = p.parse_intermixed_args(argv)
+    if a.command == "trace":
+        if len(a.args) != 1:
+            p.error("trace takes MESSAGE_ID")
+        return ctl_trace.trace(a.data_dir, a.args[0], a.analysis, a.by)
     if a.command in OPS:
         return _op(a)
+    if a.command in ("set_parameter", "clear_parameter", "list_parameters", "shovel_status",
+                     "delete_shovel", "restart_shovel"):
+        return parameter_command(p, a)
     if a.command in ("set_policy", "set_operator_policy"):
         if len(a.args) != 3:
             p.error(f"{a.command} takes NAME PATTERN DEFINITION (a JSON object)")
@@ -433,9 +450,76 @@ def main(argv=None) -> int:
     return 0
 
 
+def parameter_command(p, a) -> int:
+    """rabbitmqctl set_parameter [-p VHOST] COMPONENT NAME VALUE, clear_parameter [-p VHOST]
+    COMPONENT NAME, list_parameters [-p VHOST], and the shovel plugin's shovel_status,
+    delete_shovel [-p VHOST] NAME and restart_shovel [-p VHOST] NAME."""
+    if a.command == "set_parameter":
+        if len(a.args) != 3:
+            p.error("set_parameter takes COMPONENT NAME VALUE (a JSON object)")
+        component, name = a.args[0], a.args[1]
+        value = _json_arg(p, a.args[2], "value")
+        print(f"Setting runtime parameter \"{name}\" for component \"{component}\" to "
+              f"\"{a.args[2]}\" in vhost \"{a.vhost}\" ...")
+        call(a.data_dir, "parameter", {"method": "set", "vhost": a.vhost,
+                                       "component": component, "name": name, "value": value})
+        return 0
+    if a.command == "clear_parameter":
+        if len(a.args) != 2:
+            p.error("clear_parameter takes COMPONENT NAME")
+        component, name = a.args
+        print(f"Clearing runtime parameter \"{name}\" for component \"{component}\" on "
+              f"vhost \"{a.vhost}\" ...")
+        call(a.data_dir, "parameter", {"method": "clear", "vhost": a.vhost,
+                                       "component": component, "name": name})
+        return 0
+    if a.command == "list_parameters":
+        rows = [{"component": r["component"], "name": r["name"],
+                 "value": json.dumps(r["value"], separators=(",", ":"))}
+                for r in call(a.data_dir, "list", {"what": "parameters", "vhost": a.vhost})]
+        print(f"Listing runtime parameters for vhost \"{a.vhost}\" ...")
+        return _print_rows(rows, ["component", "name", "value"], a.formatter)
+    if a.command in ("delete_shovel", "restart_shovel"):
+        # the shovel plugin's commands: a shovel some node reports, by its name in -p VHOST
+        if len(a.args) != 1:
+            p.error(f"{a.command} takes NAME")
+        name = a.args[0]
+        if a.command == "delete_shovel":
+            print(f"Deleting shovel {name} in vhost {a.vhost}")
+        else:
+            print(f"Restarting dynamic Shovel {name} in virtual host {a.vhost}")
+        if not any(r["vhost"] == a.vhost and r["name"] == name
+                   for r in call(a.data_dir, "shovel.status", {})):
+            raise SystemExit("Error: Shovel with the given name was not found on the target "
+                             f"node and / or virtual host '{a.vhost}'")
+        if a.command == "delete_shovel":
+            call(a.data_dir, "parameter", {"method": "clear", "vhost": a.vhost,
+                                           "component": "shovel", "name": name})
+        else:
+            call(a.data_dir, "shovel.restart", {"vhost": a.vhost, "name": name})
+        return 0
+    print("Shovel status on node ...")
+    if a.formatter == "json":  # every field, as rabbitmqctl shovel_status --formatter json
+        print(json.dumps(call(a.data_dir, "shovel.status", {})))
+        return 0
+    return _print_rows(call(a.data_dir, "shovel.status", {}),
+                       ["name", "vhost", "type", "state", "src_uri", "dest_uri", "node",
+                        "timestamp", "reason"], a.formatter)
+
+
+def _print_rows(rows: list, columns: list, formatter: str) -> int:
+    if formatter == "json":
+        print(json.dumps([{c: r.get(c) for c in columns} for r in rows], default=str))
+        return 0
+    print("\t".join(columns))
+    for r in rows:
+        print("\t".join(_cell("" if r.get(c) is None else r[c]) for c in columns))
+    return 0
+
+
 OPS = ("await_startup", "check_running", "check_local_alarms", "check_port_connectivity",
        "environment", "close_connection", "delete_queue", "purge_queue", "sync_queue",
-       "cancel_sync_queue")
+       "cancel_sync_queue", "census")
 
 
 def _op(a) -> int:
@@ -449,6 +533,8 @@ def _op(a) -> int:
                                     a.if_unused)
     if a.command == "purge_queue":
         return ctl_ops.purge_queue(call, a.data_dir, a.vhost, a.args)
+    if a.command == "census":
+        return ctl_ops.census(call, a.data_dir, a.vhost, a.args)
     if a.command in ("sync_queue", "cancel_sync_queue"):
         return ctl_ops.sync_queue(call, a.data_dir, a.vhost, a.args,
                                   cancel=a.command == "cancel_sync_queue")

@@ -1,6 +1,6 @@
 """leveretctl's operational commands, as rabbitmqctl / rabbitmq-diagnostics name them:
 await_startup, check_running, check_local_alarms, check_port_connectivity, environment,
-close_connection, delete_queue, purge_queue, sync_queue, cancel_sync_queue; and the
+close_connection, delete_queue, purge_queue, sync_queue, cancel_sync_queue, census; and the
 definitions' list_* commands (list_users, list_vhosts, list_permissions, list_exchanges,
 list_bindings) with rabbitmqctl's info items and --formatter table|json. Each returns the
 process exit code (0: ok; 69, RabbitMQ's EX_UNAVAILABLE, when a check fails)."""
@@ -133,6 +133,23 @@ def sync_queue(call, data_dir: str, vhost: str, names: list, cancel: bool = Fals
     doing = "Stopping synchronising" if cancel else "Synchronising"
     print(f"{doing} queue '{names[0]}' in vhost '{vhost}' ...")
     call(data_dir, "queue.sync", {"vhost": vhost, "name": names[0], "cancel": cancel})
+    return 0
+
+
+def census(call, data_dir: str, vhost: str, names: list) -> int:
+    """leveretctl census [-p VHOST] [QUEUE]: the queue (every running queue of the vhost)
+    writes a `queue_census` event to the node's event log: which messages it holds now, for
+    the lifecycle job (docs/events.md). Leveret's own: rabbitmqctl has none."""
+    if len(names) > 1:
+        raise SystemExit("Error: census takes [QUEUE]")
+    if names:
+        n = call(data_dir, "queue.census", {"vhost": vhost, "name": names[0]})
+        print(f"Census of queue '{names[0]}' in vhost '{vhost}': {n} messages")
+        return 0
+    asked = call(data_dir, "queue.census", {"vhost": vhost})
+    print(f"Census of {len(asked)} queues in vhost '{vhost}' ...")
+    for _, name in asked:
+        print(name)
     return 0
 
 

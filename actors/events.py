@@ -22,7 +22,9 @@ What it owns, per OS process:
 
 File format: a msgpack stream. The first object of every file is a header map (schema, node,
 process, pid, file number, boot id, wall and monotonic clocks read together); every following
-object is one event `[kind, msg_id, wall_ns, mono_ns, fields, seq]`. A stream needs no framing, and a
+object is one event `[kind, msg_id, wall_ns, mono_ns, fields, seq, hlc_ns]` (hlc_ns: the
+process's hybrid logical clock, actors/hlc.py, which orders events across processes and hosts).
+A stream needs no framing, and a
 file cut short by kill -9 decodes up to its last whole event (bench/events_speed.py measured it
 against length-prefixed records: docs/events.md).
 
@@ -52,9 +54,12 @@ import zlib
 
 import msgpack
 
+from actors import faults, hlc
+
 __all__ = ["SCHEMA", "KINDS", "MESSAGE_KINDS", "COPY_KINDS", "PUBLISHER_KINDS", "PROCESS_KINDS",
-           "LOG_KINDS", "DEAD_LETTER_KINDS", "REMOVAL_KINDS", "TX_KINDS", "EventLog",
+           "LOG_KINDS", "DEAD_LETTER_KINDS", "REMOVAL_KINDS", "TX_KINDS", "REPLICA_KINDS", "EventLog",
            "configure", "enabled", "emit", "written", "dropped", "run_id", "flush", "close",
+           "sync", "syncs", "SYNC_MODES",
            "parse_level", "read_file"]
 
 log = logging.getLogger("leveret.events")
@@ -66,7 +71,7 @@ MESSAGE_KINDS = ("publish_received", "routed", "unroutable", "returned")  # the 
 COPY_KINDS = ("enqueued", "stored", "synced", "delivered", "fetched", "acked", "nacked",
               "rejected", "requeued", "expired", "dead_lettered", "dropped")  # one queue's copy
 PUBLISHER_KINDS = ("confirmed", "nacked_to_publisher")  # the answer to the publisher
-PROCESS_KINDS = ("queue_crashed", "queue_started", "channel_closed",
+PROCESS_KINDS = ("queue_crashed", "queue_started", "queue_census", "channel_closed",
                  "connection_closed", "process_crashed")  # no msg_id
 LOG_KINDS = ("process_start", "heartbeat", "events_dropped", "process_stop")  # the log's own
 # A dead-lettered copy's first event, under its own msg_id: parent, reason, DLX, target queues.
@@ -75,11 +80,16 @@ DEAD_LETTER_KINDS = ("dead_letter_published",)
 REMOVAL_KINDS = ("purged", "queue_deleted")
 # No msg_id: a transaction's end, its publishes as a list (msg_ids).
 TX_KINDS = ("tx_committed", "tx_rolled_back")
+# A queue's mirrors and quorum members: a message taken from the master and settled (msg_id,
+# queue), all it held dropped, a sync finished, a replica promoted to master (no msg_id).
+REPLICA_KINDS = ("replica_enqueued", "replica_settled", "replica_dropped", "replica_synced",
+                 "promoted")
 KINDS = (MESSAGE_KINDS + COPY_KINDS + PUBLISHER_KINDS + PROCESS_KINDS + LOG_KINDS +
-         DEAD_LETTER_KINDS + REMOVAL_KINDS + TX_KINDS)
+         DEAD_LETTER_KINDS + REMOVAL_KINDS + TX_KINDS + REPLICA_KINDS)
 _LOG_KIND_SET = frozenset(LOG_KINDS)
 
 FLUSH_INTERVAL = 0.2  # seconds between background writes
+SYNC_MODES = ("off", "write", "fsync")  # config.events_sync: what sync() does before a confirm
 HEARTBEAT_INTERVAL = 1.0  # seconds between heartbeat events: how long a silent crash can hide
 DEFAULT_MAX_BUFFERED = 250_000  # events held between writes before emit() drops (~0.1 GB)
 BATCH = 1024  # events encoded by one Packer.pack call
@@ -134,6 +144,10 @@ def _clock() -> tuple[int, int]:
     return time.time_ns(), time.monotonic_ns()
 
 
+def _stamp(mono_ns: int) -> int:
+    return hlc.clock().at(mono_ns)
+
+
 class EventLog:
     """One process run's log: the bounded buffer, the sequence numbers, the background writer
     thread and the current file."""
@@ -142,7 +156,7 @@ class EventLog:
                  max_bytes: int = DEFAULT_MAX_BYTES, flush_interval: float = FLUSH_INTERVAL,
                  max_buffered: int = DEFAULT_MAX_BUFFERED,
                  heartbeat_interval: float = HEARTBEAT_INTERVAL, run_id: str | None = None,
-                 clock=_clock):
+                 clock=_clock, boot_id: str | None = None):
         self.directory = directory  # <data_dir>/events
         self.node = node  # node name, in the header and the file names
         self.process = process  # "node", "conn-0", "queue-1", ...
@@ -152,8 +166,9 @@ class EventLog:
         self.flush_interval = flush_interval  # seconds between background writes
         self.heartbeat_interval = heartbeat_interval  # seconds between heartbeats, 0: none
         self.clock = clock  # () -> (wall_ns, mono_ns) of the log's own markers
+        self.boot_id = _boot_id() if boot_id is None else boot_id  # names the monotonic clock
         self.pid = os.getpid()  # in the file name and header
-        self.buf: list = []  # (kind, msg_id, wall_ns, mono_ns, fields, seq) tuples, not encoded
+        self.buf: list = []  # (kind, msg_id, wall_ns, mono_ns, fields, seq, hlc) tuples
         self.append = self.buf.append  # bound once: the hot path's call
         self.max_buffered = max(1, max_buffered)  # the buffer's bound, in events
         self.next_seq = itertools.count().__next__  # every event's number, kept or dropped
@@ -169,6 +184,9 @@ class EventLog:
         self.lock = threading.Lock()  # one drain at a time (writer thread or flush())
         self.wake = threading.Event()  # flush()/close() wake the writer early
         self.closed = False  # close() was called
+        self.fsync_files = False  # events_sync fsync: a file rotated out is fsync'd first
+        self.unsynced = False  # bytes written since the last fsync
+        self.syncs = 0  # sync() calls that wrote or fsync'd something (events_sync)
         self.next_heartbeat = time.monotonic() + heartbeat_interval  # when the writer beats
         os.makedirs(directory, exist_ok=True)
         self.mark("process_start", {})
@@ -179,14 +197,16 @@ class EventLog:
     def emit(self, kind: str, msg_id: bytes | None, fields: dict) -> None:
         if self.sample > 1 and msg_id is not None and zlib.crc32(msg_id) % self.sample:
             return
-        self.record(kind, msg_id, time.time_ns(), time.monotonic_ns(), fields)
+        mono = time.monotonic_ns()
+        self.record(kind, msg_id, time.time_ns(), mono, fields, _stamp(mono))
 
     def record(self, kind: str, msg_id: bytes | None, wall_ns: int, mono_ns: int,
-               fields: dict) -> None:
-        """An event with given times (replays and synthetic logs: bench/events_scale.py)."""
+               fields: dict, hlc_ns: int | None = None) -> None:
+        """An event with given times (replays and synthetic logs: bench/events_scale.py; without
+        `hlc_ns` the analysis orders it by its monotonic time)."""
         seq = self.next_seq()
         if len(self.buf) < self.max_buffered:
-            self.append((kind, msg_id, wall_ns, mono_ns, fields, seq))
+            self.append((kind, msg_id, wall_ns, mono_ns, fields, seq, hlc_ns))
         else:
             self.overflow()
 
@@ -199,7 +219,7 @@ class EventLog:
         """One of the log's own events (LOG_KINDS): past the bound, so a full buffer cannot
         hide a heartbeat or the report of its own drops."""
         wall, mono = self.clock()
-        self.append((kind, None, wall, mono, fields, self.next_seq()))
+        self.append((kind, None, wall, mono, fields, self.next_seq(), _stamp(mono)))
 
     def heartbeat(self) -> None:
         self.mark("heartbeat", {"dropped": self.dropped})
@@ -277,9 +297,13 @@ class EventLog:
     def _write(self, data) -> None:
         self.file.write(data)
         self.file_bytes += len(data)
+        self.unsynced = True
 
     def _open_next(self) -> None:
         if self.file is not None:
+            if self.fsync_files:
+                self.file.flush()
+                os.fsync(self.file.fileno())
             self.file.close()
         while True:
             self.file_no += 1
@@ -291,10 +315,11 @@ class EventLog:
             except FileExistsError:
                 continue
         self.paths.append(path)
+        mono = time.monotonic_ns()
         header = self.packer.pack({
             "schema": SCHEMA, "node": self.node, "process": self.process, "pid": self.pid,
-            "file_no": self.file_no, "host": socket.gethostname(), "boot_id": _boot_id(),
-            "wall_ns": time.time_ns(), "mono_ns": time.monotonic_ns(), "sample": self.sample,
+            "file_no": self.file_no, "host": socket.gethostname(), "boot_id": self.boot_id,
+            "wall_ns": mono + hlc.clock().offset, "mono_ns": mono, "sample": self.sample,
             "run_id": self.run_id})
         self.file.write(header)
         self.file_bytes = self.header_bytes = len(header)
@@ -303,6 +328,20 @@ class EventLog:
     def flush(self) -> None:
         """Write everything emitted so far (by this thread) before returning."""
         self._drain()
+
+    def sync(self, fsync: bool) -> None:
+        """events_sync: everything emitted so far written to the file (a kill -9 of this
+        process cannot take it: it is in the kernel's page cache), and with `fsync` on disk
+        (a power cut cannot either)."""
+        n = len(self.buf)
+        self._drain()
+        with self.lock:  # (scheduler threads of one process sync at once)
+            if fsync and self.unsynced and self.file is not None:
+                os.fsync(self.file.fileno())
+                self.unsynced = False
+                n = n or 1
+            if n:
+                self.syncs += 1
 
     def close(self) -> None:
         if self.closed:
@@ -345,12 +384,14 @@ def read_file(path: str):
 # -- the process-wide log: module functions the actors call -------------------------------------
 _log: EventLog | None = None  # this process's log, None when off
 _sample = 0  # 0 off, 1 full, N sampled:N -- read by emit()
+_sync_mode = 0  # events_sync: 0 off, 1 write, 2 fsync -- read by sync()
 _append = _drop = lambda event: None  # the log's buf.append while on
 _next_seq = _overflow = lambda: 0  # the log's sequence numbers and drop counter while on
 _buf: list = []  # the log's buffer while on (len() of it is cheaper than a bound __len__)
 _max_buffered = 0  # the log's bound while on
 _crc32, _wall, _mono = zlib.crc32, time.time_ns, time.monotonic_ns
 _run = (0, "")  # (pid, run id): a forked child is a new run
+_at = hlc.clock().at  # this process's hybrid clock (replaced by a test-only skew)
 
 
 def run_id() -> str:
@@ -365,19 +406,32 @@ def run_id() -> str:
 
 def configure(config, process: str, node: str) -> None:
     """Start this process's log from `config.events` (closing one started before)."""
-    global _log, _sample, _append, _next_seq, _buf, _max_buffered, _overflow
+    global _log, _sample, _append, _next_seq, _buf, _max_buffered, _overflow, _at, _sync_mode
     close()
     sample = parse_level(getattr(config, "events", "off"))
     if not sample:
         return
+    mode = getattr(config, "events_sync", "off")
+    if mode not in SYNC_MODES:
+        raise ValueError(f"events_sync must be one of {', '.join(SYNC_MODES)}, not {mode!r}")
     directory = os.path.join(getattr(config, "data_dir", "./var"), "events")
     max_bytes = int(getattr(config, "events_max_bytes", DEFAULT_MAX_BYTES))
     max_buffered = int(getattr(config, "events_max_buffered", DEFAULT_MAX_BUFFERED))
+    boot_id = None
+    skew = faults.clock_skew_ns(process, getattr(config, "host", ""))
+    if skew:
+        # a process standing for another host: its own clock, which the analysis may not map
+        # through this machine's monotonic clock
+        hlc.set_skew(skew)
+        boot_id = f"{_boot_id()}+skew:{process}"
     _log = EventLog(directory, node, process, sample, max_bytes, max_buffered=max_buffered,
-                    run_id=run_id())
+                    run_id=run_id(), boot_id=boot_id)
     _append, _next_seq, _buf = _log.append, _log.next_seq, _log.buf
     _max_buffered, _overflow = _log.max_buffered, _log.overflow
+    _at = hlc.clock().at
     _sample = sample
+    _sync_mode = SYNC_MODES.index(mode)
+    _log.fsync_files = mode == "fsync"
 
 
 def enabled() -> bool:
@@ -393,7 +447,8 @@ def emit(kind: str, msg_id: bytes | None = None, **fields) -> None:
             return
     seq = _next_seq()
     if len(_buf) < _max_buffered:
-        _append((kind, msg_id, _wall(), _mono(), fields, seq))
+        mono = _mono()
+        _append((kind, msg_id, _wall(), mono, fields, seq, _at(mono)))
     else:
         _overflow()
 
@@ -417,12 +472,28 @@ def flush() -> None:
         _log.flush()
 
 
+def sync() -> None:
+    """Called where a publisher confirm leaves this process (the queue's Confirm to the
+    channel, a mirror's acknowledgement to its master, the channel's basic.ack): with
+    `events_sync` on, the events emitted so far are written (`write`) or fsync'd (`fsync`)
+    first; off, nothing (one global read)."""
+    if _sync_mode and _log is not None:
+        _log.sync(_sync_mode == 2)
+
+
+def syncs() -> int:
+    """How many sync() calls had events to write (0 when off)."""
+    lg = _log
+    return lg.syncs if lg is not None else 0
+
+
 def close() -> None:
     """Write what is buffered, then the `process_stop` marker, and close the file; emit() is
     a no-op afterwards. Call it before os._exit (atexit does not run then); kill -9 loses at
     most FLUSH_INTERVAL of events, and the run's missing stop marker says so."""
-    global _log, _sample, _append
+    global _log, _sample, _append, _sync_mode
     _sample = 0
+    _sync_mode = 0
     _append = _drop
     if _log is not None:
         lg, _log = _log, None

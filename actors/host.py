@@ -14,6 +14,7 @@ class WorkerHost:
         self.node = node  # the node's metadata actor address
         self.index = index  # worker slot
         self.timers = Timers()  # every timer of this process (heartbeats, TTL, time-outs)
+        self.control = None  # the WorkerControl actor's ref (it monitors the kind's actors)
 
     def start(self) -> None:
         """Called once the metadata snapshot is in."""
@@ -23,6 +24,12 @@ class WorkerHost:
 
     def worker_down(self, kind, endpoint) -> None:
         """Another worker process died."""
+
+    def queue_down(self, msg) -> None:
+        """A queue's process crashed (QueueDown): a connection worker tells its channels."""
+
+    def actor_down(self, msg) -> None:
+        """An actor this host monitors ended (ActorDown): a queue worker's supervision."""
 
     def pause(self, paused: bool) -> None:
         """The node pauses (cluster, pause_minority) or resumes."""

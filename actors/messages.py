@@ -79,6 +79,18 @@ class WorkerDown(NamedTuple):
     endpoint: str
 
 
+class QueueDown(NamedTuple):
+    """A queue's process crashed (rabbit_channel's 'DOWN' of a queue pid with an abnormal exit):
+    the node's metadata actor -> every connection worker of the node, and -> the other nodes'
+    metadata actors, which tell theirs; a connection worker's host -> its channels. Channels
+    nack what they had not had confirmed by the queue at `address`, cancel its consumers
+    (basic.cancel to clients with consumer_cancel_notify) and forget their unacked deliveries
+    from it (their acks no longer reach a queue: the restarted one redelivers them)."""
+    address: str  # the crashed queue's address (a restarted one serves at the same address)
+    vhost: str
+    name: str
+
+
 class WorkerUp(NamedTuple):
     """Node -> workers (cluster): a worker of another node that was marked dead (its node was
     marked down, as in a partition) is alive again: its endpoint takes messages again."""
@@ -137,6 +149,15 @@ class NodeStats(NamedTuple):
     node: str  # the node's name (config.node)
     at_ms: int  # wall-clock milliseconds of the sample
     stats: dict
+
+
+class ShovelStates(NamedTuple):
+    """Node (metadata) -> the metadata actor of every other node up: the statuses of the
+    dynamic shovels this node runs (actors/shovel/status.py rows), every
+    collect_statistics_interval, for any node's GET /api/shovels."""
+    node: str  # the node's name (config.node)
+    at_ms: int  # wall-clock milliseconds of the statuses
+    rows: list  # ShovelStatus.row() of each shovel this node runs
 
 
 class ForceClose(NamedTuple):
@@ -337,6 +358,9 @@ class DirectReply(NamedTuple):
     exchange: str  # the exchange published to ("")
     routing_key: str  # the publish's routing key (basic.deliver's)
     props_raw: bytes  # the encoded properties (BCC removed)
+    # the event log's id of the message (None: events off); before `bodies`, which a message
+    # that carries bodies ends with
+    msg_id: bytes | None
     bodies: list  # [the body]
 
 
@@ -437,6 +461,54 @@ class MirrorAck(NamedTuple):
     """Mirror -> master: every batch up to `batch` is accepted."""
     mirror: str
     batch: int
+
+
+# --- replicated streams (actors/queue/stream_queue.py, actors/queue/stream_member.py) --------
+class StreamJoin(NamedTuple):
+    """Stream member -> its leader: add me; my log's overview is `overview` ([[epoch, last
+    offset], ...], StreamLog.overview). Answered by a StreamChunks with `truncate` set."""
+    member_addr: str  # the member's address
+    member: str  # its cluster member id
+    overview: list
+
+
+class ChunkHead(NamedTuple):
+    """One chunk of a StreamChunks batch: where it sits in the leader's log and what the
+    member's copy of its record must say."""
+    first: int  # its first offset
+    count: int  # how many messages (the next `count` of the batch's items)
+    ts: int  # wall-clock ms of the leader's write
+    epoch: int  # the leader's epoch when it took these publishes
+    bloom: bytes | None  # its filter values' Bloom filter (None: none filtered)
+
+
+class StreamItem(NamedTuple):
+    """One message of a StreamChunks batch (its body is the batch's bodies[i])."""
+    exchange: str
+    routing_key: str
+    props_raw: bytes
+    msg_id: bytes | None  # the event log's id (None with events off)
+
+
+class StreamChunks(NamedTuple):
+    """Stream leader -> member: `truncate` >= 0 (the answer to a join): keep your log below
+    that offset only, then take chunks from there; then whole chunks of the leader's log in
+    order, `chunks` [ChunkHead] (lists on the wire: the member reads each by unpacking) and
+    their messages, `items` [StreamItem] in offset order."""
+    leader: str
+    epoch: int  # the leader's epoch (the queue's in the metadata)
+    truncate: int
+    chunks: list
+    items: list
+    bodies: list
+
+
+class StreamAck(NamedTuple):
+    """Stream member -> leader: my log holds, written and synced, every offset below `next`
+    (a prefix of the leader's log of `epoch`)."""
+    member_addr: str
+    epoch: int
+    next: int
 
 
 # --- local only: inside one worker process, never encoded ------------------------------------
@@ -879,7 +951,7 @@ _TYPES: list[type] = [
     MetaApplied, MirrorJoin, MirrorPublish, MirrorForget, MirrorAck, PeerApplied,
     ResourceAlarm, DirectReply, ReplyCheck, QueueStats, ConnectionStats, ForceClose,
     WorkerStats, WorkerUp, Pause, NodeStats, MirrorSynced, LogQuery, LogPosition,
-    MirrorKeep,
+    MirrorKeep, ShovelStates, StreamJoin, StreamChunks, StreamAck, QueueDown,
 ]
 _TAG = {cls: i for i, cls in enumerate(_TYPES)}
 _HAS_BODIES = {cls: cls._fields[-1] == "bodies" for cls in _TYPES}
@@ -913,7 +985,8 @@ class Malformed(ValueError):
 # takes an int too: a truth value; None: not checked)
 _WIRE_TYPES: dict[str, Any] = {
     "str": str, "int": int, "bool": int, "dict": dict, "list": list, "bytes": bytes,
-    "list | None": (list, type(None)), "Delivery | None": (list, type(None)), "Any": None,
+    "list | None": (list, type(None)), "Delivery | None": (list, type(None)),
+    "bytes | None": (bytes, type(None)), "Any": None,
 }
 _INTS = frozenset((int,))
 _new = tuple.__new__
@@ -959,6 +1032,16 @@ def _mirror_items(items: list) -> list | None:
     return out
 
 
+def _stream_items(items: list) -> list | None:
+    """The StreamItems of a StreamChunks' list of lists, or None if one is not one."""
+    out = []
+    for it in items:
+        if type(it) is not list or len(it) != 4:
+            return None
+        out.append(_new(StreamItem, it))
+    return out
+
+
 def _wire_type(annotation):
     """The types a field annotated so may have on the wire (a NamedTuple keeps its annotations
     as written: strings, under `from __future__ import annotations`)."""
@@ -978,7 +1061,8 @@ def _spec(cls: type) -> tuple:
     ints = {Confirm: "seq_nos", Settle: "seq_ids", MirrorForget: "seq_ids",
             MirrorKeep: "seq_ids"}.get(cls)
     items = {Publish: _publish_items, Deliver: _deliveries, MirrorPublish: _mirror_items,
-             GetReply: _deliveries, DirectReply: _one_body}.get(cls)
+             GetReply: _deliveries, DirectReply: _one_body,
+             StreamChunks: _stream_items}.get(cls)
     return (cls, lo + 1, n + 1, tuple((i, t) for i, t in checks if i <= lo),
             tuple((i, t) for i, t in checks if i > lo),
             1 + cls._fields.index(ints) if ints else 0, _HAS_BODIES[cls], items)

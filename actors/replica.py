@@ -11,7 +11,9 @@ args]` replays `AuthDB.method(*args)`, `["queue_put", qdef]`, `["queue_del", vho
 `["policy_put", vhost, name, policy]`, `["policy_del", vhost, name]`, the same for operator
 policies (`op_policy_put`, `op_policy_del`), `["limits_put", scope, name, limits]` and
 `["limits_del", scope, name]` (scope "vhost" or "user": rabbitmqctl set_vhost_limits /
-set_user_limits), and in a cluster
+set_user_limits), `["param_put", vhost, component, name, value]` and
+`["param_del", vhost, component, name]` (runtime parameters kept as they are given:
+component "shovel"), and in a cluster
 `["member_put", member_id, info]` (actors/node/cluster.py).
 """
 
@@ -33,6 +35,8 @@ class Replica:
         self.policies: dict[tuple[str, str], dict] = {}  # (vhost, policy name) -> policy
         self.op_policies: dict[tuple[str, str], dict] = {}  # (vhost, name) -> operator policy
         self.limits: dict[tuple[str, str], dict] = {}  # ("vhost"|"user", name) -> limits
+        # (vhost, component, name) -> value: runtime parameters (shovels)
+        self.parameters: dict[tuple[str, str, str], dict] = {}
         self.members: dict[str, dict] = {}  # cluster member id -> info (empty when alone)
         self.version = 0  # number of change lists applied
 
@@ -64,6 +68,7 @@ class Replica:
             self.op_policies = {(p["vhost"], p["name"]): p
                                 for p in state.get("op_policies", [])}
             self.limits = {(x["scope"], x["name"]): x["value"] for x in state.get("limits", [])}
+            self.parameters = parameters_of(state)
             for vhost in self.router.vhosts():
                 apply_policy_alternates(self, vhost)
             self.members = dict(state.get("members", {}))
@@ -110,11 +115,19 @@ def apply_policy_alternates(target, vhost: str) -> None:
 
 
 def state_lists(target) -> dict:
-    """The operator policies and limits of `target` as msgpack-able lists (snapshots, the
-    durable definitions)."""
+    """The operator policies, limits and runtime parameters of `target` as msgpack-able
+    lists (snapshots, the durable definitions)."""
     return {"op_policies": list(target.op_policies.values()),
             "limits": [{"scope": s, "name": n, "value": v}
-                       for (s, n), v in target.limits.items()]}
+                       for (s, n), v in target.limits.items()],
+            "parameters": [{"vhost": v, "component": c, "name": n, "value": value}
+                           for (v, c, n), value in getattr(target, "parameters", {}).items()]}
+
+
+def parameters_of(state: dict) -> dict:
+    """The runtime parameters table of a state_lists() dict."""
+    return {(p["vhost"], p["component"], p["name"]): p["value"]
+            for p in state.get("parameters", [])}
 
 
 def apply_change(target, change) -> None:
@@ -141,6 +154,10 @@ def apply_change(target, change) -> None:
         target.limits[(change[1], change[2])] = change[3]
     elif kind == "limits_del":
         target.limits.pop((change[1], change[2]), None)
+    elif kind == "param_put":
+        target.parameters[(change[1], change[2], change[3])] = change[4]
+    elif kind == "param_del":
+        target.parameters.pop((change[1], change[2], change[3]), None)
     elif kind == "member_put":
         target.members[change[1]] = change[2]
     else:

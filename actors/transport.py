@@ -29,7 +29,11 @@ the node's run folder (0700): only the broker's OS user reaches them. In a clust
 socket is also bound at `local_endpoint` (ipc://), which leveretctl uses without the secret.
 
 Wire format: multipart `[actor_name, msgpack([tag, *fields]), bodies]`; message bodies travel
-joined in one frame of their own, never inside msgpack (see actors/messages.py).
+joined in one frame of their own, never inside msgpack (see actors/messages.py). Several
+messages for one process in one turn travel as one batch `[b"", msgpack(counts), ...]`. While
+lifecycle events are on, every send is a stamped batch `[b"\0", msgpack([hlc, counts]), ...]`
+carrying the sender's hybrid clock (actors/hlc.py), which the receiver observes: the events of
+two processes or hosts are then ordered by cause, whatever their clocks say.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from typing import Callable
 
 import zmq
 
-from actors import faults, messages
+from actors import events, faults, hlc, messages
 from actors.wire import packb, unpackb
 
 log = logging.getLogger(__name__)
@@ -52,6 +56,7 @@ SEND_LINGER_MS = 5000  # how long a closed socket keeps trying to deliver what i
 INBOUND_BATCH = 512  # on an event loop: messages read per turn before the loop's other work
 _SNDMORE = int(zmq.SNDMORE)
 _BATCH = b""  # first frame of a batch (no actor name is empty)
+_STAMPED = b"\0"  # first frame of a batch carrying the sender's hybrid clock (no actor name)
 EXIT_RECEIVE_FAILED = 70  # exit status of a process whose receive loop failed (EX_SOFTWARE)
 MALFORMED_LOG_BURST = 20  # malformed messages logged per period; the others are counted
 MALFORMED_LOG_PERIOD = 60.0  # seconds
@@ -66,6 +71,47 @@ def make_address(endpoint: str, name: str) -> str:
 def split_address(address: str) -> tuple[str, str]:
     endpoint, _, name = address.partition("#")
     return endpoint, name
+
+
+def frames_of(parts: list) -> list:
+    """The frame slices `[name, payload, (bodies)]` of each message of one multipart, whatever
+    its form (one message, a batch, a stamped batch: the stamp is observed). Raises
+    messages.Malformed, saying why, on a framing that is not ours."""
+    first = parts[0]
+    if first != _BATCH and first != _STAMPED:
+        if len(parts) not in (2, 3):
+            raise messages.Malformed(f"{len(parts)} frames")
+        return [parts]
+    try:
+        counts = unpackb(parts[1]) if len(parts) > 1 else None
+    except Exception:  # noqa: BLE001 - arbitrary bytes: any of msgpack's refusals
+        counts = None
+    if first == _STAMPED:
+        if type(counts) is not list or len(counts) != 2 or type(counts[0]) is not int:
+            raise messages.Malformed("a stamped batch with an undecodable header")
+        stamp, counts = counts
+        hlc.clock().observe(stamp)
+    if type(counts) is not list or not counts:
+        raise messages.Malformed("a batch with an undecodable header")
+    at = 2
+    for n in counts:
+        if type(n) is not int or not 2 <= n <= 3:
+            raise messages.Malformed(f"a batch announcing a message of {n!r:.20} frames")
+        at += n
+    if at != len(parts):
+        raise messages.Malformed(f"a batch announcing {at} frames in {len(parts)}")
+    out, at = [], 2
+    for n in counts:
+        out.append(parts[at:at + n])
+        at += n
+    return out
+
+
+def unframe(parts: list) -> list:
+    """The messages of one multipart as `[(actor name, message)]` (`frames_of`), for a socket
+    read outside a Transport (leveretctl's reply socket)."""
+    return [(f[0].decode("utf-8", "surrogateescape"), messages.decode(f[1], f[2:]))
+            for f in frames_of(parts)]
 
 
 class LogThrottle:
@@ -223,6 +269,9 @@ class Transport:
         send = self._sender(endpoint)
         if send is None:
             return
+        if events.enabled():
+            send(_STAMPED, _SNDMORE)
+            send(packb([hlc.clock().send(), [2 + len(frames)]]), _SNDMORE)
         send(name, _SNDMORE)
         if frames:
             send(payload, _SNDMORE)
@@ -235,6 +284,7 @@ class Transport:
         `[b"", msgpack([frames per message]), name, payload, (bodies), name, ...]`."""
         self._flush_armed = False
         outbox, self._outbox = self._outbox, {}
+        stamped = events.enabled()
         for endpoint, box in outbox.items():
             if endpoint in self._dead:
                 continue
@@ -244,8 +294,13 @@ class Transport:
             send = self._sender(endpoint)
             if send is None:
                 continue
-            send(_BATCH, _SNDMORE)
-            send(packb([2 + len(frames) for _, _, frames in box]), _SNDMORE)
+            counts = [2 + len(frames) for _, _, frames in box]
+            if stamped:
+                send(_STAMPED, _SNDMORE)
+                send(packb([hlc.clock().send(), counts]), _SNDMORE)
+            else:
+                send(_BATCH, _SNDMORE)
+                send(packb(counts), _SNDMORE)
             last = len(box) - 1
             for i, (name, payload, frames) in enumerate(box):
                 send(name, _SNDMORE)
@@ -342,32 +397,13 @@ class Transport:
         """One multipart off the PULL socket: a message `[name, payload, (bodies)]` or a batch
         `[b"", counts, name, payload, (bodies), name, ...]`. What is not one of ours is logged
         and dropped; each message of a well-framed batch is checked on its own."""
-        if parts[0] != _BATCH:
-            if len(parts) in (2, 3):
-                self._receive_one(parts)
-            else:
-                self._malformed(f"{len(parts)} frames", parts)
-            return
         try:
-            counts = unpackb(parts[1]) if len(parts) > 1 else None
-        except Exception:  # noqa: BLE001 - arbitrary bytes: any of msgpack's refusals
-            counts = None
-        if type(counts) is not list or not counts:
-            self._malformed("a batch with an undecodable header", parts)
+            found = frames_of(parts)
+        except messages.Malformed as e:
+            self._malformed(str(e), parts)
             return
-        at = 2
-        for n in counts:
-            if type(n) is not int or not 2 <= n <= 3:
-                self._malformed(f"a batch announcing a message of {n!r:.20} frames", parts)
-                return
-            at += n
-        if at != len(parts):
-            self._malformed(f"a batch announcing {at} frames in {len(parts)}", parts)
-            return
-        at = 2
-        for n in counts:
-            self._receive_one(parts[at:at + n])
-            at += n
+        for frames in found:
+            self._receive_one(frames)
 
     def _receive_one(self, parts: list) -> None:
         try:
@@ -389,7 +425,7 @@ class Transport:
         unlogged = self._malformed_log.allow()
         if unlogged is None:
             return
-        payload = parts[1] if len(parts) > 1 and parts[0] != _BATCH else b""
+        payload = parts[1] if len(parts) > 1 and parts[0] not in (_BATCH, _STAMPED) else b""
         sender = messages.claimed_sender(payload) if payload else ""
         first = b"|".join(bytes(p[:24]) for p in parts[:4])
         log.warning("malformed message dropped at %s: %s; claimed sender %s; %d frames, "

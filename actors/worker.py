@@ -22,7 +22,7 @@ from actors import messages as m
 from actors.cli import private_umask, raise_fd_limit, setup_logging
 from actors.config import Config
 from actors.replica import Replica
-from actors.runtime import LightActor
+from actors.runtime import ActorDown, LightActor
 from actors import runtime
 from actors import events
 from actors import secure
@@ -49,6 +49,7 @@ class WorkerControl(LightActor):
         self.snapshot_seen = False  # the first MetaSnapshot arrived
 
     def on_start(self):
+        self.host.control = self.actor_ref  # the watcher of the actors the host supervises
         self.address = self.transport.register("control", self.actor_ref)
         self.transport.send(self.node, m.Rpc(self.address, 0, "worker.hello", {
             "kind": self.kind, "index": self.index, "endpoint": self.transport.endpoint,
@@ -71,6 +72,10 @@ class WorkerControl(LightActor):
             elif isinstance(msg, m.WorkerDown):
                 self.transport.mark_dead(msg.endpoint)
                 self.host.worker_down(msg.kind, msg.endpoint)
+            elif isinstance(msg, m.QueueDown):
+                self.host.queue_down(msg)
+            elif isinstance(msg, ActorDown):
+                self.host.actor_down(msg)  # a queue or mirror it monitors ended
             elif isinstance(msg, m.WorkerUp):
                 self.transport.revive(msg.endpoint)  # its node is back (a partition healed)
             elif isinstance(msg, m.Pause):

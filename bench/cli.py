@@ -12,7 +12,7 @@ import time
 from bench import report, scenarios
 from bench.aggregate import combine_runs
 from bench.refbroker import server_version
-from bench.url import parse_url
+from amqpclient.url import parse_url
 
 
 def log(msg: str) -> None:
@@ -59,8 +59,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "integers and true/false are converted")
     p.add_argument("--client", choices=["lean", "pika"], default="lean",
                    help="load generator: the lean client on protocol/ (default) or pika")
-    p.add_argument("--codec", choices=["auto", "protocol", "pamqp"], default="auto",
-                   help="codec under the lean client (default auto: protocol/, else pamqp)")
     p.add_argument("--procs", type=int, default=16,
                    help="at most this many load-generator processes per scenario (connections "
                         "are spread over them; default 16)")
@@ -166,7 +164,7 @@ def run_target(url: str, label: str, chosen, args, pid: int | None = None) -> li
                 + (f" (run {n + 1} of {args.repeat})" if args.repeat > 1 else "") + " ...")
             try:
                 r = run_scenario(target, sc, seconds=args.seconds, warmup=args.warmup,
-                                 client=args.client, codec=args.codec, max_procs=args.procs,
+                                 client=args.client, codec="protocol", max_procs=args.procs,
                                  log=log, broker_pid=pid)
             except Exception as e:
                 r = {"scenario": sc.key, "title": sc.title, "settings": sc.to_dict(),
@@ -224,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_selftest:
         from bench.selftest import run_selftest, selftest_table
         log(f"measuring the load generator itself ({args.selftest_seconds:g}s per mode) ...")
-        rows = run_selftest(seconds=args.selftest_seconds, warmup=0.5, codec=args.codec,
+        rows = run_selftest(seconds=args.selftest_seconds, warmup=0.5, codec="protocol",
                             size=args.size or 1500, log=log)
         doc["selftest"] = rows
         print("\n### Load generator capacity (against a do-nothing fake broker)\n")

@@ -28,7 +28,7 @@ import time
 from bench import report, scenarios, scratch
 from bench.aggregate import combine_runs
 from bench.refbroker import amqp_answers, descendants, free_port, stop_leftovers
-from bench.url import AMQPTarget
+from amqpclient.url import AMQPTarget
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEY = "cluster"
@@ -195,7 +195,7 @@ def _run(cluster: LocalCluster, scenario, variant: str, args, log) -> dict:
             + (f" (run {n + 1} of {args.repeat})" if args.repeat > 1 else "") + " ...")
         try:
             r = run_scenario(cluster.target(0), scenario, seconds=args.seconds,
-                             warmup=args.warmup, client=args.client, codec=args.codec,
+                             warmup=args.warmup, client=args.client, codec="protocol",
                              max_procs=args.procs, log=log, consume_target=cluster.target(1),
                              queue_prefix=(MIRRORED_PREFIX if variant == "mirrored"
                                            else "leveret-bench"))
@@ -233,7 +233,7 @@ def run(args, scenario=SCENARIO, log=print) -> list[dict]:
     try:
         try:
             cluster.start()
-            check_replication(cluster, args.codec)
+            check_replication(cluster, "protocol")
         except Exception as e:  # noqa: BLE001 - both variants report it
             log(f"[cluster] could not start the cluster: {e}")
             why = f"the cluster did not come up: {str(e).splitlines()[0]}"

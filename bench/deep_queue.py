@@ -9,6 +9,7 @@ queues page too).
     .venv/bin/python -m bench.deep_queue --transient --rabbitmq  # RabbitMQ (classic queue v2)
     .venv/bin/python -m bench.deep_queue --transient --confirm-on ack  # x-confirm-on=ack
     .venv/bin/python -m bench.deep_queue --matrix --rabbitmq  # every type, both brokers, a table
+    .venv/bin/python -m bench.deep_queue --stream --messages 1000000 --size 100  # a stream
     .venv/bin/python -m bench.deep_queue --url amqp://... --pid PID  # an external broker
 
 Prints the peak RSS of the queue worker while filling and while draining, the publish and
@@ -23,11 +24,11 @@ import subprocess
 import threading
 import time
 
-from bench import codec as codec_mod
+from amqpclient import codec as codec_mod
 from bench.loadgen import run_loop, setup_role
 from bench.node import LeveretNode
 from bench.procio import delta, disk_bytes, tree_write_bytes
-from bench.url import parse_url
+from amqpclient.url import parse_url
 
 
 def rss_kb(pid: int, field: str = "VmRSS") -> int:
@@ -90,8 +91,10 @@ def queue_count(target, codec, queue: str) -> int:
 
 def run_case(messages: int, size: int, durable: bool, max_priority: int = 0,
              max_length: int = 0, confirm_on: str = "", rabbitmq: bool = False,
-             url: str | None = None, pid: int | None = None, timeout: float = 3600) -> dict:
-    """Fill one queue with no consumer, then drain it with one; returns the figures."""
+             url: str | None = None, pid: int | None = None, timeout: float = 3600,
+             stream: bool = False) -> dict:
+    """Fill one queue with no consumer, then drain it with one; returns the figures. A
+    stream is read from its first offset (it keeps its messages: the drain reads them)."""
     node = rmq = None
     if rabbitmq:
         from bench.refbroker import RabbitMQNode, descendants
@@ -120,10 +123,13 @@ def run_case(messages: int, size: int, durable: bool, max_priority: int = 0,
             args["x-max-length"] = max_length
         if confirm_on:
             args["x-confirm-on"] = confirm_on
-        if rmq is not None:
+        if stream:
+            args["x-queue-type"] = "stream"
+        elif rmq is not None:
             args["x-queue-version"] = 2
         setup.conn.queue_declare(1, queue, durable=durable, arguments=args)
-        setup.conn.queue_purge(1, queue)
+        if not stream:  # (a stream refuses queue.purge; the node is a fresh one)
+            setup.conn.queue_purge(1, queue)
         setup.conn.close()
         watch = RssWatch(pids)
         watch.start()
@@ -161,7 +167,8 @@ def run_case(messages: int, size: int, durable: bool, max_priority: int = 0,
         fill_peak, watch.peak = watch.peak, 0
         fill_anon, watch.peak_anon = watch.peak_anon, 0
         cons = {"kind": "consumer", "channels": [1], "queue": queue, "no_ack": False,
-                "ack_every": 1, "prefetch": 100}
+                "ack_every": 1, "prefetch": 100,
+                "arguments": {"x-stream-offset": "first"} if stream else {}}
         roles, t_drain = phase(target, codec, [cons],
                                lambda rs: rs[0].consumed >= expect, timeout)
         drained = roles[0].consumed
@@ -252,6 +259,9 @@ def main(argv=None) -> int:
     p.add_argument("--confirm-on", default="",
                    help="x-confirm-on (Leveret): e.g. ack; the publisher keeps every message "
                         "unconfirmed until the drain")
+    p.add_argument("--stream", action="store_true",
+                   help="a stream (x-queue-type stream), drained by a consumer from its first "
+                        "offset")
     p.add_argument("--rabbitmq", action="store_true",
                    help="measure a private RabbitMQ node instead (bench/refbroker.py), with "
                         "x-queue-version 2 (classic queues v2), RSS of all its processes; with "
@@ -265,7 +275,7 @@ def main(argv=None) -> int:
         matrix(a)
         return 0
     report(run_case(a.messages, a.size, not a.transient, a.max_priority, a.max_length,
-                    a.confirm_on, a.rabbitmq, a.url, a.pid, a.timeout))
+                    a.confirm_on, a.rabbitmq, a.url, a.pid, a.timeout, stream=a.stream))
     return 0
 
 

@@ -46,11 +46,12 @@ class Gen:
         self.start = start_mono  # virtual monotonic time of the first publish
         self.offset = offset  # wall - mono
         self.prefix = os.urandom(8)
+        self.copy_prefix = os.urandom(8)  # the msg_ids of dead-lettered copies
         self.count = 0  # events so far
         self.tag = 0  # delivery tags of the one consumer channel
         for q in QUEUES + ["dlq"]:
             self.emit(self.queue, "queue_started", None, start_mono - 1_000_000, actor="queue",
-                      queue=q, recovered=0, durable=True)
+                      queue=q, recovered=0)
 
     def emit(self, log, kind, mid, t, **fields):
         fields["vhost"] = "/"
@@ -72,11 +73,13 @@ class Gen:
         if r >= 0.99:
             self.emit(ch, "unroutable", mid, t, actor="channel", mandatory=True)
             self.emit(ch, "returned", mid, t + step(), actor="channel")
-            self.emit(ch, "confirmed", mid, t + 2 * step(), actor="channel", seq_no=i + 1)
+            self.emit(ch, "confirmed", mid, t + 2 * step(), actor="channel", connection="c1",
+                      channel=1, seq_no=i + 1)
             return
         self.emit(ch, "routed", mid, t, actor="channel", queues=[q])
         t += step()
-        self.emit(qu, "enqueued", mid, t, actor="queue", queue=q, seq_id=i, paged=False)
+        self.emit(qu, "enqueued", mid, t, actor="queue", queue=q, seq_id=i, paged=False,
+                  durable=True)
         if persistent:
             t += step()
             self.emit(qu, "stored", mid, t, actor="backing_queue", queue=q, seq_id=i,
@@ -84,15 +87,16 @@ class Gen:
             t += step() + 2_000_000
             self.emit(qu, "synced", mid, t, actor="backing_queue", queue=q, seq_id=i)
         t += step()
-        self.emit(ch, "confirmed", mid, t, actor="channel", seq_no=i + 1)
+        self.emit(ch, "confirmed", mid, t, actor="channel", connection="c1", channel=1,
+                  seq_no=i + 1)
         if r < 0.05:  # still queued at the end
             return
         if r < 0.07:
-            self.emit(qu, "dropped", mid, t + step(), actor="queue", queue=q, reason="maxlen")
+            self.emit(qu, "dropped", mid, t + step(), actor="queue", queue=q, seq_id=i,
+                      reason="maxlen")
             return
         if r < 0.10:
-            self.emit(qu, "expired", mid, t + 50 * step(), actor="queue", queue=q,
-                      reason="ttl")
+            self.emit(qu, "expired", mid, t + 50 * step(), actor="queue", queue=q, seq_id=i)
             return
         t += step()
         self.tag += 1
@@ -103,16 +107,22 @@ class Gen:
         if r < 0.12:
             self.emit(ch, "rejected", mid, t, actor="channel", queue=q, connection="c2",
                       channel=1, delivery_tag=self.tag, requeue=False)
-            self.emit(qu, "dead_lettered", mid, t + step(), actor="queue", queue=q,
-                      reason="rejected", queues=["dlq"])
-            self.emit(qu, "enqueued", mid, t + 2 * step(), actor="queue", queue="dlq",
-                      seq_id=i, paged=False)
+            # (as the broker writes it: the copy is a message of its own, linked to this one)
+            child = self.copy_prefix + i.to_bytes(8, "big")
+            self.emit(qu, "dead_lettered", mid, t + step(), actor="queue", queue=q, seq_id=i,
+                      reason="rejected", exchange="dlx", new_msg_id=child)
+            self.emit(qu, "dead_letter_published", child, t + 2 * step(), actor="queue",
+                      parent_msg_id=mid, reason="rejected", exchange="dlx", routing_key=q,
+                      queues=["dlq"], source_queue=q, persistent=persistent,
+                      message_id=f"m-{i}")
+            self.emit(qu, "enqueued", child, t + 3 * step(), actor="queue", queue="dlq",
+                      seq_id=i, paged=False, durable=True)
             return
         if r < 0.17:
             self.emit(ch, "nacked", mid, t, actor="channel", queue=q, connection="c2",
                       channel=1, delivery_tag=self.tag, requeue=True)
             t += step()
-            self.emit(qu, "requeued", mid, t, actor="queue", queue=q, reason="nack")
+            self.emit(qu, "requeued", mid, t, actor="queue", queue=q, seq_id=i)
             t += step()
             self.tag += 1
             self.emit(ch, "delivered", mid, t, actor="channel", queue=q, connection="c2",

@@ -61,6 +61,23 @@ def bench_emit(level: str, n: int, directory: str) -> tuple[float, float]:
     return ns, time.perf_counter() - t0
 
 
+def bench_sync(mode: str, batches: int, directory: str, per_batch: int = 10) -> float:
+    """ns per confirm batch with events_sync `mode`: `per_batch` events emitted, then the
+    events.sync() a queue or channel calls before its confirms leave."""
+    cfg = types.SimpleNamespace(data_dir=directory, events="full", events_sync=mode)
+    events.configure(cfg, "bench", "bench")
+    ids = _ids(per_batch)
+    emit, sync = events.emit, events.sync
+    t0 = time.perf_counter_ns()
+    for i in range(batches):
+        for mid in ids:
+            emit("enqueued", mid, actor="queue", vhost="/", queue="orders", seq_id=i)
+        sync()
+    ns = (time.perf_counter_ns() - t0) / batches
+    events.close()
+    return ns
+
+
 def repeat(fn, times: int):
     """(best, median) of the first value fn() returns over `times` runs (this machine is shared:
     the best run is the cost, the median shows the noise)."""
@@ -187,6 +204,11 @@ def main(argv=None) -> int:
         ns = sorted(w[0] for w in writer)
         rows.append(("writer thread: encode + write", ns[0], ns[k // 2], "ns/event",
                      f"{writer[0][1]:.1f} bytes/event on disk"))
+        for mode in ("off", "write", "fsync"):
+            batches = max(1, n // (10 if mode != "fsync" else 1000))
+            best, med = repeat(lambda: bench_sync(mode, batches, d("sync")), k)
+            rows.append((f"10 emit() + sync(), events_sync={mode}", best, med, "ns/batch",
+                         "a confirm batch of 10 events"))
         formats = [bench_formats(n) for _ in range(k)]
         for name in formats[0]:
             vals = sorted(f[name] for f in formats)

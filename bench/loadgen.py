@@ -57,9 +57,9 @@ import time
 import traceback
 from array import array
 
-from bench import codec as codec_mod
-from bench.leanclient import AMQPClosed, LeanConnection
-from bench.url import AMQPTarget
+from amqpclient import codec as codec_mod
+from amqpclient.connection import AMQPClosed, LeanConnection
+from amqpclient.url import AMQPTarget
 
 HIGH_WATER = 256 * 1024          # bytes of pending output before a producer stops adding
 BATCH = 64                       # messages per producer write
@@ -401,7 +401,8 @@ class Consumer(Role):
         M = self.M
         for ch in self.channels:
             self.conn.out += self.encode_method(ch, M.BasicConsume(
-                queue=self.spec["queue"], consumer_tag="", no_ack=self.no_ack))
+                queue=self.spec["queue"], consumer_tag="", no_ack=self.no_ack,
+                arguments=self.spec.get("arguments") or {}))
         self.conn.flush()
         self.joined_ns = now_ns
 
@@ -492,7 +493,8 @@ def setup_role(target: AMQPTarget, codec, spec: dict) -> Role:
             if spec["prefetch"]:
                 conn.basic_qos(ch, spec["prefetch"])
             if not spec.get("start_delay"):
-                conn.basic_consume(ch, spec["queue"], spec["no_ack"])
+                conn.basic_consume(ch, spec["queue"], spec["no_ack"],
+                                   arguments=spec.get("arguments"))
     return role_class(spec)(conn, spec, codec)
 
 

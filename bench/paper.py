@@ -399,8 +399,8 @@ class _Control:
     """The coordinator's connection for declarations (lean client, channel 1)."""
 
     def __init__(self, target, codec_name: str):
-        from bench import codec as codec_mod
-        from bench.leanclient import LeanConnection
+        from amqpclient import codec as codec_mod
+        from amqpclient.connection import LeanConnection
         self.conn = LeanConnection(target, codec_mod.load(codec_name),
                                    name="leveret-bench paper control", timeout=60.0).connect()
         self.conn.channel_open(1)
@@ -802,7 +802,7 @@ def resolve(args) -> tuple[list[int], list[str], float, float]:
 
 def run_all(url: str, label: str, queues: list[int], modes: list[str], seconds: float,
             warmup: float, args) -> list[dict]:
-    from bench.url import parse_url
+    from amqpclient.url import parse_url
     target = parse_url(url)
     results = []
     first = True
@@ -840,7 +840,7 @@ def run_all(url: str, label: str, queues: list[int], modes: list[str], seconds: 
 def main(argv: list[str] | None = None) -> int:
     from bench.cli import machine_info
     from bench.refbroker import server_version
-    from bench.url import parse_url
+    from amqpclient.url import parse_url
 
     args = build_parser().parse_args(argv)
     queues, modes, seconds, warmup = resolve(args)

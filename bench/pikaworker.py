@@ -14,7 +14,7 @@ import traceback
 from array import array
 
 from bench.loadgen import BATCH, HIGH_WATER, _Unconfirmed, cpu_seconds, make_body
-from bench.url import AMQPTarget
+from amqpclient.url import AMQPTarget
 
 _TS = struct.Struct(">q")
 
@@ -103,6 +103,7 @@ class _PikaRole:
         else:
             def consume(_f=None, ch=ch, n=n):
                 ch.basic_consume(spec["queue"], self._on_message, auto_ack=spec["no_ack"],
+                                 arguments=spec.get("arguments"),
                                  callback=lambda _f: self._channel_ready(n))
             if spec["prefetch"]:
                 ch.basic_qos(prefetch_count=spec["prefetch"], callback=consume)

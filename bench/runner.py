@@ -18,11 +18,11 @@ import multiprocessing
 import os
 import time
 
-from bench import codec as codec_mod
+from amqpclient import codec as codec_mod
 from bench.aggregate import aggregate, drain_summary, drained_depth
 from bench.procio import IoWindow
 from bench.scenarios import Scenario
-from bench.url import AMQPTarget
+from amqpclient.url import AMQPTarget
 
 READY_TIMEOUT = 60.0
 READY_PER_CONNECTION = 0.05       # s more to get ready per connection of the scenario
@@ -46,7 +46,7 @@ class Control:
             self.conn = pika.BlockingConnection(params)
             self.ch = self.conn.channel()
         else:
-            from bench.leanclient import LeanConnection
+            from amqpclient.connection import LeanConnection
             self.conn = LeanConnection(target, codec_mod.load(codec_name),
                                        name="leveret-bench control", timeout=60.0).connect()
             self.conn.channel_open(1)
@@ -101,7 +101,8 @@ def role_specs(scenario: Scenario, queues: list[str],
             specs.append({"kind": "consumer", "queue": q,
                           "channels": list(range(1, scenario.consumer_channels + 1)),
                           "no_ack": scenario.no_ack, "prefetch": scenario.prefetch,
-                          "ack_every": scenario.ack_every})
+                          "ack_every": scenario.ack_every,
+                          "arguments": dict(scenario.consumer_arguments)})
             if scenario.consumer_start_delay:
                 specs[-1]["start_delay"] = scenario.consumer_start_delay
             if consume_target is not None:
@@ -183,7 +184,7 @@ def wait_visible(target: AMQPTarget, queues: list[str], codec_name: str,
                  timeout: float = READY_TIMEOUT) -> None:
     """Block until a passive queue.declare of every queue succeeds on target (another node of
     a cluster learns of the queues through metadata replication)."""
-    from bench.leanclient import AMQPClosed, LeanConnection
+    from amqpclient.connection import AMQPClosed, LeanConnection
     deadline = time.monotonic() + timeout
     while True:
         conn = LeanConnection(target, codec_mod.load(codec_name), name="leveret-bench check",

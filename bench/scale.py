@@ -7,7 +7,7 @@ For each broker (a Leveret node started by bench/node.py in a temporary director
 private RabbitMQ started by bench/refbroker.py; a fresh node for each of the two parts, so a
 broker left broken by one part does not spoil the other):
 
-1. queues: one lean connection (bench/leanclient.py) declares N transient, non-exclusive queues
+1. queues: one lean connection (amqpclient/connection.py) declares N transient, non-exclusive queues
    named scale-q-00001.. on a few channels, one declare in flight per channel; wall time, the
    RSS and thread count of the broker's processes before and after (settled), RSS per queue;
    then one persistent-less message is published (mandatory, with confirms) to 100 of them,
@@ -44,12 +44,12 @@ import statistics
 import sys
 import time
 
-from bench import codec as codec_mod
+from amqpclient import codec as codec_mod
 from bench import report
-from bench.leanclient import AMQPClosed, LeanConnection
+from amqpclient.connection import AMQPClosed, LeanConnection
 from bench.refbroker import amqp_answers, descendants
 from bench.stats import ratio
-from bench.url import AMQPTarget, parse_url
+from amqpclient.url import AMQPTarget, parse_url
 
 KEY = "scale"
 TITLE = "Scale: many queues, many idle connections"

@@ -34,6 +34,7 @@ class Scenario:
     persistent: bool = False          # delivery_mode 2
     durable: bool = False             # durable queues
     queue_arguments: tuple = ()       # ((key, value), ...) for queue.declare's arguments
+    consumer_arguments: tuple = ()    # ((key, value), ...) for basic.consume's arguments
     default: bool = False             # part of the default set run by `make bench`
     rate: float | None = None         # msg/s per publishing channel (PerfTest's --rate); None: as
                                       # fast as the broker takes them
@@ -119,6 +120,7 @@ class Scenario:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["queue_arguments"] = self.arguments
+        d["consumer_arguments"] = dict(self.consumer_arguments)
         return d
 
 
@@ -220,9 +222,22 @@ LATE_CONSUMERS = dataclasses.replace(
 
 PERFTEST = (MANY_QUEUES, FANOUT_10, MANY_PUBLISHERS, LATE_CONSUMERS)
 
+STREAM = dataclasses.replace(
+    B, key="stream",
+    title="stream: 1 P -> 1 stream / 10 C from first, 1,500 B",
+    description="One producer with confirms publishes persistent 1,500-byte messages to a "
+                "stream (x-queue-type stream); 10 consumer connections read it from its first "
+                "offset (x-stream-offset first), each its own position, manual ack with "
+                "prefetch 100 (a stream refuses consumers without one). Every message is "
+                "delivered 10 times.",
+    consumers=10, confirm=DEFAULT_CONFIRM_WINDOW, persistent=True, durable=True,
+    queue_arguments=(("x-queue-type", "stream"),),
+    consumer_arguments=(("x-stream-offset", "first"),), default=False)
+
 SCENARIOS: dict[str, Scenario] = {s.key: s for s in (
     A, B, C, D, paper(1), paper(2), paper(4), paper(8), paper(15), paper(1, True),
-    paper(2, True), paper(4, True), paper(8, True), paper(15, True), CONFIRM_ON, *PERFTEST)}
+    paper(2, True), paper(4, True), paper(8, True), paper(15, True), CONFIRM_ON, *PERFTEST,
+    STREAM)}
 
 GROUPS: dict[str, list[str]] = {
     "default": [k for k, s in SCENARIOS.items() if s.default],

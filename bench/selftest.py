@@ -25,10 +25,10 @@ import socket
 import threading
 import time
 
-from bench import codec as codec_mod
+from amqpclient import codec as codec_mod
 from bench.aggregate import aggregate
 from bench.loadgen import make_body
-from bench.url import AMQPTarget
+from amqpclient.url import AMQPTarget
 
 MODES = [
     # (key, label, role spec overrides)

@@ -262,6 +262,26 @@ def _property_spans(raw) -> dict:
     return spans
 
 
+def delivery_mode(raw) -> int | None:
+    """The delivery_mode of an encoded property list, read past the three properties before
+    it without decoding them (a queue census checks it for every entry it names); None when
+    absent or the list is malformed."""
+    try:
+        (flags,) = _U16.unpack_from(raw, 0)
+        if not flags & 0x1000:
+            return None
+        at = 2
+        if flags & 0x8000:  # content_type
+            at += 1 + raw[at]
+        if flags & 0x4000:  # content_encoding
+            at += 1 + raw[at]
+        if flags & 0x2000:  # headers
+            at += 4 + _fields._U32.unpack_from(raw, at)[0]
+        return raw[at]
+    except (IndexError, struct.error):
+        return None
+
+
 def with_reply_to(raw, reply_to: str) -> bytes:
     """The encoded property list `raw` with its reply_to property set to `reply_to`."""
     buf = bytes(raw)

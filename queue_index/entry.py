@@ -124,6 +124,13 @@ def body_size(value: bytes) -> int:
     return _SIZE.unpack_from(value, 2)[0]
 
 
+def props_raw(value: bytes) -> bytes:
+    """The encoded content properties of a publish record, the rest left undecoded."""
+    lx, lr, lp = _HEAD.unpack_from(value)[5:]
+    at = HEAD_SIZE + lx + lr
+    return bytes(value[at:at + lp])
+
+
 def msg_id(value: bytes) -> bytes:
     return value[_MSG_ID]
 

@@ -315,6 +315,14 @@ class QueueIndex:
                               values=False):
             yield seq
 
+    def live_records(self, txn, after_seq_id: int = -1) -> Iterator[tuple[int, bytes]]:
+        """(seq_id, publish record value, undecoded) of the live entries > after_seq_id, in
+        order (a queue census that must tell persistent entries from transient ones)."""
+        n = self._load(txn).segment_entries
+        for seq, value, _ in live(txn, self._journal, self._segments, self._prefix,
+                                  after_seq_id, n):
+            yield seq, value
+
     def stats(self, txn) -> dict:
         m = self._load(txn)
         return {"live": m.live, "live_bytes": m.live_bytes, "delivered": m.delivered,

@@ -44,6 +44,7 @@ class Run:
     events: int  # events read (numbers between first_seq and last_seq that are there)
     stopped: bool  # it wrote process_stop
     dropped: int  # events it dropped on a full buffer (its last report of them)
+    clock_lead_ns: int  # how far its hybrid clock ran ahead of its own clock (skew relied on)
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ GAP_COLUMNS = ("node string, process string, run_id string, pid bigint, kind str
                "seq_from bigint, seq_to bigint, t_from_ns bigint, t_to_ns bigint, reason string")
 RUN_COLUMNS = ("node string, process string, run_id string, pid bigint, t_first_ns bigint, "
                "t_last_ns bigint, first_seq bigint, last_seq bigint, events bigint, "
-               "stopped boolean, dropped bigint, gaps bigint")
+               "stopped boolean, dropped bigint, clock_lead_ns bigint, gaps bigint")
 
 
 def iso(t_ns: int) -> str:
@@ -107,7 +108,8 @@ def runs(events: DataFrame) -> DataFrame:
                 F.min("seq").alias("first_seq"), F.max("seq").alias("last_seq"),
                 F.count(F.lit(1)).alias("events"),
                 F.max(kind == "process_stop").alias("stopped"),
-                F.coalesce(F.max("dropped"), F.lit(0)).alias("dropped")))
+                F.coalesce(F.max("dropped"), F.lit(0)).alias("dropped"),
+                F.coalesce(F.max("clock_lead_ns"), F.lit(0)).alias("clock_lead_ns")))
 
 
 def jumps(events: DataFrame, run_ids: list[str]) -> DataFrame:
@@ -188,8 +190,9 @@ def runs_frame(spark: SparkSession, run_list: list[Run], gaps: list[Gap]) -> Dat
 
 
 def message_gaps(events: DataFrame, gaps: DataFrame) -> DataFrame:
-    """(msg_id, log_gap, log_gaps): for every message that a gap could hide events of, the
-    earliest such gap's reason and how many there are. A gap counts for a message when it is
+    """(msg_id, log_gap, log_gaps, log_gap_until_ns): for every message that a gap could
+    hide events of, the earliest such gap's reason, how many there are and when the last of
+    them ends (a census after that settles a copy: lifecycles.finish). A gap counts for a message when it is
     in a run that wrote one of its events or hosts a queue it was routed to (whose enqueued
     event the gap could have taken), and ends after the message's first event."""
     ev = events.where(F.col("msg_id").isNotNull())
@@ -202,13 +205,14 @@ def message_gaps(events: DataFrame, gaps: DataFrame) -> DataFrame:
                           F.col("run_id").isNotNull())
              .select(F.col("vhost").alias("h_vhost"), F.col("queue").alias("h_queue"),
                      "run_id").distinct())
-    hosted = (queues.join(F.broadcast(hosts), (queues.q == hosts.h_queue) &
+    hosted = (queues.join(hosts, (queues.q == hosts.h_queue) &
                           queues.vhost.eqNullSafe(hosts.h_vhost))
               .select("msg_id", "run_id"))
-    g = F.broadcast(gaps.select("run_id", "t_from_ns", "t_to_ns", "reason"))
+    g = gaps.select("run_id", "t_from_ns", "t_to_ns", "reason")
     hit = (wrote.unionByName(hosted).distinct().join(g, "run_id").join(first, "msg_id")
            .where(F.col("t_to_ns") >= F.col("t_first_ns")))
     return hit.groupBy("msg_id").agg(
         F.min_by("reason", F.struct("t_from_ns", "reason")).alias("log_gap"),
-        F.count(F.lit(1)).alias("log_gaps"))
+        F.count(F.lit(1)).alias("log_gaps"),
+        F.max("t_to_ns").alias("log_gap_until_ns"))  # (a census after it settles a copy)
 

@@ -2,11 +2,15 @@
 
     spark-submit spark_analysis/lifecycle.py --events DIR --out DIR [--master URL]
     python -m spark_analysis.lifecycle --events DIR --out DIR [--message MSG_ID]
-    make analyze EVENTS=DIR OUT=DIR
+    make analyze EVENTS=DIR OUT=DIR [MASTER=spark://HOST:PORT]
 
 DIR holds the .events files of one or many nodes (searched recursively; several directories may
-be given, comma-separated). Writes, under OUT:
-    events/              Parquet, every event decoded, one row each (reader.py, schema.py)
+be given, comma-separated). DIR and OUT are paths of Hadoop's file systems: plain paths (the
+default file system), file://, hdfs://, s3a://... Writes, under OUT:
+    events/              Parquet, every event decoded, one row each (reader.py, schema.py);
+                         a later run into the same OUT appends only the new files' events
+    manifest/            Parquet, one row per .events file: what events/ holds of it
+                         (manifest.py)
     runs/                Parquet, one row per process run: the span its log covers (gaps.py)
     gaps/                Parquet, one row per log gap: a hole in a run's sequence numbers, or
                          a run that ended without process_stop
@@ -42,9 +46,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="spark_analysis.lifecycle", description=__doc__.split(
         "\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--events", required=True, help="directory (or comma-separated directories "
-                   "and files) holding .events files")
-    p.add_argument("--out", required=True, help="output directory (replaced parts: events/, "
-                   "lifecycles/, anomalies/, latency/, plots/, report.html)")
+                   "and files) holding .events files: a plain path (default file system), "
+                   "file://, hdfs://, s3a://...")
+    p.add_argument("--out", required=True, help="output directory, any of those too (replaced "
+                   "parts: lifecycles/, anomalies/, latency/, plots/, report.html; events/ and "
+                   "manifest/ grow with the log)")
     p.add_argument("--master", help="Spark master URL (default local[*], or spark-submit's)")
     p.add_argument("--message", help="msg_id (hex) or publisher message_id of the message whose "
                    "timeline the report draws (default: the first anomaly's, else the message "
@@ -53,7 +59,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="redelivery_loop: more redeliveries of one copy than this (default 10)")
     p.add_argument("--driver-memory", default="4g", help="when not under spark-submit")
     p.add_argument("--shuffle-partitions", type=int, default=0,
-                   help="default: 4 per core, at least 8")
+                   help="default: Spark's, coalesced by adaptive execution to the data and "
+                   "the cluster")
+    p.add_argument("--full", action="store_true", help="decode every file again (default: "
+                   "only the files that are new or grew since the last run into OUT)")
     p.add_argument("--samples", type=int, default=50_000,
                    help="latency values per metric drawn in the histograms")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -74,19 +83,13 @@ def _rows(df) -> list[dict]:
 def run(args: argparse.Namespace, spark=None) -> int:
     """The job; with `spark`, in that session (left running), else in its own."""
     from pyspark import StorageLevel
+    from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
-    from spark_analysis import anomalies, gaps, latency, lifecycles, session
+    from spark_analysis import (anomalies, gaps, latency, lifecycles, lookup, manifest, session,
+                                storage)
     from spark_analysis.progress import Progress
 
-    files = reader.list_files(args.events)
-    headers = {p: h for p in files if (h := reader.read_header(p)) is not None}
-    if not headers:
-        print(f"spark_analysis: no {S.SCHEMA} .events files under {args.events}",
-              file=sys.stderr)
-        return 2
-    out = os.path.abspath(args.out)
-    os.makedirs(out, exist_ok=True)
     prog = Progress(STEPS, enabled=not args.no_progress)
     prog.begin("start Spark")
     own = spark is None
@@ -95,40 +98,84 @@ def run(args: argparse.Namespace, spark=None) -> int:
     prog.attach(spark)
     try:
         prog.begin("read events")
+        out = storage.qualify(spark, args.out)
+        inputs = [storage.qualify(spark, p) for p in args.events.split(",") if p]
+        try:
+            listing = reader.scan(spark, inputs)
+        except AnalysisException as e:
+            print(f"spark_analysis: cannot list {args.events}: {e}", file=sys.stderr)
+            return 2
+        layout = S.ddl()
+        manifest_dir, events_dir = storage.join(out, "manifest"), storage.join(out, "events")
+        previous = None if args.full else manifest.read(spark, manifest_dir)
+        if previous is not None and not storage.exists(spark, events_dir):
+            previous = None  # (OUT/events/ was removed by hand: start again)
+        plan = manifest.plan(previous, listing, ",".join(inputs), layout)
+        new_headers = reader.headers(spark, [f.path for f in plan.read])
+        why = manifest.replaced(plan, new_headers)
+        if why:  # a file under a recorded name is another file: start again
+            run = plan.run
+            plan = manifest.plan(None, listing, ",".join(inputs), layout)
+            plan.run, plan.why = run, why
+            new_headers = reader.headers(spark, [f.path for f in plan.read])
+        read_paths = [f.path for f in plan.read]
+        clock_of = {p: reader.clock_key(h, p) for p, h in new_headers.items()}
+        known = manifest.offsets(plan, {})
+        offsets = manifest.offsets(plan, reader.clock_offsets(
+            {p: h for p, h in new_headers.items() if clock_of[p] not in known}))
+        if not new_headers and not any(e.valid for e in plan.previous.values()):
+            print(f"spark_analysis: no {S.SCHEMA} .events files under {args.events}",
+                  file=sys.stderr)
+            return 2
         # Decoded once (Python workers), kept as Parquet: every later pass reads only the
-        # columns it needs, and nothing big has to fit in the JVM's memory.
-        events_dir = os.path.join(out, "events")
-        reader.load(spark, list(headers)).write.mode("overwrite").parquet(events_dir)
+        # columns it needs, and nothing big has to fit in the JVM's memory. An incremental run
+        # appends the new files' events; the manifest is removed first, so a run that dies
+        # half-way leaves the next one a full read rather than rows it would add twice.
+        storage.delete(spark, manifest_dir)
+        if plan.full or read_paths:
+            reader.load(spark, read_paths, offsets, plan.skip).write.mode(
+                "overwrite" if plan.full else "append").parquet(events_dir)
         events = spark.read.parquet(events_dir)
-        by_kind = _rows(events.groupBy("kind", F.col("msg_id").isNull().alias("no_id")).count())
+        # one pass for the counts per kind and per file and the log's time span
+        by_file = _rows(events.groupBy("file", "kind", F.col("msg_id").isNull().alias("no_id"))
+                        .agg(F.count(F.lit(1)).alias("count"), F.min("t_ns").alias("t_min"),
+                             F.max("t_ns").alias("t_max")))
+        t_first = min((r["t_min"] for r in by_file if r["t_min"] is not None), default=0)
+        t_last = max((r["t_max"] for r in by_file if r["t_max"] is not None), default=0)
         events_by_kind: dict[str, int] = {}
+        per_file: dict[str, int] = {}
         no_id = 0
-        for r in by_kind:
+        for r in by_file:
             events_by_kind[r["kind"]] = events_by_kind.get(r["kind"], 0) + r["count"]
+            per_file[r["file"]] = per_file.get(r["file"], 0) + r["count"]
             if r["no_id"] and r["kind"] not in (S.PROCESS_KINDS + S.LOG_KINDS + S.REMOVAL_KINDS
-                                                + S.TX_KINDS):
+                                                + S.TX_KINDS + S.REPLICA_KINDS):
                 no_id += r["count"]
+        recorded = manifest.entries(plan, new_headers, clock_of, offsets, per_file,
+                                    ",".join(inputs), layout)
+        manifest.write(spark, manifest_dir, recorded)
 
         prog.begin("log gaps")
         run_list, gap_list = gaps.collect(events)
         gaps.runs_frame(spark, run_list, gap_list).write.mode("overwrite").parquet(
-            os.path.join(out, "runs"))
+            storage.join(out, "runs"))
         gap_df = gaps.gaps_frame(spark, gap_list)
-        gap_df.write.mode("overwrite").parquet(os.path.join(out, "gaps"))
+        gap_df.write.mode("overwrite").parquet(storage.join(out, "gaps"))
         # a complete log pays nothing for the gap rule: no join unless there is a gap
         msg_gaps = gaps.message_gaps(events, gap_df) if gap_list else None
 
         prog.begin("lifecycles")
-        lc_dir = os.path.join(out, "lifecycles")
+        lc_dir = storage.join(out, "lifecycles")
         lifecycles.build(events, msg_gaps).write.mode("overwrite").parquet(lc_dir)
+        lookup.write(events, out)  # lookup/: the layout traces read one message from
         lc = spark.read.parquet(lc_dir)
         final_states = {r["final_state"]: r["count"] for r in
                         _rows(lc.groupBy("final_state").count())}
 
         prog.begin("anomalies")
         an = anomalies.find(lc, args.redelivery_threshold)
-        an.write.mode("overwrite").parquet(os.path.join(out, "anomalies"))
-        an = spark.read.parquet(os.path.join(out, "anomalies"))
+        an.write.mode("overwrite").parquet(storage.join(out, "anomalies"))
+        an = spark.read.parquet(storage.join(out, "anomalies"))
         anomaly_counts = {r["kind"]: r["count"] for r in _rows(an.groupBy("kind").count())}
         anomaly_rows = _rows(an.orderBy("kind", "t").limit(50))
 
@@ -136,11 +183,11 @@ def run(args: argparse.Namespace, spark=None) -> int:
         samples = latency.samples(lc).persist(StorageLevel.DISK_ONLY)
         by_queue = latency.by_queue(samples)
         by_minute = latency.by_minute(samples)
-        by_queue.write.mode("overwrite").parquet(os.path.join(out, "latency", "by_queue"))
-        by_minute.write.mode("overwrite").parquet(os.path.join(out, "latency", "by_minute"))
-        by_queue_rows = _rows(spark.read.parquet(os.path.join(out, "latency", "by_queue"))
+        by_queue.write.mode("overwrite").parquet(storage.join(out, "latency", "by_queue"))
+        by_minute.write.mode("overwrite").parquet(storage.join(out, "latency", "by_minute"))
+        by_queue_rows = _rows(spark.read.parquet(storage.join(out, "latency", "by_queue"))
                               .orderBy("metric", "queue"))
-        by_minute_rows = _rows(spark.read.parquet(os.path.join(out, "latency", "by_minute"))
+        by_minute_rows = _rows(spark.read.parquet(storage.join(out, "latency", "by_minute"))
                                .orderBy("metric", "minute").limit(2000))
         fractions = {}
         for r in by_queue_rows:
@@ -155,8 +202,7 @@ def run(args: argparse.Namespace, spark=None) -> int:
         samples.unpersist()
 
         prog.begin("throughput and timeline")
-        span = events.agg(F.min("t_ns").alias("a"), F.max("t_ns").alias("b")).first()
-        seconds = max(1.0, ((span["b"] or 0) - (span["a"] or 0)) / 1e9)
+        seconds = max(1.0, (t_last - t_first) / 1e9)
         bucket = float(max(1, math.ceil(seconds / 600)))
         thr = (events.groupBy((F.floor(F.col("t_ns") / F.lit(1e9 * bucket)) * F.lit(bucket))
                               .alias("s"), "kind").count().collect())
@@ -169,9 +215,9 @@ def run(args: argparse.Namespace, spark=None) -> int:
                              .orderBy("t_ns", "rank").drop("msg_id"))
 
         prog.begin("report")
-        nodes = sorted({str(h.get("node")) for h in headers.values()})
+        nodes = sorted({e.node for e in recorded if e.valid})
         data = report.ReportData(
-            events_dir=args.events, files=len(headers), nodes=nodes,
+            events_dir=args.events, files=sum(e.valid for e in recorded), nodes=nodes,
             events=sum(events_by_kind.values()), events_by_kind=events_by_kind,
             events_without_msg_id=no_id, messages=sum(final_states.values()),
             final_states=final_states, anomaly_counts=anomaly_counts, anomalies=anomaly_rows,
@@ -185,9 +231,12 @@ def run(args: argparse.Namespace, spark=None) -> int:
         prog.close()
         data.seconds = prog.elapsed
         data.steps = prog.timings
-        path = report.write(data, out)
+        data.files_read = None if plan.full else len(read_paths)
+        for name, blob in report.render(data).items():
+            storage.write_bytes(spark, storage.join(out, name), blob)
         print(report.summary_text(data))
-        print(f"  report: {path}")
+        path = storage.join(out, "report.html")
+        print(f"  report: {storage.local_path(path) or path}")
         return 0
     finally:
         prog.close()

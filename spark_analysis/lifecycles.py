@@ -65,7 +65,9 @@ def _n(cond: Column) -> Column:
 
 
 def _union_lists(col: Column) -> Column:
-    return F.array_distinct(F.flatten(F.collect_list(col)))
+    """The distinct items of the lists, sorted: the same whatever order the rows arrive in (on a
+    cluster that order is the shuffle's)."""
+    return F.array_sort(F.array_distinct(F.flatten(F.collect_list(col))))
 
 
 def _discard() -> Column:
@@ -95,7 +97,7 @@ def copy_state(last: Column) -> Column:
 def group_rows(events: DataFrame) -> DataFrame:
     """Shuffle 1: one row per (msg_id, queue) -- queue null for the publish side."""
     ev = events.where(F.col("msg_id").isNotNull()).withColumn(
-        "copy_queue", F.when(_is(*S.COPY_KINDS), F.col("queue")))
+        "copy_queue", F.when(_is(*S.COPY_STEP_KINDS), F.col("queue")))
     step = F.struct(
         F.col("t_ns"), F.col("rank"), F.col("kind"), ns_to_ts(F.col("t_ns")).alias("t"),
         F.col("node"), F.col("actor"),
@@ -120,6 +122,10 @@ def group_rows(events: DataFrame) -> DataFrame:
         .alias("publisher_connection"),
         F.first(F.when(_is("publish_received", "confirmed", "nacked_to_publisher"),
                        F.col("seq_no")), ignorenulls=True).alias("seq_no"),
+        F.first(F.when(_is("publish_received"), F.col("traceparent")), ignorenulls=True)
+        .alias("traceparent"),
+        _union_lists(F.when(_is("routed", "unroutable"), F.col("alternate_exchanges")))
+        .alias("alternate_exchanges"),
         _t_min("publish_received").alias("t_published_ns"),
         _t_min("routed").alias("t_routed_ns"),
         # a dead-lettered copy is routed by its DLX: its target queues
@@ -137,7 +143,12 @@ def group_rows(events: DataFrame) -> DataFrame:
         _t_min("nacked_to_publisher").alias("t_nacked_to_publisher_ns"),
         # copy side
         F.max(F.when(_is(*S.COPY_KINDS), F.col("durable"))).alias("durable"),
+        # a stream's copy (its events name an offset): read by every consumer, never removed
+        # by an ack (docs/streams.md)
+        F.max(F.when(_is(*S.COPY_KINDS), F.col("offset").isNotNull())).alias("stream"),
         _t_min("enqueued").alias("t_enqueued_ns"),
+        # the promotions of its queue before the master that enqueued it (promotion_verdicts)
+        F.min(F.when(_is("enqueued"), F.col("epoch"))).alias("copy_epoch"),
         _t_min("stored").alias("t_stored_ns"),
         _t_min("synced").alias("t_synced_ns"),
         _t_min(*S.DELIVERY_KINDS).alias("t_first_delivered_ns"),
@@ -159,7 +170,7 @@ def group_rows(events: DataFrame) -> DataFrame:
         _union_lists(F.when(_is("dead_lettered"), F.col("queues"))).alias("dead_letter_queues"),
         F.first(F.when(_is("dead_lettered"), F.col("new_msg_id")), ignorenulls=True)
         .alias("dead_lettered_to"),
-        F.array_sort(F.collect_list(F.when(_is(*S.COPY_KINDS), step))).alias("steps"),
+        F.array_sort(F.collect_list(F.when(_is(*S.COPY_STEP_KINDS), step))).alias("steps"),
     )
 
 
@@ -189,14 +200,18 @@ def copy_states(rows: DataFrame, events: DataFrame) -> DataFrame:
                 .groupBy("vhost", "queue").agg(F.max("t_ns").alias("t_restart_ns"),
                                                F.max("durable").alias("q_durable"))
                 .withColumnRenamed("vhost", "r_vhost").withColumnRenamed("queue", "r_queue"))
-    rows = (rows.join(F.broadcast(restarts), (rows.copy_queue == restarts.r_queue) &
+    rows = (rows.join(restarts, (rows.copy_queue == restarts.r_queue) &
                       rows.vhost.eqNullSafe(restarts.r_vhost), "left")
             .withColumn("durable", F.when(is_copy, F.coalesce(
                 F.col("durable"), F.col("q_durable"), F.col("t_stored_ns").isNotNull()))))
+    rows = promotion_verdicts(rows, events)
     rows = removed_by(rows, events)
+    rows = census_verdicts(rows, events)
     # A channel (or its connection) closed after a copy was delivered on it, and no requeue
     # since. Latest close per channel and per connection: one row per key, so the joins keep
     # one row per copy (channel numbers are reused: only a close after the delivery counts).
+    # No broadcast hint: the closes grow with the clients, so Spark (adaptive execution, from
+    # the sizes it measures) chooses how to join them.
     ch_closes = (events.where(_is("channel_closed") & F.col("connection").isNotNull())
                  .groupBy(F.col("connection").alias("cc_connection"),
                           F.col("channel").alias("cc_channel"))
@@ -205,19 +220,147 @@ def copy_states(rows: DataFrame, events: DataFrame) -> DataFrame:
                    .groupBy(F.col("connection").alias("k_connection"))
                    .agg(F.max("t_ns").alias("t_conn_close_ns")))
     rows = (rows
-            .join(F.broadcast(ch_closes), (rows.last_connection == ch_closes.cc_connection) &
+            .join(ch_closes, (rows.last_connection == ch_closes.cc_connection) &
                   (rows.last_channel == ch_closes.cc_channel), "left")
-            .join(F.broadcast(conn_closes), rows.last_connection == conn_closes.k_connection,
+            .join(conn_closes, rows.last_connection == conn_closes.k_connection,
                   "left"))
     closed_under_it = F.greatest("t_ch_close_ns", "t_conn_close_ns") > F.col("t_last_event_ns")
     restarted = ((F.col("t_restart_ns") > F.col("t_last_event_ns")) &
                  ~F.coalesce(F.col("t_synced_ns") <= F.col("t_restart_ns"), F.lit(False)))
-    gone = (F.col("state").isin("queued", "unacked") & F.coalesce(restarted, F.lit(False))) | (
-        (F.col("state") == "unacked") & F.coalesce(closed_under_it, F.lit(False)))
+    # (a copy a census after its last step judged is not guessed about: the census said)
+    gone = ~F.col("census_judged") & (
+        (F.col("state").isin("queued", "unacked") & F.coalesce(restarted, F.lit(False))) | (
+            (F.col("state") == "unacked") & F.coalesce(closed_under_it, F.lit(False))))
     return (rows.withColumn("state", F.when(gone, F.lit("vanished")).otherwise(F.col("state")))
             .drop("r_vhost", "r_queue", "t_restart_ns", "q_durable", "cc_connection",
                   "cc_channel", "t_ch_close_ns", "k_connection", "t_conn_close_ns",
-                  "last_connection", "last_channel", "t_last_state_ns"))
+                  "last_connection", "last_channel", "t_last_state_ns", "census_judged",
+                  "copy_epoch", "promotion_gone"))
+
+
+def promotion_verdicts(rows: DataFrame, events: DataFrame) -> DataFrame:
+    """Copies still queued or unacked when a mirror or quorum member of their queue was
+    promoted to master (`promoted`, of a later epoch than the master that enqueued them): a
+    copy lives on only where the promoted replica held it -- a `replica_enqueued` of it on
+    the promoted node before the promotion, and no `replica_dropped` of that node's replica
+    between the two. Otherwise it went with the deposed master (it had it, the new one never
+    did): `vanished`, `census_missing` "promoted" (census_verdicts: the promotion judged it as
+    a census would). The promotions and drops
+    of a queue are one broadcast row: no shuffle of the copy rows."""
+    marks_ev = events.where(_is("promoted", "replica_dropped") & F.col("queue").isNotNull())
+    if marks_ev.where(_is("promoted")).isEmpty():  # (no promotion: nothing to judge)
+        return rows.withColumn("promotion_gone", F.lit(False))
+    mark = F.struct("t_ns", "kind", "node", "epoch")
+    marks = (marks_ev.groupBy(F.col("vhost").alias("pm_vhost"), F.col("queue").alias("pm_queue"))
+             .agg(F.array_sort(F.collect_list(mark)).alias("pm_marks")))
+    rows = rows.join(F.broadcast(marks), (rows.copy_queue == marks.pm_queue) &
+                     rows.vhost.eqNullSafe(marks.pm_vhost), "left")
+    open_copy = F.col("state").isin("queued", "unacked") & F.col("copy_epoch").isNotNull()
+
+    def carried(p):
+        def held(s):
+            dropped_since = F.exists("pm_marks", lambda d: (d.getField("kind") ==
+                                                            "replica_dropped") &
+                                     (d.getField("node") == p.getField("node")) &
+                                     (d.getField("t_ns") > s.getField("t_ns")) &
+                                     (d.getField("t_ns") < p.getField("t_ns")))
+            return ((s.getField("kind") == "replica_enqueued") &
+                    (s.getField("node") == p.getField("node")) &
+                    (s.getField("t_ns") < p.getField("t_ns")) & ~dropped_since)
+        return F.exists("steps", held)
+
+    ended_by = F.try_element_at(F.filter(
+        F.coalesce("pm_marks", F.array()),
+        lambda p: open_copy & (p.getField("kind") == "promoted") &
+        (p.getField("epoch") > F.col("copy_epoch")) & ~carried(p)), F.lit(1))
+    gone = ended_by.isNotNull()
+    return (rows.withColumn("promotion_gone", gone)
+            .withColumn("state", F.when(F.col("promotion_gone"), F.lit("vanished"))
+                        .otherwise(F.col("state")))
+            .drop("pm_vhost", "pm_queue", "pm_marks"))
+
+
+def census_verdicts(rows: DataFrame, events: DataFrame) -> DataFrame:
+    """Copies still queued or unacked, judged by the `queue_census` events of their queue
+    taken after their last state step (and naming seq_ids below theirs): absent from one, the
+    copy is `vanished` then (`census_missing` says which census: `started` after a restart,
+    `stopped`, `requested`); held by all of them, it is confirmed there, and an unacked copy
+    that a restart's census holds is `queued` again (recovery requeues it). `t_census_ns`:
+    the latest census that held it (before one that did not): what a log gap ending before it
+    hid cannot change the copy's fate (finish). `census_judged` says a census decided, so the
+    guesses from restarts and closed channels stay out. The censuses of a queue are one
+    broadcast row (their times, epochs and ranges, split into starts and ends); whether one
+    holds a copy's seq_id is a binary search of its starts: no shuffle, no join of the copy
+    rows. A census of an epoch before the copy's master's does not judge it (seq_ids are a
+    master's log's), and a copy the promotion rule ended is `census_missing` "promoted"."""
+    cen = events.where(_is("queue_census") & F.col("queue").isNotNull())
+    promoted = F.col("promotion_gone")
+    if cen.isEmpty():  # (a log without censuses: the job costs what it did)
+        return (rows.withColumn("census_missing", F.when(promoted, F.lit("promoted"))
+                                .cast("string"))
+                .withColumn("census_judged", promoted)
+                .withColumn("t_census_ns", F.lit(None).cast("bigint")))
+    pairs = F.when(F.size("seq_ranges") >= 2, F.sequence(
+        F.lit(0), (F.size("seq_ranges") / 2 - 1).cast("int"))).otherwise(F.array())
+    census = F.struct(
+        "t_ns", "reason", "seq_below", "epoch",
+        F.transform(pairs, lambda i: F.element_at("seq_ranges", i * 2 + 1)).alias("starts"),
+        F.transform(pairs, lambda i: F.element_at("seq_ranges", i * 2 + 2)).alias("ends"))
+    marks = (cen.groupBy(F.col("vhost").alias("cn_vhost"), F.col("queue").alias("cn_queue"))
+             .agg(F.array_sort(F.collect_list(census)).alias("censuses")))
+    seq = F.try_element_at(F.filter("steps", lambda s: s.getField("seq_id").isNotNull()),
+                           F.lit(1)).getField("seq_id")
+    rows = (rows.withColumn("copy_seq_id", F.when(F.col("copy_queue").isNotNull(), seq))
+            .join(F.broadcast(marks), (rows.copy_queue == marks.cn_queue) &
+                  rows.vhost.eqNullSafe(marks.cn_vhost), "left"))
+    open_copy = F.col("state").isin("queued", "unacked")
+    copy_seq = F.col("copy_seq_id")
+    rows = rows.withColumn("census_after", F.filter(
+        F.coalesce("censuses", F.array()),
+        lambda c: open_copy & (c.getField("t_ns") > F.col("t_last_state_ns")) &
+        (copy_seq < c.getField("seq_below")) &
+        # (an earlier master's seq_ids are not this copy's: a new master numbers on from
+        # its own log, past which a deposed one may have numbered others)
+        F.coalesce(c.getField("epoch") >= F.col("copy_epoch"), F.lit(True))))
+
+    def holds(c):
+        return _in_ranges(c.getField("starts"), c.getField("ends"), copy_seq)
+
+    missing = F.try_element_at(F.filter("census_after", lambda c: ~holds(c)), F.lit(1))
+    rows = rows.withColumn("missing", missing)
+    missing = F.col("missing")
+    held_before = F.filter("census_after", lambda c: holds(c) & F.coalesce(
+        c.getField("t_ns") < missing.getField("t_ns"), F.lit(True)))
+    after_restart = F.exists("census_after", lambda c: c.getField("reason") == "started")
+    judged = F.size("census_after") > 0
+    return (rows.withColumn("census_missing", F.when(promoted, F.lit("promoted"))
+                            .otherwise(missing.getField("reason")))
+            .withColumn("census_judged", judged | promoted)
+            .withColumn("t_census_ns", F.array_max(
+                F.transform(held_before, lambda c: c.getField("t_ns"))))
+            .withColumn("state", F.when(judged & missing.isNotNull(), F.lit("vanished"))
+                        .when(judged & after_restart & (F.col("state") == "unacked"),
+                              F.lit("queued"))
+                        .otherwise(F.col("state")))
+            .drop("cn_vhost", "cn_queue", "censuses", "census_after", "missing",
+                  "copy_seq_id"))
+
+
+def _in_ranges(starts: Column, ends: Column, seq: Column) -> Column:
+    """Whether seq is in one of the inclusive ranges (starts[i], ends[i]), starts ascending:
+    a binary search for the last start <= seq (40 halvings: far more than any census)."""
+    n = F.size(starts)
+
+    def halve(acc, _):
+        lo, hi = acc.getField("lo"), acc.getField("hi")
+        mid = ((lo + hi) / 2).cast("int")
+        right = F.element_at(starts, mid + 1) <= seq
+        return F.when(lo < hi, F.when(right, F.struct((mid + 1).alias("lo"), hi.alias("hi")))
+                      .otherwise(F.struct(lo.alias("lo"), mid.alias("hi")))).otherwise(acc)
+
+    found = F.aggregate(F.sequence(F.lit(1), F.lit(40)),
+                        F.struct(F.lit(0).alias("lo"), n.alias("hi")), halve).getField("lo")
+    return F.coalesce(F.when(found > 0, F.element_at(ends, found) >= seq), F.lit(False))
 
 
 def removed_by(rows: DataFrame, events: DataFrame) -> DataFrame:
@@ -225,7 +368,7 @@ def removed_by(rows: DataFrame, events: DataFrame) -> DataFrame:
     `queue_deleted` (ready or unacked) event of its queue at or after the copy's last state
     step -- unless a restart of the queue came first that the copy did not survive (not synced
     before it): that copy vanished then, and a later deletion must not hide it. One row per
-    queue (its removals and restarts, sorted), broadcast: no shuffle of the copy rows."""
+    queue (its removals and restarts, sorted), joined as Spark chooses."""
     marks = (events.where(_is(*S.REMOVAL_KINDS, "queue_crashed", "queue_started") &
                           F.col("queue").isNotNull())
              .groupBy(F.col("vhost").alias("rm_vhost"), F.col("queue").alias("rm_queue"))
@@ -233,7 +376,7 @@ def removed_by(rows: DataFrame, events: DataFrame) -> DataFrame:
     # (a queue without a purge or deletion keeps its copies' states: no need to look further)
     marks = marks.where(F.exists("marks", lambda r: r.getField("kind").isin(
         list(S.REMOVAL_KINDS))))
-    rows = rows.join(F.broadcast(marks), (rows.copy_queue == marks.rm_queue) &
+    rows = rows.join(marks, (rows.copy_queue == marks.rm_queue) &
                      rows.vhost.eqNullSafe(marks.rm_vhost), "left")
     state, synced = F.col("state"), F.col("t_synced_ns")
 
@@ -259,9 +402,10 @@ def removed_by(rows: DataFrame, events: DataFrame) -> DataFrame:
 COPY_FIELDS = ("state", "durable", "persistent", "deliveries", "redeliveries", "acks",
                "auto_acks", "nacks",
                "rejects", "requeues", "expirations", "dead_letterings", "drops",
-               "delivery_to_ack_ms", "delivered_after_ack", "dead_letter_queues")
+               "delivery_to_ack_ms", "delivered_after_ack", "dead_letter_queues",
+               "census_missing", "stream")
 COPY_TIMES = ("t_enqueued", "t_stored", "t_synced", "t_first_delivered", "t_last_delivered",
-              "t_first_acked", "t_removed", "t_last_event")
+              "t_first_acked", "t_removed", "t_last_event", "t_census")
 PUBLISH_TIMES = ("t_published", "t_routed", "t_unroutable", "t_returned", "t_confirmed",
                  "t_nacked_to_publisher", "t_rolled_back")
 
@@ -296,7 +440,7 @@ def assemble(rows: DataFrame, msg_gaps: DataFrame | None = None) -> DataFrame:
         F.first("vhost", ignorenulls=True).alias("vhost"),
         side("exchange"), side("routing_key"), side("mandatory"), side("publisher_connection"),
         side("seq_no"), side("routed_queues"), side("parent_msg_id"), side("dead_letter_reason"),
-        side("nack_reason"),
+        side("nack_reason"), side("traceparent"), side("alternate_exchanges"),
         *[side(f"{t}_ns") for t in PUBLISH_TIMES],
         F.max("persistent").alias("persistent"),
         F.sum("n_events").alias("n_events"),
@@ -304,8 +448,9 @@ def assemble(rows: DataFrame, msg_gaps: DataFrame | None = None) -> DataFrame:
         _union_lists(F.col("dead_letter_queues")).alias("dead_letter_queues"),
         F.first("dead_lettered_to", ignorenulls=True).alias("dead_lettered_to"),
         F.array_sort(F.collect_list(F.when(~pub, F.col("copy_queue")))).alias("queues"),
-        F.collect_list(F.when(~pub, F.struct(F.col("copy_queue").alias("queue"),
-                                             F.col("state")))).alias("queue_state_list"),
+        F.array_sort(F.collect_list(F.when(~pub, F.struct(F.col("copy_queue").alias("queue"),
+                                                          F.col("state")))))
+        .alias("queue_state_list"),
         copies_min("t_enqueued_ns", "t_first_enqueued_ns"),
         copies_min("t_first_delivered_ns", "t_first_delivered_ns"),
         copies_min("t_first_acked_ns", "t_first_acked_ns"),
@@ -316,7 +461,8 @@ def assemble(rows: DataFrame, msg_gaps: DataFrame | None = None) -> DataFrame:
     )
     if msg_gaps is None:
         msgs = msgs.withColumn("log_gap", F.lit(None).cast("string")).withColumn(
-            "log_gaps", F.lit(0).cast("bigint"))
+            "log_gaps", F.lit(0).cast("bigint")).withColumn(
+            "log_gap_until_ns", F.lit(None).cast("bigint"))
     else:
         msgs = msgs.join(msg_gaps, "msg_id", "left").withColumn(
             "log_gaps", F.coalesce(F.col("log_gaps"), F.lit(0).cast("bigint")))
@@ -349,14 +495,21 @@ def finish(msgs: DataFrame) -> DataFrame:
     state = final_state(F.col("queue_state_list"),
                         F.coalesce(F.col("dead_letter_queues"), F.array()),
                         F.coalesce(F.col("routed_queues"), F.array()))
-    open_copy = F.exists("queue_state_list",
-                         lambda c: c.getField("state").isin(*UNSETTLED_STATES))
+    # a copy a census held after every gap that counts for the message ends: what the gaps
+    # hid happened before the census, and the copy's fate since is all in the log
+    def held_after_gap(c):
+        return F.coalesce(c.getField("t_census_ns") > F.col("log_gap_until_ns"), F.lit(False))
+
+    open_copy = F.exists("copies", lambda c: c.getField("state").isin(*UNSETTLED_STATES) &
+                         ~held_after_gap(c))
     hidden = F.col("log_gap").isNotNull() & (open_copy | state.isin(*UNSETTLED_FINAL))
+    census_settled = (F.col("log_gap").isNotNull() & ~hidden &
+                      F.exists("copies", held_after_gap))
     return msgs.select(
         F.lower(F.hex("msg_id")).alias("msg_id"),
         "message_id", "vhost", "exchange", "routing_key", "persistent", "mandatory",
         F.when(hidden, F.lit("unknown")).otherwise(state).alias("final_state"),
-        "log_gap", "log_gaps",
+        "log_gap", "log_gaps", census_settled.alias("census_settled"),
         "queues", "routed_queues", "dead_letter_queues",
         F.map_from_entries("queue_state_list").alias("queue_states"),
         *[ns_to_ts(F.col(f"{t}_ns")).alias(t) for t in PUBLISH_TIMES],
@@ -367,7 +520,7 @@ def finish(msgs: DataFrame) -> DataFrame:
         _ms(F.col("t_first_delivered_ns"), published).alias("publish_to_first_delivery_ms"),
         F.lower(F.hex("dead_lettered_to")).alias("dead_lettered_to"),
         F.lower(F.hex("parent_msg_id")).alias("parent_msg_id"), "dead_letter_reason",
-        "nack_reason",
+        "nack_reason", "traceparent", "alternate_exchanges",
         "seq_no", "publisher_connection", "n_events", "nodes", "copies",
         *[f"{t}_ns" for t in PUBLISH_TIMES],  # exact times (the anomaly checks use them)
     )

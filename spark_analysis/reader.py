@@ -1,28 +1,34 @@
-"""Reads "leveret-events v1" files (actors/events.py) into Spark: a Python data source.
+"""Reads "leveret-events v1" files (actors/events.py) into Spark.
 
-`spark.read.format("leveret-events").load("DIR[,DIR...]")` after `register(spark)`: one input
-partition per .events file found (recursively) under the given directories or files, biggest
-first; each Python worker reads its file, decodes the msgpack stream with msgpack's C unpacker
-and hands Spark Arrow record batches of up to `batchSize` events (no pickled rows, no JVM-side
-copy of the raw bytes: measured in docs/events.md). A file cut short by kill -9 is read up to
-its last whole event; a file without a v1 header is skipped.
+`load(spark, paths, offsets)`: the executors read the files through Hadoop's FileSystem
+(Spark's `binaryFile` source: `file://`, `hdfs://`, `s3a://` or plain paths on the default file
+system), Spark packs them into input partitions sized from the cluster's parallelism, and a
+Python worker decodes each file's msgpack stream with msgpack's C unpacker into Arrow record
+batches of up to `batch_size` events (a PyArrow UDTF: no pickled rows, no pandas). `scan` lists the files
+(no content read) and `headers` reads their header maps (only the first HEAD_BYTES of each file
+reach Python). A file cut short by kill -9 is read up to its last whole event; a file without a
+v1 header is skipped.
 
-Times: every event carries wall and monotonic nanoseconds taken together. CLOCK_MONOTONIC is
-one clock for every process of one boot of one host, so the reader maps monotonic time onto the
-wall clock once per boot (`t_ns = mono_ns + offset[boot_id]`, offset = median of wall - mono over
-the file headers of that boot): latencies between processes of one host are exact, whatever NTP
-did to the wall clock meanwhile, and events of different hosts are ordered by their wall clocks.
+Times: every event carries wall and monotonic nanoseconds taken together, and its process's
+hybrid logical clock (actors/hlc.py). `t_ns` is the hybrid clock: its process's monotonic time
+mapped onto the wall clock, pushed forward where a message from a process whose clock ran ahead
+arrived first, so an event caused by another (through any chain of messages, across hosts) is
+always later, and latencies between processes of one host stay exact to the microsecond.
+`clock_lead_ns` is how far the hybrid clock ran ahead of the process's own mapped time there:
+the clock skew that event's ordering relied on (the report gives the largest). Files of older
+writers (no hybrid clock) map monotonic time onto the wall clock once per boot (`mono_ns +
+offset[boot_id]`, offset = median of wall - mono over the file headers of that boot).
 
-The decoding functions (`list_files`, `read_header`, `clock_offsets`, `decode`) import neither
-pyspark nor anything of Leveret; the data source classes need pyspark >= 4.0.
+The decoding functions (`clock_offsets`, `decode`, and `list_files`, `read_header`, `read_dir`
+for logs on the local disk, without Spark) import neither pyspark nor anything of Leveret.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import posixpath
 import statistics
-from dataclasses import dataclass
 from typing import Iterator
 
 import msgpack
@@ -33,7 +39,7 @@ from spark_analysis import schema as S
 
 _ARROW = {"string": pa.string(), "bigint": pa.int64(), "int": pa.int32(), "boolean": pa.bool_(),
           "binary": pa.binary(), "array<string>": pa.list_(pa.string()),
-          "array<binary>": pa.list_(pa.binary())}
+          "array<binary>": pa.list_(pa.binary()), "array<bigint>": pa.list_(pa.int64())}
 ARROW_SCHEMA = pa.schema([(name, _ARROW[typ]) for name, typ in S.COLUMNS])
 FIELD_NAMES = [name for name, _ in S.FIELD_COLUMNS]
 FIELD_TYPES = [_ARROW[typ] for _, typ in S.FIELD_COLUMNS]
@@ -70,15 +76,7 @@ def read_header(path: str) -> dict | None:
             head = f.read(4096)
     except OSError:
         return None
-    unpacker = _unpacker(len(head) + 1)
-    unpacker.feed(head)
-    try:
-        header = next(unpacker)
-    except (StopIteration, ValueError, msgpack.UnpackException):
-        return None
-    if not isinstance(header, dict) or header.get("schema") != S.SCHEMA:
-        return None
-    return header
+    return _header_of(head)
 
 
 def clock_key(header: dict, path: str) -> str:
@@ -115,7 +113,7 @@ def _coerce(value, typ: pa.DataType):
         if typ == pa.binary():
             return bytes(value) if isinstance(value, (bytes, bytearray)) else \
                 str(value).encode()
-        if typ == pa.list_(pa.string()) or typ == pa.list_(pa.binary()):
+        if typ in (pa.list_(pa.string()), pa.list_(pa.binary()), pa.list_(pa.int64())):
             items = value if isinstance(value, (list, tuple)) else [value]
             return [_coerce(v, typ.value_type) for v in items]
     except (TypeError, ValueError):
@@ -134,10 +132,11 @@ def _json_default(obj):
     return obj.hex() if isinstance(obj, (bytes, bytearray)) else repr(obj)
 
 
-def decode(data: bytes, path: str, offset: int | None,
-           batch_size: int = BATCH) -> Iterator[pa.RecordBatch]:
+def decode(data: bytes, path: str, offset: int | None, batch_size: int = BATCH,
+           skip: int = 0) -> Iterator[pa.RecordBatch]:
     """Record batches (ARROW_SCHEMA) of the events in one file's bytes. `offset` maps its
-    monotonic times onto the wall clock (None: use the file header's own)."""
+    monotonic times onto the wall clock (None: use the file header's own); the first `skip`
+    events are left out (an earlier run stored them)."""
     unpacker = _unpacker(len(data) + 1)
     unpacker.feed(data)
     try:
@@ -149,14 +148,21 @@ def decode(data: bytes, path: str, offset: int | None,
     if offset is None:
         offset = int(header.get("wall_ns", 0)) - int(header.get("mono_ns", 0))
     node, process = str(header.get("node", "")), str(header.get("process", ""))
-    pid, name = int(header.get("pid", 0) or 0), os.path.basename(path)
+    pid, name = int(header.get("pid", 0) or 0), posixpath.basename(path)
     run_id = header.get("run_id")
     run_id = str(run_id) if run_id else None
     nfields, index = len(FIELD_NAMES), FIELD_INDEX
     it = iter(unpacker)
     done = False
+    try:
+        while skip > 0:
+            rec = next(it)
+            if type(rec) is list and len(rec) >= 5:
+                skip -= 1
+    except (StopIteration, ValueError, msgpack.UnpackException):
+        return
     while not done:
-        kinds, mids, walls, monos, seqs = [], [], [], [], []
+        kinds, mids, walls, monos, seqs, hlcs = [], [], [], [], [], []
         cols = [[None] * batch_size for _ in range(nfields)]
         extras: list = [None] * batch_size
         i = 0
@@ -170,6 +176,7 @@ def decode(data: bytes, path: str, offset: int | None,
                 walls.append(wall)
                 monos.append(mono)
                 seqs.append(rec[5] if len(rec) > 5 else None)
+                hlcs.append(rec[6] if len(rec) > 6 else None)
                 if fields:
                     extra = None
                     for k, v in fields.items():
@@ -197,7 +204,9 @@ def decode(data: bytes, path: str, offset: int | None,
         kind_arr = _array(kinds, pa.string())
         mono_arr = _array(monos, pa.int64())
         wall_arr = _array(walls, pa.int64())
-        t_ns = pc.coalesce(pc.add(mono_arr, pa.scalar(offset, pa.int64())), wall_arr)
+        mapped = pc.coalesce(pc.add(mono_arr, pa.scalar(offset, pa.int64())), wall_arr)
+        hlc_arr = _array(hlcs, pa.int64())
+        t_ns = pc.coalesce(hlc_arr, mapped)
         ranks = pc.fill_null(pc.index_in(kind_arr, value_set=_KIND_SET), len(S.KIND_ORDER))
         arrays = [
             pa.array([node] * i, pa.string()),
@@ -212,6 +221,7 @@ def decode(data: bytes, path: str, offset: int | None,
             mono_arr,
             pa.array([run_id] * i, pa.string()),
             _array(seqs, pa.int64()),
+            pc.subtract(hlc_arr, mapped),
         ]
         arrays += [_array(c, typ) for c, typ in zip(cols, FIELD_TYPES)]
         arrays.append(pa.array(extras, pa.string()))
@@ -230,57 +240,103 @@ def read_dir(paths, batch_size: int = BATCH) -> pa.Table:
     return pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
 
 
-# -- Spark data source ------------------------------------------------------------------------
-try:
-    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-except ImportError:  # pyspark < 4.0, or decoding without Spark
-    DataSource = DataSourceReader = InputPartition = object
+# -- Spark: listing, headers and decoding through Hadoop's file systems ------------------------
+GLOB = "*.events"  # what the listing keeps, at any depth under the given directories
+HEAD_BYTES = 4096  # a header map is a few hundred bytes
 
 
-@dataclass
-class FilePartition(InputPartition):
-    path: str  # one .events file
-    offset: int | None  # wall - mono of its clock, None = its own header's
+def _binary_files(spark, paths: list[str]):
+    """Spark's binaryFile source over `paths` (directories searched recursively): path, length,
+    modificationTime and content, read by the executors through Hadoop's FileSystem."""
+    return (spark.read.format("binaryFile").option("recursiveFileLookup", "true")
+            .option("pathGlobFilter", GLOB).load(paths))
 
 
-class EventsReader(DataSourceReader):
-    def __init__(self, options):
-        self.paths = options.get("path") or options.get("paths") or ""  # comma-separated
-        self.batch = int(options.get("batchSize", BATCH))  # events per Arrow batch
+def scan(spark, paths: list[str]) -> list:
+    """Every .events file under `paths` (manifest.FileStat): the listing alone, no content is
+    read. Raises pyspark's AnalysisException for a path that does not exist."""
+    from pyspark.sql import functions as F
 
-    def partitions(self):
-        files = list_files(self.paths)
-        headers = {p: h for p in files if (h := read_header(p)) is not None}
-        offsets = clock_offsets(headers)
-        order = sorted(headers, key=lambda p: -os.path.getsize(p))
-        return [FilePartition(p, offsets.get(clock_key(headers[p], p))) for p in order]
+    from spark_analysis.manifest import FileStat
 
-    def read(self, partition):
-        with open(partition.path, "rb") as f:
-            data = f.read()
-        yield from decode(data, partition.path, partition.offset, self.batch)
+    rows = _binary_files(spark, paths).select(
+        "path", "length", F.unix_millis("modificationTime").alias("modified_ms")).collect()
+    return [FileStat(r["path"], int(r["length"]), int(r["modified_ms"])) for r in rows]
 
 
-class EventsDataSource(DataSource):
-    """`leveret-events`: the events of .events files, one row per event (schema.COLUMNS)."""
-
-    @classmethod
-    def name(cls):
-        return "leveret-events"
-
-    def schema(self):
-        return S.ddl()
-
-    def reader(self, schema):
-        return EventsReader(self.options)
-
-
-def register(spark) -> None:
-    spark.dataSource.register(EventsDataSource)
+def _header_of(data) -> dict | None:
+    """The header map at the start of a file's bytes, or None (empty, cut short, other
+    format)."""
+    unpacker = _unpacker(len(data) + 1)
+    unpacker.feed(data)
+    try:
+        header = next(unpacker)
+    except (StopIteration, ValueError, msgpack.UnpackException):
+        return None
+    if not isinstance(header, dict) or header.get("schema") != S.SCHEMA:
+        return None
+    return header
 
 
-def load(spark, paths) -> "pyspark.sql.DataFrame":  # noqa: F821
-    """The events DataFrame of every .events file under `paths` (list or comma-separated)."""
-    if not isinstance(paths, str):
-        paths = ",".join(paths)
-    return spark.read.format("leveret-events").load(paths)
+def _head_reader():
+    """The UDTF of `headers`: (path, first bytes) rows in, (path, header as JSON) out."""
+    from pyspark.sql.functions import arrow_udtf
+
+    @arrow_udtf(returnType="path string, header string")
+    class Heads:
+        def eval(self, batch: pa.RecordBatch):
+            paths, heads = batch.column(0).to_pylist(), batch.column(1).to_pylist()
+            out = []
+            for head in heads:
+                h = _header_of(head) if head is not None else None
+                out.append(None if h is None else json.dumps(h, default=_json_default))
+            yield pa.RecordBatch.from_arrays([pa.array(paths, pa.string()),
+                                              pa.array(out, pa.string())], ["path", "header"])
+    return Heads
+
+
+def headers(spark, paths: list[str]) -> dict[str, dict]:
+    """{path: header map} of the files among `paths` that have a v1 header: the executors read
+    the files, only their first HEAD_BYTES come back to Python, one small row per file to the
+    driver."""
+    from pyspark.sql import functions as F
+
+    if not paths:
+        return {}
+    heads = _binary_files(spark, paths).select(
+        "path", F.substring("content", 1, HEAD_BYTES).alias("head"))
+    rows = _head_reader()(heads.asTable()).collect()
+    return {r["path"]: json.loads(r["header"]) for r in rows if r["header"] is not None}
+
+
+def _decoder(offsets: dict[str, int], skip: dict[str, int], batch_size: int):
+    """The UDTF of `load`: (path, content) rows in, ARROW_SCHEMA batches out. A PyArrow-native
+    UDTF (pyspark >= 4.1): Arrow in and out of the Python worker, no pandas, no pickled rows."""
+    from pyspark.sql.functions import arrow_udtf
+
+    @arrow_udtf(returnType=S.ddl())
+    class DecodeEvents:
+        def eval(self, batch: pa.RecordBatch):
+            paths, contents = batch.column(0).to_pylist(), batch.column(1)
+            for i, path in enumerate(paths):
+                buf = contents[i].as_buffer()
+                if buf is None:
+                    continue
+                data = memoryview(buf)
+                header = _header_of(data[:HEAD_BYTES])
+                if header is None:
+                    continue
+                yield from decode(data, path, offsets.get(clock_key(header, path)), batch_size,
+                                  skip.get(path, 0))
+    return DecodeEvents
+
+
+def load(spark, paths: list[str], offsets: dict[str, int], skip: dict[str, int] | None = None,
+         batch_size: int = BATCH) -> "pyspark.sql.DataFrame":  # noqa: F821
+    """The events DataFrame (schema.COLUMNS) of the .events files `paths`: read by the
+    executors through Hadoop's FileSystem (Spark's binaryFile source, one input partition per
+    few files, sized by Spark from the cluster's parallelism), decoded in Python workers into
+    Arrow batches. `offsets`: {clock key: wall - mono ns}; `skip`: {path: records already
+    stored} for files that grew since an earlier run."""
+    files = _binary_files(spark, paths).select("path", "content")
+    return _decoder(offsets, dict(skip or {}), batch_size)(files.asTable())

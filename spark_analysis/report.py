@@ -1,13 +1,16 @@
 """OUT/report.html with PNG plots (OUT/plots/), and the short summary printed on stdout.
 
 Takes only small, already collected data (plain lists and dicts, see `ReportData`): no Spark
-here, so the layout can be tested and changed without a JVM.
+here, so the layout can be tested and changed without a JVM. `render` returns the files as
+bytes (the job writes them through Hadoop's FileSystem, storage.py); `write` puts them on the
+local disk.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import html
+import io
 import math
 import os
 from dataclasses import dataclass, field
@@ -44,6 +47,7 @@ class ReportData:
     steps: list[tuple[str, float]] = field(default_factory=list)  # (step, seconds)
     runs: list[dict] = field(default_factory=list)  # gaps.Run rows: the spans the logs cover
     gaps: list[dict] = field(default_factory=list)  # gaps.Gap rows
+    files_read: int | None = None  # files this run decoded, when it added to an earlier run's
 
 
 def _fmt_ms(v) -> str:
@@ -52,7 +56,7 @@ def _fmt_ms(v) -> str:
     return f"{v:.3f}" if v < 10 else f"{v:.1f}"
 
 
-def plot_latencies(data: ReportData, path: str) -> None:
+def plot_latencies(data: ReportData, path: "str | io.BytesIO") -> None:
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))
     for ax, metric in zip(axes.flat, METRICS):
         vals = [v for v in data.latency_samples.get(metric, []) if v is not None and v > 0]
@@ -70,11 +74,11 @@ def plot_latencies(data: ReportData, path: str) -> None:
         ax.set_ylabel("messages")
     fig.suptitle("Latency distributions")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, format="png")
     plt.close(fig)
 
 
-def plot_throughput(data: ReportData, path: str) -> None:
+def plot_throughput(data: ReportData, path: "str | io.BytesIO") -> None:
     fig, ax = plt.subplots(figsize=(11, 4))
     kinds = ("publish_received", "confirmed", "delivered", "fetched", "acked", "requeued",
              "expired", "dead_lettered", "dropped")
@@ -94,11 +98,11 @@ def plot_throughput(data: ReportData, path: str) -> None:
     if series:
         ax.legend(fontsize=8, ncol=3)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, format="png")
     plt.close(fig)
 
 
-def plot_timeline(data: ReportData, path: str) -> None:
+def plot_timeline(data: ReportData, path: "str | io.BytesIO") -> None:
     fig, ax = plt.subplots(figsize=(11, 4.5))
     evs = data.timeline
     if not evs:
@@ -126,7 +130,7 @@ def plot_timeline(data: ReportData, path: str) -> None:
         m = data.timeline_msg or {}
         ax.set_title(f"Message {m.get('msg_id', '')} ({m.get('final_state', '')})")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, format="png")
     plt.close(fig)
 
 
@@ -155,6 +159,9 @@ def summary_text(data: ReportData) -> str:
     lines = [f"leveret lifecycle analysis of {data.events_dir}",
              f"  {data.events} events in {data.files} files from {len(data.nodes)} node(s) "
              f"({', '.join(data.nodes)}); {data.messages} messages"]
+    if data.files_read is not None:
+        lines.append(f"  this run read {data.files_read} new or grown file(s); the others' "
+                     f"events were in OUT/events from earlier runs")
     if data.events_without_msg_id:
         lines.append(f"  {data.events_without_msg_id} message events had no msg_id "
                      f"(left out of the lifecycles)")
@@ -169,6 +176,11 @@ def summary_text(data: ReportData) -> str:
                  f"of them; unknown verdicts: {data.anomaly_counts.get('unknown', 0)}")
     for g in data.gaps[:5]:
         lines.append(f"    {g['reason']}")
+    lead = max(data.runs, key=lambda r: r.get("clock_lead_ns") or 0, default=None)
+    if lead is not None:
+        lines.append(f"  clock skew relied on: {(lead.get('clock_lead_ns') or 0) / 1e6:.3f} ms at "
+                     f"most ({lead['node']}/{lead['process']}: the hybrid clock ordered its "
+                     f"events that far ahead of its own clock)")
     for r in data.latency_by_queue:
         if r.get("queue") == ALL:
             lines.append(f"  {r['metric']:<26} n={r['count']:<9} p50 {_fmt_ms(r['p50_ms'])} ms"
@@ -177,13 +189,17 @@ def summary_text(data: ReportData) -> str:
     return "\n".join(lines)
 
 
-def write(data: ReportData, out_dir: str) -> str:
-    """Writes OUT/plots/*.png and OUT/report.html; returns the report's path."""
-    plots = os.path.join(out_dir, "plots")
-    os.makedirs(plots, exist_ok=True)
-    plot_latencies(data, os.path.join(plots, "latency.png"))
-    plot_throughput(data, os.path.join(plots, "throughput.png"))
-    plot_timeline(data, os.path.join(plots, "timeline.png"))
+def _png(plot, data: ReportData) -> bytes:
+    buf = io.BytesIO()
+    plot(data, buf)
+    return buf.getvalue()
+
+
+def render(data: ReportData) -> dict[str, bytes]:
+    """{name under OUT: bytes}: report.html and plots/*.png."""
+    files = {"plots/latency.png": _png(plot_latencies, data),
+             "plots/throughput.png": _png(plot_throughput, data),
+             "plots/timeline.png": _png(plot_timeline, data)}
     lat_cols = ["metric", "queue", "count", "p50_ms", "p90_ms", "p99_ms", "p999_ms", "mean_ms",
                 "max_ms"]
     minute_rows = [dict(r, minute=str(r.get("minute"))) for r in data.latency_by_minute]
@@ -214,9 +230,12 @@ pre {{ background: #f6f6f6; padding: 1em; }}
 <h2>Log coverage</h2>
 <p>One row per process run: the span its log covers. A gap is a hole in a run's sequence
 numbers or a run that ended without <code>process_stop</code>; a verdict that a gap could change
-is <code>unknown</code>, never <code>lost</code>.</p>
+is <code>unknown</code>, never <code>lost</code>. Events are ordered by a hybrid logical clock
+carried on every message between processes and nodes; <code>clock_lead_ns</code> is how far a
+run's clock was pushed ahead of its own by messages from a process whose clock ran ahead: the
+clock skew the ordering relied on.</p>
 {_table(data.runs, ["node", "process", "run_id", "pid", "t_first", "t_last", "first_seq",
-                    "last_seq", "events", "stopped", "dropped"])}
+                    "last_seq", "events", "stopped", "dropped", "clock_lead_ns"])}
 <h3>Gaps</h3>
 {_table(data.gaps, ["node", "process", "run_id", "pid", "kind", "seq_from", "seq_to",
                     "t_from", "t_to", "reason"]) if data.gaps else "<p>None.</p>"}
@@ -238,7 +257,16 @@ is <code>unknown</code>, never <code>lost</code>.</p>
 {_table([{"step": s, "seconds": f"{t:.1f}"} for s, t in data.steps], ["step", "seconds"])}
 </body></html>
 """
-    path = os.path.join(out_dir, "report.html")
-    with open(path, "w") as f:
-        f.write(page)
-    return path
+    files["report.html"] = page.encode()
+    return files
+
+
+def write(data: ReportData, out_dir: str) -> str:
+    """Writes OUT/plots/*.png and OUT/report.html on the local disk; returns the report's
+    path."""
+    for name, blob in render(data).items():
+        path = os.path.join(out_dir, *name.split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(blob)
+    return os.path.join(out_dir, "report.html")

@@ -14,22 +14,29 @@ KIND_ORDER = (
     "publish_received", "routed", "unroutable", "returned", "enqueued", "stored", "synced",
     "confirmed", "nacked_to_publisher", "delivered", "fetched", "acked", "nacked", "rejected",
     "requeued", "expired", "dead_lettered", "dropped",
-    "queue_crashed", "queue_started", "channel_closed", "connection_closed", "process_crashed",
+    "queue_crashed", "queue_started", "queue_census", "channel_closed", "connection_closed",
+    "process_crashed",
     "process_start", "heartbeat", "events_dropped", "process_stop",
 )
 # Kinds where a message's fate changes outside its copy events (after the others on a tie).
 DEAD_LETTER_KINDS = ("dead_letter_published",)  # the child's first event, msg_id its own
 REMOVAL_KINDS = ("purged", "queue_deleted")  # no msg_id: every copy of the queue it removed
 TX_KINDS = ("tx_committed", "tx_rolled_back")  # no msg_id: `msg_ids` lists the publishes
-KIND_ORDER = KIND_ORDER + DEAD_LETTER_KINDS + REMOVAL_KINDS + TX_KINDS
+# A queue's mirrors and quorum members (replica_log.py): per message, what a replica took from
+# its master and was told left; no msg_id: all it held dropped, a sync done, a promotion.
+REPLICA_COPY_KINDS = ("replica_enqueued", "replica_settled")
+REPLICA_KINDS = REPLICA_COPY_KINDS + ("replica_dropped", "replica_synced", "promoted")
+KIND_ORDER = KIND_ORDER + DEAD_LETTER_KINDS + REMOVAL_KINDS + TX_KINDS + REPLICA_KINDS
 RANK = {kind: i for i, kind in enumerate(KIND_ORDER)}
 
 MESSAGE_KINDS = ("publish_received", "routed", "unroutable", "returned")
 PUBLISHER_KINDS = ("confirmed", "nacked_to_publisher")
 COPY_KINDS = ("enqueued", "stored", "synced", "delivered", "fetched", "acked", "nacked",
               "rejected", "requeued", "expired", "dead_lettered", "dropped")
-PROCESS_KINDS = ("queue_crashed", "queue_started", "channel_closed", "connection_closed",
-                 "process_crashed")
+# The steps of a queue's copy: its own events and what the queue's replicas did with it.
+COPY_STEP_KINDS = COPY_KINDS + REPLICA_COPY_KINDS
+PROCESS_KINDS = ("queue_crashed", "queue_started", "queue_census", "channel_closed",
+                 "connection_closed", "process_crashed")
 # The log's own events: where a process run's log starts, that it is alive, what it dropped,
 # that it ended cleanly (the gaps between them are the job's "log gaps", gaps.py).
 LOG_KINDS = ("process_start", "heartbeat", "events_dropped", "process_stop")
@@ -79,6 +86,15 @@ FIELD_COLUMNS = (
     ("parent_msg_id", "binary"),  # dead_letter_published: the message it is a copy of
     ("source_queue", "string"),  # dead_letter_published: the queue it was dead-lettered from
     ("msg_ids", "array<binary>"),  # tx_committed, tx_rolled_back: the publishes it ended
+    # queue_census: the seq_ids the queue held, inclusive ranges [first, last, first, last...]
+    ("seq_ranges", "array<bigint>"),
+    ("traceparent", "string"),  # publish_received: the W3C trace context header, when sent
+    ("alternate_exchanges", "array<string>"),  # routed, unroutable: the AEs it went through
+    ("correlation_id", "string"),  # publish_received: the publisher's property
+    # a stream's message (enqueued, synced, delivered, acked): its offset in the stream
+    ("offset", "bigint"),
+    ("epoch", "bigint"),  # enqueued, queue_census, replica_*, promoted: the master's promotions
+    ("role", "string"),  # replica_*, promoted: "mirror" (classic) or "member" (quorum)
 )
 
 # Columns every row gets from its file's header and the event record itself.
@@ -90,11 +106,12 @@ RECORD_COLUMNS = (
     ("kind", "string"),
     ("rank", "int"),
     ("msg_id", "binary"),
-    ("t_ns", "bigint"),  # monotonic time mapped onto the wall clock of its boot (reader.py)
+    ("t_ns", "bigint"),  # the hybrid clock: causal order across processes and hosts (reader.py)
     ("wall_ns", "bigint"),
     ("mono_ns", "bigint"),
     ("run_id", "string"),  # the process run (file header): seq numbers are per run
     ("seq", "bigint"),  # the event's number in its run; null in files of older writers
+    ("clock_lead_ns", "bigint"),  # t_ns minus the process's own clock: the skew relied on
 )
 
 COLUMNS = RECORD_COLUMNS + FIELD_COLUMNS + (("extra", "string"),)

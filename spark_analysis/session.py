@@ -1,9 +1,11 @@
 """The SparkSession of the job: local[*] unless told otherwise, this package shipped to the
-Python workers, the event reader registered.
+Python workers.
 
 Under spark-submit the session (master, driver memory) comes from spark-submit's options;
 under `python -m spark_analysis.lifecycle` this module starts the JVM itself with the options
-given here.
+given here. Either way the same code runs on local[*] and on a cluster (`spark://HOST:PORT`):
+shuffle partitions are Spark's, coalesced by adaptive query execution to the data's size and
+the cluster's parallelism, unless `shuffle_partitions` fixes them.
 """
 
 from __future__ import annotations
@@ -51,20 +53,18 @@ def build(master: str | None = None, driver_memory: str = "4g", shuffle_partitio
         builder = builder.master(master or "local[*]")
     if not under_submit:
         builder = builder.config("spark.driver.memory", driver_memory)
-    cores = os.cpu_count() or 2
     builder = (builder
                .config("spark.ui.showConsoleProgress", "false")  # progress.py shows it instead
                .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions",
-                       str(shuffle_partitions or max(8, 4 * cores)))
                .config("spark.sql.adaptive.enabled", "true")
+               .config("spark.sql.adaptive.coalescePartitions.enabled", "true")
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.ansi.enabled", "false")  # lenient with odd values in logs
                .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
+    if shuffle_partitions:
+        builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     spark.sparkContext.addPyFile(_package_zip())
-    from spark_analysis import reader
-    reader.register(spark)
     return spark

@@ -131,6 +131,8 @@ class Channel(LightActor):
                 core.queues_gone(msg.names)
             elif isinstance(msg, m.WorkerDown):
                 core.worker_down(msg.endpoint)
+            elif isinstance(msg, m.QueueDown):
+                core.queue_down(msg.address)
             elif isinstance(msg, m.NodePaused):
                 core.node_paused()
             elif isinstance(msg, m.DirectReply):

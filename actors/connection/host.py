@@ -230,6 +230,9 @@ class ConnectionHost(WorkerHost):
             except pykka.ActorDeadError:
                 pass
 
+    def queue_down(self, msg) -> None:
+        self._tell_channels(msg)  # a queue crashed (QueueDown): its publishers and consumers
+
     def worker_down(self, kind, endpoint) -> None:
         # every kind: a channel may wait on a queue, or on a connection worker's channel
         # (direct reply-to's check)

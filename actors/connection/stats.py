@@ -151,6 +151,7 @@ def process_totals(host) -> dict:
                 channel_stats.add_into(total, core.stats)
     total["events_written"] = events.written()
     total["events_dropped"] = events.dropped()
+    total["events_syncs"] = events.syncs()
     return total
 
 

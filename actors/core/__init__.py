@@ -1,14 +1,17 @@
 """Sans-IO broker logic (no pykka, zmq or socket here).
 
-RabbitMQ-mirroring modules: errors (reply codes and texts), routing (exchanges, bindings,
-routing), queue_args (declare argument checks and equivalence), dead_letter (x-death),
-permissions (users, vhosts, permissions, SASL responses).
+RabbitMQ-mirroring modules: errors (reply codes and texts), erl_terms (Erlang terms: field
+values as RabbitMQ holds them, io_lib printing), routing (exchanges, bindings, routing),
+declare_args (the argument checks every queue type shares), queue_args (classic declare
+argument checks and equivalence), quorum (quorum queues' rules), dead_letter (x-death),
+permissions (users, vhosts, permissions, SASL responses). They import each other without a
+cycle (tests/unit/core/test_core_imports.py).
 """
 
 
 class NoEvents:
     """The event log a core gets when its shell gives none: off. Shells pass actors.events
-    (the writer), which has the same two functions; cores never import it."""
+    (the writer), which has the same three functions; cores never import it."""
 
     @staticmethod
     def enabled() -> bool:
@@ -16,6 +19,10 @@ class NoEvents:
 
     @staticmethod
     def emit(kind, msg_id=None, **fields) -> None:
+        pass
+
+    @staticmethod
+    def sync() -> None:
         pass
 
 

@@ -25,13 +25,15 @@ import struct
 from collections import OrderedDict, deque
 from typing import NamedTuple
 
-from actors.core import NO_EVENTS, credit_flow, direct_reply, policies, routing, sender_selected
+from actors.core import (NO_EVENTS, credit_flow, direct_reply, policies, routing,
+                         sender_selected, stream)
 from actors.core.channel_stats import ChannelCounters
 from actors.core.confirms import Confirms
 from actors.core.limiter import Limiter
 from actors import messages as m
-from actors.core.errors import (AMQPError, Atom, ChannelError, ConnectionError_, amqp_text,
-                                erl_p, is_hard_error)
+from actors.core.erl_terms import Atom, erl_p
+from actors.core.errors import (AMQPError, ChannelError, ConnectionError_, amqp_text,
+                                is_hard_error, resource_locked)
 from actors.core.permissions import topic_access_refused
 from protocol import methods as am
 from protocol.errors import AMQPError as CodecError
@@ -166,6 +168,9 @@ class ChannelCore:
         # rabbit_limiter's role for global=true: queues ask for tokens (Demand), the channel
         # grants what the limit leaves free; a token becomes an unacked delivery or comes back
         self.queues_used: set = set()  # queues with our consumers or unacked deliveries
+        # streams consumed on this channel: address -> name (their deliveries cannot be
+        # nacked or rejected, actors/core/stream.py settle_refused)
+        self.streams: dict = {}
         self.publish_batches: dict[str, tuple[list, list]] = {}  # queue -> (items, bodies)
         self.settle_batches: dict[tuple, list] = {}  # (queue, op) -> seq_ids
         # credit_flow's sending half: messages and body bytes each queue may still be sent
@@ -349,10 +354,12 @@ class ChannelCore:
                 self.settle_batches.setdefault((queue, m.REQUEUE), []).append(seq_id)
                 continue
             if msg_id is not None:  # events on
+                # (a stream's delivery also names its offset: one message, many readers)
+                extra = {"offset": seq_id} if queue in self.streams else {}
                 self.events.emit("delivered", msg_id, actor="channel", vhost=self.conn.vhost,
                                  queue=msg.qname, connection=self.conn.owner, channel=n,
                                  consumer_tag=ctag, delivery_tag=tag, redelivered=redelivered,
-                                 no_ack=c.no_ack)
+                                 no_ack=c.no_ack, **extra)
             if c.no_ack:
                 self.stats.deliver_no_ack += 1
             else:
@@ -454,6 +461,17 @@ class ChannelCore:
         prefix = endpoint + "#"
         self._gone_where(lambda address: address.startswith(prefix))
 
+    def queue_down(self, address: str) -> None:
+        """A queue's process crashed (rabbit_channel's handle_publishing_queue_down with an
+        abnormal exit, then handle_consuming_queue_down_or_eol): what it had not confirmed
+        is nacked, its consumers are cancelled; its unacked deliveries stay unacked for the
+        client (acking them is no error) but their settlements go nowhere, as to a dead
+        pid: the restarted queue at the same address redelivers what it recovered."""
+        for tag, entry in self.unacked.items():
+            if entry.queue == address:
+                self.unacked[tag] = entry._replace(queue="")  # ("": settled to no queue)
+        self._gone_where(lambda a: a == address)
+
     def node_paused(self) -> None:
         """The node pauses (cluster, pause_minority; its connection is closed next): as if
         every worker were gone, consumers are cancelled and unconfirmed publishes nacked."""
@@ -481,10 +499,14 @@ class ChannelCore:
             for q, (items, bodies) in batches.items():
                 self.out.send(q, m.Publish(self.address, items, bodies))
         if self.settle_batches:
+            # (events_sync: a queue with x-confirm-on=ack confirms on these acks)
+            self.events.sync()
             batches, self.settle_batches = self.settle_batches, {}
             for (q, op), ids in batches.items():
-                self.out.send(q, m.Settle(self.address, op, ids))
+                if q:  # (not a crashed queue's orphaned deliveries: `queue_down`)
+                    self.out.send(q, m.Settle(self.address, op, ids))
         if self.lite_confirms:
+            self.events.sync()  # (events_sync: the acks this confirm rests on are written)
             confirms, self.lite_confirms = self.lite_confirms, {}
             for (publisher, q), seqs in confirms.items():
                 if publisher == self.address:
@@ -536,6 +558,7 @@ class ChannelCore:
                                  reason=self.nack_reason.pop(s, "internal"))
         self.confirm_acks = []
         self.confirm_nacks = []
+        self.events.sync()  # (events_sync: this process's events are written before the confirm)
         self.out.write(b"".join(out))
 
     # --- channel class ------------------------------------------------------------------------
@@ -723,7 +746,6 @@ class ChannelCore:
         if q is None:
             raise ChannelError(404, f"no queue '{name}' in vhost '{self.conn.vhost}'")
         if q["exclusive"] and q["exclusive"] != self.conn.owner:
-            from actors.core.errors import resource_locked
             raise resource_locked("queue", name, self.conn.vhost)
         if not q.get("address"):
             raise ChannelError(404, f"queue '{name}' in vhost '{self.conn.vhost}' is "
@@ -774,10 +796,6 @@ class ChannelCore:
                 names = self.replica.route(self.conn.vhost, exchange, rk, None)
                 hit = self.routes[(exchange, rk)] = (names, self._addresses(names))
             names, addresses = hit
-        if not exchange and (extra or rk.startswith(direct_reply.PREFIX)):
-            # rabbit_exchange:route: a reply name on the default exchange is no queue, the
-            # message goes to the consuming channel (in a transaction too: at routing time)
-            self._send_replies([rk, *extra], rk, out_raw, body)
         seq = 0
         stats = self.stats
         stats.publish += 1
@@ -795,8 +813,15 @@ class ChannelCore:
             # and the message in the event log
             self.msg_counter += 1
             msg_id = self.msg_id_prefix + _U64.pack(self.msg_counter)
+        replies = ()
+        if not exchange and (extra or rk.startswith(direct_reply.PREFIX)):
+            # rabbit_exchange:route: a reply name on the default exchange is no queue, the
+            # message goes to the consuming channel (in a transaction too: at routing time)
+            replies = self._send_replies([rk, *extra], rk, out_raw, body,
+                                         msg_id if ev else None)
         if ev:
-            self._event_publish(seq, msg_id, persistent, props, method, names, len(body))
+            self._event_publish(seq, msg_id, persistent, props, method, names, len(body),
+                                replies, [rk, *extra] if extra else rk, headers)
         targets = []
         for addr in addresses:
             if not addr or self.out.is_dead(addr):
@@ -849,11 +874,13 @@ class ChannelCore:
             else _NO_PROPS
         return props, expiry, extra, out_raw, headers
 
-    def _send_replies(self, keys, rk, props_raw, body) -> None:
+    def _send_replies(self, keys, rk, props_raw, body, msg_id=None) -> list:
         """Hand a message to the channels its reply names (among `keys`) belong to, each once
-        (rabbit_channel:deliver_reply). A name that does not decode, or names no connection
-        worker of ours, is dropped, as one whose channel is gone (its process drops it)."""
+        (rabbit_channel:deliver_reply) -> the names it was handed to. A name that does not
+        decode, or names no connection worker of ours, is dropped, as one whose channel is
+        gone (its process drops it)."""
         own = self.address.partition("#")[0]
+        sent = []
         for name in sorted({k for k in keys if k.startswith(direct_reply.PREFIX)}):
             decoded = direct_reply.decode_name(name)
             if decoded is None:
@@ -863,19 +890,31 @@ class ChannelCore:
             if not direct_reply.endpoint_ok(endpoint, own, self.replica.members) \
                     or self.out.is_dead(address):
                 continue
-            self.out.send(address, m.DirectReply(key, "", rk, props_raw, [body]))
+            self.out.send(address, m.DirectReply(key, "", rk, props_raw, msg_id, [body]))
+            sent.append(name)
+        return sent
 
-    def _event_publish(self, seq, msg_id, persistent, props, method, names, size) -> None:
+    def _event_publish(self, seq, msg_id, persistent, props, method, names, size, replies=(),
+                       keys="", headers=None) -> None:
         c = self.conn
+        trace = headers.get("traceparent") if headers else None  # W3C trace context
         self.events.emit("publish_received", msg_id, actor="channel", vhost=c.vhost,
                          connection=c.owner, channel=self.number, seq_no=seq,
                          exchange=method.exchange, routing_key=method.routing_key,
-                         message_id=props.message_id, persistent=persistent, size=size)
-        if names:
-            self.events.emit("routed", msg_id, actor="channel", vhost=c.vhost, queues=sorted(names))
+                         message_id=props.message_id, persistent=persistent, size=size,
+                         correlation_id=props.correlation_id,
+                         **({"traceparent": trace} if trace is not None else {}))
+        # the alternate exchanges it went through, when any (the field is left out else)
+        aes = self.replica.router.alternates(c.vhost, method.exchange, keys, headers) \
+            if method.exchange else None
+        hops = {"alternate_exchanges": aes} if aes else {}
+        if names or replies:
+            # (a direct reply goes to its consumer's channel, named by its reply-to name)
+            self.events.emit("routed", msg_id, actor="channel", vhost=c.vhost,
+                             queues=sorted([*names, *replies]), **hops)
         else:
             self.events.emit("unroutable", msg_id, actor="channel", vhost=c.vhost,
-                             mandatory=method.mandatory)
+                             mandatory=method.mandatory, **hops)
             if method.mandatory:
                 self.events.emit("returned", msg_id, actor="channel", vhost=c.vhost)
         if seq:
@@ -950,6 +989,8 @@ class ChannelCore:
             raise ConnectionError_(530, f"attempt to reuse consumer tag '{tag}'")
         addr = q["address"]
         self.queue_timeouts[addr] = self._queue_timeout(q)
+        if stream.is_stream(q.get("arguments")):
+            self.streams[addr] = queue
         self.consumers[tag] = ChannelConsumer(addr, queue, method.no_ack, method.exclusive,
                                               dict(method.arguments or {}))
         self.queues_used.add(addr)
@@ -998,6 +1039,12 @@ class ChannelCore:
         self.out.write(encode_deliver(self.number, rc.consumer_tag, self.next_tag, False,
                                       msg.exchange, msg.routing_key, msg.props_raw,
                                       msg.bodies[0], self.conn.frame_max))
+        if msg.msg_id is not None and self.events.enabled():
+            # a copy of its own: "queue" the reply name, settled as it is sent (no_ack)
+            self.events.emit("delivered", msg.msg_id, actor="channel", vhost=self.conn.vhost,
+                             queue=rc.name, connection=self.conn.owner, channel=self.number,
+                             consumer_tag=rc.consumer_tag, delivery_tag=self.next_tag,
+                             redelivered=False, no_ack=True)
 
     def on_reply_check(self, msg: m.ReplyCheck) -> None:
         """Another channel declares our reply name (rabbit_channel's declare_fast_reply_to
@@ -1239,9 +1286,11 @@ class ChannelCore:
             # every field of the Unacked, in its order (one step on the per-message path)
             q, seq_id, _, publisher, seq_no, msg_id, _ = e
             if msg_id is not None:
+                extra = {"offset": seq_id} if q in self.streams else {}
                 self.events.emit(kind, msg_id, actor="channel", vhost=self.conn.vhost,
                                  queue=q.rpartition("\x1f")[2], connection=self.conn.owner,
-                                 channel=self.number, delivery_tag=tag, requeue=op == m.REQUEUE)
+                                 channel=self.number, delivery_tag=tag, requeue=op == m.REQUEUE,
+                                 **extra)
             key = (q, op)
             ids = self.settle_batches.get(key)
             if ids is None:
@@ -1260,16 +1309,27 @@ class ChannelCore:
 
     def _nack(self, method, cmd):
         entries = self._collect(method.delivery_tag, method.multiple)
+        self._refuse_stream_settle(entries)
         self._settle(entries, m.REQUEUE if method.requeue else m.DISCARD, "nacked")
 
     def _reject(self, method, cmd):
         entries = self._collect(method.delivery_tag, False)
+        self._refuse_stream_settle(entries)
         self._settle(entries, m.REQUEUE if method.requeue else m.DISCARD, "rejected")
+
+    def _refuse_stream_settle(self, entries, method="basic.nack and basic.reject") -> None:
+        """A stream keeps every message: nacking, rejecting or recovering its delivery
+        closes the connection with 540 (RabbitMQ 3.10's answer to nack and reject),
+        whatever the requeue flag."""
+        for _, e in entries:
+            if e.queue in self.streams:
+                raise stream.settle_refused(self.streams[e.queue], self.conn.vhost, method)
 
     def _recover(self, method, cmd):
         if not method.requeue:
             raise ConnectionError_(540, "requeue=false")
         entries = list(self.unacked.items())
+        self._refuse_stream_settle(entries, "basic.recover")
         self.unacked.clear()
         for _, e in entries:
             self.settle_batches.setdefault((e.queue, m.REQUEUE), []).append(e.seq_id)

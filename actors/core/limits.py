@@ -8,7 +8,8 @@ RabbitMQ's texts.
 
 from __future__ import annotations
 
-from actors.core.errors import ChannelError, ConnectionError_, erl_p
+from actors.core.erl_terms import erl_p
+from actors.core.errors import ChannelError, ConnectionError_
 from actors.core.policies import json_term
 
 KEYS = {"vhost": ("max-connections", "max-queues"),

@@ -19,7 +19,7 @@ master's (actors/queue/queue.py, actors/queue/mirror.py).
 
 from __future__ import annotations
 
-from actors.core.errors import Atom
+from actors.core.erl_terms import Atom
 
 MODES = ("all", "exactly", "nodes")
 NONE = Atom("none")  # what RabbitMQ prints for a key the policy does not set

@@ -35,8 +35,9 @@ import re
 import struct
 from typing import Iterable, Mapping
 
-from actors.core.errors import Atom, ChannelError, ConnectionError_, erl_p, erl_w, rs, \
-    _field_term
+from actors.core.erl_terms import Atom, amqp_type_name, erl_p, erl_w, field_term
+from actors.core.errors import ChannelError, ConnectionError_, rs
+from actors.core.queue_args import check_alternate_exchange_arg, check_dlx_arg_type
 
 __all__ = [
     "SHA256", "SHA512", "MD5", "AuthDB", "hash_password", "hashed_auth_call", "check_hash", "parse_plain",
@@ -303,7 +304,6 @@ class AuthDB:
         """rabbit_channel's checks when a queue.declare creates a queue with an
         ``x-dead-letter-exchange``: its type (406), then read on the queue and write on the
         DLX (403), since the queue's messages will be published to it."""
-        from actors.core.queue_args import check_dlx_arg_type
         check_dlx_arg_type(arguments, name, vhost)
         if arguments and "x-dead-letter-exchange" in arguments:
             self.require(user, vhost, "read", "queue", name)
@@ -313,7 +313,6 @@ class AuthDB:
         """rabbit_channel's checks when an exchange.declare creates an exchange with an
         ``alternate-exchange``: its type (406), then read on the new exchange and write on the
         alternate exchange (403), since what is published to it may go on to the AE."""
-        from actors.core.queue_args import check_alternate_exchange_arg
         check_alternate_exchange_arg(arguments, name, vhost)
         if arguments and "alternate-exchange" in arguments:
             self.require(user, vhost, "read", "exchange", name)
@@ -468,11 +467,10 @@ def parse_amqplain(response: bytes) -> tuple[str, str]:
 
 
 def _erl_table_w(table: Mapping) -> str:
-    from actors.core.queue_args import amqp_type_name
     terms = []
     for k, v in table.items():
         t = "longstr" if isinstance(v, (bytes, bytearray)) else amqp_type_name(v)
-        terms.append((_b(k), Atom(t), _field_term(v, t)))
+        terms.append((_b(k), Atom(t), field_term(v, t)))
     return erl_w(terms)
 
 

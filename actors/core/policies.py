@@ -9,7 +9,9 @@ Keys (validated as rabbit_policies:validate_policy0/2 and rabbit_mirror_queue_mi
   classic queues v2 page by themselves: docs/policies.md), Leveret's `confirm-on`
   (docs/confirm-on.md), `ha-mode` / `ha-params` / `ha-sync-mode` (mirrored queues, cluster:
   checked together by mirroring.policy_error);
-  `delivery-limit` (S6) and `consumer-timeout` (S5), non-negative integers;
+  `delivery-limit` (S6) and `consumer-timeout` (S5), non-negative integers; streams'
+  `max-age`, `stream-max-segment-size-bytes` and `initial-cluster-size`, and
+  `queue-leader-locator` (`client-local` only) (docs/streams.md);
 - exchanges: `alternate-exchange`.
 
 Operator policies (`operator_policy`) take only `expires`, `message-ttl`, `max-length`,
@@ -30,8 +32,9 @@ from __future__ import annotations
 
 import re
 
-from actors.core import mirroring
-from actors.core.errors import Atom, ChannelError, erl_p
+from actors.core import mirroring, stream
+from actors.core.erl_terms import Atom, erl_p
+from actors.core.errors import ChannelError
 
 APPLY_TO = ("queues", "exchanges", "all")
 
@@ -64,6 +67,17 @@ POLICY_KEYS = {
     # S6 (RabbitMQ's quorum-queue key, here on classic queues) and S5
     "delivery-limit": (_int_at_least(0), "~p is not a valid delivery limit"),
     "consumer-timeout": (_int_at_least(0), "~p is not a valid consumer timeout"),
+    # streams' retention and segment size (actors/core/stream.py settings)
+    "max-age": (lambda v: stream.check_max_age(v) is not None, "~p is not a valid max age"),
+    "stream-max-segment-size-bytes": (
+        lambda v: _int_at_least(0)(v) and v <= stream.MAX_SEGMENT_SIZE,
+        "~p is not a valid segment size"),
+    # a stream's members when it is declared (actors/core/stream_replication.py)
+    "initial-cluster-size": (_int_at_least(0), "~p is not a valid cluster size"),
+    # Leveret places every leader client-local: the other locators are refused, not ignored
+    "queue-leader-locator": (_one_of("client-local"),
+                             "~p is not a valid queue leader locator value (Leveret places "
+                             "leaders client-local only)"),
 }
 # rabbit_mirror_queue_misc's keys, checked together (mirroring.policy_error)
 HA_KEYS = ("ha-mode", "ha-params", "ha-sync-mode")

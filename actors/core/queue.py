@@ -245,8 +245,11 @@ class QueueCore:
                  auto_delete=False, delivery_window=2000, credit_more=credit_flow.MORE,
                  credit_more_bytes=credit_flow.MORE_BYTES, backlog_bytes=0, durable=False,
                  page_bytes=0, page_size=2048,
-                 events=NO_EVENTS, random_bytes=os.urandom):
+                 events=NO_EVENTS, random_bytes=os.urandom, epoch=0):
         self.events = events  # the event log (actors.events in the shell), injected
+        # promotions of the queue before this master (the metadata's `epoch`): its events
+        # name it, so the analysis can tell this master's copies from a deposed one's
+        self.epoch = epoch
         self.random_bytes = random_bytes  # msg ids of stored messages that came without one
         self.vhost, self.name = vhost, name  # identity
         self.durable = durable  # persistent messages go to the backing queue's storage
@@ -438,7 +441,7 @@ class QueueCore:
     def restore(self, next_seq_id: int, entries: list, more: int, more_bytes: int, now: int,
                 wall_now: int) -> None:
         """Start-up of a durable queue: the first messages its index kept, in order
-        ([(IndexEntry, body, persistent)]; expiry times are wall-clock ms in the index), and
+        ([StoredMessage]; expiry times are wall-clock ms in the index), and
         how many more it holds (paged out, read back as the queue drains): ints for a queue
         without priorities, else lists by priority (each lane has an index of its own)."""
         self._load(entries, now, wall_now)
@@ -523,7 +526,7 @@ class QueueCore:
         if msg.msg_id is not None and self.events.enabled():
             self.events.emit("enqueued", msg.msg_id, actor="queue", vhost=self.vhost,
                              queue=self.name, seq_id=msg.seq_id, paged=divert,
-                             durable=self.durable)
+                             durable=self.durable, epoch=self.epoch)
         if self.on_enqueue is not None:
             self.on_enqueue(msg)  # mirrored: the master sends it to its mirrors
         if divert:
@@ -915,7 +918,7 @@ class QueueCore:
 
     def paged_in(self, entries: list, dropped: int, dropped_bytes: int, now: int,
                  wall_now: int, priority: int = 0) -> None:
-        """The backing queue read the next page of a lane: [(IndexEntry, body, persistent)] in
+        """The backing queue read the next page of a lane: [StoredMessage] in
         order; `dropped` entries were transient ones left from before a restart. Owed ones
         (drop-head) are dropped first."""
         lane = self.lanes[priority]
@@ -1190,10 +1193,13 @@ class QueueCore:
         """op: 0 ack, 1 requeue, 2 discard (dead-letter when configured)."""
         done, requeue = [], []
         for seq_id in seq_ids:
-            entry = self.unacked.pop(seq_id, None)
+            entry = self.unacked.get(seq_id)
             if entry is None:
                 continue
             msg, ch, tag = entry
+            if ch != channel:
+                continue  # (not this channel's: meant for an earlier incarnation's delivery)
+            del self.unacked[seq_id]
             self.unacked_bytes -= len(msg.body)
             self._settled(ch, tag)
             if op == 1:

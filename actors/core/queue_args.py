@@ -16,138 +16,47 @@ Mirrors (3.10.8):
 Every failure raises ``ChannelError`` with RabbitMQ's exact text, e.g. ``PRECONDITION_FAILED -
 invalid arg 'x-max-length' for queue 'q' in vhost '/': {value_negative,-1}``.
 
-Field values arrive decoded (the codec drops the wire type), so the AMQP type RabbitMQ would
-print is inferred by ``amqp_type_name`` the way pika encodes Python values: ``int`` ->
-``signedint`` (``long`` outside 32 bits), ``bool`` -> ``bool``, ``str`` -> ``longstr``,
-``bytes`` -> ``binary``, ``float`` -> ``double``, ``Decimal`` -> ``decimal``, ``datetime`` ->
-``timestamp``, ``dict`` -> ``table``, ``list`` -> ``array``, ``None`` -> ``void``. Any Python
-int passes RabbitMQ's integer checks (it takes every integer width).
+Field values arrive decoded (the codec drops the wire type): the AMQP type RabbitMQ would
+print is erl_terms.amqp_type_name's. Any Python int passes RabbitMQ's integer checks (it takes
+every integer width). The validators and argument lists the quorum queue type shares are
+declare_args.py's.
 
-Leveret differences: ``x-queue-type`` accepts ``classic`` and ``quorum`` (a quorum queue's
-arguments, flags and equivalence are actors/core/quorum.py's; ``stream`` is refused with the
-same text RabbitMQ gives an unknown type), and Leveret's own ``x-confirm-on``
+Leveret differences: ``x-queue-type`` accepts ``classic``, ``quorum`` and ``stream`` (a quorum
+queue's arguments, flags and equivalence are actors/core/quorum.py's, a stream's
+actors/core/stream.py's), and Leveret's own ``x-confirm-on``
 (``enqueue`` | ``ack`` | ``ack-lite``) is validated and compared for equivalence.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import decimal as _decimal
-from typing import Any, Callable, Mapping
+from typing import Mapping
 
-from actors.core import mirroring, policies, quorum
-from actors.core.errors import Atom, ChannelError, erl_p, rs, resource_locked, erl_float, \
-    _field_term
+from actors.core import mirroring, policies, quorum, stream
+from actors.core.declare_args import (CLASSIC_QUEUE_ARGUMENTS, OTHER_QUEUE_TYPE_ARGUMENTS, Check,
+                                      check_bool, check_credit, check_dlxname, check_dlxrk,
+                                      check_expires, check_int, check_message_ttl,
+                                      check_non_neg_int, check_queue_type, invalid_arg,
+                                      string_or)
+from actors.core.erl_terms import Atom, amqp_type_name, erl_float, erl_p, field_term, \
+    type_class, values_equal
+from actors.core.errors import ChannelError, resource_locked, rs
 
 __all__ = [
-    "amqp_type_name", "type_class", "CLASSIC_QUEUE_ARGUMENTS", "OTHER_QUEUE_TYPE_ARGUMENTS",
-    "CLASSIC_CONSUMER_ARGUMENTS", "CONFIRM_ON_VALUES", "MAX_EXPIRY",
+    "CLASSIC_CONSUMER_ARGUMENTS", "CONFIRM_ON_VALUES",
     "check_dlx_arg_type", "check_declare_arguments", "validate", "check_consume_arguments",
     "assert_equivalent", "assert_flags_equivalent", "check_alternate_exchange_arg",
-    "assert_exchange_equivalent", "values_equal",
+    "assert_exchange_equivalent",
 ]
-
-# rabbit_misc:check_expiry/1: ten years in milliseconds.
-MAX_EXPIRY = 315360000000
 
 CONFIRM_ON_VALUES = ("enqueue", "ack", "ack-lite")
 
-# rabbit_classic_queue:capabilities() queue_arguments (3.10.8), plus Leveret's x-confirm-on.
-# This is also the list assert_args_equivalence compares, in this order.
-CLASSIC_QUEUE_ARGUMENTS = (
-    "x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
-    "x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
-    "x-queue-version", "x-single-active-consumer", "x-queue-type", "x-queue-master-locator",
-    "x-confirm-on", "x-ha-mode", "x-ha-params", "x-delivery-limit", "x-consumer-timeout",
-)
-# rabbit_queue_type:arguments(queue_arguments) -- classic's: refused on a classic queue.
-OTHER_QUEUE_TYPE_ARGUMENTS = frozenset({
-    "x-dead-letter-strategy", "x-max-in-memory-length", "x-max-in-memory-bytes",
-    "x-quorum-initial-group-size", "x-queue-leader-locator", "x-max-age",
-    "x-stream-max-segment-size-bytes", "x-initial-cluster-size",
-})
 CLASSIC_CONSUMER_ARGUMENTS = ("x-cancel-on-ha-failover", "x-priority", "x-credit")
 _OTHER_CONSUMER_ARGUMENTS = frozenset({"x-stream-offset"})
 
 _CLASSIC_TYPE = "rabbit_classic_queue"
 
-_INT_TYPES = frozenset({"byte", "short", "signedint", "long", "unsignedbyte", "unsignedshort",
-                        "unsignedint"})
-
 
 # ------------------------------------------------------------------------------ type helpers
-
-
-def amqp_type_name(value: Any) -> str:
-    """The AMQP field type name RabbitMQ prints for a value (see the module docstring)."""
-    if value is None:
-        return "void"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "signedint" if -2 ** 31 <= value < 2 ** 31 else "long"
-    if isinstance(value, str):
-        return "longstr"
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return "binary"
-    if isinstance(value, float):
-        return "double"
-    if isinstance(value, _decimal.Decimal):
-        return "decimal"
-    if isinstance(value, _dt.datetime):
-        return "timestamp"
-    if isinstance(value, Mapping):
-        return "table"
-    if isinstance(value, (list, tuple)):
-        return "array"
-    return type(value).__name__
-
-
-def type_class(type_name: str) -> str:
-    """rabbit_misc:type_class/1: every integer width and decimal are ``int``, float and
-    double are ``float``."""
-    if type_name in _INT_TYPES or type_name == "decimal":
-        return "int"
-    if type_name in ("float", "double"):
-        return "float"
-    return type_name
-
-
-def _as_bytes(v) -> bytes:
-    return v.encode("utf-8", "surrogateescape") if isinstance(v, str) else bytes(v)
-
-
-def values_equal(a: Any, b: Any, exact: bool = False) -> bool:
-    """Erlang ``==`` on the values RabbitMQ holds: numbers compare numerically across int and
-    float, booleans only equal booleans, str and bytes compare by their bytes, decimals by
-    (scale, unscaled), timestamps by their seconds, arrays element-wise, tables key by key in
-    order. ``exact=True`` is Erlang ``=:=`` (an int never equals a float). Used by the headers
-    exchange and argument equivalence."""
-    if a is None or b is None:
-        return a is None and b is None
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, (int, float)) and not isinstance(a, bool):
-        if exact and isinstance(a, float) != isinstance(b, float):
-            return False
-        return isinstance(b, (int, float)) and not isinstance(b, bool) and a == b
-    if isinstance(a, (str, bytes, bytearray, memoryview)):
-        return isinstance(b, (str, bytes, bytearray, memoryview)) and _as_bytes(a) == _as_bytes(b)
-    if isinstance(a, _decimal.Decimal):
-        return isinstance(b, _decimal.Decimal) and \
-            _field_term(a, "decimal") == _field_term(b, "decimal")
-    if isinstance(a, _dt.datetime):
-        return isinstance(b, _dt.datetime) and \
-            _field_term(a, "timestamp") == _field_term(b, "timestamp")
-    if isinstance(a, Mapping):
-        if not isinstance(b, Mapping) or len(a) != len(b):
-            return False
-        return all(_as_bytes(ka) == _as_bytes(kb) and values_equal(va, vb, exact)
-                   for (ka, va), (kb, vb) in zip(a.items(), b.items()))
-    if isinstance(a, (list, tuple)):
-        return isinstance(b, (list, tuple)) and len(a) == len(b) and \
-            all(values_equal(x, y, exact) for x, y in zip(a, b))
-    return a == b
 
 
 def _fmt_raw(v) -> str:
@@ -161,7 +70,7 @@ def _fmt_raw(v) -> str:
         return str(v)
     if t == "double":
         return erl_float(v)
-    return erl_p(_field_term(v, t))
+    return erl_p(field_term(v, t))
 
 
 def _val_typed(v) -> str:
@@ -169,93 +78,29 @@ def _val_typed(v) -> str:
     return f"the value '{_fmt_raw(v)}' of type '{amqp_type_name(v)}'"
 
 
-def _err(queue: str, vhost: str, key: str, term) -> ChannelError:
-    # "invalid arg '~s' for ~s: ~255p"
-    return ChannelError(406, f"invalid arg '{key}' for {rs('queue', queue, vhost)}: {erl_p(term)}")
-
-
 # --------------------------------------------------------------------- rabbit_amqqueue checks
-
-_Check = Callable[[Any, Mapping], Any]  # returns None when ok, else the Erlang error term
-
-
-def _check_int(v, _args):
-    t = amqp_type_name(v)
-    if t in _INT_TYPES:
-        return None
-    return f"expected integer, got {erl_p(Atom(t))}"
-
-
-def _check_bool(v, _args):
-    t = amqp_type_name(v)
-    return None if t == "bool" else (Atom("unacceptable_type"), Atom(t))
-
-
-def _check_non_neg_int(v, args):
-    e = _check_int(v, args)
-    if e is not None:
-        return e
-    return None if v >= 0 else (Atom("value_negative"), v)
-
-
-def _check_expiry(v):
-    if v < 0:
-        return (Atom("value_negative"), v)
-    if v > MAX_EXPIRY:
-        return (Atom("value_too_large"), v)
-    return None
-
-
-def _check_expires(v, args):
-    e = _check_int(v, args)
-    if e is not None:
-        return e
-    if v == 0:
-        return (Atom("value_zero"), v)
-    return _check_expiry(v)
-
-
-def _check_message_ttl(v, args):
-    e = _check_int(v, args)
-    return e if e is not None else _check_expiry(v)
 
 
 def _check_max_priority(v, args):
-    e = _check_non_neg_int(v, args)
+    e = check_non_neg_int(v, args)
     if e is not None:
         return e
     return None if v <= 255 else (Atom("max_value_exceeded"), v)
 
 
-def _string_or(v, ok: Callable[[str], Any]):
-    t = amqp_type_name(v)
-    if t != "longstr":
-        return (Atom("unacceptable_type"), Atom(t))
-    return ok(v)
-
-
-def _check_dlxname(v, _args):
-    return _string_or(v, lambda s: None)
-
-
-def _check_dlxrk(v, args):
-    return _string_or(v, lambda s: None if "x-dead-letter-exchange" in args
-                      else Atom("routing_key_but_no_dlx_defined"))
-
-
 def _check_overflow(v, _args):
-    return _string_or(v, lambda s: None if s in ("drop-head", "reject-publish",
-                                                 "reject-publish-dlx")
-                      else Atom("invalid_overflow"))
+    return string_or(v, lambda s: None if s in ("drop-head", "reject-publish",
+                                                "reject-publish-dlx")
+                     else Atom("invalid_overflow"))
 
 
 def _check_queue_mode(v, _args):
-    return _string_or(v, lambda s: None if s in ("default", "lazy")
-                      else f"unsupported queue mode '{s}'")
+    return string_or(v, lambda s: None if s in ("default", "lazy")
+                     else f"unsupported queue mode '{s}'")
 
 
 def _check_queue_version(v, args):
-    e = _check_non_neg_int(v, args)
+    e = check_non_neg_int(v, args)
     if e is not None:
         return e
     if v not in (1, 2):
@@ -270,22 +115,15 @@ def _check_queue_version(v, args):
 def _check_master_locator(v, _args):
     # RabbitMQ 3.10 takes client-local, min-masters and random (unchecked); Leveret places a
     # queue on the node its client declared it on, so only client-local is true of it
-    return _string_or(v, lambda s: None if s == "client-local" else
-                      f"queue master locator '{s}' is not implemented: Leveret places every "
-                      "queue client-local")
-
-
-def _check_queue_type(v, _args):
-    # RabbitMQ accepts classic, quorum and stream; Leveret implements classic and quorum and
-    # refuses stream with the text RabbitMQ gives an unknown type.
-    return _string_or(v, lambda s: None if s in ("classic", quorum.QUORUM)
-                      else f"unsupported queue type '{s}'")
+    return string_or(v, lambda s: None if s == "client-local" else
+                     f"queue master locator '{s}' is not implemented: Leveret places every "
+                     "queue client-local")
 
 
 def _check_ha_mode(v, args):
     # RabbitMQ 2.x's x-ha-policy as two arguments named like the ha-mode/ha-params policy keys
-    error = _string_or(v, lambda s: None if s in mirroring.MODES
-                       else f"unsupported x-ha-mode value '{s}'")
+    error = string_or(v, lambda s: None if s in mirroring.MODES
+                      else f"unsupported x-ha-mode value '{s}'")
     if error is None and "x-ha-params" not in args:
         return _ha_params_error(v, None)  # (exactly and nodes need it)
     return error
@@ -306,36 +144,36 @@ def _ha_params_error(mode, params):
 
 
 def _check_confirm_on(v, _args):
-    return _string_or(v, lambda s: None if s in CONFIRM_ON_VALUES
-                      else f"unsupported x-confirm-on value '{s}'")
+    return string_or(v, lambda s: None if s in CONFIRM_ON_VALUES
+                     else f"unsupported x-confirm-on value '{s}'")
 
 
 # rabbit_amqqueue:declare_args/0 order, filtered to the classic queue's arguments.
-_DECLARE_VALIDATORS: tuple[tuple[str, _Check], ...] = (
-    ("x-expires", _check_expires),
-    ("x-message-ttl", _check_message_ttl),
-    ("x-dead-letter-exchange", _check_dlxname),
-    ("x-dead-letter-routing-key", _check_dlxrk),
-    ("x-max-length", _check_non_neg_int),
-    ("x-max-length-bytes", _check_non_neg_int),
+_DECLARE_VALIDATORS: tuple[tuple[str, Check], ...] = (
+    ("x-expires", check_expires),
+    ("x-message-ttl", check_message_ttl),
+    ("x-dead-letter-exchange", check_dlxname),
+    ("x-dead-letter-routing-key", check_dlxrk),
+    ("x-max-length", check_non_neg_int),
+    ("x-max-length-bytes", check_non_neg_int),
     ("x-max-priority", _check_max_priority),
     ("x-overflow", _check_overflow),
     ("x-queue-mode", _check_queue_mode),
     ("x-queue-version", _check_queue_version),
-    ("x-single-active-consumer", _check_bool),
-    ("x-queue-type", _check_queue_type),
+    ("x-single-active-consumer", check_bool),
+    ("x-queue-type", check_queue_type),
     ("x-queue-master-locator", _check_master_locator),
     ("x-confirm-on", _check_confirm_on),
     ("x-ha-mode", _check_ha_mode),
     ("x-ha-params", _check_ha_params),
     # S6: a quorum queue's argument in RabbitMQ, taken by Leveret's classic queues too
-    ("x-delivery-limit", _check_non_neg_int),
+    ("x-delivery-limit", check_non_neg_int),
     # S5: ms, 0 = no timeout for this queue's deliveries
-    ("x-consumer-timeout", _check_non_neg_int),
+    ("x-consumer-timeout", check_non_neg_int),
 )
 
 def _check_cancel_on_failover(v, args):
-    e = _check_bool(v, args)
+    e = check_bool(v, args)
     if e is not None:
         return e
     # Leveret cancels every consumer of a mirrored queue whose master fails over (basic.cancel,
@@ -345,19 +183,10 @@ def _check_cancel_on_failover(v, args):
                            "cancels a mirrored queue's consumers when its master fails over")
 
 
-def _check_credit(v, _args):
-    # RabbitMQ 3.10 reads x-credit ({credit: long, drain: bool}) as AMQP 1.0 link credit
-    # (rabbit_queue_consumers:parse_credit_args/2): credit that only basic.credit, a method
-    # AMQP 0-9-1 does not have, can top up; any other table is ignored and a non-table crashes
-    # the queue (541). Leveret speaks 0-9-1 only and refuses it.
-    return ("x-credit is AMQP 1.0 link credit, not available over AMQP 0-9-1; "
-            "use basic.qos prefetch")
-
-
-_CONSUME_VALIDATORS: tuple[tuple[str, _Check], ...] = (
-    ("x-priority", _check_int),
+_CONSUME_VALIDATORS: tuple[tuple[str, Check], ...] = (
+    ("x-priority", check_int),
     ("x-cancel-on-ha-failover", _check_cancel_on_failover),
-    ("x-credit", _check_credit),
+    ("x-credit", check_credit),
 )
 
 
@@ -366,7 +195,7 @@ def _run(validators, args: Mapping, queue: str, vhost: str) -> None:
         if key in args:
             err = fun(args[key], args)
             if err is not None:
-                raise _err(queue, vhost, key, err)
+                raise invalid_arg(queue, vhost, key, err)
 
 
 def _check_keys(args: Mapping, invalid: frozenset, queue: str, vhost: str) -> None:
@@ -393,9 +222,12 @@ def check_declare_arguments(args: Mapping | None, queue: str, vhost: str) -> Non
     queue's are quorum.check_declare_arguments'."""
     if not args:
         return
-    _run((("x-queue-type", _check_queue_type),), args, queue, vhost)
+    _run((("x-queue-type", check_queue_type),), args, queue, vhost)
     if quorum.is_quorum(args):
         quorum.check_declare_arguments(args, queue, vhost)
+        return
+    if stream.is_stream(args):
+        stream.check_declare_arguments(args, queue, vhost)
         return
     _run(_DECLARE_VALIDATORS, args, queue, vhost)
     _check_keys(args, OTHER_QUEUE_TYPE_ARGUMENTS, queue, vhost)
@@ -412,16 +244,23 @@ def validate(args: Mapping | None, queue: str, vhost: str, flags: Mapping | None
         exclusive = bool(flags.get("exclusive"))
         quorum.check_declare_flags(bool(flags.get("durable")) and not exclusive, exclusive,
                                    bool(flags.get("auto_delete")), queue, vhost)
+    if flags is not None and stream.is_stream(args):
+        exclusive = bool(flags.get("exclusive"))
+        stream.check_declare_flags(bool(flags.get("durable")) and not exclusive, exclusive,
+                                   bool(flags.get("auto_delete")), args, queue, vhost)
 
 
 def check_consume_arguments(args: Mapping | None, queue: str, vhost: str,
                             queue_type: str = "classic") -> None:
-    """rabbit_amqqueue:check_consume_arguments/3 for a classic (or quorum) queue
+    """rabbit_amqqueue:check_consume_arguments/3 for a classic, quorum or stream queue
     (basic.consume)."""
     if not args:
         return
     if queue_type == quorum.QUORUM:
         quorum.check_consume_arguments(args, queue, vhost)
+        return
+    if queue_type == stream.STREAM:
+        stream.check_consume_arguments(args, queue, vhost)
         return
     _run(_CONSUME_VALIDATORS, args, queue, vhost)
     _check_keys(args, _OTHER_CONSUMER_ARGUMENTS, queue, vhost)
@@ -488,6 +327,7 @@ def assert_equivalent(existing_args: Mapping | None, new_args: Mapping | None, q
     '5' of type 'signedint' but current is none`` (one side absent) and ``... received '5' but
     current is '10'`` (both present, different)."""
     keys = quorum.QUORUM_QUEUE_ARGUMENTS if quorum.is_quorum(existing_args) \
+        else stream.STREAM_QUEUE_ARGUMENTS if stream.is_stream(existing_args) \
         else CLASSIC_QUEUE_ARGUMENTS
     _args_equivalence(existing_args or {}, new_args or {}, keys, "queue", queue, vhost)
 

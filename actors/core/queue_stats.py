@@ -25,7 +25,8 @@ STORAGE = ("message_bytes", "message_bytes_ready", "message_bytes_unacknowledged
 # rabbit_backing_queue's info items head_message_timestamp, disk_reads and disk_writes, and
 # the consumer holding the queue (QueueConsumers.holders)
 HOLDERS = ("single_active_consumer_tag", "single_active_consumer", "exclusive_consumer_tag")
-STATE = ("head_message_timestamp", "disk_reads", "disk_writes") + HOLDERS
+# and a stream's own figures (its offsets, segments and consumers' positions, a dict)
+STATE = ("head_message_timestamp", "disk_reads", "disk_writes") + HOLDERS + ("stream",)
 # the overview's message_stats keys that come from the queues' storage (rabbit_mgmt_db's
 # queue_msg_rates; RabbitMQ leaves them out of a queue's own JSON, format_queue_stats)
 DISK = ("disk_reads", "disk_writes")

@@ -38,7 +38,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from actors.core.errors import Atom, ChannelError, erl_p, rs
+from actors.core import declare_args as da
+from actors.core.declare_args import CLASSIC_QUEUE_ARGUMENTS, OTHER_QUEUE_TYPE_ARGUMENTS, QUORUM
+from actors.core.erl_terms import Atom
+from actors.core.errors import ChannelError, rs
 
 __all__ = [
     "QUORUM", "QUORUM_TYPE", "QUORUM_QUEUE_ARGUMENTS", "QUORUM_CONSUMER_ARGUMENTS",
@@ -47,7 +50,6 @@ __all__ = [
     "majority", "delivery_limit", "confirmable_batch", "check_consume_qos", "check_delete",
 ]
 
-QUORUM = "quorum"
 QUORUM_TYPE = "rabbit_quorum_queue"  # the module name RabbitMQ's texts print
 DEFAULT_GROUP_SIZE = 3  # rabbit's quorum_cluster_size default
 DEFAULT_DELIVERY_LIMIT = 20  # rabbit_quorum_queue's ?DEFAULT_DELIVERY_LIMIT (4.0)
@@ -83,32 +85,28 @@ def is_quorum(args: Mapping | None) -> bool:
 
 def _check_initial_group_size(v, args):
     # rabbit_amqqueue:check_initial_cluster_size_arg/2
-    from actors.core.queue_args import _check_non_neg_int
-    e = _check_non_neg_int(v, args)
+    e = da.check_non_neg_int(v, args)
     if e is not None:
         return e
     return (Atom("value_zero"), v) if v == 0 else None
 
 
 def _check_dlx_strategy(v, _args):
-    from actors.core.queue_args import _string_or
-    return _string_or(v, lambda s: (
+    return da.string_or(v, lambda s: (
         None if s == "at-most-once" else
         "x-dead-letter-strategy at-least-once is not implemented: Leveret dead-letters "
         "at-most-once" if s == "at-least-once" else Atom("invalid_dlx_strategy")))
 
 
 def _check_overflow(v, _args):
-    from actors.core.queue_args import _string_or
-    return _string_or(v, lambda s: (
+    return da.string_or(v, lambda s: (
         None if s in ("drop-head", "reject-publish") else
         "x-overflow reject-publish-dlx is not supported by quorum queues: use drop-head or "
         "reject-publish" if s == "reject-publish-dlx" else Atom("invalid_overflow")))
 
 
 def _check_in_memory(v, args):
-    from actors.core.queue_args import _check_non_neg_int
-    e = _check_non_neg_int(v, args)
+    e = da.check_non_neg_int(v, args)
     if e is not None:
         return e
     return ("the in-memory limits of quorum queues are not implemented (RabbitMQ 4 ignores "
@@ -116,8 +114,7 @@ def _check_in_memory(v, args):
 
 
 def _check_leader_locator(v, _args):
-    from actors.core.queue_args import _string_or
-    return _string_or(v, lambda s: (
+    return da.string_or(v, lambda s: (
         None if s == "client-local" else
         f"queue leader locator '{s}' is not implemented: Leveret places every quorum queue's "
         "leader client-local" if s in ("balanced", "random", "least-leaders")
@@ -127,55 +124,40 @@ def _check_leader_locator(v, _args):
 def _check_delivery_limit(v, args):
     # RabbitMQ does not validate x-delivery-limit; an integer is all it reads (a negative
     # one is no limit, as RabbitMQ 4's resolve_delivery_limit/2 has it)
-    from actors.core.queue_args import _check_int
-    return _check_int(v, args)
+    return da.check_int(v, args)
 
 
-def _validators():
-    """rabbit_amqqueue:declare_args/0 order, filtered to QUORUM_QUEUE_ARGUMENTS."""
-    from actors.core import queue_args as qa
-    return (
-        ("x-expires", qa._check_expires),
-        ("x-message-ttl", qa._check_message_ttl),
-        ("x-dead-letter-exchange", qa._check_dlxname),
-        ("x-dead-letter-routing-key", qa._check_dlxrk),
-        ("x-dead-letter-strategy", _check_dlx_strategy),
-        ("x-max-length", qa._check_non_neg_int),
-        ("x-max-length-bytes", qa._check_non_neg_int),
-        ("x-max-in-memory-length", _check_in_memory),
-        ("x-max-in-memory-bytes", _check_in_memory),
-        ("x-overflow", _check_overflow),
-        ("x-single-active-consumer", qa._check_bool),
-        ("x-queue-type", qa._check_queue_type),
-        ("x-quorum-initial-group-size", _check_initial_group_size),
-        ("x-queue-leader-locator", _check_leader_locator),
-        ("x-delivery-limit", _check_delivery_limit),
-        ("x-consumer-timeout", qa._check_non_neg_int),
-    )
+# rabbit_amqqueue:declare_args/0 order, filtered to QUORUM_QUEUE_ARGUMENTS.
+_VALIDATORS: tuple[tuple[str, da.Check], ...] = (
+    ("x-expires", da.check_expires),
+    ("x-message-ttl", da.check_message_ttl),
+    ("x-dead-letter-exchange", da.check_dlxname),
+    ("x-dead-letter-routing-key", da.check_dlxrk),
+    ("x-dead-letter-strategy", _check_dlx_strategy),
+    ("x-max-length", da.check_non_neg_int),
+    ("x-max-length-bytes", da.check_non_neg_int),
+    ("x-max-in-memory-length", _check_in_memory),
+    ("x-max-in-memory-bytes", _check_in_memory),
+    ("x-overflow", _check_overflow),
+    ("x-single-active-consumer", da.check_bool),
+    ("x-queue-type", da.check_queue_type),
+    ("x-quorum-initial-group-size", _check_initial_group_size),
+    ("x-queue-leader-locator", _check_leader_locator),
+    ("x-delivery-limit", _check_delivery_limit),
+    ("x-consumer-timeout", da.check_non_neg_int),
+)
 
 
-def _known_queue_arguments() -> frozenset:
-    """rabbit_queue_type:arguments(queue_arguments): every type's (Leveret's classic ones
-    included: x-confirm-on, x-ha-mode, x-ha-params are Leveret's classic queue arguments)."""
-    from actors.core.queue_args import CLASSIC_QUEUE_ARGUMENTS, OTHER_QUEUE_TYPE_ARGUMENTS
-    return frozenset(CLASSIC_QUEUE_ARGUMENTS) | OTHER_QUEUE_TYPE_ARGUMENTS | \
-        frozenset(QUORUM_QUEUE_ARGUMENTS)
+# rabbit_queue_type:arguments(queue_arguments) less a quorum queue's own: every other type's
+# (Leveret's classic ones included: x-confirm-on, x-ha-mode, x-ha-params)
+_OTHER_TYPES_ARGUMENTS = (frozenset(CLASSIC_QUEUE_ARGUMENTS) | OTHER_QUEUE_TYPE_ARGUMENTS) - \
+    frozenset(QUORUM_QUEUE_ARGUMENTS)
 
 
 def check_declare_arguments(args: Mapping, queue: str, vhost: str) -> None:
     """rabbit_amqqueue:check_declare_arguments/2 for a quorum queue (x-queue-type was checked
     already): each validator in order, then the arguments of other queue types."""
-    from actors.core.queue_args import _err
-    for key, fun in _validators():
-        if key in args:
-            err = fun(args[key], args)
-            if err is not None:
-                raise _err(queue, vhost, key, err)
-    invalid = _known_queue_arguments() - frozenset(QUORUM_QUEUE_ARGUMENTS)
-    for key in args:
-        if key in invalid:
-            raise ChannelError(406, f"invalid arg '{key}' for {rs('queue', queue, vhost)} "
-                                    f"of queue type {QUORUM_TYPE}")
+    da.check_type_arguments(args, queue, vhost, _VALIDATORS, _OTHER_TYPES_ARGUMENTS, QUORUM_TYPE)
 
 
 def check_declare_flags(durable: bool, exclusive: bool, auto_delete: bool, queue: str,
@@ -192,13 +174,12 @@ def check_declare_flags(durable: bool, exclusive: bool, auto_delete: bool, queue
 def check_consume_arguments(args: Mapping, queue: str, vhost: str) -> None:
     """rabbit_amqqueue:check_consume_arguments/3 for a quorum queue: x-priority is checked,
     Leveret's classic-only x-cancel-on-ha-failover and streams' x-stream-offset refused."""
-    from actors.core import queue_args as qa
     if "x-priority" in args:
-        err = qa._check_int(args["x-priority"], args)
+        err = da.check_int(args["x-priority"], args)
         if err is not None:
-            raise qa._err(queue, vhost, "x-priority", err)
+            raise da.invalid_arg(queue, vhost, "x-priority", err)
     if "x-credit" in args:
-        raise qa._err(queue, vhost, "x-credit", qa._check_credit(args["x-credit"], args))
+        raise da.invalid_arg(queue, vhost, "x-credit", da.check_credit(args["x-credit"], args))
     for key in args:
         if key in ("x-cancel-on-ha-failover", "x-stream-offset"):
             raise ChannelError(406, f"invalid arg '{key}' for {rs('queue', queue, vhost)} "

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from actors.core.errors import Atom, ChannelError, ConnectionError_, _field_term, erl_p
-from actors.core.queue_args import amqp_type_name
+from actors.core.erl_terms import Atom, amqp_type_name, erl_p, field_term
+from actors.core.errors import ChannelError, ConnectionError_
 
 __all__ = [
     "EXCHANGE_TYPES", "INTERNAL_USER", "PREDECLARED_EXCHANGES", "ExchangeDef", "Binding",
@@ -325,19 +325,19 @@ def validate_binding(exchange_type: str, arguments: Mapping | None) -> None:
         raise ChannelError(406, f"Invalid x-match field value {erl_p(v.encode())}; expected "
                                 "all, any, all-with-x, or any-with-x")
     raise ChannelError(406, f"Invalid x-match field type {erl_p(Atom(t))} (value "
-                            f"{erl_p(_field_term(v, t))}); expected longstr")
+                            f"{erl_p(field_term(v, t))}); expected longstr")
 
 
 def _header_term(v):
     """The term headers_match/5 compares with ``==`` for a top-level header value: the value
     without its type (a timestamp is its seconds, so ``T 5`` equals ``l 5``), tables and arrays
     with the type of every element (``[{timestamp,5}]`` differs from ``[{long,5}]``), as
-    errors._field_term builds them; a boolean is tagged, as Erlang's true is no integer."""
+    erl_terms.field_term builds them; a boolean is tagged, as Erlang's true is no integer."""
     if v.__class__ is str or v.__class__ is int:
         return v.encode("utf-8", "surrogateescape") if v.__class__ is str else v
     if isinstance(v, bool):
         return (_BOOL, v)
-    return _field_term(v, amqp_type_name(v))
+    return field_term(v, amqp_type_name(v))
 
 
 _BOOL = Atom("bool")
@@ -813,6 +813,37 @@ class Router:
                 vh.cache.clear()
             vh.cache[ck] = result
         return result
+
+    def alternates(self, vhost: str, exchange: str, routing_key: str | list[str],
+                   headers: Mapping | None = None) -> list[str]:
+        """The alternate exchanges a message published to ``exchange`` passes through on its
+        way (route's walk, uncached: the event log asks, not the hot path), in order."""
+        vh = self._vhosts.get(vhost)
+        src = vh.sources.get(exchange) if vh is not None and exchange else None
+        if src is None:
+            return []
+        keys = [routing_key] if isinstance(routing_key, str) else list(routing_key)
+        used: list[str] = []
+        seen = {exchange}
+        work = [src]
+        while work:
+            s = work.pop()
+            dests = s.route(keys, headers)
+            if not dests:
+                ae = s.x.alternate_exchange
+                if ae is None:
+                    ae = vh.policy_ae.get(s.x.name)
+                if ae is not None:
+                    if ae not in seen:
+                        used.append(ae)
+                    dests = (("exchange", ae),)
+            for kind, name in dests:
+                if kind != "queue" and name not in seen:
+                    seen.add(name)
+                    nxt = vh.sources.get(name)
+                    if nxt is not None:
+                        work.append(nxt)
+        return used
 
     # --- replication -----------------------------------------------------------------------
     def to_state(self) -> dict:

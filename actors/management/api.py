@@ -183,6 +183,15 @@ def queue_json(q: dict, row: dict | None, policy_list, op_policy_list=(),
         # members listed are those that hold a replica now (a member that is down is not)
         out["leader"] = out["node"]
         out["members"] = out["online"] = [out["node"], *(row.get("mirrors") or [])]
+    elif out["type"] == "stream":
+        # rabbit_stream_queue's info keys (the leader first; a member that is down is not
+        # listed), and Leveret's own figures of the log: offsets, segments, consumers'
+        # positions (the leader's)
+        out["leader"] = out["node"]
+        out["members"] = out["online"] = [out["node"], *(row.get("mirrors") or [])]
+        if row.get("stream") is not None:
+            out["stream"] = row["stream"]
+            out["committed_offset"] = row["stream"]["committed_offset"]
     elif row.get("mirrors"):
         out["slave_nodes"] = row["mirrors"]
         out["synchronised_slave_nodes"] = row.get("synchronised_mirrors", [])
@@ -520,8 +529,8 @@ def into_vhost(doc: dict, vhost: str) -> dict:
 
 # --- runtime parameters (rabbit_mgmt_wm_parameters, rabbit_runtime_parameters) -----------------
 # the components Leveret has; any other is refused as rabbit_runtime_parameters refuses a
-# component no plugin registered (federation-upstream, shovel...)
-COMPONENTS = ("policy", "operator_policy", "vhost-limits")
+# component no plugin registered (federation-upstream...)
+COMPONENTS = ("policy", "operator_policy", "vhost-limits", "shovel")
 
 
 def unknown_component(component: str) -> ApiError:
@@ -531,8 +540,8 @@ def unknown_component(component: str) -> ApiError:
 
 def parameters(state: dict) -> list:
     """Every runtime parameter as rabbit_mgmt_format:parameter/1 lists it: policies
-    (component "policy"), operator policies ("operator_policy") and vhost limits
-    ("vhost-limits", name "limits")."""
+    (component "policy"), operator policies ("operator_policy"), vhost limits
+    ("vhost-limits", name "limits") and shovels ("shovel", the value as it was set)."""
     out = []
     for component, table in (("policy", "policies"), ("operator_policy", "operator_policies")):
         for p in state.get(table, ()):
@@ -544,6 +553,8 @@ def parameters(state: dict) -> list:
         if scope == "vhost":
             out.append({"vhost": name, "component": "vhost-limits", "name": "limits",
                         "value": dict(value)})
+    for vhost, component, name, value in state.get("parameters", ()):
+        out.append({"vhost": vhost, "component": component, "name": name, "value": value})
     return out
 
 

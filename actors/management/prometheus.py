@@ -266,6 +266,15 @@ def node_metrics(counters: dict, processes: dict, per_object: bool) -> list:
                             "sequence numbers that the analysis reports as a gap)")
     c.add_metric([], counters.get("events_dropped", 0))
     out.append(c)
+    c = CounterMetricFamily("leveret_events_syncs", "Writes (or fsyncs) of the event log a "
+                            "publisher confirm waited for (events_sync; docs/events.md)")
+    c.add_metric([], counters.get("events_syncs", 0))
+    out.append(c)
+    g = GaugeMetricFamily("leveret_events_sync", "The events_sync setting: 1 for the mode in "
+                          "force (off, write, fsync)", labels=["mode"])
+    for mode in ("off", "write", "fsync"):
+        g.add_metric([mode], 1 if counters.get("events_sync", "off") == mode else 0)
+    out.append(g)
     return out
 
 

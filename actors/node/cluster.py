@@ -57,6 +57,7 @@ class ReplicatedState(SyncObjConsumer):
         self.policies: dict = {}  # (vhost, name) -> policy
         self.op_policies: dict = {}  # (vhost, name) -> operator policy
         self.limits: dict = {}  # ("vhost"|"user", name) -> limits
+        self.parameters: dict = {}  # (vhost, component, name) -> value (shovels)
         self.members: dict = {}  # member id (raft address) -> member info
         self.seq = 0  # entries applied: the same number for the same entry on every node
 

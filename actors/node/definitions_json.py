@@ -35,6 +35,7 @@ from actors.core import queue_args
 from actors.core.errors import ChannelError, ConnectionError_
 from actors.core.permissions import MD5, SHA256, SHA512, AuthDB, hash_password
 from actors.core.routing import PREDECLARED_EXCHANGES
+from actors.shovel import params as shovel_params
 
 RABBIT_VERSION = "3.10.8"  # the RabbitMQ version whose format we write
 PRODUCT_NAME = "Leveret"
@@ -106,7 +107,8 @@ def export(state: dict) -> dict:
                         for p in auth.get("permissions", [])],
         "topic_permissions": [{k: p[k] for k in ("user", "vhost", "exchange", "write", "read")}
                               for p in auth.get("topic_permissions", [])],
-        # runtime parameters (rabbit_runtime_parameters): operator policies and vhost limits
+        # runtime parameters (rabbit_runtime_parameters): operator policies, vhost limits
+        # and shovels
         "parameters": [{"value": {"pattern": p["pattern"], "definition": p["definition"],
                                   "priority": p.get("priority", 0),
                                   "apply-to": p.get("apply_to", "all")},
@@ -114,7 +116,9 @@ def export(state: dict) -> dict:
                        for p in state.get("op_policies", [])] +
                       [{"value": dict(value), "vhost": name, "component": "vhost-limits",
                         "name": "limits"}
-                       for scope, name, value in state.get("limits", []) if scope == "vhost"],
+                       for scope, name, value in state.get("limits", []) if scope == "vhost"] +
+                      [{"value": value, "vhost": vhost, "component": component, "name": name}
+                       for vhost, component, name, value in state.get("parameters", [])],
         "global_parameters": [],
         "policies": [{"vhost": p["vhost"], "name": p["name"], "pattern": p["pattern"],
                       "apply-to": p.get("apply_to", "all"), "definition": p["definition"],
@@ -399,17 +403,23 @@ def plan_import(doc, state: dict) -> Plan:
         plan.changes.append(["router", "bind", b])
 
     def parameter(o):
-        """operator_policy and vhost-limits, the two components Leveret has; any other
-        (federation-upstream, shovel...) refuses the import."""
+        """operator_policy, vhost-limits and shovel, the components Leveret has; any other
+        (federation-upstream...) refuses the import."""
         component = o.get("component")
         what = f"runtime parameter '{o.get('name')}' of component '{component}' in vhost " \
                f"'{o.get('vhost')}'"
-        if component not in ("operator_policy", "vhost-limits"):
-            raise _Bad(f"{what}: component {component} not found (Leveret has operator_policy "
-                       "and vhost-limits; federation and shovels are not supported)")
+        if component not in ("operator_policy", "vhost-limits", *shovel_params.COMPONENTS):
+            raise _Bad(f"{what}: component {component} not found (Leveret has operator_policy, "
+                       "vhost-limits and shovel; federation is not supported)")
         vhost_, name = _need(o, "vhost", str, what), _need(o, "name", str, what)
         value = _need(o, "value", dict, what)
         _vhost_known(probe, vhost_, what)
+        if component in shovel_params.COMPONENTS:
+            errors = shovel_params.errors(name, value)
+            if errors:
+                raise _Bad(f"{what}: Validation failed: " + "; ".join(errors))
+            plan.changes.append(["param_put", vhost_, component, name, value])
+            return
         try:
             if component == "vhost-limits":
                 plan.changes.append(["limits_put", "vhost", vhost_,

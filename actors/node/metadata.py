@@ -25,11 +25,11 @@ from dataclasses import dataclass
 
 import pykka
 
-from actors import events
+from actors import events, faults
 from actors import messages as m
 from actors.messages import (ClusterEntry, ClusterReady, ClusterTick, CommitFailed, DurableQueues,
                              ReadyWorkers, StatsTimeout, WorkerExited)
-from actors.core import limits, policies, queue_args, quorum
+from actors.core import limits, policies, queue_args, quorum, stream, stream_replication
 from actors.core.errors import ChannelError, ConnectionError_, amqp_text
 from actors.core.permissions import AuthDB, hashed_auth_call
 from actors.core.queue_stats import StatsTable
@@ -41,11 +41,13 @@ from actors.node.definitions import Definitions
 from actors.node.metadata_alarms import AlarmsMixin
 from actors.node.metadata_limits import LimitsMixin
 from actors.node.metadata_management import ManagementMixin
+from actors.node.metadata_shovels import ShovelsMixin
 from actors.node.node_stats import NodeTable
 from actors.node.metadata_cluster import ClusterMixin
 from actors.node.queue_table import QueueTable
-from actors.replica import apply_change, state_lists
+from actors.replica import apply_change, parameters_of, state_lists
 from actors.runtime import LightActor
+from actors.shovel import params as shovel_params
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +62,8 @@ class Worker:
     ready: bool = False  # a connection worker is listening
 
 
-class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightActor):
+class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, ShovelsMixin,
+               LightActor):
     scheduler_name = "node"  # embedded in the node's event loop with its transport
 
     def __init__(self, transport, config, resources=None, secret: bytes = b"",
@@ -79,6 +82,8 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         self.policies: dict[tuple[str, str], dict] = {}  # (vhost, policy name) -> policy
         self.op_policies: dict[tuple[str, str], dict] = {}  # (vhost, name) -> operator policy
         self.limits: dict[tuple[str, str], dict] = {}  # ("vhost"|"user", name) -> limits
+        # (vhost, component, name) -> value: runtime parameters kept as given (shovels)
+        self.parameters: dict[tuple[str, str, str], dict] = {}
         self.defs = Definitions(os.path.join(data_dir, "definitions"))  # durable store
         self.n_queue_workers = queue_workers  # number of queue worker slots
         self.workers: dict[tuple[str, int], Worker] = {}  # live workers by (kind, index)
@@ -86,8 +91,9 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         self.pending_ops: dict[int, tuple] = {}  # node req id -> (reply_to, req_id, vhost, name)
         self.next_req = 1  # node's own request ids (to queues)
         self.pending_stats: dict[int, tuple] = {}  # node req id -> (list_queues gather, queue)
-        # node req id -> leveretctl purge_queue, sync_queue, cancel_sync_queue
-        self.pending_purges: dict[int, m.Rpc] = {}
+        # node req id -> the rpc of leveretctl purge_queue, sync_queue, cancel_sync_queue,
+        # census (a vhost's census: one _Gather for all its queues)
+        self.pending_asks: dict[int, m.Rpc | _Gather] = {}
         # the management API's statistics: what queues emit (actors/core/queue_stats.py)
         self.queue_stats = StatsTable(config.collect_statistics_interval)
         # every member's last two samples of its own figures (/api/nodes: NodeStats)
@@ -123,6 +129,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         self.members: dict = {}  # cluster members (actors/node/metadata_cluster.py); empty alone
         self._limits_init()
         self._cluster_init(config)
+        self._shovels_init(config)
 
     # --- start-up -------------------------------------------------------------------------------
     def on_start(self) -> None:
@@ -139,6 +146,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
             self.router.declare_exchange(*x)
         for q in stored.get("queues", []):
             q = dict(q, address=None, worker=self._place())
+            q.pop("crashed", None)  # (a node's restart starts a queue given up on again)
             self.queues[(q["vhost"], q["name"])] = q
             self.router.add_queue(q["vhost"], q["name"])
         for b in stored.get("bindings", []):
@@ -152,79 +160,88 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                 self.op_policies[(p["vhost"], p["name"])] = p
         for x in stored.get("limits", []):
             self.limits[(x["scope"], x["name"])] = x["value"]
+        self.parameters = {k: v for k, v in parameters_of(stored).items()
+                           if k[0] in self.auth.list_vhosts()}
         self._persist()
+        self._sync_shovels()
         # RabbitMQ's boot recovers durable queues before it starts its listeners: connection
         # workers get their snapshot (and start listening) once every recovered queue is up
         self.recovering = {key for key in self.queues}
 
     # --- message dispatch -------------------------------------------------------------------------
     def on_stop(self) -> None:
+        self.shovels.stop_all()
         if self.cluster is not None:
             self.cluster.close()
 
     def on_receive(self, msg):
-        try:
-            if isinstance(msg, ClusterEntry):
-                self._cluster_entry(msg)
-            elif isinstance(msg, ClusterTick):
-                self._cluster_tick()
-            elif isinstance(msg, ClusterReady):
-                return self._cluster_load()
-            elif isinstance(msg, CommitFailed):
-                self._commit_failed(msg.epoch, msg.token)
-            elif isinstance(msg, m.AlarmsChanged):
-                self._alarms_changed(msg)
-            elif isinstance(msg, m.NodeTick):
-                self._node_tick(msg)
-            elif isinstance(msg, m.NodeStats):
-                self.node_table.put(msg.node, msg.at_ms, msg.stats)
-            elif not self.loaded:
-                if isinstance(msg, m.Rpc) and msg.reply_to:  # leveretctl before we joined
-                    self._send_local(msg.reply_to, m.RpcReply(msg.req_id, False, None, 541,
-                                     amqp_text(541, "this node has not joined its cluster yet")))
-            elif isinstance(msg, m.Rpc):
-                self._rpc(msg)
-            elif isinstance(msg, m.QueueStarted):
-                self._queue_started(msg)
-            elif isinstance(msg, m.RpcReply):
-                if self._relay(msg):
-                    pass
-                elif msg.req_id in self.pending_stats:
-                    self._stats_reply(msg)
-                else:
-                    self._queue_reply(msg)
-            elif isinstance(msg, m.ConnectionStats):
-                if not self.transport.is_dead(msg.worker):
-                    self._connection_sample(msg)
-            elif isinstance(msg, m.WorkerStats):
-                if not self.transport.is_dead(msg.worker):
-                    self.worker_totals[msg.worker] = msg.totals
-            elif isinstance(msg, m.QueueStats):
-                if (msg.vhost, msg.name) in self.queues:
-                    self.queue_stats.put(msg.vhost, msg.name, msg.at_ms, msg.stats)
-            elif isinstance(msg, StatsTimeout):
-                self._finish_stats(msg.gather)
-            elif isinstance(msg, m.MetaApplied):
-                self._meta_applied(msg)
+        # no catch-all: an exception here ends the actor as it is, and the node, its
+        # supervisor, stops (systemd restarts it from the definitions on disk or the Raft
+        # log) rather than serving from state a handler left half-applied
+        faults.crash("metadata", "", "", msg, self.config.host)
+        if isinstance(msg, ClusterEntry):
+            self._cluster_entry(msg)
+        elif isinstance(msg, ClusterTick):
+            self._cluster_tick()
+        elif isinstance(msg, ClusterReady):
+            return self._cluster_load()
+        elif isinstance(msg, CommitFailed):
+            self._commit_failed(msg.epoch, msg.token)
+        elif isinstance(msg, m.AlarmsChanged):
+            self._alarms_changed(msg)
+        elif isinstance(msg, m.NodeTick):
+            self._node_tick(msg)
+        elif isinstance(msg, m.NodeStats):
+            self.node_table.put(msg.node, msg.at_ms, msg.stats)
+        elif isinstance(msg, m.ShovelStates):
+            self._shovel_states(msg)
+        elif not self.loaded:
+            if isinstance(msg, m.Rpc) and msg.reply_to:  # leveretctl before we joined
+                self._send_local(msg.reply_to, m.RpcReply(msg.req_id, False, None, 541,
+                                 amqp_text(541, "this node has not joined its cluster yet")))
+        elif isinstance(msg, m.Rpc):
+            self._rpc(msg)
+        elif isinstance(msg, m.QueueStarted):
+            self._queue_started(msg)
+        elif isinstance(msg, m.QueueDown):  # (from the node that handled a crash)
+            self._queue_down(msg)
+        elif isinstance(msg, m.RpcReply):
+            if self._relay(msg):
+                pass
+            elif msg.req_id in self.pending_stats:
+                self._stats_reply(msg)
+            else:
+                self._queue_reply(msg)
+        elif isinstance(msg, m.ConnectionStats):
+            if not self.transport.is_dead(msg.worker):
+                self._connection_sample(msg)
+        elif isinstance(msg, m.WorkerStats):
+            if not self.transport.is_dead(msg.worker):
+                self.worker_totals[msg.worker] = msg.totals
+        elif isinstance(msg, m.QueueStats):
+            if (msg.vhost, msg.name) in self.queues:
+                self.queue_stats.put(msg.vhost, msg.name, msg.at_ms, msg.stats)
+        elif isinstance(msg, StatsTimeout):
+            self._finish_stats(msg.gather)
+        elif isinstance(msg, m.MetaApplied):
+            self._meta_applied(msg)
 
-            elif isinstance(msg, m.PeerApplied):
-                self._peer_applied(msg)
-            elif isinstance(msg, m.LogQuery):
-                self._log_query(msg)
-            elif isinstance(msg, m.LogPosition):
-                self._log_position(msg)
-            elif isinstance(msg, WorkerExited):
-                self._worker_exited(msg)
-            elif isinstance(msg, ReadyWorkers):
-                return [k for k, w in self.workers.items() if w.ready]
-            elif isinstance(msg, DurableQueues):
-                # (a quorum queue's member keeps its log while it counts, down or not)
-                return [(*key, q.get("arguments") or {}) for key, q in self.queues.items()
-                        if q["durable"]
-                        and self.me in (q.get("home", self.me), *(q.get("mirrors") or ()),
-                                        *(q.get("logs") or ()))]
-        except Exception:
-            log.exception("metadata failed on %r", type(msg).__name__)
+        elif isinstance(msg, m.PeerApplied):
+            self._peer_applied(msg)
+        elif isinstance(msg, m.LogQuery):
+            self._log_query(msg)
+        elif isinstance(msg, m.LogPosition):
+            self._log_position(msg)
+        elif isinstance(msg, WorkerExited):
+            self._worker_exited(msg)
+        elif isinstance(msg, ReadyWorkers):
+            return [k for k, w in self.workers.items() if w.ready]
+        elif isinstance(msg, DurableQueues):
+            # (a quorum queue's member keeps its log while it counts, down or not)
+            return [(*key, q.get("arguments") or {}) for key, q in self.queues.items()
+                    if q["durable"]
+                    and self.me in (q.get("home", self.me), *(q.get("mirrors") or ()),
+                                    *(q.get("logs") or ()))]
 
     def _rpc(self, rpc: m.Rpc) -> None:
         if rpc.op == "auth" and isinstance(rpc.args, dict):
@@ -331,6 +348,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                 gone.append((c[1], c[2]))
                 self.queue_stats.forget(c[1], c[2])
         self.version += 1
+        self._shovels_changed(changes)
         msg = m.MetaChange(list(changes), self.version)
         for w in self.workers.values():
             self.transport.send(w.control, msg)
@@ -542,8 +560,11 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
     def _start_queue(self, q: dict, recovered: bool) -> None:
         """Only the queue's home node starts it, on its own queue worker (never while the node
         is paused: it starts what the log says once it resumes)."""
-        if q.get("home", self.me) != self.me or self.paused or q.get("electing"):
-            return  # (electing: a quorum queue whose leader the cluster leader is choosing)
+        if q.get("home", self.me) != self.me or self.paused or q.get("electing") or \
+                q.get("crashed"):
+            # (electing: a quorum queue whose leader the cluster leader is choosing; crashed:
+            # its queue worker gave up restarting it, it stays down until deleted)
+            return
         w = self.workers.get(("queue", q["worker"]))
         key = (q["vhost"], q["name"])
         if w is None or key in self.starting:
@@ -623,6 +644,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                            if v == args[0])
             if ("vhost", args[0]) in self.limits:
                 changes.append(["limits_del", "vhost", args[0]])
+            changes.extend(["param_del", *key] for key in self.parameters if key[0] == args[0])
         elif method == "delete_user" and ("user", args[0]) in self.limits:
             changes.append(["limits_del", "user", args[0]])
         self._change(*changes)
@@ -671,6 +693,24 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
             raise ChannelError(406, f"unknown limits method {method!r}")
         return None
 
+    def op_parameter(self, rpc, method, vhost, component, name, value=None):
+        """rabbitmqctl set_parameter / clear_parameter (rabbit_runtime_parameters:set/5,
+        clear/4) of the components kept as runtime parameters (`shovel`)."""
+        if component not in shovel_params.COMPONENTS:
+            raise ChannelError(406, shovel_params.unknown_component(component))
+        if vhost not in self.auth.list_vhosts():
+            raise ChannelError(404, amqp_text(404, f"no vhost '{vhost}'"))
+        if method == "set":
+            shovel_params.validate(name, value)
+            self._change(["param_put", vhost, component, name, value])
+        elif method == "clear":
+            if (vhost, component, name) not in self.parameters:
+                raise ChannelError(404, "Parameter does not exist")
+            self._change(["param_del", vhost, component, name])
+        else:
+            raise ChannelError(406, f"unknown parameter method {method!r}")
+        return None
+
     # --- definitions export / import (rabbitmqctl export_definitions, import_definitions) ----
     def op_definitions_export(self, rpc):
         return definitions_json.export(self._definitions_state())
@@ -683,6 +723,7 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         return {"auth": self.auth.to_state(), "policies": list(self.policies.values()),
                 "op_policies": list(self.op_policies.values()),
                 "limits": [[scope, name, value] for (scope, name), value in self.limits.items()],
+                "parameters": [[v, c, n, value] for (v, c, n), value in self.parameters.items()],
                 "exchanges": exchanges, "bindings": list(self._all_bindings()),
                 "queues": [{k: v for k, v in q.items() if k not in ("address", "worker")}
                            for q in self.queues.values()]}
@@ -737,6 +778,10 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
             return list(self.policies.values())
         if what == "operator_policies":
             return list(self.op_policies.values())
+        if what == "parameters":
+            return [{"vhost": v, "component": c, "name": n, "value": value}
+                    for (v, c, n), value in sorted(self.parameters.items())
+                    if vhost in (None, v)]
         if what in ("vhost_limits", "user_limits"):
             scope = what[:-7]
             return [{scope: n, "limits": v} for (s, n), v in sorted(self.limits.items())
@@ -904,6 +949,9 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
             self.queue_churn["queues_declared"] += 1
         if q is not None:
             self._check_exclusive(vhost, name, owner)
+            if q.get("crashed"):  # (rabbit_amqqueue:priv_absent of a crashed queue)
+                raise ChannelError(404, amqp_text(404, f"queue '{name}' in vhost '{vhost}' "
+                                                       "has crashed and failed to restart"))
             if not passive:
                 queue_args.assert_flags_equivalent(
                     {"durable": q["durable"], "exclusive": bool(q["exclusive"]),
@@ -939,6 +987,11 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
              "exclusive": owner if exclusive else "", "auto_delete": bool(auto_delete),
              "arguments": arguments, "worker": self._place(home), "address": None,
              "home": home, "mirrors": [], "synced": []}
+        if self.cluster is not None and stream.is_stream(arguments):
+            # "initial": the members a stream is declared with stay its members' count
+            q["stream_size"] = stream_replication.cluster_size(
+                arguments, len(self.config.cluster_nodes), policies.effective(
+                    self.policies, vhost, name, "queues", self.op_policies))
         q["mirrors"] = self._mirrors_for(q)
         self.queue_churn["queues_created"] += 1
         self.pending_start.setdefault(key, []).append((rpc.reply_to, rpc.req_id, [name, 0, 0]))
@@ -972,6 +1025,25 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
             self._delete_queue(vhost, name, None, 0, reason=reason.partition(":")[0] or "self")
         return None
 
+    def op_queue_crashed(self, rpc, vhost, name, address, gave_up):
+        """A queue worker's supervisor saw a queue crash (actors/queue/host.py): every channel
+        of the cluster hears QueueDown (nacks, basic.cancel); a queue it gave up on is marked
+        crashed (declares get 404, the management API says "crashed") until it is deleted."""
+        self._queue_down(m.QueueDown(address, vhost, name))
+        for info in self.members.values():
+            if info.get("up") and info.get("metadata") and info.get("metadata") != self.address:
+                self.transport.send(info["metadata"], m.QueueDown(address, vhost, name))
+        q = self.queues.get((vhost, name))
+        if gave_up and q is not None and q.get("address") in (address, None):
+            self._change(["queue_put", dict(q, address=None, crashed=True)])
+        return None
+
+    def _queue_down(self, down: m.QueueDown) -> None:
+        """To every connection worker of this node (their channels)."""
+        for (kind, _), w in self.workers.items():
+            if kind == "conn":
+                self.transport.send(w.control, down)
+
     def op_connection_closed(self, rpc, owner):
         for q in list(self.queues.values()):
             if q["exclusive"] == owner:
@@ -998,6 +1070,25 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
         """rabbitmqctl purge_queue: the queue drops its ready messages and answers how many."""
         return self._ask_queue(rpc, self._running_queue(vhost, name), "purge")
 
+    def op_queue_census(self, rpc, vhost=None, name=None):
+        """leveretctl census: the queue's backing queue writes a `queue_census` event (what it
+        holds) and the queue answers its depth; without a name every running queue of the
+        vhost (every vhost: None) writes one, and the answer is their names."""
+        if name is not None:
+            return self._ask_queue(rpc, self._running_queue(vhost, name), "census")
+        running = [((v, n), q) for (v, n), q in sorted(self.queues.items())
+                   if (vhost is None or v == vhost) and q.get("address") is not None]
+        if not running:
+            return []
+        # answered once every queue has taken its census, so a stop that follows the answer
+        # finds each census in its queue's log
+        gather = _Gather(rpc, [[v, n] for (v, n), _ in running])
+        for _, q in running:
+            req = self._ask_id()
+            self.pending_asks[req] = gather
+            self.transport.send(q["address"], m.QueueOp(self.address, req, "census", {}))
+        return _DEFERRED
+
     def op_queue_sync(self, rpc, vhost, name, cancel=False):
         """rabbitmqctl sync_queue / cancel_sync_queue (rabbit_mirror_queue_misc:sync_queue,
         cancel_sync_queue): the master syncs its manual-sync mirrors still behind eagerly
@@ -1016,17 +1107,28 @@ class Metadata(AlarmsMixin, ClusterMixin, ManagementMixin, LimitsMixin, LightAct
                                                    "not running (its node is down)"))
         return q
 
-    def _ask_queue(self, rpc, q, op):
-        """An admin QueueOp to the running queue `q`; its answer is relayed to the asker."""
+    def _ask_id(self) -> int:
         req = self.next_req
         self.next_req += 1
-        self.pending_purges[req] = rpc
+        return req
+
+    def _ask_queue(self, rpc, q, op):
+        """An admin QueueOp to the running queue `q`; its answer is relayed to the asker."""
+        req = self._ask_id()
+        self.pending_asks[req] = rpc
         self.transport.send(q["address"], m.QueueOp(self.address, req, op, {}))
         return _DEFERRED
 
     def _queue_reply(self, reply: m.RpcReply) -> None:
-        if reply.req_id in self.pending_purges:
-            rpc = self.pending_purges.pop(reply.req_id)
+        if reply.req_id in self.pending_asks:
+            asker = self.pending_asks.pop(reply.req_id)
+            if isinstance(asker, _Gather):
+                asker.left -= 1
+                if asker.left:
+                    return
+                rpc, reply = asker.rpc, m.RpcReply(0, True, asker.result)
+            else:
+                rpc = asker
             self._send_reply(rpc.reply_to, m.RpcReply(rpc.req_id, reply.ok, reply.result,
                                                          reply.code, reply.text))
         elif reply.req_id in self.pending_ops:
@@ -1067,6 +1169,18 @@ def locked_text(name, vhost) -> str:
 
 
 STATS_TIMEOUT_S = 5.0  # list_queues: how long to wait for a queue's counts
+class _Gather:
+    """One rpc answered once several queues have answered (a vhost's census); its result is
+    fixed when asked, the queues' answers only count down."""
+
+    __slots__ = ("rpc", "result", "left")
+
+    def __init__(self, rpc, result):
+        self.rpc = rpc
+        self.result = result
+        self.left = len(result)
+
+
 _DEFERRED = object()  # the reply comes later (from a queue, or when the queue has started)
 
 
@@ -1074,5 +1188,5 @@ def _stored_queue(q: dict | None) -> dict | None:
     """What _persist keeps of a queue definition (None: nothing, it is transient or exclusive)."""
     if q is None or not q["durable"] or q["exclusive"]:
         return None
-    return {k: v for k, v in q.items() if k not in ("address", "worker")}
+    return {k: v for k, v in q.items() if k not in ("address", "worker", "crashed")}
 

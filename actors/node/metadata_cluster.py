@@ -52,12 +52,14 @@ from actors import messages as m
 from actors.messages import ClusterEntry, ClusterTick, CommitFailed
 from actors.node.cluster import Cluster
 from actors.node.queue_table import QueueTable
-from actors.core import mirroring, policies, quorum
+from actors.replica import parameters_of
+from actors.core import mirroring, policies, quorum, stream, stream_replication
 from actors.core.pause import DOWN_AFTER_S, PauseClock, may_mark_down
 from actors.core.errors import amqp_text
 from actors.core.permissions import AuthDB
 from actors.core.routing import Router
 from actors.queue import quorum_log
+from actors.queue.stream_position import log_position as stream_log_position
 
 log = logging.getLogger("leveret.cluster")
 
@@ -65,7 +67,8 @@ LOCAL_OPS = {"worker.hello", "worker.ready", "list", "cluster.status",  # any no
              "mgmt_state", "mgmt_login", "mgmt_close_connection", "environment",
              "mgmt_counters",  # (a password never leaves the node it reached)
              "status", "set_vm_memory_high_watermark", "set_disk_free_limit",  # its own
-             "connection.open", "channel.open", "channel.closed"}  # its own counts (limits)
+             "connection.open", "channel.open", "channel.closed",  # its own counts (limits)
+             "shovel.status", "shovel.restart"}  # the shovels it runs (and hears of)
 FORWARD_WAIT_S = 5.0  # how long an operation waits for a leader before it fails
 RELAY_WAIT_S = 15.0  # how long a forwarded operation waits for the leader's answer
 # Operations that give the same answer when carried out twice. A leader that loses its
@@ -178,8 +181,10 @@ class ClusterMixin:
         self.policies = {(p["vhost"], p["name"]): p for p in snap["policies"]}
         self.op_policies = {(p["vhost"], p["name"]): p for p in snap.get("op_policies", [])}
         self.limits = {(x["scope"], x["name"]): x["value"] for x in snap.get("limits", [])}
+        self.parameters = parameters_of(snap)
         self.members = snap["members"]
         self.canonical = seq
+        self._sync_shovels()  # the log's shovels and members hold from here
 
     def _on_entry(self, seq, entry) -> None:  # pysyncobj's thread
         try:
@@ -529,6 +534,7 @@ class ClusterMixin:
         # reach a leader later
         self.deferred = deque(d for d in self.deferred if not isinstance(d[1], m.QueueStarted))
         self.paused_flag.set()  # the node stops listening (actors/node/node.py)
+        self._sync_shovels()  # and runs no shovel
         note = m.Pause(True)
         for w in self.workers.values():
             self.transport.send(w.control, note)
@@ -556,6 +562,7 @@ class ClusterMixin:
             self.transport.send(w.control, note)
         self._start_own_queues(stale=True)
         self.paused_flag.clear()
+        self._sync_shovels()
 
     def _check_relays(self) -> None:
         """Forwarded operations whose leader is gone (unreachable DOWN_AFTER_S, or another
@@ -755,7 +762,10 @@ class ClusterMixin:
             return False
         log.warning("cluster: queue '%s' in vhost '%s' moves to its mirror on %s",
                     q["name"], q["vhost"], self.members[heir].get("name", heir))
-        self._change(["queue_put", self._moved_to(q, heir)])
+        # the next epoch, as a quorum queue's promotion: the event log tells this master's
+        # copies from the deposed one's by it (a classic master keeps no log to compare)
+        self._change(["queue_put", self._moved_to(q, heir,
+                                                  epoch=int(q.get("epoch") or 0) + 1)])
         return True
 
     def _moved_to(self, q, heir, **more) -> dict:
@@ -788,6 +798,8 @@ class ClusterMixin:
         mode, params = args.get("x-ha-mode"), args.get("x-ha-params")
         if quorum.is_quorum(args):  # its members: the group size, ha policies do not apply
             mode, params = "exactly", quorum.group_size(args, len(self.config.cluster_nodes))
+        elif stream.is_stream(args):  # its members: the initial cluster size (docs/streams.md)
+            mode, params = "exactly", self._group_size(q)
         elif mode is None:
             p = policies.effective(self.policies, q["vhost"], q["name"], "queues",
                                    self.op_policies)
@@ -825,9 +837,15 @@ class ClusterMixin:
 
     # --- quorum queues: choosing a leader (Raft's election, played by the cluster leader) ------
     def _is_quorum(self, q) -> bool:
-        return self.cluster is not None and q["durable"] and quorum.is_quorum(q.get("arguments"))
+        """A queue whose leader is elected: a quorum queue, or a (replicated) stream."""
+        args = q.get("arguments")
+        return self.cluster is not None and q["durable"] and (
+            quorum.is_quorum(args) or stream.is_stream(args))
 
     def _group_size(self, q) -> int:
+        if stream.is_stream(q.get("arguments")):
+            return q.get("stream_size") or stream_replication.cluster_size(
+                q.get("arguments"), len(self.config.cluster_nodes))
         return quorum.group_size(q.get("arguments"), len(self.config.cluster_nodes))
 
     @staticmethod
@@ -872,7 +890,11 @@ class ClusterMixin:
         """Any node: the leader asks how far our log of a quorum queue goes (no answer when it
         cannot be read: a member that does not answer does not vote)."""
         try:
-            pos = quorum_log.position(self.config, msg.vhost, msg.name)
+            q = self.queues.get((msg.vhost, msg.name))
+            if q is not None and stream.is_stream(q.get("arguments")):
+                pos = stream_log_position(self.config, msg.vhost, msg.name)
+            else:
+                pos = quorum_log.position(self.config, msg.vhost, msg.name)
         except Exception:  # noqa: BLE001 - an unreadable log is no vote
             log.exception("cluster: could not read the log of quorum queue '%s' in vhost '%s'",
                           msg.name, msg.vhost)
@@ -920,17 +942,17 @@ class ClusterMixin:
             said = (len(election["answers"]), sum(1 for p in election["answers"].values() if p))
             if election.get("logged") != said:  # (once per outcome, not every retry)
                 election["logged"] = said
-                log.warning("cluster: quorum queue '%s' in vhost '%s' has no leader and waits: "
+                log.warning("cluster: %s '%s' in vhost '%s' has no leader and waits: "
                             "%d of its %d members answered (%d with a complete log), a "
-                            "majority (%d) with a complete log is needed", q["name"],
+                            "majority (%d) with a complete log is needed", _kind(q), q["name"],
                             q["vhost"], said[0], size, said[1], quorum.majority(size))
             return
         del self.elections[key]
         answers = {self._member_name(k): v for k, v in election["answers"].items()}
         with self._one_entry():
             if winner == q.get("home"):
-                log.warning("cluster: quorum queue '%s' in vhost '%s' restarts on %s, which "
-                            "has the longest log (%s)", q["name"], q["vhost"],
+                log.warning("cluster: %s '%s' in vhost '%s' restarts on %s, which "
+                            "has the longest log (%s)", _kind(q), q["name"], q["vhost"],
                             self._member_name(winner), answers)
                 # the next epoch too: its messages from now on must compare above those a
                 # member that did not vote may hold beyond its log's end (the restarted
@@ -939,8 +961,8 @@ class ClusterMixin:
                 self._change(["queue_put", dict(q, electing=False, address=None,
                                                 epoch=int(q.get("epoch") or 0) + 1)])
             else:
-                log.warning("cluster: quorum queue '%s' in vhost '%s' moves to its member on "
-                            "%s, which has the longest log (%s)", q["name"], q["vhost"],
+                log.warning("cluster: %s '%s' in vhost '%s' moves to its member on "
+                            "%s, which has the longest log (%s)", _kind(q), q["name"], q["vhost"],
                             self._member_name(winner), answers)
                 self._promote_to(q, winner)
             self._remirror()
@@ -963,6 +985,11 @@ class ClusterMixin:
         if w is not None:
             qdef = {k: v for k, v in q.items() if k != "address"}
             self.transport.send(w.control, m.StartQueue(qdef, self.address, False))
+
+
+def _kind(q) -> str:
+    """What the logs call a queue whose leader is elected."""
+    return "stream" if stream.is_stream(q.get("arguments")) else "quorum queue"
 
 
 def mirror_worker(q, n_workers: int) -> int:

@@ -208,7 +208,8 @@ class ManagementMixin:
                    "mirrors": [self._member_name(x) for x in q.get("mirrors") or []],
                    "synchronised_mirrors": [self._member_name(x)
                                             for x in q.get("synced") or []],
-                   "state": "running" if q.get("address") else "down"}
+                   "state": "running" if q.get("address") else
+                   "crashed" if q.get("crashed") else "down"}
             sample = self.queue_stats.last(vhost, name) if q.get("address") else None
             if sample is not None:
                 row.update((k, sample.get(k, 0)) for k in GAUGES + STORAGE)
@@ -225,6 +226,7 @@ class ManagementMixin:
         sample = self._node_sample(msg.figures)
         self.node_table.put(self.config.node, now, sample)
         note = m.NodeStats(self.config.node, now, sample)
+        self._shovel_tick(now)
         for member, info in self.members.items():
             if member != self.me and info.get("up") and info.get("metadata"):
                 self.transport.send(info["metadata"], note)
@@ -353,7 +355,10 @@ class ManagementMixin:
         if workers is None:
             workers = self._own_totals()
         return {"events_written": workers.get("events_written", 0) + events.written(),
-                "events_dropped": workers.get("events_dropped", 0) + events.dropped()}
+                "events_dropped": workers.get("events_dropped", 0) + events.dropped(),
+                "events_syncs": workers.get("events_syncs", 0) + events.syncs(),
+                "events_sync": self.config.events_sync if self.config.events != "off"
+                else "off"}
 
     def op_mgmt_counters(self, rpc):
         """This node's statistics for Prometheus (per node, as rabbitmq_prometheus: a
@@ -424,6 +429,8 @@ class ManagementMixin:
                 "policies": list(self.policies.values()),
                 "operator_policies": list(self.op_policies.values()),
                 "limits": [[scope, name, value] for (scope, name), value in self.limits.items()],
+                "parameters": [[v, c, n, value]
+                               for (v, c, n), value in self.parameters.items()],
                 "node": self.config.node, "node_rows": self._node_rows(now),
                 "members": members, "alarms": sorted(self.alarms),
                 # the statistics collector's backlog (RabbitMQ's statistics_db_event_queue:

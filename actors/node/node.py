@@ -16,7 +16,6 @@ listener): it owns
 
 from __future__ import annotations
 
-import collections
 import hashlib
 import json
 import logging
@@ -25,6 +24,7 @@ import signal
 import socket
 import subprocess
 
+import pykka
 import sdnotify
 import sys
 import shutil
@@ -33,7 +33,7 @@ import tempfile
 import threading
 import time
 
-from actors import events
+from actors import events, hlc
 from actors.config import Config
 from actors.connection import handoff, tls
 from actors.management.server import Management
@@ -46,6 +46,7 @@ from actors.ctl import ask_node
 from actors.node import definitions_json, node_stats
 from actors.node.metadata import Metadata
 from actors.node.resources import ResourceMonitor
+from actors.core.restarts import RestartIntensity
 from actors.queue.backing_queue import lane_queue_ids
 from actors.queue import quorum_log
 from actors.queue.storage import Storage
@@ -58,7 +59,7 @@ log = logging.getLogger("leveret.node")
 class Slot:
     """One supervised worker process: its kind and index stay, its process and endpoint change."""
 
-    def __init__(self, kind: str, index: int):
+    def __init__(self, kind: str, index: int, restarts: RestartIntensity):
         self.kind = kind  # "conn" or "queue"
         self.index = index  # slot number
         self.gen = 0  # incarnation number, part of the endpoint so stale messages go nowhere
@@ -66,7 +67,7 @@ class Slot:
         self.endpoint = ""  # ZeroMQ endpoint given to the running incarnation (tcp://host:* in a
         # cluster: the port is the worker's own pick, told in its hello)
         self.handoff = None  # conn: the node's end of the socket pair accepted sockets go over
-        self.restarts: collections.deque = collections.deque()  # times of recent restarts
+        self.restarts = restarts  # its recent exits: restart it or give up
 
 
 def describe_exit(code: int) -> str:
@@ -170,6 +171,7 @@ class Node:
                 raise
         self.run_dir, self.run_dir_is_temp = short_run_dir(cfg.data_dir)
         events.configure(cfg, process="node", node=cfg.node)
+        hlc.share_offset()  # the workers' event stamps on this node's clock
         curve, local = None, ""
         if cfg.clustered:
             self.secret = secure.load_secret(cfg)  # SystemExit when it cannot be used
@@ -206,8 +208,9 @@ class Node:
             if self.run_dir_is_temp:
                 shutil.rmtree(self.run_dir, ignore_errors=True)
             return 1
-        self.slots = ([Slot("queue", i) for i in range(cfg.queue_workers)] +
-                      [Slot("conn", i) for i in range(cfg.conn_workers)])
+        self.slots = [Slot(kind, i, RestartIntensity(cfg.max_restarts, cfg.restart_period))
+                      for kind, n in (("queue", cfg.queue_workers), ("conn", cfg.conn_workers))
+                      for i in range(n)]
         for slot in self.slots:
             self._spawn(slot)
         self._write_node_file()
@@ -219,10 +222,16 @@ class Node:
         next_ping = time.monotonic()
         try:
             while not self.stopping.is_set():
-                self._reap()
-                self._check_resources()
-                self._sample_node()
-                self._check_paused()
+                try:
+                    self._reap()
+                    self._check_resources()
+                    self._sample_node()
+                    self._check_paused()
+                except pykka.ActorDeadError:
+                    pass  # (the metadata actor ended meanwhile: just below)
+                if not self.metadata.is_alive():
+                    self._metadata_crashed()
+                    break
                 if watchdog and time.monotonic() >= next_ping:
                     self.systemd.notify("WATCHDOG=1")  # the supervision loop is alive
                     next_ping = time.monotonic() + watchdog
@@ -231,6 +240,16 @@ class Node:
             self.systemd.notify("STOPPING=1")
             self._shutdown()
         return self.exit_code
+
+    def _metadata_crashed(self) -> None:
+        """The metadata actor crashed (its exception is logged where it ended): the node
+        stops with status 1 so that systemd (Restart=on-failure) starts it again from the
+        definitions on disk (or the Raft log), as an Erlang node whose rabbit application
+        exits; in place it would serve definitions a handler left half-applied."""
+        log.error("the metadata actor crashed: stopping the node (its supervisor, systemd, "
+                  "restarts it from its durable definitions)")
+        self.exit_code = 1
+        self.stopping.set()
 
     def _listen(self) -> None:
         cfg = self.config
@@ -413,11 +432,7 @@ class Node:
                 self.dealer.set(slot.index, None)  # no new connections to the dead worker
             if self.stopping.is_set():
                 continue
-            now = time.monotonic()
-            slot.restarts.append(now)
-            while slot.restarts and now - slot.restarts[0] > self.config.restart_period:
-                slot.restarts.popleft()
-            if len(slot.restarts) > self.config.max_restarts:
+            if not slot.restarts.exited(time.monotonic()):
                 log.error("%s worker %d restarted %d times in %ss: giving up, stopping the node",
                           slot.kind, slot.index, self.config.max_restarts,
                           self.config.restart_period)
@@ -452,7 +467,10 @@ class Node:
                             slot.proc.pid)
                 slot.proc.kill()
                 slot.proc.wait()
-        self.metadata.stop()
+        try:
+            self.metadata.stop()
+        except pykka.ActorDeadError:
+            pass  # (it crashed: the reason the node stops)
         try:
             os.unlink(os.path.join(self.config.data_dir, "node.json"))
         except OSError:

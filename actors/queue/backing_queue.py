@@ -50,8 +50,8 @@ from itertools import islice
 import lmdb
 from pykka import ActorDeadError
 
-from actors import events
-from actors.queue import quorum_log
+from actors import events, faults
+from actors.queue import census, quorum_log
 from actors.messages import (DeleteIndex, DropPaged, Forget, KeepOnly, LogBarrier, PageIn, Paged, PagedDropped,
                              Persist, Persisted, PurgeAfter, RecordDelivery, Recover, Recovered,
                              Refused, Stored, StoredMessage)
@@ -59,8 +59,9 @@ from actors.core import quorum
 from actors.core.queue_stats import DiskCounts
 from actors.runtime import LightActor
 from actors.queue.storage import Storage, queue_id
-from protocol.properties import BasicProperties
+from protocol.properties import BasicProperties, delivery_mode
 from queue_index import IndexEntry
+from queue_index.entry import props_raw as entry_props
 
 log = logging.getLogger("leveret.backing_queue")
 
@@ -174,6 +175,8 @@ class BackingQueue(LightActor):
                 self._delete()
             elif isinstance(msg, KeepOnly):
                 self._keep_only(msg.upto, msg.keep)
+            elif isinstance(msg, census.Census):
+                self._census(msg)
             elif isinstance(msg, LogBarrier):
                 self._tell(msg)  # (everything before it is done)
         finally:
@@ -248,10 +251,13 @@ class BackingQueue(LightActor):
                 return
         pending = self.pending
         nbytes = 0
+        early = faults.bug("confirm_before_sync", self.qname, self.config.host)
+        if early:  # a test-only bug (actors/faults.py): confirmed before it is on disk
+            self._tell(Persisted([m for m in msgs if m.persistent]))
         for m in msgs:
             pending[m.seq_id] = m
             nbytes += len(m.body)
-            if m.persistent:
+            if m.persistent and not early:
                 # only persistent messages wait for a sync: a paged-out transient one was
                 # confirmed when the queue took it, and is not meant to outlive the node
                 self.unsynced.append(m)
@@ -548,7 +554,8 @@ class BackingQueue(LightActor):
             entries = index.read(txn, after, n)
         if entries:
             self._forget_entries(entries, priority, log_acks=True)
-        pers = [e for e in entries if self.keep_all or _persistent(e.props_raw)]
+        pers = [e for e in entries
+                if self.keep_all or _persistent(e.props_raw, self._where(), e.seq_id)]
         return PagedDropped(priority, len(entries), sum(e.body_size for e in entries),
                             entries[-1].seq_id if entries else 0, [e.seq_id for e in entries],
                             len(pers), sum(e.body_size for e in pers))
@@ -639,10 +646,36 @@ class BackingQueue(LightActor):
                                   sum(len(x.body) for x in page.entries) -
                                   page.dropped_bytes, 0))
         entries.sort(key=lambda x: x.entry.seq_id)
+        if entries and not adopt and entries[0].entry.seq_id < self.boot_seq and \
+                faults.bug("drop_synced_at_recovery", self.qname, self.config.host):
+            entries = entries[1:]  # a test-only bug (actors/faults.py): never comes back
         next_seq_id = max(max(rec.next_seq_id for rec in recs), 1)
         if self.lanes == 1:
             return next_seq_id, entries, more[0], more_bytes[0]
         return next_seq_id, entries, more, more_bytes
+
+    def _census(self, msg: census.Census) -> None:
+        """The queue's census: what its Queue holds in memory plus the paged parts in the
+        index (a previous run's transient entries left out: they are dropped when read)."""
+        if not events.enabled():
+            return
+        paged = []
+        if msg.paged and not self.deleted:
+            self._flush()  # what is staged is in the index before it is read
+            with self.storage.begin() as txn:
+                for p, after in sorted(msg.paged.items()):
+                    index = self._opened(p)
+                    if index is not None:
+                        paged.append(self._live_kept(index, txn, after))
+        census.emit(events, self.vhost, self.qname, msg, paged, self.durable)
+
+    def _live_kept(self, index, txn, after: int) -> list:
+        """seq_ids of the live entries after `after` that the queue will read back: a
+        previous run's transient ones are not (only their properties are looked at: reading
+        the keys alone measured no faster, bench/census_cost.py)."""
+        boot, keep_all = self.boot_seq, self.keep_all
+        return [s for s, value in index.live_records(txn, after)
+                if s >= boot or keep_all or delivery_mode(entry_props(value)) == 2]
 
     def _page(self, after: int, limit: int, priority: int = 0) -> Paged:
         self._flush()  # what is staged is in the index before it is read
@@ -651,7 +684,7 @@ class BackingQueue(LightActor):
         with self.storage.begin() as txn:
             entries = index.read(txn, after, limit)
             for e in entries:
-                persistent = self.keep_all or _persistent(e.props_raw)
+                persistent = self.keep_all or _persistent(e.props_raw, self._where(), e.seq_id)
                 if not persistent and e.seq_id < self.boot_seq:
                     stale.append(e)
                     continue
@@ -670,6 +703,9 @@ class BackingQueue(LightActor):
             self._forget_entries(stale, priority)
         self.counts.reads += len(out)
         return Paged(out, len(stale), sum(e.body_size for e in stale), priority)
+
+    def _where(self) -> str:
+        return f"queue '{self.qname}' in vhost '{self.vhost}'"
 
     def _forget_entries(self, entries, priority: int, log_acks: bool = False) -> None:
         """Entries dropped while paging in (or by drop-head): acked in their priority's index
@@ -691,8 +727,13 @@ FLUSH_BYTES = 4 << 20  # staged body bytes that make a flush before the sync is 
 FLUSH_ACKS = 16384  # staged acks that make a flush before the sync is due
 
 
-def _persistent(props_raw: bytes) -> bool:
+def _persistent(props_raw: bytes, where: str = "", seq_id: int | None = None) -> bool:
+    """Whether a stored entry is persistent. Properties that cannot be decoded are a damaged
+    record: logged, and kept as persistent (taken for transient, a page-in after a restart
+    would drop the message without a word)."""
     try:
         return BasicProperties.decode(props_raw).delivery_mode == 2 if props_raw else False
-    except Exception:  # noqa: BLE001 - an undecodable record: treat as transient
-        return False
+    except Exception as e:  # noqa: BLE001 - whatever the decoder refuses
+        log.error("%s: stored properties of message %s cannot be decoded (%s): kept as "
+                  "persistent", where or "queue index", seq_id, e)
+        return True

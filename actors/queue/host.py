@@ -1,9 +1,19 @@
-"""QueueHost: the queue-worker process's own part.
+"""QueueHost: the queue-worker process's own part, and the supervisor of its queues.
 
-It starts queues (a Queue actor and its BackingQueue) and mirrors when the node says so, promotes
+It starts queues (a Queue actor and its BackingQueue, or a StreamQueue and its StreamWriter for
+a stream) and mirrors when the node says so, promotes
 a mirror when its queue comes home here, answers messages for queues that no longer exist the way
 RabbitMQ's channel sees a dead queue, and tells queues when a connection worker or a queue worker
 with mirrors died, or policies changed.
+
+As rabbit_amqqueue_sup (one_for_one, intensity 5 in 10 s) it watches every Queue, Mirror and
+StreamQueue it starts (runtime monitors, told to the worker's control actor): one that crashes
+is started again from disk (a durable queue recovers its persistent messages, a transient one
+comes back empty, a mirror rejoins its master and syncs), and the node hears of the crash so
+that channels nack its unconfirmed publishes and cancel its consumers (QueueDown). After more
+than `max_restarts` crashes within `restart_period` seconds it gives up: the queue is marked
+crashed (404 "has crashed and failed to restart" to a declare, state "crashed" in the
+management API) until it is deleted.
 """
 
 from __future__ import annotations
@@ -11,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 
 import pykka
 
@@ -22,9 +33,24 @@ from actors.host import WorkerHost
 from actors.naming import queue_actor_name
 from actors.queue.mirror import Mirror
 from actors.queue import storage
+from actors.core import stream
+from actors.core.restarts import RestartIntensity
+from actors.runtime import monitor
 from actors.queue.queue import Queue
+from actors.queue.stream_member import StreamMember
+from actors.queue.stream_queue import StreamQueue
 
 log = logging.getLogger("leveret.queue")
+
+
+@dataclass
+class Child:
+    """A supervised actor of the worker: what is needed to start it again."""
+
+    name: str  # its transport name
+    kind: str  # "queue", "stream", "mirror" or "stream member"
+    qdef: dict  # its queue's definition when it started
+    started_to: str  # told QueueStarted once a restarted queue serves (the node)
 
 
 class QueueHost(WorkerHost):
@@ -34,6 +60,9 @@ class QueueHost(WorkerHost):
         super().__init__(config, transport, replica, node, index)
         self.queues: dict[str, pykka.ActorRef] = {}  # transport name -> Queue or Mirror actor
         self.paused = False  # the node pauses (pause_minority): no queue runs here meanwhile
+        self.children: dict[str, Child] = {}  # actor urn -> the supervised actor it names
+        self.intensity: dict[str, RestartIntensity] = {}  # transport name -> its recent crashes
+        self.crashed: dict[str, dict] = {}  # transport name -> qdef of a queue given up on
         transport.set_fallback(self.missing)
 
     def start(self) -> None:
@@ -78,9 +107,17 @@ class QueueHost(WorkerHost):
         old = self.queues.get(name)
         if q.get("home", me) != me:  # a mirror of a queue homed elsewhere
             if old is None or not old.is_alive():
-                self.queues[name] = Mirror.start(self, q, me)
+                if stream.is_stream(q.get("arguments")):
+                    self._supervise(StreamMember.start(self, q, me),
+                                    Child(name, "stream member", q, ""))
+                else:
+                    self._supervise(Mirror.start(self, q, me), Child(name, "mirror", q, ""))
             return
         adopted = None
+        if old is not None and old.is_alive() and old.actor_class is StreamMember:
+            # promotion: the member's log is the leader's from now on (read from disk)
+            old.stop(block=True, timeout=30)
+            old = None
         if old is not None and old.is_alive():
             if old.actor_class is not Mirror:
                 self.transport.send(msg.reply_to, m.QueueStarted(
@@ -90,16 +127,103 @@ class QueueHost(WorkerHost):
             old.stop()
         try:
             # the Queue tells the node itself once it has recovered (Queue.on_start)
-            self.queues[name] = Queue.start(self, q, msg.recovered, msg.reply_to, adopted)
+            if self.crashed.pop(name, None) is not None:
+                self.intensity.pop(name, None)  # declared afresh after its crashed one went
+            if stream.is_stream(q.get("arguments")):
+                self._supervise(StreamQueue.start(self, q, msg.reply_to),
+                                Child(name, "stream", q, msg.reply_to))
+            else:
+                self._supervise(Queue.start(self, q, msg.recovered, msg.reply_to, adopted),
+                                Child(name, "queue", q, msg.reply_to))
         except Exception as e:  # noqa: BLE001 - e.g. lmdb.MapFullError opening its index
             log.exception("queue '%s' in vhost '%s' could not start", q["name"], q["vhost"])
             self.transport.send(msg.reply_to, m.QueueStarted(
                 q["vhost"], q["name"], "", f"{type(e).__name__}: {e}"))
 
+    def _supervise(self, ref, child: Child) -> None:
+        self.queues[child.name] = ref
+        self.children[ref.actor_urn] = child
+        monitor(ref, self.control)
+
+    def actor_down(self, msg) -> None:
+        """A supervised actor ended: a normal stop is forgotten; a crash is restarted within
+        the restart intensity, else given up on (the node marks the queue crashed)."""
+        child = self.children.pop(msg.urn, None)
+        if child is None or msg.reason == "normal":
+            return
+        ref = self.queues.get(child.name)
+        if ref is not None and ref.actor_urn == msg.urn:
+            del self.queues[child.name]
+        elif ref is not None:
+            return  # (replaced meanwhile, as by a promotion)
+        q = child.qdef
+        replica = child.kind in ("mirror", "stream member")
+        what = f"{child.kind} of queue" if replica else "queue"
+        intensity = self.intensity.setdefault(child.name, RestartIntensity(
+            self.config.max_restarts, self.config.restart_period))
+        restart = not self.paused and intensity.exited(time.monotonic())
+        if not replica:
+            if events.enabled():  # (what it held in memory is gone; recovery re-announces)
+                events.emit("queue_crashed", None, actor="queue", vhost=q["vhost"],
+                            queue=q["name"], worker=self.index, reason=msg.reason)
+            # channels nack and cancel what was the crashed queue's; the node marks a queue
+            # given up on as crashed
+            self.transport.send(self.node, m.Rpc("", 0, "queue.crashed", {
+                "vhost": q["vhost"], "name": q["name"],
+                "address": self.transport.address(child.name), "gave_up": not restart}))
+        if self.paused:
+            return  # (it starts again with the others when the node resumes)
+        if not restart:
+            log.error("%s '%s' in vhost '%s' crashed %d times in %ss: giving up on it",
+                      what, q["name"], q["vhost"], self.config.max_restarts + 1,
+                      self.config.restart_period)
+            if not replica:
+                self.crashed[child.name] = q
+            return
+        log.error("%s '%s' in vhost '%s' crashed (%s): restarting it", what, q["name"],
+                  q["vhost"], msg.reason)
+        current = dict(self.replica.queue(q["vhost"], q["name"]) or q)
+        current.pop("address", None)
+        try:
+            if replica:
+                kind = StreamMember if child.kind == "stream member" else Mirror
+                self._supervise(kind.start(self, current, self.config.cluster_address),
+                                Child(child.name, child.kind, current, ""))
+            elif child.kind == "stream":
+                self._supervise(StreamQueue.start(self, current, child.started_to),
+                                Child(child.name, "stream", current, child.started_to))
+            else:
+                self._supervise(Queue.start(self, current, True, child.started_to),
+                                Child(child.name, "queue", current, child.started_to))
+        except Exception:  # noqa: BLE001 - e.g. lmdb.MapFullError opening its index
+            log.exception("%s '%s' in vhost '%s' could not be restarted: giving up on it",
+                          what, q["name"], q["vhost"])
+            if not replica:
+                self.crashed[child.name] = q
+                self.transport.send(self.node, m.Rpc("", 0, "queue.crashed", {
+                    "vhost": q["vhost"], "name": q["name"],
+                    "address": self.transport.address(child.name), "gave_up": True}))
+
+    def _drop_crashed(self, name: str) -> None:
+        """A queue given up on was deleted: what its index kept goes with it (RabbitMQ's
+        delete_crashed), so that one declared again under its name starts empty."""
+        q = self.crashed.pop(name)
+        self.intensity.pop(name, None)
+        if not q["durable"] or stream.is_stream(q.get("arguments")):
+            return
+        from actors.queue.backing_queue import BackingQueue
+        bq = BackingQueue.start(self.control, q, self.config, self.timers)
+        bq.tell(m.DeleteIndex())
+        try:
+            bq.stop(block=True, timeout=30)  # (before a queue of the same name recovers)
+        except pykka.Timeout:
+            log.warning("queue '%s' in vhost '%s': its index is slow to go", q["name"],
+                        q["vhost"])
+
     def worker_down(self, kind, endpoint) -> None:
         notice = ChannelsDown(endpoint + "#") if kind == "conn" else MirrorsDown(endpoint)
         for ref in list(self.queues.values()):
-            if ref.is_alive() and ref.actor_class is Queue:
+            if ref.is_alive() and ref.actor_class in (Queue, StreamQueue):
                 ref.tell(notice)
 
     def metadata_changed(self, changes) -> None:
@@ -109,8 +233,13 @@ class QueueHost(WorkerHost):
                 continue
             name = queue_actor_name(*(c[1]["vhost"], c[1]["name"]) if c[0] == "queue_put"
                                     else (c[1], c[2]))
+            if c[0] == "queue_del" and name in self.crashed:
+                self._drop_crashed(name)
+            elif c[0] == "queue_del":
+                self.intensity.pop(name, None)
             ref = self.queues.get(name)
-            if ref is None or not ref.is_alive() or ref.actor_class is not Mirror:
+            if ref is None or not ref.is_alive() or ref.actor_class not in (Mirror,
+                                                                             StreamMember):
                 continue
             q = c[1] if c[0] == "queue_put" else None
             if q is None or (me not in (q.get("mirrors") or ()) and q.get("home") != me):
@@ -150,17 +279,24 @@ class QueueHost(WorkerHost):
                 t.send(msg.sender, m.Confirm(t.address(name), seqs, deleted,
                                              "" if deleted else "queue_down"))
         elif isinstance(msg, (m.Consume, m.Get)):
-            vhost, qname = _queue_of(name)
-            text = amqp_text(404, f"no queue '{qname}' in vhost '{vhost}'")
-            t.send(msg.sender, m.RpcReply(msg.req_id, False, None, 404, text))
+            t.send(msg.sender, m.RpcReply(msg.req_id, False, None, 404, self._absent(name)))
         elif isinstance(msg, m.QueueOp):
             if msg.op == "info":  # asked by a channel declaring it: it is gone now
-                vhost, qname = _queue_of(name)
-                text = amqp_text(404, f"no queue '{qname}' in vhost '{vhost}'")
-                t.send(msg.reply_to, m.RpcReply(msg.req_id, False, None, 404, text))
+                t.send(msg.reply_to, m.RpcReply(msg.req_id, False, None, 404,
+                                                self._absent(name)))
             else:
                 t.send(msg.reply_to, m.RpcReply(msg.req_id, True, 0))
 
+
+    def _absent(self, name: str) -> str:
+        """The 404 text for a queue that does not serve here: RabbitMQ's for a queue whose
+        process crashed (rabbit_amqqueue:priv_absent; restarting or given up on), else for
+        a queue that is gone."""
+        vhost, qname = _queue_of(name)
+        if name in self.crashed or name in self.intensity:  # (missing: not serving now)
+            return amqp_text(404, f"queue '{qname}' in vhost '{vhost}' has crashed and "
+                                  "failed to restart")
+        return amqp_text(404, f"no queue '{qname}' in vhost '{vhost}'")
 
     def _paused_answer(self, name: str, msg) -> None:
         """A message for a queue while the node is paused: the queue is not gone (a publish
@@ -217,6 +353,7 @@ class ProcessSampler:
 
     def sample(self) -> None:
         totals = {"events_written": events.written(), "events_dropped": events.dropped(),
+                  "events_syncs": events.syncs(),
                   **storage.io_totals()}
         if totals == self.last:
             return

@@ -47,10 +47,14 @@ import time
 from collections import deque
 from typing import NamedTuple
 
+import pykka
+
+from actors import events, faults
 from actors import messages as m
 from actors.core import policies, quorum
 from actors.core.queue import Msg
 from actors.queue import quorum_log
+from actors.queue.replica_log import MEMBER, MIRROR, ReplicaLog
 from actors.naming import queue_actor_name
 from actors.runtime import LightActor
 from queue_index.entry import IndexEntry
@@ -340,8 +344,15 @@ class Mirror(LightActor):
         #                               keeping sync, until its prune)
         self.keep_upto = -1  # durably: the end of the kept log being synchronised
         self.joined_manual = False  # our last join asked for ha-sync-mode manual
+        # what this replica says in the event log (and the msg_ids it holds, events on)
+        self.rlog = ReplicaLog(events, self.vhost, self.qname,
+                               MEMBER if self.durably else MIRROR)
 
     def on_start(self):
+        if not self.durably:
+            # a classic mirror starts empty: whatever this node held of the queue before (in
+            # an earlier mirror's memory, or its index) is not held any more
+            self.rlog.dropped("restart", int(self.qdef.get("epoch") or 0))
         if self.qdef["durable"] and not self.durably:
             # what this node held of the queue before is not the queue: dropped, in order,
             # before anything the mirror or a promotion writes there (a quorum queue's member
@@ -352,6 +363,9 @@ class Mirror(LightActor):
         self.check_master()
 
     def on_stop(self):
+        # (no replica_dropped here: a stopped mirror is never promoted, and the next one on
+        # this node says `restart` before it takes anything, while this stop may be logged
+        # after that one's first messages)
         self.transport.unregister(self.name)
         if self.bq is not None:
             self.bq.stop(block=False)
@@ -368,6 +382,7 @@ class Mirror(LightActor):
         has the persistent ones on disk) once the mirror holds page_bytes."""
         out = []
         mono, wall = int(time.monotonic() * 1000), int(time.time() * 1000)
+        self.rlog.took(items, self.epoch)
 
         def stored(item: m.MirrorItem, body) -> Msg:
             expires = item.expires_at_wall_ms
@@ -404,6 +419,7 @@ class Mirror(LightActor):
             self._bq().tell(m.Persist(out))
 
     def _forget(self, msg) -> None:
+        self.rlog.settled(msg.seq_ids)
         gone = []
         for seq_id in msg.seq_ids:
             held = self.msgs.pop(seq_id, None)
@@ -424,6 +440,7 @@ class Mirror(LightActor):
                 self.written.discard(seq_id)  # (its index entry goes with PurgeAfter)
             if p in self.paging:
                 self._bq().tell(m.PurgeAfter(msg.purge_after, p))
+            self.rlog.purged(msg.purge_after, p, self.epoch)
         if gone:
             # paged out (the index ignores a seq_id a priority does not hold)
             self._bq().tell(m.Forget([_Stored(seq_id, p) for p in self.paging
@@ -434,6 +451,7 @@ class Mirror(LightActor):
         """Messages from the master, written to this node's index and synced (Persist); the
         batch is acknowledged once they are (`_synced`)."""
         mono, wall = int(time.monotonic() * 1000), int(time.time() * 1000)
+        self.rlog.took(items, self.epoch)
         msgs = []
         for item, body in zip(items, bodies):
             expires = item.expires_at_wall_ms
@@ -472,6 +490,7 @@ class Mirror(LightActor):
                 self.held_ack = last  # (LogBarrier: the marker first, then this)
                 return
             self._maybe_complete()  # on disk before the acknowledgement that makes us count
+            events.sync()  # (events_sync: our replica_enqueued before the confirm they back)
             self.transport.send(self.master, m.MirrorAck(self.address, last))
 
     def _maybe_complete(self) -> None:
@@ -483,9 +502,10 @@ class Mirror(LightActor):
             self.sync_batch = 0
             quorum_log.mark_complete(self.config, self.vhost, self.qname, self.epoch)
 
-    def _drop_log(self) -> None:
-        """Our log is dropped (a resync, the queue gone): no complete log here from now on (on
-        disk first), then the index."""
+    def _drop_log(self, reason: str) -> None:
+        """Our log is dropped (`reason`: `resync`, or `removed`: the queue gone, or our log no
+        longer counts): no complete log here from now on (on disk first), then the index."""
+        self.rlog.dropped(reason, self.epoch)
         quorum_log.mark_incomplete(self.config, self.vhost, self.qname)
         self.keep = None
         self.dropping += 1
@@ -517,7 +537,7 @@ class Mirror(LightActor):
                      self.keep_upto, len(self.keep))
             return True
         wrong = self.keep is not None  # (a MirrorKeep for a log we did not offer)
-        self._drop_log()
+        self._drop_log("resync")
         if wrong:
             # nothing acknowledged (nor marked complete) until the reset of the join we ask
             # for again: the batches of this one lack what it did not resend
@@ -545,12 +565,14 @@ class Mirror(LightActor):
             self._bq().tell(m.LogBarrier())
 
     def _forget_durably(self, msg) -> None:
+        self.rlog.settled(msg.seq_ids)
         gone = [_Stored(seq, self.held.pop(seq)) for seq in msg.seq_ids if seq in self.held]
         if msg.purge_after >= 0:
             for seq in [s for s, p in self.held.items()
                         if s > msg.purge_after and p == msg.priority]:
                 del self.held[seq]
             self._bq().tell(m.PurgeAfter(msg.purge_after, msg.priority))
+            self.rlog.purged(msg.purge_after, msg.priority, self.epoch)
         if gone:
             self._bq().tell(m.Forget(gone))
 
@@ -592,87 +614,101 @@ class Mirror(LightActor):
             self.joined_manual = False
             self.transport.send(self.master, m.QueueOp("", 0, "sync", {}))
 
+    def on_failure(self, exc_type, exc_value, tb):
+        """An exception in on_receive ends the mirror (a slave's crash in RabbitMQ): its name
+        leaves the transport and its backing queue stops; QueueHost, its monitor, starts a
+        new one, which joins its master and syncs from scratch."""
+        self.transport.unregister(self.name)
+        if self.bq is not None:
+            try:  # (before the new mirror drops the index)
+                self.bq.stop(block=True, timeout=30)
+            except (pykka.ActorDeadError, pykka.Timeout):
+                log.warning("mirror of queue '%s': its backing queue did not stop in time",
+                            self.qname)
+
     def on_receive(self, msg):
-        try:
-            if isinstance(msg, m.MirrorPublish) and self.durably:
-                if msg.master != self.master:
-                    return
-                # (re)joined a live master: it sends us its whole log again, or what comes
-                # after the log we kept
-                if msg.reset and not self._reset(msg):
-                    return
-                self._prune_if_synced(msg.batch)
-                self._take_durably(msg.batch, msg.items, msg.bodies)
-            elif isinstance(msg, m.MirrorKeep) and self.durably:
-                if msg.master == self.master:
-                    self._keep(msg)
-            elif isinstance(msg, m.MirrorSynced) and self.durably:
-                if msg.master == self.master:
-                    self.sync_master, self.sync_batch = msg.master, msg.batch
-                    self._maybe_complete()
-            elif isinstance(msg, m.LogBarrier) and self.durably:
-                self.dropping -= 1
+        faults.crash("mirror", self.vhost, self.qname, msg, self.config.host)
+        if isinstance(msg, m.MirrorPublish) and self.durably:
+            if msg.master != self.master:
+                return
+            # (re)joined a live master: it sends us its whole log again, or what comes
+            # after the log we kept
+            if msg.reset and not self._reset(msg):
+                return
+            self._prune_if_synced(msg.batch)
+            self._take_durably(msg.batch, msg.items, msg.bodies)
+        elif isinstance(msg, m.MirrorKeep) and self.durably:
+            if msg.master == self.master:
+                self._keep(msg)
+        elif isinstance(msg, m.MirrorSynced) and self.durably:
+            if msg.master == self.master:
+                self.sync_master, self.sync_batch = msg.master, msg.batch
                 self._maybe_complete()
-                if not self.dropping and self.held_ack and not self.broken:
-                    last, self.held_ack = self.held_ack, 0
-                    self.transport.send(self.master, m.MirrorAck(self.address, last))
-            elif isinstance(msg, m.DeleteIndex) and self.durably:
-                self._drop_log()  # (QueueHost: the queue is gone, or our log no longer counts)
-            elif isinstance(msg, m.Persisted) and self.durably:
-                self._synced(msg.msgs)
-            elif isinstance(msg, m.Refused) and self.durably:
-                log.error("mirror of quorum queue '%s' in vhost '%s': its index refused %d "
-                          "messages (disk full): it acknowledges nothing until it rejoins",
-                          self.qname, self.vhost, len(msg.msgs))
-                # what it writes after them would make its log's end claim them: no complete
-                # log here (no vote to lead) until a master resyncs it
-                quorum_log.mark_incomplete(self.config, self.vhost, self.qname)
-                self.broken = True
-                self._synced(msg.msgs)
-            elif isinstance(msg, m.MirrorForget) and self.durably:
-                if msg.master == self.master:
-                    self._forget_durably(msg)
-            elif isinstance(msg, m.MirrorPublish):
-                if msg.master != self.master:
-                    return
-                if msg.reset:
-                    self.msgs.clear()
-                    self.mem_bytes = 0
-                    if self.paging:
-                        self._bq().tell(m.DeleteIndex())
-                        self.paging.clear()
-                        self.written.clear()
-                self._take(msg.items, msg.bodies)
-                self.transport.send(msg.master, m.MirrorAck(self.address, msg.batch))
-            elif isinstance(msg, m.MirrorForget):
-                if msg.master == self.master:
-                    self._forget(msg)
-            elif isinstance(msg, m.CheckMaster):
-                self.check_master()
-            elif isinstance(msg, m.PolicyChanged):
-                self._policy_changed()
-            elif isinstance(msg, m.TakeMessages) and self.durably:
-                # promotion: every message is in the index, synced (the new master recovers
-                # them all from there: nothing in memory, paged out at priority 0)
-                self.transport.unregister(self.name)
-                if self.bq is not None:
-                    bq, self.bq = self.bq, None
-                    bq.stop(block=True, timeout=30)  # its writes are in before the new master
-                return m.Adopted([], [0])
-            elif isinstance(msg, m.TakeMessages):
-                # promotion: everything, as index entries a Queue restores from
-                entries = []
-                for seq_id in sorted(self.msgs):
-                    item, body = self.msgs[seq_id]
-                    entries.append(m.StoredMessage(
-                        IndexEntry(seq_id, item.msg_id or b"", item.exchange, item.routing_key,
-                                   item.props_raw, None, len(body), item.priority,
-                                   item.expires_at_wall_ms, True), body, item.persistent))
-                self.transport.unregister(self.name)
-                paged = sorted(self.paging)
-                if self.bq is not None:
-                    bq, self.bq = self.bq, None
-                    bq.stop(block=True, timeout=30)  # its writes are in before the new master
-                return m.Adopted(entries, paged)
-        except Exception:
-            log.exception("mirror of queue '%s' failed on %s", self.qname, type(msg).__name__)
+        elif isinstance(msg, m.LogBarrier) and self.durably:
+            self.dropping -= 1
+            self._maybe_complete()
+            if not self.dropping and self.held_ack and not self.broken:
+                last, self.held_ack = self.held_ack, 0
+                events.sync()
+                self.transport.send(self.master, m.MirrorAck(self.address, last))
+        elif isinstance(msg, m.DeleteIndex) and self.durably:
+            self._drop_log("removed")  # (QueueHost: the queue is gone, or our log no longer
+            #                            counts)
+        elif isinstance(msg, m.Persisted) and self.durably:
+            self._synced(msg.msgs)
+        elif isinstance(msg, m.Refused) and self.durably:
+            log.error("mirror of quorum queue '%s' in vhost '%s': its index refused %d "
+                      "messages (disk full): it acknowledges nothing until it rejoins",
+                      self.qname, self.vhost, len(msg.msgs))
+            # what it writes after them would make its log's end claim them: no complete
+            # log here (no vote to lead) until a master resyncs it
+            quorum_log.mark_incomplete(self.config, self.vhost, self.qname)
+            self.broken = True
+            self._synced(msg.msgs)
+        elif isinstance(msg, m.MirrorForget) and self.durably:
+            if msg.master == self.master:
+                self._forget_durably(msg)
+        elif isinstance(msg, m.MirrorPublish):
+            if msg.master != self.master:
+                return
+            if msg.reset:
+                self.rlog.dropped("resync", self.epoch)
+                self.msgs.clear()
+                self.mem_bytes = 0
+                if self.paging:
+                    self._bq().tell(m.DeleteIndex())
+                    self.paging.clear()
+                    self.written.clear()
+            self._take(msg.items, msg.bodies)
+            events.sync()  # (events_sync: our replica_enqueued before the confirm they back)
+            self.transport.send(msg.master, m.MirrorAck(self.address, msg.batch))
+        elif isinstance(msg, m.MirrorForget):
+            if msg.master == self.master:
+                self._forget(msg)
+        elif isinstance(msg, m.CheckMaster):
+            self.check_master()
+        elif isinstance(msg, m.PolicyChanged):
+            self._policy_changed()
+        elif isinstance(msg, m.TakeMessages) and self.durably:
+            # promotion: every message is in the index, synced (the new master recovers
+            # them all from there: nothing in memory, paged out at priority 0)
+            self.transport.unregister(self.name)
+            if self.bq is not None:
+                bq, self.bq = self.bq, None
+                bq.stop(block=True, timeout=30)  # its writes are in before the new master
+            return m.Adopted([], [0])
+        elif isinstance(msg, m.TakeMessages):
+            # promotion: everything, as index entries a Queue restores from
+            entries = []
+            for seq_id in sorted(self.msgs):
+                item, body = self.msgs[seq_id]
+                entries.append(m.StoredMessage(
+                    IndexEntry(seq_id, item.msg_id or b"", item.exchange, item.routing_key,
+                               item.props_raw, None, len(body), item.priority,
+                               item.expires_at_wall_ms, True), body, item.persistent))
+            self.transport.unregister(self.name)
+            paged = sorted(self.paging)
+            if self.bq is not None:
+                bq, self.bq = self.bq, None
+                bq.stop(block=True, timeout=30)  # its writes are in before the new master
+            return m.Adopted(entries, paged)

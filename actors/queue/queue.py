@@ -16,17 +16,19 @@ import os
 import time
 from typing import NamedTuple
 
-from actors import events
+import pykka
+
+from actors import events, faults
 from actors import messages as m
 from actors.messages import (ChannelsDown, MirrorsDown, Paged, Persisted, PolicyChanged, Recovered,
                              Refused, Stored)
 from actors.queue.backing_queue import BackingQueue
 from actors.core import policies, quorum
-from actors.queue import quorum_log
+from actors.queue import census, quorum_log
 from actors.core.errors import AMQPError, ChannelError
 from actors.core.queue_stats import DiskCounts, QueueCounters
 from actors.core.queue import WAIT, QueueCore
-from actors.queue.dead_lettering import dead_letter_publish
+from actors.queue.dead_letter_publish import dead_letter_publish
 from actors.queue.mirror import Masters
 from actors.naming import queue_actor_name
 from actors.runtime import LightActor
@@ -90,9 +92,13 @@ class Effects:
     def deliver(self, channel, items, bodies):
         self.actor.counters.delivered(channel, items, self.actor.core.consumers)
         self.t.send(channel, m.Deliver(self.addr, self.actor.qname, items, bodies))
+        if faults.bug("deliver_twice", self.actor.qname, self.actor.config.host):
+            # a test-only bug (actors/faults.py): the same messages, flags and all, again
+            self.t.send(channel, m.Deliver(self.addr, self.actor.qname, items, bodies))
 
     def confirm(self, channel, seqs, ok, reason=""):
         if channel and not (ok and self.actor.mirrors.confirm(channel, seqs)):
+            events.sync()  # (events_sync: this process's events before the confirm they back)
             self.t.send(channel, m.Confirm(self.addr, seqs, ok, reason))
             if ok:
                 self.actor.counters.confirmed(self.actor.core.confirm_on, len(seqs))
@@ -171,7 +177,8 @@ class Queue(LightActor):
                               backlog_bytes=host.config.queue_backlog_bytes,
                               durable=self.durable,
                               page_bytes=host.config.queue_page_bytes,
-                              page_size=host.config.queue_page_size, events=events)
+                              page_size=host.config.queue_page_size, events=events,
+                              epoch=int(qdef.get("epoch") or 0))
         self.disk = DiskCounts()  # messages its backing queue wrote and read back
         self.bq = BackingQueue.start(self.actor_ref, qdef, host.config, host.timers,
                                      counts=self.disk)  # storage half
@@ -185,6 +192,8 @@ class Queue(LightActor):
         self.adopted = adopted
         self.sync: dict | None = None  # a joining mirror's sync of the paged part: its state
         self.stale_pages = 0  # page reads of a cancelled sync still to come back (dropped)
+        # recovered and serving, not deleted: what it holds is what a census would say
+        self.serving = False
         needed = None  # a quorum queue's confirms wait for a majority of its members
         if quorum.is_quorum(self.arguments):
             size = quorum.group_size(self.arguments, len(host.config.cluster_nodes or ()))
@@ -207,6 +216,12 @@ class Queue(LightActor):
         return next((x for x in q.get("mirrors") or () if x in synced), None)
 
     def _mirror_synced(self, member) -> None:
+        if events.enabled():
+            # its per-message replica_enqueued events said what the sync sent; this says that
+            # the replica now holds everything this master holds
+            events.emit("replica_synced", None, actor="queue", vhost=self.vhost,
+                        queue=self.qname, member=member, epoch=self.epoch,
+                        role="member" if self.mirrors.needed is not None else "mirror")
         self.transport.send(self.node, m.Rpc("", 0, "queue.synced", {
             "vhost": self.vhost, "name": self.qname, "member": member}))
 
@@ -290,9 +305,23 @@ class Queue(LightActor):
         if self.started_to:
             self.transport.send(self.started_to, m.QueueStarted(self.vhost, self.qname,
                                                                 self.address))
+        self.serving = True
         if events.enabled():
+            if self.adopted is not None:
+                # a mirror or member became this master: it held what it said it took
+                # (replica_enqueued), and no copy of an earlier master it did not hold lives on
+                events.emit("promoted", None, actor="queue", vhost=self.vhost,
+                            queue=self.qname, epoch=self.epoch,
+                            role="member" if self.mirrors.needed is not None else "mirror",
+                            count=self.core.stats()["messages"])
             events.emit("queue_started", None, actor="queue", vhost=self.vhost,
                         queue=self.qname, recovered=self.recovered)
+            self._census("started")
+
+    def _census(self, reason: str) -> None:
+        """Its backing queue writes the census of what this queue holds now (census.py)."""
+        if events.enabled():
+            self.bq.tell(census.snapshot(self.core, reason))
 
     def _emit_stats(self) -> None:
         """A sample to every node's metadata actor when the counts changed (every
@@ -353,10 +382,27 @@ class Queue(LightActor):
                     " and more paged out" if paged else "")
 
     def on_stop(self):
+        if self.serving:
+            self._census("stopped")
         self.transport.unregister(self.name)
         self.bq.stop(block=False)  # after what it was told; the worker's exit waits for it
 
+    def on_failure(self, exc_type, exc_value, tb):
+        """An exception in on_receive ends the queue as it is (rabbit_amqqueue_process crashes
+        and its supervisor restarts it from disk): nothing half-applied goes on running. Its
+        name leaves the transport (what is sent meanwhile gets the missing queue's answers:
+        nacks, 404) and its backing queue stops with it, after what it was told, so that the
+        restarted queue recovers what the index holds; QueueHost, its monitor, decides."""
+        self.serving = False
+        self.transport.unregister(self.name)
+        try:  # (its writes are in before the restarted queue reads the index back)
+            self.bq.stop(block=True, timeout=30)
+        except (pykka.ActorDeadError, pykka.Timeout):
+            log.warning("queue '%s' in vhost '%s': its backing queue did not stop in time",
+                        self.qname, self.vhost)
+
     def on_receive(self, msg):
+        faults.crash("queue", self.vhost, self.qname, msg, self.config.host)
         if isinstance(msg, Paged) and msg.sync:
             if self.stale_pages:
                 self.stale_pages -= 1  # (the read of a cancelled sync)
@@ -374,82 +420,78 @@ class Queue(LightActor):
         # run deliveries once per drained mailbox (or every HOLD_MAX messages), not per message
         self.held += 1
         core.hold = self.held < HOLD_MAX and not self.actor_inbox.empty()
-        try:
-            if isinstance(msg, m.Publish):
-                self.counters.publish += len(msg.items)
-                core.publish(msg.sender, msg.items, msg.bodies, now)
-            elif isinstance(msg, m.Settle):
-                if msg.op == m.ACK:
-                    self.counters.ack += len(msg.seq_ids)
-                core.settle(msg.sender, msg.op, msg.seq_ids, now)
-            elif isinstance(msg, m.Sent):
-                core.sent(msg.channel, msg.n, now)
-            elif isinstance(msg, m.Consume):
-                self._consume(msg, now)
-            elif isinstance(msg, m.Cancel):
-                ok = core.cancel(msg.sender, msg.consumer_tag, now)
-                if msg.req_id:
-                    core.out.reply(msg.sender, msg.req_id, True, ok)
-            elif isinstance(msg, m.Get):
-                self._get(msg, now)
-            elif isinstance(msg, Paged):
-                core.paged_in(msg.entries, msg.dropped, msg.dropped_bytes, now,
-                              int(time.time() * 1000), msg.priority)
-                self._retry_gets(now)
-            elif isinstance(msg, m.PagedDropped):
-                core.paged_dropped(msg.priority, msg.n, msg.nbytes, msg.last_seq, msg.pers,
-                                   msg.pers_bytes)
-                self.mirrors.forget(list(msg.seq_ids))
-                self._retry_gets(now)
-            elif isinstance(msg, m.ChannelDown):
-                core.channel_down(msg.sender, now)
-            elif isinstance(msg, m.SetLimit):
-                core.set_limit(msg.sender, msg.channel_prefetch, now)
-            elif isinstance(msg, m.Grant):
-                core.grant(msg.channel, msg.n, now)
-            elif isinstance(msg, m.QueueOp):
-                self._queue_op(msg, now)
-            elif isinstance(msg, Stored):
-                core.stored(msg.nbytes)
-            elif isinstance(msg, Persisted):
-                core.persisted(msg.msgs)
-            elif isinstance(msg, Refused):
-                core.refused(msg.msgs)
-            elif isinstance(msg, Recovered):
-                self._recovered(msg)
-            elif isinstance(msg, PolicyChanged):
-                core.set_confirm_on(self.confirm_on())
-                core.set_settings(self.settings(), now)
-                core.set_delivery_limit(self.delivery_limit())
-                if not self.manual_sync():  # (rabbit_mirror_queue_misc:maybe_auto_sync)
-                    self._sync_mirrors(now)
-            elif isinstance(msg, Tick):
-                core.tick(now)
-            elif isinstance(msg, EmitStats):
-                self._emit_stats()
-            elif isinstance(msg, ChannelsDown):
-                core.channels_down(msg.prefix, now)
-            elif isinstance(msg, Run):
-                self.run_pending = False
-            elif isinstance(msg, m.MirrorJoin):
-                self._join(msg, now)
-            elif isinstance(msg, SyncMirrors):
+        if isinstance(msg, m.Publish):
+            self.counters.publish += len(msg.items)
+            core.publish(msg.sender, msg.items, msg.bodies, now)
+        elif isinstance(msg, m.Settle):
+            if msg.op == m.ACK:
+                self.counters.ack += len(msg.seq_ids)
+            core.settle(msg.sender, msg.op, msg.seq_ids, now)
+        elif isinstance(msg, m.Sent):
+            core.sent(msg.channel, msg.n, now)
+        elif isinstance(msg, m.Consume):
+            self._consume(msg, now)
+        elif isinstance(msg, m.Cancel):
+            ok = core.cancel(msg.sender, msg.consumer_tag, now)
+            if msg.req_id:
+                core.out.reply(msg.sender, msg.req_id, True, ok)
+        elif isinstance(msg, m.Get):
+            self._get(msg, now)
+        elif isinstance(msg, Paged):
+            core.paged_in(msg.entries, msg.dropped, msg.dropped_bytes, now,
+                          int(time.time() * 1000), msg.priority)
+            self._retry_gets(now)
+        elif isinstance(msg, m.PagedDropped):
+            core.paged_dropped(msg.priority, msg.n, msg.nbytes, msg.last_seq, msg.pers,
+                               msg.pers_bytes)
+            self.mirrors.forget(list(msg.seq_ids))
+            self._retry_gets(now)
+        elif isinstance(msg, m.ChannelDown):
+            core.channel_down(msg.sender, now)
+        elif isinstance(msg, m.SetLimit):
+            core.set_limit(msg.sender, msg.channel_prefetch, now)
+        elif isinstance(msg, m.Grant):
+            core.grant(msg.channel, msg.n, now)
+        elif isinstance(msg, m.QueueOp):
+            self._queue_op(msg, now)
+        elif isinstance(msg, Stored):
+            core.stored(msg.nbytes)
+        elif isinstance(msg, Persisted):
+            core.persisted(msg.msgs)
+        elif isinstance(msg, Refused):
+            core.refused(msg.msgs)
+        elif isinstance(msg, Recovered):
+            self._recovered(msg)
+        elif isinstance(msg, PolicyChanged):
+            core.set_confirm_on(self.confirm_on())
+            core.set_settings(self.settings(), now)
+            core.set_delivery_limit(self.delivery_limit())
+            if not self.manual_sync():  # (rabbit_mirror_queue_misc:maybe_auto_sync)
                 self._sync_mirrors(now)
-            elif isinstance(msg, m.MirrorAck):
-                self._release(self.mirrors.acked(msg.mirror, msg.batch))
-            elif isinstance(msg, MirrorsDown):
-                self._release(self.mirrors.down(msg.endpoint))
-            if core.hold:
-                return
-            self.mirrors.flush()
-            self.held = 0
-            if not self.run_pending and (core.run_due or (core.ready_count and core.consumers)):
-                if core.run(now):
-                    self.run_pending = True
-                    self.actor_ref.tell(Run())
-        except Exception:
-            log.exception("queue '%s' in vhost '%s' failed on %s", self.qname, self.vhost,
-                          type(msg).__name__)
+        elif isinstance(msg, Tick):
+            core.tick(now)
+        elif isinstance(msg, EmitStats):
+            self._emit_stats()
+        elif isinstance(msg, ChannelsDown):
+            core.channels_down(msg.prefix, now)
+        elif isinstance(msg, Run):
+            self.run_pending = False
+        elif isinstance(msg, m.MirrorJoin):
+            self._join(msg, now)
+        elif isinstance(msg, SyncMirrors):
+            self._sync_mirrors(now)
+        elif isinstance(msg, m.MirrorAck):
+            self._release(self.mirrors.acked(msg.mirror, msg.batch))
+        elif isinstance(msg, MirrorsDown):
+            self._release(self.mirrors.down(msg.endpoint))
+        if core.hold:
+            return
+        self.mirrors.flush()
+        self.held = 0
+        if not self.run_pending and (core.run_due or (core.ready_count and core.consumers)):
+            if core.run(now):
+                self.run_pending = True
+                self.actor_ref.tell(Run())
 
     def manual_sync(self) -> bool:
         """ha-sync-mode manual (a classic queue's policy; quorum members always sync)."""
@@ -557,6 +599,8 @@ class Queue(LightActor):
         self._sync_next()
 
     def _release(self, confirms) -> None:
+        if confirms:
+            events.sync()  # (events_sync: this process's events before the confirms they back)
         for channel, seqs in confirms:
             self.transport.send(channel, m.Confirm(self.address, seqs, True))
             self.counters.confirmed(self.core.confirm_on, len(seqs))
@@ -605,6 +649,11 @@ class Queue(LightActor):
                 out.reply(msg.reply_to, msg.req_id, True, n)
         elif msg.op == "cancel_sync":
             out.reply(msg.reply_to, msg.req_id, True, self._cancel_sync())
+        elif msg.op == "census":  # (leveretctl census: the queue's messages now, in its log)
+            if self.serving:
+                self._census("requested")
+            if msg.reply_to:
+                out.reply(msg.reply_to, msg.req_id, True, self._depth())
         elif msg.op == "delete":
             try:
                 n = self.core.delete(msg.args.get("if_unused"), msg.args.get("if_empty"),
@@ -613,6 +662,7 @@ class Queue(LightActor):
                 out.reply(msg.reply_to, msg.req_id, False, None, e.reply_code, e.text)
                 return
             self.core.purge()
+            self.serving = False
             self.bq.tell(m.DeleteIndex())
             out.reply(msg.reply_to, msg.req_id, True, n)
             self.transport.unregister(self.name)

@@ -33,6 +33,8 @@ from actors.durable_files import SYNCS
 from msg_store import MsgStore
 from queue_index import QueueIndex
 
+from actors.queue import stream_log
+
 log = logging.getLogger("leveret.storage")
 _lock = threading.Lock()
 _opened: dict[str, "Storage"] = {}  # path -> the process's Storage for it
@@ -45,14 +47,18 @@ class Storage:
         self.config = config  # node configuration (storage settings)
         self.env = lmdb.open(  # the node's message environment, shared by every queue worker
             path, map_size=config.storage_map_size,
-            max_dbs=len(MsgStore.db_names()) + len(QueueIndex.db_names()) + 1,
+            max_dbs=len(MsgStore.db_names()) + len(QueueIndex.db_names()) + 1 +
+            len(stream_log.DB_NAMES),
             max_readers=1024, sync=True, metasync=True, subdir=True, readahead=False,
             mode=0o600)  # files: this user only (docs/security.md)
         with self.env.begin(write=True) as txn:
             self.msg_store = MsgStore(self.env, txn=txn)  # refcounted bodies of large messages
             self.clean = self.env.open_db(b"clean", txn=txn)  # queue_id -> stopped cleanly
+            # streams' logs (actors/queue/stream_log.py): messages, chunks, segments
+            self.stream_dbs = [self.env.open_db(name, txn=txn) for name in stream_log.DB_NAMES]
             self.dbs = [self.env.open_db(name, txn=txn)  # every database, for usage()
-                        for name in MsgStore.db_names() + QueueIndex.db_names()] + [self.clean]
+                        for name in MsgStore.db_names() + QueueIndex.db_names()] + \
+                [self.clean] + self.stream_dbs
         self.alarm = False  # the disk alarm is on: persistent publishes are refused
         self.checked = 0.0  # monotonic time of the last usage check
         self.used = 0.0  # the last usage() seen
@@ -212,6 +218,7 @@ class Storage:
                 os.unlink(os.path.join(self.env.path(), "acks", qid.hex()))
             except FileNotFoundError:
                 pass
+        stale += stream_log.drop_stale(self.env, self.stream_dbs, self.begin, keep)
         return stale
 
     def delete_index(self, index: QueueIndex) -> None:

@@ -28,8 +28,8 @@ would make every delete quadratic); `live_actors()` and `stop_all()` here stand 
 
 Supervision: `monitor(watcher_ref)` on an actor makes it tell the watcher `ActorDown(urn, reason)`
 when it stops: reason "normal" after `stop()`, else the exception that ended it (an exception in
-`on_start` or `on_receive` stops the actor as pykka does; the other actors of its scheduler go
-on). Erlang's `erlang:monitor/2` and the 'DOWN' message are the model.
+`on_start` or `on_receive` stops the actor as pykka does, after its `on_failure`; the other
+actors of its scheduler go on). Erlang's `erlang:monitor/2` and the 'DOWN' message are the model.
 """
 
 from __future__ import annotations
@@ -372,6 +372,7 @@ class LightActor(Actor):
             except Exception as e:  # noqa: BLE001
                 reason = f"on_start: {e!r}"
                 self._handle_failure(*sys.exc_info())
+                self._failed(*sys.exc_info())
         stopped = self.actor_stopped
         while budget and not stopped.is_set():
             try:
@@ -390,10 +391,7 @@ class LightActor(Actor):
                 else:
                     reason = repr(e)
                     self._handle_failure(*sys.exc_info())
-                    try:
-                        self.on_failure(*sys.exc_info())
-                    except Exception:  # noqa: BLE001
-                        log.exception("on_failure of %s failed", self)
+                    self._failed(*sys.exc_info())
             except BaseException as e:  # noqa: BLE001 - SystemExit inside an actor: this one ends
                 reason = repr(e)
                 self._stop()
@@ -402,6 +400,14 @@ class LightActor(Actor):
             return
         if inbox._after_slice():
             self._scheduler.enqueue(self)
+
+    def _failed(self, *exc_info) -> None:
+        """on_failure, after on_start or a told message raised (unlike pykka, on_start too: an
+        actor that half started has halves to stop)."""
+        try:
+            self.on_failure(*exc_info)
+        except Exception:  # noqa: BLE001
+            log.exception("on_failure of %s failed", self)
 
     def _end(self, reason: str) -> None:
         rest, monitors = self.actor_inbox._close()

@@ -187,21 +187,32 @@ def test_a_worker_whose_receive_loop_fails_exits_and_is_restarted(injected):
 
 def test_a_node_whose_receive_loop_fails_exits_non_zero(injected):
     broker = injected
-    workers = list(all_pids(broker).values())
+    workers = [(pid, _started(pid)) for pid in all_pids(broker).values()]
     push(endpoints(broker)["node"], [b"crash-the-receive-loop", SENT])
     assert broker.proc.wait(20) == EXIT_RECEIVE_FAILED, broker.log_tail()
     assert "the receive loop of ipc://" in broker.log_path.read_text(errors="replace")
     # its workers die with it (PR_SET_PDEATHSIG): nothing is left to answer half a broker
     # (a SIGKILL takes effect once a process leaves uninterruptible sleep: an fsync on a
     # loaded machine, hence the generous wait)
-    for pid in workers:
-        wait_until(lambda: _state(pid) in ("gone", "Z", "X"), timeout=60,
-                   message=f"worker {pid} gone (state {_state(pid)})")
+    for pid, started in workers:
+        wait_until(lambda: _state(pid, started) in ("gone", "Z", "X"), timeout=60,
+                   message=f"worker {pid} gone (state {_state(pid, started)})")
 
 
-def _state(pid: int) -> str:
-    """A process's state letter from /proc ("gone" when it has been reaped)."""
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command's name (state first)."""
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+
+
+def _started(pid: int) -> str:
+    return _stat(pid)[19]  # (starttime, field 22: with the pid, names one process)
+
+
+def _state(pid: int, started: str) -> str:
+    """A process's state letter from /proc ("gone" when it has been reaped, or its pid now
+    names another process: pids are reused within seconds on a busy machine)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
+        fields = _stat(pid)
+    except OSError:
         return "gone"
+    return fields[0] if fields[19] == started else "gone"

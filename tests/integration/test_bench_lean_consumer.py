@@ -1,4 +1,4 @@
-"""The benchmarks' lean consumer (bench/loadgen.py's Consumer on bench/leanclient.py) drains a
+"""The benchmarks' lean consumer (bench/loadgen.py's Consumer on amqpclient/connection.py) drains a
 backlog that was there before it subscribed (P1: prefetch 100, one basic.ack per delivery).
 
 The bug this guards: `python -m bench.deep_queue --transient --size 400` hung for good after
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import time
 
-from bench import codec as codec_mod
-from bench.leanclient import LeanConnection
+from amqpclient import codec as codec_mod
+from amqpclient.connection import LeanConnection
 from bench.loadgen import run_loop, setup_role
-from bench.url import parse_url
+from amqpclient.url import parse_url
 
 PREFETCH = 100
 DEADLINE = 60.0          # s: a wedged consumer fails here instead of hanging the suite

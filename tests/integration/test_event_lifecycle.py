@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -22,7 +24,8 @@ pytestmark = pytest.mark.skipif(bool(os.environ.get("LEVERET_TEST_URL")),
 
 
 def _props(name, persistent=False):
-    return pika.BasicProperties(message_id=name, delivery_mode=2 if persistent else 1)
+    return pika.BasicProperties(message_id=name, correlation_id="c-" + name,
+                                delivery_mode=2 if persistent else 1)
 
 
 def test_spark_job_rebuilds_what_the_client_saw(tmp_path, spark):
@@ -56,6 +59,8 @@ def test_spark_job_rebuilds_what_the_client_saw(tmp_path, spark):
         m, props, _ = take("work")
         assert props.message_id == "requeued-then-acked" and m.redelivered
         ch.basic_ack(m.delivery_tag)
+        # what the client saw of that message: its two delivery tags, on channel 1
+        tags = [seen["requeued-then-acked"].delivery_tag, m.delivery_tag]
         m, props, _ = take("work")
         assert props.message_id == "rejected-to-dlx"
         ch.basic_reject(m.delivery_tag, requeue=False)
@@ -95,6 +100,88 @@ def test_spark_job_rebuilds_what_the_client_saw(tmp_path, spark):
     anomalies = pq.read_table(out / "anomalies").to_pylist()
     assert anomalies == [], anomalies
     _traces_in_the_management_api(tmp_path)
+    _find_a_message_by_what_the_client_knows(tmp_path, broker.data_dir, tags)
+
+
+def _find_a_message_by_what_the_client_knows(tmp_path, data_dir, tags):
+    """Where did my message go: the job's lookup layout finds a message by its message_id,
+    correlation_id, routing key, queue or publish time, through /api/traces and
+    `leveretctl trace`, and its path is what the client did, step by step."""
+    port = free_port()
+    broker = Broker.start_leveret(tmp_path, "--management-port", str(port))
+    try:
+        http = Api(port)
+
+        def find(query):
+            status, rows = http("GET", "/api/traces/analysis?" + query)
+            assert status == 200, rows
+            return rows
+        (row,) = find("message_id=requeued-then-acked")
+        assert find("correlation_id=c-requeued-then-acked") == \
+            [dict(row, key="correlation_id", value="c-requeued-then-acked")]
+        status, path = http("GET", f"/api/traces/analysis/{row['msg_id']}")
+        assert status == 200 and path["msg_id"] == row["msg_id"]
+        assert (path["message_id"], path["correlation_id"]) == \
+            ("requeued-then-acked", "c-requeued-then-acked")
+        kinds = [s["kind"] for s in path["steps"]]
+        # the client's actions, in its order: publish, get, nack (requeue), get again, ack
+        assert [k for k in kinds if k in ("publish_received", "fetched", "nacked", "requeued",
+                                          "acked")] == [
+            "publish_received", "fetched", "nacked", "requeued", "fetched", "acked"], kinds
+        assert {"routed", "enqueued", "confirmed"} <= set(kinds)
+        fetched = [s for s in path["steps"] if s["kind"] == "fetched"]
+        assert [(s["delivery_tag"], s["channel"], s["queue"], s.get("redelivered"))
+                for s in fetched] == [(tags[0], 1, "work", False), (tags[1], 1, "work", True)]
+        times = [s["t_ns"] for s in path["steps"]]
+        assert times == sorted(times) and times[0] == row["t_first_ns"]
+        assert all(s["node"] and s["process"] and s["actor"] and s["time"]
+                   for s in path["steps"])
+        assert path["steps"][0]["time"] == row["t_first"]
+        # a dead-lettered message: found by its correlation id, its copy one link away, and
+        # the copy found by the queue it went to
+        (parent,) = find("correlation_id=c-rejected-to-dlx")
+        p = http("GET", f"/api/traces/analysis/{parent['msg_id']}")[1]
+        (child_id,) = p["dead_lettered_to"]
+        assert [r["msg_id"] for r in find("queue=dead")] == [child_id]
+        child = http("GET", f"/api/traces/analysis/{child_id}")[1]
+        assert child["parent_msg_id"] == parent["msg_id"]
+        assert [s["kind"] for s in child["steps"]][:2] == ["dead_letter_published", "enqueued"]
+        # by routing key: the six messages published to "work", and the copy (routed by the
+        # parent's key), earliest first; limited
+        work = find("routing_key=work")
+        assert len(work) == 7 and child_id in {r["msg_id"] for r in work}
+        assert [r["t_first_ns"] for r in work] == sorted(r["t_first_ns"] for r in work)
+        assert find("routing_key=work&limit=2") == work[:2]
+        # by publish time: between the first and the last publish to "work" (exclusive)
+        first, last = work[0], work[5]
+        between = find(f"from={_seconds(first['t_first_ns'])}"
+                       f"&to={_seconds(last['t_first_ns'])}")
+        assert [r["msg_id"] for r in between] == [r["msg_id"] for r in work[:5]]
+        assert between[0]["message_id"] == "acked-1"
+        assert find("traceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01") == []
+        assert find("message_id=nope") == []
+        assert http("GET", "/api/traces/analysis?message_id=a&queue=b")[0] == 400
+        assert http("GET", "/api/traces/analysis")[0] == 400
+        assert http("GET", "/api/traces/analysis?from=yesterday")[0] == 400
+        assert http("GET", "/api/traces/analysis/00ff")[0] == 404
+        assert http("GET", "/api/traces/nope?message_id=x")[0] == 404
+        assert http("GET", "/api/traces/analysis?message_id=x", password="x")[0] == 401
+    finally:
+        broker.stop()
+    # leveretctl prints the same path (no node needed: it reads the analysis folder)
+    out = subprocess.run([sys.executable, "-m", "actors.ctl", "--data-dir", str(data_dir),
+                          "trace", "c-requeued-then-acked", "--by", "correlation_id"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    lines = out.splitlines()
+    assert lines[0] == (f"msg_id {row['msg_id']}, message_id requeued-then-acked, "
+                        "correlation_id c-requeued-then-acked")
+    assert [ln.split()[2] for ln in lines[1:]] == kinds
+    assert [ln.split()[0] for ln in lines[1:]] == [s["time"] for s in path["steps"]]
+
+
+def _seconds(t_ns: int) -> str:
+    """Unix seconds, exact to the ns, as the API's from= and to= take them."""
+    return f"{t_ns // 1_000_000_000}.{t_ns % 1_000_000_000:09d}"
 
 
 def _traces_in_the_management_api(tmp_path):

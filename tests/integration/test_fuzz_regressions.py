@@ -1,4 +1,4 @@
-"""Bugs `make fuzz` (bench/fuzz.py) found, one test each: what the broker must answer instead."""
+"""Bugs `make fuzz` (tools/fuzz.py) found, one test each: what the broker must answer instead."""
 from __future__ import annotations
 
 import pika
@@ -68,7 +68,7 @@ def test_a_channel_closed_with_close_ok_is_stopped_with_its_connection(broker, c
     """channel.close-ok on an open channel is a 503 that closes the connection; the reader had
     already freed the channel's number and never stopped the channel: its consumer stayed on
     the queue for good (a message delivered to it was never requeued) and every such
-    connection leaked its actors (bench.fuzz: the connection workers' RSS grew ~110 MB per
+    connection leaked its actors (tools.fuzz: the connection workers' RSS grew ~110 MB per
     10^6 sequences)."""
     ch = conn.channel()
     q = declare(ch, unique("q"))

@@ -1178,12 +1178,19 @@ def test_runtime_parameters_as_rabbitmq_lists_them(node, http):
             "pattern": ".*", "definition": {}}}) == (
             400, {"error": "bad_request",
                   "reason": "policies may not be set using this method"})
-        for component in ("federation-upstream", "shovel"):
-            assert http("PUT", f"/api/parameters/{component}/%2F/up", {"value": {
-                "uri": "amqp://elsewhere"}}) == (
-                400, {"error": "bad_request",
-                      "reason": f"Validation failed\n\ncomponent {component} not found\n"})
-            assert http("GET", f"/api/parameters/{component}")[1] == []
+        assert http("PUT", "/api/parameters/federation-upstream/%2F/up", {"value": {
+            "uri": "amqp://elsewhere"}}) == (
+            400, {"error": "bad_request",
+                  "reason": "Validation failed\n\ncomponent federation-upstream not found\n"})
+        assert http("GET", "/api/parameters/federation-upstream")[1] == []
+        # shovels are a component (tests/integration/test_shovels.py): this value is not one
+        assert http("PUT", "/api/parameters/shovel/%2F/up", {"value": {
+            "uri": "amqp://elsewhere"}}) == (
+            400, {"error": "bad_request", "reason": (
+                "Validation failed\n\nMust specify 'src-exchange' or 'src-queue'\n"
+                "Unrecognised terms [{<<\"uri\">>,<<\"amqp://elsewhere\">>}] in up\n"
+                "Key \"dest-uri\" not found in up\nKey \"src-uri\" not found in up\n")})
+        assert http("GET", "/api/parameters/shovel")[1] == []
         globals_ = http("GET", "/api/global-parameters")[1]
         name = http("GET", "/api/cluster-name")[1]["name"]
         assert {"name": "cluster_name", "value": name} in globals_

@@ -13,10 +13,8 @@ import base64
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -406,6 +404,37 @@ def test_bind_unbind_purge_and_delete_from_a_queue_s_page(node, browser):
     assert "ui-ops-q" not in {q["name"] for q in _api(node, "GET", "/queues")}
 
 
+def test_a_stream_s_page_shows_its_segments_and_consumers_offsets(node, browser):
+    """A stream's page (docs/streams.md): its type, its segments and where each consumer is."""
+    logged_in(browser, node)
+    with node.connection() as c:
+        ch = c.channel()
+        ch.queue_declare("ui-stream", durable=True, arguments={
+            "x-queue-type": "stream", "x-stream-max-segment-size-bytes": 300})
+        ch.confirm_delivery()
+        for i in range(6):
+            ch.basic_publish("", "ui-stream", b"s" * 100)
+        ch.basic_qos(prefetch_count=4)
+        ch.basic_consume("ui-stream", lambda *a: None, consumer_tag="ui-reader",
+                         arguments={"x-stream-offset": 2})
+        c.process_data_events(0.5)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            q = _api(node, "GET", "/queues/%2F/ui-stream")
+            if (q.get("stream") or {}).get("readers"):
+                break
+            c.process_data_events(0.3)
+        go(browser, node, "#/queues/%2F/ui-stream")
+        text_in(browser, "#stream-offsets", "Offsets 0 to 5 in 2 segments")
+        text_in(browser, "#stream-segments", "300")
+        text_in(browser, "#stream-readers", "ui-reader")
+        row = [r for r in browser.find_elements(By.CSS_SELECTOR, "#stream-readers tr")
+               if "ui-reader" in r.text][0]
+        assert row.text.split()[1:] == ["6", "0", "4"]  # next offset 6, no credit, 4 unacked
+        shot(browser, node, "stream")
+    _api(node, "DELETE", "/queues/%2F/ui-stream")
+
+
 # --- the admin forms: users, permissions, virtual hosts, policies -------------------------------
 def test_users_and_permissions_from_the_admin_page__E3(node, browser):
     """Add a user (tags as RabbitMQ's form takes them), give it permissions and see a client
@@ -534,6 +563,40 @@ def test_policies_from_the_admin_page_and_rabbitmq_s_error_for_a_bad_definition(
     assert _api(node, "GET", "/policies") == []
 
 
+def test_a_shovel_from_the_shovels_page_moves_messages_and_shows_its_status(node, browser):
+    """The Shovels page's form sets a shovel parameter; the status table shows it running on
+    this node and its messages move; RabbitMQ's validation text shows for a bad value; the
+    Delete button clears it."""
+    url = f"amqp://guest:guest@127.0.0.1:{node.port}/%2F"
+    with node.connection() as c:
+        ch = c.channel()
+        ch.confirm_delivery()
+        ch.queue_declare("ui-shovel-in", durable=True)
+        for i in range(5):
+            ch.basic_publish("", "ui-shovel-in", str(i).encode())
+    logged_in(browser, node)
+    go(browser, node, "#/shovels")
+    visible(browser, "#add-shovel")
+    fill(browser, "add-shovel", vhost="/", name="ui-sh", **{
+        "src-uri": url, "src-queue": "ui-shovel-in", "dest-uri": url,
+        "dest-queue": "ui-shovel-out", "ack-mode": "on-confirm"})
+    text_in(browser, "#toast", "Shovel added")
+    text_in(browser, "#shovel-parameters-table", "ui-sh")
+    go(browser, node, "#/overview")
+    go(browser, node, "#/shovels")
+    text_in(browser, "#shovels-table", "running")
+    shot(browser, node, "shovels")
+    with node.connection() as c:
+        ch = c.channel()
+        assert ch.queue_declare("ui-shovel-out", passive=True).method.message_count == 5
+    fill(browser, "add-shovel", vhost="/", name="ui-bad", **{
+        "src-uri": "http://nowhere", "src-queue": "q", "dest-uri": url})
+    text_in(browser, "#toast", 'not a valid URI: {{unexpected_uri_scheme,"http"}')
+    _click_in_row(browser, "shovel-parameters-table", "ui-sh", "button")
+    _gone(browser, "shovel-parameters-table", "ui-sh")
+    assert _api(node, "GET", "/parameters/shovel") == []
+
+
 # --- channels and their connection --------------------------------------------------------------
 def test_channels_page_and_closing_a_channel_s_connection_with_a_reason(node, browser):
     """The channels page lists a client's channels (prefetch, confirm mode) as the API does;
@@ -630,35 +693,18 @@ def test_the_overview_s_queued_messages_chart_plots_published_messages(node, bro
 
 
 # --- lifecycle traces ---------------------------------------------------------------------------
-def _analyze(events: Path, out: Path, log: Path, timeout: float) -> None:
-    """`make analyze`'s command (the Spark job in local mode, its own JVM) on `events`,
-    writing `out`. In a process of its own, not the tests' shared `spark` session: a test
-    stopped by its timeout in the middle of a py4j call leaves that session unusable for the
-    worker's later Spark tests; this process is ended by its own process group instead."""
-    with open(log, "wb") as f:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "spark_analysis.lifecycle", "--events", str(events),
-             "--out", str(out), "--no-progress", "--master", "local[2]",
-             "--driver-memory", "1g", "--shuffle-partitions", "4"],
-            cwd=REPO, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)  # (its JVM is in its process group)
-        try:
-            code = proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-            pytest.fail(f"the lifecycle job took more than {timeout:.0f} s: "
-                        f"{log.read_text(errors='replace')[-2000:]}")
-        finally:
-            if proc.poll() is None:  # (the test was stopped while it ran)
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
-    assert code == 0, log.read_text(errors="replace")[-4000:]
+def _analyze(spark, events: Path, out: Path) -> None:
+    """`make analyze`'s job (spark_analysis.lifecycle) on `events`, writing `out`, in the
+    tests' shared SparkSession (a JVM of its own would cost the suite its start and warm-up;
+    the command line itself runs in test_spark_standalone.py)."""
+    from spark_analysis import lifecycle
+
+    args = lifecycle.parse_args(["--events", str(events), "--out", str(out), "--no-progress"])
+    assert lifecycle.run(args, spark=spark) == 0
 
 
-@pytest.mark.timeout(900)  # (the Spark job: a JVM of its own, on a machine that may be busy)
 def test_the_traces_page_shows_a_make_analyze_report_and_a_message_s_lifecycle(
-        node, browser, tmp_path):
+        node, browser, tmp_path, spark):
     """Issue 14 item 7: a broker with --events full runs a workload (one message requeued
     then acked), `make analyze`'s Spark job writes its report into the UI node's data
     directory, and the Traces page lists it, its messages, and the message's steps, as the
@@ -686,8 +732,7 @@ def test_the_traces_page_shows_a_make_analyze_report_and_a_message_s_lifecycle(
             ch.basic_ack(got[-1][0].delivery_tag)
     finally:
         traced.stop()  # its processes flush their events
-    _analyze(traced.data_dir / "events", node.data_dir / "ui-analysis",
-             tmp_path / "analyze.log", timeout=780)
+    _analyze(spark, traced.data_dir / "events", node.data_dir / "ui-analysis")
 
     logged_in(browser, node)
     go(browser, node, "#/traces")
@@ -732,6 +777,14 @@ def test_the_traces_page_shows_a_make_analyze_report_and_a_message_s_lifecycle(
         r.find_elements(By.TAG_NAME, "td")[3].text
         for r in b.find_elements(By.CSS_SELECTOR, "#trace-steps tbody tr")} or None)
     assert nodes == {s["node"] for s in trace["steps"]} and "" not in nodes
+    # the same path as lanes: a column per node and process, the step in its own lane
+    lanes = wait(browser, lambda b: [th.text for th in b.find_elements(
+        By.CSS_SELECTOR, "#trace-lanes thead th")][1:] or None)
+    assert lanes == list(dict.fromkeys(f"{s['node']} {s['process']}" for s in trace["steps"]))
+    lane_rows = [[td.text for td in r.find_elements(By.TAG_NAME, "td")]
+                 for r in browser.find_elements(By.CSS_SELECTOR, "#trace-lanes tbody tr")]
+    assert [r[1 + lanes.index(f"{s['node']} {s['process']}")].split()[0]
+            for r, s in zip(lane_rows, trace["steps"])] == shown
     shot(browser, node, "traces")
     # the analysis' page finds a message by the publisher's message_id too
     go(browser, node, "#/traces/ui-analysis")
@@ -740,3 +793,24 @@ def test_the_traces_page_shows_a_make_analyze_report_and_a_message_s_lifecycle(
     wait(browser, lambda b: b.current_url.endswith("/ui-traced"))
     text_in(browser, "#page h2", "Lifecycle of ui-traced")
     wait(browser, lambda b: kinds(b) == shown)
+    # where did my message go: the search finds messages by a key (here the queue they went
+    # to), as /api/traces answers, and opens a message's path
+    go(browser, node, "#/traces/ui-analysis")
+    visible(browser, "#trace-search")
+    fill(browser, "trace-search", by="queue", value="ui-traced-q")
+    found = _api(node, "GET", "/traces/ui-analysis?queue=ui-traced-q")
+    assert [r["msg_id"] for r in found] == [trace["msg_id"], listed["ui-left"]["msg_id"]]
+
+    def rows(b):
+        return [[td.text for td in r.find_elements(By.TAG_NAME, "td")]
+                for r in b.find_elements(By.CSS_SELECTOR, "#trace-found tbody tr")]
+    shown_found = wait(browser, lambda b: rows(b) or None)
+    assert [r[0] for r in shown_found] == [r["msg_id"] for r in found]
+    assert [r[1] for r in shown_found] == [r["t_first"] for r in found]
+    assert shown_found[0][3] == "queue = ui-traced-q"
+    fill(browser, "trace-search", by="message_id", value="ui-left")
+    wait(browser, lambda b: [r[0] for r in rows(b)] == [listed["ui-left"]["msg_id"]])
+    _click_in_row(browser, "trace-found", listed["ui-left"]["msg_id"], "a", By.TAG_NAME)
+    wait(browser, lambda b: b.current_url.endswith("/" + listed["ui-left"]["msg_id"]))
+    text_in(browser, "#page h2", "Lifecycle of ui-left")
+    assert wait(browser, lambda b: kinds(b) or None)[0] == "publish_received"

@@ -301,34 +301,45 @@ def test_bodies_at_the_embedding_edges_round_trip_byte_exact__C8(tmp_path):
 
 # --- TTL ----------------------------------------------------------------------------------------
 def test_persistent_message_ttl_keeps_counting_down_across_restart(tmp_path):
-    """A persistent message with expiration 8000 (and one in a queue with x-message-ttl 8000) is
-    still there right after a restart and gone about 8 s after it was published; a message
-    without TTL stays."""
+    """A persistent message with expiration T (and one in a queue with x-message-ttl T) is
+    still there right after a restart and gone about T after it was published; a message
+    without TTL stays. T is 8 s, or 30 s when the restart itself took longer than 8 s (a busy
+    machine): the check is made either way, never skipped."""
+    for ttl_ms in (8000, 30000):
+        (tmp_path / str(ttl_ms)).mkdir()
+        if _ttl_across_restart(tmp_path / str(ttl_ms), ttl_ms):
+            return
+    pytest.fail("the restart took longer than 30 s")
+
+
+def _ttl_across_restart(tmp_path, ttl_ms: int) -> bool:
+    """The test above with TTL ttl_ms -> False when the restart outlasted it."""
     broker = Broker.start_leveret(tmp_path)
     try:
         conn = broker.connection()
         ch = conn.channel()
         ch.confirm_delivery()
         ch.queue_declare("ttl-msg", durable=True)
-        ch.queue_declare("ttl-queue", durable=True, arguments={"x-message-ttl": 8000})
+        ch.queue_declare("ttl-queue", durable=True, arguments={"x-message-ttl": ttl_ms})
         published = time.monotonic()
         ch.basic_publish("", "ttl-msg", b"expires", pika.BasicProperties(
-            delivery_mode=2, expiration="8000"))
+            delivery_mode=2, expiration=str(ttl_ms)))
         ch.basic_publish("", "ttl-msg", b"stays", PERSISTENT)
         ch.basic_publish("", "ttl-queue", b"expires too", PERSISTENT)
         safe_close(conn)
         broker = restart(broker, tmp_path, "kill9")
         conn = broker.connection()
         ch = conn.channel()
-        # a TTL long beside any restart, so this is always checked (not skipped when slow)
-        restarted = time.monotonic() - published
-        assert restarted < 8.0, f"the restart took {restarted:.1f}s: longer than the TTL"
-        assert ch.queue_declare("ttl-msg", passive=True).method.message_count == 2
-        assert ch.queue_declare("ttl-queue", passive=True).method.message_count == 1
+        counts = (ch.queue_declare("ttl-msg", passive=True).method.message_count,
+                  ch.queue_declare("ttl-queue", passive=True).method.message_count)
+        if time.monotonic() - published >= ttl_ms / 1000 - 0.5:
+            safe_close(conn)
+            return False  # (the counts may already be after the expiry)
+        assert counts == (2, 1)
         wait_until(lambda: ch.queue_declare("ttl-queue", passive=True).method.message_count == 0
                    and ch.queue_declare("ttl-msg", passive=True).method.message_count == 1,
-                   timeout=20, message="the expiring messages to go")
-        assert time.monotonic() - published >= 7.9
+                   timeout=ttl_ms / 1000 + 12, message="the expiring messages to go")
+        assert time.monotonic() - published >= ttl_ms / 1000 - 0.1
         assert [d.body for d in get_all(ch, "ttl-msg")] == [b"stays"]
         safe_close(conn)
         # and they do not come back with the next restart (the expiry reached the index)
@@ -338,6 +349,7 @@ def test_persistent_message_ttl_keeps_counting_down_across_restart(tmp_path):
         assert ch.queue_declare("ttl-msg", passive=True).method.message_count == 0
         assert ch.queue_declare("ttl-queue", passive=True).method.message_count == 0
         safe_close(conn)
+        return True
     finally:
         broker.stop()
 

@@ -86,9 +86,9 @@ def test_quorum_queue_argument_errors(conn, args, text):
 
 def test_unknown_queue_type_is_refused(conn):
     q = unique("qqtype")
-    assert _declare_error(conn, q, durable=True, arguments={"x-queue-type": "stream"}) == (
+    assert _declare_error(conn, q, durable=True, arguments={"x-queue-type": "lazy"}) == (
         406, PF + f"invalid arg 'x-queue-type' for queue '{q}' in vhost '/': "
-                  "\"unsupported queue type 'stream'\"")
+                  "\"unsupported queue type 'lazy'\"")
 
 
 def test_quorum_queue_accepts_its_arguments(ch):

@@ -74,6 +74,16 @@ function form(id, fields, submit, onsubmit) {
   });
   return el;
 }
+// A message's path across nodes and processes: one lane (column) per node and process, in the
+// order the message reached them, one row per step at its time.
+function laneChart(steps) {
+  const lanes = [...new Set(steps.map(s => `${s.node} ${s.process}`))];
+  return h("table", { id: "trace-lanes", class: "lanes" },
+    h("thead", {}, h("tr", {}, h("th", {}, "+ms"), lanes.map(l => h("th", {}, l)))),
+    h("tbody", {}, steps.map(s => h("tr", {}, h("td", { class: "num" }, s.after_ms),
+      lanes.map(l => h("td", {}, l === `${s.node} ${s.process}`
+        ? `${s.kind}${s.queue ? " " + s.queue : ""}` : ""))))));
+}
 function toast(text, bad) {
   const t = document.getElementById("toast");
   t.textContent = text;
@@ -224,10 +234,31 @@ const PAGES = {
     const [name, ref] = arg.split("/").map(decodeURIComponent);
     if (!ref) {
       const msgs = await api("GET", `/leveret/analyses/${enc(name)}/messages`);
+      const found = h("div", { id: "trace-found-box" });
       page.append(h("h2", {}, `Analysis ${name}: ${msgs.length} messages`),
         form("find-message", [["ref", "msg_id or message_id"]], "Show lifecycle", async v => {
           location.hash = `#/traces/${enc(name)}/${enc(v.ref)}`;
         }),
+        // where did my message go: by any key the lookup layout indexes, or a time range
+        form("trace-search", [
+          ["by", "Find by", "select", ["message_id", "msg_id", "correlation_id", "traceparent",
+                                       "routing_key", "queue", "time range only"]],
+          ["value", "Value"], ["from", "From (ISO or Unix s)"], ["to", "To"]],
+          "Find", async v => {
+            const q = new URLSearchParams();
+            if (v.by !== "time range only") { q.set(v.by, v.value); }
+            if (v.from) { q.set("from", v.from); }
+            if (v.to) { q.set("to", v.to); }
+            const rows = await api("GET", `/traces/${enc(name)}?${q}`);
+            found.replaceChildren(
+              h("p", {}, `${rows.length} found${rows.length >= 100 ? " (the first 100)" : ""}`),
+              table([["Message", r => h("a", { href: `#/traces/${enc(name)}/${enc(r.msg_id)}` },
+                                        r.message_id || r.msg_id)],
+                     ["First seen", r => r.t_first], ["Vhost", r => r.vhost],
+                     ["Matched", r => r.key ? `${r.key} = ${r.value}` : r.final_state]],
+                    rows, "trace-found"));
+          }),
+        found,
         table([["Message", m => h("a", { href: `#/traces/${enc(name)}/${enc(m.msg_id)}` },
                                   m.message_id || m.msg_id)],
                ["Vhost", m => m.vhost], ["Final state", m => m.final_state],
@@ -236,14 +267,70 @@ const PAGES = {
       return;
     }
     const t = await api("GET", `/leveret/analyses/${enc(name)}/messages/${enc(ref)}`);
+    const link = id => h("a", { href: `#/traces/${enc(name)}/${enc(id)}` }, id);
     page.append(h("h2", {}, `Lifecycle of ${t.message_id || t.msg_id}`),
-      h("p", {}, `msg_id ${t.msg_id}, analysis ${name}`),
+      h("p", {}, `msg_id ${t.msg_id}, analysis ${name}`,
+        t.correlation_id ? `, correlation_id ${t.correlation_id}` : "",
+        t.traceparent ? `, traceparent ${t.traceparent}` : ""),
+      h("div", { id: "trace-links" },  // (h skips the nulls)
+        t.parent_msg_id ? h("p", { id: "trace-parent" }, "A dead-lettered copy of ",
+                            link(t.parent_msg_id)) : null,
+        (t.dead_lettered_to || []).length ? h("p", { id: "trace-copies" },
+          "Dead-lettered as ", t.dead_lettered_to.map(link)) : null),
+      laneChart(t.steps),
       table([["+ms", s => s.after_ms], ["Step", s => s.kind], ["Actor", s => s.actor],
              ["Node", s => s.node], ["Process", s => `${s.process} (${s.pid})`],
              ["Time", s => s.time], ["Queue", s => s.queue || ""],
              ["Details", s => JSON.stringify(Object.fromEntries(Object.entries(s).filter(
                ([k]) => !["after_ms", "kind", "actor", "node", "process", "pid", "time",
-                          "queue"].includes(k))))]], t.steps, "trace-steps"));
+                          "queue", "t_ns", "vhost"].includes(k))))]], t.steps, "trace-steps"));
+  },
+
+  // dynamic shovels (rabbitmq_shovel_management's page): their statuses from every node,
+  // their parameters, and a form that sets one as `leveretctl set_parameter shovel` does
+  async shovels(page) {
+    const [rows, params, vhosts] = await Promise.all([
+      api("GET", "/shovels"), api("GET", "/parameters/shovel"), api("GET", "/vhosts")]);
+    const running = new Set(rows.map(r => `${r.vhost}\u0000${r.name}`));
+    page.append(h("h2", {}, "Shovel status"),
+      table([["Name", r => r.name], ["Vhost", r => r.vhost], ["State", r => r.state],
+             ["Source", r => r.src_uri ? `${r.src_uri} ${r.src_queue || r.src_exchange || ""}`
+                                       : ""],
+             ["Destination", r => r.dest_uri
+               ? `${r.dest_uri} ${r.dest_queue || r.dest_exchange || ""}` : ""],
+             ["Node", r => r.node], ["Since", r => r.timestamp], ["Reason", r => r.reason || ""],
+             ["", r => button("Restart", async () => {
+               await api("DELETE", `/shovels/vhost/${enc(r.vhost)}/${enc(r.name)}/restart`);
+               toast("Shovel restarted"); render();
+             })]], rows, "shovels-table"),
+      h("h3", {}, "Dynamic shovels"),
+      table([["Vhost", p => p.vhost], ["Name", p => p.name],
+             ["Definition", p => JSON.stringify(p.value)],
+             ["Runs", p => running.has(`${p.vhost}\u0000${p.name}`) ? "yes" : "no"],
+             ["", p => button("Delete", async () => {
+               await api("DELETE", `/parameters/shovel/${enc(p.vhost)}/${enc(p.name)}`);
+               render();
+             })]], params, "shovel-parameters-table"),
+      h("h3", {}, "Add a shovel"),
+      form("add-shovel", [["vhost", "Virtual host", "select", vhostOptions(vhosts)],
+                          ["name", "Name"], ["src-uri", "Source URI"],
+                          ["src-queue", "Source queue"],
+                          ["dest-uri", "Destination URI"], ["dest-queue", "Destination queue"],
+                          ["ack-mode", "Ack mode", "select",
+                           ["on-confirm", "on-publish", "no-ack"]],
+                          ["src-delete-after", "Delete after", "select",
+                           ["never", "queue-length"]],
+                          ["more", "More keys (JSON)"]],
+           "Add shovel", async v => {
+             const value = Object.assign({ "src-uri": v["src-uri"], "src-queue": v["src-queue"],
+                                           "dest-uri": v["dest-uri"],
+                                           "dest-queue": v["dest-queue"],
+                                           "ack-mode": v["ack-mode"],
+                                           "src-delete-after": v["src-delete-after"] },
+                                         jsonField("More keys", v.more));
+             await api("PUT", `/parameters/shovel/${enc(v.vhost)}/${enc(v.name)}`, { value });
+             toast("Shovel added"); render();
+           }));
   },
 
   async admin(page) {
@@ -468,6 +555,21 @@ async function refreshQueueTotals() {
   if (totals && location.hash.split("/")[3] === name) { totals.replaceWith(queueTotals(q)); }
 }
 
+// a stream's log: its offsets, its segments and each consumer's position (docs/streams.md)
+function streamSection(s) {
+  return h("div", { id: "stream" },
+    h("h3", {}, "Stream"),
+    h("p", { id: "stream-offsets" }, `Offsets ${s.first_offset} to ${s.committed_offset} `
+                                    + `in ${s.segments.length} segments`),
+    table([["Segment", g => g.number], ["First offset", g => g.first_offset],
+           ["Last offset", g => g.last_offset], ["Bytes", g => g.bytes]],
+          s.segments, "stream-segments"),
+    h("h4", {}, "Consumers' positions"),
+    table([["Consumer tag", r => r.consumer_tag], ["Next offset", r => r.offset],
+           ["Credit", r => r.credit], ["Unacked", r => r.unacked]],
+          s.readers, "stream-readers"));
+}
+
 async function queuePage(page, arg) {
   const [vhost, name] = arg.split("/").map(decodeURIComponent);
   const q = await api("GET", `/queues/${enc(vhost)}/${enc(name)}`);
@@ -475,9 +577,11 @@ async function queuePage(page, arg) {
   const got = h("div", { id: "got-messages" });
   page.append(h("h2", {}, `Queue ${q.name}`),
     queueTotals(q),
-    h("p", {}, `Virtual host ${q.vhost}, ${q.durable ? "durable" : "transient"}, node `
+    h("p", {}, `Virtual host ${q.vhost}, type ${q.type}, `
+               + `${q.durable ? "durable" : "transient"}, node `
                + `${q.node}, policy ${q.policy || "none"}, arguments `
                + JSON.stringify(q.arguments)),
+    q.stream ? streamSection(q.stream) : null,
     h("h3", {}, "Bindings"),
     table([["From", b => b.source || "(AMQP default)"], ["Routing key", b => b.routing_key],
            ["", b => b.source ? button("Unbind", async () => {

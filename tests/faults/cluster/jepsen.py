@@ -18,8 +18,15 @@ Nemeses (rabbitmq/jepsen's, on three nodes):
 - bridge: the master's node and one other cannot talk, the Raft leader when it is another
   node (so the leader loses the master while the third node, the bridge, sees both).
 
+The queue under test is mirrored (the default) or a quorum queue (`Plan.queue_type`). The
+nodes write their event logs (`--events full`); once a run's cluster has stopped, the lifecycle
+job (spark_analysis/) runs on them and its verdict on every message is held against what the
+clients saw (audit.py, audit_job.py): a disagreement fails the run like a lost message.
+
 `python -m tests.faults.cluster.jepsen` (`make jepsen`) runs each nemesis for 80 s of faults
-(4 cycles of 10 s of fault and 10 s healed) and prints a table; `--help` for the knobs.
+(4 cycles of 10 s of fault and 10 s healed) and prints a table (with the job's agreement:
+exact, over a log gap, disagreeing); `--help` for the knobs (`--queue-type quorum`,
+`--no-audit`).
 """
 
 from __future__ import annotations
@@ -41,14 +48,16 @@ from pamqp import commands
 if __package__ in (None, ""):  # python tests/faults/cluster/jepsen.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from tests.faults.cluster import checker, netfilter  # noqa: E402
-from tests.faults.cluster.loopnodes import LoopNodes  # noqa: E402
+from tests.faults.cluster import audit, checker, netfilter  # noqa: E402
+from tests.faults.cluster.loopnodes import LoopNodes  # noqa: E402  (puts rawamqp on the path)
+from tests.faults.cluster import audit_job  # noqa: E402
 from tests.faults.cluster import workload  # noqa: E402
 from tests.faults.cluster.workload import History, Node  # noqa: E402
 
 NEMESES = ("kill9-home", "kill9-random", "isolate-home", "majority-minority", "bridge")
 PARTITIONS = ("isolate-home", "majority-minority", "bridge")
 QUEUE = "jepsen.q"
+QUEUE_TYPES = ("mirrored", "quorum")  # the queue under test: ha-mode all, or x-queue-type
 
 
 @dataclass
@@ -69,6 +78,9 @@ class Plan:
     fail_fast: bool = False    # once the run has failed (two masters delivered before the
                                # heal, or it did not settle), probe and drain 5 s at most
                                # (the short run in `make test`)
+    queue_type: str = "mirrored"  # QUEUE_TYPES: mirrored by the ha-all policy, or a quorum
+                                  # queue of three members (the policy does not apply to it)
+    nodes: int = 3             # 1: a single node, no cluster (a durable queue; kill -9 only)
 
 
 @dataclass
@@ -86,11 +98,14 @@ class Result:
     cut_short: str = ""                          # why settling and the drain were cut short
     notes: str = ""
     logs: str = ""
+    history: History | None = None              # what the clients saw (the audit reads it)
+    audit: audit.Audit | None = None             # the lifecycle job against that history
 
     def summary(self) -> str:
         c = self.report.counts()
         settle = "never" if self.settle_s is None else "%.1f s" % self.settle_s
-        lines = [f"nemesis {self.plan.nemesis} (seed {self.plan.seed}, {self.plan.cycles} x "
+        lines = [f"nemesis {self.plan.nemesis} on a {self.plan.queue_type} queue (seed "
+                 f"{self.plan.seed}, {self.plan.cycles} x "
                  f"{self.plan.fault_s:g} s): settled {settle} after the heal, backlog "
                  f"{self.backlog} at the first fault, {self.dropped} packets dropped",
                  "  " + ", ".join(f"{k} {v}" for k, v in c.items()),
@@ -105,6 +120,8 @@ class Result:
             lines.append(f"  nacked yet delivered e.g. {self.report.nacked_delivered[:5]}")
         if self.cut_short:
             lines.append(f"  cut short: {self.cut_short}")
+        if self.audit is not None:
+            lines.append("  " + self.audit.summary().replace("\n", "\n  "))
         lines += [f"  FAIL: {p}" for p in self.problems] or ["  ok"]
         return "\n".join(lines)
 
@@ -154,11 +171,12 @@ class Nemesis:
         return "heal the partition"
 
 
-def _declare(node: Node, queue: str = QUEUE) -> None:
+def _declare(node: Node, queue: str = QUEUE, queue_type: str = "mirrored") -> None:
+    args = {"x-queue-type": "quorum"} if queue_type == "quorum" else {}
     c = workload._connect(node, timeout=10)
     try:
-        c.rpc(1, commands.Queue.Declare(queue=queue, durable=True), commands.Queue.DeclareOk,
-              timeout=10)
+        c.rpc(1, commands.Queue.Declare(queue=queue, durable=True, arguments=args),
+              commands.Queue.DeclareOk, timeout=10)
     finally:
         c.close()
 
@@ -204,8 +222,12 @@ class Cluster:
     One cluster may serve several runs one after the other (the short run in `make test`): each
     run uses a queue of its own and leaves the cluster settled, or it is marked failed."""
 
-    def __init__(self, tmp: Path, need_partitions: bool = False):
-        self.nodes = LoopNodes(tmp)
+    def __init__(self, tmp: Path, need_partitions: bool = False, events: bool = True,
+                 n: int = 3):
+        # every node writes its event log (the lifecycle job's input: audit_job.py)
+        # (a single node is named apart: one analysis may read its logs beside a cluster's)
+        self.nodes = LoopNodes(tmp, n=n, extra=("--events", "full") if events else (),
+                               prefix="node" if n > 1 else "single")
         self.part = None
         self.failed = False  # a run on it failed: start another cluster for the next run
         try:
@@ -217,9 +239,10 @@ class Cluster:
             self.nodes.start()
             # (right after a boot an election may still be going on: the operation waits for
             # a leader, leveretctl may give up first; ask again)
-            _wait(lambda: self.nodes.ctl(0, "set_policy", "ha-all", "^jepsen\\.",
-                                         '{"ha-mode": "all"}', timeout=15) is not None,
-                  60, "the ha-all policy set")
+            if n > 1:
+                _wait(lambda: self.nodes.ctl(0, "set_policy", "ha-all", "^jepsen\\.",
+                                             '{"ha-mode": "all"}', timeout=15) is not None,
+                      60, "the ha-all policy set")
         except BaseException:
             self.close()
             raise
@@ -229,14 +252,29 @@ class Cluster:
             self.part.close()
         self.nodes.stop_all(grace=5.0)
 
+    def node_folders(self) -> list:
+        return [self.nodes.tmp / f"node{i + 1}" for i in range(self.nodes.n)]
 
-def run(plan: Plan, tmp: Path, log=print) -> Result:
-    """One run of `plan` on a cluster of its own, its nodes and files in `tmp`."""
-    cluster = Cluster(tmp, need_partitions=plan.nemesis in PARTITIONS)
+
+def run(plan: Plan, tmp: Path, log=print, spark=None) -> Result:
+    """One run of `plan` on a cluster of its own, its nodes and files in `tmp`; with `spark`,
+    the lifecycle job then runs on the stopped nodes' logs and is audited (audit_job.py)."""
+    cluster = Cluster(tmp, need_partitions=plan.nemesis in PARTITIONS, events=spark is not None,
+                      n=plan.nodes)
+    # (the ha-all policy matches `jepsen.`: a quorum queue's name stays out of it)
+    queue = QUEUE if plan.queue_type == "mirrored" else "quorum.q"
     try:
-        return run_on(cluster, plan, QUEUE, log)
+        result = run_on(cluster, plan, queue, log)
     finally:
         cluster.close()
+    if spark is not None:
+        job = audit_job.analyse(audit_job.events_dirs(cluster.node_folders()), tmp / "analysis",
+                                spark)
+        result.audit = audit_job.audit_run(job, result.history, queue,
+                                           drained=result.drain.get("complete", False))
+        result.problems += audit_job.problems(result.audit)
+        log(f"  {plan.nemesis}: lifecycle job: {job.summary}; {result.audit.counts()}")
+    return result
 
 
 def run_on(cluster: Cluster, plan: Plan, queue: str = QUEUE, log=print) -> Result:
@@ -251,15 +289,17 @@ def run_on(cluster: Cluster, plan: Plan, queue: str = QUEUE, log=print) -> Resul
     clients: list = []
     nemesis = None
     try:
-        refs = [Node(nodes.names[i], nodes.hosts[i], nodes.amqp_ports[i]) for i in range(3)]
-        _declare(refs[0], queue)  # its home: node 1
-        _wait(lambda: (r := nodes.queue_row(1, queue)) and r["synced"].count("leveret@") == 2,
-              60, f"the mirrors of {queue} synchronised")
+        n = nodes.n
+        refs = [Node(nodes.names[i], nodes.hosts[i], nodes.amqp_ports[i]) for i in range(n)]
+        _declare(refs[0], queue, plan.queue_type)  # its home: node 1
+        if n > 1:
+            _wait(lambda: (r := nodes.queue_row(1, queue)) and
+                  r["synced"].count("leveret@") == n - 1, 60, f"the mirrors of {queue} synchronised")
         h.t0 = time.monotonic()
-        pubs = [workload.Publisher(h, refs[i % 3], queue, i, rate=plan.pub_rate)
+        pubs = [workload.Publisher(h, refs[i % n], queue, i, rate=plan.pub_rate)
                 for i in range(plan.publishers)]
-        cons = [workload.Consumer(h, refs[i % 3], queue, i,
-                                  lambda i=i: nodes.master_seen_by(i % 3, queue),
+        cons = [workload.Consumer(h, refs[i % n], queue, i,
+                                  lambda i=i: nodes.master_seen_by(i % n, queue),
                                   rate=plan.con_rate) for i in range(plan.consumers)]
         clients = pubs + cons
         for c in clients:
@@ -321,7 +361,8 @@ def run_on(cluster: Cluster, plan: Plan, queue: str = QUEUE, log=print) -> Resul
             cluster.failed = True
         return Result(plan, report, settle_s, settle_failures, drained, problems, faults,
                       backlog, part.dropped() - dropped0 if part else 0, time.monotonic() - t_start,
-                      cut_short, h.notes_text(), "" if not problems else nodes.logs(30))
+                      cut_short, h.notes_text(), "" if not problems else nodes.logs(30),
+                      history=h)
     except BaseException as e:
         cluster.failed = True
         if isinstance(e, Exception):  # (the nodes' view of what went wrong, with the error)
@@ -336,17 +377,20 @@ def run_on(cluster: Cluster, plan: Plan, queue: str = QUEUE, log=print) -> Resul
             cluster.failed = True  # a node still down: the next run needs a new cluster
 
 
-COLUMNS = (("nemesis", 18), ("attempted", 9), ("confirmed", 9), ("nacked", 6), ("unknown", 7),
+COLUMNS = (("nemesis", 18), ("queue", 8), ("attempted", 9), ("confirmed", 9), ("nacked", 6), ("unknown", 7),
            ("lost", 4), ("duplicated", 10), ("two_masters", 11), ("unexpected", 10),
            ("recovered", 9), ("nacked_delivered", 16), ("unflagged", 9), ("settle", 7),
-           ("verdict", 7))
+           ("job_exact", 9), ("job_gap", 7), ("job_disagree", 12), ("verdict", 7))
 
 
 def table(results: list) -> str:
     head = " | ".join(name.ljust(w) for name, w in COLUMNS)
     rows = [head, "-|-".join("-" * w for _, w in COLUMNS)]
     for r in results:
-        c = dict(r.report.counts(), nemesis=r.plan.nemesis,
+        job = r.audit.counts() if r.audit is not None else {}
+        c = dict(r.report.counts(), nemesis=r.plan.nemesis, queue=r.plan.queue_type,
+                 job_exact=job.get("exact", "-"), job_gap=job.get("gap", "-"),
+                 job_disagree=job.get("disagree", "-"),
                  settle="never" if r.settle_s is None else "%.1f s" % r.settle_s,
                  verdict="FAIL" if r.problems else "ok")
         rows.append(" | ".join(str(c[name]).ljust(w) for name, w in COLUMNS))
@@ -365,6 +409,13 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=None, help="default: random (printed)")
     p.add_argument("--settle-wait-s", type=float, default=60.0,
                    help="probe this long after the last heal (the assertion is 30 s)")
+    p.add_argument("--queue-type", action="append", choices=QUEUE_TYPES,
+                   help="the queue under test (repeat for both; default: mirrored)")
+    p.add_argument("--nodes", type=int, choices=(1, 3), default=3,
+                   help="1: a single node, no cluster (the kill -9 nemeses only)")
+    p.add_argument("--no-audit", action="store_true",
+                   help="events off, no lifecycle job (default: the job's verdicts are held "
+                   "against the clients', message by message)")
     p.add_argument("--keep", action="store_true", help="keep the nodes' folders")
     p.add_argument("--out", help="also write the table and summaries to this file")
     a = p.parse_args(argv)
@@ -373,22 +424,29 @@ def main(argv=None) -> int:
     if why:
         print(f"partition nemeses cannot run: {why}", file=sys.stderr)
     results = []
-    for name in a.nemesis or NEMESES:
-        if why and name in PARTITIONS:
-            continue
-        plan = Plan(name, cycles=a.cycles, fault_s=a.fault_s, heal_s=a.heal_s,
-                    warmup_s=a.warmup_s, seed=seed, settle_wait_s=a.settle_wait_s)
-        tmp = Path(tempfile.mkdtemp(prefix=f"leveret-jepsen-{name}-"))
-        print(f"{name}: nodes in {tmp}", flush=True)
-        try:
-            r = run(plan, tmp, log=lambda s: print(s, flush=True))
-        finally:
-            if not a.keep:
-                shutil.rmtree(tmp, ignore_errors=True)
-        results.append(r)
-        print(r.summary(), flush=True)
-        if r.problems:
-            print(r.notes, "\n", r.logs, flush=True)
+    spark = None if a.no_audit else audit_job.spark_session()
+    try:
+        for queue_type, name in itertools.product(a.queue_type or ["mirrored"],
+                                                  a.nemesis or NEMESES):
+            if name in PARTITIONS and (why or a.nodes == 1):
+                continue
+            plan = Plan(name, cycles=a.cycles, fault_s=a.fault_s, heal_s=a.heal_s,
+                        warmup_s=a.warmup_s, seed=seed, settle_wait_s=a.settle_wait_s,
+                        queue_type=queue_type, nodes=a.nodes)
+            tmp = Path(tempfile.mkdtemp(prefix=f"leveret-jepsen-{name}-"))
+            print(f"{name} ({queue_type}): nodes in {tmp}", flush=True)
+            try:
+                r = run(plan, tmp, log=lambda s: print(s, flush=True), spark=spark)
+            finally:
+                if not a.keep:
+                    shutil.rmtree(tmp, ignore_errors=True)
+            results.append(r)
+            print(r.summary(), flush=True)
+            if r.problems:
+                print(r.notes, "\n", r.logs, flush=True)
+    finally:
+        if spark is not None:
+            spark.stop()
     out = table(results) + "\n\n" + "\n".join(r.summary() for r in results)
     print("\n" + out)
     if a.out:

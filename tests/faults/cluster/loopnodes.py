@@ -39,13 +39,14 @@ class StartFailed(Exception):
 
 
 class LoopNodes:
-    """n nodes: node i (0-based) is `leveret@node<i+1>` on 127.0.0.<first_octet + i>."""
+    """n nodes: node i (0-based) is `leveret@<prefix><i+1>` on 127.0.0.<first_octet + i>."""
 
-    def __init__(self, tmp: Path, n: int = 3, first_octet: int = 11, extra: tuple = ()):
+    def __init__(self, tmp: Path, n: int = 3, first_octet: int = 11, extra: tuple = (),
+                 prefix: str = "node"):
         self.tmp = Path(tmp)
         self.n = n
         self.extra = tuple(extra)
-        self.names = [f"leveret@node{i + 1}" for i in range(n)]
+        self.names = [f"leveret@{prefix}{i + 1}" for i in range(n)]
         self.hosts = [f"127.0.0.{first_octet + i}" for i in range(n)]
         base = 40000 + (os.getpid() % 5000) * 4  # gids of our nodes, apart from other runs'
         # (only root may run a process with another gid; without root there are no partitions)
@@ -74,13 +75,16 @@ class LoopNodes:
             folder = self.tmp / f"node{i + 1}"
             (folder / "data").mkdir(parents=True, exist_ok=True)
             log_path = folder / "leveret-server.log"
+            # (one node alone is a standalone node: no cluster at all)
+            cluster = [] if self.n == 1 else [
+                "--cluster-nodes", ",".join(self.raft), "--cluster-address", self.raft[i],
+                "--cluster-secret-file", str(self.secret_file)]
             with open(log_path, "ab") as log:
                 proc = subprocess.Popen(
                     [str(server), "--host", self.hosts[i], "--port", str(self.amqp_ports[i]),
                      "--data-dir", str(folder / "data"), "--management-port", "0",
-                     "--prometheus-port", "0", "--node-name", self.names[i],
-                     "--cluster-nodes", ",".join(self.raft), "--cluster-address", self.raft[i],
-                     "--cluster-secret-file", str(self.secret_file), *self.extra],
+                     "--prometheus-port", "0", "--node-name", self.names[i], *cluster,
+                     *self.extra],
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     cwd=str(folder), preexec_fn=_die_with_parent, group=self.gids[i])
             self.brokers[i] = Broker(self.hosts[i], self.amqp_ports[i], data_dir=folder / "data",

@@ -47,6 +47,22 @@ def ident_of(body: bytes) -> int:
     return int(body[:ID_DIGITS])
 
 
+def message_id(queue: str, ident: int) -> str:
+    """The publisher's message_id property of a message: how the lifecycle job's rows name it
+    (unique across the runs that share a cluster, each with a queue of its own)."""
+    return f"{queue}/{ident}"
+
+
+def ident_of_message_id(queue: str, mid: str | None) -> int | None:
+    """The id of a message of `queue`'s run from its message_id, None for another run's."""
+    prefix, sep, n = (mid or "").rpartition("/")
+    return int(n) if sep and prefix == queue and n.isdigit() else None
+
+
+def properties(queue: str, ident: int) -> commands.Basic.Properties:
+    return commands.Basic.Properties(delivery_mode=2, message_id=message_id(queue, ident))
+
+
 @dataclass(frozen=True)
 class Node:
     name: str
@@ -61,6 +77,7 @@ class History:
         self.lock = threading.Lock()
         self.t0 = time.monotonic()
         self.published: dict = {}     # id -> CONFIRMED | NACKED | UNKNOWN
+        self.attempted_ns: dict = {}  # id -> wall clock (ns) of its first publish attempt
         self.sessions: list = []      # [Session]
         self.deliveries: list = []    # [Delivery]
         self.notes: list = []         # (t, text): the nemesis' and the clients' events
@@ -76,6 +93,7 @@ class History:
     def attempt(self, ident: int) -> None:
         with self.lock:
             self.published[ident] = UNKNOWN
+            self.attempted_ns.setdefault(ident, time.time_ns())
 
     def settle(self, ident: int, outcome: str) -> None:
         with self.lock:
@@ -148,7 +166,6 @@ class Publisher(threading.Thread):
         try:
             c = _connect(self.node, timeout=3)
             c.rpc(1, commands.Confirm.Select(), commands.Confirm.SelectOk, timeout=3)
-            props = commands.Basic.Properties(delivery_mode=2)
             publish = rawamqp.method_frame(1, commands.Basic.Publish(routing_key=self.queue))
             tag = 0
             last_progress = time.monotonic()
@@ -167,8 +184,9 @@ class Publisher(threading.Thread):
                     if len(outstanding) == 1:  # the wait for a confirm starts now
                         last_progress = now
                     self.h.attempt(ident)
-                    c.send(publish + rawamqp.content_frames(1, body_for(ident, self.size), props,
-                                                            c.frame_max))
+                    c.send(publish + rawamqp.content_frames(
+                        1, body_for(ident, self.size), properties(self.queue, ident),
+                        c.frame_max))
                     next_at = max(next_at + 1.0 / self.rate, now - 1.0)
                 if outstanding and now - last_progress > self.confirm_timeout:
                     raise rawamqp.Timeout(f"no confirm for {self.confirm_timeout:.0f} s "
@@ -274,7 +292,7 @@ def probe(h: History, node: Node, queue: str, seq: itertools.count, master_of,
         step = "publish confirm"
         ident = PROBE_BASE + next(seq)
         h.attempt(ident)
-        c.publish(1, "", queue, body_for(ident, 64), commands.Basic.Properties(delivery_mode=2))
+        c.publish(1, "", queue, body_for(ident, 64), properties(queue, ident))
         deadline = time.monotonic() + timeout
         while True:
             _, f = c.read_command(timeout=max(0.001, deadline - time.monotonic()))

@@ -7,7 +7,11 @@ restarts). Events get a virtual clock: each one 1 ms after the previous, so late
 exactly. `known_workload` and `planted_anomalies` write the scenarios the tests check and return
 what the job must find; `gap_workload` writes the same journeys into complete logs and into logs
 with gaps (a queue process killed -9, a queue process that dropped events on a full buffer).
-The logs are the real writer's: sequence numbers, run ids and markers included.
+The logs are the real writer's: sequence numbers, run ids and markers included, and their
+fields are the broker's (actors/core/queue.py, actors/queue/*.py, actors/core/channel.py): a
+copy event names its `seq_id`, `enqueued` says whether the queue is `durable` (queue_started
+does not), `requeued` and `expired` give no reason, recovery announces no message, and a
+dead-lettered copy is a message of its own (`new_msg_id`, `dead_letter_published`).
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ class Sim:
         self.counter = 0
         self.seq = 0  # publisher confirm sequence numbers
         self.tags: dict[tuple, int] = {}  # (connection, channel) -> last delivery tag
+        self.durable: set = set()  # durable queues (their enqueued events say so)
+        self.seq_ids: dict = {}  # (msg_id, queue) -> the copy's seq_id in that queue
 
     # -- plumbing -------------------------------------------------------------------------------
     def new_id(self) -> bytes:
@@ -74,11 +80,12 @@ class Sim:
 
     # -- channel side ---------------------------------------------------------------------------
     def publish(self, mid, queues, persistent=False, mandatory=False, message_id=None,
-                confirm=True, conn="c1", ch=1) -> int:
+                confirm=True, conn="c1", ch=1, routing_key="rk", correlation_id=None) -> int:
         self.seq += 1
         self._emit(self.chan, "publish_received", mid, actor="channel", connection=conn,
                    channel=ch, seq_no=self.seq if confirm else 0, exchange="amq.direct",
-                   routing_key="rk", persistent=persistent, message_id=message_id, size=10)
+                   routing_key=routing_key, persistent=persistent, message_id=message_id,
+                   size=10, correlation_id=correlation_id)
         if queues:
             self._emit(self.chan, "routed", mid, actor="channel", queues=list(queues))
         else:
@@ -91,10 +98,12 @@ class Sim:
         self._emit(self.chan, "confirmed", mid, actor="channel", connection=conn, channel=ch,
                    seq_no=seq)
 
-    def settle(self, kind, mid, q, tag, conn="c2", ch=1, requeue=None):
+    def settle(self, kind, mid, q, tag, conn="c2", ch=1, requeue=None, offset=None):
         fields = dict(actor="channel", queue=q, connection=conn, channel=ch, delivery_tag=tag)
         if requeue is not None:
             fields["requeue"] = requeue
+        if offset is not None:  # a stream's delivery
+            fields["offset"] = offset
         self._emit(self.chan, kind, mid, **fields)
 
     def channel_closed(self, conn, ch, unacked):
@@ -102,35 +111,58 @@ class Sim:
                    channel=ch, unacked=unacked)
 
     def deliver(self, mid, q, conn="c2", ch=1, redelivered=False, kind="delivered",
-                no_ack=False) -> int:
+                no_ack=False, offset=None) -> int:
         tag = self.tags.get((conn, ch), 0) + 1
         self.tags[(conn, ch)] = tag
         extra = {} if kind == "fetched" else {"consumer_tag": "ctag"}
+        if offset is not None:  # a stream's delivery
+            extra["offset"] = offset
         self._emit(self.chan, kind, mid, actor="channel", queue=q, connection=conn, channel=ch,
                    delivery_tag=tag, redelivered=redelivered, no_ack=no_ack, **extra)
         return tag
 
     # -- queue side -----------------------------------------------------------------------------
-    def enqueue(self, mid, q, **fields):
+    def enqueue(self, mid, q):
         self.queue_seq = getattr(self, "queue_seq", 0) + 1
+        self.seq_ids[(mid, q)] = self.queue_seq
         self._emit(self.queue, "enqueued", mid, actor="queue", queue=q, seq_id=self.queue_seq,
-                   paged=False, **fields)
+                   paged=False, durable=q in self.durable)
 
     def stored(self, mid, q, where="index"):
-        self._emit(self.queue, "stored", mid, actor="backing_queue", queue=q, where=where)
+        self._emit(self.queue, "stored", mid, actor="backing_queue", queue=q,
+                   seq_id=self.seq_ids[(mid, q)], where=where)
 
     def synced(self, mid, q):
-        self._emit(self.queue, "synced", mid, actor="backing_queue", queue=q)
+        self._emit(self.queue, "synced", mid, actor="backing_queue", queue=q,
+                   seq_id=self.seq_ids[(mid, q)])
 
-    def requeue(self, mid, q, reason="nack"):
-        self._emit(self.queue, "requeued", mid, actor="queue", queue=q, reason=reason)
+    def requeue(self, mid, q):
+        self._emit(self.queue, "requeued", mid, actor="queue", queue=q,
+                   seq_id=self.seq_ids[(mid, q)])
 
     def queue_event(self, kind, mid, q, **fields):
-        self._emit(self.queue, kind, mid, actor="queue", queue=q, **fields)
+        self._emit(self.queue, kind, mid, actor="queue", queue=q,
+                   seq_id=self.seq_ids[(mid, q)], **fields)
 
-    def queue_started(self, q, recovered=0, **fields):
+    def dead_letter(self, mid, q, reason, dlx, targets, message_id=None,
+                    routing_key="rk") -> bytes:
+        """The queue dead-letters its copy to `dlx`: the copy gets an id of its own, announced
+        with its parent, then enqueued in the targets; returns the copy's id."""
+        child = self.new_id()
+        self.queue_event("dead_lettered", mid, q, reason=reason, exchange=dlx, new_msg_id=child)
+        self._emit(self.queue, "dead_letter_published", child, actor="queue", parent_msg_id=mid,
+                   reason=reason, exchange=dlx, routing_key=routing_key, queues=list(targets),
+                   source_queue=q, persistent=False, message_id=message_id)
+        for t in targets:
+            self.enqueue(child, t)
+        return child
+
+    def queue_started(self, q, recovered=0, durable=False):
+        """A queue process's start (`durable`: the queue is, for the enqueued events after)."""
+        if durable:
+            self.durable.add(q)
         self._emit(self.queue, "queue_started", None, actor="queue", queue=q,
-                   recovered=recovered, **fields)
+                   recovered=recovered)
 
     def queue_restart(self, q, recovered=0):
         self._emit(self.chan, "queue_crashed", None, actor="node", queue=q, worker=0)
@@ -155,6 +187,7 @@ def known_workload(sim: Sim) -> dict:
     figures the job must count."""
     expect: dict[str, str] = {}
     info: dict = {}
+    sim.durable.add("q-ok")  # (its persistent messages are stored and synced)
     for i in range(3):  # confirmed, consumed and acked
         expect[sim.consumed(message_id=f"ok-{i}" if i < 2 else None).hex()] = "acked"
 
@@ -176,10 +209,12 @@ def known_workload(sim: Sim) -> dict:
     sim.confirm(mid, seq)
     tag = sim.deliver(mid, "q-work")
     sim.settle("rejected", mid, "q-work", tag, requeue=False)
-    sim.queue_event("dead_lettered", mid, "q-work", reason="rejected", queues=["q-dlq"])
-    sim.enqueue(mid, "q-dlq", reason="dead_lettered")
+    child = sim.dead_letter(mid, "q-work", "rejected", "dlx", ["q-dlq"],
+                            message_id="dead-lettered")
     expect[mid.hex()] = "dead_lettered"
+    expect[child.hex()] = "queued"  # the copy, in q-dlq
     info["dead_lettered"] = mid.hex()
+    info["dead_letter_copy"] = child.hex()
 
     mid = sim.new_id()  # dropped from the head by x-max-length overflow
     seq = sim.publish(mid, ["q-small"], message_id="dropped")
@@ -192,7 +227,7 @@ def known_workload(sim: Sim) -> dict:
     seq = sim.publish(mid, ["q-ttl"], message_id="expired")
     sim.enqueue(mid, "q-ttl")
     sim.confirm(mid, seq)
-    sim.queue_event("expired", mid, "q-ttl", reason="ttl")
+    sim.queue_event("expired", mid, "q-ttl")
     expect[mid.hex()] = "expired"
 
     mid = sim.new_id()  # still in its queue at the end of the log
@@ -224,7 +259,7 @@ def known_workload(sim: Sim) -> dict:
         closed.append(mid)
     sim.channel_closed("c4", 1, unacked=2)
     for mid in closed:
-        sim.requeue(mid, "q-work", reason="channel_closed")
+        sim.requeue(mid, "q-work")
         expect[mid.hex()] = "queued"
     info["closed"] = [m.hex() for m in closed]
 
@@ -241,7 +276,7 @@ def known_workload(sim: Sim) -> dict:
 def planted_anomalies(sim: Sim) -> list[tuple[str, str]]:
     """Anomalies of every kind, and near misses that are not anomalies: [(kind, msg_id hex)]."""
     planted = []
-    sim.queue_started("q-durable", durable=True)  # the queue says it is durable
+    sim.queue_started("q-durable", durable=True)  # its enqueued events say it is durable
     # lost: confirmed, then its queue crashed and came back without it
     mid = sim.new_id()
     seq = sim.publish(mid, ["q-crash"], message_id="lost")
@@ -249,21 +284,21 @@ def planted_anomalies(sim: Sim) -> list[tuple[str, str]]:
     sim.confirm(mid, seq)
     sim.queue_restart("q-crash")
     planted.append(("lost", mid.hex()))
-    # not lost: persistent, synced in a durable queue that restarted: recovered, announced
+    # not lost: persistent, synced in a durable queue that restarted: recovered (which the
+    # broker does not announce per message)
     mid = sim.new_id()
     seq = sim.publish(mid, ["q-durable"], persistent=True, message_id="recovered")
     sim.enqueue(mid, "q-durable")
     sim.stored(mid, "q-durable")
     sim.synced(mid, "q-durable")
     sim.confirm(mid, seq)
-    mid2 = sim.new_id()  # ... and one the recovery does not announce
+    mid2 = sim.new_id()  # ... and another
     seq = sim.publish(mid2, ["q-durable"], persistent=True, message_id="recovered-silently")
     sim.enqueue(mid2, "q-durable")
     sim.stored(mid2, "q-durable")
     sim.synced(mid2, "q-durable")
     sim.confirm(mid2, seq)
     sim.queue_restart("q-durable", recovered=2)
-    sim.enqueue(mid, "q-durable", reason="recovered")
     # not lost: never confirmed (no confirm mode), its queue restarted
     mid = sim.new_id()
     sim.publish(mid, ["q-crash"], confirm=False, message_id="unconfirmed")
@@ -279,6 +314,16 @@ def planted_anomalies(sim: Sim) -> list[tuple[str, str]]:
     sim.settle("acked", mid, "q-anom", tag)
     sim.settle("acked", mid, "q-anom", tag)
     planted.append(("acked_twice", mid.hex()))
+
+    # not an anomaly: a stream's message read and acked by two consumers (docs/streams.md)
+    mid = sim.new_id()
+    seq = sim.publish(mid, ["s-stream"], message_id="stream-read-twice")
+    sim._emit(sim.queue, "enqueued", mid, actor="queue", queue="s-stream", seq_id=0, offset=0,
+              paged=False, durable=True)
+    sim.confirm(mid, seq)
+    for conn in ("c2", "c3"):
+        tag = sim.deliver(mid, "s-stream", conn=conn, offset=0)
+        sim.settle("acked", mid, "s-stream", tag, conn=conn, offset=0)
 
     # delivered_after_ack
     mid = sim.new_id()
@@ -377,15 +422,27 @@ def gap_workload(root: str) -> dict[str, tuple[str, set[str]]]:
     sim = Sim(root, "leveret@k", "leveret@k2")
     sim.queue.flush()
     ids = journeys(sim, "killed", "q-killed")
+    resynced = sim.new_id()  # synced before its confirm; only a later write is logged
+    seq = sim.publish(resynced, ["q-killed"], persistent=True, message_id="killed-resynced")
+    sim.enqueue(resynced, "q-killed")
+    sim.stored(resynced, "q-killed")
     sim.queue.flush()
     sim.synced(ids["never-synced"], "q-killed")  # buffered, never written
+    sim.synced(resynced, "q-killed")  # buffered, never written
+    sim.confirm(resynced, seq)
     sim.kill_queue_process()
     sim.queue_restart("q-killed")
+    sim.synced(resynced, "q-killed")  # the next run's write (a promoted mirror's, say)
+    tag = sim.deliver(resynced, "q-killed")
+    sim.settle("acked", resynced, "q-killed", tag)
     sim.close()
     expect.update({"killed-vanished": ("unknown", {"unknown"}),
                    "killed-never-enqueued": ("unknown", {"unknown"}),
                    "killed-never-synced": ("unknown", {"unknown"}),
-                   "killed-acked": ("acked", set())})
+                   "killed-acked": ("acked", set()),
+                   # a sync logged after the confirm is no proof when a gap may hold an
+                   # earlier one
+                   "killed-resynced": ("acked", {"unknown"})})
 
     # the queue process's buffer full: the enqueues it dropped are a hole in its numbers
     sim = Sim(root, "leveret@d", "leveret@d2", queue_buffer=1)

@@ -33,6 +33,7 @@ def test_reader_schema_is_the_writers():
     assert S.LOG_KINDS == writer.LOG_KINDS
     assert S.DEAD_LETTER_KINDS == writer.DEAD_LETTER_KINDS
     assert S.REMOVAL_KINDS == writer.REMOVAL_KINDS and S.TX_KINDS == writer.TX_KINDS
+    assert S.REPLICA_KINDS == writer.REPLICA_KINDS
 
 
 def test_reader_decodes_what_the_writer_wrote(tmp_path):
@@ -92,7 +93,7 @@ def test_final_states_of_the_known_workload(job):
     lc = job["lifecycles"]
     for msg_id, state in job["known"]["final_states"].items():
         assert lc[msg_id]["final_state"] == state, (msg_id, lc[msg_id]["message_id"])
-    assert len(lc) == job["messages"] == len(job["known"]["final_states"]) + 13
+    assert len(lc) == job["messages"] == len(job["known"]["final_states"]) + 14
     by_message_id = {r["message_id"]: r for r in lc.values()}
     assert by_message_id["recovered"]["final_state"] == "queued"
     assert by_message_id["recovered-silently"]["final_state"] == "queued"
@@ -106,8 +107,13 @@ def test_counts_and_columns_of_the_known_workload(job):
         (2, 1, 1, 1, 1)
     assert r["message_id"] == "requeued-once" and r["queues"] == ["q-work"]
     d = lc[known["dead_lettered"]]
-    assert dict(d["queue_states"]) == {"q-work": "dead_lettered", "q-dlq": "queued"}
-    assert d["dead_letter_queues"] == ["q-dlq"] and d["rejects"] == 1
+    assert dict(d["queue_states"]) == {"q-work": "dead_lettered"} and d["rejects"] == 1
+    # the dead-lettered copy is a message of its own, linked both ways
+    child = lc[known["dead_letter_copy"]]
+    assert d["dead_lettered_to"] == child["msg_id"] and child["parent_msg_id"] == d["msg_id"]
+    assert (child["routed_queues"], dict(child["queue_states"]), child["dead_letter_reason"],
+            child["message_id"]) == (["q-dlq"], {"q-dlq": "queued"}, "rejected",
+                                     "dead-lettered")
     for msg_id in known["closed"]:
         c = lc[msg_id]
         assert (c["deliveries"], c["acks"], c["requeues"]) == (1, 0, 1)
@@ -130,6 +136,9 @@ def test_planted_anomalies_found_and_nothing_else(job):
                                           "confirmed_before_synced", "redelivery_loop"}
     lost = [a for a in job["anomalies"] if a["kind"] == "lost"][0]
     assert lost["queue"] == "q-crash" and lost["message_id"] == "lost"
+    # a stream's copy, read and acked by two consumers: no anomaly, marked as a stream's
+    s = [r for r in job["lifecycles"].values() if r["message_id"] == "stream-read-twice"][0]
+    assert [(c["stream"], c["acks"], c["deliveries"]) for c in s["copies"]] == [(True, 2, 2)]
 
 
 def test_latencies_per_queue(job):

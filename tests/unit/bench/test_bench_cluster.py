@@ -3,7 +3,7 @@ import socket
 
 from bench import cluster
 from bench.runner import role_specs
-from bench.url import AMQPTarget
+from amqpclient.url import AMQPTarget
 
 
 def test_split_spec():

@@ -1,4 +1,4 @@
-"""bench/report.py tables, bench/scenarios.py selection and bench/url.py parsing (pure)."""
+"""bench/report.py tables, bench/scenarios.py selection and amqpclient/url.py parsing (pure)."""
 import dataclasses
 
 import pytest
@@ -6,7 +6,7 @@ import pytest
 from bench import report, scenarios
 from bench.cli import parse_queue_args
 from bench.runner import distribute, role_specs
-from bench.url import parse_url
+from amqpclient.url import parse_url
 
 
 def _res(key, pub, con, p50=None, p99=None, confirm=None, error=None):

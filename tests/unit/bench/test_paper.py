@@ -5,7 +5,7 @@ from array import array
 
 import pytest
 
-from bench import codec as codec_mod
+from amqpclient import codec as codec_mod
 from bench import paper
 from bench.loadgen import role_class
 from bench_fakes import FakeConn, decode

@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from bench import codec as codec_mod
+from amqpclient import codec as codec_mod
 from bench import report, scenarios
 from bench.aggregate import aggregate, drain_summary, drained_depth
 from bench.loadgen import BATCH, PACE_RETRY_NS, PACE_SLACK_NS, Consumer, Pacer, Producer

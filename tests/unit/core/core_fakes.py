@@ -19,7 +19,7 @@ from actors.core.channel import ChannelCore, ConnInfo
 from actors.core.permissions import AuthDB
 from actors.naming import queue_actor_name
 from actors.core.queue import QueueCore
-from actors.queue.dead_lettering import dead_letter_publish
+from actors.queue.dead_letter_publish import dead_letter_publish
 from actors.replica import Replica
 from protocol import methods as am
 from protocol.frames import (BodyFrame, Command, CommandAssembler, FrameDecoder, HeaderFrame,
@@ -224,7 +224,8 @@ class _WireQueueOut(QueueOut):
                 core = wire.q(self.name)
                 dead_letter_publish(SimpleNamespace(
                     core=core, vhost=core.vhost, qname=self.name, replica=wire.replica,
-                    transport=SimpleNamespace(send=wire.post)), *args)
+                    transport=SimpleNamespace(send=wire.post),
+                    config=SimpleNamespace(host="127.0.0.1")), *args)
         return effect
 
 
@@ -251,7 +252,7 @@ class Wire:
 
     def __init__(self, queues: dict, auto_sent=True, events=NO_EVENTS, dead_letters=False):
         """events: the cores' event log (actors.events to write a real one); dead_letters:
-        carry out the queues' dead_letter effects as the shell does (dead_lettering.py)."""
+        carry out the queues' dead_letter effects as the shell does (dead_letter_publish.py)."""
         self.mail: deque = deque()
         self.now = 1000
         self.auto_sent = auto_sent

@@ -482,7 +482,7 @@ def test_publish_bad_expiration_406():
 
 
 @pytest.mark.parametrize("expiration, reason", [
-    # found by bench.fuzz (the channel crashed sending it to a queue); texts seen on 3.10.8,
+    # found by tools.fuzz (the channel crashed sending it to a queue); texts seen on 3.10.8,
     # the long one wrapped by Erlang's ~p
     ("99999999999999999999", "{value_too_large,\n" + " " * 44 + "99999999999999999999}"),
     ("315360000001", "{value_too_large,315360000001}"),
@@ -615,6 +615,36 @@ def test_queue_worker_down_nacks_unconfirmed_and_cancels():
     core.worker_down("w2")
     assert acks(out) == [("BasicNack", 2, True)]
     assert am.BasicCancel(consumer_tag="A", nowait=True) in out.methods()
+
+
+def test_queue_down_nacks_its_unconfirmed_cancels_its_consumers__C6():
+    """A queue's process crashed (QueueDown): only what that queue had not confirmed is
+    nacked, only its consumers cancelled (rabbit_channel handle_publishing_queue_down with an
+    abnormal exit, handle_consuming_queue_down_or_eol)."""
+    core, out = ch()
+    consume(core, out, "q1", "A")
+    consume(core, out, "q2", "B")
+    send(core, am.ConfirmSelect(), publish("q1"), publish("q2"))
+    out.clear()
+    core.queue_down(Q1)
+    assert acks(out) == [("BasicNack", 1, False)]
+    assert am.BasicCancel(consumer_tag="A", nowait=True) in out.methods()
+    assert am.BasicCancel(consumer_tag="B", nowait=True) not in out.methods()
+    core.on_confirm(m.Confirm(Q2, [2], True))
+    assert acks(out)[-1] == ("BasicAck", 2, False)
+
+
+def test_queue_down_unacked_stay_ackable_but_settle_to_no_queue__A5():
+    """Deliveries of the crashed queue stay unacked for the client (acking them is no 406),
+    but their settlements go nowhere: the restarted queue at the same address redelivers what
+    it recovered; the other queue's acks go out as before."""
+    core, out = with_deliveries(n_q1=2, n_q2=1)
+    core.queue_down(Q1)
+    out.clear()
+    send(core, am.BasicAck(delivery_tag=1), am.BasicAck(delivery_tag=3))
+    assert settles(out) == [(Q2, m.ACK, [201])]
+    assert not [x for x in out.methods() if isinstance(x, am.ChannelClose)]
+    assert list(core.unacked) == [2]
 
 
 HOME_DOWN = ("NOT_FOUND - home node 'this node' of durable queue 'q1' in vhost '/' is down or "

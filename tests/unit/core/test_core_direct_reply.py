@@ -261,7 +261,7 @@ def test_declare_of_a_name_that_reaches_nobody_404__S3(name):
 
 
 def test_direct_reply_message_round_trips_the_wire_encoding():
-    msg = m.DirectReply("key", "", "rk", b"\x00\x00", [b"body"])
+    msg = m.DirectReply("key", "", "rk", b"\x00\x00", None, [b"body"])
     assert m.decode(*m.encode(msg)) == msg
     check = m.ReplyCheck(B, 7, "key")
     assert m.decode(*m.encode(check)) == check

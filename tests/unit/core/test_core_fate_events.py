@@ -18,6 +18,7 @@ class Recorder:
 
     def __init__(self):
         self.got: list = []
+        self.synced_at: list = []  # len(got) at each sync()
 
     @staticmethod
     def enabled() -> bool:
@@ -25,6 +26,10 @@ class Recorder:
 
     def emit(self, kind, msg_id=None, **fields) -> None:
         self.got.append((kind, msg_id, fields))
+
+    def sync(self) -> None:
+        """events_sync's seam: how many events had been emitted at each call."""
+        self.synced_at.append(len(self.got))
 
     def of(self, kind) -> list:
         return [(mid, f) for k, mid, f in self.got if k == kind]
@@ -109,3 +114,13 @@ def test_a_publisher_nack_event_says_why():
     w.client(cmd(am.ConfirmSelect()), publish("full", message_id="n"))
     ((_, fields),) = ev.of("nacked_to_publisher")
     assert fields["reason"] == "reject-publish"
+
+
+def test_the_channel_syncs_the_log_before_a_confirm_leaves():
+    """events_sync: the channel calls sync() after its confirmed events and before the
+    basic.ack is written (the log decides whether that writes anything)."""
+    ev = Recorder()
+    w = Wire({"q": {}}, events=ev)
+    w.client(cmd(am.ConfirmSelect()), publish("q", message_id="c"))
+    at = next(i for i, e in enumerate(ev.got) if e[0] == "confirmed")
+    assert ev.synced_at and ev.synced_at[-1] > at

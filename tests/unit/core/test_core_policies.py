@@ -68,6 +68,14 @@ def refusal(*args, **kw) -> str:
     ({"dead-letter-routing-key": True}, "true is not a valid dead letter routing key"),
     ({"alternate-exchange": ["a"]}, '[<<"a">>] is not a valid alternate exchange name'),
     ({"x-max-length": 1}, '[{<<"x-max-length">>,1}] are not recognised policy settings'),
+    ({"initial-cluster-size": -1}, "-1 is not a valid cluster size"),
+    ({"queue-leader-locator": "nearest"},
+     '<<"nearest">> is not a valid queue leader locator value (Leveret places leaders '
+     'client-local only)'),
+    # RabbitMQ takes balanced; Leveret refuses it rather than accept and ignore it
+    ({"queue-leader-locator": "balanced"},
+     '<<"balanced">> is not a valid queue leader locator value (Leveret places leaders '
+     'client-local only)'),
 ])
 def test_values_are_validated_with_rabbitmq_texts(definition, text):
     assert refusal("p", ".*", definition, 0, "all") == \
@@ -81,6 +89,11 @@ def test_every_classic_key_is_accepted():
         "dead-letter-routing-key": "rk", "queue-mode": "lazy", "alternate-exchange": "ae",
         "confirm-on": "ack", "ha-mode": "exactly", "ha-params": 2,
         "ha-sync-mode": "automatic"}, 3, "queues")
+
+
+def test_the_stream_cluster_keys_are_accepted():
+    policies.validate("p", ".*", {"initial-cluster-size": 2,
+                                  "queue-leader-locator": "client-local"}, 0, "queues")
 
 
 def test_operator_policies_take_only_the_numeric_keys():

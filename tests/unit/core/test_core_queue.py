@@ -187,6 +187,20 @@ def test_settle_discard_dead_letters_with_dlx__A3():
     assert q.stats()["messages"] == 1
 
 
+def test_settle_from_a_channel_the_delivery_did_not_go_to_is_ignored():
+    """A restarted queue (same address) must not take a settlement meant for an earlier
+    incarnation's delivery as one for its own delivery of that seq_id to another channel."""
+    q, out = mk()
+    pub(q, b"a")
+    consume(q)
+    out.clear()
+    q.settle(CH2, ACK, [1], 0)
+    assert out.of("forget") == []
+    assert q.stats()["messages_unacknowledged"] == 1
+    q.settle(CH1, ACK, [1], 0)
+    assert q.stats()["messages"] == 0
+
+
 def test_settle_unknown_or_twice_is_ignored():
     q, out = mk()
     pub(q, b"a")

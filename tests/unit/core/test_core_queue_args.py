@@ -11,9 +11,9 @@ import pickle
 import pytest
 
 from actors.core import queue_args as qa
-from actors.core.errors import (AMQPError, Atom, ChannelError, ConnectionError_, amqp_error,
-                                amqp_text, code_name, erl_float, erl_p, erl_value_p, erl_w,
-                                is_hard_error, not_found, resource_locked, rs)
+from actors.core.erl_terms import Atom, erl_float, erl_p, erl_value_p, erl_w
+from actors.core.errors import (AMQPError, ChannelError, ConnectionError_, amqp_error, amqp_text,
+                                code_name, is_hard_error, not_found, resource_locked, rs)
 
 PF = "PRECONDITION_FAILED - "
 
@@ -220,9 +220,10 @@ def _text(args, queue="q", vhost="/"):
      "invalid arg 'x-queue-type' for queue 'q' in vhost '/': \"unsupported queue type 'foo'\""),
     ({"x-dead-letter-exchange": 1, "x-queue-type": "foo"},
      "invalid type 'signedint' for arg 'x-dead-letter-exchange' in queue 'q' in vhost '/'"),
-    # Leveret: classic and quorum only (no stream), and x-confirm-on
-    ({"x-queue-type": "stream"}, "invalid arg 'x-queue-type' for queue 'q' in vhost '/': "
-                                 "\"unsupported queue type 'stream'\""),
+    # a stream refuses the arguments of other queue types (actors/core/stream.py)
+    ({"x-queue-type": "stream", "x-message-ttl": 5},
+     "invalid arg 'x-message-ttl' for queue 'q' in vhost '/' of queue type rabbit_stream_queue"),
+    # Leveret's x-confirm-on
     ({"x-confirm-on": "sometimes"}, "invalid arg 'x-confirm-on' for queue 'q' in vhost '/': "
                                     "\"unsupported x-confirm-on value 'sometimes'\""),
     ({"x-confirm-on": 1}, "invalid arg 'x-confirm-on' for queue 'q' in vhost '/': "

@@ -14,7 +14,7 @@ import zlib
 
 import pytest
 
-from actors import events
+from actors import events, hlc
 
 
 def _cfg(tmp_path, level, **extra):
@@ -77,13 +77,15 @@ def test_module_api_round_trip_and_file_name(tmp_path):
                                                                    os.getpid())
     assert header["run_id"] == events.run_id() and len(header["run_id"]) == 16
     start, ev, stop = list(evs)
-    kind, msg_id, wall, mono, fields, seq = ev
+    kind, msg_id, wall, mono, fields, seq, stamp = ev
     assert (start[0], start[5], seq, stop[0], stop[5]) == ("process_start", 0, 1,
                                                            "process_stop", 2)
     assert (kind, msg_id) == ("enqueued", mid)
     assert fields == {"actor": "queue", "vhost": "/", "queue": "q1", "seq_no": 7}
     assert abs(wall - time.time_ns()) < 10 * 10 ** 9
     assert 0 < mono <= time.monotonic_ns()
+    # the hybrid clock: this process's monotonic time on the wall clock, unless pushed ahead
+    assert start[6] <= stamp <= stop[6] and stamp >= mono + hlc.clock().offset
 
 
 def test_emit_buffers_until_flush(tmp_path):
@@ -171,7 +173,7 @@ def test_schema_round_trip_of_every_kind(tmp_path):
         assert ev[2] >= last_wall and ev[3] >= last_mono
         last_wall, last_mono = ev[2], ev[3]
     assert set(events.KINDS) == {s[0] for s in sent}
-    assert len(events.KINDS) == 32
+    assert len(events.KINDS) == 38
 
 
 def test_values_msgpack_cannot_encode(tmp_path):
@@ -347,3 +349,35 @@ def test_kill_9_leaves_a_run_without_its_stop_marker(tmp_path):
     assert out.returncode == -9, out.stderr
     got = _all_events(str(tmp_path / "events"), markers=True)
     assert [(e[0], e[5]) for e in got] == [("process_start", 0), ("enqueued", 1)]
+
+
+@pytest.mark.parametrize("mode", ["off", "write", "fsync"])
+def test_sync_writes_what_was_emitted_before_a_kill_9(tmp_path, mode):
+    """events_sync: events.sync() (called where a confirm leaves a process) puts everything
+    emitted so far in the file, where a kill -9 right after cannot take it; off, it does
+    nothing and the kill takes the buffer."""
+    code = ("import os, signal, types\n"
+            "from actors import events\n"
+            f"events.configure(types.SimpleNamespace(data_dir={str(tmp_path)!r}, events='full',"
+            f" events_sync={mode!r}), 'queue-0', 'n1')\n"
+            "events._log.flush_interval = 3600  # (the writer thread stays out of it)\n"
+            "events.flush()\n"
+            "events.emit('enqueued', b'a' * 16, queue='q')\n"
+            "events.sync()\n"
+            "assert events.syncs() == (0 if events._sync_mode == 0 else 1)\n"
+            "events.sync()  # (nothing new: not counted)\n"
+            "assert events.syncs() == (0 if events._sync_mode == 0 else 1)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert out.returncode == -9, out.stderr
+    got = [e[0] for e in _all_events(str(tmp_path / "events"))]
+    assert got == ([] if mode == "off" else ["enqueued"])
+
+
+def test_an_unknown_events_sync_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="events_sync must be one of off, write, fsync"):
+        events.configure(_cfg(tmp_path, "full", events_sync="yes"), "conn-0", "n1")
+    from actors.config import Config
+    assert Config(events_sync="yes").check() == [
+        "events_sync must be one of off, write, fsync, not 'yes'"]
+    assert Config().check() == []

@@ -120,3 +120,19 @@ def test_a_drain_that_never_gets_its_drainers_reading_is_not_complete(monkeypatc
     assert not r["complete"], r
     assert sorted(q.ready) == list(range(1, 11))  # (back in the queue once the drainer left)
 
+
+
+def test_a_message_id_names_the_run_and_the_message():
+    """The lifecycle job's rows name a message by its message_id: `<queue>/<id>`, unique across
+    the runs that share a cluster (audit_job.py reads them back)."""
+    mid = workload.message_id("jepsen.q.bridge", 3000000015)
+    assert mid == "jepsen.q.bridge/3000000015"
+    assert workload.ident_of_message_id("jepsen.q.bridge", mid) == 3000000015
+    assert workload.ident_of_message_id("jepsen.q.kill9-home", mid) is None
+    assert workload.ident_of_message_id("jepsen.q.bridge", None) is None
+    assert workload.properties("q", 7).message_id == "q/7"
+    h = History()
+    h.attempt(7)
+    first = h.attempted_ns[7]
+    h.attempt(7)  # (a second attempt keeps the first one's time)
+    assert h.attempted_ns[7] == first and h.published[7] == "unknown"

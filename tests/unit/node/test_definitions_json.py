@@ -341,3 +341,22 @@ def test_user_limits_travel_in_the_users_as_rabbitmq_3_10_writes_them():
     bad = dj.plan_import({"users": [{"name": "cy", "password_hash": "", "tags": [],
                                      "limits": {"max-queues": 1}}]}, State().durable())
     assert bad.errors and "user 'cy'" in bad.errors[0] and "max-queues" in bad.errors[0]
+
+
+def test_shovel_parameters_export_and_import_with_their_validation():
+    """A shovel is a runtime parameter of component "shovel" (docs/shovels.md): exported as
+    set, imported after RabbitMQ's validation, refused with its texts."""
+    value = {"src-uri": "amqp://h1", "src-queue": "a", "dest-uri": "amqp://h2",
+             "dest-queue": "b"}
+    state = State().durable()
+    state["parameters"] = [["/", "shovel", "s1", value]]
+    doc = dj.export(state)
+    assert {"value": value, "vhost": "/", "component": "shovel", "name": "s1"} in \
+        doc["parameters"]
+    plan = dj.plan_import({"parameters": doc["parameters"]}, State().durable())
+    assert plan.errors == [] and ["param_put", "/", "shovel", "s1", value] in plan.changes
+    bad = {"parameters": [{"vhost": "/", "component": "shovel", "name": "s2",
+                           "value": {"src-queue": "a", "dest-uri": "amqp://h2"}}]}
+    errors = dj.plan_import(bad, State().durable()).errors
+    assert errors == ["runtime parameter 's2' of component 'shovel' in vhost '/': Validation "
+                      "failed: Key \"src-uri\" not found in s2"]

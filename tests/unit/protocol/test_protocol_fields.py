@@ -161,7 +161,7 @@ def test_encode_rejects_long_key_and_shortstr():
 
 def test_strings_with_surrogate_escapes_are_written_as_their_raw_bytes():
     """A reply text quoting a binary argument holds its raw bytes as surrogate escapes
-    (actors/core/errors.py), as RabbitMQ's texts hold the binary: found by bench.fuzz, the
+    (actors/core/errors.py), as RabbitMQ's texts hold the binary: found by tools.fuzz, the
     channel failed encoding the channel.close of an inequivalent alternate-exchange."""
     assert fields.encode_shortstr("received '\udcae'") == b"\x0creceived '\xae'"
     assert fields.encode_longstr("\udcff") == b"\x00\x00\x00\x01\xff"

@@ -139,3 +139,19 @@ def test_random_properties_round_trip(props):
     back = BasicProperties.decode(props.encode())
     for name in BasicProperties.__slots__:
         assert getattr(back, name) == S.normalize(getattr(props, name)), name
+
+
+@settings(max_examples=150, deadline=None)
+@given(properties)
+def test_delivery_mode_read_without_decoding_agrees_with_decode(props):
+    from protocol.properties import delivery_mode
+    raw = props.encode()
+    assert delivery_mode(raw) == BasicProperties.decode(raw).delivery_mode
+    assert delivery_mode(memoryview(raw)) == BasicProperties.decode(raw).delivery_mode
+
+
+def test_delivery_mode_of_a_truncated_list_is_none():
+    from protocol.properties import delivery_mode
+    raw = BasicProperties(content_type="text/plain", delivery_mode=2).encode()
+    assert delivery_mode(raw) == 2
+    assert delivery_mode(raw[:-1]) is None and delivery_mode(b"") is None

@@ -48,3 +48,39 @@ def test_cuts_both_ways_and_heals(monkeypatch, tmp_path):
     assert not fresh(a).cut_endpoint("ipc:///tmp/x.sock")
     write(path, [])
     assert not fresh(a).cut("127.0.0.3") and not fresh(b).cut("127.0.0.2")
+
+
+# -- planted bugs --------------------------------------------------------------------------------
+def plant(monkeypatch, path, bugs) -> None:
+    with open(path, "w") as f:
+        json.dump({"bugs": bugs}, f)
+    monkeypatch.setattr(faults, "_PATH", str(path))  # (the variable is read at import)
+    monkeypatch.setattr(faults, "_bugs", faults._Bugs())
+
+
+def test_no_bug_without_the_variable(monkeypatch):
+    monkeypatch.setattr(faults, "_PATH", "")
+    assert not any(faults.bug(b, "q", "127.0.0.1") for b in faults.BUGS)
+
+
+def test_a_bug_applies_to_the_queues_it_names_only(monkeypatch, tmp_path):
+    monkeypatch.setenv(faults.ENV, str(tmp_path / "faults.json"))
+    plant(monkeypatch, tmp_path / "faults.json", {"deliver_twice": ["q1", "q2"]})
+    assert faults.bug("deliver_twice", "q1", "127.0.0.1")
+    assert faults.bug("deliver_twice", "q2", "localhost")
+    assert not faults.bug("deliver_twice", "q3", "127.0.0.1")
+    assert not faults.bug("confirm_before_sync", "q1", "127.0.0.1")
+
+
+def test_a_bug_refuses_a_node_off_loopback(monkeypatch, tmp_path):
+    monkeypatch.setenv(faults.ENV, str(tmp_path / "faults.json"))
+    plant(monkeypatch, tmp_path / "faults.json", {"deliver_twice": ["q1"]})
+    with pytest.raises(SystemExit, match="not a loopback address"):
+        faults.bug("deliver_twice", "q1", "192.0.2.10")
+
+
+def test_an_unknown_bug_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setenv(faults.ENV, str(tmp_path / "faults.json"))
+    plant(monkeypatch, tmp_path / "faults.json", {"no_such_bug": ["q1"]})
+    with pytest.raises(SystemExit, match="unknown bug 'no_such_bug'"):
+        faults.bug("deliver_twice", "q1", "127.0.0.1")

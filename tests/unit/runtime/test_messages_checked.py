@@ -128,7 +128,7 @@ def test_a_bad_extension_value_is_refused():
 
 def test_strings_holding_raw_bytes_travel_as_those_bytes():
     """Reply texts quoting a binary argument hold its raw bytes as surrogate escapes
-    (actors/core/errors.py): found by bench.fuzz, the node's metadata actor failed sending
+    (actors/core/errors.py): found by tools.fuzz, the node's metadata actor failed sending
     such an RpcReply, and the client waited for its answer for good."""
     reply = m.RpcReply(3, False, None, 406, "PRECONDITION_FAILED - received '\udcae'")
     payload, frames = m.encode(reply)

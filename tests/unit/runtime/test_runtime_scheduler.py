@@ -126,6 +126,39 @@ def test_a_crashing_actor_is_isolated_and_reported_to_its_monitor():
     watcher.stop()
 
 
+def test_on_failure_runs_when_on_start_raises_and_when_a_told_message_does():
+    """An actor that half started has halves to stop (a queue's backing queue): its
+    on_failure runs for a failed on_start as for a told message that raised."""
+    name = "failing-start"
+    runtime.configure({name: 1})
+    failures = []
+
+    class Failing(LightActor):
+        scheduler_name = name
+
+        def __init__(self, at):
+            super().__init__()
+            self.at = at
+
+        def on_start(self):
+            if self.at == "start":
+                raise ValueError("start")
+
+        def on_receive(self, msg):
+            raise ValueError("receive")
+
+        def on_failure(self, exc_type, exc_value, tb):
+            failures.append(str(exc_value))
+
+    starting, receiving = Failing.start("start"), Failing.start("receive")
+    receiving.tell("boom")
+    deadline = time.monotonic() + 5
+    while len(failures) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sorted(failures) == ["receive", "start"]
+    assert not starting.is_alive() and not receiving.is_alive()
+
+
 def test_a_normal_stop_is_reported_as_normal():
     A = make("stopnorm")
     log = []

@@ -1,4 +1,4 @@
-"""A lean AMQP 0-9-1 client on the codec (bench/codec.py -> protocol/).
+"""A lean AMQP 0-9-1 client on the codec (amqpclient/codec.py -> protocol/).
 
 Only what the benchmark needs: the connection handshake (PLAIN, tune with heartbeat 0, open),
 channel.open, queue.declare/delete/purge, basic.qos, confirm.select, basic.consume, all as
@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 import time
 
-from bench.url import AMQPTarget
+from amqpclient.url import AMQPTarget
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 RECV_SIZE = 262144
@@ -166,9 +166,11 @@ class LeanConnection:
     def confirm_select(self, channel: int) -> None:
         self.rpc(channel, self.M.ConfirmSelect(), self.M.ConfirmSelectOk)
 
-    def basic_consume(self, channel: int, queue: str, no_ack: bool, consumer_tag: str = "") -> str:
+    def basic_consume(self, channel: int, queue: str, no_ack: bool, consumer_tag: str = "",
+                      arguments: dict | None = None) -> str:
         ok = self.rpc(channel, self.M.BasicConsume(queue=queue, consumer_tag=consumer_tag,
-                                                   no_ack=no_ack), self.M.BasicConsumeOk)
+                                                   no_ack=no_ack, arguments=arguments or {}),
+                      self.M.BasicConsumeOk)
         tag = ok.consumer_tag
         return tag.decode() if isinstance(tag, (bytes, bytearray)) else tag
 

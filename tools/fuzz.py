@@ -1,6 +1,6 @@
 """Fuzzing a live node with generated AMQP frame sequences (issue 11, item 9): `make fuzz`.
 
-    python -m bench.fuzz [--sequences 1000000] [--connections 48] [--procs 1] [--seed 1]
+    python -m tools.fuzz [--sequences 1000000] [--connections 48] [--procs 1] [--seed 1]
                          [--out bench/results/fuzz.txt] [--url amqp://... (a running broker)]
 
 Starts a Leveret node (bench/node.py: a free loopback port, a temp dir, stopped by its PID) unless
@@ -722,7 +722,7 @@ def _log_errors(path: str) -> tuple[int, int, collections.Counter]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.fuzz",
+    p = argparse.ArgumentParser(prog="python -m tools.fuzz",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--sequences", type=int, default=1_000_000)
     p.add_argument("--connections", type=int, default=48, help="concurrent, per process")

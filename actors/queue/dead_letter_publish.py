@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 
-from actors import events
+from actors import events, faults
 from actors import messages as m
 from actors.core.dead_letter import dead_letter_headers, detect_cycles
 from protocol.properties import BasicProperties
@@ -20,7 +20,8 @@ log = logging.getLogger("leveret.dead_letter")
 
 
 def dead_letter_publish(queue, msg, reason: str, new_msg_id: bytes | None = None) -> None:
-    """queue: the Queue actor (vhost, qname, transport, replica, core.dlx, core.dlrk);
+    """queue: the Queue actor (vhost, qname, transport, replica, core.dlx, core.dlrk, and
+    config.host for the test-only fault hook);
     new_msg_id (events on): the copy's msg_id, sent with it to the target queues so their
     events name it, transient or not."""
     core = queue.core
@@ -61,6 +62,8 @@ def dead_letter_publish(queue, msg, reason: str, new_msg_id: bytes | None = None
                     parent_msg_id=msg.msg_id, reason=reason, exchange=dlx, routing_key=rk,
                     queues=sorted(name for name, _ in running), source_queue=queue.qname,
                     persistent=props.delivery_mode == 2, message_id=props.message_id)
+    if faults.bug("lose_dead_lettered_copy", queue.qname, queue.config.host):
+        return  # a test-only bug (actors/faults.py): announced, never sent
     for _, address in running:
         # (the message's own delivery mode: a quorum queue stores every message alike)
         item = m.PublishItem(0, dlx, rk, props_raw, props.delivery_mode == 2,

@@ -1,0 +1,1 @@
+"""Tools that are not benchmarks and not tests: the protocol fuzzer (`make fuzz`)."""
