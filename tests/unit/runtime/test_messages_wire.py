@@ -49,7 +49,9 @@ def test_batch_items_come_back_as_their_named_records():
                       [b"x"]),
             m.GetReply(1, "a#q", m.Delivery("", 8, False, "ex", "rk", b""), 0, [b"x"]),
             m.MirrorPublish("a#q", 1, False,
-                            [m.MirrorItem(9, "ex", "rk", b"", False, 0, 0, None)], [b"x"])]
+                            [m.MirrorItem(9, "ex", "rk", b"", False, 0, 0, None)], [b"x"]),
+            m.StreamChunks("a#q", 2, -1, [m.ChunkHead(5, 1, 1700000000000, 2, None)],
+                           [m.StreamItem("ex", "rk", b"", b"i" * 16)], [b"x"])]
     for msg in sent:
         payload, frames = m.encode(msg)
         back = m.decode(payload, list(frames))
@@ -62,3 +64,8 @@ def test_batch_items_come_back_as_their_named_records():
     deliver = m.decode(packb([m._TAG[m.Deliver], "a#q", "q", [["c", 7, False, "", "rk", b""]],
                               [1]]), [b"x"])
     assert deliver.items[0].seq_no == 0 and deliver.items[0].publisher == ""
+    chunks = m.decode(packb([m._TAG[m.StreamChunks], "a#q", 2, -1, [[5, 2, 0, 2, None]],
+                             [["ex", "rk", b"", None], ["ex", "rk2", b"", None]], [1, 1]]),
+                      [b"xy"])
+    # (a chunk head comes back as msgpack's list, which the member reads by unpacking)
+    assert [it.routing_key for it in chunks.items] == ["rk", "rk2"]
