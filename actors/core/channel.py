@@ -55,7 +55,7 @@ class ChannelConsumer(NamedTuple):
 
 class Unacked(NamedTuple):
     """A delivery the client has not settled yet (rabbit_channel's unacked_message_q entry;
-    the queue keeps its own side, actors/core/queue.py PendingAck)."""
+    the queue keeps its own side: QueueCore.unacked)."""
     queue: str  # the queue's address: where its Settle goes
     seq_id: int  # its position in that queue
     consumer_tag: str  # the consumer it went to; "": basic.get

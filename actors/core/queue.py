@@ -57,7 +57,6 @@ import bisect
 import os
 from array import array
 from collections import deque
-from typing import NamedTuple
 
 from actors.core import NO_EVENTS, credit_flow, quorum
 from actors.core.consumers import ChannelState, Consumer, QueueConsumers
@@ -163,7 +162,7 @@ class Msg:
 
     __slots__ = ("seq_id", "exchange", "routing_key", "props_raw", "body", "persistent",
                  "priority", "expires_at", "ttl", "redelivered", "publisher", "pub_seq",
-                 "msg_id", "stored", "delivery_count", "pers")
+                 "msg_id", "stored", "delivery_count", "pers", "channel", "consumer_tag")
 
     def __init__(self, seq_id, exchange, routing_key, props_raw, body, persistent=False,
                  priority=0, expires_at=0, ttl=-1, publisher="", pub_seq=0, msg_id=None):
@@ -187,14 +186,10 @@ class Msg:
         # counted in messages_persistent (rabbit_variable_queue's IsPersistent: persistent in
         # a durable queue), set when it enters the queue; `persistent` may change after
         self.pers = False
-
-
-class PendingAck(NamedTuple):
-    """A message delivered and not yet settled (rabbit_variable_queue's #pending_ack{}, with
-    the consumer rabbit_queue_consumers keeps for it): QueueCore.unacked, by seq_id."""
-    msg: Msg
-    channel: str  # the address of the channel it went to
-    consumer_tag: str  # the consumer it went to; "": basic.get
+        # while unacked (QueueCore.unacked): the channel it was delivered to (its address) and
+        # the consumer ("": basic.get), as rabbit_queue_consumers keeps each ack tag's
+        self.channel = ""
+        self.consumer_tag = ""
 
 
 class Ready:
@@ -288,7 +283,10 @@ class QueueCore:
         self.ready = [Ready() for _ in range(self.max_priority + 1)]  # by priority
         self.ready_count = 0  # messages ready
         self.ready_bytes = 0  # body bytes ready
-        self.unacked: dict[int, PendingAck] = {}  # seq_id -> what it waits for
+        # seq_id -> a message delivered and not yet settled (rabbit_variable_queue's
+        # pending_ack), its Msg.channel and consumer_tag set: no record of its own, as a
+        # per-delivery object living until the ack costs the collector (measured)
+        self.unacked: dict[int, Msg] = {}
         self.unacked_bytes = 0  # body bytes of the unacked messages
         # messages in memory (ready or unacked) counted persistent (Msg.pers) and their body
         # bytes; the paged ones are their lanes' (Lane.pers): messages_persistent
@@ -642,7 +640,7 @@ class QueueCore:
     def messages(self) -> list:
         """Every message in memory, ready or unacked, in seq_id order (a mirror's sync)."""
         out = [msg for ready in self.ready for msg in ready.all()]
-        out += [e.msg for e in self.unacked.values()]
+        out += self.unacked.values()
         return sorted(out, key=lambda msg: msg.seq_id)
 
     def _count(self) -> int:
@@ -1050,7 +1048,8 @@ class QueueCore:
                 st.tokens -= 1
             c.unacked += 1
             st.unacked += 1
-            self.unacked[msg.seq_id] = _new(PendingAck, (msg, c.channel, c.tag))
+            msg.channel, msg.consumer_tag = c.channel, c.tag
+            self.unacked[msg.seq_id] = msg
             self.unacked_bytes += len(msg.body)
             msg.redelivered = True
 
@@ -1091,7 +1090,7 @@ class QueueCore:
         self.late_confirm = mode in ("ack", "ack-lite")
         if was_late and not self.late_confirm:
             waiting = [msg for ready in self.ready for msg in ready.all() if msg.pub_seq]
-            waiting += [e.msg for e in self.unacked.values() if e.msg.pub_seq]
+            waiting += [msg for msg in self.unacked.values() if msg.pub_seq]
             store = [msg for msg in waiting if msg.persistent and self.durable]
             for msg in store:
                 msg.stored = True
@@ -1180,7 +1179,8 @@ class QueueCore:
                 self.out.record_delivery([msg])
             st = self._channel(channel)
             st.unacked += 1
-            self.unacked[msg.seq_id] = PendingAck(msg, channel, "")
+            msg.channel, msg.consumer_tag = channel, ""
+            self.unacked[msg.seq_id] = msg
             self.unacked_bytes += len(msg.body)
         item = self._delivery(msg, "", no_ack)
         msg.redelivered = True
@@ -1193,15 +1193,12 @@ class QueueCore:
         """op: 0 ack, 1 requeue, 2 discard (dead-letter when configured)."""
         done, requeue = [], []
         for seq_id in seq_ids:
-            entry = self.unacked.get(seq_id)
-            if entry is None:
-                continue
-            msg, ch, tag = entry
-            if ch != channel:
+            msg = self.unacked.get(seq_id)
+            if msg is None or msg.channel != channel:
                 continue  # (not this channel's: meant for an earlier incarnation's delivery)
             del self.unacked[seq_id]
             self.unacked_bytes -= len(msg.body)
-            self._settled(ch, tag)
+            self._settled(channel, msg.consumer_tag)
             if op == 1:
                 requeue.append(msg)
             else:
@@ -1254,7 +1251,7 @@ class QueueCore:
 
     def channel_down(self, channel, now) -> None:
         """The channel closed or its connection died: requeue its unacked, drop its consumers."""
-        back = [e.msg for e in self.unacked.values() if e.channel == channel]
+        back = [msg for msg in self.unacked.values() if msg.channel == channel]
         for msg in back:
             del self.unacked[msg.seq_id]
             self.unacked_bytes -= len(msg.body)
@@ -1269,7 +1266,7 @@ class QueueCore:
 
     def channels_down(self, endpoint_prefix: str, now) -> None:
         """Every channel of a dead connection worker."""
-        for ch in {e.channel for e in self.unacked.values()} | \
+        for ch in {msg.channel for msg in self.unacked.values()} | \
                 {ch for ch, _ in self.consumers} | set(self.channels):
             if ch.startswith(endpoint_prefix):
                 self.channel_down(ch, now)
@@ -1382,7 +1379,7 @@ class QueueCore:
         as RabbitMQ reads it only of messages in memory."""
         heads = [ready.items[0] for ready in self.ready if ready.items]
         if self.unacked:
-            heads.append(self.unacked[next(iter(self.unacked))].msg)
+            heads.append(self.unacked[next(iter(self.unacked))])
         known, self._head_ts = self._head_ts, {}
         found = []
         for msg in heads:
@@ -1443,7 +1440,7 @@ class QueueCore:
             self._emit_removal("queue_deleted", n, reason=reason, unacked=len(self.unacked))
         if self.late_confirm:
             # what was never acked is lost with the queue: its publishers hear it now
-            for msg, _, _ in self.unacked.values():
+            for msg in self.unacked.values():
                 self._answer(msg, False)
             for ready in self.ready:
                 for msg in ready.all():

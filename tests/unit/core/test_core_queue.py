@@ -1084,7 +1084,7 @@ def test_storage_stats_count_bytes_ready_unacked_in_memory_and_paged_out():
     def unacked_bytes_match():
         got = q2.storage_stats()
         assert got["message_bytes_unacknowledged"] == sum(
-            len(e[0].body) for e in q2.unacked.values())
+            len(msg.body) for msg in q2.unacked.values())
         assert got["messages_unacknowledged_ram"] == len(q2.unacked)
         assert got["message_bytes"] == 6  # nothing left the queue
         return got
