@@ -24,19 +24,20 @@ import zmq
 
 from actors import ctl_ops, ctl_trace
 from actors import messages as m
+from actors import metadata_ops as ops
 from actors.core.permissions import hashed_auth_call
 from actors.node import definitions_json
 from actors.transport import make_address, split_address, unframe
 from spark_analysis import lookup
 
 
-def call(data_dir: str, op: str, args: dict, timeout_ms: int = 10000):
+def call(data_dir: str, op: ops.Op, timeout_ms: int = 10000):
     try:
         with open(os.path.join(data_dir, "node.json")) as f:
             info = json.load(f)
     except OSError:
         raise SystemExit(f"leveretctl: no node running with data dir {data_dir}")
-    reply = ask_node(info["run_dir"], info["metadata"], op, args, timeout_ms)
+    reply = ask_node(info["run_dir"], info["metadata"], op, timeout_ms)
     if reply is None:
         raise SystemExit("leveretctl: the node did not answer")
     if not reply.ok:
@@ -44,7 +45,7 @@ def call(data_dir: str, op: str, args: dict, timeout_ms: int = 10000):
     return reply.result
 
 
-def ask_node(run_dir: str, metadata: str, op: str, args: dict, timeout_ms: int = 10000):
+def ask_node(run_dir: str, metadata: str, op: ops.Op, timeout_ms: int = 10000):
     """One operation of the node's metadata actor (`metadata` its address) over an ipc://
     socket of its 0700 run folder: its RpcReply, or None when it did not answer in time.
     (leveretctl, and the management listener inside the node process.)"""
@@ -56,7 +57,7 @@ def ask_node(run_dir: str, metadata: str, op: str, args: dict, timeout_ms: int =
     push.setsockopt(zmq.LINGER, 1000)
     node_endpoint, node_name = split_address(metadata)
     push.connect(node_endpoint)
-    payload, _ = m.encode(m.Rpc(make_address(endpoint, "ctl"), 1, op, args))
+    payload, _ = m.encode(ops.rpc(make_address(endpoint, "ctl"), 1, op))
     push.send_multipart([node_name.encode(), payload])
     try:
         if not pull.poll(timeout_ms):
@@ -91,11 +92,12 @@ VHOST_SCOPED = ("set_permissions", "clear_permissions", "set_topic_permissions",
 
 
 LIMIT_COMMANDS = {
-    # name: (its optional first argument, usage, what it sets)
-    "set_vm_memory_high_watermark": ("absolute", "FRACTION, or absolute BYTES (e.g. 2GB)",
+    # name: (its operation, its optional first argument, usage, what it sets)
+    "set_vm_memory_high_watermark": (ops.SetVmMemoryHighWatermark, "absolute",
+                                     "FRACTION, or absolute BYTES (e.g. 2GB)",
                                      "memory threshold"),
-    "set_disk_free_limit": ("mem_relative", "BYTES (e.g. 50MB), or mem_relative FRACTION",
-                            "disk free limit"),
+    "set_disk_free_limit": (ops.SetDiskFreeLimit, "mem_relative",
+                            "BYTES (e.g. 50MB), or mem_relative FRACTION", "disk free limit"),
 }
 
 QUEUE_COLUMNS = ("name", "durable", "auto_delete", "exclusive", "arguments", "messages",
@@ -249,7 +251,7 @@ def definitions_command(data_dir: str, command: str, path: str) -> int:
     """`rabbitmqctl export_definitions FILE|-` and `import_definitions FILE|-`: RabbitMQ's
     JSON definitions (actors/node/definitions_json.py), imported as one definitions change."""
     if command == "export_definitions":
-        text = json.dumps(call(data_dir, "definitions.export", {}), indent=2)
+        text = json.dumps(call(data_dir, ops.DefinitionsExport()), indent=2)
         if path == "-":
             print(text)
         else:
@@ -273,7 +275,7 @@ def definitions_command(data_dir: str, command: str, path: str) -> int:
     print(f"Importing definitions in JSON from a file at \"{path}\" ...", file=sys.stderr)
     # plaintext passwords (RabbitMQ accepts them) leave this process only as salted hashes
     doc = definitions_json.hash_plain_passwords(doc)
-    result = call(data_dir, "definitions.import", {"doc": doc})
+    result = call(data_dir, ops.DefinitionsImport(doc=doc))
     for w in result["warnings"]:
         print(f"Warning: {w}", file=sys.stderr)
     print(f"Successfully imported definitions ({result['changes']} changes).")
@@ -351,10 +353,10 @@ def main(argv=None) -> int:
             p.error(f"{a.command} takes NAME PATTERN DEFINITION (a JSON object)")
         definition = _json_arg(p, a.args[2], "definition")
         operator = a.command == "set_operator_policy"
-        call(a.data_dir, "policy", {"method": "set", "vhost": a.vhost, "name": a.args[0],
-                                    "pattern": a.args[1], "definition": definition,
-                                    "priority": a.priority, "apply_to": a.apply_to,
-                                    "operator": operator})
+        call(a.data_dir, ops.Policy(method="set", vhost=a.vhost, name=a.args[0],
+                                    pattern=a.args[1], definition=definition,
+                                    priority=a.priority, apply_to=a.apply_to,
+                                    operator=operator))
         kind = "operator policy" if operator else "policy"
         print(f"Setting {kind} \"{a.args[0]}\" for pattern \"{a.args[1]}\" ... done")
         return 0
@@ -362,8 +364,8 @@ def main(argv=None) -> int:
         if len(a.args) != 1:
             p.error(f"{a.command} takes NAME")
         operator = a.command == "clear_operator_policy"
-        call(a.data_dir, "policy", {"method": "clear", "vhost": a.vhost, "name": a.args[0],
-                                    "operator": operator})
+        call(a.data_dir, ops.Policy(method="clear", vhost=a.vhost, name=a.args[0],
+                                    operator=operator))
         kind = "operator policy" if operator else "policy"
         print(f"Clearing {kind} \"{a.args[0]}\" ... done")
         return 0
@@ -378,15 +380,13 @@ def main(argv=None) -> int:
             p.error(f"{a.command} takes " + " ".join(
                 (["USERNAME"] if scope == "user" else []) + (["DEFINITION"] if setting else [])))
         name = a.vhost if scope == "vhost" else a.args[0]
-        args = {"method": "set" if setting else "clear", "scope": scope, "name": name}
-        if setting:
-            args["value"] = _json_arg(p, a.args[-1], "definition")
-        call(a.data_dir, "limits", args)
+        value = _json_arg(p, a.args[-1], "definition") if setting else None
+        call(a.data_dir, ops.Limits("set" if setting else "clear", scope, name, value))
         what = f"vhost \"{name}\"" if scope == "vhost" else f"user \"{name}\""
         print(f"{'Applying' if setting else 'Clearing'} limits for {what} ... done")
         return 0
     if a.command == "list_vhost_limits":
-        print(json.dumps(call(a.data_dir, "list", {"what": "vhost_limits", "vhost": a.vhost}),
+        print(json.dumps(call(a.data_dir, ops.List(what="vhost_limits", vhost=a.vhost)),
                          indent=2))
         return 0
     if a.command in ("export_definitions", "import_definitions"):
@@ -394,41 +394,41 @@ def main(argv=None) -> int:
             p.error(f"{a.command} takes FILE (or - for standard {'output' if a.command[0] == 'e' else 'input'})")
         return definitions_command(a.data_dir, a.command, a.args[0])
     if a.command == "cluster_status":
-        return print_cluster(call(a.data_dir, "cluster.status", {}))
+        return print_cluster(call(a.data_dir, ops.ClusterStatus()))
     if a.command == "status":
-        return print_status(call(a.data_dir, "status", {}))
+        return print_status(call(a.data_dir, ops.Status()))
     if a.command in LIMIT_COMMANDS:
         # rabbitmqctl set_vm_memory_high_watermark FRACTION | absolute BYTES,
         # set_disk_free_limit BYTES | mem_relative FRACTION
-        flag, usage, what = LIMIT_COMMANDS[a.command]
+        op, flag, usage, what = LIMIT_COMMANDS[a.command]
         flagged = len(a.args) == 2 and a.args[0] == flag
         if len(a.args) != 1 + flagged:
             p.error(f"{a.command} takes {usage}")
-        limit = call(a.data_dir, a.command, {"value": a.args[-1], flag: flagged})
+        limit = call(a.data_dir, op(a.args[-1], flagged))
         print(f"Setting {what} on this node to {a.args[-1]} ({limit} bytes) ...")
         return 0
     if a.command in ("list_connections", "list_channels", "list_consumers"):
         what = a.command[5:]
         # connections and channels: every vhost, as rabbitmqctl; consumers: -p VHOST
-        return print_sampled(call(a.data_dir, "mgmt_state", {}), what, a.args,
+        return print_sampled(call(a.data_dir, ops.MgmtState()), what, a.args,
                              a.vhost if what == "consumers" else None, a.formatter)
     if a.command[5:] in ctl_ops.DEFINITION_LISTS and a.command.startswith("list_"):
         return ctl_ops.list_definitions(call, a.data_dir, a.command[5:], a.vhost, a.args,
                                         a.formatter)
     if a.command == "list_queues" and a.args:
-        return print_table(call(a.data_dir, "list", {"what": "queues"}), a.args, a.vhost,
+        return print_table(call(a.data_dir, ops.List(what="queues")), a.args, a.vhost,
                            a.formatter)
     if a.command in ("list_topic_permissions", "list_user_topic_permissions"):
         if a.command == "list_user_topic_permissions":
             if len(a.args) != 1:
                 p.error("list_user_topic_permissions takes USERNAME")
-            query = {"what": "topic_permissions", "user": a.args[0]}
+            query = ops.List("topic_permissions", user=a.args[0])
         else:
-            query = {"what": "topic_permissions", "vhost": a.vhost}
-        print(json.dumps(call(a.data_dir, "list", query), indent=2))
+            query = ops.List("topic_permissions", vhost=a.vhost)
+        print(json.dumps(call(a.data_dir, query), indent=2))
         return 0
     if a.command.startswith("list_"):
-        result = call(a.data_dir, "list", {"what": a.command[5:]})
+        result = call(a.data_dir, ops.List(what=a.command[5:]))
         print(json.dumps(result, indent=2, default=str))
         return 0
     method, names = COMMANDS[a.command]
@@ -445,7 +445,7 @@ def main(argv=None) -> int:
         args = [args[0], a.vhost] + args[1:]
     # a password leaves this process only as a salted hash (rabbit_password_hashing_sha256)
     method, args = hashed_auth_call(method, args)
-    call(a.data_dir, "auth", {"method": method, "args": args})
+    call(a.data_dir, ops.Auth(method=method, args=args))
     print(f"{a.command} done")
     return 0
 
@@ -461,8 +461,8 @@ def parameter_command(p, a) -> int:
         value = _json_arg(p, a.args[2], "value")
         print(f"Setting runtime parameter \"{name}\" for component \"{component}\" to "
               f"\"{a.args[2]}\" in vhost \"{a.vhost}\" ...")
-        call(a.data_dir, "parameter", {"method": "set", "vhost": a.vhost,
-                                       "component": component, "name": name, "value": value})
+        call(a.data_dir, ops.Parameter(method="set", vhost=a.vhost,
+                                       component=component, name=name, value=value))
         return 0
     if a.command == "clear_parameter":
         if len(a.args) != 2:
@@ -470,13 +470,13 @@ def parameter_command(p, a) -> int:
         component, name = a.args
         print(f"Clearing runtime parameter \"{name}\" for component \"{component}\" on "
               f"vhost \"{a.vhost}\" ...")
-        call(a.data_dir, "parameter", {"method": "clear", "vhost": a.vhost,
-                                       "component": component, "name": name})
+        call(a.data_dir, ops.Parameter(method="clear", vhost=a.vhost,
+                                       component=component, name=name))
         return 0
     if a.command == "list_parameters":
         rows = [{"component": r["component"], "name": r["name"],
                  "value": json.dumps(r["value"], separators=(",", ":"))}
-                for r in call(a.data_dir, "list", {"what": "parameters", "vhost": a.vhost})]
+                for r in call(a.data_dir, ops.List(what="parameters", vhost=a.vhost))]
         print(f"Listing runtime parameters for vhost \"{a.vhost}\" ...")
         return _print_rows(rows, ["component", "name", "value"], a.formatter)
     if a.command in ("delete_shovel", "restart_shovel"):
@@ -489,20 +489,20 @@ def parameter_command(p, a) -> int:
         else:
             print(f"Restarting dynamic Shovel {name} in virtual host {a.vhost}")
         if not any(r["vhost"] == a.vhost and r["name"] == name
-                   for r in call(a.data_dir, "shovel.status", {})):
+                   for r in call(a.data_dir, ops.ShovelStatus())):
             raise SystemExit("Error: Shovel with the given name was not found on the target "
                              f"node and / or virtual host '{a.vhost}'")
         if a.command == "delete_shovel":
-            call(a.data_dir, "parameter", {"method": "clear", "vhost": a.vhost,
-                                           "component": "shovel", "name": name})
+            call(a.data_dir, ops.Parameter(method="clear", vhost=a.vhost,
+                                           component="shovel", name=name))
         else:
-            call(a.data_dir, "shovel.restart", {"vhost": a.vhost, "name": name})
+            call(a.data_dir, ops.ShovelRestart(vhost=a.vhost, name=name))
         return 0
     print("Shovel status on node ...")
     if a.formatter == "json":  # every field, as rabbitmqctl shovel_status --formatter json
-        print(json.dumps(call(a.data_dir, "shovel.status", {})))
+        print(json.dumps(call(a.data_dir, ops.ShovelStatus())))
         return 0
-    return _print_rows(call(a.data_dir, "shovel.status", {}),
+    return _print_rows(call(a.data_dir, ops.ShovelStatus()),
                        ["name", "vhost", "type", "state", "src_uri", "dest_uri", "node",
                         "timestamp", "reason"], a.formatter)
 

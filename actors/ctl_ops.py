@@ -12,6 +12,7 @@ import os
 import socket
 import time
 
+from actors import metadata_ops as ops
 from actors.core import policies
 
 EX_UNAVAILABLE = 69  # rabbitmq-diagnostics' exit code for a failed check
@@ -32,7 +33,7 @@ def await_startup(call, data_dir: str, timeout: float) -> int:
     while time.monotonic() < deadline:
         if _node_info(data_dir) is not None:
             try:
-                call(data_dir, "status", {}, timeout_ms=2000)
+                call(data_dir, ops.Status(), timeout_ms=2000)
                 print("Node is running")
                 return 0
             except SystemExit:
@@ -43,13 +44,13 @@ def await_startup(call, data_dir: str, timeout: float) -> int:
 
 
 def check_running(call, data_dir: str) -> int:
-    call(data_dir, "status", {})
+    call(data_dir, ops.Status())
     print("Node is fully booted and running")
     return 0
 
 
 def check_local_alarms(call, data_dir: str) -> int:
-    alarms = call(data_dir, "status", {}).get("alarms") or []
+    alarms = call(data_dir, ops.Status()).get("alarms") or []
     if alarms:
         for a in alarms:
             print(f"Node has a {a} resource alarm in effect")
@@ -65,7 +66,7 @@ def check_port_connectivity(call, data_dir: str) -> int:
     if info is None:
         raise SystemExit(f"leveretctl: no node running with data dir {data_dir}")
     ports = [("amqp", info["port"])]
-    env = call(data_dir, "environment", {})
+    env = call(data_dir, ops.Environment())
     for key, proto in (("tls_port", "amqp/ssl"), ("management_port", "http"),
                        ("prometheus_port", "http/prometheus")):
         if env.get(key):
@@ -90,7 +91,7 @@ def check_port_connectivity(call, data_dir: str) -> int:
 
 
 def environment(call, data_dir: str) -> int:
-    print(json.dumps(call(data_dir, "environment", {}), indent=2, default=str))
+    print(json.dumps(call(data_dir, ops.Environment()), indent=2, default=str))
     return 0
 
 
@@ -98,7 +99,7 @@ def close_connection(call, data_dir: str, args: list) -> int:
     """rabbitmqctl close_connection NAME EXPLANATION (NAME as list_connections names it)."""
     if len(args) != 2:
         raise SystemExit("Error: close_connection takes CONNECTION_NAME EXPLANATION")
-    call(data_dir, "mgmt_close_connection", {"name": args[0], "reason": args[1]})
+    call(data_dir, ops.MgmtCloseConnection(name=args[0], reason=args[1]))
     print(f"Closing connection {args[0]}, reason: {args[1]}...")
     return 0
 
@@ -108,9 +109,9 @@ def delete_queue(call, data_dir: str, vhost: str, names: list, if_empty: bool,
     """rabbitmqctl delete_queue NAME [--if-empty] [--if-unused]."""
     if len(names) != 1:
         raise SystemExit("Error: delete_queue takes QUEUE_NAME [--if-empty] [--if-unused]")
-    n = call(data_dir, "queue.delete", {"vhost": vhost, "name": names[0],
-                                        "if_unused": if_unused, "if_empty": if_empty,
-                                        "owner": ""})
+    n = call(data_dir, ops.QueueDelete(vhost=vhost, name=names[0],
+                                        if_unused=if_unused, if_empty=if_empty,
+                                        owner=""))
     print(f"Deleting queue '{names[0]}' on vhost '{vhost}' ...")
     print(f"Queue was successfully deleted with {n or 0} ready messages")
     return 0
@@ -121,7 +122,7 @@ def purge_queue(call, data_dir: str, vhost: str, names: list) -> int:
     if len(names) != 1:
         raise SystemExit("Error: purge_queue takes QUEUE")
     print(f"Purging queue '{names[0]}' in vhost '{vhost}' ...")
-    call(data_dir, "queue.purge", {"vhost": vhost, "name": names[0]})
+    call(data_dir, ops.QueuePurge(vhost=vhost, name=names[0]))
     return 0
 
 
@@ -132,7 +133,7 @@ def sync_queue(call, data_dir: str, vhost: str, names: list, cancel: bool = Fals
         raise SystemExit(f"Error: {'cancel_' if cancel else ''}sync_queue takes QUEUE")
     doing = "Stopping synchronising" if cancel else "Synchronising"
     print(f"{doing} queue '{names[0]}' in vhost '{vhost}' ...")
-    call(data_dir, "queue.sync", {"vhost": vhost, "name": names[0], "cancel": cancel})
+    call(data_dir, ops.QueueSync(vhost=vhost, name=names[0], cancel=cancel))
     return 0
 
 
@@ -143,10 +144,10 @@ def census(call, data_dir: str, vhost: str, names: list) -> int:
     if len(names) > 1:
         raise SystemExit("Error: census takes [QUEUE]")
     if names:
-        n = call(data_dir, "queue.census", {"vhost": vhost, "name": names[0]})
+        n = call(data_dir, ops.QueueCensus(vhost=vhost, name=names[0]))
         print(f"Census of queue '{names[0]}' in vhost '{vhost}': {n} messages")
         return 0
-    asked = call(data_dir, "queue.census", {"vhost": vhost})
+    asked = call(data_dir, ops.QueueCensus(vhost=vhost))
     print(f"Census of {len(asked)} queues in vhost '{vhost}' ...")
     for _, name in asked:
         print(name)
@@ -209,7 +210,7 @@ def list_definitions(call, data_dir: str, what: str, vhost: str, items: list,
         raise SystemExit(f"Error: unknown info item(s) {', '.join(unknown)}; known: "
                          f"{', '.join(known)}")
     rows = [{i: r[i] for i in items}
-            for r in definition_rows(call(data_dir, "mgmt_state", {}), what, vhost)]
+            for r in definition_rows(call(data_dir, ops.MgmtState()), what, vhost)]
     if formatter == "json":
         print(json.dumps(rows))
         return 0

@@ -208,7 +208,7 @@ class Transport:
                 box = self._outbox[endpoint] = []
                 if not self._flush_armed:
                     self._flush_armed = True
-                    loop.loop.call_soon(self._flush)
+                    loop.soon(self._flush)
             box.append((name.encode("utf-8", "surrogateescape"), payload, frames))
             return
         self._send_now(endpoint, name.encode("utf-8", "surrogateescape"),
@@ -368,7 +368,7 @@ class Transport:
         sock = self._pull = self._bind(ready, failed)
         if sock is None:
             return
-        self._loop.loop.add_reader(sock.getsockopt(zmq.FD), self._readable)
+        self._loop.add_reader(sock.getsockopt(zmq.FD), self._readable)
         ready.set()
         self._readable()  # ZMQ_FD is edge-triggered: read what came before we watched it
 
@@ -387,7 +387,7 @@ class Transport:
                 except zmq.ContextTerminated:  # pragma: no cover - the process is ending
                     return
                 self._receive(parts)
-            self._loop.loop.call_soon(self._readable)
+            self._loop.next_turn(self._readable)
         except Exception:
             # the socket's edge-triggered FD would never fire again for what is left unread:
             # the process would be deaf; let it crash instead (its supervisor restarts it)

@@ -25,6 +25,7 @@ from actors.replica import Replica
 from actors.runtime import ActorDown, LightActor
 from actors import runtime
 from actors import events
+from actors import metadata_ops as ops
 from actors import secure
 from actors.transport import Transport
 
@@ -51,9 +52,8 @@ class WorkerControl(LightActor):
     def on_start(self):
         self.host.control = self.actor_ref  # the watcher of the actors the host supervises
         self.address = self.transport.register("control", self.actor_ref)
-        self.transport.send(self.node, m.Rpc(self.address, 0, "worker.hello", {
-            "kind": self.kind, "index": self.index, "endpoint": self.transport.endpoint,
-            "control": self.address}))
+        self.transport.send(self.node, ops.rpc(self.address, 0, ops.WorkerHello(
+            self.kind, self.index, self.transport.endpoint, self.address)))
 
     def on_receive(self, msg):
         try:
@@ -155,8 +155,8 @@ def main(argv=None) -> int:
             events.close()  # a clean stop: the log's process_stop marker says so
             os._exit(0)  # actor threads would keep the process alive
     host.start()
-    transport.send(args.node, m.Rpc(transport.address("control"), 0, "worker.ready",
-                                    {"kind": args.kind, "index": args.index}))
+    transport.send(args.node, ops.rpc(transport.address("control"), 0,
+                                      ops.WorkerReady(args.kind, args.index)))
     while not stop.wait(0.5):
         pass
     log.info("stopping")

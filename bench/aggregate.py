@@ -162,7 +162,7 @@ def combine_runs(runs: list[dict]) -> dict:
               "backlog_drained_s", "drain_consume_rate", "caught_up_s", "peak_depth"):
         if any(k in r for r in ok):
             base[k] = med(r.get(k) for r in ok)
-    for k in ("bytes_per_msg", "disk_bytes_per_msg"):
+    for k in ("bytes_per_msg", "disk_bytes_per_msg", "broker_cpu_cores", "broker_cpu_us_per_msg"):
         if any(r.get(k) is not None for r in ok):
             base[k] = med(r.get(k) for r in ok)
     for k in ("confirm_latency_ms", "e2e_latency_ms"):

@@ -36,6 +36,16 @@ def _persistent(r: dict) -> bool:
     return bool(_settings(r).get("persistent"))
 
 
+def _paced_confirms(r: dict) -> bool:
+    """The fixed-rate scenarios (ordinary load), where the tail is the figure."""
+    return _paced(r) and _confirms(r)
+
+
+def _measured_cpu(r: dict) -> bool:
+    """The broker ran on this machine and its process tree was sampled (bench/procio.py)."""
+    return r.get("broker_cpu_us_per_msg") is not None
+
+
 def _e2e(p: str):
     return lambda r: (r.get("e2e_latency_ms") or {}).get(p)
 
@@ -61,6 +71,11 @@ EXTRA_METRICS = [
     ("e2e p50 ms", _e2e("p50"), "ms", _perftest),
     ("e2e p95 ms", _e2e("p95"), "ms", _perftest),
     ("e2e p99 ms", _e2e("p99"), "ms", _perftest),
+    ("e2e p99.9 ms", _e2e("p99.9"), "ms", _paced_confirms),
+    ("confirm p99.9 ms", lambda r: (r.get("confirm_latency_ms") or {}).get("p99.9"), "ms",
+     _paced_confirms),
+    ("broker CPU µs / msg", lambda r: r.get("broker_cpu_us_per_msg"), "count", _measured_cpu),
+    ("broker CPU cores", lambda r: r.get("broker_cpu_cores"), "ms", _measured_cpu),
     ("backlog msgs", lambda r: r.get("backlog"), "count", _late),
     ("backlog drained s", lambda r: r.get("backlog_drained_s"), "s", _late),
     ("drain consume msg/s", lambda r: r.get("drain_consume_rate"), "rate", _late),

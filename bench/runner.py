@@ -229,7 +229,9 @@ def run_scenario(target: AMQPTarget, scenario: Scenario, *, seconds: float = 10.
     """Run one scenario; with `broker_pid` (the broker's root process, on this machine) the
     result also has `write_bytes`, what that process and its descendants wrote in the measured
     window (bench/procio.py), and `bytes_per_msg`, that divided by the messages consumed in it;
-    `disk_bytes` and `disk_bytes_per_msg` are the same for the sectors the disk got."""
+    `disk_bytes` and `disk_bytes_per_msg` are the same for the sectors the disk got;
+    `broker_cpu_us_per_msg` is the CPU that process tree used per message consumed, and
+    `broker_cpu_cores` the cores it kept busy on average."""
     if client == "pika" and scenario.lean_only:
         raise BenchError(f"{scenario.key}: --client pika does not do paced producers, "
                          "exchanges or late consumers (one process per connection); use the "
@@ -316,6 +318,9 @@ def run_scenario(target: AMQPTarget, scenario: Scenario, *, seconds: float = 10.
             result["bytes_per_msg"] = round(io["write_bytes"] / n) if n else None
             result["disk_bytes_per_msg"] = (round(io["disk_bytes"] / n)
                                             if n and io["disk_bytes"] is not None else None)
+            result["broker_cpu_cores"] = round(io["cpu_seconds"] / seconds, 3)
+            result["broker_cpu_us_per_msg"] = (round(io["cpu_seconds"] / n * 1e6, 1)
+                                               if n else None)
         if errors:
             result["error"] = "\n".join(errors)
     except Exception as e:

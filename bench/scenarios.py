@@ -234,10 +234,33 @@ STREAM = dataclasses.replace(
     queue_arguments=(("x-queue-type", "stream"),),
     consumer_arguments=(("x-stream-offset", "first"),), default=False)
 
+# -- ordinary load: one publisher with confirms and one consumer with acks at a fixed rate, where
+# the figures that matter are latency and CPU per message rather than the peak.
+FIXED_RATES = (1000, 5000, 20000)
+FIXED_SIZES = (1500, 16)
+
+
+def fixed_rate(rate: int, size: int, persistent: bool) -> Scenario:
+    """1 P (confirms) -> 1 queue -> 1 C (manual ack, prefetch 100) at `rate` msg/s."""
+    what = "persistent, durable queue" if persistent else "transient"
+    return dataclasses.replace(
+        C, key=f"rate-{rate // 1000}k-{size}b{'-p' if persistent else ''}",
+        title=f"fixed {rate:,} msg/s, {size} B, {what}",
+        description=f"One producer with confirms publishes {size}-byte messages ({what}) at "
+                    f"{rate:,} msg/s to one queue with one consumer (manual ack, prefetch 100). "
+                    "The load most deployments see: end-to-end and confirm latency and the "
+                    "broker's CPU per message are the figures, not the peak rate.",
+        message_size=size, rate=float(rate), persistent=persistent, durable=persistent,
+        default=False)
+
+
+FIXED_RATE = tuple(fixed_rate(r, size, p) for size in FIXED_SIZES for p in (False, True)
+                   for r in FIXED_RATES)
+
 SCENARIOS: dict[str, Scenario] = {s.key: s for s in (
     A, B, C, D, paper(1), paper(2), paper(4), paper(8), paper(15), paper(1, True),
     paper(2, True), paper(4, True), paper(8, True), paper(15, True), CONFIRM_ON, *PERFTEST,
-    STREAM)}
+    STREAM, *FIXED_RATE)}
 
 GROUPS: dict[str, list[str]] = {
     "default": [k for k, s in SCENARIOS.items() if s.default],
@@ -245,6 +268,8 @@ GROUPS: dict[str, list[str]] = {
     "persistent": ["c", "persistent", "d-paper-q1", "d-paper-q2", "d-paper-q4", "d-paper-q8",
                    "d-paper-q15"],
     "perftest": [s.key for s in PERFTEST],
+    "fixed-rate": [s.key for s in FIXED_RATE],
+    "fixed-rate-5k": [s.key for s in FIXED_RATE if s.rate == 5000],
     "all": list(SCENARIOS),
 }
 

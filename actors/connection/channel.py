@@ -15,6 +15,7 @@ import pykka
 
 from actors import events
 from actors import messages as m
+from actors.core import channel_dispatch
 from actors.core.channel import ChannelCore
 from actors.core.errors import ChannelError
 from actors.runtime import LightActor
@@ -107,38 +108,12 @@ class Channel(LightActor):
     def on_receive(self, msg):
         core = self.core
         try:
-            if isinstance(msg, m.Commands):
-                core.handle_commands(msg.commands)
-            elif isinstance(msg, m.Deliver):
-                core.on_deliver(msg, _now_ms())
-            elif isinstance(msg, m.Confirm):
-                core.on_confirm(msg)
-            elif isinstance(msg, (m.RpcReply, m.GetReply)):
-                core.on_reply(msg, _now_ms())
+            if channel_dispatch.handle(core, msg, _now_ms):
+                pass
             elif isinstance(msg, ConsumerTimeoutCheck):
                 if msg.at == self.armed_at:  # else an earlier arming's, superseded
                     self.armed_at = 0
                     core.consumer_timeout_check(_now_ms())
-            elif isinstance(msg, m.Credit):
-                core.on_credit(msg)
-            elif isinstance(msg, m.Demand):
-                core.on_demand(msg)
-            elif isinstance(msg, m.Release):
-                core.on_release(msg)
-            elif isinstance(msg, m.ConsumerGone):
-                core.on_consumer_gone(msg)
-            elif isinstance(msg, m.QueuesGone):
-                core.queues_gone(msg.names)
-            elif isinstance(msg, m.WorkerDown):
-                core.worker_down(msg.endpoint)
-            elif isinstance(msg, m.QueueDown):
-                core.queue_down(msg.address)
-            elif isinstance(msg, m.NodePaused):
-                core.node_paused()
-            elif isinstance(msg, m.DirectReply):
-                core.on_direct_reply(msg)
-            elif isinstance(msg, m.ReplyCheck):
-                core.on_reply_check(msg)
             elif isinstance(msg, m.Terminate):
                 core.terminate()
                 self.stop()

@@ -82,7 +82,7 @@ class Dealer:
                 pass
             old.close()
         if new is not None and new.fileno() >= 0:
-            self.io.loop.add_reader(new.fileno(), self._notices, index, new)
+            self.io.add_reader(new.fileno(), self._notices, index, new)
 
     def _notices(self, index: int, end: socket.socket) -> None:
         """(loop thread) CLOSED notices from the worker of slot `index`."""
@@ -145,7 +145,7 @@ class Receiver:
         self._logged = 0.0  # when that was logged
         self._closed = 0  # handed sockets closed and not yet told to the node
         self._writing = False  # waiting for the handoff socket to take a CLOSED notice
-        io.call(io.loop.add_reader, self.sock.fileno(), self._readable)
+        io.call(io.add_reader, self.sock.fileno(), self._readable)
 
     def ended(self, n: int = 1) -> None:
         """(loop thread) n handed sockets are closed: tell the node (its connection count)."""

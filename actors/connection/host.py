@@ -19,6 +19,7 @@ import pykka
 
 from actors import events
 from actors import messages as m
+from actors import metadata_ops as ops
 from actors.connection import tls
 from actors.connection.handoff import Receiver
 from actors.connection.netio import Conn
@@ -111,10 +112,10 @@ class ConnectionHost(WorkerHost):
         with self.lock:
             self.readers.pop(reader.conn_id, None)
             self.churn["connections_closed"] += 1
-        self.transport.send(self.node, m.Rpc(self.transport.address("control"), 0,
-                                             "connection.closed", {"owner": reader.conn_id}))
+        self.transport.send(self.node, ops.rpc(self.transport.address("control"), 0,
+                                               ops.ConnectionClosed(reader.conn_id)))
 
-    def track(self, reader, op: str, args: dict, channel: int, wait: bool) -> None:
+    def track(self, reader, op: ops.Op, channel: int, wait: bool) -> None:
         """Tell the node of a connection (`connection.open`) or channel (`channel.open`,
         `channel.closed`) for its vhost/user limit counts; with `wait` the reader hears the
         answer (Admitted)."""
@@ -123,8 +124,8 @@ class ConnectionHost(WorkerHost):
             req = next(self.next_req)
             with self.lock:
                 self.admissions[req] = (reader, channel)
-        self.transport.send(self.node, m.Rpc(self.transport.address("control") if wait
-                                             else "", req, op, args))
+        self.transport.send(self.node, ops.rpc(self.transport.address("control") if wait
+                                               else "", req, op))
 
     def rpc_reply(self, reply) -> None:
         with self.lock:

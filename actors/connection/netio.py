@@ -62,7 +62,7 @@ class Listener:
 
     def _arm(self) -> None:
         if not self.closed:
-            self.io.loop.add_reader(self.sock.fileno(), self._accept)
+            self.io.add_reader(self.sock.fileno(), self._accept)
 
     def _accept(self) -> None:
         for _ in range(64):  # a burst, then let the other sockets be read
@@ -233,7 +233,7 @@ class Conn:
         with self.lock:
             want = not self.blocked and self.told < READ_AHEAD and not self.closing
         if want and not self.reading:
-            self.io.loop.add_reader(self.fd, self._readable)
+            self.io.add_reader(self.fd, self._readable)
             self.reading = True
         elif not want and self.reading:
             self.io.loop.remove_reader(self.fd)
@@ -395,7 +395,7 @@ class Conn:
             self.reading = False
         if linger > 0 and not self.lingering:
             self.lingering = True
-            self.io.loop.add_reader(self.fd, self._discard)
+            self.io.add_reader(self.fd, self._discard)
             self.linger_timer = self.io.loop.call_later(linger, self._end_linger)
             return
         if self.tls_up:

@@ -19,18 +19,14 @@ import pykka
 
 from actors import events
 from actors import messages as m
+from actors import metadata_ops as ops
 from actors.connection.channel import Channel
 from actors.connection.writer import Writer
-from actors.core.connection import ConnectionCore
+from actors.core import connection as core_connection
+from actors.core.connection import ConnectionCore, ConnectionPort, HandshakeTimeout
 from actors.runtime import LightActor
 
 log = logging.getLogger("leveret.connection")
-
-
-class HandshakeTimeout:
-    """timers -> Reader: handshake_timeout has passed since the socket was accepted."""
-
-    __slots__ = ()
 
 
 class Reader(LightActor):
@@ -45,9 +41,10 @@ class Reader(LightActor):
         self.conn_id = conn_id  # unique connection id (exclusive-queue owner)
         self.connected_at = int(time.time() * 1000)  # wall clock (management API)
         self.writer = Writer.start(conn, host.transport)  # the sending side
-        self.core = ConnectionCore(host.config, host.replica, peer, conn_id, self, tls,
-                                   over_limit)  # the handshake and frame dispatch, sans-IO
-        self.core.alarms = host.alarms  # the node's resource alarms now
+        # the handshake and frame dispatch, sans-IO; it acts through this actor's callables
+        self.core = ConnectionCore(host.config, host.replica, peer, conn_id,
+                                   ConnectionPort.of(self, host.node), tls, over_limit)
+        self.core.set_alarms(host.alarms)  # the node's resource alarms now
         self.deadline = (deadline if deadline is not None else
                          time.monotonic() + host.config.handshake_timeout)  # for open-ok
         self.channels: dict = {}  # channel number -> Channel actor ref
@@ -67,57 +64,49 @@ class Reader(LightActor):
 
     def on_receive(self, msg):
         try:
-            if isinstance(msg, m.Data):
-                try:
-                    self.last_recv = time.monotonic()
-                    if not self.closing:
-                        self.core.receive(msg.data)
-                finally:
-                    self.conn.handled()
-            elif isinstance(msg, m.Block):
-                if msg.on:
-                    self.blocked.add(msg.channel)
-                else:
-                    self.blocked.discard(msg.channel)
-                self._update_block()
-            elif isinstance(msg, m.ChannelFinished):
-                if self.channels.get(msg.number) is msg.ref:
-                    del self.channels[msg.number]
-                self.finishing.pop(msg.ref.actor_urn, None)
-                if self.blocked:
-                    self.blocked.discard(msg.number)
-                    self._update_block()
-                msg.ref.stop(block=False)
-            elif isinstance(msg, m.HeartbeatTick):
-                hb = self.core.heartbeat
-                # heartbeats are not checked while the broker itself does not read the socket
-                if hb and not self.reading_held and time.monotonic() - self.last_recv > 2 * hb:
-                    log.warning("missed heartbeats from client %s:%s, timeout: %ss",
-                                self.peer[0], self.peer[1], hb)
-                    self.terminate("missed heartbeats")
-                    return
-                self.writer.tell(msg)
-            elif isinstance(msg, m.Admitted):
-                if msg.channel:
-                    self.core.channel_admitted(msg.channel, msg.ok, msg.code, msg.text)
-                else:
-                    self.core.admitted(msg.ok, msg.code, msg.text)
-            elif isinstance(msg, m.ResourceAlarm):
-                self.core.set_alarms(msg.alarms)
-            elif isinstance(msg, m.SocketClosed):
-                self.terminate(msg.why)
-            elif isinstance(msg, m.CloseConnection):
-                self.core.close(msg.code, msg.text, msg.class_id, msg.method_id)
-            elif isinstance(msg, m.CloseTimeout):
-                self.terminate("close timed out")
-            elif isinstance(msg, HandshakeTimeout):
-                self.core.handshake_timeout()
-            elif isinstance(msg, m.Shutdown):
-                self.core.close(320, "CONNECTION_FORCED - broker forced connection closure "
-                                     "with reason 'shutdown'")
+            handler = _SHELL.get(type(msg))
+            if handler is not None:
+                handler(self, msg)
+            elif type(msg) in core_connection.HANDLES:
+                self.core.handle(msg)
         except Exception:
             log.exception("reader of %s failed", self.conn_id)
             self.terminate("internal error")
+
+    # --- what the Reader itself decides (the rest: ConnectionCore.handle) ------------------
+    def _data(self, msg: m.Data) -> None:
+        try:
+            self.last_recv = time.monotonic()
+            if not self.closing:
+                self.core.receive(msg.data)
+        finally:
+            self.conn.handled()
+
+    def _block(self, msg: m.Block) -> None:
+        if msg.on:
+            self.blocked.add(msg.channel)
+        else:
+            self.blocked.discard(msg.channel)
+        self._update_block()
+
+    def _channel_finished(self, msg: m.ChannelFinished) -> None:
+        if self.channels.get(msg.number) is msg.ref:
+            del self.channels[msg.number]
+        self.finishing.pop(msg.ref.actor_urn, None)
+        if self.blocked:
+            self.blocked.discard(msg.number)
+            self._update_block()
+        msg.ref.stop(block=False)
+
+    def _heartbeat_tick(self, msg: m.HeartbeatTick) -> None:
+        hb = self.core.heartbeat
+        # heartbeats are not checked while the broker itself does not read the socket
+        if hb and not self.reading_held and time.monotonic() - self.last_recv > 2 * hb:
+            log.warning("missed heartbeats from client %s:%s, timeout: %ss",
+                        self.peer[0], self.peer[1], hb)
+            self.terminate("missed heartbeats")
+            return
+        self.writer.tell(msg)
 
     @property
     def reading_held(self) -> bool:
@@ -146,13 +135,11 @@ class Reader(LightActor):
 
     def track_connection(self, vhost: str, user: str, wait: bool) -> None:
         """Counted by the node for vhost/user limits (wait: connection.open-ok waits)."""
-        self.host.track(self.actor_ref, "connection.open",
-                        {"conn": self.conn_id, "vhost": vhost, "user": user}, 0, wait)
+        self.host.track(self.actor_ref, ops.ConnectionOpen(self.conn_id, vhost, user), 0, wait)
 
     def track_channel(self, number: int, wait: bool) -> None:
         """Counted by the node for the user's max-channels (wait: channel.open-ok waits)."""
-        self.host.track(self.actor_ref, "channel.open",
-                        {"conn": self.conn_id, "number": number}, number, wait)
+        self.host.track(self.actor_ref, ops.ChannelOpen(self.conn_id, number), number, wait)
 
     def open_channel(self, number: int, info) -> None:
         self.channels[number] = Channel.start(self.host, number, info, self.actor_ref,
@@ -171,8 +158,8 @@ class Reader(LightActor):
         ref = self.channels.pop(number, None)
         if ref is not None:
             self.finishing[ref.actor_urn] = ref
-            self.host.track(self.actor_ref, "channel.closed",
-                            {"conn": self.conn_id, "number": number}, number, False)
+            self.host.track(self.actor_ref, ops.ChannelClosed(self.conn_id, number), number,
+                            False)
 
     def channel_open(self, number: int) -> bool:
         return number in self.channels
@@ -208,3 +195,14 @@ class Reader(LightActor):
         self.writer.tell(m.CloseSocket(linger))
         self.host.connection_closed(self)
         self.stop()
+
+
+# message type -> the Reader's own handler; ConnectionCore.HANDLES go to the core
+_SHELL = {
+    m.Data: Reader._data,
+    m.Block: Reader._block,
+    m.ChannelFinished: Reader._channel_finished,
+    m.HeartbeatTick: Reader._heartbeat_tick,
+    m.SocketClosed: lambda reader, msg: reader.terminate(msg.why),
+    m.CloseTimeout: lambda reader, msg: reader.terminate("close timed out"),
+}

@@ -3,9 +3,9 @@
 Mirrors rabbit_reader.erl's handshake (`handle_input`, `handle_method0`, `auth_phase`,
 `validate_negotiated_integer_value`) and its error handling: a channel-level error is the
 channel's business, anything else closes the connection with RabbitMQ's reply code and text.
-`shell` is the Reader actor; the core calls its `write`, `opened`, `open_channel`,
-`channel_commands`, `channel_open`, `close_after`, `throttle` (resource alarms: stop / resume
-reading) and `terminate`.
+The core acts only through its `ConnectionPort` (the callables the Reader gives it: `write`,
+`opened`, `open_channel`, `channel_commands`, `channel_open`, `close_after`, `throttle` for
+resource alarms, `terminate`, ...) and takes the messages it decides alone through `handle`.
 
 Authentication: PLAIN and AMQPLAIN check the password; EXTERNAL (rabbitmq_auth_mechanism_ssl
 with `ssl_cert_login_from = common_name`) takes the user name from the client certificate's
@@ -26,7 +26,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import platform
+from typing import Callable
 
+from actors import messages as m
 from actors.core.channel import ConnInfo, RefusedPublish
 from actors.core.errors import AMQPError, ChannelError, ConnectionError_, amqp_text
 from actors.core.permissions import login_refused, loopback_refused, parse_amqplain, \
@@ -108,6 +110,38 @@ def server_properties() -> dict:
     }
 
 
+class HandshakeTimeout:
+    """timers -> Reader: handshake_timeout has passed since the socket was accepted."""
+
+    __slots__ = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConnectionPort:
+    """What ConnectionCore may do outside itself: the Reader's callables, named one by one
+    (as the channel core's `_Out`), so the core never reaches into its actor."""
+
+    node: str  # the node's metadata address, for the channels' ConnInfo
+    write: Callable[[bytes], None]  # frames to the Writer
+    opened: Callable[[int], None]  # connection.open-ok sent: heartbeat seconds
+    open_channel: Callable[[int, ConnInfo], None]  # start a channel actor
+    channel_commands: Callable[[int, list], None]  # whole commands for one channel
+    forget_channel: Callable[[int], None]  # channel.close(-ok) passed on: its number is free
+    channel_open: Callable[[int], bool]  # has this number a channel actor
+    channel_count: Callable[[], int]  # channels open now
+    track_connection: Callable[[str, str, bool], None]  # (vhost, user, wait) to the node
+    track_channel: Callable[[int, bool], None]  # (number, wait) to the node
+    close_after: Callable[[float], None]  # tear down after that many seconds at the latest
+    throttle: Callable[[bool], None]  # stop / resume reading the socket (resource alarms)
+    terminate: Callable[..., None]  # (why, linger=0.0): tear the connection down now
+
+    @classmethod
+    def of(cls, shell, node: str) -> ConnectionPort:
+        """The port of an object that has every callable by its name (the Reader)."""
+        return cls(node, **{f.name: getattr(shell, f.name) for f in dataclasses.fields(cls)
+                            if f.name != "node"})
+
+
 def _frames_of(cmd: Command) -> list:
     """The method, header and body frames a whole publish was decoded from."""
     channel, method, props_raw, body = cmd
@@ -120,13 +154,13 @@ def _frames_of(cmd: Command) -> list:
 
 
 class ConnectionCore:
-    def __init__(self, config, replica, peer, conn_id, shell, tls: TlsInfo | None = None,
-                 over_limit: bool = False):
+    def __init__(self, config, replica, peer, conn_id, out: ConnectionPort,
+                 tls: TlsInfo | None = None, over_limit: bool = False):
         self.config = config  # node configuration (tune values, loopback users)
         self.replica = replica  # users, vhosts, permissions
         self.peer = peer  # (host, port)
         self.conn_id = conn_id  # connection id
-        self.shell = shell  # the Reader actor
+        self.out = out  # what the core may do: the Reader's callables
         self.decoder = FrameDecoder(FRAME_MIN)  # sans-IO frame decoder; frame_max set at tune-ok
         self.decoder.pause_on_channel0 = True  # until tune-ok: see receive
         self.decoder.fuse_publish = True  # a publish in one piece comes as a Command: _frame
@@ -152,6 +186,10 @@ class ConnectionCore:
         self.unconfirmed: set = set()  # channels whose open-ok waits for the user's count
 
     # --- input --------------------------------------------------------------------------------
+    def handle(self, msg) -> None:
+        """The one entry for the messages the core decides alone (`HANDLES`)."""
+        _HANDLERS[type(msg)](self, msg)
+
     def receive(self, data: bytes) -> None:
         if self.state == "closed":
             return
@@ -182,10 +220,10 @@ class ConnectionCore:
                     break
                 self._frame(frame, batches)
         except BadProtocolHeader:
-            self.shell.write(PROTOCOL_HEADER)
+            self.out.write(PROTOCOL_HEADER)
             self._flush(batches)
             self.state = "closed"
-            self.shell.terminate("bad protocol header")
+            self.out.terminate("bad protocol header")
             return False
         except (CodecError, AMQPError) as e:
             self._flush(batches)
@@ -200,7 +238,7 @@ class ConnectionCore:
 
     def _flush(self, batches) -> None:
         for number, commands in batches.items():
-            self.shell.channel_commands(number, commands)
+            self.out.channel_commands(number, commands)
             if self.alarms and not self.alarm_blocked and \
                     any(getattr(c, "body", None) is not None for c in commands):
                 self._block_for_alarm()
@@ -213,16 +251,16 @@ class ConnectionCore:
         if self.alarm_blocked and not self.alarms:
             self.alarm_blocked = False
             if self.capabilities.get("connection.blocked"):
-                self.shell.write(encode_method(0, am.ConnectionUnblocked()))
-            self.shell.throttle(False)
+                self.out.write(encode_method(0, am.ConnectionUnblocked()))
+            self.out.throttle(False)
 
     def _block_for_alarm(self) -> None:
         self.alarm_blocked = True
         if self.capabilities.get("connection.blocked"):
             # rabbit_reader: "low on memory", "low on disk", "low on memory & disk"
             reason = "low on " + " & ".join(a for a in ("memory", "disk") if a in self.alarms)
-            self.shell.write(encode_method(0, am.ConnectionBlocked(reason=reason)))
-        self.shell.throttle(True)
+            self.out.write(encode_method(0, am.ConnectionBlocked(reason=reason)))
+        self.out.throttle(True)
 
     def _frame(self, frame, batches) -> None:
         if type(frame) is Command:
@@ -234,7 +272,7 @@ class ConnectionCore:
             if self.state == "running" and channel not in self.closing_channels and \
                     not assembler.in_progress(channel) and size <= assembler.max_msg_size and \
                     (assembler.max_body_size is None or size <= assembler.max_body_size) and \
-                    self.shell.channel_open(channel):
+                    self.out.channel_open(channel):
                 cmds = batches.get(channel)
                 if cmds is None:
                     batches[channel] = [frame]
@@ -269,7 +307,7 @@ class ConnectionCore:
             if type(frame) is not MethodFrame or not isinstance(frame.method, am.ChannelOpen):
                 return
             self.closing_channels.discard(channel)
-        if type(frame) is MethodFrame and not self.shell.channel_open(channel):
+        if type(frame) is MethodFrame and not self.out.channel_open(channel):
             self._unopened(channel, frame.method, batches)
             return
         try:
@@ -296,37 +334,37 @@ class ConnectionCore:
             # the number is free for the client as soon as it sees close-ok: forget it now
             self._flush(batches)
             batches.clear()
-            self.shell.forget_channel(channel)
+            self.out.forget_channel(channel)
 
     def _unopened(self, channel: int, method, batches) -> None:
         """A method on a channel that is not open: channel.open, a close to answer, or 504."""
         if isinstance(method, am.ChannelOpen):
             # rabbit_reader:create_channel/2 counts the open channels; the number itself may
             # be above channel_max (RabbitMQ 3.10 takes any number up to 65535)
-            count = self.shell.channel_count()
+            count = self.out.channel_count()
             if self.channel_max and count >= self.channel_max:
                 raise ConnectionError_(530, f"number of channels opened ({count}) has reached "
                                             f"the negotiated channel_max ({self.channel_max})")
             self._flush(batches)
             batches.clear()
             self.assembler.reset(channel)
-            self.shell.open_channel(channel, ConnInfo(
+            self.out.open_channel(channel, ConnInfo(
                 self.conn_id, self.user, self.vhost, self.frame_max, self.capabilities,
-                self.shell.host.node))
+                self.out.node))
             # counted by the node for user limits; with max-channels set the open-ok waits
             # for its answer (channel_admitted)
             wait = self._limits("user", self.user) is not None and \
                 "max-channels" in self._limits("user", self.user)
-            self.shell.track_channel(channel, wait)
+            self.out.track_channel(channel, wait)
             if wait:
                 self.unconfirmed.add(channel)
             else:
-                self.shell.write(encode_method(channel, am.ChannelOpenOk()))
+                self.out.write(encode_method(channel, am.ChannelOpenOk()))
             return
         if isinstance(method, am.ChannelCloseOk):
             return
         if isinstance(method, am.ChannelClose):
-            self.shell.write(encode_method(channel, am.ChannelCloseOk()))
+            self.out.write(encode_method(channel, am.ChannelCloseOk()))
             return
         # rabbit_channel's answer to a first method other than channel.open; given here, at
         # the method frame, a publish's content is not read at all (RabbitMQ reassembles it
@@ -337,26 +375,26 @@ class ConnectionCore:
     # --- handshake ----------------------------------------------------------------------------
     def _start(self) -> None:
         self.state = "start"
-        self.shell.write(encode_method(0, am.ConnectionStart(
+        self.out.write(encode_method(0, am.ConnectionStart(
             version_major=0, version_minor=9, server_properties=server_properties(),
             mechanisms=" ".join(mechanisms(self.tls)), locales="en_US")))
 
     def _method0(self, method) -> None:
         state = self.state
         if isinstance(method, am.ConnectionClose):
-            self.shell.write(encode_method(0, am.ConnectionCloseOk()))
+            self.out.write(encode_method(0, am.ConnectionCloseOk()))
             self.state = "closed"
             # rabbit_reader:close_connection: after close-ok the socket is the client's to
             # close; it is closed by the broker only after the heartbeat timeout, at most
             # ?CLOSING_TIMEOUT. What the client's other threads still send meanwhile is dropped.
             hb = self.heartbeat
-            self.shell.terminate("closed by client",
+            self.out.terminate("closed by client",
                                  linger=hb if 0 < hb < CLOSING_TIMEOUT else CLOSING_TIMEOUT)
             return
         if isinstance(method, am.ConnectionCloseOk):
             if state == "closing":
                 self.state = "closed"
-                self.shell.terminate("close-ok")
+                self.out.terminate("close-ok")
             return
         if state == "closing":
             return
@@ -367,7 +405,7 @@ class ConnectionCore:
         elif state == "open" and isinstance(method, am.ConnectionOpen):
             self._open(method)
         elif state == "running" and isinstance(method, am.ConnectionUpdateSecret):
-            self.shell.write(encode_method(0, am.ConnectionUpdateSecretOk()))
+            self.out.write(encode_method(0, am.ConnectionUpdateSecretOk()))
         elif state == "running" and isinstance(method, (am.ConnectionBlocked,
                                                         am.ConnectionUnblocked)):
             raise ConnectionError_(540, f"{method.NAME} from a client", method.CLASS_ID,
@@ -419,11 +457,11 @@ class ConnectionCore:
                 self.close(403, text, method.CLASS_ID, method.METHOD_ID)
             else:
                 self.state = "closed"
-                self.shell.terminate("authentication failed")
+                self.out.terminate("authentication failed")
             return
         self.user = user
         self.state = "tune"
-        self.shell.write(encode_method(0, am.ConnectionTune(
+        self.out.write(encode_method(0, am.ConnectionTune(
             channel_max=self.config.channel_max, frame_max=self.config.frame_max,
             heartbeat=self.config.heartbeat)))
 
@@ -484,7 +522,7 @@ class ConnectionCore:
         # answer (admitted)
         wait = self._limits("vhost", vhost) is not None or \
             self._limits("user", self.user) is not None
-        self.shell.track_connection(vhost, self.user, wait)
+        self.out.track_connection(vhost, self.user, wait)
         if wait:
             self.admitting = True
             return
@@ -496,8 +534,8 @@ class ConnectionCore:
 
     def _opened(self) -> None:
         self.state = "running"
-        self.shell.write(encode_method(0, am.ConnectionOpenOk()))
-        self.shell.opened(self.heartbeat)
+        self.out.write(encode_method(0, am.ConnectionOpenOk()))
+        self.out.opened(self.heartbeat)
 
     def admitted(self, ok: bool, code: int = 0, text: str = "") -> None:
         """The node's answer to a connection that waited for its count."""
@@ -515,7 +553,7 @@ class ConnectionCore:
             return
         self.unconfirmed.discard(channel)
         if ok:
-            self.shell.write(encode_method(channel, am.ChannelOpenOk()))
+            self.out.write(encode_method(channel, am.ChannelOpenOk()))
         else:
             self.close(code, text, am.ChannelOpen.CLASS_ID, am.ChannelOpen.METHOD_ID)
 
@@ -531,7 +569,7 @@ class ConnectionCore:
                     self.conn_id, self.peer[0], self.peer[1], waiting,
                     self.config.handshake_timeout)
         self.state = "closed"
-        self.shell.terminate("handshake_timeout")
+        self.out.terminate("handshake_timeout")
 
     # --- closing ------------------------------------------------------------------------------
     def _silent_close(self, why: str) -> None:
@@ -540,7 +578,7 @@ class ConnectionCore:
         log.warning("closing connection %s from %s before tune-ok: %s", self.conn_id,
                     self.peer[0], why)
         self.state = "closed"
-        self.shell.close_after(SILENT_CLOSE_DELAY)
+        self.out.close_after(SILENT_CLOSE_DELAY)
 
     def close(self, code: int, text: str, class_id: int = 0, method_id: int = 0) -> None:
         """Server-initiated connection.close; the socket closes on close-ok or after 1 s."""
@@ -548,10 +586,30 @@ class ConnectionCore:
             return
         if self.state == "header":
             self.state = "closed"
-            self.shell.terminate(text)
+            self.out.terminate(text)
             return
         log.warning("closing connection %s: %s", self.conn_id, text)
         self.state = "closing"
-        self.shell.write(encode_method(0, am.ConnectionClose(
+        self.out.write(encode_method(0, am.ConnectionClose(
             reply_code=code, reply_text=text, class_id=class_id, method_id=method_id)))
-        self.shell.close_after(1.0)
+        self.out.close_after(1.0)
+
+
+def _admitted(core: ConnectionCore, msg: m.Admitted) -> None:
+    if msg.channel:
+        core.channel_admitted(msg.channel, msg.ok, msg.code, msg.text)
+    else:
+        core.admitted(msg.ok, msg.code, msg.text)
+
+
+# message type -> what the core does with it (the Reader routes `HANDLES` here)
+_HANDLERS: dict[type, Callable] = {
+    m.Admitted: _admitted,
+    m.ResourceAlarm: lambda core, msg: core.set_alarms(msg.alarms),
+    m.CloseConnection: lambda core, msg: core.close(msg.code, msg.text, msg.class_id,
+                                                    msg.method_id),
+    m.Shutdown: lambda core, msg: core.close(
+        320, "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"),
+    HandshakeTimeout: lambda core, msg: core.handshake_timeout(),
+}
+HANDLES = frozenset(_HANDLERS)

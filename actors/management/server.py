@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from actors import metadata_ops as ops
 from actors.connection import tls
 from actors.core.errors import AMQPError
 from actors.core.permissions import hashed_auth_call, loopback_refused
@@ -98,10 +99,10 @@ class NodeAsk:
     def __init__(self, run_dir: str, metadata: str):
         self.run_dir, self.metadata = run_dir, metadata
 
-    async def __call__(self, op: str, args: dict | None = None, timeout_ms: int = 15000):
+    async def __call__(self, op: ops.Op, timeout_ms: int = 15000):
         loop = asyncio.get_running_loop()
         reply = await loop.run_in_executor(None, ask_node, self.run_dir, self.metadata, op,
-                                           args or {}, timeout_ms)
+                                           timeout_ms)
         if reply is None:
             raise ApiError(503, "timeout", "the node did not answer")
         if not reply.ok:
@@ -248,7 +249,7 @@ class Management:
         except (binascii.Error, UnicodeDecodeError):
             raise ApiError(401, "not_authorised", "Not_Authorized") from None
         try:
-            tags = await self.ask("mgmt_login", {"user": user, "password": password})
+            tags = await self.ask(ops.MgmtLogin(user=user, password=password))
         except ApiError as e:
             if e.status >= 500:
                 raise  # (the node did not answer: no verdict on the password, no 401)
@@ -268,7 +269,7 @@ class Management:
             raise ApiError(401, "not_authorised", "Not administrator user"
                            if need is api.is_admin else "Not monitor user"
                            if need is api.is_monitor else "Not policymaker user")
-        state = await self.ask("mgmt_state")
+        state = await self.ask(ops.MgmtState())
         return user, tags, state, api.visible_vhosts(state, user, tags)
 
     # --- what several resources do ------------------------------------------------------------
@@ -276,7 +277,7 @@ class Management:
         """A users / vhosts / permissions change, as leveretctl sends it (a password hashed
         here: it never travels)."""
         method, args = hashed_auth_call(method, args)
-        await self.ask("auth", {"method": method, "args": args})
+        await self.ask(ops.Auth(method=method, args=args))
 
     async def offload(self, fn, *args):
         """fn(*args) on the thread pool: file reads never block the loop."""

@@ -11,7 +11,9 @@ from __future__ import annotations
 import time
 
 from actors import messages as m
+from actors import metadata_ops as ops
 from actors.core.errors import ChannelError
+from actors.node.metadata_dispatch import handles
 from actors.node.resources import parse_bytes
 
 ALARM_OPS = {"status", "set_vm_memory_high_watermark", "set_disk_free_limit"}  # node-local
@@ -38,12 +40,14 @@ class AlarmsMixin:
         if worker.kind == "conn" and self.alarms:
             self.transport.send(worker.control, m.ResourceAlarm(sorted(self.alarms)))
 
+    @handles(ops.Status)
     def op_status(self, rpc):
         status = self.resources.status() if self.resources is not None else {}
         status["alarms"] = sorted(self.alarms)
         status["events"] = dict(self._events_totals(), level=self.config.events)
         return status
 
+    @handles(ops.SetVmMemoryHighWatermark)
     def op_set_vm_memory_high_watermark(self, rpc, value, absolute=False):
         try:
             if absolute:
@@ -55,6 +59,7 @@ class AlarmsMixin:
         self._check_now()
         return self.resources.memory_limit()
 
+    @handles(ops.SetDiskFreeLimit)
     def op_set_disk_free_limit(self, rpc, value, mem_relative=False):
         try:
             if mem_relative:

@@ -13,7 +13,9 @@ each node admits up to the limit, where RabbitMQ counts cluster-wide (docs/polic
 
 from __future__ import annotations
 
+from actors import metadata_ops as ops
 from actors.core import limits
+from actors.node.metadata_dispatch import handles
 
 
 class LimitsMixin:
@@ -21,6 +23,7 @@ class LimitsMixin:
         self.tracked: dict[str, tuple[str, str]] = {}  # conn id -> (vhost, user), this node's
         self.tracked_channels: dict[str, set] = {}  # conn id -> open channel numbers
 
+    @handles(ops.ConnectionOpen)
     def op_connection_open(self, rpc, conn, vhost, user):
         """A connection asks to be counted; refused (530) past its vhost's or user's limit."""
         if conn in self.tracked:
@@ -36,6 +39,7 @@ class LimitsMixin:
         self.tracked[conn] = (vhost, user)
         return None
 
+    @handles(ops.ChannelOpen)
     def op_channel_open(self, rpc, conn, number):
         """A channel asks to be counted; refused (530) past its user's max-channels."""
         vu = self.tracked.get(conn)
@@ -52,6 +56,7 @@ class LimitsMixin:
         chans.add(number)
         return None
 
+    @handles(ops.ChannelClosed)
     def op_channel_closed(self, rpc, conn, number):
         chans = self.tracked_channels.get(conn)
         if chans is not None:

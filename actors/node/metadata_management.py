@@ -15,6 +15,7 @@ from importlib import metadata as dists
 
 from actors import events
 from actors import messages as m
+from actors import metadata_ops as ops
 from actors.core import channel_stats
 from actors.core import quorum
 from actors.core.samples import Sample, Sampled
@@ -25,6 +26,7 @@ from actors.core.connection import KNOWN_MECHANISMS, PASSWORD_MECHANISMS
 from actors.core.consumers import activity
 from actors.core.pause import CONNECTION_TIMEOUT_S
 from actors.durable_files import SYNCS
+from actors.node.metadata_dispatch import handles
 from actors.node.node_stats import sync_avg_ms, thread_limit
 from actors.transport import make_address
 
@@ -360,6 +362,7 @@ class ManagementMixin:
                 "events_sync": self.config.events_sync if self.config.events != "off"
                 else "off"}
 
+    @handles(ops.MgmtCounters)
     def op_mgmt_counters(self, rpc):
         """This node's statistics for Prometheus (per node, as rabbitmq_prometheus: a
         dashboard sums over the nodes): its connection workers' process totals (live and dead
@@ -395,6 +398,7 @@ class ManagementMixin:
                                  if k in c} for c in conns]}
         return total
 
+    @handles(ops.MgmtState)
     def op_mgmt_state(self, rpc):
         """Definitions as the management API lists them (plain data; the password hashes stay
         inside the node process: the listener runs in it)."""
@@ -437,6 +441,7 @@ class ManagementMixin:
                 # its collectors' message queues): what waits in this actor's mailbox now
                 "statistics_db_event_queue": len(self.actor_inbox)}
 
+    @handles(ops.MgmtCloseConnection)
     def op_mgmt_close_connection(self, rpc, name, reason):
         """DELETE /api/connections/{name}: the worker holding it closes it (any node's)."""
         for worker, rows in self.conn_stats.items():
@@ -447,11 +452,13 @@ class ManagementMixin:
                     return None
         raise ChannelError(404, amqp_text(404, f"no connection '{name}'"))
 
+    @handles(ops.Environment)
     def op_environment(self, rpc):
         """rabbitmqctl environment: the node's settings (the cluster secret left out)."""
         return {k: v for k, v in vars(self.config).items()
                 if k not in ("cluster_secret", "config_files")}
 
+    @handles(ops.MgmtLogin)
     def op_mgmt_login(self, rpc, user, password):
         """HTTP basic auth: the user's tags, or 401's reason."""
         refused = self.auth.check_login(user, password)

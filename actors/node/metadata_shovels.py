@@ -9,7 +9,9 @@ GET /api/shovels (`ShovelStates`).
 from __future__ import annotations
 
 from actors import messages as m
+from actors import metadata_ops as ops
 from actors.core.errors import ChannelError, amqp_text
+from actors.node.metadata_dispatch import handles
 from actors.shovel.supervisor import ShovelSupervisor
 
 SHOVEL_CHANGES = ("param_put", "param_del", "member_put")
@@ -40,8 +42,7 @@ class ShovelsMixin:
     def _shovel_done(self, vhost: str, name: str) -> None:
         """A runner's thread: its shovel deleted itself; clear the parameter as an operation
         of this actor (forwarded to the leader in a cluster)."""
-        self.actor_ref.tell(m.Rpc("", 0, "parameter", {
-            "method": "clear", "vhost": vhost, "component": "shovel", "name": name}))
+        self.actor_ref.tell(ops.rpc("", 0, ops.Parameter("clear", vhost, "shovel", name)))
 
     def _shovel_tick(self, now_ms: int) -> None:
         note = m.ShovelStates(self.config.node, now_ms, self.shovels.rows())
@@ -52,6 +53,7 @@ class ShovelsMixin:
     def _shovel_states(self, msg: m.ShovelStates) -> None:
         self.peer_shovels[msg.node] = (msg.at_ms, msg.rows)
 
+    @handles(ops.ShovelStatus)
     def op_shovel_status(self, rpc, vhost=None):
         """Every shovel of the cluster as GET /api/shovels lists it: this node's own, and
         each other node up's from its last ShovelStates (sent every statistics interval)."""
@@ -65,6 +67,7 @@ class ShovelsMixin:
         rows.sort(key=lambda r: (r["vhost"], r["name"]))
         return rows
 
+    @handles(ops.ShovelRestart)
     def op_shovel_restart(self, rpc, vhost, name):
         """DELETE /api/shovels/vhost/{vhost}/{name}/restart (rabbit_shovel_util:
         restart_shovel/2): stop it and start it again, on the node that runs it."""

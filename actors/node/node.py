@@ -34,6 +34,7 @@ import threading
 import time
 
 from actors import events, hlc
+from actors import metadata_ops as ops
 from actors.config import Config
 from actors.connection import handoff, tls
 from actors.management.server import Management
@@ -509,9 +510,9 @@ class Node:
         except ValueError as e:
             log.error("load_definitions: %s is not JSON: %s", path, e)
             return False
-        reply = ask_node(self.run_dir, self._ctl_address(), "definitions.import", {
-            "doc": doc, "content_hash": definitions_json.content_hash(raw),
-            "skip_if_unchanged": bool(self.config.definitions_skip_if_unchanged)},
+        reply = ask_node(self.run_dir, self._ctl_address(), ops.DefinitionsImport(
+            doc, definitions_json.content_hash(raw),
+            bool(self.config.definitions_skip_if_unchanged)),
             timeout_ms=int(self.config.boot_timeout * 1000))
         if reply is None or not reply.ok:
             log.error("load_definitions: could not import %s: %s", path,

@@ -36,7 +36,7 @@ from actors.queue import storage
 from actors.core import stream
 from actors.core.restarts import RestartIntensity
 from actors.runtime import monitor
-from actors.queue.queue import Queue
+from actors.queue.queue import EmitStats, Queue
 from actors.queue.stream_member import StreamMember
 from actors.queue.stream_queue import StreamQueue
 
@@ -252,6 +252,12 @@ class QueueHost(WorkerHost):
                 self.queues.pop(name, None)
             else:
                 ref.tell(m.CheckMaster())  # the master may have moved
+        if any(c[0] == "member_put" for c in changes):
+            # a node came up (or a member changed): quiet queues, whose statistics timers
+            # are disarmed, send their last sample to the nodes that have not had it
+            for ref in list(self.queues.values()):
+                if ref.is_alive() and ref.actor_class is Queue:
+                    ref.tell(EmitStats())
         if any(c[0] in ("policy_put", "policy_del", "op_policy_put", "op_policy_del")
                for c in changes):
             for ref in list(self.queues.values()):

@@ -56,9 +56,13 @@ class Run:
 
 
 class EmitStats:
-    """Timer -> queue (local only): time for a statistics sample (management API)."""
+    """Timer (or its host, when a node joined) -> queue (local only): time for a statistics
+    sample (management API)."""
 
-    __slots__ = ()
+    __slots__ = ("timer",)
+
+    def __init__(self, timer: bool = False):
+        self.timer = timer  # the queue's own timer (one is armed at a time)
 
 
 class _SyncLane(NamedTuple):
@@ -204,6 +208,10 @@ class Queue(LightActor):
         self.last_sample: m.QueueStats | None = None  # the last sample sent
         self.sampled_to: set = set()  # the metadata actors it went to (the nodes up then)
         self.stats_interval = host.config.collect_statistics_interval
+        # a quiet queue (nothing changed over a whole interval) disarms its statistics timer
+        # until a message comes, as RabbitMQ's hibernating queues stop emitting: with 100,000
+        # idle queues, a timer each firing every interval kept the workers busy
+        self.stats_armed = False
         # wall-clock ms minus now_ms(): the consumer use state goes out in wall-clock time
         self.clock_offset = int(time.time() * 1000) - now_ms()
         self.core.on_enqueue = lambda msg: self.mirrors.enqueued(msg, now_ms())
@@ -301,7 +309,7 @@ class Queue(LightActor):
             self._adopt(self.adopted)
         self.transport.register(self.name, self.actor_ref)
         self._emit_stats()
-        self.timers.every(self.stats_interval, self.actor_ref, EmitStats())
+        self._arm_stats()
         if self.started_to:
             self.transport.send(self.started_to, m.QueueStarted(self.vhost, self.qname,
                                                                 self.address))
@@ -323,11 +331,24 @@ class Queue(LightActor):
         if events.enabled():
             self.bq.tell(census.snapshot(self.core, reason))
 
-    def _emit_stats(self) -> None:
+    def _arm_stats(self) -> None:
+        if not self.stats_armed:
+            self.stats_armed = True
+            self.timers.at(int(time.monotonic() * 1000) + self.stats_interval, self.actor_ref,
+                           EmitStats(timer=True))
+
+    def _stats_tick(self, msg: EmitStats) -> None:
+        if msg.timer:
+            self.stats_armed = False
+        if self._emit_stats():
+            self._arm_stats()  # else quiet until the next message
+
+    def _emit_stats(self) -> bool:
         """A sample to every node's metadata actor when the counts changed (every
         collect_statistics_interval); the last one, as it was, to a node that came up since
         (its API lists every queue of the cluster from the samples it holds: an idle queue
-        would otherwise stay without figures there until it changed)."""
+        would otherwise stay without figures there until it changed). True when something
+        was sent."""
         sample = self.counters.sample(self._stats(), self.core.use.state(self.clock_offset))
         addresses = self._metadata_addresses()
         if sample is not None:
@@ -337,9 +358,11 @@ class Queue(LightActor):
         else:
             targets = [a for a in addresses if a not in self.sampled_to]
         self.sampled_to = set(addresses)
-        if self.last_sample is not None:
-            for addr in targets:
-                self.transport.send(addr, self.last_sample)
+        if self.last_sample is None or not targets:
+            return False
+        for addr in targets:
+            self.transport.send(addr, self.last_sample)
+        return True
 
     def _stats(self) -> dict:
         """The queue's depth and consumers (QueueCore.stats), where its messages are
@@ -417,6 +440,8 @@ class Queue(LightActor):
             return
         core = self.core
         now = now_ms()
+        if not self.stats_armed and not isinstance(msg, EmitStats):
+            self._arm_stats()  # a quiet queue has news again
         # run deliveries once per drained mailbox (or every HOLD_MAX messages), not per message
         self.held += 1
         core.hold = self.held < HOLD_MAX and not self.actor_inbox.empty()
@@ -471,7 +496,7 @@ class Queue(LightActor):
         elif isinstance(msg, Tick):
             core.tick(now)
         elif isinstance(msg, EmitStats):
-            self._emit_stats()
+            self._stats_tick(msg)
         elif isinstance(msg, ChannelsDown):
             core.channels_down(msg.prefix, now)
         elif isinstance(msg, Run):

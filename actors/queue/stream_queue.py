@@ -24,6 +24,7 @@ import pykka
 
 from actors import events, faults
 from actors import messages as m
+from actors import metadata_ops as ops
 from actors.core import credit_flow, policies, stream, stream_replication
 from actors.core.errors import AMQPError
 from actors.core.queue_args import check_consume_arguments
@@ -34,6 +35,7 @@ from actors.naming import queue_actor_name
 from actors.queue import quorum_log
 from actors.queue.storage import Storage, queue_id
 from actors.queue.stream_log import Entry, StreamLog
+from actors.queue.stream_recent import RecentReads
 from actors.runtime import LightActor
 from protocol.properties import BasicProperties
 
@@ -44,6 +46,7 @@ log = logging.getLogger("leveret.stream")
 READ_BATCH = 256  # messages read from the log per reader per turn
 READ_BATCH_BYTES = 1 << 20  # ...and about this many body bytes
 TRIM_AFTER_BYTES = 16 << 20  # bodies read between two trims of the map (its RSS bound)
+RECENT_BYTES = 32 << 20  # body bytes of the messages read lately kept for the other readers
 RETENTION_CHECK_MS = 10_000  # how often age retention looks at the oldest segment
 HOLD_MAX = 64  # at most this many messages handled between two chunks written (a mailbox
 #                that never empties still has its publishes written and confirmed)
@@ -220,6 +223,7 @@ class StreamQueue(LightActor):
         self.disk_writes = 0  # messages written (rabbit_backing_queue's disk_writes)
         self.disk_reads = 0  # messages read back for deliveries
         self.unmapped_bytes = 0  # bodies read since the map was last trimmed
+        self.recent = RecentReads(RECENT_BYTES, stream.with_offset_header)
         self.last_sample: m.QueueStats | None = None  # the last sample sent
         self.serving = False  # registered and answering
 
@@ -282,53 +286,41 @@ class StreamQueue(LightActor):
                             self.qname, self.vhost)
 
     def _handle(self, msg) -> None:
-        if isinstance(msg, m.Publish):
-            self._publish(msg)
-        elif isinstance(msg, Appended):
-            self._appended(msg)
-        elif isinstance(msg, m.Settle):
-            if msg.op == m.ACK:
-                self.counters.ack += len(msg.seq_ids)
-            # a hand-back (a cancelled consumer's deliveries) frees the credit as an ack does:
-            # a stream keeps every message, nothing goes back anywhere
-            self.readers.settle(msg.sender, msg.seq_ids)
-        elif isinstance(msg, m.Sent):
-            self.readers.sent(msg.channel, msg.n)
-        elif isinstance(msg, m.Consume):
-            self._consume(msg)
-        elif isinstance(msg, m.Cancel):
-            ok = self.readers.remove(msg.sender, msg.consumer_tag) is not None
-            if msg.req_id:
-                self._reply(msg.sender, msg.req_id, True, ok)
-        elif isinstance(msg, m.Get):
-            e = stream.get_refused(self.qname, self.vhost)
-            self._reply(msg.sender, msg.req_id, False, None, e.reply_code, e.text)
-        elif isinstance(msg, m.StreamAck):
-            self._member_acked(msg)
-        elif isinstance(msg, m.StreamJoin):
-            self._member_join(msg)
-        elif isinstance(msg, m.MirrorsDown):
-            self.replicas.gone(msg.endpoint)
-        elif isinstance(msg, m.ChannelDown):
-            self.readers.drop_channel(msg.sender)
-            self.credit.forget(msg.sender)
-        elif isinstance(msg, ChannelsDown):
-            for r in self.readers.drop_channels(msg.prefix):
-                self.credit.forget(r.channel)
-        elif isinstance(msg, m.QueueOp):
-            self._queue_op(msg)
-        elif isinstance(msg, LogChanged):
-            self._adopt(msg.state)
-        elif isinstance(msg, EmitStats):
-            self._emit_stats()
-        elif isinstance(msg, RetentionTick):
-            self.writer.tell(Retain(self.settings))
-        elif isinstance(msg, PolicyChanged):
-            self.settings = stream.settings(self.arguments, self.policy())
-            self.writer.tell(Retain(self.settings))
-        elif isinstance(msg, Run):
-            self.run_pending = False
+        handler = _HANDLERS.get(type(msg))
+        if handler is not None:
+            handler(self, msg)
         # SetLimit, Grant: a stream refuses consumers on a channel with a global prefetch
+
+    def _settle(self, msg: m.Settle) -> None:
+        if msg.op == m.ACK:
+            self.counters.ack += len(msg.seq_ids)
+        # a hand-back (a cancelled consumer's deliveries) frees the credit as an ack does:
+        # a stream keeps every message, nothing goes back anywhere
+        self.readers.settle(msg.sender, msg.seq_ids)
+
+    def _cancel(self, msg: m.Cancel) -> None:
+        ok = self.readers.remove(msg.sender, msg.consumer_tag) is not None
+        if msg.req_id:
+            self._reply(msg.sender, msg.req_id, True, ok)
+
+    def _get(self, msg: m.Get) -> None:
+        e = stream.get_refused(self.qname, self.vhost)
+        self._reply(msg.sender, msg.req_id, False, None, e.reply_code, e.text)
+
+    def _channel_down(self, msg: m.ChannelDown) -> None:
+        self.readers.drop_channel(msg.sender)
+        self.credit.forget(msg.sender)
+
+    def _channels_down(self, msg: ChannelsDown) -> None:
+        for r in self.readers.drop_channels(msg.prefix):
+            self.credit.forget(r.channel)
+
+    def _run(self, msg: Run) -> None:
+        self.run_pending = False  # the turn it asked for came: _flush may ask again
+
+    def _policy_changed(self, msg: PolicyChanged) -> None:
+        self.settings = stream.settings(self.arguments, self.policy())
+        self.writer.tell(Retain(self.settings))
 
     def _flush(self) -> None:
         """End of a mailbox drain: write what was published as one chunk; deliver."""
@@ -418,8 +410,8 @@ class StreamQueue(LightActor):
         if member is not None:
             # it holds what we held when it joined: its log counts in an election from now
             # on (the queue's `logs` in the metadata)
-            self.transport.send(self.node, m.Rpc("", 0, "queue.synced", {
-                "vhost": self.vhost, "name": self.qname, "member": member}))
+            self.transport.send(self.node, ops.rpc("", 0, ops.QueueSynced(
+                self.vhost, self.qname, member)))
         self._commit()
 
     def _replicate(self) -> bool:
@@ -468,48 +460,58 @@ class StreamQueue(LightActor):
         """One batch to every reader behind the log's end with room -> whether some reader
         may take more now (another turn after the mailbox's other messages)."""
         batches: dict = {}
-        headed: dict = {}  # offset -> its properties with the header: readers at the same
-        #                    place share one encoding
+        recent = self.recent
         more = False
         committed = self.replicas.committed
         wanting = list(self.readers.wanting(committed))
-        # readers at the same place (and filter) share one read of the log: a fan-out of ten
-        # consumers reads and decodes each message once, not ten times
+        # readers at the same place (and filter) share one read of the log, and a reader
+        # without a filter takes what another read lately from `recent`: a fan-out of ten
+        # consumers reads, decodes and heads each message once, not ten times
         rooms: dict = {}
         for r in wanting:
             place = (r.position, r.filters, r.match_unfiltered)
             rooms[place] = max(rooms.get(place, 0), self.readers.room(r))
         reads: dict = {}
+        read_bytes = 0
         for r in wanting:
-            place = (r.position, r.filters, r.match_unfiltered)
-            got = reads.get(place)
-            if got is None:
-                got = reads[place] = self.log.read(r.position, min(rooms[place], READ_BATCH),
-                                                   READ_BATCH_BYTES, r.filters,
-                                                   r.match_unfiltered, committed)
-                self.disk_reads += len(got[0])
-            msgs, pos = got
             room = self.readers.room(r)
-            if len(msgs) > room:  # (a reader with less room than another at its place)
-                msgs = msgs[:room]
-                pos = msgs[-1].offset + 1
-            r.position = pos
-            if not msgs:
+            # (a reader below the log's first offset reads from the first: retention dropped
+            # what it would have found held)
+            got = [] if r.filters or r.position < self.log.first else recent.take(
+                r.position, committed, min(room, READ_BATCH), READ_BATCH_BYTES)
+            if not got:
+                place = (r.position, r.filters, r.match_unfiltered)
+                got = reads.get(place)
+                if got is None:
+                    msgs, after = self.log.read(r.position, min(rooms[place], READ_BATCH),
+                                                READ_BATCH_BYTES, r.filters,
+                                                r.match_unfiltered, committed)
+                    self.disk_reads += len(msgs)
+                    read_bytes += sum(len(x.body) for x in msgs)
+                    got = reads[place] = (recent.add(msgs), after)
+                got, pos = got
+                if len(got) > room:  # (a reader with less room than another at its place)
+                    got = got[:room]
+                    pos = got[-1][0].offset + 1
+                r.position = pos
+            else:
+                r.position = got[-1][0].offset + 1
+            if not got:
                 continue
             items, bodies = batches.setdefault(r.channel, ([], []))
-            for x in msgs:
-                props = headed.get(x.offset)
-                if props is None:
-                    props = headed[x.offset] = stream.with_offset_header(x.props_raw, x.offset)
+            for x, props in got:
                 items.append(_new(m.Delivery, (r.tag, x.offset, False, x.exchange,
                                                x.routing_key, props, "", 0, x.msg_id)))
                 bodies.append(x.body)
-            self.readers.delivered(r, [x.offset for x in msgs])
+            self.readers.delivered(r, [x.offset for x, _ in got])
             more = more or (r.position < committed and self.readers.room(r) > 0)
+        if recent:
+            by_key = self.readers.by_key
+            recent.forget(min(r.position for r in by_key.values()) if by_key else None)
         for ch, (items, bodies) in batches.items():
             self.counters.delivered(ch, items, self.readers.by_key)
             self.transport.send(ch, m.Deliver(self.address, self.qname, items, bodies))
-        self.unmapped_bytes += sum(len(x.body) for msgs, _ in reads.values() for x in msgs)
+        self.unmapped_bytes += read_bytes
         if self.unmapped_bytes >= TRIM_AFTER_BYTES or (batches and not more):
             # the map pages these reads touched leave the process's RSS (they stay in the
             # page cache): a reader of a long backlog costs a few batches, not the log; not
@@ -595,3 +597,26 @@ def _headers(props_raw: bytes) -> dict:
         return BasicProperties.decode(props_raw).headers or {}
     except Exception:  # noqa: BLE001 - the properties came as the client sent them
         return {}
+
+
+# message type -> StreamQueue's handler (its one dispatch table)
+_HANDLERS = {
+    m.Publish: StreamQueue._publish,
+    Appended: StreamQueue._appended,
+    m.Settle: StreamQueue._settle,
+    m.Sent: lambda sq, msg: sq.readers.sent(msg.channel, msg.n),
+    m.Consume: StreamQueue._consume,
+    m.Cancel: StreamQueue._cancel,
+    m.Get: StreamQueue._get,
+    m.StreamAck: StreamQueue._member_acked,
+    m.StreamJoin: StreamQueue._member_join,
+    m.MirrorsDown: lambda sq, msg: sq.replicas.gone(msg.endpoint),
+    m.ChannelDown: StreamQueue._channel_down,
+    ChannelsDown: StreamQueue._channels_down,
+    m.QueueOp: StreamQueue._queue_op,
+    LogChanged: lambda sq, msg: sq._adopt(msg.state),
+    EmitStats: lambda sq, msg: sq._emit_stats(),
+    RetentionTick: lambda sq, msg: sq.writer.tell(Retain(sq.settings)),
+    PolicyChanged: StreamQueue._policy_changed,
+    Run: StreamQueue._run,
+}

@@ -97,7 +97,7 @@ class Scheduler:
                 return
             self._drain_pending = True
         if self.loop.on_loop_thread():
-            self.loop.loop.call_soon(self._drain)
+            self.loop.soon(self._drain)
         else:
             self.loop.call(self._drain)
 
@@ -114,7 +114,7 @@ class Scheduler:
                     return
                 actor = self._runq.popleft()
             actor._run_slice(self.reductions)
-        self.loop.loop.call_soon(self._drain)
+        self.loop.next_turn(self._drain)
 
     def wake(self) -> None:
         """A future someone on this scheduler waits for was set."""

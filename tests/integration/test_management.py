@@ -276,6 +276,24 @@ def test_message_stats_come_from_the_queues_samples(node, http):
         "GET", "/api/queues/%2F/statq")[1]["message_stats"]["publish_details"] == {"rate": 0.0})
 
 
+def test_a_quiet_queue_samples_again_when_a_message_comes(node, http):
+    """A queue with nothing new over an interval stops its statistics timer (as RabbitMQ's
+    hibernating queues stop emitting); the next message starts it again."""
+    assert http("PUT", "/api/queues/%2F/quietq", {"durable": False})[0] == 201
+    with node.connection() as c:
+        ch = c.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("", "quietq", b"x")
+        wait_for("the first sample", lambda: http("GET", "/api/queues/%2F/quietq")[1].get(
+            "messages") == 1)
+        time.sleep(4 * STATS_MS / 1000)  # quiet: its timer is disarmed by now
+        for _ in range(3):
+            ch.basic_publish("", "quietq", b"x")
+        stats = wait_for("a sample after the quiet spell", lambda: (lambda q: q if q.get(
+            "messages") == 4 else None)(http("GET", "/api/queues/%2F/quietq")[1]))
+    assert stats["message_stats"]["publish"] == 4
+
+
 def test_lists_answer_from_the_samples_while_no_queue_could_answer(node, http):
     """Issue 14 item 1: the queue figures of every list come from what the queues emit every
     collect_statistics_interval, never from asking each queue per request. With every queue

@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
+from actors import metadata_ops as ops
 from actors.core.permissions import AuthDB
 from actors.management import api, snapshot, util
 from actors.management.routes import Route
@@ -74,8 +75,8 @@ async def post_binding(mgmt, request):
     auth.require(user, vhost, "read", "exchange", source)
     rk = body.get("routing_key", "")
     args = body.get("arguments") or {}
-    await mgmt.ask("bind", {"vhost": vhost, "source": source, "kind": kind, "dest": dest,
-                            "routing_key": rk, "arguments": args, "owner": ""})
+    await mgmt.ask(ops.Bind(vhost=vhost, source=source, kind=kind, dest=dest,
+                            routing_key=rk, arguments=args, owner=""))
     location = (f"{request.path}/{api.properties_key(rk, args)}")
     return web.Response(status=201, headers={"Location": location})
 
@@ -106,9 +107,9 @@ async def delete_binding(mgmt, request):
     auth = AuthDB.from_state(state["auth"])
     auth.require(user, vhost, "write", kind, dest)
     auth.require(user, vhost, "read", "exchange", source)
-    await mgmt.ask("unbind", {"vhost": vhost, "source": source, "kind": kind,
-                              "dest": dest, "routing_key": rk, "arguments": args,
-                              "owner": ""})
+    await mgmt.ask(ops.Unbind(vhost=vhost, source=source, kind=kind,
+                              dest=dest, routing_key=rk, arguments=args,
+                              owner=""))
     return web.Response(status=204)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from actors import metadata_ops as ops
 from actors.management import api, util
 from actors.management.routes import Route
 
@@ -23,9 +24,9 @@ async def census(mgmt, request):
     vhost = util.path_vhost(request, state, visible)
     name = request.match_info.get("name")
     if name is None:
-        asked = await mgmt.ask("queue.census", {"vhost": vhost})
+        asked = await mgmt.ask(ops.QueueCensus(vhost=vhost))
         return web.json_response({"queues": [n for _, n in asked]})
-    n = await mgmt.ask("queue.census", {"vhost": vhost, "name": name})
+    n = await mgmt.ask(ops.QueueCensus(vhost=vhost, name=name))
     return web.json_response({"queue": name, "messages": n})
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from actors import metadata_ops as ops
 from actors.management import api, util
 from actors.management.routes import Route
 
@@ -47,7 +48,7 @@ async def delete_connection(mgmt, request):
     user, tags, state, visible = await mgmt.state(request)
     c = _find_connection(request, user, tags, state, visible)
     reason = request.headers.get("X-Reason", "Closed via management plugin")
-    await mgmt.ask("mgmt_close_connection", {"name": c["name"], "reason": reason})
+    await mgmt.ask(ops.MgmtCloseConnection(name=c["name"], reason=reason))
     return web.Response(status=204)
 
 

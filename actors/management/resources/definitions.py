@@ -12,6 +12,7 @@ import json
 
 from aiohttp import web
 
+from actors import metadata_ops as ops
 from actors.management import api, util
 from actors.management.routes import Route
 
@@ -23,7 +24,7 @@ async def definitions(mgmt, request):
     vhost = request.match_info.get("vhost")
     if vhost is not None and vhost not in {v["name"] for v in state["auth"]["vhosts"]}:
         raise api.bad_request("vhost_not_found")
-    doc = await mgmt.ask("definitions.export")
+    doc = await mgmt.ask(ops.DefinitionsExport())
     if vhost is not None:
         doc = api.vhost_definitions(doc, vhost)
     headers = {"Cache-Control": "no-cache"}
@@ -47,7 +48,7 @@ async def post_definitions(mgmt, request):
     doc = await _document(request)
     if vhost is not None:
         doc = api.into_vhost(doc, vhost)
-    await mgmt.ask("definitions.import", {"doc": doc}, timeout_ms=60000)
+    await mgmt.ask(ops.DefinitionsImport(doc=doc), timeout_ms=60000)
     return web.Response(status=204)
 
 

@@ -14,6 +14,7 @@ import binascii
 
 from aiohttp import web
 
+from actors import metadata_ops as ops
 from actors.core.permissions import AuthDB
 from actors.management import amqp, api, snapshot, util
 from actors.management.routes import Route
@@ -48,12 +49,12 @@ async def put_exchange(mgmt, request):
         raise api.bad_request("key_missing: type")
     AuthDB.from_state(state["auth"]).require(user, vhost, "configure", "exchange", name)
     existed = any(x["vhost"] == vhost and x["name"] == name for x in state["exchanges"])
-    await mgmt.ask("exchange.declare", {
-        "vhost": vhost, "name": name, "type": body["type"], "passive": False,
-        "durable": util.flag(body, "durable", True),
-        "auto_delete": util.flag(body, "auto_delete", False),
-        "internal": util.flag(body, "internal", False),
-        "arguments": body.get("arguments") or {}, "user": user})
+    await mgmt.ask(ops.ExchangeDeclare(
+        vhost=vhost, name=name, type=body["type"], passive=False,
+        durable=util.flag(body, "durable", True),
+        auto_delete=util.flag(body, "auto_delete", False),
+        internal=util.flag(body, "internal", False),
+        arguments=body.get("arguments") or {}, user=user))
     return web.Response(status=204 if existed else 201)
 
 
@@ -64,8 +65,8 @@ async def delete_exchange(mgmt, request):
     if not any(x["vhost"] == vhost and x["name"] == name for x in state["exchanges"]):
         raise api.not_found()
     AuthDB.from_state(state["auth"]).require(user, vhost, "configure", "exchange", name)
-    await mgmt.ask("exchange.delete", {"vhost": vhost, "name": name,
-                                       "if_unused": request.query.get("if-unused") == "true"})
+    await mgmt.ask(ops.ExchangeDelete(vhost=vhost, name=name,
+                                       if_unused=request.query.get("if-unused") == "true"))
     return web.Response(status=204)
 
 

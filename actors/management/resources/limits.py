@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from actors import metadata_ops as ops
 from actors.management import api, util
 from actors.management.routes import Route
 
@@ -47,8 +48,8 @@ async def put_limit(mgmt, request):
     if "value" not in body:
         raise api.bad_request("key_missing: value")
     current = next((v for s, n, v in state["limits"] if s == scope and n == name), {})
-    await mgmt.ask("limits", {"method": "set", "scope": scope, "name": name,
-                              "value": dict(current, **{key: body["value"]})})
+    await mgmt.ask(ops.Limits(method="set", scope=scope, name=name,
+                              value=dict(current, **{key: body["value"]})))
     return web.Response(status=204)
 
 
@@ -62,8 +63,8 @@ async def delete_limit(mgmt, request):
     if current is None or key not in current:
         return web.Response(status=204)
     rest = {k: v for k, v in current.items() if k != key}
-    await mgmt.ask("limits", {"method": "set" if rest else "clear", "scope": scope,
-                              "name": name, **({"value": rest} if rest else {})})
+    await mgmt.ask(ops.Limits(method="set" if rest else "clear", scope=scope,
+                              name=name, **({"value": rest} if rest else {})))
     return web.Response(status=204)
 
 

@@ -14,6 +14,7 @@ import resource
 
 from aiohttp import web
 
+from actors import metadata_ops as ops
 from actors.management import api, prometheus, snapshot
 from actors.management.routes import Route
 from actors.node import node_stats
@@ -21,7 +22,7 @@ from actors.node import node_stats
 
 async def metrics(mgmt, request):
     state, status, counters = await asyncio.gather(
-        mgmt.ask("mgmt_state"), mgmt.ask("status"), mgmt.ask("mgmt_counters"))
+        mgmt.ask(ops.MgmtState()), mgmt.ask(ops.Status()), mgmt.ask(ops.MgmtCounters()))
     rows = state["queue_rows"]  # the queues' samples: no queue is asked per scrape
     only = vhosts = None
     path = request.path

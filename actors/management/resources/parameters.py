@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from actors import metadata_ops as ops
 from actors.management import api, snapshot, util
 from actors.management.api import ApiError
 from actors.management.routes import Route
@@ -61,8 +62,8 @@ async def put_parameter(mgmt, request):
     if component == "shovel":  # (rabbit_mgmt_wm_parameter: the policymaker's)
         existed = any((p["vhost"], p["component"], p["name"]) == (vhost, component, name)
                       for p in api.parameters(state))
-        await mgmt.ask("parameter", {"method": "set", "vhost": vhost, "component": component,
-                                     "name": name, "value": value})
+        await mgmt.ask(ops.Parameter(method="set", vhost=vhost, component=component,
+                                     name=name, value=value))
         return web.Response(status=204 if existed else 201)
     if not api.is_admin(tags):  # (operator policies and limits are the administrator's)
         raise ApiError(401, "not_authorised", "Not administrator user")
@@ -73,19 +74,19 @@ async def put_parameter(mgmt, request):
                                   "found in operator_policy\n")
         existed = any(p["vhost"] == vhost and p["name"] == name
                       for p in state["operator_policies"])
-        await mgmt.ask("policy", {"method": "set", "vhost": vhost, "name": name,
-                                  "pattern": value["pattern"],
-                                  "definition": value["definition"],
-                                  "priority": int(value.get("priority", 0)),
-                                  "apply_to": value.get("apply-to", "all"),
-                                  "operator": True})
+        await mgmt.ask(ops.Policy(method="set", vhost=vhost, name=name,
+                                  pattern=value["pattern"],
+                                  definition=value["definition"],
+                                  priority=int(value.get("priority", 0)),
+                                  apply_to=value.get("apply-to", "all"),
+                                  operator=True))
         return web.Response(status=204 if existed else 201)
     if name != "limits":
         raise api.bad_request("Validation failed\n\nvhost-limits has one parameter, "
                               f"named limits, not {name!r}\n")
     existed = any(s == "vhost" and n == vhost for s, n, _ in state["limits"])
-    await mgmt.ask("limits", {"method": "set", "scope": "vhost", "name": vhost,
-                              "value": value})
+    await mgmt.ask(ops.Limits(method="set", scope="vhost", name=vhost,
+                              value=value))
     return web.Response(status=204 if existed else 201)
 
 
@@ -99,16 +100,16 @@ async def delete_parameter(mgmt, request):
                for p in api.parameters(state)):
         raise api.not_found()
     if component == "shovel":
-        await mgmt.ask("parameter", {"method": "clear", "vhost": vhost, "component": component,
-                                     "name": name})
+        await mgmt.ask(ops.Parameter(method="clear", vhost=vhost, component=component,
+                                     name=name))
         return web.Response(status=204)
     if not api.is_admin(tags):
         raise ApiError(401, "not_authorised", "Not administrator user")
     if component == "operator_policy":
-        await mgmt.ask("policy", {"method": "clear", "vhost": vhost, "name": name,
-                                  "operator": True})
+        await mgmt.ask(ops.Policy(method="clear", vhost=vhost, name=name,
+                                  operator=True))
     else:
-        await mgmt.ask("limits", {"method": "clear", "scope": "vhost", "name": vhost})
+        await mgmt.ask(ops.Limits(method="clear", scope="vhost", name=vhost))
     return web.Response(status=204)
 
 

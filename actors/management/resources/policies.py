@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from actors import metadata_ops as ops
 from actors.management import api, util
 from actors.management.routes import Route
 
@@ -55,11 +56,11 @@ async def put_policy(mgmt, request):
         if key not in body:
             raise api.bad_request(f"key_missing: {key}")
     existed = any(p["vhost"] == vhost and p["name"] == name for p in _table(request, state))
-    await mgmt.ask("policy", {"method": "set", "vhost": vhost, "name": name,
-                              "pattern": body["pattern"], "definition": body["definition"],
-                              "priority": int(body.get("priority", 0)),
-                              "apply_to": body.get("apply-to", "all"),
-                              "operator": _operator(request)})
+    await mgmt.ask(ops.Policy(method="set", vhost=vhost, name=name,
+                              pattern=body["pattern"], definition=body["definition"],
+                              priority=int(body.get("priority", 0)),
+                              apply_to=body.get("apply-to", "all"),
+                              operator=_operator(request)))
     return web.Response(status=204 if existed else 201)
 
 
@@ -69,8 +70,8 @@ async def delete_policy(mgmt, request):
     name = request.match_info["name"]
     if not any(p["vhost"] == vhost and p["name"] == name for p in _table(request, state)):
         raise api.not_found()
-    await mgmt.ask("policy", {"method": "clear", "vhost": vhost, "name": name,
-                              "operator": _operator(request)})
+    await mgmt.ask(ops.Policy(method="clear", vhost=vhost, name=name,
+                              operator=_operator(request)))
     return web.Response(status=204)
 
 

@@ -14,6 +14,7 @@ import json
 
 from aiohttp import web
 
+from actors import metadata_ops as ops
 from actors.core.permissions import AuthDB
 from actors.management import amqp, api, snapshot, util
 from actors.management.routes import Route
@@ -59,11 +60,11 @@ async def put_queue(mgmt, request):
     body = await util.body(request)
     AuthDB.from_state(state["auth"]).require(user, vhost, "configure", "queue", name)
     existed = any(q["vhost"] == vhost and q["name"] == name for q in state["queues"])
-    await mgmt.ask("queue.declare", {
-        "vhost": vhost, "name": name, "passive": False,
-        "durable": util.flag(body, "durable", True), "exclusive": False,
-        "auto_delete": util.flag(body, "auto_delete", False),
-        "arguments": body.get("arguments") or {}, "owner": "", "user": user})
+    await mgmt.ask(ops.QueueDeclare(
+        vhost=vhost, name=name, passive=False,
+        durable=util.flag(body, "durable", True), exclusive=False,
+        auto_delete=util.flag(body, "auto_delete", False),
+        arguments=body.get("arguments") or {}, owner="", user=user))
     return web.Response(status=204 if existed else 201)
 
 
@@ -73,10 +74,10 @@ async def delete_queue(mgmt, request):
     name = request.match_info["name"]
     snapshot.find_queue(state, vhost, name)
     AuthDB.from_state(state["auth"]).require(user, vhost, "configure", "queue", name)
-    await mgmt.ask("queue.delete", {"vhost": vhost, "name": name,
-                                    "if_unused": request.query.get("if-unused") == "true",
-                                    "if_empty": request.query.get("if-empty") == "true",
-                                    "owner": ""})
+    await mgmt.ask(ops.QueueDelete(vhost=vhost, name=name,
+                                    if_unused=request.query.get("if-unused") == "true",
+                                    if_empty=request.query.get("if-empty") == "true",
+                                    owner=""))
     return web.Response(status=204)
 
 
@@ -117,8 +118,8 @@ async def queue_action(mgmt, request):
     action = (await util.body(request)).get("action")
     if action not in ("sync", "cancel_sync"):
         raise api.bad_request(f"unknown action {json.dumps(action)}")
-    await mgmt.ask("queue.sync", {"vhost": vhost, "name": request.match_info["name"],
-                                  "cancel": action == "cancel_sync"})
+    await mgmt.ask(ops.QueueSync(vhost=vhost, name=request.match_info["name"],
+                                  cancel=action == "cancel_sync"))
     return web.Response(status=204)
 
 

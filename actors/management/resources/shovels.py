@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from actors import metadata_ops as ops
 from actors.management import api, util
 from actors.management.routes import Route
 
@@ -18,7 +19,7 @@ from actors.management.routes import Route
 async def _rows(mgmt, request):
     _, tags, state, visible = await mgmt.state(request, api.is_monitor)
     vhost = util.path_vhost(request, state, visible)
-    rows = [r for r in await mgmt.ask("shovel.status", {}) if r["vhost"] in visible and
+    rows = [r for r in await mgmt.ask(ops.ShovelStatus()) if r["vhost"] in visible and
             (vhost is None or r["vhost"] == vhost)]
     name = request.match_info.get("name")
     if name is not None:
@@ -38,10 +39,10 @@ async def delete_shovel(mgmt, request):
     if not rows:
         raise api.not_found()
     if request.path.endswith("/restart"):
-        await mgmt.ask("shovel.restart", {"vhost": vhost, "name": name})
+        await mgmt.ask(ops.ShovelRestart(vhost=vhost, name=name))
     else:
-        await mgmt.ask("parameter", {"method": "clear", "vhost": vhost, "component": "shovel",
-                                     "name": name})
+        await mgmt.ask(ops.Parameter(method="clear", vhost=vhost, component="shovel",
+                                     name=name))
     return web.Response(status=204)
 
 

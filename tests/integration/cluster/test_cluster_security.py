@@ -89,6 +89,7 @@ def _files(data_dir):
 
 
 def test_passwords_never_reach_a_disk_in_plain_text_and_log_in_everywhere(nodes):
+    from actors import metadata_ops as ops
     from actors.ctl import call
     user, password = f"u-{uuid.uuid4().hex[:6]}", f"pw-{uuid.uuid4().hex}"
     second = f"pw2-{uuid.uuid4().hex}"
@@ -97,9 +98,8 @@ def test_passwords_never_reach_a_disk_in_plain_text_and_log_in_everywhere(nodes)
     nodes[1].ctl("set_permissions", user, ".*", ".*", ".*")
     nodes[2].ctl("change_password", user, second)
     # what an older leveretctl sends: the plaintext, hashed by the node that takes it
-    call(str(nodes[2].data_dir), "auth", {"method": "add_user", "args": [old_user, old_password]})
-    call(str(nodes[0].data_dir), "auth", {"method": "set_permissions",
-                                          "args": [old_user, "/", ".*", ".*", ".*"]})
+    call(str(nodes[2].data_dir), ops.Auth("add_user", [old_user, old_password]))
+    call(str(nodes[0].data_dir), ops.Auth("set_permissions", [old_user, "/", ".*", ".*", ".*"]))
     for i in range(3):
         for who, pw in ((user, second), (old_user, old_password)):
             c = pika.BlockingConnection(pika.ConnectionParameters(

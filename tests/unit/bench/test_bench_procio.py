@@ -1,4 +1,4 @@
-"""bench/procio.py: bytes written by a process tree, from /proc/PID/io (issue 12, item 6)."""
+"""bench/procio.py: bytes written by a process tree, from /proc/PID/io, and the CPU it spent."""
 import os
 import subprocess
 import sys
@@ -56,3 +56,39 @@ def test_disk_bytes_of_the_temp_directory_s_device(tmp_path):
     before = disk_bytes(str(tmp_path))
     assert before is not None and before >= 0
     assert disk_bytes(str(tmp_path)) >= before
+
+
+def test_a_child_s_cpu_is_counted_in_its_parent_s_tree():
+    from bench.procio import cpu_seconds, tree_cpu_seconds
+    spin = ("import sys,time\n"
+            "sys.stdout.write('r\\n'); sys.stdout.flush(); sys.stdin.readline()\n"
+            "t=time.process_time()\n"
+            "while time.process_time()-t < 0.3: pass\n"
+            "sys.stdout.write('s\\n'); sys.stdout.flush(); sys.stdin.readline()\n")
+    parent = subprocess.Popen([sys.executable, "-c",
+                               "import subprocess,sys;"
+                               f"subprocess.run([sys.executable,'-c',{spin!r}])"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline() == "r\n"
+        before = tree_cpu_seconds(parent.pid)
+        assert len(before) == 2
+        parent.stdin.write("\n")
+        parent.stdin.flush()
+        assert parent.stdout.readline() == "s\n"
+        spent = delta(before, tree_cpu_seconds(parent.pid))
+        assert 0.25 <= spent < 5.0
+        parent.stdin.write("\n")
+        parent.stdin.flush()
+    finally:
+        parent.wait(10)
+    assert cpu_seconds(parent.pid) is None
+
+
+def test_broker_cpu_per_message_shown_when_measured():
+    rows = [{"title": "m", "settings": {}, "publish_rate": 1.0, "consume_rate": 1.0,
+             "broker_cpu_us_per_msg": 303.0, "broker_cpu_cores": 1.5},
+            {"title": "n", "settings": {}, "publish_rate": 1.0, "consume_rate": 1.0}]
+    table = single_table(rows).splitlines()
+    assert "broker CPU µs / msg" in table[0]
+    assert "| 303 | 1.50 |" in table[2] and table[3].endswith("| – | – |")

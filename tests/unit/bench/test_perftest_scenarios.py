@@ -355,3 +355,15 @@ def test_perftest_figures_in_the_tables():
     assert "| many-queues | publish msg/s | 10,000 | 10,000 | 1.00x |" in rows
     assert "|  | consume / target | 0.95x | 1.00x | 0.95x |" in rows
     assert len(rows) == 2 + 2 + 5              # publish, consume, target, ratio, e2e x3
+
+
+def test_fixed_rate_scenarios_pace_one_publisher_with_confirms():
+    chosen = scenarios.select("fixed-rate")
+    assert len(chosen) == 12
+    assert {(s.rate, s.message_size, s.persistent) for s in chosen} == {
+        (float(r), size, p) for r in (1000, 5000, 20000) for size in (1500, 16)
+        for p in (False, True)}
+    for s in chosen:
+        assert s.confirm and s.prefetch == 100 and s.durable == s.persistent
+        assert s.target_consume_rate == s.rate
+    assert [s.rate for s in scenarios.select("fixed-rate-5k")] == [5000.0] * 4

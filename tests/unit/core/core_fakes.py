@@ -15,7 +15,9 @@ from types import SimpleNamespace
 from actors import messages as m
 from actors.config import Config
 from actors.core import NO_EVENTS
+from actors.core import channel_dispatch
 from actors.core.channel import ChannelCore, ConnInfo
+from actors.core.connection import ConnectionPort
 from actors.core.permissions import AuthDB
 from actors.naming import queue_actor_name
 from actors.core.queue import QueueCore
@@ -289,23 +291,8 @@ class Wire:
         assert not self.mail, "message loop did not settle"
 
     def _to_channel(self, msg):
-        c = self.channel
-        if isinstance(msg, m.Commands):
-            c.handle_commands(msg.commands)
-        elif isinstance(msg, m.Deliver):
-            c.on_deliver(msg)
-        elif isinstance(msg, m.Confirm):
-            c.on_confirm(msg)
-        elif isinstance(msg, (m.RpcReply, m.GetReply)):
-            c.on_reply(msg)
-        elif isinstance(msg, m.Credit):
-            c.on_credit(msg)
-        elif isinstance(msg, m.Demand):
-            c.on_demand(msg)
-        elif isinstance(msg, m.Release):
-            c.on_release(msg)
-        elif isinstance(msg, m.ConsumerGone):
-            c.on_consumer_gone(msg)
+        # the Channel actor's own table (its clock: 0, as the wire's cores run at time 0)
+        channel_dispatch.handle(self.channel, msg, lambda: 0)
 
     def _to_queue(self, core: QueueCore, msg):
         now = self.now
@@ -354,15 +341,10 @@ class Wire:
 
 
 # --- connection core ------------------------------------------------------------------------
-class _Host:
-    node = NODE
-
-
 class FakeShell:
-    """What ConnectionCore calls on its Reader."""
+    """What ConnectionCore calls on its Reader, recorded; `port()` is what the core gets."""
 
     def __init__(self):
-        self.host = _Host()
         self.events: list = []
         self.channels: dict = {}  # number -> ConnInfo
         self.tracked: list = []  # (what, args, wait): counts told to the node (limits)
@@ -404,6 +386,9 @@ class FakeShell:
 
     def terminate(self, why, linger=0.0):
         self.events.append(("terminate", why) if not linger else ("terminate", why, linger))
+
+    def port(self) -> ConnectionPort:
+        return ConnectionPort.of(self, NODE)
 
     # --- reading back ---
     def written(self) -> bytes:

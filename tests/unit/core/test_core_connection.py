@@ -2,6 +2,8 @@
 it asks of its Reader recorded by core_fakes.FakeShell (frames written, channels opened, command
 batches handed to channels, close timers, termination)."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from actors.core.connection import ConnectionCore
@@ -19,7 +21,7 @@ CAPS = {"authentication_failure_close": True, "consumer_cancel_notify": True}
 
 def mk(peer=LOCAL, replica=None, **cfg):
     shell = FakeShell()
-    core = ConnectionCore(config(**cfg), replica or make_replica(), peer, "w1/7", shell)
+    core = ConnectionCore(config(**cfg), replica or make_replica(), peer, "w1/7", shell.port())
     return core, shell
 
 
@@ -769,3 +771,54 @@ def test_channel_open_ok_waits_for_the_count_with_max_channels__R3():
                                          "'guest' has reached the maximum allowed user limit "
                                          "of (1)")
     assert conn_close(shell)[0] == 530
+
+
+# --- the one entry: ConnectionCore.handle and its table ------------------------------------------
+def test_handle_routes_each_message_the_core_decides_alone():
+    from actors import messages as msgs
+    from actors.core.connection import HANDLES, HandshakeTimeout
+    assert HANDLES == {msgs.Admitted, msgs.ResourceAlarm, msgs.CloseConnection, msgs.Shutdown,
+                       HandshakeTimeout}
+    replica = make_replica()
+    replica.limits[("user", "guest")] = {"max-channels": 1}
+    core, shell = mk(replica=replica)
+    core.receive(PROTOCOL_HEADER + start_ok() + tune_ok() +
+                 frame(0, am.ConnectionOpen(virtual_host="/")))
+    core.handle(msgs.Admitted(0, True))  # channel 0: the connection's own count
+    assert core.state == "running"
+    core.receive(frame(1, am.ChannelOpen()))
+    core.handle(msgs.Admitted(1, True))  # a channel's count
+    assert any(isinstance(x, am.ChannelOpenOk) for x in shell.methods())
+    core.handle(msgs.ResourceAlarm(["disk"]))
+    assert core.alarms == ("disk",)
+    core.handle(msgs.Shutdown())
+    assert conn_close(shell)[:2] == (320, "CONNECTION_FORCED - broker forced connection "
+                                          "closure with reason 'shutdown'")
+
+
+def test_handle_close_connection_and_handshake_timeout():
+    from actors import messages as msgs
+    from actors.core.connection import HandshakeTimeout
+    core, shell = running()
+    core.handle(msgs.CloseConnection(541, "INTERNAL_ERROR - boom", 60, 40))
+    assert conn_close(shell) == (541, "INTERNAL_ERROR - boom", 60, 40)
+    core, shell = mk()
+    core.receive(PROTOCOL_HEADER)
+    core.handle(HandshakeTimeout())
+    assert ("terminate", "handshake_timeout") in shell.events
+
+
+def test_the_reader_and_its_core_split_the_messages_without_overlap():
+    from actors.connection import reader
+    from actors.core.connection import HANDLES
+    assert not set(reader._SHELL) & HANDLES
+
+
+def test_the_port_is_built_from_the_readers_callables_by_name():
+    from actors.core.connection import ConnectionPort
+    shell = FakeShell()
+    port = ConnectionPort.of(shell, "tcp://node#metadata")
+    assert port.node == "tcp://node#metadata" and port.write == shell.write
+    incomplete = SimpleNamespace(write=shell.write)  # a shell without the others is refused
+    with pytest.raises(AttributeError):
+        ConnectionPort.of(incomplete, "n")

@@ -19,7 +19,7 @@ NO_CERT = TlsInfo("TLSv1.3", "TLS_AES_256_GCM_SHA384", None)
 
 def mk(tls=None, over_limit=False, replica=None, peer=LOCAL, **cfg):
     shell = FakeShell()
-    core = ConnectionCore(config(**cfg), replica or make_replica(), peer, "w1/7", shell,
+    core = ConnectionCore(config(**cfg), replica or make_replica(), peer, "w1/7", shell.port(),
                           tls=tls, over_limit=over_limit)
     return core, shell
 

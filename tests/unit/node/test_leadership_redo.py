@@ -1,6 +1,6 @@
 """A leader that loses its leadership before its entry is committed hands the requests that
 give the same answer twice (declares, binds, exchange deletes) to the next leader instead of
-failing the client with 541 (actors/node/metadata_cluster.py `_cluster_resync`, REDO_OPS); the
+failing the client with 541 (actors/node/metadata_cluster.py `_cluster_resync`, `Op.REDO` in actors/metadata_ops.py); the
 rest are still answered 541, since the next leader may or may not keep the entry (D1)."""
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections import deque
 from types import SimpleNamespace
 
 from actors import messages as m
+from actors import metadata_ops as ops
 from actors.node.metadata import Metadata
 
 
@@ -50,15 +51,22 @@ class Node:
         return {}
 
 
-def rpc(op, req_id, reply_to="tcp://channel#1"):
-    return m.Rpc(reply_to, req_id, op, {"vhost": "/", "name": f"q{req_id}"})
+def remember(node, op, req_id, reply_to="tcp://channel#1"):
+    """The request as `_rpc` hands it to `_remember_redo`: the Rpc and its decoded record."""
+    msg = ops.rpc(reply_to, req_id, op)
+    node._remember_redo(msg, op)
+    return msg
+
+
+def exchange_declare(name):
+    return ops.ExchangeDeclare("/", name, "direct", False, True, False, False, {})
 
 
 def test_uncommitted_declares_go_to_the_next_leader_others_get_541():
     node = Node()
-    declare, purge, fresh = rpc("queue.declare", 1), rpc("queue.purge", 2), rpc("bind", 3)
-    for r in (declare, purge, fresh):
-        node._remember_redo(r)
+    declare = remember(node, ops.QueueDeclare("/", "q1", False, True, False, False, {}, ""), 1)
+    purge = remember(node, ops.QueuePurge("/", "q2"), 2)
+    fresh = remember(node, ops.Bind("/", "x", "queue", "q3", "", {}), 3)
     # the declare waits for its entry, the purge for its commit, the bind for its queue start
     node.leader_held.extend([(1, declare.reply_to, m.RpcReply(1, True, None)),
                              (1, purge.reply_to, m.RpcReply(2, True, None))])
@@ -71,10 +79,9 @@ def test_uncommitted_declares_go_to_the_next_leader_others_get_541():
 
 def test_answered_requests_are_forgotten():
     node = Node()
-    declare = rpc("exchange.declare", 4)
-    node._remember_redo(declare)
+    declare = remember(node, exchange_declare("x4"), 4)
+    assert node.redoable  # (remembered until answered)
     node._send_local(declare.reply_to, m.RpcReply(4, True, None))
     assert node.redoable == {}
-    node._remember_redo(rpc("exchange.declare", 5, reply_to=""))  # the node's own: no client
+    remember(node, exchange_declare("x5"), 5, reply_to="")  # the node's own: no client
     assert node.redoable == {}
-

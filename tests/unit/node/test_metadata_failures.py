@@ -29,10 +29,10 @@ class Node:
         self.policies = policies or {}
         self.op_policies = {}
 
-    def _route_rpc(self, rpc):
+    def _route_rpc(self, rpc, op):
         return False
 
-    def _remember_redo(self, rpc):
+    def _remember_redo(self, rpc, op):
         pass
 
     def _reply(self, rpc, ok, result=None, code=0, text=""):
@@ -41,8 +41,10 @@ class Node:
     def _change(self, *changes):
         self.changes.extend(changes)
 
-    def op_boom(self, rpc):
-        raise ValueError("invalid literal for int() with base 10: 'banana'")
+    class resources:  # the resource monitor `status` asks, failing as int("banana") does
+        @staticmethod
+        def status():
+            raise ValueError("invalid literal for int() with base 10: 'banana'")
 
 
 def queue(name, **more):
@@ -53,10 +55,10 @@ def queue(name, **more):
 def test_an_operation_that_fails_unexpectedly_is_answered_with_an_error(caplog):
     node = Node()
     with caplog.at_level(logging.ERROR):
-        node._rpc(m.Rpc("tcp://asker#x", 7, "boom", {}))
-    assert node.replies == [(False, 541, "INTERNAL_ERROR - boom failed: ValueError(\"invalid "
+        node._rpc(m.Rpc("tcp://asker#x", 7, "status", {}))
+    assert node.replies == [(False, 541, "INTERNAL_ERROR - status failed: ValueError(\"invalid "
                                           "literal for int() with base 10: 'banana'\")")]
-    assert "rpc boom failed" in caplog.text
+    assert "rpc status failed" in caplog.text
 
 
 def test_a_stored_policy_with_bad_ha_params_gives_no_mirrors_and_no_failure():
