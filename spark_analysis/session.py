@@ -18,6 +18,10 @@ import sys
 import tempfile
 import zipfile
 
+# JVM flags for runs over small logs (the tests'): C2's optimising compiles and G1's concurrent
+# threads cost more CPU than they save in jobs of seconds (measured: a third less CPU per run).
+SMALL_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
 PACKAGE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(PACKAGE)
 
@@ -37,8 +41,11 @@ def _package_zip() -> str:
 
 
 def build(master: str | None = None, driver_memory: str = "4g", shuffle_partitions: int = 0,
-          app_name: str = "leveret-lifecycle", log_level: str = "ERROR"):
-    """A SparkSession (the running one under spark-submit)."""
+          app_name: str = "leveret-lifecycle", log_level: str = "ERROR",
+          driver_java_options: str = ""):
+    """A SparkSession (the running one under spark-submit). `driver_java_options`: flags of
+    the driver JVM when this process starts it (spark.driver.extraJavaOptions), e.g.
+    SMALL_RUN_JAVA_OPTIONS."""
     # Python workers: this interpreter (with msgpack and pyarrow), this repository importable.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -53,6 +60,8 @@ def build(master: str | None = None, driver_memory: str = "4g", shuffle_partitio
         builder = builder.master(master or "local[*]")
     if not under_submit:
         builder = builder.config("spark.driver.memory", driver_memory)
+        if driver_java_options:
+            builder = builder.config("spark.driver.extraJavaOptions", driver_java_options)
     builder = (builder
                .config("spark.ui.showConsoleProgress", "false")  # progress.py shows it instead
                .config("spark.ui.enabled", "false")

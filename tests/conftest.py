@@ -302,9 +302,11 @@ def _broker_fixture(tmp_path_factory):
 @pytest.fixture(scope="session")
 def spark():
     """One SparkSession (local[2]) for every test that runs the lifecycle job: its JVM takes
-    longer to start than a run of the job on a test's events."""
+    longer to start than a run of the job on a test's events; its JVM flags are those for
+    small runs (the tests' logs are)."""
     from spark_analysis import session
-    s = session.build("local[2]", driver_memory="1g", shuffle_partitions=4)
+    s = session.build("local[2]", driver_memory="1g", shuffle_partitions=4,
+                      driver_java_options=session.SMALL_RUN_JAVA_OPTIONS)
     yield s
     s.stop()
 

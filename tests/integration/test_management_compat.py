@@ -154,6 +154,14 @@ def leveret_answers(leveret):
         conn.close()
 
 
+@pytest.fixture(scope="module")
+def rabbitmq():
+    """One RabbitMQ 3.10 node for the module's import tests (each imports objects of names of
+    its own): its boot costs more than either test."""
+    with RabbitMQNode(management_port=0) as rmq:
+        yield rmq
+
+
 @pytest.mark.parametrize("name", sorted(cap.ENDPOINTS))
 def test_field_names_and_types_match_rabbitmq_3_10(leveret_answers, name):
     ref = json.loads((cap.OUT / f"{name}.json").read_text())
@@ -362,37 +370,36 @@ def test_node_storage_counts_are_measured__C5(leveret):
                     "(apt-get install rabbitmq-server): Leveret's export is not imported into "
                     "a real RabbitMQ here")
 @pytest.mark.timeout(300)
-def test_leveret_definitions_import_into_rabbitmq_3_10(leveret_answers):
+def test_leveret_definitions_import_into_rabbitmq_3_10(leveret_answers, rabbitmq):
     """Leveret's export (users with their hashes, permissions, policies, an operator policy
     and a vhost limit as parameters, a queue, an exchange, a binding) POSTed to RabbitMQ's
     /api/definitions: every object is there after, and the user logs in with its password."""
     doc = leveret_answers["definitions"]
-    with RabbitMQNode(management_port=0) as rmq:
-        http = cap.Http(rmq.management_port)
-        status, body = http("POST", "/api/definitions", doc)
-        assert status in (201, 204), body
-        q = http.ok("GET", "/api/queues/%2F/cmp-q")
-        assert q["durable"] is True and q["arguments"] == {"x-max-priority": 5}
-        assert http.ok("GET", "/api/exchanges/%2F/cmp-x")["type"] == "topic"
-        assert [b["routing_key"] for b in http.ok("GET", "/api/bindings/%2F/e/cmp-x/q/cmp-q")] \
-            == ["a.#"]
-        assert http.ok("GET", "/api/policies/%2F/cmp-p")["definition"] == {"max-length": 50}
-        assert http.ok("GET", "/api/operator-policies/%2F/cmp-op")["definition"] == {
-            "max-length": 80}
-        assert http.ok("GET", "/api/vhost-limits/%2F")[0]["value"] == {"max-queues": 1000}
-        assert http.ok("GET", "/api/permissions/%2F/cmp-user")["configure"] == "^cmp-"
-        # the user logs in with the password it had in Leveret (its hash travelled)
-        req = urllib.request.Request(http.base + "/api/whoami")
-        req.add_header("Authorization", "Basic " + base64.b64encode(b"cmp-user:cmp-pw").decode())
-        with urllib.request.urlopen(req, timeout=30) as r:
-            assert json.loads(r.read()) == {"name": "cmp-user", "tags": ["monitoring"]}
+    http = cap.Http(rabbitmq.management_port)
+    status, body = http("POST", "/api/definitions", doc)
+    assert status in (201, 204), body
+    q = http.ok("GET", "/api/queues/%2F/cmp-q")
+    assert q["durable"] is True and q["arguments"] == {"x-max-priority": 5}
+    assert http.ok("GET", "/api/exchanges/%2F/cmp-x")["type"] == "topic"
+    assert [b["routing_key"] for b in http.ok("GET", "/api/bindings/%2F/e/cmp-x/q/cmp-q")] \
+        == ["a.#"]
+    assert http.ok("GET", "/api/policies/%2F/cmp-p")["definition"] == {"max-length": 50}
+    assert http.ok("GET", "/api/operator-policies/%2F/cmp-op")["definition"] == {
+        "max-length": 80}
+    assert http.ok("GET", "/api/vhost-limits/%2F")[0]["value"] == {"max-queues": 1000}
+    assert http.ok("GET", "/api/permissions/%2F/cmp-user")["configure"] == "^cmp-"
+    # the user logs in with the password it had in Leveret (its hash travelled)
+    req = urllib.request.Request(http.base + "/api/whoami")
+    req.add_header("Authorization", "Basic " + base64.b64encode(b"cmp-user:cmp-pw").decode())
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert json.loads(r.read()) == {"name": "cmp-user", "tags": ["monitoring"]}
 
 
 @pytest.mark.skipif(not rabbitmq_installed(), reason="rabbitmq-server is not installed "
                     "(apt-get install rabbitmq-server): Leveret's export is not imported into "
                     "a real RabbitMQ here")
 @pytest.mark.timeout(300)
-def test_user_limits_of_leveret_s_export_import_into_rabbitmq_3_10(tmp_path):
+def test_user_limits_of_leveret_s_export_import_into_rabbitmq_3_10(tmp_path, rabbitmq):
     """A user limit set in Leveret travels in its export's users[].limits, and RabbitMQ 3.10
     imports it as its own user limit."""
     port = free_port()
@@ -407,9 +414,8 @@ def test_user_limits_of_leveret_s_export_import_into_rabbitmq_3_10(tmp_path):
         broker.stop()
     assert next(u for u in doc["users"] if u["name"] == "lim-user")["limits"] == {
         "max-connections": 3, "max-channels": 9}
-    with RabbitMQNode(management_port=0) as rmq:
-        rhttp = cap.Http(rmq.management_port)
-        status, body = rhttp("POST", "/api/definitions", doc)
-        assert status in (201, 204), body
-        assert rhttp.ok("GET", "/api/user-limits/lim-user") == [
-            {"user": "lim-user", "value": {"max-connections": 3, "max-channels": 9}}]
+    rhttp = cap.Http(rabbitmq.management_port)
+    status, body = rhttp("POST", "/api/definitions", doc)
+    assert status in (201, 204), body
+    assert rhttp.ok("GET", "/api/user-limits/lim-user") == [
+        {"user": "lim-user", "value": {"max-connections": 3, "max-channels": 9}}]

@@ -79,4 +79,5 @@ def problems(a: audit.Audit) -> list:
 def spark_session():
     """A local Spark session for `make jepsen` (the test suite shares tests/conftest.py's)."""
     from spark_analysis import session
-    return session.build("local[2]", driver_memory="1g", shuffle_partitions=4)
+    return session.build("local[2]", driver_memory="1g", shuffle_partitions=4,
+                         driver_java_options=session.SMALL_RUN_JAVA_OPTIONS)

@@ -14,6 +14,11 @@ import pytest
 from conftest import REPO, START_TIMEOUT, Broker, _die_with_parent, _probe, free_port
 
 
+# three nodes start at once (fifteen processes importing on two cores) and then elect a leader:
+# on a machine busy with other work that took longer than one node's START_TIMEOUT
+CLUSTER_START_TIMEOUT = 3 * START_TIMEOUT
+
+
 class Nodes:
     def __init__(self, tmp_path: Path, n: int = 3, *extra: str, start: bool = True,
                  hosts: list[str] | None = None, env: dict | None = None):
@@ -66,7 +71,7 @@ class Nodes:
                                      proc=proc, log_path=log_path)
 
     def wait_up(self, *which: int) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
+        deadline = time.monotonic() + CLUSTER_START_TIMEOUT
         waiting = set(which)
         while waiting and time.monotonic() < deadline:
             for i in list(waiting):

@@ -16,37 +16,37 @@ def passive_count(broker, queue) -> int:
         return c.channel().queue_declare(queue, passive=True).method.message_count
 
 
-def test_cluster_status_lists_every_member(nodes):
-    status = nodes.status(1)
+def test_cluster_status_lists_every_member(shared):
+    status = shared.status(1)
     assert set(status) == {"leveret@node1", "leveret@node2", "leveret@node3"}
     assert all(up for up, _ in status.values())
     assert sum(leader for _, leader in status.values()) == 1
 
 
-def test_definitions_made_on_one_node_are_seen_on_the_others(nodes):
-    with nodes[0].connection() as c:
+def test_definitions_made_on_one_node_are_seen_on_the_others(shared):
+    with shared[0].connection() as c:
         ch = c.channel()
         ch.exchange_declare("orders", "topic", durable=True)
         ch.queue_declare("orders.eu", durable=True)
         ch.queue_bind("orders.eu", "orders", "eu.#")
-    nodes[1].ctl("add_user", "alice", "secret")
-    nodes[2].ctl("set_topic_permissions", "alice", "orders", "^eu\\.", ".*")  # as permissions
-    nodes[2].ctl("set_policy", "lazy", "^lazy\\.", '{"confirm-on": "enqueue"}')
+    shared[1].ctl("add_user", "alice", "secret")
+    shared[2].ctl("set_topic_permissions", "alice", "orders", "^eu\\.", ".*")  # as permissions
+    shared[2].ctl("set_policy", "lazy", "^lazy\\.", '{"confirm-on": "enqueue"}')
     for i in range(3):
-        with nodes[i].connection() as c:
+        with shared[i].connection() as c:
             ch = c.channel()
             ch.exchange_declare("orders", "topic", durable=True, passive=True)
             ch.queue_declare("orders.eu", durable=True, passive=True)
-        assert "alice" in nodes[i].ctl("list_users").stdout
-        assert "lazy" in nodes[i].ctl("list_policies").stdout
-        nodes.wait(lambda: '"write": "^eu\\\\."' in nodes[i].ctl("list_topic_permissions").stdout,
+        assert "alice" in shared[i].ctl("list_users").stdout
+        assert "lazy" in shared[i].ctl("list_policies").stdout
+        shared.wait(lambda: '"write": "^eu\\\\."' in shared[i].ctl("list_topic_permissions").stdout,
                    what=f"topic permissions on node {i + 1}")
     # the topic permission set through node 3 is enforced by node 1's channels
-    nodes[1].ctl("set_permissions", "alice", ".*", ".*", ".*")
+    shared[1].ctl("set_permissions", "alice", ".*", ".*", ".*")
 
     def refused_on_node1():
         try:
-            c = nodes[0].connection(user="alice", password="secret")
+            c = shared[0].connection(user="alice", password="secret")
         except pika.exceptions.AMQPConnectionError:
             return False  # the permission has not reached node 1's workers yet
         try:
@@ -59,27 +59,27 @@ def test_definitions_made_on_one_node_are_seen_on_the_others(nodes):
             if c.is_open:
                 c.close()
         return False
-    nodes.wait(refused_on_node1, what="the topic permission enforced on node 1")
+    shared.wait(refused_on_node1, what="the topic permission enforced on node 1")
     # the binding made on node 1 routes publishes made on node 3
-    with nodes[2].connection() as c:
+    with shared[2].connection() as c:
         ch = c.channel()
         ch.confirm_delivery()
         ch.basic_publish("orders", "eu.fr", b"x", mandatory=True)
-    assert passive_count(nodes[1], "orders.eu") == 1
+    assert passive_count(shared[1], "orders.eu") == 1
 
 
-def test_publish_consume_ack_and_confirm_across_nodes(nodes):
+def test_publish_consume_ack_and_confirm_across_nodes(shared):
     """A queue homed on node 1, published to from node 2 with confirms, consumed on node 3
     with a prefetch of 10 and manual acks; a nack/requeue comes back; all acked at the end."""
-    with nodes[0].connection() as c:
+    with shared[0].connection() as c:
         c.channel().queue_declare("work", durable=True)
-    pub = nodes[1].connection()
+    pub = shared[1].connection()
     pch = pub.channel()
     pch.confirm_delivery()
     for i in range(200):
         pch.basic_publish("", "work", b"%d" % i, pika.BasicProperties(delivery_mode=2),
                           mandatory=True)  # raises if nacked or returned
-    con = nodes[2].connection()
+    con = shared[2].connection()
     cch = con.channel()
     cch.basic_qos(prefetch_count=10)
     seen, unacked, requeued = [], [], False
@@ -103,7 +103,7 @@ def test_publish_consume_ack_and_confirm_across_nodes(nodes):
     assert sorted(seen) == list(range(200))
     con.close()
     pub.close()
-    assert passive_count(nodes[0], "work") == 0
+    assert passive_count(shared[0], "work") == 0
 
 
 def test_a_minority_cannot_change_definitions(nodes):
@@ -160,14 +160,14 @@ def test_restarted_node_rejoins_and_catches_up(nodes):
     assert passive_count(nodes[0], "on3") == 50
 
 
-def test_declare_ok_means_every_node_routes_to_it(nodes):
+def test_declare_ok_means_every_node_routes_to_it(shared):
     """A definition is answered only once every node that is up has it (as RabbitMQ's mnesia
     transaction commits on every node first): a queue declared on one node is routed to at once
     by a publish on another, with no wait in between (behaviour C2: a mandatory publish is
     returned only when no queue is bound)."""
-    leader = nodes.leader(0)
+    leader = shared.leader(0)
     order = [leader, *(i for i in range(3) if i != leader)]
-    conns = [nodes[i].connection() for i in range(3)]
+    conns = [shared[i].connection() for i in range(3)]
     chans = [c.channel() for c in conns]
     for ch in chans:
         ch.confirm_delivery()
@@ -188,12 +188,12 @@ def test_declare_ok_means_every_node_routes_to_it(nodes):
             c.close()
 
 
-def test_direct_reply_to_across_nodes__S3(nodes):
+def test_direct_reply_to_across_nodes__S3(shared):
     """The RPC client on node 1 (reply consumer on amq.rabbitmq.reply-to), its request queue
     homed on node 1, the server on node 3: the reply goes from node 3's channel straight to node
     1's; node 2 can check that the reply name exists."""
     pseudo = "amq.rabbitmq.reply-to"
-    client = nodes[0].connection()
+    client = shared[0].connection()
     cch = client.channel()
     cch.queue_declare("rpc", durable=False)
     replies = []
@@ -201,21 +201,21 @@ def test_direct_reply_to_across_nodes__S3(nodes):
                       auto_ack=True)
     cch.basic_publish("", "rpc", b"question",
                       pika.BasicProperties(reply_to=pseudo, correlation_id="c1"))
-    server = nodes[2].connection()
+    server = shared[2].connection()
     sch = server.channel()
 
     def take():
         got = sch.basic_get("rpc", auto_ack=True)
         return got if got[0] is not None else None
 
-    _, props, _ = nodes.wait(take, what="the request on node 3")
+    _, props, _ = shared.wait(take, what="the request on node 3")
     name = props.reply_to
     assert name.startswith(pseudo + ".")
-    with nodes[1].connection() as c:
+    with shared[1].connection() as c:
         ok = c.channel().queue_declare(name, passive=True).method
         assert (ok.message_count, ok.consumer_count) == (0, 1)
     sch.basic_publish("", name, b"answer", pika.BasicProperties(correlation_id="c1"))
-    nodes.wait(lambda: client.process_data_events(time_limit=0.05) or replies,
+    shared.wait(lambda: client.process_data_events(time_limit=0.05) or replies,
                what="the reply on node 1")
     assert replies == [("c1", b"answer")]
     server.close()

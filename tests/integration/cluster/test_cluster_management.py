@@ -77,6 +77,15 @@ class MeteredNodes(ManagedNodes):
         return [*super().args(i), "--prometheus-port", str(self.prom[i])]
 
 
+@pytest.fixture(scope="module")
+def metered(tmp_path_factory):
+    """One cluster (with the management and Prometheus ports) for the module's tests that
+    leave it whole: a cluster's start costs more than either of them."""
+    n = MeteredNodes(tmp_path_factory.mktemp("metered"))
+    yield n
+    n.stop()
+
+
 def _scrape(port: int, path: str) -> dict:
     import urllib.request
     from prometheus_client.parser import text_string_to_metric_families
@@ -86,57 +95,55 @@ def _scrape(port: int, path: str) -> dict:
             for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
-def test_a_mirrored_queue_is_counted_once_and_stats_are_the_cluster_s(tmp_path):
+def test_a_mirrored_queue_is_counted_once_and_stats_are_the_cluster_s(metered):
     """Prometheus: a queue mirrored on every node is reported by its master's node only (a
     dashboard summing over the nodes counts it once, as rabbitmq_prometheus' local queue
     metrics). The API of any node shows the cluster's exchange counts and churn."""
-    managed = MeteredNodes(tmp_path)
-    try:
-        apis = [Api(p) for p in managed.http]
-        managed[0].ctl("set_policy", "ha-all", "^ha\\.", '{"ha-mode": "all"}')
-        with managed[1].connection() as c:
-            ch = c.channel()
-            ch.queue_declare("ha.counted", durable=True)
-            ch.exchange_declare("ha.x", "fanout")
-            ch.queue_bind("ha.counted", "ha.x")
-            ch.confirm_delivery()
-            for _ in range(4):
-                ch.basic_publish("ha.x", "", b"x")
+    managed = metered
+    apis = [Api(p) for p in managed.http]
+    managed[0].ctl("set_policy", "ha-all", "^ha\\.", '{"ha-mode": "all"}')
+    with managed[1].connection() as c:
+        ch = c.channel()
+        ch.queue_declare("ha.counted", durable=True)
+        ch.exchange_declare("ha.x", "fanout")
+        ch.queue_bind("ha.counted", "ha.x")
+        ch.confirm_delivery()
+        for _ in range(4):
+            ch.basic_publish("ha.x", "", b"x")
 
-        def mirrored():
-            q = apis[0]("GET", "/api/queues/%2F/ha.counted")[1]
-            return q.get("messages") == 4 and len(q.get("synchronised_slave_nodes") or ()) == 2
-        managed.wait(mirrored, 30, "the queue mirrored on both other nodes with 4 messages")
-        key = ("rabbitmq_queue_messages", (("queue", "ha.counted"), ("vhost", "/")))
+    def mirrored():
+        q = apis[0]("GET", "/api/queues/%2F/ha.counted")[1]
+        return q.get("messages") == 4 and len(q.get("synchronised_slave_nodes") or ()) == 2
+    managed.wait(mirrored, 30, "the queue mirrored on both other nodes with 4 messages")
+    key = ("rabbitmq_queue_messages", (("queue", "ha.counted"), ("vhost", "/")))
 
-        def per_node():
-            found = [_scrape(p, "/metrics/per-object").get(key) for p in managed.prom]
-            return found if found[1] == 4 else None
-        assert managed.wait(per_node, 30, "node2's per-object queue metrics") == [None, 4, None]
-        total = [_scrape(p, "/metrics").get(("rabbitmq_queue_messages", ())) for p in
-                 managed.prom]
-        assert total[0] == total[2] == 0 and total[1] == 4  # the sum over nodes: 4, not 12
-        assert [_scrape(p, "/metrics")[("rabbitmq_queues", ())] for p in managed.prom] == \
-            [0, 1, 0]
+    def per_node():
+        found = [_scrape(p, "/metrics/per-object").get(key) for p in managed.prom]
+        return found if found[1] == 4 else None
+    assert managed.wait(per_node, 30, "node2's per-object queue metrics") == [None, 4, None]
+    total = [_scrape(p, "/metrics").get(("rabbitmq_queue_messages", ())) for p in
+             managed.prom]
+    assert total[0] == total[2] == 0 and total[1] == 4  # the sum over nodes: 4, not 12
+    assert [_scrape(p, "/metrics")[("rabbitmq_queues", ())] for p in managed.prom] == \
+        [0, 1, 0]
 
-        def exchange_seen(api):
-            ms = api("GET", "/api/exchanges/%2F/ha.x")[1].get("message_stats", {})
-            return ms.get("publish_in") == 4 and ms
-        for api in apis:  # any node answers with the publishing node's counts
-            ms = managed.wait(lambda: exchange_seen(api), 30, "the exchange's counts")
-            assert ms["publish_out"] == 4
-        churn = managed.wait(lambda: (lambda r: r if r["connection_closed"] >= 1 else None)(
-            apis[2]("GET", "/api/overview")[1]["churn_rates"]), 30, "node2's churn on node3")
-        assert churn["connection_created"] >= 1 and churn["channel_created"] >= 1
-    finally:
-        managed.stop()
+    def exchange_seen(api):
+        ms = api("GET", "/api/exchanges/%2F/ha.x")[1].get("message_stats", {})
+        return ms.get("publish_in") == 4 and ms
+    for api in apis:  # any node answers with the publishing node's counts
+        ms = managed.wait(lambda: exchange_seen(api), 30, "the exchange's counts")
+        assert ms["publish_out"] == 4
+    churn = managed.wait(lambda: (lambda r: r if r["connection_closed"] >= 1 else None)(
+        apis[2]("GET", "/api/overview")[1]["churn_rates"]), 30, "node2's churn on node3")
+    assert churn["connection_created"] >= 1 and churn["channel_created"] >= 1
 
 
-def test_each_member_s_row_has_its_own_figures_and_alarms(managed):
+def test_each_member_s_row_has_its_own_figures_and_alarms(metered):
     """/api/nodes on any node: each member's row has that member's own figures (its pid, its
     data directory) and alarms (R2's, as each member reports its own), from the sample it
     sends every node; the alarms health check lists every member's alarms, local-alarms the
     answering node's only."""
+    managed = metered
     apis = [Api(p) for p in managed.http]
 
     def rows(i=0):

@@ -67,9 +67,9 @@ def test_node_with_another_secret_cannot_join_and_both_sides_log_why(tmp_path):
         nodes.stop()
 
 
-def test_raft_listens_on_the_cluster_address_only(nodes):
+def test_raft_listens_on_the_cluster_address_only(shared):
     """pysyncobj binds 0.0.0.0 unless told otherwise; a member binds cluster_address's host."""
-    port = int(nodes.raft[0].rpartition(":")[2])
+    port = int(shared.raft[0].rpartition(":")[2])
     out = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True,
                          check=True).stdout
     addresses = {line.split()[3] for line in out.splitlines() if line.strip()}
@@ -88,27 +88,27 @@ def _files(data_dir):
             yield os.path.join(root, name), False
 
 
-def test_passwords_never_reach_a_disk_in_plain_text_and_log_in_everywhere(nodes):
+def test_passwords_never_reach_a_disk_in_plain_text_and_log_in_everywhere(shared):
     from actors import metadata_ops as ops
     from actors.ctl import call
     user, password = f"u-{uuid.uuid4().hex[:6]}", f"pw-{uuid.uuid4().hex}"
     second = f"pw2-{uuid.uuid4().hex}"
     old_user, old_password = f"o-{uuid.uuid4().hex[:6]}", f"pw3-{uuid.uuid4().hex}"
-    nodes[1].ctl("add_user", user, password)
-    nodes[1].ctl("set_permissions", user, ".*", ".*", ".*")
-    nodes[2].ctl("change_password", user, second)
+    shared[1].ctl("add_user", user, password)
+    shared[1].ctl("set_permissions", user, ".*", ".*", ".*")
+    shared[2].ctl("change_password", user, second)
     # what an older leveretctl sends: the plaintext, hashed by the node that takes it
-    call(str(nodes[2].data_dir), ops.Auth("add_user", [old_user, old_password]))
-    call(str(nodes[0].data_dir), ops.Auth("set_permissions", [old_user, "/", ".*", ".*", ".*"]))
+    call(str(shared[2].data_dir), ops.Auth("add_user", [old_user, old_password]))
+    call(str(shared[0].data_dir), ops.Auth("set_permissions", [old_user, "/", ".*", ".*", ".*"]))
     for i in range(3):
         for who, pw in ((user, second), (old_user, old_password)):
             c = pika.BlockingConnection(pika.ConnectionParameters(
-                "127.0.0.1", nodes[i].port, credentials=pika.PlainCredentials(who, pw),
+                "127.0.0.1", shared[i].port, credentials=pika.PlainCredentials(who, pw),
                 connection_attempts=1, socket_timeout=5))
             c.close()
     found_user = False
     for i in range(3):
-        for path, is_dir in _files(nodes[i].data_dir):
+        for path, is_dir in _files(shared[i].data_dir):
             if is_dir or stat.S_ISSOCK(os.lstat(path).st_mode):
                 continue
             with open(path, "rb") as f:
@@ -116,7 +116,7 @@ def test_passwords_never_reach_a_disk_in_plain_text_and_log_in_everywhere(nodes)
             for pw in (password, second, old_password):
                 assert pw.encode() not in data, f"{pw} in {path}"
             found_user |= path.endswith("raft.journal") and user.encode() in data
-        log = nodes[i].log_path.read_text(errors="replace")
+        log = shared[i].log_path.read_text(errors="replace")
         assert password not in log and second not in log and old_password not in log
     assert found_user, "the user's name is in the raft journals (the search above can see them)"
 

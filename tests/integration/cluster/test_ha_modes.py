@@ -33,14 +33,14 @@ def wait_mirrors(nodes, name, want, column="mirrors"):
                       what=f"{column} of {name} = {want} (now {mirrors(nodes, name, column)})")
 
 
-def test_ha_mode_nodes_exactly_and_all_put_the_mirrors_where_they_say(nodes):
+def test_ha_mode_nodes_exactly_and_all_put_the_mirrors_where_they_say(shared):
     n1, n2, n3 = "leveret@node1", "leveret@node2", "leveret@node3"
-    nodes[0].ctl("set_policy", "ha-nodes", "^nodes\\.",
+    shared[0].ctl("set_policy", "ha-nodes", "^nodes\\.",
                  json.dumps({"ha-mode": "nodes", "ha-params": [n2, n3],
                              "ha-sync-mode": "automatic"}))
-    nodes[0].ctl("set_policy", "ha-exactly", "^exactly\\.",
+    shared[0].ctl("set_policy", "ha-exactly", "^exactly\\.",
                  json.dumps({"ha-mode": "exactly", "ha-params": 2}))
-    with nodes[0].connection() as c:  # every queue homed on node 1
+    with shared[0].connection() as c:  # every queue homed on node 1
         ch = c.channel()
         ch.queue_declare("nodes.q", durable=True)
         for i in range(20):
@@ -53,21 +53,21 @@ def test_ha_mode_nodes_exactly_and_all_put_the_mirrors_where_they_say(nodes):
         ch.queue_declare("arg.all", durable=True, arguments={"x-ha-mode": "all"})
         ch.queue_declare("plain.q", durable=True)
     # nodes: exactly the listed ones, synchronised (ha-sync-mode automatic) with the messages
-    wait_mirrors(nodes, "nodes.q", [n2, n3], "synced")
-    assert queue_row(nodes[0], "nodes.q")["node"] == n1
-    wait_mirrors(nodes, "exactly.q", [n2])                # exactly 2: the master and one
-    wait_mirrors(nodes, "arg.nodes", [n3])                # a name not in the cluster: left out
-    wait_mirrors(nodes, "arg.exactly", [n2, n3])
-    wait_mirrors(nodes, "arg.all", [n2, n3])
-    assert mirrors(nodes, "plain.q") == []
+    wait_mirrors(shared, "nodes.q", [n2, n3], "synced")
+    assert queue_row(shared[0], "nodes.q")["node"] == n1
+    wait_mirrors(shared, "exactly.q", [n2])                # exactly 2: the master and one
+    wait_mirrors(shared, "arg.nodes", [n3])                # a name not in the cluster: left out
+    wait_mirrors(shared, "arg.exactly", [n2, n3])
+    wait_mirrors(shared, "arg.all", [n2, n3])
+    assert mirrors(shared, "plain.q") == []
     # a new list moves the mirrors; the master, left out, stays where it is
-    nodes[1].ctl("set_policy", "ha-nodes", "^nodes\\.",
+    shared[1].ctl("set_policy", "ha-nodes", "^nodes\\.",
                  json.dumps({"ha-mode": "nodes", "ha-params": [n3]}))
-    wait_mirrors(nodes, "nodes.q", [n3])
-    nodes[0].ctl("set_policy", "ha-nodes", "^nodes\\.",
+    wait_mirrors(shared, "nodes.q", [n3])
+    shared[0].ctl("set_policy", "ha-nodes", "^nodes\\.",
                  json.dumps({"ha-mode": "nodes", "ha-params": [n1]}))
-    wait_mirrors(nodes, "nodes.q", [])
-    assert queue_row(nodes[0], "nodes.q")["node"] == n1
+    wait_mirrors(shared, "nodes.q", [])
+    assert queue_row(shared[0], "nodes.q")["node"] == n1
 
 
 REFUSED = [
@@ -80,20 +80,21 @@ REFUSED = [
 ]
 
 
-def test_a_refused_ha_policy_leaves_nothing_and_declares_are_answered(nodes):
+def test_a_refused_ha_policy_leaves_nothing_and_declares_are_answered(shared):
     for definition, text in REFUSED:  # (through a follower: forwarded to the leader)
-        res = nodes[1].ctl("set_policy", "bad", "^ha\\.", json.dumps(definition), check=False)
+        res = shared[1].ctl("set_policy", "bad", "^ha\\.", json.dumps(definition), check=False)
         assert res.returncode != 0 and "Validation failed" in res.stderr and text in res.stderr
-    assert json.loads(nodes[0].ctl("list_policies").stdout) == []
-    nodes[0].ctl("set_policy", "ha-all", "^ha\\.", '{"ha-mode": "all"}')
-    with nodes[2].connection() as c:
+    # (the cluster is the module's: the other tests' policies may be there, never this one)
+    assert "bad" not in [p["name"] for p in json.loads(shared[0].ctl("list_policies").stdout)]
+    shared[0].ctl("set_policy", "ha-all", "^ha\\.", '{"ha-mode": "all"}')
+    with shared[2].connection() as c:
         c.channel().queue_declare("ha.after", durable=True)  # answered: on main it hung
-    wait_mirrors(nodes, "ha.after", ["leveret@node1", "leveret@node2"])
+    wait_mirrors(shared, "ha.after", ["leveret@node1", "leveret@node2"])
 
 
-def test_ha_sync_mode_manual_syncs_a_new_mirror_only_when_asked_or_drained__C5(nodes):
+def test_ha_sync_mode_manual_syncs_a_new_mirror_only_when_asked_or_drained__C5(shared):
     n2 = "leveret@node2"
-    with nodes[0].connection() as c:  # homed on node 1, messages in before any mirror
+    with shared[0].connection() as c:  # homed on node 1, messages in before any mirror
         ch = c.channel()
         ch.confirm_delivery()
         for name, n in (("man.sync", 10), ("man.drain", 3), ("man.auto", 5)):
@@ -101,34 +102,34 @@ def test_ha_sync_mode_manual_syncs_a_new_mirror_only_when_asked_or_drained__C5(n
             for i in range(n):
                 ch.basic_publish("", name, b"%d" % i, pika.BasicProperties(delivery_mode=2))
     manual = {"ha-mode": "exactly", "ha-params": 2, "ha-sync-mode": "manual"}
-    nodes[0].ctl("set_policy", "ha-man", "^man\\.", json.dumps(manual))
+    shared[0].ctl("set_policy", "ha-man", "^man\\.", json.dumps(manual))
     for name in ("man.sync", "man.drain", "man.auto"):
-        wait_mirrors(nodes, name, [n2])
+        wait_mirrors(shared, name, [n2])
     time.sleep(3)  # (an automatic mirror would be synchronised by now)
     for name in ("man.sync", "man.drain", "man.auto"):
-        assert mirrors(nodes, name, "synced") == [], name
-    with nodes[1].connection() as c:  # confirms still wait for (and get) the new mirror
+        assert mirrors(shared, name, "synced") == [], name
+    with shared[1].connection() as c:  # confirms still wait for (and get) the new mirror
         ch = c.channel()
         ch.confirm_delivery()
         ch.basic_publish("", "man.drain", b"new", pika.BasicProperties(delivery_mode=2))
-    res = nodes[2].ctl("sync_queue", "man.sync")
+    res = shared[2].ctl("sync_queue", "man.sync")
     assert "Synchronising queue 'man.sync' in vhost '/' ..." in res.stdout
-    wait_mirrors(nodes, "man.sync", [n2], "synced")
-    assert mirrors(nodes, "man.drain", "synced") == []
-    with nodes[0].connection() as c:  # the older messages leave: nothing is missing
+    wait_mirrors(shared, "man.sync", [n2], "synced")
+    assert mirrors(shared, "man.drain", "synced") == []
+    with shared[0].connection() as c:  # the older messages leave: nothing is missing
         ch = c.channel()
         for _ in range(3):
             method, _, body = ch.basic_get("man.drain")
             assert body != b"new"
             ch.basic_ack(method.delivery_tag)
-    wait_mirrors(nodes, "man.drain", [n2], "synced")
-    assert mirrors(nodes, "man.auto", "synced") == []
+    wait_mirrors(shared, "man.drain", [n2], "synced")
+    assert mirrors(shared, "man.auto", "synced") == []
     automatic = dict(manual, **{"ha-sync-mode": "automatic"})
-    nodes[0].ctl("set_policy", "ha-man", "^man\\.", json.dumps(automatic))
-    wait_mirrors(nodes, "man.auto", [n2], "synced")
-    res = nodes[0].ctl("cancel_sync_queue", "man.auto")  # none under way: nothing to stop
+    shared[0].ctl("set_policy", "ha-man", "^man\\.", json.dumps(automatic))
+    wait_mirrors(shared, "man.auto", [n2], "synced")
+    res = shared[0].ctl("cancel_sync_queue", "man.auto")  # none under way: nothing to stop
     assert "Stopping synchronising queue 'man.auto' in vhost '/' ..." in res.stdout
-    res = nodes[0].ctl("sync_queue", "no.such.queue", check=False)
+    res = shared[0].ctl("sync_queue", "no.such.queue", check=False)
     assert res.returncode != 0 and "no queue 'no.such.queue' in vhost '/'" in res.stderr
 
 

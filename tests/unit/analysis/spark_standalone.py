@@ -27,9 +27,12 @@ def spark_home() -> str:
 
 def environment(**extra: str) -> dict[str, str]:
     """The environment of every process of the cluster and of its drivers: Spark from the
-    pyspark package, everything on 127.0.0.1."""
+    pyspark package, everything on 127.0.0.1, and every JVM (master, workers, executors,
+    driver) with the flags for small runs, read by the java launcher itself."""
+    from spark_analysis.session import SMALL_RUN_JAVA_OPTIONS
     return dict(os.environ, SPARK_HOME=spark_home(), SPARK_LOCAL_IP="127.0.0.1",
-                SPARK_LOCAL_HOSTNAME="127.0.0.1", **extra)
+                SPARK_LOCAL_HOSTNAME="127.0.0.1", JDK_JAVA_OPTIONS=SMALL_RUN_JAVA_OPTIONS,
+                **extra)
 
 
 class StandaloneCluster:
