@@ -6,7 +6,8 @@ tag (its position in `_TYPES`); on the wire it is msgpack `[tag, *fields]`. A ty
 field is `bodies` carries message bodies: they travel, untouched and never inside msgpack, as
 one ZeroMQ frame after the payload (the bodies joined; their lengths end the msgpack list), so a
 batch of 85 publishes costs three frames, not 87 (measured: per-frame sends were a fifth of a
-connection worker's time). New fields go at the end with defaults.
+connection worker's time). New fields go at the end with defaults. The messages of a batch
+are named records too (PublishItem, Delivery, MirrorItem), never positional lists.
 
 Messages that never leave their worker process (the "local only" sections below: connection
 worker, queue worker) are plain classes with `__slots__`, never encoded. No actor is sent a bare
@@ -184,12 +185,23 @@ class QueueStarted(NamedTuple):
 
 
 # --- channel -> queue --------------------------------------------------------------------------
-class Publish(NamedTuple):
-    """A batch of messages for one queue from one channel (or a dead-lettering queue).
+class PublishItem(NamedTuple):
+    """One message of a Publish batch (its body is the batch's bodies[i])."""
+    seq_no: int  # the publisher's confirm sequence number; 0: no confirm wanted
+    exchange: str  # the exchange it was published to
+    routing_key: str  # the routing key it was published with
+    props_raw: bytes  # its encoded content properties (as the queue stores and delivers them)
+    persistent: bool  # delivery_mode 2
+    priority: int  # its priority property (0: none)
+    expiry_ms: int  # its own expiration property in ms; -1: none
+    # 16 bytes naming its body in msg_store and the message in the event log (a persistent
+    # message, or any with events on); None: the queue makes one if it stores the message
+    msg_id: bytes | None = None
 
-    items: [seq_no, exchange, routing_key, props_raw, persistent, priority, expiry_ms] where
-    seq_no 0 means "no confirm wanted" and expiry_ms -1 means none; bodies[i] is item i's body.
-    """
+
+class Publish(NamedTuple):
+    """A batch of messages for one queue from one channel (or a dead-lettering queue):
+    items[i] (a PublishItem) has body bodies[i]."""
     sender: str
     items: list
     bodies: list
@@ -251,12 +263,25 @@ class QueueOp(NamedTuple):
 
 
 # --- queue -> channel --------------------------------------------------------------------------
-class Deliver(NamedTuple):
-    """A batch of deliveries from one queue to one channel.
+class Delivery(NamedTuple):
+    """One message a queue hands a channel (its body is the batch's bodies[i]), as the
+    channel's basic.deliver or basic.get-ok says it, plus what the channel's ack does."""
+    consumer_tag: str  # the consumer it goes to; "": a basic.get answer (GetReply)
+    seq_id: int  # its position in the queue: what the channel's Settle names
+    redelivered: bool
+    exchange: str
+    routing_key: str
+    props_raw: bytes
+    # x-confirm-on=ack-lite: the publishing channel and its seq_no, which the consuming
+    # channel confirms once the consumer acks ("", 0: none)
+    publisher: str = ""
+    seq_no: int = 0
+    msg_id: bytes | None = None  # the event log's message id (events on), else None
 
-    items: [consumer_tag, seq_id, redelivered, exchange, routing_key, props_raw]; bodies[i] is
-    item i's body. consumer_tag "" marks a basic.get answer (see GetReply).
-    """
+
+class Deliver(NamedTuple):
+    """A batch of deliveries from one queue to one channel: items[i] (a Delivery) has body
+    bodies[i]."""
     queue: str  # queue address
     qname: str
     items: list
@@ -266,7 +291,7 @@ class Deliver(NamedTuple):
 class GetReply(NamedTuple):
     req_id: int
     queue: str
-    item: list | None  # as in Deliver, or None for get-empty
+    item: Delivery | None  # consumer_tag "", or None for get-empty
     message_count: int
     bodies: list
 
@@ -275,7 +300,7 @@ class Confirm(NamedTuple):
     """Queue -> publishing channel (or, for x-confirm-on=ack-lite, the consuming channel ->
     the publishing one): seq_nos now accepted (ok) or refused (not ok)."""
     queue: str
-    seqs: list
+    seq_nos: list  # the publisher's seq_nos (PublishItem.seq_no)
     ok: bool
     # why refused (the event log's nack reason): "reject-publish" (overflow), "disk" (the
     # store could not write it), "queue_down", "lost" (x-confirm-on: gone before any ack);
@@ -373,10 +398,21 @@ class MirrorKeep(NamedTuple):
     seq_ids: list
 
 
+class MirrorItem(NamedTuple):
+    """One message of a MirrorPublish batch (its body is the batch's bodies[i])."""
+    seq_id: int  # its position in the master's queue (the mirror's key for it)
+    exchange: str
+    routing_key: str
+    props_raw: bytes
+    persistent: bool
+    priority: int
+    expires_at_wall_ms: int  # when its TTL ends, in wall-clock ms (the same on any node); 0: never
+    msg_id: bytes | None  # its body's name in msg_store; None: the master has not stored it
+
+
 class MirrorPublish(NamedTuple):
-    """Master -> mirror: messages that entered the queue (reset: they are all of them).
-    items: [seq_id, exchange, routing_key, props_raw, persistent, priority, expires_at_wall_ms,
-    msg_id]."""
+    """Master -> mirror: messages that entered the queue (reset: they are all of them);
+    items[i] (a MirrorItem) has body bodies[i]."""
     master: str
     batch: int  # the master's batch number, acknowledged by MirrorAck
     reset: bool
@@ -436,11 +472,29 @@ class StreamJoin(NamedTuple):
     overview: list
 
 
+class ChunkHead(NamedTuple):
+    """One chunk of a StreamChunks batch: where it sits in the leader's log and what the
+    member's copy of its record must say."""
+    first: int  # its first offset
+    count: int  # how many messages (the next `count` of the batch's items)
+    ts: int  # wall-clock ms of the leader's write
+    epoch: int  # the leader's epoch when it took these publishes
+    bloom: bytes | None  # its filter values' Bloom filter (None: none filtered)
+
+
+class StreamItem(NamedTuple):
+    """One message of a StreamChunks batch (its body is the batch's bodies[i])."""
+    exchange: str
+    routing_key: str
+    props_raw: bytes
+    msg_id: bytes | None  # the event log's id (None with events off)
+
+
 class StreamChunks(NamedTuple):
     """Stream leader -> member: `truncate` >= 0 (the answer to a join): keep your log below
     that offset only, then take chunks from there; then whole chunks of the leader's log in
-    order, `chunks` [[first, count, ts, epoch, bloom], ...] and their messages' `items`
-    [[exchange, routing_key, props_raw, msg_id], ...] in offset order."""
+    order, `chunks` [ChunkHead] (lists on the wire: the member reads each by unpacking) and
+    their messages, `items` [StreamItem] in offset order."""
     leader: str
     epoch: int  # the leader's epoch (the queue's in the metadata)
     truncate: int
@@ -691,12 +745,26 @@ class CheckMaster:
 
 
 class TakeMessages:
-    """QueueHost -> Mirror (ask): promotion; the answer is every message the mirror holds in
-    memory, as [(IndexEntry, body, persistent)] a Queue restores from, and the priorities it
-    paged out to this node's index for the queue (written before the answer; the persistent
-    in-memory ones of those priorities of a durable queue are in the index too), as a tuple;
-    the mirror leaves the transport."""
+    """QueueHost -> Mirror (ask): promotion; the answer is an Adopted; the mirror leaves the
+    transport."""
     __slots__ = ()
+
+
+class StoredMessage(NamedTuple):
+    """A message read back from a queue's index (Paged, Recovered) or handed over by a promoted
+    mirror (Adopted), as QueueCore restores it."""
+    entry: Any  # its queue_index.IndexEntry (seq_id, msg_id, exchange, ...)
+    body: bytes
+    persistent: bool  # its delivery mode is 2 (or its queue stores every message)
+
+
+class Adopted(NamedTuple):
+    """A promoted mirror's answer to TakeMessages, which the new master Queue restores from."""
+    messages: list  # [StoredMessage] the mirror held in memory, in seq_id order
+    # the priorities it paged out to this node's index for the queue (written before the
+    # answer; the persistent in-memory ones of those priorities of a durable queue are there
+    # too)
+    paged: list
 
 
 # --- local only: queue worker (backing queue and host -> queue) ------------------------------
@@ -730,8 +798,7 @@ class Refused:
 
 class Paged:
     """BackingQueue -> Queue (local only): the next page of paged-out messages of one
-    priority's lane, [(IndexEntry, body, persistent)], and how many stale transient entries
-    were dropped."""
+    priority's lane, [StoredMessage], and how many stale transient entries were dropped."""
 
     __slots__ = ("entries", "dropped", "dropped_bytes", "priority", "sync")
 
@@ -743,14 +810,14 @@ class Paged:
 
 class Recovered:
     """BackingQueue -> Queue (local only): what the index kept: the next seq_id, the first
-    page of messages [(IndexEntry, body, persistent)], how many more and their bytes (lists
-    by priority for a priority queue: each priority has an index of its own)."""
+    page of messages [StoredMessage], how many more and their bytes (lists by priority for a
+    priority queue: each priority has an index of its own)."""
 
-    __slots__ = ("next_seq", "entries", "more", "more_bytes")
+    __slots__ = ("next_seq_id", "entries", "more", "more_bytes")
 
-    def __init__(self, next_seq, entries, more, more_bytes):
-        self.next_seq, self.entries, self.more, self.more_bytes = \
-            next_seq, entries, more, more_bytes
+    def __init__(self, next_seq_id, entries, more, more_bytes):
+        self.next_seq_id, self.entries, self.more, self.more_bytes = \
+            next_seq_id, entries, more, more_bytes
 
 
 class ChannelsDown:
@@ -910,57 +977,76 @@ class Malformed(ValueError):
 
 # Checked on receipt, cheaply (decode runs for every message between processes): the tag, the
 # field count, every field's type (as annotated), that bodies match their frame, the shape of
-# batch items and the elements receivers use as keys (seq numbers, consumer tags). Other
-# elements of an item are checked where they are used.
+# batch items and the elements receivers use as keys (seq numbers, consumer tags), which are
+# handed over as the named records the sender built (PublishItem, Delivery, MirrorItem: msgpack
+# sends a NamedTuple as a list). Other elements of an item are checked where they are used.
 
 # what an annotation means on the wire: the types a received field may have (a bool field
 # takes an int too: a truth value; None: not checked)
 _WIRE_TYPES: dict[str, Any] = {
     "str": str, "int": int, "bool": int, "dict": dict, "list": list, "bytes": bytes,
-    "list | None": (list, type(None)), "bytes | None": (bytes, type(None)), "Any": None,
+    "list | None": (list, type(None)), "Delivery | None": (list, type(None)),
+    "bytes | None": (bytes, type(None)), "Any": None,
 }
 _INTS = frozenset((int,))
 _new = tuple.__new__
 
 
-def _publish_items(items: list) -> bool:
-    """[seq_no, exchange, routing_key, props_raw, persistent, priority, expiry_ms, (msg_id)]"""
+def _publish_items(items: list) -> list | None:
+    """The PublishItems of a Publish's list of lists (msg_id may be left out), or None if one
+    is not one (its seq_no is the key the publisher's confirm comes back by)."""
+    # one comprehension for the whole items a current sender sends (a loop that appends
+    # costs twice as much a message); the rest is the rare case
+    out = [_new(PublishItem, it) for it in items
+           if type(it) is list and len(it) == 8 and type(it[0]) is int]
+    if len(out) == len(items):
+        return out
+    out = []
     for it in items:
         if type(it) is not list or not 7 <= len(it) <= 8 or type(it[0]) is not int:
-            return False
-    return True
+            return None
+        out.append(_new(PublishItem, it) if len(it) == 8 else PublishItem(*it))
+    return out
 
 
-def _one_body(items: list) -> bool:
+def _one_body(items: list) -> list | None:
     """DirectReply: exactly one body (its properties are checked as a field)."""
-    return len(items) == 1
+    return items if len(items) == 1 else None
 
 
-def _deliver_items(items: list) -> bool:
-    """[consumer_tag, seq_id, redelivered, exchange, routing_key, props_raw,
-    (publisher, pub_seq), (msg_id)]"""
+def _deliveries(items: list) -> list | None:
+    """The Deliveries of a Deliver's (or GetReply's) list of lists (older senders leave out
+    the fields that have defaults), or None if one is not one (its consumer tag and seq_id
+    are the keys the channel acts by)."""
+    out = [_new(Delivery, it) for it in items
+           if type(it) is list and len(it) == 9 and type(it[0]) is str and type(it[1]) is int]
+    if len(out) == len(items):
+        return out
+    out = []
     for it in items:
         if type(it) is not list or not 6 <= len(it) <= 9 or type(it[0]) is not str or \
                 type(it[1]) is not int:
-            return False
-    return True
+            return None
+        out.append(_new(Delivery, it) if len(it) == 9 else Delivery(*it))
+    return out
 
 
-def _mirror_items(items: list) -> bool:
-    """[seq_id, exchange, routing_key, props_raw, persistent, priority, expires_at_wall_ms,
-    msg_id]"""
-    for it in items:
-        if type(it) is not list or len(it) != 8 or type(it[0]) is not int:
-            return False
-    return True
+def _mirror_items(items: list) -> list | None:
+    """The MirrorItems of a MirrorPublish's list of lists, or None if one is not one (its
+    seq_id is the mirror's key)."""
+    out = [_new(MirrorItem, it) for it in items
+           if type(it) is list and len(it) == 8 and type(it[0]) is int]
+    return out if len(out) == len(items) else None
 
 
-def _stream_items(items: list) -> bool:
-    """[exchange, routing_key, props_raw, msg_id]"""
+def _stream_items(items: list) -> list | None:
+    """The StreamItems of a StreamChunks' list of lists, or None if one is not one."""
+    out = []
     for it in items:
         if type(it) is not list or len(it) != 4:
-            return False
-    return True
+            return None
+        out.append(_new(StreamItem, it))
+    return out
 
 
 def _wire_type(annotation):
@@ -979,10 +1065,10 @@ def _spec(cls: type) -> tuple:
     checks = [(i + 1, _wire_type(cls.__annotations__[f])) for i, f in enumerate(cls._fields)
               if f != "bodies"]
     checks = [(i, t) for i, t in checks if t is not None]
-    ints = {Confirm: "seqs", Settle: "seq_ids", MirrorForget: "seq_ids",
+    ints = {Confirm: "seq_nos", Settle: "seq_ids", MirrorForget: "seq_ids",
             MirrorKeep: "seq_ids"}.get(cls)
-    items = {Publish: _publish_items, Deliver: _deliver_items, MirrorPublish: _mirror_items,
-             GetReply: _deliver_items, DirectReply: _one_body,
+    items = {Publish: _publish_items, Deliver: _deliveries, MirrorPublish: _mirror_items,
+             GetReply: _deliveries, DirectReply: _one_body,
              StreamChunks: _stream_items}.get(cls)
     return (cls, lo + 1, n + 1, tuple((i, t) for i, t in checks if i <= lo),
             tuple((i, t) for i, t in checks if i > lo),
@@ -1029,9 +1115,14 @@ def decode(payload: bytes, frames: list):
         listed = [fields[-2]]  # one message: its properties, then its body
     else:
         listed = fields[-2]
-    if len(listed) != len(bodies) or not items(listed):
+    records = items(listed) if len(listed) == len(bodies) else None
+    if records is None:
         raise Malformed(f"{cls.__name__} with {len(listed)} items for {len(bodies)} bodies: "
                         f"{listed!r:.80}")
+    if cls is GetReply:
+        fields[3] = records[0] if records else None
+    elif cls is not DirectReply:
+        fields[-2] = records  # the named records the receiver reads
     fields[-1] = bodies
     return _new(cls, fields[1:])
 

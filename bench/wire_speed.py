@@ -25,13 +25,14 @@ PROPS = b"\x80\x00\x02"  # content properties: delivery-mode 2
 
 def _publish(n: int) -> m.Publish:
     return m.Publish("ipc:///run/conn-0-1.sock#ch/1/1/1",
-                     [[i + 1, "amq.direct", "bench.key", PROPS, True, 0, -1,
-                       b"0123456789abcdef"] for i in range(n)], [BODY] * n)
+                     [m.PublishItem(i + 1, "amq.direct", "bench.key", PROPS, True, 0, -1,
+                                    b"0123456789abcdef") for i in range(n)], [BODY] * n)
 
 
 def _deliver(n: int) -> m.Deliver:
     return m.Deliver("ipc:///run/queue-0-1.sock#q\x1f/\x1fbench", "bench",
-                     [["ctag", i, False, "amq.direct", "bench.key", PROPS] for i in range(n)],
+                     [m.Delivery("ctag", i, False, "amq.direct", "bench.key", PROPS)
+                      for i in range(n)],
                      [BODY] * n)
 
 

@@ -126,7 +126,7 @@ def flatten(totals: dict, prefix: tuple = ()) -> dict:
 
 def cluster_counts(workers: dict, dead: dict, now_ms: int, interval_ms: int) -> dict:
     """Every connection worker's totals added up, with their rates: path -> (count, rate per
-    second). `workers`: worker -> (at_ms, totals, previous (at_ms, totals) or None); `dead`:
+    second). `workers`: worker -> (at_ms, totals, previous samples.Sample or None); `dead`:
     the last totals of workers that are gone (counted, no rate). A worker's rate is between
     its last two samples, 0 once its last one is older than two intervals (it sends nothing
     while nothing changes), as the channels' rates."""
@@ -136,10 +136,10 @@ def cluster_counts(workers: dict, dead: dict, now_ms: int, interval_ms: int) -> 
         now = flatten(totals)
         for path, n in now.items():
             counts[path] = counts.get(path, 0) + n
-        if previous is None or now_ms - at > 2 * interval_ms or at <= previous[0]:
+        if previous is None or now_ms - at > 2 * interval_ms or at <= previous.at_ms:
             continue
-        before = flatten(previous[1])
-        dt = at - previous[0]
+        before = flatten(previous.stats)
+        dt = at - previous.at_ms
         for path, n in now.items():
             rates[path] = rates.get(path, 0.0) + increase(before.get(path, 0), n) * 1000.0 / dt
     return {path: (n, round(rates.get(path, 0.0), 1)) for path, n in counts.items()}

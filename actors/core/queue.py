@@ -7,7 +7,7 @@ decisions) together with the in-memory part of rabbit_variable_queue.erl (q4 and
 ordering) and rabbit_priority_queue.erl. The actor shell (actors/queue/queue.py) feeds it messages
 and carries out what it asks through `out`, an object with:
 
-- `deliver(channel, items, bodies)`  a batch of deliveries to one channel
+- `deliver(channel, items, bodies)`  a batch of deliveries (messages.Delivery) to one channel
 - `confirm(channel, seqs, ok[, reason])` publisher confirms (ok) or nacks (not ok, reason as
   messages.Confirm says)
 - `reply(addr, req_id, ok, result, code, text)`
@@ -64,8 +64,12 @@ from actors.core.errors import ChannelError
 from actors.core.keep_up import KeepUp
 from actors.core.queue_args import check_consume_arguments
 from actors.core.queue_stats import DEAD_LETTERED, ConsumerUse
+from actors.messages import Delivery, PublishItem
 from protocol.properties import BasicProperties, with_long_header
 
+# builds a record on the per-message path from all its fields, in order, without NamedTuple's
+# argument handling (measured: a fifth of a NamedTuple call's cost)
+_new = tuple.__new__
 WAIT = "wait"  # get(): the head is paged out, try again once it is read back
 STORE_BEHIND_BYTES = 16 * 1024 * 1024  # bodies on their way to storage before credit waits
 
@@ -158,7 +162,7 @@ class Msg:
 
     __slots__ = ("seq_id", "exchange", "routing_key", "props_raw", "body", "persistent",
                  "priority", "expires_at", "ttl", "redelivered", "publisher", "pub_seq",
-                 "msg_id", "stored", "delivery_count", "pers")
+                 "msg_id", "stored", "delivery_count", "pers", "channel", "consumer_tag")
 
     def __init__(self, seq_id, exchange, routing_key, props_raw, body, persistent=False,
                  priority=0, expires_at=0, ttl=-1, publisher="", pub_seq=0, msg_id=None):
@@ -182,6 +186,10 @@ class Msg:
         # counted in messages_persistent (rabbit_variable_queue's IsPersistent: persistent in
         # a durable queue), set when it enters the queue; `persistent` may change after
         self.pers = False
+        # while unacked (QueueCore.unacked): the channel it was delivered to (its address) and
+        # the consumer ("": basic.get), as rabbit_queue_consumers keeps each ack tag's
+        self.channel = ""
+        self.consumer_tag = ""
 
 
 class Ready:
@@ -275,7 +283,10 @@ class QueueCore:
         self.ready = [Ready() for _ in range(self.max_priority + 1)]  # by priority
         self.ready_count = 0  # messages ready
         self.ready_bytes = 0  # body bytes ready
-        self.unacked: dict[int, tuple] = {}  # seq_id -> (Msg, channel, consumer tag)
+        # seq_id -> a message delivered and not yet settled (rabbit_variable_queue's
+        # pending_ack), its Msg.channel and consumer_tag set: no record of its own, as a
+        # per-delivery object living until the ack costs the collector (measured)
+        self.unacked: dict[int, Msg] = {}
         self.unacked_bytes = 0  # body bytes of the unacked messages
         # messages in memory (ready or unacked) counted persistent (Msg.pers) and their body
         # bytes; the paged ones are their lanes' (Lane.pers): messages_persistent
@@ -296,7 +307,7 @@ class QueueCore:
         self.limited: set = set()  # channels with a global prefetch (token holders)
         self.hold = False  # the shell defers runs until its mailbox is empty
         self.run_due = False  # a run was asked for while held
-        self.next_seq = 1  # next seq_id
+        self.next_seq_id = 1  # the seq_id the next message gets
         self.auto_delete = auto_delete  # delete when the last consumer goes
         self.had_consumer = False  # auto-delete applies only after a first consumer
         self.last_used = now  # for x-expires
@@ -329,13 +340,13 @@ class QueueCore:
             self._schedule(now + self.expires)
 
     # --- publishing -------------------------------------------------------------------------
-    def publish(self, sender: str, items: list, bodies: list, now: int) -> None:
-        """items: [seq_no, exchange, routing_key, props_raw, persistent, priority, expiry_ms,
-        msg_id]; msg_id (16 bytes, or None for a transient message) may be left out."""
+    def publish(self, sender: str, items: list[PublishItem], bodies: list, now: int) -> None:
+        """A Publish batch from `sender` (a channel, or "": a dead-lettering queue)."""
         accepted, refused, to_persist = [], [], []
         bounded = self.max_length is not None or self.max_bytes is not None
         for item, body in zip(items, bodies):
-            pub_seq, exchange, rk, props, persistent, priority, expiry, *msg_id = item
+            # every field of the PublishItem, in its order (one step on the per-message path)
+            pub_seq, exchange, rk, props, persistent, priority, expiry, msg_id = item
             if self.store_all:
                 persistent = True  # stored and synced before its confirm (quorum queue)
             if bounded and self.consumers and self._full_for(len(body)):
@@ -352,8 +363,7 @@ class QueueCore:
                 if self.overflow == "reject-publish-dlx" and self.dlx is not None:
                     # (its msg_id, for the event log's link from the refused publish to its copy)
                     self._dead_letter_or_drop(Msg(0, exchange, rk, props, body, persistent,
-                                                  ttl=expiry, msg_id=msg_id[0] if msg_id else None),
-                                              "maxlen")
+                                                  ttl=expiry, msg_id=msg_id), "maxlen")
                 continue
             divert = behind = False
             if self.pageable:
@@ -365,7 +375,7 @@ class QueueCore:
                 elif self.paged and self.lanes[p].paged:
                     behind = True  # in memory, behind the lane's paged part
             msg = self._enqueue(exchange, rk, props, body, persistent, priority, expiry, now,
-                                sender, pub_seq, msg_id[0] if msg_id else None, divert, behind)
+                                sender, pub_seq, msg_id, divert, behind)
             if msg is None:
                 if pub_seq and not self.late_confirm:
                     accepted.append(pub_seq)  # expired at once (TTL 0): confirmed, as RabbitMQ
@@ -426,14 +436,14 @@ class QueueCore:
         for channel, seqs in by_channel.items():
             self.out.confirm(channel, seqs, True)
 
-    def restore(self, next_seq: int, entries: list, more: int, more_bytes: int, now: int,
+    def restore(self, next_seq_id: int, entries: list, more: int, more_bytes: int, now: int,
                 wall_now: int) -> None:
         """Start-up of a durable queue: the first messages its index kept, in order
-        ([(IndexEntry, body, persistent)]; expiry times are wall-clock ms in the index), and
+        ([StoredMessage]; expiry times are wall-clock ms in the index), and
         how many more it holds (paged out, read back as the queue drains): ints for a queue
         without priorities, else lists by priority (each lane has an index of its own)."""
         self._load(entries, now, wall_now)
-        self.next_seq = max(self.next_seq, next_seq)
+        self.next_seq_id = max(self.next_seq_id, next_seq_id)
         if not isinstance(more, (list, tuple)):
             more, more_bytes = [more], [more_bytes]
         last = [0] * len(self.lanes)
@@ -495,12 +505,12 @@ class QueueCore:
         ttl = self.ttl
         if expiry is not None and expiry >= 0:
             ttl = expiry if ttl is None else min(ttl, expiry)
-        msg = Msg(self.next_seq, exchange, rk, props, body, persistent,
+        msg = Msg(self.next_seq_id, exchange, rk, props, body, persistent,
                   min(priority or 0, self.max_priority), now + ttl if ttl is not None else 0,
                   expiry if expiry is not None else -1, sender, pub_seq,
                   msg_id or (self.random_bytes(16) if (persistent and self.durable) or divert
                              else None))
-        self.next_seq += 1
+        self.next_seq_id += 1
         if persistent and self.durable:
             msg.pers = True
             self.pers += 1
@@ -630,7 +640,7 @@ class QueueCore:
     def messages(self) -> list:
         """Every message in memory, ready or unacked, in seq_id order (a mirror's sync)."""
         out = [msg for ready in self.ready for msg in ready.all()]
-        out += [e[0] for e in self.unacked.values()]
+        out += self.unacked.values()
         return sorted(out, key=lambda msg: msg.seq_id)
 
     def _count(self) -> int:
@@ -906,15 +916,15 @@ class QueueCore:
 
     def paged_in(self, entries: list, dropped: int, dropped_bytes: int, now: int,
                  wall_now: int, priority: int = 0) -> None:
-        """The backing queue read the next page of a lane: [(IndexEntry, body, persistent)] in
+        """The backing queue read the next page of a lane: [StoredMessage] in
         order; `dropped` entries were transient ones left from before a restart. Owed ones
         (drop-head) are dropped first."""
         lane = self.lanes[priority]
         lane.asked = False
         tail = self.ready[priority].tail
-        beyond = bool(tail and entries and entries[-1][0].seq_id >= tail[0].seq_id)
+        beyond = bool(tail and entries and entries[-1].entry.seq_id >= tail[0].seq_id)
         if beyond:  # read into the tail (counts were off): those are in memory already
-            entries = [e for e in entries if e[0].seq_id < tail[0].seq_id]
+            entries = [x for x in entries if x.entry.seq_id < tail[0].seq_id]
         msgs = self._msgs_of(entries, now, wall_now)
         n = len(entries) + dropped
         nbytes = sum(len(b) for _, b, _ in entries) + dropped_bytes
@@ -932,7 +942,7 @@ class QueueCore:
         self._lane_pers_off(lane, sum(1 for msg in msgs if msg.pers) + dropped,
                             sum(len(msg.body) for msg in msgs if msg.pers) + dropped_bytes)
         if entries:
-            lane.page_after = entries[-1][0].seq_id
+            lane.page_after = entries[-1].entry.seq_id
         owed = min(lane.owed, len(msgs))
         lane.owed -= owed
         self.owed -= owed
@@ -1025,16 +1035,7 @@ class QueueCore:
         st = self.channels[c.channel]
         self.cons.delivering(st, len(msg.body))
         items, bodies = self._batches.setdefault(c.channel, ([], []))
-        item = [c.tag, msg.seq_id, msg.redelivered, msg.exchange, msg.routing_key,
-                with_delivery_count(msg.props_raw, msg.delivery_count)
-                if msg.delivery_count else msg.props_raw]
-        if self.confirm_on == "ack-lite" and msg.pub_seq and not c.no_ack:
-            item += (msg.publisher, msg.pub_seq)  # the consuming channel confirms on ack
-        if msg.msg_id is not None and self.events.enabled():
-            if len(item) == 6:
-                item += (None, 0)
-            item.append(msg.msg_id)  # the event log's message id, for the channel's events
-        items.append(item)
+        items.append(self._delivery(msg, c.tag, c.no_ack))
         bodies.append(msg.body)
         if c.no_ack:
             if self.late_confirm:
@@ -1047,9 +1048,24 @@ class QueueCore:
                 st.tokens -= 1
             c.unacked += 1
             st.unacked += 1
-            self.unacked[msg.seq_id] = (msg, c.channel, c.tag)
+            msg.channel, msg.consumer_tag = c.channel, c.tag
+            self.unacked[msg.seq_id] = msg
             self.unacked_bytes += len(msg.body)
             msg.redelivered = True
+
+    def _delivery(self, msg: Msg, ctag: str, no_ack: bool) -> Delivery:
+        """What the channel is told of a message it gets (ctag "": basic.get)."""
+        msg_id = msg.msg_id
+        if msg_id is not None and not self.events.enabled():
+            msg_id = None  # the event log's id, for the channel's events only
+        if msg.pub_seq and self.confirm_on == "ack-lite" and not no_ack:
+            publisher, seq_no = msg.publisher, msg.pub_seq  # the channel confirms on ack
+        else:
+            publisher, seq_no = "", 0
+        return _new(Delivery, (ctag, msg.seq_id, msg.redelivered, msg.exchange, msg.routing_key,
+                               with_delivery_count(msg.props_raw, msg.delivery_count)
+                               if msg.delivery_count else msg.props_raw,
+                               publisher, seq_no, msg_id))
 
     def flush(self) -> None:
         batches, self._batches = self._batches, {}
@@ -1074,7 +1090,7 @@ class QueueCore:
         self.late_confirm = mode in ("ack", "ack-lite")
         if was_late and not self.late_confirm:
             waiting = [msg for ready in self.ready for msg in ready.all() if msg.pub_seq]
-            waiting += [e[0] for e in self.unacked.values() if e[0].pub_seq]
+            waiting += [msg for msg in self.unacked.values() if msg.pub_seq]
             store = [msg for msg in waiting if msg.persistent and self.durable]
             for msg in store:
                 msg.stored = True
@@ -1138,8 +1154,8 @@ class QueueCore:
             self.run(now)
 
     def get(self, channel, no_ack, now):
-        """basic.get -> (item, body, message_count), None when empty, or WAIT when the next
-        message is paged out (ask again after `paged_in`)."""
+        """basic.get -> (Delivery, body, message_count), None when empty, or WAIT when the
+        next message is paged out (ask again after `paged_in`)."""
         self.last_used = now
         self._expire_head(now)
         p = self._head_lane()
@@ -1163,17 +1179,10 @@ class QueueCore:
                 self.out.record_delivery([msg])
             st = self._channel(channel)
             st.unacked += 1
-            self.unacked[msg.seq_id] = (msg, channel, "")
+            msg.channel, msg.consumer_tag = channel, ""
+            self.unacked[msg.seq_id] = msg
             self.unacked_bytes += len(msg.body)
-        item = ["", msg.seq_id, msg.redelivered, msg.exchange, msg.routing_key,
-                with_delivery_count(msg.props_raw, msg.delivery_count)
-                if msg.delivery_count else msg.props_raw]
-        if self.confirm_on == "ack-lite" and msg.pub_seq and not no_ack:
-            item += (msg.publisher, msg.pub_seq)
-        if msg.msg_id is not None and self.events.enabled():
-            if len(item) == 6:
-                item += (None, 0)
-            item.append(msg.msg_id)
+        item = self._delivery(msg, "", no_ack)
         msg.redelivered = True
         if self.paged:
             self._want_page()
@@ -1184,13 +1193,12 @@ class QueueCore:
         """op: 0 ack, 1 requeue, 2 discard (dead-letter when configured)."""
         done, requeue = [], []
         for seq_id in seq_ids:
-            entry = self.unacked.get(seq_id)
-            if entry is None or entry[1] != channel:
+            msg = self.unacked.get(seq_id)
+            if msg is None or msg.channel != channel:
                 continue  # (not this channel's: meant for an earlier incarnation's delivery)
             del self.unacked[seq_id]
-            msg, ch, tag = entry
             self.unacked_bytes -= len(msg.body)
-            self._settled(ch, tag)
+            self._settled(channel, msg.consumer_tag)
             if op == 1:
                 requeue.append(msg)
             else:
@@ -1243,7 +1251,7 @@ class QueueCore:
 
     def channel_down(self, channel, now) -> None:
         """The channel closed or its connection died: requeue its unacked, drop its consumers."""
-        back = [e[0] for mid, e in self.unacked.items() if e[1] == channel]
+        back = [msg for msg in self.unacked.values() if msg.channel == channel]
         for msg in back:
             del self.unacked[msg.seq_id]
             self.unacked_bytes -= len(msg.body)
@@ -1258,8 +1266,8 @@ class QueueCore:
 
     def channels_down(self, endpoint_prefix: str, now) -> None:
         """Every channel of a dead connection worker."""
-        for ch in {e[1] for e in self.unacked.values()} | {k[0] for k in self.consumers} | set(
-                self.channels):
+        for ch in {msg.channel for msg in self.unacked.values()} | \
+                {ch for ch, _ in self.consumers} | set(self.channels):
             if ch.startswith(endpoint_prefix):
                 self.channel_down(ch, now)
 
@@ -1371,12 +1379,13 @@ class QueueCore:
         as RabbitMQ reads it only of messages in memory."""
         heads = [ready.items[0] for ready in self.ready if ready.items]
         if self.unacked:
-            heads.append(self.unacked[next(iter(self.unacked))][0])
+            heads.append(self.unacked[next(iter(self.unacked))])
         known, self._head_ts = self._head_ts, {}
         found = []
         for msg in heads:
-            hit = known.get(msg.seq_id)
-            ts = hit[1] if hit is not None and hit[0] is msg else _timestamp(msg.props_raw)
+            seen, ts = known.get(msg.seq_id, (None, None))
+            if seen is not msg:
+                ts = _timestamp(msg.props_raw)
             self._head_ts[msg.seq_id] = (msg, ts)
             if ts is not None:
                 found.append(ts)
@@ -1431,7 +1440,7 @@ class QueueCore:
             self._emit_removal("queue_deleted", n, reason=reason, unacked=len(self.unacked))
         if self.late_confirm:
             # what was never acked is lost with the queue: its publishers hear it now
-            for msg, _, _ in self.unacked.values():
+            for msg in self.unacked.values():
                 self._answer(msg, False)
             for ready in self.ready:
                 for msg in ready.all():
@@ -1453,7 +1462,7 @@ class QueueCore:
         when it happened, which the job knows from their own events; paged copies are never
         read back to be named."""
         self.events.emit(kind, None, actor="queue", vhost=self.vhost, queue=self.name,
-                         count=n, seq_below=self.next_seq, **fields)
+                         count=n, seq_below=self.next_seq_id, **fields)
 
 
 

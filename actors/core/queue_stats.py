@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+from actors.core import samples
+
 COUNTERS = ("publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "get_empty", "ack",
             "redeliver")
 GAUGES = ("messages", "messages_ready", "messages_unacknowledged", "consumers")
@@ -55,15 +57,15 @@ class QueueCounters:
         self.emitted: tuple | None = None  # what the last sample said (None: never)
 
     def delivered(self, channel, items: list, consumers: dict) -> None:
-        """Deliveries to one channel (Deliver items: [ctag, seq_id, redelivered, ...]);
-        consumers: (channel, tag) -> Consumer, for each one's ack mode."""
-        for it in items:
-            c = consumers.get((channel, it[0]))
+        """Deliveries to one channel (messages.Delivery); consumers: (channel, tag) ->
+        Consumer, for each one's ack mode."""
+        for d in items:
+            c = consumers.get((channel, d.consumer_tag))
             if c is not None and c.no_ack:
                 self.deliver_no_ack += 1
             else:
                 self.deliver += 1
-            if it[2]:
+            if d.redelivered:
                 self.redeliver += 1
 
     def got_empty(self) -> None:
@@ -171,14 +173,10 @@ class StatsTable:
 
     def __init__(self, interval_ms: int):
         self.interval_ms = interval_ms
-        self.samples: dict[tuple, tuple] = {}  # (vhost, name) -> ((ms, sample), previous)
+        self.samples: dict[tuple, samples.Sampled] = {}  # (vhost, name) -> its last two
 
     def put(self, vhost: str, name: str, at_ms: int, sample: dict) -> None:
-        key = (vhost, name)
-        last = self.samples.get(key)
-        if last is not None and at_ms <= last[0][0]:
-            return  # late or repeated
-        self.samples[key] = ((at_ms, sample), last[0] if last else None)
+        samples.put(self.samples, (vhost, name), at_ms, sample)
 
     def forget(self, vhost: str, name: str) -> None:
         self.samples.pop((vhost, name), None)
@@ -187,7 +185,7 @@ class StatsTable:
         """The queue's last sample (its depth, consumers and STATE items), None before its
         first: what the management API lists, never asked of the queue per request."""
         entry = self.samples.get((vhost, name))
-        return entry[0][1] if entry is not None else None
+        return entry.last.stats if entry is not None else None
 
     def message_stats(self, vhost: str, name: str, now_ms: int) -> dict:
         """RabbitMQ's `message_stats` of one queue: each counter and its `_details.rate`
@@ -204,13 +202,13 @@ class StatsTable:
         entry = self.samples.get((vhost, name))
         if entry is None:
             return {}
-        (t1, s1), prev = entry
+        (t1, s1), prev = entry.last, entry.previous
         quiet = now_ms - t1 > 2 * self.interval_ms
         out = {}
         values = _with_deliver_get(s1)
         if prev is not None:
-            t0, s0 = prev
-            before = _with_deliver_get(s0)
+            t0 = prev.at_ms
+            before = _with_deliver_get(prev.stats)
         for key in keys:
             rate = 0.0
             if prev is not None and not quiet and t1 > t0:
@@ -226,9 +224,9 @@ class StatsTable:
         to a consumer at once (the API shows capacity 0 and utilisation null while the queue
         has no consumer)."""
         entry = self.samples.get((vhost, name))
-        if entry is None or entry[0][1].get(USE) is None:
+        if entry is None or entry.last.stats.get(USE) is None:
             return {}
-        u = utilisation(entry[0][1][USE], now_ms)
+        u = utilisation(entry.last.stats[USE], now_ms)
         return {"consumer_capacity": u, "consumer_utilisation": u}
 
     def idle_since(self, vhost: str, name: str, now_ms: int) -> int | None:
@@ -239,7 +237,7 @@ class StatsTable:
         entry = self.samples.get((vhost, name))
         if entry is None:
             return None
-        at = entry[0][0]
+        at = entry.last.at_ms
         return at if now_ms - at > self.interval_ms else None
 
     def depth_rates(self, vhost: str, name: str, now_ms: int) -> dict:
@@ -249,14 +247,14 @@ class StatsTable:
         entry = self.samples.get((vhost, name))
         if entry is None:
             return {}
-        (t1, s1), prev = entry
+        (t1, s1), prev = entry.last, entry.previous
         quiet = now_ms - t1 > 2 * self.interval_ms
         out = {}
         for key in ("messages", "messages_ready", "messages_unacknowledged"):
             rate = 0.0
-            if prev is not None and not quiet and t1 > prev[0]:
-                rate = round((s1.get(key, 0) - prev[1].get(key, 0)) * 1000.0 /
-                             (t1 - prev[0]), 1)
+            if prev is not None and not quiet and t1 > prev.at_ms:
+                rate = round((s1.get(key, 0) - prev.stats.get(key, 0)) * 1000.0 /
+                             (t1 - prev.at_ms), 1)
             out[f"{key}_details"] = {"rate": rate}
         return out
 

@@ -41,6 +41,7 @@ from actors.core.errors import ChannelError, ConnectionError_, amqp_text
 from actors.core.permissions import AuthDB, hashed_auth_call
 from actors.core.queue_stats import StatsTable
 from actors.core.routing import Router
+from actors.core.samples import Sample, Sampled
 from actors.node import definitions_json
 from actors.node.definitions import Definitions
 from actors.node.metadata_alarms import AlarmsMixin
@@ -105,17 +106,17 @@ class Metadata(QueuesMixin, ExchangesMixin, DefinitionsMixin, WorkersMixin, Alar
         # io_sync_avg_time over one interval
         self.io_sync_seen: tuple | None = None
         self.conn_stats: dict[str, list] = {}  # connection worker endpoint -> its connections
-        # connection worker endpoint -> (at_ms, previous sample's (at_ms, rows) or None):
-        # the rates of recv_oct, send_oct and the channels' message_stats come from the two
-        self.conn_sampled: dict[str, tuple] = {}
+        # connection worker endpoint -> its last two samples of connection rows: the rates
+        # of recv_oct, send_oct and the channels' message_stats come from the two
+        self.conn_sampled: dict[str, Sampled] = {}
         self.worker_totals: dict[str, dict] = {}  # conn worker endpoint -> its process totals
         self.dead_totals: dict = {}  # the last totals of connection workers that died
         # the management API's cluster-wide counts: every worker's previous totals
-        # (endpoint -> (at_ms, totals)) for their rates, and every dead worker's last totals
-        self.prev_totals: dict[str, tuple] = {}
+        # (endpoint -> Sample of its totals) for their rates, and every dead worker's last totals
+        self.prev_totals: dict[str, Sample] = {}
         self.dead_all: dict = {}
-        # (ms, queue_churn) snapshots, at most one per interval, for the churn rates
-        self.churn_snaps: list = []
+        # Samples of queue_churn, at most one per interval, for the churn rates
+        self.churn_snaps: list[Sample] = []
         # counts of exchanges and vhosts deleted (path -> count then): a new one of the same
         # name starts from 0, as RabbitMQ drops an exchange's statistics with it
         self.counts_base: dict[tuple, int] = {}

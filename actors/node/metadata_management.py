@@ -18,6 +18,7 @@ from actors import messages as m
 from actors import metadata_ops as ops
 from actors.core import channel_stats
 from actors.core import quorum
+from actors.core.samples import Sample, Sampled
 from actors.core.queue_stats import CONFIRMS, DEAD_LETTERED, GAUGES, STATE, STORAGE
 from actors.core.errors import ChannelError, amqp_text
 from actors.core.routing import EXCHANGE_TYPES
@@ -84,14 +85,14 @@ CHANNEL_RATES = ("publish", "confirm", "return_unroutable", "drop_unroutable", "
 class ManagementMixin:
     # --- the connection workers' statistics (ConnectionStats) ----------------------------------
     def _connection_sample(self, msg) -> None:
-        last = self.conn_sampled.get(msg.worker)
-        if last is not None and msg.at_ms <= last[0]:
+        had = self.conn_sampled.get(msg.worker)
+        if had is not None and msg.at_ms <= had.last.at_ms:
             return  # late or repeated
-        previous = (last[0], self.conn_stats.get(msg.worker, [])) if last else None
-        self.conn_sampled[msg.worker] = (msg.at_ms, previous)
+        self.conn_sampled[msg.worker] = Sampled(Sample(msg.at_ms, msg.connections),
+                                                had.last if had is not None else None)
         self.conn_stats[msg.worker] = msg.connections
-        if last is not None and msg.worker in self.worker_totals:
-            self.prev_totals[msg.worker] = (last[0], self.worker_totals[msg.worker])
+        if had is not None and msg.worker in self.worker_totals:
+            self.prev_totals[msg.worker] = Sample(had.last.at_ms, self.worker_totals[msg.worker])
         self.worker_totals[msg.worker] = msg.totals
 
     def _forget_worker_stats(self, endpoint: str, own: bool = False) -> None:
@@ -109,10 +110,15 @@ class ManagementMixin:
 
     def _raw_counts(self, now_ms: int) -> dict:
         """Every connection worker's totals added up: path -> (count, rate)."""
-        workers = {w: (self.conn_sampled.get(w, (0, None))[0], t, self.prev_totals.get(w))
+        workers = {w: (self._sampled_at(w), t, self.prev_totals.get(w))
                    for w, t in self.worker_totals.items()}
         return channel_stats.cluster_counts(workers, self.dead_all, now_ms,
                                             self.config.collect_statistics_interval)
+
+    def _sampled_at(self, worker: str) -> int:
+        """When a connection worker's last sample was taken (0: none yet)."""
+        had = self.conn_sampled.get(worker)
+        return had.last.at_ms if had is not None else 0
 
     def _reset_counts(self, prefix: tuple) -> None:
         """An exchange (prefix ("vhosts", vhost, name)... as the router names it) or a vhost
@@ -138,12 +144,12 @@ class ManagementMixin:
                      p[4] == "publish_in" and counts[p][0] == 0 and p in self.counts_base]:
             counts.pop(path)  # nothing published into the new one yet: no message_stats
         snaps = self.churn_snaps
-        if not snaps or now_ms - snaps[-1][0] >= interval:
-            snaps.append((now_ms, dict(self.queue_churn)))
+        if not snaps or now_ms - snaps[-1].at_ms >= interval:
+            snaps.append(Sample(now_ms, dict(self.queue_churn)))
             del snaps[:-2]
         for k, n in self.queue_churn.items():
             rate = 0.0
-            if len(snaps) == 2 and now_ms - snaps[-1][0] <= 2 * interval:
+            if len(snaps) == 2 and now_ms - snaps[-1].at_ms <= 2 * interval:
                 (t0, c0), (t1, c1) = snaps
                 rate = round(max(0, c1[k] - c0[k]) * 1000.0 / max(1, t1 - t0), 1)
             counts[(k,)] = (n, rate)
@@ -156,10 +162,12 @@ class ManagementMixin:
         stale_ms = 2 * self.config.collect_statistics_interval
         out = []
         for worker, rows in self.conn_stats.items():
-            at, previous = self.conn_sampled.get(worker, (0, None))
+            at, previous = self._sampled_at(worker), None
+            if worker in self.conn_sampled:
+                previous = self.conn_sampled[worker].previous
             quiet = now_ms - at > stale_ms
-            before = {} if previous is None or quiet else {c["name"]: c for c in previous[1]}
-            dt = 0 if previous is None or quiet else at - previous[0]
+            before = {} if previous is None or quiet else {c["name"]: c for c in previous.stats}
+            dt = 0 if previous is None or quiet else at - previous.at_ms
             for c in rows:
                 pc = before.get(c["name"])
                 row = channel_stats.with_rates(c, pc, dt, CONNECTION_RATES)
@@ -241,8 +249,8 @@ class ManagementMixin:
         for (v, n), entry in self.queue_stats.samples.items():
             q = self.queues.get((v, n))
             if q is not None and q.get("home", self.me) == self.me:
-                reads += entry[0][1].get("disk_reads") or 0
-                writes += entry[0][1].get("disk_writes") or 0
+                reads += entry.last.stats.get("disk_reads") or 0
+                writes += entry.last.stats.get("disk_writes") or 0
         connected = self.cluster.connected() if getattr(self, "cluster", None) else set()
         partitions = sorted(info.get("name", member) for member, info in self.members.items()
                             if member != self.me and info.get("up") and
@@ -367,11 +375,11 @@ class ManagementMixin:
             q = self.queues.get((v, n))
             if q is not None and q.get("home", self.me) == self.me:
                 for k in CONFIRMS:
-                    total[k] = total.get(k, 0) + entry[0][1].get(k, 0)
+                    total[k] = total.get(k, 0) + entry.last.stats.get(k, 0)
                 by_type = dead_lettered.setdefault(
                     quorum.queue_type(q.get("arguments") or {}), dict.fromkeys(DEAD_LETTERED, 0))
                 for k in DEAD_LETTERED:
-                    by_type[k] += entry[0][1].get(k, 0)
+                    by_type[k] += entry.last.stats.get(k, 0)
         total["dead_lettered"] = dead_lettered
         total.update(self._events_totals(total))
         own = {w.endpoint for w in self.workers.values() if w.kind == "conn"}
@@ -412,9 +420,9 @@ class ManagementMixin:
                            idle_since=self.queue_stats.idle_since(v, n, now))]
                for (v, n) in self.queues]
         return {"auth": self.auth.to_state(), "exchanges": exchanges,
-                "queue_stats": [s for s in stats if s[2]],
-                "queue_depth_rates": [d for d in depth if d[2]],
-                "queue_disk": [d for d in disk if d[2]],
+                "queue_stats": [[v, n, s] for v, n, s in stats if s],
+                "queue_depth_rates": [[v, n, d] for v, n, d in depth if d],
+                "queue_disk": [[v, n, d] for v, n, d in disk if d],
                 "queue_rows": self._sampled_queue_rows(),
                 "queue_use": use,
                 "counts": self._cluster_counts(now),

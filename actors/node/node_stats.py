@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import resource
 
+from actors.core import samples
 from actors.core.queue_stats import increase
 
 # figures of a sample shown with `<key>_details: {"rate": per second}` (RabbitMQ 3.10's node
@@ -126,17 +127,14 @@ def measure(pids, fds=fds_open, tasks=threads, io=io_counts) -> dict:
 
 
 class NodeTable:
-    """Every member's last two samples: member name -> ((at_ms, sample), previous or None)."""
+    """Every member's last two samples."""
 
     def __init__(self, interval_ms: int):
         self.interval_ms = interval_ms
-        self.samples: dict[str, tuple] = {}
+        self.samples: dict[str, samples.Sampled] = {}  # member name -> its last two
 
     def put(self, node: str, at_ms: int, sample: dict) -> None:
-        last = self.samples.get(node)
-        if last is not None and at_ms <= last[0][0]:
-            return  # late or repeated
-        self.samples[node] = ((at_ms, sample), last[0] if last else None)
+        samples.put(self.samples, node, at_ms, sample)
 
     def row(self, node: str, now_ms: int) -> dict | None:
         """The member's last sample with `<key>_details.rate` beside each RATED key (per
@@ -145,16 +143,16 @@ class NodeTable:
         entry = self.samples.get(node)
         if entry is None:
             return None
-        (t1, s1), prev = entry
+        (t1, s1), prev = entry.last, entry.previous
         out = dict(s1)
         quiet = now_ms - t1 > 2 * self.interval_ms
         for key in RATED:
             if key not in s1:
                 continue
             rate = 0.0
-            if prev is not None and not quiet and t1 > prev[0]:
-                before = prev[1].get(key, 0)
+            if prev is not None and not quiet and t1 > prev.at_ms:
+                before = prev.stats.get(key, 0)
                 change = increase(before, s1[key]) if key in COUNTERS else s1[key] - before
-                rate = round(change * 1000.0 / (t1 - prev[0]), 1)
+                rate = round(change * 1000.0 / (t1 - prev.at_ms), 1)
             out[f"{key}_details"] = {"rate": rate}
         return out

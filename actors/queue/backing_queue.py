@@ -54,7 +54,7 @@ from actors import events, faults
 from actors.queue import census, quorum_log
 from actors.messages import (DeleteIndex, DropPaged, Forget, KeepOnly, LogBarrier, PageIn, Paged, PagedDropped,
                              Persist, Persisted, PurgeAfter, RecordDelivery, Recover, Recovered,
-                             Refused, Stored)
+                             Refused, Stored, StoredMessage)
 from actors.core import quorum
 from actors.core.queue_stats import DiskCounts
 from actors.runtime import LightActor
@@ -598,7 +598,7 @@ class BackingQueue(LightActor):
 
     # --- reading back ---------------------------------------------------------------------------
     def _recover(self, limit: int | None, adopt: bool = False, after=None) -> tuple:
-        """(next seq_id, first messages [(IndexEntry, body, persistent)], how many more and
+        """(next seq_id, first messages [StoredMessage], how many more and
         their bytes) of what was published and not acked; for a priority queue the first
         page of every priority, and lists by priority of how many more. `adopt`: a promoted
         mirror's index (what it paged out, transient messages too, all from this run); `after`:
@@ -643,16 +643,16 @@ class BackingQueue(LightActor):
             entries += page.entries
             more.append(max(rec.live - held - len(page.entries) - page.dropped, 0))
             more_bytes.append(max(rec.live_bytes - held_bytes -
-                                  sum(len(b) for _, b, _ in page.entries) -
+                                  sum(len(x.body) for x in page.entries) -
                                   page.dropped_bytes, 0))
-        entries.sort(key=lambda e: e[0].seq_id)
-        if entries and not adopt and entries[0][0].seq_id < self.boot_seq and \
+        entries.sort(key=lambda x: x.entry.seq_id)
+        if entries and not adopt and entries[0].entry.seq_id < self.boot_seq and \
                 faults.bug("drop_synced_at_recovery", self.qname, self.config.host):
             entries = entries[1:]  # a test-only bug (actors/faults.py): never comes back
-        next_seq = max(max(rec.next_seq_id for rec in recs), 1)
+        next_seq_id = max(max(rec.next_seq_id for rec in recs), 1)
         if self.lanes == 1:
-            return next_seq, entries, more[0], more_bytes[0]
-        return next_seq, entries, more, more_bytes
+            return next_seq_id, entries, more[0], more_bytes[0]
+        return next_seq_id, entries, more, more_bytes
 
     def _census(self, msg: census.Census) -> None:
         """The queue's census: what its Queue holds in memory plus the paged parts in the
@@ -698,7 +698,7 @@ class BackingQueue(LightActor):
                         continue
                 if self.dirty and e.seq_id < self.boot_seq and not e.delivered:
                     e = e._replace(delivered=True)
-                out.append((e, bytes(body), persistent))
+                out.append(StoredMessage(e, bytes(body), persistent))
         if stale:
             self._forget_entries(stale, priority)
         self.counts.reads += len(out)

@@ -44,7 +44,7 @@ def snapshot(core, reason: str) -> Census:
     held = sorted([msg.seq_id for ready in core.ready for msg in ready.all()] +
                   list(core.unacked))
     paged = {p: lane.page_after for p, lane in enumerate(core.lanes) if lane.paged}
-    return Census(reason, held, paged, core.next_seq, core.epoch)
+    return Census(reason, held, paged, core.next_seq_id, core.epoch)
 
 
 def seq_ranges(seq_ids: Iterable[int]) -> list:

@@ -66,10 +66,8 @@ def dead_letter_publish(queue, msg, reason: str, new_msg_id: bytes | None = None
         return  # a test-only bug (actors/faults.py): announced, never sent
     for _, address in running:
         # (the message's own delivery mode: a quorum queue stores every message alike)
-        item = [0, dlx, rk, props_raw, props.delivery_mode == 2, props.priority or 0,
-                _expiry(props.expiration)]
-        if new_msg_id is not None:
-            item.append(new_msg_id)
+        item = m.PublishItem(0, dlx, rk, props_raw, props.delivery_mode == 2,
+                             props.priority or 0, _expiry(props.expiration), new_msg_id)
         queue.transport.send(address, m.Publish("", [item], [msg.body]))
 
 

@@ -271,7 +271,7 @@ class QueueHost(WorkerHost):
             self._paused_answer(name, msg)
             return
         if isinstance(msg, m.Publish):
-            seqs = [it[0] for it in msg.items if it[0]]
+            seqs = [it.seq_no for it in msg.items if it.seq_no]
             if seqs and msg.sender:
                 # RabbitMQ's channel confirms what it routed to a queue that was deleted (a
                 # normal exit); a queue the metadata still has lives at another address (its
@@ -313,7 +313,7 @@ class QueueHost(WorkerHost):
         text = amqp_text(404, f"home node '{self.config.node}' of durable queue '{qname}' in "
                               f"vhost '{vhost}' is down or inaccessible")
         if isinstance(msg, m.Publish):
-            seqs = [it[0] for it in msg.items if it[0]]
+            seqs = [it.seq_no for it in msg.items if it.seq_no]
             if seqs and msg.sender:
                 t.send(msg.sender, m.Confirm(t.address(name), seqs, False, "queue_down"))
         elif isinstance(msg, (m.Consume, m.Get)):

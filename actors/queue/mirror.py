@@ -45,6 +45,7 @@ import logging
 import os
 import time
 from collections import deque
+from typing import NamedTuple
 
 import pykka
 
@@ -68,6 +69,13 @@ def wall_ms(now_mono_ms: int, expires_at: int) -> int:
     return int(time.time() * 1000) + (expires_at - now_mono_ms)
 
 
+class HeldConfirm(NamedTuple):
+    """Publisher confirms a master holds until its mirrors have the batch that carried them."""
+    batch: int  # the batch the confirmed messages went out in
+    channel: str  # the publishing channel's address
+    seq_nos: list  # its seq_nos to confirm
+
+
 class Masters:
     """The master's view of its mirrors: who they are, what each acknowledged, which confirms
     wait for them. Owned by one Queue actor; sends through `send(address, msg)`."""
@@ -87,15 +95,16 @@ class Masters:
         self.batch = 0  # batches sent
         self.items: list = []  # enqueued, not yet sent
         self.bodies: list = []
-        self.held: deque = deque()  # (batch, channel, seqs) confirms waiting for the mirrors
+        self.held: deque[HeldConfirm] = deque()  # confirms waiting for the mirrors, by batch
 
     def __bool__(self):
         return bool(self.mirrors)
 
     @staticmethod
-    def _item(msg, now_ms: int) -> list:
-        return [msg.seq_id, msg.exchange, msg.routing_key, msg.props_raw, msg.persistent,
-                msg.priority, wall_ms(now_ms, msg.expires_at), msg.msg_id]
+    def _item(msg, now_ms: int) -> m.MirrorItem:
+        return m.MirrorItem(msg.seq_id, msg.exchange, msg.routing_key, msg.props_raw,
+                            msg.persistent, msg.priority, wall_ms(now_ms, msg.expires_at),
+                            msg.msg_id)
 
     def enqueued(self, msg, now_ms: int) -> None:
         if self.mirrors:
@@ -158,11 +167,11 @@ class Masters:
         if st is None:
             return 0
         upto = st["upto"]
-        if upto >= 0 and items and items[0][0] <= upto:
+        if upto >= 0 and items and items[0].seq_id <= upto:
             self.send(mirror, m.MirrorKeep(self.address, upto,
-                                           [it[0] for it in items if it[0] <= upto]))
-            bodies = [b for it, b in zip(items, bodies) if it[0] > upto]
-            items = [it for it in items if it[0] > upto]
+                                           [it.seq_id for it in items if it.seq_id <= upto]))
+            bodies = [b for it, b in zip(items, bodies) if it.seq_id > upto]
+            items = [it for it in items if it.seq_id > upto]
             if not items:
                 return 0
         self.send(mirror, m.MirrorPublish(self.address, self.batch, False, items, bodies))
@@ -196,14 +205,14 @@ class Masters:
             self.flush()
             if not self.held and self._confirmable() >= self.batch:
                 return False
-            self.held.append((self.batch, channel, seqs))
+            self.held.append(HeldConfirm(self.batch, channel, seqs))
             return True
         if not self.mirrors:
             return False
         self.flush()
         if all(st["acked"] >= self.batch for st in self.mirrors.values()):
             return False
-        self.held.append((self.batch, channel, seqs))
+        self.held.append(HeldConfirm(self.batch, channel, seqs))
         return True
 
     def _confirmable(self) -> int:
@@ -263,9 +272,9 @@ class Masters:
         else:
             low = min((st["acked"] for st in self.mirrors.values()), default=self.batch)
         out = []
-        while self.held and self.held[0][0] <= low:
-            _, channel, seqs = self.held.popleft()
-            out.append((channel, seqs))
+        while self.held and self.held[0].batch <= low:
+            held = self.held.popleft()
+            out.append((held.channel, held.seq_nos))
         return out
 
 
@@ -276,6 +285,17 @@ class _Stored:
 
     def __init__(self, seq_id: int, priority: int):
         self.seq_id, self.priority = seq_id, priority
+
+
+class _Batch:
+    """A quorum mirror's batch not yet acknowledged: how many of its messages wait for their
+    sync."""
+
+    __slots__ = ("batch", "unsynced")
+
+    def __init__(self, batch: int, unsynced: int):
+        self.batch = batch  # the master's batch number
+        self.unsynced = unsynced  # its messages not yet synced
 
 
 class Mirror(LightActor):
@@ -293,7 +313,8 @@ class Mirror(LightActor):
         self.name = queue_actor_name(self.vhost, self.qname)
         self.address = self.transport.address(self.name)
         self.master = ""  # the master we joined
-        self.msgs: dict[int, tuple] = {}  # seq_id -> (item, body) in memory, in seq_id order
+        # seq_id -> (MirrorItem, body) in memory, in seq_id order
+        self.msgs: dict[int, tuple[m.MirrorItem, bytes]] = {}
         self.mem_bytes = 0  # their body bytes
         self.page_bytes = host.config.queue_page_bytes  # past this in memory, new ones page out
         self.paging: set = set()  # priorities whose new messages go to the index (until reset)
@@ -305,7 +326,7 @@ class Mirror(LightActor):
         # acknowledged, none kept in memory
         self.durably = quorum.is_quorum(qdef.get("arguments")) and qdef["durable"]
         self.held: dict[int, int] = {}  # durably: seq_id -> priority of what the index holds
-        self.acks: deque = deque()  # durably: [batch, messages not yet synced] in batch order
+        self.acks: deque[_Batch] = deque()  # durably: batches not yet acked, in order
         self.unsynced: set = set()  # durably: id() of the Msgs given to Persist since the last
         #                             join (a Persisted of an earlier join's must not count)
         self.broken = False  # durably: the index refused a write (disk full): no more acks
@@ -363,17 +384,16 @@ class Mirror(LightActor):
         mono, wall = int(time.monotonic() * 1000), int(time.time() * 1000)
         self.rlog.took(items, self.epoch)
 
-        def stored(item, body):
-            seq, exchange, rk, props, persistent, priority, expires, msg_id = item
-            if not msg_id:
-                msg_id = item[7] = os.urandom(16)
-            msg = Msg(seq, exchange, rk, props, body, False, priority or 0,
-                      mono + (expires - wall) if expires else 0, msg_id=msg_id)
+        def stored(item: m.MirrorItem, body) -> Msg:
+            expires = item.expires_at_wall_ms
+            msg = Msg(item.seq_id, item.exchange, item.routing_key, item.props_raw, body, False,
+                      item.priority or 0, mono + (expires - wall) if expires else 0,
+                      msg_id=item.msg_id)
             msg.redelivered = True  # promoted, every message may have been delivered
             return msg
 
         for item, body in zip(items, bodies):
-            priority = item[5] or 0
+            priority = item.priority or 0
             if self.page_bytes and (priority in self.paging or self.mem_bytes > self.page_bytes):
                 if priority not in self.paging:
                     self.paging.add(priority)
@@ -381,12 +401,19 @@ class Mirror(LightActor):
                         # the persistent ones in memory first (ascending seq_ids), so that a
                         # promotion finds them in the index as the master's would be
                         for seq, (held, held_body) in self.msgs.items():
-                            if (held[5] or 0) == priority and held[4]:
+                            if (held.priority or 0) == priority and held.persistent:
+                                if not held.msg_id:
+                                    # kept with the id it is written under: a promotion hands
+                                    # over the same one
+                                    held = held._replace(msg_id=os.urandom(16))
+                                    self.msgs[seq] = (held, held_body)
                                 self.written.add(seq)
                                 out.append(stored(held, held_body))
+                if not item.msg_id:
+                    item = item._replace(msg_id=os.urandom(16))
                 out.append(stored(item, body))
                 continue
-            self.msgs[item[0]] = (item, body)
+            self.msgs[item.seq_id] = (item, body)
             self.mem_bytes += len(body)
         if out:
             self._bq().tell(m.Persist(out))
@@ -397,7 +424,8 @@ class Mirror(LightActor):
         for seq_id in msg.seq_ids:
             held = self.msgs.pop(seq_id, None)
             if held is not None:
-                self.mem_bytes -= len(held[1])
+                _, body = held
+                self.mem_bytes -= len(body)
                 if seq_id in self.written:
                     self.written.discard(seq_id)
                     gone.append(seq_id)
@@ -406,8 +434,9 @@ class Mirror(LightActor):
         if msg.purge_after >= 0:
             p = msg.priority
             for seq_id in [s for s, (item, _) in self.msgs.items()
-                           if s > msg.purge_after and (item[5] or 0) == p]:
-                self.mem_bytes -= len(self.msgs.pop(seq_id)[1])
+                           if s > msg.purge_after and (item.priority or 0) == p]:
+                _, body = self.msgs.pop(seq_id)
+                self.mem_bytes -= len(body)
                 self.written.discard(seq_id)  # (its index entry goes with PurgeAfter)
             if p in self.paging:
                 self._bq().tell(m.PurgeAfter(msg.purge_after, p))
@@ -425,18 +454,17 @@ class Mirror(LightActor):
         self.rlog.took(items, self.epoch)
         msgs = []
         for item, body in zip(items, bodies):
-            seq, exchange, rk, props, _, priority, expires, msg_id = item
-            if not msg_id:
-                msg_id = os.urandom(16)
-            msg = Msg(seq, exchange, rk, props, body, True, priority or 0,
-                      mono + (expires - wall) if expires else 0, msg_id=msg_id)
+            expires = item.expires_at_wall_ms
+            msg = Msg(item.seq_id, item.exchange, item.routing_key, item.props_raw, body, True,
+                      item.priority or 0, mono + (expires - wall) if expires else 0,
+                      msg_id=item.msg_id or os.urandom(16))
             msg.redelivered = True  # promoted, every message may have been delivered
             msgs.append(msg)
             self.unsynced.add(id(msg))
-            self.held[seq] = priority or 0
+            self.held[item.seq_id] = item.priority or 0
         if msgs:
             self._bq().tell(m.Persist(msgs))
-        self.acks.append([batch, len(msgs)])
+        self.acks.append(_Batch(batch, len(msgs)))
         self._synced(())
 
     def _synced(self, msgs) -> None:
@@ -449,12 +477,12 @@ class Mirror(LightActor):
         last = None
         while self.acks:
             head = self.acks[0]
-            take = min(n, head[1])
-            head[1] -= take
+            take = min(n, head.unsynced)
+            head.unsynced -= take
             n -= take
-            if head[1]:
+            if head.unsynced:
                 break
-            last = self.acks.popleft()[0]
+            last = self.acks.popleft().batch
         if last is not None and not self.broken:
             self.last_acked = last
             if self.dropping and self.sync_batch and self.sync_master == self.master \
@@ -562,8 +590,9 @@ class Mirror(LightActor):
             self.keep = None
             if self.durably and fresh:
                 kept = quorum_log.offer(self.config, self.vhost, self.qname)
-                if kept is not None and kept[0] == self.epoch:
-                    self.offered = kept[1]  # the log we kept, of this master's epoch
+                kept_epoch, kept_last = kept if kept is not None else (None, -1)
+                if kept_epoch == self.epoch:
+                    self.offered = kept_last  # the log we kept, of this master's epoch
             self._join()
 
     def _join(self) -> None:
@@ -667,19 +696,19 @@ class Mirror(LightActor):
             if self.bq is not None:
                 bq, self.bq = self.bq, None
                 bq.stop(block=True, timeout=30)  # its writes are in before the new master
-            return [], [0]
+            return m.Adopted([], [0])
         elif isinstance(msg, m.TakeMessages):
             # promotion: everything, as index entries a Queue restores from
             entries = []
             for seq_id in sorted(self.msgs):
                 item, body = self.msgs[seq_id]
-                seq, exchange, rk, props, persistent, priority, expires, msg_id = item
-                entries.append((IndexEntry(seq, msg_id or b"", exchange, rk, props, None,
-                                           len(body), priority, expires, True), body,
-                                persistent))
+                entries.append(m.StoredMessage(
+                    IndexEntry(seq_id, item.msg_id or b"", item.exchange, item.routing_key,
+                               item.props_raw, None, len(body), item.priority,
+                               item.expires_at_wall_ms, True), body, item.persistent))
             self.transport.unregister(self.name)
             paged = sorted(self.paging)
             if self.bq is not None:
                 bq, self.bq = self.bq, None
                 bq.stop(block=True, timeout=30)  # its writes are in before the new master
-            return entries, paged
+            return m.Adopted(entries, paged)

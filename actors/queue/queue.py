@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import NamedTuple
 
 import pykka
 
@@ -62,6 +63,14 @@ class EmitStats:
 
     def __init__(self, timer: bool = False):
         self.timer = timer  # the queue's own timer (one is armed at a time)
+
+
+class _SyncLane(NamedTuple):
+    """One priority's paged part still to send a joining mirror (Queue.sync["lanes"])."""
+    priority: int
+    after: int  # read from the index after this seq_id
+    stop: int | None  # the seq_id of the lane's tail in memory (sent apart), None: no tail;
+    #                   0: the lane is done
 
 
 class SyncMirrors:
@@ -152,7 +161,7 @@ class Queue(LightActor):
     scheduler_name = "queue"
 
     def __init__(self, host: "QueueHost", qdef: dict, recovered: bool, started_to: str = "",
-                 adopted: tuple | None = None):
+                 adopted: m.Adopted | None = None):
         super().__init__()
         self.transport = host.transport  # this process's Transport
         self.replica = host.replica  # metadata, for dead-letter routing
@@ -260,7 +269,8 @@ class Queue(LightActor):
             quorum_log.mark_complete(self.config, self.vhost, self.qname, self.epoch)
         self.core.set_confirm_on(self.confirm_on())
         self.core.set_delivery_limit(self.delivery_limit())
-        adopted, paged = self.adopted or ([], False)
+        adopted = self.adopted.messages if self.adopted else []
+        paged = self.adopted.paged if self.adopted else []
         if self.durable or paged:
             # what the index kept (after a restart or a crash, or what a promoted mirror paged
             # out) is back before anyone is served: the queue registers its name (channels
@@ -268,23 +278,23 @@ class Queue(LightActor):
             # queues keep running meanwhile)
             limit = self.core.page_size if self.core.pageable else None
             after = {}  # per priority, where the mirror's in-memory messages end
-            for e, _, _ in adopted:
-                p = min(e.priority, self.core.max_priority)
-                after[p] = max(after.get(p, 0), e.seq_id)
+            for x in adopted:
+                p = min(x.entry.priority, self.core.max_priority)
+                after[p] = max(after.get(p, 0), x.entry.seq_id)
             self.bq.tell(m.Recover(limit, adopt=self.adopted is not None, after=after))
             return
         if adopted:
-            self.core.restore(adopted[-1][0].seq_id + 1, adopted, 0, 0, now_ms(),
+            self.core.restore(adopted[-1].entry.seq_id + 1, adopted, 0, 0, now_ms(),
                               int(time.time() * 1000))
         self._serve()
 
     def _recovered(self, msg: Recovered) -> None:
-        entries, next_seq = msg.entries, msg.next_seq
-        adopted = self.adopted[0] if self.adopted else []
+        entries, next_seq_id = msg.entries, msg.next_seq_id
+        adopted = self.adopted.messages if self.adopted else []
         if adopted:  # the promoted mirror's in-memory messages come before what it paged
-            entries = sorted(adopted + entries, key=lambda e: e[0].seq_id)
-            next_seq = max(next_seq, adopted[-1][0].seq_id + 1)
-        self.core.restore(next_seq, entries, msg.more, msg.more_bytes, now_ms(),
+            entries = sorted(adopted + entries, key=lambda x: x.entry.seq_id)
+            next_seq_id = max(next_seq_id, adopted[-1].entry.seq_id + 1)
+        self.core.restore(next_seq_id, entries, msg.more, msg.more_bytes, now_ms(),
                           int(time.time() * 1000))
         more = sum(msg.more) if isinstance(msg.more, list) else msg.more  # by priority
         if msg.entries or more:
@@ -375,8 +385,8 @@ class Queue(LightActor):
         """Promoted from mirror: its messages (restored with what it paged out), all
         redelivered; the persistent in-memory ones of a durable queue go into this node's
         index."""
-        entries, paged = adopted
-        mine = {e[0].seq_id for e in entries}
+        mine = {x.entry.seq_id for x in adopted.messages}
+        paged = adopted.paged
         store = []
         for msg in self.core.messages():
             if msg.seq_id not in mine:
@@ -391,7 +401,7 @@ class Queue(LightActor):
         if store:
             self.bq.tell(m.Persist(store))
         log.warning("queue '%s' in vhost '%s': promoted from mirror with %d messages in "
-                    "memory%s", self.qname, self.vhost, len(entries),
+                    "memory%s", self.qname, self.vhost, len(adopted.messages),
                     " and more paged out" if paged else "")
 
     def on_stop(self):
@@ -533,7 +543,7 @@ class Queue(LightActor):
         if sync is None:
             return False
         self.stale_pages += 1  # (a sync waits for one page read at a time)
-        self.mirrors.sync_cancelled(sync["mirror"], self._depth(), self.core.next_seq)
+        self.mirrors.sync_cancelled(sync["mirror"], self._depth(), self.core.next_seq_id)
         log.info("queue '%s' in vhost '%s': sync of mirror %s cancelled", self.qname,
                  self.vhost, sync["mirror"])
         for held in sync["stash"]:
@@ -551,7 +561,7 @@ class Queue(LightActor):
         self.transport.revive(msg.mirror.partition("#")[0])
         if msg.manual and not eager and self._depth() and self.mirrors.needed is None:
             self.mirrors.join(msg.mirror, msg.member, [], now, missing=self._depth(),
-                              below=core.next_seq)
+                              below=core.next_seq_id)
             return
         # A mirror is sent each lane in seq_id order, as an index takes them (a quorum queue's
         # member writes every message to its index; a mirror that pages, the rest): what is in
@@ -566,13 +576,14 @@ class Queue(LightActor):
                 first.append(x)
         # a quorum member offering the log it kept of this epoch (seq_ids this master gave)
         upto = msg.last if self.mirrors.needed is not None and msg.epoch == self.epoch \
-            and 0 <= msg.last < core.next_seq else -1
+            and 0 <= msg.last < core.next_seq_id else -1
         self.mirrors.join(msg.mirror, msg.member, first, now, more=bool(core.paged), upto=upto)
         if core.paged:
             # each lane's paged part, up to its tail (in memory: `behind`; when persistent it
             # follows the paged part in the index too)
-            lanes = [(p, lane.page_after, core.ready[p].tail[0].seq_id if core.ready[p].tail
-                      else None) for p, lane in enumerate(core.lanes) if lane.paged]
+            lanes = [_SyncLane(p, lane.page_after, core.ready[p].tail[0].seq_id
+                               if core.ready[p].tail else None)
+                     for p, lane in enumerate(core.lanes) if lane.paged]
             self.sync = {"mirror": msg.mirror, "lanes": lanes, "stash": [], "sent": 0,
                          "behind": behind}
             self._sync_next()
@@ -580,8 +591,8 @@ class Queue(LightActor):
     def _sync_next(self) -> None:
         sync = self.sync
         if sync["lanes"]:
-            p, after, _ = sync["lanes"][0]
-            self.bq.tell(m.PageIn(after, self.core.page_size, p, sync=True))
+            lane = sync["lanes"][0]
+            self.bq.tell(m.PageIn(lane.after, self.core.page_size, lane.priority, sync=True))
             return
         self.mirrors.sync_done(sync["mirror"])
         log.info("queue '%s' in vhost '%s': %d paged-out messages synced to mirror %s",
@@ -594,17 +605,17 @@ class Queue(LightActor):
         sync = self.sync
         if sync is None:
             return
-        _, _, stop = sync["lanes"][0]
+        stop = sync["lanes"][0].stop
         entries = msg.entries
-        if stop is not None and entries and entries[-1][0].seq_id >= stop:
-            entries = [x for x in entries if x[0].seq_id < stop]  # the tail: sent already
+        if stop is not None and entries and entries[-1].entry.seq_id >= stop:
+            entries = [x for x in entries if x.entry.seq_id < stop]  # the tail: sent already
             stop = 0  # this lane is done
         if entries:
             sync["sent"] += self.mirrors.sync_page(sync["mirror"], [
-                [e.seq_id, e.exchange, e.routing_key, e.props_raw, persistent, e.priority,
-                 e.expires_at, e.msg_id] for e, _, persistent in entries],
+                m.MirrorItem(e.seq_id, e.exchange, e.routing_key, e.props_raw, persistent,
+                             e.priority, e.expires_at, e.msg_id) for e, _, persistent in entries],
                 [body for _, body, _ in entries])
-            sync["lanes"][0] = (msg.priority, entries[-1][0].seq_id, stop)
+            sync["lanes"][0] = _SyncLane(msg.priority, entries[-1].entry.seq_id, stop)
         if stop == 0 or not entries and not msg.dropped:
             sync["lanes"].pop(0)
             tail = sync["behind"].pop(msg.priority, None)
@@ -634,7 +645,7 @@ class Queue(LightActor):
             reply = m.GetReply(msg.req_id, self.address, None, 0, [])
         else:
             item, body, count = got
-            self.counters.got(item[2], msg.no_ack)
+            self.counters.got(item.redelivered, msg.no_ack)
             reply = m.GetReply(msg.req_id, self.address, item, count, [body])
         self.transport.send(msg.sender, reply)
 

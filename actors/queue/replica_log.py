@@ -13,7 +13,15 @@ Pure: the Mirror actor (actors/queue/mirror.py) owns one and injects the event l
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 MIRROR, MEMBER = "mirror", "member"  # `role`: a classic queue's mirror, a quorum queue's member
+
+
+class _Held(NamedTuple):
+    """What the replica log keeps of a message the replica holds."""
+    msg_id: bytes  # the event log's id, which its replica_settled names
+    priority: int  # its priority: a purge of the master's paged part names one
 
 
 class ReplicaLog:
@@ -24,21 +32,20 @@ class ReplicaLog:
         self.events = events  # the event log (actors.events in the actor), injected
         self.vhost, self.queue = vhost, queue  # the queue replicated
         self.role = role  # MIRROR or MEMBER
-        self.ids: dict[int, tuple] = {}  # seq_id -> (msg_id, priority) of what it holds
+        self.ids: dict[int, _Held] = {}  # seq_id -> what it holds
 
     def took(self, items, epoch: int) -> None:
-        """Messages from the master (MirrorPublish items: seq_id first, priority sixth,
-        msg_id last), live or part of a sync."""
+        """Messages from the master (MirrorPublish's MirrorItems), live or part of a sync."""
         if not self.events.enabled():
             return
         emit = self.events.emit
         for item in items:
-            seq, priority, msg_id = item[0], item[5] or 0, item[7]
+            msg_id = item.msg_id
             if not msg_id:
                 continue
-            self.ids[seq] = (msg_id, priority)
+            self.ids[item.seq_id] = _Held(msg_id, item.priority or 0)
             emit("replica_enqueued", msg_id, actor="mirror", vhost=self.vhost,
-                 queue=self.queue, role=self.role, seq_id=seq, epoch=epoch)
+                 queue=self.queue, role=self.role, seq_id=item.seq_id, epoch=epoch)
 
     def settled(self, seq_ids) -> None:
         """The master says these left the queue (acked, expired, dropped, dead-lettered)."""
@@ -47,14 +54,14 @@ class ReplicaLog:
         for seq in seq_ids:
             held = self.ids.pop(seq, None)
             if held is not None:
-                self.events.emit("replica_settled", held[0], actor="mirror", vhost=self.vhost,
+                self.events.emit("replica_settled", held.msg_id, actor="mirror", vhost=self.vhost,
                                  queue=self.queue, role=self.role, seq_id=seq)
 
     def purged(self, after_seq: int, priority: int, epoch: int) -> None:
         """The master purged its paged-out messages of a priority after `after_seq`."""
         if not self.events.enabled():
             return
-        gone = [s for s, (_, p) in self.ids.items() if s > after_seq and p == priority]
+        gone = [s for s, h in self.ids.items() if s > after_seq and h.priority == priority]
         for s in gone:
             del self.ids[s]
         self.events.emit("replica_dropped", None, actor="mirror", vhost=self.vhost,

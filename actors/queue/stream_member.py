@@ -123,8 +123,9 @@ class StreamMember(LightActor):
         segments = len(self.log.segments)
         try:
             for first, count, ts, epoch, bloom in msg.chunks:
-                entries = [Entry(ex, rk, props, body, msg_id, None) for (ex, rk, props, msg_id),
-                           body in zip(msg.items[at:at + count], msg.bodies[at:at + count])]
+                entries = [Entry(it.exchange, it.routing_key, it.props_raw, body, it.msg_id, None)
+                           for it, body in zip(msg.items[at:at + count],
+                                               msg.bodies[at:at + count])]
                 at += count
                 self.log.append_chunk(first, ts, epoch, bloom, entries)
         except ValueError as e:

@@ -39,6 +39,8 @@ from actors.queue.stream_recent import RecentReads
 from actors.runtime import LightActor
 from protocol.properties import BasicProperties
 
+_new = tuple.__new__  # builds a record from all its fields without NamedTuple's keyword call
+
 log = logging.getLogger("leveret.stream")
 
 READ_BATCH = 256  # messages read from the log per reader per turn
@@ -334,8 +336,8 @@ class StreamQueue(LightActor):
     # --- publishing ------------------------------------------------------------------------
     def _publish(self, msg: m.Publish) -> None:
         for item, body in zip(msg.items, msg.bodies):
-            seq_no, exchange, rk, props = item[0], item[1], item[2], item[3]
-            msg_id = item[7] if len(item) > 7 else None
+            # every field of the PublishItem, in its order (one step on the per-message path)
+            seq_no, exchange, rk, props, _, _, _, msg_id = item
             fv = None
             if props and b"x-stream-filter-value" in props:
                 fv = stream.filter_value(_headers(props))
@@ -424,9 +426,9 @@ class StreamQueue(LightActor):
                 continue
             heads, items, bodies = [], [], []
             for c, entries in chunks:
-                heads.append([c.first, c.count, c.ts, c.epoch, c.bloom])
+                heads.append(m.ChunkHead(c.first, c.count, c.ts, c.epoch, c.bloom))
                 for e in entries:
-                    items.append([e.exchange, e.routing_key, e.props_raw, e.msg_id])
+                    items.append(m.StreamItem(e.exchange, e.routing_key, e.props_raw, e.msg_id))
                     bodies.append(e.body)
             upto = chunks[-1][0].first + chunks[-1][0].count
             self.replicas.sent(addr, upto, sum(map(len, bodies)))
@@ -498,10 +500,8 @@ class StreamQueue(LightActor):
                 continue
             items, bodies = batches.setdefault(r.channel, ([], []))
             for x, props in got:
-                item = [r.tag, x.offset, False, x.exchange, x.routing_key, props]
-                if x.msg_id is not None:
-                    item += [None, 0, x.msg_id]
-                items.append(item)
+                items.append(_new(m.Delivery, (r.tag, x.offset, False, x.exchange,
+                                               x.routing_key, props, "", 0, x.msg_id)))
                 bodies.append(x.body)
             self.readers.delivered(r, [x.offset for x, _ in got])
             more = more or (r.position < committed and self.readers.room(r) > 0)

@@ -8,10 +8,17 @@ stopping a runner only start a thread or signal one.
 from __future__ import annotations
 
 import threading
+from typing import Any, NamedTuple
 
 from actors.shovel import params, placement
 from actors.shovel.runner import ShovelRunner
 from actors.shovel.status import STARTING, ShovelStatus
+
+
+class Running(NamedTuple):
+    """A shovel this node runs."""
+    value: Any  # the parameter's value it was started with (a change restarts it)
+    runner: Any  # its ShovelRunner (or a test's fake)
 
 
 class ShovelSupervisor:
@@ -20,7 +27,7 @@ class ShovelSupervisor:
         self.node = node  # this node's node_name (statuses)
         self.cluster_name = cluster_name  # x-shovelled's shovelled-by
         self.on_autodelete = on_autodelete  # fn(vhost, name), any thread: clear the parameter
-        self.runners: dict[tuple, tuple] = {}  # (vhost, name) -> (value, ShovelRunner)
+        self.runners: dict[tuple, Running] = {}  # (vhost, name) -> what runs
         self.lock = threading.Lock()  # guards `statuses` (runners report from their threads)
         self.statuses: dict[tuple, ShovelStatus] = {}  # (vhost, name) -> its latest status
 
@@ -29,8 +36,8 @@ class ShovelSupervisor:
         node owns, each with its current value."""
         wanted = {(v, n): value for (v, c, n), value in parameters.items()
                   if c == "shovel" and placement.runs_here(me, members, v, n)}
-        for key, (value, runner) in list(self.runners.items()):
-            if wanted.get(key) != value:
+        for key, running in list(self.runners.items()):
+            if wanted.get(key) != running.value:
                 self._stop(key)
         for key, value in wanted.items():
             if key not in self.runners:
@@ -40,13 +47,12 @@ class ShovelSupervisor:
         spec = params.parse(key[0], key[1], value)
         runner = self.runner(spec, self.node, self.cluster_name, self._report,
                              lambda s: self.on_autodelete(s.vhost, s.name))
-        self.runners[key] = (value, runner)
+        self.runners[key] = Running(value, runner)
         self._report(ShovelStatus(key[0], key[1], STARTING, self.node))
         runner.start()
 
     def _stop(self, key) -> None:
-        _, runner = self.runners.pop(key)
-        runner.stop()
+        self.runners.pop(key).runner.stop()
         with self.lock:
             self.statuses.pop(key, None)
 
@@ -54,7 +60,7 @@ class ShovelSupervisor:
         key = (status.vhost, status.name)
         with self.lock:
             entry = self.runners.get(key)
-            if entry is not None and not entry[1].stopping.is_set():
+            if entry is not None and not entry.runner.stopping.is_set():
                 self.statuses[key] = status
 
     def restart(self, key) -> bool:
@@ -63,7 +69,7 @@ class ShovelSupervisor:
         if entry is None:
             return False
         self._stop(key)
-        self._start(key, entry[0])
+        self._start(key, entry.value)
         return True
 
     def rows(self) -> list[dict]:

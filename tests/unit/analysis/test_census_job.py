@@ -18,6 +18,7 @@ import pytest
 
 from actors import events
 from actors.core.queue import QueueCore
+from actors.messages import StoredMessage
 from actors.queue import census
 from protocol import methods as am
 from protocol.properties import BasicProperties
@@ -53,10 +54,11 @@ def _restart(w, name, keep: set) -> QueueCore:
     old = w.q(name)
     kept = sorted((x for x in old.messages() if x.props_raw and x.seq_id in keep),
                   key=lambda x: x.seq_id)
-    entries = [(IndexEntry(x.seq_id, x.msg_id, x.exchange, x.routing_key, x.props_raw,
-                           x.body, len(x.body), delivered=True), x.body, True) for x in kept]
+    entries = [StoredMessage(IndexEntry(x.seq_id, x.msg_id, x.exchange, x.routing_key,
+                                        x.props_raw, x.body, len(x.body), delivered=True),
+                             x.body, True) for x in kept]
     core = QueueCore("/", name, {}, w.qouts[name], w.now, durable=True, events=events)
-    core.restore(old.next_seq, entries, 0, 0, w.now, 0)
+    core.restore(old.next_seq_id, entries, 0, 0, w.now, 0)
     w.queues[qaddr(name)] = core
     events.emit("queue_started", None, actor="queue", vhost="/", queue=name, recovered=True)
     census.emit(events, "/", name, census.snapshot(core, "started"), [], True)

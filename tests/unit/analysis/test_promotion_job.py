@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from actors import events
+from actors.messages import MirrorItem
 from actors.queue.replica_log import MEMBER, ReplicaLog
 from spark_analysis import lifecycle
 
@@ -141,7 +142,7 @@ class _Log:
 
 
 def _item(seq, msg_id, priority=0):
-    return [seq, "", Q, b"", True, priority, 0, msg_id]
+    return MirrorItem(seq, "", Q, b"", True, priority, 0, msg_id)
 
 
 def test_replica_log_names_each_message_and_each_drop():

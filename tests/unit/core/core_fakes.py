@@ -95,7 +95,8 @@ class QueueOut:
         got = []
         for ch, items, bodies in self.of("deliver"):
             if channel is None or ch == channel:
-                got += [(ch, it[0], body, it[2]) for it, body in zip(items, bodies)]
+                got += [(ch, d.consumer_tag, body, d.redelivered)
+                        for d, body in zip(items, bodies)]
         return got
 
     def clear(self):
@@ -180,8 +181,8 @@ def make_channel(*queues, number=1, capabilities=None, credit_initial=400, repli
 
 
 def deliver_msg(queue, items, bodies=None):
-    """A Deliver from queue `queue` (name): items [(ctag, msg_id, redelivered)]."""
-    full = [[ctag, mid, red, "", "rk", b"\x00\x00"] for ctag, mid, red in items]
+    """A Deliver from queue `queue` (name): items [(ctag, seq_id, redelivered)]."""
+    full = [m.Delivery(ctag, mid, red, "", "rk", b"\x00\x00") for ctag, mid, red in items]
     return m.Deliver(qaddr(queue), queue, full, bodies or [b"b%d" % it[1] for it in items])
 
 

@@ -67,15 +67,15 @@ def test_delivery_tags_start_at_1_and_are_shared_with_get_ok__A1():
     consume(core, out, "q1", "A")
     assert out.methods() == [am.BasicConsumeOk(consumer_tag="A")]
     out.clear()
-    core.on_deliver(m.Deliver(Q1, "q1", [["A", 11, False, "ex", "rk1", b"\x00\x00"],
-                                         ["A", 12, True, "ex", "rk2", b"\x00\x00"]],
+    core.on_deliver(m.Deliver(Q1, "q1", [m.Delivery("A", 11, False, "ex", "rk1", b"\x00\x00"),
+                                         m.Delivery("A", 12, True, "ex", "rk2", b"\x00\x00")],
                               [b"one", b"two"]))
     assert out.events[0][2] == [(Q1, 2)]  # writer credit for the queue's delivery window
     send(core, am.BasicGet(queue="q1"))
     get = out.sent(m.Get)[-1]
     assert (get.sender, get.no_ack, get.owner) == (CH, False, "w1/1")
-    core.on_reply(m.GetReply(get.req_id, Q1, ["", 13, False, "ex", "rk3", b"\x00\x00"], 5,
-                             [b"three"]))
+    core.on_reply(m.GetReply(get.req_id, Q1,
+                             m.Delivery("", 13, False, "ex", "rk3", b"\x00\x00"), 5, [b"three"]))
     core.on_deliver(deliver_msg("q1", [("A", 14, False)]))
     frames = [c for c in out.frames() if isinstance(c, Command)]
     assert [(type(c.method).__name__, c.body) for c in frames] == [
@@ -89,7 +89,7 @@ def test_delivery_tags_start_at_1_and_are_shared_with_get_ok__A1():
                                              routing_key="rk3", message_count=5)
     assert frames[3].method.delivery_tag == 4
     assert list(core.unacked) == [1, 2, 3, 4]
-    assert core.unacked[3] == (Q1, 13, "", None, None, 0)
+    assert core.unacked[3] == (Q1, 13, "", "", 0, None, 0)
 
 
 def test_delivery_tags_are_64_bit__A1():
@@ -115,7 +115,7 @@ def test_get_no_ack_is_not_unacked__A6():
     core, out = ch()
     send(core, am.BasicGet(queue="q1", no_ack=True))
     get = out.sent(m.Get)[-1]
-    core.on_reply(m.GetReply(get.req_id, Q1, ["", 13, False, "", "q1", b"\x00\x00"], 0,
+    core.on_reply(m.GetReply(get.req_id, Q1, m.Delivery("", 13, False, "", "q1", b"\x00\x00"), 0,
                              [b"x"]))
     assert core.unacked == {}
     send(core, am.BasicAck(delivery_tag=1))
@@ -461,8 +461,9 @@ def test_publish_item_layout():
     [p] = out.sent(m.Publish)
     [it] = p.items
     assert p.sender == CH and p.bodies == [b"body"]
-    assert it[:3] == [0, "", "q1"] and it[4:7] == [True, 3, 1500]
-    assert len(it[7]) == 16  # a persistent message carries its msg_store id
+    assert (it.seq_no, it.exchange, it.routing_key) == (0, "", "q1")
+    assert (it.persistent, it.priority, it.expiry_ms) == (True, 3, 1500)
+    assert len(it.msg_id) == 16  # a persistent message carries its msg_store id
 
 
 def test_persistent_messages_get_distinct_msg_ids_transient_none():
@@ -470,7 +471,7 @@ def test_persistent_messages_get_distinct_msg_ids_transient_none():
     send(core, publish("q1", b"a", delivery_mode=2), publish("q1", b"b", delivery_mode=2),
          publish("q1", b"c"))
     items = [it for p in out.sent(m.Publish) for it in p.items]
-    assert len(items) == 3 and items[0][7] != items[1][7] and len(items[2]) == 7
+    assert len(items) == 3 and items[0].msg_id != items[1].msg_id and items[2].msg_id is None
 
 
 def test_publish_bad_expiration_406():
@@ -506,7 +507,7 @@ def test_publish_expiration_limits(expiration, ms):
     core, out = ch()
     send(core, publish("q1", expiration=expiration))
     [p] = out.sent(m.Publish)
-    assert p.items[0][6] == ms
+    assert p.items[0].expiry_ms == ms
 
 
 def test_publish_to_missing_exchange_404():
@@ -527,7 +528,7 @@ def test_confirm_numbering_starts_at_select__C1():
     send(core, publish("q1"), am.ConfirmSelect(), publish("q1"), publish("q2"),
          am.ConfirmSelect(nowait=True), publish("q1"))
     assert out.methods() == [am.ConfirmSelectOk()]  # the nowait select is not answered
-    assert [it[0] for p in out.sent(m.Publish) for it in p.items] == [0, 1, 3, 2]
+    assert [it.seq_no for p in out.sent(m.Publish) for it in p.items] == [0, 1, 3, 2]
     assert core.confirms.unconfirmed == {1: {Q1}, 2: {Q2}, 3: {Q1}}
 
 
@@ -592,7 +593,7 @@ def test_publish_to_dead_queue_is_nacked__C6():
     send(core, am.ConfirmSelect(), publish("", exchange="fan"))
     assert acks(out) == [("BasicNack", 1, False)]
     [p] = out.sent(m.Publish)  # q1 still gets its copy, with no confirm wanted
-    assert p.items[0][0] == 0 and out.sends()[0][0] == Q1
+    assert p.items[0].seq_no == 0 and out.sends()[0][0] == Q1
     assert core.confirms.unconfirmed == {}
 
 
@@ -912,7 +913,8 @@ def test_no_ack_and_get_deliveries_use_no_tokens():
     assert core.limiter.granted == {Q1: 1} and core.limiter.limited == set()
     send(core, am.BasicGet(queue="q2"))
     get = out.sent(m.Get)[-1]
-    core.on_reply(m.GetReply(get.req_id, Q2, ["", 7, False, "", "q2", b"\x00\x00"], 0, [b"g"]))
+    core.on_reply(m.GetReply(get.req_id, Q2, m.Delivery("", 7, False, "", "q2", b"\x00\x00"), 0,
+                             [b"g"]))
     assert core.limiter.limited == set() and 3 in core.unacked
 
 
@@ -1000,7 +1002,7 @@ def test_global_prefetch_holds_and_nothing_lost_or_duplicated__P1_P2_P3(seed):
         if per_consumer:
             by_ctag: dict = {}
             for tag in outstanding:
-                ctag = w.channel.unacked[tag][2]
+                ctag = w.channel.unacked[tag].consumer_tag
                 by_ctag[ctag] = by_ctag.get(ctag, 0) + 1
             assert max(by_ctag.values(), default=0) <= per_consumer
         if done == expected:
@@ -1066,8 +1068,9 @@ def test_ack_lite_consumer_channel_sends_the_publishers_confirm():
     core, out = ch()
     consume(core, out, "q1", "A")
     pub_ch = "w9#ch/p/1/1"
-    core.on_deliver(m.Deliver(Q1, "q1", [["A", 11, False, "", "q1", b"\x00\x00", pub_ch, 5],
-                                         ["A", 12, False, "", "q1", b"\x00\x00", pub_ch, 6]],
+    core.on_deliver(m.Deliver(Q1, "q1", [
+        m.Delivery("A", 11, False, "", "q1", b"\x00\x00", pub_ch, 5),
+        m.Delivery("A", 12, False, "", "q1", b"\x00\x00", pub_ch, 6)],
                               [b"a", b"b"]))
     out.clear()
     send(core, am.BasicAck(delivery_tag=1), am.BasicReject(delivery_tag=2, requeue=False))
@@ -1227,7 +1230,7 @@ def test_consumer_timeout_applies_to_basic_get__S5():
     core, out = _timeout_channel(500)
     send(core, am.BasicGet(queue="q1"))
     get = out.sent(m.Get)[-1]
-    core.on_reply(m.GetReply(get.req_id, Q1, ["", 13, False, "", "q1", b"\x00\x00"], 0,
+    core.on_reply(m.GetReply(get.req_id, Q1, m.Delivery("", 13, False, "", "q1", b"\x00\x00"), 0,
                              [b"x"]), now=100)
     assert core.check_at == 600
     core.consumer_timeout_check(601)
@@ -1307,7 +1310,7 @@ def test_cancel_consumer_timeout_basic_get_still_closes_the_channel__S5():
     core, out = _timeout_channel(500, action="cancel-consumer")
     send(core, am.BasicGet(queue="q1"))
     get = out.sent(m.Get)[-1]
-    core.on_reply(m.GetReply(get.req_id, Q1, ["", 13, False, "", "q1", b"\x00\x00"], 0,
+    core.on_reply(m.GetReply(get.req_id, Q1, m.Delivery("", 13, False, "", "q1", b"\x00\x00"), 0,
                              [b"x"]), now=100)
     core.consumer_timeout_check(601)
     assert channel_close(out)[0] == 406

@@ -19,7 +19,7 @@ def mk(mode, args=None, durable=False):
 
 
 def pub(q, *seqs, persistent=False):
-    q.publish(PUB, [[s, "x", "rk", b"\x00\x00", persistent, 0, -1] for s in seqs],
+    q.publish(PUB, [m.PublishItem(s, "x", "rk", b"\x00\x00", persistent, 0, -1) for s in seqs],
               [b"body"] * len(seqs), 0)
 
 
@@ -99,7 +99,7 @@ def test_ack_lite_deliveries_carry_the_publisher_and_the_queue_never_confirms():
     pub(q, 7)
     consume(q)
     [(ch, items, bodies)] = out.of("deliver")
-    assert items[0][6:] == [PUB, 7]
+    assert (items[0].publisher, items[0].seq_no) == (PUB, 7)
     q.settle(CH1, ACK, [1], 0)
     q.run(0)
     assert out.of("confirm") == []      # the consuming channel sends it

@@ -51,7 +51,7 @@ def published(out, queue):
     """[(routing key, BasicProperties, body)] of the Publish batches sent to `queue`."""
     got = []
     for msg in out.sent(m.Publish, to=qaddr(queue)):
-        got += [(it[2], BasicProperties.decode(it[3]), body)
+        got += [(it.routing_key, BasicProperties.decode(it.props_raw), body)
                 for it, body in zip(msg.items, msg.bodies)]
     return got
 
@@ -59,7 +59,7 @@ def published(out, queue):
 def reply_consumer(core, out, tag="rc"):
     send(core, am.BasicConsume(queue=PSEUDO, consumer_tag=tag, no_ack=True))
     assert out.methods()[-1] == am.BasicConsumeOk(consumer_tag=tag)
-    return core.reply_consumer[1]
+    return core.reply_consumer.name
 
 
 def request(a, aout):
@@ -80,12 +80,12 @@ def test_round_trip_between_two_channels__S3():
     _, (a, aout), (b, bout) = pair()
     name = reply_consumer(a, aout)
     assert name.startswith(PSEUDO + ".") and len(name.encode()) <= 255
-    assert direct_reply.decode_name(name) == (A, a.reply_consumer[2])
+    assert direct_reply.decode_name(name) == (A, a.reply_consumer.key)
     reply_to = request(a, aout)
     assert reply_to == name  # the request reaches the server with the generated name
     send(b, publish(name, b"answer", correlation_id="c1"))
     [(addr, msg)] = [(ad, x) for ad, x in bout.sends() if isinstance(x, m.DirectReply)]
-    assert addr == A and msg.key == a.reply_consumer[2]
+    assert addr == A and msg.key == a.reply_consumer.key
     assert not bout.sent(m.Publish)  # no queue in between
     aout.clear()
     tag_before = a.next_tag
@@ -287,7 +287,7 @@ def test_bcc_routes_and_is_removed__S4():
         [(rk, props, _)] = published(aout, q)
         assert rk == "q1"
         assert props.headers == {"CC": ["q2"], "n": 4000000000}
-    raw = aout.sent(m.Publish, to=qaddr("q3"))[0].items[0][3]
+    raw = aout.sent(m.Publish, to=qaddr("q3"))[0].items[0].props_raw
     assert header_types(raw) == {"CC": "A", "n": "i"}  # wire types kept
 
 

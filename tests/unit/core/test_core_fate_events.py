@@ -6,6 +6,7 @@ tests/unit/analysis/test_fates_job.py."""
 from __future__ import annotations
 
 from actors.core.queue import QueueCore
+from actors.messages import PublishItem
 from core_fakes import QueueOut, Wire, cmd, publish
 from protocol import methods as am
 
@@ -41,7 +42,7 @@ def mk(args=None, events=None, page_bytes=0):
 
 
 def pub(q, n, pub_seq=0, body=b"bbbbbb"):
-    q.publish(PUB, [[pub_seq, "", "q", b"\x00\x00", False, 0, -1, bytes([i]) * 16]
+    q.publish(PUB, [PublishItem(pub_seq, "", "q", b"\x00\x00", False, 0, -1, bytes([i]) * 16)
                     for i in range(n)], [body] * n, 0)
 
 

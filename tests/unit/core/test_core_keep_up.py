@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from actors.core.keep_up import KeepUp
 from actors.core.queue import QueueCore
+from actors.messages import PublishItem
 from core_fakes import QueueOut
 
 CH1, PUB = "w1#ch/1/1/1", "w1#ch/9/1/3"
@@ -37,7 +38,7 @@ def mk(page_bytes=20):
 
 
 def pub(q, now, body=b"x" * 10, seq=0):
-    q.publish(PUB, [[seq, "x", "rk", b"\x00\x00", False, 0, -1]], [body], now)
+    q.publish(PUB, [PublishItem(seq, "x", "rk", b"\x00\x00", False, 0, -1)], [body], now)
 
 
 def credits(out):

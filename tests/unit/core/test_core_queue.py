@@ -8,6 +8,7 @@ from actors.core.credit_flow import MORE as FLOW_MORE, MORE_BYTES
 from actors.core.consumers import activity
 from actors.core.queue import Msg, QueueCore
 from actors.core.queue_stats import DEAD_LETTERED
+from actors.messages import Delivery, PublishItem
 from core_fakes import QueueOut
 
 CH1, CH2, PUB = "w1#ch/1/1/1", "w1#ch/1/2/2", "w1#ch/9/1/3"
@@ -20,8 +21,8 @@ def mk(args=None, now=0, **kw):
 
 
 def pub(q, *bodies, sender=PUB, now=0, seqs=None, persistent=False, priority=0, expiry=-1):
-    items = [[(seqs[i] if seqs else 0), "x", "rk", b"\x00\x00", persistent, priority, expiry]
-             for i in range(len(bodies))]
+    items = [PublishItem((seqs[i] if seqs else 0), "x", "rk", b"\x00\x00", persistent, priority,
+                         expiry) for i in range(len(bodies))]
     q.publish(sender, items, list(bodies), now)
 
 
@@ -40,7 +41,7 @@ def ids_of(out, ch=CH1):
     got = []
     for c, items, _ in out.of("deliver"):
         if c == ch:
-            got += [it[1] for it in items]
+            got += [d.seq_id for d in items]
     return got
 
 
@@ -56,9 +57,9 @@ def test_deliver_item_layout_and_batch():
     q, out = mk()
     pub(q, b"a", b"b", b"c")
     consume(q)
-    assert out.of("deliver") == [(CH1, [["A", 1, False, "x", "rk", b"\x00\x00"],
-                                        ["A", 2, False, "x", "rk", b"\x00\x00"],
-                                        ["A", 3, False, "x", "rk", b"\x00\x00"]],
+    assert out.of("deliver") == [(CH1, [Delivery("A", 1, False, "x", "rk", b"\x00\x00"),
+                                        Delivery("A", 2, False, "x", "rk", b"\x00\x00"),
+                                        Delivery("A", 3, False, "x", "rk", b"\x00\x00")],
                                   [b"a", b"b", b"c"])]
     assert q.stats() == {"messages": 3, "messages_ready": 0, "messages_unacknowledged": 3,
                          "consumers": 1}
@@ -266,9 +267,9 @@ def test_get_ignores_prefetch_and_counts__A9():
     pub(q, b"a", b"b")
     consume(q, tag="A", prefetch=1, channel_prefetch=1)  # blocked on tokens
     item, body, count = q.get(CH1, False, 0)
-    assert (item, body, count) == (["", 1, False, "x", "rk", b"\x00\x00"], b"a", 1)
+    assert (item, body, count) == (Delivery("", 1, False, "x", "rk", b"\x00\x00"), b"a", 1)
     item, body, count = q.get(CH1, True, 0)
-    assert (item[1], body, count) == (2, b"b", 0)
+    assert (item.seq_id, body, count) == (2, b"b", 0)
     assert q.get(CH1, False, 0) is None
     assert q.stats()["messages_unacknowledged"] == 1  # the no_ack get is settled
     assert [[m.body for m in msgs] for (msgs,) in out.of("forget")] == [[b"b"]]
@@ -457,7 +458,7 @@ def test_dropped_persistent_message_is_not_persisted_after_forget():
 def test_priorities_highest_first_fifo_within():
     q, out = mk({"x-max-priority": 5})
     for body, p in ((b"a0", 0), (b"b5", 5), (b"c3", 3), (b"d5", 5), (b"e9", 9), (b"f0", 0)):
-        q.publish(PUB, [[0, "x", "rk", b"\x00\x00", False, p, -1]], [body], 0)
+        q.publish(PUB, [PublishItem(0, "x", "rk", b"\x00\x00", False, p, -1)], [body], 0)
     assert q.ready[5].items[-1].priority == 5  # 9 clamps to the maximum
     consume(q)
     assert bodies(out) == [b"b5", b"d5", b"e9", b"c3", b"a0", b"f0"]
@@ -465,7 +466,8 @@ def test_priorities_highest_first_fifo_within():
 
 def test_priority_ignored_without_max_priority():
     q, out = mk()
-    q.publish(PUB, [[0, "x", "rk", b"", False, 9, -1], [0, "x", "rk", b"", False, 0, -1]],
+    q.publish(PUB, [PublishItem(0, "x", "rk", b"", False, 9, -1),
+                    PublishItem(0, "x", "rk", b"", False, 0, -1)],
               [b"a", b"b"], 0)
     consume(q)
     assert bodies(out) == [b"a", b"b"]
@@ -474,7 +476,7 @@ def test_priority_ignored_without_max_priority():
 def test_requeue_within_priority_keeps_position__A3():
     q, out = mk({"x-max-priority": 2})
     for body, p in ((b"l1", 0), (b"h1", 2), (b"h2", 2), (b"l2", 0)):
-        q.publish(PUB, [[0, "x", "rk", b"", False, p, -1]], [body], 0)
+        q.publish(PUB, [PublishItem(0, "x", "rk", b"", False, p, -1)], [body], 0)
     got = [q.get(CH1, False, 0) for _ in range(3)]
     assert [g[1] for g in got] == [b"h1", b"h2", b"l1"]
     q.settle(CH1, REQUEUE, [got[2][0][1], got[0][0][1]], 0)
@@ -674,7 +676,7 @@ def test_withheld_credit_is_paid_in_messages_and_bytes():
 def test_no_credit_for_anonymous_sender():
     q, out = mk()
     for _ in range(FLOW_MORE):
-        q.publish("", [[0, "x", "rk", b"", False, 0, -1]], [b"m"], 0)
+        q.publish("", [PublishItem(0, "x", "rk", b"", False, 0, -1)], [b"m"], 0)
     assert out.of("credit") == []
 
 
@@ -1005,7 +1007,7 @@ def test_redelivery_carries_x_delivery_count__S6():
     q.channel_down(CH1, 0)  # a consumer on another channel gets it the third time
     consume(q, ch=CH2, tag="B")
     items = [it for _, its, _ in out.of("deliver") for it in its]
-    assert [(_delivery_count(it[5]), it[2]) for it in items] == [
+    assert [(_delivery_count(d.props_raw), d.redelivered) for d in items] == [
         (None, False), (1, True), (2, True)]
 
 
@@ -1051,7 +1053,7 @@ def test_head_message_timestamp_is_the_smallest_of_the_heads_and_the_oldest_unac
 
     def item(priority, ts=None):
         props = BasicProperties(timestamp=ts).encode() if ts is not None else b"\x00\x00"
-        return [0, "x", "rk", props, False, priority, -1]
+        return PublishItem(0, "x", "rk", props, False, priority, -1)
 
     q, out = mk({"x-max-priority": 2})
     assert q.head_message_timestamp() is None  # empty: null
@@ -1082,7 +1084,7 @@ def test_storage_stats_count_bytes_ready_unacked_in_memory_and_paged_out():
     def unacked_bytes_match():
         got = q2.storage_stats()
         assert got["message_bytes_unacknowledged"] == sum(
-            len(e[0].body) for e in q2.unacked.values())
+            len(msg.body) for msg in q2.unacked.values())
         assert got["messages_unacknowledged_ram"] == len(q2.unacked)
         assert got["message_bytes"] == 6  # nothing left the queue
         return got

@@ -3,6 +3,7 @@ messages in its index only and reads them back a page at a time, in order."""
 from __future__ import annotations
 
 from actors.core.queue import WAIT, QueueCore
+from actors.messages import PublishItem, StoredMessage
 from core_fakes import QueueOut
 from queue_index import IndexEntry
 
@@ -16,7 +17,7 @@ def mk(args=None, page_bytes=10, page_size=3, durable=True):
 
 
 def pub(q, *bodies, persistent=True, seqs=None):
-    items = [[(seqs[i] if seqs else 0), "x", "rk", b"\x00\x00", persistent, 0, -1]
+    items = [PublishItem((seqs[i] if seqs else 0), "x", "rk", b"\x00\x00", persistent, 0, -1)
              for i in range(len(bodies))]
     q.publish(PUB, items, list(bodies), 0)
 
@@ -27,8 +28,9 @@ def stored(out):
 
 def page_of(msgs, delivered=False):
     """What the backing queue would read back for these messages."""
-    return [(IndexEntry(m.seq_id, m.msg_id, m.exchange, m.routing_key, m.props_raw, m.body,
-                        len(m.body), 0, 0, delivered), m.body, m.persistent) for m in msgs]
+    return [StoredMessage(IndexEntry(m.seq_id, m.msg_id, m.exchange, m.routing_key, m.props_raw,
+                                     m.body, len(m.body), 0, 0, delivered), m.body, m.persistent)
+            for m in msgs]
 
 
 def test_messages_past_page_bytes_stay_in_the_index_only():
@@ -69,7 +71,7 @@ def test_a_message_that_comes_while_some_are_paged_waits_in_memory_behind_them()
     assert out.delivered() == [] and out.of("page_in") == [(0, 2, 0)]  # the paged part only
     paged = [IndexEntry(s, b"m" * 16, "x", "rk", b"\x00\x00", b"old%d" % s, 4, 0, 0, False)
              for s in (1, 2)]
-    q.paged_in([(e, e.body, True) for e in paged], 0, 0, 0, 0)
+    q.paged_in([StoredMessage(e, e.body, True) for e in paged], 0, 0, 0, 0)
     q.run(0)
     assert [d[2] for d in out.delivered()] == [b"old1", b"old2", b"x"]
     assert q.paged == 0 and not q.ready[0].tail
@@ -182,9 +184,10 @@ def test_dropped_stale_entries_are_counted_off():
 
 def test_restore_with_more_in_the_index():
     q, out = mk()
-    first = [(IndexEntry(7, b"m" * 16, "x", "rk", b"", b"a", 1, 0, 0, True), b"a", True)]
+    first = [StoredMessage(IndexEntry(7, b"m" * 16, "x", "rk", b"", b"a", 1, 0, 0, True), b"a",
+                           True)]
     q.restore(9, first, 5, 50, 0, 0)
-    assert q.ready_count == 1 and (q.paged, q.lanes[0].page_after, q.next_seq) == (5, 7, 9)
+    assert q.ready_count == 1 and (q.paged, q.lanes[0].page_after, q.next_seq_id) == (5, 7, 9)
     assert q.ready[0].peek().redelivered is True
 
 
@@ -228,7 +231,7 @@ def test_a_persistent_tail_is_in_the_index_too_but_never_read_back_twice():
     index = [IndexEntry(s, b"m" * 16, "x", "rk", b"\x00\x00", b"m%d" % s, 2, 0, 0, False)
              for s in (1, 2)] + [IndexEntry(3, x.msg_id, "x", "rk", b"\x00\x00", b"x", 1, 0, 0,
                                             False)]
-    q.paged_in([(e, e.body, True) for e in index], 0, 0, 0, 0)  # one too many
+    q.paged_in([StoredMessage(e, e.body, True) for e in index], 0, 0, 0, 0)  # one too many
     q.run(0)
     assert [d[2] for d in out.delivered()] == [b"m1", b"m2", b"x"]
     assert q.paged == 0 and q.stats()["messages"] == 0

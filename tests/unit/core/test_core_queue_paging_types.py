@@ -7,6 +7,7 @@ and answers `page_in` from it, as actors/queue/backing_queue.py does from the in
 from __future__ import annotations
 
 from actors.core.queue import WAIT, QueueCore
+from actors.messages import PublishItem, StoredMessage
 from core_fakes import QueueOut
 from queue_index import IndexEntry
 
@@ -44,9 +45,10 @@ class Disk:
                     self.q.paged_dropped(p, len(page), sum(len(m.body) for m in page),
                                          page[-1].seq_id if page else 0)
                     continue
-                self.q.paged_in([(IndexEntry(m.seq_id, m.msg_id, m.exchange, m.routing_key,
-                                             m.props_raw, m.body, len(m.body), m.priority,
-                                             0, False), m.body, m.persistent) for m in page],
+                self.q.paged_in([StoredMessage(IndexEntry(m.seq_id, m.msg_id, m.exchange,
+                                                          m.routing_key, m.props_raw, m.body,
+                                                          len(m.body), m.priority, 0, False),
+                                               m.body, m.persistent) for m in page],
                                 0, 0, 0, 0, p)
 
 
@@ -58,8 +60,8 @@ def mk(args=None, page_bytes=10, page_size=3, durable=False):
 
 
 def pub(q, bodies, priorities=None, seqs=None, persistent=False):
-    items = [[(seqs[i] if seqs else 0), "x", "rk", b"\x00\x00", persistent,
-              priorities[i] if priorities else 0, -1] for i in range(len(bodies))]
+    items = [PublishItem((seqs[i] if seqs else 0), "x", "rk", b"\x00\x00", persistent,
+                         priorities[i] if priorities else 0, -1) for i in range(len(bodies))]
     q.publish(PUB, items, list(bodies), 0)
 
 
@@ -184,7 +186,7 @@ def test_ack_mode_confirms_a_paged_message_when_its_consumer_acks():
     q.run(0)
     disk.serve()
     q.run(0)
-    tags = [it[1] for _, items, _ in out.of("deliver") for it in items]
+    tags = [d.seq_id for _, items, _ in out.of("deliver") for d in items]
     assert tags == [1, 2, 3]
     q.settle(CH1, 0, tags, 0)
     assert out.of("confirm") == [(PUB, [1, 2, 3], True)]

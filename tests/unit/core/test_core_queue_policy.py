@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from actors.core import policies
 from actors.core.queue import QueueCore
+from actors.messages import PublishItem
 from core_fakes import QueueOut
 
 PUB = "w1#ch/9/1/3"
@@ -15,7 +16,7 @@ def mk(args=None, now=0, **kw):
 
 
 def pub(q, *bodies, now=0, seqs=None):
-    items = [[(seqs[i] if seqs else 0), "x", "rk", b"\x00\x00", False, 0, -1]
+    items = [PublishItem((seqs[i] if seqs else 0), "x", "rk", b"\x00\x00", False, 0, -1)
              for i in range(len(bodies))]
     q.publish(PUB, items, list(bodies), now)
 

@@ -88,6 +88,7 @@ def test_queue_json_with_and_without_counts_and_the_policy_that_applies():
 
 # --- statistics (actors/core/queue_stats.py) -----------------------------------------------------
 from actors.core.queue_stats import QueueCounters, StatsTable  # noqa: E402
+from actors.messages import Delivery  # noqa: E402
 
 
 class _Consumer:
@@ -102,7 +103,8 @@ def test_counters_sample_only_when_something_changed():
     assert c.sample({"messages": 0}) is None  # nothing new: nothing to emit
     c.publish += 3
     consumers = {("ch", "A"): _Consumer(False), ("ch", "B"): _Consumer(True)}
-    c.delivered("ch", [["A", 1, False], ["B", 2, True], ["gone", 3, False]], consumers)
+    c.delivered("ch", [Delivery("A", 1, False, "", "q", b""), Delivery("B", 2, True, "", "q", b""),
+                       Delivery("gone", 3, False, "", "q", b"")], consumers)
     c.got(True, no_ack=False)
     s = c.sample({"messages": 2, "consumers": 2})
     assert (s["publish"], s["deliver"], s["deliver_no_ack"], s["get"], s["redeliver"],

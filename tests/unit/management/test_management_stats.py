@@ -3,6 +3,7 @@
 
 from actors.core import channel_stats as cs
 from actors.core.queue_stats import QueueCounters, StatsTable
+from actors.core.samples import Sample
 from actors.management import api
 
 
@@ -101,7 +102,7 @@ def test_exchange_counts_per_vhost_survive_the_channel_and_add_up_across_workers
     assert retired["vhosts"]["v"]["confirm"] == 3
     later = cs.merge(retired, {"vhosts": {"v": {"exchanges": {"fan": {"publish_in": 1,
                                                                        "publish_out": 2}}}}})
-    workers = {"w1": (3000, later, (1000, retired)), "w2": (2900, retired, None)}
+    workers = {"w1": (3000, later, Sample(1000, retired)), "w2": (2900, retired, None)}
     counts = cs.cluster_counts(workers, {"vhosts": {"v": {"confirm": 5}}}, 3100, 1000)
     # w1: 1 more publish into fan over 2 s; w2 has no previous sample: no rate
     assert counts[("vhosts", "v", "exchanges", "fan", "publish_in")] == (5, 0.5)
@@ -352,7 +353,7 @@ def test_a_counter_that_went_down_was_reset_and_its_rate_is_from_the_new_baselin
     table.put("/", "d", 2000, {"messages": 4})
     assert table.depth_rates("/", "d", 2100)["messages_details"] == {"rate": -6.0}
     # a worker restarted under the same endpoint, and a connection's byte counts
-    counts = cs.cluster_counts({"w": (3000, {"publish": 6}, (1000, {"publish": 90}))}, {},
+    counts = cs.cluster_counts({"w": (3000, {"publish": 6}, Sample(1000, {"publish": 90}))}, {},
                                3100, 1000)
     assert counts[("publish",)] == (6, 3.0)
     assert cs.with_rates({"recv_oct": 100}, {"recv_oct": 5000}, 2000,

@@ -26,6 +26,11 @@ def masters():
     return w, Masters(lambda a, x: w.sent.append((a, x)), "tcp://h:1#q", w.synced.append)
 
 
+def item(seq):
+    """A paged-out message read back for a sync, as the master sends it."""
+    return m.MirrorItem(seq, "", "", b"", False, 0, 0, None)
+
+
 def msg(seq):
     return Msg(seq, "", "q", b"", b"body%d" % seq, persistent=True)
 
@@ -69,7 +74,7 @@ def test_forget_flushes_what_entered_first():
     ms.forget([7])
     kinds = [type(x).__name__ for _, x in w.sent]
     assert kinds == ["MirrorPublish", "MirrorPublish", "MirrorForget"]
-    assert w.sent[1][1].items[0][0] == 7
+    assert w.sent[1][1].items[0].seq_id == 7
 
 
 @pytest.mark.parametrize("args,ok", [
@@ -181,13 +186,14 @@ def test_a_kept_log_is_told_what_is_still_here_and_sent_only_what_follows():
     ms.join("tcp://a:1#q", "A", [msg(2), msg(4)], 0, more=True, upto=3)
     assert [(x.upto, x.seq_ids) for _, x in w.of(m.MirrorKeep)] == [(3, [2])]
     [(_, reset)] = w.of(m.MirrorPublish)
-    assert reset.reset and [it[0] for it in reset.items] == [4] and reset.bodies == [b"body4"]
+    assert reset.reset and [it.seq_id for it in reset.items] == [4] and \
+        reset.bodies == [b"body4"]
     assert w.sent.index(w.of(m.MirrorKeep)[0]) < w.sent.index((_, reset))
-    ms.sync_page("tcp://a:1#q", [[1] + [0] * 7, [3] + [0] * 7], [b"1", b"3"])  # all kept
-    ms.sync_page("tcp://a:1#q", [[3] + [0] * 7, [5] + [0] * 7], [b"3", b"5"])
+    ms.sync_page("tcp://a:1#q", [item(1), item(3)], [b"1", b"3"])  # all kept
+    ms.sync_page("tcp://a:1#q", [item(3), item(5)], [b"3", b"5"])
     assert [x.seq_ids for _, x in w.of(m.MirrorKeep)] == [[2], [1, 3], [3]]
-    assert [[it[0] for it in x.items] for _, x in w.of(m.MirrorPublish)] == [[4], [5]]
+    assert [[it.seq_id for it in x.items] for _, x in w.of(m.MirrorPublish)] == [[4], [5]]
     assert w.of(m.MirrorPublish)[-1][1].bodies == [b"5"]
     ms.join("tcp://b:1#q", "B", [msg(2)], 0)  # nothing offered: everything, no MirrorKeep
     assert len(w.of(m.MirrorKeep)) == 3
-    assert [it[0] for it in w.of(m.MirrorPublish)[-1][1].items] == [2]
+    assert [it.seq_id for it in w.of(m.MirrorPublish)[-1][1].items] == [2]

@@ -38,19 +38,20 @@ def host():
 def publish(h, t, qname):
     t.sent.clear()
     h.missing(queue_actor_name("/", qname),
-              m.Publish("w1#ch/1/1/1", [[7, "", qname, b"", True, 0, -1],
-                                         [0, "", qname, b"", False, 0, -1]], [b"a", b"b"]))
+              m.Publish("w1#ch/1/1/1", [m.PublishItem(7, "", qname, b"", True, 0, -1),
+                                         m.PublishItem(0, "", qname, b"", False, 0, -1)],
+                        [b"a", b"b"]))
     return t.sent
 
 
 def test_a_publish_to_a_deleted_queue_is_confirmed():
     h, t, _ = host()
     [(to, confirm)] = publish(h, t, "gone")
-    assert to == "w1#ch/1/1/1" and confirm.seqs == [7] and confirm.ok
+    assert to == "w1#ch/1/1/1" and confirm.seq_nos == [7] and confirm.ok
 
 
 def test_a_publish_to_a_queue_living_elsewhere_is_nacked__C5():
     h, t, replica = host()
     replica.queues[("/", "moved")] = {"vhost": "/", "name": "moved", "home": "n2"}
     [(_, confirm)] = publish(h, t, "moved")
-    assert confirm.seqs == [7] and not confirm.ok
+    assert confirm.seq_nos == [7] and not confirm.ok

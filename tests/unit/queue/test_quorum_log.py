@@ -144,7 +144,7 @@ def test_a_member_syncing_a_paged_master_is_complete_at_the_sync_done_batch(tmp_
     mirror.on_receive(m.MirrorPublish(MASTER, 1, True, [], []))  # more follows
     mirror.on_receive(m.LogBarrier())
     assert quorum_log.epoch_of(config, "/", "q") is None  # batch 1 does not end the sync
-    item = [5, "", "q", b"", True, 0, 0, b"m" * 16]
+    item = m.MirrorItem(5, "", "q", b"", True, 0, 0, b"m" * 16)
     mirror.on_receive(m.MirrorPublish(MASTER, 1, False, [item], [b"x"]))  # a page
     mirror.on_receive(m.MirrorSynced(MASTER, 2))
     mirror.on_receive(m.MirrorPublish(MASTER, 2, False, [], []))
@@ -191,7 +191,7 @@ def test_a_member_of_the_masters_epoch_keeps_its_log_and_is_sent_only_what_follo
     assert (join.epoch, join.last) == (3, 4)   # offered: its log of epoch 3, up to 4
     mirror.on_receive(m.MirrorKeep(MASTER, 4, [2, 4]))  # 1 and 3 were acked meanwhile
     mirror.on_receive(m.MirrorSynced(MASTER, 1))
-    item = [5, "", "q", b"", True, 0, 0, b"m" * 16]
+    item = m.MirrorItem(5, "", "q", b"", True, 0, 0, b"m" * 16)
     mirror.on_receive(m.MirrorPublish(MASTER, 1, True, [item], [b"x"]))
     assert not any(isinstance(x, m.DeleteIndex) for x in bq.got)  # kept
     assert quorum_log.position(config, "/", "q") == [3, 4]  # its vote: the kept log's end
@@ -241,8 +241,9 @@ def test_a_member_told_to_keep_a_log_it_did_not_offer_drops_it_and_asks_again(tm
     joins = [x for _, x in host.transport.sent if isinstance(x, m.MirrorJoin)]
     assert len(joins) == 2 and (joins[-1].epoch, joins[-1].last) == (-1, -1)
     mirror.on_receive(m.LogBarrier())
-    mirror.on_receive(m.MirrorSynced(MASTER, 2))  # batches of the first join: no ack, no
-    item = [5, "", "q", b"", True, 0, 0, b"m" * 16]  # marker (what it skipped is missing)
+    # batches of the first join: no ack, no marker (what it skipped is missing)
+    mirror.on_receive(m.MirrorSynced(MASTER, 2))
+    item = m.MirrorItem(5, "", "q", b"", True, 0, 0, b"m" * 16)
     mirror.on_receive(m.MirrorPublish(MASTER, 2, False, [item], [b"x"]))
     mirror.on_receive(m.Persisted([x for x in bq.got if isinstance(x, Persist)][0].msgs))
     assert not any(isinstance(x, m.MirrorAck) for _, x in host.transport.sent)

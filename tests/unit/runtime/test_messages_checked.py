@@ -175,10 +175,11 @@ def test_any_tagged_list_is_a_message_or_refused(tag, fields, frames):
 
 
 _SAMPLES = [
-    m.Publish("a#ch", [PUB_ITEM, [2, "", "k", b"", False, 0, -1, b"id"]], [b"ab", b""]),
-    m.Deliver("a#q", "q", [["t", 1, False, "x", "k", b"", "a#ch", 3]], [b"body"]),
-    m.GetReply(1, "a#q", ["", 4, True, "x", "k", b""], 0, [b"b"]),
-    m.MirrorPublish("a#q", 1, True, [[1, "x", "k", b"", True, 0, 0, b"i"]], [b"b"]),
+    m.Publish("a#ch", [m.PublishItem(*PUB_ITEM), m.PublishItem(2, "", "k", b"", False, 0, -1,
+                                                               b"id")], [b"ab", b""]),
+    m.Deliver("a#q", "q", [m.Delivery("t", 1, False, "x", "k", b"", "a#ch", 3)], [b"body"]),
+    m.GetReply(1, "a#q", m.Delivery("", 4, True, "x", "k", b""), 0, [b"b"]),
+    m.MirrorPublish("a#q", 1, True, [m.MirrorItem(1, "x", "k", b"", True, 0, 0, b"i")], [b"b"]),
     m.Confirm("a#q", [1, 2], True), m.Settle("a#ch", m.REQUEUE, [5]),
     m.Rpc("a#b", 1, "queue.declare", {"name": "q"}), m.StartQueue({"name": "q"}, "a#n"),
 ]

@@ -8,12 +8,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from actors import messages as m
+from actors.wire import packb
 
 
 @given(st.lists(st.binary(max_size=3000), max_size=40))
 def test_publish_round_trips_with_any_bodies(bodies):
-    msg = m.Publish("ipc:///x#ch/1/1/1", [[i, "ex", "rk", b"", False, 0, -1] for i in
-                                          range(len(bodies))], bodies)
+    msg = m.Publish("ipc:///x#ch/1/1/1", [m.PublishItem(i, "ex", "rk", b"", False, 0, -1)
+                                          for i in range(len(bodies))], bodies)
     payload, frames = m.encode(msg)
     assert len(frames) == (1 if bodies else 0)
     back = m.decode(payload, list(frames))
@@ -37,3 +38,34 @@ def test_a_bodies_frame_that_does_not_match_its_lengths_is_refused():
 def test_local_only_messages_cannot_be_encoded():
     with pytest.raises(KeyError):
         m.encode(m.Data(b"x"))
+
+
+def test_batch_items_come_back_as_their_named_records():
+    """A receiver reads a batch's items by name: decode hands back the sender's records, not
+    msgpack's lists, and fills the defaults of fields an older sender left out."""
+    sent = [m.Publish("a#ch", [m.PublishItem(3, "ex", "rk", b"\x00\x00", True, 2, 500, b"i" * 16)],
+                      [b"x"]),
+            m.Deliver("a#q", "q", [m.Delivery("c", 7, True, "ex", "rk", b"", "a#ch", 3, None)],
+                      [b"x"]),
+            m.GetReply(1, "a#q", m.Delivery("", 8, False, "ex", "rk", b""), 0, [b"x"]),
+            m.MirrorPublish("a#q", 1, False,
+                            [m.MirrorItem(9, "ex", "rk", b"", False, 0, 0, None)], [b"x"]),
+            m.StreamChunks("a#q", 2, -1, [m.ChunkHead(5, 1, 1700000000000, 2, None)],
+                           [m.StreamItem("ex", "rk", b"", b"i" * 16)], [b"x"])]
+    for msg in sent:
+        payload, frames = m.encode(msg)
+        back = m.decode(payload, list(frames))
+        items = [back.item] if isinstance(back, m.GetReply) else back.items
+        expected = [msg.item] if isinstance(msg, m.GetReply) else msg.items
+        assert [type(x) for x in items] == [type(x) for x in expected] and items == expected
+    publish = m.decode(packb([m._TAG[m.Publish], "a#ch", [[3, "ex", "rk", b"", False, 0, -1]],
+                              [1]]), [b"x"])
+    assert publish.items == [m.PublishItem(3, "ex", "rk", b"", False, 0, -1, None)]
+    deliver = m.decode(packb([m._TAG[m.Deliver], "a#q", "q", [["c", 7, False, "", "rk", b""]],
+                              [1]]), [b"x"])
+    assert deliver.items[0].seq_no == 0 and deliver.items[0].publisher == ""
+    chunks = m.decode(packb([m._TAG[m.StreamChunks], "a#q", 2, -1, [[5, 2, 0, 2, None]],
+                             [["ex", "rk", b"", None], ["ex", "rk2", b"", None]], [1, 1]]),
+                      [b"xy"])
+    # (a chunk head comes back as msgpack's list, which the member reads by unpacking)
+    assert [it.routing_key for it in chunks.items] == ["rk", "rk2"]
