@@ -1,6 +1,7 @@
 """Events -> one row per message with its whole lifecycle (docs/events.md, "Lifecycles").
 
-Two shuffles:
+The events are shuffled once, by msg_id (`build`); then two groupings on the rows of each
+partition:
 1. group the events by (msg_id, queue of copy events): one row for the publish side of a
    message (publish_received, routed, unroutable, returned, confirmed, nacked_to_publisher) and
    one per queue that held a copy of it (enqueued ... acked / expired / dead_lettered / dropped);
@@ -527,10 +528,17 @@ def finish(msgs: DataFrame) -> DataFrame:
 
 
 def build(events: DataFrame, msg_gaps: DataFrame | None = None) -> DataFrame:
-    """The lifecycles DataFrame (one row per msg_id) of an events DataFrame: two shuffles, one
-    pass over each (write it out, then read it back, rather than caching it). `msg_gaps`
-    (gaps.message_gaps) turns the unsettled verdicts a log gap could hide into `unknown`."""
-    return assemble(copy_states(group_rows(with_rolled_back(events)), events), msg_gaps)
+    """The lifecycles DataFrame (one row per msg_id) of an events DataFrame. `msg_gaps`
+    (gaps.message_gaps) turns the unsettled verdicts a log gap could hide into `unknown`.
+
+    One shuffle of the events, by msg_id: both groupings (by msg_id and queue, then by msg_id)
+    find their rows already together, as long as Spark broadcasts the per-queue and
+    per-channel tables joined between them (it does when they are small; a large one is
+    joined by shuffling, as before). Left to itself Spark shuffles by (msg_id, queue) and then
+    again by msg_id, moving every copy's steps twice (a 2M-event log: about a third more CPU)."""
+    by_message = (with_rolled_back(events).where(F.col("msg_id").isNotNull())
+                  .repartition("msg_id"))
+    return assemble(copy_states(group_rows(by_message), events), msg_gaps)
 
 
 def with_rolled_back(events: DataFrame) -> DataFrame:
