@@ -59,6 +59,7 @@ from array import array
 from collections import deque
 
 from actors.core import NO_EVENTS, credit_flow, quorum
+from actors.core.confirms import NOW, ON_SYNC, QueueConfirms
 from actors.core.consumers import ChannelState, Consumer, QueueConsumers
 from actors.core.errors import ChannelError
 from actors.core.keep_up import KeepUp
@@ -72,6 +73,10 @@ from protocol.properties import BasicProperties, with_long_header
 _new = tuple.__new__
 WAIT = "wait"  # get(): the head is paged out, try again once it is read back
 STORE_BEHIND_BYTES = 16 * 1024 * 1024  # bodies on their way to storage before credit waits
+# where a message of a paging queue goes, (divert, behind): QueueCore._placement
+_AT_HEAD = (False, False)  # in memory, deliverable in its turn
+_BEHIND = (False, True)  # in memory, behind its lane's paged part (the lane's tail)
+_DIVERTED = (True, False)  # to the index only (memory is full)
 
 
 class PagedPublishers:
@@ -235,6 +240,18 @@ class Ready:
         self.items = deque(merged)
 
 
+class _Arrivals:
+    """What one Publish batch leaves to do once its messages are in."""
+
+    __slots__ = ("bounded", "accepted", "refused", "to_persist")
+
+    def __init__(self, bounded: bool):
+        self.bounded = bounded  # the queue has a length limit (x-max-length, -bytes)
+        self.accepted: list = []  # seq_nos confirmed on arrival
+        self.refused: list = []  # seq_nos refused by reject-publish (nacked)
+        self.to_persist: list = []  # Msgs to hand to the backing queue, in order
+
+
 class QueueCore:
     def __init__(self, vhost: str, name: str, arguments: dict, out, now: int,
                  auto_delete=False, delivery_window=2000, credit_more=credit_flow.MORE,
@@ -269,15 +286,9 @@ class QueueCore:
         # queues keep every message in their Raft log
         self.queue_type = quorum.queue_type(a)
         self.store_all = self.queue_type == quorum.QUORUM and durable
-        confirm_on = a.get("x-confirm-on", "enqueue")
-        if isinstance(confirm_on, bytes):
-            confirm_on = confirm_on.decode()
-        # x-confirm-on (seed 003): "enqueue" confirms on arrival (RabbitMQ's rule); "ack" when a
-        # consumer acks (this queue answers the publisher, nack when the message is lost
-        # otherwise); "ack-lite" when a consumer acks, answered by the consuming channel
-        self.confirm_on = confirm_on
-        self.late_confirm = confirm_on in ("ack", "ack-lite")  # nothing confirmed on arrival
-        self._answers: dict[tuple, list] = {}  # (publisher, ok) -> seq nos to confirm / nack
+        # when each copy's confirm leaves (x-confirm-on, seed 003), and the x-confirm-on=ack
+        # answers collected until the end of the turn
+        self.confirms = QueueConfirms(a.get("x-confirm-on", "enqueue"))
         maxp = _int(a.get("x-max-priority"))
         self.max_priority = min(maxp, 255) if maxp else 0  # 0 = not a priority queue
         self.ready = [Ready() for _ in range(self.max_priority + 1)]  # by priority
@@ -341,78 +352,113 @@ class QueueCore:
 
     # --- publishing -------------------------------------------------------------------------
     def publish(self, sender: str, items: list[PublishItem], bodies: list, now: int) -> None:
-        """A Publish batch from `sender` (a channel, or "": a dead-lettering queue)."""
-        accepted, refused, to_persist = [], [], []
-        bounded = self.max_length is not None or self.max_bytes is not None
+        """A Publish batch from `sender` (a channel, or "": a dead-lettering queue): each
+        message comes in (`_arrive`); then what it left to write goes to the backing queue,
+        the publisher hears of its confirms and refusals, and its credit is bumped."""
+        batch = _Arrivals(self.max_length is not None or self.max_bytes is not None)
         for item, body in zip(items, bodies):
-            # every field of the PublishItem, in its order (one step on the per-message path)
-            pub_seq, exchange, rk, props, persistent, priority, expiry, msg_id = item
-            if self.store_all:
-                persistent = True  # stored and synced before its confirm (quorum queue)
-            if bounded and self.consumers and self._full_for(len(body)):
-                # what a waiting consumer takes does not count: deliver before judging, so a
-                # batch fares as the same messages one by one (storage hears of a message
-                # before it may hear it is settled)
-                if to_persist:
-                    self._persist(to_persist)
-                    to_persist = []
-                self._deliver_ready(now)
-            if self._full_for(len(body)) and self.overflow != "drop-head":
-                if pub_seq:
-                    refused.append(pub_seq)
-                if self.overflow == "reject-publish-dlx" and self.dlx is not None:
-                    # (its msg_id, for the event log's link from the refused publish to its copy)
-                    self._dead_letter_or_drop(Msg(0, exchange, rk, props, body, persistent,
-                                                  ttl=expiry, msg_id=msg_id), "maxlen")
-                continue
-            divert = behind = False
-            if self.pageable:
-                p = min(priority or 0, self.max_priority)
-                if self.ready_bytes > self.page_bytes:
-                    divert = True  # memory is full: to the index (after the lane's tail)
-                    if self.ready[p].tail:
-                        self._spill_tail(p, to_persist)
-                elif self.paged and self.lanes[p].paged:
-                    behind = True  # in memory, behind the lane's paged part
-            msg = self._enqueue(exchange, rk, props, body, persistent, priority, expiry, now,
-                                sender, pub_seq, msg_id, divert, behind)
-            if msg is None:
-                if pub_seq and not self.late_confirm:
-                    accepted.append(pub_seq)  # expired at once (TTL 0): confirmed, as RabbitMQ
-                continue
-            if divert and self.late_confirm:
-                # paged out, its confirm still waiting for a consumer's ack: the lane keeps
-                # who waits (it is not confirmed, nor meant to be recovered as one)
-                self._write_paged(msg, to_persist)
-            elif self.late_confirm:
-                pass  # confirmed by a consumer's ack; never stored before delivery
-            elif divert and not (persistent and self.durable):
-                # paged out though transient (or in a transient queue): stored, but confirmed
-                # now and not recovered
-                if pub_seq:
-                    accepted.append(pub_seq)
-                self._write_paged(msg, to_persist)
-            elif persistent and self.durable:
-                if behind:
-                    self._write_tail_before(msg, to_persist)
-                msg.stored = True
-                to_persist.append(msg)  # confirmed when the backing queue has synced it
-            elif pub_seq:
-                accepted.append(pub_seq)
-            if bounded and self._over_limit():
-                if to_persist:
-                    # the backing queue hears of a message before it may hear it is dropped
-                    self._persist(to_persist)
-                    to_persist = []
-                if self.consumers:
-                    self._deliver_ready(now)
-                self._enforce_max_length()
-        if to_persist:
-            self._persist(to_persist)
-        if accepted:
-            self.out.confirm(sender, accepted, True)
-        if refused:
-            self._nack(sender, refused, "reject-publish")
+            self._arrive(sender, item, body, now, batch)
+        self._store(batch)
+        self._answer_arrivals(sender, batch)
+        self._credit_publisher(sender, items, bodies, now)
+        self.run(now)
+
+    def _arrive(self, sender: str, item: PublishItem, body, now: int, batch: _Arrivals) -> None:
+        """One message: admitted under the queue's length limit, placed (memory, its lane's
+        tail or the index), enqueued, its confirm decided, the queue trimmed to its limit."""
+        # every field of the PublishItem, in its order (one step on the per-message path)
+        pub_seq, exchange, rk, props, persistent, priority, expiry, msg_id = item
+        if self.store_all:
+            persistent = True  # stored and synced before its confirm (quorum queue)
+        if batch.bounded and not self._admit(item, body, persistent, now, batch):
+            return
+        divert, behind = self._placement(priority, batch) if self.pageable else _AT_HEAD
+        msg = self._enqueue(exchange, rk, props, body, persistent, priority, expiry, now,
+                            sender, pub_seq, msg_id, divert, behind)
+        if msg is None:
+            if pub_seq and self.confirms.confirms_gone():
+                batch.accepted.append(pub_seq)  # expired at once (TTL 0): confirmed, as RabbitMQ
+            return
+        self._confirm_or_store(msg, divert, behind, batch)
+        if batch.bounded and self._over_limit():
+            self._trim(now, batch)
+
+    def _admit(self, item: PublishItem, body, persistent: bool, now: int,
+               batch: _Arrivals) -> bool:
+        """A length-limited queue takes the message (drop-head makes room after it comes in),
+        or refuses it (reject-publish: nacked; reject-publish-dlx: dead-lettered too)."""
+        if self.consumers and self._full_for(len(body)):
+            # what a waiting consumer takes does not count: deliver before judging, so a batch
+            # fares as the same messages one by one (storage hears of a message before it may
+            # hear it is settled)
+            self._store(batch)
+            self._deliver_ready(now)
+        if self.overflow == "drop-head" or not self._full_for(len(body)):
+            return True
+        if item.seq_no:
+            batch.refused.append(item.seq_no)
+        if self.overflow == "reject-publish-dlx" and self.dlx is not None:
+            # (its msg_id, for the event log's link from the refused publish to its copy)
+            self._dead_letter_or_drop(Msg(0, item.exchange, item.routing_key, item.props_raw,
+                                          body, persistent, ttl=item.expiry_ms,
+                                          msg_id=item.msg_id), "maxlen")
+        return False
+
+    def _placement(self, priority: int, batch: _Arrivals) -> tuple:
+        """Where a message of a paging queue goes -> (divert, behind): to the index when memory
+        is full (after its lane's tail, spilled there first), in memory behind its lane's
+        paged part, or in memory at the head."""
+        p = min(priority or 0, self.max_priority)
+        if self.ready_bytes > self.page_bytes:
+            if self.ready[p].tail:
+                self._spill_tail(p, batch.to_persist)
+            return _DIVERTED
+        if self.paged and self.lanes[p].paged:
+            return _BEHIND
+        return _AT_HEAD
+
+    def _confirm_or_store(self, msg: Msg, divert: bool, behind: bool,
+                          batch: _Arrivals) -> None:
+        """When the message's confirm leaves (QueueConfirms.on_arrival) and what it needs
+        written: a stored one is confirmed after the sync; one paged out otherwise is written
+        but never synced for its own sake (confirmed now, or its ack waiter kept by its lane)."""
+        when = self.confirms.on_arrival(msg.persistent and self.durable)
+        if when == ON_SYNC:
+            if behind:
+                self._write_tail_before(msg, batch.to_persist)
+            msg.stored = True
+            batch.to_persist.append(msg)  # confirmed when the backing queue has synced it
+            return
+        if when == NOW and msg.pub_seq:
+            batch.accepted.append(msg.pub_seq)
+        if divert:
+            self._write_paged(msg, batch.to_persist)
+
+    def _trim(self, now: int, batch: _Arrivals) -> None:
+        """Over its limit once a message came in: waiting consumers take what they can, then
+        drop-head (the backing queue hears of a message before it may hear it is dropped)."""
+        self._store(batch)
+        if self.consumers:
+            self._deliver_ready(now)
+        self._enforce_max_length()
+
+    def _store(self, batch: _Arrivals) -> None:
+        """What the batch has left to write so far goes to the backing queue."""
+        if batch.to_persist:
+            self._persist(batch.to_persist)
+            batch.to_persist = []
+
+    def _answer_arrivals(self, sender: str, batch: _Arrivals) -> None:
+        """The publisher's confirms of what was taken on arrival, and nacks of what was
+        refused."""
+        if batch.accepted:
+            self.out.confirm(sender, batch.accepted, True)
+        if batch.refused:
+            self._nack(sender, batch.refused, "reject-publish")
+
+    def _credit_publisher(self, sender: str, items: list, bodies: list, now: int) -> None:
+        """credit_flow: a publisher's credit is bumped every so many messages or bytes, unless
+        the queue withholds it (backlog, storage behind, consumers first)."""
         keep_up = self.keep_up
         keep_up.roll(now)
         keep_up.ins += len(items)
@@ -425,15 +471,10 @@ class QueueCore:
                         self._schedule(keep_up.due())  # a verdict that may end frees it
                 else:
                     self.out.credit(sender, *due)
-        self.run(now)
 
     def persisted(self, msgs: list) -> None:
         """The backing queue made these safe: confirm them to their publishers."""
-        by_channel: dict[str, list] = {}
-        for msg in msgs:
-            if msg.pub_seq:
-                by_channel.setdefault(msg.publisher, []).append(msg.pub_seq)
-        for channel, seqs in by_channel.items():
+        for channel, seqs in QueueConfirms.by_publisher(msgs).items():
             self.out.confirm(channel, seqs, True)
 
     def restore(self, next_seq_id: int, entries: list, more: int, more_bytes: int, now: int,
@@ -493,11 +534,7 @@ class QueueCore:
                             self._pers_gone([msg])
                     part.clear()
                     part.extend(kept)
-        by_channel: dict[str, list] = {}
-        for msg in msgs:
-            if msg.pub_seq:
-                by_channel.setdefault(msg.publisher, []).append(msg.pub_seq)
-        for channel, seqs in by_channel.items():
+        for channel, seqs in QueueConfirms.by_publisher(msgs).items():
             self._nack(channel, seqs, "disk")
 
     def _enqueue(self, exchange, rk, props, body, persistent, priority, expiry, now, sender,
@@ -620,7 +657,7 @@ class QueueCore:
         ones: written, never synced for its own sake (the index keeps its delivery mode).
         Confirmed already (transient) or, x-confirm-on, its waiter kept by its lane; either
         way a sync must not confirm it."""
-        if self.late_confirm and msg.pub_seq and msg.publisher:
+        if self.confirms.late and msg.pub_seq and msg.publisher:
             lane = self.lanes[msg.priority]
             if lane.pubs is None:
                 lane.pubs = PagedPublishers()
@@ -703,7 +740,7 @@ class QueueCore:
         lane = self.lanes[p]
         if not lane.owed or lane.asked:
             return
-        if self.dlx is None and not self.late_confirm and not self.events.enabled():
+        if self.dlx is None and not self.confirms.late and not self.events.enabled():
             lane.asked = True
             self.out.drop_paged(lane.page_after, lane.owed, p)
         else:
@@ -964,7 +1001,7 @@ class QueueCore:
             self._enforce_max_length()
         if lane.pubs is not None and not lane.paged:
             lane.pubs = None
-        if self._answers:
+        if self.confirms.answers:
             self._flush_answers()
 
     def _load(self, entries: list, now: int, wall_now: int) -> None:
@@ -1038,7 +1075,7 @@ class QueueCore:
         items.append(self._delivery(msg, c.tag, c.no_ack))
         bodies.append(msg.body)
         if c.no_ack:
-            if self.late_confirm:
+            if self.confirms.late:
                 self._answer(msg, True)  # delivered with no ack to wait for
             self._forgotten.append(msg)
         else:
@@ -1058,7 +1095,7 @@ class QueueCore:
         msg_id = msg.msg_id
         if msg_id is not None and not self.events.enabled():
             msg_id = None  # the event log's id, for the channel's events only
-        if msg.pub_seq and self.confirm_on == "ack-lite" and not no_ack:
+        if msg.pub_seq and self.confirms.carries(no_ack):
             publisher, seq_no = msg.publisher, msg.pub_seq  # the channel confirms on ack
         else:
             publisher, seq_no = "", 0
@@ -1077,18 +1114,15 @@ class QueueCore:
         if self._forgotten:
             forgotten, self._forgotten = self._forgotten, []
             self._forget(forgotten)
-        if self._answers:
+        if self.confirms.answers:
             self._flush_answers()
 
     def set_confirm_on(self, mode: str) -> None:
         """The queue's effective confirm-on changed (a policy): messages waiting for an ack are
         confirmed as `enqueue` would have (after storage when persistent in a durable queue)."""
-        if mode == self.confirm_on:
+        if mode == self.confirms.mode:
             return
-        was_late = self.late_confirm
-        self.confirm_on = mode
-        self.late_confirm = mode in ("ack", "ack-lite")
-        if was_late and not self.late_confirm:
+        if self.confirms.set_mode(mode):
             waiting = [msg for ready in self.ready for msg in ready.all() if msg.pub_seq]
             waiting += [msg for msg in self.unacked.values() if msg.pub_seq]
             store = [msg for msg in waiting if msg.persistent and self.durable]
@@ -1102,7 +1136,7 @@ class QueueCore:
             for lane in self.lanes:  # paged out meanwhile: written, confirmed as enqueue's
                 if lane.pubs is not None:
                     for publisher, pub_seq in lane.pubs.drain():
-                        self._answers.setdefault((publisher, True), []).append(pub_seq)
+                        self.confirms.answer(publisher, pub_seq, True)
                     lane.pubs = None
             self._flush_answers()
 
@@ -1128,14 +1162,13 @@ class QueueCore:
         self.run(now)
 
     def _answer(self, msg: Msg, ok: bool) -> None:
-        """x-confirm-on=ack/ack-lite: the publisher's confirm (ok) or nack for this message."""
-        if msg.pub_seq and msg.publisher:
-            self._answers.setdefault((msg.publisher, ok), []).append(msg.pub_seq)
+        """x-confirm-on=ack/ack-lite: the publisher's confirm (ok) or nack for this message,
+        answered once."""
+        self.confirms.answer(msg.publisher, msg.pub_seq, ok)
         msg.pub_seq = 0
 
     def _flush_answers(self) -> None:
-        answers, self._answers = self._answers, {}
-        for (publisher, ok), seqs in answers.items():
+        for (publisher, ok), seqs in self.confirms.take().items():
             if ok:
                 self.out.confirm(publisher, seqs, ok)
             else:  # x-confirm-on: the message left the queue before any consumer acked it
@@ -1170,7 +1203,7 @@ class QueueCore:
         self._expire_head(now)
         self.keep_up.outs += 1
         if no_ack:
-            if self.late_confirm:
+            if self.confirms.late:
                 self._answer(msg, True)
                 self._flush_answers()
             self._forget([msg])
@@ -1203,8 +1236,9 @@ class QueueCore:
                 requeue.append(msg)
             else:
                 done.append(msg)
-                if self.confirm_on == "ack":
-                    self._answer(msg, op == 0)  # a reject (even to a DLX) is a nack
+                answer = self.confirms.on_settle(op == 0)
+                if answer is not None:
+                    self._answer(msg, answer)
                 if op == 2:
                     self._dead_letter_or_drop(msg, "rejected")
         if done:
@@ -1284,7 +1318,7 @@ class QueueCore:
         if msg.msg_id is not None and self.events.enabled():
             self.events.emit("expired", msg.msg_id, actor="queue", vhost=self.vhost,
                              queue=self.name, seq_id=msg.seq_id)
-        if self.late_confirm:
+        if self.confirms.late:
             self._answer(msg, False)
         self._dead_letter_or_drop(msg, "expired")
         self._forget([msg])
@@ -1293,7 +1327,7 @@ class QueueCore:
         if msg.msg_id is not None and self.events.enabled():
             self.events.emit("dropped", msg.msg_id, actor="queue", vhost=self.vhost,
                              queue=self.name, seq_id=msg.seq_id, reason=reason)
-        if self.late_confirm:
+        if self.confirms.late:
             self._answer(msg, False)
         self._dead_letter_or_drop(msg, reason)
         self._forget([msg])
@@ -1401,7 +1435,7 @@ class QueueCore:
                     self.out.purge_paged(lane.page_after, p)
                 if lane.pubs is not None:  # x-confirm-on: the paged ones are lost: nack
                     for publisher, pub_seq in lane.pubs.drain():
-                        self._answers.setdefault((publisher, False), []).append(pub_seq)
+                        self.confirms.answer(publisher, pub_seq, False)
                     lane.pubs = None
                 lane.paged = lane.paged_bytes = lane.owed = 0
                 lane.pers = lane.pers_bytes = 0
@@ -1419,7 +1453,7 @@ class QueueCore:
             ready.tail.clear()
         self.ready_count = self.ready_bytes = 0
         if dropped:
-            if self.late_confirm:
+            if self.confirms.late:
                 for msg in dropped:
                     self._answer(msg, False)
                 self._flush_answers()
@@ -1438,7 +1472,7 @@ class QueueCore:
         n = self._count()
         if self.events.enabled():
             self._emit_removal("queue_deleted", n, reason=reason, unacked=len(self.unacked))
-        if self.late_confirm:
+        if self.confirms.late:
             # what was never acked is lost with the queue: its publishers hear it now
             for msg in self.unacked.values():
                 self._answer(msg, False)
@@ -1448,7 +1482,7 @@ class QueueCore:
             for lane in self.lanes:
                 if lane.pubs is not None:
                     for publisher, pub_seq in lane.pubs.drain():
-                        self._answers.setdefault((publisher, False), []).append(pub_seq)
+                        self.confirms.answer(publisher, pub_seq, False)
             self._flush_answers()
         for channel, tag in list(self.consumers):
             self.out.consumer_gone(channel, tag)

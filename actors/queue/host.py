@@ -27,6 +27,7 @@ import pykka
 
 from actors import events
 from actors import messages as m
+from actors import metadata_ops as ops
 from actors.messages import ChannelsDown, MirrorsDown, PolicyChanged
 from actors.core.errors import amqp_text
 from actors.host import WorkerHost
@@ -168,9 +169,9 @@ class QueueHost(WorkerHost):
                             queue=q["name"], worker=self.index, reason=msg.reason)
             # channels nack and cancel what was the crashed queue's; the node marks a queue
             # given up on as crashed
-            self.transport.send(self.node, m.Rpc("", 0, "queue.crashed", {
-                "vhost": q["vhost"], "name": q["name"],
-                "address": self.transport.address(child.name), "gave_up": not restart}))
+            self.transport.send(self.node, ops.rpc("", 0, ops.QueueCrashed(
+                vhost=q["vhost"], name=q["name"], address=self.transport.address(child.name),
+                gave_up=not restart)))
         if self.paused:
             return  # (it starts again with the others when the node resumes)
         if not restart:
@@ -200,9 +201,9 @@ class QueueHost(WorkerHost):
                           what, q["name"], q["vhost"])
             if not replica:
                 self.crashed[child.name] = q
-                self.transport.send(self.node, m.Rpc("", 0, "queue.crashed", {
-                    "vhost": q["vhost"], "name": q["name"],
-                    "address": self.transport.address(child.name), "gave_up": True}))
+                self.transport.send(self.node, ops.rpc("", 0, ops.QueueCrashed(
+                    vhost=q["vhost"], name=q["name"],
+                    address=self.transport.address(child.name), gave_up=True)))
 
     def _drop_crashed(self, name: str) -> None:
         """A queue given up on was deleted: what its index kept goes with it (RabbitMQ's

@@ -20,6 +20,7 @@ import pykka
 
 from actors import events, faults
 from actors import messages as m
+from actors import metadata_ops as ops
 from actors.messages import (ChannelsDown, MirrorsDown, Paged, Persisted, PolicyChanged, Recovered,
                              Refused, Stored)
 from actors.queue.backing_queue import BackingQueue
@@ -105,7 +106,7 @@ class Effects:
             events.sync()  # (events_sync: this process's events before the confirm they back)
             self.t.send(channel, m.Confirm(self.addr, seqs, ok, reason))
             if ok:
-                self.actor.counters.confirmed(self.actor.core.confirm_on, len(seqs))
+                self.actor.counters.confirmed(self.actor.core.confirms.mode, len(seqs))
 
     def reply(self, addr, req_id, ok, result=None, code=0, text=""):
         self.t.send(addr, m.RpcReply(req_id, ok, result, code, text))
@@ -150,8 +151,8 @@ class Effects:
         dead_letter_publish(self.actor, msg, reason, new_msg_id)
 
     def delete_self(self, reason):
-        self.t.send(self.actor.node, m.Rpc(self.addr, 0, "queue.delete_self", {
-            "vhost": self.actor.vhost, "name": self.actor.qname, "reason": reason}))
+        self.t.send(self.actor.node, ops.rpc(self.addr, 0, ops.QueueDeleteSelf(
+            vhost=self.actor.vhost, name=self.actor.qname, reason=reason)))
 
     def schedule(self, at_ms):
         self.actor.timers.at(at_ms, self.actor.actor_ref, Tick())
@@ -230,8 +231,8 @@ class Queue(LightActor):
             events.emit("replica_synced", None, actor="queue", vhost=self.vhost,
                         queue=self.qname, member=member, epoch=self.epoch,
                         role="member" if self.mirrors.needed is not None else "mirror")
-        self.transport.send(self.node, m.Rpc("", 0, "queue.synced", {
-            "vhost": self.vhost, "name": self.qname, "member": member}))
+        self.transport.send(self.node, ops.rpc("", 0, ops.QueueSynced(
+            vhost=self.vhost, name=self.qname, member=member)))
 
     def policy(self) -> dict:
         """The merged definition of the policy and operator policy that apply to this queue."""
@@ -628,7 +629,7 @@ class Queue(LightActor):
             events.sync()  # (events_sync: this process's events before the confirms they back)
         for channel, seqs in confirms:
             self.transport.send(channel, m.Confirm(self.address, seqs, True))
-            self.counters.confirmed(self.core.confirm_on, len(seqs))
+            self.counters.confirmed(self.core.confirms.mode, len(seqs))
 
     def _retry_gets(self, now) -> None:
         gets, self.pending_gets = self.pending_gets, []
