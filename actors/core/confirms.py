@@ -16,6 +16,8 @@ This module holds every rule of that promise, without IO:
   majority of members, have the batch that carried the message.
 - `LiteConfirms` (the consuming channel, x-confirm-on=ack-lite): the publishes a consumer's
   acks confirm, per publishing channel and queue.
+- `missing_queue` (a queue worker): the answer to a publish for a queue that does not run
+  there (deleted: confirmed; else nacked).
 
 Seq_nos are inserted in ascending order, so the oldest unconfirmed one is the first key of
 `Confirms.unconfirmed`: O(1), which is what lets multiple=true cover everything below it.
@@ -227,6 +229,29 @@ class QueueConfirms:
             if msg.pub_seq:
                 out.setdefault(msg.publisher, []).append(msg.pub_seq)
         return out
+
+
+class Verdict(NamedTuple):
+    """A queue's answer to a publisher: confirm (ok) or nack, and why (event log)."""
+    ok: bool
+    reason: str  # "" for a confirm
+
+
+CONFIRMED = Verdict(True, "")
+QUEUE_DOWN = Verdict(False, "queue_down")
+
+
+def wanted(items) -> list:
+    """The seq_nos of a Publish batch's items that want a confirm."""
+    return [it.seq_no for it in items if it.seq_no]
+
+
+def missing_queue(deleted: bool) -> Verdict:
+    """A publish that reached an address where its queue does not run: confirmed when the
+    queue was deleted (rabbit_channel confirms what it routed to a queue that exited
+    normally), else nacked, since it reached no queue (its master moved, its node is paused,
+    the route was stale)."""
+    return CONFIRMED if deleted else QUEUE_DOWN
 
 
 class HeldConfirm(NamedTuple):

@@ -34,7 +34,7 @@ from actors.host import WorkerHost
 from actors.naming import queue_actor_name
 from actors.queue.mirror import Mirror
 from actors.queue import storage
-from actors.core import stream
+from actors.core import confirms, stream
 from actors.core.restarts import RestartIntensity
 from actors.runtime import monitor
 from actors.queue.queue import EmitStats, Queue
@@ -272,19 +272,17 @@ class QueueHost(WorkerHost):
             self._paused_answer(name, msg)
             return
         if isinstance(msg, m.Publish):
-            seqs = [it.seq_no for it in msg.items if it.seq_no]
+            seqs = confirms.wanted(msg.items)
             if seqs and msg.sender:
-                # RabbitMQ's channel confirms what it routed to a queue that was deleted (a
-                # normal exit); a queue the metadata still has lives at another address (its
-                # master moved, a node paused and resumed, the route was stale): the message
-                # reached no queue, so the publisher is told it is not safe (nack)
+                # a queue the metadata still has lives at another address (its master moved, a
+                # node paused and resumed, the route was stale)
                 vhost, qname = _queue_of(name)
                 deleted = self.replica.queue(vhost, qname) is None
                 if not deleted:
                     log.warning("publish for queue '%s' in vhost '%s' reached %s, where it "
                                 "does not run: nacked", qname, vhost, t.address(name))
-                t.send(msg.sender, m.Confirm(t.address(name), seqs, deleted,
-                                             "" if deleted else "queue_down"))
+                verdict = confirms.missing_queue(deleted)
+                t.send(msg.sender, m.Confirm(t.address(name), seqs, verdict.ok, verdict.reason))
         elif isinstance(msg, (m.Consume, m.Get)):
             t.send(msg.sender, m.RpcReply(msg.req_id, False, None, 404, self._absent(name)))
         elif isinstance(msg, m.QueueOp):
@@ -314,9 +312,10 @@ class QueueHost(WorkerHost):
         text = amqp_text(404, f"home node '{self.config.node}' of durable queue '{qname}' in "
                               f"vhost '{vhost}' is down or inaccessible")
         if isinstance(msg, m.Publish):
-            seqs = [it.seq_no for it in msg.items if it.seq_no]
+            seqs = confirms.wanted(msg.items)
             if seqs and msg.sender:
-                t.send(msg.sender, m.Confirm(t.address(name), seqs, False, "queue_down"))
+                verdict = confirms.missing_queue(deleted=False)  # (not gone: paused)
+                t.send(msg.sender, m.Confirm(t.address(name), seqs, verdict.ok, verdict.reason))
         elif isinstance(msg, (m.Consume, m.Get)):
             t.send(msg.sender, m.RpcReply(msg.req_id, False, None, 404, text))
         elif isinstance(msg, m.QueueOp):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from actors.core.confirms import (NOW, ON_ACK, ON_SYNC, ConfirmFrame, Confirms, LiteConfirms,
-                                  MirrorHold, QueueConfirms)
+                                  MirrorHold, QueueConfirms, Verdict, missing_queue, wanted)
 
 
 # --- the publishing channel: Confirms ------------------------------------------------------------
@@ -214,3 +214,14 @@ def test_ack_lite_collects_the_acked_publishes_per_publisher_and_queue():
     assert lite
     assert lite.take() == {("pub1", "q"): [1, 2], ("pub2", "q"): [9]}
     assert not lite and lite.take() == {}
+
+
+# --- a queue worker without the queue: missing_queue ---------------------------------------------
+def test_a_publish_to_a_deleted_queue_is_confirmed_and_to_one_that_runs_elsewhere_nacked():
+    assert missing_queue(deleted=True) == Verdict(True, "")
+    assert missing_queue(deleted=False) == Verdict(False, "queue_down")
+
+
+def test_only_the_items_that_want_a_confirm_are_answered():
+    items = [SimpleNamespace(seq_no=0), SimpleNamespace(seq_no=3), SimpleNamespace(seq_no=4)]
+    assert wanted(items) == [3, 4]
