@@ -277,7 +277,7 @@ class Queue(LightActor):
             # out) is back before anyone is served: the queue registers its name (channels
             # reach it) once Recovered is in; it does not wait for it (the worker's other
             # queues keep running meanwhile)
-            limit = self.core.page_size if self.core.pageable else None
+            limit = self.core.paging.page_size if self.core.paging.pageable else None
             after = {}  # per priority, where the mirror's in-memory messages end
             for x in adopted:
                 p = min(x.entry.priority, self.core.max_priority)
@@ -568,7 +568,7 @@ class Queue(LightActor):
         # member writes every message to its index; a mirror that pages, the rest): what is in
         # memory up to a lane's paged part now, the paged part read back from the index, then
         # what is in memory after it (the lane's tail), once that lane's paged part is sent.
-        after = {p: lane.page_after for p, lane in enumerate(core.lanes) if lane.paged}
+        after = {p: lane.page_after for p, lane in enumerate(core.paging.lanes) if lane.paged}
         first, behind = [], {}
         for x in core.messages():
             if x.priority in after and x.seq_id > after[x.priority]:
@@ -578,13 +578,13 @@ class Queue(LightActor):
         # a quorum member offering the log it kept of this epoch (seq_ids this master gave)
         upto = msg.last if self.mirrors.needed is not None and msg.epoch == self.epoch \
             and 0 <= msg.last < core.next_seq_id else -1
-        self.mirrors.join(msg.mirror, msg.member, first, now, more=bool(core.paged), upto=upto)
-        if core.paged:
+        self.mirrors.join(msg.mirror, msg.member, first, now, more=bool(core.paging.paged), upto=upto)
+        if core.paging.paged:
             # each lane's paged part, up to its tail (in memory: `behind`; when persistent it
             # follows the paged part in the index too)
             lanes = [_SyncLane(p, lane.page_after, core.ready[p].tail[0].seq_id
                                if core.ready[p].tail else None)
-                     for p, lane in enumerate(core.lanes) if lane.paged]
+                     for p, lane in enumerate(core.paging.lanes) if lane.paged]
             self.sync = {"mirror": msg.mirror, "lanes": lanes, "stash": [], "sent": 0,
                          "behind": behind}
             self._sync_next()
@@ -593,7 +593,7 @@ class Queue(LightActor):
         sync = self.sync
         if sync["lanes"]:
             lane = sync["lanes"][0]
-            self.bq.tell(m.PageIn(lane.after, self.core.page_size, lane.priority, sync=True))
+            self.bq.tell(m.PageIn(lane.after, self.core.paging.page_size, lane.priority, sync=True))
             return
         self.mirrors.sync_done(sync["mirror"])
         log.info("queue '%s' in vhost '%s': %d paged-out messages synced to mirror %s",
