@@ -521,7 +521,8 @@ class QueueCore:
         count = self._count()
         return count > 0 and (
             (self.max_length is not None and count > self.max_length) or
-            (self.max_bytes is not None and self.ready_bytes + self.paging.paged_bytes > self.max_bytes))
+            (self.max_bytes is not None and
+             self.ready_bytes + self.paging.paged_bytes > self.max_bytes))
 
     def _enforce_max_length(self) -> None:
         """drop-head (rabbit_amqqueue_process:maybe_drop_head): the head goes (from the highest
@@ -816,8 +817,9 @@ class QueueCore:
         publishes once it holds more than they need to stay busy (or its memory budget):
         credit waits, nothing pages, a message waits milliseconds, not the budget's worth."""
         k = self.keep_up
-        return (k.on and self.paging.pageable and bool(self.consumers) and
-                (self.ready_bytes + self.paging.paged_bytes > min(self.paging.page_bytes, k.hold_bytes) or
+        pg = self.paging
+        return (k.on and pg.pageable and bool(self.consumers) and
+                (self.ready_bytes + pg.paged_bytes > min(pg.page_bytes, k.hold_bytes) or
                  self.ready_count > k.hold_messages))
 
     def _persist(self, msgs: list) -> None:

@@ -578,7 +578,8 @@ class Queue(LightActor):
         # a quorum member offering the log it kept of this epoch (seq_ids this master gave)
         upto = msg.last if self.mirrors.needed is not None and msg.epoch == self.epoch \
             and 0 <= msg.last < core.next_seq_id else -1
-        self.mirrors.join(msg.mirror, msg.member, first, now, more=bool(core.paging.paged), upto=upto)
+        self.mirrors.join(msg.mirror, msg.member, first, now, more=bool(core.paging.paged),
+                          upto=upto)
         if core.paging.paged:
             # each lane's paged part, up to its tail (in memory: `behind`; when persistent it
             # follows the paged part in the index too)

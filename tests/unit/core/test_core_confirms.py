@@ -10,7 +10,7 @@ from actors.core.confirms import (NOW, ON_ACK, ON_SYNC, ConfirmFrame, Confirms, 
                                   MirrorHold, QueueConfirms, Verdict, missing_queue, wanted)
 
 
-# --- the publishing channel: Confirms ------------------------------------------------------------
+# --- the publishing channel: Confirms -------------------------------------------------------------
 def test_a_publish_routed_to_two_queues_is_confirmed_when_both_have__C1():
     c = Confirms()
     c.insert(1, ["q1", "q2"])
@@ -136,7 +136,7 @@ def test_clear_forgets_what_waits():
     assert len(c) == 0 and c.smallest() is None
 
 
-# --- the queue: QueueConfirms ----------------------------------------------------------------------
+# --- the queue: QueueConfirms ---------------------------------------------------------------------
 def test_enqueue_confirms_a_transient_copy_on_arrival_and_a_stored_one_after_the_sync():
     q = QueueConfirms()
     assert q.mode == "enqueue" and not q.late
@@ -180,12 +180,12 @@ def test_switching_from_an_ack_mode_to_enqueue_says_the_waiting_ones_are_confirm
 
 
 def test_the_copies_a_sync_confirms_are_grouped_by_publisher():
-    msgs = [SimpleNamespace(publisher="ch1", pub_seq=1), SimpleNamespace(publisher="ch2", pub_seq=4),
-            SimpleNamespace(publisher="ch1", pub_seq=3), SimpleNamespace(publisher="", pub_seq=0)]
+    msgs = [SimpleNamespace(publisher=p, pub_seq=s)
+            for p, s in (("ch1", 1), ("ch2", 4), ("ch1", 3), ("", 0))]
     assert QueueConfirms.by_publisher(msgs) == {"ch1": [1, 3], "ch2": [4]}
 
 
-# --- a mirrored master: MirrorHold -----------------------------------------------------------------
+# --- a mirrored master: MirrorHold ----------------------------------------------------------------
 def test_a_confirm_waits_until_the_mirrors_have_its_batch():
     h = MirrorHold()
     assert h.hold(batch=3, channel="ch", seqs=[1], low=3) is False  # they have it: goes now
@@ -204,7 +204,7 @@ def test_a_later_confirm_never_overtakes_one_held_before_it():
     assert h.release(4) == [("ch", [1]), ("ch", [2])]
 
 
-# --- the consuming channel: LiteConfirms -----------------------------------------------------------
+# --- the consuming channel: LiteConfirms ----------------------------------------------------------
 def test_ack_lite_collects_the_acked_publishes_per_publisher_and_queue():
     lite = LiteConfirms()
     assert not lite
@@ -216,7 +216,7 @@ def test_ack_lite_collects_the_acked_publishes_per_publisher_and_queue():
     assert not lite and lite.take() == {}
 
 
-# --- a queue worker without the queue: missing_queue ---------------------------------------------
+# --- a queue worker without the queue: missing_queue ----------------------------------------------
 def test_a_publish_to_a_deleted_queue_is_confirmed_and_to_one_that_runs_elsewhere_nacked():
     assert missing_queue(deleted=True) == Verdict(True, "")
     assert missing_queue(deleted=False) == Verdict(False, "queue_down")

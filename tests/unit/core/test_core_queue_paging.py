@@ -187,7 +187,8 @@ def test_restore_with_more_in_the_index():
     first = [StoredMessage(IndexEntry(7, b"m" * 16, "x", "rk", b"", b"a", 1, 0, 0, True), b"a",
                            True)]
     q.restore(9, first, 5, 50, 0, 0)
-    assert q.ready_count == 1 and (q.paging.paged, q.paging.lanes[0].page_after, q.next_seq_id) == (5, 7, 9)
+    assert q.ready_count == 1
+    assert (q.paging.paged, q.paging.lanes[0].page_after, q.next_seq_id) == (5, 7, 9)
     assert q.ready[0].peek().redelivered is True
 
 
