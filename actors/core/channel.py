@@ -28,9 +28,10 @@ from typing import NamedTuple
 from actors.core import (NO_EVENTS, credit_flow, direct_reply, policies, routing,
                          sender_selected, stream)
 from actors.core.channel_stats import ChannelCounters
-from actors.core.confirms import Confirms
+from actors.core.confirms import Confirms, LiteConfirms
 from actors.core.limiter import Limiter
 from actors import messages as m
+from actors import metadata_ops as ops
 from actors.core.erl_terms import Atom, erl_p
 from actors.core.errors import (AMQPError, ChannelError, ConnectionError_, amqp_text,
                                 is_hard_error, resource_locked)
@@ -142,10 +143,8 @@ class ChannelCore:
         self.tx_publishes: list[HeldPublish] = []  # held until tx.commit
         self.tx_settles: list[HeldSettle] = []  # held until tx.commit
         self.next_seq_no = 1  # next publish seq_no (confirm mode)
-        self.confirms = Confirms()  # seq no -> queue addresses still to confirm
-        self.nacked: set = set()  # seq nos refused by some queue, confirmed as nack
-        self.confirm_acks: list = []  # seq nos to ack at the end of this turn
-        self.confirm_nacks: list = []  # seq nos to nack at the end of this turn
+        # seq no -> queue addresses still to confirm, and what this turn settled
+        self.confirms = Confirms()
         self.next_tag = 1  # next delivery tag
         self.unacked: OrderedDict[int, Unacked] = OrderedDict()  # delivery tag -> its delivery
         # S5 consumer timeout (rabbit_channel's consumer_timeout): the node's default in ms
@@ -161,7 +160,7 @@ class ChannelCore:
         self.queue_timeouts: dict[str, int] = {}  # queue address -> timeout ms (0 = none)
         self.check_at = 0  # when consumer_timeout_check should run next (ms), 0 = not needed
         self.now = 0  # ms: the time of the message being handled (on_deliver, on_reply)
-        self.lite_confirms: dict[tuple, list] = {}  # (publisher, queue) -> seq nos acked
+        self.lite_confirms = LiteConfirms()  # (publisher, queue) -> seq nos our acks confirm
         self.consumers: dict[str, ChannelConsumer] = {}  # consumer tag -> its consume
         self.prefetch = 0  # basic.qos global=false: limit for consumers created afterwards
         self.limiter = Limiter()  # basic.qos global=true: the channel's limit and its tokens
@@ -184,7 +183,6 @@ class ChannelCore:
         self.msg_id_prefix = random_bytes(8)  # msg ids: this prefix + a counter, unique node-wide
         self.msg_counter = 0  # persistent messages published on this channel
         self.seq_msg: dict[int, bytes] = {}  # confirm seq no -> msg_id (event log only)
-        self.nack_reason: dict[int, str] = {}  # confirm seq no -> why nacked (event log only)
         self.exchange_ok: dict[str, object] = {}  # exchange name -> ExchangeDef (write checked)
         # (exchange, routing key) -> (queue names, their addresses: None where unset); valid
         # while the replica has the version `routes_version` (exchange_ok too)
@@ -330,8 +328,8 @@ class ChannelCore:
         return (f"home node '{node}' of durable queue '{name}' in vhost '{vhost}' is down or "
                 "inaccessible")
 
-    def _rpc(self, op, args, cont, sync=True) -> None:
-        self._ask(self.conn.node, lambda req: m.Rpc(self.address, req, op, args), cont, sync)
+    def _rpc(self, op: ops.Op, cont, sync=True) -> None:
+        self._ask(self.conn.node, lambda req: ops.rpc(self.address, req, op), cont, sync)
 
     # --- deliveries from queues ---------------------------------------------------------------
     def on_deliver(self, msg: m.Deliver, now: int = 0) -> None:
@@ -407,18 +405,10 @@ class ChannelCore:
 
     def on_confirm(self, msg: m.Confirm) -> None:
         if msg.ok:
-            self.confirms.confirm(msg.seq_nos, msg.queue, self.confirm_acks)
+            self.confirms.confirm(msg.seq_nos, msg.queue)
         else:
-            if self.seq_msg:
-                self._nack_reasons(msg.seq_nos, msg.reason or "internal")
-            self.confirms.reject(msg.seq_nos, self.confirm_nacks)
+            self.confirms.reject(msg.seq_nos, msg.reason or "internal")
         self.flush()
-
-    def _nack_reasons(self, seqs, reason) -> None:
-        """Why these publishes are nacked, for their nacked_to_publisher events (events on)."""
-        for s in seqs:
-            if s in self.seq_msg:
-                self.nack_reason[s] = reason
 
     def on_credit(self, msg: m.Credit) -> None:
         self.credit.bump(msg.queue, msg.n, msg.nbytes)
@@ -481,10 +471,7 @@ class ChannelCore:
         for req in sorted(r for r, a in self.asked.items() if gone(a)):
             if req in self.asked:  # (a continuation may have closed the channel meanwhile)
                 self.on_reply(self._gone(req, self.asked[req]))
-        before = len(self.confirm_nacks)
-        self.confirms.reject_queues(gone, self.confirm_nacks)
-        if self.seq_msg:
-            self._nack_reasons(self.confirm_nacks[before:], "queue_down")
+        self.confirms.reject_queues(gone, "queue_down")
         self.credit.forget(gone)
         self._maybe_unblock()
         for ctag, c in list(self.consumers.items()):
@@ -507,57 +494,44 @@ class ChannelCore:
                     self.out.send(q, m.Settle(self.address, op, ids))
         if self.lite_confirms:
             self.events.sync()  # (events_sync: the acks this confirm rests on are written)
-            confirms, self.lite_confirms = self.lite_confirms, {}
-            for (publisher, q), seqs in confirms.items():
+            for (publisher, q), seqs in self.lite_confirms.take().items():
                 if publisher == self.address:
                     self.on_confirm(m.Confirm(q, seqs, True))
                 else:
                     self.out.send(publisher, m.Confirm(q, seqs, True))
-        if self.confirm_acks or self.confirm_nacks:
+        if self.confirms.pending():
             self._send_confirms()
 
     def _send_confirms(self) -> None:
-        """basic.ack/nack with multiple=true over every run below the oldest unconfirmed."""
-        out = []
-        low = self.confirms.smallest()
-        for seqs, cls in ((self.confirm_nacks, am.BasicNack), (self.confirm_acks, am.BasicAck)):
-            if not seqs:
-                continue
-            seqs.sort()
-            singles = seqs
-            if len(seqs) > 1 and not (self.confirm_acks and self.confirm_nacks):
-                below = [s for s in seqs if low is None or s < low]
-                if len(below) > 1:
-                    out.append(encode_method(self.number, cls(delivery_tag=below[-1],
-                                                              multiple=True)))
-                    singles = [s for s in seqs if low is not None and s > low]
-            for s in singles:
-                out.append(encode_method(self.number, cls(delivery_tag=s, multiple=False)))
+        """This turn's basic.ack/nack frames (Confirms.take), counted and logged."""
+        answered = self.confirms.take()
+        acks, nacks = answered.acks, answered.nacks
+        n = self.number
+        out = [encode_method(n, (am.BasicNack if f.nack else am.BasicAck)(
+            delivery_tag=f.delivery_tag, multiple=f.multiple)) for f in answered.frames]
         stats = self.stats
-        stats.confirm += len(self.confirm_acks)
-        stats.nack += len(self.confirm_nacks)
+        stats.confirm += len(acks)
+        stats.nack += len(nacks)
         if self.published_at:
             now = self.clock()
             published_at = self.published_at
-            for s in self.confirm_acks:
+            for s in acks:
                 t = published_at.pop(s, None)
                 if t is not None:
                     stats.confirmed_after(now - t)
-            for s in self.confirm_nacks:
+            for s in nacks:
                 published_at.pop(s, None)
         if self.seq_msg:
             c = self.conn
-            for s in self.confirm_acks:
+            for s in acks:
                 self.events.emit("confirmed", self.seq_msg.pop(s, None), actor="channel",
                                  vhost=c.vhost, connection=c.owner, channel=self.number,
                                  seq_no=s)
-            for s in self.confirm_nacks:
+            for s in nacks:
                 self.events.emit("nacked_to_publisher", self.seq_msg.pop(s, None),
                                  actor="channel", vhost=c.vhost, connection=c.owner,
                                  channel=self.number, seq_no=s,
-                                 reason=self.nack_reason.pop(s, "internal"))
-        self.confirm_acks = []
-        self.confirm_nacks = []
+                                 reason=answered.reasons.get(s, "internal"))
         self.events.sync()  # (events_sync: this process's events are written before the confirm)
         self.out.write(b"".join(out))
 
@@ -612,21 +586,20 @@ class ChannelCore:
             raise ChannelError(403, "operation not permitted on the default exchange")
         if not method.passive:
             self._check("configure", "exchange", name)
-        args = {"vhost": self.conn.vhost, "name": name, "type": method.exchange_type,
-                "passive": method.passive, "durable": method.durable,
-                "auto_delete": method.auto_delete, "internal": method.internal,
-                "arguments": method.arguments,
-                "user": self.conn.user}  # the node checks read/write for alternate-exchange
-        self._rpc("exchange.declare", args, self._ok_then(am.ExchangeDeclareOk(),
-                                                          method.nowait, method),
+        op = ops.ExchangeDeclare(
+            vhost=self.conn.vhost, name=name, type=method.exchange_type,
+            passive=method.passive, durable=method.durable, auto_delete=method.auto_delete,
+            internal=method.internal, arguments=method.arguments,
+            user=self.conn.user)  # the node checks read/write for alternate-exchange
+        self._rpc(op, self._ok_then(am.ExchangeDeclareOk(), method.nowait, method),
                   not method.nowait)
 
     def _exchange_delete(self, method, cmd):
         routing.check_exchange_deletion(self.conn.vhost, method.exchange)
         self._check("configure", "exchange", method.exchange)
         self.exchange_ok.pop(method.exchange, None)
-        self._rpc("exchange.delete", {"vhost": self.conn.vhost, "name": method.exchange,
-                                      "if_unused": method.if_unused},
+        self._rpc(ops.ExchangeDelete(vhost=self.conn.vhost, name=method.exchange,
+                                     if_unused=method.if_unused),
                   self._ok_then(am.ExchangeDeleteOk(), method.nowait, method),
                   not method.nowait)
 
@@ -634,11 +607,11 @@ class ChannelCore:
         self._check("write", "exchange", method.destination)
         self._check("read", "exchange", method.source)
         self._check_topic_source(method.source, method.routing_key)
-        op = "unbind" if unbind else "bind"
+        record = ops.Unbind if unbind else ops.Bind
         ok = am.ExchangeUnbindOk() if unbind else am.ExchangeBindOk()
-        self._rpc(op, {"vhost": self.conn.vhost, "source": method.source, "kind": "exchange",
-                       "dest": method.destination, "routing_key": method.routing_key,
-                       "arguments": method.arguments, "owner": self.conn.owner},
+        self._rpc(record(vhost=self.conn.vhost, source=method.source, kind="exchange",
+                         dest=method.destination, routing_key=method.routing_key,
+                         arguments=method.arguments, owner=self.conn.owner),
                   self._ok_then(ok, method.nowait, method), not method.nowait)
 
     def _exchange_unbind(self, method, cmd):
@@ -677,13 +650,13 @@ class ChannelCore:
                 self.out.write(encode_method(self.number, am.QueueDeclareOk(
                     queue=qname, message_count=count, consumer_count=consumers)))
 
-        self._rpc("queue.declare", {
-            "vhost": self.conn.vhost, "name": name or "", "passive": method.passive,
-            "durable": method.durable, "exclusive": method.exclusive,
-            "auto_delete": method.auto_delete, "arguments": method.arguments,
-            "owner": self.conn.owner,
+        self._rpc(ops.QueueDeclare(
+            vhost=self.conn.vhost, name=name or "", passive=method.passive,
+            durable=method.durable, exclusive=method.exclusive,
+            auto_delete=method.auto_delete, arguments=method.arguments,
+            owner=self.conn.owner,
             # the node checks configure on a server-named queue, read/write for a DLX
-            "user": self.conn.user}, cont, True)
+            user=self.conn.user), cont, True)
 
     def _queue_name(self, name: str) -> str:
         """An empty queue name means the channel's last declared queue (AMQP 0-9-1)."""
@@ -699,12 +672,12 @@ class ChannelCore:
         self._check("write", "queue", queue)
         self._check("read", "exchange", method.exchange)
         self._check_topic_source(method.exchange, method.routing_key)
-        op = "unbind" if unbind else "bind"
+        record = ops.Unbind if unbind else ops.Bind
         ok = am.QueueUnbindOk() if unbind else am.QueueBindOk()
         nowait = getattr(method, "nowait", False)
-        self._rpc(op, {"vhost": self.conn.vhost, "source": method.exchange, "kind": "queue",
-                       "dest": queue, "routing_key": method.routing_key,
-                       "arguments": method.arguments, "owner": self.conn.owner},
+        self._rpc(record(vhost=self.conn.vhost, source=method.exchange, kind="queue",
+                         dest=queue, routing_key=method.routing_key,
+                         arguments=method.arguments, owner=self.conn.owner),
                   self._ok_then(ok, nowait, method), not nowait)
 
     def _queue_unbind(self, method, cmd):
@@ -736,9 +709,9 @@ class ChannelCore:
                 self.out.write(encode_method(self.number, am.QueueDeleteOk(
                     message_count=reply.result or 0)))
 
-        self._rpc("queue.delete", {"vhost": self.conn.vhost, "name": queue,
-                                   "if_unused": method.if_unused,
-                                   "if_empty": method.if_empty, "owner": self.conn.owner},
+        self._rpc(ops.QueueDelete(vhost=self.conn.vhost, name=queue,
+                                  if_unused=method.if_unused, if_empty=method.if_empty,
+                                  owner=self.conn.owner),
                   cont, not method.nowait)
 
     def _existing_queue(self, name: str) -> dict:
@@ -827,9 +800,7 @@ class ChannelCore:
             if not addr or self.out.is_dead(addr):
                 if seq:
                     # nacked now: the queues it does reach are not asked for a confirm
-                    self.confirm_nacks.append(seq)
-                    if ev:
-                        self._nack_reasons([seq], "queue_down")
+                    self.confirms.refuse(seq, "queue_down")
                     seq = 0
                 continue
             targets.append(addr)
@@ -937,7 +908,7 @@ class ChannelCore:
                     routing_key=method.routing_key)) + encode_content(
                     self.number, 60, item.props_raw, body, self.conn.frame_max))
             if seq:
-                self.confirm_acks.append(seq)
+                self.confirms.insert(seq, targets)  # (no queue: confirmed at once)
             return
         self.stats.routed += 1
         if seq:
@@ -1299,7 +1270,7 @@ class ChannelCore:
             if seq_no and publisher and op == m.ACK:
                 # ack-lite: this channel, not the queue, tells the publisher (seed 003, opt. 2);
                 # a reject is not reported (the publisher resends after its time-out)
-                self.lite_confirms.setdefault((publisher, q), []).append(seq_no)
+                self.lite_confirms.acked(publisher, q, seq_no)
                 self.stats.confirm_lite += 1
         if self.limiter.settled(tag for tag, _ in entries):
             self._grant()

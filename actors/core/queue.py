@@ -31,37 +31,26 @@ The backing queue answers `stored(nbytes)` once it has written what `persist` ga
 `persisted(msgs)` once that is synced, `paged_in(...)` with a page and `paged_dropped(...)` once
 it dropped what `drop_paged` asked.
 
-Paging (rabbit_variable_queue's delta): in a queue whose ready bodies pass `page_bytes`, new
-messages go to the index only (counted, no Msg kept); they come back `page_size` at a time once
-fewer than that are in memory. A message that arrives while a lane has a paged part but memory
-is below `page_bytes` again waits in memory behind it, in the lane's tail (`Ready.tail`,
-rabbit_variable_queue's q1): once the paged part has been read back the tail joins the head, so
-a queue whose consumers catch up stops paging instead of writing and reading back everything
-that follows; when memory fills again the tail goes to the index first (push_alphas_to_betas),
-then the new message. Every queue type pages, as RabbitMQ's classic queues v2:
-- a priority queue pages each priority apart (a `Lane` each, with an index of its own in the
-  backing queue, as rabbit_priority_queue runs one backing queue per priority); a lower priority
-  is never delivered while a higher one waits for its page;
-- a length-limited queue counts its paged messages against x-max-length / x-max-length-bytes;
-  drop-head of a paged head is owed (`Lane.owed`: counted off at once, dropped or dead-lettered
-  when its page comes back), reject-publish refuses as it would in memory;
-- an x-confirm-on queue keeps who waits for each paged message's confirm (`PagedPublishers`,
-  ~20 bytes a message) since the index keeps no publisher.
+Paging (rabbit_variable_queue's delta and q1, a lane per priority): actors/core/paging.py keeps
+what is paged out and asks the backing queue for it; this core decides where each message goes
+(`_placement`: memory, its lane's tail, or the index) and takes pages back into memory. Every
+queue type pages, as RabbitMQ's classic queues v2. Publisher confirms: when each copy's confirm
+leaves is actors/core/confirms.py's `QueueConfirms`.
 
 Times are integer milliseconds of a monotonic clock passed in by the caller.
 """
 
 from __future__ import annotations
 
-import bisect
 import os
-from array import array
 from collections import deque
 
 from actors.core import NO_EVENTS, credit_flow, quorum
+from actors.core.confirms import NOW, ON_SYNC, QueueConfirms
 from actors.core.consumers import ChannelState, Consumer, QueueConsumers
 from actors.core.errors import ChannelError
 from actors.core.keep_up import KeepUp
+from actors.core.paging import Lane, Paging, Ready
 from actors.core.queue_args import check_consume_arguments
 from actors.core.queue_stats import DEAD_LETTERED, ConsumerUse
 from actors.messages import Delivery, PublishItem
@@ -72,89 +61,10 @@ from protocol.properties import BasicProperties, with_long_header
 _new = tuple.__new__
 WAIT = "wait"  # get(): the head is paged out, try again once it is read back
 STORE_BEHIND_BYTES = 16 * 1024 * 1024  # bodies on their way to storage before credit waits
-
-
-class PagedPublishers:
-    """Who waits for the confirm of each paged-out message of one lane (x-confirm-on=ack or
-    ack-lite: the index keeps no publisher), in seq_id order, in three flat arrays (about 20
-    bytes a message instead of a tuple in a dict)."""
-
-    __slots__ = ("seqs", "pub_seqs", "who", "start", "names", "ids")
-
-    def __init__(self):
-        self.seqs = array("Q")  # seq_id of each paged message that waits for a confirm
-        self.pub_seqs = array("Q")  # its publisher's confirm seq no
-        self.who = array("I")  # its publisher, an index into names
-        self.start = 0  # entries before this one are taken
-        self.names: list = []  # publisher channel addresses
-        self.ids: dict = {}  # address -> index in names
-
-    def __len__(self):
-        return len(self.seqs) - self.start
-
-    def add(self, seq_id: int, publisher: str, pub_seq: int) -> None:
-        i = self.ids.get(publisher)
-        if i is None:
-            i = self.ids[publisher] = len(self.names)
-            self.names.append(publisher)
-        self.seqs.append(seq_id)
-        self.pub_seqs.append(pub_seq)
-        self.who.append(i)
-
-    def take(self, seq_id: int):
-        """(publisher, pub_seq) of a message read back (seq_ids come in ascending order), or
-        None; entries of messages that left the index meanwhile are passed over."""
-        seqs, i, n = self.seqs, self.start, len(self.seqs)
-        while i < n and seqs[i] < seq_id:
-            i += 1
-        found = None
-        if i < n and seqs[i] == seq_id:
-            found = (self.names[self.who[i]], self.pub_seqs[i])
-            i += 1
-        self.start = i
-        if i > 4096 and i * 2 > n:  # compact
-            del self.seqs[:i], self.pub_seqs[:i], self.who[:i]
-            self.start = 0
-        return found
-
-    def discard(self, seq_ids: set) -> list:
-        """Drop the entries of these messages: their (publisher, pub_seq)."""
-        gone = [(self.names[self.who[j]], self.pub_seqs[j])
-                for j in range(self.start, len(self.seqs)) if self.seqs[j] in seq_ids]
-        keep = [j for j in range(self.start, len(self.seqs)) if self.seqs[j] not in seq_ids]
-        self.seqs = array("Q", (self.seqs[j] for j in keep))
-        self.pub_seqs = array("Q", (self.pub_seqs[j] for j in keep))
-        self.who = array("I", (self.who[j] for j in keep))
-        self.start = 0
-        return gone
-
-    def drain(self) -> list:
-        """Every (publisher, pub_seq) left; empties the table."""
-        out = [(self.names[self.who[j]], self.pub_seqs[j])
-               for j in range(self.start, len(self.seqs))]
-        self.seqs, self.pub_seqs, self.who, self.start = array("Q"), array("Q"), array("I"), 0
-        return out
-
-
-class Lane:
-    """The paged-out part of one priority (the whole queue without x-max-priority): messages
-    in the index only, all with seq_id > page_after, read back in order."""
-
-    __slots__ = ("paged", "paged_bytes", "page_after", "asked", "owed", "pubs", "pers",
-                 "pers_bytes")
-
-    def __init__(self):
-        self.paged = 0  # messages in the index only
-        self.paged_bytes = 0  # their body bytes
-        # of those, the persistent ones (Msg.pers; after a restart every message the index
-        # still holds, the previous run's transient ones too until they are read and dropped,
-        # as `paged` counts them) and their body bytes
-        self.pers = 0
-        self.pers_bytes = 0
-        self.page_after = 0  # every message of the lane up to this seq_id is (or was) in memory
-        self.asked = False  # a page_in is on its way
-        self.owed = 0  # paged head messages drop-head took (counted off, dropped when read)
-        self.pubs = None  # PagedPublishers of an x-confirm-on queue, else None
+# where a message of a paging queue goes, (divert, behind): QueueCore._placement
+_AT_HEAD = (False, False)  # in memory, deliverable in its turn
+_BEHIND = (False, True)  # in memory, behind its lane's paged part (the lane's tail)
+_DIVERTED = (True, False)  # to the index only (memory is full)
 
 
 class Msg:
@@ -192,47 +102,16 @@ class Msg:
         self.consumer_tag = ""
 
 
-class Ready:
-    """Ready messages of one priority, kept in seq_id order (requeues go back in place):
-    `items` the head, deliverable now; `tail` those that came after the lane's paged part,
-    in memory but not deliverable before the paged part has been read back (q1). len() and
-    peek() are the head's; the queue's ready_count and ready_bytes count both."""
+class _Arrivals:
+    """What one Publish batch leaves to do once its messages are in."""
 
-    __slots__ = ("items", "tail")
+    __slots__ = ("bounded", "accepted", "refused", "to_persist")
 
-    def __init__(self):
-        self.items: deque = deque()  # Msg, ascending seq_id
-        self.tail: deque = deque()  # Msg, ascending seq_id, all after the lane's paged part
-
-    def all(self) -> list:
-        """Head and tail, in seq_id order."""
-        return [*self.items, *self.tail] if self.tail else list(self.items)
-
-    def __len__(self):
-        return len(self.items)
-
-    def append(self, msg: Msg) -> None:
-        self.items.append(msg)
-
-    def popleft(self) -> Msg:
-        return self.items.popleft()
-
-    def peek(self) -> Msg:
-        return self.items[0]
-
-    def requeue(self, msgs: list) -> None:
-        """Put messages back at their original positions (rabbit_variable_queue:requeue)."""
-        msgs = sorted(msgs, key=lambda x: x.seq_id)
-        if not self.items or msgs[-1].seq_id < self.items[0].seq_id:
-            self.items.extendleft(reversed(msgs))
-            return
-        merged = list(self.items)
-        keys = [x.seq_id for x in merged]
-        for msg in msgs:
-            i = bisect.bisect_left(keys, msg.seq_id)
-            keys.insert(i, msg.seq_id)
-            merged.insert(i, msg)
-        self.items = deque(merged)
+    def __init__(self, bounded: bool):
+        self.bounded = bounded  # the queue has a length limit (x-max-length, -bytes)
+        self.accepted: list = []  # seq_nos confirmed on arrival
+        self.refused: list = []  # seq_nos refused by reject-publish (nacked)
+        self.to_persist: list = []  # Msgs to hand to the backing queue, in order
 
 
 class QueueCore:
@@ -269,15 +148,9 @@ class QueueCore:
         # queues keep every message in their Raft log
         self.queue_type = quorum.queue_type(a)
         self.store_all = self.queue_type == quorum.QUORUM and durable
-        confirm_on = a.get("x-confirm-on", "enqueue")
-        if isinstance(confirm_on, bytes):
-            confirm_on = confirm_on.decode()
-        # x-confirm-on (seed 003): "enqueue" confirms on arrival (RabbitMQ's rule); "ack" when a
-        # consumer acks (this queue answers the publisher, nack when the message is lost
-        # otherwise); "ack-lite" when a consumer acks, answered by the consuming channel
-        self.confirm_on = confirm_on
-        self.late_confirm = confirm_on in ("ack", "ack-lite")  # nothing confirmed on arrival
-        self._answers: dict[tuple, list] = {}  # (publisher, ok) -> seq nos to confirm / nack
+        # when each copy's confirm leaves (x-confirm-on, seed 003), and the x-confirm-on=ack
+        # answers collected until the end of the turn
+        self.confirms = QueueConfirms(a.get("x-confirm-on", "enqueue"))
         maxp = _int(a.get("x-max-priority"))
         self.max_priority = min(maxp, 255) if maxp else 0  # 0 = not a priority queue
         self.ready = [Ready() for _ in range(self.max_priority + 1)]  # by priority
@@ -324,13 +197,8 @@ class QueueCore:
         # backing queue's mailbox without bound while the queue pages
         self.store_pending = 0
         self.keep_up = KeepUp()  # do the consumers keep up with the publishers (credit bias)
-        self.page_bytes = page_bytes  # ready bytes in memory past which new messages page out
-        self.page_size = page_size  # messages read back per page
-        self.pageable = bool(page_bytes)  # every queue type pages (not a mirrored one yet)
-        self.lanes = [Lane() for _ in self.ready]  # the paged part of each priority
-        self.paged = 0  # messages in the index only, every lane
-        self.paged_bytes = 0  # their body bytes
-        self.owed = 0  # paged messages drop-head took, not yet read back to drop, every lane
+        # what is paged out, each priority's lane (actors/core/paging.py)
+        self.paging = Paging(out, len(self.ready), page_bytes, page_size)
         self.deleted = False  # the queue has been deleted
         self._batches: dict[str, tuple[list, list]] = {}  # channel -> (items, bodies) pending
         self._scheduled = 0  # the earliest tick asked for, 0 = none
@@ -341,78 +209,113 @@ class QueueCore:
 
     # --- publishing -------------------------------------------------------------------------
     def publish(self, sender: str, items: list[PublishItem], bodies: list, now: int) -> None:
-        """A Publish batch from `sender` (a channel, or "": a dead-lettering queue)."""
-        accepted, refused, to_persist = [], [], []
-        bounded = self.max_length is not None or self.max_bytes is not None
+        """A Publish batch from `sender` (a channel, or "": a dead-lettering queue): each
+        message comes in (`_arrive`); then what it left to write goes to the backing queue,
+        the publisher hears of its confirms and refusals, and its credit is bumped."""
+        batch = _Arrivals(self.max_length is not None or self.max_bytes is not None)
         for item, body in zip(items, bodies):
-            # every field of the PublishItem, in its order (one step on the per-message path)
-            pub_seq, exchange, rk, props, persistent, priority, expiry, msg_id = item
-            if self.store_all:
-                persistent = True  # stored and synced before its confirm (quorum queue)
-            if bounded and self.consumers and self._full_for(len(body)):
-                # what a waiting consumer takes does not count: deliver before judging, so a
-                # batch fares as the same messages one by one (storage hears of a message
-                # before it may hear it is settled)
-                if to_persist:
-                    self._persist(to_persist)
-                    to_persist = []
-                self._deliver_ready(now)
-            if self._full_for(len(body)) and self.overflow != "drop-head":
-                if pub_seq:
-                    refused.append(pub_seq)
-                if self.overflow == "reject-publish-dlx" and self.dlx is not None:
-                    # (its msg_id, for the event log's link from the refused publish to its copy)
-                    self._dead_letter_or_drop(Msg(0, exchange, rk, props, body, persistent,
-                                                  ttl=expiry, msg_id=msg_id), "maxlen")
-                continue
-            divert = behind = False
-            if self.pageable:
-                p = min(priority or 0, self.max_priority)
-                if self.ready_bytes > self.page_bytes:
-                    divert = True  # memory is full: to the index (after the lane's tail)
-                    if self.ready[p].tail:
-                        self._spill_tail(p, to_persist)
-                elif self.paged and self.lanes[p].paged:
-                    behind = True  # in memory, behind the lane's paged part
-            msg = self._enqueue(exchange, rk, props, body, persistent, priority, expiry, now,
-                                sender, pub_seq, msg_id, divert, behind)
-            if msg is None:
-                if pub_seq and not self.late_confirm:
-                    accepted.append(pub_seq)  # expired at once (TTL 0): confirmed, as RabbitMQ
-                continue
-            if divert and self.late_confirm:
-                # paged out, its confirm still waiting for a consumer's ack: the lane keeps
-                # who waits (it is not confirmed, nor meant to be recovered as one)
-                self._write_paged(msg, to_persist)
-            elif self.late_confirm:
-                pass  # confirmed by a consumer's ack; never stored before delivery
-            elif divert and not (persistent and self.durable):
-                # paged out though transient (or in a transient queue): stored, but confirmed
-                # now and not recovered
-                if pub_seq:
-                    accepted.append(pub_seq)
-                self._write_paged(msg, to_persist)
-            elif persistent and self.durable:
-                if behind:
-                    self._write_tail_before(msg, to_persist)
-                msg.stored = True
-                to_persist.append(msg)  # confirmed when the backing queue has synced it
-            elif pub_seq:
-                accepted.append(pub_seq)
-            if bounded and self._over_limit():
-                if to_persist:
-                    # the backing queue hears of a message before it may hear it is dropped
-                    self._persist(to_persist)
-                    to_persist = []
-                if self.consumers:
-                    self._deliver_ready(now)
-                self._enforce_max_length()
-        if to_persist:
-            self._persist(to_persist)
-        if accepted:
-            self.out.confirm(sender, accepted, True)
-        if refused:
-            self._nack(sender, refused, "reject-publish")
+            self._arrive(sender, item, body, now, batch)
+        self._store(batch)
+        self._answer_arrivals(sender, batch)
+        self._credit_publisher(sender, items, bodies, now)
+        self.run(now)
+
+    def _arrive(self, sender: str, item: PublishItem, body, now: int, batch: _Arrivals) -> None:
+        """One message: admitted under the queue's length limit, placed (memory, its lane's
+        tail or the index), enqueued, its confirm decided, the queue trimmed to its limit."""
+        # every field of the PublishItem, in its order (one step on the per-message path)
+        pub_seq, exchange, rk, props, persistent, priority, expiry, msg_id = item
+        if self.store_all:
+            persistent = True  # stored and synced before its confirm (quorum queue)
+        if batch.bounded and not self._admit(item, body, persistent, now, batch):
+            return
+        divert, behind = self._placement(priority, batch) if self.paging.pageable else _AT_HEAD
+        msg = self._enqueue(exchange, rk, props, body, persistent, priority, expiry, now,
+                            sender, pub_seq, msg_id, divert, behind)
+        if msg is None:
+            if pub_seq and self.confirms.confirms_gone():
+                batch.accepted.append(pub_seq)  # expired at once (TTL 0): confirmed, as RabbitMQ
+            return
+        self._confirm_or_store(msg, divert, behind, batch)
+        if batch.bounded and self._over_limit():
+            self._trim(now, batch)
+
+    def _admit(self, item: PublishItem, body, persistent: bool, now: int,
+               batch: _Arrivals) -> bool:
+        """A length-limited queue takes the message (drop-head makes room after it comes in),
+        or refuses it (reject-publish: nacked; reject-publish-dlx: dead-lettered too)."""
+        if self.consumers and self._full_for(len(body)):
+            # what a waiting consumer takes does not count: deliver before judging, so a batch
+            # fares as the same messages one by one (storage hears of a message before it may
+            # hear it is settled)
+            self._store(batch)
+            self._deliver_ready(now)
+        if self.overflow == "drop-head" or not self._full_for(len(body)):
+            return True
+        if item.seq_no:
+            batch.refused.append(item.seq_no)
+        if self.overflow == "reject-publish-dlx" and self.dlx is not None:
+            # (its msg_id, for the event log's link from the refused publish to its copy)
+            self._dead_letter_or_drop(Msg(0, item.exchange, item.routing_key, item.props_raw,
+                                          body, persistent, ttl=item.expiry_ms,
+                                          msg_id=item.msg_id), "maxlen")
+        return False
+
+    def _placement(self, priority: int, batch: _Arrivals) -> tuple:
+        """Where a message of a paging queue goes -> (divert, behind): to the index when memory
+        is full (after its lane's tail, spilled there first), in memory behind its lane's
+        paged part, or in memory at the head."""
+        p = min(priority or 0, self.max_priority)
+        if self.ready_bytes > self.paging.page_bytes:
+            if self.ready[p].tail:
+                self._spill_tail(p, batch.to_persist)
+            return _DIVERTED
+        if self.paging.paged and self.paging.lanes[p].paged:
+            return _BEHIND
+        return _AT_HEAD
+
+    def _confirm_or_store(self, msg: Msg, divert: bool, behind: bool,
+                          batch: _Arrivals) -> None:
+        """When the message's confirm leaves (QueueConfirms.on_arrival) and what it needs
+        written: a stored one is confirmed after the sync; one paged out otherwise is written
+        but never synced for its own sake (confirmed now, or its ack waiter kept by its lane)."""
+        when = self.confirms.on_arrival(msg.persistent and self.durable)
+        if when == ON_SYNC:
+            if behind:
+                self._write_tail_before(msg, batch.to_persist)
+            msg.stored = True
+            batch.to_persist.append(msg)  # confirmed when the backing queue has synced it
+            return
+        if when == NOW and msg.pub_seq:
+            batch.accepted.append(msg.pub_seq)
+        if divert:
+            self._write_paged(msg, batch.to_persist)
+
+    def _trim(self, now: int, batch: _Arrivals) -> None:
+        """Over its limit once a message came in: waiting consumers take what they can, then
+        drop-head (the backing queue hears of a message before it may hear it is dropped)."""
+        self._store(batch)
+        if self.consumers:
+            self._deliver_ready(now)
+        self._enforce_max_length()
+
+    def _store(self, batch: _Arrivals) -> None:
+        """What the batch has left to write so far goes to the backing queue."""
+        if batch.to_persist:
+            self._persist(batch.to_persist)
+            batch.to_persist = []
+
+    def _answer_arrivals(self, sender: str, batch: _Arrivals) -> None:
+        """The publisher's confirms of what was taken on arrival, and nacks of what was
+        refused."""
+        if batch.accepted:
+            self.out.confirm(sender, batch.accepted, True)
+        if batch.refused:
+            self._nack(sender, batch.refused, "reject-publish")
+
+    def _credit_publisher(self, sender: str, items: list, bodies: list, now: int) -> None:
+        """credit_flow: a publisher's credit is bumped every so many messages or bytes, unless
+        the queue withholds it (backlog, storage behind, consumers first)."""
         keep_up = self.keep_up
         keep_up.roll(now)
         keep_up.ins += len(items)
@@ -425,15 +328,10 @@ class QueueCore:
                         self._schedule(keep_up.due())  # a verdict that may end frees it
                 else:
                     self.out.credit(sender, *due)
-        self.run(now)
 
     def persisted(self, msgs: list) -> None:
         """The backing queue made these safe: confirm them to their publishers."""
-        by_channel: dict[str, list] = {}
-        for msg in msgs:
-            if msg.pub_seq:
-                by_channel.setdefault(msg.publisher, []).append(msg.pub_seq)
-        for channel, seqs in by_channel.items():
+        for channel, seqs in QueueConfirms.by_publisher(msgs).items():
             self.out.confirm(channel, seqs, True)
 
     def restore(self, next_seq_id: int, entries: list, more: int, more_bytes: int, now: int,
@@ -446,18 +344,11 @@ class QueueCore:
         self.next_seq_id = max(self.next_seq_id, next_seq_id)
         if not isinstance(more, (list, tuple)):
             more, more_bytes = [more], [more_bytes]
-        last = [0] * len(self.lanes)
+        last = [0] * len(self.ready)
         for e, _, _ in entries:
             p = min(e.priority, self.max_priority)
             last[p] = max(last[p], e.seq_id)
-        for p, (n, nbytes) in enumerate(zip(more, more_bytes)):
-            if n and p < len(self.lanes):
-                lane = self.lanes[p]
-                lane.paged, lane.paged_bytes, lane.page_after = n, nbytes, last[p]
-                if self.durable:  # what the index holds of a durable queue is persistent
-                    lane.pers, lane.pers_bytes = n, nbytes  # (transient leftovers: until read)
-                self.paged += n
-                self.paged_bytes += nbytes
+        self.paging.restore(more, more_bytes, last, self.durable)
         self._schedule_head()
 
     def refused(self, msgs: list) -> None:
@@ -465,23 +356,21 @@ class QueueCore:
         publishers get basic.nack."""
         gone = {msg.seq_id for msg in msgs}
         self.stored(sum(len(msg.body) for msg in msgs))  # not written, but no longer pending
-        if self.paged:
+        paging = self.paging
+        if paging.paged:
             for msg in msgs:
-                lane = self.lanes[msg.priority]
+                lane = paging.lanes[msg.priority]
                 if lane.paged and msg.seq_id > lane.page_after:
-                    lane.paged -= 1
-                    lane.paged_bytes -= len(msg.body)
-                    self.paged -= 1
-                    self.paged_bytes -= len(msg.body)
+                    paging.read(lane, 1, len(msg.body), False)
                     if msg.pers:
                         msg.pers = False
-                        self._lane_pers_off(lane, 1, len(msg.body))
-            for p, lane in enumerate(self.lanes):
+                        lane.pers_off(1, len(msg.body))
+            for p, lane in enumerate(paging.lanes):
                 if lane.pubs:  # x-confirm-on: lost before any consumer saw them: nack
                     for publisher, pub_seq in lane.pubs.discard(gone):
                         self._nack(publisher, [pub_seq], "disk")
                 if not lane.paged:
-                    self._join_tail(p)
+                    self.ready[p].join_tail()
         for ready in self.ready:
             for part in (ready.items, ready.tail):
                 kept = [msg for msg in part if msg.seq_id not in gone]
@@ -493,11 +382,7 @@ class QueueCore:
                             self._pers_gone([msg])
                     part.clear()
                     part.extend(kept)
-        by_channel: dict[str, list] = {}
-        for msg in msgs:
-            if msg.pub_seq:
-                by_channel.setdefault(msg.publisher, []).append(msg.pub_seq)
-        for channel, seqs in by_channel.items():
+        for channel, seqs in QueueConfirms.by_publisher(msgs).items():
             self._nack(channel, seqs, "disk")
 
     def _enqueue(self, exchange, rk, props, body, persistent, priority, expiry, now, sender,
@@ -528,14 +413,11 @@ class QueueCore:
         if self.on_enqueue is not None:
             self.on_enqueue(msg)  # mirrored: the master sends it to its mirrors
         if divert:
-            lane = self.lanes[msg.priority]
+            lane = self.paging.lanes[msg.priority]
             if not lane.paged:
                 lane.page_after = msg.seq_id - 1
-            lane.paged += 1
-            lane.paged_bytes += len(body)
+            self.paging.add(lane, len(body))
             self._pers_to_lane(msg, lane)
-            self.paged += 1
-            self.paged_bytes += len(body)
             return msg
         if behind:
             self.ready[msg.priority].tail.append(msg)
@@ -550,16 +432,13 @@ class QueueCore:
         order, before anything newer (push_alphas_to_betas). What a paged message needs, as
         publish() gives a diverted one: an id, the x-confirm-on waiter kept by the lane, a
         write (a persistent message of a durable queue has had its own already)."""
-        ready, lane = self.ready[p], self.lanes[p]
+        ready, lane = self.ready[p], self.paging.lanes[p]
         tail, ready.tail = ready.tail, deque()
         for msg in tail:
             size = len(msg.body)
             self.ready_count -= 1
             self.ready_bytes -= size
-            lane.paged += 1
-            lane.paged_bytes += size
-            self.paged += 1
-            self.paged_bytes += size
+            self.paging.add(lane, size)
             self._pers_to_lane(msg, lane)
             if not msg.stored:  # (persistent, durable: in the index since it came)
                 if msg.msg_id is None:
@@ -601,15 +480,6 @@ class QueueCore:
                 self.pers -= 1
                 self.pers_bytes -= len(msg.body)
 
-    @staticmethod
-    def _lane_pers_off(lane: Lane, n: int, nbytes: int) -> None:
-        """n counted messages of nbytes left a lane's paged part (at most what it counts; none
-        once the lane holds no more)."""
-        lane.pers = max(0, lane.pers - n)
-        lane.pers_bytes = max(0, lane.pers_bytes - nbytes)
-        if not lane.paged:
-            lane.pers = lane.pers_bytes = 0
-
     def _forget(self, msgs) -> None:
         """Messages that left the queue for good: uncounted, and the backing queue told."""
         self._pers_gone(msgs)
@@ -620,22 +490,12 @@ class QueueCore:
         ones: written, never synced for its own sake (the index keeps its delivery mode).
         Confirmed already (transient) or, x-confirm-on, its waiter kept by its lane; either
         way a sync must not confirm it."""
-        if self.late_confirm and msg.pub_seq and msg.publisher:
-            lane = self.lanes[msg.priority]
-            if lane.pubs is None:
-                lane.pubs = PagedPublishers()
-            lane.pubs.add(msg.seq_id, msg.publisher, msg.pub_seq)
+        if self.confirms.late and msg.pub_seq and msg.publisher:
+            self.paging.keep_waiter(msg)
         msg.pub_seq = 0
         msg.persistent = False
         msg.stored = True
         to_persist.append(msg)
-
-    def _join_tail(self, p: int) -> None:
-        """Lane p's paged part has been read back: its tail is next, deliverable."""
-        ready = self.ready[p]
-        if ready.tail:
-            ready.items.extend(ready.tail)
-            ready.tail = deque()
 
     def messages(self) -> list:
         """Every message in memory, ready or unacked, in seq_id order (a mirror's sync)."""
@@ -645,14 +505,14 @@ class QueueCore:
 
     def _count(self) -> int:
         """Messages ready, paged ones included (those drop-head took already are not)."""
-        return self.ready_count + self.paged - self.owed
+        return self.ready_count + self.paging.paged - self.paging.owed
 
     def _full_for(self, size: int) -> bool:
         # paged messages count (classic queues v2: the limit is the queue's, wherever its
         # messages are); the bytes of owed ones count until they are read back and dropped
         if self.max_length is not None and self._count() >= self.max_length:
             return True
-        if self.max_bytes is not None and self.ready_bytes + self.paged_bytes + size > \
+        if self.max_bytes is not None and self.ready_bytes + self.paging.paged_bytes + size > \
                 self.max_bytes:
             return True
         return False
@@ -661,7 +521,8 @@ class QueueCore:
         count = self._count()
         return count > 0 and (
             (self.max_length is not None and count > self.max_length) or
-            (self.max_bytes is not None and self.ready_bytes + self.paged_bytes > self.max_bytes))
+            (self.max_bytes is not None and
+             self.ready_bytes + self.paging.paged_bytes > self.max_bytes))
 
     def _enforce_max_length(self) -> None:
         """drop-head (rabbit_amqqueue_process:maybe_drop_head): the head goes (from the highest
@@ -679,7 +540,7 @@ class QueueCore:
             if self.ready[p]:
                 self._drop(self._pop(p), "maxlen")
                 continue
-            lane = self.lanes[p]
+            lane = self.paging.lanes[p]
             if lane.owed >= lane.paged:
                 # every paged message is owed already: the next oldest is the tail's first
                 msg = self.ready[p].tail.popleft()
@@ -688,52 +549,33 @@ class QueueCore:
                 self._drop(msg, "maxlen")
                 continue
             if self.max_length is not None and self._count() > self.max_length:
-                lane.owed += 1
-                self.owed += 1
+                self.paging.owe(lane)
                 owing.add(p)
                 continue
-            self._ask_page(p)
+            self.paging.ask_page(p)
             break
         for p in owing:
             self._ask_owed(p)
 
     def _ask_owed(self, p: int) -> None:
-        """Owed drops of a lane: dropped unread by the backing queue when nothing needs the
-        messages, else read back (dead-lettering, x-confirm-on nacks, the event log)."""
-        lane = self.lanes[p]
-        if not lane.owed or lane.asked:
-            return
-        if self.dlx is None and not self.late_confirm and not self.events.enabled():
-            lane.asked = True
-            self.out.drop_paged(lane.page_after, lane.owed, p)
-        else:
-            self._ask_page(p)
+        """Owed drops of a lane: read back when the queue must see them (dead-lettering,
+        x-confirm-on nacks, the event log), else dropped unread by the backing queue."""
+        self.paging.ask_owed(p, self.dlx is not None or self.confirms.late or
+                             self.events.enabled())
 
     def paged_dropped(self, priority: int, n: int, nbytes: int, last_seq: int,
                       pers: int = 0, pers_bytes: int = 0) -> None:
         """The backing queue dropped the next n paged messages of a lane (nbytes, the last
         one's seq_id; `pers` of them persistent, of pers_bytes), as drop_paged asked."""
-        lane = self.lanes[priority]
+        lane = self.paging.lanes[priority]
         lane.asked = False
-        lane.paged -= n
-        lane.paged_bytes -= nbytes
-        self.paged -= n
-        self.paged_bytes -= nbytes
-        if not n or lane.paged < 0:  # the index holds no more: counts were off
-            self.paged -= lane.paged
-            self.paged_bytes -= lane.paged_bytes
-            lane.paged = lane.paged_bytes = 0
-        self._lane_pers_off(lane, pers if self.durable else 0, pers_bytes if self.durable else 0)
+        self.paging.read(lane, n, nbytes, not n)  # (none: the index holds no more)
+        lane.pers_off(pers if self.durable else 0, pers_bytes if self.durable else 0)
         if last_seq:
             lane.page_after = last_seq
-        done = min(n, lane.owed)
-        lane.owed -= done
-        self.owed -= done
-        if lane.owed > lane.paged:
-            self.owed -= lane.owed - lane.paged
-            lane.owed = lane.paged
+        self.paging.pay(lane, n)
         if not lane.paged:
-            self._join_tail(priority)
+            self.ready[priority].join_tail()
         if lane.owed:
             self._ask_owed(priority)
         elif self.consumers:
@@ -871,7 +713,7 @@ class QueueCore:
             self._balance_tokens()
         if self.credit.owed:
             self._pay_owed()
-        if self.paged:
+        if self.paging.paged:
             self._want_page()
         self._schedule_head()
         if not self.use.active and self.consumers and self.cons.any_unblocked():
@@ -884,8 +726,7 @@ class QueueCore:
         for p in range(len(self.ready) - 1, -1, -1):
             if self.ready[p]:
                 return p
-            lane = self.lanes[p]
-            if lane.paged > lane.owed or self.ready[p].tail:
+            if self.paging.has_head(p) or self.ready[p].tail:
                 return p
         return None
 
@@ -896,30 +737,14 @@ class QueueCore:
         return msg
 
     def _want_page(self) -> None:
-        """Read back the next page of the highest priority that has a paged part, once fewer
-        than page_size messages of that priority and above are in memory."""
-        in_memory = 0
-        for p in range(len(self.ready) - 1, -1, -1):
-            in_memory += len(self.ready[p])
-            if self.lanes[p].paged:
-                if in_memory < self.page_size:
-                    self._ask_page(p)
-                return
-
-    def _ask_page(self, p: int) -> None:
-        lane = self.lanes[p]
-        if lane.paged and not lane.asked:
-            lane.asked = True
-            # never more than the paged part: the lane's tail follows it in the index too when
-            # its messages are persistent (written as they came), and is in memory already
-            self.out.page_in(lane.page_after, min(self.page_size, lane.paged), p)
+        self.paging.want_page(self.ready)
 
     def paged_in(self, entries: list, dropped: int, dropped_bytes: int, now: int,
                  wall_now: int, priority: int = 0) -> None:
         """The backing queue read the next page of a lane: [StoredMessage] in
         order; `dropped` entries were transient ones left from before a restart. Owed ones
         (drop-head) are dropped first."""
-        lane = self.lanes[priority]
+        lane = self.paging.lanes[priority]
         lane.asked = False
         tail = self.ready[priority].tail
         beyond = bool(tail and entries and entries[-1].entry.seq_id >= tail[0].seq_id)
@@ -928,27 +753,15 @@ class QueueCore:
         msgs = self._msgs_of(entries, now, wall_now)
         n = len(entries) + dropped
         nbytes = sum(len(b) for _, b, _ in entries) + dropped_bytes
-        lane.paged -= n
-        lane.paged_bytes -= nbytes
-        self.paged -= n
-        self.paged_bytes -= nbytes
-        if not entries and not dropped or lane.paged < 0 or beyond:
-            # the index holds no more: counts were off
-            self.paged -= lane.paged
-            self.paged_bytes -= lane.paged_bytes
-            lane.paged = lane.paged_bytes = 0
+        # none (or read into the tail): the index holds no more
+        self.paging.read(lane, n, nbytes, not entries and not dropped or beyond)
         # the persistent ones read back are in memory now (counted there by _msgs_of); the
         # dropped ones were a previous run's transient ones, counted since the restart
-        self._lane_pers_off(lane, sum(1 for msg in msgs if msg.pers) + dropped,
-                            sum(len(msg.body) for msg in msgs if msg.pers) + dropped_bytes)
+        lane.pers_off(sum(1 for msg in msgs if msg.pers) + dropped,
+                      sum(len(msg.body) for msg in msgs if msg.pers) + dropped_bytes)
         if entries:
             lane.page_after = entries[-1].entry.seq_id
-        owed = min(lane.owed, len(msgs))
-        lane.owed -= owed
-        self.owed -= owed
-        if lane.owed > lane.paged:  # stale entries (dropped at read) were owed ones
-            self.owed -= lane.owed - lane.paged
-            lane.owed = lane.paged
+        owed = self.paging.pay(lane, len(msgs))
         for msg in msgs[:owed]:
             self._drop(msg, "maxlen")
         ready = self.ready
@@ -957,14 +770,14 @@ class QueueCore:
             self.ready_count += 1
             self.ready_bytes += len(msg.body)
         if not lane.paged:
-            self._join_tail(priority)
+            self.ready[priority].join_tail()
         if lane.owed:
             self._ask_owed(priority)  # more to drop
         if self.max_length is not None or self.max_bytes is not None:
             self._enforce_max_length()
         if lane.pubs is not None and not lane.paged:
             lane.pubs = None
-        if self._answers:
+        if self.confirms.answers:
             self._flush_answers()
 
     def _load(self, entries: list, now: int, wall_now: int) -> None:
@@ -988,11 +801,7 @@ class QueueCore:
                 msg.pers = True
                 self.pers += 1
                 self.pers_bytes += len(body)
-            pubs = self.lanes[msg.priority].pubs
-            if pubs is not None:
-                found = pubs.take(msg.seq_id)
-                if found is not None:
-                    msg.publisher, msg.pub_seq = found
+            self.paging.waiter(msg)
             out.append(msg)
         return out
 
@@ -1008,8 +817,9 @@ class QueueCore:
         publishes once it holds more than they need to stay busy (or its memory budget):
         credit waits, nothing pages, a message waits milliseconds, not the budget's worth."""
         k = self.keep_up
-        return (k.on and self.pageable and bool(self.consumers) and
-                (self.ready_bytes + self.paged_bytes > min(self.page_bytes, k.hold_bytes) or
+        pg = self.paging
+        return (k.on and pg.pageable and bool(self.consumers) and
+                (self.ready_bytes + pg.paged_bytes > min(pg.page_bytes, k.hold_bytes) or
                  self.ready_count > k.hold_messages))
 
     def _persist(self, msgs: list) -> None:
@@ -1038,7 +848,7 @@ class QueueCore:
         items.append(self._delivery(msg, c.tag, c.no_ack))
         bodies.append(msg.body)
         if c.no_ack:
-            if self.late_confirm:
+            if self.confirms.late:
                 self._answer(msg, True)  # delivered with no ack to wait for
             self._forgotten.append(msg)
         else:
@@ -1058,7 +868,7 @@ class QueueCore:
         msg_id = msg.msg_id
         if msg_id is not None and not self.events.enabled():
             msg_id = None  # the event log's id, for the channel's events only
-        if msg.pub_seq and self.confirm_on == "ack-lite" and not no_ack:
+        if msg.pub_seq and self.confirms.carries(no_ack):
             publisher, seq_no = msg.publisher, msg.pub_seq  # the channel confirms on ack
         else:
             publisher, seq_no = "", 0
@@ -1077,18 +887,15 @@ class QueueCore:
         if self._forgotten:
             forgotten, self._forgotten = self._forgotten, []
             self._forget(forgotten)
-        if self._answers:
+        if self.confirms.answers:
             self._flush_answers()
 
     def set_confirm_on(self, mode: str) -> None:
         """The queue's effective confirm-on changed (a policy): messages waiting for an ack are
         confirmed as `enqueue` would have (after storage when persistent in a durable queue)."""
-        if mode == self.confirm_on:
+        if mode == self.confirms.mode:
             return
-        was_late = self.late_confirm
-        self.confirm_on = mode
-        self.late_confirm = mode in ("ack", "ack-lite")
-        if was_late and not self.late_confirm:
+        if self.confirms.set_mode(mode):
             waiting = [msg for ready in self.ready for msg in ready.all() if msg.pub_seq]
             waiting += [msg for msg in self.unacked.values() if msg.pub_seq]
             store = [msg for msg in waiting if msg.persistent and self.durable]
@@ -1099,11 +906,9 @@ class QueueCore:
             for msg in waiting:
                 if not msg.stored:
                     self._answer(msg, True)
-            for lane in self.lanes:  # paged out meanwhile: written, confirmed as enqueue's
-                if lane.pubs is not None:
-                    for publisher, pub_seq in lane.pubs.drain():
-                        self._answers.setdefault((publisher, True), []).append(pub_seq)
-                    lane.pubs = None
+            # paged out meanwhile: written, confirmed as enqueue's
+            for publisher, pub_seq in self.paging.drain_waiters():
+                self.confirms.answer(publisher, pub_seq, True)
             self._flush_answers()
 
     # --- policies ---------------------------------------------------------------------------
@@ -1128,14 +933,13 @@ class QueueCore:
         self.run(now)
 
     def _answer(self, msg: Msg, ok: bool) -> None:
-        """x-confirm-on=ack/ack-lite: the publisher's confirm (ok) or nack for this message."""
-        if msg.pub_seq and msg.publisher:
-            self._answers.setdefault((msg.publisher, ok), []).append(msg.pub_seq)
+        """x-confirm-on=ack/ack-lite: the publisher's confirm (ok) or nack for this message,
+        answered once."""
+        self.confirms.answer(msg.publisher, msg.pub_seq, ok)
         msg.pub_seq = 0
 
     def _flush_answers(self) -> None:
-        answers, self._answers = self._answers, {}
-        for (publisher, ok), seqs in answers.items():
+        for (publisher, ok), seqs in self.confirms.take().items():
             if ok:
                 self.out.confirm(publisher, seqs, ok)
             else:  # x-confirm-on: the message left the queue before any consumer acked it
@@ -1170,7 +974,7 @@ class QueueCore:
         self._expire_head(now)
         self.keep_up.outs += 1
         if no_ack:
-            if self.late_confirm:
+            if self.confirms.late:
                 self._answer(msg, True)
                 self._flush_answers()
             self._forget([msg])
@@ -1184,7 +988,7 @@ class QueueCore:
             self.unacked_bytes += len(msg.body)
         item = self._delivery(msg, "", no_ack)
         msg.redelivered = True
-        if self.paged:
+        if self.paging.paged:
             self._want_page()
         return item, msg.body, self._count()
 
@@ -1203,8 +1007,9 @@ class QueueCore:
                 requeue.append(msg)
             else:
                 done.append(msg)
-                if self.confirm_on == "ack":
-                    self._answer(msg, op == 0)  # a reject (even to a DLX) is a nack
+                answer = self.confirms.on_settle(op == 0)
+                if answer is not None:
+                    self._answer(msg, answer)
                 if op == 2:
                     self._dead_letter_or_drop(msg, "rejected")
         if done:
@@ -1284,7 +1089,7 @@ class QueueCore:
         if msg.msg_id is not None and self.events.enabled():
             self.events.emit("expired", msg.msg_id, actor="queue", vhost=self.vhost,
                              queue=self.name, seq_id=msg.seq_id)
-        if self.late_confirm:
+        if self.confirms.late:
             self._answer(msg, False)
         self._dead_letter_or_drop(msg, "expired")
         self._forget([msg])
@@ -1293,7 +1098,7 @@ class QueueCore:
         if msg.msg_id is not None and self.events.enabled():
             self.events.emit("dropped", msg.msg_id, actor="queue", vhost=self.vhost,
                              queue=self.name, seq_id=msg.seq_id, reason=reason)
-        if self.late_confirm:
+        if self.confirms.late:
             self._answer(msg, False)
         self._dead_letter_or_drop(msg, reason)
         self._forget([msg])
@@ -1357,19 +1162,19 @@ class QueueCore:
         are always in memory) and those paged out to the index only (`messages_paged_out`,
         `message_bytes_paged_out`; paged messages drop-head took already are not counted,
         their bytes are until they are read back, as `_full_for` counts them)."""
-        ready_bytes = self.ready_bytes + self.paged_bytes
+        ready_bytes = self.ready_bytes + self.paging.paged_bytes
+        paged_pers, paged_pers_bytes = self.paging.persistent()
         return {"message_bytes": ready_bytes + self.unacked_bytes,
                 "message_bytes_ready": ready_bytes,
                 "message_bytes_unacknowledged": self.unacked_bytes,
                 "message_bytes_ram": self.ready_bytes + self.unacked_bytes,
-                "message_bytes_paged_out": self.paged_bytes,
+                "message_bytes_paged_out": self.paging.paged_bytes,
                 "messages_ram": self.ready_count + len(self.unacked),
                 "messages_ready_ram": self.ready_count,
                 "messages_unacknowledged_ram": len(self.unacked),
-                "messages_paged_out": self.paged - self.owed,
-                "messages_persistent": self.pers + sum(lane.pers for lane in self.lanes),
-                "message_bytes_persistent": self.pers_bytes + sum(lane.pers_bytes
-                                                                  for lane in self.lanes)}
+                "messages_paged_out": self.paging.paged - self.paging.owed,
+                "messages_persistent": self.pers + paged_pers,
+                "message_bytes_persistent": self.pers_bytes + paged_pers_bytes}
 
     def head_message_timestamp(self) -> int | None:
         """rabbit_variable_queue's head_message_timestamp: the smallest `timestamp` property
@@ -1395,18 +1200,10 @@ class QueueCore:
         n = self._count()
         if not self.deleted and self.events.enabled():
             self._emit_removal("purged", n)
-        if self.paged:
-            for p, lane in enumerate(self.lanes):
-                if lane.paged:
-                    self.out.purge_paged(lane.page_after, p)
-                if lane.pubs is not None:  # x-confirm-on: the paged ones are lost: nack
-                    for publisher, pub_seq in lane.pubs.drain():
-                        self._answers.setdefault((publisher, False), []).append(pub_seq)
-                    lane.pubs = None
-                lane.paged = lane.paged_bytes = lane.owed = 0
-                lane.pers = lane.pers_bytes = 0
-                lane.asked = False
-            self.paged = self.paged_bytes = self.owed = 0
+        if self.paging.paged:
+            # x-confirm-on: the paged ones are lost: nack
+            for publisher, pub_seq in self.paging.purge():
+                self.confirms.answer(publisher, pub_seq, False)
             self._flush_answers()
         dropped = []
         for ready in self.ready:
@@ -1419,7 +1216,7 @@ class QueueCore:
             ready.tail.clear()
         self.ready_count = self.ready_bytes = 0
         if dropped:
-            if self.late_confirm:
+            if self.confirms.late:
                 for msg in dropped:
                     self._answer(msg, False)
                 self._flush_answers()
@@ -1438,17 +1235,15 @@ class QueueCore:
         n = self._count()
         if self.events.enabled():
             self._emit_removal("queue_deleted", n, reason=reason, unacked=len(self.unacked))
-        if self.late_confirm:
+        if self.confirms.late:
             # what was never acked is lost with the queue: its publishers hear it now
             for msg in self.unacked.values():
                 self._answer(msg, False)
             for ready in self.ready:
                 for msg in ready.all():
                     self._answer(msg, False)
-            for lane in self.lanes:
-                if lane.pubs is not None:
-                    for publisher, pub_seq in lane.pubs.drain():
-                        self._answers.setdefault((publisher, False), []).append(pub_seq)
+            for publisher, pub_seq in self.paging.drain_waiters():
+                self.confirms.answer(publisher, pub_seq, False)
             self._flush_answers()
         for channel, tag in list(self.consumers):
             self.out.consumer_gone(channel, tag)

@@ -43,7 +43,7 @@ def snapshot(core, reason: str) -> Census:
     """What a QueueCore holds in memory, and where its paged parts start."""
     held = sorted([msg.seq_id for ready in core.ready for msg in ready.all()] +
                   list(core.unacked))
-    paged = {p: lane.page_after for p, lane in enumerate(core.lanes) if lane.paged}
+    paged = {p: lane.page_after for p, lane in enumerate(core.paging.lanes) if lane.paged}
     return Census(reason, held, paged, core.next_seq_id, core.epoch)
 
 

@@ -27,13 +27,14 @@ import pykka
 
 from actors import events
 from actors import messages as m
+from actors import metadata_ops as ops
 from actors.messages import ChannelsDown, MirrorsDown, PolicyChanged
 from actors.core.errors import amqp_text
 from actors.host import WorkerHost
 from actors.naming import queue_actor_name
 from actors.queue.mirror import Mirror
 from actors.queue import storage
-from actors.core import stream
+from actors.core import confirms, stream
 from actors.core.restarts import RestartIntensity
 from actors.runtime import monitor
 from actors.queue.queue import EmitStats, Queue
@@ -168,9 +169,9 @@ class QueueHost(WorkerHost):
                             queue=q["name"], worker=self.index, reason=msg.reason)
             # channels nack and cancel what was the crashed queue's; the node marks a queue
             # given up on as crashed
-            self.transport.send(self.node, m.Rpc("", 0, "queue.crashed", {
-                "vhost": q["vhost"], "name": q["name"],
-                "address": self.transport.address(child.name), "gave_up": not restart}))
+            self.transport.send(self.node, ops.rpc("", 0, ops.QueueCrashed(
+                vhost=q["vhost"], name=q["name"], address=self.transport.address(child.name),
+                gave_up=not restart)))
         if self.paused:
             return  # (it starts again with the others when the node resumes)
         if not restart:
@@ -200,9 +201,9 @@ class QueueHost(WorkerHost):
                           what, q["name"], q["vhost"])
             if not replica:
                 self.crashed[child.name] = q
-                self.transport.send(self.node, m.Rpc("", 0, "queue.crashed", {
-                    "vhost": q["vhost"], "name": q["name"],
-                    "address": self.transport.address(child.name), "gave_up": True}))
+                self.transport.send(self.node, ops.rpc("", 0, ops.QueueCrashed(
+                    vhost=q["vhost"], name=q["name"],
+                    address=self.transport.address(child.name), gave_up=True)))
 
     def _drop_crashed(self, name: str) -> None:
         """A queue given up on was deleted: what its index kept goes with it (RabbitMQ's
@@ -271,19 +272,17 @@ class QueueHost(WorkerHost):
             self._paused_answer(name, msg)
             return
         if isinstance(msg, m.Publish):
-            seqs = [it.seq_no for it in msg.items if it.seq_no]
+            seqs = confirms.wanted(msg.items)
             if seqs and msg.sender:
-                # RabbitMQ's channel confirms what it routed to a queue that was deleted (a
-                # normal exit); a queue the metadata still has lives at another address (its
-                # master moved, a node paused and resumed, the route was stale): the message
-                # reached no queue, so the publisher is told it is not safe (nack)
+                # a queue the metadata still has lives at another address (its master moved, a
+                # node paused and resumed, the route was stale)
                 vhost, qname = _queue_of(name)
                 deleted = self.replica.queue(vhost, qname) is None
                 if not deleted:
                     log.warning("publish for queue '%s' in vhost '%s' reached %s, where it "
                                 "does not run: nacked", qname, vhost, t.address(name))
-                t.send(msg.sender, m.Confirm(t.address(name), seqs, deleted,
-                                             "" if deleted else "queue_down"))
+                verdict = confirms.missing_queue(deleted)
+                t.send(msg.sender, m.Confirm(t.address(name), seqs, verdict.ok, verdict.reason))
         elif isinstance(msg, (m.Consume, m.Get)):
             t.send(msg.sender, m.RpcReply(msg.req_id, False, None, 404, self._absent(name)))
         elif isinstance(msg, m.QueueOp):
@@ -313,9 +312,10 @@ class QueueHost(WorkerHost):
         text = amqp_text(404, f"home node '{self.config.node}' of durable queue '{qname}' in "
                               f"vhost '{vhost}' is down or inaccessible")
         if isinstance(msg, m.Publish):
-            seqs = [it.seq_no for it in msg.items if it.seq_no]
+            seqs = confirms.wanted(msg.items)
             if seqs and msg.sender:
-                t.send(msg.sender, m.Confirm(t.address(name), seqs, False, "queue_down"))
+                verdict = confirms.missing_queue(deleted=False)  # (not gone: paused)
+                t.send(msg.sender, m.Confirm(t.address(name), seqs, verdict.ok, verdict.reason))
         elif isinstance(msg, (m.Consume, m.Get)):
             t.send(msg.sender, m.RpcReply(msg.req_id, False, None, 404, text))
         elif isinstance(msg, m.QueueOp):

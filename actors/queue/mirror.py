@@ -45,13 +45,13 @@ import logging
 import os
 import time
 from collections import deque
-from typing import NamedTuple
 
 import pykka
 
 from actors import events, faults
 from actors import messages as m
 from actors.core import policies, quorum
+from actors.core.confirms import MirrorHold
 from actors.core.queue import Msg
 from actors.queue import quorum_log
 from actors.queue.replica_log import MEMBER, MIRROR, ReplicaLog
@@ -67,13 +67,6 @@ def wall_ms(now_mono_ms: int, expires_at: int) -> int:
     if not expires_at:
         return 0
     return int(time.time() * 1000) + (expires_at - now_mono_ms)
-
-
-class HeldConfirm(NamedTuple):
-    """Publisher confirms a master holds until its mirrors have the batch that carried them."""
-    batch: int  # the batch the confirmed messages went out in
-    channel: str  # the publishing channel's address
-    seq_nos: list  # its seq_nos to confirm
 
 
 class Masters:
@@ -95,7 +88,7 @@ class Masters:
         self.batch = 0  # batches sent
         self.items: list = []  # enqueued, not yet sent
         self.bodies: list = []
-        self.held: deque[HeldConfirm] = deque()  # confirms waiting for the mirrors, by batch
+        self.hold = MirrorHold()  # confirms waiting for the mirrors, by batch
 
     def __bool__(self):
         return bool(self.mirrors)
@@ -202,18 +195,17 @@ class Masters:
         if self.needed is not None:
             if self.needed == 0:
                 return False  # a quorum queue of one member: its own sync is the majority
-            self.flush()
-            if not self.held and self._confirmable() >= self.batch:
-                return False
-            self.held.append(HeldConfirm(self.batch, channel, seqs))
-            return True
-        if not self.mirrors:
+        elif not self.mirrors:
             return False
-        self.flush()
-        if all(st["acked"] >= self.batch for st in self.mirrors.values()):
-            return False
-        self.held.append(HeldConfirm(self.batch, channel, seqs))
-        return True
+        self.flush()  # (the batch that carries these messages goes out first)
+        return self.hold.hold(self.batch, channel, seqs, self._low())
+
+    def _low(self) -> int:
+        """The highest batch the confirms may go for: a majority's (quorum), else the one
+        every live mirror has acknowledged."""
+        if self.needed is not None:
+            return self._confirmable()
+        return min((st["acked"] for st in self.mirrors.values()), default=self.batch)
 
     def _confirmable(self) -> int:
         """Quorum: the highest batch a majority of the members has (quorum.confirmable_batch
@@ -267,15 +259,7 @@ class Masters:
         return self._release()
 
     def _release(self) -> list:
-        if self.needed is not None:
-            low = self._confirmable()
-        else:
-            low = min((st["acked"] for st in self.mirrors.values()), default=self.batch)
-        out = []
-        while self.held and self.held[0].batch <= low:
-            held = self.held.popleft()
-            out.append((held.channel, held.seq_nos))
-        return out
+        return self.hold.release(self._low())
 
 
 class _Stored:

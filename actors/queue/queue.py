@@ -20,6 +20,7 @@ import pykka
 
 from actors import events, faults
 from actors import messages as m
+from actors import metadata_ops as ops
 from actors.messages import (ChannelsDown, MirrorsDown, Paged, Persisted, PolicyChanged, Recovered,
                              Refused, Stored)
 from actors.queue.backing_queue import BackingQueue
@@ -105,7 +106,7 @@ class Effects:
             events.sync()  # (events_sync: this process's events before the confirm they back)
             self.t.send(channel, m.Confirm(self.addr, seqs, ok, reason))
             if ok:
-                self.actor.counters.confirmed(self.actor.core.confirm_on, len(seqs))
+                self.actor.counters.confirmed(self.actor.core.confirms.mode, len(seqs))
 
     def reply(self, addr, req_id, ok, result=None, code=0, text=""):
         self.t.send(addr, m.RpcReply(req_id, ok, result, code, text))
@@ -150,8 +151,8 @@ class Effects:
         dead_letter_publish(self.actor, msg, reason, new_msg_id)
 
     def delete_self(self, reason):
-        self.t.send(self.actor.node, m.Rpc(self.addr, 0, "queue.delete_self", {
-            "vhost": self.actor.vhost, "name": self.actor.qname, "reason": reason}))
+        self.t.send(self.actor.node, ops.rpc(self.addr, 0, ops.QueueDeleteSelf(
+            vhost=self.actor.vhost, name=self.actor.qname, reason=reason)))
 
     def schedule(self, at_ms):
         self.actor.timers.at(at_ms, self.actor.actor_ref, Tick())
@@ -230,8 +231,8 @@ class Queue(LightActor):
             events.emit("replica_synced", None, actor="queue", vhost=self.vhost,
                         queue=self.qname, member=member, epoch=self.epoch,
                         role="member" if self.mirrors.needed is not None else "mirror")
-        self.transport.send(self.node, m.Rpc("", 0, "queue.synced", {
-            "vhost": self.vhost, "name": self.qname, "member": member}))
+        self.transport.send(self.node, ops.rpc("", 0, ops.QueueSynced(
+            vhost=self.vhost, name=self.qname, member=member)))
 
     def policy(self) -> dict:
         """The merged definition of the policy and operator policy that apply to this queue."""
@@ -276,7 +277,7 @@ class Queue(LightActor):
             # out) is back before anyone is served: the queue registers its name (channels
             # reach it) once Recovered is in; it does not wait for it (the worker's other
             # queues keep running meanwhile)
-            limit = self.core.page_size if self.core.pageable else None
+            limit = self.core.paging.page_size if self.core.paging.pageable else None
             after = {}  # per priority, where the mirror's in-memory messages end
             for x in adopted:
                 p = min(x.entry.priority, self.core.max_priority)
@@ -567,7 +568,7 @@ class Queue(LightActor):
         # member writes every message to its index; a mirror that pages, the rest): what is in
         # memory up to a lane's paged part now, the paged part read back from the index, then
         # what is in memory after it (the lane's tail), once that lane's paged part is sent.
-        after = {p: lane.page_after for p, lane in enumerate(core.lanes) if lane.paged}
+        after = {p: lane.page_after for p, lane in enumerate(core.paging.lanes) if lane.paged}
         first, behind = [], {}
         for x in core.messages():
             if x.priority in after and x.seq_id > after[x.priority]:
@@ -577,13 +578,14 @@ class Queue(LightActor):
         # a quorum member offering the log it kept of this epoch (seq_ids this master gave)
         upto = msg.last if self.mirrors.needed is not None and msg.epoch == self.epoch \
             and 0 <= msg.last < core.next_seq_id else -1
-        self.mirrors.join(msg.mirror, msg.member, first, now, more=bool(core.paged), upto=upto)
-        if core.paged:
+        self.mirrors.join(msg.mirror, msg.member, first, now, more=bool(core.paging.paged),
+                          upto=upto)
+        if core.paging.paged:
             # each lane's paged part, up to its tail (in memory: `behind`; when persistent it
             # follows the paged part in the index too)
             lanes = [_SyncLane(p, lane.page_after, core.ready[p].tail[0].seq_id
                                if core.ready[p].tail else None)
-                     for p, lane in enumerate(core.lanes) if lane.paged]
+                     for p, lane in enumerate(core.paging.lanes) if lane.paged]
             self.sync = {"mirror": msg.mirror, "lanes": lanes, "stash": [], "sent": 0,
                          "behind": behind}
             self._sync_next()
@@ -592,7 +594,7 @@ class Queue(LightActor):
         sync = self.sync
         if sync["lanes"]:
             lane = sync["lanes"][0]
-            self.bq.tell(m.PageIn(lane.after, self.core.page_size, lane.priority, sync=True))
+            self.bq.tell(m.PageIn(lane.after, self.core.paging.page_size, lane.priority, sync=True))
             return
         self.mirrors.sync_done(sync["mirror"])
         log.info("queue '%s' in vhost '%s': %d paged-out messages synced to mirror %s",
@@ -628,7 +630,7 @@ class Queue(LightActor):
             events.sync()  # (events_sync: this process's events before the confirms they back)
         for channel, seqs in confirms:
             self.transport.send(channel, m.Confirm(self.address, seqs, True))
-            self.counters.confirmed(self.core.confirm_on, len(seqs))
+            self.counters.confirmed(self.core.confirms.mode, len(seqs))
 
     def _retry_gets(self, now) -> None:
         gets, self.pending_gets = self.pending_gets, []

@@ -32,7 +32,7 @@ def consume(q, no_ack=False):
 def test_nothing_confirmed_or_stored_on_arrival(mode):
     q, out = mk(mode, durable=True)
     pub(q, 1, 2, persistent=True)
-    assert out.of("confirm") == [] and out.of("persist") == [] and q.paged == 0
+    assert out.of("confirm") == [] and out.of("persist") == [] and q.paging.paged == 0
 
 
 def test_ack_mode_confirms_on_consumer_ack_and_nacks_on_reject():

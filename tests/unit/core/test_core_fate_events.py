@@ -50,7 +50,7 @@ def test_a_purge_is_one_event_whatever_it_removes_paged_messages_included():
     ev = Recorder()
     q, out = mk(events=ev, page_bytes=10)
     pub(q, 6)
-    assert q.paged and out.of("page_in") == []  # some are in the index only
+    assert q.paging.paged and out.of("page_in") == []  # some are in the index only
     assert q.purge() == 6
     ((mid, fields),) = ev.of("purged")
     assert mid is None and (fields["queue"], fields["count"], fields["seq_below"]) == ("q", 6, 7)

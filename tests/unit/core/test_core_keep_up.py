@@ -67,7 +67,7 @@ def test_publishers_wait_for_consumers_that_keep_up_instead_of_paging():
     assert credits(out) == before + 4
     pub(q, 1006)  # 30 bytes ready: past the budget, credit waits
     assert credits(out) == before + 4 and q.credit.owed
-    assert q.paged == 0  # (this one came before the budget was passed: in memory)
+    assert q.paging.paged == 0  # (this one came before the budget was passed: in memory)
     # the consumer acks and takes two: 10 bytes ready, the credit is paid
     q.settle(CH1, 0, [3, 4], 1007)
     assert credits(out) == before + 5 and not q.credit.owed
@@ -84,7 +84,7 @@ def test_consumers_that_keep_up_hold_the_publishers_at_a_few_messages_not_the_bu
     assert not q.credit.owed
     pub(q, 1006, body=b"x")
     pub(q, 1007, body=b"x")  # four ready: past hold_messages
-    assert q.credit.owed and q.paged == 0
+    assert q.credit.owed and q.paging.paged == 0
     q.settle(CH1, 0, [3, 4], 1008)  # two more taken: two ready, the credit is paid
     assert not q.credit.owed
 
@@ -97,7 +97,7 @@ def test_consumers_that_keep_up_hold_at_hold_bytes_below_the_budget():
         pub(q, t)  # two delivered, 20 bytes ready: not past hold_bytes
     assert not q.credit.owed
     pub(q, 1006)
-    assert q.credit.owed and q.paged == 0
+    assert q.credit.owed and q.paging.paged == 0
 
 
 def test_a_stalled_consumer_frees_the_publishers_at_the_end_of_the_window():
@@ -111,14 +111,14 @@ def test_a_stalled_consumer_frees_the_publishers_at_the_end_of_the_window():
     q.tick(3001)  # a window with no delivery: the publishers go on, the queue pages
     assert not q.credit.owed
     pub(q, 3002)
-    assert q.paged
+    assert q.paging.paged
 
 
 def test_no_consumer_never_holds_a_publisher():
     q, out = mk()
     for t in range(1, 3000, 100):
         pub(q, t)
-    assert credits(out) == 30 and q.paged and not q.credit.owed
+    assert credits(out) == 30 and q.paging.paged and not q.credit.owed
 
 
 def test_slow_consumers_leave_the_publishers_to_the_paging():
@@ -130,4 +130,4 @@ def test_slow_consumers_leave_the_publishers_to_the_paging():
     assert not q.keep_up.on
     for t in range(1002, 1100, 10):
         pub(q, t)
-    assert not q.credit.owed and q.paged
+    assert not q.credit.owed and q.paging.paged

@@ -37,7 +37,7 @@ def test_messages_past_page_bytes_stay_in_the_index_only():
     q, out = mk()
     pub(q, b"aaaaaa", b"bbbbbb", b"cccccc", b"dddddd")   # 12 bytes > 10 after the second
     assert [m.body for m in q.ready[0].items] == [b"aaaaaa", b"bbbbbb"]
-    assert (q.paged, q.paged_bytes, q.lanes[0].page_after) == (2, 12, 2)
+    assert (q.paging.paged, q.paging.paged_bytes, q.paging.lanes[0].page_after) == (2, 12, 2)
     assert [m.body for m in stored(out)] == [b"aaaaaa", b"bbbbbb", b"cccccc", b"dddddd"]
     assert q.stats()["messages"] == 4 and q.info() == (4, 0)
 
@@ -45,17 +45,17 @@ def test_messages_past_page_bytes_stay_in_the_index_only():
 def test_pages_come_back_in_order_when_memory_runs_low():
     q, out = mk()
     pub(q, *[b"%06d" % i for i in range(8)])
-    diverted = [m for m in stored(out) if m.seq_id > q.lanes[0].page_after]
+    diverted = [m for m in stored(out) if m.seq_id > q.paging.lanes[0].page_after]
     q.consume(CH1, "A", True, False, 0, 0, 0)
     q.run(0)
     assert out.of("page_in") == [(2, 3, 0)]       # after seq 2, 3 at a time, lane 0
     q.paged_in(page_of(diverted[:3]), 0, 0, 0, 0)
     q.run(0)
-    assert out.of("page_in")[-1] == (5, 3, 0) and q.paged == 3
+    assert out.of("page_in")[-1] == (5, 3, 0) and q.paging.paged == 3
     q.paged_in(page_of(diverted[3:]), 0, 0, 0, 0)
     q.run(0)
     got = [d[2] for d in out.delivered()]
-    assert got == [b"%06d" % i for i in range(8)] and q.paged == 0
+    assert got == [b"%06d" % i for i in range(8)] and q.paging.paged == 0
 
 
 def test_a_message_that_comes_while_some_are_paged_waits_in_memory_behind_them():
@@ -64,7 +64,7 @@ def test_a_message_that_comes_while_some_are_paged_waits_in_memory_behind_them()
     q, out = mk(page_bytes=1000)
     q.restore(3, [], 2, 12, 0, 0)   # as after a restart: seq 1 and 2 in the index only
     pub(q, b"x", persistent=False)
-    assert (q.ready_count, q.paged, len(q.ready[0]), stored(out)) == (1, 2, 0, [])
+    assert (q.ready_count, q.paging.paged, len(q.ready[0]), stored(out)) == (1, 2, 0, [])
     assert q.stats()["messages"] == 3
     q.consume(CH1, "A", True, False, 0, 0, 0)
     q.run(0)
@@ -74,7 +74,7 @@ def test_a_message_that_comes_while_some_are_paged_waits_in_memory_behind_them()
     q.paged_in([StoredMessage(e, e.body, True) for e in paged], 0, 0, 0, 0)
     q.run(0)
     assert [d[2] for d in out.delivered()] == [b"old1", b"old2", b"x"]
-    assert q.paged == 0 and not q.ready[0].tail
+    assert q.paging.paged == 0 and not q.ready[0].tail
     pub(q, b"y", persistent=False)  # paging is over: straight to the consumer
     q.run(0)
     assert out.delivered()[-1][2] == b"y" and stored(out) == []
@@ -87,7 +87,7 @@ def test_when_memory_fills_again_the_tail_goes_to_the_index_first_in_order():
     # a and b wait in memory behind the paged one; then memory is past 10: both go to the
     # index before c does
     assert [m.body for m in stored(out)] == [b"aaaaaa", b"bbbbbb", b"cccccc"]
-    assert (q.ready_count, q.ready_bytes, q.paged, q.paged_bytes) == (0, 0, 4, 24)
+    assert (q.ready_count, q.ready_bytes, q.paging.paged, q.paging.paged_bytes) == (0, 0, 4, 24)
     assert all(m.stored and m.pub_seq == 0 and len(m.msg_id) == 16 for m in stored(out))
     assert out.of("confirm") == [(PUB, [1, 2, 3], True)]  # transient: confirmed as they came
 
@@ -110,7 +110,7 @@ def test_a_mixed_tail_of_a_durable_queue_reaches_the_index_in_seq_id_order__R1()
     assert [m.body for m in written] == [b"a", b"b", b"c", b"dddddddddddd", b"e"]
     assert [m.seq_id for m in written] == [2, 3, 4, 5, 6]
     assert all(m.stored and len(m.msg_id) == 16 for m in written)
-    assert (q.ready_count, q.paged) == (0, 6)
+    assert (q.ready_count, q.paging.paged) == (0, 6)
     q.persisted(written)
     confirmed = sorted(s for (_, seqs, ok) in out.of("confirm") for s in seqs if ok)
     assert confirmed == [1, 2, 3, 4, 5]               # once each
@@ -121,7 +121,7 @@ def test_x_confirm_on_waiters_of_a_spilled_tail_are_kept_by_the_lane():
     q.restore(2, [], 1, 6, 0, 0)
     pub(q, b"aaaaaa", b"bbbbbb", b"cccccc", seqs=[1, 2, 3])
     assert out.of("confirm") == []
-    assert sorted(q.lanes[0].pubs.seqs) == [m.seq_id for m in stored(out)]
+    assert sorted(q.paging.lanes[0].pubs.seqs) == [m.seq_id for m in stored(out)]
     assert q.purge() == 4
     assert sorted(s for (_, seqs, ok) in out.of("confirm") for s in seqs if not ok) == [1, 2, 3]
 
@@ -130,7 +130,7 @@ def test_drop_head_reaches_the_tail_once_every_paged_message_is_owed():
     q, out = mk({"x-max-length": 1}, page_bytes=1000)
     q.restore(2, [], 1, 6, 0, 0)
     pub(q, b"a", persistent=False)   # behind the paged one: 2 > 1, the paged head is owed
-    assert (q.lanes[0].owed, q.stats()["messages"]) == (1, 1)
+    assert (q.paging.lanes[0].owed, q.stats()["messages"]) == (1, 1)
     pub(q, b"b", persistent=False)   # the paged one is owed already: a goes
     assert q.stats()["messages"] == 1 and [m.body for m in q.ready[0].tail] == [b"b"]
     q.paged_dropped(0, 1, 6, 1)
@@ -142,7 +142,7 @@ def test_a_persistent_message_paged_out_of_a_transient_queue_is_written():
     transient one (and confirmed at once), or its page would come back without it."""
     q, out = mk(durable=False)
     pub(q, b"aaaaaaaaaaa", b"b", persistent=True, seqs=[1, 2])
-    assert [m.body for m in stored(out)] == [b"b"] and q.paged == 1
+    assert [m.body for m in stored(out)] == [b"b"] and q.paging.paged == 1
     assert out.of("confirm") == [(PUB, [1, 2], True)]
 
 
@@ -162,7 +162,7 @@ def test_get_waits_for_a_page():
     pub(q, b"aaaaaaaaaaa", b"b", b"c")
     assert q.get(CH1, True, 0)[1] == b"aaaaaaaaaaa"
     assert q.get(CH1, True, 0) is WAIT
-    diverted = [m for m in stored(out) if m.seq_id > q.lanes[0].page_after]
+    diverted = [m for m in stored(out) if m.seq_id > q.paging.lanes[0].page_after]
     q.paged_in(page_of(diverted), 0, 0, 0, 0)
     item, body, count = q.get(CH1, True, 0)
     assert body == b"b" and count == 1
@@ -172,14 +172,14 @@ def test_purge_settles_paged_messages_too():
     q, out = mk()
     pub(q, b"aaaaaaaaaaa", b"b", b"c")
     assert q.purge() == 3
-    assert out.of("purge_paged") == [(1, 0)] and q.paged == 0 and q.stats()["messages"] == 0
+    assert out.of("purge_paged") == [(1, 0)] and q.paging.paged == 0 and q.stats()["messages"] == 0
 
 
 def test_dropped_stale_entries_are_counted_off():
     q, out = mk()
     q.restore(1, [], 3, 30, 0, 0)
     q.paged_in([], 3, 30, 0, 0)
-    assert (q.paged, q.paged_bytes) == (0, 0)
+    assert (q.paging.paged, q.paging.paged_bytes) == (0, 0)
 
 
 def test_restore_with_more_in_the_index():
@@ -187,7 +187,8 @@ def test_restore_with_more_in_the_index():
     first = [StoredMessage(IndexEntry(7, b"m" * 16, "x", "rk", b"", b"a", 1, 0, 0, True), b"a",
                            True)]
     q.restore(9, first, 5, 50, 0, 0)
-    assert q.ready_count == 1 and (q.paged, q.lanes[0].page_after, q.next_seq_id) == (5, 7, 9)
+    assert q.ready_count == 1
+    assert (q.paging.paged, q.paging.lanes[0].page_after, q.next_seq_id) == (5, 7, 9)
     assert q.ready[0].peek().redelivered is True
 
 
@@ -234,7 +235,7 @@ def test_a_persistent_tail_is_in_the_index_too_but_never_read_back_twice():
     q.paged_in([StoredMessage(e, e.body, True) for e in index], 0, 0, 0, 0)  # one too many
     q.run(0)
     assert [d[2] for d in out.delivered()] == [b"m1", b"m2", b"x"]
-    assert q.paged == 0 and q.stats()["messages"] == 0
+    assert q.paging.paged == 0 and q.stats()["messages"] == 0
 
 
 ACK, REQUEUE = 0, 1  # settle ops
@@ -253,12 +254,12 @@ def test_persistent_messages_are_counted_in_memory_and_paged_out():
     pub(q, b"aaaaaa", persistent=True)
     pub(q, b"tt", persistent=False)
     pub(q, b"bbbbbb", b"cccccc", persistent=True)  # past page_bytes: paged out
-    assert q.paged and _pers(q) == (3, 18)
-    diverted = [m for m in stored(out) if m.seq_id > q.lanes[0].page_after]
+    assert q.paging.paged and _pers(q) == (3, 18)
+    diverted = [m for m in stored(out) if m.seq_id > q.paging.lanes[0].page_after]
     consume(q, prefetch=10)
     q.paged_in(page_of(diverted), 0, 0, 0, 0)  # read back: counted in memory now
     q.run(0)
-    assert q.paged == 0 and _pers(q) == (3, 18) and len(q.unacked) == 4
+    assert q.paging.paged == 0 and _pers(q) == (3, 18) and len(q.unacked) == 4
     q.settle(CH1, REQUEUE, [1], 0)  # back in the queue: still counted
     assert _pers(q) == (3, 18)
     q.settle(CH1, ACK, [2, 3, 4], 0)  # one transient, two persistent

@@ -71,7 +71,7 @@ def drain(q, out, disk):
     for _ in range(1000):
         q.run(0)
         disk.serve()
-        if not q.ready_count and not q.paged:
+        if not q.ready_count and not q.paging.paged:
             break
     q.run(0)
     return [d[2] for d in out.delivered()]
@@ -83,20 +83,20 @@ def test_a_priority_queue_pages_each_priority_and_delivers_by_priority_then_orde
     bodies = [b"m%03d" % i for i in range(30)]
     prios = [(0, 5, 2)[i % 3] for i in range(30)]
     pub(q, bodies, prios)
-    assert q.paged > 0
+    assert q.paging.paged > 0
     assert {m.priority for (msgs,) in out.of("persist") for m in msgs} == {0, 2, 5}
     assert q.stats()["messages"] == 30
     got = drain(q, out, disk)
     want = [b for p in (5, 2, 0) for b, bp in zip(bodies, prios) if bp == p]
     assert got == want  # priorities respected across paged messages, each in order
-    assert q.paged == 0 and q.stats()["messages"] == 0
+    assert q.paging.paged == 0 and q.stats()["messages"] == 0
 
 
 def test_a_lower_priority_waits_while_a_higher_one_is_paged_out():
     q, out, disk = mk({"x-max-priority": 9}, page_size=2)
     pub(q, [b"low-low-low"])                           # priority 0, in memory, 11 bytes
     pub(q, [b"h1", b"h2"], [9, 9])                     # past page_bytes: paged, priority 9
-    assert len(q.ready[0]) == 1 and q.lanes[9].paged == 2
+    assert len(q.ready[0]) == 1 and q.paging.lanes[9].paged == 2
     q.consume(CH1, "A", True, False, 0, 0, 0)
     q.run(0)
     assert out.delivered() == []                        # not the in-memory priority 0 one
@@ -122,10 +122,10 @@ def test_max_length_counts_paged_messages_and_drops_a_paged_head_when_read_back(
     bodies = [b"%06d" % i for i in range(10)]
     pub(q, bodies)
     assert q.stats()["messages"] == 4                  # exact at once: the drops are owed
-    assert q.paged and q.owed
+    assert q.paging.paged and q.paging.owed
     assert out.of("drop_paged")                        # nothing needs them: dropped unread
     disk.serve()
-    assert q.owed == 0 and q.stats()["messages"] == 4 and disk.dropped
+    assert q.paging.owed == 0 and q.stats()["messages"] == 4 and disk.dropped
     assert drain(q, out, disk) == bodies[-4:]
 
 
@@ -147,14 +147,14 @@ def test_max_length_bytes_counts_paged_bytes_and_drops_on_read_back():
     bodies = [b"%06d" % i for i in range(10)]          # 6 bytes each: 3 fit
     pub(q, bodies)
     disk.serve()
-    assert q.ready_bytes + q.paged_bytes <= 20
+    assert q.ready_bytes + q.paging.paged_bytes <= 20
     assert drain(q, out, disk) == bodies[-3:]
 
 
 def test_reject_publish_counts_paged_messages():
     q, out, disk = mk({"x-max-length": 5, "x-overflow": "reject-publish"})
     pub(q, [b"%06d" % i for i in range(8)], seqs=list(range(1, 9)))
-    assert q.paged > 0 and q.stats()["messages"] == 5
+    assert q.paging.paged > 0 and q.stats()["messages"] == 5
     assert out.of("confirm") == [(PUB, [1, 2, 3, 4, 5], True), (PUB, [6, 7, 8], False)]
     assert drain(q, out, disk) == [b"%06d" % i for i in range(5)]
 

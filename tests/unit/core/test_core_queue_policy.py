@@ -82,6 +82,6 @@ def test_clearing_the_policy_lifts_the_limit_and_keeps_the_arguments():
 
 def test_a_queue_that_becomes_length_limited_goes_on_paging():
     q, _ = mk(page_bytes=10)
-    assert q.pageable
+    assert q.paging.pageable
     q.set_settings({"x-max-length": 5}, 0)
-    assert q.pageable  # classic queues v2: the limit counts paged messages too
+    assert q.paging.pageable  # classic queues v2: the limit counts paged messages too
