@@ -201,3 +201,14 @@ COLUMNS = RECORD_COLUMNS + FIELD_COLUMNS + (("extra", "string"),)
 def ddl() -> str:
     """The events DataFrame's schema as a Spark DDL string."""
     return ", ".join(f"`{name}` {typ}" for name, typ in COLUMNS)
+
+
+_TABLE = None  # this version's layout_table(), built on first use by named()
+
+
+def named(kind: str, values) -> dict:
+    """The fields of a kind's values by this version's table (tests' event recorders)."""
+    global _TABLE
+    if _TABLE is None:
+        _TABLE = layout_table()
+    return fields_of(_TABLE, CODE[kind], values)[1]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from actors.core.queue import QueueCore
 from actors.messages import PublishItem
+from spark_analysis import schema
 from core_fakes import QueueOut, Wire, cmd, publish
 from protocol import methods as am
 
@@ -26,6 +27,14 @@ class Recorder:
 
     def emit(self, kind, msg_id=None, **fields) -> None:
         self.got.append((kind, msg_id, fields))
+
+    @staticmethod
+    def keeps(msg_id) -> bool:
+        return True
+
+    def put(self, kind, msg_id, values) -> None:
+        """The hot kinds' positional values, named as a file's reader names them."""
+        self.got.append((kind, msg_id, schema.named(kind, values)))
 
     def sync(self) -> None:
         """events_sync's seam: how many events had been emitted at each call."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from actors import messages as m
 from actors.core.channel import ChannelCore, ConnInfo
+from spark_analysis import schema
 from core_fakes import NODE, ChannelOut, cmd, make_replica, publish
 from protocol import methods as am
 
@@ -28,6 +29,14 @@ class Recorder:
 
     def emit(self, kind, msg_id=None, **fields) -> None:
         self.got.append((kind, msg_id, fields))
+
+    @staticmethod
+    def keeps(msg_id) -> bool:
+        return True
+
+    def put(self, kind, msg_id, values) -> None:
+        """The hot kinds' positional values, named as a file's reader names them."""
+        self.got.append((kind, msg_id, schema.named(kind, values)))
 
     def sync(self) -> None:
         """events_sync's seam: how many events had been emitted at each call."""
