@@ -192,7 +192,7 @@ class ChannelCore:
         self.routes_version = replica.version
         # (exchange, routing key) -> the alternate exchanges a publish passes (event log only),
         # valid while the replica has the version `event_hops_version`
-        self.event_hops: dict[tuple, list] = {}
+        self.event_hops: dict[tuple, tuple | None] = {}
         self.event_hops_version = replica.version
         # direct reply-to (actors/core/direct_reply.py): the channel's consumer on
         # amq.rabbitmq.reply-to, or None
@@ -914,31 +914,33 @@ class ChannelCore:
         # the alternate exchanges it went through, when any (None: the field is left out)
         aes = self._event_hops(c.vhost, method.exchange, keys, headers) \
             if method.exchange else None
+        # (tuples, not lists: a buffered record of atoms and tuples is untracked by Python's
+        # garbage collector, while one holding a list makes every full collection walk it)
         if names or replies:
             # (a direct reply goes to its consumer's channel, named by its reply-to name)
-            put("routed", msg_id, (c.vhost, sorted([*names, *replies]), aes or None))
+            put("routed", msg_id, (c.vhost, tuple(sorted([*names, *replies])), aes))
         else:
-            put("unroutable", msg_id, (c.vhost, method.mandatory, aes or None))
+            put("unroutable", msg_id, (c.vhost, method.mandatory, aes))
             if method.mandatory:
                 put("returned", msg_id, (c.vhost,))
         if seq:
             self.seq_msg[seq] = msg_id
 
-    def _event_hops(self, vhost, exchange, keys, headers) -> list:
-        """The alternate exchanges a publish passes through (routing's walk), remembered per
-        (exchange, routing key) until the metadata changes: a header-routed or CC/BCC publish
-        is walked each time, its result depending on more than the key."""
+    def _event_hops(self, vhost, exchange, keys, headers) -> tuple | None:
+        """The alternate exchanges a publish passes through (routing's walk; None: none),
+        remembered per (exchange, routing key) until the metadata changes: a header-routed or
+        CC/BCC publish is walked each time, its result depending on more than the key."""
         if headers is not None or type(keys) is not str:
-            return self.replica.router.alternates(vhost, exchange, keys, headers)
+            return tuple(self.replica.router.alternates(vhost, exchange, keys, headers)) or None
         if self.event_hops_version != self.replica.version or \
                 len(self.event_hops) >= ROUTES_CACHED:
             self.event_hops_version = self.replica.version
             self.event_hops.clear()
-        hops = self.event_hops.get((exchange, keys))
-        if hops is None:
-            hops = self.event_hops[(exchange, keys)] = \
-                self.replica.router.alternates(vhost, exchange, keys, headers)
-        return hops
+        key = (exchange, keys)
+        if key not in self.event_hops:
+            self.event_hops[key] = \
+                tuple(self.replica.router.alternates(vhost, exchange, keys, headers)) or None
+        return self.event_hops[key]
 
     def _refused(self, method, cmd):
         raise method.error

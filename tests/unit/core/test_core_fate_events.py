@@ -5,6 +5,8 @@ tests/unit/analysis/test_fates_job.py."""
 
 from __future__ import annotations
 
+import msgpack
+
 from actors.core.queue import QueueCore
 from actors.messages import PublishItem
 from spark_analysis import schema
@@ -19,6 +21,7 @@ class Recorder:
 
     def __init__(self):
         self.got: list = []
+        self.raw: list = []  # the values put() was given, as given
         self.synced_at: list = []  # len(got) at each sync()
 
     @staticmethod
@@ -33,8 +36,10 @@ class Recorder:
         return True
 
     def put(self, kind, msg_id, values) -> None:
-        """The hot kinds' positional values, named as a file's reader names them."""
-        self.got.append((kind, msg_id, schema.named(kind, values)))
+        """The hot kinds' positional values, named as a file's reader names them (through
+        msgpack: tuples come back as lists)."""
+        self.raw.append(values)
+        self.got.append((kind, msg_id, schema.named(kind, msgpack.unpackb(msgpack.packb(values)))))
 
     def sync(self) -> None:
         """events_sync's seam: how many events had been emitted at each call."""
