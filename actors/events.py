@@ -10,8 +10,9 @@ What it owns, per OS process:
 - a run id (random 64 bits, new at every start of the process) and a sequence number that every
   event takes, kept or not: a missing number in a run's files is a hole the analysis reports;
 - one bounded buffer (a list) that `put()` and `emit()` append a tuple to, already in its
-  record's shape: no lock, no encoding, no IO on the hot path (list.append and next() of itertools.count are atomic under the GIL, so any
-  thread may emit); an event that finds it full is counted as dropped;
+  record's shape: no lock, no encoding, no IO on the hot path (list.append and next() of
+  itertools.count are atomic under the GIL, so any thread may emit); an event that finds it
+  full is counted as dropped;
 - one background thread that, every FLUSH_INTERVAL seconds or on `flush()`, takes what is in the
   buffer (a slice, then `del` of that slice: appends that race with it land after the slice),
   encodes each event as one msgpack array and appends them to
@@ -64,8 +65,8 @@ from spark_analysis import schema as layout
 
 __all__ = ["SCHEMA", "KINDS", "MESSAGE_KINDS", "COPY_KINDS", "PUBLISHER_KINDS", "PROCESS_KINDS",
            "LOG_KINDS", "DEAD_LETTER_KINDS", "REMOVAL_KINDS", "TX_KINDS", "REPLICA_KINDS", "EventLog",
-           "configure", "enabled", "emit", "put", "keeps", "written", "dropped", "run_id", "flush", "close",
-           "sync", "syncs", "SYNC_MODES",
+           "configure", "enabled", "emit", "put", "keeps", "written", "dropped", "run_id",
+           "flush", "close", "sync", "syncs", "SYNC_MODES", "SCHEMAS", "values_of",
            "parse_level", "read_file"]
 
 log = logging.getLogger("leveret.events")
@@ -94,7 +95,6 @@ REPLICA_KINDS = ("replica_enqueued", "replica_settled", "replica_dropped", "repl
 KINDS = (MESSAGE_KINDS + COPY_KINDS + PUBLISHER_KINDS + PROCESS_KINDS + LOG_KINDS +
          DEAD_LETTER_KINDS + REMOVAL_KINDS + TX_KINDS + REPLICA_KINDS)
 _CODE = layout.CODE  # kind -> its number in a record
-_LOG_CODES = frozenset(_CODE[k] for k in LOG_KINDS)
 _NAMES = {kind: fields for kind, (_, fields) in layout.LAYOUT.items()}  # kind -> field names
 _ACTOR = {kind: actor for kind, (actor, _) in layout.LAYOUT.items()}  # kind -> implied actor
 assert set(KINDS) <= set(_CODE), "every kind the writer knows has a layout"
@@ -205,6 +205,7 @@ class EventLog:
         self.file_bytes = 0  # bytes in the current file
         self.paths: list[str] = []  # every file this log wrote, oldest first
         self.written = 0  # events written so far, the log's own markers left out
+        self.marks = 0  # the log's own markers appended since the last drain
         self.lock = threading.Lock()  # one drain at a time (writer thread or flush())
         self.wake = threading.Event()  # flush()/close() wake the writer early
         self.closed = False  # close() was called
@@ -250,6 +251,7 @@ class EventLog:
         wall, mono = self.clock()
         self.append((_CODE[kind], None, wall, mono, self.next_seq(), _stamp(mono),
                      values_of(kind, fields)))
+        self.marks += 1
 
     def heartbeat(self) -> None:
         self.mark("heartbeat", {"dropped": self.dropped})
@@ -293,8 +295,10 @@ class EventLog:
                 self._write_batch(chunk[i:i + BATCH])
             self.file.flush()
             # the log's own markers are not counted: a heartbeat every second would keep the
-            # metric moving on an idle node
-            self.written += n - sum(1 for e in chunk if e[1] is None and e[0] in _LOG_CODES)
+            # metric moving on an idle node (they are appended by the draining thread, or
+            # under this lock, before it reads the buffer: a count, not a scan of the chunk)
+            marks, self.marks = self.marks, 0
+            self.written += n - marks
 
     def _write_batch(self, batch: list) -> None:
         """Encode events as one msgpack array and drop the array's header: what remains is the
