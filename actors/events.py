@@ -24,9 +24,12 @@ What it owns, per OS process:
 File format: a msgpack stream. The first object of every file is a header map (schema, node,
 process, pid, file number, boot id, wall and monotonic clocks read together, and the layout
 table: every kind's actor and fields, spark_analysis/schema.py); every following object is one
-event `[code, msg_id, wall_ns, mono_ns, seq, hlc_ns, values]`: the kind's number in that table
-and its fields' values in the table's order, no key strings (hlc_ns: the process's hybrid
-logical clock, actors/hlc.py, which orders events across processes and hosts).
+event `[code, msg_id, mono_ns, seq, hlc_ns, values]`: the kind's number in that table and its
+fields' values in the table's order, no key strings (hlc_ns: the process's hybrid logical
+clock, actors/hlc.py, which orders events across processes and hosts; the wall clock is the
+monotonic one mapped by the header's pair, one clock read per event). A record of a composite
+kind (`published`: a publish and its routing, written at one moment by one actor) stands for
+one event per part, with a sequence number and a stamp for each (seq and hlc_ns are lists).
 A stream needs no framing, and a
 file cut short by kill -9 decodes up to its last whole event (bench/events_speed.py measured it
 against length-prefixed records: docs/events.md).
@@ -65,7 +68,7 @@ from spark_analysis import schema as layout
 
 __all__ = ["SCHEMA", "KINDS", "MESSAGE_KINDS", "COPY_KINDS", "PUBLISHER_KINDS", "PROCESS_KINDS",
            "LOG_KINDS", "DEAD_LETTER_KINDS", "REMOVAL_KINDS", "TX_KINDS", "REPLICA_KINDS", "EventLog",
-           "configure", "enabled", "emit", "put", "keeps", "written", "dropped", "run_id",
+           "configure", "enabled", "emit", "put", "put_published", "keeps", "written", "dropped", "run_id",
            "flush", "close", "sync", "syncs", "SYNC_MODES", "SCHEMAS", "values_of",
            "parse_level", "read_file"]
 
@@ -95,6 +98,7 @@ REPLICA_KINDS = ("replica_enqueued", "replica_settled", "replica_dropped", "repl
 KINDS = (MESSAGE_KINDS + COPY_KINDS + PUBLISHER_KINDS + PROCESS_KINDS + LOG_KINDS +
          DEAD_LETTER_KINDS + REMOVAL_KINDS + TX_KINDS + REPLICA_KINDS)
 _CODE = layout.CODE  # kind -> its number in a record
+_PARTS = {_CODE[k]: len(parts) for k, parts in layout.PARTS.items()}  # composite code -> parts
 _NAMES = {kind: fields for kind, (_, fields) in layout.LAYOUT.items()}  # kind -> field names
 _ACTOR = {kind: actor for kind, (actor, _) in layout.LAYOUT.items()}  # kind -> implied actor
 assert set(KINDS) <= set(_CODE), "every kind the writer knows has a layout"
@@ -151,8 +155,8 @@ def new_run_id() -> str:
     return os.urandom(8).hex()
 
 
-def _clock() -> tuple[int, int]:
-    return time.time_ns(), time.monotonic_ns()
+def _clock() -> int:
+    return time.monotonic_ns()
 
 
 def _stamp(mono_ns: int) -> int:
@@ -189,10 +193,10 @@ class EventLog:
         self.max_bytes = max(1024, max_bytes)  # rotate before a file passes this size
         self.flush_interval = flush_interval  # seconds between background writes
         self.heartbeat_interval = heartbeat_interval  # seconds between heartbeats, 0: none
-        self.clock = clock  # () -> (wall_ns, mono_ns) of the log's own markers
+        self.clock = clock  # () -> mono_ns of the log's own markers
         self.boot_id = _boot_id() if boot_id is None else boot_id  # names the monotonic clock
         self.pid = os.getpid()  # in the file name and header
-        self.buf: list = []  # (code, msg_id, wall_ns, mono_ns, seq, hlc, values): records
+        self.buf: list = []  # (code, msg_id, mono_ns, seq, hlc, values): records
         self.append = self.buf.append  # bound once: the hot path's call
         self.max_buffered = max(1, max_buffered)  # the buffer's bound, in events
         self.next_seq = itertools.count().__next__  # every event's number, kept or dropped
@@ -223,22 +227,30 @@ class EventLog:
         if self.sample > 1 and msg_id is not None and zlib.crc32(msg_id) % self.sample:
             return
         mono = time.monotonic_ns()
-        self.record(kind, msg_id, time.time_ns(), mono, fields, _stamp(mono))
+        self.record(kind, msg_id, mono, fields, _stamp(mono))
 
-    def record(self, kind: str, msg_id: bytes | None, wall_ns: int, mono_ns: int,
-               fields: dict, hlc_ns: int | None = None) -> None:
-        """An event with given times (replays and synthetic logs: bench/events_scale.py; without
+    def record(self, kind: str, msg_id: bytes | None, mono_ns: int, fields: dict,
+               hlc_ns: int | None = None) -> None:
+        """An event with a given time (replays and synthetic logs: bench/events_scale.py; without
         `hlc_ns` the analysis orders it by its monotonic time)."""
-        self.record_values(kind, msg_id, wall_ns, mono_ns, values_of(kind, fields), hlc_ns)
+        self.record_values(kind, msg_id, mono_ns, values_of(kind, fields), hlc_ns)
 
-    def record_values(self, kind: str, msg_id: bytes | None, wall_ns: int, mono_ns: int,
-                      values: tuple, hlc_ns: int | None = None) -> None:
-        """`record` with the values in the layout's order (what `put` takes)."""
-        seq = self.next_seq()
-        if len(self.buf) < self.max_buffered:
-            self.append((_CODE[kind], msg_id, wall_ns, mono_ns, seq, hlc_ns, values))
+    def record_values(self, kind: str, msg_id: bytes | None, mono_ns: int, values: tuple,
+                      hlc_ns: int | None = None) -> None:
+        """`record` with the values in the layout's order (what `put` takes); a composite kind
+        takes a sequence number per part, and its parts share `hlc_ns` plus 0, 1, ..."""
+        code = _CODE[kind]
+        parts = _PARTS.get(code)
+        if parts is None:
+            seq = self.next_seq()
         else:
-            self.overflow()
+            seq = tuple(self.next_seq() for _ in range(parts))
+            hlc_ns = None if hlc_ns is None else tuple(range(hlc_ns, hlc_ns + parts))
+        if len(self.buf) < self.max_buffered:
+            self.append((code, msg_id, mono_ns, seq, hlc_ns, values))
+        else:
+            for _ in range(parts or 1):
+                self.overflow()
 
     def overflow(self) -> None:
         """An event found the buffer full: its sequence number is spent, so the hole shows."""
@@ -248,8 +260,8 @@ class EventLog:
     def mark(self, kind: str, fields: dict) -> None:
         """One of the log's own events (LOG_KINDS): past the bound, so a full buffer cannot
         hide a heartbeat or the report of its own drops."""
-        wall, mono = self.clock()
-        self.append((_CODE[kind], None, wall, mono, self.next_seq(), _stamp(mono),
+        mono = self.clock()
+        self.append((_CODE[kind], None, mono, self.next_seq(), _stamp(mono),
                      values_of(kind, fields)))
         self.marks += 1
 
@@ -394,8 +406,9 @@ class EventLog:
 def read_file(path: str):
     """(header, iterator of events) of one .events file; a truncated tail ends the iterator.
     Every event comes as [kind, msg_id, wall_ns, mono_ns, fields, seq, hlc_ns] (a v2 record
-    mapped back through its header's table; absent values left out of `fields`), from v1
-    files too. For tests and tools; spark_analysis/reader.py decodes the same format column
+    mapped back through its header's table, a composite one as its parts, wall_ns its
+    monotonic time mapped by the header; absent values left out of `fields`), from v1 files
+    too. For tests and tools; spark_analysis/reader.py decodes the same format column
     by column."""
     f = open(path, "rb")
     unpacker = msgpack.Unpacker(f, raw=False, max_buffer_size=1 << 30)
@@ -408,10 +421,16 @@ def read_file(path: str):
         f.close()
         raise ValueError(f"{path}: not a {' or '.join(SCHEMAS)} file")
     table = header.get("kinds") if header["schema"] == SCHEMA else None
+    offset = header.get("wall_ns", 0) - header.get("mono_ns", 0)
 
     def v2(rec):
-        kind, fields = layout.fields_of(table, rec[0], rec[6])
-        return [kind, rec[1], rec[2], rec[3], fields, rec[4], rec[5]]
+        code, mid, mono, seq, stamp, values = rec
+        for i, (kind, fields) in enumerate(layout.parts_of(table, code, values)):
+            if type(seq) is list:
+                yield [kind, mid, mono + offset, mono, fields, seq[i],
+                       stamp[i] if type(stamp) is list else stamp]
+            else:
+                yield [kind, mid, mono + offset, mono, fields, seq, stamp]
 
     def events():
         with f:
@@ -419,7 +438,8 @@ def read_file(path: str):
                 if table is None:
                     yield from unpacker
                 else:
-                    yield from map(v2, unpacker)
+                    for rec in unpacker:
+                        yield from v2(rec)
             except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError):
                 return
 
@@ -432,10 +452,11 @@ _sample = 0  # 0 off, 1 full, N sampled:N -- read by emit()
 _sync_mode = 0  # events_sync: 0 off, 1 write, 2 fsync -- read by sync()
 _append = _drop = lambda event: None  # the log's buf.append while on
 _code = _CODE  # kind -> record code (a module global read on the hot path)
+_PUBLISHED = _CODE["published"]
 _next_seq = _overflow = lambda: 0  # the log's sequence numbers and drop counter while on
 _buf: list = []  # the log's buffer while on (len() of it is cheaper than a bound __len__)
 _max_buffered = 0  # the log's bound while on
-_crc32, _wall, _mono = zlib.crc32, time.time_ns, time.monotonic_ns
+_crc32, _mono = zlib.crc32, time.monotonic_ns
 _run = (0, "")  # (pid, run id): a forked child is a new run
 _at = hlc.clock().at  # this process's hybrid clock (replaced by a test-only skew)
 
@@ -494,8 +515,9 @@ def keeps(msg_id: bytes | None) -> bool:
 
 def put(kind: str, msg_id: bytes | None, values: tuple) -> None:
     """Append one event with its fields' values in the layout's order (schema.LAYOUT: the
-    per-message kinds' hot path, no keyword map to build or encode); wall and monotonic time
-    and the next sequence number are taken here, encoding and IO later on the log's thread.
+    per-message kinds' hot path, no keyword map to build or encode); the monotonic time, the
+    hybrid clock's stamp and the next sequence number are taken here, encoding and IO later
+    on the log's thread.
     Values: str, int, float, bool, bytes, None, lists/tuples of them. A full buffer drops the
     event and counts it."""
     if _sample != 1:
@@ -504,8 +526,24 @@ def put(kind: str, msg_id: bytes | None, values: tuple) -> None:
     seq = _next_seq()
     if len(_buf) < _max_buffered:
         mono = _mono()
-        _append((_code[kind], msg_id, _wall(), mono, seq, _at(mono), values))
+        _append((_code[kind], msg_id, mono, seq, _at(mono), values))
     else:
+        _overflow()
+
+
+def put_published(msg_id: bytes | None, values: tuple) -> None:
+    """A publish and its routing as one record (the composite kind `published`: the fields of
+    publish_received, then routed's): one call, one clock read and one record where two events
+    took two, each part with its own sequence number and stamp."""
+    if _sample != 1:
+        if not _sample or (msg_id is not None and _crc32(msg_id) % _sample):
+            return
+    seq = (_next_seq(), _next_seq())
+    if len(_buf) < _max_buffered:
+        mono = _mono()
+        _append((_PUBLISHED, msg_id, mono, seq, (_at(mono), _at(mono)), values))
+    else:
+        _overflow()
         _overflow()
 
 

@@ -142,7 +142,7 @@ def bench_writer(n: int, directory: str) -> tuple[float, float]:
     lg = events.EventLog(directory, "bench", "writer", flush_interval=3600)
     now, mono = time.time_ns(), time.monotonic_ns()
     for i, mid in enumerate(_ids(n)):
-        lg.record_values("delivered", mid, now + i, mono + i, (
+        lg.record_values("delivered", mid, mono + i, (
             "/", "orders", "127.0.0.1:5672/1", 3, "ctag-1", i, False, False, None))
     t0 = time.perf_counter_ns()
     lg.flush()

@@ -136,12 +136,26 @@ def _json_default(obj):
 
 
 def _slots(table) -> list | None:
-    """A v2 header's layout table as, per code, (kind, actor, column index or -1 per field,
-    field names); None when the header has no usable table."""
+    """A v2 header's layout table as, per code, its parts: [(kind, actor, [(value index,
+    column index or -1, field name)], declared fields)], one part for an ordinary kind, one per
+    part kind for a composite one (which takes the values of the fields its part declares);
+    None when the header has no usable table."""
     try:
-        return [(str(kind), actor, [FIELD_INDEX.get(n, -1) for n in names], list(names))
-                for kind, actor, names in table]
-    except (TypeError, ValueError):
+        by_kind = {str(e[0]): e for e in table}
+        out = []
+        for entry in table:
+            names = list(entry[2])
+            parts = entry[3] if len(entry) > 3 else [entry[0]]
+            slots = []
+            for part in parts:
+                _, actor, own = by_kind[part][:3]
+                own = set(own)
+                slots.append((str(part), actor, [(i, FIELD_INDEX.get(n, -1), n)
+                                                 for i, n in enumerate(names) if n in own],
+                              len(names)))
+            out.append(slots)
+        return out
+    except (TypeError, ValueError, KeyError, IndexError):
         return None
 
 
@@ -163,8 +177,9 @@ def decode(data: bytes, path: str, offset: int | None, batch_size: int = BATCH,
         slots = _slots(header.get("kinds"))
         if slots is None:
             return
+    own_offset = int(header.get("wall_ns", 0)) - int(header.get("mono_ns", 0))
     if offset is None:
-        offset = int(header.get("wall_ns", 0)) - int(header.get("mono_ns", 0))
+        offset = own_offset
     node, process = str(header.get("node", "")), str(header.get("process", ""))
     pid, name = int(header.get("pid", 0) or 0), posixpath.basename(path)
     run_id = header.get("run_id")
@@ -175,59 +190,76 @@ def decode(data: bytes, path: str, offset: int | None, batch_size: int = BATCH,
     try:
         while skip > 0:
             rec = next(it)
-            if type(rec) is list and len(rec) >= (5 if slots is None else 7):
-                skip -= 1
+            if slots is None:
+                if type(rec) is list and len(rec) >= 5:
+                    skip -= 1
+            elif type(rec) is list and len(rec) >= 6:
+                try:
+                    skip -= len(slots[rec[0]])  # (a composite record's rows are stored together)
+                except (IndexError, TypeError):
+                    pass
     except (StopIteration, ValueError, msgpack.UnpackException):
         return
     while not done:
         kinds, mids, walls, monos, seqs, hlcs = [], [], [], [], [], []
-        cols = [[None] * batch_size for _ in range(nfields)]
-        extras: list = [None] * batch_size
+        # (room for a composite record's parts past the batch's size)
+        cols = [[None] * (batch_size + 8) for _ in range(nfields)]
+        extras: list = [None] * (batch_size + 8)
         i = 0
         try:
             for rec in it:
                 if slots is not None:
-                    # v2: [code, msg_id, wall, mono, seq, hlc, values]
-                    if type(rec) is not list or len(rec) < 7:
+                    # v2: [code, msg_id, mono, seq, hlc, values]
+                    if type(rec) is not list or len(rec) < 6:
                         continue  # not an event record: skipped
                     try:
-                        kind, actor, where, names = slots[rec[0]]
-                        values = rec[6]
+                        parts = slots[rec[0]]
+                        mid, mono, seq, stamp, values = rec[1], rec[2], rec[3], rec[4], rec[5]
                         nvals = len(values)
                     except (IndexError, TypeError):
                         continue
-                    kinds.append(kind)
-                    mids.append(rec[1])
-                    walls.append(rec[2])
-                    monos.append(rec[3])
-                    seqs.append(rec[4])
-                    hlcs.append(rec[5])
-                    if actor is not None:
-                        cols[_ACTOR][i] = actor
-                    extra = None
-                    for j, v, n in zip(where, values, names):
-                        if v is None:
-                            continue
-                        if j >= 0:
-                            cols[j][i] = v
+                    many = type(seq) is list
+                    for p, (kind, actor, where, declared) in enumerate(parts):
+                        kinds.append(kind)
+                        mids.append(mid)
+                        walls.append(None if mono is None else mono + own_offset)
+                        monos.append(mono)
+                        if many:
+                            seqs.append(seq[p] if p < len(seq) else None)
+                            hlcs.append(stamp[p] if type(stamp) is list and p < len(stamp)
+                                        else None)
                         else:
-                            if extra is None:
-                                extra = {}
-                            extra[n] = v
-                    if nvals > len(names) and type(values[-1]) is dict:
-                        # fields the table does not declare (or another actor than the kind's)
-                        for k, v in values[-1].items():
-                            j = index.get(k)
-                            if j is None:
+                            seqs.append(seq)
+                            hlcs.append(stamp)
+                        if actor is not None:
+                            cols[_ACTOR][i] = actor
+                        extra = None
+                        for k, j, n in where:
+                            if k >= nvals:
+                                break
+                            v = values[k]
+                            if v is None:
+                                continue
+                            if j >= 0:
+                                cols[j][i] = v
+                            else:
                                 if extra is None:
                                     extra = {}
-                                extra[k] = v
-                            else:
-                                cols[j][i] = v
-                    if extra is not None:
-                        extras[i] = json.dumps(extra, default=_json_default)
-                    i += 1
-                    if i == batch_size:
+                                extra[n] = v
+                        if nvals > declared and type(values[-1]) is dict:
+                            # fields the table does not declare (or another actor)
+                            for k, v in values[-1].items():
+                                j = index.get(k)
+                                if j is None:
+                                    if extra is None:
+                                        extra = {}
+                                    extra[k] = v
+                                else:
+                                    cols[j][i] = v
+                        if extra is not None:
+                            extras[i] = json.dumps(extra, default=_json_default)
+                        i += 1
+                    if i >= batch_size:
                         break
                     continue
                 if type(rec) is not list or len(rec) < 5:
@@ -260,7 +292,7 @@ def decode(data: bytes, path: str, offset: int | None, batch_size: int = BATCH,
             done = True  # a damaged tail: keep what came before it
         if not i:
             break
-        if i < batch_size:
+        if i < len(extras):
             cols = [c[:i] for c in cols]
             extras = extras[:i]
         kind_arr = _array(kinds, pa.string())

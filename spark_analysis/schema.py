@@ -51,10 +51,11 @@ STATE_KINDS = ("enqueued", "requeued", "delivered", "fetched", "acked", "nacked"
 
 # The v2 record layout: each kind's actor (None: the kind has none, or several and then `actor`
 # is one of its fields) and its fields in record order. A record is
-# [code, msg_id, wall_ns, mono_ns, seq, hlc_ns, [values in this order]], code the kind's index
-# in KIND_ORDER; a value past the declared ones, when a map, holds fields the table does not
-# declare. Every file header carries this table (`kinds`), so a reader decodes a file by the
-# table it was written with: append new fields at the end of a kind and new kinds at the end.
+# [code, msg_id, mono_ns, seq, hlc_ns, [values in this order]], code the kind's index in
+# KIND_ORDER + COMPOSITE_KINDS; a value past the declared ones, when a map, holds fields the
+# table does not declare. Every file header carries this table (`kinds`), so a reader decodes a
+# file by the table it was written with: append new fields at the end of a kind and new kinds
+# at the end.
 LAYOUT = {
     "publish_received": ("channel", ("vhost", "connection", "channel", "seq_no", "exchange",
                                      "routing_key", "message_id", "persistent", "size",
@@ -107,24 +108,48 @@ LAYOUT = {
     "replica_dropped": ("mirror", ("vhost", "queue", "role", "reason", "count", "epoch")),
     "replica_synced": ("queue", ("vhost", "queue", "member", "role", "epoch")),
     "promoted": ("queue", ("vhost", "queue", "epoch", "role", "count")),
+    # composite: a publish and its routing, one record of the channel (PARTS)
+    "published": ("channel", ("vhost", "connection", "channel", "seq_no", "exchange",
+                              "routing_key", "message_id", "persistent", "size",
+                              "correlation_id", "traceparent", "queues",
+                              "alternate_exchanges")),
 }
-CODE = {kind: i for i, kind in enumerate(KIND_ORDER)}  # a kind's number in v2 records
+# Composite kinds: one record that stands for several events of one actor at one moment (its
+# seq and hlc_ns are lists, one per part); each part takes the fields its own kind declares.
+# Never a row of the job: the reader gives the parts.
+PARTS = {"published": ("publish_received", "routed")}
+COMPOSITE_KINDS = tuple(PARTS)
+CODE = {kind: i for i, kind in enumerate(KIND_ORDER + COMPOSITE_KINDS)}  # number in records
 
 
 def layout_table() -> list:
-    """The table a v2 file header carries: [[kind, actor, [field, ...]], ...] by code."""
-    return [[kind, LAYOUT[kind][0], list(LAYOUT[kind][1])] for kind in KIND_ORDER]
+    """The table a v2 file header carries, by code: [kind, actor, [field, ...]] and, for a
+    composite kind, a fourth element: its parts' kinds."""
+    return [[kind, LAYOUT[kind][0], list(LAYOUT[kind][1])] +
+            ([list(PARTS[kind])] if kind in PARTS else [])
+            for kind in KIND_ORDER + COMPOSITE_KINDS]
 
 
-def fields_of(table: list, code: int, values) -> tuple[str, dict]:
-    """(kind, {field: value}) of a v2 record's code and values, by a header's table: the
-    actor as a field, absent values (None) left out, undeclared fields merged in."""
-    kind, actor, names = table[code]
+def parts_of(table: list, code: int, values) -> list[tuple[str, dict]]:
+    """[(kind, {field: value})] of a v2 record's code and values, by a header's table: the
+    actor as a field, absent values (None) left out, undeclared fields merged in; a composite
+    record gives one pair per part, each with the fields its kind declares."""
+    entry = table[code]
+    kind, actor, names = entry[0], entry[1], entry[2]
     fields = {} if actor is None else {"actor": actor}
     fields.update((n, v) for n, v in zip(names, values) if v is not None)
     if len(values) > len(names) and isinstance(values[-1], dict):
         fields.update(values[-1])
-    return kind, fields
+    if len(entry) < 4:
+        return [(kind, fields)]
+    by_kind = {e[0]: e for e in table}
+    out = []
+    for part in entry[3]:
+        _, part_actor, part_names = by_kind[part][:3]
+        own = {} if part_actor is None else {"actor": part_actor}
+        own.update((n, fields[n]) for n in part_names if n in fields)
+        out.append((part, own))
+    return out
 
 
 # Event fields that become columns, with their Spark SQL types; anything else goes, as JSON,
@@ -206,9 +231,10 @@ def ddl() -> str:
 _TABLE = None  # this version's layout_table(), built on first use by named()
 
 
-def named(kind: str, values) -> dict:
-    """The fields of a kind's values by this version's table (tests' event recorders)."""
+def named(kind: str, values) -> list[tuple[str, dict]]:
+    """[(kind, fields)] of a kind's values by this version's table, a composite kind's parts
+    (tests' event recorders)."""
     global _TABLE
     if _TABLE is None:
         _TABLE = layout_table()
-    return fields_of(_TABLE, CODE[kind], values)[1]
+    return parts_of(_TABLE, CODE[kind], values)

@@ -26,6 +26,10 @@ class NoEvents:
         pass
 
     @staticmethod
+    def put_published(msg_id, values) -> None:
+        pass
+
+    @staticmethod
     def emit(kind, msg_id=None, **fields) -> None:
         pass
 

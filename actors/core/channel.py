@@ -907,19 +907,24 @@ class ChannelCore:
                        keys="", headers=None) -> None:
         c = self.conn
         trace = headers.get("traceparent") if headers else None  # W3C trace context
-        put = self.events.put
-        put("publish_received", msg_id, (
-            c.vhost, c.owner, self.number, seq, method.exchange, method.routing_key,
-            props.message_id, persistent, size, props.correlation_id, trace))
         # the alternate exchanges it went through, when any (None: the field is left out)
         aes = self._event_hops(c.vhost, method.exchange, keys, headers) \
             if method.exchange else None
         # (tuples, not lists: a buffered record of atoms and tuples is untracked by Python's
         # garbage collector, while one holding a list makes every full collection walk it)
         if names or replies:
-            # (a direct reply goes to its consumer's channel, named by its reply-to name)
-            put("routed", msg_id, (c.vhost, tuple(sorted([*names, *replies])), aes))
+            # publish_received and routed in one record (a direct reply goes to its consumer's
+            # channel, named by its reply-to name)
+            queues = tuple(names) if len(names) == 1 and not replies else \
+                tuple(sorted([*names, *replies]))
+            self.events.put_published(msg_id, (
+                c.vhost, c.owner, self.number, seq, method.exchange, method.routing_key,
+                props.message_id, persistent, size, props.correlation_id, trace, queues, aes))
         else:
+            put = self.events.put
+            put("publish_received", msg_id, (
+                c.vhost, c.owner, self.number, seq, method.exchange, method.routing_key,
+                props.message_id, persistent, size, props.correlation_id, trace))
             put("unroutable", msg_id, (c.vhost, method.mandatory, aes))
             if method.mandatory:
                 put("returned", msg_id, (c.vhost,))

@@ -28,7 +28,6 @@ class Sim:
     def __init__(self, root: str, chan_node: str = "leveret@a", queue_node: str = "leveret@b",
                  queue_buffer: int = 1 << 20):
         self.mono = time.monotonic_ns()  # virtual monotonic clock
-        self.offset = time.time_ns() - time.monotonic_ns()  # wall = mono + offset
         self.root = root
         self.queue_node = queue_node
         self.chan = self._log(chan_node, "conn-0")
@@ -52,8 +51,8 @@ class Sim:
         return EventLog(folder, node, process, flush_interval=3600, heartbeat_interval=0,
                         clock=self.now, **kw)
 
-    def now(self) -> tuple[int, int]:
-        return self.mono + self.offset, self.mono
+    def now(self) -> int:
+        return self.mono
 
     def kill_queue_process(self) -> None:
         """What kill -9 of the queue process leaves: its files as last flushed, no
@@ -71,7 +70,7 @@ class Sim:
     def _emit(self, log: EventLog, kind: str, mid, **fields) -> None:
         self.mono += 1_000_000  # every event 1 ms after the previous one
         fields.setdefault("vhost", VHOST)
-        log.record(kind, mid, self.mono + self.offset, self.mono, fields)
+        log.record(kind, mid, self.mono, fields)
 
     def close(self) -> None:
         for lg in (self.chan, self.queue, self.node):

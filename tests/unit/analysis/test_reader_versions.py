@@ -1,6 +1,7 @@
 """The reader and read_file on both file versions: v2 records (the kind's number and its values
-in the order of the table the file's header carries) and v1 records (field maps) of older
-writers give the same columns. Without Spark (reader.read_dir decodes as the executors do)."""
+in the order of the table the file's header carries; a composite record for a publish and its
+routing) and v1 records (field maps) of older writers give the same columns. Without Spark
+(reader.read_dir decodes as the executors do)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from spark_analysis import reader
 from spark_analysis import schema as S
 
 MID = bytes(range(16))
-# (kind, msg_id, wall, mono, fields, hlc): what the actors write on a message's path, and a
-# field no table declares, and a kind whose actor is one of its fields
+OFFSET = 900  # the headers' wall - mono
+# (kind, msg_id, wall, mono, fields, hlc): what the actors write on a message's path (a publish
+# and its routing at one moment), a field no table declares, a kind whose actor is a field
 EVENTS = [
     ("publish_received", MID, 1_000, 100, dict(
         actor="channel", vhost="/", connection="c1", channel=1, seq_no=3, exchange="x",
         routing_key="k", message_id="m-1", persistent=True, size=10), 5_000),
-    ("routed", MID, 1_001, 101, dict(actor="channel", vhost="/", queues=["q"],
+    ("routed", MID, 1_000, 100, dict(actor="channel", vhost="/", queues=["q"],
                                      alternate_exchanges=["ae"]), 5_001),
     ("enqueued", MID, 1_002, 102, dict(actor="queue", vhost="/", queue="q", seq_id=7,
                                        paged=False, durable=True, epoch=0), 5_002),
@@ -35,19 +37,31 @@ EVENTS = [
 
 def _v1_file(path):
     header = {"schema": S.SCHEMA_V1, "node": "n", "process": "p", "pid": 1, "file_no": 0,
-              "boot_id": "b", "wall_ns": 900, "mono_ns": 0, "sample": 1, "run_id": "r"}
+              "boot_id": "b", "wall_ns": OFFSET, "mono_ns": 0, "sample": 1, "run_id": "r"}
     with open(path, "wb") as f:
         f.write(msgpack.packb(header))
         for seq, (kind, mid, wall, mono, fields, stamp) in enumerate(EVENTS, 1):
+            assert wall == mono + OFFSET  # (as a v2 reader derives it)
             f.write(msgpack.packb([kind, mid, wall, mono, fields, seq, stamp]))
 
 
 def _v2_file(directory):
     lg = events.EventLog(str(directory), "n", "p", flush_interval=3600, heartbeat_interval=0,
-                         run_id="r", boot_id="b")
-    for kind, mid, wall, mono, fields, stamp in EVENTS:
-        lg.record(kind, mid, wall, mono, dict(fields), stamp)
+                         run_id="r", boot_id="b", clock=lambda: 0)
+    (_, mid, _, mono, published, stamp), (_, _, _, _, routed, _) = EVENTS[:2]
+    lg.record("published", mid, mono, dict(published, **routed), stamp)
+    for kind, mid, wall, mono, fields, stamp in EVENTS[2:]:
+        lg.record(kind, mid, mono, dict(fields), stamp)
     lg.close()
+    with open(lg.paths[0], "r+b") as f:  # the header's clocks as the v1 file's
+        data = f.read()
+        unpacker = msgpack.Unpacker()
+        unpacker.feed(data)
+        header = next(unpacker)
+        rest = data[unpacker.tell():]
+    header.update(wall_ns=OFFSET, mono_ns=0)
+    with open(lg.paths[0], "wb") as f:
+        f.write(msgpack.packb(header) + rest)
     return lg.paths[0]
 
 
@@ -64,6 +78,8 @@ def test_v2_and_v1_files_give_the_same_columns(tmp_path):
     old, new = _rows(tmp_path / "v1"), _rows(v2)
     assert [r["kind"] for r in new] == [e[0] for e in EVENTS]
     assert new == old
+    assert [r["seq"] for r in new] == list(range(1, len(EVENTS) + 1))
+    assert [r["t_ns"] for r in new[:2]] == [5_000, 5_001]  # a stamp for each part
     assert new[0]["actor"] == "channel" and new[0]["message_id"] == "m-1"
     assert new[1]["alternate_exchanges"] == ["ae"] and new[1]["queues"] == ["q"]
     assert new[3]["extra"] == '{"novel": "x"}' and new[4]["actor"] == "node"
@@ -90,9 +106,9 @@ def test_a_file_is_decoded_by_the_table_its_header_carries(tmp_path):
               "kinds": table}
     with open(tmp_path / "x.events", "wb") as f:
         f.write(msgpack.packb(header))
-        f.write(msgpack.packb([1, MID, 1_000, 100, 1, 5_000, ["/", "q", 4, True]]))
-        f.write(msgpack.packb([0, None, 1_001, 101, 2, 5_001, ["/"]]))
-        f.write(msgpack.packb([9, None, 1_002, 102, 3, 5_002, ["/"]]))  # no such code: skipped
+        f.write(msgpack.packb([1, MID, 100, 1, 5_000, ["/", "q", 4, True]]))
+        f.write(msgpack.packb([0, None, 101, 2, 5_001, ["/"]]))
+        f.write(msgpack.packb([9, None, 102, 3, 5_002, ["/"]]))  # no such code: skipped
     rows = reader.read_dir(str(tmp_path)).to_pylist()
     assert [(r["kind"], r["rank"] == len(S.KIND_ORDER)) for r in rows] == \
         [("acked", False), ("brand_new", True)]

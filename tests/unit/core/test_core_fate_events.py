@@ -39,7 +39,11 @@ class Recorder:
         """The hot kinds' positional values, named as a file's reader names them (through
         msgpack: tuples come back as lists)."""
         self.raw.append(values)
-        self.got.append((kind, msg_id, schema.named(kind, msgpack.unpackb(msgpack.packb(values)))))
+        values = msgpack.unpackb(msgpack.packb(values))
+        self.got += [(k, msg_id, fields) for k, fields in schema.named(kind, values)]
+
+    def put_published(self, msg_id, values) -> None:
+        self.put("published", msg_id, values)
 
     def sync(self) -> None:
         """events_sync's seam: how many events had been emitted at each call."""
