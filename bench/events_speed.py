@@ -159,8 +159,8 @@ def bench_formats(n: int) -> dict[str, float]:
     ids = _ids(n)
     pack = msgpack.Packer().pack
     out = {}
-    v2 = [(9, mid, now + i, mono + i, i, now + i, ("/", "orders", "127.0.0.1:5672/1", 3,
-                                                   "ctag-1", i, False, False, None))
+    v2 = [(9, mid, mono + i, i, now + i, ("/", "orders", "127.0.0.1:5672/1", 3, "ctag-1", i,
+                                          False, False, None))
           for i, mid in enumerate(ids)]
     t0 = time.perf_counter_ns()
     stream = b"".join(map(pack, v2))
