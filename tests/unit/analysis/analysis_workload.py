@@ -28,6 +28,7 @@ class Sim:
     def __init__(self, root: str, chan_node: str = "leveret@a", queue_node: str = "leveret@b",
                  queue_buffer: int = 1 << 20):
         self.mono = time.monotonic_ns()  # virtual monotonic clock
+        self.offset = time.time_ns() - time.monotonic_ns()  # wall = mono + offset
         self.root = root
         self.queue_node = queue_node
         self.chan = self._log(chan_node, "conn-0")
@@ -49,9 +50,12 @@ class Sim:
         """A process run's log on the virtual clock (its markers too), no timed heartbeats."""
         folder = os.path.join(self.root, node.replace("@", "_"), "events")
         return EventLog(folder, node, process, flush_interval=3600, heartbeat_interval=0,
-                        clock=self.now, **kw)
+                        clock=self.mono_now, **kw)
 
-    def now(self) -> int:
+    def now(self) -> tuple[int, int]:
+        return self.mono + self.offset, self.mono
+
+    def mono_now(self) -> int:
         return self.mono
 
     def kill_queue_process(self) -> None:
