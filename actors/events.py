@@ -100,6 +100,7 @@ KINDS = (MESSAGE_KINDS + COPY_KINDS + PUBLISHER_KINDS + PROCESS_KINDS + LOG_KIND
 _CODE = layout.CODE  # kind -> its number in a record
 _PARTS = {_CODE[k]: len(parts) for k, parts in layout.PARTS.items()}  # composite code -> parts
 _NAMES = {kind: fields for kind, (_, fields) in layout.LAYOUT.items()}  # kind -> field names
+_NAME_SETS = {kind: frozenset(fields) for kind, fields in _NAMES.items()}  # for emit()'s check
 _ACTOR = {kind: actor for kind, (actor, _) in layout.LAYOUT.items()}  # kind -> implied actor
 assert set(KINDS) <= set(_CODE), "every kind the writer knows has a layout"
 
@@ -168,8 +169,9 @@ def values_of(kind: str, fields: dict) -> tuple:
     kind's own and fields the layout does not declare go into one trailing map."""
     names = _NAMES[kind]
     values = tuple(map(fields.get, names))
-    if len(fields) > len(names) or not fields.keys() <= set(names):
-        extra = {k: v for k, v in fields.items() if k not in names and v is not None and
+    known = _NAME_SETS[kind]
+    if not fields.keys() <= known:
+        extra = {k: v for k, v in fields.items() if k not in known and v is not None and
                  not (k == "actor" and v == _ACTOR[kind])}
         if extra:
             values += (extra,)
