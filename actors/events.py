@@ -68,8 +68,9 @@ from spark_analysis import schema as layout
 
 __all__ = ["SCHEMA", "KINDS", "MESSAGE_KINDS", "COPY_KINDS", "PUBLISHER_KINDS", "PROCESS_KINDS",
            "LOG_KINDS", "DEAD_LETTER_KINDS", "REMOVAL_KINDS", "TX_KINDS", "REPLICA_KINDS", "EventLog",
-           "configure", "enabled", "emit", "put", "put_published", "keeps", "written", "dropped", "run_id",
-           "flush", "close", "sync", "syncs", "SYNC_MODES", "SCHEMAS", "values_of",
+           "configure", "enabled", "emit", "put", "put_published", "keeps", "written",
+           "dropped", "run_id", "flush", "close", "sync", "syncs", "SYNC_MODES", "SCHEMAS",
+           "values_of",
            "parse_level", "read_file"]
 
 log = logging.getLogger("leveret.events")

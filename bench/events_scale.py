@@ -5,8 +5,9 @@
 Generation: W worker processes (default: one per CPU), each playing one node's channel process
 and queue process (`leveret@nK`, conn-K and queue-K) with the fields the actors emit, and
 writing through actors/events.py (EventLog.record: the v2 records the broker writes, a routed
-publish as one `published` record as the channel writes it; 64 MiB files), with a virtual clock: messages published at --rate per second
-per worker, each step a few hundred microseconds after the previous one. The mix, per message:
+publish as one `published` record as the channel writes it; 64 MiB files), with a virtual
+clock: messages published at --rate per second per worker, each step a few hundred
+microseconds after the previous one. The mix, per message:
 82% published, routed, enqueued, confirmed, delivered, acked (persistent half of them, with
 stored + synced: 6 or 8 events); 5% nacked once with requeue, redelivered, acked; 3% expired;
 2% rejected to a dead-letter queue; 2% dropped by overflow; 5% still queued at the end;
