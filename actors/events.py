@@ -1,4 +1,4 @@
-"""Lifecycle event log: the per-process writer (schema "leveret-events v1", docs/events.md).
+"""Lifecycle event log: the per-process writer (schema "leveret-events v2", docs/events.md).
 
 RabbitMQ's firehose (rabbit_trace) republishes publishes and deliveries to an exchange and stamps
 them when the tracer reads them; this log records every step of a message (publish received,
@@ -9,9 +9,10 @@ every node per message.
 What it owns, per OS process:
 - a run id (random 64 bits, new at every start of the process) and a sequence number that every
   event takes, kept or not: a missing number in a run's files is a hole the analysis reports;
-- one bounded buffer (a list) that `emit()` appends a tuple to: no lock, no encoding, no IO on
-  the hot path (list.append and next() of itertools.count are atomic under the GIL, so any
-  thread may emit); an event that finds it full is counted as dropped;
+- one bounded buffer (a list) that `put()` and `emit()` append a tuple to, already in its
+  record's shape: no lock, no encoding, no IO on the hot path (list.append and next() of
+  itertools.count are atomic under the GIL, so any thread may emit); an event that finds it
+  full is counted as dropped;
 - one background thread that, every FLUSH_INTERVAL seconds or on `flush()`, takes what is in the
   buffer (a slice, then `del` of that slice: appends that race with it land after the slice),
   encodes each event as one msgpack array and appends them to
@@ -21,9 +22,14 @@ What it owns, per OS process:
   were dropped, `process_stop` last on a clean close (a run without it ended in a crash).
 
 File format: a msgpack stream. The first object of every file is a header map (schema, node,
-process, pid, file number, boot id, wall and monotonic clocks read together); every following
-object is one event `[kind, msg_id, wall_ns, mono_ns, fields, seq, hlc_ns]` (hlc_ns: the
-process's hybrid logical clock, actors/hlc.py, which orders events across processes and hosts).
+process, pid, file number, boot id, wall and monotonic clocks read together, and the layout
+table: every kind's actor and fields, spark_analysis/schema.py); every following object is one
+event `[code, msg_id, mono_ns, seq, hlc_ns, values]`: the kind's number in that table and its
+fields' values in the table's order, no key strings (hlc_ns: the process's hybrid logical
+clock, actors/hlc.py, which orders events across processes and hosts; the wall clock is the
+monotonic one mapped by the header's pair, one clock read per event). A record of a composite
+kind (`published`: a publish and its routing, written at one moment by one actor) stands for
+one event per part, with a sequence number and a stamp for each (seq and hlc_ns are lists).
 A stream needs no framing, and a
 file cut short by kill -9 decodes up to its last whole event (bench/events_speed.py measured it
 against length-prefixed records: docs/events.md).
@@ -37,7 +43,10 @@ Usage (the actors):
     from actors import events
     events.configure(config, process="conn-0", node="leveret@host")   # once per process
     if events.enabled():
-        events.emit("acked", msg_id, actor="channel", vhost=vh, queue=q, delivery_tag=tag)
+        # the per-message kinds: values in the layout's order (schema.LAYOUT), no keywords
+        events.put("synced", msg_id, (vhost, queue, seq_id, None))
+        # any kind, fields by name (converted to the layout here: for the rare kinds)
+        events.emit("queue_started", None, vhost=vh, queue=q, recovered=n)
     events.close()                                                     # before os._exit
 """
 
@@ -55,18 +64,21 @@ import zlib
 import msgpack
 
 from actors import faults, hlc
+from spark_analysis import schema as layout
 
 __all__ = ["SCHEMA", "KINDS", "MESSAGE_KINDS", "COPY_KINDS", "PUBLISHER_KINDS", "PROCESS_KINDS",
            "LOG_KINDS", "DEAD_LETTER_KINDS", "REMOVAL_KINDS", "TX_KINDS", "REPLICA_KINDS", "EventLog",
-           "configure", "enabled", "emit", "written", "dropped", "run_id", "flush", "close",
-           "sync", "syncs", "SYNC_MODES",
+           "configure", "enabled", "emit", "put", "put_published", "keeps", "written",
+           "dropped", "run_id", "flush", "close", "sync", "syncs", "SYNC_MODES", "SCHEMAS",
+           "values_of",
            "parse_level", "read_file"]
 
 log = logging.getLogger("leveret.events")
 
-SCHEMA = "leveret-events v1"
+SCHEMA = layout.SCHEMA
+SCHEMAS = layout.SCHEMAS  # read_file reads these (v1: field maps, from older writers)
 
-# Kinds of the v1 schema, in a message's usual order (spark_analysis breaks timestamp ties by it).
+# Kinds of the schema, in a message's usual order (spark_analysis breaks timestamp ties by it).
 MESSAGE_KINDS = ("publish_received", "routed", "unroutable", "returned")  # the publish, no queue
 COPY_KINDS = ("enqueued", "stored", "synced", "delivered", "fetched", "acked", "nacked",
               "rejected", "requeued", "expired", "dead_lettered", "dropped")  # one queue's copy
@@ -86,7 +98,12 @@ REPLICA_KINDS = ("replica_enqueued", "replica_settled", "replica_dropped", "repl
                  "promoted")
 KINDS = (MESSAGE_KINDS + COPY_KINDS + PUBLISHER_KINDS + PROCESS_KINDS + LOG_KINDS +
          DEAD_LETTER_KINDS + REMOVAL_KINDS + TX_KINDS + REPLICA_KINDS)
-_LOG_KIND_SET = frozenset(LOG_KINDS)
+_CODE = layout.CODE  # kind -> its number in a record
+_PARTS = {_CODE[k]: len(parts) for k, parts in layout.PARTS.items()}  # composite code -> parts
+_NAMES = {kind: fields for kind, (_, fields) in layout.LAYOUT.items()}  # kind -> field names
+_NAME_SETS = {kind: frozenset(fields) for kind, fields in _NAMES.items()}  # for emit()'s check
+_ACTOR = {kind: actor for kind, (actor, _) in layout.LAYOUT.items()}  # kind -> implied actor
+assert set(KINDS) <= set(_CODE), "every kind the writer knows has a layout"
 
 FLUSH_INTERVAL = 0.2  # seconds between background writes
 SYNC_MODES = ("off", "write", "fsync")  # config.events_sync: what sync() does before a confirm
@@ -140,12 +157,26 @@ def new_run_id() -> str:
     return os.urandom(8).hex()
 
 
-def _clock() -> tuple[int, int]:
-    return time.time_ns(), time.monotonic_ns()
+def _clock() -> int:
+    return time.monotonic_ns()
 
 
 def _stamp(mono_ns: int) -> int:
     return hlc.clock().at(mono_ns)
+
+
+def values_of(kind: str, fields: dict) -> tuple:
+    """A field map as the kind's record values (the layout's order); an actor other than the
+    kind's own and fields the layout does not declare go into one trailing map."""
+    names = _NAMES[kind]
+    values = tuple(map(fields.get, names))
+    known = _NAME_SETS[kind]
+    if not fields.keys() <= known:
+        extra = {k: v for k, v in fields.items() if k not in known and v is not None and
+                 not (k == "actor" and v == _ACTOR[kind])}
+        if extra:
+            values += (extra,)
+    return values
 
 
 class EventLog:
@@ -165,10 +196,10 @@ class EventLog:
         self.max_bytes = max(1024, max_bytes)  # rotate before a file passes this size
         self.flush_interval = flush_interval  # seconds between background writes
         self.heartbeat_interval = heartbeat_interval  # seconds between heartbeats, 0: none
-        self.clock = clock  # () -> (wall_ns, mono_ns) of the log's own markers
+        self.clock = clock  # () -> mono_ns of the log's own markers
         self.boot_id = _boot_id() if boot_id is None else boot_id  # names the monotonic clock
         self.pid = os.getpid()  # in the file name and header
-        self.buf: list = []  # (kind, msg_id, wall_ns, mono_ns, fields, seq, hlc) tuples
+        self.buf: list = []  # (code, msg_id, mono_ns, seq, hlc, values): records
         self.append = self.buf.append  # bound once: the hot path's call
         self.max_buffered = max(1, max_buffered)  # the buffer's bound, in events
         self.next_seq = itertools.count().__next__  # every event's number, kept or dropped
@@ -181,6 +212,7 @@ class EventLog:
         self.file_bytes = 0  # bytes in the current file
         self.paths: list[str] = []  # every file this log wrote, oldest first
         self.written = 0  # events written so far, the log's own markers left out
+        self.marks = 0  # the log's own markers appended since the last drain
         self.lock = threading.Lock()  # one drain at a time (writer thread or flush())
         self.wake = threading.Event()  # flush()/close() wake the writer early
         self.closed = False  # close() was called
@@ -198,17 +230,30 @@ class EventLog:
         if self.sample > 1 and msg_id is not None and zlib.crc32(msg_id) % self.sample:
             return
         mono = time.monotonic_ns()
-        self.record(kind, msg_id, time.time_ns(), mono, fields, _stamp(mono))
+        self.record(kind, msg_id, mono, fields, _stamp(mono))
 
-    def record(self, kind: str, msg_id: bytes | None, wall_ns: int, mono_ns: int,
-               fields: dict, hlc_ns: int | None = None) -> None:
-        """An event with given times (replays and synthetic logs: bench/events_scale.py; without
+    def record(self, kind: str, msg_id: bytes | None, mono_ns: int, fields: dict,
+               hlc_ns: int | None = None) -> None:
+        """An event with a given time (replays and synthetic logs: bench/events_scale.py; without
         `hlc_ns` the analysis orders it by its monotonic time)."""
-        seq = self.next_seq()
-        if len(self.buf) < self.max_buffered:
-            self.append((kind, msg_id, wall_ns, mono_ns, fields, seq, hlc_ns))
+        self.record_values(kind, msg_id, mono_ns, values_of(kind, fields), hlc_ns)
+
+    def record_values(self, kind: str, msg_id: bytes | None, mono_ns: int, values: tuple,
+                      hlc_ns: int | None = None) -> None:
+        """`record` with the values in the layout's order (what `put` takes); a composite kind
+        takes a sequence number per part, and its parts share `hlc_ns` plus 0, 1, ..."""
+        code = _CODE[kind]
+        parts = _PARTS.get(code)
+        if parts is None:
+            seq = self.next_seq()
         else:
-            self.overflow()
+            seq = tuple(self.next_seq() for _ in range(parts))
+            hlc_ns = None if hlc_ns is None else tuple(range(hlc_ns, hlc_ns + parts))
+        if len(self.buf) < self.max_buffered:
+            self.append((code, msg_id, mono_ns, seq, hlc_ns, values))
+        else:
+            for _ in range(parts or 1):
+                self.overflow()
 
     def overflow(self) -> None:
         """An event found the buffer full: its sequence number is spent, so the hole shows."""
@@ -218,8 +263,10 @@ class EventLog:
     def mark(self, kind: str, fields: dict) -> None:
         """One of the log's own events (LOG_KINDS): past the bound, so a full buffer cannot
         hide a heartbeat or the report of its own drops."""
-        wall, mono = self.clock()
-        self.append((kind, None, wall, mono, fields, self.next_seq(), _stamp(mono)))
+        mono = self.clock()
+        self.append((_CODE[kind], None, mono, self.next_seq(), _stamp(mono),
+                     values_of(kind, fields)))
+        self.marks += 1
 
     def heartbeat(self) -> None:
         self.mark("heartbeat", {"dropped": self.dropped})
@@ -263,8 +310,10 @@ class EventLog:
                 self._write_batch(chunk[i:i + BATCH])
             self.file.flush()
             # the log's own markers are not counted: a heartbeat every second would keep the
-            # metric moving on an idle node
-            self.written += n - sum(1 for e in chunk if e[1] is None and e[0] in _LOG_KIND_SET)
+            # metric moving on an idle node (they are appended by the draining thread, or
+            # under this lock, before it reads the buffer: a count, not a scan of the chunk)
+            marks, self.marks = self.marks, 0
+            self.written += n - marks
 
     def _write_batch(self, batch: list) -> None:
         """Encode events as one msgpack array and drop the array's header: what remains is the
@@ -320,7 +369,7 @@ class EventLog:
             "schema": SCHEMA, "node": self.node, "process": self.process, "pid": self.pid,
             "file_no": self.file_no, "host": socket.gethostname(), "boot_id": self.boot_id,
             "wall_ns": mono + hlc.clock().offset, "mono_ns": mono, "sample": self.sample,
-            "run_id": self.run_id})
+            "run_id": self.run_id, "kinds": layout.layout_table()})
         self.file.write(header)
         self.file_bytes = self.header_bytes = len(header)
 
@@ -359,7 +408,11 @@ class EventLog:
 
 def read_file(path: str):
     """(header, iterator of events) of one .events file; a truncated tail ends the iterator.
-    For tests and tools; spark_analysis/reader.py decodes the same format column by column."""
+    Every event comes as [kind, msg_id, wall_ns, mono_ns, fields, seq, hlc_ns] (a v2 record
+    mapped back through its header's table, a composite one as its parts, wall_ns its
+    monotonic time mapped by the header; absent values left out of `fields`), from v1 files
+    too. For tests and tools; spark_analysis/reader.py decodes the same format column
+    by column."""
     f = open(path, "rb")
     unpacker = msgpack.Unpacker(f, raw=False, max_buffer_size=1 << 30)
     try:
@@ -367,14 +420,29 @@ def read_file(path: str):
     except StopIteration:
         f.close()
         raise ValueError(f"{path}: empty event file")
-    if not isinstance(header, dict) or header.get("schema") != SCHEMA:
+    if not isinstance(header, dict) or header.get("schema") not in SCHEMAS:
         f.close()
-        raise ValueError(f"{path}: not a {SCHEMA} file")
+        raise ValueError(f"{path}: not a {' or '.join(SCHEMAS)} file")
+    table = header.get("kinds") if header["schema"] == SCHEMA else None
+    offset = header.get("wall_ns", 0) - header.get("mono_ns", 0)
+
+    def v2(rec):
+        code, mid, mono, seq, stamp, values = rec
+        for i, (kind, fields) in enumerate(layout.parts_of(table, code, values)):
+            if type(seq) is list:
+                yield [kind, mid, mono + offset, mono, fields, seq[i],
+                       stamp[i] if type(stamp) is list else stamp]
+            else:
+                yield [kind, mid, mono + offset, mono, fields, seq, stamp]
 
     def events():
         with f:
             try:
-                yield from unpacker
+                if table is None:
+                    yield from unpacker
+                else:
+                    for rec in unpacker:
+                        yield from v2(rec)
             except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError):
                 return
 
@@ -386,10 +454,12 @@ _log: EventLog | None = None  # this process's log, None when off
 _sample = 0  # 0 off, 1 full, N sampled:N -- read by emit()
 _sync_mode = 0  # events_sync: 0 off, 1 write, 2 fsync -- read by sync()
 _append = _drop = lambda event: None  # the log's buf.append while on
+_code = _CODE  # kind -> record code (a module global read on the hot path)
+_PUBLISHED = _CODE["published"]
 _next_seq = _overflow = lambda: 0  # the log's sequence numbers and drop counter while on
 _buf: list = []  # the log's buffer while on (len() of it is cheaper than a bound __len__)
 _max_buffered = 0  # the log's bound while on
-_crc32, _wall, _mono = zlib.crc32, time.time_ns, time.monotonic_ns
+_crc32, _mono = zlib.crc32, time.monotonic_ns
 _run = (0, "")  # (pid, run id): a forked child is a new run
 _at = hlc.clock().at  # this process's hybrid clock (replaced by a test-only skew)
 
@@ -438,19 +508,55 @@ def enabled() -> bool:
     return _sample != 0
 
 
-def emit(kind: str, msg_id: bytes | None = None, **fields) -> None:
-    """Append one event (wall and monotonic time and the next sequence number taken here);
-    encoding and IO happen later on the log's thread. Field values: str, int, float, bool,
-    bytes, None, lists/tuples of them. A full buffer drops the event and counts it."""
+def keeps(msg_id: bytes | None) -> bool:
+    """Whether this message's events are kept (on, and sampled when sampled:N): a caller that
+    builds several events of one message asks once and skips them all."""
+    if _sample == 1:
+        return True
+    return bool(_sample) and (msg_id is None or not _crc32(msg_id) % _sample)
+
+
+def put(kind: str, msg_id: bytes | None, values: tuple) -> None:
+    """Append one event with its fields' values in the layout's order (schema.LAYOUT: the
+    per-message kinds' hot path, no keyword map to build or encode); the monotonic time, the
+    hybrid clock's stamp and the next sequence number are taken here, encoding and IO later
+    on the log's thread.
+    Values: str, int, float, bool, bytes, None, lists/tuples of them. A full buffer drops the
+    event and counts it."""
     if _sample != 1:
         if not _sample or (msg_id is not None and _crc32(msg_id) % _sample):
             return
     seq = _next_seq()
     if len(_buf) < _max_buffered:
         mono = _mono()
-        _append((kind, msg_id, _wall(), mono, fields, seq, _at(mono)))
+        _append((_code[kind], msg_id, mono, seq, _at(mono), values))
     else:
         _overflow()
+
+
+def put_published(msg_id: bytes | None, values: tuple) -> None:
+    """A publish and its routing as one record (the composite kind `published`: the fields of
+    publish_received, then routed's): one call, one clock read and one record where two events
+    took two, each part with its own sequence number and stamp."""
+    if _sample != 1:
+        if not _sample or (msg_id is not None and _crc32(msg_id) % _sample):
+            return
+    seq = (_next_seq(), _next_seq())
+    if len(_buf) < _max_buffered:
+        mono = _mono()
+        _append((_PUBLISHED, msg_id, mono, seq, (_at(mono), _at(mono)), values))
+    else:
+        _overflow()
+        _overflow()
+
+
+def emit(kind: str, msg_id: bytes | None = None, **fields) -> None:
+    """`put` with the fields by name (converted to the layout's order here): for the kinds
+    that are not on a message's path, where a keyword call reads better than its cost."""
+    if _sample != 1:
+        if not _sample or (msg_id is not None and _crc32(msg_id) % _sample):
+            return
+    put(kind, msg_id, values_of(kind, fields))
 
 
 def written() -> int:

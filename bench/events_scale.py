@@ -4,9 +4,10 @@
 
 Generation: W worker processes (default: one per CPU), each playing one node's channel process
 and queue process (`leveret@nK`, conn-K and queue-K) with the fields the actors emit, and
-writing through actors/events.py
-(EventLog.record, 64 MiB files), with a virtual clock: messages published at --rate per second
-per worker, each step a few hundred microseconds after the previous one. The mix, per message:
+writing through actors/events.py (EventLog.record: the v2 records the broker writes, a routed
+publish as one `published` record as the channel writes it; 64 MiB files), with a virtual
+clock: messages published at --rate per second per worker, each step a few hundred
+microseconds after the previous one. The mix, per message:
 82% published, routed, enqueued, confirmed, delivered, acked (persistent half of them, with
 stored + synced: 6 or 8 events); 5% nacked once with requeue, redelivered, acked; 3% expired;
 2% rejected to a dead-letter queue; 2% dropped by overflow; 5% still queued at the end;
@@ -35,7 +36,7 @@ QUEUES = [f"orders-{i}" for i in range(8)]
 class Gen:
     """One worker: a node's channel and queue processes, a virtual clock."""
 
-    def __init__(self, directory: str, k: int, rate: float, start_mono: int, offset: int):
+    def __init__(self, directory: str, k: int, rate: float, start_mono: int):
         node = f"leveret@n{k}"
         # virtual time: no timed heartbeats; a bound far above the 20 000 messages per flush
         opts = dict(flush_interval=3600, heartbeat_interval=0, max_buffered=1 << 21)
@@ -44,7 +45,6 @@ class Gen:
         self.rng = random.Random(k)
         self.gap = int(1e9 / rate)  # ns between two publishes of this worker
         self.start = start_mono  # virtual monotonic time of the first publish
-        self.offset = offset  # wall - mono
         self.prefix = os.urandom(8)
         self.copy_prefix = os.urandom(8)  # the msg_ids of dead-lettered copies
         self.count = 0  # events so far
@@ -55,7 +55,7 @@ class Gen:
 
     def emit(self, log, kind, mid, t, **fields):
         fields["vhost"] = "/"
-        log.record(kind, mid, t + self.offset, t, fields)
+        log.record(kind, mid, t, fields)
         self.count += 1
 
     def message(self, i: int) -> None:
@@ -66,17 +66,19 @@ class Gen:
         q = QUEUES[i % len(QUEUES)]
         persistent = i % 2 == 0
         r = rng.random()
-        self.emit(ch, "publish_received", mid, t, actor="channel", connection="c1", channel=1,
-                  seq_no=i + 1, exchange="amq.direct", routing_key=q, persistent=persistent,
-                  message_id=f"m-{i}", size=100)
-        t += step()
+        publish = dict(actor="channel", connection="c1", channel=1, seq_no=i + 1,
+                       exchange="amq.direct", routing_key=q, persistent=persistent,
+                       message_id=f"m-{i}", size=100)
         if r >= 0.99:
+            self.emit(ch, "publish_received", mid, t, **publish)
+            t += step()
             self.emit(ch, "unroutable", mid, t, actor="channel", mandatory=True)
             self.emit(ch, "returned", mid, t + step(), actor="channel")
             self.emit(ch, "confirmed", mid, t + 2 * step(), actor="channel", connection="c1",
                       channel=1, seq_no=i + 1)
             return
-        self.emit(ch, "routed", mid, t, actor="channel", queues=[q])
+        # (as the channel writes a routed publish: one record, publish_received and routed)
+        self.emit(ch, "published", mid, t, queues=[q], **publish)
         t += step()
         self.emit(qu, "enqueued", mid, t, actor="queue", queue=q, seq_id=i, paged=False,
                   durable=True)
@@ -138,8 +140,8 @@ class Gen:
 
 
 def _worker(args) -> tuple[int, int]:
-    directory, k, target, rate, start_mono, offset = args
-    g = Gen(directory, k, rate, start_mono, offset)
+    directory, k, target, rate, start_mono = args
+    g = Gen(directory, k, rate, start_mono)
     i = 0
     while g.count < target:
         g.message(i)
@@ -154,8 +156,7 @@ def _worker(args) -> tuple[int, int]:
 def generate(directory: str, events: int, workers: int, rate: float) -> tuple[int, int]:
     os.makedirs(directory, exist_ok=True)
     start = time.monotonic_ns() - int(events / workers / 7 / rate * 1e9)  # ends about now
-    offset = time.time_ns() - time.monotonic_ns()
-    jobs = [(directory, k, events // workers, rate, start, offset) for k in range(workers)]
+    jobs = [(directory, k, events // workers, rate, start) for k in range(workers)]
     with multiprocessing.get_context("spawn").Pool(workers) as pool:
         done = pool.map(_worker, jobs)
     return sum(d[0] for d in done), sum(d[1] for d in done)

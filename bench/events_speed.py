@@ -2,14 +2,17 @@
 
 Run with ``python -m bench.events_speed [--events N] [--threads T]``. Measures, on this machine:
 
-* ``emit()`` as the actors call it (``if events.enabled(): events.emit(kind, msg_id, **6
-  fields)``) with events off, full and sampled:100, in ns per call: the loop runs while the
-  background writer encodes and writes, so the figure includes the GIL it takes;
+* ``put()`` as the actors call it on a message's path (``if events.enabled():
+  events.put(kind, msg_id, (9 values))``) and ``emit()`` as they call it for the other kinds
+  (``events.emit(kind, msg_id, **6 fields)``) with events off, full and sampled:100, in ns per
+  call: the loop runs while the background writer encodes and writes, so the figure includes
+  the GIL it takes;
 * emit() alone, the writer thread idle during the loop (what the calling thread pays);
 * the same from T threads at once (list.append needs no lock);
 * the writer thread alone: encoding + write of a filled buffer, ns per event and bytes per event;
-* the file format: a msgpack stream (what actors/events.py writes) against 4-byte
-  length-prefixed msgpack records, encode and decode in ns per event.
+* the file format: a msgpack stream of v2 records (what actors/events.py writes: the kind's
+  values in order), of v1 records (a field map with string keys) and 4-byte length-prefixed v1
+  records, encode and decode in ns per event.
 
 Prints one table; nothing is asserted. Figures are in docs/events.md.
 """
@@ -50,12 +53,23 @@ def _emit_loop(ids: list[bytes]) -> float:
     return (time.perf_counter_ns() - t0) / len(ids)
 
 
-def bench_emit(level: str, n: int, directory: str) -> tuple[float, float]:
-    """(ns per emit, seconds until everything is on disk after the loop)."""
+def _put_loop(ids: list[bytes]) -> float:
+    """ns per `if enabled(): put(...)` over ids, the way the channel logs a delivery."""
+    enabled, put = events.enabled, events.put
+    t0 = time.perf_counter_ns()
+    for i, mid in enumerate(ids):
+        if enabled():
+            put("delivered", mid, ("/", "orders", "127.0.0.1:5672/1", 3, "ctag-1", i, False,
+                                   False, None))
+    return (time.perf_counter_ns() - t0) / len(ids)
+
+
+def bench_emit(level: str, n: int, directory: str, loop=_emit_loop) -> tuple[float, float]:
+    """(ns per call of `loop`'s kind, seconds until everything is on disk after the loop)."""
     cfg = types.SimpleNamespace(data_dir=directory, events=level)
     events.configure(cfg, "bench", "bench")
     ids = _ids(n)
-    ns = _emit_loop(ids)
+    ns = loop(ids)
     t0 = time.perf_counter()
     events.close()
     return ns, time.perf_counter() - t0
@@ -89,13 +103,13 @@ def _first(value):
     return value[0] if isinstance(value, tuple) else value
 
 
-def bench_emit_alone(n: int, directory: str) -> float:
-    """ns per emit (full) with the writer thread idle during the loop: the hot path's own cost."""
+def bench_emit_alone(n: int, directory: str, loop=_emit_loop) -> float:
+    """ns per call (full) with the writer thread idle during the loop: the hot path's own cost."""
     events.configure(types.SimpleNamespace(data_dir=directory, events="full"), "bench", "bench")
     events._log.flush_interval = 3600  # the writer waits out the loop (its first wait is short)
     events._log.wake.set()
     time.sleep(0.05)
-    ns = _emit_loop(_ids(n))
+    ns = loop(_ids(n))
     events.close()
     return ns
 
@@ -128,7 +142,8 @@ def bench_writer(n: int, directory: str) -> tuple[float, float]:
     lg = events.EventLog(directory, "bench", "writer", flush_interval=3600)
     now, mono = time.time_ns(), time.monotonic_ns()
     for i, mid in enumerate(_ids(n)):
-        lg.record("delivered", mid, now + i, mono + i, dict(FIELDS, delivery_tag=i))
+        lg.record_values("delivered", mid, mono + i, (
+            "/", "orders", "127.0.0.1:5672/1", 3, "ctag-1", i, False, False, None))
     t0 = time.perf_counter_ns()
     lg.flush()
     ns = (time.perf_counter_ns() - t0) / n
@@ -138,20 +153,35 @@ def bench_writer(n: int, directory: str) -> tuple[float, float]:
 
 
 def bench_formats(n: int) -> dict[str, float]:
-    """Encode/decode ns per event: msgpack stream against length-prefixed msgpack records."""
+    """Encode/decode ns per event: msgpack streams of v2 and v1 records, and length-prefixed
+    v1 records."""
     now, mono = time.time_ns(), time.monotonic_ns()
-    recs = [["delivered", mid, now + i, mono + i, dict(FIELDS, delivery_tag=i)]
-            for i, mid in enumerate(_ids(n))]
+    ids = _ids(n)
     pack = msgpack.Packer().pack
     out = {}
+    v2 = [(9, mid, mono + i, i, now + i, ("/", "orders", "127.0.0.1:5672/1", 3, "ctag-1", i,
+                                          False, False, None))
+          for i, mid in enumerate(ids)]
     t0 = time.perf_counter_ns()
-    stream = b"".join(map(pack, recs))
-    out["stream encode"] = (time.perf_counter_ns() - t0) / n
+    stream = b"".join(map(pack, v2))
+    out["v2 stream encode"] = (time.perf_counter_ns() - t0) / n
     t0 = time.perf_counter_ns()
     unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(stream) + 1)
     unpacker.feed(stream)
     count = sum(1 for _ in unpacker)
-    out["stream decode"] = (time.perf_counter_ns() - t0) / n
+    out["v2 stream decode"] = (time.perf_counter_ns() - t0) / n
+    out["v2 stream bytes/event"] = len(stream) / n
+    assert count == n
+    recs = [["delivered", mid, now + i, mono + i, dict(FIELDS, delivery_tag=i), i, now + i]
+            for i, mid in enumerate(ids)]
+    t0 = time.perf_counter_ns()
+    stream = b"".join(map(pack, recs))
+    out["v1 stream encode"] = (time.perf_counter_ns() - t0) / n
+    t0 = time.perf_counter_ns()
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(stream) + 1)
+    unpacker.feed(stream)
+    count = sum(1 for _ in unpacker)
+    out["v1 stream decode"] = (time.perf_counter_ns() - t0) / n
     assert count == n
     hdr = struct.Struct(">I").pack
     t0 = time.perf_counter_ns()
@@ -161,7 +191,7 @@ def bench_formats(n: int) -> dict[str, float]:
         parts.append(hdr(len(b)))
         parts.append(b)
     framed = b"".join(parts)
-    out["length-prefixed encode"] = (time.perf_counter_ns() - t0) / n
+    out["v1 length-prefixed encode"] = (time.perf_counter_ns() - t0) / n
     t0 = time.perf_counter_ns()
     unpackb, unpack_from, pos, end, count = msgpack.unpackb, struct.Struct(">I").unpack_from, \
         0, len(framed), 0
@@ -170,10 +200,10 @@ def bench_formats(n: int) -> dict[str, float]:
         unpackb(framed[pos + 4:pos + 4 + size], raw=False)
         pos += 4 + size
         count += 1
-    out["length-prefixed decode"] = (time.perf_counter_ns() - t0) / n
+    out["v1 length-prefixed decode"] = (time.perf_counter_ns() - t0) / n
     assert count == n
-    out["stream bytes/event"] = len(stream) / n
-    out["length-prefixed bytes/event"] = len(framed) / n
+    out["v1 stream bytes/event"] = len(stream) / n
+    out["v1 length-prefixed bytes/event"] = len(framed) / n
     return out
 
 
@@ -191,12 +221,14 @@ def main(argv=None) -> int:
         return tempfile.mkdtemp(prefix=name.replace(":", "_"), dir=tmp)
 
     try:
-        for level in ("off", "full", "sampled:100"):
-            best, med = repeat(lambda: bench_emit(level, n, d(level)), k)
-            rows.append((f"emit(), events={level}", best, med, "ns/event",
-                         "writer thread running"))
-        best, med = repeat(lambda: bench_emit_alone(n, d("alone")), k)
-        rows.append(("emit(), full, writer idle", best, med, "ns/event", "the caller's own cost"))
+        for name, loop in (("put()", _put_loop), ("emit()", _emit_loop)):
+            for level in ("off", "full", "sampled:100"):
+                best, med = repeat(lambda: bench_emit(level, n, d(level), loop), k)
+                rows.append((f"{name}, events={level}", best, med, "ns/event",
+                             "writer thread running"))
+            best, med = repeat(lambda: bench_emit_alone(n, d("alone"), loop), k)
+            rows.append((f"{name}, full, writer idle", best, med, "ns/event",
+                         "the caller's own cost"))
         best, med = repeat(lambda: bench_threads(args.threads, n, d("threads")), k)
         rows.append((f"emit(), full, {args.threads} threads", best, med, "ns/event",
                      "wall time / all events"))

@@ -1,4 +1,4 @@
-"""Reads "leveret-events v1" files (actors/events.py) into Spark.
+"""Reads "leveret-events v2" files (actors/events.py), and v1 files of older writers, into Spark.
 
 `load(spark, paths, offsets)`: the executors read the files through Hadoop's FileSystem
 (Spark's `binaryFile` source: `file://`, `hdfs://`, `s3a://` or plain paths on the default file
@@ -7,7 +7,9 @@ Python worker decodes each file's msgpack stream with msgpack's C unpacker into 
 batches of up to `batch_size` events (a PyArrow UDTF: no pickled rows, no pandas). `scan` lists the files
 (no content read) and `headers` reads their header maps (only the first HEAD_BYTES of each file
 reach Python). A file cut short by kill -9 is read up to its last whole event; a file without a
-v1 header is skipped.
+v2 or v1 header is skipped. A v2 record holds its kind's number and its fields' values in the
+order of the table its file's header carries (schema.LAYOUT when written); they land in the
+same columns as a v1 record's field map, so the job's output does not depend on the version.
 
 Times: every event carries wall and monotonic nanoseconds taken together, and its process's
 hybrid logical clock (actors/hlc.py). `t_ns` is the hybrid clock: its process's monotonic time
@@ -44,6 +46,7 @@ ARROW_SCHEMA = pa.schema([(name, _ARROW[typ]) for name, typ in S.COLUMNS])
 FIELD_NAMES = [name for name, _ in S.FIELD_COLUMNS]
 FIELD_TYPES = [_ARROW[typ] for _, typ in S.FIELD_COLUMNS]
 FIELD_INDEX = {name: i for i, name in enumerate(FIELD_NAMES)}
+_ACTOR = FIELD_INDEX["actor"]
 BATCH = 65536  # events per Arrow record batch
 _KIND_SET = pa.array(S.KIND_ORDER, pa.string())
 
@@ -70,10 +73,10 @@ def _unpacker(max_size: int) -> msgpack.Unpacker:
 
 
 def read_header(path: str) -> dict | None:
-    """The header map of a v1 file, or None (empty, truncated header, other format)."""
+    """The header map of a v2 or v1 file, or None (empty, truncated header, other format)."""
     try:
         with open(path, "rb") as f:
-            head = f.read(4096)
+            head = f.read(HEAD_BYTES)
     except OSError:
         return None
     return _header_of(head)
@@ -132,6 +135,30 @@ def _json_default(obj):
     return obj.hex() if isinstance(obj, (bytes, bytearray)) else repr(obj)
 
 
+def _slots(table) -> list | None:
+    """A v2 header's layout table as, per code, its parts: [(kind, actor, [(value index,
+    column index or -1, field name)], declared fields)], one part for an ordinary kind, one per
+    part kind for a composite one (which takes the values of the fields its part declares);
+    None when the header has no usable table."""
+    try:
+        by_kind = {str(e[0]): e for e in table}
+        out = []
+        for entry in table:
+            names = list(entry[2])
+            parts = entry[3] if len(entry) > 3 else [entry[0]]
+            slots = []
+            for part in parts:
+                _, actor, own = by_kind[part][:3]
+                own = set(own)
+                slots.append((str(part), actor, [(i, FIELD_INDEX.get(n, -1), n)
+                                                 for i, n in enumerate(names) if n in own],
+                              len(names)))
+            out.append(slots)
+        return out
+    except (TypeError, ValueError, KeyError, IndexError):
+        return None
+
+
 def decode(data: bytes, path: str, offset: int | None, batch_size: int = BATCH,
            skip: int = 0) -> Iterator[pa.RecordBatch]:
     """Record batches (ARROW_SCHEMA) of the events in one file's bytes. `offset` maps its
@@ -143,10 +170,16 @@ def decode(data: bytes, path: str, offset: int | None, batch_size: int = BATCH,
         header = next(unpacker)
     except (StopIteration, ValueError, msgpack.UnpackException):
         return
-    if not isinstance(header, dict) or header.get("schema") != S.SCHEMA:
+    if not isinstance(header, dict) or header.get("schema") not in S.SCHEMAS:
         return
+    slots = None
+    if header["schema"] == S.SCHEMA:
+        slots = _slots(header.get("kinds"))
+        if slots is None:
+            return
+    own_offset = int(header.get("wall_ns", 0)) - int(header.get("mono_ns", 0))
     if offset is None:
-        offset = int(header.get("wall_ns", 0)) - int(header.get("mono_ns", 0))
+        offset = own_offset
     node, process = str(header.get("node", "")), str(header.get("process", ""))
     pid, name = int(header.get("pid", 0) or 0), posixpath.basename(path)
     run_id = header.get("run_id")
@@ -157,17 +190,78 @@ def decode(data: bytes, path: str, offset: int | None, batch_size: int = BATCH,
     try:
         while skip > 0:
             rec = next(it)
-            if type(rec) is list and len(rec) >= 5:
-                skip -= 1
+            if slots is None:
+                if type(rec) is list and len(rec) >= 5:
+                    skip -= 1
+            elif type(rec) is list and len(rec) >= 6:
+                try:
+                    skip -= len(slots[rec[0]])  # (a composite record's rows are stored together)
+                except (IndexError, TypeError):
+                    pass
     except (StopIteration, ValueError, msgpack.UnpackException):
         return
     while not done:
         kinds, mids, walls, monos, seqs, hlcs = [], [], [], [], [], []
-        cols = [[None] * batch_size for _ in range(nfields)]
-        extras: list = [None] * batch_size
+        # (room for a composite record's parts past the batch's size)
+        cols = [[None] * (batch_size + 8) for _ in range(nfields)]
+        extras: list = [None] * (batch_size + 8)
         i = 0
         try:
             for rec in it:
+                if slots is not None:
+                    # v2: [code, msg_id, mono, seq, hlc, values]
+                    if type(rec) is not list or len(rec) < 6:
+                        continue  # not an event record: skipped
+                    try:
+                        parts = slots[rec[0]]
+                        mid, mono, seq, stamp, values = rec[1], rec[2], rec[3], rec[4], rec[5]
+                        nvals = len(values)
+                    except (IndexError, TypeError):
+                        continue
+                    many = type(seq) is list
+                    for p, (kind, actor, where, declared) in enumerate(parts):
+                        kinds.append(kind)
+                        mids.append(mid)
+                        walls.append(None if mono is None else mono + own_offset)
+                        monos.append(mono)
+                        if many:
+                            seqs.append(seq[p] if p < len(seq) else None)
+                            hlcs.append(stamp[p] if type(stamp) is list and p < len(stamp)
+                                        else None)
+                        else:
+                            seqs.append(seq)
+                            hlcs.append(stamp)
+                        if actor is not None:
+                            cols[_ACTOR][i] = actor
+                        extra = None
+                        for k, j, n in where:
+                            if k >= nvals:
+                                break
+                            v = values[k]
+                            if v is None:
+                                continue
+                            if j >= 0:
+                                cols[j][i] = v
+                            else:
+                                if extra is None:
+                                    extra = {}
+                                extra[n] = v
+                        if nvals > declared and type(values[-1]) is dict:
+                            # fields the table does not declare (or another actor)
+                            for k, v in values[-1].items():
+                                j = index.get(k)
+                                if j is None:
+                                    if extra is None:
+                                        extra = {}
+                                    extra[k] = v
+                                else:
+                                    cols[j][i] = v
+                        if extra is not None:
+                            extras[i] = json.dumps(extra, default=_json_default)
+                        i += 1
+                    if i >= batch_size:
+                        break
+                    continue
                 if type(rec) is not list or len(rec) < 5:
                     continue  # not an event record: skipped
                 kind, mid, wall, mono, fields = rec[0], rec[1], rec[2], rec[3], rec[4]
@@ -198,7 +292,7 @@ def decode(data: bytes, path: str, offset: int | None, batch_size: int = BATCH,
             done = True  # a damaged tail: keep what came before it
         if not i:
             break
-        if i < batch_size:
+        if i < len(extras):
             cols = [c[:i] for c in cols]
             extras = extras[:i]
         kind_arr = _array(kinds, pa.string())
@@ -242,7 +336,7 @@ def read_dir(paths, batch_size: int = BATCH) -> pa.Table:
 
 # -- Spark: listing, headers and decoding through Hadoop's file systems ------------------------
 GLOB = "*.events"  # what the listing keeps, at any depth under the given directories
-HEAD_BYTES = 4096  # a header map is a few hundred bytes
+HEAD_BYTES = 16384  # a v2 header map is ~2.5 KB (its layout table), a v1 one a few hundred bytes
 
 
 def _binary_files(spark, paths: list[str]):
@@ -273,7 +367,7 @@ def _header_of(data) -> dict | None:
         header = next(unpacker)
     except (StopIteration, ValueError, msgpack.UnpackException):
         return None
-    if not isinstance(header, dict) or header.get("schema") != S.SCHEMA:
+    if not isinstance(header, dict) or header.get("schema") not in S.SCHEMAS:
         return None
     return header
 
@@ -296,7 +390,7 @@ def _head_reader():
 
 
 def headers(spark, paths: list[str]) -> dict[str, dict]:
-    """{path: header map} of the files among `paths` that have a v1 header: the executors read
+    """{path: header map} of the files among `paths` that have a v2 or v1 header: the executors read
     the files, only their first HEAD_BYTES come back to Python, one small row per file to the
     driver."""
     from pyspark.sql import functions as F

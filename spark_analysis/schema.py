@@ -1,12 +1,15 @@
-"""The "leveret-events v1" layout as the analysis sees it (docs/events.md; written by
-actors/events.py, which tests/unit/analysis checks this module against).
+"""The "leveret-events v2" layout, shared by the writer (actors/events.py) and the reader
+(reader.py): the kinds, the fields of each kind in their record order, and the columns the job
+sees (docs/events.md). tests/unit/analysis checks the writer against this module.
 
 No Spark import here: the reader's Python workers and the writer's tests use it too.
 """
 
 from __future__ import annotations
 
-SCHEMA = "leveret-events v1"
+SCHEMA = "leveret-events v2"
+SCHEMA_V1 = "leveret-events v1"  # files of older writers: field maps with string keys
+SCHEMAS = (SCHEMA, SCHEMA_V1)  # what the readers accept
 
 # Every kind, in the order the steps of one message happen: timestamp ties (events of two
 # processes in the same nanosecond) are broken by this rank.
@@ -45,6 +48,109 @@ DELIVERY_KINDS = ("delivered", "fetched")
 # Kinds that change where a queue's copy of a message is; the last one decides its state.
 STATE_KINDS = ("enqueued", "requeued", "delivered", "fetched", "acked", "nacked", "rejected",
                "expired", "dead_lettered", "dropped")
+
+# The v2 record layout: each kind's actor (None: the kind has none, or several and then `actor`
+# is one of its fields) and its fields in record order. A record is
+# [code, msg_id, mono_ns, seq, hlc_ns, [values in this order]], code the kind's index in
+# KIND_ORDER + COMPOSITE_KINDS; a value past the declared ones, when a map, holds fields the
+# table does not declare. Every file header carries this table (`kinds`), so a reader decodes a
+# file by the table it was written with: append new fields at the end of a kind and new kinds
+# at the end.
+LAYOUT = {
+    "publish_received": ("channel", ("vhost", "connection", "channel", "seq_no", "exchange",
+                                     "routing_key", "message_id", "persistent", "size",
+                                     "correlation_id", "traceparent")),
+    "routed": ("channel", ("vhost", "queues", "alternate_exchanges")),
+    "unroutable": ("channel", ("vhost", "mandatory", "alternate_exchanges")),
+    "returned": ("channel", ("vhost",)),
+    "enqueued": ("queue", ("vhost", "queue", "seq_id", "paged", "durable", "epoch", "offset")),
+    "stored": ("backing_queue", ("vhost", "queue", "seq_id", "where")),
+    "synced": ("backing_queue", ("vhost", "queue", "seq_id", "offset")),
+    "confirmed": ("channel", ("vhost", "connection", "channel", "seq_no")),
+    "nacked_to_publisher": ("channel", ("vhost", "connection", "channel", "seq_no", "reason")),
+    "delivered": ("channel", ("vhost", "queue", "connection", "channel", "consumer_tag",
+                              "delivery_tag", "redelivered", "no_ack", "offset")),
+    "fetched": ("channel", ("vhost", "queue", "connection", "channel", "delivery_tag",
+                            "redelivered", "no_ack")),
+    "acked": ("channel", ("vhost", "queue", "connection", "channel", "delivery_tag", "requeue",
+                          "offset")),
+    "nacked": ("channel", ("vhost", "queue", "connection", "channel", "delivery_tag", "requeue",
+                           "offset")),
+    "rejected": ("channel", ("vhost", "queue", "connection", "channel", "delivery_tag",
+                             "requeue", "offset")),
+    "requeued": ("queue", ("vhost", "queue", "seq_id", "reason")),
+    "expired": ("queue", ("vhost", "queue", "seq_id")),
+    "dead_lettered": ("queue", ("vhost", "queue", "seq_id", "reason", "exchange", "new_msg_id")),
+    "dropped": ("queue", ("vhost", "queue", "seq_id", "reason")),
+    "queue_crashed": (None, ("actor", "vhost", "queue", "worker", "reason")),
+    "queue_started": ("queue", ("vhost", "queue", "recovered", "durable")),
+    "queue_census": ("backing_queue", ("vhost", "queue", "reason", "seq_ranges", "count",
+                                       "seq_below", "durable", "epoch")),
+    "channel_closed": ("channel", ("vhost", "connection", "channel", "unacked")),
+    "connection_closed": ("reader", ("vhost", "connection", "reason", "channels")),
+    "process_crashed": ("node", ("crashed_process", "crashed_pid", "exit_status")),
+    "process_start": (None, ()),
+    "heartbeat": (None, ("dropped",)),
+    "events_dropped": (None, ("count", "dropped")),
+    "process_stop": (None, ("dropped",)),
+    "dead_letter_published": ("queue", ("vhost", "parent_msg_id", "reason", "exchange",
+                                        "routing_key", "queues", "source_queue", "persistent",
+                                        "message_id")),
+    "purged": ("queue", ("vhost", "queue", "count", "seq_below")),
+    "queue_deleted": (None, ("actor", "vhost", "queue", "count", "unacked", "seq_below",
+                             "reason")),
+    "tx_committed": ("channel", ("vhost", "connection", "channel", "publishes", "settles",
+                                 "msg_ids")),
+    "tx_rolled_back": ("channel", ("vhost", "connection", "channel", "publishes", "settles",
+                                   "msg_ids")),
+    "replica_enqueued": ("mirror", ("vhost", "queue", "role", "seq_id", "epoch")),
+    "replica_settled": ("mirror", ("vhost", "queue", "role", "seq_id")),
+    "replica_dropped": ("mirror", ("vhost", "queue", "role", "reason", "count", "epoch")),
+    "replica_synced": ("queue", ("vhost", "queue", "member", "role", "epoch")),
+    "promoted": ("queue", ("vhost", "queue", "epoch", "role", "count")),
+    # composite: a publish and its routing, one record of the channel (PARTS)
+    "published": ("channel", ("vhost", "connection", "channel", "seq_no", "exchange",
+                              "routing_key", "message_id", "persistent", "size",
+                              "correlation_id", "traceparent", "queues",
+                              "alternate_exchanges")),
+}
+# Composite kinds: one record that stands for several events of one actor at one moment (its
+# seq and hlc_ns are lists, one per part); each part takes the fields its own kind declares.
+# Never a row of the job: the reader gives the parts.
+PARTS = {"published": ("publish_received", "routed")}
+COMPOSITE_KINDS = tuple(PARTS)
+CODE = {kind: i for i, kind in enumerate(KIND_ORDER + COMPOSITE_KINDS)}  # number in records
+
+
+def layout_table() -> list:
+    """The table a v2 file header carries, by code: [kind, actor, [field, ...]] and, for a
+    composite kind, a fourth element: its parts' kinds."""
+    return [[kind, LAYOUT[kind][0], list(LAYOUT[kind][1])] +
+            ([list(PARTS[kind])] if kind in PARTS else [])
+            for kind in KIND_ORDER + COMPOSITE_KINDS]
+
+
+def parts_of(table: list, code: int, values) -> list[tuple[str, dict]]:
+    """[(kind, {field: value})] of a v2 record's code and values, by a header's table: the
+    actor as a field, absent values (None) left out, undeclared fields merged in; a composite
+    record gives one pair per part, each with the fields its kind declares."""
+    entry = table[code]
+    kind, actor, names = entry[0], entry[1], entry[2]
+    fields = {} if actor is None else {"actor": actor}
+    fields.update((n, v) for n, v in zip(names, values) if v is not None)
+    if len(values) > len(names) and isinstance(values[-1], dict):
+        fields.update(values[-1])
+    if len(entry) < 4:
+        return [(kind, fields)]
+    by_kind = {e[0]: e for e in table}
+    out = []
+    for part in entry[3]:
+        _, part_actor, part_names = by_kind[part][:3]
+        own = {} if part_actor is None else {"actor": part_actor}
+        own.update((n, fields[n]) for n in part_names if n in fields)
+        out.append((part, own))
+    return out
+
 
 # Event fields that become columns, with their Spark SQL types; anything else goes, as JSON,
 # into the `extra` column.
@@ -120,3 +226,15 @@ COLUMNS = RECORD_COLUMNS + FIELD_COLUMNS + (("extra", "string"),)
 def ddl() -> str:
     """The events DataFrame's schema as a Spark DDL string."""
     return ", ".join(f"`{name}` {typ}" for name, typ in COLUMNS)
+
+
+_TABLE = None  # this version's layout_table(), built on first use by named()
+
+
+def named(kind: str, values) -> list[tuple[str, dict]]:
+    """[(kind, fields)] of a kind's values by this version's table, a composite kind's parts
+    (tests' event recorders)."""
+    global _TABLE
+    if _TABLE is None:
+        _TABLE = layout_table()
+    return parts_of(_TABLE, CODE[kind], values)

@@ -11,11 +11,23 @@ cycle (tests/unit/core/test_core_imports.py).
 
 class NoEvents:
     """The event log a core gets when its shell gives none: off. Shells pass actors.events
-    (the writer), which has the same three functions; cores never import it."""
+    (the writer), which has the same functions; cores never import it."""
 
     @staticmethod
     def enabled() -> bool:
         return False
+
+    @staticmethod
+    def keeps(msg_id) -> bool:
+        return False
+
+    @staticmethod
+    def put(kind, msg_id, values) -> None:
+        pass
+
+    @staticmethod
+    def put_published(msg_id, values) -> None:
+        pass
 
     @staticmethod
     def emit(kind, msg_id=None, **fields) -> None:

@@ -188,6 +188,10 @@ class ChannelCore:
         # while the replica has the version `routes_version` (exchange_ok too)
         self.routes: dict[tuple, tuple] = {}
         self.routes_version = replica.version
+        # (exchange, routing key) -> the alternate exchanges a publish passes (event log only),
+        # valid while the replica has the version `event_hops_version`
+        self.event_hops: dict[tuple, tuple | None] = {}
+        self.event_hops_version = replica.version
         # direct reply-to (actors/core/direct_reply.py): the channel's consumer on
         # amq.rabbitmq.reply-to, or None
         self.reply_consumer: ReplyConsumer | None = None
@@ -353,11 +357,9 @@ class ChannelCore:
                 continue
             if msg_id is not None:  # events on
                 # (a stream's delivery also names its offset: one message, many readers)
-                extra = {"offset": seq_id} if queue in self.streams else {}
-                self.events.emit("delivered", msg_id, actor="channel", vhost=self.conn.vhost,
-                                 queue=msg.qname, connection=self.conn.owner, channel=n,
-                                 consumer_tag=ctag, delivery_tag=tag, redelivered=redelivered,
-                                 no_ack=c.no_ack, **extra)
+                self.events.put("delivered", msg_id, (
+                    self.conn.vhost, msg.qname, self.conn.owner, n, ctag, tag, redelivered,
+                    c.no_ack, seq_id if queue in self.streams else None))
             if c.no_ack:
                 self.stats.deliver_no_ack += 1
             else:
@@ -523,15 +525,16 @@ class ChannelCore:
                 published_at.pop(s, None)
         if self.seq_msg:
             c = self.conn
+            pop = self.seq_msg.pop
             for s in acks:
-                self.events.emit("confirmed", self.seq_msg.pop(s, None), actor="channel",
-                                 vhost=c.vhost, connection=c.owner, channel=self.number,
-                                 seq_no=s)
+                mid = pop(s, None)
+                if mid is not None:  # (None: a message sampled:N leaves out)
+                    self.events.put("confirmed", mid, (c.vhost, c.owner, self.number, s))
             for s in nacks:
-                self.events.emit("nacked_to_publisher", self.seq_msg.pop(s, None),
-                                 actor="channel", vhost=c.vhost, connection=c.owner,
-                                 channel=self.number, seq_no=s,
-                                 reason=answered.reasons.get(s, "internal"))
+                mid = pop(s, None)
+                if mid is not None:
+                    self.events.put("nacked_to_publisher", mid, (
+                        c.vhost, c.owner, self.number, s, answered.reasons.get(s, "internal")))
         self.events.sync()  # (events_sync: this process's events are written before the confirm)
         self.out.write(b"".join(out))
 
@@ -786,6 +789,12 @@ class ChannelCore:
             # and the message in the event log
             self.msg_counter += 1
             msg_id = self.msg_id_prefix + _U64.pack(self.msg_counter)
+            if ev and not self.events.keeps(msg_id):
+                # sampled:N leaves this message out, decided once here: no event of it is built,
+                # and a transient one carries no id for the queues to log it by
+                ev = False
+                if not persistent:
+                    msg_id = None
         replies = ()
         if not exchange and (extra or rk.startswith(direct_reply.PREFIX)):
             # rabbit_exchange:route: a reply name on the default exchange is no queue, the
@@ -869,27 +878,45 @@ class ChannelCore:
                        keys="", headers=None) -> None:
         c = self.conn
         trace = headers.get("traceparent") if headers else None  # W3C trace context
-        self.events.emit("publish_received", msg_id, actor="channel", vhost=c.vhost,
-                         connection=c.owner, channel=self.number, seq_no=seq,
-                         exchange=method.exchange, routing_key=method.routing_key,
-                         message_id=props.message_id, persistent=persistent, size=size,
-                         correlation_id=props.correlation_id,
-                         **({"traceparent": trace} if trace is not None else {}))
-        # the alternate exchanges it went through, when any (the field is left out else)
-        aes = self.replica.router.alternates(c.vhost, method.exchange, keys, headers) \
+        # the alternate exchanges it went through, when any (None: the field is left out)
+        aes = self._event_hops(c.vhost, method.exchange, keys, headers) \
             if method.exchange else None
-        hops = {"alternate_exchanges": aes} if aes else {}
+        # (tuples, not lists: a buffered record of atoms and tuples is untracked by Python's
+        # garbage collector, while one holding a list makes every full collection walk it)
         if names or replies:
-            # (a direct reply goes to its consumer's channel, named by its reply-to name)
-            self.events.emit("routed", msg_id, actor="channel", vhost=c.vhost,
-                             queues=sorted([*names, *replies]), **hops)
+            # publish_received and routed in one record (a direct reply goes to its consumer's
+            # channel, named by its reply-to name)
+            queues = tuple(names) if len(names) == 1 and not replies else \
+                tuple(sorted([*names, *replies]))
+            self.events.put_published(msg_id, (
+                c.vhost, c.owner, self.number, seq, method.exchange, method.routing_key,
+                props.message_id, persistent, size, props.correlation_id, trace, queues, aes))
         else:
-            self.events.emit("unroutable", msg_id, actor="channel", vhost=c.vhost,
-                             mandatory=method.mandatory, **hops)
+            put = self.events.put
+            put("publish_received", msg_id, (
+                c.vhost, c.owner, self.number, seq, method.exchange, method.routing_key,
+                props.message_id, persistent, size, props.correlation_id, trace))
+            put("unroutable", msg_id, (c.vhost, method.mandatory, aes))
             if method.mandatory:
-                self.events.emit("returned", msg_id, actor="channel", vhost=c.vhost)
+                put("returned", msg_id, (c.vhost,))
         if seq:
             self.seq_msg[seq] = msg_id
+
+    def _event_hops(self, vhost, exchange, keys, headers) -> tuple | None:
+        """The alternate exchanges a publish passes through (routing's walk; None: none),
+        remembered per (exchange, routing key) until the metadata changes: a header-routed or
+        CC/BCC publish is walked each time, its result depending on more than the key."""
+        if headers is not None or type(keys) is not str:
+            return tuple(self.replica.router.alternates(vhost, exchange, keys, headers)) or None
+        if self.event_hops_version != self.replica.version or \
+                len(self.event_hops) >= ROUTES_CACHED:
+            self.event_hops_version = self.replica.version
+            self.event_hops.clear()
+        key = (exchange, keys)
+        if key not in self.event_hops:
+            self.event_hops[key] = \
+                tuple(self.replica.router.alternates(vhost, exchange, keys, headers)) or None
+        return self.event_hops[key]
 
     def _refused(self, method, cmd):
         raise method.error
@@ -1257,11 +1284,9 @@ class ChannelCore:
             # every field of the Unacked, in its order (one step on the per-message path)
             q, seq_id, _, publisher, seq_no, msg_id, _ = e
             if msg_id is not None:
-                extra = {"offset": seq_id} if q in self.streams else {}
-                self.events.emit(kind, msg_id, actor="channel", vhost=self.conn.vhost,
-                                 queue=q.rpartition("\x1f")[2], connection=self.conn.owner,
-                                 channel=self.number, delivery_tag=tag, requeue=op == m.REQUEUE,
-                                 **extra)
+                self.events.put(kind, msg_id, (
+                    self.conn.vhost, q.rpartition("\x1f")[2], self.conn.owner, self.number, tag,
+                    op == m.REQUEUE, seq_id if q in self.streams else None))
             key = (q, op)
             ids = self.settle_batches.get(key)
             if ids is None:

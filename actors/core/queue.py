@@ -407,9 +407,8 @@ class QueueCore:
                 return None
             msg.expires_at = 0
         if msg.msg_id is not None and self.events.enabled():
-            self.events.emit("enqueued", msg.msg_id, actor="queue", vhost=self.vhost,
-                             queue=self.name, seq_id=msg.seq_id, paged=divert,
-                             durable=self.durable, epoch=self.epoch)
+            self.events.put("enqueued", msg.msg_id, (self.vhost, self.name, msg.seq_id, divert,
+                                                     self.durable, self.epoch, None))
         if self.on_enqueue is not None:
             self.on_enqueue(msg)  # mirrored: the master sends it to its mirrors
         if divert:

@@ -431,8 +431,7 @@ class BackingQueue(LightActor):
                 for m in written:
                     where = "index" if self._opened(self._p(m)).embeds(len(m.body)) \
                         else "msg_store"
-                    events.emit("stored", m.msg_id, actor="backing_queue", vhost=self.vhost,
-                                queue=self.qname, seq_id=m.seq_id, where=where)
+                    events.put("stored", m.msg_id, (self.vhost, self.qname, m.seq_id, where))
             return
         # the store is full: the publishes are refused (Refused pays their bytes back); a full
         # store cannot even delete (copy-on-write), so the acks stay staged for the next flush,
@@ -488,8 +487,7 @@ class BackingQueue(LightActor):
         if events.enabled():
             for m in done:
                 if m.seq_id not in cancelled:
-                    events.emit("synced", m.msg_id, actor="backing_queue", vhost=self.vhost,
-                                queue=self.qname, seq_id=m.seq_id)
+                    events.put("synced", m.msg_id, (self.vhost, self.qname, m.seq_id, None))
         self._tell(Persisted(done))
 
     def on_stop(self) -> None:

@@ -50,10 +50,13 @@ class Sim:
         """A process run's log on the virtual clock (its markers too), no timed heartbeats."""
         folder = os.path.join(self.root, node.replace("@", "_"), "events")
         return EventLog(folder, node, process, flush_interval=3600, heartbeat_interval=0,
-                        clock=self.now, **kw)
+                        clock=self.mono_now, **kw)
 
     def now(self) -> tuple[int, int]:
         return self.mono + self.offset, self.mono
+
+    def mono_now(self) -> int:
+        return self.mono
 
     def kill_queue_process(self) -> None:
         """What kill -9 of the queue process leaves: its files as last flushed, no
@@ -71,7 +74,7 @@ class Sim:
     def _emit(self, log: EventLog, kind: str, mid, **fields) -> None:
         self.mono += 1_000_000  # every event 1 ms after the previous one
         fields.setdefault("vhost", VHOST)
-        log.record(kind, mid, self.mono + self.offset, self.mono, fields)
+        log.record(kind, mid, self.mono, fields)
 
     def close(self) -> None:
         for lg in (self.chan, self.queue, self.node):

@@ -5,8 +5,11 @@ tests/unit/analysis/test_fates_job.py."""
 
 from __future__ import annotations
 
+import msgpack
+
 from actors.core.queue import QueueCore
 from actors.messages import PublishItem
+from spark_analysis import schema
 from core_fakes import QueueOut, Wire, cmd, publish
 from protocol import methods as am
 
@@ -18,6 +21,7 @@ class Recorder:
 
     def __init__(self):
         self.got: list = []
+        self.raw: list = []  # the values put() was given, as given
         self.synced_at: list = []  # len(got) at each sync()
 
     @staticmethod
@@ -26,6 +30,20 @@ class Recorder:
 
     def emit(self, kind, msg_id=None, **fields) -> None:
         self.got.append((kind, msg_id, fields))
+
+    @staticmethod
+    def keeps(msg_id) -> bool:
+        return True
+
+    def put(self, kind, msg_id, values) -> None:
+        """The hot kinds' positional values, named as a file's reader names them (through
+        msgpack: tuples come back as lists)."""
+        self.raw.append(values)
+        values = msgpack.unpackb(msgpack.packb(values))
+        self.got += [(k, msg_id, fields) for k, fields in schema.named(kind, values)]
+
+    def put_published(self, msg_id, values) -> None:
+        self.put("published", msg_id, values)
 
     def sync(self) -> None:
         """events_sync's seam: how many events had been emitted at each call."""
