@@ -104,7 +104,7 @@ def group_rows(events: DataFrame) -> DataFrame:
         F.col("node"), F.col("actor"),
         F.col("requeue"), F.col("redelivered"), F.col("connection"), F.col("channel"),
         F.col("delivery_tag"), F.col("consumer_tag"), F.col("no_ack"), F.col("where"),
-        F.col("reason"), F.col("seq_id"))
+        F.col("reason"), F.col("seq_id"), F.col("replica_log"))
     delivery = _is(*S.DELIVERY_KINDS)
     return ev.groupBy("msg_id", "copy_queue").agg(
         F.count(F.lit(1)).alias("n_events"),
@@ -243,15 +243,15 @@ def promotion_verdicts(rows: DataFrame, events: DataFrame) -> DataFrame:
     """Copies still queued or unacked when a mirror or quorum member of their queue was
     promoted to master (`promoted`, of a later epoch than the master that enqueued them): a
     copy lives on only where the promoted replica held it -- a `replica_enqueued` of it on
-    the promoted node before the promotion, and no `replica_dropped` of that node's replica
-    between the two. Otherwise it went with the deposed master (it had it, the new one never
-    did): `vanished`, `census_missing` "promoted" (census_verdicts: the promotion judged it as
-    a census would). The promotions and drops
+    the promoted node before the promotion, and no `replica_dropped` of that replica's log
+    (or of every log of that node) between the two. Otherwise it went with the deposed
+    master (it had it, the new one never did): `vanished`, `census_missing` "promoted"
+    (census_verdicts: the promotion judged it as a census would). The promotions and drops
     of a queue are one broadcast row: no shuffle of the copy rows."""
     marks_ev = events.where(_is("promoted", "replica_dropped") & F.col("queue").isNotNull())
     if marks_ev.where(_is("promoted")).isEmpty():  # (no promotion: nothing to judge)
         return rows.withColumn("promotion_gone", F.lit(False))
-    mark = F.struct("t_ns", "kind", "node", "epoch")
+    mark = F.struct("t_ns", "kind", "node", "epoch", "replica_log")
     marks = (marks_ev.groupBy(F.col("vhost").alias("pm_vhost"), F.col("queue").alias("pm_queue"))
              .agg(F.array_sort(F.collect_list(mark)).alias("pm_marks")))
     rows = rows.join(F.broadcast(marks), (rows.copy_queue == marks.pm_queue) &
@@ -263,6 +263,8 @@ def promotion_verdicts(rows: DataFrame, events: DataFrame) -> DataFrame:
             dropped_since = F.exists("pm_marks", lambda d: (d.getField("kind") ==
                                                             "replica_dropped") &
                                      (d.getField("node") == p.getField("node")) &
+                                     _same_log(d.getField("replica_log"),
+                                               s.getField("replica_log")) &
                                      (d.getField("t_ns") > s.getField("t_ns")) &
                                      (d.getField("t_ns") < p.getField("t_ns")))
             return ((s.getField("kind") == "replica_enqueued") &
@@ -279,6 +281,13 @@ def promotion_verdicts(rows: DataFrame, events: DataFrame) -> DataFrame:
             .withColumn("state", F.when(F.col("promotion_gone"), F.lit("vanished"))
                         .otherwise(F.col("state")))
             .drop("pm_vhost", "pm_queue", "pm_marks"))
+
+
+def _same_log(dropped: Column, took: Column) -> Column:
+    """Whether a replica_dropped ends what a replica_enqueued took: the same replica log, or
+    either names none (a drop at a replica's empty start ends every earlier log of its node;
+    logs written before replicas named their logs)."""
+    return dropped.isNull() | took.isNull() | (dropped == took)
 
 
 def census_verdicts(rows: DataFrame, events: DataFrame) -> DataFrame:

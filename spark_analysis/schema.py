@@ -103,9 +103,11 @@ LAYOUT = {
                                  "msg_ids")),
     "tx_rolled_back": ("channel", ("vhost", "connection", "channel", "publishes", "settles",
                                    "msg_ids")),
-    "replica_enqueued": ("mirror", ("vhost", "queue", "role", "seq_id", "epoch")),
-    "replica_settled": ("mirror", ("vhost", "queue", "role", "seq_id")),
-    "replica_dropped": ("mirror", ("vhost", "queue", "role", "reason", "count", "epoch")),
+    "replica_enqueued": ("mirror", ("vhost", "queue", "role", "seq_id", "epoch",
+                                    "replica_log")),
+    "replica_settled": ("mirror", ("vhost", "queue", "role", "seq_id", "replica_log")),
+    "replica_dropped": ("mirror", ("vhost", "queue", "role", "reason", "count", "epoch",
+                                   "replica_log")),
     "replica_synced": ("queue", ("vhost", "queue", "member", "role", "epoch")),
     "promoted": ("queue", ("vhost", "queue", "epoch", "role", "count")),
     # composite: a publish and its routing, one record of the channel (PARTS)
@@ -201,6 +203,9 @@ FIELD_COLUMNS = (
     ("offset", "bigint"),
     ("epoch", "bigint"),  # enqueued, queue_census, replica_*, promoted: the master's promotions
     ("role", "string"),  # replica_*, promoted: "mirror" (classic) or "member" (quorum)
+    # replica_enqueued/settled/dropped: which log of the replica (a quorum member's outlives
+    # its actor, kept with its marker); a drop without one ends every earlier log of its node
+    ("replica_log", "string"),
 )
 
 # Columns every row gets from its file's header and the event record itself.

@@ -329,14 +329,19 @@ class Mirror(LightActor):
         self.keep_upto = -1  # durably: the end of the kept log being synchronised
         self.joined_manual = False  # our last join asked for ha-sync-mode manual
         # what this replica says in the event log (and the msg_ids it holds, events on)
+        # (a quorum member's log on disk, complete or partly so, keeps its name in the event
+        # log across restarts: its marker holds it)
         self.rlog = ReplicaLog(events, self.vhost, self.qname,
-                               MEMBER if self.durably else MIRROR)
+                               MEMBER if self.durably else MIRROR,
+                               quorum_log.log_id_of(self.config, self.vhost, self.qname)
+                               if self.durably else None)
 
     def on_start(self):
-        if not self.durably:
-            # a classic mirror starts empty: whatever this node held of the queue before (in
-            # an earlier mirror's memory, or its index) is not held any more
-            self.rlog.dropped("restart", int(self.qdef.get("epoch") or 0))
+        if not self.durably or quorum_log.epoch_of(self.config, self.vhost, self.qname) is None:
+            # a classic mirror starts empty, and so does a quorum member without a complete
+            # log: whatever this node held of the queue before (in an earlier replica's memory,
+            # or its index) is not held any more
+            self.rlog.started_empty(int(self.qdef.get("epoch") or 0))
         if self.qdef["durable"] and not self.durably:
             # what this node held of the queue before is not the queue: dropped, in order,
             # before anything the mirror or a promotion writes there (a quorum queue's member
@@ -484,7 +489,8 @@ class Mirror(LightActor):
         if self.sync_batch and self.sync_master == self.master and not self.dropping \
                 and not self.broken and self.last_acked >= self.sync_batch:
             self.sync_batch = 0
-            quorum_log.mark_complete(self.config, self.vhost, self.qname, self.epoch)
+            quorum_log.mark_complete(self.config, self.vhost, self.qname, self.epoch,
+                                     self.rlog.log_id)
 
     def _drop_log(self, reason: str) -> None:
         """Our log is dropped (`reason`: `resync`, or `removed`: the queue gone, or our log no
@@ -515,7 +521,7 @@ class Mirror(LightActor):
         if keeping:
             self.held.update(dict.fromkeys(self.keep, 0))
             quorum_log.mark_partial(self.config, self.vhost, self.qname, self.epoch,
-                                    self.keep_upto)
+                                    self.keep_upto, self.rlog.log_id)
             log.info("mirror of quorum queue '%s' in vhost '%s': keeps its log up to %d, "
                      "%d messages of it still in the queue", self.qname, self.vhost,
                      self.keep_upto, len(self.keep))

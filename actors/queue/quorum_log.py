@@ -40,17 +40,34 @@ def _path(config, vhost: str, name: str) -> str:
     return os.path.join(_dir(config), queue_id(vhost, name).hex())
 
 
-def mark_complete(config, vhost: str, name: str, epoch: int) -> None:
+def mark_complete(config, vhost: str, name: str, epoch: int,
+                  log_id: str | None = None) -> None:
     """This node's index of the queue holds a complete log of the leader of `epoch` (synced
     before this returns: the acknowledgement or the start that depends on it comes after).
+    `log_id`: a member's name for its log in the event log (replica_log.py), kept with it.
     Nothing is written when the marker says so already (a leader restarting where it was)."""
-    _write(config, vhost, name, {"epoch": int(epoch)})
+    _write(config, vhost, name, _marker(epoch, log_id))
 
 
-def mark_partial(config, vhost: str, name: str, epoch: int, last: int) -> None:
+def mark_partial(config, vhost: str, name: str, epoch: int, last: int,
+                 log_id: str | None = None) -> None:
     """The index holds a complete log of the leader of `epoch` up to seq_id `last` (a kept log
     being synchronised: what the sync writes after `last` does not count yet)."""
-    _write(config, vhost, name, {"epoch": int(epoch), "last": int(last)})
+    _write(config, vhost, name, dict(_marker(epoch, log_id), last=int(last)))
+
+
+def _marker(epoch: int, log_id: str | None) -> dict:
+    marker = {"epoch": int(epoch)}
+    if log_id:
+        marker["log"] = str(log_id)
+    return marker
+
+
+def log_id_of(config, vhost: str, name: str) -> str | None:
+    """The name the member that wrote the marker gave its log in the event log, if any."""
+    marker = _read(config, vhost, name)
+    log_id = None if marker is None else marker.get("log")
+    return log_id if isinstance(log_id, str) else None
 
 
 def _write(config, vhost: str, name: str, marker: dict) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from actors import events
 from actors.messages import MirrorItem
-from actors.queue.replica_log import MEMBER, ReplicaLog
+from actors.queue.replica_log import MEMBER, MIRROR, ReplicaLog
 from spark_analysis import lifecycle
 
 Q = "qq"
@@ -87,6 +87,22 @@ def workload(directory: str) -> None:
     b_q.emit("queue_census", None, dict(actor="backing_queue", reason="stopped",
                                         seq_ranges=[2, 4], count=3, seq_below=5, durable=True,
                                         epoch=1, **copy))
+    # a second queue: B's member restarted (a new log, "b-new") and took message 7; the old
+    # member's late `removed` drop names its own log ("b-old"), so B, promoted, still has 7
+    q2 = dict(vhost="/", queue="qq2")
+    a_conn.emit("publish_received", _mid(7), dict(
+        actor="channel", vhost="/", connection="c1", channel=1, seq_no=7, exchange="",
+        routing_key="qq2", message_id="carried-past-an-old-drop", persistent=True))
+    a_conn.emit("routed", _mid(7), dict(actor="channel", vhost="/", queues=["qq2"]))
+    a_q.emit("enqueued", _mid(7), dict(actor="queue", seq_id=1, durable=True, epoch=0, **q2))
+    a_q.emit("synced", _mid(7), dict(actor="backing_queue", seq_id=1, **q2))
+    b_q.emit("replica_enqueued", _mid(7), dict(actor="mirror", role=MEMBER, seq_id=1, epoch=0,
+                                               replica_log="b-new", **q2))
+    a_conn.emit("confirmed", _mid(7), dict(actor="channel", vhost="/", connection="c1",
+                                           channel=1, seq_no=7))
+    b_q.emit("replica_dropped", None, dict(actor="mirror", role=MEMBER, reason="removed",
+                                           count=0, epoch=0, replica_log="b-old", **q2))
+    b_q.emit("promoted", None, dict(actor="queue", epoch=1, role=MEMBER, count=1, **q2))
     for lg in (a_conn, a_q, b_q, b_conn):
         lg.close()
 
@@ -112,7 +128,9 @@ def test_a_promoted_replica_keeps_what_it_held_and_nothing_else(job):
         "confirmed-not-on-b": "vanished",  # not B's seq_id 3, whatever B's census says
         "nacked-not-on-b": "vanished",  # (was `queued`: A dropped it without a word)
         "new-on-b": "queued",
-        "new-on-b-2": "queued"}
+        "new-on-b-2": "queued",
+        # (was `vanished`, and `lost`: another log's drop ended it)
+        "carried-past-an-old-drop": "queued"}
     for name in ("confirmed-not-on-b", "nacked-not-on-b"):
         (c,) = job.rows[name]["copies"]
         assert c["census_missing"] == "promoted", name
@@ -161,6 +179,20 @@ def test_replica_log_names_each_message_and_each_drop():
         ("replica_dropped", None, None, "resync", 1)]  # m3
     assert all(f["role"] == "mirror" and f["queue"] == Q for _, _, f in log.got)
     assert log.got[0][2]["epoch"] == 2 and r.ids == {}
+
+
+def test_replica_log_names_its_log_and_starts_a_new_one_after_a_drop():
+    log = _Log()
+    r = ReplicaLog(log, "/", Q, MEMBER, log_id="kept")  # a member that kept its log
+    r.took([_item(1, b"m1")], 0)
+    r.dropped("resync", 0)
+    r.took([_item(2, b"m2")], 0)
+    r.started_empty(0)
+    logs = [(k, f.get("reason"), f.get("replica_log")) for k, _, f in log.got]
+    assert logs[:2] == [("replica_enqueued", None, "kept"), ("replica_dropped", "resync", "kept")]
+    assert logs[2][0] == "replica_enqueued" and logs[2][2] not in (None, "kept")
+    assert logs[3] == ("replica_dropped", "restart", None)  # every earlier log of the node
+    assert ReplicaLog(log, "/", Q, MIRROR).log_id != ReplicaLog(log, "/", Q, MIRROR).log_id
 
 
 def test_replica_log_costs_nothing_with_events_off():

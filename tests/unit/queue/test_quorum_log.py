@@ -253,3 +253,27 @@ def test_a_member_told_to_keep_a_log_it_did_not_offer_drops_it_and_asks_again(tm
     mirror.on_receive(m.LogBarrier())
     assert [x.batch for _, x in host.transport.sent if isinstance(x, m.MirrorAck)] == [3]
     assert quorum_log.epoch_of(config, "/", "q") == 3
+
+
+def test_a_members_log_keeps_its_event_log_name_across_restarts_and_a_resync_renames_it(
+        tmp_path, monkeypatch):
+    config, host, mirror, bq = _mirror(tmp_path, monkeypatch)
+    quorum_log.mark_complete(config, "/", "q", 2, "log-before")
+
+    def restarted():
+        return Mirror(_Host(config, host.replica.q), host.replica.q, "me:2")
+
+    mirror = restarted()
+    monkeypatch.setattr(mirror, "_bq", lambda: bq)
+    assert mirror.rlog.log_id == "log-before"  # the log on disk is the one it named
+    mirror.on_start()
+    # an older epoch's log: the master resyncs it, which drops it under its own name
+    mirror.on_receive(m.MirrorSynced(MASTER, 1))
+    mirror.on_receive(m.MirrorPublish(MASTER, 1, True, [], []))
+    renamed = mirror.rlog.log_id
+    assert renamed != "log-before"
+    mirror.on_receive(m.LogBarrier())
+    assert quorum_log.log_id_of(config, "/", "q") == renamed  # the new log, whole, on disk
+    assert restarted().rlog.log_id == renamed  # a member restarting on it names it as before
+    quorum_log.mark_incomplete(config, "/", "q")
+    assert restarted().rlog.log_id not in (None, renamed)
