@@ -4,6 +4,7 @@ Messages are named by the publisher's message_id property, which the job reports
 broker's msg_id."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -452,58 +453,63 @@ def _job_says_no_confirmed_message_is_lost(events_dir, out, spark,
     return gaps
 
 
-def _gaps_after_a_kill(tmp_path, spark, kill, *extra: str) -> list[dict]:
-    """Traffic on a node started with events on and `extra`, `kill(broker)` in the middle of
-    it (it returns the broker that serves afterwards), every confirmed message consumed, then
-    the job and its checks (_job_says_no_confirmed_message_is_lost); returns the gaps."""
-    broker = Broker.start_leveret(tmp_path, "--events", "full", *extra)
-    traffic = Traffic(broker)
+@dataclasses.dataclass
+class TwoKills:
+    """What the module's kill run left: the job's gaps table and the pids killed."""
+    gaps: list[dict]
+    queue_worker_pid: int  # the queue worker killed -9 while its node ran on
+    node_pid: int  # the node killed -9 (its workers with it) and started again on its data
+
+
+@pytest.fixture(scope="module")
+def two_kills(tmp_path_factory, spark) -> TwoKills:
+    """Traffic on one node (events on, one queue worker) through two kills: its queue worker
+    killed -9 (the node restarts it), then the whole node killed -9 and started again on its
+    data; every confirmed message consumed, then one run of the job over the log holding both
+    (a job run costs more than the traffic) and its checks
+    (_job_says_no_confirmed_message_is_lost)."""
+    tmp = tmp_path_factory.mktemp("kills")
+    options = ("--events", "full", "--queue-workers", "1")
+    broker = Broker.start_leveret(tmp, *options)
+    traffic = Traffic(broker)  # (host and port stay the same across the node's restart)
     try:
         traffic.start()
         traffic.wait_for(confirmed=300, consumed=100)
-        broker = kill(broker)
+        [victim] = broker.queue_worker_pids().values()
+        os.kill(victim, signal.SIGKILL)
+        wait_until(lambda: broker.queue_worker_pids() and
+                   victim not in broker.queue_worker_pids().values(), timeout=30)
+        traffic.wait_for(confirmed=len(traffic.confirmed) + 200)
+        node_pid = broker.pid
+        broker = broker.restart(tmp, "kill9", *options)
         traffic.wait_for(confirmed=len(traffic.confirmed) + 200)
         traffic.drain()
     finally:
         traffic.stop()
         broker.stop()
-    return _job_says_no_confirmed_message_is_lost(broker.data_dir / "events",
-                                                  tmp_path / "analysis", spark, traffic)
+    gaps = _job_says_no_confirmed_message_is_lost(broker.data_dir / "events", tmp / "analysis",
+                                                  spark, traffic)
+    return TwoKills(gaps, victim, node_pid)
 
 
-def test_kill_9_of_a_queue_worker_mid_traffic_leaves_no_confirmed_message_lost(tmp_path, spark):
+def test_kill_9_of_a_queue_worker_mid_traffic_leaves_no_confirmed_message_lost(two_kills):
     """A publisher (confirms) and a consumer (acks) run against a durable queue while its queue
     worker is killed -9: the worker's last buffered events are gone, its log has no
     process_stop. Every message the publisher saw confirmed must come out of the job `acked`
     or `unknown` with the gap as the reason, never `lost`, and the gap must be reported."""
-    victims = []
-
-    def kill(broker):
-        [victim] = broker.queue_worker_pids().values()
-        victims.append(victim)
-        os.kill(victim, signal.SIGKILL)
-        wait_until(lambda: broker.queue_worker_pids() and
-                   victim not in broker.queue_worker_pids().values(), timeout=30)
-        return broker
-
-    gaps = _gaps_after_a_kill(tmp_path, spark, kill, "--queue-workers", "1")
-    killed = [g for g in gaps if g["process"] == "queue-0" and g["pid"] == victims[0]]
+    gaps = two_kills.gaps
+    killed = [g for g in gaps
+              if g["process"] == "queue-0" and g["pid"] == two_kills.queue_worker_pid]
     assert [g["kind"] for g in killed] == ["no_stop"], gaps
     assert "killed by signal SIGKILL" in killed[0]["reason"]  # the node saw it die
 
 
-def test_kill_9_of_the_node_mid_traffic_leaves_no_confirmed_message_lost(tmp_path, spark):
+def test_kill_9_of_the_node_mid_traffic_leaves_no_confirmed_message_lost(two_kills):
     """The same traffic while the whole node is killed -9 (its workers die with it) and
     started again on its data: no process of the first boot wrote process_stop, and nothing
     saw them die; the job ends each of their gaps where the process started again."""
-    first = []
-
-    def kill(broker):
-        first.append(broker.pid)
-        return broker.restart(tmp_path, "kill9", "--events", "full")
-
-    gaps = _gaps_after_a_kill(tmp_path, spark, kill)
-    node = [g for g in gaps if g["process"] == "node" and g["pid"] == first[0]]
+    gaps = two_kills.gaps
+    node = [g for g in gaps if g["process"] == "node" and g["pid"] == two_kills.node_pid]
     assert [g["kind"] for g in node] == ["no_stop"], gaps
     assert "the process started again" in node[0]["reason"]
     assert {g["process"] for g in gaps if g["kind"] == "no_stop"} >= {"node", "queue-0",

@@ -18,13 +18,25 @@ pytestmark = pytest.mark.skipif(bool(os.environ.get("LEVERET_TEST_URL")),
 N = 1000  # (about 15 pages of queue_page_bytes: every crossing is exercised many times)
 
 
-@pytest.fixture
-def node(tmp_path):
+def _paging_node(tmp_path):
     cfg = tmp_path / "leveret.toml"
     cfg.write_text("queue_page_bytes = 65536\nqueue_page_size = 100\n")
     broker = Broker.start_leveret(tmp_path, "--config", str(cfg))
     yield broker, tmp_path, cfg
     broker.stop()
+
+
+@pytest.fixture
+def node(tmp_path):
+    """A paging node of the test's own, for a test that kills it."""
+    yield from _paging_node(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def shared_node(tmp_path_factory):
+    """The module's paging node, for the tests that neither kill nor restart it (each its own
+    queue: a node's start costs more than most of them)."""
+    yield from _paging_node(tmp_path_factory.mktemp("paging"))
 
 
 def _fill(ch, queue, n, transient_every=0):
@@ -46,8 +58,8 @@ def _drain(ch, queue):
     return got
 
 
-def test_paged_queue_delivers_everything_in_order(node):
-    broker, _, _ = node
+def test_paged_queue_delivers_everything_in_order(shared_node):
+    broker, _, _ = shared_node
     conn = broker.connection()
     ch = conn.channel()
     _fill(ch, "deep", N)
@@ -59,8 +71,8 @@ def test_paged_queue_delivers_everything_in_order(node):
     conn.close()
 
 
-def test_basic_get_crosses_page_boundaries(node):
-    broker, _, _ = node
+def test_basic_get_crosses_page_boundaries(shared_node):
+    broker, _, _ = shared_node
     conn = broker.connection()
     ch = conn.channel()
     _fill(ch, "deep-get", 400)
@@ -74,8 +86,8 @@ def test_basic_get_crosses_page_boundaries(node):
     conn.close()
 
 
-def test_purge_reaches_the_paged_part(node):
-    broker, _, _ = node
+def test_purge_reaches_the_paged_part(shared_node):
+    broker, _, _ = shared_node
     conn = broker.connection()
     ch = conn.channel()
     _fill(ch, "deep-purge", 500)
@@ -168,10 +180,10 @@ def _fill_transient(ch, queue, n):
         ch.basic_publish("", queue, b"%06d" % i + b"." * 994)
 
 
-def test_a_transient_queue_pages_and_delivers_everything_in_order__R1(node):
+def test_a_transient_queue_pages_and_delivers_everything_in_order__R1(shared_node):
     """R1: a queue without consumers pages instead of blocking its publisher; classic queues
     v2 page transient messages too (written, not synced)."""
-    broker, _, _ = node
+    broker, _, _ = shared_node
     conn = broker.connection()
     ch = conn.channel()
     _fill_transient(ch, "tdeep", N)
@@ -185,10 +197,10 @@ def test_a_transient_queue_pages_and_delivers_everything_in_order__R1(node):
     conn.close()
 
 
-def test_persistent_messages_paged_out_of_a_transient_queue_all_come_back__R1(node):
+def test_persistent_messages_paged_out_of_a_transient_queue_all_come_back__R1(shared_node):
     """A non-durable queue pages persistent messages like transient ones (written, not
     synced); they were counted as paged but never written, so the drain came back short."""
-    broker, _, _ = node
+    broker, _, _ = shared_node
     conn = broker.connection()
     ch = conn.channel()
     ch.confirm_delivery()
@@ -202,8 +214,8 @@ def test_persistent_messages_paged_out_of_a_transient_queue_all_come_back__R1(no
     conn.close()
 
 
-def test_a_deleted_paged_transient_queue_comes_back_empty(node):
-    broker, _, _ = node
+def test_a_deleted_paged_transient_queue_comes_back_empty(shared_node):
+    broker, _, _ = shared_node
     conn = broker.connection()
     ch = conn.channel()
     _fill_transient(ch, "tagain", 500)

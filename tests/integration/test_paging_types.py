@@ -22,13 +22,25 @@ N = 1500
 PAD = b"." * 994  # 1,000-byte bodies: 1,500 of them are 45 times queue_page_bytes
 
 
-@pytest.fixture
-def node(tmp_path):
+def _paging_node(tmp_path):
     cfg = tmp_path / "leveret.toml"
     cfg.write_text("queue_page_bytes = 32768\nqueue_page_size = 50\n")
     broker = Broker.start_leveret(tmp_path, "--config", str(cfg))
     yield broker, tmp_path, cfg
     broker.stop()
+
+
+@pytest.fixture
+def node(tmp_path):
+    """A paging node of the test's own, for a test that restarts it."""
+    yield from _paging_node(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def shared_node(tmp_path_factory):
+    """The module's paging node, for the tests that do not restart it (each its own queue: a
+    node's start costs more than most of them)."""
+    yield from _paging_node(tmp_path_factory.mktemp("paging"))
 
 
 def _restart(broker, tmp_path, cfg):
@@ -77,8 +89,8 @@ def test_a_durable_priority_queue_pages_each_priority_and_keeps_them_across_a_re
         broker.stop()
 
 
-def test_a_transient_priority_queue_pages_and_a_late_high_priority_goes_first__R1(node):
-    broker, _, _ = node
+def test_a_transient_priority_queue_pages_and_a_late_high_priority_goes_first__R1(shared_node):
+    broker, _, _ = shared_node
     conn = broker.connection()
     ch = conn.channel()
     ch.confirm_delivery()
@@ -116,8 +128,8 @@ def test_drop_head_counts_paged_messages_and_dead_letters_them_in_order__R1(node
         broker.stop()
 
 
-def test_reject_publish_counts_paged_messages__C6(node):
-    broker, _, _ = node
+def test_reject_publish_counts_paged_messages__C6(shared_node):
+    broker, _, _ = shared_node
     conn = broker.connection()
     ch = conn.channel()
     ch.confirm_delivery()
@@ -134,8 +146,8 @@ def test_reject_publish_counts_paged_messages__C6(node):
     conn.close()
 
 
-def test_max_length_bytes_counts_paged_bytes_and_drops_the_paged_head(node):
-    broker, _, _ = node
+def test_max_length_bytes_counts_paged_bytes_and_drops_the_paged_head(shared_node):
+    broker, _, _ = shared_node
     conn = broker.connection()
     ch = conn.channel()
     ch.confirm_delivery()
@@ -148,8 +160,8 @@ def test_max_length_bytes_counts_paged_bytes_and_drops_the_paged_head(node):
     conn.close()
 
 
-def test_an_ack_mode_queue_pages_and_confirms_each_message_on_its_ack__C5(node):
-    broker, _, _ = node
+def test_an_ack_mode_queue_pages_and_confirms_each_message_on_its_ack__C5(shared_node):
+    broker, _, _ = shared_node
     conn = broker.connection()
     ch = conn.channel()
     ch.queue_declare("late", arguments={"x-confirm-on": "ack"})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -156,6 +157,44 @@ class Nodes:
                 got.add(int(body))
                 ch.basic_ack(method.delivery_tag)
         return got
+
+    def whole(self) -> bool:
+        """Every node answers AMQP and its cluster_status lists every member up, reachable and
+        not paused, under one leader."""
+        if not all(b is not None and b.alive() for b in self.brokers):
+            return False
+        for i in range(len(self.brokers)):
+            try:
+                rows = self.status_rows(i)
+            except (AssertionError, subprocess.TimeoutExpired):  # the node not ready to answer
+                return False
+            if len(rows) != len(self.brokers) or [r["leader"] for r in rows.values()]\
+                    .count("true") != 1 or not all(r["up"] == "true" and r["reachable"] == "true"
+                                                  and r["paused"] == "false"
+                                                  for r in rows.values()):
+                return False
+        return True
+
+    def mend(self, timeout: float = CLUSTER_START_TIMEOUT) -> None:
+        """After a test that killed, stopped or cut off nodes: continue every stopped process,
+        start the dead nodes again on their data and wait until the cluster is whole."""
+        for b in self.brokers:
+            if b is not None and b.proc.poll() is None:
+                for pid in (b.pid, *b.worker_pids("queue").values(),
+                            *b.worker_pids("conn").values()):
+                    try:
+                        os.kill(pid, signal.SIGCONT)
+                    except ProcessLookupError:
+                        pass
+        dead = [i for i, b in enumerate(self.brokers) if b is None or b.proc.poll() is not None]
+        if dead:
+            self.start(*dead)
+        deadline = time.monotonic() + timeout
+        while not self.whole():  # (each look costs three leveretctl runs: not too often)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the cluster is not whole {timeout} s after the test:\n"
+                                     f"{self.logs()}")
+            time.sleep(0.5)
 
     def logs(self) -> str:
         return "\n".join(f"--- node{i + 1}\n{b.log_tail(40)}" for i, b in enumerate(self.brokers)

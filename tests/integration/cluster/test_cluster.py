@@ -106,10 +106,11 @@ def test_publish_consume_ack_and_confirm_across_nodes(shared):
     assert passive_count(shared[0], "work") == 0
 
 
-def test_a_minority_cannot_change_definitions(nodes):
+def test_a_minority_cannot_change_definitions(mended):
     """A lone survivor cannot commit the declare (541 after 5 s without a leader), and pauses
     after 1 s without a majority (pause_minority: 320, then no listener): whichever comes
     first closes the client; once the others are back it resumes by itself."""
+    nodes = mended
     with nodes[0].connection() as c:
         c.channel().queue_declare("before", durable=True)
     nodes.kill9(1)
@@ -132,9 +133,10 @@ def test_a_minority_cannot_change_definitions(nodes):
     # committed by the next leader, as Raft allows; the client was told 320/541, not ok)
 
 
-def test_restarted_node_rejoins_and_catches_up(nodes):
+def test_restarted_node_rejoins_and_catches_up(mended):
     """Node 3 is killed with messages in its durable queue; definitions change while it is
     down; restarted, it has the new definitions and its messages."""
+    nodes = mended
     with nodes[2].connection() as c:
         ch = c.channel()
         ch.queue_declare("on3", durable=True)

@@ -28,11 +28,12 @@ def declared(broker, queue) -> bool:
             return False
 
 
-def test_leader_killed_while_definitions_change__D1(nodes):
+def test_leader_killed_while_definitions_change__D1(mended):
     """A client on a follower declares durable queues in a loop while the leader is killed -9
     in the middle: some declares fail (541, or the connection closes), none hangs, declares work
     again once a new leader is elected, and every queue the client got declare-ok for exists on
     the survivors and on the old leader once it is back."""
+    nodes = mended
     leader = nodes.leader(0)
     via = (leader + 1) % 3
     answered, failed = [], []
@@ -82,10 +83,11 @@ def test_leader_killed_while_definitions_change__D1(nodes):
     assert not missing, missing
 
 
-def test_every_node_killed_at_once_loses_nothing_confirmed__C8(nodes):
+def test_every_node_killed_at_once_loses_nothing_confirmed__C8(mended):
     """Definitions made through different nodes and persistent messages confirmed into durable
     queues homed on two nodes; kill -9 of all three nodes; restarted together, everything is
     there."""
+    nodes = mended
     with nodes[0].connection() as c:
         ch = c.channel()
         ch.exchange_declare("events", "topic", durable=True)
@@ -122,11 +124,12 @@ def test_every_node_killed_at_once_loses_nothing_confirmed__C8(nodes):
         assert ch.queue_declare("on2", durable=True, passive=True).method.message_count == 51
 
 
-def test_declare_while_a_restarted_home_recovers_its_queue_counts_what_it_recovered__C8(nodes):
+def test_declare_while_a_restarted_home_recovers_its_queue_counts_what_it_recovered__C8(mended):
     """A durable queue's home node is killed -9 and started again while a client on another
     node declares the queue (passive) in a loop: each answer is 404 (home down) or declare-ok
     with every confirmed message counted, never an empty queue while it is still recovering
     (the declares that waited for the queue to start were answered with 0)."""
+    nodes = mended
     n = 5000
     with nodes[1].connection() as c:
         ch = c.channel()
@@ -154,12 +157,13 @@ def test_declare_while_a_restarted_home_recovers_its_queue_counts_what_it_recove
     assert set(counts) == {n}, counts
 
 
-def test_leader_paused_past_its_election_timeout_still_answers_declares__D1(nodes):
+def test_leader_paused_past_its_election_timeout_still_answers_declares__D1(mended):
     """The leader's node process is stopped (SIGSTOP) for longer than the election time-out
     while a client connected to it declares queues in a loop, as a busy machine can starve it:
     the followers elect another leader, and the declares the old leader had not committed are
     carried out by the new one. Every declare is answered declare-ok (none 541 "leadership
     changed"), and every queue exists on all three nodes."""
+    nodes = mended
     leader = nodes.leader(0)
     pid = nodes[leader].proc.pid
     answered, failed = [], []

@@ -133,7 +133,8 @@ def test_ha_sync_mode_manual_syncs_a_new_mirror_only_when_asked_or_drained__C5(s
     assert res.returncode != 0 and "no queue 'no.such.queue' in vhost '/'" in res.stderr
 
 
-def test_an_unsynchronised_manual_mirror_is_never_promoted__C8(nodes):
+def test_an_unsynchronised_manual_mirror_is_never_promoted__C8(mended):
+    nodes = mended
     with nodes[0].connection() as c:
         ch = c.channel()
         ch.confirm_delivery()

@@ -17,7 +17,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from conftest import free_port
+from conftest import _die_with_parent, free_port
 
 
 def spark_home() -> str:
@@ -53,11 +53,13 @@ class StandaloneCluster:
     def _spawn(self, name: str, cls: str, *args: str) -> None:
         log = open(self.base / f"{name}.log", "wb")
         env = environment(SPARK_LOG_DIR=str(self.base), SPARK_PID_DIR=str(self.base))
-        # (its own session: the JVM and whatever it starts stay apart from the test's group)
+        # (its own session: the JVM and whatever it starts stay apart from the test's group;
+        # SIGTERM when the test process dies, kept across spark-class's exec of the JVM, whose
+        # shutdown hook ends the executors: no JVM outlives a test run killed or timed out)
         self.procs.append(subprocess.Popen(
             [os.path.join(spark_home(), "bin", "spark-class"), cls, *args], env=env,
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True))
+            start_new_session=True, preexec_fn=_die_with_parent))
         log.close()
 
     def state(self) -> dict:
