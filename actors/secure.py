@@ -36,8 +36,6 @@ import time
 
 import zmq
 from zmq.utils import z85
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 log = logging.getLogger("leveret.secure")
 
@@ -95,6 +93,10 @@ def load_secret(config) -> bytes:
 
 
 def _derive(secret: bytes, purpose: str) -> bytes:
+    # (imported here: only a cluster's processes derive keys, and importing cryptography
+    # costs every process of a lone node about 85 ms of CPU at its start)
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=b"leveret cluster secret",
                 info=purpose.encode()).derive(secret)
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 import ssl
 from typing import NamedTuple
 
-from cryptography import x509
-from cryptography.x509.oid import NameOID
 
 from actors.core.connection import TlsInfo
 
@@ -93,22 +91,25 @@ def suite_parts(ctx: ssl.SSLContext, name: str) -> SuiteParts:
     return SuiteParts("", "", "")
 
 
-# rabbit_cert_info's attribute names where RFC 4514 has none (cryptography prints the OID)
-_RDN_NAMES = {NameOID.SURNAME: "SN", NameOID.GIVEN_NAME: "GIVENNAME",
-              NameOID.INITIALS: "INITIALS", NameOID.GENERATION_QUALIFIER: "GENERATIONQUALIFIER",
-              NameOID.TITLE: "TITLE", NameOID.SERIAL_NUMBER: "SERIALNUMBER",
-              NameOID.PSEUDONYM: "PSEUDONYM", NameOID.EMAIL_ADDRESS: "EMAILADDRESS"}
-
-
 def cert_fields(der: bytes | None) -> dict:
     """The client certificate's subject, issuer and validity as rabbit_ssl's
     peer_cert_subject / peer_cert_issuer / peer_cert_validity print them (RFC 4514, last RDN
     first; "notBefore - notAfter" as "YYYY-MM-DDTHH:MM:SSZ"); "" each without one."""
     if not der:
         return {}
+    # (imported here: a connection worker without TLS clients never needs it, and importing
+    # cryptography costs each one about 85 ms of CPU at its start)
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    # rabbit_cert_info's attribute names where RFC 4514 has none (cryptography prints the OID)
+    names = {NameOID.SURNAME: "SN", NameOID.GIVEN_NAME: "GIVENNAME",
+             NameOID.INITIALS: "INITIALS", NameOID.GENERATION_QUALIFIER: "GENERATIONQUALIFIER",
+             NameOID.TITLE: "TITLE", NameOID.SERIAL_NUMBER: "SERIALNUMBER",
+             NameOID.PSEUDONYM: "PSEUDONYM", NameOID.EMAIL_ADDRESS: "EMAILADDRESS"}
     cert = x509.load_der_x509_certificate(der)
-    return {"cert_subject": cert.subject.rfc4514_string(_RDN_NAMES),
-            "cert_issuer": cert.issuer.rfc4514_string(_RDN_NAMES),
+    return {"cert_subject": cert.subject.rfc4514_string(names),
+            "cert_issuer": cert.issuer.rfc4514_string(names),
             "cert_validity": f"{cert.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ} - "
                              f"{cert.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}"}
 

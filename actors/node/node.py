@@ -37,7 +37,6 @@ from actors import events, hlc
 from actors import metadata_ops as ops
 from actors.config import Config
 from actors.connection import handoff, tls
-from actors.management.server import Management
 from actors.connection.netio import Listener
 from actors import runtime
 from actors.messages import (AlarmsChanged, ClusterReady, ClusterTick, DurableQueues, NodeTick,
@@ -149,7 +148,7 @@ class Node:
         self.listener: Listener | None = None  # accepts on it (after the workers are ready)
         self.tls_sock: socket.socket | None = None  # the AMQPS listening socket (tls_port)
         self.tls_listener: Listener | None = None  # accepts on it
-        self.management: Management | None = None  # the HTTP API (management_port)
+        self.management = None  # the HTTP API (management_port): a Management
         # set by the metadata actor while the node is paused (cluster, pause_minority): the
         # node does not listen on its AMQP ports meanwhile, as RabbitMQ stops its listeners
         self.paused = threading.Event()
@@ -194,6 +193,8 @@ class Node:
             return self.exit_code
         self._drop_stale_indexes()
         if cfg.management_port or cfg.prometheus_port:
+            # (imported here: aiohttp and the API cost a node without them ~0.25 s of CPU)
+            from actors.management.server import Management
             self.management = Management(cfg, self.run_dir, self._ctl_address())
             try:
                 self.management.start()

@@ -10,6 +10,8 @@ import signal
 import threading
 import time
 
+from typing import NamedTuple
+
 import pika
 import pytest
 
@@ -25,6 +27,61 @@ def queue_row(broker, name) -> dict:
         if cells[0] == name:
             return dict(zip(("name", "messages", "node", "mirrors", "synced"), cells))
     return {}
+
+class TrafficThroughAKill(NamedTuple):
+    """What kill_home_under_traffic saw."""
+    confirmed: set  # the bodies (numbers) whose publish was confirmed
+    consumed_before: set  # the bodies the consumer acked (the first 100)
+    cancelled: bool  # the consumer got basic.cancel
+    killed: bool  # node 1 was killed
+
+
+def kill_home_under_traffic(nodes, queue: str, delivery_mode: int,
+                            seconds: float) -> TrafficThroughAKill:
+    """A consumer on node 3 (prefetch 50, acks the first 100 then stalls) and a confirming
+    publisher on node 2 (mandatory, numbered bodies); node 1, the queue's home, killed -9 after
+    300 publishes; publishing goes on until 200 more are confirmed and the consumer was
+    cancelled, or for `seconds`. 200 confirmed after the take-over, not 200 sent: on a busy
+    machine every publish was refused (no home yet) for longer than 200 of them took."""
+    cancelled = threading.Event()
+    con = nodes[2].connection()
+    cch = con.channel()
+    cch.basic_qos(prefetch_count=50)
+    cch.add_on_cancel_callback(lambda frame: cancelled.set())
+    consumed_before = set()
+
+    def on_msg(ch, method, props, body):
+        if len(consumed_before) < 100:  # then it stalls: 50 unacked, the rest ready
+            consumed_before.add(int(body))
+            ch.basic_ack(method.delivery_tag)
+    cch.basic_consume(queue, on_msg)
+
+    confirmed, sent = set(), 0
+    pub = nodes[1].connection()
+    pch = pub.channel()
+    pch.confirm_delivery()
+    killed, confirmed_at_kill = False, 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        con.process_data_events(0)
+        try:
+            pch.basic_publish("", queue, b"%d" % sent,
+                              pika.BasicProperties(delivery_mode=delivery_mode), mandatory=True)
+            confirmed.add(sent)
+        except (pika.exceptions.NackError, pika.exceptions.UnroutableError):
+            # not confirmed (no home until the take-over): the publisher would send it again
+            time.sleep(0.05)
+        sent += 1
+        if sent == 300 and not killed:
+            nodes.kill9(0)
+            killed, confirmed_at_kill = True, len(confirmed)
+        if killed and len(confirmed) >= confirmed_at_kill + 200 and cancelled.is_set():
+            break
+    con.process_data_events(0.5)
+    pub.close()
+    con.close()
+    return TrafficThroughAKill(confirmed, consumed_before, cancelled.is_set(), killed)
+
 
 
 def test_policy_mirrors_a_queue_on_every_node(mended):
@@ -51,55 +108,15 @@ def test_kill9_of_home_loses_no_confirmed_message(mended):
         c.channel().queue_declare("ha.orders", durable=True)  # home: node 1
     nodes.wait(lambda: queue_row(nodes[1], "ha.orders").get("synced", "").count("node") == 2,
                what="mirrors synchronised")
-    # a consumer on node 3 (cancelled when the master dies) and a publisher on node 2
-    cancelled = threading.Event()
-    con = nodes[2].connection()
-    cch = con.channel()
-    cch.basic_qos(prefetch_count=50)
-    cch.add_on_cancel_callback(lambda frame: cancelled.set())
-    consumed_before = set()
-
-    def on_msg(ch, method, props, body):
-        if len(consumed_before) < 100:  # then it stalls: 50 unacked, the rest ready
-            consumed_before.add(int(body))
-            ch.basic_ack(method.delivery_tag)
-    cch.basic_consume("ha.orders", on_msg)
-
-    confirmed, sent = set(), 0
-    pub = nodes[1].connection()
-    pch = pub.channel()
-    pch.confirm_delivery()
-    killed_at = None
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        con.process_data_events(0)
-        try:
-            pch.basic_publish("", "ha.orders", b"%d" % sent,
-                              pika.BasicProperties(delivery_mode=2), mandatory=True)
-            confirmed.add(sent)
-        except (pika.exceptions.NackError, pika.exceptions.UnroutableError):
-            # not confirmed (no master until the take-over): the publisher would send it again
-            time.sleep(0.05)
-        sent += 1
-        if sent == 300 and killed_at is None:
-            nodes.kill9(0)
-            killed_at, confirmed_at_kill = sent, len(confirmed)
-        # (200 confirmed after the take-over, not 200 sent: on a busy machine the take-over
-        # took longer than 200 refused publishes, and the test ended before it)
-        if killed_at is not None and len(confirmed) >= confirmed_at_kill + 200 and \
-                cancelled.is_set():
-            break
-    con.process_data_events(0.5)
-    assert killed_at is not None
-    assert cancelled.is_set(), "the consumer got no basic.cancel when the master died"
-    assert len(confirmed) > 300, "nothing was confirmed after the take-over"
+    run = kill_home_under_traffic(nodes, "ha.orders", delivery_mode=2, seconds=60)
+    assert run.killed
+    assert run.cancelled, "the consumer got no basic.cancel when the master died"
+    assert len(run.confirmed) > 300, "nothing was confirmed after the take-over"
     row = queue_row(nodes[1], "ha.orders")
     assert row["node"] in ("leveret@node2", "leveret@node3")
-    pub.close()
-    con.close()
     # everything confirmed is there (consumed before the kill, or in the queue now)
     left = nodes.drain(2, "ha.orders")
-    missing = confirmed - consumed_before - left
+    missing = run.confirmed - run.consumed_before - left
     assert len(left) > 150  # a backlog was there to lose
     assert not missing, f"{len(missing)} confirmed messages lost, e.g. {sorted(missing)[:10]}"
 

@@ -14,7 +14,8 @@ import time
 import pika
 import pytest
 
-from tests.integration.cluster.test_mirrored import PAGING, fill_paged_with_a_tail, queue_row
+from tests.integration.cluster.test_mirrored import (PAGING, fill_paged_with_a_tail,
+                                                     kill_home_under_traffic, queue_row)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -304,54 +305,15 @@ def test_kill9_of_the_leader_loses_no_confirmed_message(mended):
     with nodes[0].connection() as c:
         c.channel().queue_declare("qq.orders", durable=True, arguments=QQ)  # leader: node 1
     _synced(nodes, 1, "qq.orders", 2)
-    cancelled = threading.Event()
-    con = nodes[2].connection()
-    cch = con.channel()
-    cch.basic_qos(prefetch_count=50)
-    cch.add_on_cancel_callback(lambda frame: cancelled.set())
-    consumed_before = set()
-
-    def on_msg(ch, method, props, body):
-        if len(consumed_before) < 100:  # then it stalls: 50 unacked, the rest ready
-            consumed_before.add(int(body))
-            ch.basic_ack(method.delivery_tag)
-    cch.basic_consume("qq.orders", on_msg)
-
-    confirmed, sent = set(), 0
-    pub = nodes[1].connection()
-    pch = pub.channel()
-    pch.confirm_delivery()
-    killed_at = None
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        con.process_data_events(0)
-        try:
-            # transient: a quorum queue keeps it all the same
-            pch.basic_publish("", "qq.orders", b"%d" % sent,
-                              pika.BasicProperties(delivery_mode=1), mandatory=True)
-            confirmed.add(sent)
-        except (pika.exceptions.NackError, pika.exceptions.UnroutableError):
-            # not confirmed (no leader until the take-over): the publisher would send it again
-            time.sleep(0.05)
-        sent += 1
-        if sent == 300 and killed_at is None:
-            nodes.kill9(0)
-            killed_at, confirmed_at_kill = sent, len(confirmed)
-        # (200 confirmed after the take-over, not 200 sent: on a busy machine the take-over
-        # took longer than 200 refused publishes, and the test ended before it)
-        if killed_at is not None and len(confirmed) >= confirmed_at_kill + 200 and \
-                cancelled.is_set():
-            break
-    con.process_data_events(0.5)
-    assert killed_at is not None
-    assert cancelled.is_set(), "the consumer got no basic.cancel when the leader died"
-    assert len(confirmed) > 300, "nothing was confirmed after the take-over"
+    # (transient: a quorum queue keeps it all the same)
+    run = kill_home_under_traffic(nodes, "qq.orders", delivery_mode=1, seconds=90)
+    assert run.killed
+    assert run.cancelled, "the consumer got no basic.cancel when the leader died"
+    assert len(run.confirmed) > 300, "nothing was confirmed after the take-over"
     row = queue_row(nodes[1], "qq.orders")
     assert row["node"] in ("leveret@node2", "leveret@node3")
-    pub.close()
-    con.close()
     left = nodes.drain(2, "qq.orders")
-    missing = confirmed - consumed_before - left
+    missing = run.confirmed - run.consumed_before - left
     assert len(left) > 150  # a backlog was there to lose
     assert not missing, f"{len(missing)} confirmed messages lost, e.g. {sorted(missing)[:10]}"
 

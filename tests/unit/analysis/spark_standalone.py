@@ -35,6 +35,10 @@ def environment(**extra: str) -> dict[str, str]:
                 **extra)
 
 
+class _PortTaken(RuntimeError):
+    """A JVM of the cluster could not bind the port picked for it."""
+
+
 class StandaloneCluster:
     def __init__(self, base: Path, workers: int = 2, cores: int = 1, memory: str = "1g"):
         self.base = Path(base)  # logs and work directories under it
@@ -52,7 +56,11 @@ class StandaloneCluster:
 
     def _spawn(self, name: str, cls: str, *args: str) -> None:
         log = open(self.base / f"{name}.log", "wb")
-        env = environment(SPARK_LOG_DIR=str(self.base), SPARK_PID_DIR=str(self.base))
+        # (a port taken by another program fails the JVM: Spark would otherwise bind the next
+        # one up, and the test would read another program's page as the master's /json/)
+        strict = "-Dspark.port.maxRetries=0"
+        env = environment(SPARK_LOG_DIR=str(self.base), SPARK_PID_DIR=str(self.base),
+                          SPARK_MASTER_OPTS=strict, SPARK_WORKER_OPTS=strict)
         # (its own session: the JVM and whatever it starts stay apart from the test's group;
         # SIGTERM when the test process dies, kept across spark-class's exec of the JVM, whose
         # shutdown hook ends the executors: no JVM outlives a test run killed or timed out)
@@ -69,11 +77,26 @@ class StandaloneCluster:
     def alive_workers(self) -> int:
         try:
             return sum(w.get("state") == "ALIVE" for w in self.state().get("workers", []))
-        except OSError:
+        except (OSError, ValueError):  # (not up yet, or not answering JSON yet)
             return 0
 
-    def start(self, timeout: float = 240.0) -> "StandaloneCluster":
+    def start(self, timeout: float = 240.0, attempts: int = 3) -> "StandaloneCluster":
+        """Master and workers on free ports, up once every worker is alive; started again on
+        other ports when a JVM found its port taken (free_port's pick is only a guess on a
+        machine where other programs open ports too)."""
+        for attempt in range(attempts):
+            try:
+                return self._start(timeout)
+            except _PortTaken:
+                if attempt == attempts - 1:
+                    raise
+        raise ValueError("attempts must be at least 1")
+
+    def _start(self, timeout: float) -> "StandaloneCluster":
         self.base.mkdir(parents=True, exist_ok=True)
+        for f in self.base.glob("*.log"):
+            f.unlink()
+        self.work_dirs.clear()
         avoid: set[int] = set()
         self.port, self.ui_port = free_port(avoid=avoid), free_port(avoid=avoid)
         self._spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
@@ -94,6 +117,8 @@ class StandaloneCluster:
                 logs = "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-1500:]}"
                                  for f in sorted(self.base.glob("*.log")))
                 self.stop()
+                if dead and ("BindException" in logs or "could not bind" in logs):
+                    raise _PortTaken(logs)
                 raise RuntimeError(f"the standalone cluster did not come up "
                                    f"({'exited: ' + ', '.join(dead) if dead else 'timeout'})"
                                    f"\n{logs}")
