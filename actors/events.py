@@ -55,6 +55,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import logging
+import operator
 import os
 import socket
 import threading
@@ -100,6 +101,7 @@ KINDS = (MESSAGE_KINDS + COPY_KINDS + PUBLISHER_KINDS + PROCESS_KINDS + LOG_KIND
          DEAD_LETTER_KINDS + REMOVAL_KINDS + TX_KINDS + REPLICA_KINDS)
 _CODE = layout.CODE  # kind -> its number in a record
 _PARTS = {_CODE[k]: len(parts) for k, parts in layout.PARTS.items()}  # composite code -> parts
+_first = operator.itemgetter(0)  # a record's code
 _NAMES = {kind: fields for kind, (_, fields) in layout.LAYOUT.items()}  # kind -> field names
 _NAME_SETS = {kind: frozenset(fields) for kind, fields in _NAMES.items()}  # for emit()'s check
 _ACTOR = {kind: actor for kind, (actor, _) in layout.LAYOUT.items()}  # kind -> implied actor
@@ -311,9 +313,14 @@ class EventLog:
             self.file.flush()
             # the log's own markers are not counted: a heartbeat every second would keep the
             # metric moving on an idle node (they are appended by the draining thread, or
-            # under this lock, before it reads the buffer: a count, not a scan of the chunk)
+            # under this lock, before it reads the buffer: a count, not a scan of the chunk);
+            # a composite record counts as the events it stands for, as the files read back
+            # (a count of its code in C over the chunk's first items)
             marks, self.marks = self.marks, 0
-            self.written += n - marks
+            written = n - marks
+            for code, parts in _PARTS.items():
+                written += (parts - 1) * operator.countOf(map(_first, chunk), code)
+            self.written += written
 
     def _write_batch(self, batch: list) -> None:
         """Encode events as one msgpack array and drop the array's header: what remains is the
@@ -560,8 +567,8 @@ def emit(kind: str, msg_id: bytes | None = None, **fields) -> None:
 
 
 def written() -> int:
-    """Events this process's log has written to its files so far, its own markers (LOG_KINDS)
-    left out (0 when off)."""
+    """Events this process's log has written to its files so far (a composite record counts as
+    the events it stands for), its own markers (LOG_KINDS) left out (0 when off)."""
     lg = _log
     return lg.written if lg is not None else 0
 

@@ -114,10 +114,11 @@ class StandaloneCluster:
         while self.alive_workers() < self.workers:
             dead = [p.args[1] for p in self.procs if p.poll() is not None]
             if dead or time.monotonic() > deadline:
-                logs = "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-1500:]}"
-                                 for f in sorted(self.base.glob("*.log")))
+                texts = {f.name: f.read_text(errors="replace")
+                         for f in sorted(self.base.glob("*.log"))}
+                logs = "\n".join(f"--- {name}\n{text[-1500:]}" for name, text in texts.items())
                 self.stop()
-                if dead and ("BindException" in logs or "could not bind" in logs):
+                if dead and any("java.net.BindException" in t for t in texts.values()):
                     raise _PortTaken(logs)
                 raise RuntimeError(f"the standalone cluster did not come up "
                                    f"({'exited: ' + ', '.join(dead) if dead else 'timeout'})"

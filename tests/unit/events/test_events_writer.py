@@ -382,3 +382,18 @@ def test_an_unknown_events_sync_is_refused(tmp_path):
     assert Config(events_sync="yes").check() == [
         "events_sync must be one of off, write, fsync, not 'yes'"]
     assert Config().check() == []
+
+
+def test_written_counts_the_events_the_files_read_back(tmp_path):
+    """leveret_events_written_total's source: a `published` record (a publish and its routing)
+    is two events in the files, so two in the count; the log's own markers are none."""
+    events.configure(_cfg(tmp_path, "full"), "conn-0", "leveret@h1")
+    for i in range(3):
+        mid = i.to_bytes(16, "big")
+        events.put_published(mid, ("/", "c1", 1, i + 1, "", "q", None, False, 1, None, None,
+                                   ("q",), ()))
+        events.emit("delivered", mid, actor="channel", queue="q", delivery_tag=i + 1)
+    events.flush()
+    got = _all_events(str(tmp_path / "events"))
+    assert sorted({e[0] for e in got}) == ["delivered", "publish_received", "routed"]
+    assert events.written() == len(got) == 9
