@@ -45,9 +45,10 @@ LEADER_FALLBACK_S = 2.0  # leaderFallbackTimeout: a leader without a majority's 
 TICK_S = 0.25  # the metadata actor's cluster tick (actors/node/node.py), how late it may notice
 
 PAUSE_AFTER_S = 1.0  # without live Raft links to a majority this long: pause
-LEADERLESS_PAUSE_S = 2.0  # without a leader's contact this long: pause
-DOWN_AFTER_S = 3.0  # the leader's link to a member gone this long: it may be marked down
-LEASE_S = 6.0  # ... and only by a leader that has led this long
+LEADERLESS_PAUSE_S = 4.0  # without a leader's contact this long: pause (an election after the
+#                            leader's loss, a split vote and a round again, on a busy machine)
+DOWN_AFTER_S = 5.0  # the leader's link to a member gone this long: it may be marked down
+LEASE_S = 9.0  # ... and only by a leader that has led this long
 
 
 def check_leases() -> None:

@@ -11,12 +11,12 @@ To stay short the nemeses share one cluster (booting three nodes is most of a ru
 each has a queue of its own (`jepsen.q.<nemesis>`, homed on node 1, mirrored on the others),
 starts from the settled, drained cluster the previous one left, and a run that fails, or
 leaves a node down, gets the next one a new cluster. Each fault lasts as long as what it checks
-takes to happen (actors/core/pause.py's clocks): a kill -9 4 s (a member that is not the leader
-is marked down, its masters' mirrors promoted, after 3 s; a killed leader's node is marked down
-when it restarts, as a new incarnation), a partition 6 s (the cut-off side pauses after 1-4 s;
-the majority marks it down 5 s after the cut when its leader has led a while), the bridge 8 s
-(the old master's node pauses without a leader's contact after 2 s; a leader elected through
-the bridge marks it down 6 s after its election, at about 7 s).
+takes to happen (actors/core/pause.py's clocks): a kill -9 6 s (a member that is not the leader
+is marked down, its masters' mirrors promoted, after 5 s; a killed leader's node is marked down
+when it restarts, as a new incarnation), a partition 8 s (the cut-off side pauses after 1-4 s;
+the majority marks it down 5 s after the cut when its leader has led a while), the bridge 12 s
+(the old master's node pauses without a leader's contact after 4 s; a leader elected through
+the bridge marks it down 9 s after its election, at about 10 s).
 
 Partitions need nftables and root (netfilter.py); without them those nemeses skip, saying why.
 
@@ -38,8 +38,8 @@ from tests.faults.cluster.jepsen import NEMESES, PARTITIONS, Cluster, Plan, run_
 pytestmark = pytest.mark.timeout(240)
 
 SEED = int(os.environ.get("JEPSEN_SEED", "1"))
-FAULT_S = {"kill9-home": 4.0, "kill9-random": 4.0, "isolate-home": 6.0,
-           "majority-minority": 4.0, "bridge": 8.0}
+FAULT_S = {"kill9-home": 6.0, "kill9-random": 6.0, "isolate-home": 8.0,
+           "majority-minority": 4.0, "bridge": 12.0}
 
 
 # (nemesis, queue type, nodes): the five on a mirrored queue, a quorum queue's home behind a

@@ -331,7 +331,7 @@ def test_after_two_partitions_in_a_row_every_mirror_is_back_and_synchronised__C5
         observer = (master + 1) % 3
         nodes.isolate(master)
         # (the majority's leader marks the master's node down DOWN_AFTER_S after the cut, and
-        # only once it has led LEASE_S: a new leader's 6 s, ticks and the promotion on a busy
+        # only once it has led LEASE_S: a new leader's 9 s, ticks and the promotion on a busy
         # machine; one clean-clone run took over 20 s)
         try:
             nodes.wait(lambda: nodes.queue_status(observer).get("ha.twice", {}).get("master")

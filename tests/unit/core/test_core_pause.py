@@ -45,6 +45,20 @@ def test_an_election_shorter_than_leaderless_pause_s_does_not_pause():
     assert c.why_pause(1.7 + LEADERLESS_PAUSE_S) is not None
 
 
+def test_the_survivors_of_a_leader_lost_do_not_pause_while_they_elect_on_a_busy_machine():
+    # the leader's link goes at 0; a survivor campaigns at its election time-out, a split vote
+    # costs a second round, and each step may be noticed a tick late: two survivors that paused
+    # then would stop their mirrors, and the lost leader's mirrored masters would have no
+    # synchronised mirror left to promote
+    election = 2 * RAFT_MAX_TIMEOUT_S + 4 * TICK_S
+    c = PauseClock()
+    c.observe(0.0, majority=True, leader_contact=False)
+    c.observe(election, majority=True, leader_contact=False)
+    assert c.why_pause(election) is None
+    c.observe(election + 0.01, majority=True, leader_contact=True)
+    assert c.why_pause(election + LEADERLESS_PAUSE_S) is None
+
+
 def test_reset_forgets_both_clocks():
     c = PauseClock()
     c.observe(0.0, majority=False, leader_contact=False)
