@@ -43,7 +43,7 @@ from actors.messages import (AlarmsChanged, ClusterReady, ClusterTick, DurableQu
                              ReadyWorkers, WorkerExited)
 from actors.runtime.eventloop import EventLoop
 from actors.ctl import ask_node
-from actors.node import definitions_json, node_stats
+from actors.node import definitions_json, node_stats, zygote
 from actors.node.metadata import Metadata
 from actors.node.resources import ResourceMonitor
 from actors.core.restarts import RestartIntensity
@@ -153,6 +153,7 @@ class Node:
         # node does not listen on its AMQP ports meanwhile, as RabbitMQ stops its listeners
         self.paused = threading.Event()
         self.listening = False  # the AMQP (and AMQPS) listeners are open
+        self.launcher = zygote.Launcher()  # forks the workers from code imported once
 
     def run(self) -> int:
         cfg = self.config
@@ -172,6 +173,7 @@ class Node:
         self.run_dir, self.run_dir_is_temp = short_run_dir(cfg.data_dir)
         events.configure(cfg, process="node", node=cfg.node)
         hlc.share_offset()  # the workers' event stamps on this node's clock
+        self.launcher.start()  # (after the environment its workers inherit is set)
         curve, local = None, ""
         if cfg.clustered:
             self.secret = secure.load_secret(cfg)  # SystemExit when it cannot be used
@@ -296,10 +298,15 @@ class Node:
     def _check_resources(self) -> None:
         """Memory (this process and every worker) and disk, when due; the metadata actor
         tells the connection workers when an alarm is set or cleared."""
-        pids = [os.getpid()] + [s.proc.pid for s in self.slots if s.proc is not None]
+        pids = self._pids()
         alarms = self.resources.check(time.monotonic(), pids)
         if alarms is not None:
             self.metadata.tell(AlarmsChanged(alarms))
+
+    def _pids(self) -> list[int]:
+        """This node's processes: itself, the worker launcher and the workers."""
+        return [os.getpid(), *self.launcher.pids()] + [s.proc.pid for s in self.slots
+                                                       if s.proc is not None]
 
     def _sample_node(self) -> None:
         """Every collect_statistics_interval: measure the node process and its workers (file
@@ -309,7 +316,7 @@ class Node:
         if now < self.next_sample:
             return
         self.next_sample = now + self.config.collect_statistics_interval / 1000.0
-        pids = [os.getpid()] + [s.proc.pid for s in self.slots if s.proc is not None]
+        pids = self._pids()
         self.metadata.tell(NodeTick(node_stats.measure(pids)))
 
     def _join_cluster(self) -> bool:
@@ -359,29 +366,34 @@ class Node:
     def _spawn(self, slot: Slot) -> None:
         slot.gen += 1
         slot.endpoint = self._endpoint(f"{slot.kind}-{slot.index}-{slot.gen}")
-        cmd = [sys.executable, "-m", "actors.worker", "--kind", slot.kind,
-               "--index", str(slot.index), "--endpoint", slot.endpoint,
-               "--node", self.metadata_address(), "--config-json", self.config.to_json()]
-        fds, close = [], []
+        args = ["--kind", slot.kind, "--index", str(slot.index), "--endpoint", slot.endpoint,
+                "--node", self.metadata_address(), "--config-json", self.config.to_json()]
+        fd_args, close = {}, []
         if self.config.clustered:  # the secret goes through a pipe, never on the command line
             fd = secure.pass_secret(self.secret)
-            cmd += ["--secret-fd", str(fd)]
-            fds.append(fd)
-            close.append(os.close)
+            fd_args["--secret-fd"] = fd
+            close.append(lambda fd=fd: os.close(fd))
         node_end = None
         if slot.kind == "conn":
             node_end, worker_end = handoff.pair()
-            cmd += ["--handoff-fd", str(worker_end.fileno())]
-            fds.append(worker_end.fileno())
-            close.append(lambda _fd, end=worker_end: end.close())
+            fd_args["--handoff-fd"] = worker_end.fileno()
+            close.append(worker_end.close)
+        for option, fd in fd_args.items():
+            args += [option, str(fd)]
         try:
-            slot.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, pass_fds=fds)
+            slot.proc = self.launcher.spawn(args, fd_args)
+            how = "forked by the launcher"
+            if slot.proc is None:
+                slot.proc = subprocess.Popen([sys.executable, "-m", "actors.worker", *args],
+                                             stdin=subprocess.DEVNULL,
+                                             pass_fds=list(fd_args.values()))
+                how = "its own program"
         finally:
-            for fd, closer in zip(fds, close):
-                closer(fd)
+            for closer in close:
+                closer()
         if node_end is not None:
             self.dealer.set(slot.index, node_end)
-        log.info("started %s worker %d (pid %d)", slot.kind, slot.index, slot.proc.pid)
+        log.info("started %s worker %d (pid %d, %s)", slot.kind, slot.index, slot.proc.pid, how)
 
     @property
     def systemd(self):
@@ -469,6 +481,7 @@ class Node:
                             slot.proc.pid)
                 slot.proc.kill()
                 slot.proc.wait()
+        self.launcher.stop()
         try:
             self.metadata.stop()
         except pykka.ActorDeadError:

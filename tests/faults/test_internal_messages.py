@@ -53,7 +53,8 @@ def endpoints(broker: Broker) -> dict[str, str]:
     found = {"node": info["metadata"].partition("#")[0]}
     for kind in ("conn", "queue"):
         for index, pid in broker.worker_pids(kind).items():
-            args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+            # (a worker forked by the launcher shows its command as one string: setproctitle)
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().replace("\0", " ").split()
             found[f"{kind}-{index}"] = args[args.index("--endpoint") + 1]
     return found
 
