@@ -263,7 +263,7 @@ def _run_worker(sock: socket.socket, node: int, argv: list[str]) -> None:
     code = 1
     try:
         sock.close()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # (Python's, as in a program)
         deadline = time.monotonic() + ANSWER_TIMEOUT_S
         while os.getppid() != node:  # the intermediate process is exiting
             if time.monotonic() > deadline:
