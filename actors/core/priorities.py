@@ -45,7 +45,7 @@ class PriorityLanes:
     # --- in and out -----------------------------------------------------------------------------
     def push(self, msg) -> None:
         """A message at the end of its priority's head (deliverable in its turn)."""
-        self.lanes[msg.priority].append(msg)
+        self.lanes[msg.priority].items.append(msg)  # (the deque itself: once per message)
         self.count += 1
         self.nbytes += len(msg.body)
 
@@ -57,7 +57,7 @@ class PriorityLanes:
 
     def pop(self, p: int):
         """The head message of priority p (it has one)."""
-        msg = self.lanes[p].popleft()
+        msg = self.lanes[p].items.popleft()
         self.count -= 1
         self.nbytes -= len(msg.body)
         return msg
@@ -87,15 +87,18 @@ class PriorityLanes:
         for p, group in by_p.items():
             self.lanes[p].requeue(group)
 
-    def expired(self, now: int):
-        """Pops the expired messages at the heads (every priority: each head is the oldest of
-        its priority) and yields each, one at a time."""
+    def expired(self, now: int) -> list:
+        """Takes out the expired messages at the heads (every priority: each head is the
+        oldest of its priority) -> them."""
+        gone = []
         for ready in self.lanes:
-            while ready and ready.peek().expires_at and ready.peek().expires_at <= now:
-                msg = ready.popleft()
+            items = ready.items  # (the deque itself: this runs before every delivery run)
+            while items and items[0].expires_at and items[0].expires_at <= now:
+                msg = items.popleft()
                 self.count -= 1
                 self.nbytes -= len(msg.body)
-                yield msg
+                gone.append(msg)
+        return gone
 
     def remove(self, seq_ids: set) -> list:
         """Take these messages out wherever they are (heads and tails) -> those found."""
@@ -131,7 +134,7 @@ class PriorityLanes:
         lanes = self.lanes
         for p in range(len(lanes) - 1, -1, -1):
             ready = lanes[p]
-            if ready or ready.tail or paged_head(p):
+            if ready.items or ready.tail or paged_head(p):
                 return p
         return None
 

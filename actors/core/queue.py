@@ -680,9 +680,10 @@ class QueueCore:
         self.keep_up.roll(now)
         self._expire_head(now)
         prios, ready = self.prios, self.ready
+        single = not prios.max_priority  # (one priority: no choice to make per message)
         while prios.count and self.consumers and budget > 0:
-            p = self._head_lane()
-            if not ready[p]:
+            p = 0 if single else self._head_lane()
+            if not ready[p].items:
                 break  # its head is paged out (its tail waits behind it): wait for the page
             c = self.cons.next()
             if c is None:
