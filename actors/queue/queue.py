@@ -580,6 +580,10 @@ class Queue(LightActor):
         self.mirrors.forget(list(msg.seq_ids))
         queue_dispatch.retry_gets(self.core, now, self.counters)
 
+    def _resume(self, msg: Run, now) -> None:
+        """The Run it told itself came: the delivery run after this message may ask again."""
+        self.run_pending = False
+
     def _policy_changed(self, now) -> None:
         core = self.core
         core.set_confirm_on(self.confirm_on())
@@ -643,7 +647,7 @@ _OWN: dict[type, Callable] = {
     PolicyChanged: lambda q, msg, now: q._policy_changed(now),
     Tick: lambda q, msg, now: q.core.tick(now),
     EmitStats: lambda q, msg, now: q._stats_tick(msg),
-    Run: lambda q, msg, now: setattr(q, "run_pending", False),
+    Run: Queue._resume,
     m.MirrorJoin: Queue._join,
     SyncMirrors: lambda q, msg, now: q._sync_mirrors(now),
     m.MirrorAck: lambda q, msg, now: q._release(q.mirrors.acked(msg.mirror, msg.batch)),
