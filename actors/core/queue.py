@@ -1,16 +1,18 @@
 """The queue's logic without IO: messages ready and unacked, consumers with their prefetch
 limits, round-robin delivery, requeue at the original position, TTL, max-length with its
-overflow modes, dead-lettering, priorities, auto-delete and x-expires.
+overflow modes, dead-lettering, auto-delete and x-expires.
 
 Mirrors rabbit_amqqueue_process.erl (consumers, limits, TTL, overflow, dead-lettering
 decisions) together with the in-memory part of rabbit_variable_queue.erl (q4 and requeue
-ordering) and rabbit_priority_queue.erl. The actor shell (actors/queue/queue.py) feeds it messages
-and carries out what it asks through `out`, an object with:
+ordering). The actor shell (actors/queue/queue.py) feeds it messages (the channels' through
+actors/core/queue_dispatch.py) and carries out what it asks through `out`, an object with:
 
 - `deliver(channel, items, bodies)`  a batch of deliveries (messages.Delivery) to one channel
 - `confirm(channel, seqs, ok[, reason])` publisher confirms (ok) or nacks (not ok, reason as
   messages.Confirm says)
 - `reply(addr, req_id, ok, result, code, text)`
+- `get_reply(channel, req_id, item, message_count, body)` basic.get's answer (item None:
+  get-empty)
 - `consumer_gone(channel, ctag)`      the broker cancelled a consumer
 - `credit(channel, n, nbytes)`        credit_flow bump for a publishing channel
 - `demand(channel)`                   ask a channel with a global prefetch for tokens
@@ -34,8 +36,10 @@ it dropped what `drop_paged` asked.
 Paging (rabbit_variable_queue's delta and q1, a lane per priority): actors/core/paging.py keeps
 what is paged out and asks the backing queue for it; this core decides where each message goes
 (`_placement`: memory, its lane's tail, or the index) and takes pages back into memory. Every
-queue type pages, as RabbitMQ's classic queues v2. Publisher confirms: when each copy's confirm
-leaves is actors/core/confirms.py's `QueueConfirms`.
+queue type pages, as RabbitMQ's classic queues v2. Priorities (rabbit_priority_queue): the
+ready messages of each priority and which priority is served next are actors/core/priorities.py's
+`PriorityLanes`. Publisher confirms: when each copy's confirm leaves is actors/core/confirms.py's
+`QueueConfirms`.
 
 Times are integer milliseconds of a monotonic clock passed in by the caller.
 """
@@ -43,14 +47,14 @@ Times are integer milliseconds of a monotonic clock passed in by the caller.
 from __future__ import annotations
 
 import os
-from collections import deque
 
 from actors.core import NO_EVENTS, credit_flow, quorum
 from actors.core.confirms import NOW, ON_SYNC, QueueConfirms
 from actors.core.consumers import ChannelState, Consumer, QueueConsumers
 from actors.core.errors import ChannelError
 from actors.core.keep_up import KeepUp
-from actors.core.paging import Lane, Paging, Ready
+from actors.core.paging import Lane, Paging
+from actors.core.priorities import PriorityLanes, max_priority_of
 from actors.core.queue_args import check_consume_arguments
 from actors.core.queue_stats import DEAD_LETTERED, ConsumerUse
 from actors.messages import Delivery, PublishItem
@@ -151,11 +155,9 @@ class QueueCore:
         # when each copy's confirm leaves (x-confirm-on, seed 003), and the x-confirm-on=ack
         # answers collected until the end of the turn
         self.confirms = QueueConfirms(a.get("x-confirm-on", "enqueue"))
-        maxp = _int(a.get("x-max-priority"))
-        self.max_priority = min(maxp, 255) if maxp else 0  # 0 = not a priority queue
-        self.ready = [Ready() for _ in range(self.max_priority + 1)]  # by priority
-        self.ready_count = 0  # messages ready
-        self.ready_bytes = 0  # body bytes ready
+        # ready messages by priority (x-max-priority), their counts, the order they leave in
+        self.prios = PriorityLanes(max_priority_of(_int(a.get("x-max-priority"))))
+        self.ready = self.prios.lanes  # its Ready by priority (the same list)
         # seq_id -> a message delivered and not yet settled (rabbit_variable_queue's
         # pending_ack), its Msg.channel and consumer_tag set: no record of its own, as a
         # per-delivery object living until the ack costs the collector (measured)
@@ -198,14 +200,25 @@ class QueueCore:
         self.store_pending = 0
         self.keep_up = KeepUp()  # do the consumers keep up with the publishers (credit bias)
         # what is paged out, each priority's lane (actors/core/paging.py)
-        self.paging = Paging(out, len(self.ready), page_bytes, page_size)
+        self.paging = Paging(out, len(self.prios.lanes), page_bytes, page_size)
         self.deleted = False  # the queue has been deleted
         self._batches: dict[str, tuple[list, list]] = {}  # channel -> (items, bodies) pending
+        self._waiting_gets: list = []  # basic.gets (messages.Get) waiting for a page
         self._scheduled = 0  # the earliest tick asked for, 0 = none
         self._head_ts: dict = {}  # seq_id -> (Msg, its timestamp property) of the heads last
         #                           sampled: a head's properties are decoded once
         if self.expires:
             self._schedule(now + self.expires)
+
+    @property
+    def ready_count(self) -> int:
+        """Messages ready in memory (PriorityLanes.count)."""
+        return self.prios.count
+
+    @property
+    def ready_bytes(self) -> int:
+        """Their body bytes (PriorityLanes.nbytes)."""
+        return self.prios.nbytes
 
     # --- publishing -------------------------------------------------------------------------
     def publish(self, sender: str, items: list[PublishItem], bodies: list, now: int) -> None:
@@ -265,8 +278,8 @@ class QueueCore:
         """Where a message of a paging queue goes -> (divert, behind): to the index when memory
         is full (after its lane's tail, spilled there first), in memory behind its lane's
         paged part, or in memory at the head."""
-        p = min(priority or 0, self.max_priority)
-        if self.ready_bytes > self.paging.page_bytes:
+        p = self.prios.clamp(priority)
+        if self.prios.nbytes > self.paging.page_bytes:
             if self.ready[p].tail:
                 self._spill_tail(p, batch.to_persist)
             return _DIVERTED
@@ -346,7 +359,7 @@ class QueueCore:
             more, more_bytes = [more], [more_bytes]
         last = [0] * len(self.ready)
         for e, _, _ in entries:
-            p = min(e.priority, self.max_priority)
+            p = self.prios.clamp(e.priority)
             last[p] = max(last[p], e.seq_id)
         self.paging.restore(more, more_bytes, last, self.durable)
         self._schedule_head()
@@ -371,17 +384,7 @@ class QueueCore:
                         self._nack(publisher, [pub_seq], "disk")
                 if not lane.paged:
                     self.ready[p].join_tail()
-        for ready in self.ready:
-            for part in (ready.items, ready.tail):
-                kept = [msg for msg in part if msg.seq_id not in gone]
-                if len(kept) != len(part):
-                    for msg in part:
-                        if msg.seq_id in gone:
-                            self.ready_count -= 1
-                            self.ready_bytes -= len(msg.body)
-                            self._pers_gone([msg])
-                    part.clear()
-                    part.extend(kept)
+        self._pers_gone(self.prios.remove(gone))
         for channel, seqs in QueueConfirms.by_publisher(msgs).items():
             self._nack(channel, seqs, "disk")
 
@@ -391,7 +394,7 @@ class QueueCore:
         if expiry is not None and expiry >= 0:
             ttl = expiry if ttl is None else min(ttl, expiry)
         msg = Msg(self.next_seq_id, exchange, rk, props, body, persistent,
-                  min(priority or 0, self.max_priority), now + ttl if ttl is not None else 0,
+                  self.prios.clamp(priority), now + ttl if ttl is not None else 0,
                   expiry if expiry is not None else -1, sender, pub_seq,
                   msg_id or (self.random_bytes(16) if (persistent and self.durable) or divert
                              else None))
@@ -419,11 +422,9 @@ class QueueCore:
             self._pers_to_lane(msg, lane)
             return msg
         if behind:
-            self.ready[msg.priority].tail.append(msg)
+            self.prios.push_behind(msg)
         else:
-            self.ready[msg.priority].append(msg)
-        self.ready_count += 1
-        self.ready_bytes += len(body)
+            self.prios.push(msg)
         return msg
 
     def _spill_tail(self, p: int, to_persist: list) -> None:
@@ -431,13 +432,9 @@ class QueueCore:
         order, before anything newer (push_alphas_to_betas). What a paged message needs, as
         publish() gives a diverted one: an id, the x-confirm-on waiter kept by the lane, a
         write (a persistent message of a durable queue has had its own already)."""
-        ready, lane = self.ready[p], self.paging.lanes[p]
-        tail, ready.tail = ready.tail, deque()
-        for msg in tail:
-            size = len(msg.body)
-            self.ready_count -= 1
-            self.ready_bytes -= size
-            self.paging.add(lane, size)
+        lane = self.paging.lanes[p]
+        for msg in self.prios.take_tail(p):
+            self.paging.add(lane, len(msg.body))
             self._pers_to_lane(msg, lane)
             if not msg.stored:  # (persistent, durable: in the index since it came)
                 if msg.msg_id is None:
@@ -498,20 +495,20 @@ class QueueCore:
 
     def messages(self) -> list:
         """Every message in memory, ready or unacked, in seq_id order (a mirror's sync)."""
-        out = [msg for ready in self.ready for msg in ready.all()]
+        out = self.prios.messages()
         out += self.unacked.values()
         return sorted(out, key=lambda msg: msg.seq_id)
 
     def _count(self) -> int:
         """Messages ready, paged ones included (those drop-head took already are not)."""
-        return self.ready_count + self.paging.paged - self.paging.owed
+        return self.prios.count + self.paging.paged - self.paging.owed
 
     def _full_for(self, size: int) -> bool:
         # paged messages count (classic queues v2: the limit is the queue's, wherever its
         # messages are); the bytes of owed ones count until they are read back and dropped
         if self.max_length is not None and self._count() >= self.max_length:
             return True
-        if self.max_bytes is not None and self.ready_bytes + self.paging.paged_bytes + size > \
+        if self.max_bytes is not None and self.prios.nbytes + self.paging.paged_bytes + size > \
                 self.max_bytes:
             return True
         return False
@@ -521,7 +518,7 @@ class QueueCore:
         return count > 0 and (
             (self.max_length is not None and count > self.max_length) or
             (self.max_bytes is not None and
-             self.ready_bytes + self.paging.paged_bytes > self.max_bytes))
+             self.prios.nbytes + self.paging.paged_bytes > self.max_bytes))
 
     def _enforce_max_length(self) -> None:
         """drop-head (rabbit_amqqueue_process:maybe_drop_head): the head goes (from the highest
@@ -530,22 +527,17 @@ class QueueCore:
         its size is not known before then, so the drop waits for the page."""
         owing = set()
         while self._over_limit():
-            # the head, as a consumer would see it: in a priority queue the highest-priority
-            # oldest message (rabbit_priority_queue drops from its highest sub-queue; seen on
-            # RabbitMQ 3.10.8)
+            # the head, as a consumer would see it (seen on RabbitMQ 3.10.8)
             p = self._head_lane()
             if p is None:
                 break
             if self.ready[p]:
-                self._drop(self._pop(p), "maxlen")
+                self._drop(self.prios.pop(p), "maxlen")
                 continue
             lane = self.paging.lanes[p]
             if lane.owed >= lane.paged:
                 # every paged message is owed already: the next oldest is the tail's first
-                msg = self.ready[p].tail.popleft()
-                self.ready_count -= 1
-                self.ready_bytes -= len(msg.body)
-                self._drop(msg, "maxlen")
+                self._drop(self.prios.pop_tail(p), "maxlen")
                 continue
             if self.max_length is not None and self._count() > self.max_length:
                 self.paging.owe(lane)
@@ -646,11 +638,11 @@ class QueueCore:
             if st is None:
                 self.limited.discard(channel)
                 continue
-            if st.wants and not st.asked and self.ready_count:
+            if st.wants and not st.asked and self.prios.count:
                 st.asked = True
                 self.out.demand(channel)
             st.wants = False
-            if st.tokens > 0 and not (self.ready_count and self._usable_by(channel)):
+            if st.tokens > 0 and not (self.prios.count and self._usable_by(channel)):
                 self.out.release(channel, st.tokens)
                 st.tokens = 0
 
@@ -687,21 +679,17 @@ class QueueCore:
     def _deliver_ready(self, now: int, budget: int = 1000) -> bool:
         self.keep_up.roll(now)
         self._expire_head(now)
-        single = len(self.ready) == 1
-        while self.ready_count and self.consumers and budget > 0:
-            if single:
-                p = 0  # one lane: what is in memory is its head, or its tail (paged before)
-                if not self.ready[0]:
-                    break  # wait for the page
-            else:
-                p = self._head_lane()
-                if not self.ready[p]:
-                    break  # a higher priority is paged out: wait for its page
+        prios, ready = self.prios, self.ready
+        single = not prios.max_priority  # (one priority: no choice to make per message)
+        while prios.count and self.consumers and budget > 0:
+            p = 0 if single else self._head_lane()
+            if not ready[p].items:
+                break  # its head is paged out (its tail waits behind it): wait for the page
             c = self.cons.next()
             if c is None:
                 self.use.update(False, now)  # every consumer blocked (deliver/5: undelivered)
                 break
-            msg = self._pop(p)
+            msg = prios.pop(p)
             if msg.expires_at and msg.expires_at <= now:
                 self._expire(msg)
                 continue
@@ -717,23 +705,12 @@ class QueueCore:
         self._schedule_head()
         if not self.use.active and self.consumers and self.cons.any_unblocked():
             self.use.update(True, now)  # unblocked (an ack, the writer's window, a token)
-        return budget == 0 and self.ready_count > 0 and self._next_consumer_exists()
+        return budget == 0 and prios.count > 0 and self._next_consumer_exists()
 
     def _head_lane(self):
-        """The priority whose head is next (the highest with messages), in memory or paged out
-        (owed ones aside); None when the queue is empty."""
-        for p in range(len(self.ready) - 1, -1, -1):
-            if self.ready[p]:
-                return p
-            if self.paging.has_head(p) or self.ready[p].tail:
-                return p
-        return None
-
-    def _pop(self, p: int) -> Msg:
-        msg = self.ready[p].popleft()
-        self.ready_count -= 1
-        self.ready_bytes -= len(msg.body)
-        return msg
+        """The priority whose head is next, in memory or paged out (owed ones aside); None
+        when the queue is empty."""
+        return self.prios.head_lane(self.paging.has_head)
 
     def _want_page(self) -> None:
         self.paging.want_page(self.ready)
@@ -745,10 +722,10 @@ class QueueCore:
         (drop-head) are dropped first."""
         lane = self.paging.lanes[priority]
         lane.asked = False
-        tail = self.ready[priority].tail
-        beyond = bool(tail and entries and entries[-1].entry.seq_id >= tail[0].seq_id)
+        tail = self.prios.tail_start(priority)
+        beyond = bool(tail is not None and entries and entries[-1].entry.seq_id >= tail)
         if beyond:  # read into the tail (counts were off): those are in memory already
-            entries = [x for x in entries if x.entry.seq_id < tail[0].seq_id]
+            entries = [x for x in entries if x.entry.seq_id < tail]
         msgs = self._msgs_of(entries, now, wall_now)
         n = len(entries) + dropped
         nbytes = sum(len(b) for _, b, _ in entries) + dropped_bytes
@@ -763,11 +740,8 @@ class QueueCore:
         owed = self.paging.pay(lane, len(msgs))
         for msg in msgs[:owed]:
             self._drop(msg, "maxlen")
-        ready = self.ready
         for msg in msgs[owed:]:
-            ready[msg.priority].append(msg)
-            self.ready_count += 1
-            self.ready_bytes += len(msg.body)
+            self.prios.push(msg)
         if not lane.paged:
             self.ready[priority].join_tail()
         if lane.owed:
@@ -780,11 +754,8 @@ class QueueCore:
             self._flush_answers()
 
     def _load(self, entries: list, now: int, wall_now: int) -> None:
-        ready = self.ready
         for msg in self._msgs_of(entries, now, wall_now):
-            ready[msg.priority].append(msg)
-            self.ready_count += 1
-            self.ready_bytes += len(msg.body)
+            self.prios.push(msg)
 
     def _msgs_of(self, entries: list, now: int, wall_now: int) -> list:
         out = []
@@ -793,7 +764,7 @@ class QueueCore:
             if e.expires_at:
                 expires_at = max(now + (e.expires_at - wall_now), 1)
             msg = Msg(e.seq_id, e.exchange, e.routing_key, e.props_raw, body, persistent,
-                      min(e.priority, self.max_priority), expires_at, msg_id=e.msg_id)
+                      self.prios.clamp(e.priority), expires_at, msg_id=e.msg_id)
             msg.redelivered = e.delivered
             msg.stored = True
             if persistent and self.durable:
@@ -808,7 +779,7 @@ class QueueCore:
         """Publisher credit waits: too much ready (queue_backlog_bytes, 0 = no mark) or the
         backing queue is behind with its writes."""
         return (self.store_pending > STORE_BEHIND_BYTES or
-                bool(self.backlog_bytes) and self.ready_bytes > self.backlog_bytes or
+                bool(self.backlog_bytes) and self.prios.nbytes > self.backlog_bytes or
                 self._consumers_first())
 
     def _consumers_first(self) -> bool:
@@ -818,8 +789,8 @@ class QueueCore:
         k = self.keep_up
         pg = self.paging
         return (k.on and pg.pageable and bool(self.consumers) and
-                (self.ready_bytes + pg.paged_bytes > min(pg.page_bytes, k.hold_bytes) or
-                 self.ready_count > k.hold_messages))
+                (self.prios.nbytes + pg.paged_bytes > min(pg.page_bytes, k.hold_bytes) or
+                 self.prios.count > k.hold_messages))
 
     def _persist(self, msgs: list) -> None:
         self.store_pending += sum(len(msg.body) for msg in msgs)
@@ -895,7 +866,7 @@ class QueueCore:
         if mode == self.confirms.mode:
             return
         if self.confirms.set_mode(mode):
-            waiting = [msg for ready in self.ready for msg in ready.all() if msg.pub_seq]
+            waiting = [msg for msg in self.prios.messages() if msg.pub_seq]
             waiting += [msg for msg in self.unacked.values() if msg.pub_seq]
             store = [msg for msg in waiting if msg.persistent and self.durable]
             for msg in store:
@@ -967,7 +938,7 @@ class QueueCore:
         if not self.ready[p]:
             self._want_page()
             return WAIT
-        msg = self._pop(p)
+        msg = self.prios.pop(p)
         # rabbit_amqqueue_process:fetch/2 drops the expired messages the fetch brought to the
         # head before get-ok's message-count is taken
         self._expire_head(now)
@@ -990,6 +961,15 @@ class QueueCore:
         if self.paging.paged:
             self._want_page()
         return item, msg.body, self._count()
+
+    def wait_for_page(self, request) -> None:
+        """A basic.get found its head paged out (WAIT): kept until a page is read back."""
+        self._waiting_gets.append(request)
+
+    def take_waiting_gets(self) -> list:
+        """The basic.gets that waited for a page, to be tried again."""
+        gets, self._waiting_gets = self._waiting_gets, []
+        return gets
 
     # --- settlement ---------------------------------------------------------------------------
     def settle(self, channel, op, seq_ids, now) -> None:
@@ -1038,7 +1018,6 @@ class QueueCore:
                     self._drop(msg, "delivery_limit")
                 if not msgs:
                     return
-        by_p: dict[int, list] = {}
         if self.events.enabled():
             for msg in msgs:
                 if msg.msg_id is not None:
@@ -1046,11 +1025,7 @@ class QueueCore:
                                      queue=self.name, seq_id=msg.seq_id)
         for msg in msgs:
             msg.redelivered = True
-            by_p.setdefault(msg.priority, []).append(msg)
-            self.ready_count += 1
-            self.ready_bytes += len(msg.body)
-        for p, group in by_p.items():
-            self.ready[p].requeue(group)
+        self.prios.requeue(msgs)
         self._enforce_max_length()
 
     def channel_down(self, channel, now) -> None:
@@ -1077,12 +1052,8 @@ class QueueCore:
 
     # --- expiry, dead-lettering, dropping -----------------------------------------------------
     def _expire_head(self, now) -> None:
-        for ready in self.ready:
-            while ready and ready.peek().expires_at and ready.peek().expires_at <= now:
-                msg = ready.popleft()
-                self.ready_count -= 1
-                self.ready_bytes -= len(msg.body)
-                self._expire(msg)
+        for msg in self.prios.expired(now):
+            self._expire(msg)
 
     def _expire(self, msg) -> None:
         if msg.msg_id is not None and self.events.enabled():
@@ -1135,9 +1106,9 @@ class QueueCore:
             self._schedule(max(self.last_used + self.expires, now + 1))
 
     def _schedule_head(self) -> None:
-        heads = [r.peek().expires_at for r in self.ready if r and r.peek().expires_at]
-        if heads:
-            self._schedule(min(heads))
+        at = self.prios.next_expiry()
+        if at is not None:
+            self._schedule(at)
 
     def _schedule(self, at: int) -> None:
         if not self._scheduled or at < self._scheduled:
@@ -1161,15 +1132,16 @@ class QueueCore:
         are always in memory) and those paged out to the index only (`messages_paged_out`,
         `message_bytes_paged_out`; paged messages drop-head took already are not counted,
         their bytes are until they are read back, as `_full_for` counts them)."""
-        ready_bytes = self.ready_bytes + self.paging.paged_bytes
+        prios = self.prios
+        ready_bytes = prios.nbytes + self.paging.paged_bytes
         paged_pers, paged_pers_bytes = self.paging.persistent()
         return {"message_bytes": ready_bytes + self.unacked_bytes,
                 "message_bytes_ready": ready_bytes,
                 "message_bytes_unacknowledged": self.unacked_bytes,
-                "message_bytes_ram": self.ready_bytes + self.unacked_bytes,
+                "message_bytes_ram": prios.nbytes + self.unacked_bytes,
                 "message_bytes_paged_out": self.paging.paged_bytes,
-                "messages_ram": self.ready_count + len(self.unacked),
-                "messages_ready_ram": self.ready_count,
+                "messages_ram": prios.count + len(self.unacked),
+                "messages_ready_ram": prios.count,
                 "messages_unacknowledged_ram": len(self.unacked),
                 "messages_paged_out": self.paging.paged - self.paging.owed,
                 "messages_persistent": self.pers + paged_pers,
@@ -1181,7 +1153,7 @@ class QueueCore:
         each priority, in memory) and of the oldest delivery not yet acked; None when none of
         them has one (RabbitMQ's '', null in the API). A head that is paged out has none here,
         as RabbitMQ reads it only of messages in memory."""
-        heads = [ready.items[0] for ready in self.ready if ready.items]
+        heads = self.prios.heads()
         if self.unacked:
             heads.append(self.unacked[next(iter(self.unacked))])
         known, self._head_ts = self._head_ts, {}
@@ -1204,16 +1176,12 @@ class QueueCore:
             for publisher, pub_seq in self.paging.purge():
                 self.confirms.answer(publisher, pub_seq, False)
             self._flush_answers()
-        dropped = []
         for ready in self.ready:
             for msg in ready.tail:
                 # its lane's paged part was purged after page_after, which settles the
                 # stored ones of the tail in the index too (they follow it there)
                 msg.stored = False
-            dropped.extend(ready.all())
-            ready.items.clear()
-            ready.tail.clear()
-        self.ready_count = self.ready_bytes = 0
+        dropped = self.prios.clear()
         if dropped:
             if self.confirms.late:
                 for msg in dropped:
@@ -1238,9 +1206,8 @@ class QueueCore:
             # what was never acked is lost with the queue: its publishers hear it now
             for msg in self.unacked.values():
                 self._answer(msg, False)
-            for ready in self.ready:
-                for msg in ready.all():
-                    self._answer(msg, False)
+            for msg in self.prios.messages():
+                self._answer(msg, False)
             for publisher, pub_seq in self.paging.drain_waiters():
                 self.confirms.answer(publisher, pub_seq, False)
             self._flush_answers()

@@ -41,7 +41,7 @@ class Census:
 
 def snapshot(core, reason: str) -> Census:
     """What a QueueCore holds in memory, and where its paged parts start."""
-    held = sorted([msg.seq_id for ready in core.ready for msg in ready.all()] +
+    held = sorted([msg.seq_id for msg in core.prios.messages()] +
                   list(core.unacked))
     paged = {p: lane.page_after for p, lane in enumerate(core.paging.lanes) if lane.paged}
     return Census(reason, held, paged, core.next_seq_id, core.epoch)

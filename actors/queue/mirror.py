@@ -45,6 +45,7 @@ import logging
 import os
 import time
 from collections import deque
+from typing import Callable
 
 import pykka
 
@@ -618,87 +619,113 @@ class Mirror(LightActor):
 
     def on_receive(self, msg):
         faults.crash("mirror", self.vhost, self.qname, msg, self.config.host)
-        if isinstance(msg, m.MirrorPublish) and self.durably:
-            if msg.master != self.master:
-                return
-            # (re)joined a live master: it sends us its whole log again, or what comes
-            # after the log we kept
-            if msg.reset and not self._reset(msg):
-                return
-            self._prune_if_synced(msg.batch)
-            self._take_durably(msg.batch, msg.items, msg.bodies)
-        elif isinstance(msg, m.MirrorKeep) and self.durably:
-            if msg.master == self.master:
-                self._keep(msg)
-        elif isinstance(msg, m.MirrorSynced) and self.durably:
-            if msg.master == self.master:
-                self.sync_master, self.sync_batch = msg.master, msg.batch
-                self._maybe_complete()
-        elif isinstance(msg, m.LogBarrier) and self.durably:
-            self.dropping -= 1
+        kind = type(msg)
+        handler = (_DURABLE if self.durably else _IN_MEMORY).get(kind) or _EITHER.get(kind)
+        if handler is not None:  # (anything else is ignored)
+            return handler(self, msg)
+        return None
+
+    # --- a quorum queue's member (durably: every message in its index) ----------------------
+    def _publish_durably(self, msg: m.MirrorPublish) -> None:
+        if msg.master != self.master:
+            return
+        # (re)joined a live master: it sends us its whole log again, or what comes
+        # after the log we kept
+        if msg.reset and not self._reset(msg):
+            return
+        self._prune_if_synced(msg.batch)
+        self._take_durably(msg.batch, msg.items, msg.bodies)
+
+    def _master_synced(self, msg: m.MirrorSynced) -> None:
+        if msg.master == self.master:
+            self.sync_master, self.sync_batch = msg.master, msg.batch
             self._maybe_complete()
-            if not self.dropping and self.held_ack and not self.broken:
-                last, self.held_ack = self.held_ack, 0
-                events.sync()
-                self.transport.send(self.master, m.MirrorAck(self.address, last))
-        elif isinstance(msg, m.DeleteIndex) and self.durably:
-            self._drop_log("removed")  # (QueueHost: the queue is gone, or our log no longer
-            #                            counts)
-        elif isinstance(msg, m.Persisted) and self.durably:
-            self._synced(msg.msgs)
-        elif isinstance(msg, m.Refused) and self.durably:
-            log.error("mirror of quorum queue '%s' in vhost '%s': its index refused %d "
-                      "messages (disk full): it acknowledges nothing until it rejoins",
-                      self.qname, self.vhost, len(msg.msgs))
-            # what it writes after them would make its log's end claim them: no complete
-            # log here (no vote to lead) until a master resyncs it
-            quorum_log.mark_incomplete(self.config, self.vhost, self.qname)
-            self.broken = True
-            self._synced(msg.msgs)
-        elif isinstance(msg, m.MirrorForget) and self.durably:
-            if msg.master == self.master:
-                self._forget_durably(msg)
-        elif isinstance(msg, m.MirrorPublish):
-            if msg.master != self.master:
-                return
-            if msg.reset:
-                self.rlog.dropped("resync", self.epoch)
-                self.msgs.clear()
-                self.mem_bytes = 0
-                if self.paging:
-                    self._bq().tell(m.DeleteIndex())
-                    self.paging.clear()
-                    self.written.clear()
-            self._take(msg.items, msg.bodies)
-            events.sync()  # (events_sync: our replica_enqueued before the confirm they back)
-            self.transport.send(msg.master, m.MirrorAck(self.address, msg.batch))
-        elif isinstance(msg, m.MirrorForget):
-            if msg.master == self.master:
-                self._forget(msg)
-        elif isinstance(msg, m.CheckMaster):
-            self.check_master()
-        elif isinstance(msg, m.PolicyChanged):
-            self._policy_changed()
-        elif isinstance(msg, m.TakeMessages) and self.durably:
-            # promotion: every message is in the index, synced (the new master recovers
-            # them all from there: nothing in memory, paged out at priority 0)
-            self.transport.unregister(self.name)
-            if self.bq is not None:
-                bq, self.bq = self.bq, None
-                bq.stop(block=True, timeout=30)  # its writes are in before the new master
-            return m.Adopted([], [0])
-        elif isinstance(msg, m.TakeMessages):
-            # promotion: everything, as index entries a Queue restores from
-            entries = []
-            for seq_id in sorted(self.msgs):
-                item, body = self.msgs[seq_id]
-                entries.append(m.StoredMessage(
-                    IndexEntry(seq_id, item.msg_id or b"", item.exchange, item.routing_key,
-                               item.props_raw, None, len(body), item.priority,
-                               item.expires_at_wall_ms, True), body, item.persistent))
-            self.transport.unregister(self.name)
-            paged = sorted(self.paging)
-            if self.bq is not None:
-                bq, self.bq = self.bq, None
-                bq.stop(block=True, timeout=30)  # its writes are in before the new master
-            return m.Adopted(entries, paged)
+
+    def _log_barrier(self, msg: m.LogBarrier) -> None:
+        self.dropping -= 1
+        self._maybe_complete()
+        if not self.dropping and self.held_ack and not self.broken:
+            last, self.held_ack = self.held_ack, 0
+            events.sync()
+            self.transport.send(self.master, m.MirrorAck(self.address, last))
+
+    def _refused(self, msg: m.Refused) -> None:
+        log.error("mirror of quorum queue '%s' in vhost '%s': its index refused %d "
+                  "messages (disk full): it acknowledges nothing until it rejoins",
+                  self.qname, self.vhost, len(msg.msgs))
+        # what it writes after them would make its log's end claim them: no complete
+        # log here (no vote to lead) until a master resyncs it
+        quorum_log.mark_incomplete(self.config, self.vhost, self.qname)
+        self.broken = True
+        self._synced(msg.msgs)
+
+    def _hand_over_log(self, msg: m.TakeMessages) -> m.Adopted:
+        """Promotion: every message is in the index, synced (the new master recovers them all
+        from there: nothing in memory, paged out at priority 0)."""
+        self.transport.unregister(self.name)
+        if self.bq is not None:
+            bq, self.bq = self.bq, None
+            bq.stop(block=True, timeout=30)  # its writes are in before the new master
+        return m.Adopted([], [0])
+
+    # --- a classic queue's mirror (in memory, paging what does not fit) ---------------------
+    def _publish(self, msg: m.MirrorPublish) -> None:
+        if msg.master != self.master:
+            return
+        if msg.reset:
+            self.rlog.dropped("resync", self.epoch)
+            self.msgs.clear()
+            self.mem_bytes = 0
+            if self.paging:
+                self._bq().tell(m.DeleteIndex())
+                self.paging.clear()
+                self.written.clear()
+        self._take(msg.items, msg.bodies)
+        events.sync()  # (events_sync: our replica_enqueued before the confirm they back)
+        self.transport.send(msg.master, m.MirrorAck(self.address, msg.batch))
+
+    def _hand_over_messages(self, msg: m.TakeMessages) -> m.Adopted:
+        """Promotion: everything, as index entries a Queue restores from."""
+        entries = []
+        for seq_id in sorted(self.msgs):
+            item, body = self.msgs[seq_id]
+            entries.append(m.StoredMessage(
+                IndexEntry(seq_id, item.msg_id or b"", item.exchange, item.routing_key,
+                           item.props_raw, None, len(body), item.priority,
+                           item.expires_at_wall_ms, True), body, item.persistent))
+        self.transport.unregister(self.name)
+        paged = sorted(self.paging)
+        if self.bq is not None:
+            bq, self.bq = self.bq, None
+            bq.stop(block=True, timeout=30)  # its writes are in before the new master
+        return m.Adopted(entries, paged)
+
+
+def _from_master(handle: Callable) -> Callable:
+    """A handler for what only the mirror's current master may send (others' is ignored)."""
+    return lambda mirror, msg: handle(mirror, msg) if msg.master == mirror.master else None
+
+
+# what a mirror takes, message type -> (mirror, msg) -> the answer to an ask, or None; a
+# quorum queue's member (`durably`) and a classic mirror take some of them differently
+_DURABLE: dict[type, Callable] = {
+    m.MirrorPublish: Mirror._publish_durably,
+    m.MirrorKeep: _from_master(Mirror._keep),
+    m.MirrorSynced: Mirror._master_synced,
+    m.LogBarrier: Mirror._log_barrier,
+    # (QueueHost: the queue is gone, or our log no longer counts)
+    m.DeleteIndex: lambda mirror, msg: mirror._drop_log("removed"),
+    m.Persisted: lambda mirror, msg: mirror._synced(msg.msgs),
+    m.Refused: Mirror._refused,
+    m.MirrorForget: _from_master(Mirror._forget_durably),
+    m.TakeMessages: Mirror._hand_over_log,
+}
+_IN_MEMORY: dict[type, Callable] = {
+    m.MirrorPublish: Mirror._publish,
+    m.MirrorForget: _from_master(Mirror._forget),
+    m.TakeMessages: Mirror._hand_over_messages,
+}
+_EITHER: dict[type, Callable] = {
+    m.CheckMaster: lambda mirror, msg: mirror.check_master(),
+    m.PolicyChanged: lambda mirror, msg: mirror._policy_changed(),
+}

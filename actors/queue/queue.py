@@ -1,7 +1,8 @@
 """Queue worker actors: one Queue actor and one BackingQueue actor per AMQP queue.
 
 The Queue actor mirrors rabbit_amqqueue_process.erl: it owns consumers, delivery and settlement
-(all decisions live in actors/core/queue.py; this shell only carries them out). The BackingQueue
+(all decisions live in actors/core/queue.py, which takes its channels' messages through
+actors/core/queue_dispatch.py's table; this shell only carries them out). The BackingQueue
 actor mirrors the storage half of rabbit_variable_queue.erl: it is where persistent messages of
 durable queues are made safe before their confirm goes out; it runs beside the Queue in the same
 OS process so a slow fsync never stalls deliveries (see actors/queue/backing_queue.py).
@@ -14,21 +15,22 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import pykka
 
 from actors import events, faults
 from actors import messages as m
 from actors import metadata_ops as ops
-from actors.messages import (ChannelsDown, MirrorsDown, Paged, Persisted, PolicyChanged, Recovered,
-                             Refused, Stored)
+from actors.messages import (MirrorsDown, Paged, Persisted, PolicyChanged, Recovered, Refused,
+                             Stored)
 from actors.queue.backing_queue import BackingQueue
 from actors.core import policies, quorum
 from actors.queue import census, quorum_log
-from actors.core.errors import AMQPError, ChannelError
+from actors.core import queue_dispatch
+from actors.core.errors import ChannelError
 from actors.core.queue_stats import DiskCounts, QueueCounters
-from actors.core.queue import WAIT, QueueCore
+from actors.core.queue import QueueCore
 from actors.queue.dead_letter_publish import dead_letter_publish
 from actors.queue.mirror import Masters
 from actors.naming import queue_actor_name
@@ -111,6 +113,10 @@ class Effects:
     def reply(self, addr, req_id, ok, result=None, code=0, text=""):
         self.t.send(addr, m.RpcReply(req_id, ok, result, code, text))
 
+    def get_reply(self, channel, req_id, item, count, body):
+        self.t.send(channel, m.GetReply(req_id, self.addr, item, count,
+                                        [] if item is None else [body]))
+
     def consumer_gone(self, channel, tag):
         self.t.send(channel, m.ConsumerGone(self.addr, tag))
 
@@ -189,7 +195,6 @@ class Queue(LightActor):
                                      counts=self.disk)  # storage half
         self.run_pending = False  # a Run message is queued
         self.held = 0  # messages handled since the last delivery run
-        self.pending_gets: list = []  # basic.get waiting for a page of paged-out messages
         self.recovered = recovered  # restarted after a crash
         self.started_to = started_to  # told QueueStarted once recovered (the node)
         # a promoted mirror's messages in memory (index entries), and whether it paged others
@@ -280,7 +285,7 @@ class Queue(LightActor):
             limit = self.core.paging.page_size if self.core.paging.pageable else None
             after = {}  # per priority, where the mirror's in-memory messages end
             for x in adopted:
-                p = min(x.entry.priority, self.core.max_priority)
+                p = self.core.prios.clamp(x.entry.priority)
                 after[p] = max(after.get(p, 0), x.entry.seq_id)
             self.bq.tell(m.Recover(limit, adopt=self.adopted is not None, after=after))
             return
@@ -446,70 +451,10 @@ class Queue(LightActor):
         # run deliveries once per drained mailbox (or every HOLD_MAX messages), not per message
         self.held += 1
         core.hold = self.held < HOLD_MAX and not self.actor_inbox.empty()
-        if isinstance(msg, m.Publish):
-            self.counters.publish += len(msg.items)
-            core.publish(msg.sender, msg.items, msg.bodies, now)
-        elif isinstance(msg, m.Settle):
-            if msg.op == m.ACK:
-                self.counters.ack += len(msg.seq_ids)
-            core.settle(msg.sender, msg.op, msg.seq_ids, now)
-        elif isinstance(msg, m.Sent):
-            core.sent(msg.channel, msg.n, now)
-        elif isinstance(msg, m.Consume):
-            self._consume(msg, now)
-        elif isinstance(msg, m.Cancel):
-            ok = core.cancel(msg.sender, msg.consumer_tag, now)
-            if msg.req_id:
-                core.out.reply(msg.sender, msg.req_id, True, ok)
-        elif isinstance(msg, m.Get):
-            self._get(msg, now)
-        elif isinstance(msg, Paged):
-            core.paged_in(msg.entries, msg.dropped, msg.dropped_bytes, now,
-                          int(time.time() * 1000), msg.priority)
-            self._retry_gets(now)
-        elif isinstance(msg, m.PagedDropped):
-            core.paged_dropped(msg.priority, msg.n, msg.nbytes, msg.last_seq, msg.pers,
-                               msg.pers_bytes)
-            self.mirrors.forget(list(msg.seq_ids))
-            self._retry_gets(now)
-        elif isinstance(msg, m.ChannelDown):
-            core.channel_down(msg.sender, now)
-        elif isinstance(msg, m.SetLimit):
-            core.set_limit(msg.sender, msg.channel_prefetch, now)
-        elif isinstance(msg, m.Grant):
-            core.grant(msg.channel, msg.n, now)
-        elif isinstance(msg, m.QueueOp):
-            self._queue_op(msg, now)
-        elif isinstance(msg, Stored):
-            core.stored(msg.nbytes)
-        elif isinstance(msg, Persisted):
-            core.persisted(msg.msgs)
-        elif isinstance(msg, Refused):
-            core.refused(msg.msgs)
-        elif isinstance(msg, Recovered):
-            self._recovered(msg)
-        elif isinstance(msg, PolicyChanged):
-            core.set_confirm_on(self.confirm_on())
-            core.set_settings(self.settings(), now)
-            core.set_delivery_limit(self.delivery_limit())
-            if not self.manual_sync():  # (rabbit_mirror_queue_misc:maybe_auto_sync)
-                self._sync_mirrors(now)
-        elif isinstance(msg, Tick):
-            core.tick(now)
-        elif isinstance(msg, EmitStats):
-            self._stats_tick(msg)
-        elif isinstance(msg, ChannelsDown):
-            core.channels_down(msg.prefix, now)
-        elif isinstance(msg, Run):
-            self.run_pending = False
-        elif isinstance(msg, m.MirrorJoin):
-            self._join(msg, now)
-        elif isinstance(msg, SyncMirrors):
-            self._sync_mirrors(now)
-        elif isinstance(msg, m.MirrorAck):
-            self._release(self.mirrors.acked(msg.mirror, msg.batch))
-        elif isinstance(msg, MirrorsDown):
-            self._release(self.mirrors.down(msg.endpoint))
+        if not queue_dispatch.handle(core, msg, now, self.counters):
+            own = _OWN.get(type(msg))
+            if own is not None:  # (anything else is ignored)
+                own(self, msg, now)
         if core.hold:
             return
         self.mirrors.flush()
@@ -583,8 +528,7 @@ class Queue(LightActor):
         if core.paging.paged:
             # each lane's paged part, up to its tail (in memory: `behind`; when persistent it
             # follows the paged part in the index too)
-            lanes = [_SyncLane(p, lane.page_after, core.ready[p].tail[0].seq_id
-                               if core.ready[p].tail else None)
+            lanes = [_SyncLane(p, lane.page_after, core.prios.tail_start(p))
                      for p, lane in enumerate(core.paging.lanes) if lane.paged]
             self.sync = {"mirror": msg.mirror, "lanes": lanes, "stash": [], "sent": 0,
                          "behind": behind}
@@ -625,40 +569,35 @@ class Queue(LightActor):
                 sync["sent"] += self.mirrors.sync_messages(sync["mirror"], tail, now_ms())
         self._sync_next()
 
+    def _paged(self, msg: Paged, now) -> None:
+        self.core.paged_in(msg.entries, msg.dropped, msg.dropped_bytes, now,
+                           int(time.time() * 1000), msg.priority)
+        queue_dispatch.retry_gets(self.core, now, self.counters)
+
+    def _paged_dropped(self, msg: m.PagedDropped, now) -> None:
+        self.core.paged_dropped(msg.priority, msg.n, msg.nbytes, msg.last_seq, msg.pers,
+                                msg.pers_bytes)
+        self.mirrors.forget(list(msg.seq_ids))
+        queue_dispatch.retry_gets(self.core, now, self.counters)
+
+    def _resume(self, msg: Run, now) -> None:
+        """The Run it told itself came: the delivery run after this message may ask again."""
+        self.run_pending = False
+
+    def _policy_changed(self, now) -> None:
+        core = self.core
+        core.set_confirm_on(self.confirm_on())
+        core.set_settings(self.settings(), now)
+        core.set_delivery_limit(self.delivery_limit())
+        if not self.manual_sync():  # (rabbit_mirror_queue_misc:maybe_auto_sync)
+            self._sync_mirrors(now)
+
     def _release(self, confirms) -> None:
         if confirms:
             events.sync()  # (events_sync: this process's events before the confirms they back)
         for channel, seqs in confirms:
             self.transport.send(channel, m.Confirm(self.address, seqs, True))
             self.counters.confirmed(self.core.confirms.mode, len(seqs))
-
-    def _retry_gets(self, now) -> None:
-        gets, self.pending_gets = self.pending_gets, []
-        for get in gets:
-            self._get(get, now)
-
-    def _get(self, msg: m.Get, now) -> None:
-        got = self.core.get(msg.sender, msg.no_ack, now)
-        if got is WAIT:
-            self.pending_gets.append(msg)  # answered when the page is in
-            return
-        if got is None:
-            self.counters.got_empty()
-            reply = m.GetReply(msg.req_id, self.address, None, 0, [])
-        else:
-            item, body, count = got
-            self.counters.got(item.redelivered, msg.no_ack)
-            reply = m.GetReply(msg.req_id, self.address, item, count, [body])
-        self.transport.send(msg.sender, reply)
-
-    def _consume(self, msg: m.Consume, now) -> None:
-        try:
-            self.core.consume(msg.sender, msg.consumer_tag, msg.no_ack, msg.exclusive,
-                              msg.prefetch, msg.channel_prefetch, now, msg.arguments)
-        except AMQPError as e:
-            self.core.out.reply(msg.sender, msg.req_id, False, None, e.reply_code, e.text)
-            return
-        self.core.out.reply(msg.sender, msg.req_id, True, self.qname)
 
     def _queue_op(self, msg: m.QueueOp, now) -> None:
         out = self.core.out
@@ -695,3 +634,22 @@ class Queue(LightActor):
             self.transport.unregister(self.name)
             self.stop()
 
+
+# what only the actor takes (queue_dispatch has the rest): message type -> (queue, msg, now)
+_OWN: dict[type, Callable] = {
+    Paged: Queue._paged,
+    m.PagedDropped: Queue._paged_dropped,
+    m.QueueOp: Queue._queue_op,
+    Stored: lambda q, msg, now: q.core.stored(msg.nbytes),
+    Persisted: lambda q, msg, now: q.core.persisted(msg.msgs),
+    Refused: lambda q, msg, now: q.core.refused(msg.msgs),
+    Recovered: lambda q, msg, now: q._recovered(msg),
+    PolicyChanged: lambda q, msg, now: q._policy_changed(now),
+    Tick: lambda q, msg, now: q.core.tick(now),
+    EmitStats: lambda q, msg, now: q._stats_tick(msg),
+    Run: Queue._resume,
+    m.MirrorJoin: Queue._join,
+    SyncMirrors: lambda q, msg, now: q._sync_mirrors(now),
+    m.MirrorAck: lambda q, msg, now: q._release(q.mirrors.acked(msg.mirror, msg.batch)),
+    MirrorsDown: lambda q, msg, now: q._release(q.mirrors.down(msg.endpoint)),
+}

@@ -101,9 +101,7 @@ def workload(directory) -> None:
         running = w.q("running")
         for name in ("gone-from-running", "confirmed-gone-from-running"):
             (msg,) = [x for x in running.ready[0].items if _named(x, name)]
-            running.ready[0].items.remove(msg)
-            running.ready_count -= 1
-            running.ready_bytes -= len(msg.body)
+            running.prios.remove({msg.seq_id})
         census.emit(events, "/", "running", census.snapshot(running, "requested"), [], False)
         _send(w, publish("running", message_id="after-census"))
         w.run()

@@ -15,12 +15,13 @@ from types import SimpleNamespace
 from actors import messages as m
 from actors.config import Config
 from actors.core import NO_EVENTS
-from actors.core import channel_dispatch
+from actors.core import channel_dispatch, queue_dispatch
 from actors.core.channel import ChannelCore, ConnInfo
 from actors.core.connection import ConnectionPort
 from actors.core.permissions import AuthDB
 from actors.naming import queue_actor_name
 from actors.core.queue import QueueCore
+from actors.core.queue_stats import QueueCounters
 from actors.queue.dead_letter_publish import dead_letter_publish
 from actors.replica import Replica
 from protocol import methods as am
@@ -69,7 +70,8 @@ def publish(rk, body=b"x", exchange="", mandatory=False, channel=1, **props) -> 
 class QueueOut:
     """The `out` of QueueCore: records every effect, in order."""
 
-    NAMES = ("deliver", "confirm", "reply", "consumer_gone", "credit", "demand", "release",
+    NAMES = ("deliver", "confirm", "reply", "get_reply", "consumer_gone", "credit", "demand",
+             "release",
              "persist", "record_delivery", "forget", "dead_letter", "delete_self", "schedule",
              "page_in", "purge_paged", "drop_paged")
 
@@ -213,6 +215,10 @@ class _WireQueueOut(QueueOut):
                 wire.post(args[0], m.Confirm(q, *args[1:]))  # (ok, reason when given)
             elif name == "reply":
                 wire.post(args[0], m.RpcReply(args[1], args[2], *args[3:]))
+            elif name == "get_reply":
+                channel, req_id, item, count, body = args
+                wire.post(channel, m.GetReply(req_id, q, item, count,
+                                              [] if item is None else [body]))
             elif name == "consumer_gone":
                 wire.post(args[0], m.ConsumerGone(q, args[1]))
             elif name == "credit" and args[0]:
@@ -265,10 +271,12 @@ class Wire:
         self.channel = ChannelCore(1, CH, conn, self.replica, self.out, events=events)
         self.queues = {}
         self.qouts = {}
+        self.counters = {}  # queue name -> its QueueCounters, as the Queue actor keeps them
         for name, args in queues.items():
             qo = _WireQueueOut(self, name)
             self.qouts[name] = qo
             self.queues[qaddr(name)] = QueueCore("/", name, args, qo, self.now, events=events)
+            self.counters[name] = QueueCounters()
 
     def q(self, name) -> QueueCore:
         return self.queues[qaddr(name)]
@@ -295,41 +303,9 @@ class Wire:
         channel_dispatch.handle(self.channel, msg, lambda: 0)
 
     def _to_queue(self, core: QueueCore, msg):
-        now = self.now
-        out = core.out
-        if isinstance(msg, m.Publish):
-            core.publish(msg.sender, msg.items, msg.bodies, now)
-        elif isinstance(msg, m.Settle):
-            core.settle(msg.sender, msg.op, msg.seq_ids, now)
-        elif isinstance(msg, m.Sent):
-            core.sent(msg.channel, msg.n, now)
-        elif isinstance(msg, m.Consume):
-            try:
-                core.consume(msg.sender, msg.consumer_tag, msg.no_ack, msg.exclusive,
-                             msg.prefetch, msg.channel_prefetch, now)
-            except Exception as e:  # AMQPError
-                out.reply(msg.sender, msg.req_id, False, None, e.reply_code, e.text)
-            else:
-                out.reply(msg.sender, msg.req_id, True, core.name)
-        elif isinstance(msg, m.Cancel):
-            ok = core.cancel(msg.sender, msg.consumer_tag, now)
-            if msg.req_id:
-                out.reply(msg.sender, msg.req_id, True, ok)
-        elif isinstance(msg, m.Get):
-            got = core.get(msg.sender, msg.no_ack, now)
-            qa = qaddr(core.name)
-            if got is None:
-                self.post(msg.sender, m.GetReply(msg.req_id, qa, None, 0, []))
-            else:
-                it, body, count = got
-                self.post(msg.sender, m.GetReply(msg.req_id, qa, it, count, [body]))
-        elif isinstance(msg, m.ChannelDown):
-            core.channel_down(msg.sender, now)
-        elif isinstance(msg, m.SetLimit):
-            core.set_limit(msg.sender, msg.channel_prefetch, now)
-        elif isinstance(msg, m.Grant):
-            core.grant(msg.channel, msg.n, now)
-        while core.ready_count and core.consumers and core.run(now):
+        # the Queue actor's own table
+        queue_dispatch.handle(core, msg, self.now, self.counters[core.name])
+        while core.ready_count and core.consumers and core.run(self.now):
             pass
 
     # --- the client's view ---

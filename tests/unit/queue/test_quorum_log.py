@@ -7,9 +7,14 @@ Driven by calling the actors' on_receive directly (no scheduler, no sockets)."""
 
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
+
 from actors import messages as m
 from actors.core.queue import Msg
 from actors.messages import Forget, Persist
+from actors.queue import mirror as mirror_module
 from actors.queue import quorum_log
 from actors.queue.backing_queue import BackingQueue, _Sync
 from actors.queue.mirror import Mirror
@@ -277,3 +282,29 @@ def test_a_members_log_keeps_its_event_log_name_across_restarts_and_a_resync_ren
     assert restarted().rlog.log_id == renamed  # a member restarting on it names it as before
     quorum_log.mark_incomplete(config, "/", "q")
     assert restarted().rlog.log_id not in (None, renamed)
+
+
+def test_a_member_takes_from_its_own_master_only_and_answers_a_promotion(tmp_path,
+                                                                          monkeypatch):
+    """Mirror.on_receive's tables: a member's (durably) MirrorKeep counts from its master
+    alone; TakeMessages is answered through the table (the ask's reply)."""
+    _, host, mirror, bq = _mirror(tmp_path, monkeypatch)
+    mirror.on_start()
+    mirror.on_receive(m.MirrorKeep("tcp://other:1#q", 5, [1, 2]))
+    assert mirror.keep is None
+    mirror.on_receive(m.MirrorKeep(MASTER, 5, [1, 2]))
+    assert mirror.keep == {1, 2}
+    adopted = mirror.on_receive(m.TakeMessages())
+    assert isinstance(adopted, m.Adopted) and (adopted.messages, adopted.paged) == ([], [0])
+
+
+def test_the_mirror_routes_by_tables_not_type_checks():
+    """Each message type a mirror takes has one handler per kind of mirror; those both kinds
+    take alike are in one table."""
+    source = textwrap.dedent(inspect.getsource(Mirror.on_receive))
+    assert not [c for c in ast.walk(ast.parse(source)) if isinstance(c, ast.Call)
+                and getattr(c.func, "id", "") == "isinstance"]
+    either = set(mirror_module._EITHER)
+    assert not either & set(mirror_module._DURABLE) and not either & set(
+        mirror_module._IN_MEMORY)
+    assert set(mirror_module._IN_MEMORY) <= set(mirror_module._DURABLE)
