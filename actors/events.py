@@ -1,4 +1,4 @@
-"""Lifecycle event log: the per-process writer (schema "leveret-events v2", docs/events.md).
+"""Lifecycle event log: the per-process writer (schema "leveret-events v3", docs/events.md).
 
 RabbitMQ's firehose (rabbit_trace) republishes publishes and deliveries to an exchange and stamps
 them when the tracer reads them; this log records every step of a message (publish received,
@@ -9,30 +9,31 @@ every node per message.
 What it owns, per OS process:
 - a run id (random 64 bits, new at every start of the process) and a sequence number that every
   event takes, kept or not: a missing number in a run's files is a hole the analysis reports;
-- one bounded buffer (a list) that `put()` and `emit()` append a tuple to, already in its
-  record's shape: no lock, no encoding, no IO on the hot path (list.append and next() of
-  itertools.count are atomic under the GIL, so any thread may emit); an event that finds it
-  full is counted as dropped;
+- one bounded buffer, a flat list that `put()` and `emit()` extend with an event's record
+  fields (code, msg_id, mono_ns, seq, hlc_ns, values): no record object, no lock, no encoding,
+  no IO on the hot path (list.extend of a tuple and next() of itertools.count are atomic under
+  the GIL, so any thread may emit, and an event's fields are never split); an event that finds
+  it full is counted as dropped;
 - one background thread that, every FLUSH_INTERVAL seconds or on `flush()`, takes what is in the
-  buffer (a slice, then `del` of that slice: appends that race with it land after the slice),
-  encodes each event as one msgpack array and appends them to
-  `<data_dir>/events/<node>-<process>-<pid>-<n>.events`, starting file n+1 when the next event
+  buffer (a slice, then `del` of that slice: extends that race with it land after the slice),
+  encodes it as columnar chunks (spark_analysis/chunk.py: each int column one array.tobytes(),
+  the rest one msgpack call per chunk, no per-event Python work) and appends them to
+  `<data_dir>/events/<node>-<process>-<pid>-<n>.events`, starting file n+1 when the next chunk
   would take the file past `events_max_bytes`; it also writes the log's own markers:
   `process_start` first, a `heartbeat` every HEARTBEAT_INTERVAL, `events_dropped` after events
   were dropped, `process_stop` last on a clean close (a run without it ended in a crash).
 
 File format: a msgpack stream. The first object of every file is a header map (schema, node,
 process, pid, file number, boot id, wall and monotonic clocks read together, and the layout
-table: every kind's actor and fields, spark_analysis/schema.py); every following object is one
-event `[code, msg_id, mono_ns, seq, hlc_ns, values]`: the kind's number in that table and its
-fields' values in the table's order, no key strings (hlc_ns: the process's hybrid logical
-clock, actors/hlc.py, which orders events across processes and hosts; the wall clock is the
-monotonic one mapped by the header's pair, one clock read per event). A record of a composite
-kind (`published`: a publish and its routing, written at one moment by one actor) stands for
-one event per part, with a sequence number and a stamp for each (seq and hlc_ns are lists).
-A stream needs no framing, and a
-file cut short by kill -9 decodes up to its last whole event (bench/events_speed.py measured it
-against length-prefixed records: docs/events.md).
+table: every kind's actor and fields, spark_analysis/schema.py); every following object is a
+chunk of up to CHUNK events, the columns of their records `[code, msg_id, mono_ns, seq, hlc_ns,
+values]`: the kind's number in that table and its fields' values in the table's order, no key
+strings (hlc_ns: the process's hybrid logical clock, actors/hlc.py, which orders events across
+processes and hosts; the wall clock is the monotonic one mapped by the header's pair, one clock
+read per event). A record of a composite kind (`published`: a publish and its routing, written
+at one moment by one actor) stands for one event per part, part i with seq + i and hlc_ns + i
+(taken consecutively, or the parts are written as records of their own). A stream needs no
+framing, and a file cut short by kill -9 decodes up to its last whole chunk (one write each).
 
 Level (`config.events`): "off" (emit is never reached: callers check `enabled()` first),
 "full", or "sampled:N": the events of a message are kept when crc32(msg_id) % N == 0 -- every
@@ -55,7 +56,6 @@ from __future__ import annotations
 import atexit
 import itertools
 import logging
-import operator
 import os
 import socket
 import threading
@@ -65,6 +65,7 @@ import zlib
 import msgpack
 
 from actors import faults, hlc
+from spark_analysis import chunk as chunks
 from spark_analysis import schema as layout
 
 __all__ = ["SCHEMA", "KINDS", "MESSAGE_KINDS", "COPY_KINDS", "PUBLISHER_KINDS", "PROCESS_KINDS",
@@ -101,7 +102,11 @@ KINDS = (MESSAGE_KINDS + COPY_KINDS + PUBLISHER_KINDS + PROCESS_KINDS + LOG_KIND
          DEAD_LETTER_KINDS + REMOVAL_KINDS + TX_KINDS + REPLICA_KINDS)
 _CODE = layout.CODE  # kind -> its number in a record
 _PARTS = {_CODE[k]: len(parts) for k, parts in layout.PARTS.items()}  # composite code -> parts
-_first = operator.itemgetter(0)  # a record's code
+# composite code -> [(part code, indices of its fields in the composite's values)]: a composite
+# whose parts could not take consecutive numbers is written as its parts
+_SPLIT = {_CODE[k]: [(_CODE[p], tuple(layout.LAYOUT[k][1].index(f) for f in layout.LAYOUT[p][1]))
+                     for p in parts] for k, parts in layout.PARTS.items()}
+WIDTH = chunks.WIDTH  # buffer items per event
 _NAMES = {kind: fields for kind, (_, fields) in layout.LAYOUT.items()}  # kind -> field names
 _NAME_SETS = {kind: frozenset(fields) for kind, fields in _NAMES.items()}  # for emit()'s check
 _ACTOR = {kind: actor for kind, (actor, _) in layout.LAYOUT.items()}  # kind -> implied actor
@@ -111,7 +116,7 @@ FLUSH_INTERVAL = 0.2  # seconds between background writes
 SYNC_MODES = ("off", "write", "fsync")  # config.events_sync: what sync() does before a confirm
 HEARTBEAT_INTERVAL = 1.0  # seconds between heartbeat events: how long a silent crash can hide
 DEFAULT_MAX_BUFFERED = 250_000  # events held between writes before emit() drops (~0.1 GB)
-BATCH = 1024  # events encoded by one Packer.pack call
+CHUNK = 4096  # events per chunk (a file rotates between chunks)
 DEFAULT_MAX_BYTES = 64 << 20  # rotate files at this size unless config.events_max_bytes says
 
 
@@ -201,9 +206,10 @@ class EventLog:
         self.clock = clock  # () -> mono_ns of the log's own markers
         self.boot_id = _boot_id() if boot_id is None else boot_id  # names the monotonic clock
         self.pid = os.getpid()  # in the file name and header
-        self.buf: list = []  # (code, msg_id, mono_ns, seq, hlc, values): records
-        self.append = self.buf.append  # bound once: the hot path's call
+        self.buf: list = []  # WIDTH items per event: code, msg_id, mono_ns, seq, hlc, values
+        self.extend = self.buf.extend  # bound once: the hot path's call
         self.max_buffered = max(1, max_buffered)  # the buffer's bound, in events
+        self.max_items = self.max_buffered * WIDTH  # the same bound in buffer items
         self.next_seq = itertools.count().__next__  # every event's number, kept or dropped
         self.dropped = 0  # events dropped on a full buffer so far
         self.dropped_noted = 0  # of those, how many an events_dropped event has reported
@@ -248,14 +254,32 @@ class EventLog:
         parts = _PARTS.get(code)
         if parts is None:
             seq = self.next_seq()
-        else:
-            seq = tuple(self.next_seq() for _ in range(parts))
-            hlc_ns = None if hlc_ns is None else tuple(range(hlc_ns, hlc_ns + parts))
-        if len(self.buf) < self.max_buffered:
-            self.append((code, msg_id, mono_ns, seq, hlc_ns, values))
-        else:
-            for _ in range(parts or 1):
+            if len(self.buf) < self.max_items:
+                self.extend((code, msg_id, mono_ns, seq, hlc_ns, values))
+            else:
                 self.overflow()
+            return
+        seqs = [self.next_seq() for _ in range(parts)]
+        stamps = [None] * parts if hlc_ns is None else list(range(hlc_ns, hlc_ns + parts))
+        self.composite(code, msg_id, mono_ns, seqs, stamps, values)
+
+    def composite(self, code: int, msg_id, mono_ns: int, seqs: list, stamps: list,
+                  values: tuple) -> None:
+        """A composite record, its parts numbered and stamped: one record when the numbers and
+        stamps follow each other (what a chunk can say), else its parts as records of their own
+        (another thread took a number in between)."""
+        if len(self.buf) >= self.max_items:
+            for _ in seqs:
+                self.overflow()
+            return
+        first, stamp = seqs[0], stamps[0]
+        if seqs == list(range(first, first + len(seqs))) and (
+                stamp is None and stamps.count(None) == len(stamps) or
+                stamp is not None and stamps == list(range(stamp, stamp + len(stamps)))):
+            self.extend((code, msg_id, mono_ns, first, stamp, values))
+            return
+        for (part, where), seq, t in zip(_SPLIT[code], seqs, stamps):
+            self.extend((part, msg_id, mono_ns, seq, t, tuple(values[i] for i in where)))
 
     def overflow(self) -> None:
         """An event found the buffer full: its sequence number is spent, so the hole shows."""
@@ -266,7 +290,7 @@ class EventLog:
         """One of the log's own events (LOG_KINDS): past the bound, so a full buffer cannot
         hide a heartbeat or the report of its own drops."""
         mono = self.clock()
-        self.append((_CODE[kind], None, mono, self.next_seq(), _stamp(mono),
+        self.extend((_CODE[kind], None, mono, self.next_seq(), _stamp(mono),
                      values_of(kind, fields)))
         self.marks += 1
 
@@ -298,57 +322,60 @@ class EventLog:
                                          "dropped": dropped})
             self.dropped_noted = dropped
 
+    def buffered(self) -> int:
+        """Events waiting in the buffer (a composite record as one)."""
+        return len(self.buf) // WIDTH
+
     def _drain(self) -> None:
         with self.lock:
             self._note_drops()
             n = len(self.buf)
             if not n and self.file is not None:
                 return
-            chunk = self.buf[:n]
+            flat = self.buf[:n]
             del self.buf[:n]
             if self.file is None:
                 self._open_next()
-            for i in range(0, n, BATCH):
-                self._write_batch(chunk[i:i + BATCH])
+            step = CHUNK * WIDTH
+            for i in range(0, n, step):
+                self._write_chunk(flat[i:i + step])
             self.file.flush()
             # the log's own markers are not counted: a heartbeat every second would keep the
             # metric moving on an idle node (they are appended by the draining thread, or
             # under this lock, before it reads the buffer: a count, not a scan of the chunk);
             # a composite record counts as the events it stands for, as the files read back
-            # (a count of its code in C over the chunk's first items)
+            # (a count of its code in C over the codes' column)
             marks, self.marks = self.marks, 0
-            written = n - marks
-            for code, parts in _PARTS.items():
-                written += (parts - 1) * operator.countOf(map(_first, chunk), code)
+            written = n // WIDTH - marks
+            if _PARTS:
+                codes = flat[0::WIDTH]
+                for code, parts in _PARTS.items():
+                    written += (parts - 1) * codes.count(code)
             self.written += written
 
-    def _write_batch(self, batch: list) -> None:
-        """Encode events as one msgpack array and drop the array's header: what remains is the
-        events' records back to back (one C call instead of one per event). A batch that would
-        take the file past max_bytes, or holds a value msgpack cannot encode, goes record by
-        record (rotating where needed; a record that cannot be encoded is logged and dropped)."""
+    def _write_chunk(self, flat: list) -> None:
+        """Encode events as one chunk (its columns, one call each) and append it, rotating
+        first when it would take the file past max_bytes; a chunk larger than a whole file
+        goes in halves, and one that msgpack cannot encode record by record (a record that
+        cannot be encoded is logged and dropped)."""
         try:
-            data = self.packer.pack(batch)
+            data = self.packer.pack(chunks.encode(flat))
         except Exception:
             self.packer = msgpack.Packer(default=_default)
-            data = None
-        if data is not None:
-            n = len(batch)
-            data = memoryview(data)[1 if n < 16 else 3 if n < 65536 else 5:]
-            if self.file_bytes + len(data) <= self.max_bytes:
-                self._write(data)
-                return
-        for event in batch:
-            try:
-                rec = self.packer.pack(event)
-            except Exception:
-                self.packer = msgpack.Packer(default=_default)
-                log.warning("event log: cannot encode %r, dropped", event)
-                continue
-            if self.file_bytes + len(rec) > self.max_bytes and \
-                    self.file_bytes > self.header_bytes:
-                self._open_next()
-            self._write(rec)
+            if len(flat) > WIDTH:
+                for i in range(0, len(flat), WIDTH):
+                    self._write_chunk(flat[i:i + WIDTH])
+            else:
+                log.warning("event log: cannot encode %r, dropped", flat)
+            return
+        if self.file_bytes + len(data) > self.max_bytes and self.file_bytes > self.header_bytes:
+            self._open_next()
+        if self.header_bytes + len(data) > self.max_bytes and len(flat) > WIDTH:
+            half = len(flat) // WIDTH // 2 * WIDTH
+            self._write_chunk(flat[:half])
+            self._write_chunk(flat[half:])
+            return
+        self._write(data)
 
     def _write(self, data) -> None:
         self.file.write(data)
@@ -415,8 +442,8 @@ class EventLog:
 
 def read_file(path: str):
     """(header, iterator of events) of one .events file; a truncated tail ends the iterator.
-    Every event comes as [kind, msg_id, wall_ns, mono_ns, fields, seq, hlc_ns] (a v2 record
-    mapped back through its header's table, a composite one as its parts, wall_ns its
+    Every event comes as [kind, msg_id, wall_ns, mono_ns, fields, seq, hlc_ns] (a v3 or v2
+    record mapped back through its header's table, a composite one as its parts, wall_ns its
     monotonic time mapped by the header; absent values left out of `fields`), from v1 files
     too. For tests and tools; spark_analysis/reader.py decodes the same format column
     by column."""
@@ -430,7 +457,8 @@ def read_file(path: str):
     if not isinstance(header, dict) or header.get("schema") not in SCHEMAS:
         f.close()
         raise ValueError(f"{path}: not a {' or '.join(SCHEMAS)} file")
-    table = header.get("kinds") if header["schema"] == SCHEMA else None
+    table = header.get("kinds") if header["schema"] in layout.TABLE_SCHEMAS else None
+    columnar = header["schema"] == SCHEMA
     offset = header.get("wall_ns", 0) - header.get("mono_ns", 0)
 
     def v2(rec):
@@ -439,14 +467,19 @@ def read_file(path: str):
             if type(seq) is list:
                 yield [kind, mid, mono + offset, mono, fields, seq[i],
                        stamp[i] if type(stamp) is list else stamp]
-            else:
-                yield [kind, mid, mono + offset, mono, fields, seq, stamp]
+            else:  # (a composite's parts: the numbers after the first)
+                yield [kind, mid, mono + offset, mono, fields, seq + i,
+                       None if stamp is None else stamp + i]
 
     def events():
         with f:
             try:
                 if table is None:
                     yield from unpacker
+                elif columnar:
+                    for obj in unpacker:
+                        for rec in chunks.records(obj):
+                            yield from v2(rec)
                 else:
                     for rec in unpacker:
                         yield from v2(rec)
@@ -460,12 +493,12 @@ def read_file(path: str):
 _log: EventLog | None = None  # this process's log, None when off
 _sample = 0  # 0 off, 1 full, N sampled:N -- read by emit()
 _sync_mode = 0  # events_sync: 0 off, 1 write, 2 fsync -- read by sync()
-_append = _drop = lambda event: None  # the log's buf.append while on
+_extend = _drop = lambda event: None  # the log's buf.extend while on
 _code = _CODE  # kind -> record code (a module global read on the hot path)
 _PUBLISHED = _CODE["published"]
 _next_seq = _overflow = lambda: 0  # the log's sequence numbers and drop counter while on
 _buf: list = []  # the log's buffer while on (len() of it is cheaper than a bound __len__)
-_max_buffered = 0  # the log's bound while on
+_max_items = 0  # the log's bound while on, in buffer items (WIDTH per event)
 _crc32, _mono = zlib.crc32, time.monotonic_ns
 _run = (0, "")  # (pid, run id): a forked child is a new run
 _at = hlc.clock().at  # this process's hybrid clock (replaced by a test-only skew)
@@ -483,7 +516,7 @@ def run_id() -> str:
 
 def configure(config, process: str, node: str) -> None:
     """Start this process's log from `config.events` (closing one started before)."""
-    global _log, _sample, _append, _next_seq, _buf, _max_buffered, _overflow, _at, _sync_mode
+    global _log, _sample, _extend, _next_seq, _buf, _max_items, _overflow, _at, _sync_mode
     close()
     sample = parse_level(getattr(config, "events", "off"))
     if not sample:
@@ -503,8 +536,8 @@ def configure(config, process: str, node: str) -> None:
         boot_id = f"{_boot_id()}+skew:{process}"
     _log = EventLog(directory, node, process, sample, max_bytes, max_buffered=max_buffered,
                     run_id=run_id(), boot_id=boot_id)
-    _append, _next_seq, _buf = _log.append, _log.next_seq, _log.buf
-    _max_buffered, _overflow = _log.max_buffered, _log.overflow
+    _extend, _next_seq, _buf = _log.extend, _log.next_seq, _log.buf
+    _max_items, _overflow = _log.max_items, _log.overflow
     _at = hlc.clock().at
     _sample = sample
     _sync_mode = SYNC_MODES.index(mode)
@@ -534,9 +567,9 @@ def put(kind: str, msg_id: bytes | None, values: tuple) -> None:
         if not _sample or (msg_id is not None and _crc32(msg_id) % _sample):
             return
     seq = _next_seq()
-    if len(_buf) < _max_buffered:
+    if len(_buf) < _max_items:
         mono = _mono()
-        _append((_code[kind], msg_id, mono, seq, _at(mono), values))
+        _extend((_code[kind], msg_id, mono, seq, _at(mono), values))
     else:
         _overflow()
 
@@ -544,14 +577,24 @@ def put(kind: str, msg_id: bytes | None, values: tuple) -> None:
 def put_published(msg_id: bytes | None, values: tuple) -> None:
     """A publish and its routing as one record (the composite kind `published`: the fields of
     publish_received, then routed's): one call, one clock read and one record where two events
-    took two, each part with its own sequence number and stamp."""
+    took two, each part with its own sequence number and stamp (the second ones the first's
+    plus one: what the chunk says; in the rare turn where another thread took a number or moved
+    the clock in between, the two parts are buffered as records of their own)."""
     if _sample != 1:
         if not _sample or (msg_id is not None and _crc32(msg_id) % _sample):
             return
-    seq = (_next_seq(), _next_seq())
-    if len(_buf) < _max_buffered:
+    seq = _next_seq()
+    seq2 = _next_seq()
+    if len(_buf) < _max_items:
         mono = _mono()
-        _append((_PUBLISHED, msg_id, mono, seq, (_at(mono), _at(mono)), values))
+        stamp = _at(mono)
+        stamp2 = _at(mono)
+        if seq2 == seq + 1 and stamp2 == stamp + 1:
+            _extend((_PUBLISHED, msg_id, mono, seq, stamp, values))
+        else:
+            lg = _log
+            if lg is not None:  # (not closed meanwhile)
+                lg.composite(_PUBLISHED, msg_id, mono, [seq, seq2], [stamp, stamp2], values)
     else:
         _overflow()
         _overflow()
@@ -604,10 +647,10 @@ def close() -> None:
     """Write what is buffered, then the `process_stop` marker, and close the file; emit() is
     a no-op afterwards. Call it before os._exit (atexit does not run then); kill -9 loses at
     most FLUSH_INTERVAL of events, and the run's missing stop marker says so."""
-    global _log, _sample, _append, _sync_mode
+    global _log, _sample, _extend, _sync_mode
     _sample = 0
     _sync_mode = 0
-    _append = _drop
+    _extend = _drop
     if _log is not None:
         lg, _log = _log, None
         lg.close()

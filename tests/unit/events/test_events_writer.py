@@ -15,6 +15,7 @@ import zlib
 import pytest
 
 from actors import events, hlc
+from spark_analysis import reader
 
 
 def _cfg(tmp_path, level, **extra):
@@ -72,7 +73,7 @@ def test_module_api_round_trip_and_file_name(tmp_path):
     files = glob.glob(str(tmp_path / "events" / "*.events"))
     assert [os.path.basename(f) for f in files] == [f"leveret@h1-queue-1-{os.getpid()}-0.events"]
     header, evs = events.read_file(files[0])
-    assert header["schema"] == "leveret-events v2"
+    assert header["schema"] == "leveret-events v3"
     assert (header["node"], header["process"], header["pid"]) == ("leveret@h1", "queue-1",
                                                                    os.getpid())
     assert header["run_id"] == events.run_id() and len(header["run_id"]) == 16
@@ -93,11 +94,11 @@ def test_emit_buffers_until_flush(tmp_path):
     for i in range(100):
         lg.emit("delivered", i.to_bytes(16, "big"), {"delivery_tag": i})
     assert _all_events(str(tmp_path)) == []  # nothing written: the writer sleeps, emit never writes
-    assert len(lg.buf) == 101  # and the process_start marker
+    assert lg.buffered() == 101  # and the process_start marker
     lg.flush()
     got = _all_events(str(tmp_path))
     assert [e[4]["delivery_tag"] for e in got] == list(range(100))
-    assert lg.buf == []
+    assert lg.buffered() == 0
     lg.close()
 
 
@@ -191,17 +192,21 @@ def test_values_msgpack_cannot_encode(tmp_path):
     assert got[0][4]["obj"].startswith("<object object")
 
 
-def test_truncated_file_reads_up_to_its_last_whole_event(tmp_path):
+def test_truncated_file_reads_up_to_its_last_whole_chunk(tmp_path):
     lg = events.EventLog(str(tmp_path), "n", "p", flush_interval=3600)
-    for i in range(10):
+    for i in range(15):
         lg.emit("acked", i.to_bytes(16, "big"), {"delivery_tag": i})
+        if i == 9:
+            lg.flush()  # one chunk per drain
     lg.flush()  # as kill -9 would leave it: no process_stop marker after the last event
     [path] = lg.paths
     size = os.path.getsize(path)
     with open(path, "r+b") as f:
         f.truncate(size - 3)
     _, evs = events.read_file(path)
-    assert [e[4]["delivery_tag"] for e in evs if e[0] == "acked"] == list(range(9))
+    assert [e[4]["delivery_tag"] for e in evs if e[0] == "acked"] == list(range(10))
+    rows = reader.read_dir(str(tmp_path)).to_pylist()
+    assert [r["delivery_tag"] for r in rows if r["kind"] == "acked"] == list(range(10))
     lg.close()
 
 
@@ -309,7 +314,7 @@ def test_a_full_buffer_drops_counts_and_leaves_a_hole_in_the_numbers(tmp_path):
                          max_buffered=10)
     for i in range(25):
         lg.emit("acked", i.to_bytes(16, "big"), {"delivery_tag": i})
-    assert len(lg.buf) == 10 and lg.dropped == 16  # process_start took one place
+    assert lg.buffered() == 10 and lg.dropped == 16  # process_start took one place
     lg.flush()
     lg.emit("acked", b"z" * 16, {"delivery_tag": 99})
     lg.close()
