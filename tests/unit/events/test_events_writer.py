@@ -402,3 +402,69 @@ def test_written_counts_the_events_the_files_read_back(tmp_path):
     got = _all_events(str(tmp_path / "events"))
     assert sorted({e[0] for e in got}) == ["delivered", "publish_received", "routed"]
     assert events.written() == len(got) == 9
+
+
+def test_published_from_many_threads_keeps_every_number_once(tmp_path, tiny_switch_interval):
+    # a thread switch between the two numbers of a publish writes its parts as records of
+    # their own: every number is still taken by exactly one event, each part by its own
+    events.configure(_cfg(tmp_path, "full"), "conn-0", "n1")
+    threads, per = 6, 2000
+
+    def run(t):
+        for i in range(per):
+            events.put_published(t.to_bytes(8, "big") + i.to_bytes(8, "big"), (
+                "/", f"c{t}", 1, i, "", "q", None, False, 10, None, None, ("q",), None))
+
+    ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    events.close()
+    got = _all_events(str(tmp_path / "events"), markers=True)
+    assert sorted(e[5] for e in got) == list(range(len(got)))
+    parts: dict = {}
+    for e in got:
+        if e[1] is not None:
+            parts.setdefault(e[1], []).append(e)
+    assert len(parts) == threads * per
+    for received, routed in parts.values():
+        assert (received[0], routed[0]) == ("publish_received", "routed")
+        assert received[5] < routed[5] and received[6] < routed[6]
+        assert received[4]["seq_no"] == int.from_bytes(received[1][8:], "big")
+        assert routed[4]["queues"] == ["q"]
+    rows = reader.read_dir(str(tmp_path / "events")).to_pylist()
+    assert sorted(r["seq"] for r in rows) == list(range(len(got)))
+
+
+def test_a_composite_whose_numbers_do_not_follow_is_written_as_its_parts(tmp_path):
+    lg = events.EventLog(str(tmp_path), "n", "p", flush_interval=3600, heartbeat_interval=0)
+    mid = bytes(16)
+    values = ("/", "c1", 1, 7, "x", "k", None, True, 10, None, None, ("q",), ("ae",))
+    code = events._CODE["published"]
+    lg.composite(code, mid, 100, [5, 9], [1_000, 1_001], values)  # (another took 6 to 8)
+    lg.composite(code, mid, 100, [10, 11], [1_002, 1_010], values)  # (the clock moved)
+    lg.composite(code, mid, 100, [12, 13], [1_011, 1_012], values)  # one record
+    assert lg.buffered() == 1 + 2 + 2 + 1  # (process_start)
+    lg.close()
+    got = [e for e in _all_events(str(tmp_path)) if e[1] == mid]
+    assert [(e[0], e[5], e[6]) for e in got] == [
+        ("publish_received", 5, 1_000), ("routed", 9, 1_001),
+        ("publish_received", 10, 1_002), ("routed", 11, 1_010),
+        ("publish_received", 12, 1_011), ("routed", 13, 1_012)]
+    assert got[0][4]["routing_key"] == "k" and got[1][4] == {
+        "actor": "channel", "vhost": "/", "queues": ["q"], "alternate_exchanges": ["ae"]}
+    assert got[0][4] == got[4][4] and got[1][4] == got[5][4]
+
+
+def test_a_chunk_larger_than_a_file_goes_in_halves(tmp_path):
+    lg = events.EventLog(str(tmp_path), "n", "p", flush_interval=3600, heartbeat_interval=0,
+                         max_bytes=4096)
+    for i in range(300):
+        lg.emit("acked", i.to_bytes(16, "big"), {"delivery_tag": i})
+    lg.close()
+    assert len(lg.paths) > 3
+    assert all(os.path.getsize(p) <= 4096 for p in lg.paths)
+    got = [e for p in lg.paths for e in events.read_file(p)[1]]
+    assert [e[5] for e in got] == list(range(302))
+    assert [e[4]["delivery_tag"] for e in got if e[0] == "acked"] == list(range(300))
