@@ -106,7 +106,11 @@ _PARTS = {_CODE[k]: len(parts) for k, parts in layout.PARTS.items()}  # composit
 # whose parts could not take consecutive numbers is written as its parts
 _SPLIT = {_CODE[k]: [(_CODE[p], tuple(layout.LAYOUT[k][1].index(f) for f in layout.LAYOUT[p][1]))
                      for p in parts] for k, parts in layout.PARTS.items()}
-WIDTH = chunks.WIDTH  # buffer items per event
+WIDTH = chunks.WIDTH  # row buffer items per event
+HEAD = chunks.HEAD  # kind buffer items per event before its values
+_NVALS = tuple(len(layout.LAYOUT[k][1]) for k in _CODE)  # code -> values a kind buffer takes
+_INTS = tuple(tuple(f in chunks.INT_FIELDS for f in layout.LAYOUT[k][1]) for k in _CODE)
+_NPARTS = tuple(_PARTS.get(code, 1) for code in range(len(_CODE)))  # code -> events it stands for
 _NAMES = {kind: fields for kind, (_, fields) in layout.LAYOUT.items()}  # kind -> field names
 _NAME_SETS = {kind: frozenset(fields) for kind, fields in _NAMES.items()}  # for emit()'s check
 _ACTOR = {kind: actor for kind, (actor, _) in layout.LAYOUT.items()}  # kind -> implied actor
@@ -206,10 +210,16 @@ class EventLog:
         self.clock = clock  # () -> mono_ns of the log's own markers
         self.boot_id = _boot_id() if boot_id is None else boot_id  # names the monotonic clock
         self.pid = os.getpid()  # in the file name and header
-        self.buf: list = []  # WIDTH items per event: code, msg_id, mono_ns, seq, hlc, values
-        self.extend = self.buf.extend  # bound once: the hot path's call
-        self.max_buffered = max(1, max_buffered)  # the buffer's bound, in events
-        self.max_items = self.max_buffered * WIDTH  # the same bound in buffer items
+        # per code, its events' msg_id, mono_ns, seq, hlc and values, flat (chunk.py)
+        self.bufs: list[list] = [[] for _ in _CODE]
+        self.adds = [b.extend for b in self.bufs]  # bound once: the hot path's calls
+        self.rows: list = []  # events with other values than their kind's: WIDTH items each
+        self.add_row = self.rows.extend  # bound once
+        self.max_buffered = max(1, max_buffered)  # the buffers' bound, in events
+        # sequence numbers drained or dropped: an event numbered `seq` finds about
+        # seq - taken[0] events buffered (a box: the hot path reads it without the log)
+        self.taken = [0]
+        self.parts_drained = 0  # events taken out of the buffers so far (a composite's parts)
         self.next_seq = itertools.count().__next__  # every event's number, kept or dropped
         self.dropped = 0  # events dropped on a full buffer so far
         self.dropped_noted = 0  # of those, how many an events_dropped event has reported
@@ -254,8 +264,8 @@ class EventLog:
         parts = _PARTS.get(code)
         if parts is None:
             seq = self.next_seq()
-            if len(self.buf) < self.max_items:
-                self.extend((code, msg_id, mono_ns, seq, hlc_ns, values))
+            if seq - self.taken[0] < self.max_buffered:
+                self.add(code, msg_id, mono_ns, seq, hlc_ns, values)
             else:
                 self.overflow()
             return
@@ -263,12 +273,20 @@ class EventLog:
         stamps = [None] * parts if hlc_ns is None else list(range(hlc_ns, hlc_ns + parts))
         self.composite(code, msg_id, mono_ns, seqs, stamps, values)
 
+    def add(self, code: int, msg_id, mono_ns: int, seq: int, hlc_ns, values) -> None:
+        """Buffer one record: in its kind's buffer when it has the kind's values, else as a
+        row (one extend either way: atomic, so any thread may add)."""
+        if len(values) == _NVALS[code]:
+            self.adds[code]((msg_id, mono_ns, seq, hlc_ns) + tuple(values))
+        else:
+            self.add_row((code, msg_id, mono_ns, seq, hlc_ns, values))
+
     def composite(self, code: int, msg_id, mono_ns: int, seqs: list, stamps: list,
                   values: tuple) -> None:
         """A composite record, its parts numbered and stamped: one record when the numbers and
         stamps follow each other (what a chunk can say), else its parts as records of their own
         (another thread took a number in between)."""
-        if len(self.buf) >= self.max_items:
+        if seqs[0] - self.taken[0] >= self.max_buffered:
             for _ in seqs:
                 self.overflow()
             return
@@ -276,10 +294,10 @@ class EventLog:
         if seqs == list(range(first, first + len(seqs))) and (
                 stamp is None and stamps.count(None) == len(stamps) or
                 stamp is not None and stamps == list(range(stamp, stamp + len(stamps)))):
-            self.extend((code, msg_id, mono_ns, first, stamp, values))
+            self.add(code, msg_id, mono_ns, first, stamp, values)
             return
         for (part, where), seq, t in zip(_SPLIT[code], seqs, stamps):
-            self.extend((part, msg_id, mono_ns, seq, t, tuple(values[i] for i in where)))
+            self.add(part, msg_id, mono_ns, seq, t, tuple(values[i] for i in where))
 
     def overflow(self) -> None:
         """An event found the buffer full: its sequence number is spent, so the hole shows."""
@@ -290,8 +308,7 @@ class EventLog:
         """One of the log's own events (LOG_KINDS): past the bound, so a full buffer cannot
         hide a heartbeat or the report of its own drops."""
         mono = self.clock()
-        self.extend((_CODE[kind], None, mono, self.next_seq(), _stamp(mono),
-                     values_of(kind, fields)))
+        self.add(_CODE[kind], None, mono, self.next_seq(), _stamp(mono), values_of(kind, fields))
         self.marks += 1
 
     def heartbeat(self) -> None:
@@ -323,57 +340,76 @@ class EventLog:
             self.dropped_noted = dropped
 
     def buffered(self) -> int:
-        """Events waiting in the buffer (a composite record as one)."""
-        return len(self.buf) // WIDTH
+        """Events waiting in the buffers (a composite record as one)."""
+        return len(self.rows) // WIDTH + sum(len(b) // (HEAD + _NVALS[code])
+                                             for code, b in enumerate(self.bufs))
 
     def _drain(self) -> None:
         with self.lock:
             self._note_drops()
-            n = len(self.buf)
-            if not n and self.file is not None:
+            taken = []  # (code or None for rows, flat slice)
+            for code, buf in enumerate(self.bufs):
+                n = len(buf)
+                if n:
+                    taken.append((code, buf[:n]))
+                    del buf[:n]
+            n = len(self.rows)
+            if n:
+                taken.append((None, self.rows[:n]))
+                del self.rows[:n]
+            if not taken and self.file is not None:
                 return
-            flat = self.buf[:n]
-            del self.buf[:n]
+            # the kinds' chunks by their first numbers: a file's numbers stay near its order
+            taken.sort(key=_first_seq)
             if self.file is None:
                 self._open_next()
-            step = CHUNK * WIDTH
-            for i in range(0, n, step):
-                self._write_chunk(flat[i:i + step])
+            events = 0  # as the files read back: a composite record counts as its parts
+            for code, flat in taken:
+                if code is None:
+                    events += len(flat) // WIDTH
+                    if _PARTS:
+                        codes = flat[0::WIDTH]
+                        for c, parts in _PARTS.items():
+                            events += (parts - 1) * codes.count(c)
+                    step = CHUNK * WIDTH
+                else:
+                    events += len(flat) // (HEAD + _NVALS[code]) * _NPARTS[code]
+                    step = CHUNK * (HEAD + _NVALS[code])
+                for i in range(0, len(flat), step):
+                    self._write_chunk(code, flat[i:i + step])
             self.file.flush()
+            self.parts_drained += events
+            self.taken[0] = self.parts_drained + self.dropped
             # the log's own markers are not counted: a heartbeat every second would keep the
             # metric moving on an idle node (they are appended by the draining thread, or
-            # under this lock, before it reads the buffer: a count, not a scan of the chunk);
-            # a composite record counts as the events it stands for, as the files read back
-            # (a count of its code in C over the codes' column)
+            # under this lock, before it takes the buffers: a count, not a scan)
             marks, self.marks = self.marks, 0
-            written = n // WIDTH - marks
-            if _PARTS:
-                codes = flat[0::WIDTH]
-                for code, parts in _PARTS.items():
-                    written += (parts - 1) * codes.count(code)
-            self.written += written
+            self.written += events - marks
 
-    def _write_chunk(self, flat: list) -> None:
-        """Encode events as one chunk (its columns, one call each) and append it, rotating
-        first when it would take the file past max_bytes; a chunk larger than a whole file
-        goes in halves, and one that msgpack cannot encode record by record (a record that
-        cannot be encoded is logged and dropped)."""
+    def _write_chunk(self, code: int | None, flat: list) -> None:
+        """Encode events as one chunk (a kind's, or rows when `code` is None: their columns,
+        one call each) and append it, rotating first when it would take the file past
+        max_bytes; a chunk larger than a whole file goes in halves, and one that msgpack
+        cannot encode event by event (an event that cannot be encoded is logged and
+        dropped)."""
+        width = WIDTH if code is None else HEAD + _NVALS[code]
         try:
-            data = self.packer.pack(chunks.encode(flat))
+            data = self.packer.pack(chunks.encode_rows(flat) if code is None else
+                                    chunks.encode_kind(code, flat, _INTS[code]))
         except Exception:
             self.packer = msgpack.Packer(default=_default)
-            if len(flat) > WIDTH:
-                for i in range(0, len(flat), WIDTH):
-                    self._write_chunk(flat[i:i + WIDTH])
+            if len(flat) > width:
+                for i in range(0, len(flat), width):
+                    self._write_chunk(code, flat[i:i + width])
             else:
                 log.warning("event log: cannot encode %r, dropped", flat)
             return
         if self.file_bytes + len(data) > self.max_bytes and self.file_bytes > self.header_bytes:
             self._open_next()
-        if self.header_bytes + len(data) > self.max_bytes and len(flat) > WIDTH:
-            half = len(flat) // WIDTH // 2 * WIDTH
-            self._write_chunk(flat[:half])
-            self._write_chunk(flat[half:])
+        if self.header_bytes + len(data) > self.max_bytes and len(flat) > width:
+            half = len(flat) // width // 2 * width
+            self._write_chunk(code, flat[:half])
+            self._write_chunk(code, flat[half:])
             return
         self._write(data)
 
@@ -416,7 +452,7 @@ class EventLog:
         """events_sync: everything emitted so far written to the file (a kill -9 of this
         process cannot take it: it is in the kernel's page cache), and with `fsync` on disk
         (a power cut cannot either)."""
-        n = len(self.buf)
+        n = bool(self.rows) or any(self.bufs)  # (something to write)
         self._drain()
         with self.lock:  # (scheduler threads of one process sync at once)
             if fsync and self.unsynced and self.file is not None:
@@ -477,9 +513,8 @@ def read_file(path: str):
                 if table is None:
                     yield from unpacker
                 elif columnar:
-                    for obj in unpacker:
-                        for rec in chunks.records(obj):
-                            yield from v2(rec)
+                    for rec in _in_seq_order(unpacker):
+                        yield from v2(rec)
                 else:
                     for rec in unpacker:
                         yield from v2(rec)
@@ -489,16 +524,44 @@ def read_file(path: str):
     return header, events()
 
 
+def _first_seq(taken) -> int:
+    """The number of the first event of a drained slice (a kind's or the rows')."""
+    code, flat = taken
+    return flat[3] if code is None else flat[2]
+
+
+def _in_seq_order(chunk_objects):
+    """A v3 file's records in the order of their numbers (a drain writes a chunk per kind):
+    what tests and tools expect to read, as from a v2 file."""
+    recs = []
+    try:
+        for obj in chunk_objects:
+            recs += chunks.records(obj)
+    except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError):
+        pass  # a damaged tail: what came before it
+    recs.sort(key=_seq_of)
+    return recs
+
+
+def _seq_of(rec):
+    seq = rec[3]
+    return seq if type(seq) is int else -1
+
+
 # -- the process-wide log: module functions the actors call -------------------------------------
 _log: EventLog | None = None  # this process's log, None when off
 _sample = 0  # 0 off, 1 full, N sampled:N -- read by emit()
 _sync_mode = 0  # events_sync: 0 off, 1 write, 2 fsync -- read by sync()
-_extend = _drop = lambda event: None  # the log's buf.extend while on
+_drop = lambda event: None  # what the buffers' extends are while off
+_adds = [_drop] * len(_CODE)  # per code, the log's kind buffer's extend while on
+_add_row = _drop  # the log's row buffer's extend while on
+_nvals = _NVALS  # code -> values a kind buffer takes (a module global read on the hot path)
 _code = _CODE  # kind -> record code (a module global read on the hot path)
 _PUBLISHED = _CODE["published"]
+_NVALS_PUBLISHED = _NVALS[_PUBLISHED]
 _next_seq = _overflow = lambda: 0  # the log's sequence numbers and drop counter while on
-_buf: list = []  # the log's buffer while on (len() of it is cheaper than a bound __len__)
-_max_items = 0  # the log's bound while on, in buffer items (WIDTH per event)
+_taken = [0]  # the log's count of numbers drained or dropped while on (EventLog.taken)
+_max_buffered = 0  # the log's bound while on, in events
 _crc32, _mono = zlib.crc32, time.monotonic_ns
 _run = (0, "")  # (pid, run id): a forked child is a new run
 _at = hlc.clock().at  # this process's hybrid clock (replaced by a test-only skew)
@@ -516,7 +579,8 @@ def run_id() -> str:
 
 def configure(config, process: str, node: str) -> None:
     """Start this process's log from `config.events` (closing one started before)."""
-    global _log, _sample, _extend, _next_seq, _buf, _max_items, _overflow, _at, _sync_mode
+    global _log, _sample, _adds, _add_row, _next_seq, _taken, _max_buffered, _overflow, _at
+    global _sync_mode
     close()
     sample = parse_level(getattr(config, "events", "off"))
     if not sample:
@@ -536,8 +600,8 @@ def configure(config, process: str, node: str) -> None:
         boot_id = f"{_boot_id()}+skew:{process}"
     _log = EventLog(directory, node, process, sample, max_bytes, max_buffered=max_buffered,
                     run_id=run_id(), boot_id=boot_id)
-    _extend, _next_seq, _buf = _log.extend, _log.next_seq, _log.buf
-    _max_items, _overflow = _log.max_items, _log.overflow
+    _adds, _add_row, _next_seq = _log.adds, _log.add_row, _log.next_seq
+    _taken, _max_buffered, _overflow = _log.taken, _log.max_buffered, _log.overflow
     _at = hlc.clock().at
     _sample = sample
     _sync_mode = SYNC_MODES.index(mode)
@@ -567,9 +631,13 @@ def put(kind: str, msg_id: bytes | None, values: tuple) -> None:
         if not _sample or (msg_id is not None and _crc32(msg_id) % _sample):
             return
     seq = _next_seq()
-    if len(_buf) < _max_items:
+    if seq - _taken[0] < _max_buffered:
         mono = _mono()
-        _extend((_code[kind], msg_id, mono, seq, _at(mono), values))
+        code = _code[kind]
+        if len(values) == _nvals[code]:
+            _adds[code]((msg_id, mono, seq, _at(mono)) + values)
+        else:
+            _add_row((code, msg_id, mono, seq, _at(mono), values))
     else:
         _overflow()
 
@@ -585,12 +653,12 @@ def put_published(msg_id: bytes | None, values: tuple) -> None:
             return
     seq = _next_seq()
     seq2 = _next_seq()
-    if len(_buf) < _max_items:
+    if seq - _taken[0] < _max_buffered:
         mono = _mono()
         stamp = _at(mono)
         stamp2 = _at(mono)
-        if seq2 == seq + 1 and stamp2 == stamp + 1:
-            _extend((_PUBLISHED, msg_id, mono, seq, stamp, values))
+        if seq2 == seq + 1 and stamp2 == stamp + 1 and len(values) == _NVALS_PUBLISHED:
+            _adds[_PUBLISHED]((msg_id, mono, seq, stamp) + values)
         else:
             lg = _log
             if lg is not None:  # (not closed meanwhile)
@@ -647,10 +715,10 @@ def close() -> None:
     """Write what is buffered, then the `process_stop` marker, and close the file; emit() is
     a no-op afterwards. Call it before os._exit (atexit does not run then); kill -9 loses at
     most FLUSH_INTERVAL of events, and the run's missing stop marker says so."""
-    global _log, _sample, _extend, _sync_mode
+    global _log, _sample, _adds, _add_row, _sync_mode
     _sample = 0
     _sync_mode = 0
-    _extend = _drop
+    _adds, _add_row = [_drop] * len(_CODE), _drop
     if _log is not None:
         lg, _log = _log, None
         lg.close()
