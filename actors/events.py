@@ -9,15 +9,16 @@ every node per message.
 What it owns, per OS process:
 - a run id (random 64 bits, new at every start of the process) and a sequence number that every
   event takes, kept or not: a missing number in a run's files is a hole the analysis reports;
-- one bounded buffer, a flat list that `put()` and `emit()` extend with an event's record
-  fields (code, msg_id, mono_ns, seq, hlc_ns, values): no record object, no lock, no encoding,
-  no IO on the hot path (list.extend of a tuple and next() of itertools.count are atomic under
-  the GIL, so any thread may emit, and an event's fields are never split); an event that finds
-  it full is counted as dropped;
+- bounded buffers, one flat list per kind that `put()` and `emit()` extend with an event's
+  msg_id, mono_ns, seq, hlc_ns and values (an event whose values are not its kind's, with a
+  map of undeclared fields, goes to a row buffer with its code): no record or values object
+  kept per event, no lock, no encoding, no IO on the hot path (list.extend of a tuple and
+  next() of itertools.count are atomic under the GIL, so any thread may emit, and an event's
+  items are never split); an event that finds them full is counted as dropped;
 - one background thread that, every FLUSH_INTERVAL seconds or on `flush()`, takes what is in the
-  buffer (a slice, then `del` of that slice: extends that race with it land after the slice),
-  encodes it as columnar chunks (spark_analysis/chunk.py: each int column one array.tobytes(),
-  the rest one msgpack call per chunk, no per-event Python work) and appends them to
+  buffers (a slice, then `del` of that slice: extends that race with it land after the slice),
+  encodes each kind's as chunks of its columns (spark_analysis/chunk.py: a constant column as
+  one value, number columns as int64 bytes, one msgpack call per chunk) and appends them to
   `<data_dir>/events/<node>-<process>-<pid>-<n>.events`, starting file n+1 when the next chunk
   would take the file past `events_max_bytes`; it also writes the log's own markers:
   `process_start` first, a `heartbeat` every HEARTBEAT_INTERVAL, `events_dropped` after events
@@ -26,11 +27,12 @@ What it owns, per OS process:
 File format: a msgpack stream. The first object of every file is a header map (schema, node,
 process, pid, file number, boot id, wall and monotonic clocks read together, and the layout
 table: every kind's actor and fields, spark_analysis/schema.py); every following object is a
-chunk of up to CHUNK events, the columns of their records `[code, msg_id, mono_ns, seq, hlc_ns,
-values]`: the kind's number in that table and its fields' values in the table's order, no key
-strings (hlc_ns: the process's hybrid logical clock, actors/hlc.py, which orders events across
-processes and hosts; the wall clock is the monotonic one mapped by the header's pair, one clock
-read per event). A record of a composite kind (`published`: a publish and its routing, written
+chunk of up to CHUNK events of one kind (or rows), the columns of their records `[code, msg_id,
+mono_ns, seq, hlc_ns, values]`: the kind's number in that table and its fields' values in the
+table's order, no key strings (hlc_ns: the process's hybrid logical clock, actors/hlc.py,
+which orders events across processes and hosts; the wall clock is the monotonic one mapped by
+the header's pair, one clock read per event); a drain writes its kinds' chunks by their first
+numbers, so a file's events follow each other by kind, their numbers giving the order. A record of a composite kind (`published`: a publish and its routing, written
 at one moment by one actor) stands for one event per part, part i with seq + i and hlc_ns + i
 (taken consecutively, or the parts are written as records of their own). A stream needs no
 framing, and a file cut short by kill -9 decodes up to its last whole chunk (one write each).
@@ -359,10 +361,6 @@ class EventLog:
                 del self.rows[:n]
             if not taken and self.file is not None:
                 return
-            # the kinds' chunks by their first numbers: a file's numbers stay near its order
-            taken.sort(key=_first_seq)
-            if self.file is None:
-                self._open_next()
             events = 0  # as the files read back: a composite record counts as its parts
             for code, flat in taken:
                 if code is None:
@@ -371,15 +369,20 @@ class EventLog:
                         codes = flat[0::WIDTH]
                         for c, parts in _PARTS.items():
                             events += (parts - 1) * codes.count(c)
-                    step = CHUNK * WIDTH
                 else:
                     events += len(flat) // (HEAD + _NVALS[code]) * _NPARTS[code]
-                    step = CHUNK * (HEAD + _NVALS[code])
+            # (before the write: a write that fails must not leave the bound thinking them held)
+            self.parts_drained += events
+            self.taken[0] = self.parts_drained + self.dropped
+            # the kinds' chunks by their first numbers: a file's numbers stay near its order
+            taken.sort(key=_first_seq)
+            if self.file is None:
+                self._open_next()
+            for code, flat in taken:
+                step = CHUNK * (WIDTH if code is None else HEAD + _NVALS[code])
                 for i in range(0, len(flat), step):
                     self._write_chunk(code, flat[i:i + step])
             self.file.flush()
-            self.parts_drained += events
-            self.taken[0] = self.parts_drained + self.dropped
             # the log's own markers are not counted: a heartbeat every second would keep the
             # metric moving on an idle node (they are appended by the draining thread, or
             # under this lock, before it takes the buffers: a count, not a scan)
@@ -624,7 +627,7 @@ def put(kind: str, msg_id: bytes | None, values: tuple) -> None:
     """Append one event with its fields' values in the layout's order (schema.LAYOUT: the
     per-message kinds' hot path, no keyword map to build or encode); the monotonic time, the
     hybrid clock's stamp and the next sequence number are taken here, encoding and IO later
-    on the log's thread.
+    on the log's thread; `values` a tuple (its items go into the kind's buffer, flattened).
     Values: str, int, float, bool, bytes, None, lists/tuples of them. A full buffer drops the
     event and counts it."""
     if _sample != 1:

@@ -468,3 +468,24 @@ def test_a_chunk_larger_than_a_file_goes_in_halves(tmp_path):
     got = [e for p in lg.paths for e in events.read_file(p)[1]]
     assert [e[5] for e in got] == list(range(302))
     assert [e[4]["delivery_tag"] for e in got if e[0] == "acked"] == list(range(300))
+
+
+def test_a_failed_write_does_not_leave_the_bound_full(tmp_path):
+    lg = events.EventLog(str(tmp_path), "n", "p", flush_interval=3600, heartbeat_interval=0,
+                         max_buffered=10)
+    for i in range(8):
+        lg.emit("acked", i.to_bytes(16, "big"), {"delivery_tag": i})
+
+    def broken(data):
+        raise OSError("disk gone")
+
+    write, lg._write = lg._write, broken
+    with pytest.raises(OSError):
+        lg.flush()  # (the writer thread logs it: this round's events are lost)
+    lg._write = write
+    for i in range(8, 16):
+        lg.emit("acked", i.to_bytes(16, "big"), {"delivery_tag": i})
+    assert lg.dropped == 0 and lg.buffered() == 8
+    lg.close()
+    got = _all_events(str(tmp_path))
+    assert [e[4]["delivery_tag"] for e in got] == list(range(8, 16))
