@@ -10,8 +10,8 @@ Run with ``python -m bench.events_speed [--events N] [--threads T]``. Measures, 
 * emit() alone, the writer thread idle during the loop (what the calling thread pays);
 * the same from T threads at once (list.append needs no lock);
 * the writer thread alone: encoding + write of a filled buffer, ns per event and bytes per event;
-* the file format: v3 columnar chunks of 4096 events (what actors/events.py writes: the
-  records' columns, spark_analysis/chunk.py), a msgpack stream of v2 records (the kind's
+* the file format: v3 columnar chunks of 4096 events of one kind (what actors/events.py
+  writes: the records' columns, spark_analysis/chunk.py), a msgpack stream of v2 records (the kind's
   values in order, one array per record), of v1 records (a field map with string keys) and
   4-byte length-prefixed v1 records, encode and decode in ns per event.
 
@@ -164,10 +164,14 @@ def bench_formats(n: int) -> dict[str, float]:
     v2 = [(9, mid, mono + i, i, now + i, ("/", "orders", "127.0.0.1:5672/1", 3, "ctag-1", i,
                                           False, False, None))
           for i, mid in enumerate(ids)]
-    flat = [x for rec in v2 for x in rec]  # (the writer's buffer)
-    step = events.CHUNK * chunk.WIDTH
+    # (the writer's buffer of the kind: msg_id, mono, seq, hlc, then the values)
+    flat = [x for rec in v2 for x in (*rec[1:5], *rec[5])]
+    code = events._CODE["delivered"]
+    ints = events._INTS[code]
+    step = events.CHUNK * (chunk.HEAD + len(ints))
     t0 = time.perf_counter_ns()
-    stream = b"".join(pack(chunk.encode(flat[i:i + step])) for i in range(0, len(flat), step))
+    stream = b"".join(pack(chunk.encode_kind(code, flat[i:i + step], ints))
+                      for i in range(0, len(flat), step))
     out["v3 chunks encode"] = (time.perf_counter_ns() - t0) / n
     t0 = time.perf_counter_ns()
     unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(stream) + 1)
