@@ -32,9 +32,10 @@ mono_ns, seq, hlc_ns, values]`: the kind's number in that table and its fields' 
 table's order, no key strings (hlc_ns: the process's hybrid logical clock, actors/hlc.py,
 which orders events across processes and hosts; the wall clock is the monotonic one mapped by
 the header's pair, one clock read per event); a drain writes its kinds' chunks by their first
-numbers, so a file's events follow each other by kind, their numbers giving the order. A record of a composite kind (`published`: a publish and its routing, written
-at one moment by one actor) stands for one event per part, part i with seq + i and hlc_ns + i
-(taken consecutively, or the parts are written as records of their own). A stream needs no
+numbers, so a file's events follow each other by kind, their numbers giving the order. A
+record of a composite kind (`published`: a publish and its routing, written at one moment by
+one actor) stands for one event per part, part i with seq + i and hlc_ns + i (taken
+consecutively, or the parts are written as records of their own). A stream needs no
 framing, and a file cut short by kill -9 decodes up to its last whole chunk (one write each).
 
 Level (`config.events`): "off" (emit is never reached: callers check `enabled()` first),
@@ -506,7 +507,9 @@ def read_file(path: str):
             if type(seq) is list:
                 yield [kind, mid, mono + offset, mono, fields, seq[i],
                        stamp[i] if type(stamp) is list else stamp]
-            else:  # (a composite's parts: the numbers after the first)
+            elif not i:
+                yield [kind, mid, mono + offset, mono, fields, seq, stamp]
+            else:  # (a composite's later parts: the numbers after the first's)
                 yield [kind, mid, mono + offset, mono, fields, seq + i,
                        None if stamp is None else stamp + i]
 
