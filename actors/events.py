@@ -1,4 +1,4 @@
-"""Lifecycle event log: the per-process writer (schema "leveret-events v2", docs/events.md).
+"""Lifecycle event log: the per-process writer (schema "leveret-events v3", docs/events.md).
 
 RabbitMQ's firehose (rabbit_trace) republishes publishes and deliveries to an exchange and stamps
 them when the tracer reads them; this log records every step of a message (publish received,
@@ -9,30 +9,34 @@ every node per message.
 What it owns, per OS process:
 - a run id (random 64 bits, new at every start of the process) and a sequence number that every
   event takes, kept or not: a missing number in a run's files is a hole the analysis reports;
-- one bounded buffer (a list) that `put()` and `emit()` append a tuple to, already in its
-  record's shape: no lock, no encoding, no IO on the hot path (list.append and next() of
-  itertools.count are atomic under the GIL, so any thread may emit); an event that finds it
-  full is counted as dropped;
+- bounded buffers, one flat list per kind that `put()` and `emit()` extend with an event's
+  msg_id, mono_ns, seq, hlc_ns and values (an event whose values are not its kind's, with a
+  map of undeclared fields, goes to a row buffer with its code): no record or values object
+  kept per event, no lock, no encoding, no IO on the hot path (list.extend of a tuple and
+  next() of itertools.count are atomic under the GIL, so any thread may emit, and an event's
+  items are never split); an event that finds them full is counted as dropped;
 - one background thread that, every FLUSH_INTERVAL seconds or on `flush()`, takes what is in the
-  buffer (a slice, then `del` of that slice: appends that race with it land after the slice),
-  encodes each event as one msgpack array and appends them to
-  `<data_dir>/events/<node>-<process>-<pid>-<n>.events`, starting file n+1 when the next event
+  buffers (a slice, then `del` of that slice: extends that race with it land after the slice),
+  encodes each kind's as chunks of its columns (spark_analysis/chunk.py: a constant column as
+  one value, number columns as int64 bytes, one msgpack call per chunk) and appends them to
+  `<data_dir>/events/<node>-<process>-<pid>-<n>.events`, starting file n+1 when the next chunk
   would take the file past `events_max_bytes`; it also writes the log's own markers:
   `process_start` first, a `heartbeat` every HEARTBEAT_INTERVAL, `events_dropped` after events
   were dropped, `process_stop` last on a clean close (a run without it ended in a crash).
 
 File format: a msgpack stream. The first object of every file is a header map (schema, node,
 process, pid, file number, boot id, wall and monotonic clocks read together, and the layout
-table: every kind's actor and fields, spark_analysis/schema.py); every following object is one
-event `[code, msg_id, mono_ns, seq, hlc_ns, values]`: the kind's number in that table and its
-fields' values in the table's order, no key strings (hlc_ns: the process's hybrid logical
-clock, actors/hlc.py, which orders events across processes and hosts; the wall clock is the
-monotonic one mapped by the header's pair, one clock read per event). A record of a composite
-kind (`published`: a publish and its routing, written at one moment by one actor) stands for
-one event per part, with a sequence number and a stamp for each (seq and hlc_ns are lists).
-A stream needs no framing, and a
-file cut short by kill -9 decodes up to its last whole event (bench/events_speed.py measured it
-against length-prefixed records: docs/events.md).
+table: every kind's actor and fields, spark_analysis/schema.py); every following object is a
+chunk of up to CHUNK events of one kind (or rows), the columns of their records `[code, msg_id,
+mono_ns, seq, hlc_ns, values]`: the kind's number in that table and its fields' values in the
+table's order, no key strings (hlc_ns: the process's hybrid logical clock, actors/hlc.py,
+which orders events across processes and hosts; the wall clock is the monotonic one mapped by
+the header's pair, one clock read per event); a drain writes its kinds' chunks by their first
+numbers, so a file's events follow each other by kind, their numbers giving the order. A
+record of a composite kind (`published`: a publish and its routing, written at one moment by
+one actor) stands for one event per part, part i with seq + i and hlc_ns + i (taken
+consecutively, or the parts are written as records of their own). A stream needs no
+framing, and a file cut short by kill -9 decodes up to its last whole chunk (one write each).
 
 Level (`config.events`): "off" (emit is never reached: callers check `enabled()` first),
 "full", or "sampled:N": the events of a message are kept when crc32(msg_id) % N == 0 -- every
@@ -55,7 +59,6 @@ from __future__ import annotations
 import atexit
 import itertools
 import logging
-import operator
 import os
 import socket
 import threading
@@ -65,6 +68,7 @@ import zlib
 import msgpack
 
 from actors import faults, hlc
+from spark_analysis import chunk as chunks
 from spark_analysis import schema as layout
 
 __all__ = ["SCHEMA", "KINDS", "MESSAGE_KINDS", "COPY_KINDS", "PUBLISHER_KINDS", "PROCESS_KINDS",
@@ -101,7 +105,15 @@ KINDS = (MESSAGE_KINDS + COPY_KINDS + PUBLISHER_KINDS + PROCESS_KINDS + LOG_KIND
          DEAD_LETTER_KINDS + REMOVAL_KINDS + TX_KINDS + REPLICA_KINDS)
 _CODE = layout.CODE  # kind -> its number in a record
 _PARTS = {_CODE[k]: len(parts) for k, parts in layout.PARTS.items()}  # composite code -> parts
-_first = operator.itemgetter(0)  # a record's code
+# composite code -> [(part code, indices of its fields in the composite's values)]: a composite
+# whose parts could not take consecutive numbers is written as its parts
+_SPLIT = {_CODE[k]: [(_CODE[p], tuple(layout.LAYOUT[k][1].index(f) for f in layout.LAYOUT[p][1]))
+                     for p in parts] for k, parts in layout.PARTS.items()}
+WIDTH = chunks.WIDTH  # row buffer items per event
+HEAD = chunks.HEAD  # kind buffer items per event before its values
+_NVALS = tuple(len(layout.LAYOUT[k][1]) for k in _CODE)  # code -> values a kind buffer takes
+_INTS = tuple(tuple(f in chunks.INT_FIELDS for f in layout.LAYOUT[k][1]) for k in _CODE)
+_NPARTS = tuple(_PARTS.get(code, 1) for code in range(len(_CODE)))  # code -> events it stands for
 _NAMES = {kind: fields for kind, (_, fields) in layout.LAYOUT.items()}  # kind -> field names
 _NAME_SETS = {kind: frozenset(fields) for kind, fields in _NAMES.items()}  # for emit()'s check
 _ACTOR = {kind: actor for kind, (actor, _) in layout.LAYOUT.items()}  # kind -> implied actor
@@ -111,7 +123,7 @@ FLUSH_INTERVAL = 0.2  # seconds between background writes
 SYNC_MODES = ("off", "write", "fsync")  # config.events_sync: what sync() does before a confirm
 HEARTBEAT_INTERVAL = 1.0  # seconds between heartbeat events: how long a silent crash can hide
 DEFAULT_MAX_BUFFERED = 250_000  # events held between writes before emit() drops (~0.1 GB)
-BATCH = 1024  # events encoded by one Packer.pack call
+CHUNK = 4096  # events per chunk (a file rotates between chunks)
 DEFAULT_MAX_BYTES = 64 << 20  # rotate files at this size unless config.events_max_bytes says
 
 
@@ -201,9 +213,16 @@ class EventLog:
         self.clock = clock  # () -> mono_ns of the log's own markers
         self.boot_id = _boot_id() if boot_id is None else boot_id  # names the monotonic clock
         self.pid = os.getpid()  # in the file name and header
-        self.buf: list = []  # (code, msg_id, mono_ns, seq, hlc, values): records
-        self.append = self.buf.append  # bound once: the hot path's call
-        self.max_buffered = max(1, max_buffered)  # the buffer's bound, in events
+        # per code, its events' msg_id, mono_ns, seq, hlc and values, flat (chunk.py)
+        self.bufs: list[list] = [[] for _ in _CODE]
+        self.adds = [b.extend for b in self.bufs]  # bound once: the hot path's calls
+        self.rows: list = []  # events with other values than their kind's: WIDTH items each
+        self.add_row = self.rows.extend  # bound once
+        self.max_buffered = max(1, max_buffered)  # the buffers' bound, in events
+        # sequence numbers drained or dropped: an event numbered `seq` finds about
+        # seq - taken[0] events buffered (a box: the hot path reads it without the log)
+        self.taken = [0]
+        self.parts_drained = 0  # events taken out of the buffers so far (a composite's parts)
         self.next_seq = itertools.count().__next__  # every event's number, kept or dropped
         self.dropped = 0  # events dropped on a full buffer so far
         self.dropped_noted = 0  # of those, how many an events_dropped event has reported
@@ -248,14 +267,40 @@ class EventLog:
         parts = _PARTS.get(code)
         if parts is None:
             seq = self.next_seq()
-        else:
-            seq = tuple(self.next_seq() for _ in range(parts))
-            hlc_ns = None if hlc_ns is None else tuple(range(hlc_ns, hlc_ns + parts))
-        if len(self.buf) < self.max_buffered:
-            self.append((code, msg_id, mono_ns, seq, hlc_ns, values))
-        else:
-            for _ in range(parts or 1):
+            if seq - self.taken[0] < self.max_buffered:
+                self.add(code, msg_id, mono_ns, seq, hlc_ns, values)
+            else:
                 self.overflow()
+            return
+        seqs = [self.next_seq() for _ in range(parts)]
+        stamps = [None] * parts if hlc_ns is None else list(range(hlc_ns, hlc_ns + parts))
+        self.composite(code, msg_id, mono_ns, seqs, stamps, values)
+
+    def add(self, code: int, msg_id, mono_ns: int, seq: int, hlc_ns, values) -> None:
+        """Buffer one record: in its kind's buffer when it has the kind's values, else as a
+        row (one extend either way: atomic, so any thread may add)."""
+        if len(values) == _NVALS[code]:
+            self.adds[code]((msg_id, mono_ns, seq, hlc_ns) + tuple(values))
+        else:
+            self.add_row((code, msg_id, mono_ns, seq, hlc_ns, values))
+
+    def composite(self, code: int, msg_id, mono_ns: int, seqs: list, stamps: list,
+                  values: tuple) -> None:
+        """A composite record, its parts numbered and stamped: one record when the numbers and
+        stamps follow each other (what a chunk can say), else its parts as records of their own
+        (another thread took a number in between)."""
+        if seqs[0] - self.taken[0] >= self.max_buffered:
+            for _ in seqs:
+                self.overflow()
+            return
+        first, stamp = seqs[0], stamps[0]
+        if seqs == list(range(first, first + len(seqs))) and (
+                stamp is None and stamps.count(None) == len(stamps) or
+                stamp is not None and stamps == list(range(stamp, stamp + len(stamps)))):
+            self.add(code, msg_id, mono_ns, first, stamp, values)
+            return
+        for (part, where), seq, t in zip(_SPLIT[code], seqs, stamps):
+            self.add(part, msg_id, mono_ns, seq, t, tuple(values[i] for i in where))
 
     def overflow(self) -> None:
         """An event found the buffer full: its sequence number is spent, so the hole shows."""
@@ -266,8 +311,7 @@ class EventLog:
         """One of the log's own events (LOG_KINDS): past the bound, so a full buffer cannot
         hide a heartbeat or the report of its own drops."""
         mono = self.clock()
-        self.append((_CODE[kind], None, mono, self.next_seq(), _stamp(mono),
-                     values_of(kind, fields)))
+        self.add(_CODE[kind], None, mono, self.next_seq(), _stamp(mono), values_of(kind, fields))
         self.marks += 1
 
     def heartbeat(self) -> None:
@@ -298,57 +342,80 @@ class EventLog:
                                          "dropped": dropped})
             self.dropped_noted = dropped
 
+    def buffered(self) -> int:
+        """Events waiting in the buffers (a composite record as one)."""
+        return len(self.rows) // WIDTH + sum(len(b) // (HEAD + _NVALS[code])
+                                             for code, b in enumerate(self.bufs))
+
     def _drain(self) -> None:
         with self.lock:
             self._note_drops()
-            n = len(self.buf)
-            if not n and self.file is not None:
+            taken = []  # (code or None for rows, flat slice)
+            for code, buf in enumerate(self.bufs):
+                n = len(buf)
+                if n:
+                    taken.append((code, buf[:n]))
+                    del buf[:n]
+            n = len(self.rows)
+            if n:
+                taken.append((None, self.rows[:n]))
+                del self.rows[:n]
+            if not taken and self.file is not None:
                 return
-            chunk = self.buf[:n]
-            del self.buf[:n]
+            events = 0  # as the files read back: a composite record counts as its parts
+            for code, flat in taken:
+                if code is None:
+                    events += len(flat) // WIDTH
+                    if _PARTS:
+                        codes = flat[0::WIDTH]
+                        for c, parts in _PARTS.items():
+                            events += (parts - 1) * codes.count(c)
+                else:
+                    events += len(flat) // (HEAD + _NVALS[code]) * _NPARTS[code]
+            # (before the write: a write that fails must not leave the bound thinking them held)
+            self.parts_drained += events
+            self.taken[0] = self.parts_drained + self.dropped
+            # the kinds' chunks by their first numbers: a file's numbers stay near its order
+            taken.sort(key=_first_seq)
             if self.file is None:
                 self._open_next()
-            for i in range(0, n, BATCH):
-                self._write_batch(chunk[i:i + BATCH])
+            for code, flat in taken:
+                step = CHUNK * (WIDTH if code is None else HEAD + _NVALS[code])
+                for i in range(0, len(flat), step):
+                    self._write_chunk(code, flat[i:i + step])
             self.file.flush()
             # the log's own markers are not counted: a heartbeat every second would keep the
             # metric moving on an idle node (they are appended by the draining thread, or
-            # under this lock, before it reads the buffer: a count, not a scan of the chunk);
-            # a composite record counts as the events it stands for, as the files read back
-            # (a count of its code in C over the chunk's first items)
+            # under this lock, before it takes the buffers: a count, not a scan)
             marks, self.marks = self.marks, 0
-            written = n - marks
-            for code, parts in _PARTS.items():
-                written += (parts - 1) * operator.countOf(map(_first, chunk), code)
-            self.written += written
+            self.written += events - marks
 
-    def _write_batch(self, batch: list) -> None:
-        """Encode events as one msgpack array and drop the array's header: what remains is the
-        events' records back to back (one C call instead of one per event). A batch that would
-        take the file past max_bytes, or holds a value msgpack cannot encode, goes record by
-        record (rotating where needed; a record that cannot be encoded is logged and dropped)."""
+    def _write_chunk(self, code: int | None, flat: list) -> None:
+        """Encode events as one chunk (a kind's, or rows when `code` is None: their columns,
+        one call each) and append it, rotating first when it would take the file past
+        max_bytes; a chunk larger than a whole file goes in halves, and one that msgpack
+        cannot encode event by event (an event that cannot be encoded is logged and
+        dropped)."""
+        width = WIDTH if code is None else HEAD + _NVALS[code]
         try:
-            data = self.packer.pack(batch)
+            data = self.packer.pack(chunks.encode_rows(flat) if code is None else
+                                    chunks.encode_kind(code, flat, _INTS[code]))
         except Exception:
             self.packer = msgpack.Packer(default=_default)
-            data = None
-        if data is not None:
-            n = len(batch)
-            data = memoryview(data)[1 if n < 16 else 3 if n < 65536 else 5:]
-            if self.file_bytes + len(data) <= self.max_bytes:
-                self._write(data)
-                return
-        for event in batch:
-            try:
-                rec = self.packer.pack(event)
-            except Exception:
-                self.packer = msgpack.Packer(default=_default)
-                log.warning("event log: cannot encode %r, dropped", event)
-                continue
-            if self.file_bytes + len(rec) > self.max_bytes and \
-                    self.file_bytes > self.header_bytes:
-                self._open_next()
-            self._write(rec)
+            if len(flat) > width:
+                for i in range(0, len(flat), width):
+                    self._write_chunk(code, flat[i:i + width])
+            else:
+                log.warning("event log: cannot encode %r, dropped", flat)
+            return
+        if self.file_bytes + len(data) > self.max_bytes and self.file_bytes > self.header_bytes:
+            self._open_next()
+        if self.header_bytes + len(data) > self.max_bytes and len(flat) > width:
+            half = len(flat) // width // 2 * width
+            self._write_chunk(code, flat[:half])
+            self._write_chunk(code, flat[half:])
+            return
+        self._write(data)
 
     def _write(self, data) -> None:
         self.file.write(data)
@@ -389,7 +456,7 @@ class EventLog:
         """events_sync: everything emitted so far written to the file (a kill -9 of this
         process cannot take it: it is in the kernel's page cache), and with `fsync` on disk
         (a power cut cannot either)."""
-        n = len(self.buf)
+        n = bool(self.rows) or any(self.bufs)  # (something to write)
         self._drain()
         with self.lock:  # (scheduler threads of one process sync at once)
             if fsync and self.unsynced and self.file is not None:
@@ -415,8 +482,8 @@ class EventLog:
 
 def read_file(path: str):
     """(header, iterator of events) of one .events file; a truncated tail ends the iterator.
-    Every event comes as [kind, msg_id, wall_ns, mono_ns, fields, seq, hlc_ns] (a v2 record
-    mapped back through its header's table, a composite one as its parts, wall_ns its
+    Every event comes as [kind, msg_id, wall_ns, mono_ns, fields, seq, hlc_ns] (a v3 or v2
+    record mapped back through its header's table, a composite one as its parts, wall_ns its
     monotonic time mapped by the header; absent values left out of `fields`), from v1 files
     too. For tests and tools; spark_analysis/reader.py decodes the same format column
     by column."""
@@ -430,7 +497,8 @@ def read_file(path: str):
     if not isinstance(header, dict) or header.get("schema") not in SCHEMAS:
         f.close()
         raise ValueError(f"{path}: not a {' or '.join(SCHEMAS)} file")
-    table = header.get("kinds") if header["schema"] == SCHEMA else None
+    table = header.get("kinds") if header["schema"] in layout.TABLE_SCHEMAS else None
+    columnar = header["schema"] == SCHEMA
     offset = header.get("wall_ns", 0) - header.get("mono_ns", 0)
 
     def v2(rec):
@@ -439,14 +507,20 @@ def read_file(path: str):
             if type(seq) is list:
                 yield [kind, mid, mono + offset, mono, fields, seq[i],
                        stamp[i] if type(stamp) is list else stamp]
-            else:
+            elif not i:
                 yield [kind, mid, mono + offset, mono, fields, seq, stamp]
+            else:  # (a composite's later parts: the numbers after the first's)
+                yield [kind, mid, mono + offset, mono, fields, seq + i,
+                       None if stamp is None else stamp + i]
 
     def events():
         with f:
             try:
                 if table is None:
                     yield from unpacker
+                elif columnar:
+                    for rec in _in_seq_order(unpacker):
+                        yield from v2(rec)
                 else:
                     for rec in unpacker:
                         yield from v2(rec)
@@ -456,16 +530,44 @@ def read_file(path: str):
     return header, events()
 
 
+def _first_seq(taken) -> int:
+    """The number of the first event of a drained slice (a kind's or the rows')."""
+    code, flat = taken
+    return flat[3] if code is None else flat[2]
+
+
+def _in_seq_order(chunk_objects):
+    """A v3 file's records in the order of their numbers (a drain writes a chunk per kind):
+    what tests and tools expect to read, as from a v2 file."""
+    recs = []
+    try:
+        for obj in chunk_objects:
+            recs += chunks.records(obj)
+    except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError):
+        pass  # a damaged tail: what came before it
+    recs.sort(key=_seq_of)
+    return recs
+
+
+def _seq_of(rec):
+    seq = rec[3]
+    return seq if type(seq) is int else -1
+
+
 # -- the process-wide log: module functions the actors call -------------------------------------
 _log: EventLog | None = None  # this process's log, None when off
 _sample = 0  # 0 off, 1 full, N sampled:N -- read by emit()
 _sync_mode = 0  # events_sync: 0 off, 1 write, 2 fsync -- read by sync()
-_append = _drop = lambda event: None  # the log's buf.append while on
+_drop = lambda event: None  # what the buffers' extends are while off
+_adds = [_drop] * len(_CODE)  # per code, the log's kind buffer's extend while on
+_add_row = _drop  # the log's row buffer's extend while on
+_nvals = _NVALS  # code -> values a kind buffer takes (a module global read on the hot path)
 _code = _CODE  # kind -> record code (a module global read on the hot path)
 _PUBLISHED = _CODE["published"]
+_NVALS_PUBLISHED = _NVALS[_PUBLISHED]
 _next_seq = _overflow = lambda: 0  # the log's sequence numbers and drop counter while on
-_buf: list = []  # the log's buffer while on (len() of it is cheaper than a bound __len__)
-_max_buffered = 0  # the log's bound while on
+_taken = [0]  # the log's count of numbers drained or dropped while on (EventLog.taken)
+_max_buffered = 0  # the log's bound while on, in events
 _crc32, _mono = zlib.crc32, time.monotonic_ns
 _run = (0, "")  # (pid, run id): a forked child is a new run
 _at = hlc.clock().at  # this process's hybrid clock (replaced by a test-only skew)
@@ -483,7 +585,8 @@ def run_id() -> str:
 
 def configure(config, process: str, node: str) -> None:
     """Start this process's log from `config.events` (closing one started before)."""
-    global _log, _sample, _append, _next_seq, _buf, _max_buffered, _overflow, _at, _sync_mode
+    global _log, _sample, _adds, _add_row, _next_seq, _taken, _max_buffered, _overflow, _at
+    global _sync_mode
     close()
     sample = parse_level(getattr(config, "events", "off"))
     if not sample:
@@ -503,8 +606,8 @@ def configure(config, process: str, node: str) -> None:
         boot_id = f"{_boot_id()}+skew:{process}"
     _log = EventLog(directory, node, process, sample, max_bytes, max_buffered=max_buffered,
                     run_id=run_id(), boot_id=boot_id)
-    _append, _next_seq, _buf = _log.append, _log.next_seq, _log.buf
-    _max_buffered, _overflow = _log.max_buffered, _log.overflow
+    _adds, _add_row, _next_seq = _log.adds, _log.add_row, _log.next_seq
+    _taken, _max_buffered, _overflow = _log.taken, _log.max_buffered, _log.overflow
     _at = hlc.clock().at
     _sample = sample
     _sync_mode = SYNC_MODES.index(mode)
@@ -527,16 +630,20 @@ def put(kind: str, msg_id: bytes | None, values: tuple) -> None:
     """Append one event with its fields' values in the layout's order (schema.LAYOUT: the
     per-message kinds' hot path, no keyword map to build or encode); the monotonic time, the
     hybrid clock's stamp and the next sequence number are taken here, encoding and IO later
-    on the log's thread.
+    on the log's thread; `values` a tuple (its items go into the kind's buffer, flattened).
     Values: str, int, float, bool, bytes, None, lists/tuples of them. A full buffer drops the
     event and counts it."""
     if _sample != 1:
         if not _sample or (msg_id is not None and _crc32(msg_id) % _sample):
             return
     seq = _next_seq()
-    if len(_buf) < _max_buffered:
+    if seq - _taken[0] < _max_buffered:
         mono = _mono()
-        _append((_code[kind], msg_id, mono, seq, _at(mono), values))
+        code = _code[kind]
+        if len(values) == _nvals[code]:
+            _adds[code]((msg_id, mono, seq, _at(mono)) + values)
+        else:
+            _add_row((code, msg_id, mono, seq, _at(mono), values))
     else:
         _overflow()
 
@@ -544,14 +651,24 @@ def put(kind: str, msg_id: bytes | None, values: tuple) -> None:
 def put_published(msg_id: bytes | None, values: tuple) -> None:
     """A publish and its routing as one record (the composite kind `published`: the fields of
     publish_received, then routed's): one call, one clock read and one record where two events
-    took two, each part with its own sequence number and stamp."""
+    took two, each part with its own sequence number and stamp (the second ones the first's
+    plus one: what the chunk says; in the rare turn where another thread took a number or moved
+    the clock in between, the two parts are buffered as records of their own)."""
     if _sample != 1:
         if not _sample or (msg_id is not None and _crc32(msg_id) % _sample):
             return
-    seq = (_next_seq(), _next_seq())
-    if len(_buf) < _max_buffered:
+    seq = _next_seq()
+    seq2 = _next_seq()
+    if seq - _taken[0] < _max_buffered:
         mono = _mono()
-        _append((_PUBLISHED, msg_id, mono, seq, (_at(mono), _at(mono)), values))
+        stamp = _at(mono)
+        stamp2 = _at(mono)
+        if seq2 == seq + 1 and stamp2 == stamp + 1 and len(values) == _NVALS_PUBLISHED:
+            _adds[_PUBLISHED]((msg_id, mono, seq, stamp) + values)
+        else:
+            lg = _log
+            if lg is not None:  # (not closed meanwhile)
+                lg.composite(_PUBLISHED, msg_id, mono, [seq, seq2], [stamp, stamp2], values)
     else:
         _overflow()
         _overflow()
@@ -604,10 +721,10 @@ def close() -> None:
     """Write what is buffered, then the `process_stop` marker, and close the file; emit() is
     a no-op afterwards. Call it before os._exit (atexit does not run then); kill -9 loses at
     most FLUSH_INTERVAL of events, and the run's missing stop marker says so."""
-    global _log, _sample, _append, _sync_mode
+    global _log, _sample, _adds, _add_row, _sync_mode
     _sample = 0
     _sync_mode = 0
-    _append = _drop
+    _adds, _add_row = [_drop] * len(_CODE), _drop
     if _log is not None:
         lg, _log = _log, None
         lg.close()

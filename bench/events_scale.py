@@ -4,7 +4,7 @@
 
 Generation: W worker processes (default: one per CPU), each playing one node's channel process
 and queue process (`leveret@nK`, conn-K and queue-K) with the fields the actors emit, and
-writing through actors/events.py (EventLog.record: the v2 records the broker writes, a routed
+writing through actors/events.py (EventLog.record: the v3 records the broker writes, a routed
 publish as one `published` record as the channel writes it; 64 MiB files), with a virtual
 clock: messages published at --rate per second per worker, each step a few hundred
 microseconds after the previous one. The mix, per message:

@@ -10,9 +10,10 @@ Run with ``python -m bench.events_speed [--events N] [--threads T]``. Measures, 
 * emit() alone, the writer thread idle during the loop (what the calling thread pays);
 * the same from T threads at once (list.append needs no lock);
 * the writer thread alone: encoding + write of a filled buffer, ns per event and bytes per event;
-* the file format: a msgpack stream of v2 records (what actors/events.py writes: the kind's
-  values in order), of v1 records (a field map with string keys) and 4-byte length-prefixed v1
-  records, encode and decode in ns per event.
+* the file format: v3 columnar chunks of 4096 events of one kind (what actors/events.py
+  writes: the records' columns, spark_analysis/chunk.py), a msgpack stream of v2 records (the kind's
+  values in order, one array per record), of v1 records (a field map with string keys) and
+  4-byte length-prefixed v1 records, encode and decode in ns per event.
 
 Prints one table; nothing is asserted. Figures are in docs/events.md.
 """
@@ -32,6 +33,7 @@ import types
 import msgpack
 
 from actors import events
+from spark_analysis import chunk
 
 FIELDS = dict(actor="queue", vhost="/", queue="orders", channel=3, consumer_tag="ctag-1",
               delivery_tag=12345)
@@ -153,8 +155,8 @@ def bench_writer(n: int, directory: str) -> tuple[float, float]:
 
 
 def bench_formats(n: int) -> dict[str, float]:
-    """Encode/decode ns per event: msgpack streams of v2 and v1 records, and length-prefixed
-    v1 records."""
+    """Encode/decode ns per event: v3 chunks, msgpack streams of v2 and v1 records, and
+    length-prefixed v1 records."""
     now, mono = time.time_ns(), time.monotonic_ns()
     ids = _ids(n)
     pack = msgpack.Packer().pack
@@ -162,6 +164,22 @@ def bench_formats(n: int) -> dict[str, float]:
     v2 = [(9, mid, mono + i, i, now + i, ("/", "orders", "127.0.0.1:5672/1", 3, "ctag-1", i,
                                           False, False, None))
           for i, mid in enumerate(ids)]
+    # (the writer's buffer of the kind: msg_id, mono, seq, hlc, then the values)
+    flat = [x for rec in v2 for x in (*rec[1:5], *rec[5])]
+    code = events._CODE["delivered"]
+    ints = events._INTS[code]
+    step = events.CHUNK * (chunk.HEAD + len(ints))
+    t0 = time.perf_counter_ns()
+    stream = b"".join(pack(chunk.encode_kind(code, flat[i:i + step], ints))
+                      for i in range(0, len(flat), step))
+    out["v3 chunks encode"] = (time.perf_counter_ns() - t0) / n
+    t0 = time.perf_counter_ns()
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(stream) + 1)
+    unpacker.feed(stream)
+    count = sum(1 for c in unpacker for _ in chunk.records(c))
+    out["v3 chunks decode"] = (time.perf_counter_ns() - t0) / n
+    out["v3 chunks bytes/event"] = len(stream) / n
+    assert count == n
     t0 = time.perf_counter_ns()
     stream = b"".join(map(pack, v2))
     out["v2 stream encode"] = (time.perf_counter_ns() - t0) / n

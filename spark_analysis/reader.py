@@ -1,4 +1,5 @@
-"""Reads "leveret-events v2" files (actors/events.py), and v1 files of older writers, into Spark.
+"""Reads "leveret-events v3" files (actors/events.py), and v2 and v1 files of older writers, into
+Spark.
 
 `load(spark, paths, offsets)`: the executors read the files through Hadoop's FileSystem
 (Spark's `binaryFile` source: `file://`, `hdfs://`, `s3a://` or plain paths on the default file
@@ -6,10 +7,12 @@ system), Spark packs them into input partitions sized from the cluster's paralle
 Python worker decodes each file's msgpack stream with msgpack's C unpacker into Arrow record
 batches of up to `batch_size` events (a PyArrow UDTF: no pickled rows, no pandas). `scan` lists the files
 (no content read) and `headers` reads their header maps (only the first HEAD_BYTES of each file
-reach Python). A file cut short by kill -9 is read up to its last whole event; a file without a
-v2 or v1 header is skipped. A v2 record holds its kind's number and its fields' values in the
-order of the table its file's header carries (schema.LAYOUT when written); they land in the
-same columns as a v1 record's field map, so the job's output does not depend on the version.
+reach Python). A file cut short by kill -9 is read up to its last whole chunk (v3) or event
+(v2, v1); a file without a v3, v2 or v1 header is skipped. A v3 or v2 record holds its kind's
+number and its fields' values in the order of the table its file's header carries
+(schema.LAYOUT when written; v3 writes records as columnar chunks, chunk.py, taken apart here
+into the same records); they land in the same columns as a v1 record's field map, so the job's
+output does not depend on the version.
 
 Times: every event carries wall and monotonic nanoseconds taken together, and its process's
 hybrid logical clock (actors/hlc.py). `t_ns` is the hybrid clock: its process's monotonic time
@@ -37,6 +40,7 @@ import msgpack
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_analysis import chunk as C
 from spark_analysis import schema as S
 
 _ARROW = {"string": pa.string(), "bigint": pa.int64(), "int": pa.int32(), "boolean": pa.bool_(),
@@ -73,7 +77,7 @@ def _unpacker(max_size: int) -> msgpack.Unpacker:
 
 
 def read_header(path: str) -> dict | None:
-    """The header map of a v2 or v1 file, or None (empty, truncated header, other format)."""
+    """The header map of a v3, v2 or v1 file, or None (empty, truncated header, other format)."""
     try:
         with open(path, "rb") as f:
             head = f.read(HEAD_BYTES)
@@ -136,7 +140,7 @@ def _json_default(obj):
 
 
 def _slots(table) -> list | None:
-    """A v2 header's layout table as, per code, its parts: [(kind, actor, [(value index,
+    """A v3 or v2 header's layout table as, per code, its parts: [(kind, actor, [(value index,
     column index or -1, field name)], declared fields)], one part for an ordinary kind, one per
     part kind for a composite one (which takes the values of the fields its part declares);
     None when the header has no usable table."""
@@ -159,6 +163,24 @@ def _slots(table) -> list | None:
         return None
 
 
+def _v2_records(objects) -> Iterator:
+    """The event records of a v2 stream (an object of another shape is skipped)."""
+    for rec in objects:
+        if type(rec) is list and len(rec) >= 6:
+            yield rec
+
+
+def _v3_records(objects) -> Iterator:
+    """The event records of a v3 stream's chunks, in the order written (an object that is not
+    a whole chunk is skipped)."""
+    for obj in objects:
+        try:
+            recs = C.records(obj)
+        except (ValueError, TypeError):
+            continue
+        yield from recs
+
+
 def decode(data: bytes, path: str, offset: int | None, batch_size: int = BATCH,
            skip: int = 0) -> Iterator[pa.RecordBatch]:
     """Record batches (ARROW_SCHEMA) of the events in one file's bytes. `offset` maps its
@@ -173,7 +195,7 @@ def decode(data: bytes, path: str, offset: int | None, batch_size: int = BATCH,
     if not isinstance(header, dict) or header.get("schema") not in S.SCHEMAS:
         return
     slots = None
-    if header["schema"] == S.SCHEMA:
+    if header["schema"] in S.TABLE_SCHEMAS:
         slots = _slots(header.get("kinds"))
         if slots is None:
             return
@@ -185,7 +207,12 @@ def decode(data: bytes, path: str, offset: int | None, batch_size: int = BATCH,
     run_id = header.get("run_id")
     run_id = str(run_id) if run_id else None
     nfields, index = len(FIELD_NAMES), FIELD_INDEX
-    it = iter(unpacker)
+    if slots is None:
+        it = iter(unpacker)
+    elif header["schema"] == S.SCHEMA:
+        it = _v3_records(unpacker)
+    else:
+        it = _v2_records(unpacker)
     done = False
     try:
         while skip > 0:
@@ -193,7 +220,7 @@ def decode(data: bytes, path: str, offset: int | None, batch_size: int = BATCH,
             if slots is None:
                 if type(rec) is list and len(rec) >= 5:
                     skip -= 1
-            elif type(rec) is list and len(rec) >= 6:
+            else:
                 try:
                     skip -= len(slots[rec[0]])  # (a composite record's rows are stored together)
                 except (IndexError, TypeError):
@@ -209,9 +236,7 @@ def decode(data: bytes, path: str, offset: int | None, batch_size: int = BATCH,
         try:
             for rec in it:
                 if slots is not None:
-                    # v2: [code, msg_id, mono, seq, hlc, values]
-                    if type(rec) is not list or len(rec) < 6:
-                        continue  # not an event record: skipped
+                    # v3, v2: [code, msg_id, mono, seq, hlc, values]
                     try:
                         parts = slots[rec[0]]
                         mid, mono, seq, stamp, values = rec[1], rec[2], rec[3], rec[4], rec[5]
@@ -228,9 +253,12 @@ def decode(data: bytes, path: str, offset: int | None, batch_size: int = BATCH,
                             seqs.append(seq[p] if p < len(seq) else None)
                             hlcs.append(stamp[p] if type(stamp) is list and p < len(stamp)
                                         else None)
-                        else:
+                        elif not p:
                             seqs.append(seq)
                             hlcs.append(stamp)
+                        else:  # a composite's later parts: the numbers after the first's
+                            seqs.append(seq + p if type(seq) is int else None)
+                            hlcs.append(stamp + p if type(stamp) is int else None)
                         if actor is not None:
                             cols[_ACTOR][i] = actor
                         extra = None
@@ -336,7 +364,7 @@ def read_dir(paths, batch_size: int = BATCH) -> pa.Table:
 
 # -- Spark: listing, headers and decoding through Hadoop's file systems ------------------------
 GLOB = "*.events"  # what the listing keeps, at any depth under the given directories
-HEAD_BYTES = 16384  # a v2 header map is ~2.5 KB (its layout table), a v1 one a few hundred bytes
+HEAD_BYTES = 16384  # a v3/v2 header map is ~2.5 KB (its layout table), a v1 one a few hundred bytes
 
 
 def _binary_files(spark, paths: list[str]):
@@ -390,9 +418,9 @@ def _head_reader():
 
 
 def headers(spark, paths: list[str]) -> dict[str, dict]:
-    """{path: header map} of the files among `paths` that have a v2 or v1 header: the executors read
-    the files, only their first HEAD_BYTES come back to Python, one small row per file to the
-    driver."""
+    """{path: header map} of the files among `paths` that have a v3, v2 or v1 header: the
+    executors read the files, only their first HEAD_BYTES come back to Python, one small row per
+    file to the driver."""
     from pyspark.sql import functions as F
 
     if not paths:

@@ -1,15 +1,19 @@
-"""The "leveret-events v2" layout, shared by the writer (actors/events.py) and the reader
-(reader.py): the kinds, the fields of each kind in their record order, and the columns the job
-sees (docs/events.md). tests/unit/analysis checks the writer against this module.
+"""The event files' layout, shared by the writer (actors/events.py) and the reader (reader.py):
+the kinds, the fields of each kind in their record order, and the columns the job sees
+(docs/events.md). tests/unit/analysis checks the writer against this module. v3 and v2 files
+share the layout (the records' numbers and values); v3 writes them in columnar chunks
+(chunk.py), v2 one msgpack array per record.
 
 No Spark import here: the reader's Python workers and the writer's tests use it too.
 """
 
 from __future__ import annotations
 
-SCHEMA = "leveret-events v2"
+SCHEMA = "leveret-events v3"  # records in columnar chunks (chunk.py)
+SCHEMA_V2 = "leveret-events v2"  # files of older writers: one array per record
 SCHEMA_V1 = "leveret-events v1"  # files of older writers: field maps with string keys
-SCHEMAS = (SCHEMA, SCHEMA_V1)  # what the readers accept
+SCHEMAS = (SCHEMA, SCHEMA_V2, SCHEMA_V1)  # what the readers accept
+TABLE_SCHEMAS = (SCHEMA, SCHEMA_V2)  # headers that carry the layout table (`kinds`)
 
 # Every kind, in the order the steps of one message happen: timestamp ties (events of two
 # processes in the same nanosecond) are broken by this rank.
@@ -49,13 +53,13 @@ DELIVERY_KINDS = ("delivered", "fetched")
 STATE_KINDS = ("enqueued", "requeued", "delivered", "fetched", "acked", "nacked", "rejected",
                "expired", "dead_lettered", "dropped")
 
-# The v2 record layout: each kind's actor (None: the kind has none, or several and then `actor`
+# The v2/v3 record layout: each kind's actor (None: the kind has none, or several and then `actor`
 # is one of its fields) and its fields in record order. A record is
 # [code, msg_id, mono_ns, seq, hlc_ns, [values in this order]], code the kind's index in
-# KIND_ORDER + COMPOSITE_KINDS; a value past the declared ones, when a map, holds fields the
-# table does not declare. Every file header carries this table (`kinds`), so a reader decodes a
-# file by the table it was written with: append new fields at the end of a kind and new kinds
-# at the end.
+# KIND_ORDER + COMPOSITE_KINDS (in v3, the same record's columns in a chunk); a value past the
+# declared ones, when a map, holds fields the table does not declare. Every file header
+# carries this table (`kinds`), so a reader decodes a file by the table it was written with:
+# append new fields at the end of a kind and new kinds at the end.
 LAYOUT = {
     "publish_received": ("channel", ("vhost", "connection", "channel", "seq_no", "exchange",
                                      "routing_key", "message_id", "persistent", "size",
@@ -117,7 +121,8 @@ LAYOUT = {
                               "alternate_exchanges")),
 }
 # Composite kinds: one record that stands for several events of one actor at one moment (its
-# seq and hlc_ns are lists, one per part); each part takes the fields its own kind declares.
+# seq and hlc_ns are lists, one per part, or one number for the first part and the next
+# numbers for the others); each part takes the fields its own kind declares.
 # Never a row of the job: the reader gives the parts.
 PARTS = {"published": ("publish_received", "routed")}
 COMPOSITE_KINDS = tuple(PARTS)

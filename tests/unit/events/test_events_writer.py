@@ -15,6 +15,7 @@ import zlib
 import pytest
 
 from actors import events, hlc
+from spark_analysis import reader
 
 
 def _cfg(tmp_path, level, **extra):
@@ -72,7 +73,7 @@ def test_module_api_round_trip_and_file_name(tmp_path):
     files = glob.glob(str(tmp_path / "events" / "*.events"))
     assert [os.path.basename(f) for f in files] == [f"leveret@h1-queue-1-{os.getpid()}-0.events"]
     header, evs = events.read_file(files[0])
-    assert header["schema"] == "leveret-events v2"
+    assert header["schema"] == "leveret-events v3"
     assert (header["node"], header["process"], header["pid"]) == ("leveret@h1", "queue-1",
                                                                    os.getpid())
     assert header["run_id"] == events.run_id() and len(header["run_id"]) == 16
@@ -93,11 +94,11 @@ def test_emit_buffers_until_flush(tmp_path):
     for i in range(100):
         lg.emit("delivered", i.to_bytes(16, "big"), {"delivery_tag": i})
     assert _all_events(str(tmp_path)) == []  # nothing written: the writer sleeps, emit never writes
-    assert len(lg.buf) == 101  # and the process_start marker
+    assert lg.buffered() == 101  # and the process_start marker
     lg.flush()
     got = _all_events(str(tmp_path))
     assert [e[4]["delivery_tag"] for e in got] == list(range(100))
-    assert lg.buf == []
+    assert lg.buffered() == 0
     lg.close()
 
 
@@ -191,17 +192,21 @@ def test_values_msgpack_cannot_encode(tmp_path):
     assert got[0][4]["obj"].startswith("<object object")
 
 
-def test_truncated_file_reads_up_to_its_last_whole_event(tmp_path):
+def test_truncated_file_reads_up_to_its_last_whole_chunk(tmp_path):
     lg = events.EventLog(str(tmp_path), "n", "p", flush_interval=3600)
-    for i in range(10):
+    for i in range(15):
         lg.emit("acked", i.to_bytes(16, "big"), {"delivery_tag": i})
+        if i == 9:
+            lg.flush()  # one chunk per drain
     lg.flush()  # as kill -9 would leave it: no process_stop marker after the last event
     [path] = lg.paths
     size = os.path.getsize(path)
     with open(path, "r+b") as f:
         f.truncate(size - 3)
     _, evs = events.read_file(path)
-    assert [e[4]["delivery_tag"] for e in evs if e[0] == "acked"] == list(range(9))
+    assert [e[4]["delivery_tag"] for e in evs if e[0] == "acked"] == list(range(10))
+    rows = reader.read_dir(str(tmp_path)).to_pylist()
+    assert [r["delivery_tag"] for r in rows if r["kind"] == "acked"] == list(range(10))
     lg.close()
 
 
@@ -264,8 +269,8 @@ def test_every_event_has_the_next_sequence_number_across_files(tmp_path):
     events.close()
     files = _read_dir(str(tmp_path / "events"))
     assert len(files) > 5 and len({h["run_id"] for h, _ in files}) == 1
-    got = [e for _, evs in files for e in evs]
-    assert [e[5] for e in got] == list(range(len(got)))
+    got = sorted((e for _, evs in files for e in evs), key=lambda e: e[5])
+    assert [e[5] for e in got] == list(range(len(got)))  # (a drain writes a chunk per kind)
     assert got[0][0] == "process_start" and got[-1][0] == "process_stop"
 
 
@@ -309,7 +314,7 @@ def test_a_full_buffer_drops_counts_and_leaves_a_hole_in_the_numbers(tmp_path):
                          max_buffered=10)
     for i in range(25):
         lg.emit("acked", i.to_bytes(16, "big"), {"delivery_tag": i})
-    assert len(lg.buf) == 10 and lg.dropped == 16  # process_start took one place
+    assert lg.buffered() == 10 and lg.dropped == 16  # process_start took one place
     lg.flush()
     lg.emit("acked", b"z" * 16, {"delivery_tag": 99})
     lg.close()
@@ -397,3 +402,90 @@ def test_written_counts_the_events_the_files_read_back(tmp_path):
     got = _all_events(str(tmp_path / "events"))
     assert sorted({e[0] for e in got}) == ["delivered", "publish_received", "routed"]
     assert events.written() == len(got) == 9
+
+
+def test_published_from_many_threads_keeps_every_number_once(tmp_path, tiny_switch_interval):
+    # a thread switch between the two numbers of a publish writes its parts as records of
+    # their own: every number is still taken by exactly one event, each part by its own
+    events.configure(_cfg(tmp_path, "full"), "conn-0", "n1")
+    threads, per = 6, 2000
+
+    def run(t):
+        for i in range(per):
+            events.put_published(t.to_bytes(8, "big") + i.to_bytes(8, "big"), (
+                "/", f"c{t}", 1, i, "", "q", None, False, 10, None, None, ("q",), None))
+
+    ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    events.close()
+    got = _all_events(str(tmp_path / "events"), markers=True)
+    assert sorted(e[5] for e in got) == list(range(len(got)))
+    parts: dict = {}
+    for e in got:
+        if e[1] is not None:
+            parts.setdefault(e[1], []).append(e)
+    assert len(parts) == threads * per
+    for received, routed in parts.values():
+        assert (received[0], routed[0]) == ("publish_received", "routed")
+        assert received[5] < routed[5] and received[6] < routed[6]
+        assert received[4]["seq_no"] == int.from_bytes(received[1][8:], "big")
+        assert routed[4]["queues"] == ["q"]
+    rows = reader.read_dir(str(tmp_path / "events")).to_pylist()
+    assert sorted(r["seq"] for r in rows) == list(range(len(got)))
+
+
+def test_a_composite_whose_numbers_do_not_follow_is_written_as_its_parts(tmp_path):
+    lg = events.EventLog(str(tmp_path), "n", "p", flush_interval=3600, heartbeat_interval=0)
+    mid = bytes(16)
+    values = ("/", "c1", 1, 7, "x", "k", None, True, 10, None, None, ("q",), ("ae",))
+    code = events._CODE["published"]
+    lg.composite(code, mid, 100, [5, 9], [1_000, 1_001], values)  # (another took 6 to 8)
+    lg.composite(code, mid, 100, [10, 11], [1_002, 1_010], values)  # (the clock moved)
+    lg.composite(code, mid, 100, [12, 13], [1_011, 1_012], values)  # one record
+    assert lg.buffered() == 1 + 2 + 2 + 1  # (process_start)
+    lg.close()
+    got = [e for e in _all_events(str(tmp_path)) if e[1] == mid]
+    assert [(e[0], e[5], e[6]) for e in got] == [
+        ("publish_received", 5, 1_000), ("routed", 9, 1_001),
+        ("publish_received", 10, 1_002), ("routed", 11, 1_010),
+        ("publish_received", 12, 1_011), ("routed", 13, 1_012)]
+    assert got[0][4]["routing_key"] == "k" and got[1][4] == {
+        "actor": "channel", "vhost": "/", "queues": ["q"], "alternate_exchanges": ["ae"]}
+    assert got[0][4] == got[4][4] and got[1][4] == got[5][4]
+
+
+def test_a_chunk_larger_than_a_file_goes_in_halves(tmp_path):
+    lg = events.EventLog(str(tmp_path), "n", "p", flush_interval=3600, heartbeat_interval=0,
+                         max_bytes=4096)
+    for i in range(300):
+        lg.emit("acked", i.to_bytes(16, "big"), {"delivery_tag": i})
+    lg.close()
+    assert len(lg.paths) > 3
+    assert all(os.path.getsize(p) <= 4096 for p in lg.paths)
+    got = [e for p in lg.paths for e in events.read_file(p)[1]]
+    assert [e[5] for e in got] == list(range(302))
+    assert [e[4]["delivery_tag"] for e in got if e[0] == "acked"] == list(range(300))
+
+
+def test_a_failed_write_does_not_leave_the_bound_full(tmp_path):
+    lg = events.EventLog(str(tmp_path), "n", "p", flush_interval=3600, heartbeat_interval=0,
+                         max_buffered=10)
+    for i in range(8):
+        lg.emit("acked", i.to_bytes(16, "big"), {"delivery_tag": i})
+
+    def broken(data):
+        raise OSError("disk gone")
+
+    write, lg._write = lg._write, broken
+    with pytest.raises(OSError):
+        lg.flush()  # (the writer thread logs it: this round's events are lost)
+    lg._write = write
+    for i in range(8, 16):
+        lg.emit("acked", i.to_bytes(16, "big"), {"delivery_tag": i})
+    assert lg.dropped == 0 and lg.buffered() == 8
+    lg.close()
+    got = _all_events(str(tmp_path))
+    assert [e[4]["delivery_tag"] for e in got] == list(range(8, 16))
