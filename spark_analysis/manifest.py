@@ -41,7 +41,7 @@ class Entry:
     path: str
     length: int  # bytes when it was last read (or listed unchanged)
     modified_ms: int
-    valid: bool  # it had a v3, v2 or v1 header (a file caught before its header was written has not)
+    valid: bool  # it had a v3, v2 or v1 header (not so a file caught before its header)
     clock: str | None  # reader.clock_key of its header
     offset: int | None  # the wall - mono offset its events were mapped with
     node: str | None  # its header's node
