@@ -39,8 +39,6 @@ from actors.queue.stream_recent import RecentReads
 from actors.runtime import LightActor
 from protocol.properties import BasicProperties
 
-_new = tuple.__new__  # builds a record from all its fields without NamedTuple's keyword call
-
 log = logging.getLogger("leveret.stream")
 
 READ_BATCH = 256  # messages read from the log per reader per turn
@@ -223,7 +221,7 @@ class StreamQueue(LightActor):
         self.disk_writes = 0  # messages written (rabbit_backing_queue's disk_writes)
         self.disk_reads = 0  # messages read back for deliveries
         self.unmapped_bytes = 0  # bodies read since the map was last trimmed
-        self.recent = RecentReads(RECENT_BYTES, stream.with_offset_header)
+        self.recent = RecentReads(RECENT_BYTES, _delivery)
         self.last_sample: m.QueueStats | None = None  # the last sample sent
         self.serving = False  # registered and answering
 
@@ -465,21 +463,36 @@ class StreamQueue(LightActor):
         committed = self.replicas.committed
         wanting = list(self.readers.wanting(committed))
         # readers at the same place (and filter) share one read of the log, and a reader
-        # without a filter takes what another read lately from `recent`: a fan-out of ten
-        # consumers reads, decodes and heads each message once, not ten times
+        # without a filter takes what another read lately from `recent`, each message
+        # encoded as a delivery once: a fan-out of ten consumers reads, heads and packs each
+        # message once, not ten times
         rooms: dict = {}
         for r in wanting:
-            place = (r.position, r.filters, r.match_unfiltered)
-            rooms[place] = max(rooms.get(place, 0), self.readers.room(r))
+            if r.filters:
+                place = (r.position, r.filters, r.match_unfiltered)
+                rooms[place] = max(rooms.get(place, 0), self.readers.room(r))
         reads: dict = {}
         read_bytes = 0
         for r in wanting:
-            room = self.readers.room(r)
-            # (a reader below the log's first offset reads from the first: retention dropped
-            # what it would have found held)
-            got = [] if r.filters or r.position < self.log.first else recent.take(
-                r.position, committed, min(room, READ_BATCH), READ_BATCH_BYTES)
-            if not got:
+            room = min(self.readers.room(r), READ_BATCH)
+            if not r.filters:
+                # (a reader below the log's first offset reads from the first: retention
+                # dropped what it would have found held)
+                first = r.position = max(r.position, self.log.first)
+                tails, bodies = recent.take(first, committed, room, READ_BATCH_BYTES)
+                if not tails:
+                    # (a whole batch, whatever this reader's room: the rest is held for
+                    # the readers behind it and for its own next turn)
+                    msgs, _ = self.log.read(first, READ_BATCH, READ_BATCH_BYTES, (), False,
+                                            committed)
+                    self.disk_reads += len(msgs)
+                    read_bytes += sum(len(x.body) for x in msgs)
+                    recent.add(msgs)
+                    first = msgs[0].offset if msgs else first
+                    tails, bodies = recent.take(first, committed, room, READ_BATCH_BYTES)
+                offsets = range(first, first + len(tails))
+                r.position = first + len(tails)
+            else:
                 place = (r.position, r.filters, r.match_unfiltered)
                 got = reads.get(place)
                 if got is None:
@@ -488,28 +501,28 @@ class StreamQueue(LightActor):
                                                 r.match_unfiltered, committed)
                     self.disk_reads += len(msgs)
                     read_bytes += sum(len(x.body) for x in msgs)
-                    got = reads[place] = (recent.add(msgs), after)
-                got, pos = got
-                if len(got) > room:  # (a reader with less room than another at its place)
-                    got = got[:room]
-                    pos = got[-1][0].offset + 1
+                    got = reads[place] = (msgs, [_delivery(x) for x in msgs], after)
+                msgs, tails, pos = got
+                if len(msgs) > room:  # (a reader with less room than another at its place)
+                    msgs, tails = msgs[:room], tails[:room]
+                    pos = msgs[-1].offset + 1
+                offsets = [x.offset for x in msgs]
+                bodies = [x.body for x in msgs]
                 r.position = pos
-            else:
-                r.position = got[-1][0].offset + 1
-            if not got:
+            if not tails:
                 continue
-            items, bodies = batches.setdefault(r.channel, ([], []))
-            for x, props in got:
-                items.append(_new(m.Delivery, (r.tag, x.offset, False, x.exchange,
-                                               x.routing_key, props, "", 0, x.msg_id)))
-                bodies.append(x.body)
-            self.readers.delivered(r, [x.offset for x, _ in got])
+            batch = batches.get(r.channel)
+            if batch is None:
+                batch = batches[r.channel] = (m.PackedDeliveries(), [])
+            batch[0].add(r.tag, tails)
+            batch[1].extend(bodies)
+            self.readers.delivered(r, offsets)
             more = more or (r.position < committed and self.readers.room(r) > 0)
         if recent:
             by_key = self.readers.by_key
             recent.forget(min(r.position for r in by_key.values()) if by_key else None)
         for ch, (items, bodies) in batches.items():
-            self.counters.delivered(ch, items, self.readers.by_key)
+            self.counters.deliver += len(items)  # (manual ack, never redelivered)
             self.transport.send(ch, m.Deliver(self.address, self.qname, items, bodies))
         self.unmapped_bytes += read_bytes
         if self.unmapped_bytes >= TRIM_AFTER_BYTES or (batches and not more):
@@ -590,6 +603,13 @@ class StreamQueue(LightActor):
                           if info.get("up") and info.get("metadata")]
             for addr in others or [self.node]:
                 self.transport.send(addr, self.last_sample)
+
+
+def _delivery(x) -> bytes:
+    """A message read from the log as every consumer is sent it (all but the consumer tag),
+    encoded: its offset is its seq_id and its x-stream-offset header."""
+    return m.delivery_tail(x.offset, False, x.exchange, x.routing_key,
+                           stream.with_offset_header(x.props_raw, x.offset), msg_id=x.msg_id)
 
 
 def _headers(props_raw: bytes) -> dict:
