@@ -212,7 +212,8 @@ class StreamQueue(LightActor):
         self.readers = StreamReaders()  # the consumers and their positions
         self.credit = credit_flow.ReceiverCredit(host.config.credit_more,
                                                  host.config.credit_more_bytes)  # publishers'
-        self.entries: list = []  # publishes of this mailbox drain, written as one chunk
+        self.entries: list = []  # publishes not yet handed to the writer: the next chunk
+        self.writing = False  # a chunk is with the writer (one at a time, as osiris' writer)
         self.confirms: list = []  # their (channel, seq_no) to confirm once written
         self.senders: dict = {}  # channel -> [messages, body bytes] of this drain
         self.held = 0  # messages handled since the last _flush
@@ -322,10 +323,15 @@ class StreamQueue(LightActor):
 
     def _flush(self) -> None:
         """End of a mailbox drain: write what was published as one chunk; deliver."""
-        if self.entries:
+        if self.entries and not self.writing:
+            # what arrived while the last chunk was written is the next chunk: under load a
+            # chunk grows to what came during one sync instead of each drain's few messages
+            # waiting behind the others' syncs (publishers are held back by credit_flow
+            # meanwhile, credit comes back once written)
             self.writer.tell(Append(self.entries, self.confirms,
                                     [(ch, n, b) for ch, (n, b) in self.senders.items()]))
             self.entries, self.confirms, self.senders = [], [], {}
+            self.writing = True
         more = self._replicate() if self.replicas else False
         if not self.run_pending and (self._deliver() or more):
             self.run_pending = True
@@ -351,6 +357,7 @@ class StreamQueue(LightActor):
     def _appended(self, msg: Appended) -> None:
         """A chunk is written and synced: confirm it, give its publishers credit back,
         let the readers see it."""
+        self.writing = False
         self._adopt(msg.state)
         by_channel: dict = {}
         for ch, seq in msg.confirms:
