@@ -34,7 +34,7 @@ from actors.messages import ChannelsDown, PolicyChanged
 from actors.naming import queue_actor_name
 from actors.queue import quorum_log
 from actors.queue.storage import Storage, queue_id
-from actors.queue.stream_log import Entry, StreamLog
+from actors.queue.stream_log import Entry, Message, StreamLog
 from actors.queue.stream_recent import RecentReads
 from actors.runtime import LightActor
 from protocol.properties import BasicProperties
@@ -213,7 +213,8 @@ class StreamQueue(LightActor):
         self.credit = credit_flow.ReceiverCredit(host.config.credit_more,
                                                  host.config.credit_more_bytes)  # publishers'
         self.entries: list = []  # publishes not yet handed to the writer: the next chunk
-        self.writing = False  # a chunk is with the writer (one at a time, as osiris' writer)
+        # the chunk with the writer (one at a time, as osiris' writer), None: none
+        self.writing: list | None = None
         self.confirms: list = []  # their (channel, seq_no) to confirm once written
         self.senders: dict = {}  # channel -> [messages, body bytes] of this drain
         self.held = 0  # messages handled since the last _flush
@@ -323,15 +324,15 @@ class StreamQueue(LightActor):
 
     def _flush(self) -> None:
         """End of a mailbox drain: write what was published as one chunk; deliver."""
-        if self.entries and not self.writing:
+        if self.entries and self.writing is None:
             # what arrived while the last chunk was written is the next chunk: under load a
             # chunk grows to what came during one sync instead of each drain's few messages
             # waiting behind the others' syncs (publishers are held back by credit_flow
             # meanwhile, credit comes back once written)
             self.writer.tell(Append(self.entries, self.confirms,
                                     [(ch, n, b) for ch, (n, b) in self.senders.items()]))
+            self.writing = self.entries
             self.entries, self.confirms, self.senders = [], [], {}
-            self.writing = True
         more = self._replicate() if self.replicas else False
         if not self.run_pending and (self._deliver() or more):
             self.run_pending = True
@@ -357,8 +358,13 @@ class StreamQueue(LightActor):
     def _appended(self, msg: Appended) -> None:
         """A chunk is written and synced: confirm it, give its publishers credit back,
         let the readers see it."""
-        self.writing = False
+        written, self.writing = self.writing, None
         self._adopt(msg.state)
+        if msg.ok and written and self.recent.ends_at(msg.first):
+            # readers read up to the log's end: they will read this chunk next, and it is
+            # here, no need to read it back from the log
+            self.recent.add([Message(msg.first + i, e.exchange, e.routing_key, e.props_raw,
+                                     e.body, e.msg_id) for i, e in enumerate(written)])
         by_channel: dict = {}
         for ch, seq in msg.confirms:
             by_channel.setdefault(ch, []).append(seq)

@@ -80,6 +80,10 @@ class RecentReads:
     def __bool__(self) -> bool:
         return bool(self.runs)
 
+    def ends_at(self, offset: int) -> bool:
+        """Whether a run ends just before ``offset`` (its readers will want it next)."""
+        return any(r.hi == offset for r in self.runs)
+
     def take(self, position: int, limit: int, max_msgs: int, max_bytes: int) -> tuple:
         """(encoded deliveries, bodies) for the offsets from ``position`` on that are held,
         in a row, below ``limit``, at most ``max_msgs`` and about ``max_bytes`` of body (at

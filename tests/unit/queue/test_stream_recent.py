@@ -86,3 +86,13 @@ def test_a_long_run_drops_its_front_in_bulk_and_keeps_serving():
         assert _offsets(recent.take(low, n, 3, 1000)) == [low, low + 1, low + 2]
         assert recent.nbytes == n - low
     assert len(recent.runs[0].tails) < n  # cut, not only skipped
+
+
+def test_a_run_that_reaches_the_logs_end_takes_the_next_chunk_as_written():
+    recent, encoded = _recent()
+    assert not recent.ends_at(0)  # no reader read anything: a chunk is not held for none
+    recent.add(_msgs(0, 3))
+    assert recent.ends_at(3) and not recent.ends_at(2) and not recent.ends_at(4)
+    recent.add(_msgs(3, 2))  # the StreamQueue's chunk just written, not read back
+    assert recent.ends_at(5) and _offsets(recent.take(0, 100, 10, 1000)) == [0, 1, 2, 3, 4]
+    assert encoded == [0, 1, 2, 3, 4]
