@@ -16,7 +16,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Callable
 
-COMPACT_AT = 4096  # dropped slots kept at a run's front before its lists are cut (a cut of
+COMPACT_AT = 4096  # emptied slots kept at a run's front before its lists are cut (a cut of
 #                    the lists moves what stays: not once per turn)
 
 
@@ -58,6 +58,8 @@ class Run:
             return 0
         start = self.start
         gone = self.ends[start + n - 1] - self.end_before(start)
+        # (the bodies go now, whatever their size: only the slots wait for the cut)
+        self.tails[start:start + n] = self.bodies[start:start + n] = [None] * n
         self.start += n
         self.lo += n
         if self.start >= COMPACT_AT:

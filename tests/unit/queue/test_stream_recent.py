@@ -96,3 +96,12 @@ def test_a_run_that_reaches_the_logs_end_takes_the_next_chunk_as_written():
     recent.add(_msgs(3, 2))  # the StreamQueue's chunk just written, not read back
     assert recent.ends_at(5) and _offsets(recent.take(0, 100, 10, 1000)) == [0, 1, 2, 3, 4]
     assert encoded == [0, 1, 2, 3, 4]
+
+
+def test_what_is_dropped_is_released_at_once():
+    recent, _ = _recent(max_bytes=1 << 30)
+    recent.add(_msgs(0, 10, size=5))
+    recent.forget(low=6)
+    run = recent.runs[0]
+    assert run.bodies[:6] == [None] * 6 and run.tails[:6] == [None] * 6
+    assert recent.nbytes == 20 and _offsets(recent.take(6, 100, 10, 1000)) == [6, 7, 8, 9]
