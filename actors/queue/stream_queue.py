@@ -63,7 +63,6 @@ class Append(NamedTuple):
     (publisher channel, seq_no) to confirm once it is synced."""
     entries: list
     confirms: list
-    senders: list  # (channel, messages, body bytes) for credit_flow, per publisher
 
 
 class LogState(NamedTuple):
@@ -78,7 +77,6 @@ class Appended(NamedTuple):
     first: int
     ok: bool
     confirms: list
-    senders: list
     msg_ids: list
     state: LogState
 
@@ -159,7 +157,7 @@ class StreamWriter(LightActor):
         if ok and len(self.log.segments) > segments:
             self._retain()  # osiris evaluates retention when a segment rolls
         self.storage.trim()
-        self._tell(Appended(first, ok, msg.confirms, msg.senders, msg_ids, _state(self.log)))
+        self._tell(Appended(first, ok, msg.confirms, msg_ids, _state(self.log)))
 
     def _tell(self, msg) -> None:
         try:
@@ -216,7 +214,7 @@ class StreamQueue(LightActor):
         # the chunk with the writer (one at a time, as osiris' writer), None: none
         self.writing: list | None = None
         self.confirms: list = []  # their (channel, seq_no) to confirm once written
-        self.senders: dict = {}  # channel -> [messages, body bytes] of this drain
+        self.senders: dict = {}  # channel -> [messages, body bytes] of the next chunk
         self.held = 0  # messages handled since the last _flush
         self.run_pending = False  # a Run is queued
         self.counters = QueueCounters()  # the management API's message counts
@@ -327,10 +325,16 @@ class StreamQueue(LightActor):
         if self.entries and self.writing is None:
             # what arrived while the last chunk was written is the next chunk: under load a
             # chunk grows to what came during one sync instead of each drain's few messages
-            # waiting behind the others' syncs (publishers are held back by credit_flow
-            # meanwhile, credit comes back once written)
-            self.writer.tell(Append(self.entries, self.confirms,
-                                    [(ch, n, b) for ch, (n, b) in self.senders.items()]))
+            # waiting behind the others' syncs
+            self.writer.tell(Append(self.entries, self.confirms))
+            # the publishers' credit_flow credit comes back as their messages go to the
+            # writer: what a publisher may have sent and not yet written is one chunk being
+            # written and one gathering (bounded), and its credit's round trip does not wait
+            # for a sync
+            for ch, (n, nbytes) in self.senders.items():
+                due = self.credit.received(ch, n, nbytes)
+                if due is not None:
+                    self.transport.send(ch, m.Credit(self.address, *due))
             self.writing = self.entries
             self.entries, self.confirms, self.senders = [], [], {}
         more = self._replicate() if self.replicas else False
@@ -356,8 +360,7 @@ class StreamQueue(LightActor):
             s[1] += sum(map(len, msg.bodies))
 
     def _appended(self, msg: Appended) -> None:
-        """A chunk is written and synced: confirm it, give its publishers credit back,
-        let the readers see it."""
+        """A chunk is written and synced: confirm it, let the readers see it."""
         written, self.writing = self.writing, None
         self._adopt(msg.state)
         if msg.ok and written and self.recent.ends_at(msg.first):
@@ -373,10 +376,6 @@ class StreamQueue(LightActor):
             self._commit()
         else:
             self._confirm(by_channel, msg.ok)
-        for ch, n, nbytes in msg.senders:
-            due = self.credit.received(ch, n, nbytes)
-            if due is not None:
-                self.transport.send(ch, m.Credit(self.address, *due))
         if msg.ok:
             self.disk_writes += len(msg.msg_ids)
             if events.enabled():
