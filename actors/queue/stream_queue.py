@@ -34,6 +34,7 @@ from actors.messages import ChannelsDown, PolicyChanged
 from actors.naming import queue_actor_name
 from actors.queue import quorum_log
 from actors.queue.storage import Storage, queue_id
+from actors.queue.stream_delivery import DeliveryEncoder
 from actors.queue.stream_log import Entry, Message, StreamLog
 from actors.queue.stream_recent import RecentReads
 from actors.runtime import LightActor
@@ -221,7 +222,8 @@ class StreamQueue(LightActor):
         self.disk_writes = 0  # messages written (rabbit_backing_queue's disk_writes)
         self.disk_reads = 0  # messages read back for deliveries
         self.unmapped_bytes = 0  # bodies read since the map was last trimmed
-        self.recent = RecentReads(RECENT_BYTES, _delivery)
+        self.encode = DeliveryEncoder()  # a message read -> its delivery, encoded
+        self.recent = RecentReads(RECENT_BYTES, self.encode)
         self.last_sample: m.QueueStats | None = None  # the last sample sent
         self.serving = False  # registered and answering
 
@@ -513,7 +515,7 @@ class StreamQueue(LightActor):
                                                 r.match_unfiltered, committed)
                     self.disk_reads += len(msgs)
                     read_bytes += sum(len(x.body) for x in msgs)
-                    got = reads[place] = (msgs, [_delivery(x) for x in msgs], after)
+                    got = reads[place] = (msgs, [self.encode(x) for x in msgs], after)
                 msgs, tails, pos = got
                 if len(msgs) > room:  # (a reader with less room than another at its place)
                     msgs, tails = msgs[:room], tails[:room]
@@ -615,13 +617,6 @@ class StreamQueue(LightActor):
                           if info.get("up") and info.get("metadata")]
             for addr in others or [self.node]:
                 self.transport.send(addr, self.last_sample)
-
-
-def _delivery(x) -> bytes:
-    """A message read from the log as every consumer is sent it (all but the consumer tag),
-    encoded: its offset is its seq_id and its x-stream-offset header."""
-    return m.delivery_tail(x.offset, False, x.exchange, x.routing_key,
-                           stream.with_offset_header(x.props_raw, x.offset), msg_id=x.msg_id)
 
 
 def _headers(props_raw: bytes) -> dict:
