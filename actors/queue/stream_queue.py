@@ -1,9 +1,11 @@
 """Stream queue actors: one StreamQueue and one StreamWriter per stream (x-queue-type=stream).
 
 The StreamQueue mirrors what RabbitMQ 3.10.8 spreads over ``rabbit_stream_queue`` (the
-channel-side readers) and osiris' writer process: it takes publishes, has them written as one
-chunk per mailbox drain, confirms them once written and synced, and delivers to each consumer
-from its own position, reading the log by offset in bounded batches (never the log in memory).
+channel-side readers) and osiris' writer process: it takes publishes, has them written as
+chunks (one with the writer at a time: what arrives meanwhile is the next), confirms them once
+written and synced, and delivers to each consumer from its own position, reading the log by
+offset in bounded batches (never the log in memory), each message encoded as a delivery once
+for all its readers (actors/queue/stream_recent.py, actors/queue/stream_delivery.py).
 The rules are actors/core/stream.py's and actors/core/stream_readers.py's; the log is
 actors/queue/stream_log.py. The StreamWriter runs on the worker's "store" scheduler, as a
 BackingQueue does, so a sync never stalls a queue's deliveries.
