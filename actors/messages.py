@@ -288,6 +288,62 @@ class Deliver(NamedTuple):
     bodies: list
 
 
+def delivery_tail(seq_id: int, redelivered: bool, exchange: str, routing_key: str,
+                  props_raw: bytes, publisher: str = "", seq_no: int = 0,
+                  msg_id: bytes | None = None) -> bytes:
+    """A Delivery's fields after its consumer tag as they go on the wire, encoded once for a
+    message that many consumers are sent (a stream's fan-out): PackedDeliveries splices it
+    behind each consumer's tag."""
+    # (an 8-field list's msgpack less its one-byte header: the fields, one after the other)
+    return packb((seq_id, redelivered, exchange, routing_key, props_raw, publisher, seq_no,
+                  msg_id))[1:]
+
+
+class PackedDeliveries:
+    """A Deliver's items as runs of (consumer tag, delivery_tail bytes), one tail per
+    message, shared by every run that delivers the message. `encode` splices the bytes
+    into the payload as the Delivery lists they stand for, so the receiver decodes and
+    checks Delivery records as from any Deliver; in the sending process (a local send, a
+    test) the items read as those Delivery records."""
+
+    __slots__ = ("runs", "n")
+
+    def __init__(self):
+        self.runs: list = []  # (consumer_tag, [tail, ...]) in delivery order
+        self.n = 0  # items in all runs
+
+    def add(self, consumer_tag: str, tails: list) -> None:
+        self.runs.append((consumer_tag, tails))
+        self.n += len(tails)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        for ctag, tails in self.runs:
+            for tail in tails:
+                yield _new(Delivery, (ctag, *unpackb(b"\x98" + tail)))
+
+    def __getitem__(self, i: int) -> Delivery:
+        return list(self)[i]
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other)
+
+    def wire(self) -> bytes:
+        """The items as msgpack: one list of the Delivery lists, each its tag then its
+        tail."""
+        n = self.n
+        parts = [bytes((0x90 | n,)) if n < 16 else
+                 b"\xdc" + n.to_bytes(2, "big") if n < 65536 else b"\xdd" + n.to_bytes(4, "big")]
+        for ctag, tails in self.runs:
+            if tails:
+                head = b"\x99" + packb(ctag)  # (a Delivery is 9 fields: a fixarray)
+                parts.append(head)
+                parts.append(head.join(tails))
+        return b"".join(parts)
+
+
 class GetReply(NamedTuple):
     req_id: int
     queue: str
@@ -962,12 +1018,24 @@ def encode(msg) -> tuple[bytes, list]:
     cls = type(msg)
     if _HAS_BODIES[cls]:
         bodies = msg[-1]
+        if cls is Deliver and type(msg.items) is PackedDeliveries:
+            return _packed_deliver(msg)
         lengths = [len(b) for b in bodies]
         if not bodies:
             return packb((_TAG[cls], *msg[:-1], lengths)), ()
         blob = bodies[0] if len(bodies) == 1 else b"".join(bodies)
         return packb((_TAG[cls], *msg[:-1], lengths)), (blob,)
     return packb((_TAG[cls], *msg)), ()
+
+
+def _packed_deliver(msg: Deliver) -> tuple[bytes, list]:
+    """encode's Deliver of PackedDeliveries: the same bytes as of its Delivery records."""
+    bodies = msg.bodies
+    head = packb((_TAG[Deliver], msg.queue, msg.qname))[1:]  # (less the 3-list's header)
+    payload = b"".join((b"\x95", head, msg.items.wire(), packb(list(map(len, bodies)))))
+    if not bodies:
+        return payload, ()
+    return payload, (bodies[0] if len(bodies) == 1 else b"".join(bodies),)
 
 
 class Malformed(ValueError):

@@ -1,9 +1,11 @@
 """Stream queue actors: one StreamQueue and one StreamWriter per stream (x-queue-type=stream).
 
 The StreamQueue mirrors what RabbitMQ 3.10.8 spreads over ``rabbit_stream_queue`` (the
-channel-side readers) and osiris' writer process: it takes publishes, has them written as one
-chunk per mailbox drain, confirms them once written and synced, and delivers to each consumer
-from its own position, reading the log by offset in bounded batches (never the log in memory).
+channel-side readers) and osiris' writer process: it takes publishes, has them written as
+chunks (one with the writer at a time: what arrives meanwhile is the next), confirms them once
+written and synced, and delivers to each consumer from its own position, reading the log by
+offset in bounded batches (never the log in memory), each message encoded as a delivery once
+for all its readers (actors/queue/stream_recent.py, actors/queue/stream_delivery.py).
 The rules are actors/core/stream.py's and actors/core/stream_readers.py's; the log is
 actors/queue/stream_log.py. The StreamWriter runs on the worker's "store" scheduler, as a
 BackingQueue does, so a sync never stalls a queue's deliveries.
@@ -34,12 +36,11 @@ from actors.messages import ChannelsDown, PolicyChanged
 from actors.naming import queue_actor_name
 from actors.queue import quorum_log
 from actors.queue.storage import Storage, queue_id
-from actors.queue.stream_log import Entry, StreamLog
+from actors.queue.stream_delivery import DeliveryEncoder
+from actors.queue.stream_log import Entry, Message, StreamLog
 from actors.queue.stream_recent import RecentReads
 from actors.runtime import LightActor
 from protocol.properties import BasicProperties
-
-_new = tuple.__new__  # builds a record from all its fields without NamedTuple's keyword call
 
 log = logging.getLogger("leveret.stream")
 
@@ -65,7 +66,6 @@ class Append(NamedTuple):
     (publisher channel, seq_no) to confirm once it is synced."""
     entries: list
     confirms: list
-    senders: list  # (channel, messages, body bytes) for credit_flow, per publisher
 
 
 class LogState(NamedTuple):
@@ -80,7 +80,6 @@ class Appended(NamedTuple):
     first: int
     ok: bool
     confirms: list
-    senders: list
     msg_ids: list
     state: LogState
 
@@ -161,7 +160,7 @@ class StreamWriter(LightActor):
         if ok and len(self.log.segments) > segments:
             self._retain()  # osiris evaluates retention when a segment rolls
         self.storage.trim()
-        self._tell(Appended(first, ok, msg.confirms, msg.senders, msg_ids, _state(self.log)))
+        self._tell(Appended(first, ok, msg.confirms, msg_ids, _state(self.log)))
 
     def _tell(self, msg) -> None:
         try:
@@ -214,16 +213,19 @@ class StreamQueue(LightActor):
         self.readers = StreamReaders()  # the consumers and their positions
         self.credit = credit_flow.ReceiverCredit(host.config.credit_more,
                                                  host.config.credit_more_bytes)  # publishers'
-        self.entries: list = []  # publishes of this mailbox drain, written as one chunk
+        self.entries: list = []  # publishes not yet handed to the writer: the next chunk
+        # the chunk with the writer (one at a time, as osiris' writer), None: none
+        self.writing: list | None = None
         self.confirms: list = []  # their (channel, seq_no) to confirm once written
-        self.senders: dict = {}  # channel -> [messages, body bytes] of this drain
+        self.senders: dict = {}  # channel -> [messages, body bytes] of the next chunk
         self.held = 0  # messages handled since the last _flush
         self.run_pending = False  # a Run is queued
         self.counters = QueueCounters()  # the management API's message counts
         self.disk_writes = 0  # messages written (rabbit_backing_queue's disk_writes)
         self.disk_reads = 0  # messages read back for deliveries
         self.unmapped_bytes = 0  # bodies read since the map was last trimmed
-        self.recent = RecentReads(RECENT_BYTES, stream.with_offset_header)
+        self.encode = DeliveryEncoder()  # a message read -> its delivery, encoded
+        self.recent = RecentReads(RECENT_BYTES, self.encode)
         self.last_sample: m.QueueStats | None = None  # the last sample sent
         self.serving = False  # registered and answering
 
@@ -324,9 +326,20 @@ class StreamQueue(LightActor):
 
     def _flush(self) -> None:
         """End of a mailbox drain: write what was published as one chunk; deliver."""
-        if self.entries:
-            self.writer.tell(Append(self.entries, self.confirms,
-                                    [(ch, n, b) for ch, (n, b) in self.senders.items()]))
+        if self.entries and self.writing is None:
+            # what arrived while the last chunk was written is the next chunk: under load a
+            # chunk grows to what came during one sync instead of each drain's few messages
+            # waiting behind the others' syncs
+            self.writer.tell(Append(self.entries, self.confirms))
+            # the publishers' credit_flow credit comes back as their messages go to the
+            # writer: what a publisher may have sent and not yet written is one chunk being
+            # written and one gathering (bounded), and its credit's round trip does not wait
+            # for a sync
+            for ch, (n, nbytes) in self.senders.items():
+                due = self.credit.received(ch, n, nbytes)
+                if due is not None:
+                    self.transport.send(ch, m.Credit(self.address, *due))
+            self.writing = self.entries
             self.entries, self.confirms, self.senders = [], [], {}
         more = self._replicate() if self.replicas else False
         if not self.run_pending and (self._deliver() or more):
@@ -351,9 +364,14 @@ class StreamQueue(LightActor):
             s[1] += sum(map(len, msg.bodies))
 
     def _appended(self, msg: Appended) -> None:
-        """A chunk is written and synced: confirm it, give its publishers credit back,
-        let the readers see it."""
+        """A chunk is written and synced: confirm it, let the readers see it."""
+        written, self.writing = self.writing, None
         self._adopt(msg.state)
+        if msg.ok and written and self.recent.ends_at(msg.first):
+            # readers read up to the log's end: they will read this chunk next, and it is
+            # here, no need to read it back from the log
+            self.recent.add([Message(msg.first + i, e.exchange, e.routing_key, e.props_raw,
+                                     e.body, e.msg_id) for i, e in enumerate(written)])
         by_channel: dict = {}
         for ch, seq in msg.confirms:
             by_channel.setdefault(ch, []).append(seq)
@@ -362,10 +380,6 @@ class StreamQueue(LightActor):
             self._commit()
         else:
             self._confirm(by_channel, msg.ok)
-        for ch, n, nbytes in msg.senders:
-            due = self.credit.received(ch, n, nbytes)
-            if due is not None:
-                self.transport.send(ch, m.Credit(self.address, *due))
         if msg.ok:
             self.disk_writes += len(msg.msg_ids)
             if events.enabled():
@@ -465,21 +479,36 @@ class StreamQueue(LightActor):
         committed = self.replicas.committed
         wanting = list(self.readers.wanting(committed))
         # readers at the same place (and filter) share one read of the log, and a reader
-        # without a filter takes what another read lately from `recent`: a fan-out of ten
-        # consumers reads, decodes and heads each message once, not ten times
+        # without a filter takes what another read lately from `recent`, each message
+        # encoded as a delivery once: a fan-out of ten consumers reads, heads and packs each
+        # message once, not ten times
         rooms: dict = {}
         for r in wanting:
-            place = (r.position, r.filters, r.match_unfiltered)
-            rooms[place] = max(rooms.get(place, 0), self.readers.room(r))
+            if r.filters:
+                place = (r.position, r.filters, r.match_unfiltered)
+                rooms[place] = max(rooms.get(place, 0), self.readers.room(r))
         reads: dict = {}
         read_bytes = 0
         for r in wanting:
-            room = self.readers.room(r)
-            # (a reader below the log's first offset reads from the first: retention dropped
-            # what it would have found held)
-            got = [] if r.filters or r.position < self.log.first else recent.take(
-                r.position, committed, min(room, READ_BATCH), READ_BATCH_BYTES)
-            if not got:
+            room = min(self.readers.room(r), READ_BATCH)
+            if not r.filters:
+                # (a reader below the log's first offset reads from the first: retention
+                # dropped what it would have found held)
+                first = r.position = max(r.position, self.log.first)
+                tails, bodies = recent.take(first, committed, room, READ_BATCH_BYTES)
+                if not tails:
+                    # (a whole batch, whatever this reader's room: the rest is held for
+                    # the readers behind it and for its own next turn)
+                    msgs, _ = self.log.read(first, READ_BATCH, READ_BATCH_BYTES, (), False,
+                                            committed)
+                    self.disk_reads += len(msgs)
+                    read_bytes += sum(len(x.body) for x in msgs)
+                    recent.add(msgs)
+                    first = msgs[0].offset if msgs else first
+                    tails, bodies = recent.take(first, committed, room, READ_BATCH_BYTES)
+                offsets = range(first, first + len(tails))
+                r.position = first + len(tails)
+            else:
                 place = (r.position, r.filters, r.match_unfiltered)
                 got = reads.get(place)
                 if got is None:
@@ -488,28 +517,28 @@ class StreamQueue(LightActor):
                                                 r.match_unfiltered, committed)
                     self.disk_reads += len(msgs)
                     read_bytes += sum(len(x.body) for x in msgs)
-                    got = reads[place] = (recent.add(msgs), after)
-                got, pos = got
-                if len(got) > room:  # (a reader with less room than another at its place)
-                    got = got[:room]
-                    pos = got[-1][0].offset + 1
+                    got = reads[place] = (msgs, [self.encode(x) for x in msgs], after)
+                msgs, tails, pos = got
+                if len(msgs) > room:  # (a reader with less room than another at its place)
+                    msgs, tails = msgs[:room], tails[:room]
+                    pos = msgs[-1].offset + 1
+                offsets = [x.offset for x in msgs]
+                bodies = [x.body for x in msgs]
                 r.position = pos
-            else:
-                r.position = got[-1][0].offset + 1
-            if not got:
+            if not tails:
                 continue
-            items, bodies = batches.setdefault(r.channel, ([], []))
-            for x, props in got:
-                items.append(_new(m.Delivery, (r.tag, x.offset, False, x.exchange,
-                                               x.routing_key, props, "", 0, x.msg_id)))
-                bodies.append(x.body)
-            self.readers.delivered(r, [x.offset for x, _ in got])
+            batch = batches.get(r.channel)
+            if batch is None:
+                batch = batches[r.channel] = (m.PackedDeliveries(), [])
+            batch[0].add(r.tag, tails)
+            batch[1].extend(bodies)
+            self.readers.delivered(r, offsets)
             more = more or (r.position < committed and self.readers.room(r) > 0)
         if recent:
             by_key = self.readers.by_key
             recent.forget(min(r.position for r in by_key.values()) if by_key else None)
         for ch, (items, bodies) in batches.items():
-            self.counters.delivered(ch, items, self.readers.by_key)
+            self.counters.deliver += len(items)  # (manual ack, never redelivered)
             self.transport.send(ch, m.Deliver(self.address, self.qname, items, bodies))
         self.unmapped_bytes += read_bytes
         if self.unmapped_bytes >= TRIM_AFTER_BYTES or (batches and not more):

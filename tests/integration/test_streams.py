@@ -69,6 +69,49 @@ def test_consumers_read_the_same_log_at_their_own_positions(conn):
     assert ch.queue_declare(q, passive=True).method.message_count == 20
 
 
+def test_a_fan_out_delivers_every_message_to_every_consumer_once_in_order(broker, conn):
+    """Consumers at the log's end (each message encoded once as a delivery and shared), one
+    that starts from `first` once half is published (a run of its own), small prefetches
+    (a reader takes part of what another read), bodies of many sizes: each consumer gets
+    offsets 0..n-1 once each, in order, with its body and its x-stream-offset header."""
+    n = 600
+    ch = conn.channel()
+    q = _declare(ch)
+    bodies = [f"m{i}:".encode().ljust(i * 7 % 3000, b"x") for i in range(n)]
+    got: dict = {}
+
+    def subscribe(tag, prefetch):
+        cch = conn.channel()
+        cch.basic_qos(prefetch_count=prefetch)
+        got[tag] = []
+
+        def on(c, method, props, body):
+            got[tag].append((props.headers["x-stream-offset"], body))
+            c.basic_ack(method.delivery_tag)
+        cch.basic_consume(q, on, consumer_tag=tag, arguments={"x-stream-offset": "first"})
+
+    for tag, prefetch in (("a", 7), ("b", 50), ("c", 300)):
+        subscribe(tag, prefetch)
+    pub = broker.connection()
+    try:
+        pch = pub.channel()  # (no confirms: publishes arrive in batches, chunks of many)
+        for i, body in enumerate(bodies):
+            pch.basic_publish("", q, body, pika.BasicProperties(delivery_mode=2))
+            if i == n // 2:
+                pub.process_data_events(0.2)
+                conn.process_data_events(0.2)
+                subscribe("late", 20)
+    finally:
+        safe_close(pub)
+    wait_until(lambda: (conn.process_data_events(0.05),
+                        all(len(v) >= n for v in got.values()))[1], 30,
+               message=f"{n} deliveries to each consumer")
+    conn.process_data_events(0.3)
+    for tag, deliveries in got.items():
+        assert [o for o, _ in deliveries] == list(range(n)), tag
+        assert [b for _, b in deliveries] == bodies, tag
+
+
 def test_ack_gives_credit_back_and_a_new_message_reaches_a_next_consumer(conn):
     ch = conn.channel()
     q = _declare(ch)

@@ -69,3 +69,41 @@ def test_batch_items_come_back_as_their_named_records():
                       [b"xy"])
     # (a chunk head comes back as msgpack's list, which the member reads by unpacking)
     assert [it.routing_key for it in chunks.items] == ["rk", "rk2"]
+
+
+@given(st.lists(st.tuples(st.sampled_from(["c1", "ctag-2", "a-longer-consumer-tag-\udcff"]),
+                          st.integers(0, 1 << 40), st.text(max_size=5),
+                          st.binary(max_size=40), st.none() | st.binary(min_size=16,
+                                                                        max_size=16),
+                          st.binary(max_size=300)), max_size=40))
+def test_packed_deliveries_encode_as_the_deliveries_they_stand_for(rows):
+    """A stream's fan-out encodes a message's delivery once (delivery_tail) and splices it
+    behind each consumer's tag: the bytes are those of the Delivery records, which the
+    receiver decodes and checks as from any Deliver."""
+    records = [m.Delivery(ctag, seq, False, "ex", rk, props, "", 0, mid)
+               for ctag, seq, rk, props, mid, _ in rows]
+    bodies = [body for *_, body in rows]
+    packed = m.PackedDeliveries()
+    run = 0
+    while run < len(records):  # runs of one, two, three... deliveries to one consumer each
+        end = min(len(records), 2 * run + 1)
+        for d in records[run:end]:
+            packed.add(d.consumer_tag, [m.delivery_tail(*d[1:])])
+        run = end
+    assert len(packed) == len(records) and list(packed) == records
+    plain = m.encode(m.Deliver("a#q", "q", records, bodies))
+    spliced = m.encode(m.Deliver("a#q", "q", packed, bodies))
+    assert spliced[0] == plain[0] and list(spliced[1]) == list(plain[1])
+    back = m.decode(spliced[0], list(spliced[1]))
+    assert back.items == records and all(type(d) is m.Delivery for d in back.items)
+    assert back.bodies == bodies
+
+
+def test_packed_deliveries_share_a_tail_between_consumers():
+    tail = m.delivery_tail(7, False, "", "s", b"\x00\x00", msg_id=b"i" * 16)
+    packed = m.PackedDeliveries()
+    packed.add("a", [tail, tail])
+    packed.add("b", [tail])
+    back = m.decode(*m.encode(m.Deliver("a#q", "s", packed, [b"x", b"x", b"x"])))
+    assert [(d.consumer_tag, d.seq_id, d.msg_id) for d in back.items] == \
+        [("a", 7, b"i" * 16), ("a", 7, b"i" * 16), ("b", 7, b"i" * 16)]
