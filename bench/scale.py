@@ -150,10 +150,13 @@ def error_lines(text: str, markers=ERROR_MARKERS) -> list[str]:
 
 def process_kind(cmdline: bytes) -> str:
     """A short name for a broker process from its /proc/PID/cmdline: Leveret's worker kind
-    (`--kind queue` -> "queue"), else the program's base name."""
-    args = [a.decode(errors="replace") for a in cmdline.split(b"\0") if a]
+    (`--kind queue` -> "queue"; a worker forked by the node's launcher has its command as one
+    string, setproctitle's), "launcher" for that launcher, else the program's base name."""
+    args = cmdline.replace(b"\0", b" ").decode(errors="replace").split()
     if "--kind" in args[:-1]:
         return args[args.index("--kind") + 1]
+    if "actors.node.zygote" in args:
+        return "launcher"
     return os.path.basename(args[0]) if args else "?"
 
 

@@ -41,7 +41,8 @@ def worker_args(broker, kind: str) -> dict:
     listening socket) and its --node address."""
     pid = next(iter(broker.worker_pids(kind).values()))
     with open(f"/proc/{pid}/cmdline", "rb") as f:
-        argv = f.read().decode().split("\0")
+        # (a worker forked by the launcher shows its command as one string: setproctitle)
+        argv = f.read().decode().replace("\0", " ").split()
     endpoint = argv[argv.index("--endpoint") + 1]
     host, _, port = endpoint[len("tcp://"):].rpartition(":")
     if port == "*":

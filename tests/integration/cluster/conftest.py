@@ -5,12 +5,15 @@ those that kill, stop or cut off its nodes, made whole again after each (nodes.p
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
 from tests.integration.cluster.nodes import Nodes
+
+WHOLE_WAIT_S = 60  # a new cluster's log lists every member up this soon on a busy machine
 
 
 @pytest.fixture
@@ -69,14 +72,24 @@ class KeptCluster:
             self._used = False
             self._mended = False
         # whole: just made so by the last give_back (then every node answering is enough; a
-        # cluster_status of each costs three leveretctl runs), or checked now
+        # cluster_status of each costs three leveretctl runs), or waited for now (a cluster
+        # just started answers AMQP on every node before its log lists every member up: on a
+        # busy machine a single look found it not whole yet)
         if not (all(b.alive() for b in self.nodes.brokers) if self._mended
-                else self.nodes.whole()):
+                else self._whole_within(WHOLE_WAIT_S)):
             logs = self.nodes.logs()
             self.stop()  # the next test starts a new one
             raise AssertionError(f"the cluster is not whole at the start of the test:\n{logs}")
         self._mended = False
         return self.nodes
+
+    def _whole_within(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while not self.nodes.whole():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
+        return True
 
     def give_back(self) -> None:
         try:
