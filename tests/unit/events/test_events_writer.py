@@ -44,6 +44,15 @@ def _closed():
     events.close()
 
 
+
+def _in_threads(run, n: int) -> None:
+    """run(t) in n threads at once, t = 0..n-1; back when every one ended."""
+    ts = [threading.Thread(target=run, args=(t,)) for t in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
 def test_level_parsing():
     assert events.parse_level("off") == 0
     assert events.parse_level("full") == 1
@@ -230,11 +239,7 @@ def test_emit_from_many_threads_loses_nothing(tmp_path, tiny_switch_interval):
             lg.emit("delivered", t.to_bytes(8, "big") + i.to_bytes(8, "big"),
                     {"thread": t, "i": i})
 
-    ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    _in_threads(run, threads)
     lg.close()
     got = _all_events(str(tmp_path))
     assert len(got) == threads * per
@@ -250,11 +255,7 @@ def test_module_emit_from_many_threads(tmp_path):
         for i in range(per):
             events.emit("acked", None, thread=t, i=i)
 
-    ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    _in_threads(run, threads)
     events.close()
     got = _all_events(str(tmp_path / "events"))
     assert sorted((e[4]["thread"], e[4]["i"]) for e in got) == \
@@ -415,11 +416,7 @@ def test_published_from_many_threads_keeps_every_number_once(tmp_path, tiny_swit
             events.put_published(t.to_bytes(8, "big") + i.to_bytes(8, "big"), (
                 "/", f"c{t}", 1, i, "", "q", None, False, 10, None, None, ("q",), None))
 
-    ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    _in_threads(run, threads)
     events.close()
     got = _all_events(str(tmp_path / "events"), markers=True)
     assert sorted(e[5] for e in got) == list(range(len(got)))
