@@ -389,3 +389,20 @@ def pytest_collection_modifyitems(config, items):
         if "spark" in getattr(item, "fixturenames", ()) and \
                 item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(SPARK_TIMEOUT_S))
+
+
+TIMEOUT_REPEAT_S = 60  # after a test's timeout, its alarm rings again this often
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_timeout_set_timer(item, settings):
+    """pytest-timeout's "signal" method raises once, in whatever the test is doing; a test that
+    was stuck in a client's blocking call then often hangs again in the `with` block's close of
+    that client (a pika close waits for close-ok without a time limit), and its worker with it,
+    until CI's own limit. The alarm rings again every TIMEOUT_REPEAT_S until the plugin cancels
+    it after the teardown, so such a test fails alone, as the method means it to."""
+    yield
+    import threading
+    if settings.method == "signal" and settings.timeout and \
+            threading.current_thread() is threading.main_thread():
+        signal.setitimer(signal.ITIMER_REAL, settings.timeout, TIMEOUT_REPEAT_S)
