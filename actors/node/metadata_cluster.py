@@ -594,6 +594,16 @@ class ClusterMixin:
                     self._forward(relay.rpc, time.monotonic() + FORWARD_WAIT_S)
         before = dict(old.get("workers") or {}) if old.get("up") else {}
         after = new.get("workers") or {} if new.get("up") else {}
+        if old.get("up") and not new.get("up"):
+            # the workers its queues run on are gone too, whether or not the log had their
+            # endpoints yet (a worker's hello committed after a leadership change may be
+            # missing): a request a channel sent such a queue is answered, never left waiting
+            listed = set(before.values())
+            for q in self.queues.values():
+                endpoint = (q.get("address") or "").partition("#")[0]
+                if q.get("home") == member and endpoint and endpoint not in listed:
+                    listed.add(endpoint)
+                    before[f"queue-of-{q['name']}"] = endpoint
         for slot, endpoint in before.items():
             if after.get(slot) != endpoint:
                 self.transport.mark_dead(endpoint)
