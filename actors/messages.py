@@ -299,6 +299,12 @@ def delivery_tail(seq_id: int, redelivered: bool, exchange: str, routing_key: st
                   msg_id))[1:]
 
 
+# msgpack fixarray headers of a Delivery's field list and of its tail (the fields after the
+# consumer tag): derived from the record, so a field added to Delivery changes them too
+_DELIVERY_HEAD = bytes((0x90 | len(Delivery._fields),))
+_TAIL_HEAD = bytes((0x90 | (len(Delivery._fields) - 1),))
+
+
 class PackedDeliveries:
     """A Deliver's items as runs of (consumer tag, delivery_tail bytes), one tail per
     message, shared by every run that delivers the message. `encode` splices the bytes
@@ -322,7 +328,7 @@ class PackedDeliveries:
     def __iter__(self):
         for ctag, tails in self.runs:
             for tail in tails:
-                yield _new(Delivery, (ctag, *unpackb(b"\x98" + tail)))
+                yield _new(Delivery, (ctag, *unpackb(_TAIL_HEAD + tail)))
 
     def __getitem__(self, i: int) -> Delivery:
         return list(self)[i]
@@ -338,7 +344,7 @@ class PackedDeliveries:
                  b"\xdc" + n.to_bytes(2, "big") if n < 65536 else b"\xdd" + n.to_bytes(4, "big")]
         for ctag, tails in self.runs:
             if tails:
-                head = b"\x99" + packb(ctag)  # (a Delivery is 9 fields: a fixarray)
+                head = _DELIVERY_HEAD + packb(ctag)
                 parts.append(head)
                 parts.append(head.join(tails))
         return b"".join(parts)
