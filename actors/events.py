@@ -485,7 +485,7 @@ def read_file(path: str):
     Every event comes as [kind, msg_id, wall_ns, mono_ns, fields, seq, hlc_ns] (a v3 or v2
     record mapped back through its header's table, a composite one as its parts, wall_ns its
     monotonic time mapped by the header; absent values left out of `fields`), from v1 files
-    too. For tests and tools; spark_analysis/reader.py decodes the same format column
+    too. For tests and tools; spark_analysis/log_reader.py decodes the same format column
     by column."""
     f = open(path, "rb")
     unpacker = msgpack.Unpacker(f, raw=False, max_buffer_size=1 << 30)

@@ -492,7 +492,7 @@ class MirrorSynced(NamedTuple):
 
 class LogQuery(NamedTuple):
     """Cluster leader -> a member's metadata actor: how far does this node's log of quorum
-    queue `name` go? Answered by LogPosition (an election, issue 15 "heir")."""
+    queue `name` go? Answered by LogPosition (a leader election)."""
     vhost: str
     name: str
     reply_to: str  # the leader's metadata actor

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from array import array
 
-from bench import stats
+from bench import summary_stats
 
 
 def _snap(role: dict, label: str) -> dict | None:
@@ -44,7 +44,7 @@ def _samples_ms(blobs) -> list[float]:
 
 
 def latency_summary(values_ms: list[float]) -> dict:
-    s = stats.summarize(values_ms, percentiles=(50, 95, 99, 99.9))
+    s = summary_stats.summarize(values_ms, percentiles=(50, 95, 99, 99.9))
     return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in s.items()}
 
 

@@ -1,6 +1,6 @@
 """`python -m bench.compare` (make bench-compare): install Debian's rabbitmq-server if missing,
 run it on spare loopback ports for the duration (bench/refbroker.py), and run the benchmark
-(bench/cli.py) against Leveret with --compare-url pointing at it.  Arguments are passed to
+(bench/make_bench.py) against Leveret with --compare-url pointing at it.  Arguments are passed to
 `python -m bench` (e.g. BENCH_ARGS="--seconds 5 --scenarios a,c")."""
 from __future__ import annotations
 
@@ -20,14 +20,14 @@ def main(argv: list[str] | None = None) -> int:
             "to compare with another broker")
         return 2
     if any(a in ("-h", "--help", "--list") for a in argv):
-        from bench.cli import main as bench_main
+        from bench.make_bench import main as bench_main
         return bench_main(argv)
     try:
         ensure_rabbitmq_installed(log)
     except RefBrokerError as e:
         log(f"error: {e}")
         return 2
-    from bench.cli import main as bench_main
+    from bench.make_bench import main as bench_main
     try:
         with RabbitMQNode(log=log) as rmq:
             version = rmq.version() or "RabbitMQ"

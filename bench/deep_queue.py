@@ -1,6 +1,5 @@
 """Deep queue: publish N messages with no consumer, watch the queue worker's RSS, then drain with
-one consumer (issue 3, item 6: bodies paged out to the index/msg_store; issue 12: transient
-queues page too).
+one consumer (bodies are paged out to the index/msg_store; transient queues page too).
 
     .venv/bin/python -m bench.deep_queue --messages 2000000        # starts its own node
     .venv/bin/python -m bench.deep_queue --messages 2000000 --transient  # a transient queue
@@ -27,7 +26,7 @@ import time
 
 from amqpclient import codec as codec_mod
 from bench.loadgen import run_loop, setup_role
-from bench.node import LeveretNode
+from bench.leveret_node import LeveretNode
 from bench.procio import delta, disk_bytes, tree_write_bytes
 from amqpclient.url import parse_url
 

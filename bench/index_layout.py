@@ -1,5 +1,5 @@
 """Bytes LMDB writes per persistent 1,500-byte message for candidate index layouts, with many
-queues in one environment (issue 12 item 4: the paper setup at 4-15 queues costs 1.7-2.5x
+queues in one environment (the paper setup at 4-15 queues costs 1.7-2.5x
 RabbitMQ's bytes written, 1.13x at one queue). A simulation of the flushes, not the broker: each
 "flush" is one durable write transaction (sync=True, metasync=True, as Storage opens the
 environment) that publishes `per` messages into each of Q queues and deletes (acks) those of the

@@ -1,7 +1,7 @@
 """The load generator's worker processes: producer and consumer connections on the lean client.
 
 A worker process (started with multiprocessing's *spawn* context) runs one or more connections
-("roles") in one select loop.  The coordinator (bench/runner.py) talks to it over a Pipe:
+("roles") in one select loop.  The coordinator (bench/scenario_run.py) talks to it over a Pipe:
 
     worker -> ("ready", info)        every connection is set up (channels, qos, confirm, consume)
     coord  -> ("go", t_start, t_measure, t_end)      absolute time.monotonic() instants
@@ -58,7 +58,7 @@ import traceback
 from array import array
 
 from amqpclient import codec as codec_mod
-from amqpclient.connection import AMQPClosed, LeanConnection
+from amqpclient.lean_connection import AMQPClosed, LeanConnection
 from amqpclient.url import AMQPTarget
 
 HIGH_WATER = 256 * 1024          # bytes of pending output before a producer stops adding

@@ -21,7 +21,7 @@ What is here:
   message id in body bytes 8-15 (bytes 0-7 are loadgen's send timestamp); the consumer acks
   every message and records the ids, so the coordinator counts duplicates.
 * ``run_point``: one (queue count, mode) against a broker: declares the exchanges and queues,
-  runs the load generator processes (bench/runner.py's helpers), deletes everything.
+  runs the load generator processes (bench/scenario_run.py's helpers), deletes everything.
 * tables, ratios beside the paper's, the plot (figures 5 and 6's shape) and the CLI.
 
 The "send rate" is the paper's: messages confirmed per second (each message counted once,
@@ -40,10 +40,10 @@ import sys
 import time
 from array import array
 
-from bench import report
+from bench import result_tables
 from bench.aggregate import aggregate
 from bench.loadgen import _TS, HIGH_WATER, BATCH, Consumer, Producer
-from bench.runner import (READY_TIMEOUT, abort_workers, collect_results, distribute,
+from bench.scenario_run import (READY_TIMEOUT, abort_workers, collect_results, distribute,
                           stop_workers)
 
 MODES = ("enqueue", "ack", "ack-lite")
@@ -400,7 +400,7 @@ class _Control:
 
     def __init__(self, target, codec_name: str):
         from amqpclient import codec as codec_mod
-        from amqpclient.connection import LeanConnection
+        from amqpclient.lean_connection import LeanConnection
         self.conn = LeanConnection(target, codec_mod.load(codec_name),
                                    name="leveret-bench paper control", timeout=60.0).connect()
         self.conn.channel_open(1)
@@ -628,9 +628,9 @@ def results_table(results: list[dict]) -> str:
             cells += ["error"] * (len(head) - 2)
         else:
             cl = r.get("confirm_latency_ms") or {}
-            cells += [report.fmt_rate(r.get("send_rate")), report.fmt_rate(r.get("publish_rate")),
-                      report.fmt_rate(r.get("consume_rate")), report.fmt_ms(cl.get("p50")),
-                      report.fmt_ms(cl.get("p99")), f"{r.get('resends', 0):,}",
+            cells += [result_tables.fmt_rate(r.get("send_rate")), result_tables.fmt_rate(r.get("publish_rate")),
+                      result_tables.fmt_rate(r.get("consume_rate")), result_tables.fmt_ms(cl.get("p50")),
+                      result_tables.fmt_ms(cl.get("p99")), f"{r.get('resends', 0):,}",
                       f"{r.get('duplicates', 0):,}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -643,7 +643,7 @@ def ratio_table(results: list[dict]) -> str:
         head += [f"{mode} / enqueue", f"paper ({mode})"]
     lines = ["| " + " | ".join(head) + " |", "| ---: |" + " ---: |" * (len(head) - 1)]
     for row in rows:
-        cells = [str(row["queues"]), report.fmt_rate(row["enqueue"])]
+        cells = [str(row["queues"]), result_tables.fmt_rate(row["enqueue"])]
         for mode in OPTIMISED:
             cells += [fmt_gain(row[mode]), PAPER[mode].get(row["queues"], (None, "–"))[1]]
         lines.append("| " + " | ".join(cells) + " |")
@@ -668,7 +668,7 @@ def resend_notes(results: list[dict], timeout: float) -> list[str]:
         p99 = (r.get("confirm_latency_ms") or {}).get("p99")
         storm = p99 is not None and p99 >= timeout * 1000 * 0.8
         out.append(f"- {r['queues']} queues, {r['mode']}: {n:,} messages resent after "
-                   f"{timeout:g} s without a confirm (confirm p99 {report.fmt_ms(p99)} ms)"
+                   f"{timeout:g} s without a confirm (confirm p99 {result_tables.fmt_ms(p99)} ms)"
                    + ("; the confirm latency reached the timeout, so this is a resend storm, "
                       "not lost messages: raise --resend-timeout or lower --confirm-window "
                       "to measure the broker instead" if storm else ""))
@@ -826,10 +826,10 @@ def run_all(url: str, label: str, queues: list[int], modes: list[str], seconds: 
                     log(f"[{label}]   error: {r['error'].strip().splitlines()[0]}")
                 else:
                     cl = r.get("confirm_latency_ms") or {}
-                    log(f"[{label}]   send {report.fmt_rate(r.get('send_rate'))} msg/s, publish "
-                        f"{report.fmt_rate(r.get('publish_rate'))}, consume "
-                        f"{report.fmt_rate(r.get('consume_rate'))}, confirm p50 "
-                        f"{report.fmt_ms(cl.get('p50'))} ms p99 {report.fmt_ms(cl.get('p99'))}"
+                    log(f"[{label}]   send {result_tables.fmt_rate(r.get('send_rate'))} msg/s, publish "
+                        f"{result_tables.fmt_rate(r.get('publish_rate'))}, consume "
+                        f"{result_tables.fmt_rate(r.get('consume_rate'))}, confirm p50 "
+                        f"{result_tables.fmt_ms(cl.get('p50'))} ms p99 {result_tables.fmt_ms(cl.get('p99'))}"
                         f" ms, resends {r.get('resends', 0)}, duplicates "
                         f"{r.get('duplicates', 0)} (load generator "
                         f"{r.get('loadgen_cpu_cores')} cores)")
@@ -838,7 +838,7 @@ def run_all(url: str, label: str, queues: list[int], modes: list[str], seconds: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.cli import machine_info
+    from bench.make_bench import machine_info
     from bench.refbroker import server_version
     from amqpclient.url import parse_url
 
@@ -865,7 +865,7 @@ def main(argv: list[str] | None = None) -> int:
         doc["broker"] = {"label": label, "url": t.display}
         results = run_all(args.url, label, queues, modes, seconds, warmup, args)
     else:
-        from bench.node import SERVER, LeveretNode
+        from bench.leveret_node import SERVER, LeveretNode
         label = args.label or "Leveret"
         node = LeveretNode(server=args.server or SERVER, log=log, keep_dir=args.keep_node_dir)
         try:
@@ -897,7 +897,7 @@ def main(argv: list[str] | None = None) -> int:
     notes = resend_notes(results, args.resend_timeout)
     if notes:
         print("\nResends:\n" + "\n".join(notes))
-    path = args.json or report.results_path(f"paper-{label}")
+    path = args.json or result_tables.results_path(f"paper-{label}")
     png = args.plot or os.path.splitext(path)[0] + ".png"
     try:
         plot(results, png, f"{label}: seed 003's experiment, {seconds:g} s per point, "
@@ -906,7 +906,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as e:
         log(f"no plot (matplotlib is missing: {e}); `make venv` installs it")
         png = None
-    report.write_json(doc, path)
+    result_tables.write_json(doc, path)
     if png:
         print(f"\nPlot: {os.path.relpath(png)}")
     print(f"JSON: {os.path.relpath(path)}")

@@ -4,7 +4,7 @@ Two candidates, each with 3 members on this machine's loopback and 1 KiB message
 
 1. ``leveret``: Leveret's quorum queue as built (the mirrored queue's protocol; every member
    writes and syncs each message, the leader confirms once a majority has it), in a 3-node
-   cluster started by bench/cluster.py's LocalCluster, beside a classic queue without mirrors
+   cluster started by bench/mirroring_cost.py's LocalCluster, beside a classic queue without mirrors
    and a classic queue mirrored to every node (ha-mode all) on the same cluster; a publisher on
    node 1 (the queues' home) with publisher confirms, persistent messages.
 2. ``raft``: a Raft log per queue with PySyncObj, the Raft library Leveret already runs for its
@@ -72,7 +72,7 @@ async def _amqp_run(url: str, queue: str, n: int) -> dict:
 
 def measure_leveret(n: int, log=print) -> dict:
     import pika
-    from bench.cluster import LocalCluster
+    from bench.mirroring_cost import LocalCluster
     out = {}
     with LocalCluster(log=log) as cluster:
         cluster.ctl(0, "set_policy", "ha-all", r"^mirrored\.", '{"ha-mode":"all"}')

@@ -3,11 +3,11 @@
     .venv/bin/python -m bench.scale [--queues 10000] [--connections 5000] [--only leveret]
     make bench-compare BENCH_ARGS="--scenarios scale"     # the defaults; not in the default set
 
-For each broker (a Leveret node started by bench/node.py in a temporary directory, then a
+For each broker (a Leveret node started by bench/leveret_node.py in a temporary directory, then a
 private RabbitMQ started by bench/refbroker.py; a fresh node for each of the two parts, so a
 broker left broken by one part does not spoil the other):
 
-1. queues: one lean connection (amqpclient/connection.py) declares N transient, non-exclusive queues
+1. queues: one lean connection (amqpclient/lean_connection.py) declares N transient, non-exclusive queues
    named scale-q-00001.. on a few channels, one declare in flight per channel; wall time, the
    RSS and thread count of the broker's processes before and after (settled), RSS per queue;
    then one persistent-less message is published (mandatory, with confirms) to 100 of them,
@@ -45,10 +45,10 @@ import sys
 import time
 
 from amqpclient import codec as codec_mod
-from bench import report
-from amqpclient.connection import AMQPClosed, LeanConnection
+from bench import result_tables
+from amqpclient.lean_connection import AMQPClosed, LeanConnection
 from bench.refbroker import amqp_answers, descendants
-from bench.stats import ratio
+from bench.summary_stats import ratio
 from amqpclient.url import AMQPTarget, parse_url
 
 KEY = "scale"
@@ -155,7 +155,7 @@ def process_kind(cmdline: bytes) -> str:
     args = cmdline.replace(b"\0", b" ").decode(errors="replace").split()
     if "--kind" in args[:-1]:
         return args[args.index("--kind") + 1]
-    if "actors.node.zygote" in args:
+    if "actors.worker.launcher" in args:
         return "launcher"
     return os.path.basename(args[0]) if args else "?"
 
@@ -252,7 +252,7 @@ class Broker:
 
 def start_broker(kind: str, opts: Options, log) -> Broker:
     if kind == "leveret":
-        from bench.node import SERVER, LeveretNode
+        from bench.leveret_node import SERVER, LeveretNode
         node = LeveretNode(server=opts.server or SERVER, log=log, keep_dir=opts.keep_node_dir)
     else:
         from bench.refbroker import RabbitMQNode
@@ -706,7 +706,7 @@ def run_connections(broker: Broker, opts: Options, log) -> dict:
                                  f"had unexpected data")
         log(f"[{label}]   RSS {res['before']['rss_kb'] / 1024:.0f} -> "
             f"{res['after']['rss_kb'] / 1024:.0f} MiB, threads {res['before']['threads']} -> "
-            f"{res['after']['threads']}, new connection {report.fmt_ms(res['probe_loaded_ms'])}"
+            f"{res['after']['threads']}, new connection {result_tables.fmt_ms(res['probe_loaded_ms'])}"
             f" ms; closing them ...")
         t0 = time.monotonic()
         workers.tell("close")
@@ -856,7 +856,7 @@ def fmt_value(v, kind: str) -> str:
         return f"{v:,.2f}"
     if kind == "s":
         return f"{v:,.2f}"
-    return report.fmt_ms(v)
+    return result_tables.fmt_ms(v)
 
 
 def table(doc: dict) -> str:
@@ -881,7 +881,7 @@ def table(doc: dict) -> str:
                    "messages got back"
         cells = [fmt_value(v, kind) for v in vals]
         if len(brokers) == 2:
-            cells.append(report.fmt_ratio(ratio(vals[0], vals[1])) if kind != "log" else "")
+            cells.append(result_tables.fmt_ratio(ratio(vals[0], vals[1])) if kind != "log" else "")
         title = ""
         if section != shown:
             n = opts.get(section)
@@ -964,7 +964,7 @@ def main(argv: list[str] | None = None) -> int:
                    channels=a.channels, sample=a.sample, client_procs=max(1, a.client_procs),
                    probes=max(1, a.probes), settle=a.settle, timeout=a.timeout, codec=a.codec,
                    server=a.server, keep_node_dir=a.keep_node_dir)
-    from bench.cli import machine_info
+    from bench.make_bench import machine_info
     cmd = command_line(argv)
     log_stderr(f"$ {cmd}")
     doc = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine_info(),
@@ -980,9 +980,9 @@ def main(argv: list[str] | None = None) -> int:
     logs = log_text(doc)
     if logs:
         print("\nError lines in the brokers' logs:\n" + logs)
-    path = a.json or report.results_path(
+    path = a.json or result_tables.results_path(
         "scale-" + "-vs-".join(b.get("label", b["broker"]) for b in doc["brokers"]))
-    report.write_json(doc, path)
+    result_tables.write_json(doc, path)
     print(f"\nJSON: {os.path.relpath(path)}")
     return 1 if errs else 0
 

@@ -4,7 +4,7 @@ A scenario says how many queues, producer and consumer connections (and channels
 run, the message size, and the acknowledgement / confirm / persistence settings, and, for the
 workloads of RabbitMQ's PerfTest (group `perftest`), a fixed publishing rate per channel, a
 fanout exchange in front of the queues and a delay before the consumers subscribe.  The runner
-(bench/runner.py) knows nothing about particular scenarios: adding one is adding a `Scenario`
+(bench/scenario_run.py) knows nothing about particular scenarios: adding one is adding a `Scenario`
 to `SCENARIOS` (or building one with `dataclasses.replace`, as the paper's are below).
 """
 from __future__ import annotations

@@ -228,7 +228,7 @@ def run_selftest(seconds: float = 3.0, warmup: float = 1.0, codec: str = "auto",
 
 
 def selftest_table(rows: list[dict]) -> str:
-    from bench.report import fmt_rate
+    from bench.result_tables import fmt_rate
     lines = ["| load generator, 1 process / 1 connection | msg/s | frames/s | MB/s "
              "| client CPU (cores) | fake broker CPU (cores) |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]

@@ -6,10 +6,10 @@ Owns the wire format only; ``docs/protocol-api.md`` is the contract.  Everything
 the submodules is re-exported here.
 """
 
-from . import constants, errors, fields, frames, methods, properties
+from . import constants, codec_errors, fields, frames, methods, properties
 from .constants import *  # noqa: F401,F403
 from .constants import HARD_ERRORS, PROTOCOL_HEADER  # noqa: F401
-from .errors import AMQPError, BadProtocolHeader, FrameError, SyntaxError_
+from .codec_errors import AMQPError, BadProtocolHeader, FrameError, SyntaxError_
 from .fields import (
     decode_array,
     decode_longstr,
@@ -51,7 +51,7 @@ from .properties import EMPTY_PROPERTIES, PROPERTY_FLAGS, BasicProperties
 __all__ = (
     [n for n in dir(constants) if n.isupper()]
     + [
-        "constants", "errors", "fields", "frames", "methods", "properties",
+        "constants", "codec_errors", "fields", "frames", "methods", "properties",
         "AMQPError", "BadProtocolHeader", "FrameError", "SyntaxError_",
         "decode_array", "decode_longstr", "decode_shortstr", "decode_table", "decode_value",
         "encode_array", "encode_longstr", "encode_shortstr", "encode_table", "encode_value",

@@ -35,7 +35,7 @@ Encoding picks the type from the Python value the way pamqp 4 does for ints (the
 floats are written as ``d`` (pamqp writes a lossy ``f``), ``bytes`` and ``bytearray`` are
 written as ``x`` (pamqp only takes bytearray), and table keys keep insertion order (pamqp sorts
 them).  Encoders raise ``TypeError``/``ValueError`` for values that cannot be encoded; decoders
-raise only ``protocol.errors.SyntaxError_`` (502).
+raise only ``protocol.codec_errors.SyntaxError_`` (502).
 
 ``decode_table(buf, typed=True)`` keeps each value's wire type as rabbit_binary_parser does
 (``{Name, Type, Value}``): integers and 32-bit floats come back as the int/float subclasses
@@ -53,7 +53,7 @@ import decimal
 import struct
 import time
 
-from .errors import SyntaxError_
+from .codec_errors import SyntaxError_
 
 __all__ = [
     "encode_table",

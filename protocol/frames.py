@@ -61,7 +61,7 @@ from .constants import (
     PROTOCOL_HEADER,
     UNEXPECTED_FRAME,
 )
-from .errors import AMQPError, BadProtocolHeader, FrameError
+from .codec_errors import AMQPError, BadProtocolHeader, FrameError
 from .methods import METHODS, BasicAck as _BasicAck, BasicDeliver as _BasicDeliver, Method
 from .methods import BasicPublish as _BasicPublish
 from .properties import EMPTY_PROPERTIES, BasicProperties

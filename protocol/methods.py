@@ -22,7 +22,7 @@ from __future__ import annotations
 import struct
 
 from . import fields as _fields
-from .errors import SyntaxError_
+from .codec_errors import SyntaxError_
 
 __all__ = ["Method", "METHODS", "BY_NAME", "CONTENT_METHODS"]
 

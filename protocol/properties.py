@@ -20,7 +20,7 @@ import functools
 import struct
 
 from . import fields as _fields
-from .errors import SyntaxError_
+from .codec_errors import SyntaxError_
 
 __all__ = ["BasicProperties", "EMPTY_PROPERTIES", "PROPERTY_FLAGS"]
 

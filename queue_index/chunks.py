@@ -1,4 +1,4 @@
-"""Chunks: the bodies of a queue's small messages, many to one LMDB value (issue 12 item 4).
+"""Chunks: the bodies of a queue's small messages, many to one LMDB value.
 
 RabbitMQ's classic queues v2 append the bodies of small messages to a per-queue store file
 (rabbit_classic_queue_store_v2) and keep only a small record in the index; the file is deleted

@@ -7,7 +7,7 @@
 DIR holds the .events files of one or many nodes (searched recursively; several directories may
 be given, comma-separated). DIR and OUT are paths of Hadoop's file systems: plain paths (the
 default file system), file://, hdfs://, s3a://... Writes, under OUT:
-    events/              Parquet, every event decoded, one row each (reader.py, schema.py);
+    events/              Parquet, every event decoded, one row each (log_reader.py, schema.py);
                          a later run into the same OUT appends only the new files' events
     manifest/            Parquet, one row per .events file: what events/ holds of it
                          (manifest.py)
@@ -35,7 +35,7 @@ if __package__ in (None, ""):  # run as a script (spark-submit spark_analysis/li
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
     sys.path.insert(0, os.path.dirname(_here))
 
-from spark_analysis import reader, report  # noqa: E402
+from spark_analysis import log_reader, report  # noqa: E402
 from spark_analysis import schema as S  # noqa: E402
 
 STEPS = ["start Spark", "read events", "log gaps", "lifecycles", "anomalies", "latencies",
@@ -86,8 +86,8 @@ def run(args: argparse.Namespace, spark=None) -> int:
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
-    from spark_analysis import (anomalies, gaps, latency, lifecycles, lookup, manifest, session,
-                                storage)
+    from spark_analysis import (anomalies, gaps, hadoop_fs, latency, lifecycles, lookup, manifest,
+                                session)
     from spark_analysis.progress import Progress
 
     prog = Progress(STEPS, enabled=not args.no_progress)
@@ -98,30 +98,30 @@ def run(args: argparse.Namespace, spark=None) -> int:
     prog.attach(spark)
     try:
         prog.begin("read events")
-        out = storage.qualify(spark, args.out)
-        inputs = [storage.qualify(spark, p) for p in args.events.split(",") if p]
+        out = hadoop_fs.qualify(spark, args.out)
+        inputs = [hadoop_fs.qualify(spark, p) for p in args.events.split(",") if p]
         try:
-            listing = reader.scan(spark, inputs)
+            listing = log_reader.scan(spark, inputs)
         except AnalysisException as e:
             print(f"spark_analysis: cannot list {args.events}: {e}", file=sys.stderr)
             return 2
         layout = S.ddl()
-        manifest_dir, events_dir = storage.join(out, "manifest"), storage.join(out, "events")
+        manifest_dir, events_dir = hadoop_fs.join(out, "manifest"), hadoop_fs.join(out, "events")
         previous = None if args.full else manifest.read(spark, manifest_dir)
-        if previous is not None and not storage.exists(spark, events_dir):
+        if previous is not None and not hadoop_fs.exists(spark, events_dir):
             previous = None  # (OUT/events/ was removed by hand: start again)
         plan = manifest.plan(previous, listing, ",".join(inputs), layout)
-        new_headers = reader.headers(spark, [f.path for f in plan.read])
+        new_headers = log_reader.headers(spark, [f.path for f in plan.read])
         why = manifest.replaced(plan, new_headers)
         if why:  # a file under a recorded name is another file: start again
             run = plan.run
             plan = manifest.plan(None, listing, ",".join(inputs), layout)
             plan.run, plan.why = run, why
-            new_headers = reader.headers(spark, [f.path for f in plan.read])
+            new_headers = log_reader.headers(spark, [f.path for f in plan.read])
         read_paths = [f.path for f in plan.read]
-        clock_of = {p: reader.clock_key(h, p) for p, h in new_headers.items()}
+        clock_of = {p: log_reader.clock_key(h, p) for p, h in new_headers.items()}
         known = manifest.offsets(plan, {})
-        offsets = manifest.offsets(plan, reader.clock_offsets(
+        offsets = manifest.offsets(plan, log_reader.clock_offsets(
             {p: h for p, h in new_headers.items() if clock_of[p] not in known}))
         if not new_headers and not any(e.valid for e in plan.previous.values()):
             print(f"spark_analysis: no {S.SCHEMA} .events files under {args.events}",
@@ -131,9 +131,9 @@ def run(args: argparse.Namespace, spark=None) -> int:
         # columns it needs, and nothing big has to fit in the JVM's memory. An incremental run
         # appends the new files' events; the manifest is removed first, so a run that dies
         # half-way leaves the next one a full read rather than rows it would add twice.
-        storage.delete(spark, manifest_dir)
+        hadoop_fs.delete(spark, manifest_dir)
         if plan.full or read_paths:
-            reader.load(spark, read_paths, offsets, plan.skip).write.mode(
+            log_reader.load(spark, read_paths, offsets, plan.skip).write.mode(
                 "overwrite" if plan.full else "append").parquet(events_dir)
         events = spark.read.parquet(events_dir)
         # one pass for the counts per kind and per file and the log's time span
@@ -158,14 +158,14 @@ def run(args: argparse.Namespace, spark=None) -> int:
         prog.begin("log gaps")
         run_list, gap_list = gaps.collect(events)
         gaps.runs_frame(spark, run_list, gap_list).write.mode("overwrite").parquet(
-            storage.join(out, "runs"))
+            hadoop_fs.join(out, "runs"))
         gap_df = gaps.gaps_frame(spark, gap_list)
-        gap_df.write.mode("overwrite").parquet(storage.join(out, "gaps"))
+        gap_df.write.mode("overwrite").parquet(hadoop_fs.join(out, "gaps"))
         # a complete log pays nothing for the gap rule: no join unless there is a gap
         msg_gaps = gaps.message_gaps(events, gap_df) if gap_list else None
 
         prog.begin("lifecycles")
-        lc_dir = storage.join(out, "lifecycles")
+        lc_dir = hadoop_fs.join(out, "lifecycles")
         lifecycles.build(events, msg_gaps).write.mode("overwrite").parquet(lc_dir)
         lookup.write(events, out)  # lookup/: the layout traces read one message from
         lc = spark.read.parquet(lc_dir)
@@ -174,8 +174,8 @@ def run(args: argparse.Namespace, spark=None) -> int:
 
         prog.begin("anomalies")
         an = anomalies.find(lc, args.redelivery_threshold)
-        an.write.mode("overwrite").parquet(storage.join(out, "anomalies"))
-        an = spark.read.parquet(storage.join(out, "anomalies"))
+        an.write.mode("overwrite").parquet(hadoop_fs.join(out, "anomalies"))
+        an = spark.read.parquet(hadoop_fs.join(out, "anomalies"))
         anomaly_counts = {r["kind"]: r["count"] for r in _rows(an.groupBy("kind").count())}
         anomaly_rows = _rows(an.orderBy("kind", "t").limit(50))
 
@@ -183,11 +183,11 @@ def run(args: argparse.Namespace, spark=None) -> int:
         samples = latency.samples(lc).persist(StorageLevel.DISK_ONLY)
         by_queue = latency.by_queue(samples)
         by_minute = latency.by_minute(samples)
-        by_queue.write.mode("overwrite").parquet(storage.join(out, "latency", "by_queue"))
-        by_minute.write.mode("overwrite").parquet(storage.join(out, "latency", "by_minute"))
-        by_queue_rows = _rows(spark.read.parquet(storage.join(out, "latency", "by_queue"))
+        by_queue.write.mode("overwrite").parquet(hadoop_fs.join(out, "latency", "by_queue"))
+        by_minute.write.mode("overwrite").parquet(hadoop_fs.join(out, "latency", "by_minute"))
+        by_queue_rows = _rows(spark.read.parquet(hadoop_fs.join(out, "latency", "by_queue"))
                               .orderBy("metric", "queue"))
-        by_minute_rows = _rows(spark.read.parquet(storage.join(out, "latency", "by_minute"))
+        by_minute_rows = _rows(spark.read.parquet(hadoop_fs.join(out, "latency", "by_minute"))
                                .orderBy("metric", "minute").limit(2000))
         fractions = {}
         for r in by_queue_rows:
@@ -233,10 +233,10 @@ def run(args: argparse.Namespace, spark=None) -> int:
         data.steps = prog.timings
         data.files_read = None if plan.full else len(read_paths)
         for name, blob in report.render(data).items():
-            storage.write_bytes(spark, storage.join(out, name), blob)
+            hadoop_fs.write_bytes(spark, hadoop_fs.join(out, name), blob)
         print(report.summary_text(data))
-        path = storage.join(out, "report.html")
-        print(f"  report: {storage.local_path(path) or path}")
+        path = hadoop_fs.join(out, "report.html")
+        print(f"  report: {hadoop_fs.local_path(path) or path}")
         return 0
     finally:
         prog.close()

@@ -142,9 +142,9 @@ def entries(p: Plan, headers: dict[str, dict], clock_of: dict[str, str],
 # -- I/O -----------------------------------------------------------------------------------
 def read(spark, uri: str) -> list[Entry] | None:
     """The manifest at `uri`, or None when there is none."""
-    from spark_analysis import storage
+    from spark_analysis import hadoop_fs
 
-    if not storage.exists(spark, uri):
+    if not hadoop_fs.exists(spark, uri):
         return None
     return [Entry(**r.asDict()) for r in spark.read.parquet(uri).collect()]
 

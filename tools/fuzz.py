@@ -1,9 +1,9 @@
-"""Fuzzing a live node with generated AMQP frame sequences (issue 11, item 9): `make fuzz`.
+"""Fuzzing a live node with generated AMQP frame sequences: `make fuzz`.
 
     python -m tools.fuzz [--sequences 1000000] [--connections 48] [--procs 1] [--seed 1]
                          [--out bench/results/fuzz.txt] [--url amqp://... (a running broker)]
 
-Starts a Leveret node (bench/node.py: a free loopback port, a temp dir, stopped by its PID) unless
+Starts a Leveret node (bench/leveret_node.py: a free loopback port, a temp dir, stopped by its PID) unless
 --url names one, then runs `--procs` fuzzing processes, each with `--connections` concurrent
 client connections on one asyncio loop, until `--sequences` sequences were sent. A connection
 does a valid handshake (or, for a few, a fuzzed one), opens a home channel and a probe channel,
@@ -684,7 +684,7 @@ def _children(pid: int) -> dict[int, str]:
                 argv = f.read().decode(errors="replace").split("\0")
         except (OSError, ValueError, IndexError):
             continue
-        if "actors.worker" in argv:
+        if "actors.worker.process" in argv:
             out[int(entry)] = f"{argv[argv.index('--kind') + 1]}-{argv[argv.index('--index') + 1]}"
     return out
 
@@ -747,7 +747,7 @@ def main(argv=None) -> int:
         u = urlparse(args.url)
         host, port, url = u.hostname, u.port or 5672, args.url
     else:
-        from bench.node import LeveretNode
+        from bench.leveret_node import LeveretNode
         node = LeveretNode(keep_dir=args.keep, extra_args=args.node_args.split())
         node.start()
         host, port, url = node.host, node.port, node.url

@@ -20,7 +20,7 @@ import pykka
 from actors import events
 from actors import messages as m
 from actors import metadata_ops as ops
-from actors.connection.channel import Channel
+from actors.connection.channel_process import Channel
 from actors.connection.writer import Writer
 from actors.core import connection as core_connection
 from actors.core.connection import ConnectionCore, ConnectionPort, HandshakeTimeout

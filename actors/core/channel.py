@@ -4,7 +4,7 @@ methods for one channel.
 Mirrors rabbit_channel.erl: routing publishes through the local exchange/binding table, publisher
 confirm bookkeeping (seq no -> queues still to confirm, multiple=true runs), delivery tags and
 the unacked map, prefetch (basic.qos) passed to the queues, transactions, consumer bookkeeping,
-and the errors RabbitMQ raises with their texts. The actor shell (actors/connection/channel.py)
+and the errors RabbitMQ raises with their texts. The actor shell (actors/connection/channel_process.py)
 feeds it whole commands and queue/node messages and carries out what it asks through `out`:
 
 - `write(data: bytes, sent=None)`   frames to the client; `sent` is [(queue, n)] delivery credit
@@ -37,7 +37,7 @@ from actors.core.errors import (AMQPError, ChannelError, ConnectionError_, amqp_
                                 is_hard_error, resource_locked)
 from actors.core.permissions import topic_access_refused
 from protocol import methods as am
-from protocol.errors import AMQPError as CodecError
+from protocol.codec_errors import AMQPError as CodecError
 from protocol.frames import deliver_parts, encode_content, encode_deliver, encode_method
 from protocol.properties import BasicProperties, with_reply_to
 

@@ -1,5 +1,5 @@
 """Which ChannelCore method takes each message a channel receives: one table, read by the Channel
-actor (actors/connection/channel.py) and by the tests' in-memory wire, so the two cannot drift.
+actor (actors/connection/channel_process.py) and by the tests' in-memory wire, so the two cannot drift.
 
 What only the actor can do (its consumer-timeout timer, stopping itself on Terminate) stays in
 the actor; `handle` answers False for a message it does not know.

@@ -35,8 +35,8 @@ from actors.core.permissions import login_refused, loopback_refused, parse_amqpl
     parse_plain
 from protocol import methods as am
 from protocol.constants import PROTOCOL_HEADER
-from protocol.errors import AMQPError as CodecError
-from protocol.errors import BadProtocolHeader
+from protocol.codec_errors import AMQPError as CodecError
+from protocol.codec_errors import BadProtocolHeader
 from protocol.frames import (BodyFrame, Command, CommandAssembler, FrameDecoder, HeaderFrame,
                              HeartbeatFrame, MethodFrame, ProtocolHeader, encode_method)
 

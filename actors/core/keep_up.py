@@ -6,7 +6,7 @@ ready (or its memory budget, if smaller), publisher credit waits (credit_flow) i
 queue growing towards paging, so a message waits milliseconds in it, and what is already paged
 out drains before more comes in. Paging would cost the same worker a write and a read of every message, which
 its consumers, bound by their prefetch round trip, cannot afford: they would fall further
-behind until every message goes through the disk (the regression of issue 10's case (c)).
+behind until every message goes through the disk.
 Consumers that take less than that (slow ones, or none at all) leave the publishers alone:
 the queue pages, as RabbitMQ's classic queues do. A consumer that stops taking (a window with
 no deliveries) ends the priority at the window's end, so a publisher is never held by a

@@ -14,7 +14,7 @@ Leveret differences (docs/cluster.md):
 
 `ha-sync-mode` (automatic, or manual: a new mirror gets only what enters the queue from then on
 and is synchronised once the older messages are gone or on `leveretctl sync_queue`) is the
-master's (actors/queue/queue.py, actors/queue/mirror.py).
+master's (actors/queue/queue_process.py, actors/queue/mirror.py).
 """
 
 from __future__ import annotations

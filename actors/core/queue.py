@@ -4,7 +4,7 @@ overflow modes, dead-lettering, auto-delete and x-expires.
 
 Mirrors rabbit_amqqueue_process.erl (consumers, limits, TTL, overflow, dead-lettering
 decisions) together with the in-memory part of rabbit_variable_queue.erl (q4 and requeue
-ordering). The actor shell (actors/queue/queue.py) feeds it messages (the channels' through
+ordering). The actor shell (actors/queue/queue_process.py) feeds it messages (the channels' through
 actors/core/queue_dispatch.py) and carries out what it asks through `out`, an object with:
 
 - `deliver(channel, items, bodies)`  a batch of deliveries (messages.Delivery) to one channel

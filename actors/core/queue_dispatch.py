@@ -1,5 +1,5 @@
 """Which QueueCore method takes each message a queue receives from its channels: one table,
-read by the Queue actor (actors/queue/queue.py) and by the tests' in-memory wire, so the two
+read by the Queue actor (actors/queue/queue_process.py) and by the tests' in-memory wire, so the two
 cannot drift.
 
 What only the actor can do (its backing queue's answers, admin operations, policies, timers,

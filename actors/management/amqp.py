@@ -3,7 +3,7 @@ aliveness test), as rabbitmq_management does through a direct connection: logged
 HTTP user, so AMQP's permission checks apply unchanged. Blocking; the listener runs these in
 its thread pool.
 
-Built on amqpclient/connection.py's LeanConnection (the project's lean client over protocol/): one
+Built on amqpclient/lean_connection.py's LeanConnection (the project's lean client over protocol/): one
 short connection per request.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 
 from amqpclient import codec as codecs
-from amqpclient.connection import AMQPClosed, LeanConnection
+from amqpclient.lean_connection import AMQPClosed, LeanConnection
 from amqpclient.url import AMQPTarget
 from protocol.properties import BasicProperties
 

@@ -8,7 +8,7 @@ its own routes (rabbit_mgmt_wm_*).
 
 An aiohttp application on its own thread and asyncio loop inside the node process. It holds no
 state: each request asks the node's metadata actor over the same ipc:// socket leveretctl uses
-(`actors.ctl.ask_node`, run in a thread pool so the loop never blocks) and shapes the answer
+(`actors.ctl.commands.ask_node`, run in a thread pool so the loop never blocks) and shapes the answer
 with actors/management/api.py. Writes go through the operations AMQP channels and leveretctl
 already use, so they are checked, Raft-committed in a cluster and seen by every worker the same
 way. HTTP basic auth; the user's tags and vhost permissions apply as rabbit_mgmt_util applies
@@ -33,29 +33,29 @@ from actors import metadata_ops as ops
 from actors.connection import tls
 from actors.core.errors import AMQPError
 from actors.core.permissions import hashed_auth_call, loopback_refused
-from actors.ctl import ask_node
+from actors.ctl.commands import ask_node
 from actors.management import amqp, api, routes
 from actors.management.api import ApiError
-from actors.management.resources import analyses
-from actors.management.resources import bindings
-from actors.management.resources import census
-from actors.management.resources import connections
-from actors.management.resources import definitions
-from actors.management.resources import exchanges
-from actors.management.resources import health
-from actors.management.resources import limits
-from actors.management.resources import message_traces
-from actors.management.resources import metrics
-from actors.management.resources import overview
-from actors.management.resources import parameters
-from actors.management.resources import permissions
-from actors.management.resources import policies
-from actors.management.resources import queues
-from actors.management.resources import shovels
-from actors.management.resources import ui
-from actors.management.resources import users
-from actors.management.resources import vhosts
-from actors.management.resources import whoami
+from actors.management.resources import api_analyses
+from actors.management.resources import api_bindings
+from actors.management.resources import api_census
+from actors.management.resources import api_connections
+from actors.management.resources import api_definitions
+from actors.management.resources import api_exchanges
+from actors.management.resources import api_health
+from actors.management.resources import api_limits
+from actors.management.resources import api_message_traces
+from actors.management.resources import api_metrics
+from actors.management.resources import api_overview
+from actors.management.resources import api_parameters
+from actors.management.resources import api_permissions
+from actors.management.resources import api_policies
+from actors.management.resources import api_queues
+from actors.management.resources import api_shovels
+from actors.management.resources import api_ui
+from actors.management.resources import api_users
+from actors.management.resources import api_vhosts
+from actors.management.resources import api_whoami
 
 log = logging.getLogger("leveret.management")
 
@@ -65,28 +65,28 @@ log = logging.getLogger("leveret.management")
 # one line importing it above and one line adding it here; the order does not matter, no two
 # routes match one request (docs/management.md, "Where the code is").
 API_RESOURCES = (
-    ui,  # / and /static: the web UI
-    whoami,  # /api/whoami, /api/extensions
-    overview,  # /api/overview, /api/cluster-name, /api/nodes
-    health,  # /api/health/checks/*, /api/aliveness-test
-    connections,  # /api/connections, /api/channels, /api/consumers
-    exchanges,  # /api/exchanges (and publish)
-    queues,  # /api/queues (and purge, get, actions)
-    census,  # /api/leveret/census: a queue_census event on demand
-    bindings,  # /api/bindings, an exchange's or a queue's bindings
-    vhosts,  # /api/vhosts
-    limits,  # /api/vhost-limits, /api/user-limits
-    users,  # /api/users
-    permissions,  # /api/permissions, /api/topic-permissions
-    policies,  # /api/policies, /api/operator-policies
-    parameters,  # /api/parameters, /api/global-parameters
-    shovels,  # /api/shovels (rabbitmq_shovel_management)
-    definitions,  # /api/definitions
-    analyses,  # /api/leveret/analyses, /analyses (the lifecycle traces)
-    message_traces,  # /api/traces: find a message in an analysis, follow its path
+    api_ui,  # / and /static: the web UI
+    api_whoami,  # /api/whoami, /api/extensions
+    api_overview,  # /api/overview, /api/cluster-name, /api/nodes
+    api_health,  # /api/health/checks/*, /api/aliveness-test
+    api_connections,  # /api/connections, /api/channels, /api/consumers
+    api_exchanges,  # /api/exchanges (and publish)
+    api_queues,  # /api/queues (and purge, get, actions)
+    api_census,  # /api/leveret/census: a queue_census event on demand
+    api_bindings,  # /api/bindings, an exchange's or a queue's bindings
+    api_vhosts,  # /api/vhosts
+    api_limits,  # /api/vhost-limits, /api/user-limits
+    api_users,  # /api/users
+    api_permissions,  # /api/permissions, /api/topic-permissions
+    api_policies,  # /api/policies, /api/operator-policies
+    api_parameters,  # /api/parameters, /api/global-parameters
+    api_shovels,  # /api/shovels (rabbitmq_shovel_management)
+    api_definitions,  # /api/definitions
+    api_analyses,  # /api/leveret/analyses, /analyses (the lifecycle traces)
+    api_message_traces,  # /api/traces: find a message in an analysis, follow its path
 )
 PROMETHEUS_RESOURCES = (
-    metrics,  # /metrics, /metrics/per-object, /metrics/detailed
+    api_metrics,  # /metrics, /metrics/per-object, /metrics/detailed
 )
 
 # the methods that change something: a page of another origin may not send them

@@ -1,4 +1,4 @@
-"""Lifecycle traces where operators look (issue 14 item 7): the reports `make analyze` wrote
+"""Lifecycle traces where operators look: the reports `make analyze` wrote
 under the node's data directory, the messages of one, and one message's lifecycle step by step
 (kind, actor, node, process, time, and what the step names), read from the Spark job's Parquet
 output with pyarrow (no Spark in the node).

@@ -62,9 +62,9 @@ def make_secret(path: str) -> None:
 
 
 def server_command() -> list[str]:
-    """leveret-server beside this Python (the venv's), else this Python running actors.cli."""
+    """leveret-server beside this Python (the venv's), else this Python running actors.node.serve."""
     exe = shutil.which("leveret-server", path=os.path.dirname(sys.executable))
-    return [exe] if exe else [sys.executable, "-m", "actors.cli"]
+    return [exe] if exe else [sys.executable, "-m", "actors.node.serve"]
 
 
 def amqp_answers(host: str, port: int) -> bool:

@@ -118,7 +118,7 @@ class QueuesMixin:
 
     @handles(ops.QueueCrashed)
     def op_queue_crashed(self, rpc, vhost, name, address, gave_up):
-        """A queue worker's supervisor saw a queue crash (actors/queue/host.py): every channel
+        """A queue worker's supervisor saw a queue crash (actors/queue/queue_host.py): every channel
         of the cluster hears QueueDown (nacks, basic.cancel); a queue it gave up on is marked
         crashed (declares get 404, the management API says "crashed") until it is deleted."""
         self._queue_down(m.QueueDown(address, vhost, name))

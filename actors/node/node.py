@@ -42,8 +42,9 @@ from actors import runtime
 from actors.messages import (AlarmsChanged, ClusterReady, ClusterTick, DurableQueues, NodeTick,
                              ReadyWorkers, WorkerExited)
 from actors.runtime.eventloop import EventLoop
-from actors.ctl import ask_node
-from actors.node import definitions_json, node_stats, zygote
+from actors.ctl.commands import ask_node
+from actors.node import definitions_json, node_stats
+from actors.worker import launcher
 from actors.node.metadata import Metadata
 from actors.node.resources import ResourceMonitor
 from actors.core.restarts import RestartIntensity
@@ -97,7 +98,7 @@ def private_data_dir(data_dir: str) -> None:
     """The data dir 0700 and what is in it readable by this user only (files 0600, the
     cluster secret 0400): definitions with password hashes, message bodies and the Raft log
     are nobody else's business. Files an older version left 0644 are fixed here too; the
-    process's umask (077, actors/cli.py) keeps new ones private."""
+    process's umask (077, actors/node/serve.py) keeps new ones private."""
     os.makedirs(data_dir, mode=0o700, exist_ok=True)
     me = os.getuid()
     for root, dirs, files in os.walk(data_dir):
@@ -153,7 +154,7 @@ class Node:
         # node does not listen on its AMQP ports meanwhile, as RabbitMQ stops its listeners
         self.paused = threading.Event()
         self.listening = False  # the AMQP (and AMQPS) listeners are open
-        self.launcher = zygote.Launcher()  # forks the workers from code imported once
+        self.launcher = launcher.Launcher()  # forks the workers from code imported once
 
     def run(self) -> int:
         cfg = self.config
@@ -384,7 +385,7 @@ class Node:
             slot.proc = self.launcher.spawn(args, fd_args)
             how = "forked by the launcher"
             if slot.proc is None:
-                slot.proc = subprocess.Popen([sys.executable, "-m", "actors.worker", *args],
+                slot.proc = subprocess.Popen([sys.executable, "-m", "actors.worker.process", *args],
                                              stdin=subprocess.DEVNULL,
                                              pass_fds=list(fd_args.values()))
                 how = "its own program"

@@ -8,7 +8,7 @@ page in, purge and drop the index. It answers `Persisted(msgs)` once they are on
 Queue sends the publisher confirms then. The worker's backing queues share the "store"
 scheduler, a thread apart from the worker's event loop, so that an fsync never stalls deliveries.
 
-Group commit (behaviour C7), and writing only what must be written (issue 12): nothing is
+Group commit (behaviour C7), and writing only what must be written: nothing is
 written when it arrives. Persist stages the messages; a Forget that finds its message still
 staged cancels it (never written, as RabbitMQ's msg_store cancels a pending write when the
 remove comes first); a Forget of a written message stages its ack (and appends it to the

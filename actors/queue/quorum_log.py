@@ -1,4 +1,4 @@
-"""A quorum queue member's log on this node, as a leader election reads it (issue 15, "heir").
+"""A quorum queue member's log on this node, as a leader election reads it.
 
 A member's log is its node's queue index for the queue (the leader's own, or what a member's
 Mirror wrote and synced: actors/queue/mirror.py), plus a marker file

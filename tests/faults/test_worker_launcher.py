@@ -1,4 +1,4 @@
-"""The worker launcher (actors/node/zygote.py): a node forks its workers from a process that
+"""The worker launcher (actors/worker/launcher.py): a node forks its workers from a process that
 imported their code once; the workers are the node's children all the same (it restarts them
 as before), and a launcher killed -9 costs nothing but speed: the node starts the next worker
 as a program of its own (ARCHITECTURE "Processes of one node", behaviour C6 for the restart)."""
@@ -77,7 +77,7 @@ def test_workers_are_forked_by_the_launcher_and_supervised_by_the_node_which_fal
         assert all(ppid(w) == node for w in workers)  # the node's children: it waits for them
         # each shows in ps as the program it stands for (the configuration left out)
         assert sorted("--kind queue" in cmdline(w) for w in workers) == [False, False, True, True]
-        launchers = [c for c in children(node) if "actors.node.zygote" in cmdline(c)]
+        launchers = [c for c in children(node) if "actors.worker.launcher" in cmdline(c)]
         assert len(launchers) == 1, [cmdline(c) for c in children(node)]
         assert broker.log_path.read_text().count("forked by the launcher") == 4
 
@@ -94,7 +94,7 @@ def test_workers_are_forked_by_the_launcher_and_supervised_by_the_node_which_fal
         os.kill(new, signal.SIGKILL)
         newer = wait_restarted(broker, 0, new)
         assert ppid(newer) == node
-        assert "actors.worker" in cmdline(newer)
+        assert "actors.worker.process" in cmdline(newer)
         assert broker.log_path.read_text().count("its own program") == 1, broker.log_tail()
         round_trip(broker, "a program", b"3")
         everyone = [node, *children(node)]

@@ -1,4 +1,4 @@
-"""The benchmarks' lean consumer (bench/loadgen.py's Consumer on amqpclient/connection.py) drains a
+"""The benchmarks' lean consumer (bench/loadgen.py's Consumer on amqpclient/lean_connection.py) drains a
 backlog that was there before it subscribed (P1: prefetch 100, one basic.ack per delivery).
 
 The bug this guards: `python -m bench.deep_queue --transient --size 400` hung for good after
@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 
 from amqpclient import codec as codec_mod
-from amqpclient.connection import LeanConnection
+from amqpclient.lean_connection import LeanConnection
 from bench.loadgen import run_loop, setup_role
 from amqpclient.url import parse_url
 

@@ -170,7 +170,7 @@ def _find_a_message_by_what_the_client_knows(tmp_path, data_dir, tags):
     finally:
         broker.stop()
     # leveretctl prints the same path (no node needed: it reads the analysis folder)
-    out = subprocess.run([sys.executable, "-m", "actors.ctl", "--data-dir", str(data_dir),
+    out = subprocess.run([sys.executable, "-m", "actors.ctl.commands", "--data-dir", str(data_dir),
                           "trace", "c-requeued-then-acked", "--by", "correlation_id"],
                          capture_output=True, text=True, timeout=60, check=True).stdout
     lines = out.splitlines()

@@ -90,7 +90,7 @@ def _files(data_dir):
 
 def test_passwords_never_reach_a_disk_in_plain_text_and_log_in_everywhere(shared):
     from actors import metadata_ops as ops
-    from actors.ctl import call
+    from actors.ctl.commands import call
     user, password = f"u-{uuid.uuid4().hex[:6]}", f"pw-{uuid.uuid4().hex}"
     second = f"pw2-{uuid.uuid4().hex}"
     old_user, old_password = f"o-{uuid.uuid4().hex[:6]}", f"pw3-{uuid.uuid4().hex}"

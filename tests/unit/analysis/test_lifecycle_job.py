@@ -16,7 +16,7 @@ import pytest
 
 from actors import events as writer
 from analysis_workload import Sim, gap_workload, known_workload, planted_anomalies
-from spark_analysis import lifecycle, reader
+from spark_analysis import lifecycle, log_reader
 from spark_analysis import schema as S
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -44,7 +44,7 @@ def test_reader_decodes_what_the_writer_wrote(tmp_path):
         message_id=b"bytes-id", custom={"x": 1}))
     lg.record("queue_crashed", None, 1_500, dict(queue="q", channel="7"))
     lg.close()
-    rows = reader.read_dir(str(tmp_path)).to_pylist()
+    rows = log_reader.read_dir(str(tmp_path)).to_pylist()
     assert [(r["kind"], r["seq"]) for r in rows] == [
         ("process_start", 0), ("delivered", 1), ("queue_crashed", 2), ("process_stop", 3)]
     assert {r["run_id"] for r in rows} == {lg.run_id}
@@ -59,7 +59,7 @@ def test_reader_decodes_what_the_writer_wrote(tmp_path):
     assert rows[1]["msg_id"] is None and rows[1]["channel"] == 7
     assert rows[1]["t_ns"] - r["t_ns"] == 500  # monotonic differences survive
     # the wall clock: the monotonic time mapped by the file header's pair of clocks
-    h = reader.read_header(lg.paths[0])
+    h = log_reader.read_header(lg.paths[0])
     assert r["wall_ns"] == 1_000 + h["wall_ns"] - h["mono_ns"]
 
 

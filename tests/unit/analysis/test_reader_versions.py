@@ -1,7 +1,7 @@
 """The reader and read_file on every file version: v3 chunks (the records' columns, what the
 writer writes), v2 records (the kind's number and its values in the order of the table the
 file's header carries; a composite record for a publish and its routing) and v1 records (field
-maps) of older writers give the same columns. Without Spark (reader.read_dir decodes as the
+maps) of older writers give the same columns. Without Spark (log_reader.read_dir decodes as the
 executors do)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 import msgpack
 
 from actors import events
-from spark_analysis import chunk, reader
+from spark_analysis import chunk, log_reader
 from spark_analysis import schema as S
 
 MID = bytes(range(16))
@@ -89,7 +89,7 @@ def _v3_file(directory):
 
 def _rows(path):
     keep = [name for name, _ in S.COLUMNS if name not in ("file", "pid", "clock_lead_ns")]
-    rows = reader.read_dir(str(path)).to_pylist()
+    rows = log_reader.read_dir(str(path)).to_pylist()
     rows.sort(key=lambda r: r["seq"])  # (a v3 file holds a chunk per kind)
     return [{k: r[k] for k in keep} for r in rows if r["kind"] not in S.LOG_KINDS]
 
@@ -141,7 +141,7 @@ def test_a_file_is_decoded_by_the_table_its_header_carries(tmp_path):
         os.makedirs(d)
         with open(d / "x.events", "wb") as f:
             f.write(msgpack.packb(header) + b"".join(body))
-        rows = reader.read_dir(str(d)).to_pylist()
+        rows = log_reader.read_dir(str(d)).to_pylist()
         assert [(r["kind"], r["rank"] == len(S.KIND_ORDER)) for r in rows] == \
             [("acked", False), ("brand_new", True)]
         assert (rows[0]["actor"], rows[0]["queue"], rows[0]["delivery_tag"]) == \

@@ -5,7 +5,7 @@ import sys
 import time
 
 from bench.procio import IoWindow, delta, tree_write_bytes, write_bytes
-from bench.report import single_table
+from bench.result_tables import single_table
 
 
 def test_delta_counts_new_processes_from_zero_and_drops_ended_ones():

@@ -1,11 +1,11 @@
-"""bench/report.py tables, bench/scenarios.py selection and amqpclient/url.py parsing (pure)."""
+"""bench/result_tables.py tables, bench/scenarios.py selection and amqpclient/url.py parsing (pure)."""
 import dataclasses
 
 import pytest
 
-from bench import report, scenarios
-from bench.cli import parse_queue_args
-from bench.runner import distribute, role_specs
+from bench import result_tables, scenarios
+from bench.make_bench import parse_queue_args
+from bench.scenario_run import distribute, role_specs
 from amqpclient.url import parse_url
 
 
@@ -18,17 +18,17 @@ def _res(key, pub, con, p50=None, p99=None, confirm=None, error=None):
 
 
 def test_number_formats():
-    assert report.fmt_rate(12345.6) == "12,346"
-    assert report.fmt_rate(None) == "n/a"
-    assert report.fmt_ms(1.2345) == "1.23"
-    assert report.fmt_ms(33.66) == "33.7"
-    assert report.fmt_ms(1234.0) == "1,234"
-    assert report.fmt_ratio(0.5) == "0.50x"
-    assert report.fmt_ratio(None) == "n/a"
+    assert result_tables.fmt_rate(12345.6) == "12,346"
+    assert result_tables.fmt_rate(None) == "n/a"
+    assert result_tables.fmt_ms(1.2345) == "1.23"
+    assert result_tables.fmt_ms(33.66) == "33.7"
+    assert result_tables.fmt_ms(1234.0) == "1,234"
+    assert result_tables.fmt_ratio(0.5) == "0.50x"
+    assert result_tables.fmt_ratio(None) == "n/a"
 
 
 def test_single_table_is_markdown():
-    t = report.single_table([_res("a", 1000.0, 990.0),
+    t = result_tables.single_table([_res("a", 1000.0, 990.0),
                              _res("c", 500.0, 400.0, 2.0, 9.5, confirm=1000)])
     lines = t.splitlines()
     assert lines[0] == ("| scenario | publish msg/s | consume msg/s | confirm p50 ms "
@@ -40,14 +40,14 @@ def test_single_table_is_markdown():
 
 
 def test_single_table_shows_errors():
-    t = report.single_table([_res("a", None, None, error="boom")])
+    t = result_tables.single_table([_res("a", None, None, error="boom")])
     assert t.splitlines()[2] == "| (a) | error | error | error | error |"
 
 
 def test_compare_table_has_ratio_column():
     mine = [_res("a", 500.0, 250.0), _res("c", 100.0, 100.0, 4.0, 20.0, confirm=1000)]
     ref = [_res("a", 1000.0, 1000.0), _res("c", 400.0, 400.0, 2.0, 10.0, confirm=1000)]
-    t = report.compare_table(mine, ref, "Leveret", "RabbitMQ")
+    t = result_tables.compare_table(mine, ref, "Leveret", "RabbitMQ")
     lines = t.splitlines()
     assert lines[0] == "| scenario | figure | Leveret | RabbitMQ | Leveret / RabbitMQ |"
     assert lines[2] == "| (a) | publish msg/s | 500 | 1,000 | 0.50x |"
@@ -60,7 +60,7 @@ def test_compare_table_has_ratio_column():
 def test_compare_table_with_a_failed_broker():
     mine = [_res("a", None, None, error="Leveret did not start")]
     ref = [_res("a", 1000.0, 900.0)]
-    lines = report.compare_table(mine, ref, "Leveret", "RabbitMQ").splitlines()
+    lines = result_tables.compare_table(mine, ref, "Leveret", "RabbitMQ").splitlines()
     assert lines[2] == "| (a) | publish msg/s | error | 1,000 | n/a |"
 
 
@@ -121,7 +121,7 @@ def test_parse_queue_args():
 
 
 def test_bottleneck_warning():
-    from bench.cli import bottleneck_warnings
+    from bench.make_bench import bottleneck_warnings
     st = [{"mode": "publish", "rate": 1_000_000.0}, {"mode": "consume_ack", "rate": 100_000.0},
           {"mode": "consume_noack", "rate": 120_000.0}]
     ok = {"title": "(a)", "publish_rate": 60_000.0, "consume_rate": 40_000.0, "producers": 1,

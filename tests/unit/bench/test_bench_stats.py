@@ -1,48 +1,48 @@
-"""bench/stats.py, bench/aggregate.py and the confirm bookkeeping of bench/loadgen.py: pure
+"""bench/summary_stats.py, bench/aggregate.py and the confirm bookkeeping of bench/loadgen.py: pure
 functions, no broker, no clock."""
 import math
 from array import array
 
 import pytest
 
-from bench import stats
+from bench import summary_stats
 from bench.aggregate import aggregate, loadgen_cpu
 from bench.loadgen import _Unconfirmed
 
 
 def test_percentile_interpolates_like_numpy_linear():
     v = [1, 2, 3, 4]
-    assert stats.percentile(v, 0) == 1
-    assert stats.percentile(v, 100) == 4
-    assert stats.percentile(v, 50) == 2.5
-    assert stats.percentile(v, 25) == pytest.approx(1.75)
-    assert stats.percentile(list(range(101)), 99) == pytest.approx(99.0)
+    assert summary_stats.percentile(v, 0) == 1
+    assert summary_stats.percentile(v, 100) == 4
+    assert summary_stats.percentile(v, 50) == 2.5
+    assert summary_stats.percentile(v, 25) == pytest.approx(1.75)
+    assert summary_stats.percentile(list(range(101)), 99) == pytest.approx(99.0)
 
 
 def test_percentile_edge_cases():
-    assert math.isnan(stats.percentile([], 50))
-    assert stats.percentile([7], 99) == 7
+    assert math.isnan(summary_stats.percentile([], 50))
+    assert summary_stats.percentile([7], 99) == 7
     with pytest.raises(ValueError):
-        stats.percentile([1, 2], 101)
+        summary_stats.percentile([1, 2], 101)
 
 
 def test_summarize():
-    s = stats.summarize([5, 1, 3, 2, 4])
+    s = summary_stats.summarize([5, 1, 3, 2, 4])
     assert s["count"] == 5
     assert s["min"] == 1 and s["max"] == 5 and s["mean"] == 3
     assert s["p50"] == 3
     assert set(s) >= {"p95", "p99", "p99.9"}
-    empty = stats.summarize([])
+    empty = summary_stats.summarize([])
     assert empty["count"] == 0 and empty["p50"] is None and empty["mean"] is None
 
 
 def test_rate_and_ratio():
-    assert stats.rate(100, 400, 10.0, 13.0) == 100.0
-    assert math.isnan(stats.rate(0, 1, 5.0, 5.0))
-    assert stats.ratio(50.0, 100.0) == 0.5
-    assert stats.ratio(1.0, 0) is None
-    assert stats.ratio(None, 1.0) is None
-    assert stats.ratio(1.0, math.nan) is None
+    assert summary_stats.rate(100, 400, 10.0, 13.0) == 100.0
+    assert math.isnan(summary_stats.rate(0, 1, 5.0, 5.0))
+    assert summary_stats.ratio(50.0, 100.0) == 0.5
+    assert summary_stats.ratio(1.0, 0) is None
+    assert summary_stats.ratio(None, 1.0) is None
+    assert summary_stats.ratio(1.0, math.nan) is None
 
 
 def _producer(published, confirmed, t0, t1, lat_ns, pid=1):

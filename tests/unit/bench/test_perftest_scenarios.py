@@ -1,5 +1,5 @@
 """The PerfTest workloads (group `perftest`) without a broker: scenario settings, the pacer and
-the paced producer, the late consumer, the connection specs, the drain figures and the tables."""
+the paced producer, the late consumer, the connection specs, the drain figures and the result_tables."""
 import dataclasses
 import struct
 import types
@@ -7,10 +7,10 @@ import types
 import pytest
 
 from amqpclient import codec as codec_mod
-from bench import report, scenarios
+from bench import result_tables, scenarios
 from bench.aggregate import aggregate, drain_summary, drained_depth
 from bench.loadgen import BATCH, PACE_RETRY_NS, PACE_SLACK_NS, Consumer, Pacer, Producer
-from bench.runner import BenchError, role_specs, run_scenario
+from bench.scenario_run import BenchError, role_specs, run_scenario
 from bench_fakes import FakeConn, decode
 
 MS = 1_000_000
@@ -331,10 +331,10 @@ def _result(sc, **figures):
 def test_tables_of_other_scenarios_do_not_change():
     c = _result(scenarios.SCENARIOS["c"], publish_rate=1.0, consume_rate=1.0,
                 confirm_latency_ms={"p50": 1.0, "p99": 2.0})
-    head = report.single_table([c]).splitlines()[0]
+    head = result_tables.single_table([c]).splitlines()[0]
     assert head == ("| scenario | publish msg/s | consume msg/s | confirm p50 ms | "
                     "confirm p99 ms |")
-    assert len(report.compare_table([c], [c]).splitlines()) == 2 + 4
+    assert len(result_tables.compare_table([c], [c]).splitlines()) == 2 + 4
 
 
 def test_perftest_figures_in_the_tables():
@@ -344,14 +344,14 @@ def test_perftest_figures_in_the_tables():
                    consume_rate=16_000.0, e2e_latency_ms={"p50": 1.0, "p95": 2.0, "p99": 3.0},
                    backlog=40_000, backlog_drained_s=2.5, drain_consume_rate=16_000.0,
                    caught_up_s=None)
-    lines = report.single_table([mq, late]).splitlines()
+    lines = result_tables.single_table([mq, late]).splitlines()
     assert lines[0].endswith("| target consume msg/s | consume / target | e2e p50 ms | "
                              "e2e p95 ms | e2e p99 ms | backlog msgs | backlog drained s | "
                              "drain consume msg/s | caught up s |")
     assert lines[2] == ("| many-queues | 10,000 | 9,500 | – | – | 10,000 | 0.95x | 2.00 | "
                         "5.00 | 9.50 | – | – | – | – |")
     assert lines[3].endswith("| 40,000 | 2.50 | 16,000 | not reached |")
-    rows = report.compare_table([mq], [dict(mq, consume_rate=10_000.0)], "L", "R").splitlines()
+    rows = result_tables.compare_table([mq], [dict(mq, consume_rate=10_000.0)], "L", "R").splitlines()
     assert "| many-queues | publish msg/s | 10,000 | 10,000 | 1.00x |" in rows
     assert "|  | consume / target | 0.95x | 1.00x | 0.95x |" in rows
     assert len(rows) == 2 + 2 + 5              # publish, consume, target, ratio, e2e x3

@@ -102,10 +102,10 @@ def test_table_single_broker_has_no_ratio():
 
 
 def test_process_kind():
-    assert scale.process_kind(b"/v/bin/python\0-m\0actors.worker\0--kind\0queue\0") == "queue"
+    assert scale.process_kind(b"/v/bin/python\0-m\0actors.worker.process\0--kind\0queue\0") == "queue"
     assert scale.process_kind(b"/usr/lib/erlang/erts-12.2/bin/beam.smp\0-W\0w\0") == "beam.smp"
     # a worker forked by the launcher (its title one string) and the launcher itself
-    assert scale.process_kind(b"/v/bin/python -m actors.worker --kind conn --index 1\0") == "conn"
-    assert scale.process_kind(b"/v/bin/python3\0-m\0actors.node.zygote\0--fd\0005\0") == \
+    assert scale.process_kind(b"/v/bin/python -m actors.worker.process --kind conn --index 1\0") == "conn"
+    assert scale.process_kind(b"/v/bin/python3\0-m\0actors.worker.launcher\0--fd\0005\0") == \
         "launcher"
     assert scale.process_kind(b"") == "?"

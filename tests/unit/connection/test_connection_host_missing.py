@@ -1,4 +1,4 @@
-"""A message from a queue to a channel that is gone (actors/connection/host.py `missing`): a
+"""A message from a queue to a channel that is gone (actors/connection/connection_host.py `missing`): a
 delivery tells its queue that the channel is down, so the queue requeues what it holds for
 that channel and drops its consumers. A channel closed while its queue could not hear the
 ChannelDown (its node paused in a partition, never marked down) otherwise kept a consumer in
@@ -9,7 +9,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from actors import messages as m
-from actors.connection.host import ConnectionHost
+from actors.connection.connection_host import ConnectionHost
 
 QUEUE = "tcp://127.0.0.2:5000#q/jobs"
 CHANNEL = "ch/1/1/1"

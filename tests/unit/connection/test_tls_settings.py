@@ -1,4 +1,4 @@
-"""The AMQPS settings (actors/config.py `check`, actors/cli.py flags, actors/connection/tls.py
+"""The AMQPS settings (actors/config.py `check`, actors/node/serve.py flags, actors/connection/tls.py
 `server_context`): what cannot work is refused at start with a sentence that says why."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.cli import parse_args
+from actors.node.serve import parse_args
 from actors.config import Config
 from actors.connection import tls
 

@@ -1,7 +1,7 @@
 """Fakes for the sans-IO tests of the queue, channel and connection cores.
 
 No sockets, no processes, no actors: every `out`/`shell` here only records what a core asked
-for, the way actors/queue/queue.py (Effects), actors/connection/channel.py (_Out) and
+for, the way actors/queue/queue_process.py (Effects), actors/connection/channel_process.py (_Out) and
 actors/connection/reader.py (Reader) would carry it out. `Wire` connects one ChannelCore to real
 QueueCores through an in-memory FIFO that dispatches exactly as the actor shells do, for the
 token/credit protocols that need both sides.
@@ -255,7 +255,7 @@ class _WireChannelOut(ChannelOut):
 
 class Wire:
     """One ChannelCore and QueueCores (by name) joined by a FIFO mailbox, dispatched the way
-    actors/connection/channel.py and actors/queue/queue.py do. `run()` delivers until nothing is
+    actors/connection/channel_process.py and actors/queue/queue_process.py do. `run()` delivers until nothing is
     left."""
 
     def __init__(self, queues: dict, auto_sent=True, events=NO_EVENTS, dead_letters=False):

@@ -7,7 +7,7 @@ import inspect
 import textwrap
 
 from actors import messages as m
-from actors.connection import channel as channel_actor
+from actors.connection import channel_process as channel_actor
 from actors.core import channel_dispatch
 from core_fakes import consume, deliver_msg, make_channel
 

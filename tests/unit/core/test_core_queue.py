@@ -1,4 +1,4 @@
-"""actors/core/queue.py (QueueCore) without IO: fed calls as actors/queue/queue.py makes them, its
+"""actors/core/queue.py (QueueCore) without IO: fed calls as actors/queue/queue_process.py makes them, its
 effects recorded by a fake `out` (tests/unit/core/core_fakes.py)."""
 
 import pytest

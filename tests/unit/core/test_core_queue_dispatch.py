@@ -12,7 +12,7 @@ from actors.core import queue_dispatch
 from actors.core.queue import QueueCore
 from actors.core.queue_stats import QueueCounters
 from actors.messages import PublishItem, StoredMessage
-from actors.queue import queue as queue_actor
+from actors.queue import queue_process as queue_actor
 from core_fakes import QueueOut
 from queue_index import IndexEntry
 

@@ -15,7 +15,7 @@ import zlib
 import pytest
 
 from actors import events, hlc
-from spark_analysis import reader
+from spark_analysis import log_reader
 
 
 def _cfg(tmp_path, level, **extra):
@@ -214,7 +214,7 @@ def test_truncated_file_reads_up_to_its_last_whole_chunk(tmp_path):
         f.truncate(size - 3)
     _, evs = events.read_file(path)
     assert [e[4]["delivery_tag"] for e in evs if e[0] == "acked"] == list(range(10))
-    rows = reader.read_dir(str(tmp_path)).to_pylist()
+    rows = log_reader.read_dir(str(tmp_path)).to_pylist()
     assert [r["delivery_tag"] for r in rows if r["kind"] == "acked"] == list(range(10))
     lg.close()
 
@@ -430,7 +430,7 @@ def test_published_from_many_threads_keeps_every_number_once(tmp_path, tiny_swit
         assert received[5] < routed[5] and received[6] < routed[6]
         assert received[4]["seq_no"] == int.from_bytes(received[1][8:], "big")
         assert routed[4]["queues"] == ["q"]
-    rows = reader.read_dir(str(tmp_path / "events")).to_pylist()
+    rows = log_reader.read_dir(str(tmp_path / "events")).to_pylist()
     assert sorted(r["seq"] for r in rows) == list(range(len(got)))
 
 

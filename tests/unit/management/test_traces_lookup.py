@@ -15,7 +15,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from actors import ctl
+from actors.ctl import commands
 from actors.management import traces
 from actors.management.api import ApiError
 from spark_analysis import lifecycle
@@ -161,7 +161,7 @@ def test_a_message_path_steps_in_order_with_dead_letter_links(job, analysis):
 def test_leveretctl_trace_prints_the_path(job, capsys):
     ids = job["ids"]
     data_dir = str(job["data_dir"])
-    assert ctl.main(["--data-dir", data_dir, "trace", "order-2"]) == 0
+    assert commands.main(["--data-dir", data_dir, "trace", "order-2"]) == 0
     text = capsys.readouterr().out
     lines = text.splitlines()
     assert lines[0].startswith(f"msg_id {ids['order-2']}, message_id order-2, "
@@ -171,16 +171,16 @@ def test_leveretctl_trace_prints_the_path(job, capsys):
         "requeued", "delivered", "rejected", "dead_lettered"]
     assert "leveret@b queue-0 queue  queue=q-orders" in lines[3]
     assert f"leveretctl trace {ids['child']} --by msg_id" in lines[-1]
-    assert ctl.main(["--data-dir", data_dir, "trace", "corr-3", "--by", "correlation_id",
+    assert commands.main(["--data-dir", data_dir, "trace", "corr-3", "--by", "correlation_id",
                      "--analysis", "old"]) == 0
     assert capsys.readouterr().out.startswith(f"msg_id {ids['order-3']}, message_id order-3")
-    assert ctl.main(["--data-dir", data_dir, "trace", "q-replies", "--by", "queue"]) == 0
+    assert commands.main(["--data-dir", data_dir, "trace", "q-replies", "--by", "queue"]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert listed[0].startswith("2 messages with queue 'q-replies'")
     assert [ln.split()[0] for ln in listed[1:]] == [ids["reply"], ids["bare"]]
-    assert ctl.main(["--data-dir", data_dir, "trace", "nope"]) == 1
+    assert commands.main(["--data-dir", data_dir, "trace", "nope"]) == 1
     assert "no message with message_id 'nope'" in capsys.readouterr().err
     out = io.StringIO()
-    from actors import ctl_trace
-    assert ctl_trace.trace(data_dir, ids["child"], by="msg_id", out=out) == 0
+    from actors.ctl import trace
+    assert trace.trace(data_dir, ids["child"], by="msg_id", out=out) == 0
     assert f"parent_msg_id {ids['order-2']}" in out.getvalue().splitlines()[0]

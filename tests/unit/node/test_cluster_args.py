@@ -1,11 +1,11 @@
-"""leveret-server's cluster flags (actors/cli.py): what cannot form a cluster is refused at
+"""leveret-server's cluster flags (actors/node/serve.py): what cannot form a cluster is refused at
 start with a message, not after boot_timeout."""
 
 from __future__ import annotations
 
 import pytest
 
-from actors.cli import parse_args
+from actors.node.serve import parse_args
 
 
 def test_cluster_flags_make_a_clustered_config():

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 
 from protocol import fields
-from protocol.errors import AMQPError, SyntaxError_
+from protocol.codec_errors import AMQPError, SyntaxError_
 
 sys.path.insert(0, os.path.dirname(__file__))
 import protocol_strategies as S  # noqa: E402

@@ -13,7 +13,7 @@ from pamqp import commands as pc
 
 import protocol
 from protocol import methods as M
-from protocol.errors import FrameError, SyntaxError_
+from protocol.codec_errors import FrameError, SyntaxError_
 
 sys.path.insert(0, os.path.dirname(__file__))
 import protocol_strategies as S  # noqa: E402

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol import EMPTY_PROPERTIES, BasicProperties, PROPERTY_FLAGS
-from protocol.errors import SyntaxError_
+from protocol.codec_errors import SyntaxError_
 
 sys.path.insert(0, os.path.dirname(__file__))
 import protocol_strategies as S  # noqa: E402

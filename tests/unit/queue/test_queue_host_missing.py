@@ -1,4 +1,4 @@
-"""A publish that reaches a queue worker where its queue does not run (actors/queue/host.py
+"""A publish that reaches a queue worker where its queue does not run (actors/queue/queue_host.py
 `missing`): confirmed when the queue was deleted (RabbitMQ's channel confirms what it routed
 to a queue that exited normally), nacked when the metadata still has the queue, which then
 lives at another address (a master moved, a stale route): such a message reached no queue and
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from actors import messages as m
 from actors.naming import queue_actor_name
-from actors.queue.host import QueueHost
+from actors.queue.queue_host import QueueHost
 from actors.replica import Replica
 
 

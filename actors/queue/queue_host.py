@@ -30,14 +30,14 @@ from actors import messages as m
 from actors import metadata_ops as ops
 from actors.messages import ChannelsDown, MirrorsDown, PolicyChanged
 from actors.core.errors import amqp_text
-from actors.host import WorkerHost
+from actors.worker.worker_host import WorkerHost
 from actors.naming import queue_actor_name
 from actors.queue.mirror import Mirror
 from actors.queue import storage
 from actors.core import confirms, stream
 from actors.core.restarts import RestartIntensity
 from actors.runtime import monitor
-from actors.queue.queue import EmitStats, Queue
+from actors.queue.queue_process import EmitStats, Queue
 from actors.queue.stream_member import StreamMember
 from actors.queue.stream_queue import StreamQueue
 

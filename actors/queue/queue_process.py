@@ -7,7 +7,7 @@ actor mirrors the storage half of rabbit_variable_queue.erl: it is where persist
 durable queues are made safe before their confirm goes out; it runs beside the Queue in the same
 OS process so a slow fsync never stalls deliveries (see actors/queue/backing_queue.py).
 
-The process's own part, QueueHost, is in actors/queue/host.py.
+The process's own part, QueueHost, is in actors/queue/queue_host.py.
 """
 
 from __future__ import annotations
@@ -271,7 +271,7 @@ class Queue(LightActor):
     def on_start(self):
         if self.mirrors.needed is not None and self.durable:
             # a quorum queue's leader: its index is the queue's log, complete, of this
-            # promotion count (a leader election compares it with the members': issue 15)
+            # promotion count (a leader election compares it with the members')
             quorum_log.mark_complete(self.config, self.vhost, self.qname, self.epoch)
         self.core.set_confirm_on(self.confirm_on())
         self.core.set_delivery_limit(self.delivery_limit())

@@ -9,9 +9,9 @@ worker is forked by a short-lived intermediate process that exits at once, so th
 the node's child, which the node waits for, signals and restarts as it did a process it started
 itself (`ForkedWorker` has the part of subprocess.Popen the node uses). When the launcher is
 unavailable (it died, or the platform has no subreaper) the node starts workers with `python -m
-actors.worker` as before (`Launcher.spawn` returns None).
+actors.worker.process` as before (`Launcher.spawn` returns None).
 
-The node side (`Launcher`) and the launcher process (`main`, `python -m actors.node.zygote`) talk
+The node side (`Launcher`) and the launcher process (`main`, `python -m actors.worker.launcher`) talk
 over a Unix socket pair: a request is the worker's argument list as JSON, with the descriptors
 it must inherit (the cluster secret's pipe, a connection worker's hand-off socket) passed as
 SCM_RIGHTS; the answer is the worker's pid.
@@ -40,7 +40,7 @@ READY_TIMEOUT_S = 60.0  # the launcher's imports, on a machine busy with other w
 ANSWER_TIMEOUT_S = 30.0  # a fork, on such a machine
 MAX_REQUEST = 1 << 20  # an argument list (the configuration's JSON is in it)
 MAX_FDS = 8
-PRELOAD = ("actors.worker", "actors.connection.host", "actors.queue.host")
+PRELOAD = ("actors.worker.process", "actors.connection.connection_host", "actors.queue.queue_host")
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -155,7 +155,7 @@ class Launcher:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "actors.node.zygote", "--fd", str(theirs.fileno())],
+                [sys.executable, "-m", "actors.worker.launcher", "--fd", str(theirs.fileno())],
                 stdin=subprocess.DEVNULL, pass_fds=[theirs.fileno()])
         except OSError:
             log.exception("the worker launcher did not start: workers start as programs of "
@@ -174,7 +174,7 @@ class Launcher:
         return []
 
     def spawn(self, argv: list[str], fd_args: dict[str, int]) -> ForkedWorker | None:
-        """Fork a worker with `python -m actors.worker` `argv`, whose options `fd_args` name
+        """Fork a worker with `python -m actors.worker.process` `argv`, whose options `fd_args` name
         descriptors of this process (each option's value in argv is replaced by the number
         the descriptor has in the worker); None when the launcher cannot (the caller starts
         the worker as a program)."""
@@ -269,10 +269,10 @@ def _run_worker(sock: socket.socket, node: int, argv: list[str]) -> None:
             if time.monotonic() > deadline:
                 os._exit(1)
             time.sleep(0.001)
-        from actors import worker
+        from actors.worker import process
         try:
             _title(argv)
-            code = worker.main(argv)
+            code = process.main(argv)
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except BaseException:  # noqa: BLE001 - as the worker's own program would: printed, exit 1
@@ -300,7 +300,7 @@ def _title(argv: list[str]) -> None:
             skip = True
             continue
         shown.append(a)
-    setproctitle.setproctitle(" ".join([sys.executable, "-m", "actors.worker", *shown]))
+    setproctitle.setproctitle(" ".join([sys.executable, "-m", "actors.worker.process", *shown]))
 
 
 def main(argv=None) -> int:

@@ -1,7 +1,7 @@
 """`leveretctl`: rabbitmqctl's user, vhost, permission, policy, operator policy, limits,
 runtime parameter (set_parameter, clear_parameter, list_parameters), shovel (shovel_status,
 restart_shovel, delete_shovel), status, alarm and definitions (export_definitions,
-import_definitions) commands against a running node; and `trace` (actors/ctl_trace.py), which reads an analysis in the data directory
+import_definitions) commands against a running node; and `trace` (actors/ctl/trace.py), which reads an analysis in the data directory
 without one.
 
 Talks to the node's metadata actor over ZeroMQ, at the address the node writes to
@@ -22,7 +22,7 @@ import uuid
 
 import zmq
 
-from actors import ctl_ops, ctl_trace
+from actors.ctl import operations, trace
 from actors import messages as m
 from actors import metadata_ops as ops
 from actors.core.permissions import hashed_auth_call
@@ -342,7 +342,7 @@ def main(argv=None) -> int:
     if a.command == "trace":
         if len(a.args) != 1:
             p.error("trace takes MESSAGE_ID")
-        return ctl_trace.trace(a.data_dir, a.args[0], a.analysis, a.by)
+        return trace.trace(a.data_dir, a.args[0], a.analysis, a.by)
     if a.command in OPS:
         return _op(a)
     if a.command in ("set_parameter", "clear_parameter", "list_parameters", "shovel_status",
@@ -412,8 +412,8 @@ def main(argv=None) -> int:
         # connections and channels: every vhost, as rabbitmqctl; consumers: -p VHOST
         return print_sampled(call(a.data_dir, ops.MgmtState()), what, a.args,
                              a.vhost if what == "consumers" else None, a.formatter)
-    if a.command[5:] in ctl_ops.DEFINITION_LISTS and a.command.startswith("list_"):
-        return ctl_ops.list_definitions(call, a.data_dir, a.command[5:], a.vhost, a.args,
+    if a.command[5:] in operations.DEFINITION_LISTS and a.command.startswith("list_"):
+        return operations.list_definitions(call, a.data_dir, a.command[5:], a.vhost, a.args,
                                         a.formatter)
     if a.command == "list_queues" and a.args:
         return print_table(call(a.data_dir, ops.List(what="queues")), a.args, a.vhost,
@@ -523,22 +523,22 @@ OPS = ("await_startup", "check_running", "check_local_alarms", "check_port_conne
 
 
 def _op(a) -> int:
-    """The operational commands (actors/ctl_ops.py)."""
+    """The operational commands (actors/ctl/operations.py)."""
     if a.command == "await_startup":
-        return ctl_ops.await_startup(call, a.data_dir, a.timeout)
+        return operations.await_startup(call, a.data_dir, a.timeout)
     if a.command == "close_connection":
-        return ctl_ops.close_connection(call, a.data_dir, a.args)
+        return operations.close_connection(call, a.data_dir, a.args)
     if a.command == "delete_queue":
-        return ctl_ops.delete_queue(call, a.data_dir, a.vhost, a.args, a.if_empty,
+        return operations.delete_queue(call, a.data_dir, a.vhost, a.args, a.if_empty,
                                     a.if_unused)
     if a.command == "purge_queue":
-        return ctl_ops.purge_queue(call, a.data_dir, a.vhost, a.args)
+        return operations.purge_queue(call, a.data_dir, a.vhost, a.args)
     if a.command == "census":
-        return ctl_ops.census(call, a.data_dir, a.vhost, a.args)
+        return operations.census(call, a.data_dir, a.vhost, a.args)
     if a.command in ("sync_queue", "cancel_sync_queue"):
-        return ctl_ops.sync_queue(call, a.data_dir, a.vhost, a.args,
+        return operations.sync_queue(call, a.data_dir, a.vhost, a.args,
                                   cancel=a.command == "cancel_sync_queue")
-    return getattr(ctl_ops, a.command)(call, a.data_dir)
+    return getattr(operations, a.command)(call, a.data_dir)
 
 
 if __name__ == "__main__":

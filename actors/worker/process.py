@@ -19,7 +19,7 @@ import threading
 import pykka
 
 from actors import messages as m
-from actors.cli import private_umask, raise_fd_limit, setup_logging
+from actors.node.serve import private_umask, raise_fd_limit, setup_logging
 from actors.config import Config
 from actors.replica import Replica
 from actors.runtime import ActorDown, LightActor
@@ -141,11 +141,11 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
     signal.signal(signal.SIGINT, lambda *a: stop.set())
     if args.kind == "conn":
-        from actors.connection.host import ConnectionHost
+        from actors.connection.connection_host import ConnectionHost
         host = ConnectionHost(cfg, transport, replica, args.node, args.index, args.handoff_fd,
                               loop)
     else:
-        from actors.queue.host import QueueHost
+        from actors.queue.queue_host import QueueHost
         host = QueueHost(cfg, transport, replica, args.node, args.index)
     ready = threading.Event()
     control = WorkerControl.start(transport, replica, args.node, args.kind, args.index,

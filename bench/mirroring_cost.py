@@ -11,8 +11,8 @@ load twice with the producer on node 1 and the consumer on node 2, on a queue de
 2. mirrored: after `leveretctl --data-dir <node1> set_policy ha-all '^mirrored\\.'
    '{"ha-mode":"all"}'`, a queue named mirrored.leveret-bench-cluster-...
 
-Both results carry the scenario key "cluster" and a "variant"; bench/cli.py prints them and
-their ratio mirrored / unmirrored with bench/report.py.  docs/bench.md, "The cluster scenario".
+Both results carry the scenario key "cluster" and a "variant"; bench/make_bench.py prints them and
+their ratio mirrored / unmirrored with bench/result_tables.py.  docs/bench.md, "The cluster scenario".
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from bench import report, scenarios, scratch
+from bench import result_tables, scenarios, scratch
 from bench.aggregate import combine_runs
 from bench.refbroker import amqp_answers, descendants, free_port, stop_leftovers
 from amqpclient.url import AMQPTarget
@@ -175,7 +175,7 @@ class LocalCluster:
 def check_replication(cluster: LocalCluster, codec: str) -> None:
     """Declare a queue on node 1 and wait until node 2 sees it (the cluster has formed and
     replicates definitions); then delete it."""
-    from bench.runner import Control, wait_visible
+    from bench.scenario_run import Control, wait_visible
     probe = f"leveret-bench-cluster-probe-{os.getpid()}"
     control = Control(cluster.target(0), "lean", codec)
     try:
@@ -187,8 +187,8 @@ def check_replication(cluster: LocalCluster, codec: str) -> None:
 
 
 def _run(cluster: LocalCluster, scenario, variant: str, args, log) -> dict:
-    """One variant, --repeat times (median of each figure, as bench/cli.py's run_target)."""
-    from bench.runner import run_scenario
+    """One variant, --repeat times (median of each figure, as bench/make_bench.py's run_target)."""
+    from bench.scenario_run import run_scenario
     runs = []
     for n in range(max(1, args.repeat)):
         log(f"[cluster] {variant}: {args.warmup:g}s warm-up + {args.seconds:g}s"
@@ -203,8 +203,8 @@ def _run(cluster: LocalCluster, scenario, variant: str, args, log) -> dict:
             r = {"scenario": scenario.key, "title": scenario.title,
                  "settings": scenario.to_dict(), "error": f"{type(e).__name__}: {e}"}
         if args.repeat > 1 and not r.get("error"):
-            log(f"[cluster]   run {n + 1}: publish {report.fmt_rate(r.get('publish_rate'))} "
-                f"msg/s, consume {report.fmt_rate(r.get('consume_rate'))} msg/s")
+            log(f"[cluster]   run {n + 1}: publish {result_tables.fmt_rate(r.get('publish_rate'))} "
+                f"msg/s, consume {result_tables.fmt_rate(r.get('consume_rate'))} msg/s")
         runs.append(r)
         time.sleep(1.0)
     r = runs[0] if len(runs) == 1 else combine_runs(runs)
@@ -217,9 +217,9 @@ def _run(cluster: LocalCluster, scenario, variant: str, args, log) -> dict:
         log(f"[cluster]   error: {r['error'].strip().splitlines()[0]}")
     else:
         cl = r.get("confirm_latency_ms") or {}
-        log(f"[cluster]   publish {report.fmt_rate(r.get('publish_rate'))} msg/s, consume "
-            f"{report.fmt_rate(r.get('consume_rate'))} msg/s, confirm p50 "
-            f"{report.fmt_ms(cl.get('p50'))} ms p99 {report.fmt_ms(cl.get('p99'))} ms")
+        log(f"[cluster]   publish {result_tables.fmt_rate(r.get('publish_rate'))} msg/s, consume "
+            f"{result_tables.fmt_rate(r.get('consume_rate'))} msg/s, confirm p50 "
+            f"{result_tables.fmt_ms(cl.get('p50'))} ms p99 {result_tables.fmt_ms(cl.get('p99'))} ms")
     return r
 
 
@@ -258,8 +258,8 @@ def tables(results: list[dict]) -> str:
     """The figures of both variants, then mirrored / unmirrored (Markdown)."""
     by = {r.get("variant"): r for r in results}
     rows = [dict(r, title=f"{r.get('variant')}") for r in results]
-    out = report.single_table(rows)
+    out = result_tables.single_table(rows)
     if "mirrored" in by and "unmirrored" in by:
-        out += "\n\n" + report.compare_table([by["mirrored"]], [by["unmirrored"]],
+        out += "\n\n" + result_tables.compare_table([by["mirrored"]], [by["unmirrored"]],
                                              "mirrored", "unmirrored")
     return out

@@ -2,7 +2,7 @@
 partition, sends its workers a whole new MetaSnapshot): the hosts learn what the snapshot
 changed as if the entries it stands for had come one by one, so a mirror whose master moved
 checks it, a mirror that is no longer one stops, and channels consuming from a queue deleted
-meanwhile are told (`Replica.load` returns the implied changes; actors/worker.py passes them
+meanwhile are told (`Replica.load` returns the implied changes; actors/worker/process.py passes them
 to the host)."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from actors import messages as m
 from actors.core.permissions import AuthDB
 from actors.core.routing import Router
 from actors.replica import Replica
-from actors.worker import WorkerControl
+from actors.worker.process import WorkerControl
 
 
 def state(queues=(), policies=()):

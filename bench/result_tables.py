@@ -7,7 +7,7 @@ import math
 import os
 import time
 
-from bench.stats import ratio
+from bench.summary_stats import ratio
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 

@@ -26,7 +26,7 @@ from actors.connection.netio import Conn
 from actors.connection.reader import Reader
 from actors.connection.stats import ConnectionSampler
 from actors.core import channel_stats
-from actors.host import WorkerHost
+from actors.worker.worker_host import WorkerHost
 from actors.naming import queue_actor_name
 
 log = logging.getLogger("leveret.connection")

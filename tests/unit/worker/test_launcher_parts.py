@@ -1,4 +1,4 @@
-"""The worker launcher's parts that need no node (actors/node/zygote.py): its framing carries a
+"""The worker launcher's parts that need no node (actors/worker/launcher.py): its framing carries a
 request and the descriptors a worker inherits; `ForkedWorker` answers the node's supervision
 (poll, wait, terminate, kill) for a child the node did not start with Popen."""
 
@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from actors.node import zygote
+from actors.worker import launcher
 
 
 def test_a_request_and_its_descriptors_arrive_together():
@@ -19,17 +19,17 @@ def test_a_request_and_its_descriptors_arrive_together():
     r, w = os.pipe()
     try:
         argv = ["--kind", "conn", "--config-json", "{\"x\": \"" + "y" * 100_000 + "\"}"]
-        zygote._send(a, {"argv": argv, "fd_args": ["--secret-fd"]}, [r])
-        got, fds = zygote._recv(b)
+        launcher._send(a, {"argv": argv, "fd_args": ["--secret-fd"]}, [r])
+        got, fds = launcher._recv(b)
         assert got == {"argv": argv, "fd_args": ["--secret-fd"]}
         assert len(fds) == 1 and fds[0] != r
         os.write(w, b"secret")
         assert os.read(fds[0], 6) == b"secret"  # the same pipe, under another number
         os.close(fds[0])
-        zygote._send(a, {"pid": 7})
-        assert zygote._recv(b) == ({"pid": 7}, [])
+        launcher._send(a, {"pid": 7})
+        assert launcher._recv(b) == ({"pid": 7}, [])
         a.close()
-        assert zygote._recv(b) == (None, [])  # the node closed its end: the launcher ends
+        assert launcher._recv(b) == (None, [])  # the node closed its end: the launcher ends
     finally:
         for fd in (r, w):
             os.close(fd)
@@ -39,9 +39,9 @@ def test_a_request_and_its_descriptors_arrive_together():
 def test_an_oversized_frame_is_refused():
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with a, b:
-        a.sendall((zygote.MAX_REQUEST + 1).to_bytes(4, "big"))
+        a.sendall((launcher.MAX_REQUEST + 1).to_bytes(4, "big"))
         with pytest.raises(ValueError):
-            zygote._recv(b)
+            launcher._recv(b)
 
 
 def _child(*argv: str) -> int:
@@ -50,7 +50,7 @@ def _child(*argv: str) -> int:
 
 def test_a_forked_worker_is_polled_signalled_and_waited_for_as_popen_would():
     pid = _child("/bin/sleep", "30")
-    w = zygote.ForkedWorker(pid)
+    w = launcher.ForkedWorker(pid)
     assert w.poll() is None
     with pytest.raises(subprocess.TimeoutExpired):
         w.wait(0.05)
@@ -61,5 +61,5 @@ def test_a_forked_worker_is_polled_signalled_and_waited_for_as_popen_would():
 
 
 def test_a_forked_worker_s_exit_status_is_its_own():
-    w = zygote.ForkedWorker(_child("/bin/sh", "-c", "exit 3"))
+    w = launcher.ForkedWorker(_child("/bin/sh", "-c", "exit 3"))
     assert w.wait(10) == 3

@@ -4,7 +4,7 @@ The coordinator declares the scenario's queues on a control connection, starts t
 generator processes (multiprocessing, spawn), waits until every connection is set up, gives
 them common start / measure / end instants, collects their counters, deletes the queues, and
 aggregates (bench/aggregate.py).  Every child is tracked by PID and stopped if it does not end.
-With `consume_target` (bench/cluster.py) the consumers connect to another node than the
+With `consume_target` (bench/mirroring_cost.py) the consumers connect to another node than the
 control connection and the producers, once the queues are visible there.
 
 A scenario with an exchange type gets one exchange of that type, bound to every queue, which
@@ -46,7 +46,7 @@ class Control:
             self.conn = pika.BlockingConnection(params)
             self.ch = self.conn.channel()
         else:
-            from amqpclient.connection import LeanConnection
+            from amqpclient.lean_connection import LeanConnection
             self.conn = LeanConnection(target, codec_mod.load(codec_name),
                                        name="leveret-bench control", timeout=60.0).connect()
             self.conn.channel_open(1)
@@ -184,7 +184,7 @@ def wait_visible(target: AMQPTarget, queues: list[str], codec_name: str,
                  timeout: float = READY_TIMEOUT) -> None:
     """Block until a passive queue.declare of every queue succeeds on target (another node of
     a cluster learns of the queues through metadata replication)."""
-    from amqpclient.connection import AMQPClosed, LeanConnection
+    from amqpclient.lean_connection import AMQPClosed, LeanConnection
     deadline = time.monotonic() + timeout
     while True:
         conn = LeanConnection(target, codec_mod.load(codec_name), name="leveret-bench check",

@@ -9,7 +9,7 @@ import platform
 import sys
 import time
 
-from bench import report, scenarios
+from bench import result_tables, scenarios
 from bench.aggregate import combine_runs
 from bench.refbroker import server_version
 from amqpclient.url import parse_url
@@ -114,7 +114,7 @@ def list_scenarios() -> str:
     for k, s in scenarios.SCENARIOS.items():
         mark = "*" if s.default else " "
         lines.append(f"{mark} {k:12s} {s.title}\n      {s.description}")
-    from bench.cluster import SCENARIO as sc
+    from bench.mirroring_cost import SCENARIO as sc
     lines.append(f"* {sc.key:12s} {sc.title}\n      {sc.description}")
     from bench import scale
     lines.append(f"  {scale.KEY:12s} {scale.TITLE}\n      bench/scale.py with its defaults; "
@@ -150,7 +150,7 @@ def bottleneck_warnings(selftest: list[dict] | None, results: list[dict],
 
 
 def run_target(url: str, label: str, chosen, args, pid: int | None = None) -> list[dict]:
-    from bench.runner import run_scenario
+    from bench.scenario_run import run_scenario
     target = parse_url(url)
     results = []
     for i, sc in enumerate(chosen):
@@ -170,8 +170,8 @@ def run_target(url: str, label: str, chosen, args, pid: int | None = None) -> li
                 r = {"scenario": sc.key, "title": sc.title, "settings": sc.to_dict(),
                      "error": f"{type(e).__name__}: {e}"}
             if args.repeat > 1 and not r.get("error"):
-                log(f"[{label}]   run {n + 1}: publish {report.fmt_rate(r.get('publish_rate'))}"
-                    f" msg/s, consume {report.fmt_rate(r.get('consume_rate'))} msg/s")
+                log(f"[{label}]   run {n + 1}: publish {result_tables.fmt_rate(r.get('publish_rate'))}"
+                    f" msg/s, consume {result_tables.fmt_rate(r.get('consume_rate'))} msg/s")
             runs.append(r)
         r = runs[0] if len(runs) == 1 else combine_runs(runs)
         r["broker"] = label
@@ -179,13 +179,13 @@ def run_target(url: str, label: str, chosen, args, pid: int | None = None) -> li
             log(f"[{label}]   error: {r['error'].strip().splitlines()[0]}")
         else:
             cl = r.get("confirm_latency_ms") or {}
-            extra = (f", confirm p50 {report.fmt_ms(cl.get('p50'))} ms p99 "
-                     f"{report.fmt_ms(cl.get('p99'))} ms" if cl else "")
+            extra = (f", confirm p50 {result_tables.fmt_ms(cl.get('p50'))} ms p99 "
+                     f"{result_tables.fmt_ms(cl.get('p99'))} ms" if cl else "")
             if r.get("bytes_per_msg") is not None:
-                extra += (f", {report.fmt_rate(r['bytes_per_msg'])} bytes written per message "
-                          f"(disk: {report.fmt_rate(r.get('disk_bytes_per_msg'))})")
-            log(f"[{label}]   publish {report.fmt_rate(r.get('publish_rate'))} msg/s, consume "
-                f"{report.fmt_rate(r.get('consume_rate'))} msg/s{extra} (load generator used "
+                extra += (f", {result_tables.fmt_rate(r['bytes_per_msg'])} bytes written per message "
+                          f"(disk: {result_tables.fmt_rate(r.get('disk_bytes_per_msg'))})")
+            log(f"[{label}]   publish {result_tables.fmt_rate(r.get('publish_rate'))} msg/s, consume "
+                f"{result_tables.fmt_rate(r.get('consume_rate'))} msg/s{extra} (load generator used "
                 f"{r.get('loadgen_cpu_cores')} cores)")
         results.append(r)
     return results
@@ -196,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         print(list_scenarios())
         return 0
-    from bench import cluster, scale
-    spec, want_cluster = cluster.split_spec(args.scenarios)
+    from bench import mirroring_cost, scale
+    spec, want_cluster = mirroring_cost.split_spec(args.scenarios)
     spec, want_scale = scale.split_spec(spec)
     try:
         chosen = scenarios.select(spec) if spec else []
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
               for s in chosen]
     if args.size:
         chosen = [dataclasses.replace(s, message_size=args.size) for s in chosen]
-    cluster_scenario = cluster.SCENARIO.with_queue_arguments(qargs).with_confirm_window(
+    cluster_scenario = mirroring_cost.SCENARIO.with_queue_arguments(qargs).with_confirm_window(
         args.confirm_window)
     if args.size:
         cluster_scenario = dataclasses.replace(cluster_scenario, message_size=args.size)
@@ -232,8 +232,8 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"self-test {r['label']}: {r['error']}")
                 failed = True
         if args.selftest_only:
-            path = args.json or report.results_path("selftest")
-            report.write_json(doc, path)
+            path = args.json or result_tables.results_path("selftest")
+            result_tables.write_json(doc, path)
             print(f"\nJSON: {path}")
             return 1 if failed else 0
 
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         main_results = run_target(args.url, label, chosen, args, args.pid)
         doc["brokers"].append({"label": label, "url": target.display, "results": main_results})
     else:
-        from bench.node import LeveretNode, SERVER
+        from bench.leveret_node import LeveretNode, SERVER
         label = label or "Leveret"
         node = LeveretNode(server=args.server or SERVER, log=log, keep_dir=args.keep_node_dir)
         try:
@@ -281,13 +281,13 @@ def main(argv: list[str] | None = None) -> int:
         ref_results = run_target(args.compare_url, ref_label, chosen, args, args.compare_pid)
         doc["brokers"].append({"label": ref_label, "url": rt.display, "results": ref_results})
 
-    # -- the cluster scenario (bench/cluster.py): 3 nodes of its own --------------------------
+    # -- the cluster scenario (bench/mirroring_cost.py): 3 nodes of its own --------------------------
     cluster_results: list[dict] = []
     if want_cluster and args.url:
         log("cluster scenario skipped: it runs on nodes the benchmark starts, not on --url")
     elif want_cluster:
-        cluster_results = cluster.run(args, cluster_scenario, log=log)
-        doc["cluster"] = {"nodes": cluster.NODES, "results": cluster_results}
+        cluster_results = mirroring_cost.run(args, cluster_scenario, log=log)
+        doc["cluster"] = {"nodes": mirroring_cost.NODES, "results": cluster_results}
 
     # -- the scale scenario (bench/scale.py): nodes of its own, RabbitMQ with a reference ------
     scale_doc = None
@@ -304,15 +304,15 @@ def main(argv: list[str] | None = None) -> int:
     client = "lean client" if args.client == "lean" else "pika"
     if chosen:
         print(f"\n### {label} ({secs}, {client}, {machine_info()['cpus']} CPUs)\n")
-        print(report.single_table(main_results))
+        print(result_tables.single_table(main_results))
     if ref_results is not None:
         print(f"\n### {ref_label}\n")
-        print(report.single_table(ref_results))
+        print(result_tables.single_table(ref_results))
         print(f"\n### {label} vs {ref_label}\n")
-        print(report.compare_table(main_results, ref_results, label, ref_label))
+        print(result_tables.compare_table(main_results, ref_results, label, ref_label))
     if cluster_results:
-        print(f"\n### {cluster.SCENARIO.title} ({secs}, {client})\n")
-        print(cluster.tables(cluster_results))
+        print(f"\n### {mirroring_cost.SCENARIO.title} ({secs}, {client})\n")
+        print(mirroring_cost.tables(cluster_results))
     if scale_doc:
         print(f"\n### {scale.TITLE}\n")
         print(scale.table(scale_doc) + f"\n\n{scale.NOTE}")
@@ -321,14 +321,14 @@ def main(argv: list[str] | None = None) -> int:
     warnings = bottleneck_warnings(doc.get("selftest"), main_results + (ref_results or []))
     if warnings:
         print("\n" + "\n".join(warnings))
-    errs = "\n".join(t for t in (report.errors_text(main_results, label),
-                                 report.errors_text(ref_results or [], ref_label or ""),
-                                 report.errors_text(cluster_results, "cluster"),
+    errs = "\n".join(t for t in (result_tables.errors_text(main_results, label),
+                                 result_tables.errors_text(ref_results or [], ref_label or ""),
+                                 result_tables.errors_text(cluster_results, "cluster"),
                                  scale.errors_text(scale_doc) if scale_doc else "") if t)
     if errs:
         print("\nErrors:\n" + errs)
         failed = True
-    path = args.json or report.results_path(label + (f"-vs-{ref_label}" if ref_label else ""))
-    report.write_json(doc, path)
+    path = args.json or result_tables.results_path(label + (f"-vs-{ref_label}" if ref_label else ""))
+    result_tables.write_json(doc, path)
     print(f"\nJSON: {os.path.relpath(path)}")
     return 1 if failed else 0
