@@ -1,7 +1,7 @@
 """Leveret's management API compared, field by field, with RabbitMQ 3.10.8's answers for the
-same objects (tests/data/rabbitmq-3.10-api/*.json, captured by `python -m bench.api_capture`
+same objects (tests/data/rabbitmq-3.10-api/*.json, captured by `python -m tools.api_capture`
 from Debian's rabbitmq-server with the rabbitmq_management plugin): the same scenario
-(bench/api_capture.py) runs against a Leveret node, and every field name and JSON type of each
+(tools/api_capture.py) runs against a Leveret node, and every field name and JSON type of each
 answer must match, but for the deliberate differences listed below, each with its reason.
 Also: Leveret's definitions export imports into a real RabbitMQ 3.10 (skipped, saying so, when
 rabbitmq-server is not installed)."""
@@ -19,7 +19,7 @@ import pika
 import pytest
 
 from amqp_helpers import consume_single_active, wait_until
-from bench import api_capture as cap
+from tools import api_capture as cap
 from bench.refbroker import RabbitMQNode, rabbitmq_installed
 from conftest import Broker, free_port
 

@@ -1,8 +1,8 @@
 """Capture RabbitMQ 3.10's management API answers for a fixed set of objects, so Leveret's can be
 compared with them field by field (tests/integration/test_management_compat.py).
 
-    python -m bench.api_capture            # writes tests/data/rabbitmq-3.10-api/*.json
-    python -m bench.api_capture --only queues,nodes    # only these answers' files
+    python -m tools.api_capture            # writes tests/data/rabbitmq-3.10-api/*.json
+    python -m tools.api_capture --only queues,nodes    # only these answers' files
 
 Starts Debian's rabbitmq-server on spare loopback ports with the rabbitmq_management plugin
 (bench/refbroker.py: its own temp dir, enabled_plugins and config), creates the objects of
