@@ -485,7 +485,7 @@ class MirrorPublish(NamedTuple):
 class MirrorSynced(NamedTuple):
     """Master -> a joining mirror of a quorum queue, before the batch it names: once the
     mirror has acknowledged batch `batch` it is synchronised (its index holds the whole log:
-    it writes its complete-log marker, actors/queue/quorum_log.py)."""
+    it writes its complete-log marker, actors/store/quorum_log.py)."""
     master: str
     batch: int
 

@@ -19,7 +19,6 @@ the node's process tree, and the disk's sectors written, machine-wide). A measur
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import threading
 import time

@@ -12,7 +12,6 @@ Prints one table; nothing is asserted.
 from __future__ import annotations
 
 import argparse
-import time
 
 from actors import messages as m
 from actors.transport import Transport

@@ -22,7 +22,6 @@ import sys
 import tempfile
 import time
 import urllib.parse
-import uuid
 from pathlib import Path
 
 import pika

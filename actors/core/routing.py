@@ -32,7 +32,7 @@ import functools
 import gzip
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from actors.core.erl_terms import Atom, amqp_type_name, erl_p, field_term
 from actors.core.errors import ChannelError, ConnectionError_

@@ -21,7 +21,7 @@ processes:
     skips the chunks whose filter holds none of its values, and with
     ``x-stream-match-unfiltered`` also reads those holding messages without a value.
 
-Pure: no I/O; the stream's storage is actors/queue/stream_log.py, its actor
+Pure: no I/O; the stream's storage is actors/store/stream_log.py, its actor
 actors/queue/stream_queue.py.
 """
 

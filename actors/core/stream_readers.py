@@ -7,7 +7,7 @@ per delivery and gets one back per ack (``settle(complete, ...)``); an ack never
 message from the log. Deliveries in flight to one channel's writer are bounded as every queue
 bounds them (``DELIVERY_WINDOW``, the Writer's ``Sent`` frees them).
 
-Pure: the StreamQueue actor reads the log (actors/queue/stream_log.py) for the readers this
+Pure: the StreamQueue actor reads the log (actors/store/stream_log.py) for the readers this
 names and sends what it read.
 """
 

@@ -14,8 +14,8 @@ from actors import messages as m
 from actors import metadata_ops as ops
 from actors.core import mirroring, policies, quorum, stream, stream_replication
 from actors.node.metadata_dispatch import handles
-from actors.queue import quorum_log
-from actors.queue.stream_position import log_position as stream_log_position
+from actors.store import quorum_log
+from actors.store.stream_position import log_position as stream_log_position
 
 log = logging.getLogger("leveret.cluster")
 

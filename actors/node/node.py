@@ -48,9 +48,9 @@ from actors.worker import launcher
 from actors.node.metadata import Metadata
 from actors.node.resources import ResourceMonitor
 from actors.core.restarts import RestartIntensity
-from actors.queue.backing_queue import lane_queue_ids
-from actors.queue import quorum_log
-from actors.queue.storage import Storage
+from actors.store.lanes import lane_queue_ids
+from actors.store import quorum_log
+from actors.store.storage import Storage
 from actors import secure
 from actors.transport import EXIT_RECEIVE_FAILED, Transport, make_address
 

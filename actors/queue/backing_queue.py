@@ -51,14 +51,16 @@ import lmdb
 from pykka import ActorDeadError
 
 from actors import events, faults
-from actors.queue import census, quorum_log
+from actors.queue import census
+from actors.store import quorum_log
 from actors.messages import (DeleteIndex, DropPaged, Forget, KeepOnly, LogBarrier, PageIn, Paged, PagedDropped,
                              Persist, Persisted, PurgeAfter, RecordDelivery, Recover, Recovered,
                              Refused, Stored, StoredMessage)
 from actors.core import quorum
 from actors.core.queue_stats import DiskCounts
 from actors.runtime import LightActor
-from actors.queue.storage import Storage, queue_id
+from actors.store.lanes import lane_name, priorities
+from actors.store.storage import Storage, queue_id
 from protocol.properties import BasicProperties, delivery_mode
 from queue_index import IndexEntry
 from queue_index.entry import props_raw as entry_props
@@ -76,26 +78,6 @@ class _IdleSync:
     """BackingQueue -> itself: idle with confirms pending; sync after the other queues ran."""
 
     __slots__ = ()
-
-
-def lane_name(name: str, priority: int) -> str:
-    """The name whose index holds a priority queue's messages of one priority (0: the queue's
-    own), as rabbit_priority_queue:mutate_name/2 names its sub-queues."""
-    return name if not priority else f"{name}\x00{chr(priority)}"
-
-
-def priorities(arguments) -> int:
-    """How many priorities (lanes) a queue with these x-arguments has (1 without
-    x-max-priority; at most 256, as the queue core clamps it)."""
-    maxp = (arguments or {}).get("x-max-priority")
-    if isinstance(maxp, bool) or not isinstance(maxp, int) or maxp <= 0:
-        return 1
-    return min(maxp, 255) + 1
-
-
-def lane_queue_ids(vhost: str, name: str, arguments) -> list:
-    """Every index id a durable queue with these arguments may use (the node keeps them)."""
-    return [queue_id(vhost, lane_name(name, p)) for p in range(priorities(arguments))]
 
 
 class BackingQueue(LightActor):

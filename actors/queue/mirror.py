@@ -33,7 +33,7 @@ confirms wait until enough are back and synchronised.
 A quorum queue's member keeps its log (its node's index for the queue) across its node's
 restarts: it is dropped only when a live leader synchronises the member again (the reset batch
 of its join), or when the queue is deleted or the member is no longer one whose log counts. A
-marker says when the index holds a complete log (actors/queue/quorum_log.py: removed before a
+marker says when the index holds a complete log (actors/store/quorum_log.py: removed before a
 resync drops the index, written once the member has acknowledged the batch that ends its
 sync, `MirrorSynced`): a leader election (actors/node/metadata_cluster.py) promotes the member
 with the longest complete log among a majority of the members.
@@ -54,7 +54,7 @@ from actors import messages as m
 from actors.core import policies, quorum
 from actors.core.confirms import MirrorHold
 from actors.core.queue import Msg
-from actors.queue import quorum_log
+from actors.store import quorum_log
 from actors.queue.replica_log import MEMBER, MIRROR, ReplicaLog
 from actors.naming import queue_actor_name
 from actors.runtime import LightActor

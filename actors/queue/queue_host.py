@@ -33,7 +33,7 @@ from actors.core.errors import amqp_text
 from actors.worker.worker_host import WorkerHost
 from actors.naming import queue_actor_name
 from actors.queue.mirror import Mirror
-from actors.queue import storage
+from actors.store import storage
 from actors.core import confirms, stream
 from actors.core.restarts import RestartIntensity
 from actors.runtime import monitor

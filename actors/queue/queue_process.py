@@ -26,7 +26,8 @@ from actors.messages import (MirrorsDown, Paged, Persisted, PolicyChanged, Recov
                              Stored)
 from actors.queue.backing_queue import BackingQueue
 from actors.core import policies, quorum
-from actors.queue import census, quorum_log
+from actors.queue import census
+from actors.store import quorum_log
 from actors.core import queue_dispatch
 from actors.core.errors import ChannelError
 from actors.core.queue_stats import DiskCounts, QueueCounters

@@ -10,7 +10,7 @@ the promoted replica did not is gone with the deposed master.
 
 Each event names the replica's log (`replica_log`): a classic mirror's lives as long as its
 actor, a quorum member's as long as its log on disk (a restarted member that keeps its log keeps
-the name, which its marker holds: actors/queue/quorum_log.py). A drop ends only the log it
+the name, which its marker holds: actors/store/quorum_log.py). A drop ends only the log it
 names, so the late `removed` drop of an old replica cannot end what a newer one on the same
 node took; a drop that names no log (a replica starting on a node where an earlier one may have
 left messages) ends every earlier log of that node.

@@ -8,7 +8,7 @@ The leader confirms a publish once a majority of the members (itself included) h
 (actors/core/stream_replication.py ``committed_offset``).
 
 Its log is kept across its node's restarts: on a join the leader keeps what matches and
-sends what follows. A marker (actors/queue/quorum_log.py, the quorum queues' file) records
+sends what follows. A marker (actors/store/quorum_log.py, the quorum queues' file) records
 the epoch of the leader whose log this member's is a prefix of, written once the join's
 truncation is done; an election (actors/node/metadata_cluster.py) compares members by
 (epoch, last offset) and promotes the longest: the member's log is then the new leader's.
@@ -21,9 +21,9 @@ import logging
 from actors import messages as m
 from actors.core import policies, stream
 from actors.naming import queue_actor_name
-from actors.queue import quorum_log
-from actors.queue.storage import Storage, queue_id
-from actors.queue.stream_log import Entry, StreamLog
+from actors.store import quorum_log
+from actors.store.storage import Storage, queue_id
+from actors.store.stream_log import Entry, StreamLog
 from actors.queue.stream_queue import RETENTION_CHECK_MS, RetentionTick, wall_ms
 from actors.runtime import LightActor
 

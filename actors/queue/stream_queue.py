@@ -7,7 +7,7 @@ written and synced, and delivers to each consumer from its own position, reading
 offset in bounded batches (never the log in memory), each message encoded as a delivery once
 for all its readers (actors/queue/stream_recent.py, actors/queue/stream_delivery.py).
 The rules are actors/core/stream.py's and actors/core/stream_readers.py's; the log is
-actors/queue/stream_log.py. The StreamWriter runs on the worker's "store" scheduler, as a
+actors/store/stream_log.py. The StreamWriter runs on the worker's "store" scheduler, as a
 BackingQueue does, so a sync never stalls a queue's deliveries.
 
 It speaks the messages a classic Queue speaks (Publish, Settle, Sent, Consume, Cancel, Get,
@@ -34,10 +34,10 @@ from actors.core.queue_stats import QueueCounters
 from actors.core.stream_readers import Reader, StreamReaders
 from actors.messages import ChannelsDown, PolicyChanged
 from actors.naming import queue_actor_name
-from actors.queue import quorum_log
-from actors.queue.storage import Storage, queue_id
+from actors.store import quorum_log
+from actors.store.storage import Storage, queue_id
 from actors.queue.stream_delivery import DeliveryEncoder
-from actors.queue.stream_log import Entry, Message, StreamLog
+from actors.store.stream_log import Entry, Message, StreamLog
 from actors.queue.stream_recent import RecentReads
 from actors.runtime import LightActor
 from protocol.properties import BasicProperties

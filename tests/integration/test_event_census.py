@@ -16,7 +16,7 @@ from amqp_helpers import wait_until
 from conftest import Broker, free_port
 from test_management import Api
 
-from actors.queue.storage import queue_id
+from actors.store.storage import queue_id
 from msg_store import MsgStore
 from protocol.properties import BasicProperties
 from queue_index import QueueIndex

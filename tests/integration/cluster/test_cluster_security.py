@@ -11,7 +11,6 @@ import secrets
 import socket
 import stat
 import subprocess
-import time
 import uuid
 
 import pika

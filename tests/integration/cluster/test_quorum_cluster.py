@@ -180,7 +180,7 @@ def test_a_member_resyncing_after_a_restart_keeps_its_log_when_the_leader_dies__
     and B, which never got the messages, led: every one only L and A had was lost. A keeps its
     log (it offers it; L sends only what follows it), votes with it, leads, and every
     confirmed message is delivered."""
-    from actors.queue.storage import queue_id
+    from actors.store.storage import queue_id
     from tests.integration.cluster.nodes import Nodes
     cfg = tmp_path / "paging.toml"
     cfg.write_text("queue_page_bytes = 262144\nqueue_page_size = 1\n")

@@ -9,7 +9,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 FORBIDDEN = {"pykka", "zmq", "socket", "lmdb", "selectors", "asyncio", "threading",
              # the shells' side of the project: the event-log writer, the runtime, transport
-             "actors.events", "actors.runtime", "actors.transport", "actors.queue.storage"}
+             "actors.events", "actors.runtime", "actors.transport", "actors.store.storage"}
 
 
 def imported_modules(path: Path) -> set[str]:

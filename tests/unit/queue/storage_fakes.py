@@ -4,7 +4,7 @@ Storage.of gives it), and an actor reference that keeps what it is told."""
 from __future__ import annotations
 
 from actors.config import Config
-from actors.queue.storage import Storage
+from actors.store.storage import Storage
 
 
 class Ref:

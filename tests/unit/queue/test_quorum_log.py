@@ -1,5 +1,5 @@
 """A quorum queue member's log as a leader election reads it (issue 15 "heir";
-actors/queue/quorum_log.py): the complete-log marker beside the node's index, the end of the
+actors/store/quorum_log.py): the complete-log marker beside the node's index, the end of the
 log (the highest seq_id written and synced, which acks do not lower), and a member's Mirror
 keeping its log across a restart, dropping it (marker first) only for a live master's resync
 and marking it complete only once the sync's last batch is acknowledged and the drop done.
@@ -15,10 +15,10 @@ from actors import messages as m
 from actors.core.queue import Msg
 from actors.messages import Forget, Persist
 from actors.queue import mirror as mirror_module
-from actors.queue import quorum_log
+from actors.store import quorum_log
 from actors.queue.backing_queue import BackingQueue, _Sync
 from actors.queue.mirror import Mirror
-from actors.queue.storage import queue_id
+from actors.store.storage import queue_id
 from storage_fakes import Ref, storage
 
 QQ = {"x-queue-type": "quorum"}

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from actors import messages as m
 from actors.queue import stream_delivery
 from actors.queue.stream_delivery import DeliveryEncoder, full
-from actors.queue.stream_log import Message
+from actors.store.stream_log import Message
 from protocol.properties import BasicProperties
 
 PROPS = [b"", b"\x00\x00",

@@ -1,9 +1,9 @@
-"""actors/queue/stream_log.py: a stream's log in the node's LMDB environment."""
+"""actors/store/stream_log.py: a stream's log in the node's LMDB environment."""
 from __future__ import annotations
 
 from actors.core.stream import LogView
-from actors.queue.storage import queue_id
-from actors.queue.stream_log import Entry, StreamLog
+from actors.store.storage import queue_id
+from actors.store.stream_log import Entry, StreamLog
 
 from storage_fakes import storage
 

@@ -1,6 +1,6 @@
 """actors/queue/stream_recent.py: what a stream's readers read lately, encoded once and shared
 between them."""
-from actors.queue.stream_log import Message
+from actors.store.stream_log import Message
 from actors.queue.stream_recent import COMPACT_AT, RecentReads
 
 

@@ -28,7 +28,7 @@ import json
 import os
 
 from actors.durable_files import atomic_replace, fsync_dir
-from actors.queue.storage import Storage, queue_id
+from actors.store.storage import Storage, queue_id
 from queue_index import QueueIndex
 
 

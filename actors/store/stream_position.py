@@ -1,7 +1,7 @@
 """How far this node's log of a replicated stream goes, as a leader election compares it.
 
 Read by the node's metadata actor (actors/node/metadata_cluster.py, LogQuery) in its own
-read transaction of the node's LMDB environment, as actors/queue/quorum_log.py's
+read transaction of the node's LMDB environment, as actors/store/quorum_log.py's
 ``position`` is for a quorum queue: the epoch is the marker's (quorum_log's file: the epoch
 of the leader whose log this one is a prefix of, written by the leader when it starts and by
 a member once its join's truncation is done), the offset the log's last.
@@ -9,9 +9,9 @@ a member once its join's truncation is done), the offset the log's last.
 
 from __future__ import annotations
 
-from actors.queue import quorum_log
-from actors.queue.storage import Storage, queue_id
-from actors.queue.stream_log import StreamLog
+from actors.store import quorum_log
+from actors.store.storage import Storage, queue_id
+from actors.store.stream_log import StreamLog
 
 
 def log_position(config, vhost: str, name: str) -> list | None:

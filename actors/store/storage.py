@@ -33,7 +33,7 @@ from actors.durable_files import SYNCS
 from msg_store import MsgStore
 from queue_index import QueueIndex
 
-from actors.queue import stream_log
+from actors.store import stream_log
 
 log = logging.getLogger("leveret.storage")
 _lock = threading.Lock()
@@ -54,7 +54,7 @@ class Storage:
         with self.env.begin(write=True) as txn:
             self.msg_store = MsgStore(self.env, txn=txn)  # refcounted bodies of large messages
             self.clean = self.env.open_db(b"clean", txn=txn)  # queue_id -> stopped cleanly
-            # streams' logs (actors/queue/stream_log.py): messages, chunks, segments
+            # streams' logs (actors/store/stream_log.py): messages, chunks, segments
             self.stream_dbs = [self.env.open_db(name, txn=txn) for name in stream_log.DB_NAMES]
             self.dbs = [self.env.open_db(name, txn=txn)  # every database, for usage()
                         for name in MsgStore.db_names() + QueueIndex.db_names()] + \

@@ -6,7 +6,7 @@ offset, message count, timestamp, body bytes and the Bloom filter of its message
 values); chunks follow each other in segments of at most ``segment_bytes`` body bytes, and
 retention (actors/core/stream.py ``segments_to_drop``) deletes whole segments, oldest first.
 
-Three databases of the worker's environment (actors/queue/storage.py), every key led by the
+Three databases of the worker's environment (actors/store/storage.py), every key led by the
 queue's id (16 bytes) then a big-endian 8-byte number, so that cursor order is log order:
 ``stream_msgs`` (offset -> message), ``stream_chunks`` (first offset -> chunk) and
 ``stream_segments`` (segment number -> its first and last offset, bytes, newest timestamp).
