@@ -98,7 +98,7 @@ def private_data_dir(data_dir: str) -> None:
     """The data dir 0700 and what is in it readable by this user only (files 0600, the
     cluster secret 0400): definitions with password hashes, message bodies and the Raft log
     are nobody else's business. Files an older version left 0644 are fixed here too; the
-    process's umask (077, actors/node/serve.py) keeps new ones private."""
+    process's umask (077, actors/runtime/process_setup.py) keeps new ones private."""
     os.makedirs(data_dir, mode=0o700, exist_ok=True)
     me = os.getuid()
     for root, dirs, files in os.walk(data_dir):

@@ -4,12 +4,11 @@ process it started."""
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import signal
 import sys
 
 from actors.config import Config, max_message_size_error
+from actors.runtime.process_setup import private_umask, raise_fd_limit, setup_logging
 
 
 def parse_args(argv=None) -> Config:
@@ -118,30 +117,6 @@ def _limit(text: str) -> int | str:
     if n < 0:
         raise argparse.ArgumentTypeError("must be at least 0")
     return n
-
-
-def setup_logging(level: str, who: str) -> None:
-    logging.basicConfig(
-        stream=sys.stderr, level=getattr(logging, level.upper(), logging.INFO),
-        format=f"%(asctime)s %(levelname)s [{who}] %(name)s: %(message)s")
-
-
-def raise_fd_limit() -> None:
-    """Soft RLIMIT_NOFILE up to the hard limit: every client socket is a descriptor (RabbitMQ's
-    packages raise it the same way; systemd's LimitNOFILE sets the hard limit)."""
-    try:
-        import resource
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft < hard:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    except (ImportError, ValueError, OSError):
-        pass
-
-
-def private_umask() -> None:
-    """Files and folders the broker creates are its user's only (0600 / 0700), whatever
-    umask it was started with; its workers inherit it (docs/security.md)."""
-    os.umask(0o077)
 
 
 def main(argv=None) -> int:

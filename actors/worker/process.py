@@ -19,7 +19,7 @@ import threading
 import pykka
 
 from actors import messages as m
-from actors.node.serve import private_umask, raise_fd_limit, setup_logging
+from actors.runtime.process_setup import private_umask, raise_fd_limit, setup_logging
 from actors.config import Config
 from actors.replica import Replica
 from actors.runtime import ActorDown, LightActor
