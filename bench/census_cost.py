@@ -27,7 +27,8 @@ import types
 import lmdb
 
 from actors import events
-from actors.core.queue import QueueCore
+from actors.core.queue import QueueCore, QueuePort
+from actors.core.queue_settings import parse as queue_settings
 from actors.queue import census
 from msg_store import MsgStore
 from protocol.properties import BasicProperties, delivery_mode
@@ -36,7 +37,8 @@ from queue_index.entry import props_raw
 
 
 class _Out:
-    """QueueCore's effects, dropped (the census reads its state only)."""
+    """QueueCore's port's callables (and its mirrors'), dropped (the census reads its state
+    only)."""
 
     def __getattr__(self, name):
         return lambda *args: None
@@ -61,8 +63,8 @@ def main(argv=None) -> None:
     body = b"." * 1024
     rows = []
 
-    core = QueueCore("/", "q", {}, _Out(), 0)
-    core.publish("", [[0, "", "q", props, True, 0, -1]] * n, [body] * n, 0)
+    core = QueueCore("/", "q", queue_settings({}), QueuePort.of(_Out(), _Out()), 0)
+    core.publish("", [[0, "", "q", props, True, 0, -1, None]] * n, [body] * n, 0)
     best, med, snap = _timed(lambda: census.snapshot(core, "requested"), a.runs)
     rows.append(("Queue: snapshot of N ready messages in memory", best, med))
 

@@ -1,8 +1,9 @@
 """Channel actor: the shell around actors/core/channel.py (rabbit_channel.erl's process).
 
 Receives whole commands from its Reader, deliveries/confirms/credit from queues and replies from
-the node; the core decides, this shell sends: frames to the Writer, messages over the
-Transport, block/unblock to the Reader.
+the node, and gives them to the core's `handle`; the core decides, this shell sends through the
+core's `ChannelPort` (its own methods below): frames to the Writer, messages over the Transport,
+block/unblock to the Reader.
 """
 
 from __future__ import annotations
@@ -15,42 +16,13 @@ import pykka
 
 from actors import events
 from actors import messages as m
-from actors.core import channel_dispatch
-from actors.core.channel import ChannelCore
+from actors.core.channel import ChannelCore, ChannelPort
 from actors.core.errors import ChannelError
 from actors.runtime import LightActor
 
 log = logging.getLogger("leveret.channel")
 
 _incarnations = itertools.count(1)  # a reopened channel number gets a new address
-
-
-class _Out:
-    def __init__(self, actor: "Channel"):
-        self.actor = actor
-        self.writer = actor.writer
-        self.transport = actor.host.transport
-        self.send = self.transport.send
-
-    def write(self, data, sent=None):
-        if data or sent:
-            _tell(self.writer, m.Write(data, [((q, self.actor.address), n) for q, n in sent]
-                                       if sent else None))
-
-    def is_dead(self, address):
-        return self.transport.is_dead(address.partition("#")[0])
-
-    def close_connection(self, code, text, class_id, method_id):
-        _tell(self.actor.reader, m.CloseConnection(code, text, class_id, method_id))
-
-    def block(self):
-        _tell(self.actor.reader, m.Block(self.actor.number, True))
-
-    def unblock(self):
-        _tell(self.actor.reader, m.Block(self.actor.number, False))
-
-    def closed(self):
-        _tell(self.actor.reader, m.ChannelFinished(self.actor.number, self.actor.actor_ref))
 
 
 def _tell(ref, msg) -> None:
@@ -89,13 +61,38 @@ class Channel(LightActor):
         # reach the channel that reopens its number
         self.name = f"ch/{conn.owner.rpartition('/')[2]}/{number}/{next(_incarnations)}"
         self.address = host.transport.address(self.name)
-        self.core = ChannelCore(number, self.address, conn, host.replica, _Out(self),
+        self.transport = host.transport  # this process's Transport
+        self.core = ChannelCore(number, self.address, conn, host.replica,
+                                ChannelPort.of(self, host.transport.send),
                                 host.config.credit_initial, events,
                                 credit_initial_bytes=host.config.credit_initial_bytes,
                                 consumer_timeout=host.config.consumer_timeout,
                                 consumer_timeout_action=host.config.consumer_timeout_action,
                                 clock=time.monotonic)
         self.armed_at = 0  # the consumer-timeout check the timer will tell us of (ms), 0 = none
+
+    # --- its core's port (ChannelPort.of): each only sends or answers -----------------------
+    now_ms = staticmethod(_now_ms)
+
+    def write(self, data, sent=None) -> None:
+        if data or sent:
+            _tell(self.writer, m.Write(data, [((q, self.address), n) for q, n in sent]
+                                       if sent else None))
+
+    def is_dead(self, address) -> bool:
+        return self.transport.is_dead(address.partition("#")[0])
+
+    def close_connection(self, code, text, class_id, method_id) -> None:
+        _tell(self.reader, m.CloseConnection(code, text, class_id, method_id))
+
+    def block(self) -> None:
+        _tell(self.reader, m.Block(self.number, True))
+
+    def unblock(self) -> None:
+        _tell(self.reader, m.Block(self.number, False))
+
+    def closed(self) -> None:
+        _tell(self.reader, m.ChannelFinished(self.number, self.actor_ref))
 
     def on_start(self):
         self.host.transport.register(self.name, self.actor_ref)
@@ -108,16 +105,17 @@ class Channel(LightActor):
     def on_receive(self, msg):
         core = self.core
         try:
-            if channel_dispatch.handle(core, msg, _now_ms):
-                pass
-            elif isinstance(msg, ConsumerTimeoutCheck):
+            kind = type(msg)
+            if kind is ConsumerTimeoutCheck:
                 if msg.at == self.armed_at:  # else an earlier arming's, superseded
                     self.armed_at = 0
                     core.consumer_timeout_check(_now_ms())
-            elif isinstance(msg, m.Terminate):
+            elif kind is m.Terminate:
                 core.terminate()
                 self.stop()
                 return
+            else:
+                core.handle(msg)
             if core.check_at and core.check_at != self.armed_at:
                 self.armed_at = core.check_at
                 self.host.timers.at(core.check_at, self.actor_ref,

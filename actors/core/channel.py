@@ -5,13 +5,16 @@ Mirrors rabbit_channel.erl: routing publishes through the local exchange/binding
 confirm bookkeeping (seq no -> queues still to confirm, multiple=true runs), delivery tags and
 the unacked map, prefetch (basic.qos) passed to the queues, transactions, consumer bookkeeping,
 and the errors RabbitMQ raises with their texts. The actor shell (actors/connection/channel_process.py)
-feeds it whole commands and queue/node messages and carries out what it asks through `out`:
+feeds it whole commands and queue/node messages through `handle` (actors/core/channel_dispatch.py's
+table) and carries out what it asks through `out`, its `ChannelPort` of named callables:
 
 - `write(data: bytes, sent=None)`   frames to the client; `sent` is [(queue, n)] delivery credit
 - `send(address, msg)`              a message to a queue or the node
+- `is_dead(address)`                is the process of that address known dead (no answer comes)
 - `close_connection(code, text, class_id, method_id)`  a hard error
 - `block()` / `unblock()`           credit_flow: stop / resume reading the socket
 - `closed()`                        the channel is finished (after close-ok)
+- `now_ms()`                        now, monotonic ms (read by `handle` for what needs it)
 
 It never raises on client input: errors become channel.close or a connection close.
 """
@@ -19,14 +22,15 @@ It never raises on client input: errors become channel.close or a connection clo
 from __future__ import annotations
 
 import base64
+import dataclasses
 import os
 import re
 import struct
 from collections import OrderedDict, deque
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
-from actors.core import (NO_EVENTS, credit_flow, direct_reply, policies, routing,
-                         sender_selected, stream)
+from actors.core import (NO_EVENTS, channel_dispatch, credit_flow, direct_reply, policies,
+                         routing, sender_selected, stream)
 from actors.core.channel_stats import ChannelCounters
 from actors.core.confirms import Confirms, LiteConfirms
 from actors.core.limiter import Limiter
@@ -118,8 +122,30 @@ class RefusedPublish:
         self.error = error  # the 406 PRECONDITION_FAILED to close the channel with
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ChannelPort:
+    """What ChannelCore may do outside itself: its Channel actor's callables, named one by one
+    (as ConnectionPort), so the core never reaches into its actor."""
+
+    write: Callable[..., None]  # (data, sent=None) frames to the Writer, with delivery credit
+    send: Callable[[str, object], None]  # (address, msg) over the transport
+    is_dead: Callable[[str], bool]  # is that address's process known dead
+    close_connection: Callable[[int, str, int, int], None]  # a hard error: to the Reader
+    block: Callable[[], None]  # credit_flow: the Reader stops reading the socket
+    unblock: Callable[[], None]  # ... and resumes
+    closed: Callable[[], None]  # the channel is finished: the Reader forgets it
+    now_ms: Callable[[], int]  # now, monotonic ms
+
+    @classmethod
+    def of(cls, shell, send) -> ChannelPort:
+        """The port of an object that has every callable by its name (the Channel actor) but
+        `send`, the transport's own (so a send costs no extra call)."""
+        return cls(send=send, **{f.name: getattr(shell, f.name) for f in dataclasses.fields(cls)
+                                 if f.name != "send"})
+
+
 class ChannelCore:
-    def __init__(self, number: int, address: str, conn: ConnInfo, replica, out,
+    def __init__(self, number: int, address: str, conn: ConnInfo, replica, out: ChannelPort,
                  credit_initial=credit_flow.INITIAL, events=NO_EVENTS, random_bytes=os.urandom,
                  credit_initial_bytes=credit_flow.INITIAL_BYTES, consumer_timeout=0,
                  consumer_timeout_action="close-channel", clock=None):
@@ -136,7 +162,7 @@ class ChannelCore:
         self.address = address  # this channel's transport address
         self.conn = conn  # connection facts
         self.replica = replica  # metadata replica (routing, permissions, queue table)
-        self.out = out  # effects
+        self.out = out  # what it may do outside itself (ChannelPort, see module docstring)
         self.state = "open"  # open | closing (sent channel.close) | closed
         self.confirm = False  # confirm.select seen
         self.tx = False  # tx.select seen
@@ -200,6 +226,13 @@ class ChannelCore:
         self.held_cancels: list[str] = []
 
     # --- entry points -------------------------------------------------------------------------
+    def handle(self, msg) -> None:
+        """The one entry for the messages of its connection, queues and node
+        (channel_dispatch's table); anything else is not the core's and is ignored."""
+        handler = _TABLE.get(type(msg))
+        if handler is not None:
+            handler(self, msg)
+
     def handle_commands(self, commands) -> None:
         for cmd in commands:
             if self.sync_wait:
@@ -1496,3 +1529,6 @@ _HANDLERS = {
     am.TxCommit: ChannelCore._tx_commit,
     am.TxRollback: ChannelCore._tx_rollback,
 }
+
+
+_TABLE = channel_dispatch.TABLE  # message type -> (core, msg) -> None

@@ -119,7 +119,7 @@ class HandshakeTimeout:
 @dataclasses.dataclass(frozen=True, slots=True)
 class ConnectionPort:
     """What ConnectionCore may do outside itself: the Reader's callables, named one by one
-    (as the channel core's `_Out`), so the core never reaches into its actor."""
+    (as ChannelPort and QueuePort), so the core never reaches into its actor."""
 
     node: str  # the node's metadata address, for the channels' ConnInfo
     write: Callable[[bytes], None]  # frames to the Writer

@@ -28,6 +28,9 @@ from array import array
 from collections import deque
 
 
+WAIT = "wait"  # QueueCore.get: the head is paged out, try again once it is read back
+
+
 class PagedPublishers:
     """Who waits for the confirm of each paged-out message of one lane (x-confirm-on=ack or
     ack-lite: the index keeps no publisher), in seq_id order, in three flat arrays (about 20

@@ -5,7 +5,8 @@ overflow modes, dead-lettering, auto-delete and x-expires.
 Mirrors rabbit_amqqueue_process.erl (consumers, limits, TTL, overflow, dead-lettering
 decisions) together with the in-memory part of rabbit_variable_queue.erl (q4 and requeue
 ordering). The actor shell (actors/queue/queue_process.py) feeds it messages (the channels' through
-actors/core/queue_dispatch.py) and carries out what it asks through `out`, an object with:
+actors/core/queue_dispatch.py, through `handle`) and carries out what it asks through `out`, its
+`QueuePort` of named callables that only send (the decisions are all here):
 
 - `deliver(channel, items, bodies)`  a batch of deliveries (messages.Delivery) to one channel
 - `confirm(channel, seqs, ok[, reason])` publisher confirms (ok) or nacks (not ok, reason as
@@ -28,6 +29,11 @@ actors/core/queue_dispatch.py) and carries out what it asks through `out`, an ob
 - `purge_paged(after_seq, priority)`  settle every paged-out message of a lane after after_seq
 - `drop_paged(after_seq, n, priority)` settle the next n paged-out messages of a lane unread
   (drop-head with nothing to do with them: no dead-letter exchange, no confirm to answer)
+- `now_ms()`                          now, monotonic ms (read once per message `handle` takes)
+- `mirror_enqueued(msg, now)`         a mirrored master's: a message entered (its mirrors get it)
+- `mirror_forget_messages(msgs)`      ... messages left the queue for good (its mirrors drop them)
+- `mirror_confirm_batch()`            ... (batch, low) when a confirm must wait for the batch
+  that carries it (MirrorHold), None when there is nothing to wait for
 
 The backing queue answers `stored(nbytes)` once it has written what `persist` gave it,
 `persisted(msgs)` once that is synced, `paged_in(...)` with a page and `paged_dropped(...)` once
@@ -41,29 +47,33 @@ ready messages of each priority and which priority is served next are actors/cor
 `PriorityLanes`. Publisher confirms: when each copy's confirm leaves is actors/core/confirms.py's
 `QueueConfirms`.
 
-Times are integer milliseconds of a monotonic clock passed in by the caller.
+Times are integer milliseconds of a monotonic clock: the port's `now_ms`, read once per message
+by `handle`, or passed in by the caller of a method.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from typing import Callable
 
-from actors.core import NO_EVENTS, credit_flow, quorum
-from actors.core.confirms import NOW, ON_SYNC, QueueConfirms
+from actors.core import NO_EVENTS, credit_flow, queue_dispatch, quorum
+from actors.core.confirms import NOW, ON_SYNC, MirrorHold, QueueConfirms
 from actors.core.consumers import ChannelState, Consumer, QueueConsumers
 from actors.core.errors import ChannelError
 from actors.core.keep_up import KeepUp
-from actors.core.paging import Lane, Paging
-from actors.core.priorities import PriorityLanes, max_priority_of
+from actors.core.paging import WAIT, Lane, Paging
+from actors.core.priorities import PriorityLanes
 from actors.core.queue_args import check_consume_arguments
-from actors.core.queue_stats import DEAD_LETTERED, ConsumerUse
+from actors.core.queue_settings import QueueSettings
+from actors.core.queue_stats import DEAD_LETTERED, ConsumerUse, QueueCounters
 from actors.messages import Delivery, PublishItem
 from protocol.properties import BasicProperties, with_long_header
 
 # builds a record on the per-message path from all its fields, in order, without NamedTuple's
 # argument handling (measured: a fifth of a NamedTuple call's cost)
 _new = tuple.__new__
-WAIT = "wait"  # get(): the head is paged out, try again once it is read back
+__all__ = ["WAIT", "Msg", "QueueCore", "QueuePort"]
 STORE_BEHIND_BYTES = 16 * 1024 * 1024  # bodies on their way to storage before credit waits
 # where a message of a paging queue goes, (divert, behind): QueueCore._placement
 _AT_HEAD = (False, False)  # in memory, deliverable in its turn
@@ -118,12 +128,49 @@ class _Arrivals:
         self.to_persist: list = []  # Msgs to hand to the backing queue, in order
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueuePort:
+    """What QueueCore may do outside itself: its Queue actor's callables, named one by one (as
+    ConnectionPort), each of which only sends; the core never reaches into its actor."""
+
+    deliver: Callable[[str, list, list], None]  # (channel, Delivery items, bodies)
+    confirm: Callable[..., None]  # (channel, seq_nos, ok, reason="") to the publisher
+    reply: Callable[..., None]  # (address, req_id, ok, result=None, code=0, text="")
+    get_reply: Callable[[str, int, object, int, object], None]  # basic.get's answer
+    consumer_gone: Callable[[str, str], None]  # (channel, consumer tag) cancelled
+    credit: Callable[[str, int, int], None]  # (channel, n, nbytes) credit_flow bump
+    demand: Callable[[str], None]  # ask a channel for prefetch tokens
+    release: Callable[[str, int], None]  # hand tokens back
+    persist: Callable[[list], None]  # Msgs to the backing queue's storage
+    record_delivery: Callable[[list], None]  # first deliveries of stored Msgs
+    forget: Callable[[list], None]  # stored Msgs settled: the backing queue drops them
+    page_in: Callable[..., None]  # (after_seq, n, priority) read a page back
+    drop_paged: Callable[..., None]  # (after_seq, n, priority) settle paged ones unread
+    purge_paged: Callable[..., None]  # (after_seq, priority) a lane's paged part purged
+    dead_letter: Callable[..., None]  # (msg, reason, new_msg_id) re-publish to the DLX
+    delete_self: Callable[[str], None]  # (reason) ask the node to delete this queue
+    schedule: Callable[[int], None]  # call `tick` at this monotonic ms
+    now_ms: Callable[[], int]  # now, monotonic ms
+    mirror_enqueued: Callable[[Msg, int], None]  # (msg, now) a message for the mirrors
+    mirror_forget_messages: Callable[[list], None]  # Msgs the mirrors drop
+    mirror_confirm_batch: Callable[[], tuple | None]  # (batch, low) or None: see module doc
+
+    @classmethod
+    def of(cls, shell, mirrors) -> QueuePort:
+        """The port of an object that has every callable by its name (the Queue actor), the
+        `mirror_*` ones taken from its mirrors (actors/queue/mirror.py's Masters) without the
+        prefix."""
+        return cls(**{f.name: getattr(mirrors, f.name[7:]) if f.name.startswith("mirror_")
+                      else getattr(shell, f.name) for f in dataclasses.fields(cls)})
+
+
 class QueueCore:
-    def __init__(self, vhost: str, name: str, arguments: dict, out, now: int,
-                 auto_delete=False, delivery_window=2000, credit_more=credit_flow.MORE,
+    def __init__(self, vhost: str, name: str, settings: QueueSettings, out: QueuePort,
+                 now: int, auto_delete=False, delivery_window=2000, credit_more=credit_flow.MORE,
                  credit_more_bytes=credit_flow.MORE_BYTES, backlog_bytes=0, durable=False,
                  page_bytes=0, page_size=2048,
-                 events=NO_EVENTS, random_bytes=os.urandom, epoch=0):
+                 events=NO_EVENTS, random_bytes=os.urandom, epoch=0,
+                 counters: QueueCounters | None = None):
         self.events = events  # the event log (actors.events in the shell), injected
         # promotions of the queue before this master (the metadata's `epoch`): its events
         # name it, so the analysis can tell this master's copies from a deposed one's
@@ -133,30 +180,35 @@ class QueueCore:
         self.durable = durable  # persistent messages go to the backing queue's storage
         self._delivered: list = []  # persistent messages delivered for the first time, to record
         self._forgotten: list = []  # messages settled by delivery (no_ack), to tell storage
-        self.out = out  # effects (see module docstring)
-        a = arguments or {}
-        self.ttl = _int(a.get("x-message-ttl"))  # queue TTL ms, None = none
-        self.expires = _int(a.get("x-expires"))  # unused-queue expiry ms, None = none
-        self.max_length = _int(a.get("x-max-length"))  # messages, None = unbounded
-        self.max_bytes = _int(a.get("x-max-length-bytes"))  # body bytes, None = unbounded
-        self.overflow = a.get("x-overflow", "drop-head")  # drop-head|reject-publish|-dlx
-        self.dlx = a.get("x-dead-letter-exchange")  # dead-letter exchange name or None
-        self.dlrk = a.get("x-dead-letter-routing-key")  # routing key override or None
+        self.out = out  # what it may do outside itself (QueuePort, see module docstring)
+        self.now_ms = out.now_ms  # (read once per message: kept at hand)
+        # the management API's counts of what the queue took and gave (the actor samples them)
+        self.counters = counters if counters is not None else QueueCounters()
+        # a mirrored master's confirms waiting for its mirrors (or a majority of members)
+        self.mirror_hold = MirrorHold()
+        a = settings
+        self.ttl = a.ttl  # queue TTL ms, None = none
+        self.expires = a.expires  # unused-queue expiry ms, None = none
+        self.max_length = a.max_length  # messages, None = unbounded
+        self.max_bytes = a.max_bytes  # body bytes, None = unbounded
+        self.overflow = a.overflow  # drop-head|reject-publish|reject-publish-dlx
+        self.dlx = a.dlx  # dead-letter exchange name or None
+        self.dlrk = a.dlrk  # routing key override or None
         # x-delivery-limit (S6): a message returned more often than this is dead-lettered
-        # (reason delivery_limit) or dropped instead of requeued; None = no limit. The shell
-        # sets it from the argument and the delivery-limit policy key (set_delivery_limit).
-        self.delivery_limit = _int(a.get("x-delivery-limit"))
+        # (reason delivery_limit) or dropped instead of requeued; None = no limit (the
+        # argument and the delivery-limit policy key: queue_settings.parse)
+        self.delivery_limit = a.delivery_limit
         # x-queue-type: "classic" or "quorum" (actors/core/quorum.py); a quorum queue stores
         # every message whatever its delivery mode and confirms it once stored (and, in a
         # cluster, once a majority of its members has it: the shell's Masters), as quorum
         # queues keep every message in their Raft log
-        self.queue_type = quorum.queue_type(a)
+        self.queue_type = a.queue_type
         self.store_all = self.queue_type == quorum.QUORUM and durable
         # when each copy's confirm leaves (x-confirm-on, seed 003), and the x-confirm-on=ack
         # answers collected until the end of the turn
-        self.confirms = QueueConfirms(a.get("x-confirm-on", "enqueue"))
+        self.confirms = QueueConfirms(a.confirm_on)
         # ready messages by priority (x-max-priority), their counts, the order they leave in
-        self.prios = PriorityLanes(max_priority_of(_int(a.get("x-max-priority"))))
+        self.prios = PriorityLanes(a.max_priority)
         self.ready = self.prios.lanes  # its Ready by priority (the same list)
         # seq_id -> a message delivered and not yet settled (rabbit_variable_queue's
         # pending_ack), its Msg.channel and consumer_tag set: no record of its own, as a
@@ -167,12 +219,11 @@ class QueueCore:
         # bytes; the paged ones are their lanes' (Lane.pers): messages_persistent
         self.pers = 0
         self.pers_bytes = 0
-        self.on_enqueue = None  # fn(Msg) for every message that enters (mirrored queues)
         # messages dead-lettered or dropped, by reason and strategy (queue_stats.DEAD_LETTERED)
         self.dead_lettered = dict.fromkeys(DEAD_LETTERED, 0)
         # x-single-active-consumer: one consumer receives at a time (RabbitMQ takes the
         # argument when it is the boolean true, anything else is off)
-        self.single_active = a.get("x-single-active-consumer") is True
+        self.single_active = a.single_active
         self.cons = QueueConsumers(delivery_window, single_active=self.single_active)
         self.consumers = self.cons.by_key  # (channel, tag) -> Consumer, round-robin order
         # whether a consumer could take a message at once, and since when (the management
@@ -180,7 +231,7 @@ class QueueCore:
         self.use = ConsumerUse(now)
         self.channels = self.cons.channels  # channel address -> ChannelState here
         self.limited: set = set()  # channels with a global prefetch (token holders)
-        self.hold = False  # the shell defers runs until its mailbox is empty
+        self.hold = False  # runs wait until the shell's mailbox is drained (defer_runs)
         self.run_due = False  # a run was asked for while held
         self.next_seq_id = 1  # the seq_id the next message gets
         self.auto_delete = auto_delete  # delete when the last consumer goes
@@ -209,6 +260,28 @@ class QueueCore:
         #                           sampled: a head's properties are decoded once
         if self.expires:
             self._schedule(now + self.expires)
+
+    # --- input ------------------------------------------------------------------------------
+    def handle(self, msg) -> None:
+        """The one entry for the messages of its channels (queue_dispatch's table); anything
+        else is not the core's and is ignored."""
+        handler = _TABLE.get(type(msg))
+        if handler is not None:
+            handler(self, msg, self.now_ms())
+
+    def retry_gets(self, now: int) -> None:
+        """A page came back: the basic.gets that waited for it are answered (or wait again)."""
+        queue_dispatch.retry_gets(self, now)
+
+    def defer_runs(self, defer: bool) -> None:
+        """The shell has more messages waiting (True): delivery runs wait until it has drained
+        them, so that many acks or publishes turn into one batch of deliveries."""
+        self.hold = defer
+
+    def touch(self, now: int) -> None:
+        """The queue was used without a consumer or a message (a passive declare): its
+        x-expires counts from now."""
+        self.last_used = now
 
     @property
     def ready_count(self) -> int:
@@ -322,7 +395,7 @@ class QueueCore:
         """The publisher's confirms of what was taken on arrival, and nacks of what was
         refused."""
         if batch.accepted:
-            self.out.confirm(sender, batch.accepted, True)
+            self.confirm(sender, batch.accepted)
         if batch.refused:
             self._nack(sender, batch.refused, "reject-publish")
 
@@ -345,7 +418,7 @@ class QueueCore:
     def persisted(self, msgs: list) -> None:
         """The backing queue made these safe: confirm them to their publishers."""
         for channel, seqs in QueueConfirms.by_publisher(msgs).items():
-            self.out.confirm(channel, seqs, True)
+            self.confirm(channel, seqs)
 
     def restore(self, next_seq_id: int, entries: list, more: int, more_bytes: int, now: int,
                 wall_now: int) -> None:
@@ -412,8 +485,7 @@ class QueueCore:
         if msg.msg_id is not None and self.events.enabled():
             self.events.put("enqueued", msg.msg_id, (self.vhost, self.name, msg.seq_id, divert,
                                                      self.durable, self.epoch, None))
-        if self.on_enqueue is not None:
-            self.on_enqueue(msg)  # mirrored: the master sends it to its mirrors
+        self.out.mirror_enqueued(msg, now)  # (mirrored: the master sends it to its mirrors)
         if divert:
             lane = self.paging.lanes[msg.priority]
             if not lane.paged:
@@ -479,7 +551,10 @@ class QueueCore:
     def _forget(self, msgs) -> None:
         """Messages that left the queue for good: uncounted, and the backing queue told."""
         self._pers_gone(msgs)
-        self.out.forget(msgs)
+        self.out.mirror_forget_messages(msgs)
+        stored = [x for x in msgs if x.stored]  # persistent, paged out or recovered
+        if stored:
+            self.out.forget(stored)
 
     def _write_paged(self, msg: Msg, to_persist: list) -> None:
         """A message that goes to the index only, not one of a durable queue's persistent
@@ -850,6 +925,7 @@ class QueueCore:
     def flush(self) -> None:
         batches, self._batches = self._batches, {}
         for channel, (items, bodies) in batches.items():
+            self.counters.delivered(channel, items, self.consumers)
             self.out.deliver(channel, items, bodies)
         if self._delivered:
             delivered, self._delivered = self._delivered, []
@@ -882,19 +958,22 @@ class QueueCore:
             self._flush_answers()
 
     # --- policies ---------------------------------------------------------------------------
-    def set_settings(self, args: dict, now: int) -> None:
-        """The queue's effective arguments changed (a policy or operator policy: policies.
-        queue_settings). As rabbit_amqqueue_process:process_args_policy/1: a new message TTL
-        applies to messages published from now on, a new max-length / max-length-bytes drops
-        or dead-letters the head at once (drop-head) or refuses what comes next (reject-*), a
-        new expires counts from the queue's last use. The limit counts paged messages too."""
-        self.ttl = _int(args.get("x-message-ttl"))
-        self.expires = _int(args.get("x-expires"))
-        self.max_length = _int(args.get("x-max-length"))
-        self.max_bytes = _int(args.get("x-max-length-bytes"))
-        self.overflow = args.get("x-overflow", "drop-head")
-        self.dlx = args.get("x-dead-letter-exchange")
-        self.dlrk = args.get("x-dead-letter-routing-key")
+    def apply_settings(self, settings: QueueSettings, now: int) -> None:
+        """The queue's effective settings changed (a policy or operator policy:
+        queue_settings.parse). As rabbit_amqqueue_process:process_args_policy/1: a new
+        confirm-on applies as set_confirm_on says, a new message TTL applies to messages
+        published from now on, a new max-length / max-length-bytes drops or dead-letters the
+        head at once (drop-head) or refuses what comes next (reject-*), a new expires counts
+        from the queue's last use. The limit counts paged messages too."""
+        self.set_confirm_on(settings.confirm_on)
+        self.ttl = settings.ttl
+        self.expires = settings.expires
+        self.max_length = settings.max_length
+        self.max_bytes = settings.max_bytes
+        self.overflow = settings.overflow
+        self.dlx = settings.dlx
+        self.dlrk = settings.dlrk
+        self.delivery_limit = settings.delivery_limit
         if self.max_length is not None or self.max_bytes is not None:
             if self.overflow == "drop-head" and self._over_limit():
                 self._enforce_max_length()
@@ -911,12 +990,33 @@ class QueueCore:
     def _flush_answers(self) -> None:
         for (publisher, ok), seqs in self.confirms.take().items():
             if ok:
-                self.out.confirm(publisher, seqs, ok)
+                self.confirm(publisher, seqs)
             else:  # x-confirm-on: the message left the queue before any consumer acked it
                 self._nack(publisher, seqs, "lost")
 
+    def confirm(self, publisher, seqs) -> None:
+        """basic.ack to a publisher, unless a mirrored master's mirrors (or a quorum queue's
+        majority) do not have the batch that carried these yet: then held until they do
+        (`mirrors_acked`)."""
+        if not publisher:
+            return  # (dead-lettered: no publisher to answer)
+        wait = self.out.mirror_confirm_batch()
+        if wait is not None and self.mirror_hold.hold(wait[0], publisher, seqs, wait[1]):
+            return
+        self.out.confirm(publisher, seqs, True)
+        self.counters.confirmed(self.confirms.mode, len(seqs))
+
+    def mirrors_acked(self, low: int) -> None:
+        """The mirrors (or a majority of members) now have every batch up to `low`: the
+        confirms held for them go."""
+        for publisher, seqs in self.mirror_hold.release(low):
+            self.out.confirm(publisher, seqs, True)
+            self.counters.confirmed(self.confirms.mode, len(seqs))
+
     def _nack(self, publisher, seqs, reason) -> None:
         """basic.nack to a publisher; the reason travels only for the event log."""
+        if not publisher:
+            return
         if self.events.enabled():
             self.out.confirm(publisher, seqs, False, reason)
         else:
@@ -1116,6 +1216,23 @@ class QueueCore:
             self.out.schedule(at)
 
     # --- admin --------------------------------------------------------------------------------
+    def adopted(self, mine: set, paged) -> list:
+        """Promoted from mirror: of its messages in memory (`mine`, seq_ids), a durable queue
+        stores the persistent ones from now on -> those its index does not hold yet (a priority
+        in `paged` was written to the index by the mirror when it began paging)."""
+        store = []
+        for msg in self.messages():
+            if msg.seq_id not in mine:
+                continue  # read back from the index: stored already
+            msg.stored = bool(self.durable and msg.persistent)
+            if msg.stored and msg.priority in paged:
+                continue
+            if msg.stored:
+                if not msg.msg_id:
+                    msg.msg_id = self.random_bytes(16)
+                store.append(msg)
+        return store
+
     def info(self) -> tuple[int, int]:
         return self._count(), len(self.consumers)
 
@@ -1246,10 +1363,4 @@ def _timestamp(props_raw) -> int | None:
         return None
 
 
-def _int(v):
-    if v is None or isinstance(v, bool):
-        return None
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
+_TABLE = queue_dispatch.TABLE  # message type -> (core, msg, now) -> None

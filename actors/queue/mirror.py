@@ -52,7 +52,6 @@ import pykka
 from actors import events, faults
 from actors import messages as m
 from actors.core import policies, quorum
-from actors.core.confirms import MirrorHold
 from actors.core.queue import Msg
 from actors.store import quorum_log
 from actors.queue.replica_log import MEMBER, MIRROR, ReplicaLog
@@ -72,7 +71,8 @@ def wall_ms(now_mono_ms: int, expires_at: int) -> int:
 
 class Masters:
     """The master's view of its mirrors: who they are, what each acknowledged, which confirms
-    wait for them. Owned by one Queue actor; sends through `send(address, msg)`."""
+    wait for them (the batch numbers the master's core holds its confirms by: QueueCore's
+    MirrorHold). Owned by one Queue actor; sends through `send(address, msg)`."""
 
     def __init__(self, send, address: str, synced_cb, needed: int | None = None,
                  heir=None):
@@ -89,7 +89,6 @@ class Masters:
         self.batch = 0  # batches sent
         self.items: list = []  # enqueued, not yet sent
         self.bodies: list = []
-        self.hold = MirrorHold()  # confirms waiting for the mirrors, by batch
 
     def __bool__(self):
         return bool(self.mirrors)
@@ -112,6 +111,11 @@ class Masters:
         items, bodies, self.items, self.bodies = self.items, self.bodies, [], []
         for addr in self.mirrors:
             self.send(addr, m.MirrorPublish(self.address, self.batch, False, items, bodies))
+
+    def forget_messages(self, msgs: list) -> None:
+        """Messages (QueueCore's Msgs) left the master for good."""
+        if self.mirrors:
+            self.forget([x.seq_id for x in msgs])
 
     def forget(self, seq_ids: list) -> None:
         if self.mirrors and seq_ids:
@@ -191,15 +195,16 @@ class Masters:
             self.send(addr, m.MirrorPublish(self.address, self.batch, False, [], []))
         st["sync_batch"] = self.batch
 
-    def confirm(self, channel, seqs) -> bool:
-        """True when the confirm must wait for the mirrors (it is kept here)."""
+    def confirm_batch(self) -> tuple[int, int] | None:
+        """A confirm is due: (the batch that carries its messages, the highest batch the
+        mirrors or a majority have), or None when no mirror need have it."""
         if self.needed is not None:
             if self.needed == 0:
-                return False  # a quorum queue of one member: its own sync is the majority
+                return None  # a quorum queue of one member: its own sync is the majority
         elif not self.mirrors:
-            return False
+            return None
         self.flush()  # (the batch that carries these messages goes out first)
-        return self.hold.hold(self.batch, channel, seqs, self._low())
+        return self.batch, self._low()
 
     def _low(self) -> int:
         """The highest batch the confirms may go for: a majority's (quorum), else the one
@@ -242,25 +247,24 @@ class Masters:
         log.info("queue %s: mirror on %s joined, syncing %d messages%s", self.address, member,
                  len(items), f" ({missing} missing: ha-sync-mode manual)" if missing > 0 else "")
 
-    def acked(self, mirror: str, batch: int) -> list:
-        """-> confirms [(channel, seqs)] every live mirror has now accepted."""
+    def acked(self, mirror: str, batch: int) -> int | None:
+        """-> the highest batch the confirms may now go for (QueueCore.mirrors_acked), None
+        when the ack is not a mirror's of this master."""
         st = self.mirrors.get(mirror)
         if st is None:
-            return []
+            return None
         st["acked"] = max(st["acked"], batch)
         if st["sync_batch"] and batch >= st["sync_batch"]:  # (None: still syncing)
             st["sync_batch"] = 0
             self.synced_cb(st["member"])
-        return self._release()
+        return self._low()
 
-    def down(self, endpoint: str) -> list:
-        """Mirrors in a dead process are gone: confirms stop waiting for them."""
+    def down(self, endpoint: str) -> int:
+        """Mirrors in a dead process are gone: confirms stop waiting for them -> the highest
+        batch the confirms may now go for."""
         for addr in [a for a in self.mirrors if a.startswith(endpoint + "#")]:
             del self.mirrors[addr]
-        return self._release()
-
-    def _release(self) -> list:
-        return self.hold.release(self._low())
+        return self._low()
 
 
 class _Stored:

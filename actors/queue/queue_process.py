@@ -2,7 +2,8 @@
 
 The Queue actor mirrors rabbit_amqqueue_process.erl: it owns consumers, delivery and settlement
 (all decisions live in actors/core/queue.py, which takes its channels' messages through
-actors/core/queue_dispatch.py's table; this shell only carries them out). The BackingQueue
+`QueueCore.handle` and acts through its `QueuePort`, the callables of this shell and of its
+Masters, which only send). The BackingQueue
 actor mirrors the storage half of rabbit_variable_queue.erl: it is where persistent messages of
 durable queues are made safe before their confirm goes out; it runs beside the Queue in the same
 OS process so a slow fsync never stalls deliveries (see actors/queue/backing_queue.py).
@@ -13,7 +14,6 @@ The process's own part, QueueHost, is in actors/queue/queue_host.py.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Callable, NamedTuple
 
@@ -25,13 +25,12 @@ from actors import metadata_ops as ops
 from actors.messages import (MirrorsDown, Paged, Persisted, PolicyChanged, Recovered, Refused,
                              Stored)
 from actors.queue.backing_queue import BackingQueue
-from actors.core import policies, quorum
+from actors.core import policies, queue_settings, quorum
 from actors.queue import census
 from actors.store import quorum_log
-from actors.core import queue_dispatch
 from actors.core.errors import ChannelError
 from actors.core.queue_stats import DiskCounts, QueueCounters
-from actors.core.queue import QueueCore
+from actors.core.queue import QueueCore, QueuePort
 from actors.queue.dead_letter_publish import dead_letter_publish
 from actors.queue.mirror import Masters
 from actors.naming import queue_actor_name
@@ -89,82 +88,6 @@ class SyncMirrors:
 _DURING_SYNC = (Stored, Persisted, Refused, m.MirrorAck, MirrorsDown, EmitStats)
 
 
-class Effects:
-    """The `out` of QueueCore for one queue actor."""
-
-    def __init__(self, actor: "Queue"):
-        self.actor = actor
-        self.t = actor.transport
-        self.addr = actor.address
-
-    def deliver(self, channel, items, bodies):
-        self.actor.counters.delivered(channel, items, self.actor.core.consumers)
-        self.t.send(channel, m.Deliver(self.addr, self.actor.qname, items, bodies))
-        if faults.bug("deliver_twice", self.actor.qname, self.actor.config.host):
-            # a test-only bug (actors/faults.py): the same messages, flags and all, again
-            self.t.send(channel, m.Deliver(self.addr, self.actor.qname, items, bodies))
-
-    def confirm(self, channel, seqs, ok, reason=""):
-        if channel and not (ok and self.actor.mirrors.confirm(channel, seqs)):
-            events.sync()  # (events_sync: this process's events before the confirm they back)
-            self.t.send(channel, m.Confirm(self.addr, seqs, ok, reason))
-            if ok:
-                self.actor.counters.confirmed(self.actor.core.confirms.mode, len(seqs))
-
-    def reply(self, addr, req_id, ok, result=None, code=0, text=""):
-        self.t.send(addr, m.RpcReply(req_id, ok, result, code, text))
-
-    def get_reply(self, channel, req_id, item, count, body):
-        self.t.send(channel, m.GetReply(req_id, self.addr, item, count,
-                                        [] if item is None else [body]))
-
-    def consumer_gone(self, channel, tag):
-        self.t.send(channel, m.ConsumerGone(self.addr, tag))
-
-    def credit(self, channel, n, nbytes):
-        if channel:
-            self.t.send(channel, m.Credit(self.addr, n, nbytes))
-
-    def demand(self, channel):
-        self.t.send(channel, m.Demand(self.addr))
-
-    def release(self, channel, n):
-        self.t.send(channel, m.Release(self.addr, n))
-
-    def persist(self, msgs):
-        self.actor.bq.tell(m.Persist(msgs))
-
-    def record_delivery(self, msgs):
-        self.actor.bq.tell(m.RecordDelivery(msgs))
-
-    def forget(self, msgs):
-        if self.actor.mirrors:
-            self.actor.mirrors.forget([x.seq_id for x in msgs])
-        stored = [x for x in msgs if x.stored]  # persistent, paged out or recovered
-        if stored:
-            self.actor.bq.tell(m.Forget(stored))
-
-    def page_in(self, after_seq, n, priority=0):
-        self.actor.bq.tell(m.PageIn(after_seq, n, priority))
-
-    def drop_paged(self, after_seq, n, priority=0):
-        self.actor.bq.tell(m.DropPaged(after_seq, n, priority))
-
-    def purge_paged(self, after_seq, priority=0):
-        self.actor.mirrors.purge_paged(after_seq, priority)
-        self.actor.bq.tell(m.PurgeAfter(after_seq, priority))
-
-    def dead_letter(self, msg, reason, new_msg_id=None):
-        dead_letter_publish(self.actor, msg, reason, new_msg_id)
-
-    def delete_self(self, reason):
-        self.t.send(self.actor.node, ops.rpc(self.addr, 0, ops.QueueDeleteSelf(
-            vhost=self.actor.vhost, name=self.actor.qname, reason=reason)))
-
-    def schedule(self, at_ms):
-        self.actor.timers.at(at_ms, self.actor.actor_ref, Tick())
-
-
 class Queue(LightActor):
     scheduler_name = "queue"
 
@@ -182,7 +105,16 @@ class Queue(LightActor):
         self.arguments = qdef["arguments"]  # x-arguments
         self.name = queue_actor_name(self.vhost, self.qname)  # transport name
         self.address = self.transport.address(self.name)  # where channels send to
-        self.core = QueueCore(self.vhost, self.qname, self.settings(), Effects(self), now_ms(),
+        settings = queue_settings.parse(self.arguments, self.policy())  # (parsed here only)
+        needed = None  # a quorum queue's confirms wait for a majority of its members
+        if settings.queue_type == quorum.QUORUM:
+            size = quorum.group_size(self.arguments, len(host.config.cluster_nodes or ()))
+            needed = quorum.majority(size) - 1
+        self.mirrors = Masters(self.transport.send, self.address, self._mirror_synced, needed,
+                               self._heir)
+        self.counters = QueueCounters()  # the management API's message counts (its core's)
+        self.core = QueueCore(self.vhost, self.qname, settings,
+                              QueuePort.of(self, self.mirrors), now_ms(),
                               auto_delete=qdef["auto_delete"],
                               credit_more=host.config.credit_more,
                               credit_more_bytes=host.config.credit_more_bytes,
@@ -190,7 +122,7 @@ class Queue(LightActor):
                               durable=self.durable,
                               page_bytes=host.config.queue_page_bytes,
                               page_size=host.config.queue_page_size, events=events,
-                              epoch=int(qdef.get("epoch") or 0))
+                              epoch=self.epoch, counters=self.counters)
         self.disk = DiskCounts()  # messages its backing queue wrote and read back
         self.bq = BackingQueue.start(self.actor_ref, qdef, host.config, host.timers,
                                      counts=self.disk)  # storage half
@@ -205,13 +137,6 @@ class Queue(LightActor):
         self.stale_pages = 0  # page reads of a cancelled sync still to come back (dropped)
         # recovered and serving, not deleted: what it holds is what a census would say
         self.serving = False
-        needed = None  # a quorum queue's confirms wait for a majority of its members
-        if quorum.is_quorum(self.arguments):
-            size = quorum.group_size(self.arguments, len(host.config.cluster_nodes or ()))
-            needed = quorum.majority(size) - 1
-        self.mirrors = Masters(self.transport.send, self.address, self._mirror_synced, needed,
-                               self._heir)
-        self.counters = QueueCounters()  # the management API's message counts
         self.last_sample: m.QueueStats | None = None  # the last sample sent
         self.sampled_to: set = set()  # the metadata actors it went to (the nodes up then)
         self.stats_interval = host.config.collect_statistics_interval
@@ -221,7 +146,67 @@ class Queue(LightActor):
         self.stats_armed = False
         # wall-clock ms minus now_ms(): the consumer use state goes out in wall-clock time
         self.clock_offset = int(time.time() * 1000) - now_ms()
-        self.core.on_enqueue = lambda msg: self.mirrors.enqueued(msg, now_ms())
+
+    # --- its core's port (QueuePort.of): each only sends -----------------------------------
+    now_ms = staticmethod(now_ms)
+
+    def deliver(self, channel, items, bodies) -> None:
+        self.transport.send(channel, m.Deliver(self.address, self.qname, items, bodies))
+        if faults.bug("deliver_twice", self.qname, self.config.host):
+            # a test-only bug (actors/faults.py): the same messages, flags and all, again
+            self.transport.send(channel, m.Deliver(self.address, self.qname, items, bodies))
+
+    def confirm(self, channel, seqs, ok, reason="") -> None:
+        events.sync()  # (events_sync: this process's events before the confirm they back)
+        self.transport.send(channel, m.Confirm(self.address, seqs, ok, reason))
+
+    def reply(self, addr, req_id, ok, result=None, code=0, text="") -> None:
+        self.transport.send(addr, m.RpcReply(req_id, ok, result, code, text))
+
+    def get_reply(self, channel, req_id, item, count, body) -> None:
+        self.transport.send(channel, m.GetReply(req_id, self.address, item, count,
+                                                [] if item is None else [body]))
+
+    def consumer_gone(self, channel, tag) -> None:
+        self.transport.send(channel, m.ConsumerGone(self.address, tag))
+
+    def credit(self, channel, n, nbytes) -> None:
+        self.transport.send(channel, m.Credit(self.address, n, nbytes))
+
+    def demand(self, channel) -> None:
+        self.transport.send(channel, m.Demand(self.address))
+
+    def release(self, channel, n) -> None:
+        self.transport.send(channel, m.Release(self.address, n))
+
+    def persist(self, msgs) -> None:
+        self.bq.tell(m.Persist(msgs))
+
+    def record_delivery(self, msgs) -> None:
+        self.bq.tell(m.RecordDelivery(msgs))
+
+    def forget(self, msgs) -> None:
+        self.bq.tell(m.Forget(msgs))
+
+    def page_in(self, after_seq, n, priority=0) -> None:
+        self.bq.tell(m.PageIn(after_seq, n, priority))
+
+    def drop_paged(self, after_seq, n, priority=0) -> None:
+        self.bq.tell(m.DropPaged(after_seq, n, priority))
+
+    def purge_paged(self, after_seq, priority=0) -> None:
+        self.mirrors.purge_paged(after_seq, priority)  # (its mirrors purge the same part)
+        self.bq.tell(m.PurgeAfter(after_seq, priority))
+
+    def dead_letter(self, msg, reason, new_msg_id=None) -> None:
+        dead_letter_publish(self, msg, reason, new_msg_id)
+
+    def delete_self(self, reason) -> None:
+        self.transport.send(self.node, ops.rpc(self.address, 0, ops.QueueDeleteSelf(
+            vhost=self.vhost, name=self.qname, reason=reason)))
+
+    def schedule(self, at_ms) -> None:
+        self.timers.at(at_ms, self.actor_ref, Tick())
 
     def _heir(self):
         """The oldest synchronised mirror, as this node's replica has it (a quorum queue's
@@ -246,36 +231,11 @@ class Queue(LightActor):
             return policies.effective(self.replica.policies, self.vhost, self.qname, "queues",
                                       self.replica.op_policies)
 
-    def settings(self) -> dict:
-        """x-arguments with what the effective policy adds (policies.queue_settings)."""
-        return policies.queue_settings(self.arguments, self.policy())
-
-    def confirm_on(self) -> str:
-        """x-confirm-on, else the effective policy's confirm-on, else enqueue."""
-        if "x-confirm-on" in self.arguments:
-            mode = self.arguments["x-confirm-on"]
-            return mode.decode() if isinstance(mode, bytes) else mode
-        return self.policy().get("confirm-on", "enqueue")
-
-    def delivery_limit(self):
-        """S6: the smaller of x-delivery-limit and the effective policy's delivery-limit
-        (rabbit_queue_type_util:args_policy_lookup with min, as quorum queues), None if
-        neither is set."""
-        p = self.policy()  # (with the operator policy's: the smaller wins)
-        if self.core.queue_type == quorum.QUORUM:  # default 20, negative: none
-            return quorum.delivery_limit(self.arguments.get("x-delivery-limit"),
-                                         p.get("delivery-limit"))
-        found = [v for v in (self.arguments.get("x-delivery-limit"), p.get("delivery-limit"))
-                 if isinstance(v, int) and not isinstance(v, bool)]
-        return min(found) if found else None
-
     def on_start(self):
         if self.mirrors.needed is not None and self.durable:
             # a quorum queue's leader: its index is the queue's log, complete, of this
             # promotion count (a leader election compares it with the members')
             quorum_log.mark_complete(self.config, self.vhost, self.qname, self.epoch)
-        self.core.set_confirm_on(self.confirm_on())
-        self.core.set_delivery_limit(self.delivery_limit())
         adopted = self.adopted.messages if self.adopted else []
         paged = self.adopted.paged if self.adopted else []
         if self.durable or paged:
@@ -392,21 +352,10 @@ class Queue(LightActor):
         """Promoted from mirror: its messages (restored with what it paged out), all
         redelivered; the persistent in-memory ones of a durable queue go into this node's
         index."""
-        mine = {x.entry.seq_id for x in adopted.messages}
         paged = adopted.paged
-        store = []
-        for msg in self.core.messages():
-            if msg.seq_id not in mine:
-                continue  # read back from the index: stored already
-            msg.stored = bool(self.durable and msg.persistent)
-            if msg.stored and msg.priority in paged:
-                continue  # the mirror wrote it to the index when it began paging
-            if msg.stored:
-                if not msg.msg_id:
-                    msg.msg_id = os.urandom(16)
-                store.append(msg)
+        store = self.core.adopted({x.entry.seq_id for x in adopted.messages}, paged)
         if store:
-            self.bq.tell(m.Persist(store))
+            self.persist(store)
         log.warning("queue '%s' in vhost '%s': promoted from mirror with %d messages in "
                     "memory%s", self.qname, self.vhost, len(adopted.messages),
                     " and more paged out" if paged else "")
@@ -446,22 +395,22 @@ class Queue(LightActor):
             self.sync["stash"].append(msg)  # the queue waits for its mirror's sync
             return
         core = self.core
-        now = now_ms()
         if not self.stats_armed and not isinstance(msg, EmitStats):
             self._arm_stats()  # a quiet queue has news again
         # run deliveries once per drained mailbox (or every HOLD_MAX messages), not per message
         self.held += 1
-        core.hold = self.held < HOLD_MAX and not self.actor_inbox.empty()
-        if not queue_dispatch.handle(core, msg, now, self.counters):
-            own = _OWN.get(type(msg))
-            if own is not None:  # (anything else is ignored)
-                own(self, msg, now)
+        core.defer_runs(self.held < HOLD_MAX and not self.actor_inbox.empty())
+        own = _OWN.get(type(msg))
+        if own is None:
+            core.handle(msg)  # (what the core does not take either is ignored)
+        else:
+            own(self, msg, now_ms())
         if core.hold:
             return
         self.mirrors.flush()
         self.held = 0
         if not self.run_pending and (core.run_due or (core.ready_count and core.consumers)):
-            if core.run(now):
+            if core.run(now_ms()):
                 self.run_pending = True
                 self.actor_ref.tell(Run())
 
@@ -573,70 +522,64 @@ class Queue(LightActor):
     def _paged(self, msg: Paged, now) -> None:
         self.core.paged_in(msg.entries, msg.dropped, msg.dropped_bytes, now,
                            int(time.time() * 1000), msg.priority)
-        queue_dispatch.retry_gets(self.core, now, self.counters)
+        self.core.retry_gets(now)
 
     def _paged_dropped(self, msg: m.PagedDropped, now) -> None:
         self.core.paged_dropped(msg.priority, msg.n, msg.nbytes, msg.last_seq, msg.pers,
                                 msg.pers_bytes)
         self.mirrors.forget(list(msg.seq_ids))
-        queue_dispatch.retry_gets(self.core, now, self.counters)
+        self.core.retry_gets(now)
 
     def _resume(self, msg: Run, now) -> None:
         """The Run it told itself came: the delivery run after this message may ask again."""
         self.run_pending = False
 
     def _policy_changed(self, now) -> None:
-        core = self.core
-        core.set_confirm_on(self.confirm_on())
-        core.set_settings(self.settings(), now)
-        core.set_delivery_limit(self.delivery_limit())
+        self.core.apply_settings(queue_settings.parse(self.arguments, self.policy()), now)
         if not self.manual_sync():  # (rabbit_mirror_queue_misc:maybe_auto_sync)
             self._sync_mirrors(now)
 
-    def _release(self, confirms) -> None:
-        if confirms:
-            events.sync()  # (events_sync: this process's events before the confirms they back)
-        for channel, seqs in confirms:
-            self.transport.send(channel, m.Confirm(self.address, seqs, True))
-            self.counters.confirmed(self.core.confirms.mode, len(seqs))
+    def _mirror_acked(self, msg: m.MirrorAck) -> None:
+        low = self.mirrors.acked(msg.mirror, msg.batch)
+        if low is not None:
+            self.core.mirrors_acked(low)
 
     def _queue_op(self, msg: m.QueueOp, now) -> None:
-        out = self.core.out
         if msg.op == "info":
             count, consumers = self.core.info()
-            self.core.last_used = now
-            out.reply(msg.reply_to, msg.req_id, True, [self.qname, count, consumers])
+            self.core.touch(now)
+            self.reply(msg.reply_to, msg.req_id, True, [self.qname, count, consumers])
         elif msg.op == "stats":
-            out.reply(msg.reply_to, msg.req_id, True, self._stats())
+            self.reply(msg.reply_to, msg.req_id, True, self._stats())
         elif msg.op == "purge":
-            out.reply(msg.reply_to, msg.req_id, True, self.core.purge())
+            self.reply(msg.reply_to, msg.req_id, True, self.core.purge())
         elif msg.op == "sync":  # (from a mirror, after a policy change: no answer)
             n = self._sync_mirrors(now)
             if msg.reply_to:
-                out.reply(msg.reply_to, msg.req_id, True, n)
+                self.reply(msg.reply_to, msg.req_id, True, n)
         elif msg.op == "cancel_sync":
-            out.reply(msg.reply_to, msg.req_id, True, self._cancel_sync())
+            self.reply(msg.reply_to, msg.req_id, True, self._cancel_sync())
         elif msg.op == "census":  # (leveretctl census: the queue's messages now, in its log)
             if self.serving:
                 self._census("requested")
             if msg.reply_to:
-                out.reply(msg.reply_to, msg.req_id, True, self._depth())
+                self.reply(msg.reply_to, msg.req_id, True, self._depth())
         elif msg.op == "delete":
             try:
                 n = self.core.delete(msg.args.get("if_unused"), msg.args.get("if_empty"),
                                      msg.args.get("reason") or "delete")
             except ChannelError as e:
-                out.reply(msg.reply_to, msg.req_id, False, None, e.reply_code, e.text)
+                self.reply(msg.reply_to, msg.req_id, False, None, e.reply_code, e.text)
                 return
             self.core.purge()
             self.serving = False
             self.bq.tell(m.DeleteIndex())
-            out.reply(msg.reply_to, msg.req_id, True, n)
+            self.reply(msg.reply_to, msg.req_id, True, n)
             self.transport.unregister(self.name)
             self.stop()
 
 
-# what only the actor takes (queue_dispatch has the rest): message type -> (queue, msg, now)
+# what only the actor takes (the core's handle, through queue_dispatch, the rest): message type -> (queue, msg, now)
 _OWN: dict[type, Callable] = {
     Paged: Queue._paged,
     m.PagedDropped: Queue._paged_dropped,
@@ -651,6 +594,6 @@ _OWN: dict[type, Callable] = {
     Run: Queue._resume,
     m.MirrorJoin: Queue._join,
     SyncMirrors: lambda q, msg, now: q._sync_mirrors(now),
-    m.MirrorAck: lambda q, msg, now: q._release(q.mirrors.acked(msg.mirror, msg.batch)),
-    MirrorsDown: lambda q, msg, now: q._release(q.mirrors.down(msg.endpoint)),
+    m.MirrorAck: lambda q, msg, now: q._mirror_acked(msg),
+    MirrorsDown: lambda q, msg, now: q.core.mirrors_acked(q.mirrors.down(msg.endpoint)),
 }

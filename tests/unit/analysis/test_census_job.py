@@ -18,6 +18,7 @@ import pytest
 
 from actors import events
 from actors.core.queue import QueueCore
+from actors.core.queue_settings import parse as queue_settings
 from actors.messages import StoredMessage
 from actors.queue import census
 from protocol import methods as am
@@ -57,7 +58,7 @@ def _restart(w, name, keep: set) -> QueueCore:
     entries = [StoredMessage(IndexEntry(x.seq_id, x.msg_id, x.exchange, x.routing_key,
                                         x.props_raw, x.body, len(x.body), delivered=True),
                              x.body, True) for x in kept]
-    core = QueueCore("/", name, {}, w.qouts[name], w.now, durable=True, events=events)
+    core = QueueCore("/", name, queue_settings({}), w.qouts[name].port(), w.now, durable=True, events=events)
     core.restore(old.next_seq_id, entries, 0, 0, w.now, 0)
     w.queues[qaddr(name)] = core
     events.emit("queue_started", None, actor="queue", vhost="/", queue=name, recovered=True)
@@ -78,7 +79,8 @@ def workload(directory) -> None:
     events.configure(types.SimpleNamespace(data_dir=directory, events="full"), "w", "n1")
     try:
         w = Wire(QUEUES, events=events)
-        w.queues[qaddr("recovered")] = QueueCore("/", "recovered", {}, w.qouts["recovered"],
+        w.queues[qaddr("recovered")] = QueueCore("/", "recovered", queue_settings({}),
+                                                 w.qouts["recovered"].port(),
                                                  w.now, durable=True, events=events)
         # before confirm.select: never confirmed
         _send(w, publish("recovered", delivery_mode=2, message_id="synced-not-recovered"),

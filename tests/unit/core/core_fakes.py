@@ -1,10 +1,12 @@
 """Fakes for the sans-IO tests of the queue, channel and connection cores.
 
 No sockets, no processes, no actors: every `out`/`shell` here only records what a core asked
-for, the way actors/queue/queue_process.py (Effects), actors/connection/channel_process.py (_Out) and
-actors/connection/reader.py (Reader) would carry it out. `Wire` connects one ChannelCore to real
-QueueCores through an in-memory FIFO that dispatches exactly as the actor shells do, for the
-token/credit protocols that need both sides.
+for, the way actors/queue/queue_process.py (Queue), actors/connection/channel_process.py (Channel) and
+actors/connection/reader.py (Reader) would carry it out, and gives the core its port
+(`port()`: QueuePort, ChannelPort, ConnectionPort) built by the port's own `of`. `Wire` connects
+one ChannelCore to real QueueCores through an in-memory FIFO that gives each message to the
+core's `handle`, exactly as the actor shells do, for the token/credit protocols that need both
+sides.
 """
 
 from __future__ import annotations
@@ -15,13 +17,12 @@ from types import SimpleNamespace
 from actors import messages as m
 from actors.config import Config
 from actors.core import NO_EVENTS
-from actors.core import channel_dispatch, queue_dispatch
-from actors.core.channel import ChannelCore, ConnInfo
+from actors.core.channel import ChannelCore, ChannelPort, ConnInfo
 from actors.core.connection import ConnectionPort
 from actors.core.permissions import AuthDB
 from actors.naming import queue_actor_name
-from actors.core.queue import QueueCore
-from actors.core.queue_stats import QueueCounters
+from actors.core.queue import QueueCore, QueuePort
+from actors.core.queue_settings import parse as queue_settings
 from actors.queue.dead_letter_publish import dead_letter_publish
 from actors.replica import Replica
 from protocol import methods as am
@@ -67,8 +68,30 @@ def publish(rk, body=b"x", exchange="", mandatory=False, channel=1, **props) -> 
 
 
 # --- queue core -----------------------------------------------------------------------------
+class FakeMirrors:
+    """A master's mirrors as QueuePort.of takes them (actors/queue/mirror.py's Masters):
+    unmirrored unless `wait` is set. What left the queue for good (`forget_messages`, every
+    message, stored or not) goes into the effects' record, in order, as
+    "mirror_forget_messages"; what entered is kept apart (it would be every message)."""
+
+    def __init__(self, calls: list):
+        self.calls = calls  # the QueueOut's record
+        self.wait = None  # (batch, low) confirm_batch answers; None: no mirror to wait for
+        self.enqueued_ids: list = []  # seq_ids of the messages they were sent
+
+    def enqueued(self, msg, now):
+        self.enqueued_ids.append(msg.seq_id)
+
+    def forget_messages(self, msgs):
+        self.calls.append(("mirror_forget_messages", list(msgs)))
+
+    def confirm_batch(self):
+        return self.wait
+
+
 class QueueOut:
-    """The `out` of QueueCore: records every effect, in order."""
+    """The Queue actor side of QueueCore: records every effect, in order; `port()` is what
+    the core gets, its clock (`now_ms`) reading `now`."""
 
     NAMES = ("deliver", "confirm", "reply", "get_reply", "consumer_gone", "credit", "demand",
              "release",
@@ -77,6 +100,14 @@ class QueueOut:
 
     def __init__(self):
         self.calls: list = []
+        self.now = 0  # what the port's clock answers (monotonic ms)
+        self.mirrors = FakeMirrors(self.calls)
+
+    def now_ms(self) -> int:
+        return self.now
+
+    def port(self) -> QueuePort:
+        return QueuePort.of(self, self.mirrors)
 
     def __getattr__(self, name):
         if name not in self.NAMES:
@@ -91,6 +122,11 @@ class QueueOut:
 
     def names(self) -> list:
         return [c[0] for c in self.calls]
+
+    def left(self) -> list:
+        """[(msgs,)]: each batch of messages that left the queue for good, stored or not (the
+        backing queue's `forget` gets the stored ones of it)."""
+        return self.of("mirror_forget_messages")
 
     def delivered(self, channel=None) -> list:
         """[(channel, consumer tag, body, redelivered)] in delivery order."""
@@ -107,11 +143,19 @@ class QueueOut:
 
 # --- channel core ---------------------------------------------------------------------------
 class ChannelOut:
-    """The `out` of ChannelCore."""
+    """The Channel actor side of ChannelCore, recorded; `port()` is what the core gets, its
+    clock (`now_ms`) reading `now`."""
 
     def __init__(self):
         self.events: list = []  # ("write", bytes, sent) | ("send", addr, msg) | ...
         self.dead: set = set()  # addresses is_dead() answers True for
+        self.now = 0  # what the port's clock answers (monotonic ms)
+
+    def port(self) -> ChannelPort:
+        return ChannelPort.of(self, self.send)
+
+    def now_ms(self) -> int:
+        return self.now
 
     def write(self, data, sent=None):
         self.events.append(("write", data, sent))
@@ -173,12 +217,21 @@ def qaddr(name) -> str:
     return f"w2#{queue_actor_name('/', name)}"
 
 
-def make_channel(*queues, number=1, capabilities=None, credit_initial=400, replica=None):
-    out = ChannelOut()
+def make_queue(args=None, out=None, now=0, policy=None, **kw) -> tuple:
+    """A QueueCore "q" in vhost "/" declared with `args` (and `policy`), and its QueueOut."""
+    out = out or QueueOut()
+    out.now = now
+    return QueueCore("/", "q", queue_settings(args, policy), out.port(), now, **kw), out
+
+
+def make_channel(*queues, number=1, capabilities=None, credit_initial=400, replica=None,
+                 out=None):
+    out = out or ChannelOut()
     conn = ConnInfo(OWNER, "guest", "/", 131072,
                     {"consumer_cancel_notify": True} if capabilities is None else capabilities,
                     NODE)
-    core = ChannelCore(number, CH, conn, replica or make_replica(*queues), out, credit_initial)
+    core = ChannelCore(number, CH, conn, replica or make_replica(*queues), out.port(),
+                       credit_initial)
     return core, out
 
 
@@ -202,6 +255,9 @@ class _WireQueueOut(QueueOut):
     def __init__(self, wire, name):
         super().__init__()
         self.wire, self.name = wire, name
+
+    def now_ms(self) -> int:
+        return self.wire.now
 
     def __getattr__(self, name):
         record = super().__getattr__(name)
@@ -268,15 +324,14 @@ class Wire:
         self.out = _WireChannelOut(self)
         conn = ConnInfo(OWNER, "guest", "/", 131072, {"consumer_cancel_notify": True}, NODE)
         self.replica = make_replica(*queues)
-        self.channel = ChannelCore(1, CH, conn, self.replica, self.out, events=events)
+        self.channel = ChannelCore(1, CH, conn, self.replica, self.out.port(), events=events)
         self.queues = {}
         self.qouts = {}
-        self.counters = {}  # queue name -> its QueueCounters, as the Queue actor keeps them
         for name, args in queues.items():
             qo = _WireQueueOut(self, name)
             self.qouts[name] = qo
-            self.queues[qaddr(name)] = QueueCore("/", name, args, qo, self.now, events=events)
-            self.counters[name] = QueueCounters()
+            self.queues[qaddr(name)] = QueueCore("/", name, queue_settings(args), qo.port(),
+                                                 self.now, events=events)
 
     def q(self, name) -> QueueCore:
         return self.queues[qaddr(name)]
@@ -299,12 +354,10 @@ class Wire:
         assert not self.mail, "message loop did not settle"
 
     def _to_channel(self, msg):
-        # the Channel actor's own table (its clock: 0, as the wire's cores run at time 0)
-        channel_dispatch.handle(self.channel, msg, lambda: 0)
+        self.channel.handle(msg)
 
     def _to_queue(self, core: QueueCore, msg):
-        # the Queue actor's own table
-        queue_dispatch.handle(core, msg, self.now, self.counters[core.name])
+        core.handle(msg)
         while core.ready_count and core.consumers and core.run(self.now):
             pass
 

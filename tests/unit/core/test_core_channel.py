@@ -1171,7 +1171,7 @@ def _timeout_channel(timeout=1000, args=None, policy=None, action="close-channel
     out = ChannelOut()
     conn = ConnInfo(OWNER, "guest", "/", 131072,
                     {"consumer_cancel_notify": True} if caps is None else caps, NODE)
-    return ChannelCore(1, CH, conn, replica, out, consumer_timeout=timeout,
+    return ChannelCore(1, CH, conn, replica, out.port(), consumer_timeout=timeout,
                        consumer_timeout_action=action), out
 
 

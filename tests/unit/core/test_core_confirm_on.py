@@ -6,6 +6,7 @@ import pytest
 
 from actors import messages as m
 from actors.core.queue import QueueCore
+from actors.core.queue_settings import parse as queue_settings
 from core_fakes import QueueOut
 
 CH1, PUB = "w1#ch/1/1/1", "w1#ch/9/1/3"
@@ -15,7 +16,7 @@ ACK, REQUEUE, DISCARD = 0, 1, 2
 def mk(mode, args=None, durable=False):
     out = QueueOut()
     a = {"x-confirm-on": mode, **(args or {})}
-    return QueueCore("/", "q", a, out, 0, durable=durable, page_bytes=10), out
+    return QueueCore("/", "q", queue_settings(a), out.port(), 0, durable=durable, page_bytes=10), out
 
 
 def pub(q, *seqs, persistent=False):

@@ -26,7 +26,7 @@ PSEUDO = "amq.rabbitmq.reply-to"
 def channel(address, replica, user="guest"):
     out = ChannelOut()
     conn = ConnInfo("w/1", user, "/", 131072, {"consumer_cancel_notify": True}, NODE)
-    return ChannelCore(1, address, conn, replica, out), out
+    return ChannelCore(1, address, conn, replica, out.port()), out
 
 
 def pair(*queues):

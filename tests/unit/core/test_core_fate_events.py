@@ -8,6 +8,7 @@ from __future__ import annotations
 import msgpack
 
 from actors.core.queue import QueueCore
+from actors.core.queue_settings import parse as queue_settings
 from actors.messages import PublishItem
 from spark_analysis import schema
 from core_fakes import QueueOut, Wire, cmd, publish
@@ -55,7 +56,7 @@ class Recorder:
 
 def mk(args=None, events=None, page_bytes=0):
     out = QueueOut()
-    return QueueCore("/", "q", args or {}, out, 0, page_bytes=page_bytes, page_size=2,
+    return QueueCore("/", "q", queue_settings(args), out.port(), 0, page_bytes=page_bytes, page_size=2,
                      events=events or Recorder()), out
 
 

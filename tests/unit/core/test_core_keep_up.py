@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from actors.core.keep_up import KeepUp
 from actors.core.queue import QueueCore
+from actors.core.queue_settings import parse as queue_settings
 from actors.messages import PublishItem
 from core_fakes import QueueOut
 
@@ -32,7 +33,7 @@ def test_verdict_of_a_window():
 def mk(page_bytes=20):
     out = QueueOut()
     # credit bumped after every message, so that each publish shows what credit does
-    q = QueueCore("/", "q", {}, out, 0, page_bytes=page_bytes, page_size=4,
+    q = QueueCore("/", "q", queue_settings({}), out.port(), 0, page_bytes=page_bytes, page_size=4,
                   credit_more=1, credit_more_bytes=1 << 30)
     return q, out
 

@@ -7,6 +7,7 @@ from actors.core.errors import ChannelError
 from actors.core.credit_flow import MORE as FLOW_MORE, MORE_BYTES
 from actors.core.consumers import activity
 from actors.core.queue import Msg, QueueCore
+from actors.core.queue_settings import parse as queue_settings
 from actors.core.queue_stats import DEAD_LETTERED
 from actors.messages import Delivery, PublishItem
 from core_fakes import QueueOut
@@ -17,7 +18,7 @@ ACK, REQUEUE, DISCARD = 0, 1, 2
 
 def mk(args=None, now=0, **kw):
     out = QueueOut()
-    return QueueCore("/", "q", args or {}, out, now, **kw), out
+    return QueueCore("/", "q", queue_settings(args), out.port(), now, **kw), out
 
 
 def pub(q, *bodies, sender=PUB, now=0, seqs=None, persistent=False, priority=0, expiry=-1):
@@ -120,7 +121,7 @@ def test_no_ack_consumer_settles_at_once__A6():
     consume(q, no_ack=True, prefetch=1)  # prefetch does not apply to no_ack
     assert bodies(out) == [b"a", b"b", b"c"]
     # one batch per delivery run, not one message to the backing queue per delivery
-    assert [[m.body for m in msgs] for (msgs,) in out.of("forget")] == [[b"a", b"b", b"c"]]
+    assert [[m.body for m in msgs] for (msgs,) in out.left()] == [[b"a", b"b", b"c"]]
     assert q.stats()["messages_unacknowledged"] == 0
     # acking it later does nothing: the queue does not know the id any more
     out.clear()
@@ -160,7 +161,7 @@ def test_settle_ack_forgets__A2():
     consume(q)
     out.clear()
     q.settle(CH1, ACK, [1, 2], 0)
-    assert [[m.seq_id for m in msgs] for (msgs,) in out.of("forget")] == [[1, 2]]
+    assert [[m.seq_id for m in msgs] for (msgs,) in out.left()] == [[1, 2]]
     assert out.of("dead_letter") == []
     assert q.stats() == {"messages": 0, "messages_ready": 0, "messages_unacknowledged": 0,
                          "consumers": 1}
@@ -172,7 +173,7 @@ def test_settle_discard_drops_without_dlx__A3():
     consume(q)
     out.clear()
     q.settle(CH1, DISCARD, [1], 0)
-    assert out.names() == ["forget"]
+    assert out.names() == ["mirror_forget_messages"]
     assert q.stats()["messages"] == 0
 
 
@@ -183,7 +184,7 @@ def test_settle_discard_dead_letters_with_dlx__A3():
     out.clear()
     q.settle(CH1, DISCARD, [2], 0)
     assert [(msg.body, reason) for msg, reason in out.of("dead_letter")] == [(b"b", "rejected")]
-    assert [[m.body for m in msgs] for (msgs,) in out.of("forget")] == [[b"b"]]
+    assert [[m.body for m in msgs] for (msgs,) in out.left()] == [[b"b"]]
     assert q.stats()["messages"] == 1
 
 
@@ -195,7 +196,7 @@ def test_settle_from_a_channel_the_delivery_did_not_go_to_is_ignored():
     consume(q)
     out.clear()
     q.settle(CH2, ACK, [1], 0)
-    assert out.of("forget") == []
+    assert out.left() == []
     assert q.stats()["messages_unacknowledged"] == 1
     q.settle(CH1, ACK, [1], 0)
     assert q.stats()["messages"] == 0
@@ -272,7 +273,7 @@ def test_get_ignores_prefetch_and_counts__A9():
     assert (item.seq_id, body, count) == (2, b"b", 0)
     assert q.get(CH1, False, 0) is None
     assert q.stats()["messages_unacknowledged"] == 1  # the no_ack get is settled
-    assert [[m.body for m in msgs] for (msgs,) in out.of("forget")] == [[b"b"]]
+    assert [[m.body for m in msgs] for (msgs,) in out.left()] == [[b"b"]]
 
 
 # --- TTL ------------------------------------------------------------------------------------
@@ -317,7 +318,7 @@ def test_per_message_expiration_takes_the_smaller_ttl():
     q.tick(10)
     assert ready_bodies(q) == [b"long"]
     assert out.of("dead_letter") == []  # no DLX: dropped
-    assert [[m.body for m in msgs] for (msgs,) in out.of("forget")] == [[b"short"]]
+    assert [[m.body for m in msgs] for (msgs,) in out.left()] == [[b"short"]]
 
 
 def test_expired_message_is_not_delivered_to_a_late_consumer():
@@ -326,7 +327,7 @@ def test_expired_message_is_not_delivered_to_a_late_consumer():
     pub(q, b"b", now=90)
     consume(q, now=150)
     assert bodies(out) == [b"b"]
-    assert [[m.body for m in msgs] for (msgs,) in out.of("forget")] == [[b"a"]]
+    assert [[m.body for m in msgs] for (msgs,) in out.left()] == [[b"a"]]
 
 
 def test_ttl_zero_without_consumer_expires_at_once_and_confirms():
@@ -440,17 +441,17 @@ def test_requeue_over_max_length_drops_the_head():
     pub(q, b"2", b"3")
     q.settle(CH1, REQUEUE, [1], 0)
     assert ready_bodies(q) == [b"2", b"3"]
-    assert [[m.body for m in msgs] for (msgs,) in out.of("forget")] == [[b"1"]]
+    assert [[m.body for m in msgs] for (msgs,) in out.left()] == [[b"1"]]
 
 
 def test_dropped_persistent_message_is_not_persisted_after_forget():
     q, out = mk({"x-max-length": 0})
     pub(q, b"a", seqs=[1], persistent=True)
-    forgotten = [m.seq_id for (msgs,) in out.of("forget") for m in msgs]
+    forgotten = [m.seq_id for (msgs,) in out.left() for m in msgs]
     assert forgotten == [1]
     persisted = [(i, m.seq_id) for i, c in enumerate(out.calls) if c[0] == "persist"
                  for m in c[1]]
-    forget_at = out.names().index("forget")
+    forget_at = out.names().index("mirror_forget_messages")
     assert all(i < forget_at for i, _ in persisted)  # persist (if any) before forget
 
 
@@ -550,7 +551,7 @@ def test_purge_drops_ready_keeps_unacked():
     q.get(CH1, False, 0)
     out.clear()
     assert q.purge() == 2
-    assert [[m.body for m in msgs] for (msgs,) in out.of("forget")] == [[b"2", b"3"]]
+    assert [[m.body for m in msgs] for (msgs,) in out.left()] == [[b"2", b"3"]]
     assert out.of("dead_letter") == []
     assert q.stats() == {"messages": 1, "messages_ready": 0, "messages_unacknowledged": 1,
                          "consumers": 0}
@@ -1031,7 +1032,7 @@ def test_delivery_limit_counts_channel_close_and_drops_without_dlx__S6():
     consume(q)
     q.channel_down(CH1, 0)  # the channel closed with the delivery unacked (or timed out)
     assert out.of("dead_letter") == [] and q.ready_count == 0 and not q.unacked
-    assert [x.body for (ms,) in out.of("forget") for x in ms] == [b"a"]
+    assert [x.body for (ms,) in out.left() for x in ms] == [b"a"]
 
 
 def test_delivery_limit_none_by_default_and_set_by_policy__S6():

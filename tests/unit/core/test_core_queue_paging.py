@@ -3,6 +3,7 @@ messages in its index only and reads them back a page at a time, in order."""
 from __future__ import annotations
 
 from actors.core.queue import WAIT, QueueCore
+from actors.core.queue_settings import parse as queue_settings
 from actors.messages import PublishItem, StoredMessage
 from core_fakes import QueueOut
 from queue_index import IndexEntry
@@ -12,7 +13,7 @@ CH1, PUB = "w1#ch/1/1/1", "w1#ch/9/1/3"
 
 def mk(args=None, page_bytes=10, page_size=3, durable=True):
     out = QueueOut()
-    return QueueCore("/", "q", args or {}, out, 0, durable=durable, page_bytes=page_bytes,
+    return QueueCore("/", "q", queue_settings(args), out.port(), 0, durable=durable, page_bytes=page_bytes,
                      page_size=page_size), out
 
 

@@ -7,6 +7,7 @@ and answers `page_in` from it, as actors/queue/backing_queue.py does from the in
 from __future__ import annotations
 
 from actors.core.queue import WAIT, QueueCore
+from actors.core.queue_settings import parse as queue_settings
 from actors.messages import PublishItem, StoredMessage
 from core_fakes import QueueOut
 from queue_index import IndexEntry
@@ -54,7 +55,7 @@ class Disk:
 
 def mk(args=None, page_bytes=10, page_size=3, durable=False):
     out = QueueOut()
-    q = QueueCore("/", "q", args or {}, out, 0, durable=durable, page_bytes=page_bytes,
+    q = QueueCore("/", "q", queue_settings(args), out.port(), 0, durable=durable, page_bytes=page_bytes,
                   page_size=page_size)
     return q, out, Disk(q, out)
 

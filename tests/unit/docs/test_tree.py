@@ -21,7 +21,7 @@ ANY_NUMBER = {"__init__.py", "__main__.py", "conftest.py"}
 def _tracked(pattern: str) -> list[Path]:
     out = subprocess.run(["git", "ls-files", pattern], cwd=REPO, capture_output=True, text=True,
                          check=True).stdout.split()
-    return [REPO / p for p in out]
+    return [REPO / p for p in sorted(set(out))]  # (a merge in progress lists a path per stage)
 
 
 def _repeated(paths: list[Path]) -> dict[str, list[str]]:

@@ -1,5 +1,6 @@
 """The master's side of mirrored queues (actors/queue/mirror.py Masters), without sockets: C5 for
-mirrors -- a confirm waits until every live mirror has accepted the batch with the message."""
+mirrors -- a confirm waits until every live mirror has accepted the batch with the message (held
+by the master's QueueCore, which asks Masters for the batches through its port)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pytest
 from actors import messages as m
 from actors.core import queue_args
 from actors.core.errors import ChannelError
-from actors.core.queue import Msg
+from actors.core.queue import Msg, QueueCore, QueuePort
+from actors.core.queue_settings import parse as queue_settings
 from actors.queue.mirror import Masters
 
 
@@ -19,6 +21,54 @@ class Wire:
 
     def of(self, kind):
         return [(a, x) for a, x in self.sent if isinstance(x, kind)]
+
+
+class _Queue:
+    """The Queue actor's side of its core's port: the confirms it sent, the rest dropped."""
+
+    def __init__(self):
+        self.confirms: list = []  # (channel, seqs, ok)
+
+    def confirm(self, channel, seqs, ok, reason=""):
+        self.confirms.append((channel, seqs, ok))
+
+    def now_ms(self):
+        return 0
+
+    def __getattr__(self, name):
+        return lambda *args: None
+
+
+class Master:
+    """Masters under the QueueCore whose confirms wait for its mirrors, as the Queue actor
+    joins them (QueuePort.of(queue, masters)): what each step let go to the publishers."""
+
+    def __init__(self, ms: Masters):
+        self.ms, self.out = ms, _Queue()
+        self.core = QueueCore("/", "q", queue_settings({}), QueuePort.of(self.out, ms), 0)
+        self.seen = 0
+
+    def confirm(self, channel, seqs) -> bool:
+        """A confirm is due -> True when it is held for the mirrors."""
+        self.core.confirm(channel, seqs)
+        return not self._sent()
+
+    def acked(self, mirror, batch) -> list:
+        low = self.ms.acked(mirror, batch)
+        if low is not None:
+            self.core.mirrors_acked(low)
+        return self._sent()
+
+    def down(self, endpoint) -> list:
+        self.core.mirrors_acked(self.ms.down(endpoint))
+        return self._sent()
+
+    def _sent(self) -> list:
+        """[(channel, seqs)] confirmed since the last step."""
+        sent = self.out.confirms
+        new, self.seen = sent[self.seen:], len(sent)
+        assert all(ok for _, _, ok in new)
+        return [(ch, seqs) for ch, seqs, _ in new]
 
 
 def masters():
@@ -37,34 +87,37 @@ def msg(seq):
 
 def test_no_mirrors_no_waiting():
     w, ms = masters()
+    mc = Master(ms)
     ms.enqueued(msg(1), 0)
-    assert not ms.confirm("ch", [1])
+    assert not mc.confirm("ch", [1])
     assert w.sent == []
 
 
 def test_confirm_waits_for_every_mirror_C5():
     w, ms = masters()
+    mc = Master(ms)
     ms.join("tcp://a:1#q", "A", [], 0)
     ms.join("tcp://b:1#q", "B", [msg(1)], 0)  # B's sync batch carries message 1
     assert w.synced == []
     ms.enqueued(msg(2), 0)
-    assert ms.confirm("ch", [2])  # held: batch 3 not acknowledged by anyone
+    assert mc.confirm("ch", [2])  # held: batch 3 not acknowledged by anyone
     batch = w.of(m.MirrorPublish)[-1][1].batch
     assert [x.reset for _, x in w.of(m.MirrorPublish)] == [True, True, False, False]
-    assert ms.acked("tcp://a:1#q", batch) == []  # B still owes it
-    assert ms.acked("tcp://b:1#q", batch) == [("ch", [2])]
+    assert mc.acked("tcp://a:1#q", batch) == []  # B still owes it
+    assert mc.acked("tcp://b:1#q", batch) == [("ch", [2])]
     assert sorted(w.synced) == ["A", "B"]  # both acknowledged their sync batches
 
 
 def test_a_dead_mirror_is_not_waited_for():
     w, ms = masters()
+    mc = Master(ms)
     ms.join("tcp://a:1#q", "A", [], 0)
     ms.join("tcp://b:1#q", "B", [], 0)
     ms.enqueued(msg(1), 0)
-    assert ms.confirm("ch", [1])
+    assert mc.confirm("ch", [1])
     batch = w.of(m.MirrorPublish)[-1][1].batch
-    assert ms.acked("tcp://a:1#q", batch) == []
-    assert ms.down("tcp://b:1") == [("ch", [1])]
+    assert mc.acked("tcp://a:1#q", batch) == []
+    assert mc.down("tcp://b:1") == [("ch", [1])]
 
 
 def test_forget_flushes_what_entered_first():
@@ -133,48 +186,52 @@ def quorum_masters(needed, heir=None):
 
 def test_quorum_of_one_confirms_at_once():
     w, ms = quorum_masters(0)
+    mc = Master(ms)
     ms.enqueued(msg(1), 0)
-    assert not ms.confirm("ch", [1])
+    assert not mc.confirm("ch", [1])
 
 
 def test_quorum_confirm_waits_for_a_majority_C5():
     w, ms = quorum_masters(1)  # three members: the master and one mirror
-    assert ms.confirm("ch", [1])  # no mirror at all: held
+    mc = Master(ms)
+    assert mc.confirm("ch", [1])  # no mirror at all: held
     ms.join("tcp://a:1#q", "A", [msg(1)], 0)
     ms.join("tcp://b:1#q", "B", [msg(1)], 0)
     ms.enqueued(msg(2), 0)
-    assert ms.confirm("ch", [2])
+    assert mc.confirm("ch", [2])
     batch = ms.batch
     # A's acknowledgement of the last batch makes a majority with the master: both released
-    assert ms.acked("tcp://a:1#q", batch) == [("ch", [1]), ("ch", [2])]
+    assert mc.acked("tcp://a:1#q", batch) == [("ch", [1]), ("ch", [2])]
     ms.enqueued(msg(3), 0)
-    assert ms.confirm("ch", [3])
-    assert ms.acked("tcp://b:1#q", ms.batch) == [("ch", [3])]  # B alone is enough too
+    assert mc.confirm("ch", [3])
+    assert mc.acked("tcp://b:1#q", ms.batch) == [("ch", [3])]  # B alone is enough too
 
 
 def test_quorum_confirm_needs_the_heir():
     w, ms = quorum_masters(1, heir="B")  # B is the mirror a promotion would pick
+    mc = Master(ms)
     ms.join("tcp://a:1#q", "A", [], 0)
     ms.join("tcp://b:1#q", "B", [], 0)
     ms.acked("tcp://a:1#q", ms.batch)
     ms.acked("tcp://b:1#q", ms.batch)
     ms.enqueued(msg(1), 0)
-    assert ms.confirm("ch", [1])
-    assert ms.acked("tcp://a:1#q", ms.batch) == []  # a majority, but not the heir
-    assert ms.acked("tcp://b:1#q", ms.batch) == [("ch", [1])]
+    assert mc.confirm("ch", [1])
+    assert mc.acked("tcp://a:1#q", ms.batch) == []  # a majority, but not the heir
+    assert mc.acked("tcp://b:1#q", ms.batch) == [("ch", [1])]
     ms.enqueued(msg(2), 0)
-    assert ms.confirm("ch", [2])
-    assert ms.down("tcp://b:1") == []  # the heir died: A has not acknowledged yet
-    assert ms.acked("tcp://a:1#q", ms.batch) == [("ch", [2])]
+    assert mc.confirm("ch", [2])
+    assert mc.down("tcp://b:1") == []  # the heir died: A has not acknowledged yet
+    assert mc.acked("tcp://a:1#q", ms.batch) == [("ch", [2])]
 
 
 def test_quorum_unsynchronised_mirror_does_not_count():
     w, ms = quorum_masters(1)
+    mc = Master(ms)
     ms.join("tcp://a:1#q", "A", [msg(1)], 0, more=True)  # paged messages follow: syncing
-    assert ms.confirm("ch", [1])
-    assert ms.acked("tcp://a:1#q", ms.batch) == []  # still syncing
+    assert mc.confirm("ch", [1])
+    assert mc.acked("tcp://a:1#q", ms.batch) == []  # still syncing
     ms.sync_done("tcp://a:1#q")
-    assert ms.acked("tcp://a:1#q", ms.batch) == [("ch", [1])]
+    assert mc.acked("tcp://a:1#q", ms.batch) == [("ch", [1])]
 
 
 def test_a_kept_log_is_told_what_is_still_here_and_sent_only_what_follows():
