@@ -96,6 +96,7 @@ def run(args: argparse.Namespace, spark=None) -> int:
     if own:
         spark = session.build(args.master, args.driver_memory, args.shuffle_partitions)
     prog.attach(spark)
+    restore_session = None
     try:
         prog.begin("read events")
         out = storage.qualify(spark, args.out)
@@ -105,6 +106,7 @@ def run(args: argparse.Namespace, spark=None) -> int:
         except AnalysisException as e:
             print(f"spark_analysis: cannot list {args.events}: {e}", file=sys.stderr)
             return 2
+        restore_session = session.fit_to_input(spark, sum(f.length for f in listing))
         layout = S.ddl()
         manifest_dir, events_dir = storage.join(out, "manifest"), storage.join(out, "events")
         previous = None if args.full else manifest.read(spark, manifest_dir)
@@ -240,6 +242,8 @@ def run(args: argparse.Namespace, spark=None) -> int:
         return 0
     finally:
         prog.close()
+        if restore_session is not None:
+            restore_session()
         if own:
             spark.stop()
 
