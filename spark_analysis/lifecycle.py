@@ -60,7 +60,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--driver-memory", default="4g", help="when not under spark-submit")
     p.add_argument("--shuffle-partitions", type=int, default=0,
                    help="default: Spark's, coalesced by adaptive execution to the data and "
-                   "the cluster")
+                   "the cluster (1 for a log of at most 1 MiB)")
     p.add_argument("--full", action="store_true", help="decode every file again (default: "
                    "only the files that are new or grew since the last run into OUT)")
     p.add_argument("--samples", type=int, default=50_000,
@@ -106,7 +106,8 @@ def run(args: argparse.Namespace, spark=None) -> int:
         except AnalysisException as e:
             print(f"spark_analysis: cannot list {args.events}: {e}", file=sys.stderr)
             return 2
-        restore_session = session.fit_to_input(spark, sum(f.length for f in listing))
+        restore_session = session.fit_to_input(spark, sum(f.length for f in listing),
+                                               args.shuffle_partitions)
         layout = S.ddl()
         manifest_dir, events_dir = storage.join(out, "manifest"), storage.join(out, "events")
         previous = None if args.full else manifest.read(spark, manifest_dir)

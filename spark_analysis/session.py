@@ -6,7 +6,8 @@ under `python -m spark_analysis.lifecycle` this module starts the JVM itself wit
 given here. Either way the same code runs on local[*] and on a cluster (`spark://HOST:PORT`):
 shuffle partitions are Spark's, coalesced by adaptive query execution to the data's size and
 the cluster's parallelism, unless `shuffle_partitions` fixes them. A run over a small log sets
-its session for that while it runs (`fit_to_input`).
+its session for that while it runs (`fit_to_input`: nothing compiled, one partition per shuffle
+unless fixed, no adaptive re-planning).
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ SMALL_INPUT_CONF = {
     # expressions and projections evaluated by Spark's interpreters (an internal setting of
     # Spark SQL: test_session checks that a query's expressions are not compiled under it)
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    # one task per shuffle, planned once: adaptive execution's re-planning at every stage
+    # costs more than the coalescing it would do of data this small
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.shuffle.partitions": "1",
 }
 
 PACKAGE = os.path.dirname(os.path.abspath(__file__))
@@ -92,14 +97,17 @@ def build(master: str | None = None, driver_memory: str = "4g", shuffle_partitio
     return spark
 
 
-def fit_to_input(spark, input_bytes: int) -> Callable[[], None]:
+def fit_to_input(spark, input_bytes: int, shuffle_partitions: int = 0) -> Callable[[], None]:
     """Sets `spark` for a log of `input_bytes` bytes: SMALL_INPUT_CONF when it is at most
-    SMALL_INPUT_BYTES, nothing otherwise. Returns what puts the session's own values back
-    (the session may be shared: the tests run every job in one)."""
+    SMALL_INPUT_BYTES, nothing otherwise; `shuffle_partitions` (the job's option), when given,
+    is kept. Returns what puts the session's own values back (the session may be shared: the
+    tests run every job in one)."""
     if input_bytes > SMALL_INPUT_BYTES:
         return lambda: None
-    before = {k: spark.conf.get(k, None) for k in SMALL_INPUT_CONF}
-    for k, v in SMALL_INPUT_CONF.items():
+    conf = {k: v for k, v in SMALL_INPUT_CONF.items()
+            if not (shuffle_partitions and k == "spark.sql.shuffle.partitions")}
+    before = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
         spark.conf.set(k, v)
 
     def restore() -> None:

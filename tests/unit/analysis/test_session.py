@@ -69,3 +69,16 @@ def test_a_larger_input_leaves_the_session_as_it_is(spark):
     assert {key: spark.conf.get(key, None) for key in keys} == before
     restore()
     assert {key: spark.conf.get(key, None) for key in keys} == before
+
+
+def test_the_job_s_own_shuffle_partitions_are_kept_for_a_small_input(spark):
+    key = "spark.sql.shuffle.partitions"
+    before = spark.conf.get(key)
+    restore = session.fit_to_input(spark, 100, shuffle_partitions=3)
+    try:
+        assert spark.conf.get(key) == before
+        others = {k: v for k, v in session.SMALL_INPUT_CONF.items() if k != key}
+        assert {k: spark.conf.get(k) for k in others} == others
+    finally:
+        restore()
+    assert spark.conf.get(key) == before
