@@ -60,7 +60,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--driver-memory", default="4g", help="when not under spark-submit")
     p.add_argument("--shuffle-partitions", type=int, default=0,
                    help="default: Spark's, coalesced by adaptive execution to the data and "
-                   "the cluster")
+                   "the cluster (1 for a log of at most 1 MiB)")
     p.add_argument("--full", action="store_true", help="decode every file again (default: "
                    "only the files that are new or grew since the last run into OUT)")
     p.add_argument("--samples", type=int, default=50_000,
@@ -96,6 +96,7 @@ def run(args: argparse.Namespace, spark=None) -> int:
     if own:
         spark = session.build(args.master, args.driver_memory, args.shuffle_partitions)
     prog.attach(spark)
+    restore_session = None
     try:
         prog.begin("read events")
         out = hadoop_fs.qualify(spark, args.out)
@@ -105,6 +106,8 @@ def run(args: argparse.Namespace, spark=None) -> int:
         except AnalysisException as e:
             print(f"spark_analysis: cannot list {args.events}: {e}", file=sys.stderr)
             return 2
+        restore_session = session.fit_to_input(spark, sum(f.length for f in listing),
+                                               args.shuffle_partitions)
         layout = S.ddl()
         manifest_dir, events_dir = hadoop_fs.join(out, "manifest"), hadoop_fs.join(out, "events")
         previous = None if args.full else manifest.read(spark, manifest_dir)
@@ -240,6 +243,8 @@ def run(args: argparse.Namespace, spark=None) -> int:
         return 0
     finally:
         prog.close()
+        if restore_session is not None:
+            restore_session()
         if own:
             spark.stop()
 

@@ -5,13 +5,16 @@ Under spark-submit the session (master, driver memory) comes from spark-submit's
 under `python -m spark_analysis.lifecycle` this module starts the JVM itself with the options
 given here. Either way the same code runs on local[*] and on a cluster (`spark://HOST:PORT`):
 shuffle partitions are Spark's, coalesced by adaptive query execution to the data's size and
-the cluster's parallelism, unless `shuffle_partitions` fixes them.
+the cluster's parallelism, unless `shuffle_partitions` fixes them. A run over a small log sets
+its session for that while it runs (`fit_to_input`: nothing compiled, one partition per shuffle
+unless fixed, no adaptive re-planning).
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
+from collections.abc import Callable
 import os
 import shutil
 import sys
@@ -21,6 +24,21 @@ import zipfile
 # JVM flags for runs over small logs (the tests'): C2's optimising compiles and G1's concurrent
 # threads cost more CPU than they save in jobs of seconds (measured: a third less CPU per run).
 SMALL_RUN_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+# Event logs up to this size (the tests': a few hundred events, ~75 bytes each) cost Spark more
+# to compile than to run: Janino compiled ~200 classes per run of the job, ~4 CPU-s of ~12.
+SMALL_INPUT_BYTES = 1 << 20
+# Session settings for such a log: Spark's interpreted paths instead of generated code.
+SMALL_INPUT_CONF = {
+    "spark.sql.codegen.wholeStage": "false",  # each operator runs its own row loop
+    # expressions and projections evaluated by Spark's interpreters (an internal setting of
+    # Spark SQL: test_session checks that a query's expressions are not compiled under it)
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    # one task per shuffle, planned once: adaptive execution's re-planning at every stage
+    # costs more than the coalescing it would do of data this small
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.shuffle.partitions": "1",
+}
 
 PACKAGE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(PACKAGE)
@@ -77,3 +95,25 @@ def build(master: str | None = None, driver_memory: str = "4g", shuffle_partitio
     logging.getLogger("py4j").setLevel(logging.WARNING)
     spark.sparkContext.addPyFile(_package_zip())
     return spark
+
+
+def fit_to_input(spark, input_bytes: int, shuffle_partitions: int = 0) -> Callable[[], None]:
+    """Sets `spark` for a log of `input_bytes` bytes: SMALL_INPUT_CONF when it is at most
+    SMALL_INPUT_BYTES, nothing otherwise; `shuffle_partitions` (the job's option), when given,
+    is kept. Returns what puts the session's own values back (the session may be shared: the
+    tests run every job in one)."""
+    if input_bytes > SMALL_INPUT_BYTES:
+        return lambda: None
+    conf = {k: v for k, v in SMALL_INPUT_CONF.items()
+            if not (shuffle_partitions and k == "spark.sql.shuffle.partitions")}
+    before = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+
+    def restore() -> None:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+    return restore

@@ -59,8 +59,12 @@ class StandaloneCluster:
         # (a port taken by another program fails the JVM: Spark would otherwise bind the next
         # one up, and the test would read another program's page as the master's /json/)
         strict = "-Dspark.port.maxRetries=0"
+        # (no REST submission server: it binds the fixed port 6066, which a second cluster on
+        # the machine then cannot have, and a master that failed to bind it never answered its
+        # workers' registrations: the fixture waited out its timeout)
         env = environment(SPARK_LOG_DIR=str(self.base), SPARK_PID_DIR=str(self.base),
-                          SPARK_MASTER_OPTS=strict, SPARK_WORKER_OPTS=strict)
+                          SPARK_MASTER_OPTS=strict + " -Dspark.master.rest.enabled=false",
+                          SPARK_WORKER_OPTS=strict)
         # (its own session: the JVM and whatever it starts stay apart from the test's group;
         # SIGTERM when the test process dies, kept across spark-class's exec of the JVM, whose
         # shutdown hook ends the executors: no JVM outlives a test run killed or timed out)
