@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 
 from bench import result_tables, scenarios
+from bench.machine import machine_info
 from bench.aggregate import combine_runs
 from bench.refbroker import server_version
 from amqpclient.url import parse_url
@@ -93,20 +93,6 @@ def parse_queue_args(items: list[str]) -> dict:
                 out[k] = v
         # keep strings as strings
     return out
-
-
-def machine_info() -> dict:
-    info = {"hostname": platform.node(), "cpus": os.cpu_count(), "python": sys.version.split()[0],
-            "platform": platform.platform()}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    info["cpu_model"] = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return info
 
 
 def list_scenarios() -> str:

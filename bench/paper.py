@@ -838,7 +838,7 @@ def run_all(url: str, label: str, queues: list[int], modes: list[str], seconds: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.make_bench import machine_info
+    from bench.machine import machine_info
     from bench.refbroker import server_version
     from amqpclient.url import parse_url
 

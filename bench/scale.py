@@ -964,7 +964,7 @@ def main(argv: list[str] | None = None) -> int:
                    channels=a.channels, sample=a.sample, client_procs=max(1, a.client_procs),
                    probes=max(1, a.probes), settle=a.settle, timeout=a.timeout, codec=a.codec,
                    server=a.server, keep_node_dir=a.keep_node_dir)
-    from bench.make_bench import machine_info
+    from bench.machine import machine_info
     cmd = command_line(argv)
     log_stderr(f"$ {cmd}")
     doc = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine_info(),
