@@ -89,22 +89,24 @@ class StreamMember(LightActor):
                                                       self.log.overview()))
 
     def on_receive(self, msg):
-        if isinstance(msg, m.StreamChunks):
-            if msg.leader == self.leader:
-                self._chunks(msg)
-        elif isinstance(msg, m.CheckMaster):
-            self.check_leader()
-        elif isinstance(msg, RetentionTick):
-            self._retain()
-        elif isinstance(msg, m.PolicyChanged):
-            self.settings = stream.settings(self.arguments, self.policy())
-            self.log.segment_bytes = self.settings.segment_bytes
-            self._retain()
-        elif isinstance(msg, m.DeleteIndex):
-            # the stream is gone, or this member no longer one: its log goes
-            quorum_log.mark_incomplete(self.config, self.vhost, self.qname)
-            self.log.delete()
-            self.storage.trim()
+        handler = _MEMBER.get(type(msg))
+        if handler is not None:
+            handler(self, msg)
+
+    def _from_leader(self, msg: m.StreamChunks) -> None:
+        if msg.leader == self.leader:
+            self._chunks(msg)
+
+    def _policy_changed(self, msg: m.PolicyChanged) -> None:
+        self.settings = stream.settings(self.arguments, self.policy())
+        self.log.segment_bytes = self.settings.segment_bytes
+        self._retain()
+
+    def _delete_index(self, msg: m.DeleteIndex) -> None:
+        """The stream is gone, or this member no longer one: its log goes."""
+        quorum_log.mark_incomplete(self.config, self.vhost, self.qname)
+        self.log.delete()
+        self.storage.trim()
 
     def _chunks(self, msg: m.StreamChunks) -> None:
         if msg.truncate >= 0:
@@ -143,3 +145,13 @@ class StreamMember(LightActor):
         s = self.settings
         if s.max_bytes is not None or s.max_age_ms is not None:
             self.log.retain(s.max_bytes, s.max_age_ms, wall_ms())
+
+
+# what a member takes: message type -> (member, msg)
+_MEMBER = {
+    m.StreamChunks: StreamMember._from_leader,
+    m.CheckMaster: lambda self, msg: self.check_leader(),
+    RetentionTick: lambda self, msg: self._retain(),
+    m.PolicyChanged: StreamMember._policy_changed,
+    m.DeleteIndex: StreamMember._delete_index,
+}

@@ -129,17 +129,20 @@ class StreamWriter(LightActor):
                              settings.segment_bytes)  # the writer's own handle on the log
 
     def on_receive(self, msg):
-        if isinstance(msg, Append):
-            self._append(msg)
-        elif isinstance(msg, Retain):
-            self.settings = msg.settings
-            self.log.segment_bytes = msg.settings.segment_bytes
-            if self._retain():
-                self._tell(LogChanged(_state(self.log)))
-        elif isinstance(msg, DeleteLog):
-            self.log.delete()
-            self.storage.trim()
-            self.stop()
+        handler = _WRITER.get(type(msg))
+        if handler is not None:
+            handler(self, msg)
+
+    def _retain_by(self, msg: Retain) -> None:
+        self.settings = msg.settings
+        self.log.segment_bytes = msg.settings.segment_bytes
+        if self._retain():
+            self._tell(LogChanged(_state(self.log)))
+
+    def _delete_log(self, msg: DeleteLog) -> None:
+        self.log.delete()
+        self.storage.trim()
+        self.stop()
 
     def _append(self, msg: Append) -> None:
         segments = len(self.log.segments)
@@ -177,6 +180,14 @@ class StreamWriter(LightActor):
             log.info("stream '%s' in vhost '%s': retention deleted %d segments (offsets %d-%d)",
                      self.qname, self.vhost, len(gone), gone[0].first, gone[-1].last)
         return gone
+
+
+# what the writer takes: message type -> (writer, msg)
+_WRITER = {
+    Append: StreamWriter._append,
+    Retain: StreamWriter._retain_by,
+    DeleteLog: StreamWriter._delete_log,
+}
 
 
 class StreamQueue(LightActor):

@@ -56,48 +56,63 @@ class WorkerControl(LightActor):
             self.kind, self.index, self.transport.endpoint, self.address)))
 
     def on_receive(self, msg):
+        handler = _CONTROL.get(type(msg))
+        if handler is None:
+            return
         try:
-            if isinstance(msg, m.MetaChange):
-                self.replica.apply(msg.changes)
-                self.host.metadata_changed(msg.changes)
-                self._applied(msg.version)
-            elif isinstance(msg, m.MetaSnapshot):
-                implied = self.replica.load(msg.state)
-                self._applied(msg.version)
-                if not self.snapshot_seen:
-                    self.snapshot_seen = True
-                    self.on_ready()
-                elif implied:  # a resync: mirrors and channels learn what it changed
-                    self.host.metadata_changed(implied)
-            elif isinstance(msg, m.WorkerDown):
-                self.transport.mark_dead(msg.endpoint)
-                self.host.worker_down(msg.kind, msg.endpoint)
-            elif isinstance(msg, m.QueueDown):
-                self.host.queue_down(msg)
-            elif isinstance(msg, ActorDown):
-                self.host.actor_down(msg)  # a queue or mirror it monitors ended
-            elif isinstance(msg, m.WorkerUp):
-                self.transport.revive(msg.endpoint)  # its node is back (a partition healed)
-            elif isinstance(msg, m.Pause):
-                self.host.pause(msg.paused)
-            elif isinstance(msg, m.ForceClose):
-                force_close = getattr(self.host, "force_close", None)
-                if force_close is not None:
-                    force_close(msg.conn_id, msg.reason)
-            elif isinstance(msg, m.StartQueue):
-                self.host.start_queue(msg)
-            elif isinstance(msg, m.ResourceAlarm):
-                self.host.resource_alarm(msg.alarms)
-            elif isinstance(msg, m.RpcReply):
-                if msg.req_id:
-                    self.host.rpc_reply(msg)  # an answer the host asked for
-                # else hello / ready acknowledgements
+            handler(self, msg)
         except Exception:
             log.exception("control failed on %r", type(msg).__name__)
 
+    def _meta_change(self, msg: m.MetaChange) -> None:
+        self.replica.apply(msg.changes)
+        self.host.metadata_changed(msg.changes)
+        self._applied(msg.version)
+
+    def _meta_snapshot(self, msg: m.MetaSnapshot) -> None:
+        implied = self.replica.load(msg.state)
+        self._applied(msg.version)
+        if not self.snapshot_seen:
+            self.snapshot_seen = True
+            self.on_ready()
+        elif implied:  # a resync: mirrors and channels learn what it changed
+            self.host.metadata_changed(implied)
+
+    def _worker_down(self, msg: m.WorkerDown) -> None:
+        self.transport.mark_dead(msg.endpoint)
+        self.host.worker_down(msg.kind, msg.endpoint)
+
+    def _worker_up(self, msg: m.WorkerUp) -> None:
+        self.transport.revive(msg.endpoint)  # its node is back (a partition healed)
+
+    def _force_close(self, msg: m.ForceClose) -> None:
+        force_close = getattr(self.host, "force_close", None)  # (a connection worker's)
+        if force_close is not None:
+            force_close(msg.conn_id, msg.reason)
+
+    def _rpc_reply(self, msg: m.RpcReply) -> None:
+        if msg.req_id:
+            self.host.rpc_reply(msg)  # an answer the host asked for
+        # else hello / ready acknowledgements
 
     def _applied(self, version: int) -> None:
         self.transport.send(self.node, m.MetaApplied(self.kind, self.index, version))
+
+
+# what the control actor takes: message type -> (control, msg)
+_CONTROL = {
+    m.MetaChange: WorkerControl._meta_change,
+    m.MetaSnapshot: WorkerControl._meta_snapshot,
+    m.WorkerDown: WorkerControl._worker_down,
+    m.QueueDown: lambda self, msg: self.host.queue_down(msg),
+    ActorDown: lambda self, msg: self.host.actor_down(msg),  # a queue or mirror it monitors ended
+    m.WorkerUp: WorkerControl._worker_up,
+    m.Pause: lambda self, msg: self.host.pause(msg.paused),
+    m.ForceClose: WorkerControl._force_close,
+    m.StartQueue: lambda self, msg: self.host.start_queue(msg),
+    m.ResourceAlarm: lambda self, msg: self.host.resource_alarm(msg.alarms),
+    m.RpcReply: WorkerControl._rpc_reply,
+}
 
 
 def die_with_parent() -> None:
