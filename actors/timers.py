@@ -60,3 +60,27 @@ class _Every:
 
     def __init__(self, period, msg):
         self.period, self.msg = period, msg
+
+
+class Sampler:
+    """A thread that calls its subclass's `sample()` every interval until stopped (a worker's statistics to
+    its node); a failed sample is logged and the next one comes as usual."""
+
+    def __init__(self, interval_ms: int, name: str, log):
+        self.interval = interval_ms / 1000.0
+        self.log = log  # the worker's logger
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def _run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            try:
+                self.sample()
+            except Exception:  # noqa: BLE001 - a sample must never end the worker
+                self.log.exception("statistics sample failed")

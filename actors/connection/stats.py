@@ -10,13 +10,14 @@ attribute read (set by its actor; a sample may be one turn old, as RabbitMQ's ar
 from __future__ import annotations
 
 import copy
-import threading
+import logging
 import time
 
 from actors import events
 from actors import messages as m
 from actors.core import channel_stats
 from actors.management.api import TLS_FIELDS
+from actors.timers import Sampler
 
 
 def connection_name(peer, local) -> str:
@@ -155,33 +156,17 @@ def process_totals(host) -> dict:
     return total
 
 
-class ConnectionSampler:
+class ConnectionSampler(Sampler):
     """A thread of the connection worker: every interval, the sample of every connection to
     the metadata actor of every node up, when it changed."""
 
     def __init__(self, host, interval_ms: int):
+        super().__init__(interval_ms, "conn-stats", logging.getLogger("leveret.connection"))
         self.host = host
-        self.interval = interval_ms / 1000.0
         self.last = None
         # channel name -> (what it did so far, wall-clock ms it was first seen so): a channel
         # unchanged for an interval shows `idle_since`, as RabbitMQ's once it hibernated
         self.activity: dict[str, tuple] = {}
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="conn-stats", daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.stopped.set()
-
-    def _run(self) -> None:
-        while not self.stopped.wait(self.interval):
-            try:
-                self.sample()
-            except Exception:  # noqa: BLE001 - a sample must never end the worker
-                import logging
-                logging.getLogger("leveret.connection").exception("statistics sample failed")
 
     def sample(self) -> None:
         host = self.host

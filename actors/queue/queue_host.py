@@ -19,7 +19,6 @@ management API) until it is deleted.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass
 
@@ -37,6 +36,7 @@ from actors.store import storage
 from actors.core import confirms, stream
 from actors.core.restarts import RestartIntensity
 from actors.runtime import monitor
+from actors.timers import Sampler
 from actors.queue.queue_process import EmitStats, Queue
 from actors.queue.stream_member import StreamMember
 from actors.queue.stream_queue import StreamQueue
@@ -330,32 +330,17 @@ def _queue_of(name: str) -> tuple[str, str]:
     return (vhost, qname) if q == "q" and sep else ("", name)
 
 
-class ProcessSampler:
+class ProcessSampler(Sampler):
     """A thread of the queue worker: every interval, the process's totals (events written
     and dropped, its storage's syncs and msg_store reads and writes) to its node's metadata
     actor as WorkerStats, when they changed (Prometheus' leveret_events_written_total and
     /api/nodes' io_sync_* and msg_store_* count every process of the node)."""
 
     def __init__(self, transport, node: str, interval_ms: int):
+        super().__init__(interval_ms, "queue-stats", log)
         self.transport = transport
         self.node = node
-        self.interval = interval_ms / 1000.0
         self.last = None
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="queue-stats", daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.stopped.set()
-
-    def _run(self) -> None:
-        while not self.stopped.wait(self.interval):
-            try:
-                self.sample()
-            except Exception:  # noqa: BLE001 - a sample must never end the worker
-                log.exception("statistics sample failed")
 
     def sample(self) -> None:
         totals = {"events_written": events.written(), "events_dropped": events.dropped(),
