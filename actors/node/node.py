@@ -137,7 +137,8 @@ def short_run_dir(data_dir: str) -> tuple[str, bool]:
 class Node:
     def __init__(self, config: Config):
         self.config = config  # embedded defaults + config file + command line
-        self.stopping = threading.Event()  # set on SIGTERM/SIGINT
+        self.stopping = threading.Event()  # set on SIGTERM/SIGINT (by _stop_asked), or a failure
+        self.signalled = None  # SIGTERM/SIGINT's number, set by the handler alone
         self.slots: list[Slot] = []  # every supervised worker
         self.exit_code = 0  # 1 when the node gave up on a worker
         self.secret = b""  # the cluster secret (a cluster member only; actors/secure.py)
@@ -220,13 +221,13 @@ class Node:
             self._spawn(slot)
         self._write_node_file()
         self._wait_ready()
-        if not self.stopping.is_set():
+        if not self._stop_asked():
             self._listen()
             self.systemd.notify("READY=1")  # Type=notify: the listeners are up
         watchdog = _watchdog_interval()
         next_ping = time.monotonic()
         try:
-            while not self.stopping.is_set():
+            while not self._stop_asked():
                 try:
                     self._reap()
                     self._check_resources()
@@ -325,7 +326,7 @@ class Node:
         deadline = time.monotonic() + self.config.boot_timeout
         log.info("joining the cluster %s as %s", ", ".join(self.config.cluster_nodes),
                  self.config.cluster_address)
-        while not self.stopping.is_set():
+        while not self._stop_asked():
             if self.metadata.ask(ClusterReady()):
                 return True
             if time.monotonic() > deadline:
@@ -359,9 +360,19 @@ class Node:
             log.info("dropped the indexes of %d queues that are no longer defined", len(dropped))
 
     def request_stop(self, signum=None, frame=None) -> None:
+        """The signal handler: it only notes the signal. Setting the Event here could deadlock,
+        the handler running in the main thread while that thread holds the Event's lock inside
+        `stopping.wait`; the main thread's loops turn the note into `stopping` (_stop_asked)."""
         if signum is not None:
-            log.info("received %s, stopping", signal.Signals(signum).name)
-        self.stopping.set()
+            self.signalled = signum
+        else:
+            self.stopping.set()
+
+    def _stop_asked(self) -> bool:
+        if self.signalled is not None and not self.stopping.is_set():
+            log.info("received %s, stopping", signal.Signals(self.signalled).name)
+            self.stopping.set()
+        return self.stopping.is_set()
 
     # --- workers --------------------------------------------------------------------------------
     def _spawn(self, slot: Slot) -> None:
@@ -409,7 +420,7 @@ class Node:
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.config.boot_timeout
         want = {("conn", s.index) for s in self.slots if s.kind == "conn"}
-        while time.monotonic() < deadline and not self.stopping.is_set():
+        while time.monotonic() < deadline and not self._stop_asked():
             ready = set(self.metadata.ask(ReadyWorkers()))
             if want <= ready:
                 log.info("Leveret node ready: amqp://%s:%d (data in %s)", self.config.host,
