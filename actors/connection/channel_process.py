@@ -63,12 +63,12 @@ class Channel(LightActor):
         self.address = host.transport.address(self.name)
         self.transport = host.transport  # this process's Transport
         self.core = ChannelCore(number, self.address, conn, host.replica,
-                                ChannelPort.of(self, host.transport.send),
-                                host.config.credit_initial, events,
+                                ChannelPort.of(self, host.transport.send, events=events,
+                                               clock=time.monotonic),
+                                host.config.credit_initial,
                                 credit_initial_bytes=host.config.credit_initial_bytes,
                                 consumer_timeout=host.config.consumer_timeout,
-                                consumer_timeout_action=host.config.consumer_timeout_action,
-                                clock=time.monotonic)
+                                consumer_timeout_action=host.config.consumer_timeout_action)
         self.armed_at = 0  # the consumer-timeout check the timer will tell us of (ms), 0 = none
 
     # --- its core's port (ChannelPort.of): each only sends or answers -----------------------

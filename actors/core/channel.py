@@ -135,26 +135,32 @@ class ChannelPort:
     unblock: Callable[[], None]  # ... and resumes
     closed: Callable[[], None]  # the channel is finished: the Reader forgets it
     now_ms: Callable[[], int]  # now, monotonic ms
+    events: object = NO_EVENTS  # the event log (actors.events in the shell)
+    random_bytes: Callable[[int], bytes] = os.urandom  # ids: msg id prefix, consumer tags
+    clock: Callable[[], float] | None = None  # seconds, monotonic (confirm latency); None: off
 
     @classmethod
-    def of(cls, shell, send) -> ChannelPort:
+    def of(cls, shell, send, **given) -> ChannelPort:
         """The port of an object that has every callable by its name (the Channel actor) but
-        `send`, the transport's own (so a send costs no extra call)."""
-        return cls(send=send, **{f.name: getattr(shell, f.name) for f in dataclasses.fields(cls)
-                                 if f.name != "send"})
+        `send`, the transport's own (so a send costs no extra call), and what is `given` (the
+        event log, ids, the clock), which are the process's, not the actor's."""
+        return cls(send=send, **given, **{f.name: getattr(shell, f.name)
+                                          for f in dataclasses.fields(cls)
+                                          if f.name != "send" and f.default is dataclasses.MISSING})
 
 
 class ChannelCore:
     def __init__(self, number: int, address: str, conn: ConnInfo, replica, out: ChannelPort,
-                 credit_initial=credit_flow.INITIAL, events=NO_EVENTS, random_bytes=os.urandom,
+                 credit_initial=credit_flow.INITIAL,
                  credit_initial_bytes=credit_flow.INITIAL_BYTES, consumer_timeout=0,
-                 consumer_timeout_action="close-channel", clock=None):
-        self.events = events  # the event log (actors.events in the shell), injected
-        self.clock = clock  # seconds, monotonic (confirm latency); None: not measured
+                 consumer_timeout_action="close-channel"):
+        # the port's event log, ids and clock, kept at hand (read on every publish)
+        self.events = out.events
+        self.clock = out.clock
         # what the statistics sample reads (channel_stats.py)
         self.stats = ChannelCounters(conn.vhost)
         self.published_at: dict[int, float] = {}  # confirm seq no -> clock() at publish
-        self.random_bytes = random_bytes  # ids (msg id prefix, consumer tags), injected
+        self.random_bytes = out.random_bytes
         # the last publish's properties as checked: a publisher repeats its properties, they
         # are decoded and checked once
         self.last_props: _Props = _NO_PROPS
@@ -206,7 +212,7 @@ class ChannelCore:
         self.sync_wait = 0  # req id whose reply must come before more commands
         self.backlog: deque = deque()  # commands held while sync_wait
         self.next_req = 1  # request ids
-        self.msg_id_prefix = random_bytes(8)  # msg ids: this prefix + a counter, unique node-wide
+        self.msg_id_prefix = out.random_bytes(8)  # msg ids: this prefix + a counter, unique node-wide
         self.msg_counter = 0  # persistent messages published on this channel
         self.seq_msg: dict[int, bytes] = {}  # confirm seq no -> msg_id (event log only)
         self.exchange_ok: dict[str, object] = {}  # exchange name -> ExchangeDef (write checked)

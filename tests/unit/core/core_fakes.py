@@ -151,8 +151,8 @@ class ChannelOut:
         self.dead: set = set()  # addresses is_dead() answers True for
         self.now = 0  # what the port's clock answers (monotonic ms)
 
-    def port(self) -> ChannelPort:
-        return ChannelPort.of(self, self.send)
+    def port(self, **given) -> ChannelPort:
+        return ChannelPort.of(self, self.send, **given)
 
     def now_ms(self) -> int:
         return self.now
@@ -324,7 +324,7 @@ class Wire:
         self.out = _WireChannelOut(self)
         conn = ConnInfo(OWNER, "guest", "/", 131072, {"consumer_cancel_notify": True}, NODE)
         self.replica = make_replica(*queues)
-        self.channel = ChannelCore(1, CH, conn, self.replica, self.out.port(), events=events)
+        self.channel = ChannelCore(1, CH, conn, self.replica, self.out.port(events=events))
         self.queues = {}
         self.qouts = {}
         for name, args in queues.items():

@@ -8,20 +8,21 @@ import ast
 import dataclasses
 import inspect
 import textwrap
+import time
 
 import pytest
 
 from actors import messages as m
 from actors.connection import channel_process as channel_actor
 from actors.connection import reader as reader_actor
-from actors.core.channel import ChannelPort
+from actors.core.channel import ChannelCore, ChannelPort, ConnInfo
 from actors.core.connection import ConnectionPort
 from actors.core.queue import QueuePort
 from actors.core.queue_settings import parse as queue_settings
 from actors.messages import PublishItem
 from actors.queue import queue_process as queue_actor
 from actors.queue.mirror import Masters
-from core_fakes import ChannelOut, QueueOut, make_queue
+from core_fakes import ChannelOut, QueueOut, make_queue, make_replica
 
 PUB = "w1#ch/9/1/3"
 
@@ -31,7 +32,7 @@ def test_a_port_is_a_frozen_slotted_record_of_callables(port):
     assert dataclasses.is_dataclass(port) and port.__dataclass_params__.frozen
     assert "__slots__" in vars(port)
     assert all("Callable" in str(f.type) for f in dataclasses.fields(port)
-               if f.name != "node")  # (ConnectionPort's node: an address)
+               if f.name not in ("node", "events"))  # (an address; the event log)
 
 
 def test_the_actors_have_every_callable_their_cores_ports_take():
@@ -42,7 +43,7 @@ def test_the_actors_have_every_callable_their_cores_ports_take():
             assert callable(getattr(Masters, f.name[len("mirror_"):])), f.name
         else:
             assert callable(getattr(queue_actor.Queue, f.name)), f.name
-    for f in dataclasses.fields(ChannelPort):
+    for f in _actors_fields(ChannelPort):
         if f.name != "send":
             assert callable(getattr(channel_actor.Channel, f.name)), f.name
     for f in dataclasses.fields(ConnectionPort):
@@ -50,10 +51,24 @@ def test_the_actors_have_every_callable_their_cores_ports_take():
             assert callable(getattr(reader_actor.Reader, f.name)), f.name
 
 
+def _actors_fields(port) -> list:
+    """The fields a port takes from its actor (the others, with defaults, are the process's:
+    the event log, ids, the clock)."""
+    return [f for f in dataclasses.fields(port) if f.default is dataclasses.MISSING]
+
+
+def test_the_event_log_ids_and_clock_reach_the_core_through_its_port():
+    log, ids = object(), (lambda n: b"\x01" * n)
+    core = ChannelCore(1, "ch", ConnInfo("o", "guest", "/", 131072, {}, "node"),
+                       make_replica(),
+                       ChannelOut().port(events=log, random_bytes=ids, clock=time.monotonic))
+    assert core.events is log and core.random_bytes is ids and core.clock is time.monotonic
+
+
 @pytest.mark.parametrize("shell", [QueueOut(), ChannelOut()])
 def test_a_port_holds_callables_not_the_actor_and_cannot_be_changed(shell):
     port = shell.port()
-    values = [getattr(port, f.name) for f in dataclasses.fields(port)]
+    values = [getattr(port, f.name) for f in _actors_fields(port)]
     assert all(callable(v) for v in values) and not any(v is shell for v in values)
     with pytest.raises(dataclasses.FrozenInstanceError):
         setattr(port, dataclasses.fields(port)[0].name, None)

@@ -60,7 +60,7 @@ class Recorder:
 def channel(address, replica, events, owner):
     out = ChannelOut()
     conn = ConnInfo(owner, "guest", "/", 131072, {"consumer_cancel_notify": True}, NODE)
-    return ChannelCore(1, address, conn, replica, out.port(), events=events), out
+    return ChannelCore(1, address, conn, replica, out.port(events=events)), out
 
 
 def send(core, *methods_or_cmds):
