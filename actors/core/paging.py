@@ -122,6 +122,40 @@ class Lane:
             self.pers = self.pers_bytes = 0
 
 
+class PersistentCount:
+    """messages_persistent of the messages in memory, ready or unacked (rabbit_variable_queue's
+    persistent_count: persistent in a durable queue, `Msg.pers`) and their body bytes; the
+    paged ones are their lanes' (`Lane.pers`)."""
+
+    __slots__ = ("n", "nbytes")
+
+    def __init__(self):
+        self.n = 0  # messages in memory counted persistent
+        self.nbytes = 0  # their body bytes
+
+    def add(self, msg) -> None:
+        """A persistent message of a durable queue is in memory (arrived or read back)."""
+        msg.pers = True
+        self.n += 1
+        self.nbytes += len(msg.body)
+
+    def gone(self, msgs) -> None:
+        """These messages (in memory) left the queue."""
+        for msg in msgs:
+            if msg.pers:
+                msg.pers = False
+                self.n -= 1
+                self.nbytes -= len(msg.body)
+
+    def to_lane(self, msg, lane: Lane) -> None:
+        """A message went from memory to its lane's paged part: counted there if counted here."""
+        if msg.pers:
+            self.n -= 1
+            self.nbytes -= len(msg.body)
+            lane.pers += 1
+            lane.pers_bytes += len(msg.body)
+
+
 class Ready:
     """Ready messages of one priority, kept in seq_id order (requeues go back in place):
     `items` the head, deliverable now; `tail` those that came after the lane's paged part,
