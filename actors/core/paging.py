@@ -16,9 +16,11 @@ tail goes to the index first (push_alphas_to_betas), then the new message.
 - an x-confirm-on queue keeps who waits for each paged message's confirm (`PagedPublishers`,
   ~20 bytes a message) since the index keeps no publisher.
 
-QueueCore (actors/core/queue.py) owns the messages in memory and decides where each goes;
-`Paging` keeps the counts of what is paged out and asks the backing queue, through the queue's
-`out`, for pages (`page_in`), unread drops (`drop_paged`) and purges (`purge_paged`).
+`PageIO` (actors/core/page_io.py) decides where each new message goes and takes pages back
+into memory; `Paging` keeps the counts of what is paged out and asks the backing queue, through
+the queue's `out`, for pages (`page_in`), unread drops (`drop_paged`) and purges
+(`purge_paged`); `PersistentCount` is messages_persistent of what is in memory, beside the
+lanes' own (`Lane.pers`). QueueCore (actors/core/queue.py) owns consumers, delivery and limits.
 """
 
 from __future__ import annotations
