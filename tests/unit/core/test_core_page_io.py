@@ -11,23 +11,8 @@ from actors.core.paging import Paging, PersistentCount
 from actors.core.priorities import PriorityLanes
 from actors.core.queue_msg import Msg
 from actors.messages import StoredMessage
+from core_fakes import PageRequests
 from queue_index import IndexEntry
-
-
-class Asked:
-    """The queue's `out`, as far as paging uses it: what was asked of the backing queue."""
-
-    def __init__(self):
-        self.calls = []
-
-    def page_in(self, after_seq, n, priority):
-        self.calls.append(("page_in", after_seq, n, priority))
-
-    def drop_paged(self, after_seq, n, priority):
-        self.calls.append(("drop_paged", after_seq, n, priority))
-
-    def purge_paged(self, after_seq, priority):
-        self.calls.append(("purge_paged", after_seq, priority))
 
 
 class Rig:
@@ -35,7 +20,7 @@ class Rig:
 
     def __init__(self, page_bytes=10, page_size=3, max_priority=0, durable=True,
                  confirm_on="enqueue", must_read=False):
-        self.asked = Asked()
+        self.asked = PageRequests()
         self.prios = PriorityLanes(max_priority)
         self.paging = Paging(self.asked, len(self.prios.lanes), page_bytes, page_size)
         self.pers = PersistentCount()
@@ -48,6 +33,14 @@ class Rig:
                          lambda: self.must_read)
         self.seq = 0
         self.durable = durable
+
+    def paged_waiter(self, pub_seq: int, written: list) -> Msg:
+        """Two messages in memory fill it; a third, whose publisher waits, is paged out."""
+        self.arrive(self.msg(), written)
+        self.arrive(self.msg(), written)
+        paged = self.msg(publisher="ch/1", pub_seq=pub_seq)
+        self.arrive(paged, written)
+        return paged
 
     def tail_ids(self, p=0) -> list:
         return [m.msg_id for m in self.prios.lanes[p].tail]
@@ -141,11 +134,7 @@ def test_a_persistent_message_in_the_tail_has_the_transient_ones_before_it_writt
 
 def test_an_ack_waiter_of_a_paged_message_is_kept_by_its_lane_and_comes_back_with_it():
     r = Rig(confirm_on="ack")
-    written: list = []
-    r.arrive(r.msg(), written)
-    r.arrive(r.msg(), written)
-    paged = r.msg(publisher="ch/1", pub_seq=7)
-    r.arrive(paged, written)
+    paged = r.paged_waiter(7, [])
     assert paged.pub_seq == 0 and len(r.paging.lanes[0].pubs) == 1
     r.io.paged_in(stored([paged]), 0, 0, 0, 0, 0)
     back = r.prios.lanes[0].items[-1]
@@ -230,11 +219,7 @@ def test_restore_loads_the_first_page_and_counts_the_rest_per_lane():
 
 def test_a_refused_write_leaves_the_lane_and_its_waiter_is_lost():
     r = Rig(confirm_on="ack")
-    written: list = []
-    r.arrive(r.msg(), written)
-    r.arrive(r.msg(), written)
-    paged = r.msg(publisher="ch/1", pub_seq=9)
-    r.arrive(paged, written)
+    paged = r.paged_waiter(9, [])
     assert r.io.refused([paged], {paged.seq_id}) == [("ch/1", 9)]
     assert r.paging.paged == 0
 
@@ -243,9 +228,7 @@ def test_a_purge_settles_the_paged_parts_and_unmarks_the_tails_stored_messages()
     r = Rig(confirm_on="ack")
     assert r.io.purge() is None  # nothing paged: nothing asked
     written: list = []
-    r.arrive(r.msg(), written)
-    r.arrive(r.msg(), written)
-    r.arrive(r.msg(publisher="ch/1", pub_seq=4), written)
+    r.paged_waiter(4, written)
     r.prios.pop(0)
     behind = r.msg(b"t")
     r.arrive(behind, written)
