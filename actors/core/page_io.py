@@ -181,7 +181,8 @@ class PageIO:
             return True
         return False
 
-    def restore(self, entries: list, more, more_bytes, now: int, wall_now: int) -> None:
+    def restore(self, entries: list, more: int | list, more_bytes: int | list, now: int,
+                wall_now: int) -> None:
         """Start-up of a durable queue: the first messages its index kept ([StoredMessage], in
         order) into memory, and how many more it holds paged out (ints for a queue without
         priorities, else lists by priority: each lane has an index of its own)."""

@@ -375,8 +375,8 @@ class QueueCore:
         for channel, seqs in QueueConfirms.by_publisher(msgs).items():
             self.confirm(channel, seqs)
 
-    def restore(self, next_seq_id: int, entries: list, more, more_bytes, now: int,
-                wall_now: int) -> None:
+    def restore(self, next_seq_id: int, entries: list, more: int | list,
+                more_bytes: int | list, now: int, wall_now: int) -> None:
         """Start-up of a durable queue: the first messages its index kept, in order
         ([StoredMessage]; expiry times are wall-clock ms in the index), and
         how many more it holds (paged out, read back as the queue drains): ints for a queue
