@@ -16,9 +16,11 @@ tail goes to the index first (push_alphas_to_betas), then the new message.
 - an x-confirm-on queue keeps who waits for each paged message's confirm (`PagedPublishers`,
   ~20 bytes a message) since the index keeps no publisher.
 
-QueueCore (actors/core/queue.py) owns the messages in memory and decides where each goes;
-`Paging` keeps the counts of what is paged out and asks the backing queue, through the queue's
-`out`, for pages (`page_in`), unread drops (`drop_paged`) and purges (`purge_paged`).
+`PageIO` (actors/core/page_io.py) decides where each new message goes and takes pages back
+into memory; `Paging` keeps the counts of what is paged out and asks the backing queue, through
+the queue's `out`, for pages (`page_in`), unread drops (`drop_paged`) and purges
+(`purge_paged`); `PersistentCount` is messages_persistent of what is in memory, beside the
+lanes' own (`Lane.pers`). QueueCore (actors/core/queue.py) owns consumers, delivery and limits.
 """
 
 from __future__ import annotations
@@ -120,6 +122,40 @@ class Lane:
         self.pers_bytes = max(0, self.pers_bytes - nbytes)
         if not self.paged:
             self.pers = self.pers_bytes = 0
+
+
+class PersistentCount:
+    """messages_persistent of the messages in memory, ready or unacked (rabbit_variable_queue's
+    persistent_count: persistent in a durable queue, `Msg.pers`) and their body bytes; the
+    paged ones are their lanes' (`Lane.pers`)."""
+
+    __slots__ = ("n", "nbytes")
+
+    def __init__(self):
+        self.n = 0  # messages in memory counted persistent
+        self.nbytes = 0  # their body bytes
+
+    def add(self, msg) -> None:
+        """A persistent message of a durable queue is in memory (arrived or read back)."""
+        msg.pers = True
+        self.n += 1
+        self.nbytes += len(msg.body)
+
+    def gone(self, msgs) -> None:
+        """These messages (in memory) left the queue."""
+        for msg in msgs:
+            if msg.pers:
+                msg.pers = False
+                self.n -= 1
+                self.nbytes -= len(msg.body)
+
+    def to_lane(self, msg, lane: Lane) -> None:
+        """A message went from memory to its lane's paged part: counted there if counted here."""
+        if msg.pers:
+            self.n -= 1
+            self.nbytes -= len(msg.body)
+            lane.pers += 1
+            lane.pers_bytes += len(msg.body)
 
 
 class Ready:

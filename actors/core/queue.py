@@ -40,8 +40,10 @@ The backing queue answers `stored(nbytes)` once it has written what `persist` ga
 it dropped what `drop_paged` asked.
 
 Paging (rabbit_variable_queue's delta and q1, a lane per priority): actors/core/paging.py keeps
-what is paged out and asks the backing queue for it; this core decides where each message goes
-(`_placement`: memory, its lane's tail, or the index) and takes pages back into memory. Every
+what is paged out and asks the backing queue for it; actors/core/page_io.py's `PageIO` decides
+where each message goes (memory, its lane's tail, or the index) and takes pages back into
+memory, given what it needs (no back-reference to this core): this core calls its named steps
+and keeps the queue's decisions (drop-head's drops, whether owed drops must be read). Every
 queue type pages, as RabbitMQ's classic queues v2. Priorities (rabbit_priority_queue): the
 ready messages of each priority and which priority is served next are actors/core/priorities.py's
 `PriorityLanes`. Publisher confirms: when each copy's confirm leaves is actors/core/confirms.py's
@@ -62,9 +64,11 @@ from actors.core.confirms import NOW, ON_SYNC, MirrorHold, QueueConfirms
 from actors.core.consumers import ChannelState, Consumer, QueueConsumers
 from actors.core.errors import ChannelError
 from actors.core.keep_up import KeepUp
-from actors.core.paging import WAIT, Lane, Paging
+from actors.core.page_io import AT_HEAD, PageIO
+from actors.core.paging import WAIT, Paging, PersistentCount
 from actors.core.priorities import PriorityLanes
 from actors.core.queue_args import check_consume_arguments
+from actors.core.queue_msg import Msg
 from actors.core.queue_settings import QueueSettings
 from actors.core.queue_stats import DEAD_LETTERED, ConsumerUse, QueueCounters
 from actors.messages import Delivery, PublishItem
@@ -75,45 +79,6 @@ from protocol.properties import BasicProperties, with_long_header
 _new = tuple.__new__
 __all__ = ["WAIT", "Msg", "QueueCore", "QueuePort"]
 STORE_BEHIND_BYTES = 16 * 1024 * 1024  # bodies on their way to storage before credit waits
-# where a message of a paging queue goes, (divert, behind): QueueCore._placement
-_AT_HEAD = (False, False)  # in memory, deliverable in its turn
-_BEHIND = (False, True)  # in memory, behind its lane's paged part (the lane's tail)
-_DIVERTED = (True, False)  # to the index only (memory is full)
-
-
-class Msg:
-    """One message in this queue."""
-
-    __slots__ = ("seq_id", "exchange", "routing_key", "props_raw", "body", "persistent",
-                 "priority", "expires_at", "ttl", "redelivered", "publisher", "pub_seq",
-                 "msg_id", "stored", "delivery_count", "pers", "channel", "consumer_tag")
-
-    def __init__(self, seq_id, exchange, routing_key, props_raw, body, persistent=False,
-                 priority=0, expires_at=0, ttl=-1, publisher="", pub_seq=0, msg_id=None):
-        self.seq_id = seq_id  # position in this queue, from 1; the backing queue's key
-        self.exchange = exchange  # exchange it was published to
-        self.routing_key = routing_key  # routing key it was published with
-        self.props_raw = props_raw  # encoded content properties, untouched
-        self.body = body  # bytes, untouched
-        self.persistent = persistent  # delivery_mode == 2
-        self.priority = priority  # 0..max priority of the queue
-        self.expires_at = expires_at  # monotonic ms, 0 = never
-        self.ttl = ttl  # the message's own expiration in ms (-1 none), for x-death
-        self.redelivered = False  # delivered before (then redelivered=true next time)
-        self.publisher = publisher  # publishing channel address, "" if none
-        self.pub_seq = pub_seq  # publisher's confirm seq no, 0 if no confirm wanted
-        self.msg_id = msg_id  # 16 bytes naming the body in msg_store (persistent), else None
-        self.stored = False  # handed to the backing queue's storage (it must hear of the settle)
-        # deliveries that ended in a requeue (x-delivery-count, x-delivery-limit); in memory
-        # only: a restart starts it again from 0
-        self.delivery_count = 0
-        # counted in messages_persistent (rabbit_variable_queue's IsPersistent: persistent in
-        # a durable queue), set when it enters the queue; `persistent` may change after
-        self.pers = False
-        # while unacked (QueueCore.unacked): the channel it was delivered to (its address) and
-        # the consumer ("": basic.get), as rabbit_queue_consumers keeps each ack tag's
-        self.channel = ""
-        self.consumer_tag = ""
 
 
 class _Arrivals:
@@ -215,10 +180,9 @@ class QueueCore:
         # per-delivery object living until the ack costs the collector (measured)
         self.unacked: dict[int, Msg] = {}
         self.unacked_bytes = 0  # body bytes of the unacked messages
-        # messages in memory (ready or unacked) counted persistent (Msg.pers) and their body
-        # bytes; the paged ones are their lanes' (Lane.pers): messages_persistent
-        self.pers = 0
-        self.pers_bytes = 0
+        # messages_persistent of the messages in memory (ready or unacked); the paged ones
+        # are their lanes' (Lane.pers)
+        self.pers_count = PersistentCount()
         # messages dead-lettered or dropped, by reason and strategy (queue_stats.DEAD_LETTERED)
         self.dead_lettered = dict.fromkeys(DEAD_LETTERED, 0)
         # x-single-active-consumer: one consumer receives at a time (RabbitMQ takes the
@@ -252,6 +216,9 @@ class QueueCore:
         self.keep_up = KeepUp()  # do the consumers keep up with the publishers (credit bias)
         # what is paged out, each priority's lane (actors/core/paging.py)
         self.paging = Paging(out, len(self.prios.lanes), page_bytes, page_size)
+        # what goes out to the index and comes back (actors/core/page_io.py)
+        self.page_io = PageIO(self.paging, self.prios, self.pers_count, self.confirms, durable,
+                              random_bytes, self._drop_maxlen, self._must_see_drops)
         self.deleted = False  # the queue has been deleted
         self._batches: dict[str, tuple[list, list]] = {}  # channel -> (items, bodies) pending
         self._waiting_gets: list = []  # basic.gets (messages.Get) waiting for a page
@@ -315,7 +282,8 @@ class QueueCore:
             persistent = True  # stored and synced before its confirm (quorum queue)
         if batch.bounded and not self._admit(item, body, persistent, now, batch):
             return
-        divert, behind = self._placement(priority, batch) if self.paging.pageable else _AT_HEAD
+        divert, behind = (self.page_io.placement(priority, batch.to_persist)
+                          if self.paging.pageable else AT_HEAD)
         msg = self._enqueue(exchange, rk, props, body, persistent, priority, expiry, now,
                             sender, pub_seq, msg_id, divert, behind)
         if msg is None:
@@ -347,19 +315,6 @@ class QueueCore:
                                           msg_id=item.msg_id), "maxlen")
         return False
 
-    def _placement(self, priority: int, batch: _Arrivals) -> tuple:
-        """Where a message of a paging queue goes -> (divert, behind): to the index when memory
-        is full (after its lane's tail, spilled there first), in memory behind its lane's
-        paged part, or in memory at the head."""
-        p = self.prios.clamp(priority)
-        if self.prios.nbytes > self.paging.page_bytes:
-            if self.ready[p].tail:
-                self._spill_tail(p, batch.to_persist)
-            return _DIVERTED
-        if self.paging.paged and self.paging.lanes[p].paged:
-            return _BEHIND
-        return _AT_HEAD
-
     def _confirm_or_store(self, msg: Msg, divert: bool, behind: bool,
                           batch: _Arrivals) -> None:
         """When the message's confirm leaves (QueueConfirms.on_arrival) and what it needs
@@ -368,14 +323,14 @@ class QueueCore:
         when = self.confirms.on_arrival(msg.persistent and self.durable)
         if when == ON_SYNC:
             if behind:
-                self._write_tail_before(msg, batch.to_persist)
+                self.page_io.write_tail_before(msg, batch.to_persist)
             msg.stored = True
             batch.to_persist.append(msg)  # confirmed when the backing queue has synced it
             return
         if when == NOW and msg.pub_seq:
             batch.accepted.append(msg.pub_seq)
         if divert:
-            self._write_paged(msg, batch.to_persist)
+            self.page_io.write_paged(msg, batch.to_persist)
 
     def _trim(self, now: int, batch: _Arrivals) -> None:
         """Over its limit once a message came in: waiting consumers take what they can, then
@@ -420,21 +375,14 @@ class QueueCore:
         for channel, seqs in QueueConfirms.by_publisher(msgs).items():
             self.confirm(channel, seqs)
 
-    def restore(self, next_seq_id: int, entries: list, more: int, more_bytes: int, now: int,
-                wall_now: int) -> None:
+    def restore(self, next_seq_id: int, entries: list, more: int | list,
+                more_bytes: int | list, now: int, wall_now: int) -> None:
         """Start-up of a durable queue: the first messages its index kept, in order
         ([StoredMessage]; expiry times are wall-clock ms in the index), and
         how many more it holds (paged out, read back as the queue drains): ints for a queue
         without priorities, else lists by priority (each lane has an index of its own)."""
-        self._load(entries, now, wall_now)
+        self.page_io.restore(entries, more, more_bytes, now, wall_now)
         self.next_seq_id = max(self.next_seq_id, next_seq_id)
-        if not isinstance(more, (list, tuple)):
-            more, more_bytes = [more], [more_bytes]
-        last = [0] * len(self.ready)
-        for e, _, _ in entries:
-            p = self.prios.clamp(e.priority)
-            last[p] = max(last[p], e.seq_id)
-        self.paging.restore(more, more_bytes, last, self.durable)
         self._schedule_head()
 
     def refused(self, msgs: list) -> None:
@@ -442,22 +390,10 @@ class QueueCore:
         publishers get basic.nack."""
         gone = {msg.seq_id for msg in msgs}
         self.stored(sum(len(msg.body) for msg in msgs))  # not written, but no longer pending
-        paging = self.paging
-        if paging.paged:
-            for msg in msgs:
-                lane = paging.lanes[msg.priority]
-                if lane.paged and msg.seq_id > lane.page_after:
-                    paging.read(lane, 1, len(msg.body), False)
-                    if msg.pers:
-                        msg.pers = False
-                        lane.pers_off(1, len(msg.body))
-            for p, lane in enumerate(paging.lanes):
-                if lane.pubs:  # x-confirm-on: lost before any consumer saw them: nack
-                    for publisher, pub_seq in lane.pubs.discard(gone):
-                        self._nack(publisher, [pub_seq], "disk")
-                if not lane.paged:
-                    self.ready[p].join_tail()
-        self._pers_gone(self.prios.remove(gone))
+        # x-confirm-on: paged ones lost before any consumer saw them
+        for publisher, pub_seq in self.page_io.refused(msgs, gone):
+            self._nack(publisher, [pub_seq], "disk")
+        self.pers_count.gone(self.prios.remove(gone))
         for channel, seqs in QueueConfirms.by_publisher(msgs).items():
             self._nack(channel, seqs, "disk")
 
@@ -473,9 +409,11 @@ class QueueCore:
                              else None))
         self.next_seq_id += 1
         if persistent and self.durable:
+            # (PersistentCount.add inlined: one call less per persistent message)
             msg.pers = True
-            self.pers += 1
-            self.pers_bytes += len(body)
+            pers = self.pers_count
+            pers.n += 1
+            pers.nbytes += len(body)
         if ttl == 0:
             # TTL 0: delivered only if a consumer can take it right now (RabbitMQ's rule)
             if divert or not self._next_consumer_exists():
@@ -487,11 +425,7 @@ class QueueCore:
                                                      self.durable, self.epoch, None))
         self.out.mirror_enqueued(msg, now)  # (mirrored: the master sends it to its mirrors)
         if divert:
-            lane = self.paging.lanes[msg.priority]
-            if not lane.paged:
-                lane.page_after = msg.seq_id - 1
-            self.paging.add(lane, len(body))
-            self._pers_to_lane(msg, lane)
+            self.page_io.page_out(msg)
             return msg
         if behind:
             self.prios.push_behind(msg)
@@ -499,74 +433,13 @@ class QueueCore:
             self.prios.push(msg)
         return msg
 
-    def _spill_tail(self, p: int, to_persist: list) -> None:
-        """Memory is full again while lane p has a paged part: its tail goes to the index, in
-        order, before anything newer (push_alphas_to_betas). What a paged message needs, as
-        publish() gives a diverted one: an id, the x-confirm-on waiter kept by the lane, a
-        write (a persistent message of a durable queue has had its own already)."""
-        lane = self.paging.lanes[p]
-        for msg in self.prios.take_tail(p):
-            self.paging.add(lane, len(msg.body))
-            self._pers_to_lane(msg, lane)
-            if not msg.stored:  # (persistent, durable: in the index since it came)
-                if msg.msg_id is None:
-                    msg.msg_id = self.random_bytes(16)
-                self._write_paged(msg, to_persist)
-
-    def _write_tail_before(self, msg: Msg, to_persist: list) -> None:
-        """A persistent message of a durable queue joins its lane's tail and is written as it
-        comes: the transient ones before it in the tail are written first, as paged ones are
-        (confirmed already, never synced for their own sake). An index takes seq_ids in
-        ascending order only, so _spill_tail could not write them after it. (Scans back to the
-        last written one: every one before that is written.)"""
-        before = []
-        for x in reversed(self.ready[msg.priority].tail):
-            if x is msg:
-                continue
-            if x.stored:
-                break
-            before.append(x)
-        for x in reversed(before):
-            if x.msg_id is None:
-                x.msg_id = self.random_bytes(16)
-            self._write_paged(x, to_persist)
-
-    # --- messages_persistent ------------------------------------------------------------------
-    def _pers_to_lane(self, msg: Msg, lane: Lane) -> None:
-        """A counted message went from memory to its lane's paged part."""
-        if msg.pers:
-            self.pers -= 1
-            self.pers_bytes -= len(msg.body)
-            lane.pers += 1
-            lane.pers_bytes += len(msg.body)
-
-    def _pers_gone(self, msgs) -> None:
-        """These messages (in memory) left the queue."""
-        for msg in msgs:
-            if msg.pers:
-                msg.pers = False
-                self.pers -= 1
-                self.pers_bytes -= len(msg.body)
-
     def _forget(self, msgs) -> None:
         """Messages that left the queue for good: uncounted, and the backing queue told."""
-        self._pers_gone(msgs)
+        self.pers_count.gone(msgs)
         self.out.mirror_forget_messages(msgs)
         stored = [x for x in msgs if x.stored]  # persistent, paged out or recovered
         if stored:
             self.out.forget(stored)
-
-    def _write_paged(self, msg: Msg, to_persist: list) -> None:
-        """A message that goes to the index only, not one of a durable queue's persistent
-        ones: written, never synced for its own sake (the index keeps its delivery mode).
-        Confirmed already (transient) or, x-confirm-on, its waiter kept by its lane; either
-        way a sync must not confirm it."""
-        if self.confirms.late and msg.pub_seq and msg.publisher:
-            self.paging.keep_waiter(msg)
-        msg.pub_seq = 0
-        msg.persistent = False
-        msg.stored = True
-        to_persist.append(msg)
 
     def messages(self) -> list:
         """Every message in memory, ready or unacked, in seq_id order (a mirror's sync)."""
@@ -600,7 +473,6 @@ class QueueCore:
         priority) until the queue is within its limits. A paged head is owed: counted off now
         and dropped (dead-lettered) when its page is read back; over x-max-length-bytes only,
         its size is not known before then, so the drop waits for the page."""
-        owing = set()
         while self._over_limit():
             # the head, as a consumer would see it (seen on RabbitMQ 3.10.8)
             p = self._head_lane()
@@ -609,43 +481,30 @@ class QueueCore:
             if self.ready[p]:
                 self._drop(self.prios.pop(p), "maxlen")
                 continue
-            lane = self.paging.lanes[p]
-            if lane.owed >= lane.paged:
-                # every paged message is owed already: the next oldest is the tail's first
-                self._drop(self.prios.pop_tail(p), "maxlen")
-                continue
-            if self.max_length is not None and self._count() > self.max_length:
-                self.paging.owe(lane)
-                owing.add(p)
-                continue
-            self.paging.ask_page(p)
-            break
-        for p in owing:
-            self._ask_owed(p)
+            # its head is paged out: owed, or waited for (over the bytes only)
+            if not self.page_io.drop_paged_head(p, self.max_length is not None and
+                                                self._count() > self.max_length):
+                break
+        self.page_io.ask_owing()
 
-    def _ask_owed(self, p: int) -> None:
-        """Owed drops of a lane: read back when the queue must see them (dead-lettering,
-        x-confirm-on nacks, the event log), else dropped unread by the backing queue."""
-        self.paging.ask_owed(p, self.dlx is not None or self.confirms.late or
-                             self.events.enabled())
+    def _drop_maxlen(self, msg: Msg) -> None:
+        """drop-head's drop of a message PageIO hands back: an owed one read back, or the
+        first of a lane's tail when every paged message before it is owed already."""
+        self._drop(msg, "maxlen")
+
+    def _must_see_drops(self) -> bool:
+        """Owed drops must be read back, not dropped unread: dead-lettering, x-confirm-on
+        nacks or the event log need each message."""
+        return self.dlx is not None or self.confirms.late or self.events.enabled()
 
     def paged_dropped(self, priority: int, n: int, nbytes: int, last_seq: int,
                       pers: int = 0, pers_bytes: int = 0) -> None:
         """The backing queue dropped the next n paged messages of a lane (nbytes, the last
-        one's seq_id; `pers` of them persistent, of pers_bytes), as drop_paged asked."""
-        lane = self.paging.lanes[priority]
-        lane.asked = False
-        self.paging.read(lane, n, nbytes, not n)  # (none: the index holds no more)
-        lane.pers_off(pers if self.durable else 0, pers_bytes if self.durable else 0)
-        if last_seq:
-            lane.page_after = last_seq
-        self.paging.pay(lane, n)
-        if not lane.paged:
-            self.ready[priority].join_tail()
-        if lane.owed:
-            self._ask_owed(priority)
-        elif self.consumers:
-            self._want_page()
+        one's seq_id; `pers` of them persistent, of pers_bytes), as drop_paged asked; with
+        nothing more owed, consumers may want the next page."""
+        if not self.page_io.paged_dropped(priority, n, nbytes, last_seq, pers, pers_bytes) and \
+                self.consumers:
+            self.page_io.want_page()
 
     # --- consumers ----------------------------------------------------------------------------
     def consume(self, channel, tag, no_ack, exclusive, prefetch, channel_prefetch, now,
@@ -776,7 +635,7 @@ class QueueCore:
         if self.credit.owed:
             self._pay_owed()
         if self.paging.paged:
-            self._want_page()
+            self.page_io.want_page()
         self._schedule_head()
         if not self.use.active and self.consumers and self.cons.any_unblocked():
             self.use.update(True, now)  # unblocked (an ack, the writer's window, a token)
@@ -787,68 +646,16 @@ class QueueCore:
         when the queue is empty."""
         return self.prios.head_lane(self.paging.has_head)
 
-    def _want_page(self) -> None:
-        self.paging.want_page(self.ready)
-
     def paged_in(self, entries: list, dropped: int, dropped_bytes: int, now: int,
                  wall_now: int, priority: int = 0) -> None:
         """The backing queue read the next page of a lane: [StoredMessage] in
         order; `dropped` entries were transient ones left from before a restart. Owed ones
-        (drop-head) are dropped first."""
-        lane = self.paging.lanes[priority]
-        lane.asked = False
-        tail = self.prios.tail_start(priority)
-        beyond = bool(tail is not None and entries and entries[-1].entry.seq_id >= tail)
-        if beyond:  # read into the tail (counts were off): those are in memory already
-            entries = [x for x in entries if x.entry.seq_id < tail]
-        msgs = self._msgs_of(entries, now, wall_now)
-        n = len(entries) + dropped
-        nbytes = sum(len(b) for _, b, _ in entries) + dropped_bytes
-        # none (or read into the tail): the index holds no more
-        self.paging.read(lane, n, nbytes, not entries and not dropped or beyond)
-        # the persistent ones read back are in memory now (counted there by _msgs_of); the
-        # dropped ones were a previous run's transient ones, counted since the restart
-        lane.pers_off(sum(1 for msg in msgs if msg.pers) + dropped,
-                      sum(len(msg.body) for msg in msgs if msg.pers) + dropped_bytes)
-        if entries:
-            lane.page_after = entries[-1].entry.seq_id
-        owed = self.paging.pay(lane, len(msgs))
-        for msg in msgs[:owed]:
-            self._drop(msg, "maxlen")
-        for msg in msgs[owed:]:
-            self.prios.push(msg)
-        if not lane.paged:
-            self.ready[priority].join_tail()
-        if lane.owed:
-            self._ask_owed(priority)  # more to drop
+        (drop-head) are dropped first (PageIO.paged_in); then the limits apply again."""
+        self.page_io.paged_in(entries, dropped, dropped_bytes, now, wall_now, priority)
         if self.max_length is not None or self.max_bytes is not None:
             self._enforce_max_length()
-        if lane.pubs is not None and not lane.paged:
-            lane.pubs = None
         if self.confirms.answers:
             self._flush_answers()
-
-    def _load(self, entries: list, now: int, wall_now: int) -> None:
-        for msg in self._msgs_of(entries, now, wall_now):
-            self.prios.push(msg)
-
-    def _msgs_of(self, entries: list, now: int, wall_now: int) -> list:
-        out = []
-        for e, body, persistent in entries:
-            expires_at = 0
-            if e.expires_at:
-                expires_at = max(now + (e.expires_at - wall_now), 1)
-            msg = Msg(e.seq_id, e.exchange, e.routing_key, e.props_raw, body, persistent,
-                      self.prios.clamp(e.priority), expires_at, msg_id=e.msg_id)
-            msg.redelivered = e.delivered
-            msg.stored = True
-            if persistent and self.durable:
-                msg.pers = True
-                self.pers += 1
-                self.pers_bytes += len(body)
-            self.paging.waiter(msg)
-            out.append(msg)
-        return out
 
     def _withholding(self) -> bool:
         """Publisher credit waits: too much ready (queue_backlog_bytes, 0 = no mark) or the
@@ -1036,7 +843,7 @@ class QueueCore:
         if p is None:
             return None
         if not self.ready[p]:
-            self._want_page()
+            self.page_io.want_page()
             return WAIT
         msg = self.prios.pop(p)
         # rabbit_amqqueue_process:fetch/2 drops the expired messages the fetch brought to the
@@ -1059,7 +866,7 @@ class QueueCore:
         item = self._delivery(msg, "", no_ack)
         msg.redelivered = True
         if self.paging.paged:
-            self._want_page()
+            self.page_io.want_page()
         return item, msg.body, self._count()
 
     def wait_for_page(self, request) -> None:
@@ -1261,8 +1068,8 @@ class QueueCore:
                 "messages_ready_ram": prios.count,
                 "messages_unacknowledged_ram": len(self.unacked),
                 "messages_paged_out": self.paging.paged - self.paging.owed,
-                "messages_persistent": self.pers + paged_pers,
-                "message_bytes_persistent": self.pers_bytes + paged_pers_bytes}
+                "messages_persistent": self.pers_count.n + paged_pers,
+                "message_bytes_persistent": self.pers_count.nbytes + paged_pers_bytes}
 
     def head_message_timestamp(self) -> int | None:
         """rabbit_variable_queue's head_message_timestamp: the smallest `timestamp` property
@@ -1288,16 +1095,12 @@ class QueueCore:
         n = self._count()
         if not self.deleted and self.events.enabled():
             self._emit_removal("purged", n)
-        if self.paging.paged:
+        lost = self.page_io.purge()
+        if lost is not None:
             # x-confirm-on: the paged ones are lost: nack
-            for publisher, pub_seq in self.paging.purge():
+            for publisher, pub_seq in lost:
                 self.confirms.answer(publisher, pub_seq, False)
             self._flush_answers()
-        for ready in self.ready:
-            for msg in ready.tail:
-                # its lane's paged part was purged after page_after, which settles the
-                # stored ones of the tail in the index too (they follow it there)
-                msg.stored = False
         dropped = self.prios.clear()
         if dropped:
             if self.confirms.late:

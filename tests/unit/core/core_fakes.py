@@ -89,6 +89,23 @@ class FakeMirrors:
         return self.wait
 
 
+class PageRequests:
+    """The queue's `out` as far as paging (actors/core/paging.py) uses it: what was asked of
+    the backing queue, in order."""
+
+    def __init__(self):
+        self.calls = []
+
+    def page_in(self, after_seq, n, priority):
+        self.calls.append(("page_in", after_seq, n, priority))
+
+    def drop_paged(self, after_seq, n, priority):
+        self.calls.append(("drop_paged", after_seq, n, priority))
+
+    def purge_paged(self, after_seq, priority):
+        self.calls.append(("purge_paged", after_seq, priority))
+
+
 class QueueOut:
     """The Queue actor side of QueueCore: records every effect, in order; `port()` is what
     the core gets, its clock (`now_ms`) reading `now`."""

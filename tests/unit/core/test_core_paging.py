@@ -1,31 +1,16 @@
 """actors/core/paging.py: a queue's paged-out part, each priority's lane, without a queue or a
-backing queue (what it asks the backing queue for is recorded)."""
+backing queue (what it asks the backing queue for is recorded: core_fakes.PageRequests)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 from actors.core.paging import Lane, Paging, Ready
-
-
-class Asked:
-    """The queue's `out`, as far as paging uses it: what was asked, in order."""
-
-    def __init__(self):
-        self.calls = []
-
-    def page_in(self, after_seq, n, priority):
-        self.calls.append(("page_in", after_seq, n, priority))
-
-    def drop_paged(self, after_seq, n, priority):
-        self.calls.append(("drop_paged", after_seq, n, priority))
-
-    def purge_paged(self, after_seq, priority):
-        self.calls.append(("purge_paged", after_seq, priority))
+from core_fakes import PageRequests
 
 
 def paging(priorities=1, page_size=4):
-    out = Asked()
+    out = PageRequests()
     return Paging(out, priorities, page_bytes=1000, page_size=page_size), out
 
 
