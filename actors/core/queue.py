@@ -119,28 +119,31 @@ class QueuePort:
     mirror_enqueued: Callable[[Msg, int], None]  # (msg, now) a message for the mirrors
     mirror_forget_messages: Callable[[list], None]  # Msgs the mirrors drop
     mirror_confirm_batch: Callable[[], tuple | None]  # (batch, low) or None: see module doc
+    events: object = NO_EVENTS  # the event log (actors.events in the shell)
+    random_bytes: Callable[[int], bytes] = os.urandom  # msg ids of stored messages without one
 
     @classmethod
-    def of(cls, shell, mirrors) -> QueuePort:
+    def of(cls, shell, mirrors, **given) -> QueuePort:
         """The port of an object that has every callable by its name (the Queue actor), the
         `mirror_*` ones taken from its mirrors (actors/queue/mirror.py's Masters) without the
-        prefix."""
-        return cls(**{f.name: getattr(mirrors, f.name[7:]) if f.name.startswith("mirror_")
-                      else getattr(shell, f.name) for f in dataclasses.fields(cls)})
+        prefix, and what is `given` (the event log, ids), which are the process's."""
+        return cls(**given, **{f.name: getattr(mirrors, f.name[7:])
+                               if f.name.startswith("mirror_") else getattr(shell, f.name)
+                               for f in dataclasses.fields(cls)
+                               if f.default is dataclasses.MISSING})
 
 
 class QueueCore:
     def __init__(self, vhost: str, name: str, settings: QueueSettings, out: QueuePort,
                  now: int, auto_delete=False, delivery_window=2000, credit_more=credit_flow.MORE,
                  credit_more_bytes=credit_flow.MORE_BYTES, backlog_bytes=0, durable=False,
-                 page_bytes=0, page_size=2048,
-                 events=NO_EVENTS, random_bytes=os.urandom, epoch=0,
+                 page_bytes=0, page_size=2048, epoch=0,
                  counters: QueueCounters | None = None):
-        self.events = events  # the event log (actors.events in the shell), injected
+        self.events = out.events  # (the port's event log and ids, kept at hand)
         # promotions of the queue before this master (the metadata's `epoch`): its events
         # name it, so the analysis can tell this master's copies from a deposed one's
         self.epoch = epoch
-        self.random_bytes = random_bytes  # msg ids of stored messages that came without one
+        self.random_bytes = out.random_bytes
         self.vhost, self.name = vhost, name  # identity
         self.durable = durable  # persistent messages go to the backing queue's storage
         self._delivered: list = []  # persistent messages delivered for the first time, to record
@@ -218,7 +221,7 @@ class QueueCore:
         self.paging = Paging(out, len(self.prios.lanes), page_bytes, page_size)
         # what goes out to the index and comes back (actors/core/page_io.py)
         self.page_io = PageIO(self.paging, self.prios, self.pers_count, self.confirms, durable,
-                              random_bytes, self._drop_maxlen, self._must_see_drops)
+                              out.random_bytes, self._drop_maxlen, self._must_see_drops)
         self.deleted = False  # the queue has been deleted
         self._batches: dict[str, tuple[list, list]] = {}  # channel -> (items, bodies) pending
         self._waiting_gets: list = []  # basic.gets (messages.Get) waiting for a page

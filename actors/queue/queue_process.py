@@ -114,15 +114,14 @@ class Queue(LightActor):
                                self._heir)
         self.counters = QueueCounters()  # the management API's message counts (its core's)
         self.core = QueueCore(self.vhost, self.qname, settings,
-                              QueuePort.of(self, self.mirrors), now_ms(),
+                              QueuePort.of(self, self.mirrors, events=events), now_ms(),
                               auto_delete=qdef["auto_delete"],
                               credit_more=host.config.credit_more,
                               credit_more_bytes=host.config.credit_more_bytes,
                               backlog_bytes=host.config.queue_backlog_bytes,
                               durable=self.durable,
                               page_bytes=host.config.queue_page_bytes,
-                              page_size=host.config.queue_page_size, events=events,
-                              epoch=self.epoch, counters=self.counters)
+                              page_size=host.config.queue_page_size, epoch=self.epoch, counters=self.counters)
         self.disk = DiskCounts()  # messages its backing queue wrote and read back
         self.bq = BackingQueue.start(self.actor_ref, qdef, host.config, host.timers,
                                      counts=self.disk)  # storage half

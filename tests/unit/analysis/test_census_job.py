@@ -58,7 +58,8 @@ def _restart(w, name, keep: set) -> QueueCore:
     entries = [StoredMessage(IndexEntry(x.seq_id, x.msg_id, x.exchange, x.routing_key,
                                         x.props_raw, x.body, len(x.body), delivered=True),
                              x.body, True) for x in kept]
-    core = QueueCore("/", name, queue_settings({}), w.qouts[name].port(), w.now, durable=True, events=events)
+    core = QueueCore("/", name, queue_settings({}), w.qouts[name].port(events=events), w.now,
+                     durable=True)
     core.restore(old.next_seq_id, entries, 0, 0, w.now, 0)
     w.queues[qaddr(name)] = core
     events.emit("queue_started", None, actor="queue", vhost="/", queue=name, recovered=True)
@@ -80,8 +81,8 @@ def workload(directory) -> None:
     try:
         w = Wire(QUEUES, events=events)
         w.queues[qaddr("recovered")] = QueueCore("/", "recovered", queue_settings({}),
-                                                 w.qouts["recovered"].port(),
-                                                 w.now, durable=True, events=events)
+                                                 w.qouts["recovered"].port(events=events),
+                                                 w.now, durable=True)
         # before confirm.select: never confirmed
         _send(w, publish("recovered", delivery_mode=2, message_id="synced-not-recovered"),
               publish("recovered", delivery_mode=1, message_id="transient-not-recovered"),

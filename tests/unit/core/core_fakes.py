@@ -123,8 +123,8 @@ class QueueOut:
     def now_ms(self) -> int:
         return self.now
 
-    def port(self) -> QueuePort:
-        return QueuePort.of(self, self.mirrors)
+    def port(self, **given) -> QueuePort:
+        return QueuePort.of(self, self.mirrors, **given)
 
     def __getattr__(self, name):
         if name not in self.NAMES:
@@ -235,10 +235,12 @@ def qaddr(name) -> str:
 
 
 def make_queue(args=None, out=None, now=0, policy=None, **kw) -> tuple:
-    """A QueueCore "q" in vhost "/" declared with `args` (and `policy`), and its QueueOut."""
+    """A QueueCore "q" in vhost "/" declared with `args` (and `policy`), and its QueueOut;
+    `events` and `random_bytes` go in its port, the rest of `kw` to the core."""
     out = out or QueueOut()
     out.now = now
-    return QueueCore("/", "q", queue_settings(args, policy), out.port(), now, **kw), out
+    given = {k: kw.pop(k) for k in ("events", "random_bytes") if k in kw}
+    return QueueCore("/", "q", queue_settings(args, policy), out.port(**given), now, **kw), out
 
 
 def make_channel(*queues, number=1, capabilities=None, credit_initial=400, replica=None,
@@ -347,8 +349,8 @@ class Wire:
         for name, args in queues.items():
             qo = _WireQueueOut(self, name)
             self.qouts[name] = qo
-            self.queues[qaddr(name)] = QueueCore("/", name, queue_settings(args), qo.port(),
-                                                 self.now, events=events)
+            self.queues[qaddr(name)] = QueueCore("/", name, queue_settings(args),
+                                                 qo.port(events=events), self.now)
 
     def q(self, name) -> QueueCore:
         return self.queues[qaddr(name)]

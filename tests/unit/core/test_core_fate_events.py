@@ -56,8 +56,8 @@ class Recorder:
 
 def mk(args=None, events=None, page_bytes=0):
     out = QueueOut()
-    return QueueCore("/", "q", queue_settings(args), out.port(), 0, page_bytes=page_bytes, page_size=2,
-                     events=events or Recorder()), out
+    return QueueCore("/", "q", queue_settings(args), out.port(events=events or Recorder()), 0,
+                     page_bytes=page_bytes, page_size=2), out
 
 
 def pub(q, n, pub_seq=0, body=b"bbbbbb"):

@@ -38,7 +38,7 @@ def test_a_port_is_a_frozen_slotted_record_of_callables(port):
 def test_the_actors_have_every_callable_their_cores_ports_take():
     """QueuePort.of(queue, masters) and ChannelPort.of(channel, send) find each field by name
     on the actor class (or on Masters), so a port built for a real actor is complete."""
-    for f in dataclasses.fields(QueuePort):
+    for f in _actors_fields(QueuePort):
         if f.name.startswith("mirror_"):
             assert callable(getattr(Masters, f.name[len("mirror_"):])), f.name
         else:
@@ -63,6 +63,8 @@ def test_the_event_log_ids_and_clock_reach_the_core_through_its_port():
                        make_replica(),
                        ChannelOut().port(events=log, random_bytes=ids, clock=time.monotonic))
     assert core.events is log and core.random_bytes is ids and core.clock is time.monotonic
+    queue, _ = make_queue(durable=True, events=log, random_bytes=ids)
+    assert queue.events is log and queue.random_bytes is ids
 
 
 @pytest.mark.parametrize("shell", [QueueOut(), ChannelOut()])

@@ -6,19 +6,17 @@ import pytest
 from actors.core.errors import ChannelError
 from actors.core.credit_flow import MORE as FLOW_MORE, MORE_BYTES
 from actors.core.consumers import activity
-from actors.core.queue import Msg, QueueCore
-from actors.core.queue_settings import parse as queue_settings
+from actors.core.queue import Msg
 from actors.core.queue_stats import DEAD_LETTERED
 from actors.messages import Delivery, PublishItem
-from core_fakes import QueueOut
+from core_fakes import make_queue
 
 CH1, CH2, PUB = "w1#ch/1/1/1", "w1#ch/1/2/2", "w1#ch/9/1/3"
 ACK, REQUEUE, DISCARD = 0, 1, 2
 
 
 def mk(args=None, now=0, **kw):
-    out = QueueOut()
-    return QueueCore("/", "q", queue_settings(args), out.port(), now, **kw), out
+    return make_queue(args, now=now, **kw)
 
 
 def pub(q, *bodies, sender=PUB, now=0, seqs=None, persistent=False, priority=0, expiry=-1):
