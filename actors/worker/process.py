@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 import pykka
 
@@ -99,6 +100,8 @@ class WorkerControl(LightActor):
         self.transport.send(self.node, m.MetaApplied(self.kind, self.index, version))
 
 
+STOP_POLL_S = 0.05  # how soon the main thread sees a noted SIGTERM/SIGINT
+
 # what the control actor takes: message type -> (control, msg)
 _CONTROL = {
     m.MetaChange: WorkerControl._meta_change,
@@ -152,9 +155,11 @@ def main(argv=None) -> int:
     runtime.attach(args.kind, loop)
     transport.start(loop)
     replica = Replica()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *a: stop.set())
-    signal.signal(signal.SIGINT, lambda *a: stop.set())
+    # the handlers only note the signal: setting an Event there could deadlock, the handler
+    # running in the main thread while that thread holds the Event's lock inside its wait
+    signalled: list = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: signalled.append(signum))
+    signal.signal(signal.SIGINT, lambda signum, frame: signalled.append(signum))
     if args.kind == "conn":
         from actors.connection.connection_host import ConnectionHost
         host = ConnectionHost(cfg, transport, replica, args.node, args.index, args.handoff_fd,
@@ -165,15 +170,15 @@ def main(argv=None) -> int:
     ready = threading.Event()
     control = WorkerControl.start(transport, replica, args.node, args.kind, args.index,
                                   ready.set, host)
-    while not ready.wait(0.2):
-        if stop.is_set():
+    while not ready.wait(0.2):  # (set by the control actor's thread, never by a handler)
+        if signalled:
             events.close()  # a clean stop: the log's process_stop marker says so
             os._exit(0)  # actor threads would keep the process alive
     host.start()
     transport.send(args.node, ops.rpc(transport.address("control"), 0,
                                       ops.WorkerReady(args.kind, args.index)))
-    while not stop.wait(0.5):
-        pass
+    while not signalled:
+        time.sleep(STOP_POLL_S)
     log.info("stopping")
     try:
         host.stop()
