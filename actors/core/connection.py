@@ -167,6 +167,9 @@ class ConnectionCore:
         # content of every channel, reassembled; refuses a header above max_message_size
         self.assembler = CommandAssembler(max_body_size=config.max_message_size)
         self.state = "header"  # header|start|tune|open|running|closing|closed
+        # why the broker closed it (its connection.close's code and text), the event log's
+        # reason once the client answers: a client's close crossing it is not the client's
+        self.closed_why = ""
         self.user = None  # authenticated user
         self.vhost = None  # opened vhost
         self.client_properties: dict = {}  # from start-ok
@@ -388,13 +391,13 @@ class ConnectionCore:
             # close; it is closed by the broker only after the heartbeat timeout, at most
             # ?CLOSING_TIMEOUT. What the client's other threads still send meanwhile is dropped.
             hb = self.heartbeat
-            self.out.terminate("closed by client",
-                                 linger=hb if 0 < hb < CLOSING_TIMEOUT else CLOSING_TIMEOUT)
+            self.out.terminate(self.closed_why or "closed by client",
+                               linger=hb if 0 < hb < CLOSING_TIMEOUT else CLOSING_TIMEOUT)
             return
         if isinstance(method, am.ConnectionCloseOk):
             if state == "closing":
                 self.state = "closed"
-                self.out.terminate("close-ok")
+                self.out.terminate(self.closed_why)
             return
         if state == "closing":
             return
@@ -590,6 +593,7 @@ class ConnectionCore:
             return
         log.warning("closing connection %s: %s", self.conn_id, text)
         self.state = "closing"
+        self.closed_why = f"closed by the broker: {code} {text}"
         self.out.write(encode_method(0, am.ConnectionClose(
             reply_code=code, reply_text=text, class_id=class_id, method_id=method_id)))
         self.out.close_after(1.0)

@@ -9,7 +9,11 @@ hands over what the clients saw (`Truth`, from the checker's history) and what t
 What the client saw decides what the job must say:
 - delivered (a consumer read it, and acked it: the workload acks every delivery, and the drain
   takes whatever came back): the job must say `acked`; `unknown` only with a log gap named;
-  never `lost`.
+  never `lost`. One exception, counted (`acks_unseen`) and listed, not failed: a message never
+  confirmed, read once, whose ack the broker never took (the consumer's ack crossed the close
+  of a pausing node, which discards what follows its connection.close) and whose copy then
+  went with its deposed master: the job's `vanished` is what the broker did, and the broker
+  had promised nothing for it.
 - lost (confirmed, never delivered): the job must say `lost` (its anomaly), or `unknown` with a
   gap; anything else is a missed loss.
 - unconfirmed and never delivered (nacked, or no answer before the publisher gave up): the job
@@ -91,6 +95,8 @@ class Audit:
     job_only_duplicates: list = field(default_factory=list)  # idents
     stale: list = field(default_factory=list)                # idents: still in the queue
     #                                                          for the job after the drain
+    acks_unseen: list = field(default_factory=list)          # idents: read, ack not taken,
+    #                                                          unconfirmed, then vanished
 
     @property
     def messages(self) -> int:
@@ -122,7 +128,7 @@ class Audit:
                 "client_duplicates": sum(1 for r in self.rows if r.client_deliveries > 1),
                 "duplicates_unseen": len(self.duplicates_unseen),
                 "job_only_duplicates": len(self.job_only_duplicates),
-                "stale": len(self.stale)}
+                "stale": len(self.stale), "acks_unseen": len(self.acks_unseen)}
 
     def summary(self, limit: int = 10) -> str:
         c = self.counts()
@@ -131,6 +137,9 @@ class Audit:
                      f"{a}->{b} {n}" for (a, b), n in sorted(self.pairs.items()))]
         lines += [f"  DISAGREE {r.ident}: client {r.client} x{r.client_deliveries}, job "
                   f"{r.job} x{r.job_deliveries}: {r.why}" for r in self.of(DISAGREE)[:limit]]
+        if self.acks_unseen:
+            lines.append(f"  acks unseen (read, ack not taken, never confirmed, vanished): "
+                         f"{self.acks_unseen[:limit]}")
         if self.stale:
             lines.append(f"  stale (the job's queued/unacked after the drain): "
                          f"{self.stale[:limit]}")
@@ -189,7 +198,7 @@ def judge(t: Truth, v: JobView | None, gaps: list = (), slack_ns: int = 500_000_
     if job == "unknown" and v.log_gap and client != UNCONFIRMED:
         agreement, why = GAP, v.log_gap
     elif client == DELIVERED:
-        agreement = EXACT if job == "acked" else DISAGREE
+        agreement = EXACT if job == "acked" or _ack_unseen(t, v) else DISAGREE
         why = "" if agreement == EXACT else f"delivered and acked by the client, job says {job}"
     elif client == LOST:
         agreement = EXACT if job == "lost" else DISAGREE
@@ -206,6 +215,13 @@ def judge(t: Truth, v: JobView | None, gaps: list = (), slack_ns: int = 500_000_
     return Row(t.ident, client, t.deliveries, job, v.deliveries, agreement, why)
 
 
+def _ack_unseen(t: Truth, v: JobView) -> bool:
+    """An unconfirmed message a consumer read, whose ack never reached the broker (the job
+    logged its delivery and no ack) before its copy vanished (module docstring)."""
+    return (t.outcome != CONFIRMED and v.final_state == "vanished" and not v.anomalies and
+            v.acks == 0 and v.deliveries == t.deliveries)
+
+
 def compare(truths: list, views: dict, gaps: list = (), slack_ns: int = 500_000_000,
             drained: bool = False) -> Audit:
     """truths: [Truth] of every publish attempted; views: {ident: JobView}; gaps: [Gap];
@@ -218,6 +234,8 @@ def compare(truths: list, views: dict, gaps: list = (), slack_ns: int = 500_000_
         audit.pairs[(row.client, row.job)] += 1
         if v is not None and v.deliveries > 1 and t.deliveries == 1:
             audit.job_only_duplicates.append(t.ident)
+        if v is not None and row.client == DELIVERED and _ack_unseen(t, v):
+            audit.acks_unseen.append(t.ident)
         if drained and row.job in ("queued", "unacked") and row.client != DELIVERED:
             audit.stale.append(t.ident)
     return audit

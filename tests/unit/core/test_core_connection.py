@@ -499,7 +499,7 @@ def test_server_close_then_client_close_ok():
     shell.clear()
     core.receive(frame(1, am.BasicQos()) + frame(0, am.ConnectionUpdateSecret()) +
                  frame(0, am.ConnectionCloseOk()))
-    assert shell.events == [("terminate", "close-ok")]
+    assert shell.events == [("terminate", "closed by the broker: 320 CONNECTION_FORCED - shutdown")]
     assert core.state == "closed"
 
 
@@ -509,7 +509,8 @@ def test_server_close_crossing_client_close():
     shell.clear()
     core.receive(frame(0, am.ConnectionClose()))
     assert shell.events == [("write", encode_method(0, am.ConnectionCloseOk())),
-                            ("terminate", "closed by client", 30)]
+                            ("terminate", "closed by the broker: 320 CONNECTION_FORCED - shutdown",
+                             30)]
 
 
 def test_client_close_leaves_the_socket_to_the_client():

@@ -24,6 +24,24 @@ def test_a_delivered_message_must_be_acked_in_the_job():
     assert judge(Truth(2, UNKNOWN, 1), _v("acked")).agreement == EXACT
 
 
+def test_a_read_unconfirmed_message_whose_ack_the_broker_never_took_may_vanish():
+    """The consumer's ack crossed a pausing node's connection.close (discarded), and the copy
+    went with its deposed master: counted, agreed; not for a confirmed message, one the job
+    saw acked or read a different number of times, or one it calls lost."""
+    audit = compare([Truth(1, UNKNOWN, 1), Truth(2, NACKED, 1)],
+                    {1: _v("vanished"), 2: _v("vanished")})
+    assert [r.agreement for r in audit.rows] == [EXACT, EXACT]
+    assert audit.acks_unseen == [1, 2] and audit.counts()["acks_unseen"] == 2
+    assert "acks unseen" in audit.summary()
+    for t, v in ((Truth(3, CONFIRMED, 1), _v("vanished")),
+                 (Truth(4, UNKNOWN, 1), _v("vanished", deliveries=0)),
+                 (Truth(5, UNKNOWN, 2), _v("vanished", deliveries=1)),
+                 (Truth(6, UNKNOWN, 1), _v("vanished", anomalies=["lost"])),
+                 (Truth(7, UNKNOWN, 1), _v("queued"))):
+        audit = compare([t], {t.ident: v})
+        assert [r.agreement for r in audit.rows] == [DISAGREE] and not audit.acks_unseen, t
+
+
 def test_a_delivered_message_the_job_calls_lost_is_a_false_lost():
     audit = compare([Truth(1, CONFIRMED, 1)], {1: _v("vanished", anomalies=["lost"])})
     (r,) = audit.rows
@@ -97,7 +115,7 @@ def test_counts_and_pairs_of_a_run():
     assert audit.counts() == {"messages": 5, "exact": 4, "gap": 1, "disagree": 0,
                               "agree_pct": 100.0, "false_lost": 0, "missed_losses": 0,
                               "client_duplicates": 1, "duplicates_unseen": 0,
-                              "job_only_duplicates": 0, "stale": 0}
+                              "job_only_duplicates": 0, "stale": 0, "acks_unseen": 0}
     assert audit.pairs[(DELIVERED, "acked")] == 2 and audit.pairs[(UNCONFIRMED, ABSENT)] == 1
     assert audit.pairs[(LOST, "unknown")] == 1
     assert "DISAGREE" not in audit.summary()
