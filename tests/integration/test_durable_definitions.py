@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 
 import pika
 import pytest
@@ -301,5 +302,49 @@ def test_users_vhosts_and_permissions_survive_restart(tmp_path, how):
             assert "530" in str(ei.value)
         # guest (the default user) keeps its rights on /
         safe_close(broker.connection())
+    finally:
+        broker.stop()
+
+
+def test_every_durable_queue_declared_ok_survives_kill9_while_declares_stream_in(tmp_path):
+    """Many declares in flight at once share one rewrite of the definitions per drain of the
+    metadata actor (actors/node/change_feed.py): a declare-ok still means the queue's
+    definition is on disk, so kill -9 just after the last declare-ok loses none of them, and
+    the transient queues declared among them do not come back."""
+    broker = Broker.start_leveret(tmp_path)
+    clients, per_client = 6, 60
+    answered: list[list[str]] = [[] for _ in range(clients)]
+
+    def declare(i: int) -> None:
+        conn = broker.connection()
+        try:
+            ch = conn.channel()
+            for j in range(per_client):
+                durable = j % 3 != 2
+                name = f"{'gc' if durable else 'gt'}-{i}-{j}"
+                ch.queue_declare(name, durable=durable)
+                answered[i].append(name)
+        finally:
+            safe_close(conn)
+
+    try:
+        threads = [threading.Thread(target=declare, args=(i,)) for i in range(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        names = [n for got in answered for n in got]
+        assert len(names) == clients * per_client
+        broker = restart(broker, tmp_path, "kill9")
+        conn = broker.connection()
+        try:
+            ch = conn.channel()
+            for name in names:
+                if name.startswith("gc-"):
+                    ch.queue_declare(name, passive=True)  # (404 closes the channel: fails)
+                else:
+                    assert absent(conn, "queue", name), name
+        finally:
+            safe_close(conn)
     finally:
         broker.stop()
