@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from actors.timers import Timers
 
 
@@ -39,42 +41,39 @@ class Notifies:
         cv.notify = notify
 
 
-def timers_counting() -> tuple[Timers, Notifies]:
+@pytest.fixture
+def timers():
+    """A Timers and the count of its wake-ups; stopped after the test."""
     t = Timers()
-    return t, Notifies(t)
+    yield t, Notifies(t)
+    t.stop()
 
 
 def now_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
-def test_only_a_new_earliest_deadline_wakes_the_thread():
-    t, cv = timers_counting()
-    try:
-        ref = Ref(1)
-        base = now_ms()
-        t.at(base + 60_000, ref, "far")
-        assert cv.count == 1  # the first one is the earliest
-        for i in range(50):
-            t.at(base + 61_000 + i, ref, f"later {i}")
-        assert cv.count == 1
-        t.at(base + 30_000, ref, "sooner")
-        assert cv.count == 2
-    finally:
-        t.stop()
+def test_only_a_new_earliest_deadline_wakes_the_thread(timers):
+    t, cv = timers
+    ref = Ref(1)
+    base = now_ms()
+    t.at(base + 60_000, ref, "far")
+    assert cv.count == 1  # the first one is the earliest
+    for i in range(50):
+        t.at(base + 61_000 + i, ref, f"later {i}")
+    assert cv.count == 1
+    t.at(base + 30_000, ref, "sooner")
+    assert cv.count == 2
 
 
-def test_every_timer_fires_in_deadline_order_whether_or_not_it_woke_the_thread():
-    t, cv = timers_counting()
-    try:
-        ref = Ref(4)
-        base = now_ms()
-        t.at(base + 150, ref, "b")
-        t.at(base + 250, ref, "d")  # (no wake-up)
-        t.at(base + 200, ref, "c")  # (no wake-up)
-        t.at(base + 100, ref, "a")
-        assert cv.count == 2
-        assert ref.done.wait(5)
-        assert ref.got == ["a", "b", "c", "d"]
-    finally:
-        t.stop()
+def test_every_timer_fires_in_deadline_order_whether_or_not_it_woke_the_thread(timers):
+    t, cv = timers
+    ref = Ref(4)
+    base = now_ms()
+    t.at(base + 150, ref, "b")
+    t.at(base + 250, ref, "d")  # (no wake-up)
+    t.at(base + 200, ref, "c")  # (no wake-up)
+    t.at(base + 100, ref, "a")
+    assert cv.count == 2
+    assert ref.done.wait(5)
+    assert ref.got == ["a", "b", "c", "d"]
