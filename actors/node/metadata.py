@@ -384,7 +384,7 @@ class Metadata(QueuesMixin, ExchangesMixin, DefinitionsMixin, WorkersMixin, Alar
         if batch is None:
             return
         if batch.durable:
-            self._persist()
+            self._persist(batch.changes)
         if batch.changes:
             msg = m.MetaChange(batch.changes, batch.version)
             for w in self.workers.values():
@@ -443,7 +443,16 @@ class Metadata(QueuesMixin, ExchangesMixin, DefinitionsMixin, WorkersMixin, Alar
                 "bindings": [b for b in bindings if self._binding_durable(b)],
                 "queues": queues}
 
-    def _persist(self) -> None:
+    def _persist(self, changes=None) -> None:
+        """Write the durable definitions: only the queue records `changes` touched when all
+        they do is put queues (declares, starts), else everything (a deleted durable queue's
+        bindings go with it; exchanges, users and the rest are one value)."""
+        if changes is not None and all(_queue_put_only(c) for c in changes):
+            keys = {(c[1]["vhost"], c[1]["name"]) for c in changes if c[0] == "queue_put"}
+            stored = {k: _stored_queue(self.queues.get(k)) for k in keys}
+            self.defs.save_queues([q for q in stored.values() if q is not None],
+                                  [k for k, q in stored.items() if q is None])
+            return
         self.defs.save(self._durable_state())
 
     def _all_exchanges(self):
@@ -484,6 +493,12 @@ def _hash_password(op: ops.Auth) -> ops.Auth:
     if hashed_method == op.method:
         return op
     return replace(op, method=hashed_method, args=hashed_args)
+
+
+def _queue_put_only(change) -> bool:
+    """A change that alters no stored definition but a queue's own record."""
+    kind = change[0]
+    return kind in ("queue_put", "member_put") or (kind == "router" and change[1] == "add_queue")
 
 
 def _stored_queue(q: dict | None) -> dict | None:
