@@ -57,13 +57,17 @@ class Definitions:
                 txn.put(_queue_key(q["vhost"], q["name"]), packb(q))
             txn.put(_KEY, packb(rest))
 
-    def save_queues(self, put: list[dict], gone: list[tuple[str, str]]) -> None:
-        """Write these queues' records and drop those of `gone` (vhost, name), nothing else."""
+    def save_queues(self, put: list[dict], gone: list[tuple[str, str]],
+                    rest: dict | None = None) -> None:
+        """Write these queues' records and drop those of `gone` (vhost, name); `rest`: also
+        replace the value of everything else (its "queues" left out), in the same commit."""
         with self.env.begin(write=True) as txn:
             for vhost, name in gone:
                 txn.delete(_queue_key(vhost, name))
             for q in put:
                 txn.put(_queue_key(q["vhost"], q["name"]), packb(q))
+            if rest is not None:
+                txn.put(_KEY, packb({k: v for k, v in rest.items() if k != "queues"}))
 
     def load_hash(self) -> str:
         """The content hash of the definitions file last imported at boot ("" for none)."""

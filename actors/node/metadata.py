@@ -428,8 +428,9 @@ class Metadata(QueuesMixin, ExchangesMixin, DefinitionsMixin, WorkersMixin, Alar
                 return True  # exchanges, users, vhosts, permissions, policies
         return False
 
-    def _durable_state(self) -> dict:
-        """What survives a restart: what _persist writes to the definitions store."""
+    def _durable_state(self, queues: bool = True) -> dict:
+        """What survives a restart: what _persist writes to the definitions store (without
+        the queues: all but their records)."""
         exchanges, bindings = [], []
         for (vhost, name), x in self._all_exchanges():
             if x.durable and not name.startswith("amq.") and name != "":
@@ -437,23 +438,30 @@ class Metadata(QueuesMixin, ExchangesMixin, DefinitionsMixin, WorkersMixin, Alar
                                   dict(x.arguments), x.user])
         for b in self._all_bindings():
             bindings.append(b)
-        queues = [s for s in map(_stored_queue, self.queues.values()) if s is not None]
+        queues = ([s for s in map(_stored_queue, self.queues.values()) if s is not None]
+                  if queues else [])
         return {"auth": self.auth.to_state(), "exchanges": exchanges,
                 "policies": list(self.policies.values()), **state_lists(self),
                 "bindings": [b for b in bindings if self._binding_durable(b)],
                 "queues": queues}
 
     def _persist(self, changes=None) -> None:
-        """Write the durable definitions: only the queue records `changes` touched when all
-        they do is put queues (declares, starts), else everything (a deleted durable queue's
-        bindings go with it; exchanges, users and the rest are one value)."""
-        if changes is not None and all(_queue_put_only(c) for c in changes):
-            keys = {(c[1]["vhost"], c[1]["name"]) for c in changes if c[0] == "queue_put"}
-            stored = {k: _stored_queue(self.queues.get(k)) for k in keys}
-            self.defs.save_queues([q for q in stored.values() if q is not None],
-                                  [k for k, q in stored.items() if q is None])
+        """Write the durable definitions. When `changes` touch queues and bindings only: the
+        records of the queues they put or deleted, and the one value of the rest only when a
+        binding may have changed (a deleted queue's go with it); else everything."""
+        if changes is None or not all(c[0] in _QUEUE_CHANGES or (
+                c[0] == "router" and c[1] in _QUEUE_ROUTES) for c in changes):
+            self.defs.save(self._durable_state())
             return
-        self.defs.save(self._durable_state())
+        keys = {(c[1]["vhost"], c[1]["name"]) if c[0] == "queue_put" else (c[1], c[2])
+                for c in changes if c[0] in ("queue_put", "queue_del")}
+        stored = {k: _stored_queue(self.queues.get(k)) for k in keys}
+        rest = None
+        if any(c[0] == "queue_del" or (c[0] == "router" and c[1] != "add_queue")
+               for c in changes):
+            rest = self._durable_state(queues=False)
+        self.defs.save_queues([q for q in stored.values() if q is not None],
+                              [k for k, q in stored.items() if q is None], rest)
 
     def _all_exchanges(self):
         for vhost in self.auth.list_vhosts():
@@ -495,10 +503,9 @@ def _hash_password(op: ops.Auth) -> ops.Auth:
     return replace(op, method=hashed_method, args=hashed_args)
 
 
-def _queue_put_only(change) -> bool:
-    """A change that alters no stored definition but a queue's own record."""
-    kind = change[0]
-    return kind in ("queue_put", "member_put") or (kind == "router" and change[1] == "add_queue")
+# changes whose stored part is the queue records they name (and the bindings in the one value)
+_QUEUE_CHANGES = ("queue_put", "queue_del", "member_put")
+_QUEUE_ROUTES = ("add_queue", "remove_queue", "bind", "unbind")
 
 
 def _stored_queue(q: dict | None) -> dict | None:

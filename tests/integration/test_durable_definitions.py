@@ -348,3 +348,37 @@ def test_every_durable_queue_declared_ok_survives_kill9_while_declares_stream_in
             safe_close(conn)
     finally:
         broker.stop()
+
+
+def test_a_deleted_durable_queues_bindings_do_not_come_back_with_its_successor(tmp_path):
+    """A durable queue deleted and declared again under its name starts without the old
+    queue's bindings, also after kill -9: the stored bindings go in the same write as the
+    deleted queue's record (actors/node/definitions.py keeps a record per queue)."""
+    broker = Broker.start_leveret(tmp_path)
+    try:
+        conn = broker.connection()
+        ch = conn.channel()
+        ch.exchange_declare("d.x", "direct", durable=True)
+        ch.queue_declare("dq.again", durable=True)
+        ch.queue_bind("dq.again", "d.x", "old-key")
+        ch.queue_declare("dq.kept", durable=True)
+        ch.queue_bind("dq.kept", "d.x", "kept-key")
+        ch.queue_delete("dq.again")
+        ch.queue_declare("dq.again", durable=True)
+        safe_close(conn)
+        assert ("d.x", "queue", "dq.again", "old-key", "{}") not in bindings(broker)
+        broker = restart(broker, tmp_path, "kill9")
+        got = bindings(broker)
+        assert ("d.x", "queue", "dq.kept", "kept-key", "{}") in got
+        assert ("d.x", "queue", "dq.again", "old-key", "{}") not in got
+        conn = broker.connection()
+        try:
+            ch = conn.channel()
+            ch.queue_declare("dq.again", durable=True, passive=True)
+            ch.confirm_delivery()
+            with pytest.raises(pika.exceptions.UnroutableError):
+                ch.basic_publish("d.x", "old-key", b"nowhere", PERSISTENT, mandatory=True)
+        finally:
+            safe_close(conn)
+    finally:
+        broker.stop()

@@ -52,3 +52,14 @@ def test_a_store_of_the_older_shape_loads_and_moves_to_records(tmp_path):
     with d.env.begin() as txn:
         assert "queues" not in unpackb(txn.get(_KEY))
     assert names(d.load()) == [("/", "new"), ("/", "old1"), ("/", "old2")]
+
+
+def test_queue_records_and_the_rest_go_in_one_commit(tmp_path):
+    d = Definitions(str(tmp_path))
+    d.save({"bindings": [["/", "x", "queue", "a", "k", {}]], "queues": [q("a"), q("b")]})
+    # a drain that deleted queue a: its record and its binding (in the one value) go together
+    d.save_queues([], [("/", "a")], {"bindings": [], "queues": []})
+    got = d.load()
+    assert names(got) == [("/", "b")] and got["bindings"] == []
+    with d.env.begin() as txn:
+        assert "queues" not in unpackb(txn.get(_KEY))
