@@ -32,6 +32,9 @@ from actors.transport import Transport
 
 log = logging.getLogger("leveret.worker")
 
+# a queue worker's young-generation collection threshold (CPython's default is 700)
+QUEUE_WORKER_GC_THRESHOLD = 10_000
+
 
 class WorkerControl(LightActor):
     """Applies metadata changes to the replica and fans out node notices to the process's actors.
@@ -99,9 +102,6 @@ class WorkerControl(LightActor):
     def _applied(self, version: int) -> None:
         self.transport.send(self.node, m.MetaApplied(self.kind, self.index, version))
 
-
-# a queue worker's young-generation collection threshold (CPython's default is 700)
-QUEUE_WORKER_GC_THRESHOLD = 10_000
 
 # what the control actor takes: message type -> (control, msg)
 _CONTROL = {
