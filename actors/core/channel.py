@@ -212,7 +212,7 @@ class ChannelCore:
         self.sync_wait = 0  # req id whose reply must come before more commands
         self.backlog: deque = deque()  # commands held while sync_wait
         self.next_req = 1  # request ids
-        self.msg_id_prefix = out.random_bytes(8)  # msg ids: this prefix + a counter, unique node-wide
+        self.msg_id_prefix = self.random_bytes(8)  # msg ids: this prefix + a counter, node-wide
         self.msg_counter = 0  # persistent messages published on this channel
         self.seq_msg: dict[int, bytes] = {}  # confirm seq no -> msg_id (event log only)
         self.exchange_ok: dict[str, object] = {}  # exchange name -> ExchangeDef (write checked)
