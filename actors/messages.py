@@ -599,6 +599,11 @@ class Drained:
     __slots__ = ()
 
 
+class CreditDue:
+    """Timer -> Writer: the delivery credit it held back goes to the queues now."""
+    __slots__ = ()
+
+
 class HeartbeatTick:
     """Timer -> Reader -> Writer: time to check (Reader) or send (Writer) heartbeats."""
     __slots__ = ()

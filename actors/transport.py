@@ -47,7 +47,7 @@ from typing import Callable
 
 import zmq
 
-from actors import events, faults, hlc, messages
+from actors import events, faults, hlc, local_link, messages
 from actors.wire import packb, unpackb
 
 log = logging.getLogger(__name__)
@@ -154,6 +154,8 @@ class Transport:
         self._outbox: dict[str, list] = {}  # loop thread: endpoint -> this turn's messages
         self._flush_armed = False  # a _flush is on the loop's ready queue
         self._pull = None  # that socket
+        self._listener = None  # local_link.Listener: other loops' links into this one's
+        self._links = None  # local_link.Links: this loop's links to other loops of the node
         self._closing = False
         self.malformed = 0  # messages received that were not ours, dropped
         self._malformed_log = LogThrottle()  # their log lines
@@ -184,6 +186,8 @@ class Transport:
         """A process marked dead is alive after all (its node was marked down, as in a
         partition, and is back): messages go to it again."""
         self._dead.discard(endpoint)
+        if self._links is not None:
+            self._loop.call(self._links.forget, endpoint)
 
     def is_dead(self, endpoint: str) -> bool:
         return endpoint in self._dead
@@ -285,9 +289,14 @@ class Transport:
         self._flush_armed = False
         outbox, self._outbox = self._outbox, {}
         stamped = events.enabled()
+        links = self._links
         for endpoint, box in outbox.items():
             if endpoint in self._dead:
                 continue
+            if links is not None:
+                link = links.link(endpoint)
+                if link is not None and link.send(local_link.encode(_multipart(box, stamped))):
+                    continue
             if len(box) == 1:
                 self._send_now(endpoint, *box[0])
                 continue
@@ -369,6 +378,14 @@ class Transport:
         if sock is None:
             return
         self._loop.add_reader(sock.getsockopt(zmq.FD), self._readable)
+        path = local_link.link_path(self.endpoint)
+        if path is not None:
+            try:
+                self._listener = local_link.Listener(self._loop, path, self._receive,
+                                                     self._malformed_link)
+                self._links = local_link.Links(self._loop)
+            except OSError as e:  # ZeroMQ alone still carries everything
+                log.warning("no local links at %s: %s", path, e)
         ready.set()
         self._readable()  # ZMQ_FD is edge-triggered: read what came before we watched it
 
@@ -432,6 +449,11 @@ class Transport:
                     "first bytes %r%s", self.endpoint, why, sender or "none", len(parts),
                     first[:96], f" ({unlogged} more not logged)" if unlogged else "")
 
+    def _malformed_link(self, why: str, first: bytes) -> None:
+        """Bytes on a local link that are not a multipart of ours: logged as on ZeroMQ; the
+        link is closed (its sender goes over ZeroMQ from then on)."""
+        self._malformed(why, [b"", first])
+
     def _receive_failed(self) -> None:
         """An exception escaped the receive loop: log it and end the process (exit status
         EXIT_RECEIVE_FAILED) so that its supervisor (the node; the node's own: systemd)
@@ -467,6 +489,26 @@ class Transport:
         after, which closes the sockets (they linger to deliver what they were given)."""
         if self._loop is not None and self._loop.thread.is_alive():
             done = threading.Event()
-            self._loop.call(lambda: (self._flush(), done.set()))
+            self._loop.call(lambda: (self._flush(), self._links is not None
+                                     and self._links.flush(1.5), done.set()))
             done.wait(2)
         self._closing = True
+
+
+def _multipart(box: list, stamped: bool) -> list:
+    """The frames of one turn's messages for one process, as `_flush` and `_send_now` send
+    them over ZeroMQ (a lone message as itself, several as a batch; stamped while lifecycle
+    events are on)."""
+    if len(box) == 1 and not stamped:
+        name, payload, frames = box[0]
+        return [name, payload, *frames]
+    counts = [2 + len(frames) for _, _, frames in box]
+    if stamped:
+        parts = [_STAMPED, packb([hlc.clock().send(), counts])]
+    else:
+        parts = [_BATCH, packb(counts)]
+    for name, payload, frames in box:
+        parts.append(name)
+        parts.append(payload)
+        parts.extend(frames)
+    return parts

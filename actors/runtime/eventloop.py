@@ -28,18 +28,20 @@ class EventLoop:
         self.loop = asyncio.new_event_loop()
         self._after: list | None = None  # inside a turn: work deferred to its end, in order
         ready = threading.Event()
+        self.ident = None  # the loop thread's id (threading.get_ident: a C call, asked per send)
         self.thread = threading.Thread(target=self._run, args=(ready,), name=name, daemon=True)
         self.thread.start()
         ready.wait()
 
     def _run(self, ready: threading.Event) -> None:
+        self.ident = threading.get_ident()
         asyncio.set_event_loop(self.loop)
         self.loop.call_soon(ready.set)
         self.loop.run_forever()
 
     def call(self, fn, *args) -> None:
         """Run fn(*args) on the loop thread (from any thread)."""
-        if threading.current_thread() is self.thread:
+        if threading.get_ident() == self.ident:
             fn(*args)
         else:
             try:
@@ -86,4 +88,4 @@ class EventLoop:
         self.call(self.loop.stop)
 
     def on_loop_thread(self) -> bool:
-        return threading.current_thread() is self.thread
+        return threading.get_ident() == self.ident

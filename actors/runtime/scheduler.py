@@ -76,7 +76,11 @@ class Scheduler:
         self.name = name
         self.reductions = reductions  # messages per actor per turn
         self._runq: deque = deque()  # actors with messages (each at most once)
-        self._cv = threading.Condition(threading.Lock())
+        # the lock is taken directly on the hot path (threading.Condition's methods are
+        # Python code); the condition is for threads that wait for actors to run
+        self._lock = threading.Lock()
+        self._cv = threading.Condition(self._lock)
+        self._waiting = 0  # threads in _take's wait (notify only when there are some)
         self._stopping = False
         self.loop = loop  # EventLoop this scheduler is embedded in, or None (threads of its own)
         self._drain_pending = False  # embedded: a _drain is on the loop's ready queue
@@ -90,9 +94,10 @@ class Scheduler:
             t.start()
 
     def enqueue(self, actor: "LightActor") -> None:
-        with self._cv:
+        with self._lock:
             self._runq.append(actor)
-            self._cv.notify()
+            if self._waiting:
+                self._cv.notify()
             if self.loop is None or self._drain_pending:
                 return
             self._drain_pending = True
@@ -108,7 +113,7 @@ class Scheduler:
         """Embedded: run actors until none has messages or DRAIN_SLICES turns are done, then
         let the loop poll its sockets (and come back at once when actors are still waiting)."""
         for _ in range(DRAIN_SLICES):
-            with self._cv:
+            with self._lock:
                 if not self._runq:
                     self._drain_pending = False
                     return
@@ -123,11 +128,16 @@ class Scheduler:
 
     def _take(self, timeout: float | None, done=None):
         """The next runnable actor, or None after `timeout` (or once `done()` is true)."""
-        with self._cv:
+        with self._lock:
             while not self._runq:
                 if self._stopping or (done is not None and done()):
                     return None
-                if not self._cv.wait(timeout) and timeout is not None:
+                self._waiting += 1
+                try:
+                    woken = self._cv.wait(timeout)
+                finally:
+                    self._waiting -= 1
+                if not woken and timeout is not None:
                     return None
             return self._runq.popleft()
 
