@@ -12,8 +12,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 
 # what every kind of process imports (docs/architecture.md, "Where the code runs")
-SHARED = {"config", "durable_files", "events", "faults", "hlc", "messages", "metadata_ops",
-          "naming", "replica", "secure", "timers", "transport", "wire"}
+SHARED = {"config", "durable_files", "events", "faults", "hlc", "local_link", "messages",
+          "metadata_ops", "naming", "replica", "secure", "timers", "transport", "wire"}
 # a package's marker files, and the test tree's per-folder fixtures
 ANY_NUMBER = {"__init__.py", "__main__.py", "conftest.py"}
 
