@@ -5,7 +5,8 @@ Spark.
 (Spark's `binaryFile` source: `file://`, `hdfs://`, `s3a://` or plain paths on the default file
 system), Spark packs them into input partitions sized from the cluster's parallelism, and a
 Python worker decodes each file's msgpack stream with msgpack's C unpacker into Arrow record
-batches of up to `batch_size` events (a PyArrow UDTF: no pickled rows, no pandas). `scan` lists the files
+batches (a PyArrow UDTF: no pickled rows, no pandas); a v3 kind chunk's columns become Arrow
+arrays directly (`_kind_chunk`), anything else goes record by record. `scan` lists the files
 (no content read) and `headers` reads their header maps (only the first HEAD_BYTES of each file
 reach Python). A file cut short by kill -9 is read up to its last whole chunk (v3) or event
 (v2, v1); a file without a v3, v2 or v1 header is skipped. A v3 or v2 record holds its kind's
