@@ -169,7 +169,10 @@ def run(args: argparse.Namespace, spark=None) -> int:
 
         prog.begin("lifecycles")
         lc_dir = hadoop_fs.join(out, "lifecycles")
-        lifecycles.build(events, msg_gaps).write.mode("overwrite").parquet(lc_dir)
+        # (the few per-queue and per-channel events: one scan of the log for every rule)
+        marks = lifecycles.mark_events(events).persist(StorageLevel.MEMORY_AND_DISK)
+        lifecycles.build(events, msg_gaps, marks).write.mode("overwrite").parquet(lc_dir)
+        marks.unpersist()
         lookup.write(events, out)  # lookup/: the layout traces read one message from
         lc = spark.read.parquet(lc_dir)
         final_states = {r["final_state"]: r["count"] for r in

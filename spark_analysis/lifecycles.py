@@ -536,7 +536,22 @@ def finish(msgs: DataFrame) -> DataFrame:
     )
 
 
-def build(events: DataFrame, msg_gaps: DataFrame | None = None) -> DataFrame:
+# The events copy_states reads besides the copies' own (a few per queue, channel and
+# connection), and the columns it reads of them.
+MARK_KINDS = ("queue_crashed", "queue_started", "queue_census", "channel_closed",
+              "connection_closed", "promoted", "replica_dropped") + S.REMOVAL_KINDS
+MARK_COLUMNS = ("kind", "t_ns", "node", "vhost", "queue", "connection", "channel", "durable",
+                "reason", "epoch", "replica_log", "seq_below", "seq_ranges")
+
+
+def mark_events(events: DataFrame) -> DataFrame:
+    """The events copy_states joins to the copies (MARK_KINDS, MARK_COLUMNS): persisted by the
+    job, they are read from the log once instead of once per rule."""
+    return events.where(_is(*MARK_KINDS)).select(*MARK_COLUMNS)
+
+
+def build(events: DataFrame, msg_gaps: DataFrame | None = None,
+          marks: DataFrame | None = None) -> DataFrame:
     """The lifecycles DataFrame (one row per msg_id) of an events DataFrame. `msg_gaps`
     (gaps.message_gaps) turns the unsettled verdicts a log gap could hide into `unknown`.
 
@@ -544,10 +559,13 @@ def build(events: DataFrame, msg_gaps: DataFrame | None = None) -> DataFrame:
     find their rows already together, as long as Spark broadcasts the per-queue and
     per-channel tables joined between them (it does when they are small; a large one is
     joined by shuffling, as before). Left to itself Spark shuffles by (msg_id, queue) and then
-    again by msg_id, moving every copy's steps twice (a 2M-event log: about a third more CPU)."""
+    again by msg_id, moving every copy's steps twice (a 2M-event log: about a third more CPU).
+    `marks`: mark_events(events), when the caller keeps them."""
     by_message = (with_rolled_back(events).where(F.col("msg_id").isNotNull())
                   .repartition("msg_id"))
-    return assemble(copy_states(group_rows(by_message), events), msg_gaps)
+    if marks is None:
+        marks = mark_events(events)
+    return assemble(copy_states(group_rows(by_message), marks), msg_gaps)
 
 
 def with_rolled_back(events: DataFrame) -> DataFrame:

@@ -5,7 +5,8 @@ Spark.
 (Spark's `binaryFile` source: `file://`, `hdfs://`, `s3a://` or plain paths on the default file
 system), Spark packs them into input partitions sized from the cluster's parallelism, and a
 Python worker decodes each file's msgpack stream with msgpack's C unpacker into Arrow record
-batches of up to `batch_size` events (a PyArrow UDTF: no pickled rows, no pandas). `scan` lists the files
+batches (a PyArrow UDTF: no pickled rows, no pandas); a v3 kind chunk's columns become Arrow
+arrays directly (`_kind_chunk`), anything else goes record by record. `scan` lists the files
 (no content read) and `headers` reads their header maps (only the first HEAD_BYTES of each file
 reach Python). A file cut short by kill -9 is read up to its last whole chunk (v3) or event
 (v2, v1); a file without a v3, v2 or v1 header is skipped. A v3 or v2 record holds its kind's
@@ -206,14 +207,12 @@ def decode(data: bytes, path: str, offset: int | None, batch_size: int = BATCH,
     pid, name = int(header.get("pid", 0) or 0), posixpath.basename(path)
     run_id = header.get("run_id")
     run_id = str(run_id) if run_id else None
-    nfields, index = len(FIELD_NAMES), FIELD_INDEX
     if slots is None:
         it = iter(unpacker)
     elif header["schema"] == S.SCHEMA:
         it = _v3_records(unpacker)
     else:
         it = _v2_records(unpacker)
-    done = False
     try:
         while skip > 0:
             rec = next(it)
@@ -227,6 +226,43 @@ def decode(data: bytes, path: str, offset: int | None, batch_size: int = BATCH,
                     pass
     except (StopIteration, ValueError, msgpack.UnpackException):
         return
+    args = (slots, batch_size, own_offset, node, process, pid, name, run_id, offset)
+    if header["schema"] == S.SCHEMA and not skip:
+        yield from _chunk_batches(unpacker, *args)
+    else:
+        yield from _record_batches(it, *args)
+
+
+def _chunk_batches(objects, slots, batch_size, own_offset, node, process, pid, name, run_id,
+                   offset) -> Iterator[pa.RecordBatch]:
+    """The batches of a v3 stream: a kind chunk's straight from its columns, anything else
+    through the record path; gathered into batches of at least `batch_size` events, in the
+    order written."""
+    pending: list[pa.RecordBatch] = []
+    rows = 0
+    try:
+        for obj in objects:
+            b = _kind_chunk(obj, slots, own_offset, node, process, pid, name, run_id, offset)
+            got = [b] if b is not None else list(_record_batches(
+                _v3_records([obj]), slots, batch_size, own_offset, node, process, pid, name,
+                run_id, offset))
+            pending += got
+            rows += sum(x.num_rows for x in got)
+            if rows >= batch_size:
+                yield from pa.Table.from_batches(pending).combine_chunks().to_batches()
+                pending, rows = [], 0
+    except (ValueError, msgpack.UnpackException):
+        pass  # a damaged tail: keep what came before it
+    if pending:
+        yield from pa.Table.from_batches(pending).combine_chunks().to_batches()
+
+
+def _record_batches(it, slots, batch_size, own_offset, node, process, pid, name, run_id,
+                    offset) -> Iterator[pa.RecordBatch]:
+    """The batches of a stream's records, one at a time (v1 maps, v2 records, and what a v3
+    stream holds besides kind chunks)."""
+    nfields, index = len(FIELD_NAMES), FIELD_INDEX
+    done = False
     while not done:
         kinds, mids, walls, monos, seqs, hlcs = [], [], [], [], [], []
         # (room for a composite record's parts past the batch's size)
@@ -323,31 +359,142 @@ def decode(data: bytes, path: str, offset: int | None, batch_size: int = BATCH,
         if i < len(extras):
             cols = [c[:i] for c in cols]
             extras = extras[:i]
-        kind_arr = _array(kinds, pa.string())
-        mono_arr = _array(monos, pa.int64())
-        wall_arr = _array(walls, pa.int64())
-        mapped = pc.coalesce(pc.add(mono_arr, pa.scalar(offset, pa.int64())), wall_arr)
-        hlc_arr = _array(hlcs, pa.int64())
-        t_ns = pc.coalesce(hlc_arr, mapped)
-        ranks = pc.fill_null(pc.index_in(kind_arr, value_set=_KIND_SET), len(S.KIND_ORDER))
-        arrays = [
-            pa.array([node] * i, pa.string()),
-            pa.array([process] * i, pa.string()),
-            pa.array([pid] * i, pa.int64()),
-            pa.array([name] * i, pa.string()),
-            kind_arr,
-            ranks.cast(pa.int32()),
-            _array(mids, pa.binary()),
-            t_ns,
-            wall_arr,
-            mono_arr,
-            pa.array([run_id] * i, pa.string()),
-            _array(seqs, pa.int64()),
-            pc.subtract(hlc_arr, mapped),
-        ]
-        arrays += [_array(c, typ) for c, typ in zip(cols, FIELD_TYPES)]
-        arrays.append(pa.array(extras, pa.string()))
-        yield pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+        yield _batch(_array(kinds, pa.string()), _array(mids, pa.binary()),
+                     _array(walls, pa.int64()), _array(monos, pa.int64()),
+                     _array(seqs, pa.int64()), _array(hlcs, pa.int64()),
+                     [_array(c, typ) for c, typ in zip(cols, FIELD_TYPES)],
+                     pa.array(extras, pa.string()), i, node, process, pid, name, run_id, offset)
+
+
+def _batch(kind_arr, mid_arr, wall_arr, mono_arr, seq_arr, hlc_arr, fields, extra_arr, n: int,
+           node, process, pid, name, run_id, offset) -> pa.RecordBatch:
+    """One ARROW_SCHEMA batch of n events from their record and field columns."""
+    mapped = pc.coalesce(pc.add(mono_arr, pa.scalar(offset, pa.int64())), wall_arr)
+    t_ns = pc.coalesce(hlc_arr, mapped)
+    ranks = pc.fill_null(pc.index_in(kind_arr, value_set=_KIND_SET), len(S.KIND_ORDER))
+    arrays = [
+        pa.array([node] * n, pa.string()),
+        pa.array([process] * n, pa.string()),
+        pa.array([pid] * n, pa.int64()),
+        pa.array([name] * n, pa.string()),
+        kind_arr,
+        ranks.cast(pa.int32()),
+        mid_arr,
+        t_ns,
+        wall_arr,
+        mono_arr,
+        pa.array([run_id] * n, pa.string()),
+        seq_arr,
+        pc.subtract(hlc_arr, mapped),
+    ]
+    arrays += fields
+    arrays.append(extra_arr)
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def _int64_column(column, n: int) -> pa.Array | None:
+    """A chunk's int64 column (little-endian bytes, or a list of ints and nils) as an Arrow
+    array, or None when it is neither (the record path decides then)."""
+    if isinstance(column, (bytes, bytearray)):
+        if len(column) != 8 * n or not C._LITTLE:
+            return None
+        return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(bytes(column))])
+    if type(column) is list and len(column) == n and all(
+            v is None or type(v) is int for v in column):
+        try:
+            return pa.array(column, pa.int64())
+        except (pa.ArrowInvalid, OverflowError):
+            return None
+    return None
+
+
+def _value_column(column, n: int, typ: pa.DataType):
+    """A kind chunk's value column as (Arrow array of `typ`, Python list or None): a constant
+    ({"v": value}), int64 bytes or a list of n values; None when it is none of those."""
+    if type(column) is dict:
+        values = [column.get("v")] * n
+        return _array(values, typ), values
+    if isinstance(column, (bytes, bytearray)):
+        if typ == pa.int64():
+            arr = _int64_column(column, n)
+            return (arr, None) if arr is not None else None
+        values = C._ints(column, n)
+        return _array(values, typ), values
+    if type(column) is list and len(column) == n:
+        return _array(column, typ), column
+    return None
+
+
+def _kind_chunk(chunk, slots, own_offset: int, node, process, pid, name, run_id,
+                offset) -> pa.RecordBatch | None:
+    """The batch of a v3 kind chunk's events, built from its columns (no loop over its
+    records), the same rows as the record path gives; None for anything else (a row chunk,
+    a column of an unexpected shape, undeclared fields, another actor's map): the record path
+    takes it then."""
+    if type(chunk) is not list or len(chunk) < 7 or type(chunk[0]) is not int or \
+            type(chunk[1]) is not int:
+        return None
+    n, code, mids, monos, seqs, stamps, values = chunk[:7]
+    if type(values) is not list or type(mids) is not list or len(mids) != n or n <= 0 or \
+            not 0 <= code < len(slots):
+        return None
+    parts = slots[code]
+    nvals = len(values)
+    if any(nvals > declared for *_, declared in parts):
+        return None
+    mono_arr, seq_arr, hlc_arr = (_int64_column(monos, n), _int64_column(seqs, n),
+                                  _int64_column(stamps, n))
+    if mono_arr is None or seq_arr is None or hlc_arr is None:
+        return None
+    try:
+        mid_arr = pa.array(mids, pa.binary())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        return None
+    wall_arr = pc.add(mono_arr, pa.scalar(own_offset, pa.int64()))
+    columns: dict[int, tuple] = {}  # value index -> (array, list or None), per field type
+    batches = []
+    for p, (kind, actor, where, _) in enumerate(parts):
+        fields: list = [None] * len(FIELD_NAMES)
+        extra_cols = []
+        for k, j, fname in where:
+            if k >= nvals:
+                break
+            if j < 0:
+                got = _value_column(values[k], n, pa.string())
+                if got is None:
+                    return None
+                vals = got[1] if got[1] is not None else got[0].to_pylist()
+                if any(v is not None for v in vals):
+                    extra_cols.append((fname, vals))
+                continue
+            key = (k, j)
+            if key not in columns:
+                got = _value_column(values[k], n, FIELD_TYPES[j])
+                if got is None:
+                    return None
+                columns[key] = got
+            fields[j] = columns[key][0]
+        if actor is not None:
+            const = pa.array([actor] * n, pa.string())
+            fields[_ACTOR] = const if fields[_ACTOR] is None else pc.coalesce(
+                fields[_ACTOR], const)
+        fields = [pa.nulls(n, typ) if f is None else f for f, typ in zip(fields, FIELD_TYPES)]
+        extras = [None] * n
+        if extra_cols:
+            for i in range(n):
+                extra = {f: vals[i] for f, vals in extra_cols if vals[i] is not None}
+                if extra:
+                    extras[i] = json.dumps(extra, default=_json_default)
+        batches.append(_batch(pa.array([kind] * n, pa.string()), mid_arr, wall_arr, mono_arr,
+                              seq_arr if not p else pc.add(seq_arr, pa.scalar(p, pa.int64())),
+                              hlc_arr if not p else pc.add(hlc_arr, pa.scalar(p, pa.int64())),
+                              fields, pa.array(extras, pa.string()), n, node, process, pid,
+                              name, run_id, offset))
+    if len(batches) == 1:
+        return batches[0]
+    # a composite record's parts follow each other: part 0 and 1 of the first record, ...
+    order = pa.array([p * n + r for r in range(n) for p in range(len(batches))], pa.int64())
+    return pa.Table.from_batches(batches).take(order).combine_chunks().to_batches()[0]
 
 
 def read_dir(paths, batch_size: int = BATCH) -> pa.Table:

@@ -56,17 +56,18 @@ def keys(events):
     """The keys DataFrame: (key, value, msg_id, t_first_ns, vhost), in lookup order. A key
     whose column the events do not have (a log older than the field) finds nothing."""
     from pyspark.sql import functions as F
-    parts = []
-    for key, (column, kinds) in KEYS.items():
-        if column not in events.columns:
-            continue
-        parts.append(events.where(F.col("kind").isin(*kinds) & F.col(column).isNotNull()
-                                  & F.col("msg_id").isNotNull())
-                     .select(F.lit(key).alias("key"), F.col(column).alias("value"),
-                             "msg_id", "t_ns", "vhost"))
-    union = parts[0]
-    for p in parts[1:]:
-        union = union.unionByName(p)
+    kinds = sorted({k for key, (column, ks) in KEYS.items() if column in events.columns
+                    for k in ks})
+    # one pass over the events: each row gives the (key, value) pairs it carries
+    pairs = F.array(*[F.when(F.col("kind").isin(*ks) & F.col(column).isNotNull(), F.struct(
+        F.lit(key).alias("key"), F.col(column).cast("string").alias("value")))
+        for key, (column, ks) in KEYS.items() if column in events.columns])
+    union = (events.where(F.col("kind").isin(*kinds) & F.col("msg_id").isNotNull())
+             .select(F.explode(pairs).alias("p"), "msg_id", "t_ns", "vhost")
+             .where(F.col("p").isNotNull())
+             # (coalesce: `key` stays a non-nullable column, as a literal's)
+             .select(F.coalesce(F.col("p.key"), F.lit("")).alias("key"),
+                     F.col("p.value").alias("value"), "msg_id", "t_ns", "vhost"))
     return (union.groupBy("key", "value", "msg_id")
             .agg(F.min("t_ns").alias("t_first_ns"), F.first("vhost", ignorenulls=True)
                  .alias("vhost"))
