@@ -252,7 +252,9 @@ class QueueHost(WorkerHost):
                 ref.stop()  # no longer a mirror here
                 self.queues.pop(name, None)
             else:
-                ref.tell(m.CheckMaster())  # the master may have moved
+                # the master may have moved, or be gone for now: each change of a batch is
+                # told, so a master that went and came back at the same address is seen to
+                ref.tell(m.CheckMaster(None if q.get("address") else self.replica.version))
         if any(c[0] == "member_put" for c in changes):
             # a node came up (or a member changed): quiet queues, whose statistics timers
             # are disarmed, send their last sample to the nodes that have not had it
