@@ -12,28 +12,13 @@ what is stored, then the `StartQueue`s those changes called for.
 What the actor must keep (actors/node/metadata.py): a reply that depends on a change leaves
 only after the batch holding it went out (and was persisted); any other message to a worker
 goes after the pending batch (`Metadata._to_worker` flushes first), so a worker still sees
-changes and control messages in the order they were decided. A deferred `StartQueue` moves
-past the later changes of other queues only: when a later change of the drain puts or deletes
-the queue it starts, its worker's `MetaChange` is cut there (`FeedBatch.sends`), so that the
-worker starts the queue (a mirror, a master) on the definition it was decided on and then
-applies what came after, as when each change list went out alone (a mirror started, then
-stopped by the change that no longer lists this node).
+changes and control messages in the order they were decided. Only the `StartQueue`s deferred
+here move past later changes of the same drain: they carry their own definition.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
-
-from actors.messages import MetaChange
-
-
-class Deferred(NamedTuple):
-    """A message for one worker held behind the changes decided before it."""
-    at: int  # how many of the batch's changes were decided before it
-    version: int  # the metadata version after those
-    control: str  # the worker's control address
-    msg: object  # the message (a StartQueue)
-    key: tuple | None  # (vhost, name) of the queue it starts: later changes of it come after
 
 
 class FeedBatch(NamedTuple):
@@ -41,50 +26,7 @@ class FeedBatch(NamedTuple):
     changes: list  # every change of the drain, in the order applied
     version: int  # the metadata version after the last of them
     durable: bool  # one of them alters the stored definitions: persist before anything goes
-    after: list  # Deferred, in the order deferred
-
-    def sends(self, controls) -> list:
-        """(control address, message) in the order to send them: to each worker of `controls`,
-        the changes as one MetaChange, cut before the first change that comes after one of its
-        StartQueues and puts or deletes that queue (the StartQueue goes at the cut); then, to
-        each, its other StartQueues; StartQueues for any other control last."""
-        last: dict = {}  # queue key -> index of the batch's last change of it
-        for i, c in enumerate(self.changes):
-            key = queue_key(c)
-            if key is not None:
-                last[key] = i
-        whole = MetaChange(self.changes, self.version) if self.changes else None
-        by_control: dict = {}
-        for d in self.after:
-            by_control.setdefault(d.control, []).append(d)
-        out, tails = [], []
-        for control in controls:
-            sent = 0
-            for d in by_control.pop(control, ()):
-                if last.get(d.key, -1) < d.at:
-                    tails.append((control, d.msg))
-                    continue
-                if d.at > sent:  # (starts come in the order deferred: `at` never decreases)
-                    out.append((control, MetaChange(self.changes[sent:d.at], d.version)))
-                    sent = d.at
-                out.append((control, d.msg))
-            if sent == 0 and whole is not None:
-                out.append((control, whole))
-            elif sent < len(self.changes):  # (a cut leaves changes after it: `last` >= at)
-                out.append((control, MetaChange(self.changes[sent:], self.version)))
-        out.extend(tails)
-        for rest in by_control.values():
-            out.extend((d.control, d.msg) for d in rest)
-        return out
-
-
-def queue_key(change) -> tuple | None:
-    """(vhost, name) of the queue a change puts or deletes; None for any other change."""
-    if change[0] == "queue_put":
-        return change[1]["vhost"], change[1]["name"]
-    if change[0] == "queue_del":
-        return change[1], change[2]
-    return None
+    after: list  # (control address, message) to send once the changes went out, in order
 
 
 class ChangeFeed:
@@ -96,7 +38,7 @@ class ChangeFeed:
         self._changes: list = []  # the change lists' changes, concatenated in order
         self._version = 0  # the version after the last change list added
         self._durable = False  # a change list added touches the stored definitions
-        self._after: list = []  # Deferred, behind the changes added before each
+        self._after: list = []  # (control, message) deferred behind the changes
         self.batches = 0  # batches taken (the actor's count of its broadcasts)
 
     @property
@@ -113,11 +55,11 @@ class ChangeFeed:
         self._durable = self._durable or durable
         return first
 
-    def defer(self, control: str, msg, key: tuple | None = None) -> bool:
-        """A message for a worker that follows the changes added so far (a StartQueue of the
-        queue `key`); True when it is the first pending item (a flush must be arranged)."""
+    def defer(self, control: str, msg) -> bool:
+        """A message for a worker that may follow the drain's changes (a StartQueue); True
+        when it is the first pending item (a flush must be arranged)."""
         first = not self.pending
-        self._after.append(Deferred(len(self._changes), self._version, control, msg, key))
+        self._after.append((control, msg))
         return first
 
     def take(self) -> FeedBatch | None:

@@ -378,22 +378,24 @@ class Metadata(QueuesMixin, ExchangesMixin, DefinitionsMixin, WorkersMixin, Alar
     def _flush_changes(self, _msg=None) -> None:
         """The group commit: the drain's changes persisted (one synced rewrite, when any
         touched the definitions: a durable declare's reply waits for it) and sent to every
-        worker as one MetaChange, then the StartQueues they called for (one that a later
-        change of its queue follows goes before that change: `FeedBatch.sends`); held replies
-        go once the workers have applied them."""
+        worker as one MetaChange, then the StartQueues they called for; held replies go once
+        the workers have applied them."""
         batch = self.feed.take()
         if batch is None:
             return
         if batch.durable:
             self._persist(batch.changes)
-        for control, msg in batch.sends([w.control for w in self.workers.values()]):
+        if batch.changes:
+            msg = m.MetaChange(batch.changes, batch.version)
+            for w in self.workers.values():
+                self.transport.send(w.control, msg)
+        for control, msg in batch.after:
             self.transport.send(control, msg)
         self._release_replies()
 
     def _start_at(self, control: str, msg: m.StartQueue) -> None:
-        """A StartQueue goes behind the changes decided before it (its queue_put among them),
-        and before any later change of its queue."""
-        if self.feed.defer(control, msg, (msg.qdef["vhost"], msg.qdef["name"])):
+        """A StartQueue goes behind this drain's changes (its queue_put among them)."""
+        if self.feed.defer(control, msg):
             self.actor_ref.tell(FlushChanges())
 
     def _to_worker(self, control: str, msg) -> None:

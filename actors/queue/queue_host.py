@@ -107,6 +107,11 @@ class QueueHost(WorkerHost):
         me = self.config.cluster_address
         old = self.queues.get(name)
         if q.get("home", me) != me:  # a mirror of a queue homed elsewhere
+            now = self.replica.queue(q["vhost"], q["name"])
+            if now is None or (me not in (now.get("mirrors") or ()) and now.get("home") != me):
+                # a later change of the node's batch, applied before this start, no longer
+                # lists this node (or deleted the queue): as if started, then stopped by it
+                return
             if old is None or not old.is_alive():
                 if stream.is_stream(q.get("arguments")):
                     self._supervise(StreamMember.start(self, q, me),

@@ -44,59 +44,18 @@ def test_starts_wait_behind_the_changes_in_the_order_deferred():
     feed.add([put("a")], 1, False)
     start_a = m.StartQueue({"vhost": "/", "name": "a"}, "node#metadata")
     start_b = m.StartQueue({"vhost": "/", "name": "b"}, "node#metadata")
-    assert feed.defer("q0#control", start_a, ("/", "a")) is False
+    assert feed.defer("q0#control", start_a) is False
     feed.add([put("b")], 2, False)
-    feed.defer("q1#control", start_b, ("/", "b"))
+    feed.defer("q1#control", start_b)
     batch = feed.take()
     assert batch.changes == [put("a"), put("b")] and batch.version == 2
-    assert [(d.control, d.msg) for d in batch.after] == [("q0#control", start_a),
-                                                         ("q1#control", start_b)]
-    # (each start is behind the changes of its own queue, and no later change of it follows)
-    whole = m.MetaChange([put("a"), put("b")], 2)
-    assert batch.sends(["q0#control", "q1#control", "c0#control"]) == [
-        ("q0#control", whole), ("q1#control", whole), ("c0#control", whole),
-        ("q0#control", start_a), ("q1#control", start_b)]
+    assert batch.after == [("q0#control", start_a), ("q1#control", start_b)]
 
 
 def test_a_start_alone_is_pending_and_asks_for_a_flush():
     feed = ChangeFeed()
     start = m.StartQueue({"vhost": "/", "name": "a"}, "node#metadata", True)
-    assert feed.defer("q0#control", start, ("/", "a")) is True
+    assert feed.defer("q0#control", start) is True
     assert feed.pending
     batch = feed.take()
-    assert batch.changes == [] and [d.msg for d in batch.after] == [start]
-    assert batch.sends(["q0#control"]) == [("q0#control", start)]  # (no empty MetaChange)
-
-
-def test_a_start_goes_before_a_later_change_of_its_queue_to_its_worker_only():
-    """As when each change list went out alone: the worker starts the queue on the
-    definition it was decided on, then applies what came after (here the change that no
-    longer lists this node as a mirror, which stops it); other workers get one MetaChange."""
-    feed = ChangeFeed()
-    mirrored = ["queue_put", {"vhost": "/", "name": "a", "mirrors": ["n2"]}]
-    unmirrored = ["queue_put", {"vhost": "/", "name": "a", "mirrors": []}]
-    start_a = m.StartQueue(mirrored[1], "node#metadata")
-    start_c = m.StartQueue({"vhost": "/", "name": "c"}, "node#metadata")
-    feed.add([mirrored], 1, False)
-    feed.defer("q0#control", start_a, ("/", "a"))
-    feed.add([put("b")], 2, False)
-    feed.defer("q0#control", start_c, ("/", "c"))
-    feed.add([unmirrored, put("c2")], 3, False)
-    batch = feed.take()
-    assert batch.sends(["q0#control", "q1#control"]) == [
-        ("q0#control", m.MetaChange([mirrored], 1)),
-        ("q0#control", start_a),
-        ("q0#control", m.MetaChange([put("b"), unmirrored, put("c2")], 3)),
-        ("q1#control", m.MetaChange([mirrored, put("b"), unmirrored, put("c2")], 3)),
-        ("q0#control", start_c)]
-
-
-def test_starts_for_a_worker_not_listed_go_last():
-    feed = ChangeFeed()
-    feed.add([put("a")], 1, False)
-    start = m.StartQueue({"vhost": "/", "name": "a"}, "node#metadata")
-    feed.defer("gone#control", start, ("/", "a"))
-    feed.add([["queue_del", "/", "a"]], 2, False)
-    assert feed.take().sends(["q0#control"]) == [
-        ("q0#control", m.MetaChange([put("a"), ["queue_del", "/", "a"]], 2)),
-        ("gone#control", start)]
+    assert batch.changes == [] and batch.after == [("q0#control", start)]

@@ -4,8 +4,8 @@ Two things follow, driven here through the metadata actor's flush, the worker's 
 dispatch, its QueueHost and real Mirror actors (their on_receive called directly; no
 scheduler, no sockets):
 
-- a StartQueue reaches its worker before a later change of the drain to the same queue (a
-  mirror started, then stopped by the change that no longer lists this node: none runs);
+- a mirror's StartQueue arrives behind the drain's later changes: one that they made stale
+  (this node no longer listed) starts nothing, as if started, then stopped by that change;
 - a mirror told of each change's master in order rejoins a master that restarted at the
   address it joined before: a quorum queue's leader elected again on the same queue worker, a
   classic master whose node paused and resumed. A member that started while its node's copy
@@ -117,7 +117,7 @@ def running_mirror(host):
     return ref if ref is not None and ref.is_alive() else None
 
 
-# --- the StartQueue and the later changes of its queue -----------------------------------------
+# --- a StartQueue behind the later changes of its queue ----------------------------------------
 class Node:
     """The metadata actor's flush, its workers' control addresses and the wire."""
     _start_at = Metadata._start_at
