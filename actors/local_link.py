@@ -30,6 +30,8 @@ import os
 import socket
 import struct
 
+from actors.runtime.eventloop import drain, send_some
+
 log = logging.getLogger(__name__)
 
 SUFFIX = ".hop"  # a loop's link socket: its ipc:// path plus this
@@ -187,38 +189,26 @@ class Link:
         is broken: the receiver died; nothing of `data` was written."""
         if self.broken:
             return False
-        if self.out:
-            self.out.append(data)
-            return True
+        waiting = bool(self.out)
         try:
-            n = self.sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            n = 0
+            send_some(self.sock, self.out, data)
         except OSError:
             self._break()
             return False
-        if n < len(data):
-            self.out.append(memoryview(data)[n:])
+        if self.out and not waiting:
             self.writing = True
             self.loop.loop.add_writer(self.fd, self._writable)
         return True
 
     def _writable(self) -> None:
         try:
-            while self.out:
-                chunk = self.out[0]
-                n = self.sock.send(chunk)
-                if n < len(chunk):
-                    self.out[0] = memoryview(chunk)[n:]
-                    return
-                self.out.pop(0)
-        except (BlockingIOError, InterruptedError):
-            return
+            drain(self.sock, self.out)
         except OSError:
             self._break()
             return
-        self.loop.loop.remove_writer(self.fd)
-        self.writing = False
+        if not self.out:
+            self.loop.loop.remove_writer(self.fd)
+            self.writing = False
 
     def _break(self) -> None:
         """The receiver is gone: what waited is lost with it, as what a dead process's

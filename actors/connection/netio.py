@@ -37,7 +37,7 @@ import threading
 
 from actors import messages as m
 from actors.connection.tls import info as tls_info
-from actors.runtime.eventloop import EventLoop
+from actors.runtime.eventloop import EventLoop, drain, send_some
 
 log = logging.getLogger("leveret.netio")
 
@@ -319,20 +319,11 @@ class Conn:
     def _send_locked(self, data) -> bool:
         """(self.lock held) Send what the socket takes; the rest waits in self.out. True when
         it took all of it."""
-        if self.out:
-            self.out.append(data)
-            return False
-        try:
-            n = self.sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            n = 0
+        n = send_some(self.sock, self.out, data)
         if n:
             self.send_oct += n
             self.send_cnt += 1
-        if n == len(data):
-            return True
-        self.out.append(memoryview(data)[n:])
-        return False
+        return not self.out
 
     def _encrypt(self, data: bytes) -> bytes:
         """(self.lock held) Plaintext -> TLS records (SSLObject.write takes a record at a
@@ -351,21 +342,15 @@ class Conn:
     def _writable(self) -> None:
         with self.lock:
             try:
-                while self.out:
-                    chunk = self.out[0]
-                    n = self.sock.send(chunk)
-                    self.send_oct += n
-                    self.send_cnt += 1
-                    if n < len(chunk):
-                        self.out[0] = memoryview(chunk)[n:]
-                        return
-                    self.out.pop(0)
-            except (BlockingIOError, InterruptedError):
-                return
+                sent, sends = drain(self.sock, self.out)
             except OSError as e:
                 self.out = []
                 failed = str(e)
             else:
+                self.send_oct += sent
+                self.send_cnt += sends
+                if self.out:
+                    return
                 failed = None
         self.io.loop.remove_writer(self.fd)
         self.writing = False

@@ -89,3 +89,39 @@ class EventLoop:
 
     def on_loop_thread(self) -> bool:
         return threading.get_ident() == self.ident
+
+
+def send_some(sock, out: list, data) -> int:
+    """Send what a non-blocking socket takes of `data` now, behind what already waits in `out`
+    (its unsent chunks, in order); the rest goes to `out`. -> bytes sent. Raises OSError when
+    the socket is broken."""
+    if out:
+        out.append(data)
+        return 0
+    try:
+        n = sock.send(data)
+    except (BlockingIOError, InterruptedError):
+        n = 0
+    if n < len(data):
+        out.append(memoryview(data)[n:])
+    return n
+
+
+def drain(sock, out: list) -> tuple[int, int]:
+    """(the socket is writable) Send what waits in `out` until it is empty or the socket takes
+    no more -> (bytes sent, sends); `out` is empty when all went. Raises OSError when the
+    socket is broken."""
+    sent = sends = 0
+    try:
+        while out:
+            chunk = out[0]
+            n = sock.send(chunk)
+            sent += n
+            sends += 1
+            if n < len(chunk):
+                out[0] = memoryview(chunk)[n:]
+                break
+            out.pop(0)
+    except (BlockingIOError, InterruptedError):
+        pass
+    return sent, sends
