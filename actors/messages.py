@@ -807,15 +807,8 @@ class KeepOnly:
 
 
 class CheckMaster:
-    """QueueHost -> Mirror, StreamMember (local only): the queue's definition changed; join
-    again if its master moved or restarted. `masterless_at`: the change put the queue without
-    a running master (its node lost, an election, a move): the replica's version with it
-    applied; a master joined on an earlier state is gone even if its successor serves at the
-    same address (None: the change gives the queue a master)."""
-    __slots__ = ("masterless_at",)
-
-    def __init__(self, masterless_at: int | None = None):
-        self.masterless_at = masterless_at
+    """QueueHost -> Mirror: the queue's definition changed; join again if its master moved."""
+    __slots__ = ()
 
 
 class TakeMessages:

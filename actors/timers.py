@@ -20,13 +20,8 @@ class Timers:
 
     def at(self, when_ms: int, actor_ref, msg) -> None:
         with self._cv:
-            n = next(self._n)
-            heapq.heappush(self._heap, (when_ms, n, actor_ref, msg))
-            if self._heap[0][1] == n:
-                # only a new earliest deadline changes how long the thread sleeps: waking it
-                # for every later one (a statistics timer per queue started) cost a thread
-                # switch each
-                self._cv.notify()
+            heapq.heappush(self._heap, (when_ms, next(self._n), actor_ref, msg))
+            self._cv.notify()
 
     def every(self, period_ms: int, actor_ref, msg) -> None:
         """Tell msg every period (re-armed after each tell) until the actor dies."""

@@ -1,15 +1,13 @@
 """The scale scenario: what many queues and many idle connections cost, Leveret beside RabbitMQ.
 
     .venv/bin/python -m bench.scale [--queues 10000] [--connections 5000] [--only leveret]
-                                    [--channels 8] [--durable]
     make bench-compare BENCH_ARGS="--scenarios scale"     # the defaults; not in the default set
 
 For each broker (a Leveret node started by bench/leveret_node.py in a temporary directory, then a
 private RabbitMQ started by bench/refbroker.py; a fresh node for each of the two parts, so a
 broker left broken by one part does not spoil the other):
 
-1. queues: one lean connection (amqpclient/lean_connection.py) declares N transient (--durable:
-   durable), non-exclusive queues
+1. queues: one lean connection (amqpclient/lean_connection.py) declares N transient, non-exclusive queues
    named scale-q-00001.. on a few channels, one declare in flight per channel; wall time, the
    RSS and thread count of the broker's processes before and after (settled), RSS per queue;
    then one persistent-less message is published (mandatory, with confirms) to 100 of them,
@@ -71,7 +69,6 @@ class Options:
     connections: int = DEFAULT_CONNECTIONS  # idle connections to open (0: skip the part)
     brokers: tuple = ("leveret", "rabbitmq")
     channels: int = 8                       # declaring channels (one declare in flight on each)
-    durable: bool = False                   # declare durable queues (else transient)
     sample: int = 100                       # queues checked with publish + basic.get
     client_procs: int = 4                   # processes opening the idle connections
     probes: int = 5                         # new connection + channel timings (median)
@@ -433,9 +430,8 @@ def run_queues(broker: Broker, opts: Options, log) -> dict:
     time.sleep(opts.settle)
     res["before"] = broker.usage()
     log(f"[{label}] declaring {n:,} queues over {opts.channels} channels ...")
-    declare = (conn.M.QueueDeclare(queue=q, passive=False, durable=opts.durable,
-                                   exclusive=False, auto_delete=False, arguments={})
-               for q in names)
+    declare = (conn.M.QueueDeclare(queue=q, passive=False, durable=False, exclusive=False,
+                                   auto_delete=False, arguments={}) for q in names)
     t0 = time.monotonic()
     done, err = pipeline(conn, sel, chans, declare, conn.M.QueueDeclareOk, opts.timeout,
                          progress_log(log, label, "declared", n, t0))
@@ -890,8 +886,6 @@ def table(doc: dict) -> str:
         if section != shown:
             n = opts.get(section)
             title = f"{n:,} {section}" if n else section
-            if n and section == "queues" and opts.get("durable"):
-                title = f"{n:,} durable queues"
             shown = section
         lines.append("| " + " | ".join([title, name] + cells) + " |")
     return "\n".join(lines)
@@ -932,8 +926,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", choices=["leveret", "rabbitmq"], help="run one broker only")
     p.add_argument("--channels", type=int, default=Options.channels,
                    help="declaring channels, one declare in flight on each (default 8)")
-    p.add_argument("--durable", action="store_true",
-                   help="declare durable queues (default: transient)")
     p.add_argument("--sample", type=int, default=Options.sample,
                    help="queues checked with publish + basic.get (default 100)")
     p.add_argument("--client-procs", type=int, default=Options.client_procs,
@@ -969,8 +961,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--queues and --connections must be >= 0, --channels >= 1")
     opts = Options(queues=a.queues, connections=a.connections,
                    brokers=(a.only,) if a.only else ("leveret", "rabbitmq"),
-                   channels=a.channels, durable=a.durable, sample=a.sample,
-                   client_procs=max(1, a.client_procs),
+                   channels=a.channels, sample=a.sample, client_procs=max(1, a.client_procs),
                    probes=max(1, a.probes), settle=a.settle, timeout=a.timeout, codec=a.codec,
                    server=a.server, keep_node_dir=a.keep_node_dir)
     from bench.machine import machine_info

@@ -43,7 +43,6 @@ from actors.core.queue_stats import StatsTable
 from actors.core.routing import Router
 from actors.core.samples import Sample, Sampled
 from actors.node import definitions_json
-from actors.node.change_feed import ChangeFeed
 from actors.node.definitions import Definitions
 from actors.node.metadata_alarms import AlarmsMixin
 from actors.node.metadata_cluster import ClusterMixin
@@ -62,12 +61,6 @@ from actors.replica import apply_change, parameters_of, state_lists
 from actors.runtime import LightActor
 
 log = logging.getLogger(__name__)
-
-
-class FlushChanges:
-    """Metadata -> itself: the end of the drain that made changes; hand them out (ChangeFeed)."""
-
-    __slots__ = ()
 
 
 class Metadata(QueuesMixin, ExchangesMixin, DefinitionsMixin, WorkersMixin, AlarmsMixin,
@@ -129,10 +122,7 @@ class Metadata(QueuesMixin, ExchangesMixin, DefinitionsMixin, WorkersMixin, Alar
         self.counts_base: dict[tuple, int] = {}
         # queue churn of the declares and deletes this node's metadata actor decided
         self.queue_churn = {"queues_declared": 0, "queues_created": 0, "queues_deleted": 0}
-        self.version = 0  # metadata version: +1 per change list applied
-        # the change lists of this drain and the StartQueues behind them, handed out once at
-        # its end (one MetaChange per worker, one rewrite of the definitions)
-        self.feed = ChangeFeed()
+        self.version = 0  # metadata version: +1 per broadcast change
         self.applied: dict[tuple[str, int], int] = {}  # live worker -> version it has applied
         self.held: deque = deque()  # (version, reply_to, RpcReply) waiting for the workers
         self.recovering: set = set()  # durable queues not yet started after boot
@@ -282,7 +272,7 @@ class Metadata(QueuesMixin, ExchangesMixin, DefinitionsMixin, WorkersMixin, Alar
 
     def _send_local(self, reply_to, reply) -> None:
         self._answered(reply_to, reply)
-        if self.held or self.feed.pending or any(v < self.version for v in self.applied.values()):
+        if self.held or any(v < self.version for v in self.applied.values()):
             self.held.append((self.version, reply_to, reply))
         else:
             self.transport.send(reply_to, reply)
@@ -294,8 +284,6 @@ class Metadata(QueuesMixin, ExchangesMixin, DefinitionsMixin, WorkersMixin, Alar
         self._release_replies()
 
     def _release_replies(self) -> None:
-        if self.feed.pending:
-            return  # (what they answer is not out, nor on disk, yet: the flush releases them)
         low = min(self.applied.values(), default=self.version)
         while self.held and self.held[0][0] <= low:
             _, reply_to, reply = self.held.popleft()
@@ -304,14 +292,16 @@ class Metadata(QueuesMixin, ExchangesMixin, DefinitionsMixin, WorkersMixin, Alar
     # --- changes --------------------------------------------------------------------------------
     def _change(self, *changes) -> None:
         """Apply to the authoritative state, persist durable parts (alone) or commit them to
-        the cluster's log, broadcast to every worker (the persist and the broadcast at the end
-        of the drain, for every change of it at once: `_flush_changes`)."""
+        the cluster's log, broadcast to every worker."""
         durable = self.cluster is None and self._touches_definitions(changes)  # before applying
-        self._apply_changes(list(changes), ahead=self.cluster is not None, durable=durable)
-        if self.cluster is not None:
+        self._apply_changes(list(changes), ahead=self.cluster is not None)
+        if self.cluster is None:
+            if durable:
+                self._persist()  # a synced rewrite: only when what is on disk changes
+        else:
             self._cluster_submit(list(changes))
 
-    def _apply_changes(self, changes, ahead: bool = False, durable: bool = False) -> None:
+    def _apply_changes(self, changes, ahead: bool = False) -> None:
         """Apply changes here and on this node's workers; start what became ours to start.
         `ahead`: the cluster leader's own changes, applied before the log commits them: a
         mirror promoted here starts only once they are committed (`_start_on_commit`), as
@@ -336,8 +326,9 @@ class Metadata(QueuesMixin, ExchangesMixin, DefinitionsMixin, WorkersMixin, Alar
                 self.queue_stats.forget(c[1], c[2])
         self.version += 1
         self._shovels_changed(changes)
-        if self.feed.add(changes, self.version, durable):
-            self.actor_ref.tell(FlushChanges())  # behind the messages of this drain
+        msg = m.MetaChange(list(changes), self.version)
+        for w in self.workers.values():
+            self.transport.send(w.control, msg)
         if not self.leading and self.pending_start:
             self._answer_waiting_declares(start, gone)
         for key in start:
@@ -375,34 +366,6 @@ class Metadata(QueuesMixin, ExchangesMixin, DefinitionsMixin, WorkersMixin, Alar
             for reply_to, req_id, _ in self.pending_start.pop((vhost, name), []):
                 self._send_local(reply_to, m.RpcReply(req_id, False, None, 404, text))
 
-    def _flush_changes(self, _msg=None) -> None:
-        """The group commit: the drain's changes persisted (one synced rewrite, when any
-        touched the definitions: a durable declare's reply waits for it) and sent to every
-        worker as one MetaChange, then the StartQueues they called for; held replies go once
-        the workers have applied them."""
-        batch = self.feed.take()
-        if batch is None:
-            return
-        if batch.durable:
-            self._persist(batch.changes)
-        if batch.changes:
-            msg = m.MetaChange(batch.changes, batch.version)
-            for w in self.workers.values():
-                self.transport.send(w.control, msg)
-        for control, msg in batch.after:
-            self.transport.send(control, msg)
-        self._release_replies()
-
-    def _start_at(self, control: str, msg: m.StartQueue) -> None:
-        """A StartQueue goes behind this drain's changes (its queue_put among them)."""
-        if self.feed.defer(control, msg):
-            self.actor_ref.tell(FlushChanges())
-
-    def _to_worker(self, control: str, msg) -> None:
-        """A message to a worker's control actor, after the changes decided before it."""
-        self._flush_changes()
-        self.transport.send(control, msg)
-
     def _touches_definitions(self, changes) -> bool:
         """Would these changes alter what _persist writes? Transient queues coming and going,
         and a queue's address or worker (where it runs now), do not: 10,000 transient declares
@@ -428,9 +391,8 @@ class Metadata(QueuesMixin, ExchangesMixin, DefinitionsMixin, WorkersMixin, Alar
                 return True  # exchanges, users, vhosts, permissions, policies
         return False
 
-    def _durable_state(self, queues: bool = True) -> dict:
-        """What survives a restart: what _persist writes to the definitions store (without
-        the queues: all but their records)."""
+    def _durable_state(self) -> dict:
+        """What survives a restart: what _persist writes to the definitions store."""
         exchanges, bindings = [], []
         for (vhost, name), x in self._all_exchanges():
             if x.durable and not name.startswith("amq.") and name != "":
@@ -438,30 +400,14 @@ class Metadata(QueuesMixin, ExchangesMixin, DefinitionsMixin, WorkersMixin, Alar
                                   dict(x.arguments), x.user])
         for b in self._all_bindings():
             bindings.append(b)
-        queues = ([s for s in map(_stored_queue, self.queues.values()) if s is not None]
-                  if queues else [])
+        queues = [s for s in map(_stored_queue, self.queues.values()) if s is not None]
         return {"auth": self.auth.to_state(), "exchanges": exchanges,
                 "policies": list(self.policies.values()), **state_lists(self),
                 "bindings": [b for b in bindings if self._binding_durable(b)],
                 "queues": queues}
 
-    def _persist(self, changes=None) -> None:
-        """Write the durable definitions. When `changes` touch queues and bindings only: the
-        records of the queues they put or deleted, and the one value of the rest only when a
-        binding may have changed (a deleted queue's go with it); else everything."""
-        if changes is None or not all(c[0] in _QUEUE_CHANGES or (
-                c[0] == "router" and c[1] in _QUEUE_ROUTES) for c in changes):
-            self.defs.save(self._durable_state())
-            return
-        keys = {(c[1]["vhost"], c[1]["name"]) if c[0] == "queue_put" else (c[1], c[2])
-                for c in changes if c[0] in ("queue_put", "queue_del")}
-        stored = {k: _stored_queue(self.queues.get(k)) for k in keys}
-        rest = None
-        if any(c[0] == "queue_del" or (c[0] == "router" and c[1] != "add_queue")
-               for c in changes):
-            rest = self._durable_state(queues=False)
-        self.defs.save_queues([q for q in stored.values() if q is not None],
-                              [k for k, q in stored.items() if q is None], rest)
+    def _persist(self) -> None:
+        self.defs.save(self._durable_state())
 
     def _all_exchanges(self):
         for vhost in self.auth.list_vhosts():
@@ -503,11 +449,6 @@ def _hash_password(op: ops.Auth) -> ops.Auth:
     return replace(op, method=hashed_method, args=hashed_args)
 
 
-# changes whose stored part is the queue records they name (and the bindings in the one value)
-_QUEUE_CHANGES = ("queue_put", "queue_del", "member_put")
-_QUEUE_ROUTES = ("add_queue", "remove_queue", "bind", "unbind")
-
-
 def _stored_queue(q: dict | None) -> dict | None:
     """What _persist keeps of a queue definition (None: nothing, it is transient or exclusive)."""
     if q is None or not q["durable"] or q["exclusive"]:
@@ -528,7 +469,6 @@ _ANY_TIME = {
     m.NodeTick: Metadata._node_tick,
     m.NodeStats: lambda md, msg: md.node_table.put(msg.node, msg.at_ms, msg.stats),
     m.ShovelStates: Metadata._shovel_states,
-    FlushChanges: Metadata._flush_changes,
 }
 _LOADED = {
     m.Rpc: Metadata._rpc,

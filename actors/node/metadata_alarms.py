@@ -33,12 +33,12 @@ class AlarmsMixin:
         notice = m.ResourceAlarm(sorted(self.alarms))
         for w in self.workers.values():
             if w.kind == "conn":
-                self._to_worker(w.control, notice)
+                self.transport.send(w.control, notice)
 
     def _alarms_to(self, worker) -> None:
         """A connection worker (re)started: it hears the alarms that are on."""
         if worker.kind == "conn" and self.alarms:
-            self._to_worker(worker.control, m.ResourceAlarm(sorted(self.alarms)))
+            self.transport.send(worker.control, m.ResourceAlarm(sorted(self.alarms)))
 
     @handles(ops.Status)
     def op_status(self, rpc):

@@ -340,7 +340,6 @@ class ClusterMixin:
             old, new = before.get(member), self.members.get(member)
             if old != new:
                 self._member_changed(member, old or {}, new or {})
-        self._flush_changes()  # (what was pending goes first: the snapshot replaces it)
         self.version += 1
         snapshot = m.MetaSnapshot(self.snapshot(), self.version)
         for w in self.workers.values():
@@ -525,7 +524,7 @@ class ClusterMixin:
         self._sync_shovels()  # and runs no shovel
         note = m.Pause(True)
         for w in self.workers.values():
-            self._to_worker(w.control, note)
+            self.transport.send(w.control, note)
 
     def _rejoin(self) -> None:
         """Paused with a majority in reach: ask the leader to list this node up again, as a
@@ -546,7 +545,7 @@ class ClusterMixin:
                     self.canonical)
         note = m.Pause(False)
         for w in self.workers.values():
-            self._to_worker(w.control, note)
+            self.transport.send(w.control, note)
         self._start_own_queues(stale=True)
         self.paused_flag.clear()
         self._sync_shovels()
@@ -611,7 +610,7 @@ class ClusterMixin:
                 self._forget_worker_stats(endpoint)
                 down = m.WorkerDown(slot.split("-")[0], endpoint)
                 for w in self.workers.values():
-                    self._to_worker(w.control, down)
+                    self.transport.send(w.control, down)
         for slot, endpoint in after.items():
             if before.get(slot) != endpoint and self.transport.is_dead(endpoint):
                 # the same process, back (its node was marked down, then rejoined: a
@@ -619,7 +618,7 @@ class ClusterMixin:
                 self.transport.revive(endpoint)
                 up = m.WorkerUp(slot.split("-")[0], endpoint)
                 for w in self.workers.values():
-                    self._to_worker(w.control, up)
+                    self.transport.send(w.control, up)
 
     def _start_own_queues(self, stale: bool = False) -> None:
         """Start the masters the log homes here that do not run, and our mirrors. `stale`:

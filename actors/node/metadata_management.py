@@ -447,8 +447,8 @@ class ManagementMixin:
         for worker, rows in self.conn_stats.items():
             for c in rows:
                 if c["name"] == name:
-                    self._to_worker(make_address(worker, "control"),
-                                    m.ForceClose(c["id"], reason))
+                    self.transport.send(make_address(worker, "control"),
+                                        m.ForceClose(c["id"], reason))
                     return None
         raise ChannelError(404, amqp_text(404, f"no connection '{name}'"))
 

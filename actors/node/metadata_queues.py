@@ -134,7 +134,7 @@ class QueuesMixin:
         """To every connection worker of this node (their channels)."""
         for (kind, _), w in self.workers.items():
             if kind == "conn":
-                self._to_worker(w.control, down)
+                self.transport.send(w.control, down)
 
     @handles(ops.ConnectionClosed)
     def op_connection_closed(self, rpc, owner):

@@ -282,7 +282,7 @@ class ReplicasMixin:
         w = self.workers.get(("queue", mirror_worker(q, self.n_queue_workers)))
         if w is not None:
             qdef = {k: v for k, v in q.items() if k != "address"}
-            self._start_at(w.control, m.StartQueue(qdef, self.address, False))
+            self.transport.send(w.control, m.StartQueue(qdef, self.address, False))
 
 
 def _kind(q) -> str:

@@ -35,11 +35,10 @@ class WorkersMixin:
         if kind == "conn" and self.recovering:
             self.deferred_hellos.append((rpc, kind, index, endpoint, control))
             return {"ok": True}
-        self._flush_changes()  # (the snapshot holds them: not sent to the newcomer again)
         w = Worker(kind, index, endpoint, control)
         self.workers[(kind, index)] = w
         self.applied.pop((kind, index), None)  # counted again once it has the snapshot
-        self._to_worker(control, m.MetaSnapshot(self.snapshot(), self.version))
+        self.transport.send(control, m.MetaSnapshot(self.snapshot(), self.version))
         self._alarms_to(w)
         if kind == "queue":
             for q in self.queues.values():
@@ -76,7 +75,7 @@ class WorkersMixin:
             self._untrack_endpoint(ev.endpoint)
         down = m.WorkerDown(ev.kind, ev.endpoint)
         for other in self.workers.values():
-            self._to_worker(other.control, down)
+            self.transport.send(other.control, down)
         for key, q in self.queues.items():
             if q.get("worker") == ev.index and q.get("home", self.me) == self.me:
                 self.starting.discard(key)
@@ -141,7 +140,7 @@ class WorkersMixin:
             return  # started when the worker says hello
         self.starting.add(key)
         qdef = {k: v for k, v in q.items() if k != "address"}
-        self._start_at(w.control, m.StartQueue(qdef, self.address, recovered))
+        self.transport.send(w.control, m.StartQueue(qdef, self.address, recovered))
 
     def _queue_started(self, msg: m.QueueStarted) -> None:
         key = (msg.vhost, msg.name)

@@ -302,7 +302,6 @@ class Mirror(LightActor):
         self.name = queue_actor_name(self.vhost, self.qname)
         self.address = self.transport.address(self.name)
         self.master = ""  # the master we joined
-        self.joined_at = -1  # the replica's version when we read the master we joined
         # seq_id -> (MirrorItem, body) in memory, in seq_id order
         self.msgs: dict[int, tuple[m.MirrorItem, bytes]] = {}
         self.mem_bytes = 0  # their body bytes
@@ -572,24 +571,13 @@ class Mirror(LightActor):
         if gone:
             self._bq().tell(m.Forget(gone))
 
-    def check_master(self, masterless_at: int | None = None) -> None:
-        """(Re)join when the master is new: first start, another address, or the same address
-        restarted, which a master's restart on the same queue worker gives (a node that paused
-        and resumed, an election that chose the same leader): a change since the state we
-        joined on left the queue without a master (`masterless_at`, the replica's version
-        with it), or its epoch moved on. A join sent where nothing served yet (an address the
-        replica still had from before) is thus sent again once the master is back."""
-        replica = self.host.replica
-        if masterless_at is not None and self.joined_at < masterless_at:
-            self.master = ""  # (gone: whatever serves at its address from now on is another)
-        q = replica.queue(self.vhost, self.qname)
+    def check_master(self) -> None:
+        """(Re)join when the master's address is new (first start, or it restarted)."""
+        q = self.host.replica.queue(self.vhost, self.qname)
         addr = q.get("address") if q else None
-        if not addr or addr == self.address:
-            return
-        if addr != self.master or int(q.get("epoch") or 0) != self.epoch:
+        if addr and addr != self.master and addr != self.address:
             fresh = not self.master and self.bq is None  # (nothing written since we started)
             self.master = addr
-            self.joined_at = replica.version
             self.epoch = int(q.get("epoch") or 0)
             self.last_acked = 0
             self.held_ack = 0
@@ -742,6 +730,6 @@ _IN_MEMORY: dict[type, Callable] = {
     m.TakeMessages: Mirror._hand_over_messages,
 }
 _EITHER: dict[type, Callable] = {
-    m.CheckMaster: lambda mirror, msg: mirror.check_master(msg.masterless_at),
+    m.CheckMaster: lambda mirror, msg: mirror.check_master(),
     m.PolicyChanged: lambda mirror, msg: mirror._policy_changed(),
 }

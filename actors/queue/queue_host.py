@@ -107,11 +107,6 @@ class QueueHost(WorkerHost):
         me = self.config.cluster_address
         old = self.queues.get(name)
         if q.get("home", me) != me:  # a mirror of a queue homed elsewhere
-            now = self.replica.queue(q["vhost"], q["name"])
-            if now is None or (me not in (now.get("mirrors") or ()) and now.get("home") != me):
-                # a later change of the node's batch, applied before this start, no longer
-                # lists this node (or deleted the queue): as if started, then stopped by it
-                return
             if old is None or not old.is_alive():
                 if stream.is_stream(q.get("arguments")):
                     self._supervise(StreamMember.start(self, q, me),
@@ -257,9 +252,7 @@ class QueueHost(WorkerHost):
                 ref.stop()  # no longer a mirror here
                 self.queues.pop(name, None)
             else:
-                # the master may have moved, or be gone for now: each change of a batch is
-                # told, so a master that went and came back at the same address is seen to
-                ref.tell(m.CheckMaster(None if q.get("address") else self.replica.version))
+                ref.tell(m.CheckMaster())  # the master may have moved
         if any(c[0] == "member_put" for c in changes):
             # a node came up (or a member changed): quiet queues, whose statistics timers
             # are disarmed, send their last sample to the nodes that have not had it

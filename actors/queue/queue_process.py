@@ -123,12 +123,8 @@ class Queue(LightActor):
                               page_bytes=host.config.queue_page_bytes,
                               page_size=host.config.queue_page_size, epoch=self.epoch, counters=self.counters)
         self.disk = DiskCounts()  # messages its backing queue wrote and read back
-        self.qdef = qdef  # its definition as started (its backing queue's)
-        # storage half (`_bq`): started with a durable queue (it recovers the index), with a
-        # transient one only when it first writes (pages), as most never do
-        self.bq = None
-        if self.durable or adopted is not None:
-            self._bq()
+        self.bq = BackingQueue.start(self.actor_ref, qdef, host.config, host.timers,
+                                     counts=self.disk)  # storage half
         self.run_pending = False  # a Run message is queued
         self.held = 0  # messages handled since the last delivery run
         self.recovered = recovered  # restarted after a crash
@@ -183,23 +179,23 @@ class Queue(LightActor):
         self.transport.send(channel, m.Release(self.address, n))
 
     def persist(self, msgs) -> None:
-        self._bq().tell(m.Persist(msgs))
+        self.bq.tell(m.Persist(msgs))
 
     def record_delivery(self, msgs) -> None:
-        self._bq().tell(m.RecordDelivery(msgs))
+        self.bq.tell(m.RecordDelivery(msgs))
 
     def forget(self, msgs) -> None:
-        self._bq().tell(m.Forget(msgs))
+        self.bq.tell(m.Forget(msgs))
 
     def page_in(self, after_seq, n, priority=0) -> None:
-        self._bq().tell(m.PageIn(after_seq, n, priority))
+        self.bq.tell(m.PageIn(after_seq, n, priority))
 
     def drop_paged(self, after_seq, n, priority=0) -> None:
-        self._bq().tell(m.DropPaged(after_seq, n, priority))
+        self.bq.tell(m.DropPaged(after_seq, n, priority))
 
     def purge_paged(self, after_seq, priority=0) -> None:
         self.mirrors.purge_paged(after_seq, priority)  # (its mirrors purge the same part)
-        self._bq().tell(m.PurgeAfter(after_seq, priority))
+        self.bq.tell(m.PurgeAfter(after_seq, priority))
 
     def dead_letter(self, msg, reason, new_msg_id=None) -> None:
         dead_letter_publish(self, msg, reason, new_msg_id)
@@ -210,13 +206,6 @@ class Queue(LightActor):
 
     def schedule(self, at_ms) -> None:
         self.timers.at(at_ms, self.actor_ref, Tick())
-
-    def _bq(self):
-        """Its BackingQueue, started on first use."""
-        if self.bq is None:
-            self.bq = BackingQueue.start(self.actor_ref, self.qdef, self.config, self.timers,
-                                         counts=self.disk)
-        return self.bq
 
     def _heir(self):
         """The oldest synchronised mirror, as this node's replica has it (a quorum queue's
@@ -258,7 +247,7 @@ class Queue(LightActor):
             for x in adopted:
                 p = self.core.prios.clamp(x.entry.priority)
                 after[p] = max(after.get(p, 0), x.entry.seq_id)
-            self._bq().tell(m.Recover(limit, adopt=self.adopted is not None, after=after))
+            self.bq.tell(m.Recover(limit, adopt=self.adopted is not None, after=after))
             return
         if adopted:
             self.core.restore(adopted[-1].entry.seq_id + 1, adopted, 0, 0, now_ms(),
@@ -306,7 +295,7 @@ class Queue(LightActor):
     def _census(self, reason: str) -> None:
         """Its backing queue writes the census of what this queue holds now (census.py)."""
         if events.enabled():
-            self._bq().tell(census.snapshot(self.core, reason))
+            self.bq.tell(census.snapshot(self.core, reason))
 
     def _arm_stats(self) -> None:
         if not self.stats_armed:
@@ -374,8 +363,7 @@ class Queue(LightActor):
         if self.serving:
             self._census("stopped")
         self.transport.unregister(self.name)
-        if self.bq is not None:
-            self.bq.stop(block=False)  # after what it was told; the worker's exit waits for it
+        self.bq.stop(block=False)  # after what it was told; the worker's exit waits for it
 
     def on_failure(self, exc_type, exc_value, tb):
         """An exception in on_receive ends the queue as it is (rabbit_amqqueue_process crashes
@@ -386,8 +374,7 @@ class Queue(LightActor):
         self.serving = False
         self.transport.unregister(self.name)
         try:  # (its writes are in before the restarted queue reads the index back)
-            if self.bq is not None:
-                self.bq.stop(block=True, timeout=30)
+            self.bq.stop(block=True, timeout=30)
         except (pykka.ActorDeadError, pykka.Timeout):
             log.warning("queue '%s' in vhost '%s': its backing queue did not stop in time",
                         self.qname, self.vhost)
@@ -500,8 +487,7 @@ class Queue(LightActor):
         sync = self.sync
         if sync["lanes"]:
             lane = sync["lanes"][0]
-            self._bq().tell(m.PageIn(lane.after, self.core.paging.page_size, lane.priority,
-                                     sync=True))
+            self.bq.tell(m.PageIn(lane.after, self.core.paging.page_size, lane.priority, sync=True))
             return
         self.mirrors.sync_done(sync["mirror"])
         log.info("queue '%s' in vhost '%s': %d paged-out messages synced to mirror %s",
@@ -586,8 +572,7 @@ class Queue(LightActor):
                 return
             self.core.purge()
             self.serving = False
-            if self.bq is not None:  # (a transient queue that never paged has no index)
-                self.bq.tell(m.DeleteIndex())
+            self.bq.tell(m.DeleteIndex())
             self.reply(msg.reply_to, msg.req_id, True, n)
             self.transport.unregister(self.name)
             self.stop()

@@ -51,7 +51,6 @@ class StreamMember(LightActor):
                              queue_id(self.vhost, self.qname), self.storage.begin,
                              self.settings.segment_bytes)  # this member's copy
         self.leader = ""  # the leader's address we joined
-        self.joined_at = -1  # the replica's version when we read the leader we joined
         self.joined = False  # the leader answered our join (our log is a prefix of its)
         self.epoch = -1  # the epoch of the leader we joined (its answer's)
 
@@ -76,19 +75,12 @@ class StreamMember(LightActor):
                   getattr(exc_type, "__name__", exc_type), exc_value)
         self.transport.unregister(self.name)
 
-    def check_leader(self, masterless_at: int | None = None) -> None:
-        """(Re)join when the leader's address is new (first start, or it moved), or when a
-        change since the state we joined on left the stream without a leader (`masterless_at`,
-        the replica's version with it: a leader elected again may serve at the address joined
-        before, where nothing served meanwhile)."""
-        replica = self.host.replica
-        if masterless_at is not None and self.joined_at < masterless_at:
-            self.leader = ""
-        q = replica.queue(self.vhost, self.qname)
+    def check_leader(self) -> None:
+        """(Re)join when the leader's address is new (first start, or it moved)."""
+        q = self.host.replica.queue(self.vhost, self.qname)
         addr = q.get("address") if q else None
         if addr and addr != self.leader and addr != self.address:
             self.leader = addr
-            self.joined_at = replica.version
             self._join()
 
     def _join(self) -> None:
@@ -158,7 +150,7 @@ class StreamMember(LightActor):
 # what a member takes: message type -> (member, msg)
 _MEMBER = {
     m.StreamChunks: StreamMember._from_leader,
-    m.CheckMaster: lambda self, msg: self.check_leader(msg.masterless_at),
+    m.CheckMaster: lambda self, msg: self.check_leader(),
     RetentionTick: lambda self, msg: self._retain(),
     m.PolicyChanged: StreamMember._policy_changed,
     m.DeleteIndex: StreamMember._delete_index,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import gc
 import logging
 import os
 import signal
@@ -32,9 +31,6 @@ from actors import secure
 from actors.transport import Transport
 
 log = logging.getLogger("leveret.worker")
-
-# a queue worker's young-generation collection threshold (CPython's default is 700)
-QUEUE_WORKER_GC_THRESHOLD = 10_000
 
 
 class WorkerControl(LightActor):
@@ -171,10 +167,6 @@ def main(argv=None) -> int:
     else:
         from actors.queue.queue_host import QueueHost
         host = QueueHost(cfg, transport, replica, args.node, args.index)
-        # every queue it runs is a few hundred long-lived objects: at the default 700
-        # allocations per young collection, starting 5,000 queues spent a third of the
-        # worker's time in the collector (py-spy; bench/scale.py)
-        gc.set_threshold(QUEUE_WORKER_GC_THRESHOLD, *gc.get_threshold()[1:])
     ready = threading.Event()
     control = WorkerControl.start(transport, replica, args.node, args.kind, args.index,
                                   ready.set, host)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 
 import pika
 import pytest
@@ -302,83 +301,5 @@ def test_users_vhosts_and_permissions_survive_restart(tmp_path, how):
             assert "530" in str(ei.value)
         # guest (the default user) keeps its rights on /
         safe_close(broker.connection())
-    finally:
-        broker.stop()
-
-
-def test_every_durable_queue_declared_ok_survives_kill9_while_declares_stream_in(tmp_path):
-    """Many declares in flight at once share one rewrite of the definitions per drain of the
-    metadata actor (actors/node/change_feed.py): a declare-ok still means the queue's
-    definition is on disk, so kill -9 just after the last declare-ok loses none of them, and
-    the transient queues declared among them do not come back."""
-    broker = Broker.start_leveret(tmp_path)
-    clients, per_client = 6, 60
-    answered: list[list[str]] = [[] for _ in range(clients)]
-
-    def declare(i: int) -> None:
-        conn = broker.connection()
-        try:
-            ch = conn.channel()
-            for j in range(per_client):
-                durable = j % 3 != 2
-                name = f"{'gc' if durable else 'gt'}-{i}-{j}"
-                ch.queue_declare(name, durable=durable)
-                answered[i].append(name)
-        finally:
-            safe_close(conn)
-
-    try:
-        threads = [threading.Thread(target=declare, args=(i,)) for i in range(clients)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
-        names = [n for got in answered for n in got]
-        assert len(names) == clients * per_client
-        broker = restart(broker, tmp_path, "kill9")
-        conn = broker.connection()
-        try:
-            ch = conn.channel()
-            for name in names:
-                if name.startswith("gc-"):
-                    ch.queue_declare(name, passive=True)  # (404 closes the channel: fails)
-                else:
-                    assert absent(conn, "queue", name), name
-        finally:
-            safe_close(conn)
-    finally:
-        broker.stop()
-
-
-def test_a_deleted_durable_queues_bindings_do_not_come_back_with_its_successor(tmp_path):
-    """A durable queue deleted and declared again under its name starts without the old
-    queue's bindings, also after kill -9: the stored bindings go in the same write as the
-    deleted queue's record (actors/node/definitions.py keeps a record per queue)."""
-    broker = Broker.start_leveret(tmp_path)
-    try:
-        conn = broker.connection()
-        ch = conn.channel()
-        ch.exchange_declare("d.x", "direct", durable=True)
-        ch.queue_declare("dq.again", durable=True)
-        ch.queue_bind("dq.again", "d.x", "old-key")
-        ch.queue_declare("dq.kept", durable=True)
-        ch.queue_bind("dq.kept", "d.x", "kept-key")
-        ch.queue_delete("dq.again")
-        ch.queue_declare("dq.again", durable=True)
-        safe_close(conn)
-        assert ("d.x", "queue", "dq.again", "old-key", "{}") not in bindings(broker)
-        broker = restart(broker, tmp_path, "kill9")
-        got = bindings(broker)
-        assert ("d.x", "queue", "dq.kept", "kept-key", "{}") in got
-        assert ("d.x", "queue", "dq.again", "old-key", "{}") not in got
-        conn = broker.connection()
-        try:
-            ch = conn.channel()
-            ch.queue_declare("dq.again", durable=True, passive=True)
-            ch.confirm_delivery()
-            with pytest.raises(pika.exceptions.UnroutableError):
-                ch.basic_publish("d.x", "old-key", b"nowhere", PERSISTENT, mandatory=True)
-        finally:
-            safe_close(conn)
     finally:
         broker.stop()

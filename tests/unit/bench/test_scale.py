@@ -101,16 +101,6 @@ def test_table_single_broker_has_no_ratio():
     assert all("connections" not in line for line in lines)
 
 
-def test_table_names_durable_queues_and_the_parser_takes_the_flag():
-    doc = {"options": {"queues": 5, "connections": 0, "durable": True},
-           "brokers": [{"broker": "leveret", "label": "Leveret", "queues": {"declared": 5}}]}
-    assert "| 5 durable queues | queues declared | 5 |" in scale.table(doc)
-    doc["options"]["durable"] = False
-    assert "| 5 queues | queues declared | 5 |" in scale.table(doc)
-    assert scale.build_parser().parse_args(["--durable"]).durable is True
-    assert scale.build_parser().parse_args([]).durable is False
-
-
 def test_process_kind():
     assert scale.process_kind(b"/v/bin/python\0-m\0actors.worker.process\0--kind\0queue\0") == "queue"
     assert scale.process_kind(b"/usr/lib/erlang/erts-12.2/bin/beam.smp\0-W\0w\0") == "beam.smp"

@@ -47,9 +47,6 @@ class Node:
     def _start_own_queues(self):
         pass
 
-    def _flush_changes(self):
-        pass  # (no change of a drain is waiting here)
-
     def snapshot(self):
         return {}
 

@@ -92,7 +92,6 @@ class _Transport:
 class _Replica:
     def __init__(self, q):
         self.q = q
-        self.version = 0  # (change lists applied: the Mirror notes the one it joined on)
 
     def queue(self, vhost, name):
         return self.q
