@@ -267,25 +267,24 @@ class Transport:
             return None
 
     def _send_now(self, endpoint: str, name: bytes, payload: bytes, frames) -> None:
+        self._send_parts(endpoint, _multipart([(name, payload, frames)], events.enabled()))
+
+    def _send_parts(self, endpoint: str, parts: list) -> None:
+        """One multipart over this thread's ZeroMQ socket to that process."""
         # plain int flags: pyzmq's send_multipart builds an IntFlag per frame (measured: 6% of
         # a worker's time in enum.__call__/__or__); bodies are copied: zero-copy measured no
         # faster here, and needs pyzmq's garbage-collector thread
         send = self._sender(endpoint)
         if send is None:
             return
-        if events.enabled():
-            send(_STAMPED, _SNDMORE)
-            send(packb([hlc.clock().send(), [2 + len(frames)]]), _SNDMORE)
-        send(name, _SNDMORE)
-        if frames:
-            send(payload, _SNDMORE)
-            send(frames[0], 0)
-        else:
-            send(payload, 0)
+        for part in parts[:-1]:
+            send(part, _SNDMORE)
+        send(parts[-1], 0)
 
     def _flush(self) -> None:
         """Send this turn's batches: a lone message as itself, several as one multipart
-        `[b"", msgpack([frames per message]), name, payload, (bodies), name, ...]`."""
+        `[b"", msgpack([frames per message]), name, payload, (bodies), name, ...]`, over a
+        local link to a loop of this node, else over ZeroMQ."""
         self._flush_armed = False
         outbox, self._outbox = self._outbox, {}
         stamped = events.enabled()
@@ -293,31 +292,12 @@ class Transport:
         for endpoint, box in outbox.items():
             if endpoint in self._dead:
                 continue
+            parts = _multipart(box, stamped)
             if links is not None:
                 link = links.link(endpoint)
-                if link is not None and link.send(local_link.encode(_multipart(box, stamped))):
+                if link is not None and link.send(local_link.encode(parts)):
                     continue
-            if len(box) == 1:
-                self._send_now(endpoint, *box[0])
-                continue
-            send = self._sender(endpoint)
-            if send is None:
-                continue
-            counts = [2 + len(frames) for _, _, frames in box]
-            if stamped:
-                send(_STAMPED, _SNDMORE)
-                send(packb([hlc.clock().send(), counts]), _SNDMORE)
-            else:
-                send(_BATCH, _SNDMORE)
-                send(packb(counts), _SNDMORE)
-            last = len(box) - 1
-            for i, (name, payload, frames) in enumerate(box):
-                send(name, _SNDMORE)
-                if frames:
-                    send(payload, _SNDMORE)
-                    send(frames[0], _SNDMORE if i < last else 0)
-                else:
-                    send(payload, _SNDMORE if i < last else 0)
+            self._send_parts(endpoint, parts)
 
     def _deliver_local(self, name: str, msg) -> None:
         ref = self._actors.get(name)
